@@ -1,0 +1,78 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "SandboxedPlugins",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "supervisor", targets: ["supervisor"]),
+        .executable(name: "plugin-worker", targets: ["PluginWorker"]),
+        .library(name: "PluginSDK", targets: ["PluginSDK"]),
+        // Example plugins: each one is a shared library loaded by a worker.
+        .library(name: "Greeter", type: .dynamic, targets: ["Greeter"]),
+        .library(name: "Welcome", type: .dynamic, targets: ["Welcome"]),
+        .library(name: "AsyncWorks", type: .dynamic, targets: ["AsyncWorks"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
+    ],
+    targets: [
+        // The C ABI between a worker and a plugin library (include/sp_plugin.h).
+        .target(name: "CPluginABI", path: "Sources/CPluginABI"),
+        // C helpers for the worker: prctl, signals, the SIGSYS reporter.
+        .target(name: "CWorkerSupport", path: "Sources/CWorkerSupport"),
+        // C helpers for the supervisor: posix_spawn with session and descriptor set-up, SO_PEERCRED.
+        .target(name: "CSupervisorSupport", path: "Sources/CSupervisorSupport"),
+
+        .target(name: "PluginProtocol", path: "Sources/Protocol"),
+        .target(name: "IPC", dependencies: ["PluginProtocol"], path: "Sources/IPC"),
+        .target(
+            name: "PluginSDK",
+            dependencies: ["CPluginABI", "PluginProtocol"],
+            path: "Sources/PluginSDK"
+        ),
+        .executableTarget(
+            name: "PluginWorker",
+            dependencies: ["CPluginABI", "CWorkerSupport", "PluginProtocol", "IPC"],
+            path: "Sources/PluginWorker"
+        ),
+        .target(
+            name: "SupervisorKit",
+            dependencies: [
+                "PluginProtocol", "IPC", "CSupervisorSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/Supervisor/Kit"
+        ),
+        .executableTarget(
+            name: "supervisor",
+            dependencies: [
+                "SupervisorKit", "IPC", "PluginProtocol",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/Supervisor/CLI"
+        ),
+
+        // Example plugins (Swift). The C example is built with plain `cc` by scripts/build-examples.sh.
+        .target(name: "Greeter", dependencies: ["PluginSDK"], path: "Examples/Greeter"),
+        .target(name: "Welcome", dependencies: ["PluginSDK"], path: "Examples/Welcome"),
+        .target(name: "AsyncWorks", dependencies: ["PluginSDK"], path: "Examples/AsyncWorks"),
+
+        .testTarget(
+            name: "UnitTests",
+            dependencies: ["PluginProtocol", "IPC", "SupervisorKit"],
+            path: "Tests/UnitTests"
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["PluginProtocol", "IPC"],
+            path: "Tests/IntegrationTests"
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

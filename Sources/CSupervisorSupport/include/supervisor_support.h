@@ -1,0 +1,31 @@
+#ifndef SUPERVISOR_SUPPORT_H
+#define SUPERVISOR_SUPPORT_H
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Spawns `path` with posix_spawn: `socket_fd` becomes descriptor 3, `stdout_fd`/`stderr_fd` become
+   1 and 2, stdin is /dev/null, every other descriptor is closed, the child gets a new session
+   (setsid), an empty signal mask and default dispositions. No code of ours runs in the child.
+   Returns 0 and sets *pid, or an errno value. */
+int css_spawn_worker(const char *path, char *const argv[], char *const envp[],
+                     int socket_fd, int stdout_fd, int stderr_fd, pid_t *pid);
+
+/* The layout of Linux's struct ucred (SO_PEERCRED), visible without _GNU_SOURCE. */
+typedef struct css_ucred { int32_t pid; uint32_t uid; uint32_t gid; } css_ucred;
+#define CSS_SO_PEERCRED 17
+
+/* pipe2(O_CLOEXEC). Returns 0 or -errno. */
+int css_pipe_cloexec(int fds[2]);
+
+/* The Landlock ABI version the kernel offers (landlock_create_ruleset with
+   LANDLOCK_CREATE_RULESET_VERSION), or -errno when it has none. */
+int css_landlock_abi(void);
+
+/* waitid(P_ALL, WEXITED) blocking: the next child to end. Returns 0 and fills the outputs,
+   or -errno (-ECHILD when there are no children). `code` is the exit status or the signal number,
+   `signaled` is 1 when a signal ended it. */
+int css_wait_any_child(pid_t *pid, int *code, int *signaled, int *core_dumped);
+
+/* The kernel's name of a signal ("SIGSEGV"), or NULL. */
+const char *css_signal_name(int sig);
+#endif

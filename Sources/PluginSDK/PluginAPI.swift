@@ -1,0 +1,137 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import PluginProtocol
+import Synchronization
+
+/// The API a plugin exports: named methods with Codable parameters and results, and handlers for
+/// `plugin://<identifier>/<path>` URIs.
+///
+/// A method given a synchronous closure runs inline on the worker's I/O thread (no thread hop; keep
+/// it short). One given an `async` closure runs on its own task and can be cancelled when the caller
+/// gives up.
+public final class PluginAPI: Sendable {
+    enum Handler: Sendable {
+        case sync(@Sendable (UnsafeRawBufferPointer?) throws -> [UInt8])
+        case async(@Sendable ([UInt8]?) async throws -> [UInt8])
+    }
+
+    private let methods = Mutex<[String: Handler]>([:])
+    private let routes = Mutex<[String: Handler]>([:])
+
+    init() {}
+
+    /// Exports `name`, answered synchronously.
+    public func method<Params: Decodable, Result: Encodable>(
+        _ name: String, _ body: @escaping @Sendable (Params) throws -> Result
+    ) {
+        methods.withLock {
+            $0[name] = .sync { raw in try Coding.encode(body(try Coding.decode(Params.self, raw))) }
+        }
+    }
+
+    /// Exports `name`, answered on a task of its own.
+    public func method<Params: Decodable, Result: Encodable>(
+        _ name: String, _ body: @escaping @Sendable (Params) async throws -> Result
+    ) {
+        methods.withLock {
+            $0[name] = .async { raw in
+                let params = try raw.withUnsafeBytesOrNil { try Coding.decode(Params.self, $0) }
+                return try Coding.encode(try await body(params))
+            }
+        }
+    }
+
+    /// Exports `name` taking no parameters.
+    public func method<Result: Encodable>(_ name: String, _ body: @escaping @Sendable () throws -> Result) {
+        method(name) { (_: Empty) in try body() }
+    }
+
+    /// Exports `name` taking no parameters, answered on a task of its own.
+    public func method<Result: Encodable>(_ name: String, _ body: @escaping @Sendable () async throws -> Result) {
+        method(name) { (_: Empty) async throws in try await body() }
+    }
+
+    /// Answers `open` for `plugin://<this plugin>/<path>`. `path` is matched exactly, or as a prefix
+    /// when it ends in `*`.
+    public func route<Result: Encodable>(_ path: String, _ body: @escaping @Sendable (OpenRequest) async throws -> Result) {
+        routes.withLock {
+            $0[path] = .async { raw in
+                let request = try raw.withUnsafeBytesOrNil { try Coding.decode(OpenRequest.self, $0) }
+                return try Coding.encode(try await body(request))
+            }
+        }
+    }
+
+    func handler(forMethod name: String) -> Handler? { methods.withLock { $0[name] } }
+
+    func handler(forPath path: String) -> Handler? {
+        routes.withLock { table in
+            if let exact = table[path] { return exact }
+            var best: (Int, Handler)?
+            for (pattern, handler) in table where pattern.hasSuffix("*") {
+                let prefix = pattern.dropLast()
+                if path.hasPrefix(prefix), prefix.count > (best?.0 ?? -1) { best = (prefix.count, handler) }
+            }
+            return best?.1
+        }
+    }
+
+    var methodNames: [String] { methods.withLock { $0.keys.sorted() } }
+}
+
+/// What a `plugin://` route handler receives.
+public struct OpenRequest: Codable, Sendable {
+    public var uri: String
+    public var path: String
+    public var query: [String: String]
+}
+
+/// JSON coding of parameters and results.
+enum Coding {
+    static func decode<T: Decodable>(_ type: T.Type, _ raw: UnsafeRawBufferPointer?) throws -> T {
+        if T.self == Empty.self { return Empty() as! T }
+        guard let raw, !raw.isEmpty else {
+            throw PluginError.badRequest("missing params: expected \(T.self)")
+        }
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(raw))
+        } catch let error as DecodingError {
+            throw PluginError.badRequest("params do not match \(T.self): \(Coding.describe(error))")
+        }
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, _ raw: [UInt8]?) throws -> T {
+        try raw.withUnsafeBytesOrNil { try decode(T.self, $0) }
+    }
+
+    static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
+        if T.self == Empty.self { return Array("null".utf8) }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        return Array(try encoder.encode(value))
+    }
+
+    static func describe(_ error: DecodingError) -> String {
+        switch error {
+        case .keyNotFound(let key, _): return "missing key '\(key.stringValue)'"
+        case .typeMismatch(let type, let ctx):
+            return "expected \(type) at '\(ctx.codingPath.map(\.stringValue).joined(separator: "."))'"
+        case .valueNotFound(let type, let ctx):
+            return "missing \(type) at '\(ctx.codingPath.map(\.stringValue).joined(separator: "."))'"
+        case .dataCorrupted(let ctx): return ctx.debugDescription
+        @unknown default: return "\(error)"
+        }
+    }
+}
+
+extension Optional where Wrapped == [UInt8] {
+    func withUnsafeBytesOrNil<R>(_ body: (UnsafeRawBufferPointer?) throws -> R) rethrows -> R {
+        switch self {
+        case .none: return try body(nil)
+        case .some(let bytes): return try bytes.withUnsafeBytes { try body($0) }
+        }
+    }
+}

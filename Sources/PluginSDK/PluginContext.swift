@@ -1,0 +1,86 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import PluginProtocol
+
+/// What a plugin is told at `startup`, and its way out: calls to other plugins, `plugin://` URIs, logs.
+public struct PluginContext: Sendable {
+    let runtime: PluginRuntime
+    /// This plugin's identifier, from its manifest.
+    public let identifier: String
+    /// This plugin's version, from its manifest.
+    public let version: String
+    /// The plugin's own read-write data folder.
+    public let dataDirectory: String
+    /// The bundle folder (read-only).
+    public let bundleDirectory: String
+    /// The live-resources folder, where refreshed resources land (read-only to the plugin).
+    public let liveDirectory: String?
+
+    /// Calls `method` of plugin `target` (which must be one of this plugin's dependencies).
+    public func call<Params: Encodable, Result: Decodable>(
+        _ target: String, _ method: String, _ params: Params, as: Result.Type = Result.self
+    ) async throws -> Result {
+        let raw = try await runtime.request(kind: .call, target: target, method: method, params: try Coding.encode(params))
+        return try Coding.decode(Result.self, raw)
+    }
+
+    /// Calls `method` of plugin `target` with no parameters.
+    public func call<Result: Decodable>(_ target: String, _ method: String, as: Result.Type = Result.self) async throws -> Result {
+        try await call(target, method, Empty(), as: Result.self)
+    }
+
+    /// A typed handle on another plugin's API.
+    public func plugin(_ identifier: String) -> PluginClient { PluginClient(context: self, identifier: identifier) }
+
+    /// Opens a `plugin://<identifier>/<path>?<query>` URI through the supervisor.
+    public func open<Result: Decodable>(_ uri: String, as: Result.Type = Result.self) async throws -> Result {
+        let raw = try await runtime.request(kind: .open, uri: uri)
+        return try Coding.decode(Result.self, raw)
+    }
+
+    /// The current path of a resource: the refreshed copy in the live folder once one was downloaded,
+    /// else the bundled file.
+    public func resourcePath(_ name: String) -> String {
+        if let live = liveDirectory {
+            let candidate = live + "/" + name
+            if runtime.fileExists(candidate) { return candidate }
+        }
+        return bundleDirectory + "/" + name
+    }
+
+    /// Sends a line to the supervisor's log, tagged with this plugin's identifier.
+    public func log(_ level: LogLevel, _ message: String, metadata: [String: String]? = nil) {
+        runtime.log(level, message, metadata: metadata)
+    }
+}
+
+public enum LogLevel: String, Sendable {
+    case trace, debug, info, notice, warning, error, critical
+}
+
+/// A typed handle on another plugin's exported API.
+public struct PluginClient: Sendable {
+    let context: PluginContext
+    public let identifier: String
+
+    public func call<Params: Encodable, Result: Decodable>(_ method: String, _ params: Params, as: Result.Type = Result.self) async throws -> Result {
+        try await context.call(identifier, method, params, as: Result.self)
+    }
+
+    public func call<Result: Decodable>(_ method: String, as: Result.Type = Result.self) async throws -> Result {
+        try await context.call(identifier, method, Empty(), as: Result.self)
+    }
+}
+
+/// What the supervisor puts in the `startup` event's payload.
+struct StartupPayload: Decodable {
+    var identifier: String
+    var version: String
+    var dataDirectory: String
+    var bundleDirectory: String
+    var liveDirectory: String?
+    var dependencies: [String]?
+}

@@ -1,0 +1,254 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import CPluginABI
+import PluginProtocol
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Carries one `Pluggable` over the C ABI: decodes what the worker delivers, runs handlers, sends
+/// replies, and matches replies to this plugin's own outgoing calls.
+final class PluginRuntime: Sendable {
+    let plugin: any Pluggable
+    let api = PluginAPI()
+    /// The worker's host table; valid, and safe to call from any thread, for the process's life.
+    private nonisolated(unsafe) let host: UnsafePointer<sp_host>
+    private let nextID = Atomic<UInt64>(1)
+    private let pending = Mutex<[UInt64: CheckedContinuation<[UInt8]?, any Error>]>([:])
+    private let running = Mutex<[UInt64: Task<Void, Never>]>([:])
+    private let events: AsyncStream<EventWork>.Continuation
+    private let context = Mutex<PluginContext?>(nil)
+
+    struct EventWork: Sendable {
+        var id: UInt64
+        var name: String
+        var payload: [UInt8]?
+    }
+
+    init(plugin: any Pluggable, host: UnsafePointer<sp_host>) {
+        self.plugin = plugin
+        self.host = host
+        let (stream, continuation) = AsyncStream<EventWork>.makeStream()
+        self.events = continuation
+        plugin.exports(api)
+        // Lifecycle events run one at a time, in the order they came.
+        Task { [weak self] in
+            for await work in stream {
+                guard let self else { return }
+                await self.handleEvent(work)
+            }
+        }
+    }
+
+    // MARK: Incoming
+
+    func receive(_ bytes: UnsafeRawBufferPointer) {
+        let env: Envelope
+        do {
+            env = try Envelope.parse(bytes)
+        } catch {
+            log(.error, "dropped an invalid message from the supervisor: \(error)")
+            return
+        }
+        guard let kind = env.kind else { return }
+        switch kind {
+        case .call: handleCall(env, bytes)
+        case .open: handleOpen(env, bytes)
+        case .event:
+            guard let id = env.id else { return }
+            let name = Envelope.string(bytes, env.name) ?? ""
+            events.yield(EventWork(id: id, name: name, payload: env.payload.map { Array(bytes[$0]) }))
+        case .reply:
+            guard let id = env.id else { return }
+            let continuation = pending.withLock { $0.removeValue(forKey: id) }
+            guard let continuation else { return }
+            if let errorRange = env.error {
+                let body = (try? ProtocolJSON.decode(ErrorBody.self, from: UnsafeRawBufferPointer(rebasing: bytes[errorRange])))
+                    ?? ErrorBody(.pluginError, "malformed error")
+                continuation.resume(throwing: PluginError(code: body.code, message: body.message))
+            } else {
+                continuation.resume(returning: env.result.map { Array(bytes[$0]) })
+            }
+        case .cancel:
+            guard let id = env.id else { return }
+            running.withLock { $0.removeValue(forKey: id) }?.cancel()
+        default:
+            break
+        }
+    }
+
+    private func handleCall(_ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
+        guard let id = env.id else { return }
+        guard let method = Envelope.string(bytes, env.method) else {
+            reply(id, error: PluginError.badRequest("call without a method"))
+            return
+        }
+        guard let handler = api.handler(forMethod: method) else {
+            let known = api.methodNames.joined(separator: ", ")
+            reply(id, error: PluginError.notFound("no method '\(method)'; this plugin exports: \(known.isEmpty ? "nothing" : known)"))
+            return
+        }
+        switch handler {
+        case .sync(let body):
+            do {
+                let params = env.params.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) }
+                reply(id, result: try body(params))
+            } catch {
+                reply(id, error: error)
+            }
+        case .async(let body):
+            let params = env.params.map { Array(bytes[$0]) }
+            run(id) { try await body(params) }
+        }
+    }
+
+    private func handleOpen(_ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
+        guard let id = env.id else { return }
+        guard let text = Envelope.string(bytes, env.uri), let uri = PluginURI(text) else {
+            reply(id, error: PluginError.badRequest("open needs a plugin:// URI"))
+            return
+        }
+        guard case .async(let body)? = api.handler(forPath: uri.path) else {
+            reply(id, error: PluginError.notFound("no route for \(uri.path)"))
+            return
+        }
+        let request = OpenRequest(uri: text, path: uri.path, query: uri.queryItems)
+        guard let raw = try? Coding.encode(request) else { return }
+        run(id) { try await body(raw) }
+    }
+
+    /// Runs an async handler on its own task, tracked by call id so a `cancel` can reach it.
+    private func run(_ id: UInt64, _ work: @escaping @Sendable () async throws -> [UInt8]) {
+        // Insert under the lock that the task's own clean-up takes, so clean-up never runs first.
+        running.withLock { table in
+            table[id] = Task { [self] in
+                let outcome: Result<[UInt8], any Error>
+                do { outcome = .success(try await work()) } catch { outcome = .failure(error) }
+                running.withLock { _ = $0.removeValue(forKey: id) }
+                // A cancelled call was already answered by the supervisor (timeout, caller gone).
+                if Task.isCancelled { return }
+                switch outcome {
+                case .success(let result): reply(id, result: result)
+                case .failure(let error): reply(id, error: error)
+                }
+            }
+        }
+    }
+
+    private func handleEvent(_ work: EventWork) async {
+        do {
+            switch EventName(rawValue: work.name) {
+            case .startup:
+                let payload = try work.payload.map { try JSONDecoder().decode(StartupPayload.self, from: Data($0)) }
+                let ctx = PluginContext(
+                    runtime: self, identifier: payload?.identifier ?? "", version: payload?.version ?? "",
+                    dataDirectory: payload?.dataDirectory ?? "", bundleDirectory: payload?.bundleDirectory ?? "",
+                    liveDirectory: payload?.liveDirectory)
+                context.withLock { $0 = ctx }
+                try checkDeclarations(payload)
+                try await plugin.startup(ctx)
+            case .launch: await plugin.launch()
+            case .willTerminate: await plugin.willTerminate()
+            case .memoryWarning: await plugin.memoryWarning()
+            case .background: await plugin.background()
+            case .foreground: await plugin.foreground()
+            case .resourceUpdated:
+                struct P: Decodable { var name: String; var path: String }
+                if let raw = work.payload, let p = try? JSONDecoder().decode(P.self, from: Data(raw)) {
+                    await plugin.resourceUpdated(name: p.name, path: p.path)
+                }
+            case .dependencyRestarted:
+                struct P: Decodable { var identifier: String }
+                if let raw = work.payload, let p = try? JSONDecoder().decode(P.self, from: Data(raw)) {
+                    await plugin.dependencyRestarted(p.identifier)
+                }
+            case nil:
+                break  // Unknown events are acknowledged; newer supervisors may send more.
+            }
+            reply(work.id, result: Array("null".utf8))
+        } catch {
+            reply(work.id, error: error)
+        }
+    }
+
+    /// The type's own identifier and dependencies must agree with the manifest it was loaded under.
+    private func checkDeclarations(_ payload: StartupPayload?) throws {
+        let type = Swift.type(of: plugin)
+        guard let payload else { return }
+        if !type.identifier.isEmpty, type.identifier != payload.identifier {
+            throw PluginError(.pluginError, "this library implements \(type.identifier) but was loaded as \(payload.identifier); check the bundle's plugin.json")
+        }
+        let manifest = Set(payload.dependencies ?? [])
+        let undeclared = type.dependencies.filter { !manifest.contains($0) }
+        if !undeclared.isEmpty {
+            throw PluginError(.pluginError, "the plugin needs \(undeclared.joined(separator: ", ")), missing from the dependencies in plugin.json")
+        }
+    }
+
+    // MARK: Outgoing
+
+    func request(kind: MessageKind, target: String? = nil, method: String? = nil, params: [UInt8]? = nil, uri: String? = nil) async throws -> [UInt8]? {
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        var b = FrameBuilder(kind: kind)
+        b.uint("id", id)
+        if let target { b.string("target", target) }
+        if let method { b.string("method", method) }
+        if let params { b.raw("params", params) }
+        if let uri { b.string("uri", uri) }
+        let frame = b.finish()
+        return try await withCheckedThrowingContinuation { continuation in
+            pending.withLock { $0[id] = continuation }
+            let rc = send(frame)
+            if rc != 0 {
+                if let c = pending.withLock({ $0.removeValue(forKey: id) }) {
+                    c.resume(throwing: PluginError(.unavailable, "cannot reach the supervisor: \(String(cString: strerror(-rc)))"))
+                }
+            }
+        }
+    }
+
+    func reply(_ id: UInt64, result: [UInt8]) {
+        var b = FrameBuilder(kind: .reply, capacity: result.count + 32)
+        b.uint("id", id)
+        b.raw("result", result)
+        _ = send(b.finish())
+    }
+
+    func reply(_ id: UInt64, error: any Error) {
+        var b = FrameBuilder(kind: .reply)
+        b.uint("id", id)
+        if let e = error as? PluginError {
+            b.error(code: e.code, e.message)
+        } else {
+            b.error(.pluginError, String(describing: error))
+        }
+        _ = send(b.finish())
+    }
+
+    func log(_ level: LogLevel, _ message: String, metadata: [String: String]? = nil) {
+        guard let frame = try? ProtocolJSON.frame(LogMessage(level: level.rawValue, message: message, metadata: metadata)) else { return }
+        _ = send(frame)
+    }
+
+    /// Sends a whole frame (the host takes the body without its length prefix).
+    private func send(_ frame: [UInt8]) -> Int32 {
+        frame.withUnsafeBufferPointer { p in
+            host.pointee.send(host.pointee.ctx, p.baseAddress! + Frame.headerSize, p.count - Frame.headerSize)
+        }
+    }
+
+    func fileExists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+
+    func shutdown() {
+        events.finish()
+        let waiting = pending.withLock { table in
+            defer { table.removeAll() }
+            return Array(table.values)
+        }
+        for c in waiting { c.resume(throwing: PluginError(.unavailable, "the plugin is shutting down")) }
+    }
+}

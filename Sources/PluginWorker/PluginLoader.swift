@@ -1,0 +1,23 @@
+import CPluginABI
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Loads a plugin library and creates its plugin through the C ABI.
+enum PluginLoader {
+    /// dlopen(RTLD_NOW | RTLD_LOCAL), dlsym("sp_plugin_create"), the ABI check, then the create call.
+    static func load(library path: String, host: UnsafePointer<sp_host>) throws(WorkerError) -> UnsafePointer<sp_plugin> {
+        guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
+            throw .loadError(path, dlerror().map { String(cString: $0) } ?? "unknown dlopen error")
+        }
+        guard let symbol = dlsym(handle, "sp_plugin_create") else { throw .missingSymbol(path) }
+        let create = unsafeBitCast(symbol, to: sp_plugin_create_fn.self)
+        guard let plugin = create(host) else { throw .createFailed(path) }
+        let abi = plugin.pointee.abi_version
+        guard abi == UInt32(SP_ABI_VERSION) else { throw .abiMismatch(path, got: abi, want: UInt32(SP_ABI_VERSION)) }
+        guard plugin.pointee.receive != nil else {
+            throw WorkerError(code: .createFailed, message: "plugin library \(path) returned an sp_plugin without a receive function")
+        }
+        return plugin
+    }
+}

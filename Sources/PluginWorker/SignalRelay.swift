@@ -1,0 +1,50 @@
+import CWorkerSupport
+import Dispatch
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Turns signals sent to this worker's own pid into lifecycle events for its plugin alone (SPEC §7):
+/// TERM/INT → willTerminate then a clean exit, USR1 → memoryWarning, TSTP → background,
+/// CONT → foreground, HUP ignored. Runs on a thread of its own that waits with sigwaitinfo; the
+/// signals are blocked everywhere else, so no work happens in a signal handler.
+enum SignalRelay {
+    /// How long a plugin has to answer `willTerminate` when its own pid is signalled.
+    static let terminationGrace: Int64 = 5_000_000
+
+    static func start(host: WorkerHost) {
+        let box = Unmanaged.passRetained(host).toOpaque()
+        var thread = pthread_t()
+        let rc = pthread_create(&thread, nil, { arg in
+            let host = Unmanaged<WorkerHost>.fromOpaque(arg!).takeRetainedValue()
+            SignalRelay.run(host)
+            return nil
+        }, box)
+        precondition(rc == 0, "pthread_create for the signal relay failed: \(rc)")
+        pthread_detach(thread)
+    }
+
+    static func run(_ host: WorkerHost) -> Never {
+        while true {
+            let sig = cws_wait_lifecycle_signal()
+            switch sig {
+            case SIGTERM, SIGINT:
+                terminate(host)
+            case SIGUSR1: host.deliverLocalEvent(.memoryWarning) {}
+            case SIGTSTP: host.deliverLocalEvent(.background) {}
+            case SIGCONT: host.deliverLocalEvent(.foreground) {}
+            default: continue  // SIGHUP: ignored by workers.
+            }
+        }
+    }
+
+    /// willTerminate, wait for the reply up to the grace period, destroy the plugin, exit 0.
+    static func terminate(_ host: WorkerHost) -> Never {
+        let answered = DispatchSemaphore(value: 0)
+        host.deliverLocalEvent(.willTerminate) { answered.signal() }
+        _ = answered.wait(timeout: .now() + .microseconds(Int(terminationGrace)))
+        host.destroy()
+        exit(0)
+    }
+}

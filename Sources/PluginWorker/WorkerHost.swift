@@ -1,0 +1,95 @@
+import CPluginABI
+import CWorkerSupport
+import IPC
+import PluginProtocol
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The worker's side of the ABI: the `sp_host` the plugin sends through, and delivery of messages
+/// into the plugin, one at a time.
+final class WorkerHost: Sendable {
+    let connection: BlockingConnection
+    let maxBody: Int
+    /// Serialises `receive` calls: the I/O thread and the signal thread both deliver into the plugin.
+    /// Holds the `sp_plugin` pointer's bit pattern (0 before `attach` and after `destroy`).
+    private let pluginLock = Mutex<Int>(0)
+    /// Events the worker raised itself (signals sent to this worker's pid), by id.
+    private let localEvents = Mutex<[UInt64: @Sendable () -> Void]>([:])
+    private let localPending = Atomic<Int>(0)
+    private let nextLocalID = Atomic<UInt64>(1 << 62)
+    /// The C struct handed to the plugin; lives as long as the process.
+    nonisolated(unsafe) let host: UnsafeMutablePointer<sp_host>
+
+    init(connection: BlockingConnection, maxBody: Int) {
+        self.connection = connection
+        self.maxBody = maxBody
+        host = UnsafeMutablePointer<sp_host>.allocate(capacity: 1)
+        host.initialize(to: sp_host(abi_version: UInt32(SP_ABI_VERSION), ctx: nil, send: workerHostSend))
+        host.pointee.ctx = Unmanaged.passUnretained(self).toOpaque()
+    }
+
+    func attach(_ plugin: UnsafePointer<sp_plugin>) {
+        pluginLock.withLock { $0 = Int(bitPattern: plugin) }
+    }
+
+    /// Hands one message to the plugin.
+    func deliver(_ bytes: UnsafeRawBufferPointer) {
+        pluginLock.withLock { bits in
+            guard let plugin = UnsafePointer<sp_plugin>(bitPattern: bits), let receive = plugin.pointee.receive else { return }
+            receive(plugin.pointee.ctx, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+        }
+    }
+
+    /// Calls the plugin's `destroy` once; later deliveries are dropped.
+    func destroy() {
+        pluginLock.withLock { bits in
+            if let p = UnsafePointer<sp_plugin>(bitPattern: bits), let destroy = p.pointee.destroy { destroy(p.pointee.ctx) }
+            bits = 0
+        }
+    }
+
+    /// Delivers an event the worker raised itself and calls `done` when the plugin replies to it.
+    func deliverLocalEvent(_ name: EventName, done: @escaping @Sendable () -> Void) {
+        let id = nextLocalID.add(1, ordering: .relaxed).newValue
+        localEvents.withLock { $0[id] = done }
+        localPending.add(1, ordering: .releasing)
+        var b = FrameBuilder(kind: .event)
+        b.uint("id", id)
+        b.string("name", name.rawValue)
+        let frame = b.finish()
+        frame.withUnsafeBytes { deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
+    }
+
+    /// The plugin's outgoing path (`host->send`).
+    func send(_ bytes: UnsafeRawBufferPointer) -> Int32 {
+        if bytes.isEmpty { return -EINVAL }
+        if bytes.count > maxBody { return -EMSGSIZE }
+        if localPending.load(ordering: .acquiring) > 0, interceptLocalReply(bytes) { return 0 }
+        do {
+            try connection.sendBody(bytes)
+            return 0
+        } catch {
+            return -error.errno
+        }
+    }
+
+    private func interceptLocalReply(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard let env = try? Envelope.parse(bytes), env.kind == .reply, let id = env.id, id >= 1 << 62 else { return false }
+        let done = localEvents.withLock { $0.removeValue(forKey: id) }
+        if let done {
+            localPending.subtract(1, ordering: .releasing)
+            done()
+        }
+        return true
+    }
+}
+
+/// `sp_host.send`: the C entry point, thread-safe.
+private let workerHostSend: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, Int) -> Int32 = { ctx, json, len in
+    guard let ctx else { return -EINVAL }
+    let host = Unmanaged<WorkerHost>.fromOpaque(ctx).takeUnretainedValue()
+    guard let json else { return -EINVAL }
+    return host.send(UnsafeRawBufferPointer(start: json, count: len))
+}

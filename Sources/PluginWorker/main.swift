@@ -1,0 +1,78 @@
+// plugin-worker: one sandboxed process per plugin. Spawned by the supervisor with the protocol socket
+// on descriptor 3 and a JSON WorkerSpec in `--spec`; confines itself, loads the plugin, says hello,
+// then relays frames between the socket and the plugin until the supervisor closes the socket.
+import CPluginABI
+import CWorkerSupport
+import IPC
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+let startedAt = cws_monotonic_us()
+_ = cws_block_lifecycle_signals()
+
+/// Tells the supervisor why this worker is ending itself, then exits.
+func fail(_ error: WorkerError, connection: BlockingConnection?) -> Never {
+    if let connection, let frame = try? ProtocolJSON.frame(ExitNotice(reason: error.code.rawValue, message: error.message)) {
+        try? connection.sendFrame(frame)
+    }
+    let line = "plugin-worker: \(error.message)\n"
+    _ = line.withCString { write(2, $0, strlen($0)) }
+    exit(error.exitCode)
+}
+
+func readSpec() throws(WorkerError) -> WorkerSpec {
+    let args = CommandLine.arguments
+    guard let i = args.firstIndex(of: "--spec"), i + 1 < args.count else {
+        throw WorkerError(code: .badSpec, message: "usage: plugin-worker --spec <json>; this program is started by the supervisor")
+    }
+    do {
+        return try ProtocolJSON.decode(WorkerSpec.self, from: Array(args[i + 1].utf8))
+    } catch {
+        throw WorkerError(code: .badSpec, message: "invalid --spec: \(error)")
+    }
+}
+
+let spec: WorkerSpec
+do { spec = try readSpec() } catch { fail(error, connection: nil) }
+
+let connection = BlockingConnection(fd: spec.socketFD, maxBody: spec.maxFrameBytes)
+var timings: [String: Int] = [:]
+
+let confinement: Confinement.Applied
+do { confinement = try Confinement.applyBase(spec) } catch { fail(error, connection: connection) }
+let sandboxedAt = cws_monotonic_us()
+timings["sandboxUs"] = Int(sandboxedAt - startedAt)
+
+let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes)
+SignalRelay.start(host: host)
+
+let plugin: UnsafePointer<sp_plugin>
+do { plugin = try PluginLoader.load(library: spec.library, host: host.host) } catch { fail(error, connection: connection) }
+host.attach(plugin)
+timings["loadUs"] = Int(cws_monotonic_us() - sandboxedAt)
+
+let hello = HelloMessage(abi: UInt32(SP_ABI_VERSION), pid: getpid(), plugin: spec.identifier, version: spec.version,
+                         sandbox: confinement.layers, sandboxMissing: confinement.missing, timings: timings)
+do { try connection.sendFrame(try ProtocolJSON.frame(hello)) } catch { exit(0) }
+
+// The I/O loop: ping is answered here, so a plugin that blocks its receive stops answering pings.
+do {
+    while try connection.receive({ body -> Bool in
+        if body.count < 40, let env = try? Envelope.parse(body), env.kind == .ping {
+            var pong = FrameBuilder(kind: .pong)
+            pong.uint("id", env.id ?? 0)
+            try? connection.sendFrame(pong.finish())
+            return true
+        }
+        host.deliver(body)
+        return true
+    }) != nil {}
+} catch {
+    let line = "plugin-worker[\(spec.identifier)]: protocol socket failed: \(error)\n"
+    _ = line.withCString { write(2, $0, strlen($0)) }
+}
+// The supervisor closed the socket (shutdown, or it died): destroy the plugin and exit.
+host.destroy()
+exit(0)

@@ -1,0 +1,70 @@
+/// The routing-relevant top-level fields of one message, found by `JSONScanner` without decoding
+/// payloads. Values are byte ranges into the message; `params`, `result`, `error` and `payload` are
+/// forwarded as raw bytes.
+public struct Envelope: Sendable {
+    public var kind: MessageKind?
+    /// The `type` string as sent, kept for error messages when it is not a known kind.
+    public var typeName: String?
+    public var id: UInt64?
+    /// True when an `id` member is present but is not an unsigned integer.
+    public var badID = false
+    public var target: Range<Int>?
+    public var method: Range<Int>?
+    public var params: Range<Int>?
+    public var result: Range<Int>?
+    public var error: Range<Int>?
+    public var from: Range<Int>?
+    public var uri: Range<Int>?
+    public var name: Range<Int>?
+    public var payload: Range<Int>?
+    public var timeoutMs: UInt64?
+
+    public init() {}
+
+    /// Scans `bytes` (one frame body) and collects the known members.
+    /// Throws when the frame is not one well-formed JSON object within `maxDepth`.
+    public static func parse(_ bytes: UnsafeRawBufferPointer, maxDepth: Int = Frame.defaultMaxDepth) throws(JSONScanner.Failure) -> Envelope {
+        var env = Envelope()
+        var scanner = JSONScanner(bytes, maxDepth: maxDepth)
+        try scanner.scanObject { (key, value) throws(JSONScanner.Failure) in
+            switch key.count {
+            case 2 where Self.matches(bytes, key, "id"):
+                env.id = JSONScanner.decodeUInt(bytes, value)
+                env.badID = env.id == nil
+            case 3 where Self.matches(bytes, key, "uri"): env.uri = value
+            case 4 where Self.matches(bytes, key, "type"):
+                let name = JSONScanner.decodeString(bytes, value)
+                env.typeName = name
+                env.kind = name.flatMap(MessageKind.init(rawValue:))
+            case 4 where Self.matches(bytes, key, "from"): env.from = value
+            case 4 where Self.matches(bytes, key, "name"): env.name = value
+            case 5 where Self.matches(bytes, key, "error"): env.error = value
+            case 6 where Self.matches(bytes, key, "target"): env.target = value
+            case 6 where Self.matches(bytes, key, "method"): env.method = value
+            case 6 where Self.matches(bytes, key, "params"): env.params = value
+            case 6 where Self.matches(bytes, key, "result"): env.result = value
+            case 7 where Self.matches(bytes, key, "payload"): env.payload = value
+            case 9 where Self.matches(bytes, key, "timeoutMs"): env.timeoutMs = JSONScanner.decodeUInt(bytes, value)
+            default: break
+            }
+        }
+        return env
+    }
+
+    @inline(__always)
+    static func matches(_ bytes: UnsafeRawBufferPointer, _ key: Range<Int>, _ word: StaticString) -> Bool {
+        let w = word.utf8Start
+        var i = 0
+        for k in key {
+            if bytes[k] != w[i] { return false }
+            i += 1
+        }
+        return true
+    }
+
+    /// Decodes the string at `range` of `bytes`, or nil when absent or not a string.
+    public static func string(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>?) -> String? {
+        guard let range else { return nil }
+        return JSONScanner.decodeString(bytes, range)
+    }
+}

@@ -1,0 +1,20 @@
+/// The `type` of a message. The first block is SPEC §3; the rest are this implementation's
+/// extensions (documented in docs/protocol.md): `exit` (worker → supervisor, the reason it is about to
+/// end itself) and the control requests a CLI sends to the supervisor.
+public enum MessageKind: String, Sendable, Codable, CaseIterable {
+    case hello, event, call, open, reply, log, cancel, ping, pong
+    case exit
+    case status, send, restart, stop
+    case install, update, uninstall
+}
+
+/// Lifecycle event names (SPEC §3).
+public enum EventName: String, Sendable, Codable, CaseIterable {
+    case startup, launch, willTerminate, memoryWarning, background, foreground
+    case resourceUpdated, dependencyRestarted
+}
+
+/// Error codes carried in a reply's `error.code` (SPEC §3).
+public enum ErrorCode: String, Sendable, Codable, CaseIterable {
+    case notFound, unavailable, timeout, denied, badRequest, pluginError, protocolViolation
+}

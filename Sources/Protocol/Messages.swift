@@ -1,0 +1,102 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// `hello`: the worker's first message, once its plugin library is loaded and created.
+public struct HelloMessage: Codable, Sendable, Equatable {
+    public var type = MessageKind.hello
+    public var `protocol`: Int
+    public var abi: UInt32
+    public var pid: Int32
+    public var plugin: String
+    public var version: String
+    /// Extension: the sandbox layers in force in this worker (docs/sandbox.md).
+    public var sandbox: [String]?
+    /// Extension: the layers the host could not provide, each with why.
+    public var sandboxMissing: [String]?
+    /// Extension: microseconds spent in each start-up phase (spawn → exec, sandbox, dlopen, create).
+    public var timings: [String: Int]?
+
+    public init(protocol: Int = Frame.protocolVersion, abi: UInt32, pid: Int32, plugin: String, version: String,
+                sandbox: [String]? = nil, sandboxMissing: [String]? = nil, timings: [String: Int]? = nil) {
+        self.protocol = `protocol`
+        self.abi = abi
+        self.pid = pid
+        self.plugin = plugin
+        self.version = version
+        self.sandbox = sandbox
+        self.sandboxMissing = sandboxMissing
+        self.timings = timings
+    }
+}
+
+/// `log`: a line for the supervisor's log, tagged with the plugin's identifier by the supervisor.
+public struct LogMessage: Codable, Sendable, Equatable {
+    public var type = MessageKind.log
+    public var level: String
+    public var message: String
+    public var metadata: [String: String]?
+
+    public init(level: String, message: String, metadata: [String: String]? = nil) {
+        self.level = level
+        self.message = message
+        self.metadata = metadata
+    }
+}
+
+/// Extension `exit`: the worker says why it is about to end itself (load error, sandbox violation),
+/// so the supervisor can record the cause rather than only an exit code.
+public struct ExitNotice: Codable, Sendable, Equatable {
+    public var type = MessageKind.exit
+    public var reason: String
+    public var message: String
+    public var syscall: String?
+
+    public init(reason: String, message: String, syscall: String? = nil) {
+        self.reason = reason
+        self.message = message
+        self.syscall = syscall
+    }
+}
+
+/// The `error` object of a reply.
+public struct ErrorBody: Codable, Sendable, Equatable, Error, CustomStringConvertible {
+    public var code: String
+    public var message: String
+
+    public init(code: String, message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public init(_ code: ErrorCode, _ message: String) {
+        self.init(code: code.rawValue, message: message)
+    }
+
+    public var description: String { "\(code): \(message)" }
+}
+
+/// Shared JSON coders for the protocol's Codable messages.
+public enum ProtocolJSON {
+    /// Encodes `value` as a frame body.
+    public static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Array(try encoder.encode(value))
+    }
+
+    /// Encodes `value` as a whole frame (length prefix included).
+    public static func frame<T: Encodable>(_ value: T) throws -> [UInt8] {
+        [UInt8].frame(body: try encode(value))
+    }
+
+    public static func decode<T: Decodable>(_ type: T.Type, from bytes: UnsafeRawBufferPointer) throws -> T {
+        try JSONDecoder().decode(type, from: Data(bytes))
+    }
+
+    public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
+        try JSONDecoder().decode(type, from: Data(bytes))
+    }
+}

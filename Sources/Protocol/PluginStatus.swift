@@ -1,0 +1,54 @@
+/// One plugin as `supervisor status --json` shows it (SPEC §6).
+public struct PluginStatus: Codable, Sendable, Equatable {
+    public var identifier: String
+    public var version: String
+    /// `starting|running|restarting|failed|stopped`
+    public var state: String
+    public var pid: Int32?
+    public var restarts: Int
+    public var lastExit: ExitStatus?
+    public var dependencies: [String]
+    /// The library chosen (a variant's, or the manifest's `library`).
+    public var variant: String?
+    /// The sandbox layers in force in the running worker.
+    public var sandbox: [String]
+    /// Layers this host could not provide.
+    public var sandboxMissing: [String]?
+    /// Why the plugin is not running, when it is not.
+    public var error: String?
+
+    public init(identifier: String, version: String, state: String, pid: Int32?, restarts: Int, lastExit: ExitStatus?,
+                dependencies: [String], variant: String?, sandbox: [String], sandboxMissing: [String]?, error: String?) {
+        self.identifier = identifier
+        self.version = version
+        self.state = state
+        self.pid = pid
+        self.restarts = restarts
+        self.lastExit = lastExit
+        self.dependencies = dependencies
+        self.variant = variant
+        self.sandbox = sandbox
+        self.sandboxMissing = sandboxMissing
+        self.error = error
+    }
+}
+
+/// How a worker ended: `{"code": n}` or `{"signal": "SIGSEGV"}`, plus `reason` and, for sandbox
+/// violations, `syscall`.
+public struct ExitStatus: Codable, Sendable, Equatable {
+    public var code: Int32?
+    public var signal: String?
+    /// `exited`, `signaled`, `sandboxViolation`, `protocolViolation`, `watchdog`, `memoryLimit`,
+    /// `startupTimeout`, `loadError`, `stopped`, ...
+    public var reason: String
+    public var syscall: String?
+    public var message: String?
+
+    public init(code: Int32? = nil, signal: String? = nil, reason: String, syscall: String? = nil, message: String? = nil) {
+        self.code = code
+        self.signal = signal
+        self.reason = reason
+        self.syscall = syscall
+        self.message = message
+    }
+}

@@ -1,0 +1,63 @@
+/// What the supervisor tells a worker it spawns (passed as JSON in `--spec`): which library to load
+/// for which plugin, and the sandbox to put on before loading it.
+public struct WorkerSpec: Codable, Sendable, Equatable {
+    public var identifier: String
+    public var version: String
+    /// Absolute path of the bundle folder.
+    public var bundle: String
+    /// Absolute path of the shared library to load.
+    public var library: String
+    /// Absolute path of the plugin's own read-write data folder.
+    public var dataDirectory: String
+    /// Absolute path of the plugin's live-resources folder (read-only to the worker).
+    public var liveDirectory: String?
+    /// The pid the worker must have as its parent; it exits if the parent is already another.
+    public var supervisorPID: Int32
+    /// The descriptor number of the protocol socket in the worker.
+    public var socketFD: Int32
+    /// Largest frame body accepted.
+    public var maxFrameBytes: Int
+    /// Sandbox policy input (docs/sandbox.md).
+    public var sandbox: SandboxSpec
+
+    public init(identifier: String, version: String, bundle: String, library: String, dataDirectory: String,
+                liveDirectory: String? = nil, supervisorPID: Int32, socketFD: Int32 = 3,
+                maxFrameBytes: Int = Frame.defaultMaxBody, sandbox: SandboxSpec = SandboxSpec()) {
+        self.identifier = identifier
+        self.version = version
+        self.bundle = bundle
+        self.library = library
+        self.dataDirectory = dataDirectory
+        self.liveDirectory = liveDirectory
+        self.supervisorPID = supervisorPID
+        self.socketFD = socketFD
+        self.maxFrameBytes = maxFrameBytes
+        self.sandbox = sandbox
+    }
+}
+
+/// The sandbox a worker applies to itself before loading its plugin.
+public struct SandboxSpec: Codable, Sendable, Equatable {
+    /// False only for benchmarks and diagnosis (`--no-sandbox`): the worker then runs unconfined and says so.
+    public var enabled: Bool
+    /// Address-space limit in MiB (RLIMIT_AS); nil for the default.
+    public var memoryMB: Int?
+    /// RLIMIT_NOFILE.
+    public var openFiles: Int?
+    /// Manifest permissions, already validated: `network`, `filesystem.read:<path>`, `filesystem.write:<path>`.
+    public var permissions: [String]
+    /// Layers the operator demands; the worker refuses to load the plugin if one is unavailable.
+    public var required: [String]
+    /// Extra read-only paths the runtime needs (the Swift runtime's folder, found by the supervisor).
+    public var runtimePaths: [String]
+
+    public init(enabled: Bool = true, memoryMB: Int? = nil, openFiles: Int? = nil, permissions: [String] = [],
+                required: [String] = [], runtimePaths: [String] = []) {
+        self.enabled = enabled
+        self.memoryMB = memoryMB
+        self.openFiles = openFiles
+        self.permissions = permissions
+        self.required = required
+        self.runtimePaths = runtimePaths
+    }
+}

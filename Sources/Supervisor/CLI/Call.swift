@@ -1,0 +1,50 @@
+import ArgumentParser
+import SupervisorKit
+
+struct Call: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Call a plugin's exported method and print its JSON result.")
+
+    @OptionGroup var options: ClientOptions
+
+    @Argument(help: "The plugin's identifier.")
+    var identifier: String
+
+    @Argument(help: "The method's name.")
+    var method: String
+
+    @Argument(help: "Parameters as JSON (default: none).")
+    var params: String?
+
+    @Option(help: "Give up after this many milliseconds (default: the plugin's callTimeoutMs).")
+    var timeout: UInt64?
+
+    func validate() throws {
+        guard PluginIdentifier.isValid(identifier) else {
+            throw ValidationError("'\(identifier)' is not a plugin identifier ([A-Za-z0-9.-])")
+        }
+        if let params { try JSONArgument.check(params, name: "<json-params>") }
+    }
+
+    func run() throws {
+        try options.run(.call) { b in
+            b.string("target", identifier)
+            b.string("method", method)
+            if let params { b.raw("params", Array(params.utf8)) }
+            if let timeout { b.uint("timeoutMs", timeout) }
+        }
+    }
+}
+
+enum JSONArgument {
+    static func check(_ text: String, name: String) throws {
+        let bytes = Array(text.utf8)
+        do {
+            try bytes.withUnsafeBytes { raw in
+                var scanner = JSONScanner(raw)
+                try scanner.validateValue()
+            }
+        } catch {
+            throw ValidationError("\(name) is not valid JSON: \(error)")
+        }
+    }
+}

@@ -1,0 +1,65 @@
+import ArgumentParser
+import Logging
+import SupervisorKit
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct Start: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Start the supervisor in the foreground and run every plugin found.",
+        discussion: "Prints one line containing `ready` on stdout once every startable plugin has started; logs go to stderr. SIGTERM or `supervisor stop` shuts down cleanly.")
+
+    @Option(name: .customLong("plugins"), help: "A folder of plugin bundles; repeat for more (default: <home>/plugins).")
+    var pluginDirectories: [String] = []
+
+    @Option(help: "The home folder: data, live resources, control socket, lock (default: $SUPERVISOR_HOME or ~/.local/share/sandboxed-plugins).")
+    var home: String?
+
+    @Option(help: "The control socket path (default: <home>/supervisor.sock).")
+    var socket: String?
+
+    @Option(help: "A JSON config file (docs/operations.md).")
+    var config: String?
+
+    @Flag(help: "Run workers without the sandbox (benchmarks and diagnosis only; status shows it).")
+    var noSandbox = false
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: String = "info"
+
+    func validate() throws {
+        guard Logger.Level(rawValue: logLevel) != nil else {
+            throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
+        }
+    }
+
+    func run() throws {
+        let level = Logger.Level(rawValue: logLevel)!
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        var settings = SupervisorConfig(home: home, pluginDirectories: pluginDirectories, socketPath: socket)
+        if let config {
+            do { try settings.apply(configFile: config) } catch {
+                FileHandleLite.standardError.write("supervisor: \(error)\n")
+                throw ExitCode(2)
+            }
+            if !pluginDirectories.isEmpty { settings.pluginDirectories = pluginDirectories }
+            if let socket { settings.socketPath = socket }
+        }
+        if noSandbox { settings.sandboxEnabled = false }
+        let supervisor = Supervisor(config: settings, logger: Logger(label: "supervisor"))
+        do {
+            try supervisor.run { line in
+                print(line)
+                fflush(nil)
+            }
+        } catch {
+            FileHandleLite.standardError.write("supervisor: \(error)\n")
+            throw ExitCode(1)
+        }
+    }
+}

@@ -1,0 +1,45 @@
+import ArgumentParser
+import SupervisorKit
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show every plugin's state, pid, restarts, last exit and sandbox.")
+
+    @OptionGroup var options: ClientOptions
+
+    @Flag(help: "Print a JSON array instead of a table.")
+    var json = false
+
+    func run() throws {
+        try options.run(.status, print: { raw in
+            if json { return String(decoding: raw, as: UTF8.self) }
+            guard let list = try? ProtocolJSON.decode([PluginStatus].self, from: raw) else { return String(decoding: raw, as: UTF8.self) }
+            return StatusTable.render(list)
+        })
+    }
+}
+
+enum StatusTable {
+    static func render(_ list: [PluginStatus]) -> String {
+        if list.isEmpty { return "no plugins" }
+        var rows = [["PLUGIN", "VERSION", "STATE", "PID", "RESTARTS", "LAST EXIT", "SANDBOX"]]
+        for p in list {
+            var exit = "-"
+            if let e = p.lastExit {
+                exit = [e.code.map { "code \($0)" }, e.signal, e.reason == "exited" || e.reason == "signaled" ? nil : e.reason, e.syscall]
+                    .compactMap { $0 }.joined(separator: " ")
+            }
+            rows.append([p.identifier, p.version, p.state, p.pid.map(String.init) ?? "-", String(p.restarts), exit,
+                         p.sandbox.isEmpty ? "-" : p.sandbox.joined(separator: ",")])
+        }
+        let widths = (0..<rows[0].count).map { c in rows.map { $0[c].count }.max()! }
+        var out = rows.map { row in
+            row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell.padding(to: widths[i]) }.joined(separator: "  ")
+        }
+        for p in list where p.error != nil { out.append("\(p.identifier): \(p.error!)") }
+        return out.joined(separator: "\n")
+    }
+}
+
+extension String {
+    func padding(to width: Int) -> String { count >= width ? self : self + String(repeating: " ", count: width - count) }
+}

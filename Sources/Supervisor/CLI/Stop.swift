@@ -1,0 +1,12 @@
+import ArgumentParser
+import SupervisorKit
+
+struct Stop: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Shut the supervisor down cleanly (as SIGTERM does).")
+
+    @OptionGroup var options: ClientOptions
+
+    func run() throws {
+        try options.run(.stop)
+    }
+}

@@ -1,0 +1,132 @@
+/// The plugins found in the plugin folders, checked as a whole: duplicates, missing dependencies,
+/// unmet version ranges and cycles. Plugins that cannot start are listed with why; the rest can.
+public struct PluginCatalog: Sendable {
+    /// Plugins that can be started, by identifier.
+    public private(set) var manifests: [String: Manifest] = [:]
+    /// Plugins known by identifier that cannot start, with the reason.
+    public private(set) var unstartable: [String: String] = [:]
+    /// Manifests that could not be used at all (unreadable, invalid, duplicate).
+    public private(set) var problems: [String] = []
+    /// Every identifier in a dependency-respecting order (dependencies first), startable or not.
+    public private(set) var order: [String] = []
+    /// All manifests with an identifier, startable or not.
+    public private(set) var all: [String: Manifest] = [:]
+
+    public init(directories: [String]) {
+        var found: [Manifest] = []
+        var problems: [String] = []
+        for dir in directories {
+            guard FileSystem.isDirectory(dir) else {
+                problems.append("\(dir): plugin folder does not exist")
+                continue
+            }
+            let names: [String]
+            do { names = try FileSystem.list(dir) } catch {
+                problems.append("\(dir): cannot list plugin folder: \(error)")
+                continue
+            }
+            for name in names where !name.hasPrefix(".") {
+                let bundle = dir + "/" + name
+                guard FileSystem.isDirectory(bundle), FileSystem.exists(bundle + "/plugin.json") else { continue }
+                do { found.append(try Manifest.load(bundle: FileSystem.realPath(bundle) ?? bundle)) } catch {
+                    problems.append(error.description)
+                }
+            }
+        }
+        self.init(manifests: found, problems: problems)
+    }
+
+    public init(manifests list: [Manifest], problems: [String] = []) {
+        self.problems = problems
+        for m in list {
+            if let first = all[m.identifier] {
+                self.problems.append("\(m.file): field 'identifier': duplicate identifier \(m.identifier), already used by \(first.file); this bundle is ignored")
+                continue
+            }
+            all[m.identifier] = m
+        }
+        // Missing dependencies and unmet version ranges.
+        for m in all.values.sorted(by: { $0.identifier < $1.identifier }) {
+            for dep in m.dependencies {
+                guard let target = all[dep.identifier] else {
+                    unstartable[m.identifier] = "\(m.file): dependency \(dep.identifier) is not installed"
+                    break
+                }
+                if let range = dep.range, let r = VersionRange(range), !r.contains(target.version) {
+                    unstartable[m.identifier] = "\(m.file): dependency \(dep.identifier) \(range) is not met by the installed \(target.version)"
+                    break
+                }
+            }
+        }
+        // Cycles, each reported whole.
+        for cycle in Self.cycles(all) {
+            let text = (cycle + [cycle[0]]).joined(separator: " → ")
+            for id in cycle where unstartable[id] == nil {
+                unstartable[id] = "\(all[id]!.file): dependency cycle \(text)"
+            }
+        }
+        order = Self.topologicalOrder(all)
+        // A plugin whose dependency cannot start does not start either.
+        for id in order where unstartable[id] == nil {
+            if let bad = all[id]!.dependencies.first(where: { unstartable[$0.identifier] != nil }) {
+                unstartable[id] = "\(all[id]!.file): dependency \(bad.identifier) cannot start"
+            }
+        }
+        for (id, m) in all where unstartable[id] == nil { manifests[id] = m }
+    }
+
+    /// Elementary cycles found by depth-first search, each listed once, starting at its smallest id.
+    static func cycles(_ all: [String: Manifest]) -> [[String]] {
+        enum Mark { case visiting, done }
+        var marks: [String: Mark] = [:]
+        var stack: [String] = []
+        var found: [[String]] = []
+        var seen = Set<String>()
+        func visit(_ id: String) {
+            marks[id] = .visiting
+            stack.append(id)
+            for dep in all[id]?.dependencies ?? [] where all[dep.identifier] != nil {
+                switch marks[dep.identifier] {
+                case .visiting:
+                    let start = stack.lastIndex(of: dep.identifier)!
+                    var cycle = Array(stack[start...])
+                    let minIndex = cycle.indices.min(by: { cycle[$0] < cycle[$1] })!
+                    cycle = Array(cycle[minIndex...] + cycle[..<minIndex])
+                    let key = cycle.joined(separator: ",")
+                    if seen.insert(key).inserted { found.append(cycle) }
+                case .done: break
+                case nil: visit(dep.identifier)
+                }
+            }
+            stack.removeLast()
+            marks[id] = .done
+        }
+        for id in all.keys.sorted() where marks[id] == nil { visit(id) }
+        return found
+    }
+
+    /// Kahn's algorithm; plugins caught in cycles are appended at the end.
+    static func topologicalOrder(_ all: [String: Manifest]) -> [String] {
+        var indegree: [String: Int] = [:]
+        var dependents: [String: [String]] = [:]
+        for (id, m) in all {
+            indegree[id, default: 0] += 0
+            for dep in m.dependencies where all[dep.identifier] != nil {
+                indegree[id, default: 0] += 1
+                dependents[dep.identifier, default: []].append(id)
+            }
+        }
+        var ready = indegree.filter { $0.value == 0 }.map(\.key).sorted()
+        var out: [String] = []
+        while !ready.isEmpty {
+            let id = ready.removeFirst()
+            out.append(id)
+            for d in (dependents[id] ?? []).sorted() {
+                indegree[d]! -= 1
+                if indegree[d] == 0 { ready.append(d) }
+            }
+        }
+        let rest = all.keys.filter { !out.contains($0) }.sorted()
+        return out + rest
+    }
+}

@@ -1,0 +1,75 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import IPC
+
+/// The few file-system calls the supervisor makes, each failing with a `SystemError` naming the path.
+public enum FileSystem {
+    /// Reads a whole regular file of at most `limit` bytes.
+    public static func readFile(_ path: String, limit: Int) throws(SystemError) -> [UInt8] {
+        let fd = try syscallRetrying("open", context: path) { open(path, O_RDONLY | O_CLOEXEC) }
+        defer { close(fd) }
+        var st = stat()
+        _ = try syscallRetrying("fstat", context: path) { fstat(fd, &st) }
+        guard (st.st_mode & S_IFMT) == S_IFREG else { throw SystemError(call: "open", errno: EISDIR, context: path) }
+        guard Int(st.st_size) <= limit else { throw SystemError(call: "read", errno: EFBIG, context: path) }
+        let size = Int(st.st_size)
+        let raw = UnsafeMutableRawPointer.allocate(byteCount: max(size, 1), alignment: 1)
+        defer { raw.deallocate() }
+        var offset = 0
+        while offset < size {
+            let n = try syscallRetrying("read", context: path) { read(fd, raw + offset, size - offset) }
+            if n == 0 { break }
+            offset += n
+        }
+        return Array(UnsafeRawBufferPointer(start: raw, count: offset))
+    }
+
+    /// Names in a folder, sorted, without `.` and `..`.
+    public static func list(_ path: String) throws(SystemError) -> [String] {
+        guard let dir = opendir(path) else { throw SystemError(call: "opendir", errno: errno, context: path) }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) { p in
+                p.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    public static func isDirectory(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+
+    /// mkdir -p with `mode` for the folders it creates.
+    public static func makeDirectories(_ path: String, mode: mode_t = 0o700) throws(SystemError) {
+        var current = path.hasPrefix("/") ? "" : "."
+        for part in path.split(separator: "/") {
+            current += "/" + part
+            if mkdir(current, mode) != 0 && errno != EEXIST {
+                throw SystemError(call: "mkdir", errno: errno, context: current)
+            }
+        }
+    }
+
+    /// The absolute, symlink-free form of `path`.
+    public static func realPath(_ path: String) -> String? {
+        guard let p = realpath(path, nil) else { return nil }
+        defer { free(p) }
+        return String(cString: p)
+    }
+
+    /// The folder holding the running executable.
+    public static func executableDirectory() -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+        guard n > 0 else { return "." }
+        let path = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
+    }
+}

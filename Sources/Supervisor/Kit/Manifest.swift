@@ -1,0 +1,212 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import PluginProtocol
+
+/// A plugin bundle's `plugin.json` (SPEC §2), validated.
+public struct Manifest: Sendable {
+    public struct Dependency: Sendable, Equatable {
+        public var identifier: String
+        public var range: String?
+    }
+
+    public enum RestartPolicy: String, Sendable, Codable {
+        case onFailure = "on-failure", always, never
+    }
+
+    public struct Limits: Sendable, Equatable {
+        public var memoryMB: Int?
+        public var softMemoryMB: Int?
+        public var openFiles: Int?
+        public var callTimeoutMs: Int?
+    }
+
+    public struct Variant: Sendable {
+        public var library: String
+        public var requires: [String: String]
+    }
+
+    public var identifier: String
+    public var version: SemanticVersion
+    public var dependencies: [Dependency]
+    /// The library to load, relative to the bundle; nil when `variants` decide.
+    public var library: String?
+    public var variants: [Variant]
+    public var permissions: [String]
+    public var restart: RestartPolicy
+    public var limits: Limits
+    /// The bundle folder (absolute) and the manifest file in it.
+    public var bundle: String
+    public var file: String
+}
+
+/// A manifest that cannot be used: names the file, the field, and what is wrong.
+public struct ManifestError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var file: String
+    public var field: String?
+    public var reason: String
+
+    public var description: String {
+        if let field { return "\(file): field '\(field)': \(reason)" }
+        return "\(file): \(reason)"
+    }
+}
+
+extension Manifest {
+    /// Loose shape for decoding; every check happens in `validate` so errors can name the field.
+    private struct Raw: Decodable {
+        var identifier: String?
+        var version: String?
+        var dependencies: [RawDependency]?
+        var library: String?
+        var variants: [RawVariant]?
+        var permissions: [String]?
+        var restart: String?
+        var limits: RawLimits?
+    }
+
+    private enum RawDependency: Decodable {
+        case plain(String)
+        case detailed(id: String?, version: String?)
+
+        private enum Keys: String, CodingKey { case id, version }
+
+        init(from decoder: any Decoder) throws {
+            if let s = try? decoder.singleValueContainer().decode(String.self) {
+                self = .plain(s)
+                return
+            }
+            let c = try decoder.container(keyedBy: Keys.self)
+            self = .detailed(id: try c.decodeIfPresent(String.self, forKey: .id),
+                             version: try c.decodeIfPresent(String.self, forKey: .version))
+        }
+    }
+
+    private struct RawVariant: Decodable {
+        var library: String?
+        var requires: [String: String]?
+    }
+
+    private struct RawLimits: Decodable {
+        var memoryMB: Int?
+        var softMemoryMB: Int?
+        var openFiles: Int?
+        var callTimeoutMs: Int?
+    }
+
+    /// Reads and validates `<bundle>/plugin.json`.
+    public static func load(bundle: String) throws(ManifestError) -> Manifest {
+        let file = bundle + "/plugin.json"
+        let bytes: [UInt8]
+        do {
+            bytes = try FileSystem.readFile(file, limit: 1 << 20)
+        } catch {
+            throw ManifestError(file: file, field: nil, reason: "cannot read: \(error)")
+        }
+        return try parse(bytes, bundle: bundle, file: file)
+    }
+
+    public static func parse(_ bytes: [UInt8], bundle: String, file: String) throws(ManifestError) -> Manifest {
+        func fail(_ field: String?, _ reason: String) -> ManifestError { ManifestError(file: file, field: field, reason: reason) }
+        let raw: Raw
+        do {
+            raw = try JSONDecoder().decode(Raw.self, from: Data(bytes))
+        } catch let error as DecodingError {
+            switch error {
+            case .typeMismatch(_, let ctx), .valueNotFound(_, let ctx), .keyNotFound(_, let ctx):
+                let path = ctx.codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+                throw fail(path.isEmpty ? nil : path, "wrong type: \(ctx.debugDescription)")
+            case .dataCorrupted(let ctx):
+                throw fail(nil, "not valid JSON: \(ctx.underlyingError.map { "\($0)" } ?? ctx.debugDescription)")
+            @unknown default:
+                throw fail(nil, "not valid JSON: \(error)")
+            }
+        } catch {
+            throw fail(nil, "not valid JSON: \(error)")
+        }
+
+        guard let identifier = raw.identifier else { throw fail("identifier", "missing (required)") }
+        guard PluginIdentifier.isValid(identifier) else {
+            throw fail("identifier", "'\(identifier)' is not a reverse-DNS identifier of [A-Za-z0-9.-]")
+        }
+        guard let versionText = raw.version else { throw fail("version", "missing (required)") }
+        guard let version = SemanticVersion(versionText) else {
+            throw fail("version", "'\(versionText)' is not a semantic version MAJOR.MINOR.PATCH[-pre]")
+        }
+        var dependencies: [Dependency] = []
+        for (i, d) in (raw.dependencies ?? []).enumerated() {
+            let dep: Dependency
+            switch d {
+            case .plain(let id): dep = Dependency(identifier: id, range: nil)
+            case .detailed(let id, let range):
+                guard let id else { throw fail("dependencies[\(i)].id", "missing") }
+                dep = Dependency(identifier: id, range: range)
+            }
+            guard PluginIdentifier.isValid(dep.identifier) else {
+                throw fail("dependencies[\(i)]", "'\(dep.identifier)' is not a valid identifier")
+            }
+            if let range = dep.range, VersionRange(range) == nil {
+                throw fail("dependencies[\(i)].version", "'\(range)' is not a version range like \">=1.2.0 <2.0.0\"")
+            }
+            guard dep.identifier != identifier else { throw fail("dependencies[\(i)]", "a plugin cannot depend on itself") }
+            dependencies.append(dep)
+        }
+        var variants: [Variant] = []
+        for (i, v) in (raw.variants ?? []).enumerated() {
+            guard let lib = v.library else { throw fail("variants[\(i)].library", "missing") }
+            try checkRelative(lib, field: "variants[\(i)].library", fail)
+            variants.append(Variant(library: lib, requires: v.requires ?? [:]))
+        }
+        if let lib = raw.library { try checkRelative(lib, field: "library", fail) }
+        if raw.library == nil, variants.isEmpty { throw fail("library", "missing: give `library` or `variants`") }
+        if raw.library != nil, !variants.isEmpty { throw fail("variants", "give either `library` or `variants`, not both") }
+        let permissions = raw.permissions ?? []
+        for (i, p) in permissions.enumerated() {
+            guard Permission(p) != nil else {
+                throw fail("permissions[\(i)]", "unknown permission '\(p)'; known: network, filesystem.read:<absolute path>, filesystem.write:<absolute path>")
+            }
+        }
+        var restart = RestartPolicy.onFailure
+        if let r = raw.restart {
+            guard let policy = RestartPolicy(rawValue: r) else {
+                throw fail("restart", "'\(r)' is not one of on-failure, always, never")
+            }
+            restart = policy
+        }
+        let l = raw.limits
+        for (name, value) in [("memoryMB", l?.memoryMB), ("softMemoryMB", l?.softMemoryMB), ("openFiles", l?.openFiles), ("callTimeoutMs", l?.callTimeoutMs)] {
+            if let value, value <= 0 { throw fail("limits.\(name)", "must be a positive number, got \(value)") }
+        }
+        return Manifest(
+            identifier: identifier, version: version, dependencies: dependencies, library: raw.library,
+            variants: variants, permissions: permissions, restart: restart,
+            limits: Limits(memoryMB: l?.memoryMB, softMemoryMB: l?.softMemoryMB, openFiles: l?.openFiles, callTimeoutMs: l?.callTimeoutMs),
+            bundle: bundle, file: file)
+    }
+
+    private static func checkRelative(_ path: String, field: String, _ fail: (String?, String) -> ManifestError) throws(ManifestError) {
+        if path.isEmpty || path.hasPrefix("/") || path.split(separator: "/").contains("..") {
+            throw fail(field, "'\(path)' must be a path inside the bundle (relative, without ..)")
+        }
+    }
+}
+
+/// A manifest permission (SPEC §5).
+public enum Permission: Sendable, Equatable {
+    case network
+    case read(String)
+    case write(String)
+
+    public init?(_ text: String) {
+        if text == "network" { self = .network; return }
+        for (prefix, make) in [("filesystem.read:", Permission.read), ("filesystem.write:", Permission.write)] where text.hasPrefix(prefix) {
+            let path = String(text.dropFirst(prefix.count))
+            guard path.hasPrefix("/"), !path.split(separator: "/").contains("..") else { return nil }
+            self = make(path)
+            return
+        }
+        return nil
+    }
+}

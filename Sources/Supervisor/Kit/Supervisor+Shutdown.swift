@@ -1,0 +1,132 @@
+import Logging
+import NIOCore
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Shutdown in reverse dependency order: `willTerminate`, a grace period, then SIGKILL.
+extension Supervisor {
+    func shutdown(reason: String) {
+        guard !shuttingDown else { return }
+        shuttingDown = true
+        logger.notice("shutting down (\(reason))")
+        for record in records.values {
+            record.pendingRestart?.cancel()
+            if record.state == .waiting || record.state == .restarting, record.instance == nil { record.state = .stopped }
+            record.settleWaiters("the supervisor is shutting down")
+        }
+        stopNextWave()
+    }
+
+    /// Stops every plugin that no live plugin depends on; repeats as they stop.
+    func stopNextWave() {
+        let live = records.values.filter { $0.instance != nil }
+        if live.isEmpty { return finish() }
+        let needed = Set(live.flatMap(\.dependencyIDs))
+        for record in live where !needed.contains(record.identifier) {
+            guard let instance = record.instance, !instance.stopRequested else { continue }
+            stopPlugin(record) { [self] in stopNextWave() }
+        }
+    }
+
+    /// Sends `willTerminate`, waits for the answer (up to the grace period), closes the socket so the
+    /// worker exits, and kills it if it is still there when the grace period ends.
+    func stopPlugin(_ record: PluginRecord, _ done: @escaping () -> Void) {
+        guard let instance = record.instance, !instance.exited else { done(); return }
+        instance.onExit.append(done)
+        guard !instance.stopRequested else { return }
+        instance.stopRequested = true
+        let grace = TimeAmount.milliseconds(Int64(config.shutdownGraceMs))
+        let hardStop = loop.scheduleTask(in: grace) { [self] in
+            if !instance.exited {
+                instance.killReason = ("stopped", "did not exit within the \(config.shutdownGraceMs) ms grace period")
+                _ = Glibc.kill(instance.pid, SIGKILL)
+            }
+        }
+        instance.onExit.append { hardStop.cancel() }
+        if instance.helloReceived, instance.channel != nil {
+            sendEvent(record, .willTerminate, timeoutMs: config.shutdownGraceMs) { _ in
+                instance.channel?.close(promise: nil)
+            }
+            flushDirty()
+        } else {
+            _ = Glibc.kill(instance.pid, SIGKILL)
+        }
+    }
+
+    func finish() {
+        for t in timers { t.cancel() }
+        timers = []
+        let path = config.socketPath
+        let close = controlServer?.close() ?? loop.makeSucceededVoidFuture()
+        close.whenComplete { [self] _ in
+            unlink(path)
+            logger.notice("all plugins stopped; bye")
+            finished.succeed(())
+        }
+    }
+
+    // MARK: Signals
+
+    func handleSignal(_ signal: Int32) {
+        switch signal {
+        case SIGTERM, SIGINT: shutdown(reason: SignalRelay.name(signal))
+        case SIGUSR1: broadcastFromSignal(.memoryWarning)
+        case SIGTSTP: broadcastFromSignal(.background)
+        case SIGCONT: broadcastFromSignal(.foreground)
+        case SIGHUP: rescan()
+        default: break
+        }
+    }
+
+    func broadcastFromSignal(_ event: EventName) {
+        guard !shuttingDown else { return }
+        broadcast(event) { [self] delivered, failed in
+            let missing = failed.isEmpty ? "" : "; not by \(failed.keys.sorted().joined(separator: ", "))"
+            logger.info("\(event.rawValue) acknowledged by \(delivered.count) plugin(s)\(missing)")
+        }
+    }
+
+    /// SIGHUP: read the plugin folders again; start new plugins, stop removed ones, restart changed ones.
+    func rescan() {
+        guard !shuttingDown else { return }
+        let fresh = PluginCatalog(directories: config.pluginDirectories)
+        for problem in fresh.problems { logger.error("\(problem)") }
+        var started = 0, stopped = 0, changed = 0
+        // Removed plugins stop (dependents first, via the same wave logic as shutdown).
+        for (id, record) in records where fresh.all[id] == nil {
+            stopped += 1
+            record.pendingRestart?.cancel()
+            stopPlugin(record) { [self] in
+                records[id] = nil
+                order.removeAll { $0 == id }
+            }
+        }
+        for id in fresh.order {
+            guard let manifest = fresh.all[id] else { continue }
+            if let existing = records[id] {
+                if existing.manifest.version != manifest.version || existing.manifest.bundle != manifest.bundle {
+                    changed += 1
+                    existing.manifest = manifest
+                    restartCommand(id) { _ in }
+                }
+                continue
+            }
+            let record = PluginRecord(manifest: manifest, state: .waiting)
+            if let reason = fresh.unstartable[id] {
+                record.state = .failed
+                record.problem = reason
+            } else {
+                started += 1
+            }
+            records[id] = record
+            order.append(id)
+        }
+        catalog = fresh
+        order = fresh.order.filter { records[$0] != nil } + order.filter { fresh.all[$0] == nil && records[$0] != nil }
+        logger.notice("rescanned plugin folders: \(started) new, \(changed) changed, \(stopped) removed")
+        startWaitingPlugins()
+        flushDirty()
+    }
+}

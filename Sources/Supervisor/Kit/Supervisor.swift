@@ -1,0 +1,547 @@
+import IPC
+import Logging
+import NIOCore
+import NIOPosix
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The supervisor: starts plugins in dependency order, one sandboxed worker each, routes calls and
+/// events between the CLI and the plugins and between plugins, restarts crashed workers and shuts
+/// everything down in reverse order.
+///
+/// All state is confined to one NIO event loop (`loop`); other threads (the child reaper, the signal
+/// thread) hop onto it. That keeps the routing path free of locks.
+public final class Supervisor: @unchecked Sendable {
+    public let config: SupervisorConfig
+    let group: MultiThreadedEventLoopGroup
+    let loop: EventLoop
+    var logger: Logger
+
+    var catalog: PluginCatalog
+    var records: [String: PluginRecord] = [:]
+    /// Start order (dependencies first).
+    var order: [String] = []
+    var byPID: [pid_t: WorkerInstance] = [:]
+    /// Channels written to since the last flush; flushed once per read batch.
+    var dirty: [ObjectIdentifier: Channel] = [:]
+    var launched = false
+    var shuttingDown = false
+    var controlServer: Channel?
+    var reaper: ChildReaper?
+    var lockFD: Int32 = -1
+    var onReady: (@Sendable (String) -> Void)?
+    let finished: EventLoopPromise<Void>
+    var timers: [RepeatedTask] = []
+    var runtimePaths: [String] = []
+
+    public init(config: SupervisorConfig, logger: Logger) {
+        self.config = config
+        self.logger = logger
+        self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        self.loop = group.next()
+        self.finished = loop.makePromise()
+        self.catalog = PluginCatalog(manifests: [])
+    }
+
+    /// Runs until shut down (SIGTERM, SIGINT, `supervisor stop`). Call from the main thread before any
+    /// other thread exists, so the lifecycle signals are blocked everywhere.
+    /// `onReady` is called once with the line to print when every startable plugin has started.
+    public func run(onReady: @escaping @Sendable (String) -> Void) throws {
+        SignalRelay.blockLifecycleSignals()
+        self.onReady = onReady
+        try prepareHome()
+        try acquireLock()
+        defer { releaseLock() }
+        runtimePaths = RuntimeLocator.swiftRuntimeFolders()
+        reaper = ChildReaper { [self] exit in loop.execute { self.childExited(exit) } }
+        SignalRelay.start { [self] signal in loop.execute { self.handleSignal(signal) } }
+        try bindControlSocket()
+        try loop.submit { self.startAll() }.wait()
+        try finished.futureResult.wait()
+        try? group.syncShutdownGracefully()
+    }
+
+    // MARK: Home, lock, control socket
+
+    func prepareHome() throws {
+        do {
+            try FileSystem.makeDirectories(config.home)
+            try FileSystem.makeDirectories(config.home + "/data")
+            try FileSystem.makeDirectories(config.home + "/live")
+            if config.pluginDirectories == [config.home + "/plugins"] {
+                try FileSystem.makeDirectories(config.home + "/plugins")
+            }
+        } catch {
+            throw SupervisorError.home(config.home, "\(error)")
+        }
+    }
+
+    /// One supervisor per home: an exclusive flock on `<home>/supervisor.lock` holding our pid.
+    func acquireLock() throws {
+        let path = config.home + "/supervisor.lock"
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw SupervisorError.home(config.home, "cannot open \(path): \(String(cString: strerror(errno)))") }
+        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            let other = (try? FileSystem.readFile(path, limit: 64))
+                .map { String(decoding: $0.filter { $0 >= 0x30 && $0 <= 0x39 }, as: UTF8.self) } ?? "?"
+            close(fd)
+            throw SupervisorError.alreadyRunning(home: config.home, pid: other)
+        }
+        _ = ftruncate(fd, 0)
+        let pid = "\(getpid())\n"
+        _ = pid.withCString { pwrite(fd, $0, strlen($0), 0) }
+        lockFD = fd
+    }
+
+    func releaseLock() {
+        if lockFD >= 0 {
+            _ = ftruncate(lockFD, 0)
+            close(lockFD)
+            lockFD = -1
+        }
+    }
+
+    func bindControlSocket() throws {
+        let path = config.socketPath
+        if let slash = path.lastIndex(of: "/") {
+            try? FileSystem.makeDirectories(String(path[..<slash]))
+        }
+        // We hold the home's lock, so a socket file left here is stale.
+        unlink(path)
+        let old = umask(0o077)
+        defer { umask(old) }
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.backlog, value: 128)
+            .childChannelInitializer { [self] channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let connection = ControlConnection(channel: channel)
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: config.maxFrameBytes)))
+                    try channel.pipeline.syncOperations.addHandler(ControlHandler(supervisor: self, connection: connection))
+                }
+            }
+        do {
+            controlServer = try bootstrap.bind(unixDomainSocketPath: path).wait()
+        } catch {
+            throw SupervisorError.controlSocket(path, "\(error)")
+        }
+        chmod(path, 0o600)
+    }
+
+    // MARK: Starting
+
+    func startAll() {
+        catalog = PluginCatalog(directories: config.pluginDirectories)
+        for problem in catalog.problems { logger.error("\(problem)") }
+        order = catalog.order
+        for id in order {
+            let manifest = catalog.all[id]!
+            let record = PluginRecord(manifest: manifest, state: .waiting)
+            if let reason = catalog.unstartable[id] {
+                record.state = .failed
+                record.problem = reason
+                logger.error("\(reason); \(id) will not start")
+            }
+            records[id] = record
+        }
+        let found = order.count
+        logger.info("found \(found) plugin\(found == 1 ? "" : "s") in \(config.pluginDirectories.joined(separator: ", "))")
+        startTimers()
+        startWaitingPlugins()
+    }
+
+    /// Starts every waiting plugin whose dependencies are all running; fails those whose dependency
+    /// has failed for good. Independent plugins start concurrently.
+    func startWaitingPlugins() {
+        var changed = true
+        while changed {
+            changed = false
+            for id in order {
+                guard let record = records[id], record.state == .waiting else { continue }
+                let deps = record.dependencyIDs.compactMap { records[$0] }
+                if let dead = deps.first(where: { $0.state == .failed || ($0.state == .stopped && !shuttingDown) }) {
+                    record.state = .failed
+                    record.problem = "dependency \(dead.identifier) is \(dead.state.rawValue)"
+                    logger.error("\(id) will not start: \(record.problem!)")
+                    record.settleWaiters(record.problem)
+                    changed = true
+                    continue
+                }
+                if deps.allSatisfy({ $0.state == .running }) {
+                    spawn(record)
+                }
+            }
+        }
+        checkLaunch()
+    }
+
+    /// Once no plugin is waiting or starting for the first time, every running plugin gets `launch`,
+    /// and the ready line is printed.
+    func checkLaunch() {
+        guard !launched, !shuttingDown else { return }
+        let busy = records.values.contains { $0.state == .waiting || (($0.state == .starting || $0.state == .restarting) && !$0.hasRun) }
+        guard !busy else { return }
+        launched = true
+        let running = order.compactMap { records[$0] }.filter { $0.state == .running }
+        var remaining = running.count
+        let announce: () -> Void = { [self] in
+            let failed = records.values.filter { $0.state == .failed }.count
+            let line = "supervisor ready: \(running.count) plugin\(running.count == 1 ? "" : "s") running"
+                + (failed > 0 ? ", \(failed) failed" : "") + ", control socket \(config.socketPath)"
+            logger.info("\(line)")
+            onReady?(line)
+            onReady = nil
+        }
+        if remaining == 0 { announce(); return }
+        for record in running {
+            sendEvent(record, .launch) { _ in
+                remaining -= 1
+                if remaining == 0 { announce() }
+            }
+        }
+        flushDirty()
+    }
+
+    /// Spawns a worker for `record` and wires its socket and output into the event loop.
+    func spawn(_ record: PluginRecord) {
+        let id = record.identifier
+        let library: (path: String, variant: String?)
+        do {
+            library = try VariantSelector.choose(record.manifest, sandbox: config.sandboxEnabled)
+        } catch {
+            fail(record, reason: "\(error)")
+            return
+        }
+        record.library = library.path
+        record.variant = library.variant
+        let data = config.home + "/data/" + id
+        let live = config.home + "/live/" + id
+        do {
+            try FileSystem.makeDirectories(data)
+            try FileSystem.makeDirectories(live)
+        } catch {
+            fail(record, reason: "cannot create the data folder \(data): \(error)")
+            return
+        }
+        let m = record.manifest
+        let spec = WorkerSpec(
+            identifier: id, version: m.version.description, bundle: m.bundle, library: library.path,
+            dataDirectory: data, liveDirectory: live, supervisorPID: getpid(), socketFD: 3,
+            maxFrameBytes: config.maxFrameBytes,
+            sandbox: SandboxSpec(enabled: config.sandboxEnabled, memoryMB: m.limits.memoryMB, openFiles: m.limits.openFiles,
+                                 permissions: m.permissions, required: config.requiredSandboxLayers, runtimePaths: runtimePaths))
+        let specJSON: String
+        do { specJSON = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self) } catch {
+            fail(record, reason: "cannot encode the worker spec: \(error)")
+            return
+        }
+        let spawned: WorkerSpawner.Spawned
+        do {
+            spawned = try WorkerSpawner.spawn(executable: config.workerExecutable, arguments: ["--spec", specJSON])
+        } catch {
+            fail(record, reason: "cannot start a worker (\(config.workerExecutable)): \(error)")
+            return
+        }
+        reaper?.childSpawned()
+        let instance = WorkerInstance(pid: spawned.pid, identifier: id, now: .now())
+        byPID[spawned.pid] = instance
+        record.instance = instance
+        record.state = record.hasRun ? .restarting : .starting
+        logger.debug("spawned worker", metadata: ["plugin": "\(id)", "pid": "\(spawned.pid)"])
+
+        ClientBootstrap(group: loop)
+            .channelOption(ChannelOptions.autoRead, value: true)
+            .channelInitializer { [self] channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: config.maxFrameBytes)))
+                    try channel.pipeline.syncOperations.addHandler(WorkerHandler(supervisor: self, instance: instance))
+                }
+            }
+            .withConnectedSocket(spawned.socket)
+            .whenComplete { [self] result in
+                switch result {
+                case .success(let channel):
+                    if instance.exited { channel.close(promise: nil) } else { instance.channel = channel }
+                case .failure(let error):
+                    close(spawned.socket)
+                    kill(instance, reason: "spawnError", message: "cannot watch the worker's socket: \(error)")
+                }
+            }
+        OutputCapture.attach(fd: spawned.stdout, stream: "stdout", plugin: id, supervisor: self)
+        OutputCapture.attach(fd: spawned.stderr, stream: "stderr", plugin: id, supervisor: self)
+
+        // A worker must say hello and finish startup in time.
+        loop.scheduleTask(in: .milliseconds(Int64(config.startupTimeoutMs))) { [self] in
+            if record.instance === instance, record.state == .starting || record.state == .restarting {
+                kill(instance, reason: "startupTimeout", message: "no hello and startup reply within \(config.startupTimeoutMs) ms")
+            }
+        }
+    }
+
+    /// Marks a plugin as failed without a worker (it could not be spawned at all).
+    func fail(_ record: PluginRecord, reason: String) {
+        logger.error("\(record.identifier) cannot start: \(reason)")
+        record.state = .failed
+        record.problem = reason
+        record.lastExit = ExitStatus(reason: "spawnError", message: reason)
+        record.settleWaiters(reason)
+        startWaitingPlugins()
+    }
+
+    /// Ends a worker with SIGKILL, recording why.
+    func kill(_ instance: WorkerInstance, reason: String, message: String) {
+        guard !instance.exited else { return }
+        if instance.killReason == nil { instance.killReason = (reason, message) }
+        logger.warning("killing worker: \(reason): \(message)", metadata: ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)"])
+        _ = Glibc.kill(instance.pid, SIGKILL)
+    }
+
+    /// The worker answered `hello`; send it `startup`.
+    func helloReceived(_ instance: WorkerInstance, _ hello: HelloMessage) {
+        guard let record = records[instance.identifier], record.instance === instance else { return }
+        instance.helloReceived = true
+        instance.sandbox = hello.sandbox ?? []
+        instance.sandboxMissing = hello.sandboxMissing ?? []
+        instance.timings = hello.timings ?? [:]
+        let m = record.manifest
+        var payload: [UInt8] = Array(#"{"identifier":"#.utf8) + JSONEscaping.quoted(m.identifier)
+        payload += Array(#","version":"#.utf8) + JSONEscaping.quoted(m.version.description)
+        payload += Array(#","dataDirectory":"#.utf8) + JSONEscaping.quoted(config.home + "/data/" + m.identifier)
+        payload += Array(#","liveDirectory":"#.utf8) + JSONEscaping.quoted(config.home + "/live/" + m.identifier)
+        payload += Array(#","bundleDirectory":"#.utf8) + JSONEscaping.quoted(m.bundle)
+        payload += Array(#","dependencies":["#.utf8)
+        payload += record.dependencyIDs.map { JSONEscaping.quoted($0) }.joined(separator: [UInt8(ascii: ",")])
+        payload += Array("]}".utf8)
+        sendEvent(record, .startup, payload: payload, timeoutMs: config.startupTimeoutMs) { [self] result in
+            guard record.instance === instance else { return }
+            switch result {
+            case .success:
+                becameRunning(record)
+            case .failure(let error):
+                kill(instance, reason: "startupFailed", message: "startup failed: \(error)")
+            }
+        }
+    }
+
+    func becameRunning(_ record: PluginRecord) {
+        let wasRestart = record.hasRun
+        record.state = .running
+        record.problem = nil
+        record.hasRun = true
+        logger.info("\(record.identifier) \(record.manifest.version) is running",
+                    metadata: ["plugin": "\(record.identifier)", "pid": "\(record.instance?.pid ?? 0)"])
+        record.settleWaiters(nil)
+        if wasRestart {
+            // A restarted plugin lost its state: its dependents hear of it (or restart too).
+            for dependent in order.compactMap({ records[$0] }) where dependent.dependencyIDs.contains(record.identifier) && dependent.state == .running {
+                if config.restartDependents, let inst = dependent.instance {
+                    kill(inst, reason: "dependencyRestarted", message: "\(record.identifier) restarted (restartDependents)")
+                } else {
+                    let payload = Array(#"{"identifier":"#.utf8) + JSONEscaping.quoted(record.identifier) + [UInt8(ascii: "}")]
+                    sendEvent(dependent, .dependencyRestarted, payload: payload) { _ in }
+                }
+            }
+        }
+        startWaitingPlugins()
+        flushDirty()
+    }
+
+    // MARK: Exits and restarts
+
+    func childExited(_ exit: ChildExit) {
+        guard let instance = byPID.removeValue(forKey: exit.pid) else { return }
+        instance.exited = true
+        instance.channel?.close(promise: nil)
+        failPending(instance, because: "\(instance.identifier) exited")
+        let status = exitStatus(instance, exit)
+        let callbacks = instance.onExit
+        instance.onExit = []
+        guard let record = records[instance.identifier], record.instance === instance else {
+            callbacks.forEach { $0() }
+            return
+        }
+        record.instance = nil
+        record.lastExit = status
+        let meta: Logger.Metadata = ["plugin": "\(record.identifier)", "pid": "\(exit.pid)"]
+        let described = Self.describe(status)
+        if instance.stopRequested || shuttingDown {
+            record.state = .stopped
+            logger.info("\(record.identifier) stopped (\(described))", metadata: meta)
+            callbacks.forEach { $0() }
+            return
+        }
+        let abnormal = exit.signaled || exit.code != 0 || instance.killReason != nil || instance.exitNotice != nil
+        logger.log(level: abnormal ? .error : .notice, "\(record.identifier) exited: \(described)", metadata: meta)
+        callbacks.forEach { $0() }
+        let policy = record.manifest.restart
+        guard policy == .always || (policy == .onFailure && abnormal) else {
+            record.state = abnormal ? .failed : .stopped
+            record.problem = abnormal ? "exited: \(described) (restart policy \(policy.rawValue))" : nil
+            record.settleWaiters(record.problem ?? "exited cleanly")
+            startWaitingPlugins()
+            return
+        }
+        scheduleRestart(record, after: described)
+    }
+
+    /// Restarts with exponential backoff and jitter (the first at once), within the intensity limit.
+    func scheduleRestart(_ record: PluginRecord, after described: String) {
+        let now = NIODeadline.now()
+        let window = TimeAmount.seconds(Int64(config.restartWindowSeconds))
+        record.restartTimes = record.restartTimes.filter { now - $0 < window }
+        if record.restartTimes.count >= config.restartLimit {
+            record.state = .failed
+            record.problem = "restarted \(record.restartTimes.count) times in \(config.restartWindowSeconds) s; stays failed until `supervisor restart \(record.identifier)` (last exit: \(described))"
+            logger.error("\(record.identifier) failed: \(record.problem!)", metadata: ["plugin": "\(record.identifier)"])
+            record.settleWaiters(record.problem)
+            startWaitingPlugins()
+            return
+        }
+        let n = record.restartTimes.count
+        var delayMs = 0
+        if n > 0 {
+            let base = min(config.restartBackoffMaxMs, config.restartBackoffBaseMs << min(n - 1, 20))
+            delayMs = Int(Double(base) * Double.random(in: 0.8...1.2))
+        }
+        record.restartTimes.append(now)
+        record.restarts += 1
+        record.state = .restarting
+        logger.info("restarting \(record.identifier) in \(delayMs) ms (restart \(record.restarts))", metadata: ["plugin": "\(record.identifier)"])
+        let go: () -> Void = { [self] in
+            record.pendingRestart = nil
+            guard record.state == .restarting, record.instance == nil, !shuttingDown else { return }
+            spawn(record)
+        }
+        if delayMs == 0 { go() } else {
+            record.pendingRestart = loop.scheduleTask(in: .milliseconds(Int64(delayMs))) { go() }
+        }
+    }
+
+    func exitStatus(_ instance: WorkerInstance, _ exit: ChildExit) -> ExitStatus {
+        var status = exit.signaled ? ExitStatus(signal: exit.signalName, reason: "signaled") : ExitStatus(code: exit.code, reason: "exited")
+        if let notice = instance.exitNotice {
+            status.reason = notice.reason
+            status.message = notice.message
+            status.syscall = notice.syscall
+        } else if let kill = instance.killReason {
+            status.reason = kill.reason
+            status.message = kill.message
+        } else if instance.stopRequested {
+            status.reason = "stopped"
+        }
+        return status
+    }
+
+    static func describe(_ s: ExitStatus) -> String {
+        var parts: [String] = []
+        if let c = s.code { parts.append("exit code \(c)") }
+        if let sig = s.signal { parts.append("signal \(sig)") }
+        if s.reason != "exited" && s.reason != "signaled" { parts.append(s.reason) }
+        if let sc = s.syscall { parts.append("syscall \(sc)") }
+        if let m = s.message { parts.append(m) }
+        return parts.joined(separator: ", ")
+    }
+
+    /// Fails every request in flight to `instance` with `unavailable`.
+    func failPending(_ instance: WorkerInstance, because reason: String) {
+        let pending = instance.pending
+        instance.pending = [:]
+        for (_, request) in pending.sorted(by: { $0.key < $1.key }) {
+            answer(request.origin, error: ErrorBody(.unavailable, "\(reason) before answering \(request.what)"))
+        }
+        flushDirty()
+    }
+
+    func workerDisconnected(_ instance: WorkerInstance) {
+        instance.channel = nil
+        failPending(instance, because: "\(instance.identifier) closed its connection")
+        if !instance.exited, !instance.stopRequested {
+            kill(instance, reason: instance.killReason?.reason ?? "disconnected", message: instance.killReason?.message ?? "the worker closed its protocol socket")
+        }
+    }
+
+    // MARK: Timers
+
+    func startTimers() {
+        // Call and event deadlines, checked every 10 ms.
+        timers.append(loop.scheduleRepeatedTask(initialDelay: .milliseconds(10), delay: .milliseconds(10)) { [self] _ in
+            expireRequests()
+        })
+        // Watchdog pings.
+        timers.append(loop.scheduleRepeatedTask(initialDelay: .milliseconds(Int64(config.pingIntervalMs)),
+                                                delay: .milliseconds(Int64(config.pingIntervalMs))) { [self] _ in
+            watchdog()
+        })
+    }
+
+    func expireRequests() {
+        let now = NIODeadline.now()
+        for record in records.values {
+            guard let instance = record.instance, !instance.pending.isEmpty else { continue }
+            var expired: [UInt64] = []
+            for (id, request) in instance.pending where request.deadline <= now { expired.append(id) }
+            for id in expired.sorted() {
+                guard let request = instance.pending.removeValue(forKey: id) else { continue }
+                answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) did not answer \(request.what) in time"))
+                if let channel = instance.channel {
+                    var cancel = FrameBuilder(kind: .cancel)
+                    cancel.uint("id", id)
+                    write(cancel.finish(), to: channel)
+                }
+            }
+        }
+        flushDirty()
+    }
+
+    func watchdog() {
+        let now = NIODeadline.now()
+        for record in records.values where record.state == .running {
+            guard let instance = record.instance, let channel = instance.channel else { continue }
+            if let ping = instance.outstandingPing {
+                if now - ping.sentAt > .milliseconds(Int64(config.pingTimeoutMs)) {
+                    kill(instance, reason: "watchdog", message: "no pong within \(config.pingTimeoutMs) ms")
+                }
+                continue
+            }
+            let id = instance.nextID
+            instance.nextID += 1
+            instance.outstandingPing = (id, now)
+            var ping = FrameBuilder(kind: .ping)
+            ping.uint("id", id)
+            write(ping.finish(), to: channel)
+        }
+        flushDirty()
+    }
+
+    // MARK: Writing
+
+    func write(_ frame: [UInt8], to channel: Channel) {
+        var buffer = channel.allocator.buffer(capacity: frame.count)
+        buffer.writeBytes(frame)
+        channel.write(buffer, promise: nil)
+        dirty[ObjectIdentifier(channel)] = channel
+    }
+
+    func flushDirty() {
+        guard !dirty.isEmpty else { return }
+        for channel in dirty.values { channel.flush() }
+        dirty.removeAll(keepingCapacity: true)
+    }
+}
+
+/// Errors that stop the supervisor from starting.
+public enum SupervisorError: Error, CustomStringConvertible {
+    case home(String, String)
+    case alreadyRunning(home: String, pid: String)
+    case controlSocket(String, String)
+
+    public var description: String {
+        switch self {
+        case .home(let home, let why): return "cannot use the home folder \(home): \(why)"
+        case .alreadyRunning(let home, let pid):
+            return "another supervisor (pid \(pid)) is already running with home \(home); stop it with `supervisor stop`, or give this one another --home"
+        case .controlSocket(let path, let why): return "cannot listen on the control socket \(path): \(why)"
+        }
+    }
+}

@@ -1,0 +1,55 @@
+import IPC
+import PluginProtocol
+
+/// A CLI's connection to a running supervisor's control socket: one request, one reply.
+public struct SupervisorClient {
+    public let socketPath: String
+    let connection: BlockingConnection
+
+    /// What a request can end in, besides a result.
+    public enum Failure: Error, CustomStringConvertible {
+        case unreachable(String, SystemError)
+        case remote(ErrorBody)
+        case broken(String)
+
+        public var description: String {
+            switch self {
+            case .unreachable(let path, let error):
+                return "cannot reach the supervisor at \(path) (\(error)); is `supervisor start` running with this --home or --socket?"
+            case .remote(let body): return "\(body.code): \(body.message)"
+            case .broken(let why): return "the supervisor's answer was unusable: \(why)"
+            }
+        }
+    }
+
+    public init(socketPath: String) throws(Failure) {
+        self.socketPath = socketPath
+        do { connection = try BlockingConnection.connect(path: socketPath) } catch {
+            throw .unreachable(socketPath, error)
+        }
+    }
+
+    /// Sends a request of `kind` with the given fields and waits for its reply; returns the raw result JSON.
+    public func request(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in }) throws(Failure) -> [UInt8] {
+        var b = FrameBuilder(kind: kind)
+        b.uint("id", 1)
+        fill(&b)
+        do { try connection.sendFrame(b.finish()) } catch { throw .unreachable(socketPath, error) }
+        let reply: [UInt8]?
+        do { reply = try connection.receiveFrame() } catch { throw .broken("\(error)") }
+        guard let reply else { throw .broken("the supervisor closed the connection without answering") }
+        let outcome: Result<[UInt8], Failure> = reply.withUnsafeBytes { bytes in
+            let env: Envelope
+            do { env = try Envelope.parse(bytes) } catch { return .failure(.broken("\(error)")) }
+            if let e = env.error {
+                let body = (try? ProtocolJSON.decode(ErrorBody.self, from: UnsafeRawBufferPointer(rebasing: bytes[e])))
+                    ?? ErrorBody(.pluginError, String(decoding: bytes[e], as: UTF8.self))
+                return .failure(.remote(body))
+            }
+            return .success(env.result.map { Array(bytes[$0]) } ?? Array("null".utf8))
+        }
+        return try outcome.get()
+    }
+
+    public func close() { connection.close() }
+}

@@ -1,0 +1,103 @@
+import CSupervisorSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Picks the library a bundle loads on this host: its `library`, or the first of its `variants`
+/// whose `requires` all hold (`arch`, `kernel` version range, `sandbox` features).
+enum VariantSelector {
+    struct NoMatch: Error, CustomStringConvertible {
+        var file: String
+        var reasons: [String]
+        var description: String {
+            "\(file): no variant fits this host:\n" + reasons.map { "  - \($0)" }.joined(separator: "\n")
+        }
+    }
+
+    static func choose(_ m: Manifest, sandbox: Bool) throws -> (path: String, variant: String?) {
+        if let lib = m.library { return (m.bundle + "/" + lib, nil) }
+        let host = HostFacts.current(sandbox: sandbox)
+        var reasons: [String] = []
+        for v in m.variants {
+            var unmet: [String] = []
+            for (key, want) in v.requires.sorted(by: { $0.key < $1.key }) {
+                if let why = host.unmet(key, want) { unmet.append(why) }
+            }
+            if unmet.isEmpty { return (m.bundle + "/" + v.library, v.library) }
+            reasons.append("\(v.library): " + unmet.joined(separator: "; "))
+        }
+        throw NoMatch(file: m.file, reasons: reasons)
+    }
+}
+
+/// What variants can require of the host.
+struct HostFacts {
+    var arch: String
+    var kernel: SemanticVersion?
+    var features: Set<String>
+
+    static func current(sandbox: Bool) -> HostFacts {
+        var u = utsname()
+        uname(&u)
+        func field<T>(_ value: T) -> String {
+            withUnsafeBytes(of: value) { raw in String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self) }
+        }
+        let release = field(u.release)
+        // "6.1.0-18-amd64" → 6.1.0
+        let numeric = release.split(whereSeparator: { !$0.isNumber && $0 != "." }).first.map(String.init) ?? release
+        var parts = numeric.split(separator: ".").map(String.init)
+        while parts.count < 3 { parts.append("0") }
+        let kernel = SemanticVersion(parts.prefix(3).map { String(Int($0) ?? 0) }.joined(separator: "."))
+        var features: Set<String> = []
+        if sandbox {
+            features.insert("seccomp")
+            if FileSystem.exists("/sys/kernel/security/landlock") || LandlockProbe.available() { features.insert("landlock") }
+        }
+        return HostFacts(arch: field(u.machine), kernel: kernel, features: features)
+    }
+
+    func unmet(_ key: String, _ want: String) -> String? {
+        switch key {
+        case "arch":
+            let options = want.split(separator: "|").map { $0.trimmingCharacters() }
+            return options.contains(arch) ? nil : "needs arch \(want), this host is \(arch)"
+        case "kernel":
+            guard let range = VersionRange(want) else { return "kernel requirement '\(want)' is not a version range" }
+            guard let kernel else { return "kernel version unknown" }
+            return range.contains(kernel) ? nil : "needs kernel \(want), this host runs \(kernel)"
+        case "sandbox":
+            let needed = want.split(separator: ",").map { $0.trimmingCharacters() }
+            let missing = needed.filter { !features.contains($0) }
+            return missing.isEmpty ? nil : "needs sandbox features \(missing.joined(separator: ", ")), not available here"
+        default:
+            return "unknown requirement '\(key)' (known: arch, kernel, sandbox)"
+        }
+    }
+}
+
+extension Substring {
+    func trimmingCharacters() -> String {
+        String(self.drop(while: { $0 == " " }).reversed().drop(while: { $0 == " " }).reversed())
+    }
+}
+
+/// Whether the kernel offers Landlock (landlock_create_ruleset with LANDLOCK_CREATE_RULESET_VERSION).
+enum LandlockProbe {
+    static func available() -> Bool { css_landlock_abi() > 0 }
+}
+
+/// Where the Swift runtime libraries the worker maps live, for the sandbox's read-only rules.
+enum RuntimeLocator {
+    static func swiftRuntimeFolders() -> [String] {
+        guard let maps = try? FileSystem.readFile("/proc/self/maps", limit: 4 << 20) else { return [] }
+        var folders = Set<String>()
+        for line in String(decoding: maps, as: UTF8.self).split(separator: "\n") {
+            guard let slash = line.firstIndex(of: "/") else { continue }
+            let path = String(line[slash...])
+            if path.contains("libswiftCore.so") || path.contains("libFoundation") || path.contains("libdispatch.so") {
+                folders.insert(String(path[..<path.lastIndex(of: "/")!]))
+            }
+        }
+        return folders.sorted()
+    }
+}
