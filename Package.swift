@@ -12,6 +12,8 @@ let package = Package(
         .library(name: "Greeter", type: .dynamic, targets: ["Greeter"]),
         .library(name: "Welcome", type: .dynamic, targets: ["Welcome"]),
         .library(name: "AsyncWorks", type: .dynamic, targets: ["AsyncWorks"]),
+        // Test fixture: one library the integration tests load under many manifests.
+        .library(name: "TestKit", type: .dynamic, targets: ["TestKit"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -62,6 +64,8 @@ let package = Package(
         .target(name: "Greeter", dependencies: ["PluginSDK"], path: "Examples/Greeter"),
         .target(name: "Welcome", dependencies: ["PluginSDK"], path: "Examples/Welcome"),
         .target(name: "AsyncWorks", dependencies: ["PluginSDK"], path: "Examples/AsyncWorks"),
+
+        .target(name: "TestKit", dependencies: ["PluginSDK"], path: "Tests/Fixtures/TestKit"),
 
         .testTarget(
             name: "UnitTests",

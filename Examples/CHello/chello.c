@@ -6,6 +6,7 @@
  * It answers every event with a null result. The JSON handling is deliberately minimal (the
  * supervisor only ever sends well-formed messages); a real plugin would use a JSON library.
  */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -30,7 +30,7 @@ enum SignalRelay {
             let sig = cws_wait_lifecycle_signal()
             switch sig {
             case SIGTERM, SIGINT:
-                terminate(host)
+                terminate(host, signal: sig)
             case SIGUSR1: host.deliverLocalEvent(.memoryWarning) {}
             case SIGTSTP: host.deliverLocalEvent(.background) {}
             case SIGCONT: host.deliverLocalEvent(.foreground) {}
@@ -40,11 +40,15 @@ enum SignalRelay {
     }
 
     /// willTerminate, wait for the reply up to the grace period, destroy the plugin, exit 0.
-    static func terminate(_ host: WorkerHost) -> Never {
+    static func terminate(_ host: WorkerHost, signal: Int32) -> Never {
         let answered = DispatchSemaphore(value: 0)
         host.deliverLocalEvent(.willTerminate) { answered.signal() }
-        _ = answered.wait(timeout: .now() + .microseconds(Int(terminationGrace)))
+        let late = answered.wait(timeout: .now() + .microseconds(Int(terminationGrace))) == .timedOut
         host.destroy()
+        let name = signal == SIGINT ? "SIGINT" : "SIGTERM"
+        let notice = ExitNotice(reason: "terminated",
+                                message: "\(name) to the worker: willTerminate " + (late ? "unanswered within the grace period" : "answered") + "; exiting cleanly")
+        if let frame = try? ProtocolJSON.frame(notice) { try? host.connection.sendFrame(frame) }
         exit(0)
     }
 }

@@ -47,7 +47,7 @@ final class WorkerHandler: ChannelInboundHandler {
 /// Requests from one CLI client on the control socket. Only the supervisor's own user (or root)
 /// may talk to it: checked with SO_PEERCRED on connect. A client that sends nothing for
 /// `idleTimeout` while nothing of it is in flight is dropped.
-final class ControlHandler: ChannelInboundHandler {
+final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
     let supervisor: Supervisor
     let connection: ControlConnection

@@ -30,7 +30,7 @@ struct PendingRequest {
 }
 
 /// One running worker process for a plugin. Confined to the supervisor's event loop.
-final class WorkerInstance {
+final class WorkerInstance: @unchecked Sendable {
     let pid: pid_t
     let identifier: String
     var channel: Channel?
@@ -61,7 +61,7 @@ final class WorkerInstance {
 }
 
 /// Everything the supervisor knows of one plugin, across its worker restarts.
-final class PluginRecord {
+final class PluginRecord: @unchecked Sendable {
     var manifest: Manifest
     var state: PluginState
     var instance: WorkerInstance?
@@ -97,7 +97,7 @@ final class PluginRecord {
 }
 
 /// A CLI client on the control socket. Confined to the supervisor's event loop.
-final class ControlConnection {
+final class ControlConnection: @unchecked Sendable {
     let channel: Channel
     var closed = false
     /// Requests of this client still waiting for an answer.

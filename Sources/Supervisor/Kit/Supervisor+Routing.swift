@@ -59,7 +59,8 @@ extension Supervisor {
             case .exit:
                 instance.exitNotice = try? ProtocolJSON.decode(ExitNotice.self, from: bytes)
                 if let notice = instance.exitNotice {
-                    logger.error("\(notice.message)", metadata: ["plugin": "\(instance.identifier)", "reason": "\(notice.reason)"])
+                    logger.log(level: notice.reason == "terminated" ? .notice : .error, "\(notice.message)",
+                               metadata: ["plugin": "\(instance.identifier)", "reason": "\(notice.reason)"])
                 }
             default:
                 protocolViolation(instance, "a worker may not send \(kind.rawValue)")

@@ -371,7 +371,7 @@ public final class Supervisor: @unchecked Sendable {
             callbacks.forEach { $0() }
             return
         }
-        let abnormal = exit.signaled || exit.code != 0 || instance.killReason != nil || instance.exitNotice != nil
+        let abnormal = exit.signaled || exit.code != 0 || instance.killReason != nil
         logger.log(level: abnormal ? .error : .notice, "\(record.identifier) exited: \(described)", metadata: meta)
         callbacks.forEach { $0() }
         let policy = record.manifest.restart
@@ -408,7 +408,7 @@ public final class Supervisor: @unchecked Sendable {
         record.restarts += 1
         record.state = .restarting
         logger.info("restarting \(record.identifier) in \(delayMs) ms (restart \(record.restarts))", metadata: ["plugin": "\(record.identifier)"])
-        let go: () -> Void = { [self] in
+        let go: @Sendable () -> Void = { [self] in
             record.pendingRestart = nil
             guard record.state == .restarting, record.instance == nil, !shuttingDown else { return }
             spawn(record)
@@ -456,8 +456,13 @@ public final class Supervisor: @unchecked Sendable {
     func workerDisconnected(_ instance: WorkerInstance) {
         instance.channel = nil
         failPending(instance, because: "\(instance.identifier) closed its connection")
-        if !instance.exited, !instance.stopRequested {
-            kill(instance, reason: instance.killReason?.reason ?? "disconnected", message: instance.killReason?.message ?? "the worker closed its protocol socket")
+        // A worker that closed its socket is on its way out (its own SIGTERM, a crash); one that
+        // lingers without a socket is useless, so it gets a moment to exit and is then killed.
+        guard !instance.exited, !instance.stopRequested else { return }
+        loop.scheduleTask(in: .milliseconds(500)) { [self] in
+            if !instance.exited {
+                kill(instance, reason: "disconnected", message: "the worker closed its protocol socket but did not exit")
+            }
         }
     }
 

@@ -1,0 +1,140 @@
+import PluginSDK
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A plugin for the integration tests: one library loaded under many manifests (identifiers and
+/// dependencies differ per bundle). It records when its lifecycle events arrive, echoes, sleeps,
+/// calls other plugins, writes junk to stdout and misbehaves on request.
+final class TestKit: Pluggable {
+    private let context = Mutex<PluginContext?>(nil)
+    private let events = Mutex<[Stamp]>([])
+
+    init() {}
+
+    struct Stamp: Codable, Sendable {
+        var event: String
+        var at: UInt64
+    }
+
+    struct Info: Codable, Sendable {
+        var identifier: String
+        var pid: Int32
+        var events: [Stamp]
+    }
+
+    struct SleepParams: Codable, Sendable { var ms: Int }
+    struct CallParams: Codable, Sendable { var target: String; var method: String; var params: JSONValue? }
+    struct OpenParams: Codable, Sendable { var uri: String }
+    struct CrashParams: Codable, Sendable { var how: String }
+
+    static func now() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+
+    private func record(_ event: String) {
+        events.withLock { $0.append(Stamp(event: event, at: Self.now())) }
+    }
+
+    func startup(_ context: PluginContext) async throws {
+        self.context.withLock { $0 = context }
+        record("startup")
+    }
+
+    func launch() async { record("launch") }
+    func memoryWarning() async { record("memoryWarning") }
+    func background() async { record("background") }
+    func foreground() async { record("foreground") }
+    func dependencyRestarted(_ identifier: String) async { record("dependencyRestarted:\(identifier)") }
+
+    func willTerminate() async {
+        record("willTerminate")
+        // Leave a trace the test can read after the process is gone.
+        guard let dir = context.withLock({ $0?.dataDirectory }) else { return }
+        let line = "\(Self.now())\n"
+        let fd = open(dir + "/terminated", O_WRONLY | O_CREAT | O_APPEND, 0o600)
+        if fd >= 0 {
+            _ = line.withCString { write(fd, $0, strlen($0)) }
+            close(fd)
+        }
+    }
+
+    private func ctx() throws -> PluginContext {
+        guard let c = context.withLock({ $0 }) else { throw PluginError(.unavailable, "not started") }
+        return c
+    }
+
+    func exports(_ api: PluginAPI) {
+        api.method("echo") { (value: JSONValue) in value }
+        api.method("info") { () throws -> Info in
+            Info(identifier: try self.ctx().identifier, pid: getpid(), events: self.events.withLock { $0 })
+        }
+        api.method("sleep") { (p: SleepParams) async throws -> Int in
+            try await Task.sleep(nanoseconds: UInt64(max(0, p.ms)) * 1_000_000)
+            return p.ms
+        }
+        api.method("call") { (p: CallParams) async throws -> JSONValue in
+            try await self.ctx().call(p.target, p.method, p.params ?? .null, as: JSONValue.self)
+        }
+        api.method("open") { (p: OpenParams) async throws -> JSONValue in
+            try await self.ctx().open(p.uri, as: JSONValue.self)
+        }
+        api.method("junk") { () -> String in
+            // Bytes that would break the protocol if stdout were the protocol channel.
+            var junk: [UInt8] = [0, 0, 0, 5]
+            junk += Array("{{{{ not json\n".utf8)
+            junk += [0xFF, 0xFE, 0x00, 0x7F]
+            junk += Array("\nJUNK-LINE-FROM-PLUGIN\n".utf8)
+            _ = junk.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+            return "ok"
+        }
+        api.method("fail") { () throws -> String in
+            throw PluginError(code: "custom", message: "failed on purpose")
+        }
+        api.method("crash") { (p: CrashParams) -> String in
+            switch p.how {
+            case "segv": raise(SIGSEGV)
+            case "abort": abort()
+            case "fatal": fatalError("fatalError on purpose")
+            case "exit3": exit(3)
+            case "exit0": exit(0)
+            default: break
+            }
+            return "unknown crash \(p.how)"
+        }
+        api.route("/echo") { request in request.query }
+    }
+}
+
+/// Any JSON value.
+enum JSONValue: Codable, Sendable, Equatable {
+    case null, bool(Bool), number(Double), string(String), array([JSONValue]), object([String: JSONValue])
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() { self = .null }
+        else if let b = try? c.decode(Bool.self) { self = .bool(b) }
+        else if let n = try? c.decode(Double.self) { self = .number(n) }
+        else if let s = try? c.decode(String.self) { self = .string(s) }
+        else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
+        else { self = .object(try c.decode([String: JSONValue].self)) }
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        switch self {
+        case .null: try c.encodeNil()
+        case .bool(let b): try c.encode(b)
+        case .number(let n): try c.encode(n)
+        case .string(let s): try c.encode(s)
+        case .array(let a): try c.encode(a)
+        case .object(let o): try c.encode(o)
+        }
+    }
+}
+
+@_cdecl("sp_plugin_create")
+public func spPluginCreate(_ host: OpaquePointer?) -> OpaquePointer? { PluginExport.create(TestKit.self, host: host) }

@@ -1,0 +1,200 @@
+import Foundation
+import IPC
+import PluginProtocol
+import Testing
+
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct CallTests {
+    @Test("the examples answer: greeter, welcome calling greeter, C plugin, open, asyncworks with Foundation")
+    func examples() throws {
+        let w = try TestWorld()
+        try w.bundle("com.example.greeter", version: "1.2.0", library: Build.library("Greeter"))
+        try w.bundle("com.example.welcome", deps: [Dep("com.example.greeter", ">=1.0.0 <2.0.0")], library: Build.library("Welcome"))
+        try w.bundle("com.example.chello", library: try Build.cHello())
+        try w.bundle("com.example.asyncworks", library: Build.library("AsyncWorks"))
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.call("com.example.greeter", "username", as: String.self) == "ELMaestro")
+        #expect(try sv.call("com.example.welcome", "welcome", as: String.self) == "Welcome back, ELMaestro! Hello, friend!")
+        #expect(try sv.call("com.example.chello", "add", "[40, 2]", as: Int.self) == 42)
+        #expect(try sv.call("com.example.chello", "hello", as: String.self) == "hello from C")
+        let opened = try sv.cli("open", "plugin://com.example.greeter/hello?name=Ada%20L")
+        #expect(opened.code == 0)
+        #expect(opened.out.contains(#""greeting":"Hello, Ada L!""#))
+        let viaPlugin = try sv.call("com.example.welcome", "openGreeter", #"{"name":"Grace"}"#, as: [String: String].self)
+        #expect(viaPlugin["greeting"] == "Hello, Grace!")
+        struct Report: Decodable { var sum: Int; var uuid: String; var dataFileBytes: Int }
+        let report = try sv.call("com.example.asyncworks", "work", as: Report.self)
+        #expect(report.sum == 204 + 42)
+        #expect(report.uuid.count == 36)
+        #expect(report.dataFileBytes > 0)
+        // Errors come back as `code: message` on stderr with a non-zero exit.
+        let bad = try sv.cli("call", "com.example.greeter", "greet", #"{"name":""}"#)
+        #expect(bad.code != 0)
+        #expect(bad.err.contains("badRequest: name must not be empty"))
+        let noMethod = try sv.cli("call", "com.example.greeter", "nope")
+        #expect(noMethod.err.contains("notFound: no method 'nope'"))
+        let noPlugin = try sv.cli("call", "com.example.nobody", "x")
+        #expect(noPlugin.err.contains("notFound: no plugin com.example.nobody"))
+        let badJSON = try sv.cli("call", "com.example.greeter", "greet", "{nope")
+        #expect(badJSON.code != 0)
+        #expect(badJSON.err.contains("not valid JSON"))
+    }
+
+    @Test("plugin to plugin: allowed to dependencies, denied otherwise, errors carried back")
+    func pluginToPlugin() throws {
+        let w = try TestWorld()
+        try w.bundle("p.base")
+        try w.bundle("p.user", deps: [Dep("p.base")])
+        try w.bundle("p.stranger")
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.call("p.user", "call", #"{"target":"p.base","method":"echo","params":{"x":1}}"#, as: [String: Int].self) == ["x": 1])
+        let denied = try sv.cli("call", "p.user", "call", #"{"target":"p.stranger","method":"echo","params":1}"#)
+        #expect(denied.err.contains("denied: p.user may only call its declared dependencies"))
+        let custom = try sv.cli("call", "p.user", "call", #"{"target":"p.base","method":"fail"}"#)
+        #expect(custom.err.contains("custom: failed on purpose"))
+        let openOK = try sv.call("p.user", "open", #"{"uri":"plugin://p.base/echo?a=1&b=two"}"#, as: [String: String].self)
+        #expect(openOK == ["a": "1", "b": "two"])
+        let openDenied = try sv.cli("call", "p.user", "open", #"{"uri":"plugin://p.stranger/echo"}"#)
+        #expect(openDenied.err.contains("denied"))
+    }
+
+    @Test("100 calls in flight on one connection; one slow call finishes last without delaying the others")
+    func concurrentCalls() throws {
+        let w = try TestWorld()
+        try w.bundle("k.one")
+        let sv = try RunningSupervisor(w)
+        let conn = try rawControl(sv.socket)
+        defer { conn.close() }
+        var b = FrameBuilder(kind: .call)
+        b.uint("id", 1000)
+        b.string("target", "k.one")
+        b.string("method", "sleep")
+        b.raw("params", Array(#"{"ms":1500}"#.utf8))
+        try conn.sendFrame(b.finish())
+        let started = Date()
+        for i in 1...99 {
+            var c = FrameBuilder(kind: .call)
+            c.uint("id", UInt64(i))
+            c.string("target", "k.one")
+            c.string("method", i % 2 == 0 ? "echo" : "sleep")
+            c.raw("params", Array((i % 2 == 0 ? "[\(i)]" : #"{"ms":10}"#).utf8))
+            try conn.sendFrame(c.finish())
+        }
+        var order: [UInt64] = []
+        var fastDone: TimeInterval = 0
+        while order.count < 100 {
+            let frame = try #require(try conn.receiveFrame())
+            let id = try frame.withUnsafeBytes { try Envelope.parse($0).id }
+            order.append(try #require(id))
+            if order.count == 99 { fastDone = Date().timeIntervalSince(started) }
+        }
+        #expect(order.last == 1000)
+        #expect(Set(order).count == 100)
+        #expect(fastDone < 1.0, "99 fast calls took \(fastDone) s behind one slow call")
+    }
+
+    @Test("a call that outlives its timeout fails with timeout and does not block the next")
+    func timeouts() throws {
+        let w = try TestWorld()
+        try w.bundle("k.slow", extra: ["limits": ["callTimeoutMs": 300]])
+        let sv = try RunningSupervisor(w)
+        let t0 = Date()
+        let r = try sv.cli("call", "k.slow", "sleep", #"{"ms":5000}"#)
+        #expect(r.err.contains("timeout: k.slow did not answer call in time"))
+        #expect(Date().timeIntervalSince(t0) < 3)
+        let perCall = try sv.cli("call", "--timeout", "100", "k.slow", "sleep", #"{"ms":2000}"#)
+        #expect(perCall.err.contains("timeout"))
+        #expect(try sv.call("k.slow", "echo", "\"after\"", as: String.self) == "after")
+    }
+
+    @Test("oversized and garbage frames drop that client only; the supervisor keeps serving")
+    func badFrames() throws {
+        let w = try TestWorld()
+        try w.bundle("k.one")
+        let sv = try RunningSupervisor(w, args: [])
+        // Oversized: header says 64 MiB.
+        let big = try rawControl(sv.socket)
+        try big.sendFrame([0x04, 0, 0, 0, 0x7B])
+        let answer = try big.receiveFrame()
+        #expect(answer.map { String(decoding: $0, as: UTF8.self).contains("protocolViolation") } == true)
+        #expect(try big.receiveFrame() == nil)  // dropped
+        // Zero length.
+        let zero = try rawControl(sv.socket)
+        try zero.sendFrame([0, 0, 0, 0])
+        _ = try? zero.receiveFrame()
+        #expect((try? zero.receiveFrame()) ?? nil == nil)
+        // Garbage JSON inside a valid frame.
+        let garbage = try rawControl(sv.socket)
+        try garbage.sendFrame([UInt8].frame(body: Array("{\"type\": call,,,}".utf8)))
+        let g = try #require(try garbage.receiveFrame())
+        #expect(String(decoding: g, as: UTF8.self).contains("invalid JSON"))
+        // Nested past the depth limit.
+        let deep = try rawControl(sv.socket)
+        let nested = #"{"type":"call","id":1,"params":"# + String(repeating: "[", count: 200) + String(repeating: "]", count: 200) + "}"
+        try deep.sendFrame([UInt8].frame(body: Array(nested.utf8)))
+        let d = try #require(try deep.receiveFrame())
+        #expect(String(decoding: d, as: UTF8.self).contains("nested deeper"))
+        // Unknown type.
+        let unknown = try rawControl(sv.socket)
+        try unknown.sendFrame([UInt8].frame(body: Array(#"{"type":"teleport","id":1}"#.utf8)))
+        #expect(String(decoding: try #require(try unknown.receiveFrame()), as: UTF8.self).contains("unknown message type 'teleport'"))
+        // Everyone else is fine.
+        #expect(try sv.call("k.one", "echo", "7", as: Int.self) == 7)
+        #expect(try sv.plugin("k.one").state == "running")
+    }
+
+    @Test("plugin stdout junk is logged under its identifier and never corrupts the protocol")
+    func stdoutJunk() throws {
+        let w = try TestWorld()
+        try w.bundle("k.noisy")
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.call("k.noisy", "junk", as: String.self) == "ok")
+        #expect(try sv.call("k.noisy", "echo", "[1,2]", as: [Int].self) == [1, 2])
+        try sv.waitUntil("the junk line in the log") { sv.log.contains("JUNK-LINE-FROM-PLUGIN") }
+        let line = try #require(sv.log.split(separator: "\n").first { $0.contains("JUNK-LINE-FROM-PLUGIN") })
+        #expect(line.contains("plugin=k.noisy"))
+        #expect(line.contains("stdout"))
+        #expect(try sv.plugin("k.noisy").restarts == 0)
+    }
+
+    @Test("libraries that cannot load are clear errors naming the file")
+    func loadErrors() throws {
+        let w = try TestWorld()
+        let noSymbol = try Build.cLibrary("nosymbol", source: "int nothing_here(void) { return 1; }\n")
+        let wrongABI = try Build.cLibrary("wrongabi", source: """
+            #include "sp_plugin.h"
+            static void r(void *c, const uint8_t *j, size_t l) { (void)c; (void)j; (void)l; }
+            static const sp_plugin p = { 99, 0, r, 0 };
+            const sp_plugin *sp_plugin_create(const sp_host *h) { (void)h; return &p; }
+            """)
+        let nullCreate = try Build.cLibrary("nullcreate", source: """
+            #include "sp_plugin.h"
+            const sp_plugin *sp_plugin_create(const sp_host *h) { (void)h; return 0; }
+            """)
+        let notELF = w.root + "/libnotelf.so"
+        try "this is not a library".write(toFile: notELF, atomically: true, encoding: .utf8)
+        try w.bundle("e.nosymbol", library: noSymbol)
+        try w.bundle("e.wrongabi", library: wrongABI)
+        try w.bundle("e.null", library: nullCreate)
+        try w.bundle("e.notelf", library: notELF)
+        let missing = try w.bundle("e.missing")
+        try FileManager.default.removeItem(atPath: missing + "/libTestKit.so")
+        try w.bundle("e.fine")
+        let sv = try RunningSupervisor(w, args: [])
+        try sv.waitUntil(timeout: 20, "the broken plugins to fail") {
+            try sv.status().filter { $0.identifier != "e.fine" }.allSatisfy { $0.state == "failed" }
+        }
+        let st = try sv.status()
+        func exit(_ id: String) throws -> PluginProtocol.ExitStatus { try #require(st.first { $0.identifier == id }?.lastExit) }
+        #expect(try exit("e.nosymbol").reason == "missingSymbol")
+        #expect(try exit("e.nosymbol").message?.contains("libnosymbol.so does not export sp_plugin_create") == true)
+        #expect(try exit("e.wrongabi").reason == "abiMismatch")
+        #expect(try exit("e.wrongabi").message?.contains("speaks ABI version 99") == true)
+        #expect(try exit("e.null").reason == "createFailed")
+        #expect(try exit("e.notelf").reason == "loadError")
+        #expect(try exit("e.notelf").message?.contains("libnotelf.so") == true)
+        #expect(try exit("e.missing").reason == "loadError")
+        #expect(try exit("e.missing").message?.contains("e.missing/libTestKit.so") == true)
+        #expect(st.first { $0.identifier == "e.fine" }?.state == "running")
+    }
+}

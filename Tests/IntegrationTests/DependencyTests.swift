@@ -1,0 +1,103 @@
+import Foundation
+import PluginProtocol
+import Testing
+
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct DependencyTests {
+    @Test("a diamond starts in dependency order, launches after all started, and stops in reverse")
+    func diamondOrder() throws {
+        let w = try TestWorld()
+        try w.bundle("t.a")
+        try w.bundle("t.b", deps: [Dep("t.a")])
+        try w.bundle("t.c", deps: [Dep("t.a", ">=1.0.0 <2.0.0")])
+        try w.bundle("t.d", deps: [Dep("t.b"), Dep("t.c")])
+        try w.bundle("t.solo")
+        let sv = try RunningSupervisor(w)
+        #expect(sv.stdout.contains("ready: 5 plugins running"))
+
+        var startup: [String: UInt64] = [:]
+        var launch: [String: UInt64] = [:]
+        for id in ["t.a", "t.b", "t.c", "t.d", "t.solo"] {
+            let info = try sv.info(id)
+            #expect(info.identifier == id)
+            startup[id] = try #require(info.time(of: "startup"))
+            launch[id] = try #require(info.time(of: "launch"))
+            #expect(info.names.filter { $0 == "startup" }.count == 1)
+        }
+        #expect(startup["t.a"]! < startup["t.b"]!)
+        #expect(startup["t.a"]! < startup["t.c"]!)
+        #expect(startup["t.b"]! < startup["t.d"]!)
+        #expect(startup["t.c"]! < startup["t.d"]!)
+        // launch only once every plugin has started
+        #expect(launch.values.min()! > startup.values.max()!)
+
+        #expect(try sv.cli("stop").code == 0)
+        #expect(try sv.waitForExit() == 0)
+        func terminated(_ id: String) throws -> UInt64 {
+            let text = try String(contentsOfFile: w.home + "/data/\(id)/terminated", encoding: .utf8)
+            return try #require(UInt64(text.split(separator: "\n").first ?? ""))
+        }
+        #expect(try terminated("t.d") < terminated("t.b"))
+        #expect(try terminated("t.d") < terminated("t.c"))
+        #expect(try terminated("t.b") < terminated("t.a"))
+        #expect(try terminated("t.c") < terminated("t.a"))
+    }
+
+    @Test("a cycle is reported whole, a missing dependency and an unmet range name the file; the rest start")
+    func cyclesAndMissing() throws {
+        let w = try TestWorld()
+        try w.bundle("c.a", deps: [Dep("c.b")])
+        try w.bundle("c.b", deps: [Dep("c.c")])
+        try w.bundle("c.c", deps: [Dep("c.a")])
+        try w.bundle("c.after", deps: [Dep("c.a")])
+        try w.bundle("m.needy", deps: [Dep("m.absent")])
+        try w.bundle("v.old", version: "1.4.0")
+        try w.bundle("v.picky", deps: [Dep("v.old", ">=2.0.0")])
+        try w.bundle("ok.fine")
+        let sv = try RunningSupervisor(w)
+        let status = try sv.status()
+        func entry(_ id: String) throws -> PluginStatus { try #require(status.first { $0.identifier == id }) }
+
+        for id in ["c.a", "c.b", "c.c"] {
+            let e = try entry(id)
+            #expect(e.state == "failed")
+            #expect(e.error?.contains("dependency cycle c.a → c.b → c.c → c.a") == true, "\(e.error ?? "")")
+            #expect(e.error?.contains("\(id.replacingOccurrences(of: "c.", with: "c."))/plugin.json") == true)
+        }
+        #expect(try entry("c.after").state == "failed")
+        #expect(try entry("c.after").error?.contains("dependency c.a cannot start") == true)
+        let needy = try entry("m.needy")
+        #expect(needy.state == "failed")
+        #expect(needy.error?.contains("m.needy/plugin.json") == true)
+        #expect(needy.error?.contains("m.absent is not installed") == true)
+        let picky = try entry("v.picky")
+        #expect(picky.error?.contains(">=2.0.0 is not met by the installed 1.4.0") == true, "\(picky.error ?? "")")
+        #expect(try entry("v.old").state == "running")
+        #expect(try entry("ok.fine").state == "running")
+        #expect(sv.log.contains("c.a → c.b → c.c → c.a"))
+        #expect(try sv.call("ok.fine", "echo", "[1]", as: [Int].self) == [1])
+    }
+
+    @Test("invalid manifests and duplicate identifiers are errors naming the file and field")
+    func invalidManifests() throws {
+        let w = try TestWorld()
+        let noVersion = try w.rawBundle("noversion", manifest: #"{"identifier": "bad.noversion", "library": "x.so"}"#)
+        let badID = try w.rawBundle("badid", manifest: #"{"identifier": "bad id!", "version": "1.0.0", "library": "x.so"}"#)
+        let garbage = try w.rawBundle("garbage", manifest: #"{"identifier": "#)
+        let badVersion = try w.rawBundle("badversion", manifest: #"{"identifier": "bad.version", "version": "1.0", "library": "x.so"}"#)
+        let badPerm = try w.rawBundle("badperm", manifest: #"{"identifier": "bad.perm", "version": "1.0.0", "library": "x.so", "permissions": ["root"]}"#)
+        try w.bundle("dup.one", folder: "dup1")
+        try w.bundle("dup.one", folder: "dup2")
+        let sv = try RunningSupervisor(w)
+        let log = sv.log
+        #expect(log.contains("\(noVersion)/plugin.json: field 'version': missing"))
+        #expect(log.contains("\(badID)/plugin.json: field 'identifier'"))
+        #expect(log.contains("\(garbage)/plugin.json: not valid JSON"))
+        #expect(log.contains("\(badVersion)/plugin.json: field 'version': '1.0' is not a semantic version"))
+        #expect(log.contains("\(badPerm)/plugin.json: field 'permissions[0]': unknown permission 'root'"))
+        #expect(log.contains("dup2/plugin.json: field 'identifier': duplicate identifier dup.one, already used by"))
+        let status = try sv.status()
+        #expect(status.map(\.identifier) == ["dup.one"])
+        #expect(status.first?.state == "running")
+    }
+}

@@ -1,0 +1,232 @@
+import Foundation
+import IPC
+import PluginProtocol
+import Testing
+
+/// Where the package's build products are: beside this test binary.
+enum Build {
+    static let dir: String = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
+        // Inside an .xctest bundle folder on some toolchains.
+        if url.lastPathComponent.hasSuffix(".xctest") { url.deleteLastPathComponent() }
+        return url.path
+    }()
+
+    static var supervisor: String { dir + "/supervisor" }
+    static func library(_ name: String) -> String { dir + "/lib\(name).so" }
+
+    private static let cLock = NSLock()
+
+    /// Compiles a C plugin fixture with plain `cc` against the ABI header (once per run).
+    static func cLibrary(_ name: String, source: String) throws -> String {
+        cLock.lock()
+        defer { cLock.unlock() }
+        let out = dir + "/fixtures-c"
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        let lib = out + "/lib\(name).so"
+        let src = out + "/\(name).c"
+        try source.write(toFile: src, atomically: true, encoding: .utf8)
+        let header = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources/CPluginABI/include").path
+        let r = try Shell.run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", header, "-o", lib, src])
+        guard r.code == 0 else { throw HarnessError("cc failed for \(name): \(r.err)") }
+        return lib
+    }
+
+    /// The C example plugin, built as the README's script builds it.
+    static func cHello() throws -> String {
+        let src = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Examples/CHello/chello.c").path
+        return try cLibrary("chello", source: try String(contentsOfFile: src, encoding: .utf8))
+    }
+}
+
+struct HarnessError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+enum Shell {
+    struct Result { var code: Int32; var out: String; var err: String }
+
+    static func run(_ path: String, _ args: [String], env: [String: String]? = nil, timeout: TimeInterval = 60) throws -> Result {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: path)
+        p.arguments = args
+        if let env { p.environment = env }
+        let outFile = FileManager.default.temporaryDirectory.appendingPathComponent("out-\(UUID().uuidString)")
+        let errFile = FileManager.default.temporaryDirectory.appendingPathComponent("err-\(UUID().uuidString)")
+        FileManager.default.createFile(atPath: outFile.path, contents: nil)
+        FileManager.default.createFile(atPath: errFile.path, contents: nil)
+        defer {
+            try? FileManager.default.removeItem(at: outFile)
+            try? FileManager.default.removeItem(at: errFile)
+        }
+        p.standardOutput = try FileHandle(forWritingTo: outFile)
+        p.standardError = try FileHandle(forWritingTo: errFile)
+        try p.run()
+        let deadline = Date().addingTimeInterval(timeout)
+        while p.isRunning && Date() < deadline { usleep(2000) }
+        if p.isRunning { p.terminate(); throw HarnessError("\(path) \(args) did not finish in \(timeout) s") }
+        p.waitUntilExit()
+        return Result(code: p.terminationStatus,
+                      out: (try? String(contentsOf: outFile, encoding: .utf8)) ?? "",
+                      err: (try? String(contentsOf: errFile, encoding: .utf8)) ?? "")
+    }
+}
+
+/// A dependency in a test manifest.
+struct Dep {
+    var id: String
+    var range: String?
+    init(_ id: String, _ range: String? = nil) { self.id = id; self.range = range }
+}
+
+/// A temporary home and plugin folder with bundles made from the package's libraries.
+final class TestWorld: @unchecked Sendable {
+    let root: String
+    let home: String
+    let plugins: String
+
+    init() throws {
+        root = FileManager.default.temporaryDirectory.appendingPathComponent("sp-\(UUID().uuidString.prefix(8))").path
+        home = root + "/home"
+        plugins = root + "/plugins"
+        try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: root) }
+
+    /// Adds a bundle: `library` is a path to a .so (hard-linked in), the manifest is made from the rest.
+    @discardableResult
+    func bundle(_ id: String, version: String = "1.0.0", deps: [Dep] = [], library: String = Build.library("TestKit"),
+                folder: String? = nil, extra: [String: Any] = [:], in dir: String? = nil) throws -> String {
+        let bundle = (dir ?? plugins) + "/" + (folder ?? id)
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+        let libName = (library as NSString).lastPathComponent
+        let dest = bundle + "/" + libName
+        try? FileManager.default.removeItem(atPath: dest)
+        if link(library, dest) != 0 { try FileManager.default.copyItem(atPath: library, toPath: dest) }
+        var manifest: [String: Any] = ["identifier": id, "version": version, "library": libName]
+        if !deps.isEmpty {
+            manifest["dependencies"] = deps.map { d -> Any in d.range.map { ["id": d.id, "version": $0] } ?? d.id }
+        }
+        for (k, v) in extra { manifest[k] = v }
+        let data = try JSONSerialization.data(withJSONObject: manifest, options: [.prettyPrinted, .sortedKeys])
+        try data.write(to: URL(fileURLWithPath: bundle + "/plugin.json"))
+        return bundle
+    }
+
+    /// Writes a raw plugin.json (for invalid-manifest tests).
+    func rawBundle(_ folder: String, manifest: String) throws -> String {
+        let bundle = plugins + "/" + folder
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+        try manifest.write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
+        return bundle
+    }
+}
+
+/// A real `supervisor start` process with its output in files.
+final class RunningSupervisor: @unchecked Sendable {
+    let world: TestWorld
+    let process = Process()
+    let outPath: String
+    let errPath: String
+    var socket: String { world.home + "/supervisor.sock" }
+
+    init(_ world: TestWorld, args: [String] = [], waitForReady: Bool = true, timeout: TimeInterval = 30) throws {
+        self.world = world
+        outPath = world.root + "/stdout-\(UUID().uuidString.prefix(6))"
+        errPath = world.root + "/stderr-\(UUID().uuidString.prefix(6))"
+        FileManager.default.createFile(atPath: outPath, contents: nil)
+        FileManager.default.createFile(atPath: errPath, contents: nil)
+        process.executableURL = URL(fileURLWithPath: Build.supervisor)
+        process.arguments = ["start", "--home", world.home, "--plugins", world.plugins] + args
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
+        try process.run()
+        if waitForReady { try self.waitForReady(timeout: timeout) }
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+
+    var stdout: String { (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "" }
+    var log: String { (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "" }
+    var pid: Int32 { process.processIdentifier }
+
+    func waitForReady(timeout: TimeInterval = 30) throws {
+        try waitUntil(timeout: timeout, "the ready line") { stdout.contains("ready") }
+    }
+
+    func waitUntil(timeout: TimeInterval = 10, _ what: String, _ condition: () throws -> Bool) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if try condition() { return }
+            if !process.isRunning && !what.contains("exit") {
+                throw HarnessError("supervisor exited (\(process.terminationStatus)) while waiting for \(what); log:\n\(log)")
+            }
+            usleep(20_000)
+        }
+        throw HarnessError("timed out waiting for \(what); log:\n\(log)")
+    }
+
+    /// Runs a CLI command against this supervisor.
+    @discardableResult
+    func cli(_ args: String...) throws -> Shell.Result { try cli(args) }
+
+    func cli(_ args: [String]) throws -> Shell.Result {
+        guard let sub = args.first else { throw HarnessError("no command") }
+        return try Shell.run(Build.supervisor, [sub, "--socket", socket] + args.dropFirst())
+    }
+
+    func status() throws -> [PluginStatus] {
+        let r = try cli("status", "--json")
+        guard r.code == 0 else { throw HarnessError("status failed: \(r.err)") }
+        return try JSONDecoder().decode([PluginStatus].self, from: Data(r.out.utf8))
+    }
+
+    func plugin(_ id: String) throws -> PluginStatus {
+        guard let p = try status().first(where: { $0.identifier == id }) else { throw HarnessError("no \(id) in status") }
+        return p
+    }
+
+    /// Calls and decodes a JSON result.
+    func call<T: Decodable>(_ id: String, _ method: String, _ params: String? = nil, as: T.Type) throws -> T {
+        let r = try cli(["call", id, method] + (params.map { [$0] } ?? []))
+        guard r.code == 0 else { throw HarnessError("call \(id) \(method) failed (\(r.code)): \(r.err)") }
+        return try JSONDecoder().decode(T.self, from: Data(r.out.utf8))
+    }
+
+    func signal(_ sig: Int32) { kill(pid, sig) }
+
+    /// Waits for the process to end; returns its exit status.
+    func waitForExit(timeout: TimeInterval = 20) throws -> Int32 {
+        try waitUntil(timeout: timeout, "exit") { !process.isRunning }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+}
+
+/// What TestKit's `info` method returns.
+struct KitInfo: Decodable {
+    struct Stamp: Decodable { var event: String; var at: UInt64 }
+    var identifier: String
+    var pid: Int32
+    var events: [Stamp]
+
+    func time(of event: String) -> UInt64? { events.first { $0.event == event }?.at }
+    var names: [String] { events.map(\.event) }
+}
+
+extension RunningSupervisor {
+    func info(_ id: String) throws -> KitInfo { try call(id, "info", as: KitInfo.self) }
+}
+
+/// A raw client on the control socket, for protocol-level tests.
+func rawControl(_ path: String) throws -> BlockingConnection {
+    try BlockingConnection.connect(path: path)
+}

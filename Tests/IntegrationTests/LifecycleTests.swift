@@ -1,0 +1,183 @@
+import Foundation
+import PluginProtocol
+import Testing
+
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct LifecycleTests {
+    @Test("status --json has every field SPEC §6 lists; the table names each plugin")
+    func statusFields() throws {
+        let w = try TestWorld()
+        try w.bundle("s.base", version: "2.1.0-beta.1")
+        try w.bundle("s.top", deps: [Dep("s.base")])
+        let sv = try RunningSupervisor(w)
+        let r = try sv.cli("status", "--json")
+        #expect(r.code == 0)
+        let raw = try #require(try JSONSerialization.jsonObject(with: Data(r.out.utf8)) as? [[String: Any]])
+        #expect(raw.count == 2)
+        for entry in raw {
+            for key in ["identifier", "version", "state", "pid", "restarts", "dependencies", "variant", "sandbox"] {
+                #expect(entry[key] != nil, "missing \(key)")
+            }
+        }
+        let top = try sv.plugin("s.top")
+        #expect(top.dependencies == ["s.base"])
+        #expect(top.state == "running")
+        #expect((top.pid ?? 0) > 0)
+        #expect(kill(top.pid!, 0) == 0)
+        #expect(try sv.plugin("s.base").version == "2.1.0-beta.1")
+        let table = try sv.cli("status")
+        #expect(table.out.contains("s.base"))
+        #expect(table.out.contains("running"))
+    }
+
+    @Test("send delivers events to all or one plugin; restart replaces the worker and tells dependents")
+    func sendAndRestart() throws {
+        let w = try TestWorld()
+        try w.bundle("l.base")
+        try w.bundle("l.dep", deps: [Dep("l.base")])
+        let sv = try RunningSupervisor(w)
+        let all = try sv.cli("send", "memoryWarning")
+        #expect(all.code == 0)
+        #expect(all.out.contains(#""delivered":["l.base","l.dep"]"#))
+        let one = try sv.cli("send", "background", "--plugin", "l.dep")
+        #expect(one.out.contains(#""delivered":["l.dep"]"#))
+        #expect(try sv.info("l.dep").names.contains("background"))
+        #expect(!(try sv.info("l.base").names.contains("background")))
+        let bad = try sv.cli("send", "explode")
+        #expect(bad.code != 0)
+        #expect(bad.err.contains("badRequest: cannot send 'explode'"))
+
+        let before = try sv.plugin("l.base").pid
+        let r = try sv.cli("restart", "l.base")
+        #expect(r.code == 0, "\(r.err)")
+        let after = try sv.plugin("l.base")
+        #expect(after.pid != before)
+        #expect(after.restarts == 1)
+        #expect(after.state == "running")
+        try sv.waitUntil("dependencyRestarted at l.dep") {
+            try sv.info("l.dep").names.contains("dependencyRestarted:l.base")
+        }
+        #expect(try sv.cli("restart", "l.nobody").err.contains("no plugin l.nobody"))
+    }
+
+    @Test("signals to the supervisor: USR1, TSTP, CONT reach every plugin; HUP rescans; TERM stops cleanly")
+    func supervisorSignals() throws {
+        let w = try TestWorld()
+        try w.bundle("g.one")
+        try w.bundle("g.two", deps: [Dep("g.one")])
+        let sv = try RunningSupervisor(w)
+        sv.signal(SIGUSR1)
+        try sv.waitUntil("memoryWarning everywhere") {
+            try sv.info("g.one").names.contains("memoryWarning") && sv.info("g.two").names.contains("memoryWarning")
+        }
+        sv.signal(SIGTSTP)
+        try sv.waitUntil("background everywhere") {
+            try sv.info("g.one").names.contains("background") && sv.info("g.two").names.contains("background")
+        }
+        #expect(sv.process.isRunning)  // SIGTSTP does not stop the supervisor
+        sv.signal(SIGCONT)
+        try sv.waitUntil("foreground everywhere") {
+            try sv.info("g.one").names.contains("foreground") && sv.info("g.two").names.contains("foreground")
+        }
+        // SIGHUP: a new bundle starts, a removed one stops.
+        try w.bundle("g.three", deps: [Dep("g.one")])
+        try FileManager.default.removeItem(atPath: w.plugins + "/g.two")
+        sv.signal(SIGHUP)
+        try sv.waitUntil("g.three running and g.two gone") {
+            let st = try sv.status()
+            return st.contains { $0.identifier == "g.three" && $0.state == "running" } && !st.contains { $0.identifier == "g.two" }
+        }
+        #expect(try sv.plugin("g.one").restarts == 0)
+        let pids = try sv.status().compactMap(\.pid)
+        sv.signal(SIGTERM)
+        #expect(try sv.waitForExit() == 0)
+        #expect(sv.log.contains("shutting down (SIGTERM)"))
+        for pid in pids { #expect(kill(pid, 0) != 0, "worker \(pid) outlived the supervisor") }
+        #expect(!FileManager.default.fileExists(atPath: sv.socket))
+        #expect(FileManager.default.fileExists(atPath: w.home + "/data/g.one/terminated"))
+    }
+
+    @Test("SIGINT also shuts down cleanly")
+    func sigint() throws {
+        let w = try TestWorld()
+        try w.bundle("i.one")
+        let sv = try RunningSupervisor(w)
+        sv.signal(SIGINT)
+        #expect(try sv.waitForExit() == 0)
+        #expect(FileManager.default.fileExists(atPath: w.home + "/data/i.one/terminated"))
+    }
+
+    @Test("signals to one worker's pid reach that plugin alone; SIGTERM makes it exit cleanly")
+    func workerSignals() throws {
+        let w = try TestWorld()
+        try w.bundle("x.one")
+        try w.bundle("x.two")
+        let sv = try RunningSupervisor(w)
+        let pid = try #require(try sv.plugin("x.one").pid)
+        kill(pid, SIGUSR1)
+        try sv.waitUntil("memoryWarning at x.one") { try sv.info("x.one").names.contains("memoryWarning") }
+        kill(pid, SIGTSTP)
+        try sv.waitUntil("background at x.one") { try sv.info("x.one").names.contains("background") }
+        kill(pid, SIGCONT)
+        try sv.waitUntil("foreground at x.one") { try sv.info("x.one").names.contains("foreground") }
+        kill(pid, SIGHUP)  // ignored by workers
+        #expect(try sv.call("x.one", "echo", "1", as: Int.self) == 1)
+        let two = try sv.info("x.two").names
+        #expect(!two.contains("memoryWarning") && !two.contains("background"))
+
+        kill(pid, SIGTERM)
+        try sv.waitUntil("x.one stopped") { try sv.plugin("x.one").state == "stopped" }
+        let one = try sv.plugin("x.one")
+        #expect(one.lastExit?.code == 0)
+        #expect(one.restarts == 0)
+        #expect(FileManager.default.fileExists(atPath: w.home + "/data/x.one/terminated"))
+        #expect(try sv.plugin("x.two").state == "running")
+        #expect(try sv.call("x.two", "echo", "2", as: Int.self) == 2)
+        let unavailable = try sv.cli("call", "x.one", "echo", "1")
+        #expect(unavailable.err.contains("unavailable: x.one is stopped"))
+    }
+
+    @Test("the control socket is 0600, a second supervisor on the same home refuses, stop exits 0")
+    func controlSocketAndLock() throws {
+        let w = try TestWorld()
+        try w.bundle("o.one")
+        let sv = try RunningSupervisor(w)
+        var st = stat()
+        #expect(stat(sv.socket, &st) == 0)
+        #expect(st.st_mode & 0o777 == 0o600)
+        let second = try Shell.run(Build.supervisor, ["start", "--home", w.home, "--plugins", w.plugins], timeout: 20)
+        #expect(second.code != 0)
+        #expect(second.err.contains("another supervisor (pid \(sv.pid)) is already running"))
+        #expect(try sv.call("o.one", "echo", "1", as: Int.self) == 1)
+        let r = try sv.cli("stop")
+        #expect(r.code == 0)
+        #expect(try sv.waitForExit() == 0)
+        let gone = try Shell.run(Build.supervisor, ["status", "--socket", sv.socket])
+        #expect(gone.code == 2)
+        #expect(gone.err.contains("cannot reach the supervisor"))
+    }
+
+    @Test("start with no plugins folder option serves the home's plugins")
+    func defaultHome() throws {
+        let w = try TestWorld()
+        try w.bundle("h.one", in: w.home + "/plugins")
+        let out = w.root + "/out"
+        FileManager.default.createFile(atPath: out, contents: nil)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Build.supervisor)
+        p.arguments = ["start"]
+        p.environment = ["SUPERVISOR_HOME": w.home, "PATH": "/usr/bin:/bin"]
+        p.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline, !((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("ready") { usleep(20_000) }
+        #expect(((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("ready: 1 plugin running"))
+        let r = try Shell.run(Build.supervisor, ["call", "h.one", "echo", "\"hi\""], env: ["SUPERVISOR_HOME": w.home])
+        #expect(r.out.trimmingCharacters(in: .whitespacesAndNewlines) == "\"hi\"")
+        kill(p.processIdentifier, SIGTERM)
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0)
+    }
+}

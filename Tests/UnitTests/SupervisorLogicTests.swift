@@ -1,0 +1,110 @@
+@testable import SupervisorKit
+import Testing
+
+@Suite struct SemanticVersionTests {
+    @Test func ordering() throws {
+        let ordered = ["1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta", "1.0.0-beta.2", "1.0.0-beta.11",
+                       "1.0.0-rc.1", "1.0.0", "1.9.0", "1.10.0", "2.0.0"]
+        let versions = try ordered.map { try #require(SemanticVersion($0)) }
+        for (a, b) in zip(versions, versions.dropFirst()) { #expect(a < b, "\(a) < \(b)") }
+        #expect(SemanticVersion("1.0.0-alpha.2")! < SemanticVersion("1.0.0-alpha.10")!)
+        #expect(SemanticVersion("1.0.0+build.1") == SemanticVersion("1.0.0+other"))
+    }
+
+    @Test(arguments: ["01.0.0", "1.0", "1", "1.0.0-", "1.0.0-01", "1.0.0+", "v1.0.0", "1.0.0-a..b", "", "1.0.0.0", "-1.0.0"])
+    func rejects(_ text: String) {
+        #expect(SemanticVersion(text) == nil)
+    }
+
+    @Test func ranges() throws {
+        let r = try #require(VersionRange(">=1.2.0 <2.0.0"))
+        #expect(r.contains(SemanticVersion("1.2.0")!))
+        #expect(r.contains(SemanticVersion("1.99.0")!))
+        #expect(!r.contains(SemanticVersion("2.0.0")!))
+        #expect(!r.contains(SemanticVersion("1.1.9")!))
+        #expect(VersionRange("^1.2.3")!.contains(SemanticVersion("1.9.0")!))
+        #expect(!VersionRange("^1.2.3")!.contains(SemanticVersion("2.0.0")!))
+        #expect(!VersionRange("^0.2.3")!.contains(SemanticVersion("0.3.0")!))
+        #expect(VersionRange("~1.2.3")!.contains(SemanticVersion("1.2.9")!))
+        #expect(!VersionRange("~1.2.3")!.contains(SemanticVersion("1.3.0")!))
+        #expect(VersionRange("1.2.3")!.contains(SemanticVersion("1.2.3")!))
+        #expect(VersionRange("*")!.contains(SemanticVersion("9.9.9")!))
+        #expect(VersionRange(">=banana") == nil)
+    }
+}
+
+@Suite struct ManifestTests {
+    func parse(_ json: String) throws(ManifestError) -> Manifest {
+        try Manifest.parse(Array(json.utf8), bundle: "/b", file: "/b/plugin.json")
+    }
+
+    @Test func full() throws {
+        let m = try parse("""
+            {"identifier":"a.b","version":"1.2.3-rc.1","dependencies":["x.y",{"id":"z.w","version":">=1.0.0"}],
+             "library":"lib/a.so","permissions":["network","filesystem.read:/srv/data"],"restart":"always",
+             "limits":{"memoryMB":64,"callTimeoutMs":100},"unknownField":{"ignored":true}}
+            """)
+        #expect(m.identifier == "a.b")
+        #expect(m.dependencies == [.init(identifier: "x.y", range: nil), .init(identifier: "z.w", range: ">=1.0.0")])
+        #expect(m.restart == .always)
+        #expect(m.limits.memoryMB == 64)
+        #expect(m.permissions.count == 2)
+    }
+
+    @Test(arguments: [
+        (#"{"version":"1.0.0","library":"a.so"}"#, "identifier", "missing"),
+        (#"{"identifier":"a b","version":"1.0.0","library":"a.so"}"#, "identifier", "reverse-DNS"),
+        (#"{"identifier":"a.b","library":"a.so"}"#, "version", "missing"),
+        (#"{"identifier":"a.b","version":"1.0.0"}"#, "library", "missing"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"../a.so"}"#, "library", "inside the bundle"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"/lib/a.so"}"#, "library", "inside the bundle"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","restart":"sometimes"}"#, "restart", "on-failure"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","dependencies":[{"version":"1.0.0"}]}"#, "dependencies[0].id", "missing"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","dependencies":[{"id":"c.d","version":"soon"}]}"#, "dependencies[0].version", "version range"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","dependencies":["a.b"]}"#, "dependencies[0]", "itself"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","permissions":["filesystem.read:relative"]}"#, "permissions[0]", "unknown permission"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"memoryMB":0}}"#, "limits.memoryMB", "positive"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":5}"#, "library", "wrong type"),
+    ])
+    func errors(_ json: String, _ field: String, _ reason: String) {
+        do {
+            _ = try parse(json)
+            Issue.record("accepted \(json)")
+        } catch {
+            #expect(error.file == "/b/plugin.json")
+            #expect(error.field == field, "\(error)")
+            #expect(error.reason.contains(reason), "\(error)")
+        }
+    }
+}
+
+@Suite struct CatalogTests {
+    func manifest(_ id: String, _ deps: [String] = [], version: String = "1.0.0") -> Manifest {
+        Manifest(identifier: id, version: SemanticVersion(version)!, dependencies: deps.map { .init(identifier: $0, range: nil) },
+                 library: "x.so", variants: [], permissions: [], restart: .onFailure, limits: .init(), bundle: "/p/\(id)",
+                 file: "/p/\(id)/plugin.json")
+    }
+
+    @Test func orderAndCycles() {
+        let c = PluginCatalog(manifests: [
+            manifest("d", ["b", "c"]), manifest("b", ["a"]), manifest("c", ["a"]), manifest("a"),
+            manifest("x", ["y"]), manifest("y", ["z"]), manifest("z", ["x"]), manifest("w", ["x"]),
+        ])
+        let order = c.order
+        #expect(order.firstIndex(of: "a")! < order.firstIndex(of: "b")!)
+        #expect(order.firstIndex(of: "b")! < order.firstIndex(of: "d")!)
+        #expect(order.firstIndex(of: "c")! < order.firstIndex(of: "d")!)
+        #expect(c.unstartable["x"]?.contains("dependency cycle x → y → z → x") == true)
+        #expect(c.unstartable["y"]?.contains("x → y → z → x") == true)
+        #expect(c.unstartable["w"]?.contains("dependency x cannot start") == true)
+        #expect(Set(c.manifests.keys) == ["a", "b", "c", "d"])
+    }
+
+    @Test func duplicates() {
+        var second = manifest("a")
+        second.file = "/q/a/plugin.json"
+        let c = PluginCatalog(manifests: [manifest("a"), second])
+        #expect(c.problems.count == 1)
+        #expect(c.problems[0].contains("/q/a/plugin.json: field 'identifier': duplicate identifier a, already used by /p/a/plugin.json"))
+    }
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what a new Debian/Ubuntu machine lacks to build and test this package: the C libraries
+# the sandbox and installer link against, pkg-config and a C compiler. Swift itself must be on PATH.
+set -euo pipefail
+need=()
+for lib in libseccomp libcurl libarchive; do
+  pkg-config --exists "$lib" 2>/dev/null || need+=("$lib")
+done
+command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v cc >/dev/null || need+=(cc)
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+echo "installing build dependencies (missing: ${need[*]})" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq libseccomp-dev libcurl4-openssl-dev libarchive-dev pkg-config gcc >/dev/null
