@@ -37,7 +37,7 @@ run call com.example.chello add '[40, 2]'
 run call com.example.asyncworks work
 run send memoryWarning
 run stop
-wait $pid
+if wait $pid; then rc=0; else rc=$?; fi
 echo
-echo "supervisor exited cleanly (status $?); its log is in $SUPERVISOR_HOME/supervisor.log"
+echo "supervisor exited with status $rc; its log is in $SUPERVISOR_HOME/supervisor.log"
 echo "Run it yourself: $sv start --plugins $plugins   (or ./scripts/demo.sh --keep)"
