@@ -27,6 +27,8 @@ let package = Package(
         .target(name: "CWorkerSupport", path: "Sources/CWorkerSupport"),
         // C helpers for the supervisor: posix_spawn with session and descriptor set-up, SO_PEERCRED.
         .target(name: "CSupervisorSupport", path: "Sources/CSupervisorSupport"),
+        // libseccomp, Debian's libseccomp-dev.
+        .systemLibrary(name: "CSeccomp", path: "Sources/CSeccomp", pkgConfig: "libseccomp", providers: [.apt(["libseccomp-dev"])]),
 
         .target(name: "PluginProtocol", path: "Sources/Protocol"),
         .target(name: "IPC", dependencies: ["PluginProtocol"], path: "Sources/IPC"),
@@ -37,7 +39,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "PluginWorker",
-            dependencies: ["CPluginABI", "CWorkerSupport", "PluginProtocol", "IPC"],
+            dependencies: ["CPluginABI", "CWorkerSupport", "CSeccomp", "PluginProtocol", "IPC"],
             path: "Sources/PluginWorker"
         ),
         .target(

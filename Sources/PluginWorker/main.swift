@@ -40,8 +40,8 @@ do { spec = try readSpec() } catch { fail(error, connection: nil) }
 let connection = BlockingConnection(fd: spec.socketFD, maxBody: spec.maxFrameBytes)
 var timings: [String: Int] = [:]
 
-let confinement: Confinement.Applied
-do { confinement = try Confinement.applyBase(spec) } catch { fail(error, connection: connection) }
+let confinement: Sandbox.Applied
+do { confinement = try Sandbox.apply(spec) } catch { fail(error, connection: connection) }
 let sandboxedAt = cws_monotonic_us()
 timings["sandboxUs"] = Int(sandboxedAt - startedAt)
 

@@ -5,7 +5,7 @@ import IPC
 
 /// The few file-system calls the supervisor makes, each failing with a `SystemError` naming the path.
 public enum FileSystem {
-    /// Reads a whole regular file of at most `limit` bytes.
+    /// Reads a whole regular file of at most `limit` bytes, to its end (procfs files report size 0).
     public static func readFile(_ path: String, limit: Int) throws(SystemError) -> [UInt8] {
         let fd = try syscallRetrying("open", context: path) { open(path, O_RDONLY | O_CLOEXEC) }
         defer { close(fd) }
@@ -13,16 +13,18 @@ public enum FileSystem {
         _ = try syscallRetrying("fstat", context: path) { fstat(fd, &st) }
         guard (st.st_mode & S_IFMT) == S_IFREG else { throw SystemError(call: "open", errno: EISDIR, context: path) }
         guard Int(st.st_size) <= limit else { throw SystemError(call: "read", errno: EFBIG, context: path) }
-        let size = Int(st.st_size)
-        let raw = UnsafeMutableRawPointer.allocate(byteCount: max(size, 1), alignment: 1)
+        var out: [UInt8] = []
+        out.reserveCapacity(Int(st.st_size))
+        let chunk = 64 * 1024
+        let raw = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 1)
         defer { raw.deallocate() }
-        var offset = 0
-        while offset < size {
-            let n = try syscallRetrying("read", context: path) { read(fd, raw + offset, size - offset) }
+        while true {
+            let n = try syscallRetrying("read", context: path) { read(fd, raw, chunk) }
             if n == 0 { break }
-            offset += n
+            guard out.count + n <= limit else { throw SystemError(call: "read", errno: EFBIG, context: path) }
+            out.append(contentsOf: UnsafeRawBufferPointer(start: raw, count: n))
         }
-        return Array(UnsafeRawBufferPointer(start: raw, count: offset))
+        return out
     }
 
     /// Names in a folder, sorted, without `.` and `..`.

@@ -1,0 +1,70 @@
+#ifndef SANDBOX_SUPPORT_H
+#define SANDBOX_SUPPORT_H
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ---- Landlock (definitions of our own: the distribution's headers may predate the kernel's ABI) ---- */
+static const uint64_t CWS_LL_FS_EXECUTE = 0x1ULL;
+static const uint64_t CWS_LL_FS_WRITE_FILE = 0x2ULL;
+static const uint64_t CWS_LL_FS_READ_FILE = 0x4ULL;
+static const uint64_t CWS_LL_FS_READ_DIR = 0x8ULL;
+static const uint64_t CWS_LL_FS_REMOVE_DIR = 0x10ULL;
+static const uint64_t CWS_LL_FS_REMOVE_FILE = 0x20ULL;
+static const uint64_t CWS_LL_FS_MAKE_CHAR = 0x40ULL;
+static const uint64_t CWS_LL_FS_MAKE_DIR = 0x80ULL;
+static const uint64_t CWS_LL_FS_MAKE_REG = 0x100ULL;
+static const uint64_t CWS_LL_FS_MAKE_SOCK = 0x200ULL;
+static const uint64_t CWS_LL_FS_MAKE_FIFO = 0x400ULL;
+static const uint64_t CWS_LL_FS_MAKE_BLOCK = 0x800ULL;
+static const uint64_t CWS_LL_FS_MAKE_SYM = 0x1000ULL;
+static const uint64_t CWS_LL_FS_REFER = 0x2000ULL; /* ABI 2 */
+static const uint64_t CWS_LL_FS_TRUNCATE = 0x4000ULL; /* ABI 3 */
+static const uint64_t CWS_LL_FS_IOCTL_DEV = 0x8000ULL; /* ABI 5 */
+static const uint64_t CWS_LL_NET_BIND_TCP = 0x1ULL;  /* ABI 4 */
+static const uint64_t CWS_LL_NET_CONNECT_TCP = 0x2ULL;  /* ABI 4 */
+static const uint64_t CWS_LL_SCOPE_ABSTRACT_UNIX_SOCKET = 0x1ULL; /* ABI 6 */
+static const uint64_t CWS_LL_SCOPE_SIGNAL = 0x2ULL;  /* ABI 6 */
+
+/* The Landlock ABI the kernel offers, or -errno (-ENOSYS, -EOPNOTSUPP when disabled). */
+int cws_landlock_abi(void);
+/* landlock_create_ruleset; returns the ruleset fd or -errno. `scoped` needs ABI 6, `net` ABI 4. */
+int cws_landlock_create(uint64_t handled_fs, uint64_t handled_net, uint64_t scoped);
+/* Adds a path-beneath rule for `path` (opened O_PATH). Returns 0 or -errno. */
+int cws_landlock_allow_path(int ruleset, const char *path, uint64_t access);
+/* landlock_restrict_self, then closes the ruleset. Returns 0 or -errno. */
+int cws_landlock_restrict(int ruleset);
+
+/* ---- namespaces, capabilities, rlimits ---- */
+/* Linux constants glibc hides behind _GNU_SOURCE. */
+static const int CWS_CLONE_NEWUSER = 0x10000000;
+static const int CWS_CLONE_NEWNET = 0x40000000;
+static const int CWS_CLONE_NEWIPC = 0x08000000;
+static const int CWS_CLONE_NEWUTS = 0x04000000;
+static const int CWS_RLIMIT_DATA = 2;
+static const int CWS_RLIMIT_CORE = 4;
+static const int CWS_RLIMIT_NPROC = 6;
+static const int CWS_RLIMIT_NOFILE = 7;
+
+/* unshare(flags). Returns 0 or -errno. */
+int cws_unshare(int flags);
+/* Writes "inside outside 1" to /proc/self/uid_map and gid_map (after denying setgroups). */
+int cws_map_ids(uid_t uid, gid_t gid);
+/* capset to an empty set and drops the bounding set. Returns 0 or -errno. */
+int cws_drop_capabilities(void);
+/* setrlimit with soft = hard = value. Returns 0 or -errno. */
+int cws_set_rlimit(int resource, uint64_t value);
+/* Current hard limit of `resource`, or 0 on error. */
+uint64_t cws_get_rlimit_max(int resource);
+
+/* ---- the SIGSYS reporter ---- */
+/* Registers a syscall's name for the reporter (call before the filter is loaded; names are copied). */
+void cws_sigsys_set_name(int nr, const char *name);
+/* Installs the SIGSYS handler: it writes an `exit` frame naming the denied syscall to `fd`, a line
+   to stderr, and _exits with CWS_SANDBOX_VIOLATION_EXIT. Returns 0 or -errno. */
+int cws_install_sigsys_reporter(int fd);
+#define CWS_SANDBOX_VIOLATION_EXIT 159
+
+/* ---- raw probes used by test plugins ---- */
+long cws_raw_syscall6(long nr, long a, long b, long c, long d, long e, long f);
+
+#endif

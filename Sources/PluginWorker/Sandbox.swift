@@ -1,0 +1,137 @@
+import CWorkerSupport
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Puts the worker in its sandbox, in this order, before the plugin's first instruction (docs/sandbox.md):
+/// die with the supervisor (and check it is still the parent), drop inherited descriptors, rlimits,
+/// namespaces, no_new_privs, Landlock, capabilities, then the seccomp filter. A layer the host
+/// lacks is skipped and reported as missing, unless the operator demands it.
+enum Sandbox {
+    struct Applied {
+        var layers: [String] = []
+        var missing: [String] = []
+    }
+
+    /// Folders every worker may read: the system's and the Swift runtime's libraries, and what the
+    /// C library and Foundation read at run time.
+    static let systemReadOnly = [
+        "/usr/lib", "/lib", "/lib64", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache", "/etc/localtime",
+        "/usr/share/zoneinfo", "/sys/devices/system/cpu", "/dev/urandom", "/proc/self",
+    ]
+
+    static func apply(_ spec: WorkerSpec) throws(WorkerError) -> Applied {
+        var applied = Applied()
+        func layer(_ name: String) { applied.layers.append(name) }
+        func missing(_ name: String, _ why: String) throws(WorkerError) {
+            if spec.sandbox.required.contains(name) {
+                throw WorkerError(code: .sandboxError, message: "the operator requires the sandbox layer '\(name)', which this host cannot provide: \(why)")
+            }
+            applied.missing.append("\(name): \(why)")
+        }
+
+        layer("process")
+        if getsid(0) == getpid() { layer("session") } else { try missing("session", "not a session leader") }
+
+        // 1. Die with the supervisor, and make sure it did not already die before the prctl.
+        var rc = cws_set_parent_death_signal(SIGKILL)
+        guard rc == 0 else { throw failure("prctl(PR_SET_PDEATHSIG)", -rc) }
+        guard getppid() == spec.supervisorPID else {
+            throw WorkerError(code: .orphaned, message: "the supervisor (pid \(spec.supervisorPID)) is gone; exiting")
+        }
+        layer("pdeathsig")
+
+        // 2. Nothing inherited but stdio and the protocol socket.
+        rc = cws_close_descriptors_from(3, spec.socketFD)
+        guard rc == 0 else { throw failure("close_range", -rc) }
+        layer("descriptors")
+
+        guard spec.sandbox.enabled else {
+            for name in ["rlimits", "namespaces", "noNewPrivs", "landlock", "capabilities", "seccomp"] {
+                try missing(name, "sandbox switched off (--no-sandbox)")
+            }
+            return applied
+        }
+
+        // 3. Resource limits; equal soft and hard limits cannot be raised without capabilities.
+        let memory = UInt64(spec.sandbox.memoryMB ?? 1024) << 20
+        for (resource, value, what) in [
+            (CWS_RLIMIT_DATA, memory, "RLIMIT_DATA"),
+            (CWS_RLIMIT_NOFILE, UInt64(spec.sandbox.openFiles ?? 256), "RLIMIT_NOFILE"),
+            (CWS_RLIMIT_CORE, 0, "RLIMIT_CORE"),
+            (CWS_RLIMIT_NPROC, min(4096, cws_get_rlimit_max(CWS_RLIMIT_NPROC)), "RLIMIT_NPROC"),
+        ] {
+            rc = cws_set_rlimit(resource, value)
+            guard rc == 0 else { throw failure("setrlimit(\(what))", -rc) }
+        }
+        layer("rlimits")
+
+        // 4. Namespaces: a user namespace (no capabilities over the host), and without the
+        //    `network` permission a fresh network namespace (no interfaces but a down loopback).
+        let network = spec.sandbox.permissions.contains("network")
+        let uid = getuid(), gid = getgid()
+        var flags = CWS_CLONE_NEWUSER | CWS_CLONE_NEWIPC | CWS_CLONE_NEWUTS
+        if !network { flags |= CWS_CLONE_NEWNET }
+        rc = cws_unshare(flags)
+        if rc == 0 {
+            rc = cws_map_ids(uid, gid)
+            guard rc == 0 else { throw failure("writing /proc/self/uid_map", -rc) }
+            layer("userNamespace")
+            layer("ipcNamespace")
+            if !network { layer("networkNamespace") }
+        } else {
+            try missing("userNamespace", "unshare(CLONE_NEWUSER) failed: \(String(cString: strerror(-rc)))")
+            if !network {
+                // root without user namespaces can still take the network away.
+                if cws_unshare(CWS_CLONE_NEWNET) == 0 { layer("networkNamespace") } else {
+                    try missing("networkNamespace", "unshare(CLONE_NEWNET) not permitted")
+                }
+            }
+        }
+
+        // 5. No privilege gain through exec or setuid files, ever (also lets Landlock and seccomp load).
+        rc = cws_set_no_new_privs()
+        guard rc == 0 else { throw failure("prctl(PR_SET_NO_NEW_PRIVS)", -rc) }
+        layer("noNewPrivs")
+
+        // 6. Landlock: read-only the bundle and system libraries, read-write the data folder only.
+        let abi = cws_landlock_abi()
+        if abi > 0 {
+            var rules = [
+                Landlock.PathRule(path: spec.bundle, writable: false, required: true),
+                Landlock.PathRule(path: spec.dataDirectory, writable: true, required: true),
+                Landlock.PathRule(path: "/dev/null", writable: true, required: false),
+            ]
+            if let live = spec.liveDirectory { rules.append(.init(path: live, writable: false, required: false)) }
+            for p in systemReadOnly + spec.sandbox.runtimePaths { rules.append(.init(path: p, writable: false, required: false)) }
+            for permission in spec.sandbox.permissions {
+                if permission.hasPrefix("filesystem.read:") {
+                    rules.append(.init(path: String(permission.dropFirst("filesystem.read:".count)), writable: false, required: false))
+                } else if permission.hasPrefix("filesystem.write:") {
+                    rules.append(.init(path: String(permission.dropFirst("filesystem.write:".count)), writable: true, required: false))
+                }
+            }
+            let ll = try Landlock.apply(rules, abi: abi, denyTCP: !network)
+            layer("landlock")
+            if ll.scoped { layer("landlockScopes") }
+            if ll.network { layer("landlockNetwork") }
+        } else {
+            try missing("landlock", "the kernel offers no Landlock (\(String(cString: strerror(-abi))))")
+        }
+
+        // 7. No capabilities left (root workers included).
+        rc = cws_drop_capabilities()
+        if rc == 0 { layer("capabilities") } else { try missing("capabilities", "capset failed: \(String(cString: strerror(-rc)))") }
+
+        // 8. The syscall filter, last: from here on the plugin's code may run.
+        let rules = SeccompPolicy.rules(network: network, pid: getpid())
+        _ = try Seccomp.install(rules, reportFD: spec.socketFD)
+        layer("seccomp")
+        return applied
+    }
+
+    static func failure(_ call: String, _ code: Int32) -> WorkerError {
+        WorkerError(code: .sandboxError, message: "\(call) failed: \(String(cString: strerror(code)))")
+    }
+}

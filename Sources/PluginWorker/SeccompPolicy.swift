@@ -1,0 +1,133 @@
+/// The system-call policy every worker runs under: default deny (EPERM), an allowlist for what the
+/// worker, the Swift runtime, Foundation, Dispatch and a plugin's ordinary work need, conditional
+/// rules where the arguments decide, and a list of dangerous calls that end the worker
+/// (SECCOMP_RET_TRAP → the SIGSYS reporter names the call). docs/sandbox.md explains each group.
+///
+/// Kept as data so it can be reviewed in one place; `Seccomp.install` compiles it with libseccomp.
+enum SeccompPolicy {
+    enum Action: Equatable {
+        case allow
+        case errno(Int32)
+        /// Fatal: the worker reports the syscall and exits (recorded as `sandboxViolation`).
+        case trap
+    }
+
+    /// A comparison on one argument (libseccomp's `scmp_arg_cmp`).
+    struct Condition: Equatable {
+        enum Op: Equatable { case equal, notEqual, greater, maskedEqual(mask: UInt64) }
+        var arg: UInt32
+        var op: Op
+        var value: UInt64
+    }
+
+    struct Rule: Equatable {
+        var syscall: String
+        var action: Action
+        /// All must hold (libseccomp ANDs the comparisons of one rule).
+        var conditions: [Condition] = []
+    }
+
+    /// Plain allow, whatever the arguments.
+    static let allowed: [String] = [
+        // I/O on descriptors the worker already has or opens within Landlock's rules
+        "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "preadv2", "pwritev2",
+        "close", "close_range", "lseek", "fcntl", "flock", "dup", "dup2", "dup3", "pipe", "pipe2",
+        "sendfile", "copy_file_range", "splice", "tee", "fadvise64", "fsync", "fdatasync", "sync_file_range",
+        "ftruncate", "truncate", "fallocate",
+        // files (Landlock decides which paths)
+        "open", "openat", "creat", "stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs",
+        "access", "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64", "getcwd",
+        "chdir", "fchdir", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat", "renameat2",
+        "link", "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "utimensat", "umask",
+        "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
+        "memfd_create", "inotify_init1", "inotify_add_watch", "inotify_rm_watch",
+        // memory
+        "mmap", "munmap", "mprotect", "mremap", "madvise", "brk", "msync", "mincore", "membarrier",
+        // sockets (creation is restricted below; these act on existing ones)
+        "connect", "bind", "listen", "accept", "accept4", "sendto", "recvfrom", "sendmsg", "recvmsg",
+        "sendmmsg", "recvmmsg", "shutdown", "getsockname", "getpeername", "getsockopt", "setsockopt",
+        // waiting and events
+        "poll", "ppoll", "select", "pselect6", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait",
+        "epoll_pwait", "epoll_pwait2", "eventfd", "eventfd2", "timerfd_create", "timerfd_settime",
+        "timerfd_gettime", "signalfd", "signalfd4",
+        // time
+        "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday", "time",
+        // threads and scheduling (thread creation is `clone` below)
+        "futex", "futex_waitv", "set_robust_list", "get_robust_list", "rseq", "set_tid_address", "sched_yield",
+        "sched_getaffinity", "sched_setaffinity", "sched_getparam", "sched_getscheduler",
+        "sched_get_priority_max", "sched_get_priority_min", "getpriority", "getcpu", "arch_prctl",
+        // identity and limits (read-only)
+        "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid", "getegid", "getgroups", "getresuid",
+        "getresgid", "getpgrp", "getpgid", "getsid", "uname", "sysinfo", "getrusage", "getrlimit", "times",
+        "capget",
+        // signals (SIGSYS is protected below)
+        "rt_sigprocmask", "rt_sigreturn", "sigaltstack", "rt_sigtimedwait", "rt_sigpending", "rt_sigsuspend",
+        "restart_syscall",
+        // the end, randomness, more filters (a filter can only restrict further)
+        "exit", "exit_group", "wait4", "waitid", "getrandom", "seccomp",
+    ]
+
+    /// Calls that end the worker: process creation and replacement, other processes' memory, kernel
+    /// attack surface, namespace and mount changes.
+    static let fatal: [String] = [
+        "execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev",
+        "process_madvise", "pidfd_getfd", "kcmp", "bpf", "perf_event_open", "keyctl", "add_key", "request_key",
+        "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "mount", "umount2", "unshare",
+        "setns", "pivot_root", "chroot", "fsopen", "fsmount", "fspick", "move_mount", "open_tree",
+        "mount_setattr", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+        "swapon", "swapoff", "reboot", "acct", "iopl", "ioperm", "open_by_handle_at", "quotactl",
+        "lookup_dcookie",
+    ]
+
+    // Linux constants the conditional rules use.
+    static let AF_UNIX: UInt64 = 1, AF_INET: UInt64 = 2, AF_INET6: UInt64 = 10
+    static let CLONE_THREAD: UInt64 = 0x10000
+    static let SIGSYS: UInt64 = 31
+    static let ENOSYS: Int32 = 38
+    /// prctl options a plugin may use: PR_GET_DUMPABLE, PR_SET_NAME, PR_GET_NAME, PR_GET_SECCOMP,
+    /// PR_CAPBSET_READ, PR_GET_TIMERSLACK, PR_GET_NO_NEW_PRIVS, PR_SET_VMA. (Not PR_SET_PDEATHSIG:
+    /// a plugin must not be able to outlive the supervisor.)
+    static let prctlOptions: [UInt64] = [3, 15, 16, 21, 23, 30, 39, 0x5356_4D41]
+    /// ioctl requests a plugin may make: TCGETS, TIOCGWINSZ, FIONREAD, FIONBIO, FIONCLEX, FIOCLEX
+    /// (never TIOCSTI).
+    static let ioctlRequests: [UInt64] = [0x5401, 0x5413, 0x541B, 0x5421, 0x5450, 0x5451]
+
+    /// The whole rule list for one worker.
+    /// - Parameters:
+    ///   - network: the manifest grants `network` (AF_INET/AF_INET6 sockets).
+    ///   - pid: the worker's own pid (signals may only go to itself).
+    static func rules(network: Bool, pid: Int32) -> [Rule] {
+        var rules = allowed.map { Rule(syscall: $0, action: .allow) }
+        rules += fatal.map { Rule(syscall: $0, action: .trap) }
+        func when(_ arg: UInt32, _ op: Condition.Op, _ value: UInt64) -> Condition { Condition(arg: arg, op: op, value: value) }
+        let me = UInt64(UInt32(bitPattern: pid))
+        rules += [
+            // Threads only: a clone without CLONE_THREAD is a fork.
+            Rule(syscall: "clone", action: .allow, conditions: [when(0, .maskedEqual(mask: CLONE_THREAD), CLONE_THREAD)]),
+            Rule(syscall: "clone", action: .trap, conditions: [when(0, .maskedEqual(mask: CLONE_THREAD), 0)]),
+            // clone3's flags live in memory seccomp cannot read: say ENOSYS so libc falls back to clone.
+            Rule(syscall: "clone3", action: .errno(ENOSYS)),
+            // The SIGSYS reporter cannot be replaced (a forced SIGSYS that is blocked kills anyway).
+            Rule(syscall: "rt_sigaction", action: .allow, conditions: [when(0, .notEqual, SIGSYS)]),
+            // Signals to itself only.
+            Rule(syscall: "kill", action: .allow, conditions: [when(0, .equal, me)]),
+            Rule(syscall: "kill", action: .allow, conditions: [when(0, .equal, 0)]),
+            Rule(syscall: "tgkill", action: .allow, conditions: [when(0, .equal, me)]),
+            // Limits can be read, never changed.
+            Rule(syscall: "prlimit64", action: .allow, conditions: [when(2, .equal, 0)]),
+            // The default personality, or the query, only.
+            Rule(syscall: "personality", action: .allow, conditions: [when(0, .equal, 0)]),
+            Rule(syscall: "personality", action: .allow, conditions: [when(0, .equal, 0xFFFF_FFFF)]),
+            // Any other value traps (libseccomp gives the exact matches above precedence).
+            Rule(syscall: "personality", action: .trap, conditions: [when(0, .greater, 0)]),
+            Rule(syscall: "socket", action: .allow, conditions: [when(0, .equal, AF_UNIX)]),
+            Rule(syscall: "socketpair", action: .allow, conditions: [when(0, .equal, AF_UNIX)]),
+        ]
+        rules += prctlOptions.map { Rule(syscall: "prctl", action: .allow, conditions: [when(0, .equal, $0)]) }
+        rules += ioctlRequests.map { Rule(syscall: "ioctl", action: .allow, conditions: [when(1, .equal, $0)]) }
+        if network {
+            rules += [AF_INET, AF_INET6].map { Rule(syscall: "socket", action: .allow, conditions: [when(0, .equal, $0)]) }
+        }
+        return rules
+    }
+}
