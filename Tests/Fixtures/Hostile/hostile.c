@@ -1,0 +1,189 @@
+/*
+ * A hostile plugin for the sandbox tests, in C so each attack is the raw call it claims to be.
+ * Each method tries one thing and answers {"rc": <return>, "errno": <errno>} when it survives it;
+ * the fatal ones end the worker instead (the supervisor records sandboxViolation + the syscall).
+ * If the bundle holds a file named `ctor-action`, that action also runs in the library constructor,
+ * before sp_plugin_create; its outcome is returned by the method "ctorResult".
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <termios.h>
+#include <unistd.h>
+#include "sp_plugin.h"
+
+static const sp_host *g_host;
+static char ctor_result[128] = "null";
+
+static int find_string(const char *json, size_t len, const char *key, char *out, size_t cap) {
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":\"", key);
+    const char *p = memmem(json, len, pattern, strlen(pattern));
+    if (!p) return 0;
+    p += strlen(pattern);
+    size_t i = 0;
+    while (p < json + len && *p != '"' && i + 1 < cap) out[i++] = *p++;
+    out[i] = 0;
+    return 1;
+}
+
+static long find_number(const char *json, size_t len, const char *key, long fallback) {
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+    const char *p = memmem(json, len, pattern, strlen(pattern));
+    return p ? strtol(p + strlen(pattern), NULL, 10) : fallback;
+}
+
+static void *exec_in_thread(void *arg) {
+    (void)arg;
+    execl("/bin/sh", "sh", "-c", "true", (char *)NULL);
+    return NULL;
+}
+
+/* Runs one attack; writes {"rc":..,"errno":..} into out. */
+static void attack(const char *what, const char *path, long number, char *out, size_t cap) {
+    long rc = -1;
+    errno = 0;
+    if (!strcmp(what, "openShadow")) {
+        rc = open("/etc/shadow", O_RDONLY);
+    } else if (!strcmp(what, "openPath")) {
+        rc = open(path, O_RDONLY);
+    } else if (!strcmp(what, "writePath")) {
+        rc = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    } else if (!strcmp(what, "connect")) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0) { rc = s; }
+        else {
+            struct sockaddr_in a;
+            memset(&a, 0, sizeof a);
+            a.sin_family = AF_INET;
+            a.sin_port = htons((unsigned short)number);
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            rc = connect(s, (struct sockaddr *)&a, sizeof a);
+        }
+    } else if (!strcmp(what, "fork")) {
+        rc = fork();
+        if (rc == 0) _exit(0);
+    } else if (!strcmp(what, "exec")) {
+        rc = execl("/bin/sh", "sh", "-c", "true", (char *)NULL);
+    } else if (!strcmp(what, "threadExec")) {
+        pthread_t t;
+        pthread_create(&t, NULL, exec_in_thread, NULL);
+        pthread_join(t, NULL);
+        rc = 0;
+    } else if (!strcmp(what, "ptrace")) {
+        rc = ptrace(PTRACE_ATTACH, (pid_t)number, 0, 0);
+    } else if (!strcmp(what, "x32")) {
+        rc = syscall(0x40000000 | 39 /* getpid in the x32 ABI */);
+    } else if (!strcmp(what, "clone3")) {
+        rc = syscall(435 /* clone3 */, NULL, 0);
+    } else if (!strcmp(what, "iouring")) {
+        char params[120];
+        memset(params, 0, sizeof params);
+        rc = syscall(425 /* io_uring_setup */, 8, params);
+    } else if (!strcmp(what, "setrlimitUp")) {
+        struct rlimit rl;
+        getrlimit(RLIMIT_NOFILE, &rl);
+        rl.rlim_cur = rl.rlim_max = rl.rlim_max * 2 + 1024;
+        rc = setrlimit(RLIMIT_NOFILE, &rl);
+    } else if (!strcmp(what, "kill")) {
+        rc = kill((pid_t)number, SIGTERM);
+    } else if (!strcmp(what, "readMem")) {
+        char p[64];
+        snprintf(p, sizeof p, "/proc/%ld/mem", number);
+        rc = open(p, O_RDONLY);
+    } else if (!strcmp(what, "replaceSigsys")) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = SIG_IGN;
+        rc = sigaction(SIGSYS, &sa, NULL);
+    } else if (!strcmp(what, "clearPdeathsig")) {
+        rc = prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+    } else if (!strcmp(what, "tiocsti")) {
+        char c = 'x';
+        rc = ioctl(0, TIOCSTI, &c);
+    } else if (!strcmp(what, "unshare")) {
+        rc = unshare(0x10000000 /* CLONE_NEWUSER */);
+    } else if (!strcmp(what, "fds")) {
+        /* Lists the open descriptors from 3 to 1024. */
+        size_t at = (size_t)snprintf(out, cap, "{\"fds\":[");
+        int first = 1;
+        for (int fd = 3; fd <= 1024; fd++) {
+            if (fcntl(fd, F_GETFD) != -1) {
+                at += (size_t)snprintf(out + at, cap - at, "%s%d", first ? "" : ",", fd);
+                first = 0;
+            }
+        }
+        snprintf(out + at, cap - at, "]}");
+        return;
+    } else if (!strcmp(what, "env")) {
+        extern char **environ;
+        int n = 0;
+        for (char **e = environ; *e; e++) n++;
+        snprintf(out, cap, "{\"count\":%d,\"home\":%s}", n, getenv("HOME") ? "true" : "false");
+        return;
+    } else if (!strcmp(what, "writeData")) {
+        rc = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (rc >= 0) { if (write((int)rc, "ok", 2) != 2) rc = -1; close((int)rc); }
+    }
+    snprintf(out, cap, "{\"rc\":%ld,\"errno\":%d}", rc, rc < 0 ? errno : 0);
+}
+
+__attribute__((constructor)) static void hostile_constructor(void) {
+    Dl_info info;
+    if (!dladdr((void *)hostile_constructor, &info) || !info.dli_fname) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s", info.dli_fname);
+    char *slash = strrchr(path, '/');
+    if (!slash) return;
+    snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "ctor-action");
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char what[64] = {0};
+    long number = 0;
+    if (fscanf(f, "%63s %ld", what, &number) >= 1) attack(what, "/etc/shadow", number, ctor_result, sizeof ctor_result);
+    fclose(f);
+}
+
+static void reply(unsigned long long id, const char *result) {
+    char buf[4608];
+    int n = snprintf(buf, sizeof buf, "{\"type\":\"reply\",\"id\":%llu,\"result\":%s}", id, result);
+    g_host->send(g_host->ctx, (const uint8_t *)buf, (size_t)n);
+}
+
+static void receive(void *ctx, const uint8_t *bytes, size_t len) {
+    (void)ctx;
+    const char *json = (const char *)bytes;
+    char type[16], method[64], path[512] = "";
+    if (!find_string(json, len, "type", type, sizeof type)) return;
+    unsigned long long id = (unsigned long long)find_number(json, len, "id", 0);
+    if (strcmp(type, "call") != 0) { reply(id, "null"); return; }
+    find_string(json, len, "method", method, sizeof method);
+    if (!strcmp(method, "ctorResult")) { reply(id, ctor_result); return; }
+    find_string(json, len, "path", path, sizeof path);
+    long number = find_number(json, len, "number", 0);
+    char out[4096];
+    attack(method, path, number, out, sizeof out);
+    reply(id, out);
+}
+
+static const sp_plugin plugin = { SP_ABI_VERSION, NULL, receive, NULL };
+
+const sp_plugin *sp_plugin_create(const sp_host *host) {
+    g_host = host;
+    return &plugin;
+}

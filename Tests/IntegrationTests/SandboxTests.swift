@@ -1,0 +1,172 @@
+import Foundation
+import PluginProtocol
+import Testing
+
+/// Hostile plugins against the sandbox (SPEC §5): each attack is denied, or ends only its own worker
+/// with the syscall named, while the other plugins keep answering.
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct SandboxTests {
+    static func hostileLibrary() throws -> String {
+        let src = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/Hostile/hostile.c").path
+        return try Build.cLibrary("hostile", source: try String(contentsOfFile: src, encoding: .utf8))
+    }
+
+    struct Outcome: Decodable { var rc: Int; var errno: Int32 }
+
+    func attack(_ sv: RunningSupervisor, _ id: String, _ method: String, path: String = "", number: Int = 0) throws -> Outcome {
+        try sv.call(id, method, #"{"path":"\#(path)","number":\#(number)}"#, as: Outcome.self)
+    }
+
+    @Test("attacks that are denied come back as errors, and the worker keeps running")
+    func deniedAttacks() throws {
+        let w = try TestWorld()
+        let lib = try Self.hostileLibrary()
+        try w.bundle("h.bad", library: lib, extra: ["restart": "never"])
+        try w.bundle("h.victim")
+        let sv = try RunningSupervisor(w)
+        let victimData = w.home + "/data/h.victim"
+        try "secret".write(toFile: victimData + "/secret", atomically: true, encoding: .utf8)
+        let expectations: [(String, String, Int, [Int32])] = [
+            ("openShadow", "", 0, [EACCES]),
+            ("openPath", victimData + "/secret", 0, [EACCES]),
+            ("openPath", w.plugins + "/h.victim/plugin.json", 0, [EACCES]),
+            ("writePath", "/tmp/sandbox-escape-\(getpid())", 0, [EACCES]),
+            ("writePath", w.plugins + "/h.bad/plugin.json", 0, [EACCES]),
+            ("connect", "", 9, [EPERM]),
+            ("setrlimitUp", "", 0, [EPERM]),
+            ("kill", "", Int(sv.pid), [EPERM]),
+            ("readMem", "", Int(sv.pid), [EACCES]),
+            ("replaceSigsys", "", 0, [EPERM]),
+            ("clearPdeathsig", "", 0, [EPERM]),
+            ("tiocsti", "", 0, [EPERM]),
+            ("clone3", "", 0, [ENOSYS]),
+        ]
+        for (method, path, number, errnos) in expectations {
+            let o = try attack(sv, "h.bad", method, path: path, number: number)
+            #expect(o.rc < 0, "\(method) succeeded")
+            #expect(errnos.contains(o.errno), "\(method): errno \(o.errno)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: "/tmp/sandbox-escape-\(getpid())"))
+        #expect(kill(sv.pid, 0) == 0)
+        let bad = try sv.plugin("h.bad")
+        #expect(bad.state == "running")
+        #expect(bad.restarts == 0)
+        // Its own data folder is writable.
+        #expect(try attack(sv, "h.bad", "writeData", path: w.home + "/data/h.bad/mine").rc >= 0)
+        // Nothing inherited: the protocol socket alone above stdio, and an empty environment.
+        struct FDs: Decodable { var fds: [Int] }
+        #expect(try sv.call("h.bad", "fds", "{}", as: FDs.self).fds == [3])
+        struct Env: Decodable { var count: Int; var home: Bool }
+        let env = try sv.call("h.bad", "env", "{}", as: Env.self)
+        #expect(env.count <= 2 && !env.home)
+        // Every layer is shown.
+        for layer in ["pdeathsig", "descriptors", "rlimits", "noNewPrivs", "seccomp", "session"] {
+            #expect(bad.sandbox.contains(layer), "missing layer \(layer) in \(bad.sandbox)")
+        }
+        #expect(try sv.call("h.victim", "echo", "1", as: Int.self) == 1)
+    }
+
+    @Test("dangerous calls end that worker with the syscall named; the others keep answering",
+          arguments: [("fork", "clone"), ("exec", "execve"), ("threadExec", "execve"), ("ptrace", "ptrace"),
+                      ("x32", "x32:39"), ("iouring", "io_uring_setup"), ("unshare", "unshare")])
+    func fatalAttacks(_ method: String, _ syscall: String) throws {
+        let w = try TestWorld()
+        try w.bundle("f.bad", library: try Self.hostileLibrary(), extra: ["restart": "never"])
+        try w.bundle("f.good")
+        let sv = try RunningSupervisor(w)
+        let r = try sv.cli("call", "f.bad", method, #"{"number":\#(sv.pid)}"#)
+        #expect(r.code != 0)
+        #expect(r.err.contains("unavailable"), "\(r.err)")
+        try sv.waitUntil("f.bad to be recorded") { try sv.plugin("f.bad").lastExit != nil }
+        let exit = try #require(try sv.plugin("f.bad").lastExit)
+        #expect(exit.reason == "sandboxViolation")
+        #expect(exit.syscall == syscall)
+        #expect(sv.log.contains("f.bad"))
+        #expect(try sv.call("f.good", "echo", "2", as: Int.self) == 2)
+        #expect(kill(sv.pid, 0) == 0)
+    }
+
+    @Test("attacks in the constructor are confined too: denied, or fatal before hello")
+    func constructorAttacks() throws {
+        let w = try TestWorld()
+        let lib = try Self.hostileLibrary()
+        let denied = try w.bundle("c.denied", library: lib, extra: ["restart": "never"])
+        try "openShadow".write(toFile: denied + "/ctor-action", atomically: true, encoding: .utf8)
+        let fatal = try w.bundle("c.fatal", library: lib, extra: ["restart": "never"])
+        try "exec".write(toFile: fatal + "/ctor-action", atomically: true, encoding: .utf8)
+        try w.bundle("c.good")
+        let sv = try RunningSupervisor(w)
+        let o = try sv.call("c.denied", "ctorResult", as: Outcome.self)
+        #expect(o.rc < 0 && o.errno == EACCES)
+        let exit = try #require(try sv.plugin("c.fatal").lastExit)
+        #expect(exit.reason == "sandboxViolation")
+        #expect(exit.syscall == "execve")
+        #expect(try sv.plugin("c.fatal").state == "failed")
+        #expect(try sv.call("c.good", "echo", "3", as: Int.self) == 3)
+    }
+
+    @Test("the network permission lets a plugin connect to 127.0.0.1; without it the same call is denied")
+    func networkPermission() throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = 0
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = bind(listener, $0, len) } }
+        listen(listener, 8)
+        withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(listener, $0, &len) } }
+        let port = Int(UInt16(bigEndian: addr.sin_port))
+
+        let w = try TestWorld()
+        let lib = try Self.hostileLibrary()
+        try w.bundle("n.allowed", library: lib, extra: ["permissions": ["network"]])
+        try w.bundle("n.denied", library: lib)
+        let sv = try RunningSupervisor(w)
+        let allowed = try attack(sv, "n.allowed", "connect", number: port)
+        #expect(allowed.rc == 0, "connect with the network permission failed: errno \(allowed.errno)")
+        let denied = try attack(sv, "n.denied", "connect", number: port)
+        #expect(denied.rc < 0)
+        #expect(!(try sv.plugin("n.allowed").sandbox.contains("networkNamespace")))
+        #expect(try sv.plugin("n.denied").sandbox.contains("networkNamespace") || sv.plugin("n.denied").sandboxMissing?.isEmpty == false)
+    }
+
+    @Test("filesystem permissions widen Landlock to the named paths only")
+    func filesystemPermissions() throws {
+        let w = try TestWorld()
+        let shared = w.root + "/shared"
+        try FileManager.default.createDirectory(atPath: shared, withIntermediateDirectories: true)
+        try "hello".write(toFile: shared + "/in.txt", atomically: true, encoding: .utf8)
+        let out = w.root + "/out"
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        try w.bundle("p.fs", library: try Self.hostileLibrary(),
+                     extra: ["permissions": ["filesystem.read:\(shared)", "filesystem.write:\(out)"]])
+        let sv = try RunningSupervisor(w)
+        #expect(try attack(sv, "p.fs", "openPath", path: shared + "/in.txt").rc >= 0)
+        #expect(try attack(sv, "p.fs", "writePath", path: shared + "/new.txt").errno == EACCES)
+        #expect(try attack(sv, "p.fs", "writeData", path: out + "/written.txt").rc >= 0)
+        #expect(FileManager.default.fileExists(atPath: out + "/written.txt"))
+        #expect(try attack(sv, "p.fs", "openShadow").errno == EACCES)
+    }
+
+    @Test("--no-sandbox says so in status; a demanded layer that is off refuses to start the plugin")
+    func sandboxOffAndRequired() throws {
+        let w = try TestWorld()
+        try w.bundle("o.one")
+        let sv = try RunningSupervisor(w, args: ["--no-sandbox"])
+        let p = try sv.plugin("o.one")
+        #expect(!p.sandbox.contains("seccomp"))
+        #expect(p.sandboxMissing?.contains { $0.hasPrefix("seccomp: sandbox switched off") } == true)
+        #expect(try sv.cli("stop").code == 0)
+        _ = try sv.waitForExit()
+
+        let config = w.root + "/config.json"
+        try #"{"sandbox": false, "requireSandboxLayers": ["landlock"]}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let strict = try RunningSupervisor(w, args: ["--config", config])
+        let q = try strict.plugin("o.one")
+        #expect(q.state == "failed")
+        #expect(q.lastExit?.message?.contains("requires the sandbox layer 'landlock'") == true, "\(String(describing: q.lastExit))")
+    }
+}
