@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -72,6 +73,10 @@ int css_wait_any_child(pid_t *pid, int *code, int *signaled, int *core_dumped) {
     *signaled = (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) ? 1 : 0;
     *core_dumped = info.si_code == CLD_DUMPED ? 1 : 0;
     return 0;
+}
+
+int css_set_not_dumpable(void) {
+    return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? 0 : -errno;
 }
 
 const char *css_signal_name(int sig) {

@@ -15,10 +15,14 @@ enum Sandbox {
     }
 
     /// Folders every worker may read: the system's and the Swift runtime's libraries, and what the
-    /// C library and Foundation read at run time.
+    /// C library, Dispatch and Foundation read at run time. `/proc` is needed whole: Dispatch's
+    /// thread-pool monitor reads `/proc/<tid>/stat` of its own threads and crashes when it cannot.
+    /// Other processes' sensitive entries (`mem`, `environ`, `maps`, `fd/`) stay closed: they need
+    /// ptrace access, which Landlock refuses outside the worker's own domain, and every process of
+    /// ours is non-dumpable.
     static let systemReadOnly = [
         "/usr/lib", "/lib", "/lib64", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache", "/etc/localtime",
-        "/usr/share/zoneinfo", "/sys/devices/system/cpu", "/dev/urandom", "/proc/self",
+        "/usr/share/zoneinfo", "/sys/devices/system/cpu", "/dev/urandom", "/proc",
     ]
 
     static func apply(_ spec: WorkerSpec) throws(WorkerError) -> Applied {
@@ -41,6 +45,9 @@ enum Sandbox {
             throw WorkerError(code: .orphaned, message: "the supervisor (pid \(spec.supervisorPID)) is gone; exiting")
         }
         layer("pdeathsig")
+        // Not dumpable: no core files, no ptrace or /proc/<pid>/mem access by same-uid processes.
+        rc = cws_set_not_dumpable()
+        guard rc == 0 else { throw failure("prctl(PR_SET_DUMPABLE)", -rc) }
 
         // 2. Nothing inherited but stdio and the protocol socket.
         rc = cws_close_descriptors_from(3, spec.socketFD)

@@ -38,7 +38,7 @@ let spec: WorkerSpec
 do { spec = try readSpec() } catch { fail(error, connection: nil) }
 
 let connection = BlockingConnection(fd: spec.socketFD, maxBody: spec.maxFrameBytes)
-var timings: [String: Int] = [:]
+var timings: [String: Int] = ["startedAtUs": Int(startedAt)]
 
 let confinement: Sandbox.Applied
 do { confinement = try Sandbox.apply(spec) } catch { fail(error, connection: connection) }

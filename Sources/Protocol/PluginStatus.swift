@@ -16,9 +16,13 @@ public struct PluginStatus: Codable, Sendable, Equatable {
     public var sandboxMissing: [String]?
     /// Why the plugin is not running, when it is not.
     public var error: String?
+    /// Microseconds the running worker spent starting: `spawnUs` (spawn → worker's main),
+    /// `sandboxUs`, `loadUs` (dlopen + create), `helloUs` (spawn → hello), `startupUs` (spawn → running).
+    public var timings: [String: Int]?
 
     public init(identifier: String, version: String, state: String, pid: Int32?, restarts: Int, lastExit: ExitStatus?,
-                dependencies: [String], variant: String?, sandbox: [String], sandboxMissing: [String]?, error: String?) {
+                dependencies: [String], variant: String?, sandbox: [String], sandboxMissing: [String]?, error: String?,
+                timings: [String: Int]? = nil) {
         self.identifier = identifier
         self.version = version
         self.state = state
@@ -30,6 +34,7 @@ public struct PluginStatus: Codable, Sendable, Equatable {
         self.sandbox = sandbox
         self.sandboxMissing = sandboxMissing
         self.error = error
+        self.timings = timings
     }
 }
 

@@ -26,6 +26,9 @@ int css_landlock_abi(void);
    `signaled` is 1 when a signal ended it. */
 int css_wait_any_child(pid_t *pid, int *code, int *signaled, int *core_dumped);
 
+/* prctl(PR_SET_DUMPABLE, 0): workers (same uid) cannot ptrace the supervisor or read its memory. */
+int css_set_not_dumpable(void);
+
 /* The kernel's name of a signal ("SIGSEGV"), or NULL. */
 const char *css_signal_name(int sig);
 #endif

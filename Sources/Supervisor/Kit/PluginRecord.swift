@@ -44,6 +44,12 @@ final class WorkerInstance: @unchecked Sendable {
     /// The supervisor is stopping it on purpose (shutdown, restart command).
     var stopRequested = false
     var exited = false
+    /// How the process ended, once reaped.
+    var exit: ChildExit?
+    /// The protocol socket reached EOF (or never came up).
+    var socketClosed = false
+    /// The exit has been recorded and acted on.
+    var finalized = false
     let spawnedAt: NIODeadline
     var lastPong: NIODeadline
     var outstandingPing: (id: UInt64, sentAt: NIODeadline)?

@@ -97,7 +97,7 @@ extension Supervisor {
                 identifier: r.identifier, version: r.manifest.version.description, state: r.state.shown,
                 pid: r.instance?.pid, restarts: r.restarts, lastExit: r.lastExit, dependencies: r.dependencyIDs,
                 variant: r.variant ?? r.library, sandbox: r.instance?.sandbox ?? [],
-                sandboxMissing: r.instance.map(\.sandboxMissing), error: r.problem)
+                sandboxMissing: r.instance.map(\.sandboxMissing), error: r.problem, timings: r.instance?.timings)
         }
     }
 

@@ -1,3 +1,4 @@
+import CSupervisorSupport
 import IPC
 import Logging
 import NIOCore
@@ -35,6 +36,8 @@ public final class Supervisor: @unchecked Sendable {
     let finished: EventLoopPromise<Void>
     var timers: [RepeatedTask] = []
     var runtimePaths: [String] = []
+    /// Missing sandbox layers already warned about (once each).
+    var warnedMissingLayers = Set<String>()
 
     public init(config: SupervisorConfig, logger: Logger) {
         self.config = config
@@ -50,6 +53,7 @@ public final class Supervisor: @unchecked Sendable {
     /// `onReady` is called once with the line to print when every startable plugin has started.
     public func run(onReady: @escaping @Sendable (String) -> Void) throws {
         SignalRelay.blockLifecycleSignals()
+        _ = css_set_not_dumpable()
         self.onReady = onReady
         try prepareHome()
         try acquireLock()
@@ -265,6 +269,7 @@ public final class Supervisor: @unchecked Sendable {
                     if instance.exited { channel.close(promise: nil) } else { instance.channel = channel }
                 case .failure(let error):
                     close(spawned.socket)
+                    instance.socketClosed = true
                     kill(instance, reason: "spawnError", message: "cannot watch the worker's socket: \(error)")
                 }
             }
@@ -304,6 +309,15 @@ public final class Supervisor: @unchecked Sendable {
         instance.sandbox = hello.sandbox ?? []
         instance.sandboxMissing = hello.sandboxMissing ?? []
         instance.timings = hello.timings ?? [:]
+        instance.timings["helloUs"] = Int((NIODeadline.now() - instance.spawnedAt).nanoseconds / 1000)
+        if let started = hello.timings?["startedAtUs"] {
+            // The worker's CLOCK_MONOTONIC at its main() against ours at spawn: the exec and load cost.
+            instance.timings["spawnUs"] = max(0, started - Int(instance.spawnedAt.uptimeNanoseconds / 1000))
+            instance.timings["startedAtUs"] = nil
+        }
+        for missing in instance.sandboxMissing where warnedMissingLayers.insert(missing).inserted {
+            logger.warning("sandbox layer missing on this host: \(missing); workers run without it")
+        }
         let m = record.manifest
         var payload: [UInt8] = Array(#"{"identifier":"#.utf8) + JSONEscaping.quoted(m.identifier)
         payload += Array(#","version":"#.utf8) + JSONEscaping.quoted(m.version.description)
@@ -326,6 +340,9 @@ public final class Supervisor: @unchecked Sendable {
 
     func becameRunning(_ record: PluginRecord) {
         let wasRestart = record.hasRun
+        if let instance = record.instance {
+            instance.timings["startupUs"] = Int((NIODeadline.now() - instance.spawnedAt).nanoseconds / 1000)
+        }
         record.state = .running
         record.problem = nil
         record.hasRun = true
@@ -349,9 +366,22 @@ public final class Supervisor: @unchecked Sendable {
 
     // MARK: Exits and restarts
 
+    /// The reaper saw the process end. Its last frames (an `exit` notice) may still be unread in the
+    /// socket, so the exit is finalized once the socket reaches EOF too (or after a short wait).
     func childExited(_ exit: ChildExit) {
         guard let instance = byPID.removeValue(forKey: exit.pid) else { return }
         instance.exited = true
+        instance.exit = exit
+        if instance.socketClosed {
+            finalizeExit(instance)
+        } else {
+            loop.scheduleTask(in: .milliseconds(250)) { [self] in finalizeExit(instance) }
+        }
+    }
+
+    func finalizeExit(_ instance: WorkerInstance) {
+        guard !instance.finalized, let exit = instance.exit else { return }
+        instance.finalized = true
         instance.channel?.close(promise: nil)
         failPending(instance, because: "\(instance.identifier) exited")
         let status = exitStatus(instance, exit)
@@ -455,7 +485,9 @@ public final class Supervisor: @unchecked Sendable {
 
     func workerDisconnected(_ instance: WorkerInstance) {
         instance.channel = nil
+        instance.socketClosed = true
         failPending(instance, because: "\(instance.identifier) closed its connection")
+        if instance.exited { return finalizeExit(instance) }
         // A worker that closed its socket is on its way out (its own SIGTERM, a crash); one that
         // lingers without a socket is useless, so it gets a moment to exit and is then killed.
         guard !instance.exited, !instance.stopRequested else { return }

@@ -15,8 +15,10 @@ enum WorkerSpawner {
         var stderr: Int32
     }
 
-    /// The environment a worker gets: nothing of the supervisor's but a fixed PATH and locale.
-    static let environment = ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"]
+    /// The environment a worker gets: nothing of the supervisor's. The Swift runtime's crash
+    /// backtracer is off: it would try to exec a helper (fatal under the sandbox) and to suspend
+    /// threads with signals the worker reserves; a crash must simply end the worker.
+    static let environment = ["PATH=/usr/bin:/bin", "SWIFT_BACKTRACE=enable=no"]
 
     static func spawn(executable: String, arguments: [String]) throws(SystemError) -> Spawned {
         var pair: [Int32] = [-1, -1]
