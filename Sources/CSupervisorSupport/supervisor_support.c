@@ -8,6 +8,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,17 +62,20 @@ int css_landlock_abi(void) {
     return abi >= 0 ? (int)abi : -errno;
 }
 
-int css_wait_any_child(pid_t *pid, int *code, int *signaled, int *core_dumped) {
-    siginfo_t info;
+int css_wait_any_child(pid_t *pid, int *code, int *signaled, long *max_rss_kb) {
+    int status = 0;
+    struct rusage usage;
+    pid_t p;
     for (;;) {
-        memset(&info, 0, sizeof info);
-        if (waitid(P_ALL, 0, &info, WEXITED) == 0) break;
+        memset(&usage, 0, sizeof usage);
+        p = wait4(-1, &status, 0, &usage);
+        if (p > 0) break;
         if (errno != EINTR) return -errno;
     }
-    *pid = info.si_pid;
-    *code = info.si_status;
-    *signaled = (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) ? 1 : 0;
-    *core_dumped = info.si_code == CLD_DUMPED ? 1 : 0;
+    *pid = p;
+    *signaled = WIFSIGNALED(status) ? 1 : 0;
+    *code = WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status);
+    *max_rss_kb = usage.ru_maxrss;
     return 0;
 }
 

@@ -21,10 +21,10 @@ int css_pipe_cloexec(int fds[2]);
    LANDLOCK_CREATE_RULESET_VERSION), or -errno when it has none. */
 int css_landlock_abi(void);
 
-/* waitid(P_ALL, WEXITED) blocking: the next child to end. Returns 0 and fills the outputs,
-   or -errno (-ECHILD when there are no children). `code` is the exit status or the signal number,
-   `signaled` is 1 when a signal ended it. */
-int css_wait_any_child(pid_t *pid, int *code, int *signaled, int *core_dumped);
+/* wait4(-1) blocking: the next child to end. Returns 0 and fills the outputs, or -errno (-ECHILD
+   when there are no children). `code` is the exit status or the signal number, `signaled` is 1 when
+   a signal ended it, `max_rss_kb` the child's peak resident size (rusage). */
+int css_wait_any_child(pid_t *pid, int *code, int *signaled, long *max_rss_kb);
 
 /* prctl(PR_SET_DUMPABLE, 0): workers (same uid) cannot ptrace the supervisor or read its memory. */
 int css_set_not_dumpable(void);

@@ -30,6 +30,12 @@ final class WorkerHandler: ChannelInboundHandler {
         supervisor.workerDisconnected(instance)
     }
 
+    /// Back-pressure: while the worker does not read what we send it, we do not read what it sends.
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        context.channel.setOption(ChannelOptions.autoRead, value: context.channel.isWritable).whenFailure { _ in }
+        if context.channel.isWritable { context.read() }
+    }
+
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if let header = error as? Frame.HeaderError {
             supervisor.protocolViolation(instance, "\(header)")
@@ -104,13 +110,23 @@ final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        lastRead = .now()
+        // Only whole frames count as activity: a client trickling half a frame is still idle.
         supervisor.flushDirty()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         connection.closed = true
         idleCheck?.cancel()
+        // Whatever it was still waiting for is no longer wanted.
+        let inFlight = connection.inFlight
+        connection.inFlight = [:]
+        supervisor.cancelInFlight(inFlight)
+    }
+
+    /// A client that does not read its replies is not read from either.
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        context.channel.setOption(ChannelOptions.autoRead, value: context.channel.isWritable).whenFailure { _ in }
+        if context.channel.isWritable { context.read() }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -10,13 +10,15 @@ public struct ChildExit: Sendable, Equatable {
     /// Exit status, or the signal number when `signaled`.
     public var code: Int32
     public var signaled: Bool
+    /// Peak resident size in bytes (from wait4's rusage).
+    public var maxRSS: Int = 0
 
     public var signalName: String {
         css_signal_name(code).map { String(cString: $0) } ?? "SIG\(code)"
     }
 }
 
-/// Observes every child's exit the moment it happens: a thread blocked in waitid(P_ALL, WEXITED)
+/// Observes every child's exit the moment it happens: a thread blocked in wait4(-1)
 /// (no polling), which sleeps on a condition while there are no children.
 final class ChildReaper: Sendable {
     private let state = Mutex<Int>(0)  // children spawned and not yet reaped
@@ -44,15 +46,15 @@ final class ChildReaper: Sendable {
     private func run() -> Never {
         while true {
             wake.wait { state.withLock { $0 > 0 } }
-            var pid: pid_t = 0, code: Int32 = 0, signaled: Int32 = 0, core: Int32 = 0
-            let rc = css_wait_any_child(&pid, &code, &signaled, &core)
+            var pid: pid_t = 0, code: Int32 = 0, signaled: Int32 = 0, maxRSSKB = 0
+            let rc = css_wait_any_child(&pid, &code, &signaled, &maxRSSKB)
             if rc == -ECHILD {
                 state.withLock { $0 = 0 }
                 continue
             }
             guard rc == 0 else { continue }
             state.withLock { $0 = max(0, $0 - 1) }
-            onExit(ChildExit(pid: pid, code: code, signaled: signaled != 0))
+            onExit(ChildExit(pid: pid, code: code, signaled: signaled != 0, maxRSS: maxRSSKB * 1024))
         }
     }
 }

@@ -57,6 +57,17 @@ final class WorkerInstance: @unchecked Sendable {
     var sandboxMissing: [String] = []
     var timings: [String: Int] = [:]
     var onExit: [() -> Void] = []
+    /// Requests this plugin made that are being served elsewhere: its id → (the callee, the callee's id).
+    /// Cancelled at the callee if this worker dies first.
+    var outgoing: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
+    /// Last memory sample (bytes) and whether `memoryWarning` was sent for the current excursion.
+    var lastRSS = 0
+    var lastData = 0
+    var memoryWarned = false
+    /// Log messages in the current one-second window, and how many were dropped.
+    var logWindowStart = NIODeadline.now()
+    var logsInWindow = 0
+    var logsDropped = 0
 
     init(pid: pid_t, identifier: String, now: NIODeadline) {
         self.pid = pid
@@ -81,6 +92,8 @@ final class PluginRecord: @unchecked Sendable {
     var variant: String?
     /// Why it is not running, when it is not.
     var problem: String?
+    /// Failed only because a dependency could not start; retried when that dependency runs.
+    var failedByDependency = false
     /// Has reached `running` at least once (so a later start is a restart dependents hear of).
     var hasRun = false
     /// Callers waiting for it to be running (restart command); called with nil or the reason it failed.
@@ -108,6 +121,8 @@ final class ControlConnection: @unchecked Sendable {
     var closed = false
     /// Requests of this client still waiting for an answer.
     var outstanding = 0
+    /// Its forwarded calls in flight: its id → (the callee, the callee's id), cancelled if it goes away.
+    var inFlight: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
 
     init(channel: Channel) {
         self.channel = channel

@@ -111,6 +111,7 @@ extension Supervisor {
         let start: () -> Void = { [self] in
             record.restartTimes = []
             record.problem = nil
+            record.failedByDependency = false
             record.startWaiters.append(done)
             if record.dependencyIDs.allSatisfy({ records[$0]?.state == .running }) {
                 if record.hasRun { record.restarts += 1 }

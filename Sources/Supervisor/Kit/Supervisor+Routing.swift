@@ -50,6 +50,7 @@ extension Supervisor {
             case .call, .open:
                 pluginRequest(instance, kind, env, bytes)
             case .log:
+                guard admitLog(instance) else { return }
                 guard let log = try? ProtocolJSON.decode(LogMessage.self, from: bytes) else {
                     return protocolViolation(instance, "malformed log message")
                 }
@@ -68,6 +69,33 @@ extension Supervisor {
         }
     }
 
+    /// At most `logsPerSecond` log messages a second are written; past `floodLogsPerSecond` the
+    /// worker is flooding and is dropped.
+    func admitLog(_ instance: WorkerInstance) -> Bool {
+        let now = NIODeadline.now()
+        if now - instance.logWindowStart >= .seconds(1) {
+            if instance.logsDropped > 0 {
+                logger.warning("dropped \(instance.logsDropped) log messages over \(Self.logsPerSecond)/s", metadata: ["plugin": "\(instance.identifier)"])
+            }
+            instance.logWindowStart = now
+            instance.logsInWindow = 0
+            instance.logsDropped = 0
+        }
+        instance.logsInWindow += 1
+        if instance.logsInWindow > Self.floodLogsPerSecond {
+            protocolViolation(instance, "flooding: more than \(Self.floodLogsPerSecond) log messages in one second")
+            return false
+        }
+        if instance.logsInWindow > Self.logsPerSecond {
+            instance.logsDropped += 1
+            return false
+        }
+        return true
+    }
+
+    static let logsPerSecond = 200
+    static let floodLogsPerSecond = 20_000
+
     /// Drops a worker that broke the protocol: it is killed and its exit recorded as `protocolViolation`.
     func protocolViolation(_ instance: WorkerInstance, _ message: String) {
         guard instance.killReason == nil else { return }
@@ -80,9 +108,11 @@ extension Supervisor {
         switch origin {
         case .client(let connection, let id):
             connection.outstanding -= 1
+            connection.inFlight[id] = nil
             guard !connection.closed else { return }
             write(replyFrame(id: id, env, bytes), to: connection.channel)
         case .plugin(let caller, let id):
+            caller.outgoing[id] = nil
             guard let channel = caller.channel else { return }
             write(replyFrame(id: id, env, bytes), to: channel)
         case .local(let done):
@@ -114,9 +144,11 @@ extension Supervisor {
         switch origin {
         case .client(let connection, let id):
             connection.outstanding -= 1
+            connection.inFlight[id] = nil
             guard !connection.closed else { return }
             write(Self.errorFrame(id: id, error), to: connection.channel)
         case .plugin(let caller, let id):
+            caller.outgoing[id] = nil
             guard let channel = caller.channel else { return }
             write(Self.errorFrame(id: id, error), to: channel)
         case .local(let done):
@@ -147,6 +179,10 @@ extension Supervisor {
         guard record.state == .running, let instance = record.instance, let channel = instance.channel else {
             return ErrorBody(.unavailable, "\(target) is \(record.state.shown)" + (record.problem.map { ": \($0)" } ?? ""))
         }
+        // Back-pressure: a plugin that is not reading its socket gets no more queued for it.
+        guard channel.isWritable else {
+            return ErrorBody(.unavailable, "\(target) is not keeping up: its socket buffer is full")
+        }
         let id = instance.nextID
         instance.nextID += 1
         var b = FrameBuilder(kind: kind, capacity: bytes.count + 64)
@@ -164,8 +200,25 @@ extension Supervisor {
         if let caller { b.string("from", caller) }
         let deadline = NIODeadline.now() + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
         instance.pending[id] = PendingRequest(origin: origin, deadline: deadline, what: what)
+        switch origin {
+        case .client(let connection, let clientID): connection.inFlight[clientID] = (instance, id)
+        case .plugin(let caller, let callerID): caller.outgoing[callerID] = (instance, id)
+        case .local: break
+        }
         write(b.finish(), to: channel)
         return nil
+    }
+
+    /// The caller of requests in flight went away (client disconnected, calling worker died):
+    /// drop them at their callees and tell each callee to `cancel`.
+    func cancelInFlight(_ entries: [UInt64: (callee: WorkerInstance, id: UInt64)]) {
+        for (_, entry) in entries {
+            guard entry.callee.pending.removeValue(forKey: entry.id) != nil, let channel = entry.callee.channel else { continue }
+            var cancel = FrameBuilder(kind: .cancel)
+            cancel.uint("id", entry.id)
+            write(cancel.finish(), to: channel)
+        }
+        flushDirty()
     }
 
     /// Checks a `call`/`open` request's fields; returns the target plugin's identifier.

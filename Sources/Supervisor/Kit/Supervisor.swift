@@ -118,6 +118,7 @@ public final class Supervisor: @unchecked Sendable {
         defer { umask(old) }
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 128)
+            .childChannelOption(ChannelOptions.writeBufferWaterMark, value: Self.waterMark)
             .childChannelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let connection = ControlConnection(channel: channel)
@@ -166,6 +167,7 @@ public final class Supervisor: @unchecked Sendable {
                 let deps = record.dependencyIDs.compactMap { records[$0] }
                 if let dead = deps.first(where: { $0.state == .failed || ($0.state == .stopped && !shuttingDown) }) {
                     record.state = .failed
+                    record.failedByDependency = true
                     record.problem = "dependency \(dead.identifier) is \(dead.state.rawValue)"
                     logger.error("\(id) will not start: \(record.problem!)")
                     record.settleWaiters(record.problem)
@@ -256,6 +258,7 @@ public final class Supervisor: @unchecked Sendable {
 
         ClientBootstrap(group: loop)
             .channelOption(ChannelOptions.autoRead, value: true)
+            .channelOption(ChannelOptions.writeBufferWaterMark, value: Self.waterMark)
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: config.maxFrameBytes)))
@@ -349,6 +352,12 @@ public final class Supervisor: @unchecked Sendable {
         logger.info("\(record.identifier) \(record.manifest.version) is running",
                     metadata: ["plugin": "\(record.identifier)", "pid": "\(record.instance?.pid ?? 0)"])
         record.settleWaiters(nil)
+        // Dependents that could not start only because this plugin was down get another go.
+        for dependent in records.values where dependent.failedByDependency && dependent.dependencyIDs.contains(record.identifier) {
+            dependent.failedByDependency = false
+            dependent.state = .waiting
+            dependent.problem = nil
+        }
         if wasRestart {
             // A restarted plugin lost its state: its dependents hear of it (or restart too).
             for dependent in order.compactMap({ records[$0] }) where dependent.dependencyIDs.contains(record.identifier) && dependent.state == .running {
@@ -384,6 +393,9 @@ public final class Supervisor: @unchecked Sendable {
         instance.finalized = true
         instance.channel?.close(promise: nil)
         failPending(instance, because: "\(instance.identifier) exited")
+        let outgoing = instance.outgoing
+        instance.outgoing = [:]
+        cancelInFlight(outgoing)
         let status = exitStatus(instance, exit)
         let callbacks = instance.onExit
         instance.onExit = []
@@ -457,6 +469,12 @@ public final class Supervisor: @unchecked Sendable {
         } else if let kill = instance.killReason {
             status.reason = kill.reason
             status.message = kill.message
+        } else if exit.signaled || exit.code != 0, let record = records[instance.identifier],
+                  max(exit.maxRSS, instance.lastData) >= Self.hardLimit(record.manifest) / 10 * 8 {
+            // An allocation failed at the RLIMIT_DATA backstop before the sampler saw the hard limit.
+            let hard = Self.hardLimit(record.manifest)
+            status.reason = "memoryLimit"
+            status.message = "ended (\(exit.signaled ? exit.signalName : "exit code \(exit.code)")) at its memory limit: peak resident \(exit.maxRSS >> 20) MiB, limit \(hard >> 20) MiB"
         } else if instance.stopRequested {
             status.reason = "stopped"
         }
@@ -505,6 +523,10 @@ public final class Supervisor: @unchecked Sendable {
         timers.append(loop.scheduleRepeatedTask(initialDelay: .milliseconds(10), delay: .milliseconds(10)) { [self] _ in
             expireRequests()
         })
+        // Memory: soft limit → memoryWarning, hard limit → memoryLimit.
+        timers.append(loop.scheduleRepeatedTask(initialDelay: .milliseconds(250), delay: .milliseconds(250)) { [self] _ in
+            checkMemory()
+        })
         // Watchdog pings.
         timers.append(loop.scheduleRepeatedTask(initialDelay: .milliseconds(Int64(config.pingIntervalMs)),
                                                 delay: .milliseconds(Int64(config.pingIntervalMs))) { [self] _ in
@@ -551,7 +573,44 @@ public final class Supervisor: @unchecked Sendable {
         flushDirty()
     }
 
+    // MARK: Memory
+
+    static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+
+    /// The hard limit (bytes): the manifest's `limits.memoryMB`, else 1 GiB; the worker's RLIMIT_DATA too.
+    static func hardLimit(_ m: Manifest) -> Int { (m.limits.memoryMB ?? 1024) << 20 }
+    /// The soft limit: `limits.softMemoryMB`, else three quarters of the hard limit.
+    static func softLimit(_ m: Manifest) -> Int { m.limits.softMemoryMB.map { $0 << 20 } ?? hardLimit(m) / 4 * 3 }
+
+    /// Samples every worker's resident and data size (/proc/<pid>/statm). Over the soft limit a
+    /// plugin gets `memoryWarning` (once per excursion); over the hard limit it is killed (`memoryLimit`).
+    func checkMemory() {
+        for record in records.values where record.state == .running || record.state == .starting || record.state == .restarting {
+            guard let instance = record.instance, !instance.exited,
+                  let statm = try? FileSystem.readFile("/proc/\(instance.pid)/statm", limit: 256) else { continue }
+            let fields = String(decoding: statm, as: UTF8.self).split(separator: " ")
+            guard fields.count >= 6, let rssPages = Int(fields[1]), let dataPages = Int(fields[5]) else { continue }
+            instance.lastRSS = rssPages * Self.pageSize
+            instance.lastData = dataPages * Self.pageSize
+            let hard = Self.hardLimit(record.manifest), soft = Self.softLimit(record.manifest)
+            if instance.lastRSS >= hard {
+                kill(instance, reason: "memoryLimit", message: "resident memory \(instance.lastRSS >> 20) MiB is over the limit of \(hard >> 20) MiB")
+            } else if instance.lastRSS >= soft, !instance.memoryWarned, record.state == .running {
+                instance.memoryWarned = true
+                logger.warning("\(record.identifier) uses \(instance.lastRSS >> 20) MiB, over its soft limit of \(soft >> 20) MiB: sending memoryWarning",
+                               metadata: ["plugin": "\(record.identifier)"])
+                sendEvent(record, .memoryWarning) { _ in }
+            } else if instance.lastRSS < soft / 10 * 9 {
+                instance.memoryWarned = false
+            }
+        }
+        flushDirty()
+    }
+
     // MARK: Writing
+
+    /// Outbound buffering per channel before it counts as not writable (back-pressure).
+    static let waterMark = ChannelOptions.Types.WriteBufferWaterMark(low: 256 * 1024, high: 4 * 1024 * 1024)
 
     func write(_ frame: [UInt8], to channel: Channel) {
         var buffer = channel.allocator.buffer(capacity: frame.count)

@@ -2,6 +2,8 @@
  * A hostile plugin for the sandbox tests, in C so each attack is the raw call it claims to be.
  * Each method tries one thing and answers {"rc": <return>, "errno": <errno>} when it survives it;
  * the fatal ones end the worker instead (the supervisor records sandboxViolation + the syscall).
+ * The misbehaviours for the fault tests (segv, abort, hang, alloc, stdoutFlood, socketFlood, garbage,
+ * giant, exit3, exit0, forkbomb, blockLoop) live here too.
  * If the bundle holds a file named `ctor-action`, that action also runs in the library constructor,
  * before sp_plugin_create; its outcome is returned by the method "ctorResult".
  */
@@ -46,6 +48,22 @@ static long find_number(const char *json, size_t len, const char *key, long fall
     snprintf(pattern, sizeof pattern, "\"%s\":", key);
     const char *p = memmem(json, len, pattern, strlen(pattern));
     return p ? strtol(p + strlen(pattern), NULL, 10) : fallback;
+}
+
+static void *stdout_flood(void *arg) {
+    (void)arg;
+    char line[256];
+    memset(line, 'z', sizeof line);
+    line[sizeof line - 1] = '\n';
+    for (;;) { if (write(1, line, sizeof line) < 0) usleep(1000); }
+    return NULL;
+}
+
+static void *socket_flood(void *arg) {
+    (void)arg;
+    const char *msg = "{\"type\":\"log\",\"level\":\"info\",\"message\":\"flood\"}";
+    for (;;) { if (g_host->send(g_host->ctx, (const uint8_t *)msg, strlen(msg)) != 0) usleep(1000); }
+    return NULL;
 }
 
 static void *exec_in_thread(void *arg) {
@@ -118,6 +136,37 @@ static void attack(const char *what, const char *path, long number, char *out, s
         rc = ioctl(0, TIOCSTI, &c);
     } else if (!strcmp(what, "unshare")) {
         rc = unshare(0x10000000 /* CLONE_NEWUSER */);
+    } else if (!strcmp(what, "segv")) {
+        raise(SIGSEGV);
+    } else if (!strcmp(what, "abort")) {
+        abort();
+    } else if (!strcmp(what, "exit3")) {
+        exit(3);
+    } else if (!strcmp(what, "exit0")) {
+        exit(0);
+    } else if (!strcmp(what, "hang") || !strcmp(what, "blockLoop")) {
+        for (volatile unsigned long i = 0;; i++) {}
+    } else if (!strcmp(what, "alloc")) {
+        for (;;) {
+            char *p = malloc(8 << 20);
+            if (!p) { raise(SIGABRT); }
+            memset(p, 1, 8 << 20);
+        }
+    } else if (!strcmp(what, "forkbomb")) {
+        for (;;) { if (fork() == 0) continue; }
+    } else if (!strcmp(what, "stdoutFlood")) {
+        pthread_t t;
+        rc = pthread_create(&t, NULL, stdout_flood, NULL);
+    } else if (!strcmp(what, "socketFlood")) {
+        pthread_t t;
+        rc = pthread_create(&t, NULL, socket_flood, NULL);
+    } else if (!strcmp(what, "garbage")) {
+        const char *junk = "{this is not json";
+        rc = g_host->send(g_host->ctx, (const uint8_t *)junk, strlen(junk));
+    } else if (!strcmp(what, "giant")) {
+        /* Straight onto the protocol socket: a header announcing 2 GiB. */
+        unsigned char header[4] = { 0x7f, 0xff, 0xff, 0xff };
+        rc = write(3, header, 4);
     } else if (!strcmp(what, "fds")) {
         /* Lists the open descriptors from 3 to 1024. */
         size_t at = (size_t)snprintf(out, cap, "{\"fds\":[");

@@ -41,6 +41,11 @@ final class TestKit: Pluggable {
 
     func startup(_ context: PluginContext) async throws {
         self.context.withLock { $0 = context }
+        // The fault tests put this file in a bundle to crash here.
+        if access(context.bundleDirectory + "/crash-in-startup", F_OK) == 0 { raise(SIGSEGV) }
+        if access(context.bundleDirectory + "/fail-startup", F_OK) == 0 {
+            throw PluginError(.pluginError, "startup refused on purpose")
+        }
         record("startup")
     }
 
@@ -73,7 +78,12 @@ final class TestKit: Pluggable {
             Info(identifier: try self.ctx().identifier, pid: getpid(), events: self.events.withLock { $0 })
         }
         api.method("sleep") { (p: SleepParams) async throws -> Int in
-            try await Task.sleep(nanoseconds: UInt64(max(0, p.ms)) * 1_000_000)
+            do {
+                try await Task.sleep(nanoseconds: UInt64(max(0, p.ms)) * 1_000_000)
+            } catch {
+                self.record("cancelled:\(p.ms)")
+                throw error
+            }
             return p.ms
         }
         api.method("call") { (p: CallParams) async throws -> JSONValue in

@@ -1,0 +1,331 @@
+import Foundation
+import IPC
+import PluginProtocol
+import Testing
+
+/// SPEC §8: plugins crash, hang, flood and leak on purpose; the rest keeps running.
+@Suite(.serialized, .timeLimit(.minutes(5)))
+struct FaultTests {
+    static func hostile() throws -> String { try SandboxTests.hostileLibrary() }
+
+    /// A config file in the world's root.
+    func config(_ w: TestWorld, _ json: String) throws -> String {
+        let path = w.root + "/config-\(UUID().uuidString.prefix(6)).json"
+        try json.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    @Test("each crash is recorded with its cause, restarted once, and the neighbour never notices")
+    func crashCauses() throws {
+        let w = try TestWorld()
+        let lib = try Self.hostile()
+        for name in ["segv", "abort", "exit3", "exit0"] { try w.bundle("x.\(name)", library: lib) }
+        try w.bundle("x.fatal")
+        try w.bundle("x.always", library: lib, extra: ["restart": "always"])
+        try w.bundle("x.healthy")
+        let sv = try RunningSupervisor(w)
+        let cases: [(String, String, (PluginProtocol.ExitStatus) -> Bool)] = [
+            ("x.segv", "segv", { $0.signal == "SIGSEGV" }),
+            ("x.abort", "abort", { $0.signal == "SIGABRT" }),
+            ("x.exit3", "exit3", { $0.code == 3 }),
+        ]
+        for (id, method, check) in cases {
+            let t0 = Date()
+            let r = try sv.cli("call", id, method, "{}")
+            #expect(r.err.contains("unavailable: \(id) exited before answering call") || r.err.contains("unavailable: \(id) closed its connection"), "\(r.err)")
+            #expect(Date().timeIntervalSince(t0) < 2, "a call to a dying plugin waited")
+            try sv.waitUntil("\(id) running again") { let p = try sv.plugin(id); return p.state == "running" && p.restarts == 1 }
+            let exit = try #require(try sv.plugin(id).lastExit)
+            #expect(check(exit), "\(id): \(exit)")
+            #expect(try sv.call("x.healthy", "echo", "1", as: Int.self) == 1)
+        }
+        // A Swift fatalError.
+        _ = try sv.cli("call", "x.fatal", "crash", #"{"how":"fatal"}"#)
+        try sv.waitUntil("x.fatal running again") { try sv.plugin("x.fatal").restarts == 1 && sv.plugin("x.fatal").state == "running" }
+        let fatal = try #require(try sv.plugin("x.fatal").lastExit)
+        #expect(fatal.signal == "SIGILL" || fatal.signal == "SIGTRAP", "\(fatal)")
+        // exit(0) out of the blue: clean, so on-failure leaves it stopped; `always` restarts it.
+        _ = try sv.cli("call", "x.exit0", "exit0", "{}")
+        try sv.waitUntil("x.exit0 stopped") { try sv.plugin("x.exit0").state == "stopped" }
+        #expect(try sv.plugin("x.exit0").lastExit?.code == 0)
+        #expect(try sv.plugin("x.exit0").restarts == 0)
+        _ = try sv.cli("call", "x.always", "exit0", "{}")
+        try sv.waitUntil("x.always back") { let p = try sv.plugin("x.always"); return p.restarts == 1 && p.state == "running" }
+        #expect(sv.log.contains("x.segv exited: signal SIGSEGV"))
+        #expect(try sv.plugin("x.healthy").restarts == 0)
+    }
+
+    @Test("crashing in the constructor or in startup counts towards the intensity limit; restart brings it back")
+    func intensityAndBackoff() throws {
+        let w = try TestWorld()
+        let ctor = try w.bundle("i.ctor", library: try Self.hostile())
+        try "segv".write(toFile: ctor + "/ctor-action", atomically: true, encoding: .utf8)
+        let startup = try w.bundle("i.startup")
+        FileManager.default.createFile(atPath: startup + "/crash-in-startup", contents: nil)
+        let refuses = try w.bundle("i.refuses")
+        FileManager.default.createFile(atPath: refuses + "/fail-startup", contents: nil)
+        try w.bundle("i.dependent", deps: [Dep("i.startup")])
+        try w.bundle("i.healthy")
+        let cfg = try config(w, #"{"restartLimit": 3, "restartWindowSeconds": 60, "restartBackoffBaseMs": 50}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        for id in ["i.ctor", "i.startup", "i.refuses"] {
+            let p = try sv.plugin(id)
+            #expect(p.state == "failed", "\(id) is \(p.state)")
+            #expect(p.restarts == 3)
+            #expect(p.error?.contains("restarted 3 times in 60 s; stays failed until `supervisor restart \(id)`") == true, "\(p.error ?? "")")
+        }
+        #expect(try sv.plugin("i.ctor").lastExit?.signal == "SIGSEGV")
+        #expect(try sv.plugin("i.startup").lastExit?.signal == "SIGSEGV")
+        #expect(try sv.plugin("i.refuses").lastExit?.message?.contains("startup refused on purpose") == true)
+        #expect(try sv.plugin("i.dependent").state == "failed")
+        #expect(try sv.plugin("i.dependent").error?.contains("dependency i.startup is failed") == true)
+        // Backoff: the first restart is immediate, later ones wait longer and longer.
+        let delays = sv.log.split(separator: "\n").filter { $0.contains("restarting i.ctor in") }.compactMap { line -> Int? in
+            guard let r = line.range(of: "restarting i.ctor in ") else { return nil }
+            return Int(line[r.upperBound...].prefix { $0.isNumber })
+        }
+        #expect(delays.count == 3)
+        #expect(delays.first == 0)
+        #expect(delays.count == 3 && delays[1] >= 40 && delays[2] > delays[1], "\(delays)")
+        #expect(try sv.call("i.healthy", "echo", "1", as: Int.self) == 1)
+        // Fixed: `supervisor restart` clears the failure.
+        try FileManager.default.removeItem(atPath: startup + "/crash-in-startup")
+        let r = try sv.cli("restart", "i.startup")
+        #expect(r.code == 0, "\(r.err)")
+        #expect(try sv.plugin("i.startup").state == "running")
+        try sv.waitUntil("the dependent to start") { try sv.plugin("i.dependent").state == "running" }
+    }
+
+    @Test("hangs: a call past its timeout is cancelled in the plugin; a caller that goes away cancels too")
+    func cancellation() throws {
+        let w = try TestWorld()
+        try w.bundle("c.slow")
+        let sv = try RunningSupervisor(w)
+        let r = try sv.cli("call", "--timeout", "200", "c.slow", "sleep", #"{"ms":4000}"#)
+        #expect(r.err.contains("timeout"))
+        try sv.waitUntil("the plugin's task to be cancelled") { try sv.info("c.slow").names.contains("cancelled:4000") }
+        let client = try rawControl(sv.socket)
+        var b = FrameBuilder(kind: .call)
+        b.uint("id", 1)
+        b.string("target", "c.slow")
+        b.string("method", "sleep")
+        b.raw("params", Array(#"{"ms":4001}"#.utf8))
+        try client.sendFrame(b.finish())
+        usleep(100_000)
+        client.close()
+        try sv.waitUntil("the abandoned call to be cancelled") { try sv.info("c.slow").names.contains("cancelled:4001") }
+    }
+
+    @Test("the watchdog kills a worker whose loop is blocked; a constructor that never returns hits the start-up timeout")
+    func watchdogAndStartupTimeout() throws {
+        let w = try TestWorld()
+        let lib = try Self.hostile()
+        try w.bundle("w.blocker", library: lib)
+        let spinner = try w.bundle("w.spinner", library: lib, extra: ["restart": "never"])
+        try "hang".write(toFile: spinner + "/ctor-action", atomically: true, encoding: .utf8)
+        try w.bundle("w.healthy")
+        let cfg = try config(w, #"{"pingIntervalMs": 200, "pingTimeoutMs": 600, "startupTimeoutMs": 1500}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        let spun = try #require(try sv.plugin("w.spinner").lastExit)
+        #expect(spun.reason == "startupTimeout")
+        #expect(spun.signal == "SIGKILL")
+        let before = try #require(try sv.plugin("w.blocker").pid)
+        let r = try sv.cli("call", "--timeout", "10000", "w.blocker", "blockLoop", "{}")
+        #expect(r.err.contains("unavailable"), "\(r.err)")
+        try sv.waitUntil("w.blocker restarted") { let p = try sv.plugin("w.blocker"); return p.restarts == 1 && p.state == "running" }
+        #expect(try sv.plugin("w.blocker").lastExit?.reason == "watchdog")
+        #expect(try sv.plugin("w.blocker").pid != before)
+        #expect(try sv.call("w.healthy", "echo", "1", as: Int.self) == 1)
+    }
+
+    @Test("memory: over the soft limit a plugin gets memoryWarning; unbounded allocation ends it with memoryLimit")
+    func memoryLimits() throws {
+        let w = try TestWorld()
+        try w.bundle("m.hog", library: try Self.hostile(), extra: ["limits": ["memoryMB": 96], "restart": "never"])
+        try w.bundle("m.healthy")
+        let sv = try RunningSupervisor(w)
+        let supervisorRSS = try rss(sv.pid)
+        _ = try sv.cli("call", "m.hog", "alloc", "{}")
+        try sv.waitUntil(timeout: 15, "m.hog to die") { try sv.plugin("m.hog").lastExit != nil }
+        let exit = try #require(try sv.plugin("m.hog").lastExit)
+        #expect(exit.reason == "memoryLimit", "\(exit)")
+        #expect(try sv.call("m.healthy", "echo", "1", as: Int.self) == 1)
+        #expect(try rss(sv.pid) < supervisorRSS + 32 << 20)
+    }
+
+    @Test("soft memory limit sends memoryWarning")
+    func softMemoryWarning() throws {
+        let w = try TestWorld()
+        // A Swift worker already uses more than 1 MiB: it is over this soft limit from the start.
+        try w.bundle("m.soft", extra: ["limits": ["memoryMB": 512, "softMemoryMB": 1]])
+        let sv = try RunningSupervisor(w)
+        try sv.waitUntil("memoryWarning at m.soft") { try sv.info("m.soft").names.contains("memoryWarning") }
+        #expect(sv.log.contains("over its soft limit of 1 MiB"))
+    }
+
+    @Test("floods and bad frames from a worker drop that worker (protocolViolation), never the supervisor")
+    func floodsAndGarbage() throws {
+        let w = try TestWorld()
+        let lib = try Self.hostile()
+        for name in ["garbage", "giant", "socketFlood", "stdoutFlood", "forkbomb"] {
+            try w.bundle("f.\(name)", library: lib, extra: ["restart": "never"])
+        }
+        try w.bundle("f.healthy")
+        let sv = try RunningSupervisor(w)
+        let rssBefore = try rss(sv.pid)
+        for name in ["garbage", "giant", "socketFlood", "stdoutFlood", "forkbomb"] {
+            _ = try sv.cli("call", "--timeout", "3000", "f.\(name)", name, "{}")
+        }
+        for name in ["garbage", "giant", "socketFlood"] {
+            try sv.waitUntil("f.\(name) dropped") { try sv.plugin("f.\(name)").lastExit != nil }
+            let exit = try #require(try sv.plugin("f.\(name)").lastExit)
+            #expect(exit.reason == "protocolViolation", "f.\(name): \(exit)")
+        }
+        #expect(try sv.plugin("f.socketFlood").lastExit?.message?.contains("flooding") == true)
+        #expect(try sv.plugin("f.giant").lastExit?.message?.contains("over the limit") == true)
+        try sv.waitUntil("f.forkbomb stopped") { try sv.plugin("f.forkbomb").lastExit != nil }
+        #expect(try sv.plugin("f.forkbomb").lastExit?.syscall == "clone")
+        // The stdout flood goes on; the supervisor keeps serving, and its memory stays bounded.
+        for _ in 0..<20 { #expect(try sv.call("f.healthy", "echo", "1", as: Int.self) == 1) }
+        try sv.waitUntil("dropped stdout lines to be reported") { sv.log.contains("stdout: dropped") }
+        #expect(try rss(sv.pid) < rssBefore + 48 << 20)
+        #expect(try sv.plugin("f.stdoutFlood").state == "running")
+    }
+
+    @Test("dependents hear dependencyRestarted; with restartDependents they restart too")
+    func dependents() throws {
+        let w = try TestWorld()
+        try w.bundle("d.base")
+        try w.bundle("d.user", deps: [Dep("d.base")])
+        let sv = try RunningSupervisor(w)
+        _ = try sv.cli("call", "d.base", "crash", #"{"how":"segv"}"#)
+        try sv.waitUntil("d.user told") { try sv.info("d.user").names.contains("dependencyRestarted:d.base") }
+        #expect(try sv.plugin("d.user").restarts == 0)
+        #expect(try sv.cli("stop").code == 0)
+        _ = try sv.waitForExit()
+
+        let cfg = try config(w, #"{"restartDependents": true}"#)
+        let sv2 = try RunningSupervisor(w, args: ["--config", cfg])
+        let userPID = try sv2.plugin("d.user").pid
+        _ = try sv2.cli("call", "d.base", "crash", #"{"how":"segv"}"#)
+        try sv2.waitUntil("d.user restarted") { let p = try sv2.plugin("d.user"); return p.pid != userPID && p.state == "running" }
+        #expect(try sv2.plugin("d.user").lastExit?.reason == "dependencyRestarted")
+    }
+
+    @Test("SIGKILL of the supervisor leaves no worker alive within a second")
+    func supervisorKilled() throws {
+        let w = try TestWorld()
+        try w.bundle("k.one")
+        try w.bundle("k.two")
+        let blocked = try w.bundle("k.blocked", library: try Self.hostile())
+        _ = blocked
+        let sv = try RunningSupervisor(w)
+        // One worker is stuck in its receive loop, so only PR_SET_PDEATHSIG can end it.
+        let r = try Shell.run(Build.supervisor, ["call", "--socket", sv.socket, "--timeout", "100", "k.blocked", "blockLoop", "{}"])
+        #expect(r.code != 0)
+        let pids = try sv.status().compactMap(\.pid)
+        #expect(pids.count == 3)
+        kill(sv.pid, SIGKILL)
+        let deadline = Date().addingTimeInterval(1.0)
+        var alive = pids
+        while Date() < deadline, !alive.isEmpty {
+            alive = alive.filter { kill($0, 0) == 0 && !isZombie($0) }
+            usleep(10_000)
+        }
+        #expect(alive.isEmpty, "workers \(alive) outlived the supervisor")
+    }
+
+    @Test("SIGTERM during start-up shuts down cleanly")
+    func sigtermDuringStartup() throws {
+        let w = try TestWorld()
+        try w.bundle("s.base")
+        let hang = try w.bundle("s.hang", library: try Self.hostile())
+        try "hang".write(toFile: hang + "/ctor-action", atomically: true, encoding: .utf8)
+        try w.bundle("s.after", deps: [Dep("s.hang")])
+        let sv = try RunningSupervisor(w, waitForReady: false)
+        try sv.waitUntil("s.base running") { (try? sv.plugin("s.base").state) == "running" }
+        sv.signal(SIGTERM)
+        #expect(try sv.waitForExit(timeout: 10) == 0)
+        #expect(!sv.stdout.contains("ready"))
+    }
+
+    @Test("soak: a plugin crashes over and over while a client calls a healthy one; nothing fails, nothing leaks")
+    func soak() throws {
+        let crashes = Int(ProcessInfo.processInfo.environment["SOAK_CRASHES"] ?? "") ?? 100
+        let w = try TestWorld()
+        try w.bundle("soak.crashy", library: try Self.hostile())
+        try w.bundle("soak.healthy")
+        let cfg = try config(w, #"{"restartLimit": 1000000, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        // Warm up, then take the baseline.
+        for _ in 0..<20 { _ = try sv.call("soak.healthy", "echo", "0", as: Int.self) }
+        let fdsBefore = try openFDs(sv.pid)
+        let rssBefore = try rss(sv.pid)
+
+        final class Counter: @unchecked Sendable {
+            let lock = NSLock()
+            var ok = 0, failed = 0, stop = false
+            var failures: [String] = []
+        }
+        let counter = Counter()
+        let socket = sv.socket
+        let caller = Thread {
+            guard let conn = try? BlockingConnection.connect(path: socket) else { counter.failed += 1; return }
+            var id: UInt64 = 0
+            while !counter.lock.withLock({ counter.stop }) {
+                id += 1
+                var b = FrameBuilder(kind: .call)
+                b.uint("id", id)
+                b.string("target", "soak.healthy")
+                b.string("method", "echo")
+                b.raw("params", Array("[\(id)]".utf8))
+                do {
+                    try conn.sendFrame(b.finish())
+                    let reply = try conn.receiveFrame() ?? []
+                    let text = String(decoding: reply, as: UTF8.self)
+                    counter.lock.withLock {
+                        if text.contains("\"result\":[\(id)]") { counter.ok += 1 } else { counter.failed += 1; counter.failures.append(text) }
+                    }
+                } catch {
+                    counter.lock.withLock { counter.failed += 1; counter.failures.append("\(error)") }
+                    return
+                }
+            }
+        }
+        caller.start()
+        let started = Date()
+        for i in 0..<crashes {
+            _ = try sv.cli("call", "soak.crashy", i % 2 == 0 ? "segv" : "abort", "{}")
+            try sv.waitUntil(timeout: 10, "soak.crashy back after crash \(i)") {
+                let p = try sv.plugin("soak.crashy")
+                return p.restarts == i + 1 && p.state == "running"
+            }
+        }
+        let elapsed = Date().timeIntervalSince(started)
+        counter.lock.withLock { counter.stop = true }
+        while !caller.isFinished { usleep(10_000) }
+        let fdsAfter = try openFDs(sv.pid)
+        let rssAfter = try rss(sv.pid)
+        print("soak: \(crashes) crashes in \(String(format: "%.1f", elapsed)) s, \(counter.ok) healthy calls, \(counter.failed) failed; supervisor fds \(fdsBefore) → \(fdsAfter), RSS \(rssBefore >> 20) → \(rssAfter >> 20) MiB")
+        #expect(counter.failed == 0, "\(counter.failures.prefix(3))")
+        #expect(counter.ok > crashes)
+        #expect(kill(sv.pid, 0) == 0)
+        #expect(fdsAfter <= fdsBefore + 2, "descriptors grew: \(fdsBefore) → \(fdsAfter)")
+        #expect(rssAfter < rssBefore + 24 << 20, "memory grew: \(rssBefore >> 20) → \(rssAfter >> 20) MiB")
+    }
+}
+
+func rss(_ pid: Int32) throws -> Int {
+    let statm = try String(contentsOfFile: "/proc/\(pid)/statm", encoding: .utf8).split(separator: " ")
+    return (Int(statm[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+func openFDs(_ pid: Int32) throws -> Int {
+    try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count
+}
+
+func isZombie(_ pid: Int32) -> Bool {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return true }
+    guard let close = stat.lastIndex(of: ")") else { return false }
+    return stat[stat.index(close, offsetBy: 2)] == "Z"
+}
