@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .executable(name: "supervisor", targets: ["supervisor"]),
         .executable(name: "plugin-worker", targets: ["PluginWorker"]),
+        .executable(name: "supervisor-bench", targets: ["Benchmark"]),
         .library(name: "PluginSDK", targets: ["PluginSDK"]),
         // Example plugins: each one is a shared library loaded by a worker.
         .library(name: "Greeter", type: .dynamic, targets: ["Greeter"]),
@@ -60,6 +61,13 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Sources/Supervisor/CLI"
+        ),
+
+        // The benchmark: real supervisor, real workers and plugins, baselines measured in the same run.
+        .executableTarget(
+            name: "Benchmark",
+            dependencies: ["IPC", "PluginProtocol"],
+            path: "Sources/Benchmark"
         ),
 
         // Example plugins (Swift). The C example is built with plain `cc` by scripts/build-examples.sh.

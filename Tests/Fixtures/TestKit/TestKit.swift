@@ -74,6 +74,8 @@ final class TestKit: Pluggable {
 
     func exports(_ api: PluginAPI) {
         api.method("echo") { (value: JSONValue) in value }
+        // The cheapest call: no parameters, a constant result (benchmarks).
+        api.method("ping") { () -> Int in 1 }
         api.method("info") { () throws -> Info in
             Info(identifier: try self.ctx().identifier, pid: getpid(), events: self.events.withLock { $0 })
         }

@@ -1,0 +1,137 @@
+// supervisor-bench: the product's speed on real binaries and plugins, each figure beside a baseline
+// measured in the same run (docs/benchmarks.md).
+//
+//   swift build -c release && .build/release/supervisor-bench [--json] [--quick]
+import Foundation
+import IPC
+import PluginProtocol
+
+let arguments = CommandLine.arguments
+let asJSON = arguments.contains("--json")
+let quick = arguments.contains("--quick")
+let calls = quick ? 2_000 : 20_000
+let report = Report()
+func note(_ s: String) { FileHandle.standardError.write((s + "\n").data(using: .utf8)!) }
+
+do {
+    let rig = try Rig()
+
+    // 1-2. Call latency and throughput, against raw socketpair echoes of the same frame.
+    note("calls: baselines")
+    let frame = { (id: UInt64) in callFrame(id: id, target: "bench.callee", method: "ping") }
+    var base: [Int: (p50: Double, tput: [Int: Double])] = [:]
+    for hops in [1, 2] {
+        let echo = Baselines.Echo(hops: hops)
+        _ = try latency(echo.client, count: 500, frame: frame)
+        let lat = try latency(echo.client, count: calls, frame: frame)
+        var tput: [Int: Double] = [:]
+        for c in [1, 16, 64] { tput[c] = try throughput(echo.client, inFlight: c, count: calls * 2, frame: frame) }
+        echo.stop()
+        base[hops] = (lat.median, tput)
+        report.add("baseline: socketpair echo, \(hops) hop\(hops == 1 ? "" : "s"), p50", lat.median, "µs")
+        report.add("baseline: socketpair echo, \(hops) hop\(hops == 1 ? "" : "s"), 64 in flight", tput[64]!, "/s")
+    }
+    let json = Baselines.jsonCost(iterations: quick ? 2_000 : 20_000)
+    report.add("baseline: JSON encode+decode of the call message", json, "µs")
+
+    note("calls: through the supervisor")
+    let callPlugins = try rig.plugins("calls", count: 0, extra: ["bench.callee", "bench.caller"])
+    try rig.start(plugins: callPlugins)
+    let conn = try rig.connect()
+    _ = try latency(conn, count: 500, frame: frame)
+    let lat = try latency(conn, count: calls, frame: frame)
+    let twoHop = base[2]!
+    report.add("call p50 (CLI socket → supervisor → worker → back)", lat.median, "µs", baseline: ("2-hop p50", twoHop.p50), target: "≤ 2×")
+    report.add("call p99", lat.percentile(0.99), "µs", baseline: ("2-hop p50", twoHop.p50))
+    report.add("call p99.9", lat.percentile(0.999), "µs", baseline: ("2-hop p50", twoHop.p50))
+    for c in [1, 16, 64] {
+        let t = try throughput(conn, inFlight: c, count: calls * (c == 1 ? 1 : 3), frame: frame)
+        report.add("call throughput, \(c) in flight", t, "/s", baseline: ("2-hop", twoHop.tput[c]!), target: c == 64 ? "≥ 60000/s" : nil)
+    }
+    // Plugin → plugin: the client asks bench.caller, which calls bench.callee through the supervisor.
+    let nested = { (id: UInt64) in
+        callFrame(id: id, target: "bench.caller", method: "call", params: #"{"target":"bench.callee","method":"ping"}"#)
+    }
+    _ = try latency(conn, count: 200, frame: nested)
+    let nestedLat = try latency(conn, count: calls / 4, frame: nested)
+    report.add("plugin → plugin call p50 (client → A → B → A → client)", nestedLat.median, "µs", baseline: ("2-hop p50", twoHop.p50))
+    report.add("plugin → plugin throughput, 64 in flight", try throughput(conn, inFlight: 64, count: calls, frame: nested), "/s",
+               baseline: ("2-hop", twoHop.tput[64]!))
+    conn.close()
+
+    // 5. Memory of a trivial worker.
+    if let pid = try rig.status().first(where: { $0.identifier == "bench.callee" })?.pid {
+        let m = memory(pid)
+        report.add("worker RSS (trivial Swift plugin)", Double(m.rss) / 1_048_576, "MiB")
+        report.add("worker PSS (trivial Swift plugin, 2 workers)", Double(m.pss) / 1_048_576, "MiB", target: "< 8 MiB")
+    }
+
+    // 4. Crash → serving again, first (immediate) restart: time from the crash request to the first answered call.
+    note("crash → serving again")
+    let crashPlugins = try rig.plugins("crash", count: quick ? 3 : 10)
+    try rig.start(plugins: crashPlugins)
+    var recovery = Samples()
+    for i in 0..<(quick ? 3 : 10) {
+        let id = "bench.p\(i)"
+        let c = try rig.connect()
+        let t0 = now()
+        try c.sendFrame(callFrame(id: 1, target: id, method: "crash", params: #"{"how":"segv"}"#))
+        _ = try c.receiveFrame()
+        var n: UInt64 = 2
+        while true {
+            try c.sendFrame(callFrame(id: n, target: id, method: "ping"))
+            let reply = try c.receiveFrame() ?? []
+            if String(decoding: reply, as: UTF8.self).contains("\"result\"") { break }
+            n += 1
+            usleep(200)
+        }
+        recovery.add(now() - t0)
+        c.close()
+    }
+    report.add("crash → serving again (first restart), median", recovery.median / 1000, "ms", target: "< 50 ms")
+
+    // 3. Start-up to ready, and a worker's own start split into phases.
+    note("start-up")
+    for sandbox in [true, false] {
+        for (count, chain) in [(1, false), (10, false), (10, true), (50, false), (50, true)] {
+            let dir = try rig.plugins("start-\(count)-\(chain)", count: count, chain: chain)
+            var runs = Samples()
+            for _ in 0..<(quick ? 1 : 3) { runs.add(try rig.start(plugins: dir, sandbox: sandbox)) }
+            let shape = count == 1 ? "" : (chain ? " (chain)" : " (wide)")
+            report.add("start → ready, \(count) plugin\(count == 1 ? "" : "s")\(shape), sandbox \(sandbox ? "on" : "off")",
+                       runs.median / 1000, "ms", target: count == 50 && sandbox ? "< 150 ms" : nil)
+            if count == 1 {
+                let t = try rig.status().first?.timings ?? [:]
+                for phase in ["spawnUs", "sandboxUs", "loadUs", "helloUs", "startupUs"] {
+                    report.add("  1 worker, sandbox \(sandbox ? "on" : "off"): \(phase.dropLast(2))", Double(t[phase] ?? 0) / 1000, "ms")
+                }
+            }
+            if count == 50, !chain, sandbox {
+                // 6. Lifecycle fan-out, and the supervisor's memory with 50 plugins.
+                var fan = Samples()
+                for _ in 0..<(quick ? 3 : 20) {
+                    let t0 = now()
+                    _ = try rig.request(.send) { $0.string("name", "memoryWarning") }
+                    fan.add(now() - t0)
+                }
+                report.add("memoryWarning acknowledged by 50 plugins, median", fan.median / 1000, "ms")
+                let m = memory(rig.supervisorPID)
+                report.add("supervisor RSS with 50 plugins", Double(m.rss) / 1_048_576, "MiB")
+                let pss = try rig.status().compactMap(\.pid).map { Double(memory($0).pss) / 1_048_576 }
+                report.add("worker PSS with 50 workers, median", pss.sorted()[pss.count / 2], "MiB", target: "< 8 MiB")
+            }
+        }
+    }
+    rig.stop()
+} catch {
+    note("supervisor-bench: \(error)")
+    exit(1)
+}
+
+if asJSON {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+    print(String(decoding: try encoder.encode(report.metrics), as: UTF8.self))
+} else {
+    report.printTable()
+}
