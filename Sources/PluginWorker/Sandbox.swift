@@ -12,7 +12,15 @@ enum Sandbox {
     struct Applied {
         var layers: [String] = []
         var missing: [String] = []
+        /// Microseconds per step, for `status` (`timings.sandbox.*Us`).
+        var timings: [String: Int] = [:]
     }
+
+    /// What a plugin with the `network` permission also needs to read: name resolution and TLS roots.
+    static let networkReadOnly = [
+        "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/ssl", "/etc/ca-certificates",
+        "/usr/share/ca-certificates",
+    ]
 
     /// Folders every worker may read: the system's and the Swift runtime's libraries, and what the
     /// C library, Dispatch and Foundation read at run time. `/proc` is needed whole: Dispatch's
@@ -55,10 +63,17 @@ enum Sandbox {
         layer("descriptors")
 
         guard spec.sandbox.enabled else {
-            for name in ["rlimits", "namespaces", "noNewPrivs", "landlock", "capabilities", "seccomp"] {
+            for name in ["rlimits", "userNamespace", "networkNamespace", "ipcNamespace", "utsNamespace", "noNewPrivs",
+                         "landlock", "capabilities", "seccomp"] {
                 try missing(name, "sandbox switched off (--no-sandbox)")
             }
             return applied
+        }
+        var mark = cws_monotonic_us()
+        func lap(_ step: String) {
+            let t = cws_monotonic_us()
+            applied.timings["sandbox.\(step)Us"] = Int(t - mark)
+            mark = t
         }
 
         // 3. Resource limits; equal soft and hard limits cannot be raised without capabilities.
@@ -73,6 +88,7 @@ enum Sandbox {
             guard rc == 0 else { throw failure("setrlimit(\(what))", -rc) }
         }
         layer("rlimits")
+        lap("rlimits")
 
         // 4. Namespaces: a user namespace (no capabilities over the host), and without the
         //    `network` permission a fresh network namespace (no interfaces but a down loopback).
@@ -86,16 +102,25 @@ enum Sandbox {
             guard rc == 0 else { throw failure("writing /proc/self/uid_map", -rc) }
             layer("userNamespace")
             layer("ipcNamespace")
+            layer("utsNamespace")
             if !network { layer("networkNamespace") }
         } else {
-            try missing("userNamespace", "unshare(CLONE_NEWUSER) failed: \(String(cString: strerror(-rc)))")
-            if !network {
-                // root without user namespaces can still take the network away.
-                if cws_unshare(CWS_CLONE_NEWNET) == 0 { layer("networkNamespace") } else {
-                    try missing("networkNamespace", "unshare(CLONE_NEWNET) not permitted")
+            let why = "unshare(CLONE_NEWUSER) failed: \(String(cString: strerror(-rc)))"
+            try missing("userNamespace", why)
+            // root without user namespaces can still take the network, IPC and host name away.
+            var fallback = CWS_CLONE_NEWIPC | CWS_CLONE_NEWUTS
+            if !network { fallback |= CWS_CLONE_NEWNET }
+            if cws_unshare(fallback) == 0 {
+                layer("ipcNamespace")
+                layer("utsNamespace")
+                if !network { layer("networkNamespace") }
+            } else {
+                for name in ["ipcNamespace", "utsNamespace"] + (network ? [] : ["networkNamespace"]) {
+                    try missing(name, "unshare not permitted without a user namespace")
                 }
             }
         }
+        lap("namespaces")
 
         // 5. No privilege gain through exec or setuid files, ever (also lets Landlock and seccomp load).
         rc = cws_set_no_new_privs()
@@ -111,7 +136,9 @@ enum Sandbox {
                 Landlock.PathRule(path: "/dev/null", writable: true, required: false),
             ]
             if let live = spec.liveDirectory { rules.append(.init(path: live, writable: false, required: false)) }
-            for p in systemReadOnly + spec.sandbox.runtimePaths { rules.append(.init(path: p, writable: false, required: false)) }
+            for p in systemReadOnly + spec.sandbox.runtimePaths + (network ? networkReadOnly : []) {
+                rules.append(.init(path: p, writable: false, required: false))
+            }
             for permission in spec.sandbox.permissions {
                 if permission.hasPrefix("filesystem.read:") {
                     rules.append(.init(path: String(permission.dropFirst("filesystem.read:".count)), writable: false, required: false))
@@ -121,11 +148,16 @@ enum Sandbox {
             }
             let ll = try Landlock.apply(rules, abi: abi, denyTCP: !network)
             layer("landlock")
-            if ll.scoped { layer("landlockScopes") }
-            if ll.network { layer("landlockNetwork") }
+            if ll.scoped { layer("landlockScopes") } else {
+                try missing("landlockScopes", "Landlock ABI \(abi) < 6: signals and abstract sockets are not scoped (seccomp still limits kill to the worker itself)")
+            }
+            if ll.network { layer("landlockNetwork") } else if !network {
+                try missing("landlockNetwork", "Landlock ABI \(abi) < 4: no TCP rules (seccomp and the network namespace still deny the network)")
+            }
         } else {
             try missing("landlock", "the kernel offers no Landlock (\(String(cString: strerror(-abi))))")
         }
+        lap("landlock")
 
         // 7. No capabilities left (root workers included).
         rc = cws_drop_capabilities()
@@ -135,6 +167,7 @@ enum Sandbox {
         let rules = SeccompPolicy.rules(network: network, pid: getpid())
         _ = try Seccomp.install(rules, reportFD: spec.socketFD)
         layer("seccomp")
+        lap("seccomp")
         return applied
     }
 

@@ -1,5 +1,5 @@
 // plugin-worker: one sandboxed process per plugin. Spawned by the supervisor with the protocol socket
-// on descriptor 3 and a JSON WorkerSpec in `--spec`; confines itself, loads the plugin, says hello,
+// on descriptor 3 and a JSON WorkerSpec in $SP_WORKER_SPEC; confines itself, loads the plugin, says hello,
 // then relays frames between the socket and the plugin until the supervisor closes the socket.
 import CPluginABI
 import CWorkerSupport
@@ -22,15 +22,18 @@ func fail(_ error: WorkerError, connection: BlockingConnection?) -> Never {
     exit(error.exitCode)
 }
 
+/// The spec comes in the environment (not argv: other processes can read /proc/<pid>/cmdline, while
+/// /proc/<pid>/environ needs ptrace access) and is removed from it before the plugin runs.
 func readSpec() throws(WorkerError) -> WorkerSpec {
-    let args = CommandLine.arguments
-    guard let i = args.firstIndex(of: "--spec"), i + 1 < args.count else {
-        throw WorkerError(code: .badSpec, message: "usage: plugin-worker --spec <json>; this program is started by the supervisor")
+    guard let raw = getenv(WorkerSpec.environmentVariable) else {
+        throw WorkerError(code: .badSpec, message: "\(WorkerSpec.environmentVariable) is not set; this program is started by the supervisor")
     }
+    let text = String(cString: raw)
+    unsetenv(WorkerSpec.environmentVariable)
     do {
-        return try ProtocolJSON.decode(WorkerSpec.self, from: Array(args[i + 1].utf8))
+        return try ProtocolJSON.decode(WorkerSpec.self, from: Array(text.utf8))
     } catch {
-        throw WorkerError(code: .badSpec, message: "invalid --spec: \(error)")
+        throw WorkerError(code: .badSpec, message: "invalid \(WorkerSpec.environmentVariable): \(error)")
     }
 }
 
@@ -44,6 +47,7 @@ let confinement: Sandbox.Applied
 do { confinement = try Sandbox.apply(spec) } catch { fail(error, connection: connection) }
 let sandboxedAt = cws_monotonic_us()
 timings["sandboxUs"] = Int(sandboxedAt - startedAt)
+timings.merge(confinement.timings) { a, _ in a }
 
 let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes)
 SignalRelay.start(host: host)

@@ -1,6 +1,9 @@
-/// What the supervisor tells a worker it spawns (passed as JSON in `--spec`): which library to load
+/// What the supervisor tells a worker it spawns (passed as JSON in `$SP_WORKER_SPEC`): which library to load
 /// for which plugin, and the sandbox to put on before loading it.
 public struct WorkerSpec: Codable, Sendable, Equatable {
+    /// The environment variable the spec travels in.
+    public static let environmentVariable = "SP_WORKER_SPEC"
+
     public var identifier: String
     public var version: String
     /// Absolute path of the bundle folder.
@@ -40,7 +43,7 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
 public struct SandboxSpec: Codable, Sendable, Equatable {
     /// False only for benchmarks and diagnosis (`--no-sandbox`): the worker then runs unconfined and says so.
     public var enabled: Bool
-    /// Address-space limit in MiB (RLIMIT_AS); nil for the default.
+    /// Memory limit in MiB (RLIMIT_DATA, and the supervisor's hard limit); nil for the default (1024).
     public var memoryMB: Int?
     /// RLIMIT_NOFILE.
     public var openFiles: Int?

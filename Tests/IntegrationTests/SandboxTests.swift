@@ -106,6 +106,26 @@ struct SandboxTests {
         #expect(try sv.call("c.good", "echo", "3", as: Int.self) == 3)
     }
 
+    @Test("a plugin cannot drive the supervisor through its control socket, nor forge how it died")
+    func controlSocketAndForgery() throws {
+        let w = try TestWorld()
+        let lib = try Self.hostileLibrary()
+        try w.bundle("z.sneaky", library: lib, extra: ["restart": "never"])
+        try w.bundle("z.good")
+        let sv = try RunningSupervisor(w)
+        let o = try attack(sv, "z.sneaky", "controlSocket", path: sv.socket)
+        #expect(o.rc <= 0, "the control socket answered a plugin")
+        #expect(sv.process.isRunning)
+        #expect(sv.log.contains("refused a control connection from the worker of z.sneaky"))
+        #expect(try sv.call("z.good", "echo", "1", as: Int.self) == 1)
+        _ = try sv.cli("call", "z.sneaky", "forgeExit", "{}")
+        try sv.waitUntil("z.sneaky's exit") { try sv.plugin("z.sneaky").lastExit != nil }
+        let exit = try #require(try sv.plugin("z.sneaky").lastExit)
+        #expect(exit.signal == "SIGSEGV")
+        #expect(exit.reason != "sandboxViolation")
+        #expect(exit.syscall == nil)
+    }
+
     @Test("the network permission lets a plugin connect to 127.0.0.1; without it the same call is denied")
     func networkPermission() throws {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

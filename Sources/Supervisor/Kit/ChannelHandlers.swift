@@ -75,7 +75,12 @@ final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
                 switch result {
                 case .success(let cred):
                     let me = geteuid()
-                    if cred.uid != me && cred.uid != 0 {
+                    if supervisor.isWorker(pid: cred.pid) {
+                        // Workers run as our uid: without this a plugin could drive the supervisor.
+                        supervisor.logger.warning("refused a control connection from the worker of \(supervisor.workerName(pid: cred.pid)) (pid \(cred.pid))")
+                        connection.closed = true
+                        channel.close(promise: nil)
+                    } else if cred.uid != me && cred.uid != 0 {
                         supervisor.logger.warning("refused a control client of uid \(cred.uid) (pid \(cred.pid)); only uid \(me) may connect")
                         connection.closed = true
                         channel.close(promise: nil)

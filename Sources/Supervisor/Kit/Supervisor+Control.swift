@@ -67,6 +67,10 @@ extension Supervisor {
         }
     }
 
+    /// Whether `pid` is one of our workers (they may never use the control socket).
+    func isWorker(pid: Int32) -> Bool { byPID[pid] != nil }
+    func workerName(pid: Int32) -> String { byPID[pid]?.identifier ?? "?" }
+
     func respond(_ origin: ReplyOrigin, _ make: () throws -> [UInt8]) {
         do {
             let result = try make()

@@ -112,8 +112,15 @@ public final class Supervisor: @unchecked Sendable {
         if let slash = path.lastIndex(of: "/") {
             try? FileSystem.makeDirectories(String(path[..<slash]))
         }
-        // We hold the home's lock, so a socket file left here is stale.
-        unlink(path)
+        // We hold the home's lock, so a socket file left in the home is stale; one elsewhere may belong
+        // to a supervisor with another home: refuse rather than take it over.
+        if FileSystem.exists(path) {
+            if let probe = try? BlockingConnection.connect(path: path) {
+                probe.close()
+                throw SupervisorError.controlSocket(path, "another supervisor is listening there; give this one another --socket")
+            }
+            unlink(path)
+        }
         let old = umask(0o077)
         defer { umask(old) }
         let bootstrap = ServerBootstrap(group: group)
@@ -244,7 +251,8 @@ public final class Supervisor: @unchecked Sendable {
         }
         let spawned: WorkerSpawner.Spawned
         do {
-            spawned = try WorkerSpawner.spawn(executable: config.workerExecutable, arguments: ["--spec", specJSON])
+            spawned = try WorkerSpawner.spawn(executable: config.workerExecutable, arguments: [],
+                                              extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(specJSON)"])
         } catch {
             fail(record, reason: "cannot start a worker (\(config.workerExecutable)): \(error)")
             return
@@ -443,8 +451,8 @@ public final class Supervisor: @unchecked Sendable {
         let n = record.restartTimes.count
         var delayMs = 0
         if n > 0 {
-            let base = min(config.restartBackoffMaxMs, config.restartBackoffBaseMs << min(n - 1, 20))
-            delayMs = Int(Double(base) * Double.random(in: 0.8...1.2))
+            let base = config.restartBackoffBaseMs << min(n - 1, 20)
+            delayMs = min(config.restartBackoffMaxMs, Int(Double(base) * Double.random(in: 0.8...1.2)))
         }
         record.restartTimes.append(now)
         record.restarts += 1
@@ -453,7 +461,12 @@ public final class Supervisor: @unchecked Sendable {
         let go: @Sendable () -> Void = { [self] in
             record.pendingRestart = nil
             guard record.state == .restarting, record.instance == nil, !shuttingDown else { return }
-            spawn(record)
+            if record.dependencyIDs.allSatisfy({ records[$0]?.state == .running }) {
+                spawn(record)
+            } else {
+                record.state = .waiting
+                startWaitingPlugins()
+            }
         }
         if delayMs == 0 { go() } else {
             record.pendingRestart = loop.scheduleTask(in: .milliseconds(Int64(delayMs))) { go() }
@@ -462,7 +475,7 @@ public final class Supervisor: @unchecked Sendable {
 
     func exitStatus(_ instance: WorkerInstance, _ exit: ChildExit) -> ExitStatus {
         var status = exit.signaled ? ExitStatus(signal: exit.signalName, reason: "signaled") : ExitStatus(code: exit.code, reason: "exited")
-        if let notice = instance.exitNotice {
+        if let notice = instance.exitNotice, !exit.signaled, Self.exitCode(for: notice.reason) == exit.code {
             status.reason = notice.reason
             status.message = notice.message
             status.syscall = notice.syscall
@@ -475,10 +488,29 @@ public final class Supervisor: @unchecked Sendable {
             let hard = Self.hardLimit(record.manifest)
             status.reason = "memoryLimit"
             status.message = "ended (\(exit.signaled ? exit.signalName : "exit code \(exit.code)")) at its memory limit: peak resident \(exit.maxRSS >> 20) MiB, limit \(hard >> 20) MiB"
+        } else if exit.signaled, exit.code == SIGSYS {
+            // The seccomp trap fired where the reporter could not run (SIGSYS blocked or replaced).
+            status.reason = "sandboxViolation"
+            status.message = "killed by SIGSYS: a system call the sandbox forbids"
         } else if instance.stopRequested {
             status.reason = "stopped"
         }
         return status
+    }
+
+    /// The exit code a worker uses when it ends itself for `reason` (PluginWorker's WorkerError and
+    /// the SIGSYS reporter). A notice whose exit code does not match is not believed: a plugin can
+    /// write anything to its socket, but cannot fake how its process ended.
+    static func exitCode(for reason: String) -> Int32? {
+        switch reason {
+        case "sandboxViolation": return 159
+        case "loadError", "missingSymbol", "abiMismatch", "createFailed": return 78
+        case "sandboxError": return 71
+        case "orphaned": return 65
+        case "badSpec": return 64
+        case "terminated": return 0
+        default: return nil
+        }
     }
 
     static func describe(_ s: ExitStatus) -> String {

@@ -40,6 +40,11 @@ public struct SupervisorConfig: Sendable {
     public var sandboxEnabled = true
     /// Sandbox layers the operator demands; a plugin is not started where one is missing.
     public var requiredSandboxLayers: [String] = []
+    /// The layers a worker can report (docs/sandbox.md).
+    public static let sandboxLayers = [
+        "session", "rlimits", "userNamespace", "networkNamespace", "ipcNamespace", "utsNamespace", "noNewPrivs",
+        "landlock", "landlockNetwork", "landlockScopes", "capabilities", "seccomp",
+    ]
 
     /// The default home: `$SUPERVISOR_HOME`, else `$XDG_DATA_HOME/sandboxed-plugins`, else
     /// `~/.local/share/sandboxed-plugins`.
@@ -138,7 +143,12 @@ public struct SupervisorConfig: Sendable {
         if let v = try positive("pingIntervalMs", file.pingIntervalMs) { pingIntervalMs = v }
         if let v = try positive("pingTimeoutMs", file.pingTimeoutMs) { pingTimeoutMs = v }
         if let v = file.sandbox { sandboxEnabled = v }
-        if let v = file.requireSandboxLayers { requiredSandboxLayers = v }
+        if let v = file.requireSandboxLayers {
+            if let unknown = v.first(where: { !Self.sandboxLayers.contains($0) }) {
+                throw ConfigError(file: path, reason: "'requireSandboxLayers' names '\(unknown)', which is not a sandbox layer; layers: \(Self.sandboxLayers.joined(separator: ", "))")
+            }
+            requiredSandboxLayers = v
+        }
     }
 }
 

@@ -20,7 +20,8 @@ enum WorkerSpawner {
     /// threads with signals the worker reserves; a crash must simply end the worker.
     static let environment = ["PATH=/usr/bin:/bin", "SWIFT_BACKTRACE=enable=no"]
 
-    static func spawn(executable: String, arguments: [String]) throws(SystemError) -> Spawned {
+    /// `extraEnvironment` entries (`NAME=value`) are added to the fixed `environment`.
+    static func spawn(executable: String, arguments: [String], extraEnvironment: [String] = []) throws(SystemError) -> Spawned {
         var pair: [Int32] = [-1, -1]
         _ = try syscallRetrying("socketpair") {
             socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair)
@@ -43,7 +44,7 @@ enum WorkerSpawner {
         var pid: pid_t = 0
         let argv = [executable] + arguments
         rc = withCStrings(argv) { cArgs in
-            withCStrings(environment) { cEnv in
+            withCStrings(environment + extraEnvironment) { cEnv in
                 css_spawn_worker(executable, cArgs, cEnv, childSocket, childOut, childErr, &pid)
             }
         }

@@ -24,6 +24,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <termios.h>
 #include <unistd.h>
 #include "sp_plugin.h"
@@ -136,6 +137,27 @@ static void attack(const char *what, const char *path, long number, char *out, s
         rc = ioctl(0, TIOCSTI, &c);
     } else if (!strcmp(what, "unshare")) {
         rc = unshare(0x10000000 /* CLONE_NEWUSER */);
+    } else if (!strcmp(what, "controlSocket")) {
+        /* Connect to the supervisor's control socket and ask it to stop. */
+        int s = socket(AF_UNIX, SOCK_STREAM, 0);
+        struct sockaddr_un a;
+        memset(&a, 0, sizeof a);
+        a.sun_family = AF_UNIX;
+        snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+        rc = connect(s, (struct sockaddr *)&a, sizeof a);
+        if (rc == 0) {
+            const char *body = "{\"type\":\"stop\",\"id\":1}";
+            unsigned char header[4] = { 0, 0, 0, (unsigned char)strlen(body) };
+            if (write(s, header, 4) == 4 && write(s, body, strlen(body)) == (ssize_t)strlen(body)) {
+                char reply[256];
+                rc = read(s, reply, sizeof reply); /* 0: the supervisor hung up on us */
+            }
+        }
+    } else if (!strcmp(what, "forgeExit")) {
+        const char *notice = "{\"type\":\"exit\",\"reason\":\"sandboxViolation\",\"syscall\":\"ptrace\",\"message\":\"forged\"}";
+        g_host->send(g_host->ctx, (const uint8_t *)notice, strlen(notice));
+        usleep(50000);
+        raise(SIGSEGV);
     } else if (!strcmp(what, "segv")) {
         raise(SIGSEGV);
     } else if (!strcmp(what, "abort")) {
