@@ -10,6 +10,9 @@ let arguments = CommandLine.arguments
 let asJSON = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 let calls = quick ? 2_000 : 20_000
+/// `--only calls|crash|startup` runs one section.
+let only: String? = arguments.firstIndex(of: "--only").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
+func wanted(_ section: String) -> Bool { only == nil || only == section }
 let report = Report()
 func note(_ s: String) { FileHandle.standardError.write((s + "\n").data(using: .utf8)!) }
 
@@ -17,6 +20,7 @@ do {
     let rig = try Rig()
 
     // 1-2. Call latency and throughput, against raw socketpair echoes of the same frame.
+    if wanted("calls") {
     note("calls: baselines")
     let frame = { (id: UInt64) in callFrame(id: id, target: "bench.callee", method: "ping") }
     var base: [Int: (p50: Double, tput: [Int: Double])] = [:]
@@ -65,8 +69,10 @@ do {
         report.add("worker RSS (trivial Swift plugin)", Double(m.rss) / 1_048_576, "MiB")
         report.add("worker PSS (trivial Swift plugin, 2 workers)", Double(m.pss) / 1_048_576, "MiB", target: "< 8 MiB")
     }
+    }
 
     // 4. Crash → serving again, first (immediate) restart: time from the crash request to the first answered call.
+    if wanted("crash") {
     note("crash → serving again")
     let crashPlugins = try rig.plugins("crash", count: quick ? 3 : 10)
     try rig.start(plugins: crashPlugins)
@@ -89,8 +95,10 @@ do {
         c.close()
     }
     report.add("crash → serving again (first restart), median", recovery.median / 1000, "ms", target: "< 50 ms")
+    }
 
     // 3. Start-up to ready, and a worker's own start split into phases.
+    if wanted("startup") {
     note("start-up")
     for sandbox in [true, false] {
         for (count, chain) in [(1, false), (10, false), (10, true), (50, false), (50, true)] {
@@ -102,8 +110,9 @@ do {
                        runs.median / 1000, "ms", target: count == 50 && sandbox ? "< 150 ms" : nil)
             if count == 1 {
                 let t = try rig.status().first?.timings ?? [:]
-                for phase in ["spawnUs", "sandboxUs", "loadUs", "helloUs", "startupUs"] {
-                    report.add("  1 worker, sandbox \(sandbox ? "on" : "off"): \(phase.dropLast(2))", Double(t[phase] ?? 0) / 1000, "ms")
+                for phase in ["spawnUs", "sandboxUs", "sandbox.specUs", "sandbox.baseUs", "sandbox.rlimitsUs", "sandbox.namespacesUs", "sandbox.landlockUs",
+                              "sandbox.seccompUs", "loadUs", "helloUs", "startupUs"] where t[phase] != nil {
+                    report.add("  1 worker, sandbox \(sandbox ? "on" : "off"): \(phase.dropLast(2))", Double(t[phase]!) / 1000, "ms")
                 }
             }
             if count == 50, !chain, sandbox {
@@ -121,6 +130,7 @@ do {
                 report.add("worker PSS with 50 workers, median", pss.sorted()[pss.count / 2], "MiB", target: "< 8 MiB")
             }
         }
+    }
     }
     rig.stop()
 } catch {

@@ -34,6 +34,7 @@ enum Sandbox {
     ]
 
     static func apply(_ spec: WorkerSpec) throws(WorkerError) -> Applied {
+        let started = cws_monotonic_us()
         var applied = Applied()
         func layer(_ name: String) { applied.layers.append(name) }
         func missing(_ name: String, _ why: String) throws(WorkerError) {
@@ -70,6 +71,7 @@ enum Sandbox {
             return applied
         }
         var mark = cws_monotonic_us()
+        applied.timings["sandbox.baseUs"] = Int(mark - started)
         func lap(_ step: String) {
             let t = cws_monotonic_us()
             applied.timings["sandbox.\(step)Us"] = Int(t - mark)

@@ -39,6 +39,7 @@ func readSpec() throws(WorkerError) -> WorkerSpec {
 
 let spec: WorkerSpec
 do { spec = try readSpec() } catch { fail(error, connection: nil) }
+let specReadAt = cws_monotonic_us()
 
 let connection = BlockingConnection(fd: spec.socketFD, maxBody: spec.maxFrameBytes)
 var timings: [String: Int] = ["startedAtUs": Int(startedAt)]
@@ -48,6 +49,7 @@ do { confinement = try Sandbox.apply(spec) } catch { fail(error, connection: con
 let sandboxedAt = cws_monotonic_us()
 timings["sandboxUs"] = Int(sandboxedAt - startedAt)
 timings.merge(confinement.timings) { a, _ in a }
+timings["sandbox.specUs"] = Int(specReadAt - startedAt)
 
 let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes)
 SignalRelay.start(host: host)

@@ -35,6 +35,8 @@ final class WorkerInstance: @unchecked Sendable {
     let identifier: String
     var channel: Channel?
     var helloReceived = false
+    /// Said hello, but a dependency is not running yet: `startup` waits for it.
+    var awaitingDependencies = false
     var pending: [UInt64: PendingRequest] = [:]
     var nextID: UInt64 = 1
     /// Set when the worker said why it is ending itself.

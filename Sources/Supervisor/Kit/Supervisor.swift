@@ -163,26 +163,33 @@ public final class Supervisor: @unchecked Sendable {
         startWaitingPlugins()
     }
 
-    /// Starts every waiting plugin whose dependencies are all running; fails those whose dependency
-    /// has failed for good. Independent plugins start concurrently.
+    /// Brings waiting plugins up. Workers are spawned at once, all in parallel (exec, sandbox, dlopen
+    /// and hello cost the same whatever the order); a plugin gets `startup` only once every
+    /// dependency is running. One whose dependency has failed for good fails too.
     func startWaitingPlugins() {
         var changed = true
         while changed {
             changed = false
             for id in order {
-                guard let record = records[id], record.state == .waiting else { continue }
+                guard let record = records[id] else { continue }
+                let parked = record.state == .starting && record.instance?.awaitingDependencies == true
+                guard record.state == .waiting || parked else { continue }
                 let deps = record.dependencyIDs.compactMap { records[$0] }
                 if let dead = deps.first(where: { $0.state == .failed || ($0.state == .stopped && !shuttingDown) }) {
                     record.state = .failed
                     record.failedByDependency = true
                     record.problem = "dependency \(dead.identifier) is \(dead.state.rawValue)"
                     logger.error("\(id) will not start: \(record.problem!)")
+                    if let instance = record.instance { stopPlugin(record) { _ = instance } }
                     record.settleWaiters(record.problem)
                     changed = true
                     continue
                 }
-                if deps.allSatisfy({ $0.state == .running }) {
+                if record.state == .waiting {
                     spawn(record)
+                } else if let instance = record.instance, deps.allSatisfy({ $0.state == .running }) {
+                    instance.awaitingDependencies = false
+                    sendStartup(record, instance)
                 }
             }
         }
@@ -287,10 +294,10 @@ public final class Supervisor: @unchecked Sendable {
         OutputCapture.attach(fd: spawned.stdout, stream: "stdout", plugin: id, supervisor: self)
         OutputCapture.attach(fd: spawned.stderr, stream: "stderr", plugin: id, supervisor: self)
 
-        // A worker must say hello and finish startup in time.
+        // A worker must say hello in time (its `startup` has a timeout of its own).
         loop.scheduleTask(in: .milliseconds(Int64(config.startupTimeoutMs))) { [self] in
-            if record.instance === instance, record.state == .starting || record.state == .restarting {
-                kill(instance, reason: "startupTimeout", message: "no hello and startup reply within \(config.startupTimeoutMs) ms")
+            if record.instance === instance, !instance.helloReceived {
+                kill(instance, reason: "startupTimeout", message: "no hello within \(config.startupTimeoutMs) ms")
             }
         }
     }
@@ -313,7 +320,8 @@ public final class Supervisor: @unchecked Sendable {
         _ = Glibc.kill(instance.pid, SIGKILL)
     }
 
-    /// The worker answered `hello`; send it `startup`.
+    /// The worker said `hello`: it is sandboxed and its plugin loaded. It gets `startup` now, or once
+    /// its dependencies are running.
     func helloReceived(_ instance: WorkerInstance, _ hello: HelloMessage) {
         guard let record = records[instance.identifier], record.instance === instance else { return }
         instance.helloReceived = true
@@ -329,6 +337,15 @@ public final class Supervisor: @unchecked Sendable {
         for missing in instance.sandboxMissing where warnedMissingLayers.insert(missing).inserted {
             logger.warning("sandbox layer missing on this host: \(missing); workers run without it")
         }
+        if record.dependencyIDs.allSatisfy({ records[$0]?.state == .running }) {
+            sendStartup(record, instance)
+        } else {
+            instance.awaitingDependencies = true
+        }
+    }
+
+    /// `startup`, with what the plugin needs to know about itself.
+    func sendStartup(_ record: PluginRecord, _ instance: WorkerInstance) {
         let m = record.manifest
         var payload: [UInt8] = Array(#"{"identifier":"#.utf8) + JSONEscaping.quoted(m.identifier)
         payload += Array(#","version":"#.utf8) + JSONEscaping.quoted(m.version.description)
@@ -343,10 +360,13 @@ public final class Supervisor: @unchecked Sendable {
             switch result {
             case .success:
                 becameRunning(record)
+            case .failure(let error) where error.code == ErrorCode.timeout.rawValue:
+                kill(instance, reason: "startupTimeout", message: "startup not answered within \(config.startupTimeoutMs) ms")
             case .failure(let error):
                 kill(instance, reason: "startupFailed", message: "startup failed: \(error)")
             }
         }
+        flushDirty()
     }
 
     func becameRunning(_ record: PluginRecord) {
@@ -365,6 +385,10 @@ public final class Supervisor: @unchecked Sendable {
             dependent.failedByDependency = false
             dependent.state = .waiting
             dependent.problem = nil
+        }
+        if launched {
+            // Every other plugin has long started: this one (restarted, or added by a rescan) hears so now.
+            sendEvent(record, .launch) { _ in }
         }
         if wasRestart {
             // A restarted plugin lost its state: its dependents hear of it (or restart too).
@@ -415,6 +439,11 @@ public final class Supervisor: @unchecked Sendable {
         record.lastExit = status
         let meta: Logger.Metadata = ["plugin": "\(record.identifier)", "pid": "\(exit.pid)"]
         let described = Self.describe(status)
+        if record.failedByDependency, record.state == .failed {
+            logger.info("\(record.identifier) stopped: \(record.problem ?? "a dependency failed")", metadata: meta)
+            callbacks.forEach { $0() }
+            return
+        }
         if instance.stopRequested || shuttingDown {
             record.state = .stopped
             logger.info("\(record.identifier) stopped (\(described))", metadata: meta)
