@@ -20,6 +20,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
     ],
     targets: [
         // The C ABI between a worker and a plugin library (include/sp_plugin.h).
@@ -30,6 +31,11 @@ let package = Package(
         .target(name: "CSupervisorSupport", path: "Sources/CSupervisorSupport"),
         // libseccomp, Debian's libseccomp-dev.
         .systemLibrary(name: "CSeccomp", path: "Sources/CSeccomp", pkgConfig: "libseccomp", providers: [.apt(["libseccomp-dev"])]),
+        // libcurl (Debian's libcurl4-openssl-dev) and libarchive (libarchive-dev) for installs.
+        .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CArchive", path: "Sources/CArchive", pkgConfig: "libarchive", providers: [.apt(["libarchive-dev"])]),
+        // The libcurl transfer (configured in C: curl_easy_setopt is variadic) and renameat2.
+        .target(name: "CInstallSupport", dependencies: ["CCurl"], path: "Sources/CInstallSupport"),
 
         .target(name: "PluginProtocol", path: "Sources/Protocol"),
         .target(name: "IPC", dependencies: ["PluginProtocol"], path: "Sources/IPC"),
@@ -46,7 +52,8 @@ let package = Package(
         .target(
             name: "SupervisorKit",
             dependencies: [
-                "PluginProtocol", "IPC", "CSupervisorSupport",
+                "PluginProtocol", "IPC", "CSupervisorSupport", "CInstallSupport", "CArchive",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

@@ -6,6 +6,8 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     case exit
     case status, send, restart, stop
     case install, update, uninstall
+    /// Supervisor → CLI, before the reply to a long request: `id`, `stage`, `done`, `total`, `message`.
+    case progress
 }
 
 /// Lifecycle event names (SPEC §3).

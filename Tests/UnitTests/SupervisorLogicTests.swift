@@ -81,7 +81,7 @@ import Testing
 @Suite struct CatalogTests {
     func manifest(_ id: String, _ deps: [String] = [], version: String = "1.0.0") -> Manifest {
         Manifest(identifier: id, version: SemanticVersion(version)!, dependencies: deps.map { .init(identifier: $0, range: nil) },
-                 library: "x.so", variants: [], permissions: [], restart: .onFailure, limits: .init(), bundle: "/p/\(id)",
+                 library: "x.so", variants: [], permissions: [], restart: .onFailure, limits: .init(), resources: nil, bundle: "/p/\(id)",
                  file: "/p/\(id)/plugin.json")
     }
 

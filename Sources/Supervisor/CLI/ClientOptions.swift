@@ -15,9 +15,10 @@ struct ClientOptions: ParsableArguments {
     var socketPath: String { SupervisorConfig.socketPath(option: socket, home: home) }
 
     /// Runs one request and prints its result; errors go to stderr as `code: message`.
-    func run(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in }, print format: (([UInt8]) -> String)? = nil) throws {
+    func run(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in }, print format: (([UInt8]) -> String)? = nil,
+             progress: (SupervisorClient.Progress) -> Void = { _ in }) throws {
         let result: [UInt8]
-        switch request(kind, fill) {
+        switch request(kind, fill, progress) {
         case .success(let r): result = r
         case .failure(let failure):
             FileHandleLite.standardError.write("\(failure)\n")
@@ -27,11 +28,12 @@ struct ClientOptions: ParsableArguments {
         if !text.isEmpty { print(text) }
     }
 
-    private func request(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void) -> Result<[UInt8], SupervisorClient.Failure> {
+    private func request(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void,
+                         _ progress: (SupervisorClient.Progress) -> Void) -> Result<[UInt8], SupervisorClient.Failure> {
         do throws(SupervisorClient.Failure) {
             let client = try SupervisorClient(socketPath: socketPath)
             defer { client.close() }
-            return .success(try client.request(kind, fill))
+            return .success(try client.request(kind, fill, progress: progress))
         } catch {
             return .failure(error)
         }
@@ -40,6 +42,36 @@ struct ClientOptions: ParsableArguments {
 
 extension SupervisorClient.Failure {
     var isRemote: Bool { if case .remote = self { return true } else { return false } }
+    var isUnreachable: Bool { if case .unreachable = self { return true } else { return false } }
+}
+
+/// Shows install progress: a bar redrawn in place on a terminal, plain lines otherwise.
+final class ProgressDisplay: @unchecked Sendable {
+    let terminal = isatty(2) == 1
+    var lastStage = ""
+
+    func show(_ p: SupervisorClient.Progress) {
+        let label = p.message.map { "\(p.stage) \($0)" } ?? p.stage
+        if terminal {
+            var line = label
+            if p.total > 0 {
+                let width = 30
+                let filled = Int(Double(width) * Double(p.done) / Double(p.total))
+                line += " [" + String(repeating: "#", count: min(width, filled)) + String(repeating: " ", count: max(0, width - filled)) + "]"
+                line += " \(p.done >> 10)/\(p.total >> 10) KiB"
+            } else if p.done > 0 {
+                line += " \(p.done >> 10) KiB"
+            }
+            FileHandleLite.standardError.write("\r\u{1B}[K" + line)
+        } else if label != lastStage {
+            FileHandleLite.standardError.write(label + "\n")
+        }
+        lastStage = label
+    }
+
+    func finish() {
+        if terminal && !lastStage.isEmpty { FileHandleLite.standardError.write("\r\u{1B}[K") }
+    }
 }
 
 enum FileHandleLite {

@@ -23,6 +23,13 @@ public struct Manifest: Sendable {
         public var callTimeoutMs: Int?
     }
 
+    /// Live resources (LiveBundle): files refreshed from `baseURL` at launch or daily.
+    public struct Resources: Sendable, Equatable {
+        public var baseURL: String
+        public var files: [String]
+        public var daily: Bool
+    }
+
     public struct Variant: Sendable {
         public var library: String
         public var requires: [String: String]
@@ -37,6 +44,7 @@ public struct Manifest: Sendable {
     public var permissions: [String]
     public var restart: RestartPolicy
     public var limits: Limits
+    public var resources: Resources?
     /// The bundle folder (absolute) and the manifest file in it.
     public var bundle: String
     public var file: String
@@ -65,6 +73,13 @@ extension Manifest {
         var permissions: [String]?
         var restart: String?
         var limits: RawLimits?
+        var resources: RawResources?
+    }
+
+    private struct RawResources: Decodable {
+        var baseURL: String?
+        var files: [String]?
+        var refresh: String?
     }
 
     private enum RawDependency: Decodable {
@@ -179,11 +194,26 @@ extension Manifest {
         for (name, value) in [("memoryMB", l?.memoryMB), ("softMemoryMB", l?.softMemoryMB), ("openFiles", l?.openFiles), ("callTimeoutMs", l?.callTimeoutMs)] {
             if let value, value <= 0 { throw fail("limits.\(name)", "must be a positive number, got \(value)") }
         }
+        var resources: Resources?
+        if let r = raw.resources {
+            guard let base = r.baseURL, base.hasPrefix("http://") || base.hasPrefix("https://") || base.hasPrefix("file://") else {
+                throw fail("resources.baseURL", "missing or not an http(s) or file URL")
+            }
+            let files = r.files ?? []
+            for (i, f) in files.enumerated() {
+                try checkRelative(f, field: "resources.files[\(i)]", fail)
+                if f.hasPrefix(".") { throw fail("resources.files[\(i)]", "'\(f)' must not start with a dot") }
+            }
+            guard r.refresh == nil || r.refresh == "launch" || r.refresh == "daily" else {
+                throw fail("resources.refresh", "'\(r.refresh!)' is not launch or daily")
+            }
+            resources = Resources(baseURL: base.hasSuffix("/") ? String(base.dropLast()) : base, files: files, daily: r.refresh == "daily")
+        }
         return Manifest(
             identifier: identifier, version: version, dependencies: dependencies, library: raw.library,
             variants: variants, permissions: permissions, restart: restart,
             limits: Limits(memoryMB: l?.memoryMB, softMemoryMB: l?.softMemoryMB, openFiles: l?.openFiles, callTimeoutMs: l?.callTimeoutMs),
-            bundle: bundle, file: file)
+            resources: resources, bundle: bundle, file: file)
     }
 
     private static func checkRelative(_ path: String, field: String, _ fail: (String?, String) -> ManifestError) throws(ManifestError) {

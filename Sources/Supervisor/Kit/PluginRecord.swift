@@ -13,7 +13,8 @@ enum PluginState: String, Sendable {
 }
 
 /// Where a reply must go.
-enum ReplyOrigin {
+/// Confined to the supervisor's event loop like everything it refers to.
+enum ReplyOrigin: @unchecked Sendable {
     /// A CLI client, with the id it used.
     case client(ControlConnection, id: UInt64)
     /// A plugin's worker, with the id the plugin used.
@@ -96,6 +97,9 @@ final class PluginRecord: @unchecked Sendable {
     var problem: String?
     /// Failed only because a dependency could not start; retried when that dependency runs.
     var failedByDependency = false
+    /// An install is waiting to see this version run: its first failure settles the waiters at
+    /// once (to roll back) instead of going through restarts.
+    var rollbackOnFailure = false
     /// Has reached `running` at least once (so a later start is a restart dependents hear of).
     var hasRun = false
     /// Callers waiting for it to be running (restart command); called with nil or the reason it failed.

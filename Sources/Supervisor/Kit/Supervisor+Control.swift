@@ -26,6 +26,21 @@ extension Supervisor {
                 case .failure(let error): answer(origin, error: error)
                 case .success(let target):
                     if let error = forward(kind, to: target, from: nil, env: env, bytes: bytes, origin: origin) {
+                        if records[target] == nil {
+                            // Maybe the catalog offers it on demand: install it, then forward this request.
+                            let copy = Array(bytes)
+                            let started = onDemand(target) { [self] failure in
+                                if let failure { return answer(origin, error: failure) }
+                                copy.withUnsafeBytes { raw in
+                                    guard let env = try? Envelope.parse(raw) else { return }
+                                    if let error = forward(kind, to: target, from: nil, env: env, bytes: raw, origin: origin) {
+                                        answer(origin, error: error)
+                                    }
+                                }
+                                flushDirty()
+                            }
+                            if started { return }
+                        }
                         answer(origin, error: error)
                     }
                 }
@@ -57,6 +72,18 @@ extension Supervisor {
                     }
                     flushDirty()
                 }
+            case .install:
+                guard let source = Envelope.string(bytes, env.uri), !source.isEmpty else {
+                    return answer(origin, error: ErrorBody(.badRequest, "install needs a \"uri\": an archive path or URL"))
+                }
+                installRequest(origin, source: source, params: installParams(env, bytes))
+            case .update:
+                updateRequest(origin, params: installParams(env, bytes))
+            case .uninstall:
+                guard let target = Envelope.string(bytes, env.target) else {
+                    return answer(origin, error: ErrorBody(.badRequest, "uninstall needs a \"target\""))
+                }
+                uninstallRequest(origin, identifier: target)
             case .stop:
                 respond(origin) { Array(#"{"stopping":true}"#.utf8) }
                 flushDirty()
@@ -70,6 +97,11 @@ extension Supervisor {
     /// Whether `pid` is one of our workers (they may never use the control socket).
     func isWorker(pid: Int32) -> Bool { byPID[pid] != nil }
     func workerName(pid: Int32) -> String { byPID[pid]?.identifier ?? "?" }
+
+    func installParams(_ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> InstallParams {
+        guard let p = env.params else { return InstallParams() }
+        return (try? ProtocolJSON.decode(InstallParams.self, from: UnsafeRawBufferPointer(rebasing: bytes[p]))) ?? InstallParams()
+    }
 
     func respond(_ origin: ReplyOrigin, _ make: () throws -> [UInt8]) {
         do {

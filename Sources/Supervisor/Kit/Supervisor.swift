@@ -1,4 +1,5 @@
 import CSupervisorSupport
+import Dispatch
 import IPC
 import Logging
 import NIOCore
@@ -36,6 +37,10 @@ public final class Supervisor: @unchecked Sendable {
     let finished: EventLoopPromise<Void>
     var timers: [RepeatedTask] = []
     var runtimePaths: [String] = []
+    /// Installs run here, one at a time, off the event loop.
+    let installQueue = DispatchQueue(label: "supervisor.installs")
+    /// Callers waiting for an on-demand install, by plugin.
+    var onDemandWaiters: [String: [(ErrorBody?) -> Void]] = [:]
     /// Missing sandbox layers already warned about (once each).
     var warnedMissingLayers = Set<String>()
 
@@ -59,6 +64,8 @@ public final class Supervisor: @unchecked Sendable {
         try acquireLock()
         defer { releaseLock() }
         runtimePaths = RuntimeLocator.swiftRuntimeFolders()
+        // An install interrupted by a crash left its staging folder; the bundles are complete.
+        if let installer = try? makeInstaller() { installer.cleanLeftovers() }
         reaper = ChildReaper { [self] exit in loop.execute { self.childExited(exit) } }
         SignalRelay.start { [self] signal in loop.execute { self.handleSignal(signal) } }
         try bindControlSocket()
@@ -213,6 +220,7 @@ public final class Supervisor: @unchecked Sendable {
             onReady?(line)
             onReady = nil
         }
+        for record in running { refreshResources(record) }
         if remaining == 0 { announce(); return }
         for record in running {
             sendEvent(record, .launch) { _ in
@@ -389,6 +397,7 @@ public final class Supervisor: @unchecked Sendable {
         if launched {
             // Every other plugin has long started: this one (restarted, or added by a rescan) hears so now.
             sendEvent(record, .launch) { _ in }
+            if !wasRestart { refreshResources(record) }
         }
         if wasRestart {
             // A restarted plugin lost its state: its dependents hear of it (or restart too).
@@ -453,6 +462,12 @@ public final class Supervisor: @unchecked Sendable {
         let abnormal = exit.signaled || exit.code != 0 || instance.killReason != nil
         logger.log(level: abnormal ? .error : .notice, "\(record.identifier) exited: \(described)", metadata: meta)
         callbacks.forEach { $0() }
+        if record.rollbackOnFailure {
+            record.state = .failed
+            record.problem = described
+            record.settleWaiters(described)
+            return
+        }
         let policy = record.manifest.restart
         guard policy == .always || (policy == .onFailure && abnormal) else {
             record.state = abnormal ? .failed : .stopped
@@ -587,6 +602,12 @@ public final class Supervisor: @unchecked Sendable {
         // Memory: soft limit → memoryWarning, hard limit → memoryLimit.
         timers.append(loop.scheduleRepeatedTask(initialDelay: .milliseconds(250), delay: .milliseconds(250)) { [self] _ in
             checkMemory()
+        })
+        // Daily live resources: checked hourly, each refreshed when a day old.
+        timers.append(loop.scheduleRepeatedTask(initialDelay: .hours(1), delay: .hours(1)) { [self] _ in
+            for record in records.values where record.state == .running && record.manifest.resources?.daily == true {
+                refreshResources(record)
+            }
         })
         // Watchdog pings.
         timers.append(loop.scheduleRepeatedTask(initialDelay: .milliseconds(Int64(config.pingIntervalMs)),

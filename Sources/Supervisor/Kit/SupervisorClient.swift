@@ -30,13 +30,33 @@ public struct SupervisorClient {
     }
 
     /// Sends a request of `kind` with the given fields and waits for its reply; returns the raw result JSON.
-    public func request(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in }) throws(Failure) -> [UInt8] {
+    /// A `progress` frame the supervisor sent before its reply.
+    public struct Progress: Decodable, Sendable {
+        public var stage: String
+        public var done: Int64
+        public var total: Int64
+        public var message: String?
+
+        public init(stage: String, done: Int64, total: Int64, message: String? = nil) {
+            self.stage = stage
+            self.done = done
+            self.total = total
+            self.message = message
+        }
+    }
+
+    public func request(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in },
+                        progress: (Progress) -> Void = { _ in }) throws(Failure) -> [UInt8] {
         var b = FrameBuilder(kind: kind)
         b.uint("id", 1)
         fill(&b)
         do { try connection.sendFrame(b.finish()) } catch { throw .unreachable(socketPath, error) }
-        let reply: [UInt8]?
-        do { reply = try connection.receiveFrame() } catch { throw .broken("\(error)") }
+        var reply: [UInt8]?
+        while true {
+            do { reply = try connection.receiveFrame() } catch { throw .broken("\(error)") }
+            guard let frame = reply, let p = try? ProtocolJSON.decode(ProgressFrame.self, from: frame), p.type == .progress else { break }
+            progress(Progress(stage: p.stage, done: p.done, total: p.total, message: p.message))
+        }
         guard let reply else { throw .broken("the supervisor closed the connection without answering") }
         let outcome: Result<[UInt8], Failure> = reply.withUnsafeBytes { bytes in
             let env: Envelope
@@ -52,4 +72,12 @@ public struct SupervisorClient {
     }
 
     public func close() { connection.close() }
+
+    private struct ProgressFrame: Decodable {
+        var type: MessageKind
+        var stage: String
+        var done: Int64
+        var total: Int64
+        var message: String?
+    }
 }

@@ -38,6 +38,15 @@ public struct SupervisorConfig: Sendable {
     public var pingTimeoutMs = 3_000
     /// Sandbox on (default) or off (benchmarks, diagnosis).
     public var sandboxEnabled = true
+    /// The plugin catalog's URL (http, https or file), for `update` and on-demand installs.
+    public var catalogURL: String?
+    /// Trusted publisher keys: base64 raw Ed25519 public keys.
+    public var trustedKeys: [String] = []
+    /// `false` switches updates off: no catalog fetches, no on-demand installs, no resource refresh.
+    public var updatesEnabled = true
+    /// Downloads slower than 1 KiB/s for this long are aborted; at most this many bytes.
+    public var downloadLowSpeedSeconds = 15
+    public var downloadMaxBytes = 256 << 20
     /// Sandbox layers the operator demands; a plugin is not started where one is missing.
     public var requiredSandboxLayers: [String] = []
     /// The layers a worker can report (docs/sandbox.md).
@@ -88,11 +97,17 @@ public struct SupervisorConfig: Sendable {
         var pingTimeoutMs: Int?
         var sandbox: Bool?
         var requireSandboxLayers: [String]?
+        var catalog: String?
+        var trustedKeys: [String]?
+        var updates: Bool?
+        var downloadLowSpeedSeconds: Int?
+        var downloadMaxBytes: Int?
 
         static let keys: Set<String> = [
             "plugins", "socket", "maxFrameBytes", "startupTimeoutMs", "callTimeoutMs", "shutdownGraceMs", "restartLimit",
             "restartWindowSeconds", "restartBackoffBaseMs", "restartBackoffMaxMs", "restartDependents", "pingIntervalMs",
             "pingTimeoutMs", "sandbox", "requireSandboxLayers", "updates", "catalog", "trustedKeys",
+            "downloadLowSpeedSeconds", "downloadMaxBytes",
         ]
     }
 
@@ -143,6 +158,11 @@ public struct SupervisorConfig: Sendable {
         if let v = try positive("pingIntervalMs", file.pingIntervalMs) { pingIntervalMs = v }
         if let v = try positive("pingTimeoutMs", file.pingTimeoutMs) { pingTimeoutMs = v }
         if let v = file.sandbox { sandboxEnabled = v }
+        if let v = file.catalog { catalogURL = v }
+        if let v = file.trustedKeys { trustedKeys = v }
+        if let v = file.updates { updatesEnabled = v }
+        if let v = try positive("downloadLowSpeedSeconds", file.downloadLowSpeedSeconds) { downloadLowSpeedSeconds = v }
+        if let v = try positive("downloadMaxBytes", file.downloadMaxBytes) { downloadMaxBytes = v }
         if let v = file.requireSandboxLayers {
             if let unknown = v.first(where: { !Self.sandboxLayers.contains($0) }) {
                 throw ConfigError(file: path, reason: "'requireSandboxLayers' names '\(unknown)', which is not a sandbox layer; layers: \(Self.sandboxLayers.joined(separator: ", "))")

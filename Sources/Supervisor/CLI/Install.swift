@@ -1,0 +1,102 @@
+import ArgumentParser
+import Logging
+import SupervisorKit
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct Install: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Install or upgrade a plugin from an archive (path or URL); a running supervisor swaps it in.",
+        discussion: """
+            The archive's Ed25519 signature is read from <archive>.sig and checked against the trusted keys of the \
+            config. With no supervisor running, the plugin is installed into the home's plugins folder and starts with \
+            the next `supervisor start`.
+            """)
+
+    @OptionGroup var options: ClientOptions
+
+    @Argument(help: "A .tar.gz, .tar.xz, .tar.zst or .zip archive: a path or an http(s)/file URL.")
+    var archive: String
+
+    @Flag(help: "Allow a downgrade or a reinstall of the same version.")
+    var force = false
+
+    @Flag(help: "Allow an archive with no signature (development only).")
+    var allowUnsigned = false
+
+    @Option(help: "Config file (trusted keys) for an install with no supervisor running.")
+    var config: String?
+
+    func run() throws {
+        let display = ProgressDisplay()
+        let source = archive.contains("://") ? archive : (FileSystem.realPath(archive) ?? archive)
+        do {
+            try options.run(.install, { b in
+                b.string("uri", source)
+                b.raw("params", Array(#"{"force":\#(force),"allowUnsigned":\#(allowUnsigned)}"#.utf8))
+            }, print: { raw in
+                display.finish()
+                return String(decoding: raw, as: UTF8.self)
+            }, progress: { display.show($0) })
+        } catch let exit as ExitCode where exit.rawValue == 2 {
+            // No supervisor: install offline into the home.
+            display.finish()
+            try offline(source)
+        }
+    }
+
+    func offline(_ source: String) throws {
+        var settings = SupervisorConfig(home: options.home)
+        if let config { try settings.apply(configFile: config) }
+        FileHandleLite.standardError.write("no supervisor is running; installing into \(settings.home)/plugins\n")
+        let display = ProgressDisplay()
+        do {
+            let installer = try Installer(home: settings.home, trustedKeys: settings.trustedKeys,
+                                          workerExecutable: settings.workerExecutable, runtimePaths: RuntimeFolders.current())
+            let staged = try installer.stage(source: source, entry: nil, options: .init(force: force, allowUnsigned: allowUnsigned),
+                                             progress: { stage, done, total in display.show(.init(stage: stage, done: done, total: total)) },
+                                             reap: { pid in var status: Int32 = 0; _ = waitpid(pid, &status, 0) })
+            try installer.swapIn(staged)
+            installer.finish(staged)
+            display.finish()
+            print(#"{"installed":"\#(staged.identifier) \#(staged.version)"}"#)
+        } catch {
+            display.finish()
+            FileHandleLite.standardError.write("install failed: \(error)\n")
+            throw ExitCode(1)
+        }
+    }
+}
+
+struct Update: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Install the catalog's newer versions of installed plugins into the running supervisor.")
+
+    @OptionGroup var options: ClientOptions
+
+    @Flag(help: "Only list the updates available.")
+    var check = false
+
+    func run() throws {
+        let display = ProgressDisplay()
+        try options.run(.update, { b in
+            b.raw("params", Array(#"{"check":\#(check)}"#.utf8))
+        }, print: { raw in
+            display.finish()
+            return String(decoding: raw, as: UTF8.self)
+        }, progress: { display.show($0) })
+    }
+}
+
+struct Uninstall: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Stop a plugin and remove it from the home's plugins folder.")
+
+    @OptionGroup var options: ClientOptions
+
+    @Argument(help: "The plugin's identifier.")
+    var identifier: String
+
+    func run() throws {
+        try options.run(.uninstall) { $0.string("target", identifier) }
+    }
+}

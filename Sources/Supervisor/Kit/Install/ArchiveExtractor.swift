@@ -1,0 +1,129 @@
+import CArchive
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Unpacks a plugin archive (tar, tar.gz, tar.xz, tar.zst, zip) with libarchive, refusing anything
+/// that could reach outside the bundle or smuggle in privileges: absolute paths, `..`, symbolic
+/// links that leave the bundle or that later entries would write through, hard links, devices,
+/// FIFOs, sockets, setuid/setgid bits; and bounding the total size and the number of entries
+/// (counted as written, not as the headers claim).
+public struct ArchiveExtractor: Sendable {
+    public var maxTotalBytes: Int64 = 512 << 20
+    public var maxEntries = 10_000
+
+    public init() {}
+
+    public struct Refusal: Error, CustomStringConvertible, Sendable {
+        public var archive: String
+        public var entry: String?
+        public var reason: String
+        public var description: String {
+            "archive \(archive) refused" + (entry.map { ": entry '\($0)'" } ?? "") + ": \(reason)"
+        }
+    }
+
+    /// Extracts `archive` into `destination` (an empty folder). Throws on the first bad entry;
+    /// the caller deletes the destination.
+    public func extract(_ archive: String, into destination: String) throws(Refusal) {
+        guard let a = archive_read_new() else { throw Refusal(archive: archive, entry: nil, reason: "libarchive: out of memory") }
+        defer { archive_read_free(a) }
+        archive_read_support_filter_all(a)
+        archive_read_support_format_tar(a)
+        archive_read_support_format_gnutar(a)
+        archive_read_support_format_zip(a)
+        guard archive_read_open_filename(a, archive, 64 * 1024) == ARCHIVE_OK else {
+            throw Refusal(archive: archive, entry: nil, reason: "not a readable archive: \(Self.error(a))")
+        }
+        var total: Int64 = 0
+        var count = 0
+        var links = Set<String>()
+        var entry: OpaquePointer?
+        while true {
+            let rc = archive_read_next_header(a, &entry)
+            if rc == ARCHIVE_EOF { break }
+            guard rc == ARCHIVE_OK || rc == ARCHIVE_WARN, let entry else {
+                throw Refusal(archive: archive, entry: nil, reason: "corrupt or truncated: \(Self.error(a))")
+            }
+            let name = archive_entry_pathname(entry).map { String(cString: $0) } ?? ""
+            func refuse(_ why: String) -> Refusal { Refusal(archive: archive, entry: name, reason: why) }
+            count += 1
+            guard count <= maxEntries else { throw refuse("more than \(maxEntries) entries") }
+            let path = try Self.normalized(name, refuse)
+            if path.isEmpty { continue }  // "./"
+            for prefix in Self.prefixes(of: path) where links.contains(prefix) {
+                throw refuse("writes through the symbolic link '\(prefix)'")
+            }
+            if archive_entry_hardlink(entry) != nil { throw refuse("hard links are not allowed") }
+            let mode = archive_entry_mode(entry)
+            if mode & 0o6000 != 0  /* S_ISUID | S_ISGID */ { throw refuse("setuid/setgid bits are not allowed") }
+            let target = destination + "/" + path
+            switch archive_entry_filetype(entry) {
+            case 0o040000:  // AE_IFDIR
+                try Self.makeDirectory(target, refuse)
+            case 0o100000:  // AE_IFREG
+                try Self.makeDirectory(String(target[..<target.lastIndex(of: "/")!]), refuse)
+                let fd = open(target, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode & 0o111) != 0 ? 0o755 : 0o644)
+                guard fd >= 0 else { throw refuse("cannot create: \(String(cString: strerror(errno)))") }
+                defer { close(fd) }
+                var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+                while true {
+                    let n = buffer.withUnsafeMutableBytes { archive_read_data(a, $0.baseAddress, $0.count) }
+                    if n == 0 { break }
+                    guard n > 0 else { throw refuse("corrupt or truncated data: \(Self.error(a))") }
+                    total += Int64(n)
+                    guard total <= maxTotalBytes else { throw refuse("unpacks to more than \(maxTotalBytes) bytes") }
+                    let written = buffer.withUnsafeBytes { write(fd, $0.baseAddress, n) }
+                    guard written == n else { throw refuse("write failed: \(String(cString: strerror(errno)))") }
+                }
+            case 0o120000:  // AE_IFLNK
+                let linkTarget = archive_entry_symlink(entry).map { String(cString: $0) } ?? ""
+                guard !linkTarget.hasPrefix("/") else { throw refuse("symbolic link to the absolute path '\(linkTarget)'") }
+                let parent = path.split(separator: "/").dropLast().map(String.init)
+                var resolved = parent
+                for part in linkTarget.split(separator: "/") {
+                    if part == "." { continue }
+                    if part == ".." {
+                        guard !resolved.isEmpty else { throw refuse("symbolic link '\(linkTarget)' leaves the bundle") }
+                        resolved.removeLast()
+                    } else {
+                        resolved.append(String(part))
+                    }
+                }
+                try Self.makeDirectory(String(target[..<target.lastIndex(of: "/")!]), refuse)
+                guard symlink(linkTarget, target) == 0 else { throw refuse("cannot create the link: \(String(cString: strerror(errno)))") }
+                links.insert(path)
+            default:
+                throw refuse("device nodes, FIFOs and sockets are not allowed")
+            }
+        }
+    }
+
+    /// `name` without `./`, refusing absolute paths and `..`.
+    static func normalized(_ name: String, _ refuse: (String) -> Refusal) throws(Refusal) -> String {
+        guard !name.hasPrefix("/") else { throw refuse("absolute path") }
+        var parts: [Substring] = []
+        for part in name.split(separator: "/") where part != "." {
+            guard part != ".." else { throw refuse("path with '..'") }
+            parts.append(part)
+        }
+        return parts.joined(separator: "/")
+    }
+
+    static func prefixes(of path: String) -> [String] {
+        let parts = path.split(separator: "/")
+        return (1..<max(parts.count, 1)).map { parts[0..<$0].joined(separator: "/") }
+    }
+
+    static func makeDirectory(_ path: String, _ refuse: (String) -> Refusal) throws(Refusal) {
+        var current = ""
+        for part in path.split(separator: "/") {
+            current += "/" + part
+            if mkdir(current, 0o755) != 0 && errno != EEXIST { throw refuse("cannot create folder \(current): \(String(cString: strerror(errno)))") }
+        }
+    }
+
+    static func error(_ a: OpaquePointer) -> String {
+        archive_error_string(a).map { String(cString: $0) } ?? "unknown error"
+    }
+}

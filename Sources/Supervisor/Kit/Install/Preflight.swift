@@ -1,0 +1,49 @@
+import IPC
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Loads a staged bundle in a sandboxed worker, as the supervisor would, and waits for its hello:
+/// a new version that cannot even load never replaces the installed one.
+enum Preflight {
+    struct Failed: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Returns the worker's pid (the caller reaps it). `spawned` is told of the child first.
+    static func run(manifest: Manifest, library: String, scratch: String, workerExecutable: String, runtimePaths: [String],
+                    sandbox: Bool, timeoutMs: Int = 10_000, spawned: (pid_t) -> Void) throws -> pid_t {
+        try FileSystem.makeDirectories(scratch + "/data")
+        try FileSystem.makeDirectories(scratch + "/live")
+        let spec = WorkerSpec(
+            identifier: manifest.identifier, version: manifest.version.description, bundle: manifest.bundle, library: library,
+            dataDirectory: scratch + "/data", liveDirectory: scratch + "/live", supervisorPID: getpid(),
+            sandbox: SandboxSpec(enabled: sandbox, memoryMB: manifest.limits.memoryMB, openFiles: manifest.limits.openFiles,
+                                 permissions: manifest.permissions, runtimePaths: runtimePaths))
+        let json = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self)
+        let child = try WorkerSpawner.spawn(executable: workerExecutable, arguments: [],
+                                            extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(json)"])
+        spawned(child.pid)
+        close(child.stdout)
+        close(child.stderr)
+        let connection = BlockingConnection(fd: child.socket)
+        defer { connection.close() }
+        var pfd = pollfd(fd: child.socket, events: Int16(POLLIN), revents: 0)
+        guard poll(&pfd, 1, Int32(timeoutMs)) > 0 else {
+            kill(child.pid, SIGKILL)
+            throw Failed(description: "the new version did not load within \(timeoutMs) ms")
+        }
+        guard let frame = try? connection.receiveFrame() else {
+            throw Failed(description: "the worker for the new version exited before saying hello")
+        }
+        if let notice = try? ProtocolJSON.decode(ExitNotice.self, from: frame), notice.type == .exit {
+            throw Failed(description: notice.message + (notice.syscall.map { " (\($0))" } ?? ""))
+        }
+        guard let hello = try? ProtocolJSON.decode(HelloMessage.self, from: frame), hello.plugin == manifest.identifier else {
+            kill(child.pid, SIGKILL)
+            throw Failed(description: "the worker for the new version did not say hello")
+        }
+        return child.pid  // closing the socket makes it exit
+    }
+}

@@ -1,0 +1,315 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import Dispatch
+import Logging
+import NIOCore
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Install, update, uninstall and on-demand installs for a running supervisor (SPEC §9). The slow
+/// part (download, checks, unpacking, preflight) runs on `installQueue`; the swap, the restart and
+/// the rollback run on the event loop.
+extension Supervisor {
+    struct InstallParams: Decodable {
+        var force: Bool?
+        var allowUnsigned: Bool?
+        var check: Bool?
+    }
+
+    func makeInstaller() throws -> Installer {
+        var installer = try Installer(home: config.home, trustedKeys: config.trustedKeys,
+                                      workerExecutable: config.workerExecutable, runtimePaths: runtimePaths)
+        installer.sandbox = config.sandboxEnabled
+        installer.fetcher.lowSpeedSeconds = config.downloadLowSpeedSeconds
+        installer.fetcher.maxBytes = Int64(config.downloadMaxBytes)
+        installer.extractor.maxTotalBytes = Int64(config.downloadMaxBytes) * 2
+        return installer
+    }
+
+    var catalogClient: CatalogClient? {
+        guard let url = config.catalogURL else { return nil }
+        var client = CatalogClient(url: url, home: config.home)
+        client.fetcher.lowSpeedSeconds = config.downloadLowSpeedSeconds
+        return client
+    }
+
+    /// Tells a waiting CLI how far a long request got.
+    func sendProgress(_ origin: ReplyOrigin, stage: String, done: Int64, total: Int64, message: String? = nil) {
+        guard case .client(let connection, let id) = origin, !connection.closed else { return }
+        var b = FrameBuilder(kind: .progress)
+        b.uint("id", id)
+        b.string("stage", stage)
+        b.uint("done", UInt64(max(0, done)))
+        b.uint("total", UInt64(max(0, total)))
+        if let message { b.string("message", message) }
+        write(b.finish(), to: connection.channel)
+        flushDirty()
+    }
+
+    /// Control request `install` (uri = archive path or URL; params: force, allowUnsigned).
+    func installRequest(_ origin: ReplyOrigin, source: String, params: InstallParams) {
+        let options = Installer.Options(force: params.force ?? false, allowUnsigned: params.allowUnsigned ?? false)
+        install(source: source, entry: nil, options: options, origin: origin) { [self] result in
+            switch result {
+            case .success(let text): respond(origin) { try ProtocolJSON.encode(["installed": text]) }
+            case .failure(let error): answer(origin, error: error)
+            }
+            flushDirty()
+        }
+    }
+
+    /// Stages on the install queue, then swaps in and (re)starts on the loop. `done` runs on the loop.
+    func install(source: String, entry: CatalogEntry?, options: Installer.Options, origin: ReplyOrigin?,
+                 _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
+        let installer: Installer
+        do { installer = try makeInstaller() } catch {
+            return done(.failure(ErrorBody(.badRequest, "\(error)")))
+        }
+        let reaper = self.reaper
+        installQueue.async { [self] in
+            let staged: Installer.Staged
+            do {
+                staged = try installer.stage(source: source, entry: entry, options: options, progress: { [self] stage, now, total in
+                    if let origin { loop.execute { self.sendProgress(origin, stage: stage, done: now, total: total) } }
+                }, spawned: { _ in reaper?.childSpawned() })
+            } catch {
+                logger.error("install of \(source) failed: \(error)")
+                loop.execute { done(.failure(ErrorBody(.badRequest, "\(error)"))) }
+                return
+            }
+            loop.execute { self.apply(staged, installer: installer, done) }
+        }
+    }
+
+    /// Swaps the staged version in and starts it; on failure swaps the old one back and restarts it.
+    func apply(_ staged: Installer.Staged, installer: Installer, _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
+        do { try installer.swapIn(staged) } catch {
+            installer.finish(staged)
+            return done(.failure(ErrorBody(.unavailable, "\(error)")))
+        }
+        let id = staged.identifier
+        let bundle = FileSystem.realPath(staged.target) ?? staged.target
+        let manifest: Manifest
+        do { manifest = try Manifest.load(bundle: bundle) } catch {
+            try? installer.rollBack(staged)
+            return done(.failure(ErrorBody(.badRequest, "\(error)")))
+        }
+        let what = "\(id) \(staged.version)" + (staged.previous.map { " (was \($0))" } ?? "")
+        guard !shuttingDown else {
+            installer.finish(staged)
+            return done(.success(what + "; it starts with the supervisor"))
+        }
+        if let record = records[id] {
+            let old = record.manifest
+            let begin: () -> Void = { [self] in
+                record.manifest = manifest
+                record.restartTimes = []
+                record.problem = nil
+                record.failedByDependency = false
+                record.rollbackOnFailure = true
+                record.startWaiters.append { [self] problem in
+                    record.rollbackOnFailure = false
+                    guard let problem else {
+                        installer.finish(staged)
+                        logger.notice("installed \(what); the previous version is deleted")
+                        return done(.success(what))
+                    }
+                    // The new version did not start: the old one goes back and runs again.
+                    do { try installer.rollBack(staged) } catch {
+                        return done(.failure(ErrorBody(.unavailable, "the new version failed (\(problem)) and rolling back failed: \(error)")))
+                    }
+                    record.manifest = old
+                    logger.error("\(id) \(staged.version) failed to start (\(problem)); rolled back to \(old.version)")
+                    restartCommand(id) { _ in }
+                    done(.failure(ErrorBody(.unavailable, "\(id) \(staged.version) failed to start: \(problem); rolled back to \(old.version)")))
+                }
+                if record.dependencyIDs.allSatisfy({ records[$0]?.state == .running }) {
+                    if record.hasRun { record.restarts += 1 }
+                    spawn(record)
+                } else {
+                    record.state = .waiting
+                    startWaitingPlugins()
+                }
+            }
+            if record.instance != nil { stopPlugin(record) { begin() } } else { begin() }
+        } else {
+            let record = PluginRecord(manifest: manifest, state: .waiting)
+            record.rollbackOnFailure = true
+            records[id] = record
+            order.append(id)
+            record.startWaiters.append { [self] problem in
+                record.rollbackOnFailure = false
+                guard let problem else {
+                    installer.finish(staged)
+                    logger.notice("installed \(what)")
+                    return done(.success(what))
+                }
+                try? installer.rollBack(staged)
+                records[id] = nil
+                order.removeAll { $0 == id }
+                done(.failure(ErrorBody(.unavailable, "\(id) \(staged.version) failed to start: \(problem); not installed")))
+            }
+            startWaitingPlugins()
+        }
+        flushDirty()
+    }
+
+    /// Control request `update` (params.check: only list what is newer).
+    func updateRequest(_ origin: ReplyOrigin, params: InstallParams) {
+        guard config.updatesEnabled else { return answer(origin, error: ErrorBody(.denied, "updates are switched off in the config (updates: false)")) }
+        guard let client = catalogClient else {
+            return answer(origin, error: ErrorBody(.badRequest, "no catalog is configured (config key catalog)"))
+        }
+        installQueue.async { [self] in
+            let loaded: CatalogClient.Loaded
+            do { loaded = try client.load() } catch {
+                loop.execute { self.answer(origin, error: ErrorBody(.unavailable, "\(error)")); self.flushDirty() }
+                return
+            }
+            loop.execute { [self] in
+                struct Available: Encodable { var identifier: String; var installed: String; var available: String }
+                var updates: [(CatalogEntry, Available)] = []
+                for entry in loaded.entries {
+                    guard let record = records[entry.identifier], let v = SemanticVersion(entry.version), v > record.manifest.version else { continue }
+                    updates.append((entry, Available(identifier: entry.identifier, installed: record.manifest.version.description, available: entry.version)))
+                }
+                if params.check == true {
+                    struct Check: Encodable { var catalog: String; var updates: [Available] }
+                    return respond(origin) { try ProtocolJSON.encode(Check(catalog: loaded.source, updates: updates.map(\.1))) }
+                }
+                applyUpdates(updates.map(\.0), origin: origin, done: [], failed: [:])
+            }
+        }
+    }
+
+    /// Installs catalog entries one after the other, then answers.
+    func applyUpdates(_ remaining: [CatalogEntry], origin: ReplyOrigin, done: [String], failed: [String: String]) {
+        guard let entry = remaining.first else {
+            struct Outcome: Encodable { var updated: [String]; var failed: [String: String] }
+            respond(origin) { try ProtocolJSON.encode(Outcome(updated: done, failed: failed)) }
+            return flushDirty()
+        }
+        sendProgress(origin, stage: "update", done: Int64(done.count + failed.count), total: Int64(done.count + failed.count + remaining.count),
+                     message: "\(entry.identifier) \(entry.version)")
+        install(source: entry.url, entry: entry, options: Installer.Options(), origin: origin) { [self] result in
+            var done = done, failed = failed
+            switch result {
+            case .success(let text): done.append(text)
+            case .failure(let error): failed[entry.identifier] = error.message
+            }
+            applyUpdates(Array(remaining.dropFirst()), origin: origin, done: done, failed: failed)
+        }
+    }
+
+    /// Control request `uninstall`.
+    func uninstallRequest(_ origin: ReplyOrigin, identifier: String) {
+        guard let record = records[identifier] else { return answer(origin, error: ErrorBody(.notFound, "no plugin \(identifier) is installed")) }
+        let home = FileSystem.realPath(config.home + "/plugins") ?? config.home + "/plugins"
+        guard record.manifest.bundle.hasPrefix(home + "/") else {
+            return answer(origin, error: ErrorBody(.denied, "\(identifier) is not installed in \(home) (it comes from \(record.manifest.bundle)); remove its bundle there"))
+        }
+        let needed = records.values.filter { $0.dependencyIDs.contains(identifier) && $0.identifier != identifier }.map(\.identifier).sorted()
+        guard needed.isEmpty else {
+            return answer(origin, error: ErrorBody(.denied, "\(identifier) is needed by \(needed.joined(separator: ", ")); uninstall those first"))
+        }
+        let installer: Installer
+        do { installer = try makeInstaller() } catch { return answer(origin, error: ErrorBody(.badRequest, "\(error)")) }
+        stopPlugin(record) { [self] in
+            do {
+                try installer.remove(URL(fileURLWithPath: record.manifest.bundle).lastPathComponent)
+            } catch {
+                return answer(origin, error: ErrorBody(.unavailable, "\(error)"))
+            }
+            records[identifier] = nil
+            order.removeAll { $0 == identifier }
+            logger.notice("uninstalled \(identifier) \(record.manifest.version)")
+            respond(origin) { try ProtocolJSON.encode(["uninstalled": "\(identifier) \(record.manifest.version)"]) }
+            flushDirty()
+        }
+    }
+
+    // MARK: On demand
+
+    /// A call or open for a plugin that is not installed: if the catalog offers it `onDemand`, install
+    /// it and then forward; concurrent first calls share one install. Returns false when it is not
+    /// on offer (the caller answers notFound).
+    func onDemand(_ target: String, replay: @escaping (ErrorBody?) -> Void) -> Bool {
+        guard config.updatesEnabled, let client = catalogClient else { return false }
+        if onDemandWaiters[target] != nil {
+            onDemandWaiters[target]!.append(replay)
+            return true
+        }
+        guard let entry = client.cachedEntries().first(where: { $0.identifier == target && $0.onDemand == true }) else { return false }
+        onDemandWaiters[target] = [replay]
+        logger.notice("installing \(target) \(entry.version) on demand")
+        install(source: entry.url, entry: entry, options: Installer.Options(), origin: nil) { [self] result in
+            let waiters = onDemandWaiters.removeValue(forKey: target) ?? []
+            let error: ErrorBody?
+            switch result {
+            case .success: error = nil
+            case .failure(let e): error = ErrorBody(.unavailable, "on-demand install of \(target) failed: \(e.message)")
+            }
+            for w in waiters { w(error) }
+            flushDirty()
+        }
+        return true
+    }
+
+    // MARK: Live resources
+
+    /// Refreshes a plugin's live resources (conditional GET), never replacing a good file with a
+    /// failed or partial download; each 200 is announced with `resourceUpdated`.
+    func refreshResources(_ record: PluginRecord, force: Bool = false) {
+        guard config.updatesEnabled, let resources = record.manifest.resources else { return }
+        let id = record.identifier
+        let live = config.home + "/live/" + id
+        var configured = Fetcher()
+        configured.lowSpeedSeconds = config.downloadLowSpeedSeconds
+        configured.maxBytes = Int64(config.downloadMaxBytes)
+        let fetcher = configured
+        let daily = resources.daily
+        installQueue.async { [self] in
+            let meta = live + "/.meta"
+            try? FileSystem.makeDirectories(meta)
+            for name in resources.files {
+                struct Validators: Codable { var etag: String?; var lastModified: String?; var checked: Double }
+                let metaFile = meta + "/" + name.replacingOccurrences(of: "/", with: "_") + ".json"
+                let previous = (try? FileSystem.readFile(metaFile, limit: 1 << 16)).flatMap { try? JSONDecoder().decode(Validators.self, from: Data($0)) }
+                let destination = live + "/" + name
+                let now = Date().timeIntervalSince1970
+                if daily, !force, let previous, now - previous.checked < 86_400, FileSystem.exists(destination) { continue }
+                if let slash = destination.lastIndex(of: "/") { try? FileSystem.makeDirectories(String(destination[..<slash])) }
+                let temp = destination + ".download"
+                let known = FileSystem.exists(destination) ? previous : nil
+                do {
+                    let outcome = try fetcher.fetch(resources.baseURL + "/" + name, to: temp,
+                                                    conditional: .init(etag: known?.etag, lastModified: known?.lastModified))
+                    switch outcome {
+                    case .notModified:
+                        let v = Validators(etag: known?.etag, lastModified: known?.lastModified, checked: now)
+                        try? Data(try JSONEncoder().encode(v)).write(to: URL(fileURLWithPath: metaFile))
+                    case .downloaded(_, let etag, let lastModified):
+                        guard rename(temp, destination) == 0 else { throw InstallError("cannot replace \(destination): \(String(cString: strerror(errno)))") }
+                        let v = Validators(etag: etag, lastModified: lastModified, checked: now)
+                        try? Data(try JSONEncoder().encode(v)).write(to: URL(fileURLWithPath: metaFile))
+                        loop.execute { [self] in
+                            guard let record = records[id], record.state == .running else { return }
+                            logger.info("resource \(name) refreshed", metadata: ["plugin": "\(id)"])
+                            let payload = Array(#"{"name":"#.utf8) + JSONEscaping.quoted(name) + Array(#","path":"#.utf8) + JSONEscaping.quoted(destination) + [UInt8(ascii: "}")]
+                            sendEvent(record, .resourceUpdated, payload: payload) { _ in }
+                            flushDirty()
+                        }
+                    }
+                } catch {
+                    unlink(temp)
+                    logger.warning("resource \(name) not refreshed: \(error); the plugin keeps its current copy", metadata: ["plugin": "\(id)"])
+                }
+            }
+        }
+    }
+}
