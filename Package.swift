@@ -91,7 +91,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["PluginProtocol", "IPC"],
+            dependencies: ["PluginProtocol", "IPC", .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/IntegrationTests"
         ),
     ],

@@ -8,10 +8,12 @@ for lib in libseccomp libcurl libarchive; do
 done
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v cc >/dev/null || need+=(cc)
+command -v zstd >/dev/null || need+=(zstd)   # the tests make .tar.zst archives
+command -v python3 >/dev/null || need+=(python3)  # the tests' web server
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 echo "installing build dependencies (missing: ${need[*]})" >&2
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq libseccomp-dev libcurl4-openssl-dev libarchive-dev pkg-config gcc >/dev/null
+$sudo apt-get install -y -qq libseccomp-dev libcurl4-openssl-dev libarchive-dev pkg-config gcc zstd python3 >/dev/null

@@ -162,7 +162,7 @@ struct LifecycleTests {
         let w = try TestWorld()
         try w.bundle("h.one", in: w.home + "/plugins")
         let out = w.root + "/out"
-        FileManager.default.createFile(atPath: out, contents: nil)
+        _ = FileManager.default.createFile(atPath: out, contents: nil)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Build.supervisor)
         p.arguments = ["start"]

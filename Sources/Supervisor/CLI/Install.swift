@@ -79,12 +79,19 @@ struct Update: ParsableCommand {
 
     func run() throws {
         let display = ProgressDisplay()
+        var failures: [String: String] = [:]
         try options.run(.update, { b in
             b.raw("params", Array(#"{"check":\#(check)}"#.utf8))
         }, print: { raw in
             display.finish()
+            struct Outcome: Decodable { var failed: [String: String]? }
+            failures = (try? ProtocolJSON.decode(Outcome.self, from: raw))?.failed ?? [:]
             return String(decoding: raw, as: UTF8.self)
         }, progress: { display.show($0) })
+        guard failures.isEmpty else {
+            for (id, why) in failures.sorted(by: { $0.key < $1.key }) { FileHandleLite.standardError.write("\(id): \(why)\n") }
+            throw ExitCode(1)
+        }
     }
 }
 

@@ -81,9 +81,7 @@ public final class Supervisor: @unchecked Sendable {
             try FileSystem.makeDirectories(config.home)
             try FileSystem.makeDirectories(config.home + "/data")
             try FileSystem.makeDirectories(config.home + "/live")
-            if config.pluginDirectories == [config.home + "/plugins"] {
-                try FileSystem.makeDirectories(config.home + "/plugins")
-            }
+            try FileSystem.makeDirectories(config.home + "/plugins")
         } catch {
             throw SupervisorError.home(config.home, "\(error)")
         }

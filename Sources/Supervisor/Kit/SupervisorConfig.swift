@@ -12,8 +12,12 @@ import PluginProtocol
 public struct SupervisorConfig: Sendable {
     /// The home folder: plugins, data, live resources, the control socket and the lock.
     public var home: String
-    /// Folders scanned for plugin bundles (default: `<home>/plugins`).
-    public var pluginDirectories: [String]
+    /// Folders scanned for plugin bundles: those given, and always `<home>/plugins`, where installs go.
+    public var pluginDirectories: [String] {
+        get { extraPluginDirectories + (extraPluginDirectories.contains(home + "/plugins") ? [] : [home + "/plugins"]) }
+        set { extraPluginDirectories = newValue }
+    }
+    private var extraPluginDirectories: [String]
     public var socketPath: String
     /// The `plugin-worker` executable (default: beside the running supervisor).
     public var workerExecutable: String
@@ -74,7 +78,7 @@ public struct SupervisorConfig: Sendable {
     public init(home: String? = nil, pluginDirectories: [String] = [], socketPath: String? = nil, workerExecutable: String? = nil) {
         let home = home ?? Self.defaultHome()
         self.home = home
-        self.pluginDirectories = pluginDirectories.isEmpty ? [home + "/plugins"] : pluginDirectories
+        self.extraPluginDirectories = pluginDirectories
         self.socketPath = Self.socketPath(option: socketPath, home: home)
         self.workerExecutable = workerExecutable ?? (FileSystem.executableDirectory() + "/plugin-worker")
     }

@@ -54,6 +54,7 @@ final class TestKit: Pluggable {
     func background() async { record("background") }
     func foreground() async { record("foreground") }
     func dependencyRestarted(_ identifier: String) async { record("dependencyRestarted:\(identifier)") }
+    func resourceUpdated(name: String, path: String) async { record("resourceUpdated:\(name)") }
 
     func willTerminate() async {
         record("willTerminate")
@@ -118,6 +119,16 @@ final class TestKit: Pluggable {
             return "unknown crash \(p.how)"
         }
         api.route("/echo") { request in request.query }
+        // The current copy of a resource (live if refreshed, else bundled) and its contents.
+        api.method("resource") { (p: [String: String]) throws -> [String: String] in
+            let path = try self.ctx().resourcePath(p["name"] ?? "")
+            let fd = open(path, O_RDONLY)
+            guard fd >= 0 else { throw PluginError(.notFound, "cannot open \(path)") }
+            defer { close(fd) }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let n = read(fd, &buffer, buffer.count)
+            return ["path": path, "content": String(decoding: buffer[0..<max(0, n)], as: UTF8.self)]
+        }
     }
 }
 

@@ -25,14 +25,16 @@ public struct ArchiveExtractor: Sendable {
 
     /// Extracts `archive` into `destination` (an empty folder). Throws on the first bad entry;
     /// the caller deletes the destination.
-    public func extract(_ archive: String, into destination: String) throws(Refusal) {
+    /// `name` is how errors call the archive (its source, not the staging copy).
+    public func extract(_ path: String, into destination: String, name archive: String? = nil) throws(Refusal) {
+        let archive = archive ?? path
         guard let a = archive_read_new() else { throw Refusal(archive: archive, entry: nil, reason: "libarchive: out of memory") }
         defer { archive_read_free(a) }
         archive_read_support_filter_all(a)
         archive_read_support_format_tar(a)
         archive_read_support_format_gnutar(a)
         archive_read_support_format_zip(a)
-        guard archive_read_open_filename(a, archive, 64 * 1024) == ARCHIVE_OK else {
+        guard archive_read_open_filename(a, path, 64 * 1024) == ARCHIVE_OK else {
             throw Refusal(archive: archive, entry: nil, reason: "not a readable archive: \(Self.error(a))")
         }
         var total: Int64 = 0

@@ -116,7 +116,7 @@ public struct Installer: Sendable {
         progress?("unpack", 0, 0)
         let unpacked = folder + "/unpacked"
         try FileSystem.makeDirectories(unpacked)
-        try extractor.extract(archive, into: unpacked)
+        try extractor.extract(archive, into: unpacked, name: source)
         let bundle = try Self.bundleRoot(unpacked, archive: source)
 
         // 4. The manifest against the catalog and what is installed.

@@ -1,0 +1,388 @@
+import Crypto
+import Foundation
+import PluginProtocol
+import Testing
+
+/// A publisher: an Ed25519 key pair that signs archives.
+struct Publisher {
+    let key = Curve25519.Signing.PrivateKey()
+    var publicKeyBase64: String { key.publicKey.rawRepresentation.base64EncodedString() }
+
+    func sign(_ path: String) throws -> String {
+        try key.signature(for: Data(contentsOf: URL(fileURLWithPath: path))).base64EncodedString()
+    }
+}
+
+/// The Python test web server over a folder.
+final class WebServer: @unchecked Sendable {
+    let root: String
+    let process = Process()
+    let port: Int
+
+    init(root: String) throws {
+        self.root = root
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/http_server.py").path
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script, root]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var line = Data()
+        while !line.contains(UInt8(ascii: "\n")) {
+            let chunk = pipe.fileHandleForReading.availableData
+            if chunk.isEmpty { throw HarnessError("the test web server did not start") }
+            line.append(chunk)
+        }
+        port = Int(String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))!
+    }
+
+    deinit { process.terminate() }
+
+    var base: String { "http://127.0.0.1:\(port)" }
+
+    func count(_ path: String) throws -> Int {
+        Int(try Shell.run("/usr/bin/curl", ["-s", base + "/_count" + path]).out) ?? -1
+    }
+}
+
+/// Bundles, archives and a catalog for the install tests.
+final class Shop: @unchecked Sendable {
+    let world: TestWorld
+    let publisher = Publisher()
+    let dir: String
+    let server: WebServer
+    var entries: [[String: Any]] = []
+
+    init(_ world: TestWorld) throws {
+        self.world = world
+        dir = world.root + "/shop"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        server = try WebServer(root: dir)
+    }
+
+    /// Makes a bundle folder of TestKit with a manifest, then an archive of `kind`; returns the archive's file name.
+    @discardableResult
+    func archive(_ id: String, _ version: String, kind: String = "tgz", extra: [String: Any] = [:], files: [String: String] = [:],
+                 sign: Bool = true) throws -> String {
+        let bundle = try world.bundle(id, version: version, folder: "\(id)-\(version)-\(kind)", extra: extra, in: dir + "/src")
+        for (name, content) in files { try content.write(toFile: bundle + "/" + name, atomically: true, encoding: .utf8) }
+        let ext = ["tgz": "tar.gz", "txz": "tar.xz", "tzst": "tar.zst", "zip": "zip"][kind] ?? "\(kind).tar.gz"
+        let name = "\(id)-\(version)-\(kind).\(ext)"
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/make_archive.py").path
+        let r = try Shell.run("/usr/bin/env", ["python3", script, kind, dir + "/" + name, bundle], timeout: 120)
+        guard r.code == 0 else { throw HarnessError("make_archive \(kind) failed: \(r.err)") }
+        if sign { try publisher.sign(dir + "/" + name).write(toFile: dir + "/" + name + ".sig", atomically: true, encoding: .utf8) }
+        return name
+    }
+
+    func sha256(_ name: String) throws -> String {
+        SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: dir + "/" + name))).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Adds a catalog entry for an archive (signed by our publisher unless told otherwise).
+    func offer(_ id: String, _ version: String, archive: String, onDemand: Bool = false, signature: String? = nil, sha256: String? = nil) throws {
+        entries.removeAll { ($0["identifier"] as? String) == id }
+        entries.append(["identifier": id, "version": version, "url": archive, "sha256": try sha256 ?? self.sha256(archive),
+                        "signature": try signature ?? publisher.sign(dir + "/" + archive), "onDemand": onDemand])
+        let data = try JSONSerialization.data(withJSONObject: ["plugins": entries], options: [.sortedKeys])
+        try data.write(to: URL(fileURLWithPath: dir + "/catalog.json"))
+    }
+
+    func config(updates: Bool = true, lowSpeed: Int = 15, maxBytes: Int = 64 << 20, catalog: String? = nil) throws -> String {
+        let path = world.root + "/install-config.json"
+        let json: [String: Any] = ["catalog": catalog ?? server.base + "/catalog.json", "trustedKeys": [publisher.publicKeyBase64],
+                                   "updates": updates, "downloadLowSpeedSeconds": lowSpeed, "downloadMaxBytes": maxBytes]
+        try JSONSerialization.data(withJSONObject: json).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+}
+
+extension TestWorld {
+    /// What is in the home's plugins folder: folder → version.
+    func installed() -> [String: String] {
+        var out: [String: String] = [:]
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: home + "/plugins")) ?? [] {
+            guard let data = FileManager.default.contents(atPath: home + "/plugins/\(name)/plugin.json"),
+                  let json = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { continue }
+            out[name] = json["version"] as? String
+        }
+        return out
+    }
+}
+
+@Suite(.serialized, .timeLimit(.minutes(6)))
+struct InstallTests {
+    /// A supervisor over the world's home plugins folder.
+    func start(_ w: TestWorld, config: String) throws -> RunningSupervisor {
+        try RunningSupervisor(w, args: ["--config", config])
+    }
+
+    @Test("install from a URL, update from the catalog while another plugin keeps answering, roll back a bad update")
+    func installUpdateRollback() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        try FileManager.default.createDirectory(atPath: w.home + "/plugins", withIntermediateDirectories: true)
+        try w.bundle("u.bystander", in: w.home + "/plugins")
+        let v1 = try shop.archive("u.app", "1.0.0")
+        let v2 = try shop.archive("u.app", "2.0.0", kind: "zip")
+        let v3 = try shop.archive("u.app", "3.0.0", kind: "txz", files: ["fail-startup": "x"])
+        let sv = try start(w, config: try shop.config())
+
+        let r = try sv.cli("install", shop.server.base + "/" + v1)
+        #expect(r.code == 0, "\(r.err)")
+        #expect(r.out.contains("u.app 1.0.0"))
+        #expect(try sv.plugin("u.app").state == "running")
+        #expect(try sv.plugin("u.app").version == "1.0.0")
+
+        try shop.offer("u.app", "2.0.0", archive: v2)
+        let check = try sv.cli("update", "--check")
+        #expect(check.out.contains(#""available":"2.0.0""#), "\(check.out) \(check.err)")
+        let check2 = try sv.cli("update", "--check")
+        #expect(check2.out.contains("notModified"), "a second check should cost a 304: \(check2.out)")
+
+        // Update while a client calls the bystander continuously.
+        final class Flag: @unchecked Sendable { var stop = false; var failures = 0; var ok = 0 }
+        let flag = Flag()
+        let socket = sv.socket
+        let caller = Thread {
+            while !flag.stop {
+                let r = try? Shell.run(Build.supervisor, ["call", "--socket", socket, "u.bystander", "echo", "1"])
+                if r?.code == 0 { flag.ok += 1 } else { flag.failures += 1 }
+            }
+        }
+        caller.start()
+        let oldPID = try sv.plugin("u.app").pid
+        let up = try sv.cli("update")
+        flag.stop = true
+        while !caller.isFinished { usleep(10_000) }
+        #expect(up.code == 0, "\(up.err)")
+        #expect(up.out.contains("u.app 2.0.0 (was 1.0.0)"), "\(up.out)")
+        let app = try sv.plugin("u.app")
+        #expect(app.version == "2.0.0" && app.state == "running" && app.pid != oldPID)
+        #expect(flag.failures == 0 && flag.ok > 0)
+        #expect(try sv.plugin("u.bystander").restarts == 0)
+        #expect(w.installed()["u.app"] == "2.0.0")
+        #expect((try FileManager.default.contentsOfDirectory(atPath: w.home + "/staging")).isEmpty, "the old version was not deleted")
+
+        // A bad update (its startup fails) is rolled back; the old version runs again.
+        try shop.offer("u.app", "3.0.0", archive: v3)
+        let bad = try sv.cli("update")
+        #expect(bad.out.contains(#""failed":{"u.app""#), "\(bad.out)")
+        #expect(bad.out.contains("rolled back to 2.0.0"))
+        try sv.waitUntil("2.0.0 running again") { let p = try sv.plugin("u.app"); return p.state == "running" && p.version == "2.0.0" }
+        #expect(w.installed()["u.app"] == "2.0.0")
+        #expect(try sv.call("u.app", "echo", "5", as: Int.self) == 5)
+    }
+
+    @Test("hostile and broken archives fail with a clear error and change nothing",
+          arguments: [("slip", "path with '..'"), ("absolute", "absolute path"), ("symlink-escape", "leaves the bundle"),
+                      ("hardlink", "hard links"), ("device", "device nodes"), ("fifo", "FIFOs"), ("setuid", "setuid"),
+                      ("bomb", "unpacks to more than"), ("two-bundles", "exactly one plugin bundle")])
+    func hostileArchives(_ kind: String, _ reason: String) throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        try FileManager.default.createDirectory(atPath: w.home + "/plugins", withIntermediateDirectories: true)
+        try w.bundle("h.app", version: "1.0.0", in: w.home + "/plugins")
+        let archive = try shop.archive("h.app", "2.0.0", kind: kind)
+        let sv = try start(w, config: try shop.config(maxBytes: 16 << 20))
+        let before = w.installed()
+        let r = try sv.cli("install", shop.server.base + "/" + archive)
+        #expect(r.code != 0)
+        #expect(r.err.contains(reason), "\(kind): \(r.err)")
+        #expect(w.installed() == before)
+        #expect(!FileManager.default.fileExists(atPath: "/tmp/absolute-escape.txt"))
+        #expect(!FileManager.default.fileExists(atPath: "/tmp/written-through-link.txt"))
+        #expect(!FileManager.default.fileExists(atPath: w.home + "/escaped.txt"))
+        #expect(try sv.plugin("h.app").version == "1.0.0")
+        #expect(try sv.plugin("h.app").state == "running")
+    }
+
+    @Test("integrity, versions and transport: each failure is clear and changes nothing")
+    func refusals() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        try FileManager.default.createDirectory(atPath: w.home + "/plugins", withIntermediateDirectories: true)
+        try w.bundle("r.app", version: "2.0.0", in: w.home + "/plugins")
+        let good = try shop.archive("r.app", "3.0.0")
+        let old = try shop.archive("r.app", "1.0.0")
+        let unsigned = try shop.archive("r.app", "3.1.0", sign: false)
+        let stranger = Publisher()
+        let sv = try start(w, config: try shop.config(lowSpeed: 2))
+        let before = w.installed()
+        func fails(_ args: [String], _ expected: String) throws {
+            let r = try sv.cli(args)
+            #expect(r.code != 0, "\(args) succeeded")
+            #expect(r.err.contains(expected), "\(args): \(r.err)")
+            #expect(w.installed() == before)
+        }
+        // Signature by an unknown key.
+        try stranger.sign(shop.dir + "/" + good).write(toFile: shop.dir + "/" + good + ".sig", atomically: true, encoding: .utf8)
+        try fails(["install", shop.server.base + "/" + good], "not from a trusted publisher key")
+        try shop.publisher.sign(shop.dir + "/" + good).write(toFile: shop.dir + "/" + good + ".sig", atomically: true, encoding: .utf8)
+        // No signature at all.
+        try fails(["install", shop.server.base + "/" + unsigned], "no signature")
+        // Wrong digest in the catalog.
+        try shop.offer("r.app", "3.0.0", archive: good, sha256: String(repeating: "0", count: 64))
+        try fails(["update"], "SHA-256 mismatch")
+        // Downgrade, unless forced.
+        try fails(["install", shop.server.base + "/" + old], "older than the installed 2.0.0; use --force")
+        // Truncated download, a server that stalls, a redirect to file://.
+        try fails(["install", shop.server.base + "/truncated/" + good], "downloading")
+        let t0 = Date()
+        try fails(["install", shop.server.base + "/hang"], "downloading")
+        #expect(Date().timeIntervalSince(t0) < 20)
+        try fails(["install", shop.server.base + "/redirect-file"], "downloading")
+        // A redirect to another http port is followed.
+        let other = try WebServer(root: shop.dir)
+        let via = try sv.cli("install", shop.server.base + "/redirect-to/" + other.base + "/" + good)
+        #expect(via.code == 0, "\(via.err)")
+        #expect(w.installed()["r.app"] == "3.0.0")
+        let forced = try sv.cli("install", "--force", shop.dir + "/" + old)
+        #expect(forced.code == 0, "\(forced.err)")
+        #expect(try sv.plugin("r.app").version == "1.0.0")
+    }
+
+    @Test("every archive format installs: tar.gz, tar.xz, tar.zst, zip; uninstall removes")
+    func formatsAndUninstall() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let sv = try start(w, config: try shop.config())
+        for (i, kind) in ["tgz", "txz", "tzst", "zip"].enumerated() {
+            let name = try shop.archive("fmt.\(kind)", "1.\(i).0", kind: kind)
+            let r = try sv.cli("install", shop.dir + "/" + name)
+            #expect(r.code == 0, "\(kind): \(r.err)")
+            #expect(try sv.call("fmt.\(kind)", "echo", "1", as: Int.self) == 1)
+        }
+        let u = try sv.cli("uninstall", "fmt.zip")
+        #expect(u.code == 0, "\(u.err)")
+        #expect(w.installed()["fmt.zip"] == nil)
+        #expect(try sv.status().contains { $0.identifier == "fmt.zip" } == false)
+        #expect(try sv.cli("uninstall", "fmt.nothing").err.contains("no plugin fmt.nothing"))
+    }
+
+    @Test("onDemand: the first calls install the plugin, sharing one download, then get their answers")
+    func onDemand() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let archive = try shop.archive("od.lazy", "1.0.0")
+        try shop.offer("od.lazy", "1.0.0", archive: archive, onDemand: true)
+        let sv = try start(w, config: try shop.config())
+        _ = try sv.cli("update", "--check")  // caches the catalog
+        final class Results: @unchecked Sendable { let lock = NSLock(); var ok = 0; var errors: [String] = [] }
+        let results = Results()
+        let socket = sv.socket
+        DispatchQueue.concurrentPerform(iterations: 4) { i in
+            let r = try? Shell.run(Build.supervisor, ["call", "--socket", socket, "od.lazy", "echo", "\(i)"])
+            results.lock.withLock {
+                if r?.out.trimmingCharacters(in: .whitespacesAndNewlines) == "\(i)" { results.ok += 1 } else { results.errors.append(r?.err ?? "no result") }
+            }
+        }
+        #expect(results.ok == 4, "\(results.errors)")
+        #expect(try shop.server.count("/" + archive) == 1)
+        #expect(try sv.plugin("od.lazy").state == "running")
+        #expect(try sv.cli("call", "od.nothing", "echo", "1").err.contains("notFound"))
+    }
+
+    @Test("live resources: refreshed at launch into the live folder, resourceUpdated sent, 304 changes nothing, switchable off")
+    func liveResources() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        try FileManager.default.createDirectory(atPath: shop.dir + "/res", withIntermediateDirectories: true)
+        try #"{"price": 2}"#.write(toFile: shop.dir + "/res/products.json", atomically: true, encoding: .utf8)
+        try FileManager.default.createDirectory(atPath: w.home + "/plugins", withIntermediateDirectories: true)
+        let bundle = try w.bundle("lr.shop", extra: ["resources": ["baseURL": shop.server.base + "/res", "files": ["products.json", "missing.json"], "refresh": "launch"]],
+                                  in: w.home + "/plugins")
+        try #"{"price": 1}"#.write(toFile: bundle + "/products.json", atomically: true, encoding: .utf8)
+        try "bundled".write(toFile: bundle + "/missing.json", atomically: true, encoding: .utf8)
+
+        // Updates off: nothing is fetched, the plugin sees its bundled files.
+        let off = try start(w, config: try shop.config(updates: false))
+        usleep(300_000)
+        #expect(try off.call("lr.shop", "resource", #"{"name":"products.json"}"#, as: [String: String].self)["content"] == #"{"price": 1}"#)
+        #expect(try shop.server.count("/res/products.json") == 0)
+        #expect(try off.cli("stop").code == 0)
+        _ = try off.waitForExit()
+
+        let sv = try start(w, config: try shop.config())
+        try sv.waitUntil("resourceUpdated") { try sv.info("lr.shop").names.contains("resourceUpdated:products.json") }
+        let now = try sv.call("lr.shop", "resource", #"{"name":"products.json"}"#, as: [String: String].self)
+        #expect(now["content"] == #"{"price": 2}"#)
+        #expect(now["path"] == w.home + "/live/lr.shop/products.json")
+        // A failed download (404) leaves the bundled copy in use.
+        #expect(try sv.call("lr.shop", "resource", #"{"name":"missing.json"}"#, as: [String: String].self)["content"] == "bundled")
+        #expect(try sv.cli("stop").code == 0)
+        _ = try sv.waitForExit()
+
+        // Next launch: a 304 changes nothing and sends no event.
+        let again = try start(w, config: try shop.config())
+        try again.waitUntil("the conditional request") { try shop.server.count("/res/products.json") >= 2 }
+        usleep(300_000)
+        #expect(!(try again.info("lr.shop").names.contains("resourceUpdated:products.json")))
+        #expect(try again.call("lr.shop", "resource", #"{"name":"products.json"}"#, as: [String: String].self)["content"] == #"{"price": 2}"#)
+    }
+
+    @Test("variants: the first whose requirements hold is loaded; none is a clear error listing each")
+    func variants() throws {
+        let w = try TestWorld()
+        try FileManager.default.createDirectory(atPath: w.home + "/plugins", withIntermediateDirectories: true)
+        let ok = try w.bundle("v.pick", in: w.home + "/plugins")
+        try FileManager.default.copyItem(atPath: ok + "/libTestKit.so", toPath: ok + "/libGeneric.so")
+        let manifest = #"{"identifier":"v.pick","version":"1.0.0","variants":[{"library":"libSparc.so","requires":{"arch":"sparc64"}},{"library":"libFuture.so","requires":{"kernel":">=99.0.0"}},{"library":"libGeneric.so","requires":{"arch":"x86_64|aarch64","sandbox":"seccomp"}}]}"#
+        try manifest.write(toFile: ok + "/plugin.json", atomically: true, encoding: .utf8)
+        let none = try w.bundle("v.none", in: w.home + "/plugins")
+        try #"{"identifier":"v.none","version":"1.0.0","variants":[{"library":"a.so","requires":{"arch":"sparc64"}},{"library":"b.so","requires":{"kernel":"<2.0.0"}}]}"#
+            .write(toFile: none + "/plugin.json", atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w, args: ["--plugins", w.home + "/plugins"])
+        let pick = try sv.plugin("v.pick")
+        #expect(pick.state == "running")
+        #expect(pick.variant == "libGeneric.so")
+        let failed = try sv.plugin("v.none")
+        #expect(failed.state == "failed")
+        #expect(failed.error?.contains("no variant fits this host") == true)
+        #expect(failed.error?.contains("a.so: needs arch sparc64") == true)
+        #expect(failed.error?.contains("b.so: needs kernel <2.0.0") == true)
+    }
+
+    @Test("kill -9 during an install leaves the old version complete; the next start cleans up")
+    func killedDuringInstall() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        try FileManager.default.createDirectory(atPath: w.home + "/plugins", withIntermediateDirectories: true)
+        try w.bundle("k.app", version: "1.0.0", in: w.home + "/plugins")
+        let slow = try shop.archive("k.app", "2.0.0")
+        let sv = try start(w, config: try shop.config(lowSpeed: 60))
+        let installing = Process()
+        installing.executableURL = URL(fileURLWithPath: Build.supervisor)
+        installing.arguments = ["install", "--socket", sv.socket, shop.server.base + "/trickle/" + slow]
+        installing.standardError = FileHandle.nullDevice
+        installing.standardOutput = FileHandle.nullDevice
+        try installing.run()
+        try sv.waitUntil("the download to begin") {
+            ((try? FileManager.default.contentsOfDirectory(atPath: w.home + "/staging")) ?? []).isEmpty == false
+        }
+        kill(sv.pid, SIGKILL)
+        _ = try sv.waitForExit()
+        installing.waitUntilExit()
+        #expect(w.installed()["k.app"] == "1.0.0")
+        let again = try start(w, config: try shop.config())
+        #expect(try again.plugin("k.app").version == "1.0.0")
+        #expect(try again.plugin("k.app").state == "running")
+        #expect((try FileManager.default.contentsOfDirectory(atPath: w.home + "/staging")).isEmpty)
+    }
+
+    @Test("install with no supervisor running puts the plugin in the home; the next start runs it")
+    func offlineInstall() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let archive = try shop.archive("off.app", "1.0.0")
+        let r = try Shell.run(Build.supervisor, ["install", "--home", w.home, "--config", try shop.config(), shop.dir + "/" + archive])
+        #expect(r.code == 0, "\(r.err)")
+        #expect(r.err.contains("no supervisor is running"))
+        #expect(w.installed()["off.app"] == "1.0.0")
+        let sv = try RunningSupervisor(w, args: ["--plugins", w.home + "/plugins"])
+        #expect(try sv.call("off.app", "echo", "1", as: Int.self) == 1)
+    }
+}
