@@ -270,7 +270,6 @@ struct InstallTests {
         let archive = try shop.archive("od.lazy", "1.0.0")
         try shop.offer("od.lazy", "1.0.0", archive: archive, onDemand: true)
         let sv = try start(w, config: try shop.config())
-        _ = try sv.cli("update", "--check")  // caches the catalog
         final class Results: @unchecked Sendable { let lock = NSLock(); var ok = 0; var errors: [String] = [] }
         let results = Results()
         let socket = sv.socket
@@ -283,7 +282,13 @@ struct InstallTests {
         #expect(results.ok == 4, "\(results.errors)")
         #expect(try shop.server.count("/" + archive) == 1)
         #expect(try sv.plugin("od.lazy").state == "running")
-        #expect(try sv.cli("call", "od.nothing", "echo", "1").err.contains("notFound"))
+        #expect(try sv.cli("call", "od.nothing", "echo", "1").err.contains("notFound: no plugin od.nothing is installed"))
+        // A new plugin whose dependency is missing is refused, and nothing is left behind.
+        let needy = try shop.archive("od.needy", "1.0.0", extra: ["dependencies": ["od.absent"]])
+        let r = try sv.cli("install", shop.dir + "/" + needy)
+        #expect(r.code != 0)
+        #expect(r.err.contains("dependency od.absent is not installed"), "\(r.err)")
+        #expect(w.installed()["od.needy"] == nil)
     }
 
     @Test("live resources: refreshed at launch into the live folder, resourceUpdated sent, 304 changes nothing, switchable off")
@@ -384,5 +389,29 @@ struct InstallTests {
         #expect(w.installed()["off.app"] == "1.0.0")
         let sv = try RunningSupervisor(w, args: ["--plugins", w.home + "/plugins"])
         #expect(try sv.call("off.app", "echo", "1", as: Int.self) == 1)
+    }
+}
+
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct RescanTests {
+    @Test("SIGHUP applies a bundle changed on disk and leaves unrelated plugins alone")
+    func sighupAppliesChanges() throws {
+        let w = try TestWorld()
+        try w.bundle("hup.changing")
+        try w.bundle("hup.unrelated")
+        let sv = try RunningSupervisor(w)
+        let unrelated = try sv.plugin("hup.unrelated").pid
+        let before = try sv.plugin("hup.changing").pid
+        try w.bundle("hup.changing", version: "1.1.0")
+        sv.signal(SIGHUP)
+        try sv.waitUntil("the new version running") {
+            let p = try sv.plugin("hup.changing")
+            return p.version == "1.1.0" && p.state == "running" && p.pid != before
+        }
+        #expect(try sv.plugin("hup.unrelated").pid == unrelated)
+        #expect(try sv.info("hup.changing").names.contains("launch"))
+        sv.signal(SIGHUP)  // nothing changed: nothing restarts
+        usleep(300_000)
+        #expect(try sv.plugin("hup.changing").restarts == 1)
     }
 }

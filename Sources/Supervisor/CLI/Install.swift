@@ -31,29 +31,41 @@ struct Install: ParsableCommand {
     func run() throws {
         let display = ProgressDisplay()
         let source = archive.contains("://") ? archive : (FileSystem.realPath(archive) ?? archive)
-        do {
-            try options.run(.install, { b in
-                b.string("uri", source)
-                b.raw("params", Array(#"{"force":\#(force),"allowUnsigned":\#(allowUnsigned)}"#.utf8))
-            }, print: { raw in
-                display.finish()
-                return String(decoding: raw, as: UTF8.self)
-            }, progress: { display.show($0) })
-        } catch let exit as ExitCode where exit.rawValue == 2 {
-            // No supervisor: install offline into the home.
-            display.finish()
-            try offline(source)
+        // No supervisor listening: install offline into the home.
+        if case .failure(let failure) = Result(catching: { () throws(SupervisorClient.Failure) in try SupervisorClient(socketPath: options.socketPath) }),
+           failure.isUnreachable {
+            return try offline(source)
         }
+        try options.run(.install, { b in
+            b.string("uri", source)
+            b.raw("params", Array(#"{"force":\#(force),"allowUnsigned":\#(allowUnsigned)}"#.utf8))
+        }, print: { raw in
+            display.finish()
+            return String(decoding: raw, as: UTF8.self)
+        }, progress: { display.show($0) })
     }
 
     func offline(_ source: String) throws {
         var settings = SupervisorConfig(home: options.home)
         if let config { try settings.apply(configFile: config) }
         FileHandleLite.standardError.write("no supervisor is running; installing into \(settings.home)/plugins\n")
+        // Hold the home's lock, so a supervisor starting meanwhile does not see half an install.
+        try FileSystem.makeDirectories(settings.home)
+        let lock = open(settings.home + "/supervisor.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard lock >= 0, flock(lock, LOCK_EX | LOCK_NB) == 0 else {
+            FileHandleLite.standardError.write("install failed: a supervisor holds \(settings.home) but its control socket does not answer\n")
+            throw ExitCode(1)
+        }
+        defer { close(lock) }
         let display = ProgressDisplay()
         do {
-            let installer = try Installer(home: settings.home, trustedKeys: settings.trustedKeys,
+            var installer = try Installer(home: settings.home, trustedKeys: settings.trustedKeys,
                                           workerExecutable: settings.workerExecutable, runtimePaths: RuntimeFolders.current())
+            installer.sandbox = settings.sandboxEnabled
+            installer.fetcher.lowSpeedSeconds = settings.downloadLowSpeedSeconds
+            installer.fetcher.maxBytes = Int64(settings.downloadMaxBytes)
+            installer.extractor.maxTotalBytes = Int64(settings.downloadMaxBytes) * 2
+            installer.cleanLeftovers()
             let staged = try installer.stage(source: source, entry: nil, options: .init(force: force, allowUnsigned: allowUnsigned),
                                              progress: { stage, done, total in display.show(.init(stage: stage, done: done, total: total)) },
                                              reap: { pid in var status: Int32 = 0; _ = waitpid(pid, &status, 0) })

@@ -10,7 +10,7 @@ struct Start: ParsableCommand {
         abstract: "Start the supervisor in the foreground and run every plugin found.",
         discussion: "Prints one line containing `ready` on stdout once every startable plugin has started; logs go to stderr. SIGTERM or `supervisor stop` shuts down cleanly.")
 
-    @Option(name: .customLong("plugins"), help: "A folder of plugin bundles; repeat for more (default: <home>/plugins).")
+    @Option(name: .customLong("plugins"), help: "A folder of plugin bundles; repeat for more. <home>/plugins, where installs go, is always scanned too.")
     var pluginDirectories: [String] = []
 
     @Option(help: "The home folder: data, live resources, control socket, lock (default: $SUPERVISOR_HOME or ~/.local/share/sandboxed-plugins).")

@@ -4,6 +4,9 @@ import FoundationEssentials
 import Foundation
 #endif
 import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A plugin bundle's `plugin.json` (SPEC §2), validated.
 public struct Manifest: Sendable {
@@ -45,6 +48,9 @@ public struct Manifest: Sendable {
     public var restart: RestartPolicy
     public var limits: Limits
     public var resources: Resources?
+    /// Identifies this bundle's content on disk: the manifest's bytes and its library's size and
+    /// modification time. A rescan restarts a plugin whose fingerprint changed.
+    public var fingerprint: [UInt8] = []
     /// The bundle folder (absolute) and the manifest file in it.
     public var bundle: String
     public var file: String
@@ -120,7 +126,15 @@ extension Manifest {
         } catch {
             throw ManifestError(file: file, field: nil, reason: "cannot read: \(error)")
         }
-        return try parse(bytes, bundle: bundle, file: file)
+        var manifest = try parse(bytes, bundle: bundle, file: file)
+        manifest.fingerprint = bytes
+        for lib in [manifest.library].compactMap({ $0 }) + manifest.variants.map(\.library) {
+            var st = stat()
+            if stat(bundle + "/" + lib, &st) == 0 {
+                manifest.fingerprint += Array("\(lib):\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec):\(st.st_ino);".utf8)
+            }
+        }
+        return manifest
     }
 
     public static func parse(_ bytes: [UInt8], bundle: String, file: String) throws(ManifestError) -> Manifest {

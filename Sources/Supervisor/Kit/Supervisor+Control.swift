@@ -95,7 +95,7 @@ extension Supervisor {
     }
 
     /// Whether `pid` is one of our workers (they may never use the control socket).
-    func isWorker(pid: Int32) -> Bool { byPID[pid] != nil }
+    func isWorker(pid: Int32) -> Bool { byPID[pid] != nil || preflightPIDs.withLock { $0.contains(pid) } }
     func workerName(pid: Int32) -> String { byPID[pid]?.identifier ?? "?" }
 
     func installParams(_ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> InstallParams {

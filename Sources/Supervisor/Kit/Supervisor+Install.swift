@@ -28,6 +28,10 @@ extension Supervisor {
         installer.fetcher.lowSpeedSeconds = config.downloadLowSpeedSeconds
         installer.fetcher.maxBytes = Int64(config.downloadMaxBytes)
         installer.extractor.maxTotalBytes = Int64(config.downloadMaxBytes) * 2
+        let home = FileSystem.realPath(config.home + "/plugins") ?? config.home + "/plugins"
+        for record in records.values where !record.manifest.bundle.hasPrefix(home + "/") {
+            installer.otherBundles[record.identifier] = record.manifest.bundle
+        }
         return installer
     }
 
@@ -76,10 +80,14 @@ extension Supervisor {
             do {
                 staged = try installer.stage(source: source, entry: entry, options: options, progress: { [self] stage, now, total in
                     if let origin { loop.execute { self.sendProgress(origin, stage: stage, done: now, total: total) } }
-                }, spawned: { _ in reaper?.childSpawned() })
+                }, spawned: { [self] pid in
+                    reaper?.childSpawned()
+                    preflightPIDs.withLock { _ = $0.insert(pid) }
+                })
             } catch {
                 logger.error("install of \(source) failed: \(error)")
-                loop.execute { done(.failure(ErrorBody(.badRequest, "\(error)"))) }
+                let code: ErrorCode = error is Fetcher.Failure ? .unavailable : .badRequest
+                loop.execute { done(.failure(ErrorBody(code, "\(error)"))) }
                 return
             }
             loop.execute { self.apply(staged, installer: installer, done) }
@@ -100,6 +108,13 @@ extension Supervisor {
             return done(.failure(ErrorBody(.badRequest, "\(error)")))
         }
         let what = "\(id) \(staged.version)" + (staged.previous.map { " (was \($0))" } ?? "")
+        // Its dependencies must be installed, in range, and not make a cycle.
+        var others = records.values.filter { $0.identifier != id }.map(\.manifest)
+        others.append(manifest)
+        if let problem = PluginCatalog(manifests: others).unstartable[id] {
+            try? installer.rollBack(staged)
+            return done(.failure(ErrorBody(.badRequest, "\(id) \(staged.version) cannot start here: \(problem); not installed")))
+        }
         guard !shuttingDown else {
             installer.finish(staged)
             return done(.success(what + "; it starts with the supervisor"))
@@ -175,7 +190,8 @@ extension Supervisor {
                 struct Available: Encodable { var identifier: String; var installed: String; var available: String }
                 var updates: [(CatalogEntry, Available)] = []
                 for entry in loaded.entries {
-                    guard let record = records[entry.identifier], let v = SemanticVersion(entry.version), v > record.manifest.version else { continue }
+                    guard let record = records[entry.identifier], let v = SemanticVersion(entry.version), v > record.manifest.version,
+                      record.manifest.bundle.hasPrefix((FileSystem.realPath(config.home + "/plugins") ?? config.home + "/plugins") + "/") else { continue }
                     updates.append((entry, Available(identifier: entry.identifier, installed: record.manifest.version.description, available: entry.version)))
                 }
                 if params.check == true {
@@ -233,29 +249,48 @@ extension Supervisor {
         }
     }
 
+    /// Refreshes the cached catalog in the background (a 304 when unchanged), so on-demand installs
+    /// work from the first call.
+    func warmCatalog() {
+        guard config.updatesEnabled, let client = catalogClient else { return }
+        installQueue.async { [self] in
+            do { _ = try client.load() } catch { logger.warning("catalog not refreshed: \(error)") }
+        }
+    }
+
     // MARK: On demand
 
     /// A call or open for a plugin that is not installed: if the catalog offers it `onDemand`, install
-    /// it and then forward; concurrent first calls share one install. Returns false when it is not
-    /// on offer (the caller answers notFound).
+    /// it and then forward; concurrent first calls share one install. The catalog is fetched when its
+    /// cached copy does not list the plugin. Returns false when no catalog is configured (the caller
+    /// answers notFound at once); otherwise `replay` gets nil once installed, or the error to answer.
     func onDemand(_ target: String, replay: @escaping (ErrorBody?) -> Void) -> Bool {
         guard config.updatesEnabled, let client = catalogClient else { return false }
         if onDemandWaiters[target] != nil {
             onDemandWaiters[target]!.append(replay)
             return true
         }
-        guard let entry = client.cachedEntries().first(where: { $0.identifier == target && $0.onDemand == true }) else { return false }
         onDemandWaiters[target] = [replay]
-        logger.notice("installing \(target) \(entry.version) on demand")
-        install(source: entry.url, entry: entry, options: Installer.Options(), origin: nil) { [self] result in
+        let settle: @Sendable (ErrorBody?) -> Void = { [self] error in
             let waiters = onDemandWaiters.removeValue(forKey: target) ?? []
-            let error: ErrorBody?
-            switch result {
-            case .success: error = nil
-            case .failure(let e): error = ErrorBody(.unavailable, "on-demand install of \(target) failed: \(e.message)")
-            }
             for w in waiters { w(error) }
             flushDirty()
+        }
+        installQueue.async { [self] in
+            var entry = client.cachedEntries().first { $0.identifier == target }
+            if entry == nil { entry = (try? client.load())?.entries.first { $0.identifier == target } }
+            loop.execute { [self] in
+                guard let entry, entry.onDemand == true else {
+                    return settle(ErrorBody(.notFound, "no plugin \(target) is installed" + (entry == nil ? "" : "; the catalog has it, but not on demand: `supervisor install` it")))
+                }
+                logger.notice("installing \(target) \(entry.version) on demand")
+                install(source: entry.url, entry: entry, options: Installer.Options(), origin: nil) { result in
+                    switch result {
+                    case .success: settle(nil)
+                    case .failure(let e): settle(ErrorBody(.unavailable, "on-demand install of \(target) failed: \(e.message)"))
+                    }
+                }
+            }
         }
         return true
     }

@@ -88,27 +88,31 @@ extension Supervisor {
         }
     }
 
-    /// SIGHUP: read the plugin folders again; start new plugins, stop removed ones, restart changed ones.
+    /// SIGHUP: read the plugin folders again. New plugins start; removed ones stop (dependents
+    /// first); a plugin whose manifest or library changed on disk (an offline install, a rebuilt
+    /// library) is restarted on its new bundle. Unrelated plugins are not touched.
     func rescan() {
         guard !shuttingDown else { return }
         let fresh = PluginCatalog(directories: config.pluginDirectories)
         for problem in fresh.problems { logger.error("\(problem)") }
-        var started = 0, stopped = 0, changed = 0
-        // Removed plugins stop (dependents first, via the same wave logic as shutdown).
-        for (id, record) in records where fresh.all[id] == nil {
-            stopped += 1
-            record.pendingRestart?.cancel()
-            stopPlugin(record) { [self] in
-                records[id] = nil
-                order.removeAll { $0 == id }
-            }
-        }
+        catalog = fresh
+        let removed = Set(records.keys.filter { fresh.all[$0] == nil })
+        var started = 0, changed = 0
         for id in fresh.order {
             guard let manifest = fresh.all[id] else { continue }
             if let existing = records[id] {
-                if existing.manifest.version != manifest.version || existing.manifest.bundle != manifest.bundle {
+                if existing.manifest.fingerprint != manifest.fingerprint || existing.manifest.bundle != manifest.bundle {
                     changed += 1
                     existing.manifest = manifest
+                    if let reason = fresh.unstartable[id] {
+                        logger.error("\(id) changed on disk and cannot start: \(reason)")
+                        stopPlugin(existing) {
+                            existing.state = .failed
+                            existing.problem = reason
+                        }
+                        continue
+                    }
+                    logger.notice("\(id) changed on disk (now \(manifest.version)): restarting it")
                     restartCommand(id) { _ in }
                 }
                 continue
@@ -123,10 +127,35 @@ extension Supervisor {
             records[id] = record
             order.append(id)
         }
-        catalog = fresh
+        for id in removed {
+            let dependents = records.values.filter { !removed.contains($0.identifier) && $0.dependencyIDs.contains(id) }.map(\.identifier)
+            if !dependents.isEmpty {
+                logger.warning("\(id) was removed; \(dependents.sorted().joined(separator: ", ")) still depend\(dependents.count == 1 ? "s" : "") on it and will get unavailable from it")
+            }
+        }
+        stopRemoved(removed)
         order = fresh.order.filter { records[$0] != nil } + order.filter { fresh.all[$0] == nil && records[$0] != nil }
-        logger.notice("rescanned plugin folders: \(started) new, \(changed) changed, \(stopped) removed")
+        logger.notice("rescanned plugin folders: \(started) new, \(changed) changed, \(removed.count) removed")
         startWaitingPlugins()
         flushDirty()
+    }
+
+    /// Stops removed plugins in waves, dependents before what they depend on, as shutdown does.
+    func stopRemoved(_ removed: Set<String>) {
+        let remaining = removed.filter { records[$0] != nil }
+        guard !remaining.isEmpty else { return }
+        let needed = Set(remaining.compactMap { records[$0] }.flatMap(\.dependencyIDs))
+        let wave = remaining.filter { !needed.contains($0) }
+        var left = wave.count
+        for id in (wave.isEmpty ? remaining : wave) {
+            guard let record = records[id] else { continue }
+            record.pendingRestart?.cancel()
+            stopPlugin(record) { [self] in
+                records[id] = nil
+                order.removeAll { $0 == id }
+                left -= 1
+                if left == 0 { stopRemoved(remaining.subtracting(wave)) }
+            }
+        }
     }
 }

@@ -4,6 +4,7 @@ import IPC
 import Logging
 import NIOCore
 import NIOPosix
+import Synchronization
 import PluginProtocol
 #if canImport(Glibc)
 import Glibc
@@ -39,6 +40,8 @@ public final class Supervisor: @unchecked Sendable {
     var runtimePaths: [String] = []
     /// Installs run here, one at a time, off the event loop.
     let installQueue = DispatchQueue(label: "supervisor.installs")
+    /// Preflight workers of installs (they may not use the control socket either).
+    let preflightPIDs = Mutex<Set<pid_t>>([])
     /// Callers waiting for an on-demand install, by plugin.
     var onDemandWaiters: [String: [(ErrorBody?) -> Void]] = [:]
     /// Missing sandbox layers already warned about (once each).
@@ -219,6 +222,7 @@ public final class Supervisor: @unchecked Sendable {
             onReady = nil
         }
         for record in running { refreshResources(record) }
+        warmCatalog()
         if remaining == 0 { announce(); return }
         for record in running {
             sendEvent(record, .launch) { _ in
@@ -417,7 +421,10 @@ public final class Supervisor: @unchecked Sendable {
     /// The reaper saw the process end. Its last frames (an `exit` notice) may still be unread in the
     /// socket, so the exit is finalized once the socket reaches EOF too (or after a short wait).
     func childExited(_ exit: ChildExit) {
-        guard let instance = byPID.removeValue(forKey: exit.pid) else { return }
+        guard let instance = byPID.removeValue(forKey: exit.pid) else {
+            preflightPIDs.withLock { _ = $0.remove(exit.pid) }
+            return
+        }
         instance.exited = true
         instance.exit = exit
         if instance.socketClosed {

@@ -163,7 +163,10 @@ public struct SupervisorConfig: Sendable {
         if let v = try positive("pingTimeoutMs", file.pingTimeoutMs) { pingTimeoutMs = v }
         if let v = file.sandbox { sandboxEnabled = v }
         if let v = file.catalog { catalogURL = v }
-        if let v = file.trustedKeys { trustedKeys = v }
+        if let v = file.trustedKeys {
+            do { _ = try Integrity(trustedKeys: v) } catch { throw ConfigError(file: path, reason: "\(error)") }
+            trustedKeys = v
+        }
         if let v = file.updates { updatesEnabled = v }
         if let v = try positive("downloadLowSpeedSeconds", file.downloadLowSpeedSeconds) { downloadLowSpeedSeconds = v }
         if let v = try positive("downloadMaxBytes", file.downloadMaxBytes) { downloadMaxBytes = v }

@@ -22,6 +22,8 @@ public struct Installer: Sendable {
     public var workerExecutable: String
     public var runtimePaths: [String]
     public var sandbox = true
+    /// Plugins the supervisor runs from other folders (identifier → bundle): installs refuse them.
+    public var otherBundles: [String: String] = [:]
 
     public var pluginsDirectory: String { home + "/plugins" }
     public var stagingRoot: String { home + "/staging" }
@@ -89,7 +91,10 @@ public struct Installer: Sendable {
             _ = try fetcher.fetch(source, to: archive) { done, total in progress?("download", done, total) }
         } else {
             guard FileSystem.exists(source) else { throw InstallError("\(source): no such archive") }
-            archive = source
+            // Verify and unpack the same bytes: a private copy, not the path someone else can rewrite.
+            archive = folder + "/archive"
+            let original = try FileSystem.readFile(source, limit: Int(fetcher.maxBytes))
+            try Data(original).write(to: URL(fileURLWithPath: archive))
         }
         let bytes = try FileSystem.readFile(archive, limit: Int(fetcher.maxBytes))
         progress?("verify", Int64(bytes.count), Int64(bytes.count))
@@ -125,6 +130,9 @@ public struct Installer: Sendable {
             guard manifest.identifier == entry.identifier, manifest.version.description == SemanticVersion(entry.version)?.description else {
                 throw InstallError("\(source) holds \(manifest.identifier) \(manifest.version), but the catalog entry is \(entry.identifier) \(entry.version)")
             }
+        }
+        if let elsewhere = otherBundles[manifest.identifier] {
+            throw InstallError("\(manifest.identifier) is provided by \(elsewhere), outside \(pluginsDirectory); installs manage only that folder")
         }
         let target = pluginsDirectory + "/" + manifest.identifier
         var previous: SemanticVersion?
