@@ -137,6 +137,22 @@ extension Supervisor {
         }
     }
 
+    /// Starts a stopped plugin from a clean slate (restart history and failure cleared): now, or once
+    /// its dependencies run. `done` hears nil when it runs, or why it did not start.
+    func startAgain(_ record: PluginRecord, _ done: @escaping (String?) -> Void) {
+        record.restartTimes = []
+        record.problem = nil
+        record.failedByDependency = false
+        record.startWaiters.append(done)
+        if record.dependencyIDs.allSatisfy({ records[$0]?.state == .running }) {
+            if record.hasRun { record.restarts += 1 }
+            spawn(record)
+        } else {
+            record.state = .waiting
+            startWaitingPlugins()
+        }
+    }
+
     /// `supervisor restart <id>`: stop it if running, clear its failure and restart history, start it.
     func restartCommand(_ id: String, _ done: @escaping (String?) -> Void) {
         guard let record = records[id] else { return done("no plugin \(id) is installed") }
@@ -144,19 +160,7 @@ extension Supervisor {
         guard !shuttingDown else { return done("the supervisor is shutting down") }
         record.pendingRestart?.cancel()
         record.pendingRestart = nil
-        let start: () -> Void = { [self] in
-            record.restartTimes = []
-            record.problem = nil
-            record.failedByDependency = false
-            record.startWaiters.append(done)
-            if record.dependencyIDs.allSatisfy({ records[$0]?.state == .running }) {
-                if record.hasRun { record.restarts += 1 }
-                spawn(record)
-            } else {
-                record.state = .waiting
-                startWaitingPlugins()
-            }
-        }
+        let start: () -> Void = { [self] in startAgain(record, done) }
         if record.instance != nil {
             stopPlugin(record) { start() }
         } else {

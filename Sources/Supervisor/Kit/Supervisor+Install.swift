@@ -123,11 +123,8 @@ extension Supervisor {
             let old = record.manifest
             let begin: () -> Void = { [self] in
                 record.manifest = manifest
-                record.restartTimes = []
-                record.problem = nil
-                record.failedByDependency = false
                 record.rollbackOnFailure = true
-                record.startWaiters.append { [self] problem in
+                startAgain(record) { [self] problem in
                     record.rollbackOnFailure = false
                     guard let problem else {
                         installer.finish(staged)
@@ -142,13 +139,6 @@ extension Supervisor {
                     logger.error("\(id) \(staged.version) failed to start (\(problem)); rolled back to \(old.version)")
                     restartCommand(id) { _ in }
                     done(.failure(ErrorBody(.unavailable, "\(id) \(staged.version) failed to start: \(problem); rolled back to \(old.version)")))
-                }
-                if record.dependencyIDs.allSatisfy({ records[$0]?.state == .running }) {
-                    if record.hasRun { record.restarts += 1 }
-                    spawn(record)
-                } else {
-                    record.state = .waiting
-                    startWaitingPlugins()
                 }
             }
             if record.instance != nil { stopPlugin(record) { begin() } } else { begin() }
