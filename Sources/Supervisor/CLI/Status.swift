@@ -28,14 +28,18 @@ enum StatusTable {
                 exit = [e.code.map { "code \($0)" }, e.signal, e.reason == "exited" || e.reason == "signaled" ? nil : e.reason, e.syscall]
                     .compactMap { $0 }.joined(separator: " ")
             }
-            rows.append([p.identifier, p.version, p.state, p.pid.map(String.init) ?? "-", String(p.restarts), exit,
-                         p.sandbox.isEmpty ? "-" : p.sandbox.joined(separator: ",")])
+            var sandbox = p.sandbox.isEmpty ? "-" : "\(p.sandbox.count) layers"
+            if let missing = p.sandboxMissing, !missing.isEmpty { sandbox += ", \(missing.count) missing" }
+            rows.append([p.identifier, p.version, p.state, p.pid.map(String.init) ?? "-", String(p.restarts), exit, sandbox])
         }
         let widths = (0..<rows[0].count).map { c in rows.map { $0[c].count }.max()! }
         var out = rows.map { row in
             row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell.padding(to: widths[i]) }.joined(separator: "  ")
         }
         for p in list where p.error != nil { out.append("\(p.identifier): \(p.error!)") }
+        if let layers = list.first(where: { !$0.sandbox.isEmpty })?.sandbox {
+            out.append("sandbox layers: " + layers.joined(separator: " ") + "   (status --json lists each plugin's, and any missing)")
+        }
         return out.joined(separator: "\n")
     }
 }
