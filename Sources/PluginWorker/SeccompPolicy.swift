@@ -94,7 +94,7 @@ enum SeccompPolicy {
 
     /// The whole rule list for one worker.
     /// - Parameters:
-    ///   - network: the manifest grants `network` (AF_INET/AF_INET6 sockets).
+    ///   - network: the manifest grants `network` (AF_UNIX, AF_INET and AF_INET6 sockets).
     ///   - pid: the worker's own pid (signals may only go to itself).
     static func rules(network: Bool, pid: Int32) -> [Rule] {
         var rules = allowed.map { Rule(syscall: $0, action: .allow) }
@@ -120,13 +120,15 @@ enum SeccompPolicy {
             Rule(syscall: "personality", action: .allow, conditions: [when(0, .equal, 0xFFFF_FFFF)]),
             // Any other value traps (libseccomp gives the exact matches above precedence).
             Rule(syscall: "personality", action: .trap, conditions: [when(0, .greater, 0)]),
-            Rule(syscall: "socket", action: .allow, conditions: [when(0, .equal, AF_UNIX)]),
+            // A pair of connected sockets within the worker is harmless; a new socket that could
+            // connect to a local service (a session bus, an agent, another daemon's socket file:
+            // Landlock does not cover connect) needs the `network` permission, as TCP does.
             Rule(syscall: "socketpair", action: .allow, conditions: [when(0, .equal, AF_UNIX)]),
         ]
         rules += prctlOptions.map { Rule(syscall: "prctl", action: .allow, conditions: [when(0, .equal, $0)]) }
         rules += ioctlRequests.map { Rule(syscall: "ioctl", action: .allow, conditions: [when(1, .equal, $0)]) }
         if network {
-            rules += [AF_INET, AF_INET6].map { Rule(syscall: "socket", action: .allow, conditions: [when(0, .equal, $0)]) }
+            rules += [AF_UNIX, AF_INET, AF_INET6].map { Rule(syscall: "socket", action: .allow, conditions: [when(0, .equal, $0)]) }
         }
         return rules
     }

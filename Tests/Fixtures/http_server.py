@@ -4,7 +4,19 @@ Last-Modified (answering 304 to conditional requests), counts requests per path,
 that misbehave: /hang (never answers), /trickle/<file> (one byte a second), /truncated/<file>
 (promises more than it sends), /redirect-file (to file:///etc/passwd), /redirect-to/<url>.
 Prints its port on the first line of stdout; GET /_count/<path> returns the count as text."""
-import hashlib, http.server, os, sys, threading, time, email.utils
+import ctypes, hashlib, http.server, os, signal, sys, threading, time, email.utils
+
+# Whatever mask the test runner's thread had, this server must die on SIGTERM; it also dies with
+# the test process (PR_SET_PDEATHSIG) and after ten minutes in any case, so none is left behind.
+signal.pthread_sigmask(signal.SIG_SETMASK, [])
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+except OSError:
+    pass
+_lifetime = threading.Timer(600, lambda: os._exit(0))
+_lifetime.daemon = True
+_lifetime.start()
 
 ROOT = sys.argv[1]
 counts = {}

@@ -38,7 +38,14 @@ final class WebServer: @unchecked Sendable {
         port = Int(String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))!
     }
 
-    deinit { process.terminate() }
+    deinit { stop() }
+
+    /// Ends the server (SIGKILL: the test runner's threads may block SIGTERM for their children).
+    func stop() {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
 
     var base: String { "http://127.0.0.1:\(port)" }
 
@@ -175,6 +182,13 @@ struct InstallTests {
         try sv.waitUntil("2.0.0 running again") { let p = try sv.plugin("u.app"); return p.state == "running" && p.version == "2.0.0" }
         #expect(w.installed()["u.app"] == "2.0.0")
         #expect(try sv.call("u.app", "echo", "5", as: Int.self) == 5)
+
+        // The server goes away: the cached catalog still answers.
+        shop.server.stop()
+        let offline = try sv.cli("update", "--check")
+        #expect(offline.code == 0, "\(offline.err)")
+        #expect(offline.out.contains("cached (downloading"), "\(offline.out)")
+        #expect(offline.out.contains(#""available":"3.0.0""#))
     }
 
     @Test("hostile and broken archives fail with a clear error and change nothing",
@@ -289,6 +303,13 @@ struct InstallTests {
         #expect(r.code != 0)
         #expect(r.err.contains("dependency od.absent is not installed"), "\(r.err)")
         #expect(w.installed()["od.needy"] == nil)
+        // An on-demand install that takes longer than the call's timeout answers `timeout`.
+        try shop.offer("od.slow", "1.0.0", archive: "trickle/" + archive, onDemand: true,
+                       signature: try shop.publisher.sign(shop.dir + "/" + archive), sha256: try shop.sha256(archive))
+        let t0 = Date()
+        let slow = try sv.cli("call", "--timeout", "500", "od.slow", "echo", "1")
+        #expect(slow.err.contains("timeout: od.slow was still being installed on demand"), "\(slow.err)")
+        #expect(Date().timeIntervalSince(t0) < 5)
     }
 
     @Test("live resources: refreshed at launch into the live folder, resourceUpdated sent, 304 changes nothing, switchable off")

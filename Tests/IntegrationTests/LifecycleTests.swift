@@ -181,3 +181,44 @@ struct LifecycleTests {
         #expect(p.terminationStatus == 0)
     }
 }
+
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct SignalMaskTests {
+    @Test("started with an empty signal mask (as from a shell), every thread still leaves the signals to the relay")
+    func emptyMaskAtStart() throws {
+        let w = try TestWorld()
+        try w.bundle("m.one")
+        // The test runner's threads block SIGTERM and friends; a shell does not. Start through a
+        // launcher that clears the mask, as a shell would leave it.
+        let out = w.root + "/out", err = w.root + "/err"
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["python3", "-c", """
+            import os, signal, sys
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP, signal.SIGTSTP):
+                signal.signal(s, signal.SIG_DFL)
+            os.execv(sys.argv[1], sys.argv[1:])
+            """, Build.supervisor, "start", "--home", w.home, "--plugins", w.plugins]
+        _ = FileManager.default.createFile(atPath: out, contents: nil)
+        _ = FileManager.default.createFile(atPath: err, contents: nil)
+        p.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
+        p.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: err))
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline, !((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("ready") { usleep(20_000) }
+        let blocked = try String(contentsOfFile: "/proc/\(p.processIdentifier)/status", encoding: .utf8)
+        #expect(blocked.contains("SigBlk"))
+        // Many signals in a row: each must reach the relay, none may kill or stop the process.
+        for sig in [SIGUSR1, SIGTSTP, SIGCONT, SIGHUP, SIGUSR1] {
+            kill(p.processIdentifier, sig)
+            usleep(50_000)
+            #expect(p.isRunning, "signal \(sig) ended the supervisor")
+        }
+        kill(p.processIdentifier, SIGTERM)
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0)
+        #expect(((try? String(contentsOfFile: err, encoding: .utf8)) ?? "").contains("shutting down (SIGTERM)"))
+    }
+}

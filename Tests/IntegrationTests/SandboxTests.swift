@@ -111,12 +111,17 @@ struct SandboxTests {
         let w = try TestWorld()
         let lib = try Self.hostileLibrary()
         try w.bundle("z.sneaky", library: lib, extra: ["restart": "never"])
+        try w.bundle("z.networked", library: lib, extra: ["permissions": ["network"]])
         try w.bundle("z.good")
         let sv = try RunningSupervisor(w)
+        // Without `network` a plugin cannot even make a Unix socket (it could reach any local service).
         let o = try attack(sv, "z.sneaky", "controlSocket", path: sv.socket)
-        #expect(o.rc <= 0, "the control socket answered a plugin")
+        #expect(o.rc < 0 && o.errno == EPERM, "rc \(o.rc) errno \(o.errno)")
+        // With it, the supervisor still refuses its own workers.
+        let n = try attack(sv, "z.networked", "controlSocket", path: sv.socket)
+        #expect(n.rc <= 0, "the control socket answered a plugin")
         #expect(sv.process.isRunning)
-        #expect(sv.log.contains("refused a control connection from the worker of z.sneaky"))
+        #expect(sv.log.contains("refused a control connection from the worker of z.networked"))
         #expect(try sv.call("z.good", "echo", "1", as: Int.self) == 1)
         _ = try sv.cli("call", "z.sneaky", "forgeExit", "{}")
         try sv.waitUntil("z.sneaky's exit") { try sv.plugin("z.sneaky").lastExit != nil }

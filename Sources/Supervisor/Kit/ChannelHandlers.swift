@@ -30,11 +30,9 @@ final class WorkerHandler: ChannelInboundHandler {
         supervisor.workerDisconnected(instance)
     }
 
-    /// Back-pressure: while the worker does not read what we send it, we do not read what it sends.
-    func channelWritabilityChanged(context: ChannelHandlerContext) {
-        context.channel.setOption(ChannelOptions.autoRead, value: context.channel.isWritable).whenFailure { _ in }
-        if context.channel.isWritable { context.read() }
-    }
+    // No read back-pressure on workers: a worker that answers on its I/O thread blocks in send when
+    // we stop reading, and then stops reading too. Instead `forward` refuses new requests for a
+    // worker whose queue is full, which bounds what we buffer for it.
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if let header = error as? Frame.HeaderError {

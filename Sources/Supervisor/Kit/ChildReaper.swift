@@ -21,7 +21,9 @@ public struct ChildExit: Sendable, Equatable {
 /// Observes every child's exit the moment it happens: a thread blocked in wait4(-1)
 /// (no polling), which sleeps on a condition while there are no children.
 final class ChildReaper: Sendable {
-    private let state = Mutex<Int>(0)  // children spawned and not yet reaped
+    /// How many spawns there have been. After an ECHILD the reaper sleeps until this moves on
+    /// (a counter of spawns, not of live children: wait4(-1) also reaps children we did not spawn).
+    private let spawns = Mutex<UInt64>(0)
     private let wake = Condition()
     private let onExit: @Sendable (ChildExit) -> Void
 
@@ -39,21 +41,22 @@ final class ChildReaper: Sendable {
 
     /// Call after each successful spawn.
     func childSpawned() {
-        state.withLock { $0 += 1 }
+        spawns.withLock { $0 &+= 1 }
         wake.signal()
     }
 
     private func run() -> Never {
+        var seen: UInt64 = 0
         while true {
-            wake.wait { state.withLock { $0 > 0 } }
+            wake.wait { spawns.withLock { $0 } != seen }
+            let before = spawns.withLock { $0 }
             var pid: pid_t = 0, code: Int32 = 0, signaled: Int32 = 0, maxRSSKB = 0
             let rc = css_wait_any_child(&pid, &code, &signaled, &maxRSSKB)
             if rc == -ECHILD {
-                state.withLock { $0 = 0 }
+                seen = before  // sleep until a spawn after this wait
                 continue
             }
             guard rc == 0 else { continue }
-            state.withLock { $0 = max(0, $0 - 1) }
             onExit(ChildExit(pid: pid, code: code, signaled: signaled != 0, maxRSS: maxRSSKB * 1024))
         }
     }

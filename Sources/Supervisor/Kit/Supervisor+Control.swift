@@ -27,19 +27,36 @@ extension Supervisor {
                 case .success(let target):
                     if let error = forward(kind, to: target, from: nil, env: env, bytes: bytes, origin: origin) {
                         if records[target] == nil {
-                            // Maybe the catalog offers it on demand: install it, then forward this request.
+                            // Maybe the catalog offers it on demand: install it, then forward this request,
+                            // unless the request's own timeout ends first.
                             let copy = Array(bytes)
+                            final class Once: @unchecked Sendable { var settled = false }
+                            let once = Once()
+                            let requested = env.timeoutMs ?? 0
+                            let waitMs = requested > 0 ? Int(min(requested, 24 * 3_600_000)) : config.callTimeoutMs
                             let started = onDemand(target) { [self] failure in
+                                guard !once.settled else { return }
+                                once.settled = true
                                 if let failure { return answer(origin, error: failure) }
                                 copy.withUnsafeBytes { raw in
-                                    guard let env = try? Envelope.parse(raw) else { return }
+                                    guard let env = try? Envelope.parse(raw, maxDepth: config.maxJSONDepth) else {
+                                        return answer(origin, error: ErrorBody(.badRequest, "the request could not be replayed"))
+                                    }
                                     if let error = forward(kind, to: target, from: nil, env: env, bytes: raw, origin: origin) {
                                         answer(origin, error: error)
                                     }
                                 }
                                 flushDirty()
                             }
-                            if started { return }
+                            if started {
+                                loop.scheduleTask(in: .milliseconds(Int64(waitMs))) { [self] in
+                                    guard !once.settled else { return }
+                                    once.settled = true
+                                    answer(origin, error: ErrorBody(.timeout, "\(target) was still being installed on demand after \(waitMs) ms"))
+                                    flushDirty()
+                                }
+                                return
+                            }
                         }
                         answer(origin, error: error)
                     }
@@ -63,6 +80,9 @@ extension Supervisor {
             case .restart:
                 guard let target = Envelope.string(bytes, env.target) else {
                     return answer(origin, error: ErrorBody(.badRequest, "restart needs a \"target\""))
+                }
+                guard records[target] != nil else {
+                    return answer(origin, error: ErrorBody(.notFound, "no plugin \(target) is installed"))
                 }
                 restartCommand(target) { [self] problem in
                     if let problem {
@@ -140,6 +160,7 @@ extension Supervisor {
     /// Starts a stopped plugin from a clean slate (restart history and failure cleared): now, or once
     /// its dependencies run. `done` hears nil when it runs, or why it did not start.
     func startAgain(_ record: PluginRecord, _ done: @escaping (String?) -> Void) {
+        guard !shuttingDown else { return done("the supervisor is shutting down") }
         record.restartTimes = []
         record.problem = nil
         record.failedByDependency = false

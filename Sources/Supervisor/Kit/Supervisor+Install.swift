@@ -225,14 +225,19 @@ extension Supervisor {
         }
         let installer: Installer
         do { installer = try makeInstaller() } catch { return answer(origin, error: ErrorBody(.badRequest, "\(error)")) }
+        record.pendingRestart?.cancel()
+        record.pendingRestart = nil
+        record.state = .stopped
         stopPlugin(record) { [self] in
             do {
                 try installer.remove(URL(fileURLWithPath: record.manifest.bundle).lastPathComponent)
             } catch {
                 return answer(origin, error: ErrorBody(.unavailable, "\(error)"))
             }
-            records[identifier] = nil
-            order.removeAll { $0 == identifier }
+            if records[identifier] === record {
+                records[identifier] = nil
+                order.removeAll { $0 == identifier }
+            }
             logger.notice("uninstalled \(identifier) \(record.manifest.version)")
             respond(origin) { try ProtocolJSON.encode(["uninstalled": "\(identifier) \(record.manifest.version)"]) }
             flushDirty()

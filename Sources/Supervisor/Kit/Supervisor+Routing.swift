@@ -6,6 +6,8 @@ import PluginProtocol
 extension Supervisor {
     /// One frame from a worker.
     func workerFrame(_ instance: WorkerInstance, _ frame: ByteBuffer) {
+        // A worker being killed (protocol violation, watchdog, ...) has nothing more to say.
+        guard instance.killReason == nil || instance.stopRequested else { return }
         frame.withUnsafeReadableBytes { bytes in
             let env: Envelope
             do {

@@ -33,8 +33,10 @@ extension Supervisor {
     /// Sends `willTerminate`, waits for the answer (up to the grace period), closes the socket so the
     /// worker exits, and kills it if it is still there when the grace period ends.
     func stopPlugin(_ record: PluginRecord, _ done: @escaping () -> Void) {
-        guard let instance = record.instance, !instance.exited else { done(); return }
+        guard let instance = record.instance else { done(); return }
         instance.onExit.append(done)
+        // Already reaped, not yet finalized: `done` runs when it is (calling it now would loop).
+        if instance.exited { return }
         guard !instance.stopRequested else { return }
         instance.stopRequested = true
         let grace = TimeAmount.milliseconds(Int64(config.shutdownGraceMs))
@@ -151,8 +153,10 @@ extension Supervisor {
             guard let record = records[id] else { continue }
             record.pendingRestart?.cancel()
             stopPlugin(record) { [self] in
-                records[id] = nil
-                order.removeAll { $0 == id }
+                if records[id] === record {
+                    records[id] = nil
+                    order.removeAll { $0 == id }
+                }
                 left -= 1
                 if left == 0 { stopRemoved(remaining.subtracting(wave)) }
             }

@@ -47,7 +47,10 @@ public final class Supervisor: @unchecked Sendable {
     /// Missing sandbox layers already warned about (once each).
     var warnedMissingLayers = Set<String>()
 
+    /// Blocks the lifecycle signals first: every thread created from here on (NIO's included)
+    /// inherits the mask, so the signals reach only the relay thread's sigwaitinfo.
     public init(config: SupervisorConfig, logger: Logger) {
+        SignalRelay.blockLifecycleSignals()
         self.config = config
         self.logger = logger
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
@@ -56,8 +59,8 @@ public final class Supervisor: @unchecked Sendable {
         self.catalog = PluginCatalog(manifests: [])
     }
 
-    /// Runs until shut down (SIGTERM, SIGINT, `supervisor stop`). Call from the main thread before any
-    /// other thread exists, so the lifecycle signals are blocked everywhere.
+    /// Runs until shut down (SIGTERM, SIGINT, `supervisor stop`). Create the supervisor on the main
+    /// thread before any other thread exists, so the lifecycle signals are blocked everywhere.
     /// `onReady` is called once with the line to print when every startable plugin has started.
     public func run(onReady: @escaping @Sendable (String) -> Void) throws {
         SignalRelay.blockLifecycleSignals()
@@ -235,6 +238,8 @@ public final class Supervisor: @unchecked Sendable {
 
     /// Spawns a worker for `record` and wires its socket and output into the event loop.
     func spawn(_ record: PluginRecord) {
+        // One worker per plugin, and none once shutdown has begun.
+        guard record.instance == nil, !shuttingDown else { return }
         let id = record.identifier
         let library: (path: String, variant: String?)
         do {
@@ -296,7 +301,7 @@ public final class Supervisor: @unchecked Sendable {
                 case .success(let channel):
                     if instance.exited { channel.close(promise: nil) } else { instance.channel = channel }
                 case .failure(let error):
-                    close(spawned.socket)
+                    // NIO closes the descriptor once it has made a channel of it.
                     instance.socketClosed = true
                     kill(instance, reason: "spawnError", message: "cannot watch the worker's socket: \(error)")
                 }
@@ -391,7 +396,8 @@ public final class Supervisor: @unchecked Sendable {
                     metadata: ["plugin": "\(record.identifier)", "pid": "\(record.instance?.pid ?? 0)"])
         record.settleWaiters(nil)
         // Dependents that could not start only because this plugin was down get another go.
-        for dependent in records.values where dependent.failedByDependency && dependent.dependencyIDs.contains(record.identifier) {
+        for dependent in records.values where !shuttingDown && dependent.instance == nil && dependent.failedByDependency
+            && dependent.dependencyIDs.contains(record.identifier) {
             dependent.failedByDependency = false
             dependent.state = .waiting
             dependent.problem = nil
@@ -461,6 +467,9 @@ public final class Supervisor: @unchecked Sendable {
         if instance.stopRequested || shuttingDown {
             record.state = .stopped
             logger.info("\(record.identifier) stopped (\(described))", metadata: meta)
+            // Whoever waited for this worker to run hears it stopped, before the stop's own
+            // callbacks (a restart, an install) queue waiters for the next one.
+            record.settleWaiters("stopped")
             callbacks.forEach { $0() }
             return
         }

@@ -144,7 +144,7 @@ static void attack(const char *what, const char *path, long number, char *out, s
         memset(&a, 0, sizeof a);
         a.sun_family = AF_UNIX;
         snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
-        rc = connect(s, (struct sockaddr *)&a, sizeof a);
+        rc = s < 0 ? s : connect(s, (struct sockaddr *)&a, sizeof a);
         if (rc == 0) {
             const char *body = "{\"type\":\"stop\",\"id\":1}";
             unsigned char header[4] = { 0, 0, 0, (unsigned char)strlen(body) };

@@ -34,7 +34,12 @@ enum Preflight {
             kill(child.pid, SIGKILL)
             throw Failed(description: "the new version did not load within \(timeoutMs) ms")
         }
-        guard let frame = try? connection.receiveFrame() else {
+        // A plugin may log before it is created; the first other frame must be hello.
+        var next = try? connection.receiveFrame()
+        while let frame = next, let log = try? ProtocolJSON.decode(LogMessage.self, from: frame), log.type == .log {
+            next = try? connection.receiveFrame()
+        }
+        guard let frame = next else {
             throw Failed(description: "the worker for the new version exited before saying hello")
         }
         if let notice = try? ProtocolJSON.decode(ExitNotice.self, from: frame), notice.type == .exit {
@@ -44,6 +49,7 @@ enum Preflight {
             kill(child.pid, SIGKILL)
             throw Failed(description: "the worker for the new version did not say hello")
         }
-        return child.pid  // closing the socket makes it exit
+        kill(child.pid, SIGKILL)  // it proved it loads; it need not run its destroy
+        return child.pid
     }
 }
