@@ -126,6 +126,7 @@ do {
                 report.add("memoryWarning acknowledged by 50 plugins, median", fan.median / 1000, "ms")
                 let m = memory(rig.supervisorPID)
                 report.add("supervisor RSS with 50 plugins", Double(m.rss) / 1_048_576, "MiB")
+                report.add("supervisor PSS with 50 plugins", Double(m.pss) / 1_048_576, "MiB")
                 let pss = try rig.status().compactMap(\.pid).map { Double(memory($0).pss) / 1_048_576 }
                 report.add("worker PSS with 50 workers, median", pss.sorted()[pss.count / 2], "MiB", target: "< 8 MiB")
             }
