@@ -123,7 +123,9 @@ enum SeccompPolicy {
             // A pair of connected sockets within the worker is harmless; a new socket that could
             // connect to a local service (a session bus, an agent, another daemon's socket file:
             // Landlock does not cover connect) needs the `network` permission, as TCP does.
-            Rule(syscall: "socketpair", action: .allow, conditions: [when(0, .equal, AF_UNIX)]),
+            // Stream and seqpacket only: a datagram socket could be re-`connect`ed to a socket file.
+            Rule(syscall: "socketpair", action: .allow, conditions: [when(0, .equal, AF_UNIX), when(1, .maskedEqual(mask: 0xF), 1)]),
+            Rule(syscall: "socketpair", action: .allow, conditions: [when(0, .equal, AF_UNIX), when(1, .maskedEqual(mask: 0xF), 5)]),
         ]
         rules += prctlOptions.map { Rule(syscall: "prctl", action: .allow, conditions: [when(0, .equal, $0)]) }
         rules += ioctlRequests.map { Rule(syscall: "ioctl", action: .allow, conditions: [when(1, .equal, $0)]) }

@@ -41,6 +41,7 @@ struct SandboxTests {
             ("clearPdeathsig", "", 0, [EPERM]),
             ("tiocsti", "", 0, [EPERM]),
             ("clone3", "", 0, [ENOSYS]),
+            ("dgramPair", "", 0, [EPERM]),
         ]
         for (method, path, number, errnos) in expectations {
             let o = try attack(sv, "h.bad", method, path: path, number: number)
@@ -52,6 +53,8 @@ struct SandboxTests {
         let bad = try sv.plugin("h.bad")
         #expect(bad.state == "running")
         #expect(bad.restarts == 0)
+        // A connected stream pair is fine.
+        #expect(try attack(sv, "h.bad", "streamPair").rc == 0)
         // Its own data folder is writable.
         #expect(try attack(sv, "h.bad", "writeData", path: w.home + "/data/h.bad/mine").rc >= 0)
         // Nothing inherited: the protocol socket alone above stdio, and an empty environment.

@@ -198,7 +198,7 @@ public final class Supervisor: @unchecked Sendable {
                 }
                 if record.state == .waiting {
                     spawn(record)
-                } else if let instance = record.instance, deps.allSatisfy({ $0.state == .running }) {
+                } else if !shuttingDown, let instance = record.instance, deps.allSatisfy({ $0.state == .running }) {
                     instance.awaitingDependencies = false
                     sendStartup(record, instance)
                 }

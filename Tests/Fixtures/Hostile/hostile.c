@@ -153,6 +153,15 @@ static void attack(const char *what, const char *path, long number, char *out, s
                 rc = read(s, reply, sizeof reply); /* 0: the supervisor hung up on us */
             }
         }
+    } else if (!strcmp(what, "dgramPair")) {
+        /* A datagram pair could be re-connected to a socket file such as /dev/log. */
+        int sv[2];
+        rc = socketpair(AF_UNIX, SOCK_DGRAM, 0, sv);
+        if (rc == 0) { close(sv[0]); close(sv[1]); }
+    } else if (!strcmp(what, "streamPair")) {
+        int sv[2];
+        rc = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+        if (rc == 0) { close(sv[0]); close(sv[1]); }
     } else if (!strcmp(what, "forgeExit")) {
         const char *notice = "{\"type\":\"exit\",\"reason\":\"sandboxViolation\",\"syscall\":\"ptrace\",\"message\":\"forged\"}";
         g_host->send(g_host->ctx, (const uint8_t *)notice, strlen(notice));

@@ -1,3 +1,4 @@
+import Dispatch
 import IPC
 import PluginProtocol
 #if canImport(Glibc)
@@ -29,15 +30,21 @@ enum Preflight {
         close(child.stderr)
         let connection = BlockingConnection(fd: child.socket)
         defer { connection.close() }
-        var pfd = pollfd(fd: child.socket, events: Int16(POLLIN), revents: 0)
-        guard poll(&pfd, 1, Int32(timeoutMs)) > 0 else {
-            kill(child.pid, SIGKILL)
-            throw Failed(description: "the new version did not load within \(timeoutMs) ms")
+        // A plugin may log before it is created; the first other frame must be hello, and all of it
+        // must arrive within the time limit.
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeoutMs) * 1_000_000
+        func nextFrame() throws -> [UInt8]? {
+            let now = DispatchTime.now().uptimeNanoseconds
+            var pfd = pollfd(fd: child.socket, events: Int16(POLLIN), revents: 0)
+            guard now < deadline, poll(&pfd, 1, Int32((deadline - now) / 1_000_000) + 1) > 0 else {
+                kill(child.pid, SIGKILL)
+                throw Failed(description: "the new version did not load within \(timeoutMs) ms")
+            }
+            return try? connection.receiveFrame()
         }
-        // A plugin may log before it is created; the first other frame must be hello.
-        var next = try? connection.receiveFrame()
+        var next = try nextFrame()
         while let frame = next, let log = try? ProtocolJSON.decode(LogMessage.self, from: frame), log.type == .log {
-            next = try? connection.receiveFrame()
+            next = try nextFrame()
         }
         guard let frame = next else {
             throw Failed(description: "the worker for the new version exited before saying hello")
