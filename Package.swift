@@ -8,6 +8,7 @@ let package = Package(
         .executable(name: "supervisor", targets: ["supervisor"]),
         .executable(name: "plugin-worker", targets: ["PluginWorker"]),
         .executable(name: "supervisor-bench", targets: ["Benchmark"]),
+        .executable(name: "supervisor-installer", targets: ["InstallerTool"]),
         .library(name: "PluginSDK", targets: ["PluginSDK"]),
         // Example plugins: each one is a shared library loaded by a worker.
         .library(name: "Greeter", type: .dynamic, targets: ["Greeter"]),
@@ -52,13 +53,27 @@ let package = Package(
         .target(
             name: "SupervisorKit",
             dependencies: [
-                "PluginProtocol", "IPC", "CSupervisorSupport", "CInstallSupport", "CArchive",
-                .product(name: "Crypto", package: "swift-crypto"),
+                "PluginProtocol", "IPC", "CSupervisorSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Sources/Supervisor/Kit"
+        ),
+        // Downloads, archive checks, signatures and preflight: everything that parses untrusted
+        // input for installs, run by the supervisor as a separate process (supervisor-installer).
+        .target(
+            name: "PluginInstall",
+            dependencies: [
+                "SupervisorKit", "IPC", "PluginProtocol", "CInstallSupport", "CArchive",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            path: "Sources/Install"
+        ),
+        .executableTarget(
+            name: "InstallerTool",
+            dependencies: ["PluginInstall", "SupervisorKit", "PluginProtocol"],
+            path: "Sources/InstallerTool"
         ),
         .executableTarget(
             name: "supervisor",

@@ -9,9 +9,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#ifndef RENAME_EXCHANGE
-#define RENAME_EXCHANGE (1 << 1)
-#endif
 
 void cis_curl_global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
@@ -125,16 +122,4 @@ void cis_fetch(const char *url, int out_fd, const cis_fetch_options *o, cis_fetc
     if (s.write_failed) snprintf(r->error, sizeof r->error, "writing the download failed: %s", strerror(errno));
     curl_slist_free_all(headers);
     curl_easy_cleanup(c);
-}
-
-int cis_exchange(const char *a, const char *b) {
-    return syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0 ? 0 : -errno;
-}
-
-int cis_fsync_path(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    int rc = fsync(fd) == 0 ? 0 : -errno;
-    close(fd);
-    return rc;
 }

@@ -34,8 +34,4 @@ typedef struct cis_fetch_result {
 void cis_curl_global_init(void);
 void cis_fetch(const char *url, int out_fd, const cis_fetch_options *options, cis_fetch_result *result);
 
-/* renameat2(RENAME_EXCHANGE): swaps two paths atomically. Returns 0 or -errno. */
-int cis_exchange(const char *a, const char *b);
-/* fsync of a path (file or directory). Returns 0 or -errno. */
-int cis_fsync_path(const char *path);
 #endif

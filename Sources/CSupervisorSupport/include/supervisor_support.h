@@ -29,6 +29,13 @@ int css_wait_any_child(pid_t *pid, int *code, int *signaled, long *max_rss_kb);
 /* prctl(PR_SET_DUMPABLE, 0): workers (same uid) cannot ptrace the supervisor or read its memory. */
 int css_set_not_dumpable(void);
 
+/* renameat2(RENAME_EXCHANGE): swaps two paths atomically. Returns 0 or -errno. */
+int css_exchange(const char *a, const char *b);
+/* fsync of a path (file or directory). Returns 0 or -errno. */
+int css_fsync_path(const char *path);
+/* prctl(PR_SET_PDEATHSIG, sig). Returns 0 or -errno. */
+int css_die_with_parent(int sig);
+
 /* The kernel's name of a signal ("SIGSEGV"), or NULL. */
 const char *css_signal_name(int sig);
 #endif

@@ -59,18 +59,26 @@ struct Install: ParsableCommand {
         defer { close(lock) }
         let display = ProgressDisplay()
         do {
-            var installer = try Installer(home: settings.home, trustedKeys: settings.trustedKeys,
-                                          workerExecutable: settings.workerExecutable, runtimePaths: RuntimeFolders.current())
-            installer.sandbox = settings.sandboxEnabled
-            installer.fetcher.lowSpeedSeconds = settings.downloadLowSpeedSeconds
-            installer.fetcher.maxBytes = Int64(settings.downloadMaxBytes)
-            installer.extractor.maxTotalBytes = Int64(settings.downloadMaxBytes) * 2
-            installer.cleanLeftovers()
-            let staged = try installer.stage(source: source, entry: nil, options: .init(force: force, allowUnsigned: allowUnsigned),
-                                             progress: { stage, done, total in display.show(.init(stage: stage, done: done, total: total)) },
-                                             reap: { pid in var status: Int32 = 0; _ = waitpid(pid, &status, 0) })
-            try installer.swapIn(staged)
-            installer.finish(staged)
+            let store = BundleStore(home: settings.home)
+            store.cleanLeftovers()
+            var request = InstallRequest(operation: .stage, home: settings.home, lowSpeedSeconds: settings.downloadLowSpeedSeconds,
+                                         maxBytes: settings.downloadMaxBytes)
+            request.source = source
+            request.force = force
+            request.allowUnsigned = allowUnsigned
+            request.trustedKeys = settings.trustedKeys
+            request.sandbox = settings.sandboxEnabled
+            request.workerExecutable = settings.workerExecutable
+            request.runtimePaths = RuntimeFolders.current()
+            var installerPID: pid_t = 0
+            let line = try InstallerTool(executable: settings.installerExecutable).run(
+                request, started: { installerPID = $0 },
+                progress: { display.show(.init(stage: $0.stage, done: $0.done, total: $0.total)) })
+            var status: Int32 = 0
+            _ = waitpid(installerPID, &status, 0)
+            guard let staged = line.staged else { throw InstallError(line.error?.message ?? "the installer gave no answer") }
+            try store.swapIn(staged)
+            store.finish(staged)
             display.finish()
             print(#"{"installed":"\#(staged.identifier) \#(staged.version)"}"#)
         } catch {

@@ -21,25 +21,42 @@ extension Supervisor {
         var check: Bool?
     }
 
-    func makeInstaller() throws -> Installer {
-        var installer = try Installer(home: config.home, trustedKeys: config.trustedKeys,
-                                      workerExecutable: config.workerExecutable, runtimePaths: runtimePaths)
-        installer.sandbox = config.sandboxEnabled
-        installer.fetcher.lowSpeedSeconds = config.downloadLowSpeedSeconds
-        installer.fetcher.maxBytes = Int64(config.downloadMaxBytes)
-        installer.extractor.maxTotalBytes = Int64(config.downloadMaxBytes) * 2
+    var store: BundleStore { BundleStore(home: config.home) }
+
+    /// A request to `supervisor-installer` with this supervisor's settings.
+    func installRequest(_ operation: InstallRequest.Operation) -> InstallRequest {
+        var request = InstallRequest(operation: operation, home: config.home, lowSpeedSeconds: config.downloadLowSpeedSeconds,
+                                     maxBytes: config.downloadMaxBytes)
+        request.trustedKeys = config.trustedKeys
+        request.sandbox = config.sandboxEnabled
+        request.workerExecutable = config.workerExecutable
+        request.runtimePaths = runtimePaths
         let home = FileSystem.realPath(config.home + "/plugins") ?? config.home + "/plugins"
-        for record in records.values where !record.manifest.bundle.hasPrefix(home + "/") {
-            installer.otherBundles[record.identifier] = record.manifest.bundle
-        }
-        return installer
+        var others: [String: String] = [:]
+        for record in records.values where !record.manifest.bundle.hasPrefix(home + "/") { others[record.identifier] = record.manifest.bundle }
+        request.otherBundles = others
+        return request
     }
 
-    var catalogClient: CatalogClient? {
-        guard let url = config.catalogURL else { return nil }
-        var client = CatalogClient(url: url, home: config.home)
-        client.fetcher.lowSpeedSeconds = config.downloadLowSpeedSeconds
-        return client
+    /// Runs the installer (on the install queue): its child is reaped by the reaper, its preflight
+    /// workers are refused on the control socket while they live.
+    func runInstaller(_ request: InstallRequest, progress: @escaping @Sendable (InstallerLine.Progress) -> Void = { _ in }) throws -> InstallerLine {
+        let reaper = self.reaper
+        return try InstallerTool(executable: config.installerExecutable).run(
+            request, started: { _ in reaper?.childSpawned() }, progress: progress,
+            preflight: { [self] pid in preflightPIDs.withLock { _ = $0.insert(pid) } })
+    }
+
+    var catalogURL: String? { config.updatesEnabled ? config.catalogURL : nil }
+
+    /// Fetches the catalog through the installer (conditional GET, cached copy when the server fails).
+    func loadCatalog(_ url: String) throws -> CatalogLoaded {
+        var request = installRequest(.catalog)
+        request.url = url
+        let line = try runInstaller(request)
+        if let e = line.error { throw InstallError(e.message) }
+        guard let catalog = line.catalog else { throw InstallError("the installer gave no catalog") }
+        return catalog
     }
 
     /// Tells a waiting CLI how far a long request got.
@@ -57,7 +74,7 @@ extension Supervisor {
 
     /// Control request `install` (uri = archive path or URL; params: force, allowUnsigned).
     func installRequest(_ origin: ReplyOrigin, source: String, params: InstallParams) {
-        let options = Installer.Options(force: params.force ?? false, allowUnsigned: params.allowUnsigned ?? false)
+        let options = InstallOptions(force: params.force ?? false, allowUnsigned: params.allowUnsigned ?? false)
         install(source: source, entry: nil, options: options, origin: origin) { [self] result in
             switch result {
             case .success(let text): respond(origin) { try ProtocolJSON.encode(["installed": text]) }
@@ -67,35 +84,44 @@ extension Supervisor {
         }
     }
 
-    /// Stages on the install queue, then swaps in and (re)starts on the loop. `done` runs on the loop.
-    func install(source: String, entry: CatalogEntry?, options: Installer.Options, origin: ReplyOrigin?,
+    struct InstallOptions: Sendable {
+        var force = false
+        var allowUnsigned = false
+    }
+
+    /// Stages with `supervisor-installer` on the install queue, then swaps in and (re)starts on the
+    /// loop. `done` runs on the loop.
+    func install(source: String, entry: CatalogEntry?, options: InstallOptions, origin: ReplyOrigin?,
                  _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
-        let installer: Installer
-        do { installer = try makeInstaller() } catch {
-            return done(.failure(ErrorBody(.badRequest, "\(error)")))
-        }
-        let reaper = self.reaper
+        var request = installRequest(.stage)
+        request.source = source
+        request.entry = entry
+        request.force = options.force
+        request.allowUnsigned = options.allowUnsigned
+        let store = self.store
+        let staging = request
         installQueue.async { [self] in
-            let staged: Installer.Staged
+            let line: InstallerLine
             do {
-                staged = try installer.stage(source: source, entry: entry, options: options, progress: { [self] stage, now, total in
-                    if let origin { loop.execute { self.sendProgress(origin, stage: stage, done: now, total: total) } }
-                }, spawned: { [self] pid in
-                    reaper?.childSpawned()
-                    preflightPIDs.withLock { _ = $0.insert(pid) }
-                })
+                line = try runInstaller(staging) { [self] p in
+                    if let origin { loop.execute { self.sendProgress(origin, stage: p.stage, done: p.done, total: p.total) } }
+                }
             } catch {
-                logger.error("install of \(source) failed: \(error)")
-                let code: ErrorCode = error is Fetcher.Failure ? .unavailable : .badRequest
-                loop.execute { done(.failure(ErrorBody(code, "\(error)"))) }
+                loop.execute { done(.failure(ErrorBody(.unavailable, "\(error)"))) }
                 return
             }
-            loop.execute { self.apply(staged, installer: installer, done) }
+            guard let staged = line.staged else {
+                let error = line.error ?? ErrorBody(.badRequest, "the installer gave no answer")
+                logger.error("install of \(source) failed: \(error.message)")
+                loop.execute { done(.failure(error)) }
+                return
+            }
+            loop.execute { self.apply(staged, store: store, done) }
         }
     }
 
     /// Swaps the staged version in and starts it; on failure swaps the old one back and restarts it.
-    func apply(_ staged: Installer.Staged, installer: Installer, _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
+    func apply(_ staged: BundleStore.Staged, store installer: BundleStore, _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
         do { try installer.swapIn(staged) } catch {
             installer.finish(staged)
             return done(.failure(ErrorBody(.unavailable, "\(error)")))
@@ -167,12 +193,12 @@ extension Supervisor {
     /// Control request `update` (params.check: only list what is newer).
     func updateRequest(_ origin: ReplyOrigin, params: InstallParams) {
         guard config.updatesEnabled else { return answer(origin, error: ErrorBody(.denied, "updates are switched off in the config (updates: false)")) }
-        guard let client = catalogClient else {
+        guard let url = catalogURL else {
             return answer(origin, error: ErrorBody(.badRequest, "no catalog is configured (config key catalog)"))
         }
         installQueue.async { [self] in
-            let loaded: CatalogClient.Loaded
-            do { loaded = try client.load() } catch {
+            let loaded: CatalogLoaded
+            do { loaded = try loadCatalog(url) } catch {
                 loop.execute { self.answer(origin, error: ErrorBody(.unavailable, "\(error)")); self.flushDirty() }
                 return
             }
@@ -202,7 +228,7 @@ extension Supervisor {
         }
         sendProgress(origin, stage: "update", done: Int64(done.count + failed.count), total: Int64(done.count + failed.count + remaining.count),
                      message: "\(entry.identifier) \(entry.version)")
-        install(source: entry.url, entry: entry, options: Installer.Options(), origin: origin) { [self] result in
+        install(source: entry.url, entry: entry, options: InstallOptions(), origin: origin) { [self] result in
             var done = done, failed = failed
             switch result {
             case .success(let text): done.append(text)
@@ -223,8 +249,7 @@ extension Supervisor {
         guard needed.isEmpty else {
             return answer(origin, error: ErrorBody(.denied, "\(identifier) is needed by \(needed.joined(separator: ", ")); uninstall those first"))
         }
-        let installer: Installer
-        do { installer = try makeInstaller() } catch { return answer(origin, error: ErrorBody(.badRequest, "\(error)")) }
+        let installer = store
         record.pendingRestart?.cancel()
         record.pendingRestart = nil
         record.state = .stopped
@@ -247,9 +272,9 @@ extension Supervisor {
     /// Refreshes the cached catalog in the background (a 304 when unchanged), so on-demand installs
     /// work from the first call.
     func warmCatalog() {
-        guard config.updatesEnabled, let client = catalogClient else { return }
+        guard let url = catalogURL else { return }
         installQueue.async { [self] in
-            do { _ = try client.load() } catch { logger.warning("catalog not refreshed: \(error)") }
+            do { _ = try loadCatalog(url) } catch { logger.warning("catalog not refreshed: \(error)") }
         }
     }
 
@@ -260,7 +285,7 @@ extension Supervisor {
     /// cached copy does not list the plugin. Returns false when no catalog is configured (the caller
     /// answers notFound at once); otherwise `replay` gets nil once installed, or the error to answer.
     func onDemand(_ target: String, replay: @escaping (ErrorBody?) -> Void) -> Bool {
-        guard config.updatesEnabled, let client = catalogClient else { return false }
+        guard let url = catalogURL else { return false }
         if onDemandWaiters[target] != nil {
             onDemandWaiters[target]!.append(replay)
             return true
@@ -272,14 +297,14 @@ extension Supervisor {
             flushDirty()
         }
         installQueue.async { [self] in
-            var entry = client.cachedEntries().first { $0.identifier == target }
-            if entry == nil { entry = (try? client.load())?.entries.first { $0.identifier == target } }
+            let cached = CatalogCache.entries(home: config.home, url: url).first { $0.identifier == target }
+            let entry = cached ?? (try? loadCatalog(url))?.entries.first { $0.identifier == target }
             loop.execute { [self] in
                 guard let entry, entry.onDemand == true else {
                     return settle(ErrorBody(.notFound, "no plugin \(target) is installed" + (entry == nil ? "" : "; the catalog has it, but not on demand: `supervisor install` it")))
                 }
                 logger.notice("installing \(target) \(entry.version) on demand")
-                install(source: entry.url, entry: entry, options: Installer.Options(), origin: nil) { result in
+                install(source: entry.url, entry: entry, options: InstallOptions(), origin: nil) { result in
                     switch result {
                     case .success: settle(nil)
                     case .failure(let e): settle(ErrorBody(.unavailable, "on-demand install of \(target) failed: \(e.message)"))
@@ -298,17 +323,14 @@ extension Supervisor {
         guard config.updatesEnabled, let resources = record.manifest.resources else { return }
         let id = record.identifier
         let live = config.home + "/live/" + id
-        var configured = Fetcher()
-        configured.lowSpeedSeconds = config.downloadLowSpeedSeconds
-        configured.maxBytes = Int64(config.downloadMaxBytes)
-        let fetcher = configured
+        let base = installRequest(.fetch)
         let daily = resources.daily
         installQueue.async { [self] in
             let meta = live + "/.meta"
             try? FileSystem.makeDirectories(meta)
             for name in resources.files {
                 struct Validators: Codable { var etag: String?; var lastModified: String?; var checked: Double }
-                let metaFile = meta + "/" + name.replacingOccurrences(of: "/", with: "_") + ".json"
+                let metaFile = meta + "/" + name.replacing("%", with: "%25").replacing("/", with: "%2F") + ".json"
                 let previous = (try? FileSystem.readFile(metaFile, limit: 1 << 16)).flatMap { try? JSONDecoder().decode(Validators.self, from: Data($0)) }
                 let destination = live + "/" + name
                 let now = Date().timeIntervalSince1970
@@ -317,13 +339,20 @@ extension Supervisor {
                 let temp = destination + ".download"
                 let known = FileSystem.exists(destination) ? previous : nil
                 do {
-                    let outcome = try fetcher.fetch(resources.baseURL + "/" + name, to: temp,
-                                                    conditional: .init(etag: known?.etag, lastModified: known?.lastModified))
-                    switch outcome {
-                    case .notModified:
+                    var request = base
+                    request.url = resources.baseURL + "/" + name
+                    request.destination = temp
+                    request.etag = known?.etag
+                    request.lastModified = known?.lastModified
+                    let line = try runInstaller(request)
+                    if let e = line.error { throw InstallError(e.message) }
+                    guard let outcome = line.fetched else { throw InstallError("the installer gave no answer") }
+                    switch outcome.notModified ? nil : outcome {
+                    case nil:
                         let v = Validators(etag: known?.etag, lastModified: known?.lastModified, checked: now)
                         try? Data(try JSONEncoder().encode(v)).write(to: URL(fileURLWithPath: metaFile))
-                    case .downloaded(_, let etag, let lastModified):
+                    case .some(let fetched):
+                        let etag = fetched.etag, lastModified = fetched.lastModified
                         guard rename(temp, destination) == 0 else { throw InstallError("cannot replace \(destination): \(String(cString: strerror(errno)))") }
                         let v = Validators(etag: etag, lastModified: lastModified, checked: now)
                         try? Data(try JSONEncoder().encode(v)).write(to: URL(fileURLWithPath: metaFile))

@@ -71,7 +71,7 @@ public final class Supervisor: @unchecked Sendable {
         defer { releaseLock() }
         runtimePaths = RuntimeLocator.swiftRuntimeFolders()
         // An install interrupted by a crash left its staging folder; the bundles are complete.
-        if let installer = try? makeInstaller() { installer.cleanLeftovers() }
+        store.cleanLeftovers()
         reaper = ChildReaper { [self] exit in loop.execute { self.childExited(exit) } }
         SignalRelay.start { [self] signal in loop.execute { self.handleSignal(signal) } }
         try bindControlSocket()

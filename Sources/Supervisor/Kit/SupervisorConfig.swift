@@ -21,6 +21,8 @@ public struct SupervisorConfig: Sendable {
     public var socketPath: String
     /// The `plugin-worker` executable (default: beside the running supervisor).
     public var workerExecutable: String
+    /// The `supervisor-installer` executable (default: beside the running supervisor).
+    public var installerExecutable: String
     public var maxFrameBytes = Frame.defaultMaxBody
     public var maxJSONDepth = Frame.defaultMaxDepth
     /// A worker must say hello and answer `startup` within this.
@@ -81,6 +83,7 @@ public struct SupervisorConfig: Sendable {
         self.extraPluginDirectories = pluginDirectories
         self.socketPath = Self.socketPath(option: socketPath, home: home)
         self.workerExecutable = workerExecutable ?? (FileSystem.executableDirectory() + "/plugin-worker")
+        self.installerExecutable = FileSystem.executableDirectory() + "/supervisor-installer"
     }
 
     /// The config file (`--config FILE`): JSON with any of these keys; unknown keys are refused so
@@ -164,7 +167,9 @@ public struct SupervisorConfig: Sendable {
         if let v = file.sandbox { sandboxEnabled = v }
         if let v = file.catalog { catalogURL = v }
         if let v = file.trustedKeys {
-            do { _ = try Integrity(trustedKeys: v) } catch { throw ConfigError(file: path, reason: "\(error)") }
+            for (i, key) in v.enumerated() where Data(base64Encoded: key)?.count != 32 {
+                throw ConfigError(file: path, reason: "trustedKeys[\(i)] is not a base64 Ed25519 public key (32 bytes)")
+            }
             trustedKeys = v
         }
         if let v = file.updates { updatesEnabled = v }

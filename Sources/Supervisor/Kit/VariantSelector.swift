@@ -5,7 +5,7 @@ import Glibc
 
 /// Picks the library a bundle loads on this host: its `library`, or the first of its `variants`
 /// whose `requires` all hold (`arch`, `kernel` version range, `sandbox` features).
-enum VariantSelector {
+public enum VariantSelector {
     struct NoMatch: Error, CustomStringConvertible {
         var file: String
         var reasons: [String]
@@ -14,7 +14,7 @@ enum VariantSelector {
         }
     }
 
-    static func choose(_ m: Manifest, sandbox: Bool) throws -> (path: String, variant: String?) {
+    public static func choose(_ m: Manifest, sandbox: Bool) throws -> (path: String, variant: String?) {
         if let lib = m.library { return (m.bundle + "/" + lib, nil) }
         let host = HostFacts.current(sandbox: sandbox)
         var reasons: [String] = []

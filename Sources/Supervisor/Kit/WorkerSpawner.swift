@@ -6,13 +6,13 @@ import Glibc
 
 /// Starts worker processes: a socketpair for the protocol, pipes for the plugin's stdout and stderr,
 /// and posix_spawn (no code of ours runs in the child between fork and exec).
-enum WorkerSpawner {
+public enum WorkerSpawner {
     /// The supervisor's ends of a freshly spawned worker. The caller owns the three descriptors.
-    struct Spawned {
-        var pid: pid_t
-        var socket: Int32
-        var stdout: Int32
-        var stderr: Int32
+    public struct Spawned: Sendable {
+        public var pid: pid_t
+        public var socket: Int32
+        public var stdout: Int32
+        public var stderr: Int32
     }
 
     /// The environment a worker gets: nothing of the supervisor's. The Swift runtime's crash
@@ -21,7 +21,7 @@ enum WorkerSpawner {
     static let environment = ["PATH=/usr/bin:/bin", "SWIFT_BACKTRACE=enable=no"]
 
     /// `extraEnvironment` entries (`NAME=value`) are added to the fixed `environment`.
-    static func spawn(executable: String, arguments: [String], extraEnvironment: [String] = []) throws(SystemError) -> Spawned {
+    public static func spawn(executable: String, arguments: [String], extraEnvironment: [String] = []) throws(SystemError) -> Spawned {
         var pair: [Int32] = [-1, -1]
         _ = try syscallRetrying("socketpair") {
             socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair)

@@ -1,19 +1,20 @@
 import Dispatch
 import IPC
 import PluginProtocol
+import SupervisorKit
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// Loads a staged bundle in a sandboxed worker, as the supervisor would, and waits for its hello:
 /// a new version that cannot even load never replaces the installed one.
-enum Preflight {
-    struct Failed: Error, CustomStringConvertible {
-        var description: String
+public enum Preflight {
+    public struct Failed: Error, CustomStringConvertible {
+        public var description: String
     }
 
     /// Returns the worker's pid (the caller reaps it). `spawned` is told of the child first.
-    static func run(manifest: Manifest, library: String, scratch: String, workerExecutable: String, runtimePaths: [String],
+    public static func run(manifest: Manifest, library: String, scratch: String, workerExecutable: String, runtimePaths: [String],
                     sandbox: Bool, timeoutMs: Int = 10_000, spawned: (pid_t) -> Void) throws -> pid_t {
         try FileSystem.makeDirectories(scratch + "/data")
         try FileSystem.makeDirectories(scratch + "/live")

@@ -1,0 +1,137 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import SupervisorKit
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Prepares an install in `<home>/staging`: the archive's bytes (downloaded, or a private copy of a
+/// local file), its digest and signature, a safe unpacking, the manifest against the catalog entry
+/// and the installed version, and one load in a sandboxed worker. The swap itself is
+/// `BundleStore.swapIn`, done by the supervisor (or the CLI, offline).
+public struct Stager: Sendable {
+    public let store: BundleStore
+    public var fetcher = Fetcher()
+    public var extractor = ArchiveExtractor()
+    public var integrity: Integrity
+    public var workerExecutable: String
+    public var runtimePaths: [String]
+    public var sandbox = true
+    /// Plugins the supervisor runs from other folders (identifier → bundle): installs refuse them.
+    public var otherBundles: [String: String] = [:]
+
+    public init(home: String, trustedKeys: [String], workerExecutable: String, runtimePaths: [String]) throws {
+        self.store = BundleStore(home: home)
+        self.integrity = try Integrity(trustedKeys: trustedKeys)
+        self.workerExecutable = workerExecutable
+        self.runtimePaths = runtimePaths
+    }
+
+    /// Progress of a stage: `(stage, done, total)` with stage `download`, `verify`, `unpack`, `preflight`.
+    public typealias Progress = (String, Int64, Int64) -> Void
+
+    /// Everything up to (not including) the swap. `source` is a local archive path or a URL;
+    /// `entry`, when the install comes from the catalog, gives the expected identifier, version,
+    /// digest and signature. Without an entry the signature is read from `<source>.sig`.
+    public func stage(source: String, entry: CatalogEntry?, force: Bool, allowUnsigned: Bool, progress: Progress? = nil,
+                      spawned: (pid_t) -> Void = { _ in }) throws -> BundleStore.Staged {
+        try FileSystem.makeDirectories(store.stagingRoot)
+        try FileSystem.makeDirectories(store.pluginsDirectory)
+        let folder = store.stagingRoot + "/" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+        try FileSystem.makeDirectories(folder)
+        do {
+            return try stage(source: source, entry: entry, force: force, allowUnsigned: allowUnsigned, folder: folder,
+                             progress: progress, spawned: spawned)
+        } catch {
+            BundleStore.removeTree(folder)
+            throw error
+        }
+    }
+
+    private func stage(source: String, entry: CatalogEntry?, force: Bool, allowUnsigned: Bool, folder: String,
+                       progress: Progress?, spawned: (pid_t) -> Void) throws -> BundleStore.Staged {
+        // 1. The archive's bytes: verified and unpacked from one private copy.
+        let isURL = source.contains("://")
+        let archive = folder + "/archive"
+        if isURL {
+            _ = try fetcher.fetch(source, to: archive) { done, total in progress?("download", done, total) }
+        } else {
+            guard FileSystem.exists(source) else { throw InstallError("\(source): no such archive") }
+            let original = try FileSystem.readFile(source, limit: Int(fetcher.maxBytes))
+            try Data(original).write(to: URL(fileURLWithPath: archive))
+        }
+        let bytes = try FileSystem.readFile(archive, limit: Int(fetcher.maxBytes))
+        progress?("verify", Int64(bytes.count), Int64(bytes.count))
+
+        // 2. Integrity: the catalog's digest and signature, or a detached `<source>.sig`.
+        var signature = entry?.signature
+        if entry == nil {
+            let sigPath = folder + "/archive.sig"
+            if isURL {
+                if case .downloaded = (try? fetcher.fetch(source + ".sig", to: sigPath)) ?? .notModified {
+                    signature = String(decoding: try FileSystem.readFile(sigPath, limit: 4096), as: UTF8.self)
+                }
+            } else if FileSystem.exists(source + ".sig") {
+                signature = String(decoding: try FileSystem.readFile(source + ".sig", limit: 4096), as: UTF8.self)
+            }
+        }
+        if signature == nil, entry?.sha256 == nil, allowUnsigned {
+            // Explicitly allowed (development): nothing to check.
+        } else {
+            try integrity.verify(bytes, sha256: entry?.sha256, signature: signature, what: entry.map { "\($0.identifier) \($0.version)" } ?? source)
+        }
+
+        // 3. Unpack.
+        progress?("unpack", 0, 0)
+        let unpacked = folder + "/unpacked"
+        try FileSystem.makeDirectories(unpacked)
+        try extractor.extract(archive, into: unpacked, name: source)
+        let bundle = try Self.bundleRoot(unpacked, archive: source)
+
+        // 4. The manifest against the catalog and what is installed.
+        let manifest = try Manifest.load(bundle: bundle)
+        if let entry {
+            guard manifest.identifier == entry.identifier, manifest.version.description == SemanticVersion(entry.version)?.description else {
+                throw InstallError("\(source) holds \(manifest.identifier) \(manifest.version), but the catalog entry is \(entry.identifier) \(entry.version)")
+            }
+        }
+        if let elsewhere = otherBundles[manifest.identifier] {
+            throw InstallError("\(manifest.identifier) is provided by \(elsewhere), outside \(store.pluginsDirectory); installs manage only that folder")
+        }
+        let target = store.pluginsDirectory + "/" + manifest.identifier
+        var previous: SemanticVersion?
+        if FileSystem.exists(target + "/plugin.json"), let installed = try? Manifest.load(bundle: target) {
+            previous = installed.version
+            if manifest.version < installed.version, !force {
+                throw InstallError("\(manifest.identifier) \(manifest.version) is older than the installed \(installed.version); use --force to downgrade")
+            }
+            if manifest.version == installed.version, !force {
+                throw InstallError("\(manifest.identifier) \(manifest.version) is already installed; use --force to reinstall")
+            }
+        }
+
+        // 5. Load it once, sandboxed.
+        progress?("preflight", 0, 0)
+        let library = try VariantSelector.choose(manifest, sandbox: sandbox).path
+        let pid = try Preflight.run(manifest: manifest, library: library, scratch: folder + "/preflight",
+                                    workerExecutable: workerExecutable, runtimePaths: runtimePaths, sandbox: sandbox, spawned: spawned)
+        var status: Int32 = 0
+        _ = waitpid(pid, &status, 0)
+        return BundleStore.Staged(identifier: manifest.identifier, version: manifest.version.description,
+                                  previous: previous?.description, folder: folder, bundle: bundle, target: target)
+    }
+
+    /// The folder holding plugin.json: the archive's root, or its single top-level folder.
+    static func bundleRoot(_ unpacked: String, archive: String) throws -> String {
+        if FileSystem.exists(unpacked + "/plugin.json") { return unpacked }
+        let names = (try? FileSystem.list(unpacked)) ?? []
+        let bundles = names.filter { FileSystem.exists(unpacked + "/" + $0 + "/plugin.json") }
+        guard bundles.count == 1, names.count == 1 else {
+            throw InstallError("\(archive) must hold exactly one plugin bundle (a plugin.json at its root or in its one top folder); found \(bundles.count)")
+        }
+        return unpacked + "/" + bundles[0]
+    }
+}

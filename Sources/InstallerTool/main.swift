@@ -1,0 +1,75 @@
+// supervisor-installer: downloads, checks, unpacks and preflights plugin archives for the supervisor
+// (and the CLI offline), in a process of its own so that libcurl and libarchive never parse untrusted
+// input inside the supervisor. The request comes as JSON in $SP_INSTALL_REQUEST; every output line
+// is one JSON object: progress on the way, then exactly one `staged`, `catalog`, `fetched` or `error`.
+import PluginInstall
+import PluginProtocol
+import SupervisorKit
+#if canImport(Glibc)
+import Glibc
+#endif
+
+signal(SIGPIPE, SIG_IGN)
+BundleStore.dieWithParent()  // the supervisor gone: nobody is waiting for this install
+
+func emit(_ line: InstallerLine) {
+    guard var bytes = try? ProtocolJSON.encode(line) else { return }
+    bytes.append(0x0A)
+    _ = bytes.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+}
+
+func fail(_ code: ErrorCode, _ message: String) -> Never {
+    var line = InstallerLine()
+    line.error = ErrorBody(code, message)
+    emit(line)
+    exit(1)
+}
+
+guard let raw = getenv(InstallRequest.environmentVariable),
+      let request = try? ProtocolJSON.decode(InstallRequest.self, from: Array(String(cString: raw).utf8)) else {
+    fail(.badRequest, "supervisor-installer is run by the supervisor with a request in $\(InstallRequest.environmentVariable)")
+}
+
+var fetcher = Fetcher()
+fetcher.lowSpeedSeconds = request.lowSpeedSeconds
+fetcher.maxBytes = Int64(request.maxBytes)
+
+do {
+    var line = InstallerLine()
+    switch request.operation {
+    case .stage:
+        guard let source = request.source else { fail(.badRequest, "stage needs a source") }
+        var stager = try Stager(home: request.home, trustedKeys: request.trustedKeys ?? [],
+                                workerExecutable: request.workerExecutable ?? "", runtimePaths: request.runtimePaths ?? [])
+        stager.fetcher = fetcher
+        stager.extractor.maxTotalBytes = Int64(request.maxBytes) * 2
+        stager.sandbox = request.sandbox ?? true
+        stager.otherBundles = request.otherBundles ?? [:]
+        line.staged = try stager.stage(source: source, entry: request.entry, force: request.force ?? false,
+                                       allowUnsigned: request.allowUnsigned ?? false, progress: { stage, done, total in
+            var p = InstallerLine()
+            p.progress = .init(stage: stage, done: done, total: total)
+            emit(p)
+        }, spawned: { pid in
+            var p = InstallerLine()
+            p.preflightPID = pid
+            emit(p)
+        })
+    case .catalog:
+        guard let url = request.url else { fail(.badRequest, "catalog needs a url") }
+        var catalog = CatalogFetch(url: url, home: request.home)
+        catalog.fetcher.lowSpeedSeconds = request.lowSpeedSeconds
+        line.catalog = try catalog.load()
+    case .fetch:
+        guard let url = request.url, let destination = request.destination else { fail(.badRequest, "fetch needs a url and a destination") }
+        switch try fetcher.fetch(url, to: destination, conditional: .init(etag: request.etag, lastModified: request.lastModified)) {
+        case .notModified: line.fetched = Fetched(notModified: true, etag: request.etag, lastModified: request.lastModified)
+        case .downloaded(_, let etag, let lastModified): line.fetched = Fetched(notModified: false, etag: etag, lastModified: lastModified)
+        }
+    }
+    emit(line)
+} catch let failure as Fetcher.Failure {
+    fail(.unavailable, "\(failure)")
+} catch {
+    fail(.badRequest, "\(error)")
+}

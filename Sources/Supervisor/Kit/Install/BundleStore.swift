@@ -1,0 +1,101 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import CSupervisorSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The installed bundles in `<home>/plugins/<identifier>`, changed only atomically: a staged bundle
+/// (made by `supervisor-installer`) is swapped in with one renameat2(RENAME_EXCHANGE); the old
+/// version stays in the staging folder until the new one runs, so it can be swapped back. A crash
+/// at any point leaves the old or the new bundle complete; the next start deletes staging folders.
+public struct BundleStore: Sendable {
+    public let home: String
+    public var pluginsDirectory: String { home + "/plugins" }
+    public var stagingRoot: String { home + "/staging" }
+
+    public init(home: String) { self.home = home }
+
+    /// A bundle checked and ready in the staging area.
+    public struct Staged: Codable, Sendable {
+        public var identifier: String
+        public var version: String
+        public var previous: String?
+        /// The staging folder (deleted by `finish` or `rollBack`).
+        public var folder: String
+        /// The unpacked bundle inside it.
+        public var bundle: String
+        public var target: String
+
+        public init(identifier: String, version: String, previous: String?, folder: String, bundle: String, target: String) {
+            self.identifier = identifier
+            self.version = version
+            self.previous = previous
+            self.folder = folder
+            self.bundle = bundle
+            self.target = target
+        }
+    }
+
+    /// Deletes what interrupted installs left behind.
+    public func cleanLeftovers() {
+        for name in (try? FileSystem.list(stagingRoot)) ?? [] { Self.removeTree(stagingRoot + "/" + name) }
+    }
+
+    /// Swaps the staged bundle into place (atomically when one is installed).
+    /// Afterwards the old bundle, if any, sits in the staging folder until `finish` or `rollBack`.
+    public func swapIn(_ staged: Staged) throws {
+        if FileSystem.exists(staged.target) {
+            let rc = css_exchange(staged.bundle, staged.target)
+            guard rc == 0 else { throw InstallError("cannot swap \(staged.target) for the new version: \(String(cString: strerror(-rc)))") }
+        } else {
+            guard rename(staged.bundle, staged.target) == 0 else {
+                throw InstallError("cannot move the new bundle to \(staged.target): \(String(cString: strerror(errno)))")
+            }
+        }
+        _ = css_fsync_path(pluginsDirectory)
+    }
+
+    /// Puts the old version back (or removes a first install).
+    public func rollBack(_ staged: Staged) throws {
+        if staged.previous != nil {
+            let rc = css_exchange(staged.bundle, staged.target)
+            guard rc == 0 else { throw InstallError("cannot restore the previous version: \(String(cString: strerror(-rc)))") }
+        } else {
+            Self.removeTree(staged.target)
+        }
+        _ = css_fsync_path(pluginsDirectory)
+        Self.removeTree(staged.folder)
+    }
+
+    /// The new version runs: the old one and the staging folder go.
+    public func finish(_ staged: Staged) {
+        Self.removeTree(staged.folder)
+    }
+
+    /// Removes an installed plugin's bundle (moved to staging first, so the removal is atomic).
+    public func remove(_ identifier: String) throws {
+        let target = pluginsDirectory + "/" + identifier
+        guard FileSystem.exists(target) else { throw InstallError("\(identifier) is not installed in \(pluginsDirectory)") }
+        try FileSystem.makeDirectories(stagingRoot)
+        let trash = stagingRoot + "/removed-" + identifier + "-" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        guard rename(target, trash) == 0 else { throw InstallError("cannot remove \(target): \(String(cString: strerror(errno)))") }
+        _ = css_fsync_path(pluginsDirectory)
+        Self.removeTree(trash)
+    }
+
+    /// prctl(PR_SET_PDEATHSIG, SIGKILL) for a helper process (the installer).
+    public static func dieWithParent() { _ = css_die_with_parent(SIGKILL) }
+
+    public static func removeTree(_ path: String) {
+        try? FileManager.default.removeItem(atPath: path)
+    }
+}
+
+public struct InstallError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    public init(_ d: String) { description = d }
+}
