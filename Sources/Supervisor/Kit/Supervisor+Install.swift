@@ -42,9 +42,15 @@ extension Supervisor {
     /// workers are refused on the control socket while they live.
     func runInstaller(_ request: InstallRequest, progress: @escaping @Sendable (InstallerLine.Progress) -> Void = { _ in }) throws -> InstallerLine {
         let reaper = self.reaper
+        var preflights: [pid_t] = []
+        // The installer reaps its preflight workers: forget them when it is done (a pid is reused).
+        defer { preflightPIDs.withLock { set in for pid in preflights { set.remove(pid) } } }
         return try InstallerTool(executable: config.installerExecutable).run(
             request, started: { _ in reaper?.childSpawned() }, progress: progress,
-            preflight: { [self] pid in preflightPIDs.withLock { _ = $0.insert(pid) } })
+            preflight: { [self] pid in
+                preflights.append(pid)
+                preflightPIDs.withLock { _ = $0.insert(pid) }
+            })
     }
 
     var catalogURL: String? { config.updatesEnabled ? config.catalogURL : nil }

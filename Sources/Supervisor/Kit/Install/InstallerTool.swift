@@ -104,6 +104,9 @@ public struct InstallerLine: Codable, Sendable {
 public struct InstallerTool: Sendable {
     public let executable: String
 
+    static let proxyVariables: Set<String> = ["http_proxy", "https_proxy", "no_proxy", "all_proxy",
+                                              "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"]
+
     public init(executable: String = FileSystem.executableDirectory() + "/supervisor-installer") {
         self.executable = executable
     }
@@ -113,10 +116,12 @@ public struct InstallerTool: Sendable {
     public func run(_ request: InstallRequest, started: (pid_t) -> Void = { _ in }, progress: (InstallerLine.Progress) -> Void = { _ in },
                     preflight: (pid_t) -> Void = { _ in }) throws -> InstallerLine {
         let json = String(decoding: try ProtocolJSON.encode(request), as: UTF8.self)
+        // Downloads honour the operator's proxy settings; nothing else of the environment passes.
+        let proxies = ProcessInfoLite.environment.filter { Self.proxyVariables.contains($0.key) }.map { "\($0.key)=\($0.value)" }
         let child: WorkerSpawner.Spawned
         do {
             child = try WorkerSpawner.spawn(executable: executable, arguments: [],
-                                            extraEnvironment: ["\(InstallRequest.environmentVariable)=\(json)"])
+                                            extraEnvironment: ["\(InstallRequest.environmentVariable)=\(json)"] + proxies)
         } catch {
             throw InstallError("cannot run \(executable): \(error)")
         }
