@@ -177,7 +177,3 @@ int cws_install_sigsys_reporter(int fd) {
     return sigaction(SIGSYS, &sa, NULL) == 0 ? 0 : -errno;
 }
 
-long cws_raw_syscall6(long nr, long a, long b, long c, long d, long e, long f) {
-    long rc = syscall(nr, a, b, c, d, e, f);
-    return rc == -1 ? -errno : rc;
-}

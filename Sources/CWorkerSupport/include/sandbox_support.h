@@ -64,7 +64,4 @@ void cws_sigsys_set_name(int nr, const char *name);
 int cws_install_sigsys_reporter(int fd);
 #define CWS_SANDBOX_VIOLATION_EXIT 159
 
-/* ---- raw probes used by test plugins ---- */
-long cws_raw_syscall6(long nr, long a, long b, long c, long d, long e, long f);
-
 #endif

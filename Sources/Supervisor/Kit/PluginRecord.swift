@@ -54,7 +54,6 @@ final class WorkerInstance: @unchecked Sendable {
     /// The exit has been recorded and acted on.
     var finalized = false
     let spawnedAt: NIODeadline
-    var lastPong: NIODeadline
     var outstandingPing: (id: UInt64, sentAt: NIODeadline)?
     var sandbox: [String] = []
     var sandboxMissing: [String] = []
@@ -76,7 +75,6 @@ final class WorkerInstance: @unchecked Sendable {
         self.pid = pid
         self.identifier = identifier
         self.spawnedAt = now
-        self.lastPong = now
     }
 }
 

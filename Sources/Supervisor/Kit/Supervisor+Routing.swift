@@ -47,7 +47,6 @@ extension Supervisor {
             case .pong:
                 if let ping = instance.outstandingPing, ping.id == env.id {
                     instance.outstandingPing = nil
-                    instance.lastPong = .now()
                 }
             case .call, .open:
                 pluginRequest(instance, kind, env, bytes)

@@ -69,7 +69,7 @@ public final class Supervisor: @unchecked Sendable {
         try prepareHome()
         try acquireLock()
         defer { releaseLock() }
-        runtimePaths = RuntimeLocator.swiftRuntimeFolders()
+        runtimePaths = RuntimeFolders.current()
         // An install interrupted by a crash left its staging folder; the bundles are complete.
         store.cleanLeftovers()
         reaper = ChildReaper { [self] exit in loop.execute { self.childExited(exit) } }

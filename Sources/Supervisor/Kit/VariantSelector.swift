@@ -88,11 +88,7 @@ enum LandlockProbe {
 
 /// Where the Swift runtime libraries the worker maps live, for the sandbox's read-only rules.
 public enum RuntimeFolders {
-    public static func current() -> [String] { RuntimeLocator.swiftRuntimeFolders() }
-}
-
-enum RuntimeLocator {
-    static func swiftRuntimeFolders() -> [String] {
+    public static func current() -> [String] {
         guard let maps = try? FileSystem.readFile("/proc/self/maps", limit: 4 << 20) else { return [] }
         var folders = Set<String>()
         for line in String(decoding: maps, as: UTF8.self).split(separator: "\n") {
