@@ -26,20 +26,30 @@ let package = Package(
     targets: [
         // The C ABI between a worker and a plugin library (include/sp_plugin.h).
         .target(name: "CPluginABI", path: "Sources/CPluginABI"),
-        // C helpers for the worker: prctl, signals, the SIGSYS reporter.
-        .target(name: "CWorkerSupport", path: "Sources/CWorkerSupport"),
-        // C helpers for the supervisor: posix_spawn with session and descriptor set-up, SO_PEERCRED.
-        .target(name: "CSupervisorSupport", path: "Sources/CSupervisorSupport"),
+        // The Linux calls Swift cannot make directly (variadic syscall/prctl, posix_spawn, pidfds,
+        // futexes), for every process: imported only by LinuxSupport.
+        .target(name: "CLinuxSupport", path: "Sources/CLinuxSupport"),
+        // The worker's sandbox in C: Landlock, namespaces, capabilities, rlimits, the SIGSYS reporter.
+        .target(name: "CWorkerSupport", dependencies: ["CLinuxSupport"], path: "Sources/CWorkerSupport"),
         // libseccomp, Debian's libseccomp-dev.
         .systemLibrary(name: "CSeccomp", path: "Sources/CSeccomp", pkgConfig: "libseccomp", providers: [.apt(["libseccomp-dev"])]),
         // libcurl (Debian's libcurl4-openssl-dev) and libarchive (libarchive-dev) for installs.
         .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CArchive", path: "Sources/CArchive", pkgConfig: "libarchive", providers: [.apt(["libarchive-dev"])]),
-        // The libcurl transfer (configured in C: curl_easy_setopt is variadic) and renameat2.
+        // The libcurl transfer (configured in C: curl_easy_setopt is variadic).
         .target(name: "CInstallSupport", dependencies: ["CCurl"], path: "Sources/CInstallSupport"),
 
+        // The wire format, the messages and the vocabulary every process shares.
         .target(name: "PluginProtocol", path: "Sources/Protocol"),
-        .target(name: "IPC", dependencies: ["PluginProtocol"], path: "Sources/IPC"),
+        // The Linux shim: the syscall funnel, owned descriptors, files, processes (posix_spawn,
+        // pidfds), signals, prctl.
+        .target(name: "LinuxSupport", dependencies: ["CLinuxSupport"], path: "Sources/Linux"),
+        // Blocking framed connections (worker, CLI, installer preflight).
+        .target(name: "IPC", dependencies: ["PluginProtocol", "LinuxSupport"], path: "Sources/IPC"),
+        // Plugin bundles on disk: manifests, versions, the dependency graph, variants, the bundle
+        // store, the home lock, the installer's request and answer. Shared by the supervisor and the
+        // installer; links no SwiftNIO.
+        .target(name: "Bundles", dependencies: ["PluginProtocol", "LinuxSupport"], path: "Sources/Bundles"),
         .target(
             name: "PluginSDK",
             dependencies: ["CPluginABI", "PluginProtocol"],
@@ -47,13 +57,13 @@ let package = Package(
         ),
         .executableTarget(
             name: "PluginWorker",
-            dependencies: ["CPluginABI", "CWorkerSupport", "CSeccomp", "PluginProtocol", "IPC"],
+            dependencies: ["CPluginABI", "CWorkerSupport", "CSeccomp", "PluginProtocol", "IPC", "LinuxSupport"],
             path: "Sources/PluginWorker"
         ),
         .target(
             name: "SupervisorKit",
             dependencies: [
-                "PluginProtocol", "IPC", "CSupervisorSupport",
+                "PluginProtocol", "IPC", "LinuxSupport", "Bundles",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -62,23 +72,24 @@ let package = Package(
         ),
         // Downloads, archive checks, signatures and preflight: everything that parses untrusted
         // input for installs, run by the supervisor as a separate process (supervisor-installer).
+        // It depends on the bundle model, never on the supervisor.
         .target(
             name: "PluginInstall",
             dependencies: [
-                "SupervisorKit", "IPC", "PluginProtocol", "CInstallSupport", "CArchive",
+                "Bundles", "IPC", "LinuxSupport", "PluginProtocol", "CInstallSupport", "CArchive",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Sources/Install"
         ),
         .executableTarget(
             name: "InstallerTool",
-            dependencies: ["PluginInstall", "SupervisorKit", "PluginProtocol"],
+            dependencies: ["PluginInstall", "Bundles", "LinuxSupport", "PluginProtocol"],
             path: "Sources/InstallerTool"
         ),
         .executableTarget(
             name: "supervisor",
             dependencies: [
-                "SupervisorKit", "IPC", "PluginProtocol",
+                "SupervisorKit", "Bundles", "LinuxSupport", "IPC", "PluginProtocol",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -101,12 +112,12 @@ let package = Package(
 
         .testTarget(
             name: "UnitTests",
-            dependencies: ["PluginProtocol", "IPC", "SupervisorKit"],
+            dependencies: ["PluginProtocol", "IPC", "LinuxSupport", "Bundles", "SupervisorKit"],
             path: "Tests/UnitTests"
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["PluginProtocol", "IPC", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["PluginProtocol", "IPC", "LinuxSupport", .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/IntegrationTests"
         ),
     ],

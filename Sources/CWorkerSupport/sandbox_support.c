@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <linux/capability.h>
@@ -28,11 +29,6 @@ struct cws_path_beneath_attr {
     uint64_t allowed_access;
     int32_t parent_fd;
 } __attribute__((packed));
-
-int cws_landlock_abi(void) {
-    long abi = syscall(__NR_landlock_create_ruleset, NULL, 0, 1U);
-    return abi >= 0 ? (int)abi : -errno;
-}
 
 int cws_landlock_create(uint64_t handled_fs, uint64_t handled_net, uint64_t scoped) {
     struct cws_ruleset_attr attr = { handled_fs, handled_net, scoped };
@@ -109,6 +105,7 @@ uint64_t cws_get_rlimit_max(int resource) {
 #define CWS_MAX_SYSCALL 512
 static char names[CWS_MAX_SYSCALL][32];
 static int report_fd = -1;
+static cls_send_lock *report_lock = NULL;
 
 void cws_sigsys_set_name(int nr, const char *name) {
     if (nr < 0 || nr >= CWS_MAX_SYSCALL || !name) return;
@@ -158,7 +155,17 @@ static void on_sigsys(int sig, siginfo_t *info, void *uctx) {
     at = append(frame, at, sizeof frame, "\"}");
     uint32_t len = (uint32_t)(at - 4);
     frame[0] = (char)(len >> 24); frame[1] = (char)(len >> 16); frame[2] = (char)(len >> 8); frame[3] = (char)len;
-    if (report_fd >= 0) { ssize_t w = write(report_fd, frame, at); (void)w; }
+    /* Another thread may be half-way through a frame: wait for it (bounded), so the report is never
+       spliced into it. If this very thread holds the lock, a frame of its own is half-written and a
+       report would corrupt it: then only the exit code (159, SIGSYS) tells the supervisor. */
+    if (report_fd >= 0 && (!report_lock || cls_send_lock_acquire_from_signal(report_lock, 500))) {
+        size_t off = 0;
+        while (off < at) {
+            ssize_t w = send(report_fd, frame + off, at - off, MSG_NOSIGNAL);
+            if (w <= 0) break;
+            off += (size_t)w;
+        }
+    }
     char line[128];
     size_t ll = append(line, 0, sizeof line, "plugin-worker: sandbox violation: ");
     ll = append(line, ll, sizeof line, name);
@@ -167,8 +174,9 @@ static void on_sigsys(int sig, siginfo_t *info, void *uctx) {
     syscall(SYS_exit_group, CWS_SANDBOX_VIOLATION_EXIT);
 }
 
-int cws_install_sigsys_reporter(int fd) {
+int cws_install_sigsys_reporter(int fd, cls_send_lock *lock) {
     report_fd = fd;
+    report_lock = lock;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_sigsys;

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import LinuxSupport
 import PluginProtocol
 import Synchronization
 
@@ -9,7 +10,9 @@ import Synchronization
 /// Owns its descriptor: `close()` closes it.
 public final class BlockingConnection: Sendable {
     public let fd: Int32
-    private let writeLock = Mutex(())
+    /// Writers take it for a whole frame; the worker's SIGSYS reporter takes it too (from a signal
+    /// handler), so a violation report never lands inside another frame.
+    public let sendLock = SendLock()
     /// Reader state: used by one reading thread at a time (documented on `receive`).
     private nonisolated(unsafe) var decoder: FrameDecoder
     private nonisolated(unsafe) var scratch = [UInt8](repeating: 0, count: 256 * 1024)
@@ -49,7 +52,7 @@ public final class BlockingConnection: Sendable {
 
     /// Writes one whole frame (length prefix included). Thread-safe; frames never interleave.
     public func sendFrame(_ frame: UnsafeRawBufferPointer) throws(SystemError) {
-        try writeLock.withLock { _ throws(SystemError) in
+        try sendLock.withLock { () throws(SystemError) in
             var offset = 0
             while offset < frame.count {
                 let n = try syscallRetrying("write", context: "socket \(fd)") {
@@ -70,7 +73,7 @@ public final class BlockingConnection: Sendable {
     /// Frames `body` and sends it.
     public func sendBody(_ body: UnsafeRawBufferPointer) throws(SystemError) {
         var header: UInt32 = UInt32(body.count).bigEndian
-        try writeLock.withLock { _ throws(SystemError) in
+        try sendLock.withLock { () throws(SystemError) in
             var iov = [
                 iovec(iov_base: withUnsafeMutableBytes(of: &header) { $0.baseAddress }, iov_len: 4),
                 iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress), iov_len: body.count),

@@ -3,7 +3,8 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import SupervisorKit
+import Bundles
+import LinuxSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -45,7 +46,7 @@ public struct CatalogFetch: Sendable {
                     unlink(temp)
                     throw error
                 }
-                guard rename(temp, cached) == 0 else { throw InstallError("cannot store the catalog in \(cacheDirectory)") }
+                guard rename(temp, cached) == 0 else { throw InstallError(.fileSystem, "cannot store the catalog in \(cacheDirectory)") }
                 let meta = try JSONEncoder().encode(Validators(etag: etag, lastModified: lastModified, url: url))
                 try Data(meta).write(to: URL(fileURLWithPath: metaPath))
                 return CatalogLoaded(entries: entries, source: "downloaded")

@@ -1,5 +1,5 @@
 import CInstallSupport
-import IPC
+import LinuxSupport
 #if canImport(Glibc)
 import Glibc
 #endif

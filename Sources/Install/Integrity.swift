@@ -1,3 +1,4 @@
+import Bundles
 import Crypto
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -13,7 +14,7 @@ public struct Integrity: Sendable {
     public init(trustedKeys base64: [String]) throws {
         trustedKeys = try base64.enumerated().map { i, text in
             guard let raw = Data(base64Encoded: text), (try? Curve25519.Signing.PublicKey(rawRepresentation: raw)) != nil else {
-                throw IntegrityError("trustedKeys[\(i)] is not a base64 Ed25519 public key (32 bytes)")
+                throw InstallError(.integrityFailed, "trustedKeys[\(i)] is not a base64 Ed25519 public key (32 bytes)")
             }
             return raw
         }
@@ -28,24 +29,19 @@ public struct Integrity: Sendable {
         if let sha256 {
             let actual = Self.sha256Hex(bytes)
             guard actual == sha256.lowercased() else {
-                throw IntegrityError("\(what): SHA-256 mismatch (expected \(sha256), got \(actual)); the download is corrupt or was tampered with")
+                throw InstallError(.integrityFailed, "\(what): SHA-256 mismatch (expected \(sha256), got \(actual)); the download is corrupt or was tampered with")
             }
         }
-        guard let signature else { throw IntegrityError("\(what): no signature; refusing an unsigned plugin") }
+        guard let signature else { throw InstallError(.integrityFailed, "\(what): no signature; refusing an unsigned plugin") }
         guard let raw = Data(base64Encoded: signature.trimmingCharacters(in: .whitespacesAndNewlines)) else {
-            throw IntegrityError("\(what): the signature is not base64")
+            throw InstallError(.integrityFailed, "\(what): the signature is not base64")
         }
         guard !trustedKeys.isEmpty else {
-            throw IntegrityError("\(what): no trusted publisher keys are configured (config key trustedKeys)")
+            throw InstallError(.integrityFailed, "\(what): no trusted publisher keys are configured (config key trustedKeys)")
         }
         let keys = trustedKeys.compactMap { try? Curve25519.Signing.PublicKey(rawRepresentation: $0) }
         guard keys.contains(where: { $0.isValidSignature(raw, for: bytes) }) else {
-            throw IntegrityError("\(what): the signature is not from a trusted publisher key")
+            throw InstallError(.integrityFailed, "\(what): the signature is not from a trusted publisher key")
         }
     }
-}
-
-public struct IntegrityError: Error, CustomStringConvertible, Sendable {
-    public var description: String
-    public init(_ d: String) { description = d }
 }

@@ -1,7 +1,8 @@
 import Dispatch
 import IPC
 import PluginProtocol
-import SupervisorKit
+import Bundles
+import LinuxSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -9,13 +10,10 @@ import Glibc
 /// Loads a staged bundle in a sandboxed worker, as the supervisor would, and waits for its hello:
 /// a new version that cannot even load never replaces the installed one.
 public enum Preflight {
-    public struct Failed: Error, CustomStringConvertible {
-        public var description: String
-    }
-
-    /// Returns the worker's pid (the caller reaps it). `spawned` is told of the child first.
+    /// Returns once the worker said hello, and has been killed and reaped; throws why it did not.
+    /// `spawned` is told the worker's pid first.
     public static func run(manifest: Manifest, library: String, scratch: String, workerExecutable: String, runtimePaths: [String],
-                    sandbox: Bool, timeoutMs: Int = 10_000, spawned: (pid_t) -> Void) throws -> pid_t {
+                    sandbox: Bool, timeoutMs: Int = 10_000, spawned: (pid_t) -> Void) throws {
         try FileSystem.makeDirectories(scratch + "/data")
         try FileSystem.makeDirectories(scratch + "/live")
         let spec = WorkerSpec(
@@ -24,22 +22,25 @@ public enum Preflight {
             sandbox: SandboxSpec(enabled: sandbox, memoryMB: manifest.limits.memoryMB, openFiles: manifest.limits.openFiles,
                                  permissions: manifest.permissions, runtimePaths: runtimePaths))
         let json = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self)
-        let child = try WorkerSpawner.spawn(executable: workerExecutable, arguments: [],
-                                            extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(json)"])
-        spawned(child.pid)
-        close(child.stdout)
-        close(child.stderr)
-        let connection = BlockingConnection(fd: child.socket)
-        defer { connection.close() }
+        let child = try Spawner.spawn(executable: workerExecutable, extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(json)"])
+        let process = child.process
+        spawned(process.pid)
+        let socket = child.socket.raw
+        let connection = BlockingConnection(fd: child.socket.release())
+        // It proved it loads (or failed): it need not run its destroy. Killed and reaped on every path.
+        defer {
+            connection.close()
+            process.signal(SIGKILL)
+            _ = try? process.wait()
+        }
         // A plugin may log before it is created; the first other frame must be hello, and all of it
         // must arrive within the time limit.
         let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeoutMs) * 1_000_000
         func nextFrame() throws -> [UInt8]? {
             let now = DispatchTime.now().uptimeNanoseconds
-            var pfd = pollfd(fd: child.socket, events: Int16(POLLIN), revents: 0)
+            var pfd = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
             guard now < deadline, poll(&pfd, 1, Int32((deadline - now) / 1_000_000) + 1) > 0 else {
-                kill(child.pid, SIGKILL)
-                throw Failed(description: "the new version did not load within \(timeoutMs) ms")
+                throw InstallError(.loadFailed, "the new version did not load within \(timeoutMs) ms")
             }
             return try? connection.receiveFrame()
         }
@@ -48,16 +49,13 @@ public enum Preflight {
             next = try nextFrame()
         }
         guard let frame = next else {
-            throw Failed(description: "the worker for the new version exited before saying hello")
+            throw InstallError(.loadFailed, "the worker for the new version exited before saying hello")
         }
         if let notice = try? ProtocolJSON.decode(ExitNotice.self, from: frame), notice.type == .exit {
-            throw Failed(description: notice.message + (notice.syscall.map { " (\($0))" } ?? ""))
+            throw InstallError(.loadFailed, notice.message + (notice.syscall.map { " (\($0))" } ?? ""))
         }
         guard let hello = try? ProtocolJSON.decode(HelloMessage.self, from: frame), hello.plugin == manifest.identifier else {
-            kill(child.pid, SIGKILL)
-            throw Failed(description: "the worker for the new version did not say hello")
+            throw InstallError(.loadFailed, "the worker for the new version did not say hello")
         }
-        kill(child.pid, SIGKILL)  // it proved it loads; it need not run its destroy
-        return child.pid
     }
 }

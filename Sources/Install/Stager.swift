@@ -3,7 +3,8 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import SupervisorKit
+import Bundles
+import LinuxSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -59,7 +60,7 @@ public struct Stager: Sendable {
         if isURL {
             _ = try fetcher.fetch(source, to: archive) { done, total in progress?("download", done, total) }
         } else {
-            guard FileSystem.exists(source) else { throw InstallError("\(source): no such archive") }
+            guard FileSystem.exists(source) else { throw InstallError(.archiveRefused, "\(source): no such archive") }
             let original = try FileSystem.readFile(source, limit: Int(fetcher.maxBytes))
             try Data(original).write(to: URL(fileURLWithPath: archive))
         }
@@ -95,31 +96,29 @@ public struct Stager: Sendable {
         let manifest = try Manifest.load(bundle: bundle)
         if let entry {
             guard manifest.identifier == entry.identifier, manifest.version.description == SemanticVersion(entry.version)?.description else {
-                throw InstallError("\(source) holds \(manifest.identifier) \(manifest.version), but the catalog entry is \(entry.identifier) \(entry.version)")
+                throw InstallError(.versionRefused, "\(source) holds \(manifest.identifier) \(manifest.version), but the catalog entry is \(entry.identifier) \(entry.version)")
             }
         }
         if let elsewhere = otherBundles[manifest.identifier] {
-            throw InstallError("\(manifest.identifier) is provided by \(elsewhere), outside \(store.pluginsDirectory); installs manage only that folder")
+            throw InstallError(.conflict, "\(manifest.identifier) is provided by \(elsewhere), outside \(store.pluginsDirectory); installs manage only that folder")
         }
         let target = store.pluginsDirectory + "/" + manifest.identifier
         var previous: SemanticVersion?
         if FileSystem.exists(target + "/plugin.json"), let installed = try? Manifest.load(bundle: target) {
             previous = installed.version
             if manifest.version < installed.version, !force {
-                throw InstallError("\(manifest.identifier) \(manifest.version) is older than the installed \(installed.version); use --force to downgrade")
+                throw InstallError(.versionRefused, "\(manifest.identifier) \(manifest.version) is older than the installed \(installed.version); use --force to downgrade")
             }
             if manifest.version == installed.version, !force {
-                throw InstallError("\(manifest.identifier) \(manifest.version) is already installed; use --force to reinstall")
+                throw InstallError(.versionRefused, "\(manifest.identifier) \(manifest.version) is already installed; use --force to reinstall")
             }
         }
 
         // 5. Load it once, sandboxed.
         progress?("preflight", 0, 0)
         let library = try VariantSelector.choose(manifest, sandbox: sandbox).path
-        let pid = try Preflight.run(manifest: manifest, library: library, scratch: folder + "/preflight",
-                                    workerExecutable: workerExecutable, runtimePaths: runtimePaths, sandbox: sandbox, spawned: spawned)
-        var status: Int32 = 0
-        _ = waitpid(pid, &status, 0)
+        try Preflight.run(manifest: manifest, library: library, scratch: folder + "/preflight",
+                          workerExecutable: workerExecutable, runtimePaths: runtimePaths, sandbox: sandbox, spawned: spawned)
         return BundleStore.Staged(identifier: manifest.identifier, version: manifest.version.description,
                                   previous: previous?.description, folder: folder, bundle: bundle, target: target)
     }
@@ -130,7 +129,7 @@ public struct Stager: Sendable {
         let names = (try? FileSystem.list(unpacked)) ?? []
         let bundles = names.filter { FileSystem.exists(unpacked + "/" + $0 + "/plugin.json") }
         guard bundles.count == 1, names.count == 1 else {
-            throw InstallError("\(archive) must hold exactly one plugin bundle (a plugin.json at its root or in its one top folder); found \(bundles.count)")
+            throw InstallError(.archiveRefused, "\(archive) must hold exactly one plugin bundle (a plugin.json at its root or in its one top folder); found \(bundles.count)")
         }
         return unpacked + "/" + bundles[0]
     }

@@ -2,15 +2,16 @@
 // (and the CLI offline), in a process of its own so that libcurl and libarchive never parse untrusted
 // input inside the supervisor. The request comes as JSON in $SP_INSTALL_REQUEST; every output line
 // is one JSON object: progress on the way, then exactly one `staged`, `catalog`, `fetched` or `error`.
+import Bundles
+import LinuxSupport
 import PluginInstall
 import PluginProtocol
-import SupervisorKit
 #if canImport(Glibc)
 import Glibc
 #endif
 
 signal(SIGPIPE, SIG_IGN)
-BundleStore.dieWithParent()  // the supervisor gone: nobody is waiting for this install
+try? ProcessControl.dieWithParent()  // the supervisor gone: nobody is waiting for this install
 
 func emit(_ line: InstallerLine) {
     guard var bytes = try? ProtocolJSON.encode(line) else { return }
@@ -18,16 +19,28 @@ func emit(_ line: InstallerLine) {
     _ = bytes.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
 }
 
-func fail(_ code: ErrorCode, _ message: String) -> Never {
+func fail(_ error: InstallError) -> Never {
     var line = InstallerLine()
-    line.error = ErrorBody(code, message)
+    line.error = error.body
     emit(line)
     exit(1)
 }
 
+/// Every failure keeps a code of its own through to the CLI (InstallError.Code).
+func classify(_ error: any Error) -> InstallError {
+    switch error {
+    case let e as InstallError: return e
+    case let e as ArchiveExtractor.Refusal: return InstallError(.archiveRefused, e.description)
+    case let e as Fetcher.Failure: return InstallError(.downloadFailed, e.description)
+    case let e as ManifestError: return InstallError(.invalidManifest, e.description)
+    case let e as SystemError: return InstallError(.fileSystem, e.description)
+    default: return InstallError(.internalError, "\(error)")
+    }
+}
+
 guard let raw = getenv(InstallRequest.environmentVariable),
       let request = try? ProtocolJSON.decode(InstallRequest.self, from: Array(String(cString: raw).utf8)) else {
-    fail(.badRequest, "supervisor-installer is run by the supervisor with a request in $\(InstallRequest.environmentVariable)")
+    fail(InstallError(.internalError, "supervisor-installer is run by the supervisor with a request in $\(InstallRequest.environmentVariable)"))
 }
 
 var fetcher = Fetcher()
@@ -38,7 +51,7 @@ do {
     var line = InstallerLine()
     switch request.operation {
     case .stage:
-        guard let source = request.source else { fail(.badRequest, "stage needs a source") }
+        guard let source = request.source else { fail(InstallError(.internalError, "stage needs a source")) }
         var stager = try Stager(home: request.home, trustedKeys: request.trustedKeys ?? [],
                                 workerExecutable: request.workerExecutable ?? "", runtimePaths: request.runtimePaths ?? [])
         stager.fetcher = fetcher
@@ -56,20 +69,18 @@ do {
             emit(p)
         })
     case .catalog:
-        guard let url = request.url else { fail(.badRequest, "catalog needs a url") }
+        guard let url = request.url else { fail(InstallError(.internalError, "catalog needs a url")) }
         var catalog = CatalogFetch(url: url, home: request.home)
         catalog.fetcher.lowSpeedSeconds = request.lowSpeedSeconds
         line.catalog = try catalog.load()
     case .fetch:
-        guard let url = request.url, let destination = request.destination else { fail(.badRequest, "fetch needs a url and a destination") }
+        guard let url = request.url, let destination = request.destination else { fail(InstallError(.internalError, "fetch needs a url and a destination")) }
         switch try fetcher.fetch(url, to: destination, conditional: .init(etag: request.etag, lastModified: request.lastModified)) {
         case .notModified: line.fetched = Fetched(notModified: true, etag: request.etag, lastModified: request.lastModified)
         case .downloaded(_, let etag, let lastModified): line.fetched = Fetched(notModified: false, etag: etag, lastModified: lastModified)
         }
     }
     emit(line)
-} catch let failure as Fetcher.Failure {
-    fail(.unavailable, "\(failure)")
 } catch {
-    fail(.badRequest, "\(error)")
+    fail(classify(error))
 }

@@ -1,4 +1,5 @@
 import CWorkerSupport
+import LinuxSupport
 import PluginProtocol
 #if canImport(Glibc)
 import Glibc
@@ -33,8 +34,8 @@ enum Sandbox {
         "/usr/share/zoneinfo", "/sys/devices/system/cpu", "/dev/urandom", "/proc",
     ]
 
-    static func apply(_ spec: WorkerSpec) throws(WorkerError) -> Applied {
-        let started = cws_monotonic_us()
+    static func apply(_ spec: WorkerSpec, sendLock: SendLock) throws(WorkerError) -> Applied {
+        let started = ProcessControl.monotonicMicroseconds()
         var applied = Applied()
         func layer(_ name: String) { applied.layers.append(name) }
         func missing(_ name: String, _ why: String) throws(WorkerError) {
@@ -48,19 +49,16 @@ enum Sandbox {
         if getsid(0) == getpid() { layer("session") } else { try missing("session", "not a session leader") }
 
         // 1. Die with the supervisor, and make sure it did not already die before the prctl.
-        var rc = cws_set_parent_death_signal(SIGKILL)
-        guard rc == 0 else { throw failure("prctl(PR_SET_PDEATHSIG)", -rc) }
+        do { try ProcessControl.dieWithParent() } catch { throw failure(error) }
         guard getppid() == spec.supervisorPID else {
             throw WorkerError(code: .orphaned, message: "the supervisor (pid \(spec.supervisorPID)) is gone; exiting")
         }
         layer("pdeathsig")
         // Not dumpable: no core files, no ptrace or /proc/<pid>/mem access by same-uid processes.
-        rc = cws_set_not_dumpable()
-        guard rc == 0 else { throw failure("prctl(PR_SET_DUMPABLE)", -rc) }
+        do { try ProcessControl.setNotDumpable() } catch { throw failure(error) }
 
         // 2. Nothing inherited but stdio and the protocol socket.
-        rc = cws_close_descriptors_from(3, spec.socketFD)
-        guard rc == 0 else { throw failure("close_range", -rc) }
+        do { try ProcessControl.closeDescriptors(from: 3, except: spec.socketFD) } catch { throw failure(error) }
         layer("descriptors")
 
         guard spec.sandbox.enabled else {
@@ -70,10 +68,10 @@ enum Sandbox {
             }
             return applied
         }
-        var mark = cws_monotonic_us()
+        var mark = ProcessControl.monotonicMicroseconds()
         applied.timings["sandbox.baseUs"] = Int(mark - started)
         func lap(_ step: String) {
-            let t = cws_monotonic_us()
+            let t = ProcessControl.monotonicMicroseconds()
             applied.timings["sandbox.\(step)Us"] = Int(t - mark)
             mark = t
         }
@@ -86,7 +84,7 @@ enum Sandbox {
             (CWS_RLIMIT_CORE, 0, "RLIMIT_CORE"),
             (CWS_RLIMIT_NPROC, min(4096, cws_get_rlimit_max(CWS_RLIMIT_NPROC)), "RLIMIT_NPROC"),
         ] {
-            rc = cws_set_rlimit(resource, value)
+            let rc = cws_set_rlimit(resource, value)
             guard rc == 0 else { throw failure("setrlimit(\(what))", -rc) }
         }
         layer("rlimits")
@@ -98,7 +96,7 @@ enum Sandbox {
         let uid = getuid(), gid = getgid()
         var flags = CWS_CLONE_NEWUSER | CWS_CLONE_NEWIPC | CWS_CLONE_NEWUTS
         if !network { flags |= CWS_CLONE_NEWNET }
-        rc = cws_unshare(flags)
+        var rc = cws_unshare(flags)
         if rc == 0 {
             rc = cws_map_ids(uid, gid)
             guard rc == 0 else { throw failure("writing /proc/self/uid_map", -rc) }
@@ -125,13 +123,11 @@ enum Sandbox {
         lap("namespaces")
 
         // 5. No privilege gain through exec or setuid files, ever (also lets Landlock and seccomp load).
-        rc = cws_set_no_new_privs()
-        guard rc == 0 else { throw failure("prctl(PR_SET_NO_NEW_PRIVS)", -rc) }
+        do { try ProcessControl.setNoNewPrivileges() } catch { throw failure(error) }
         layer("noNewPrivs")
 
         // 6. Landlock: read-only the bundle and system libraries, read-write the data folder only.
-        let abi = cws_landlock_abi()
-        if abi > 0 {
+        if let abi = ProcessControl.landlockABI().map(Int32.init) {
             var rules = [
                 Landlock.PathRule(path: spec.bundle, writable: false, required: true),
                 Landlock.PathRule(path: spec.dataDirectory, writable: true, required: true),
@@ -157,20 +153,24 @@ enum Sandbox {
                 try missing("landlockNetwork", "Landlock ABI \(abi) < 4: no TCP rules (seccomp and the network namespace still deny the network)")
             }
         } else {
-            try missing("landlock", "the kernel offers no Landlock (\(String(cString: strerror(-abi))))")
+            try missing("landlock", "the kernel offers no Landlock (landlock_create_ruleset failed: \(ProcessControl.landlockUnavailableReason()))")
         }
         lap("landlock")
 
         // 7. No capabilities left (root workers included).
-        rc = cws_drop_capabilities()
-        if rc == 0 { layer("capabilities") } else { try missing("capabilities", "capset failed: \(String(cString: strerror(-rc)))") }
+        let dropped = cws_drop_capabilities()
+        if dropped == 0 { layer("capabilities") } else { try missing("capabilities", "capset failed: \(String(cString: strerror(-dropped)))") }
 
         // 8. The syscall filter, last: from here on the plugin's code may run.
         let rules = SeccompPolicy.rules(network: network, pid: getpid())
-        _ = try Seccomp.install(rules, reportFD: spec.socketFD)
+        _ = try Seccomp.install(rules, reportFD: spec.socketFD, sendLock: sendLock)
         layer("seccomp")
         lap("seccomp")
         return applied
+    }
+
+    static func failure(_ error: SystemError) -> WorkerError {
+        WorkerError(code: .sandboxError, message: error.description)
     }
 
     static func failure(_ call: String, _ code: Int32) -> WorkerError {

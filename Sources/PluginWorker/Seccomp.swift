@@ -1,5 +1,6 @@
 import CSeccomp
 import CWorkerSupport
+import LinuxSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -20,7 +21,7 @@ enum Seccomp {
 
     /// Installs the SIGSYS reporter (writing to `reportFD`) and loads the filter.
     /// Returns the names libseccomp did not know on this architecture (skipped).
-    static func install(_ rules: [SeccompPolicy.Rule], reportFD: Int32) throws(WorkerError) -> [String] {
+    static func install(_ rules: [SeccompPolicy.Rule], reportFD: Int32, sendLock: SendLock) throws(WorkerError) -> [String] {
         guard let ctx = seccomp_init(actErrno(EPERM)) else { throw failure("seccomp_init", ENOMEM) }
         defer { seccomp_release(ctx) }
         // A foreign-architecture or x32 call traps too, so it is reported and ends the worker.
@@ -52,7 +53,7 @@ enum Seccomp {
                 throw WorkerError(code: .sandboxError, message: "seccomp_rule_add(\(rule.syscall)) failed: \(String(cString: strerror(-rc)))")
             }
         }
-        let installed = cws_install_sigsys_reporter(reportFD)
+        let installed = cws_install_sigsys_reporter(reportFD, sendLock.pointer)
         guard installed == 0 else { throw failure("sigaction(SIGSYS)", -installed) }
         rc = seccomp_load(ctx)
         guard rc == 0 else { throw failure("seccomp_load", -rc) }

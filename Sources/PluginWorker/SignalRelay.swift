@@ -1,4 +1,4 @@
-import CWorkerSupport
+import LinuxSupport
 import Dispatch
 import PluginProtocol
 #if canImport(Glibc)
@@ -14,28 +14,17 @@ enum SignalRelay {
     static let terminationGrace: Int64 = 5_000_000
 
     static func start(host: WorkerHost) {
-        let box = Unmanaged.passRetained(host).toOpaque()
-        var thread = pthread_t()
-        let rc = pthread_create(&thread, nil, { arg in
-            let host = Unmanaged<WorkerHost>.fromOpaque(arg!).takeRetainedValue()
-            SignalRelay.run(host)
-            return nil
-        }, box)
-        precondition(rc == 0, "pthread_create for the signal relay failed: \(rc)")
-        pthread_detach(thread)
+        LifecycleSignals.startRelay { sig in handle(sig, host) }
     }
 
-    static func run(_ host: WorkerHost) -> Never {
-        while true {
-            let sig = cws_wait_lifecycle_signal()
-            switch sig {
-            case SIGTERM, SIGINT:
-                terminate(host, signal: sig)
-            case SIGUSR1: host.deliverLocalEvent(.memoryWarning) {}
-            case SIGTSTP: host.deliverLocalEvent(.background) {}
-            case SIGCONT: host.deliverLocalEvent(.foreground) {}
-            default: continue  // SIGHUP: ignored by workers.
-            }
+    static func handle(_ sig: Int32, _ host: WorkerHost) {
+        switch sig {
+        case SIGTERM, SIGINT:
+            terminate(host, signal: sig)
+        case SIGUSR1: host.deliverLocalEvent(.memoryWarning) {}
+        case SIGTSTP: host.deliverLocalEvent(.background) {}
+        case SIGCONT: host.deliverLocalEvent(.foreground) {}
+        default: break  // SIGHUP: ignored by workers.
         }
     }
 

@@ -2,15 +2,15 @@
 // on descriptor 3 and a JSON WorkerSpec in $SP_WORKER_SPEC; confines itself, loads the plugin, says hello,
 // then relays frames between the socket and the plugin until the supervisor closes the socket.
 import CPluginABI
-import CWorkerSupport
 import IPC
+import LinuxSupport
 import PluginProtocol
 #if canImport(Glibc)
 import Glibc
 #endif
 
-let startedAt = cws_monotonic_us()
-_ = cws_block_lifecycle_signals()
+let startedAt = ProcessControl.monotonicMicroseconds()
+LifecycleSignals.block()
 
 /// Tells the supervisor why this worker is ending itself, then exits.
 func fail(_ error: WorkerError, connection: BlockingConnection?) -> Never {
@@ -39,14 +39,14 @@ func readSpec() throws(WorkerError) -> WorkerSpec {
 
 let spec: WorkerSpec
 do { spec = try readSpec() } catch { fail(error, connection: nil) }
-let specReadAt = cws_monotonic_us()
+let specReadAt = ProcessControl.monotonicMicroseconds()
 
 let connection = BlockingConnection(fd: spec.socketFD, maxBody: spec.maxFrameBytes)
 var timings: [String: Int] = ["startedAtUs": Int(startedAt)]
 
 let confinement: Sandbox.Applied
-do { confinement = try Sandbox.apply(spec) } catch { fail(error, connection: connection) }
-let sandboxedAt = cws_monotonic_us()
+do { confinement = try Sandbox.apply(spec, sendLock: connection.sendLock) } catch { fail(error, connection: connection) }
+let sandboxedAt = ProcessControl.monotonicMicroseconds()
 timings["sandboxUs"] = Int(sandboxedAt - startedAt)
 timings.merge(confinement.timings) { a, _ in a }
 timings["sandbox.specUs"] = Int(specReadAt - startedAt)
@@ -57,7 +57,7 @@ SignalRelay.start(host: host)
 let plugin: UnsafePointer<sp_plugin>
 do { plugin = try PluginLoader.load(library: spec.library, host: host.host) } catch { fail(error, connection: connection) }
 host.attach(plugin)
-timings["loadUs"] = Int(cws_monotonic_us() - sandboxedAt)
+timings["loadUs"] = Int(ProcessControl.monotonicMicroseconds() - sandboxedAt)
 
 let hello = HelloMessage(abi: UInt32(SP_ABI_VERSION), pid: getpid(), plugin: spec.identifier, version: spec.version,
                          sandbox: confinement.layers, sandboxMissing: confinement.missing, timings: timings)

@@ -304,6 +304,8 @@ struct FaultTests {
         let elapsed = Date().timeIntervalSince(started)
         counter.lock.withLock { counter.stop = true }
         while !caller.isFinished { usleep(10_000) }
+        // Descriptors of the last crashed workers (their pidfds) go once their exits are settled.
+        try? sv.waitUntil(timeout: 5, "supervisor descriptors back to \(fdsBefore)") { try openFDs(sv.pid) <= fdsBefore + 2 }
         let fdsAfter = try openFDs(sv.pid)
         let rssAfter = try rss(sv.pid)
         print("soak: \(crashes) crashes in \(String(format: "%.1f", elapsed)) s, \(counter.ok) healthy calls, \(counter.failed) failed; supervisor fds \(fdsBefore) → \(fdsAfter), RSS \(rssBefore >> 20) → \(rssAfter >> 20) MiB")

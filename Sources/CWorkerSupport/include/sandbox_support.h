@@ -2,6 +2,7 @@
 #define SANDBOX_SUPPORT_H
 #include <stdint.h>
 #include <sys/types.h>
+#include "linux_support.h"
 
 /* ---- Landlock (definitions of our own: the distribution's headers may predate the kernel's ABI) ---- */
 static const uint64_t CWS_LL_FS_EXECUTE = 0x1ULL;
@@ -25,8 +26,6 @@ static const uint64_t CWS_LL_NET_CONNECT_TCP = 0x2ULL;  /* ABI 4 */
 static const uint64_t CWS_LL_SCOPE_ABSTRACT_UNIX_SOCKET = 0x1ULL; /* ABI 6 */
 static const uint64_t CWS_LL_SCOPE_SIGNAL = 0x2ULL;  /* ABI 6 */
 
-/* The Landlock ABI the kernel offers, or -errno (-ENOSYS, -EOPNOTSUPP when disabled). */
-int cws_landlock_abi(void);
 /* landlock_create_ruleset; returns the ruleset fd or -errno. `scoped` needs ABI 6, `net` ABI 4. */
 int cws_landlock_create(uint64_t handled_fs, uint64_t handled_net, uint64_t scoped);
 /* Adds a path-beneath rule for `path` (opened O_PATH). Returns 0 or -errno. */
@@ -59,9 +58,10 @@ uint64_t cws_get_rlimit_max(int resource);
 /* ---- the SIGSYS reporter ---- */
 /* Registers a syscall's name for the reporter (call before the filter is loaded; names are copied). */
 void cws_sigsys_set_name(int nr, const char *name);
-/* Installs the SIGSYS handler: it writes an `exit` frame naming the denied syscall to `fd`, a line
-   to stderr, and _exits with CWS_SANDBOX_VIOLATION_EXIT. Returns 0 or -errno. */
-int cws_install_sigsys_reporter(int fd);
+/* Installs the SIGSYS handler: it writes an `exit` frame naming the denied syscall to `fd` (holding
+   `lock`, the connection's send lock, so it never lands inside another thread's frame), a line to
+   stderr, and _exits with CWS_SANDBOX_VIOLATION_EXIT. Returns 0 or -errno. */
+int cws_install_sigsys_reporter(int fd, cls_send_lock *lock);
 #define CWS_SANDBOX_VIOLATION_EXIT 159
 
 #endif

@@ -1,4 +1,6 @@
 import ArgumentParser
+import Bundles
+import LinuxSupport
 import SupervisorKit
 #if canImport(Glibc)
 import Glibc
@@ -21,7 +23,7 @@ struct ClientOptions: ParsableArguments {
         switch request(kind, fill, progress) {
         case .success(let r): result = r
         case .failure(let failure):
-            FileHandleLite.standardError.write("\(failure)\n")
+            StandardError.write("\(failure)\n")
             throw ExitCode(failure.isRemote ? 1 : 2)
         }
         let text = format?(result) ?? String(decoding: result, as: UTF8.self)
@@ -62,23 +64,17 @@ final class ProgressDisplay: @unchecked Sendable {
             } else if p.done > 0 {
                 line += " \(p.done >> 10) KiB"
             }
-            FileHandleLite.standardError.write("\r\u{1B}[K" + line)
+            StandardError.write("\r\u{1B}[K" + line)
         } else if label != lastStage {
-            FileHandleLite.standardError.write(label + "\n")
+            StandardError.write(label + "\n")
         }
         lastStage = label
     }
 
     func finish() {
-        if terminal && !lastStage.isEmpty { FileHandleLite.standardError.write("\r\u{1B}[K") }
+        if terminal && !lastStage.isEmpty { StandardError.write("\r\u{1B}[K") }
     }
 }
 
-enum FileHandleLite {
-    case standardError
-    func write(_ s: String) {
-        _ = s.withCString { Glibc.write(2, $0, strlen($0)) }
-    }
-}
 
 @_exported import PluginProtocol

@@ -1,5 +1,7 @@
 import ArgumentParser
 import Logging
+import Bundles
+import LinuxSupport
 import SupervisorKit
 #if canImport(Glibc)
 import Glibc
@@ -48,15 +50,15 @@ struct Install: ParsableCommand {
     func offline(_ source: String) throws {
         var settings = SupervisorConfig(home: options.home)
         if let config { try settings.apply(configFile: config) }
-        FileHandleLite.standardError.write("no supervisor is running; installing into \(settings.home)/plugins\n")
+        StandardError.write("no supervisor is running; installing into \(settings.home)/plugins\n")
         // Hold the home's lock, so a supervisor starting meanwhile does not see half an install.
         try FileSystem.makeDirectories(settings.home)
-        let lock = open(settings.home + "/supervisor.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard lock >= 0, flock(lock, LOCK_EX | LOCK_NB) == 0 else {
-            FileHandleLite.standardError.write("install failed: a supervisor holds \(settings.home) but its control socket does not answer\n")
+        let lock: HomeLock
+        do { lock = try HomeLock(home: settings.home) } catch {
+            StandardError.write("install failed: a supervisor holds \(settings.home) but its control socket does not answer (\(error))\n")
             throw ExitCode(1)
         }
-        defer { close(lock) }
+        defer { withExtendedLifetime(lock) {} }
         let display = ProgressDisplay()
         do {
             let store = BundleStore(home: settings.home)
@@ -70,20 +72,18 @@ struct Install: ParsableCommand {
             request.sandbox = settings.sandboxEnabled
             request.workerExecutable = settings.workerExecutable
             request.runtimePaths = RuntimeFolders.current()
-            var installerPID: pid_t = 0
-            let line = try InstallerTool(executable: settings.installerExecutable).run(
-                request, started: { installerPID = $0 },
-                progress: { display.show(.init(stage: $0.stage, done: $0.done, total: $0.total)) })
-            var status: Int32 = 0
-            _ = waitpid(installerPID, &status, 0)
-            guard let staged = line.staged else { throw InstallError(line.error?.message ?? "the installer gave no answer") }
+            let line = try InstallerProcess(executable: settings.installerExecutable).run(
+                request, progress: { display.show(.init(stage: $0.stage, done: $0.done, total: $0.total)) })
+            guard let staged = line.staged else {
+                throw line.error.map(InstallError.init(body:)) ?? InstallError(.internalError, "the installer gave no answer")
+            }
             try store.swapIn(staged)
             store.finish(staged)
             display.finish()
             print(#"{"installed":"\#(staged.identifier) \#(staged.version)"}"#)
         } catch {
             display.finish()
-            FileHandleLite.standardError.write("install failed: \(error)\n")
+            StandardError.write("install failed: \(error)\n")
             throw ExitCode(1)
         }
     }
@@ -109,7 +109,7 @@ struct Update: ParsableCommand {
             return String(decoding: raw, as: UTF8.self)
         }, progress: { display.show($0) })
         guard failures.isEmpty else {
-            for (id, why) in failures.sorted(by: { $0.key < $1.key }) { FileHandleLite.standardError.write("\(id): \(why)\n") }
+            for (id, why) in failures.sorted(by: { $0.key < $1.key }) { StandardError.write("\(id): \(why)\n") }
             throw ExitCode(1)
         }
     }

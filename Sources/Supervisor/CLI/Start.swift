@@ -1,5 +1,7 @@
 import ArgumentParser
 import Logging
+import Bundles
+import LinuxSupport
 import SupervisorKit
 #if canImport(Glibc)
 import Glibc
@@ -44,7 +46,7 @@ struct Start: ParsableCommand {
         var settings = SupervisorConfig(home: home, pluginDirectories: pluginDirectories, socketPath: socket)
         if let config {
             do { try settings.apply(configFile: config) } catch {
-                FileHandleLite.standardError.write("supervisor: \(error)\n")
+                StandardError.write("supervisor: \(error)\n")
                 throw ExitCode(2)
             }
             if !pluginDirectories.isEmpty { settings.pluginDirectories = pluginDirectories }
@@ -58,7 +60,7 @@ struct Start: ParsableCommand {
                 fflush(nil)
             }
         } catch {
-            FileHandleLite.standardError.write("supervisor: \(error)\n")
+            StandardError.write("supervisor: \(error)\n")
             throw ExitCode(1)
         }
     }

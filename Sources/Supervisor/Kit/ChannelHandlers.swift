@@ -1,4 +1,4 @@
-import CSupervisorSupport
+import LinuxSupport
 import Logging
 import NIOCore
 import NIOPosix
@@ -67,8 +67,8 @@ final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
     func channelActive(context: ChannelHandlerContext) {
         let channel = context.channel
         if let provider = channel as? SocketOptionProvider {
-            let future: EventLoopFuture<css_ucred> = provider.unsafeGetSocketOption(
-                level: SocketOptionLevel(SOL_SOCKET), name: SocketOptionName(CSS_SO_PEERCRED))
+            let future: EventLoopFuture<PeerCredentials> = provider.unsafeGetSocketOption(
+                level: SocketOptionLevel(SOL_SOCKET), name: SocketOptionName(PeerCredentials.socketOption))
             future.whenComplete { [supervisor, connection] result in
                 switch result {
                 case .success(let cred):

@@ -1,3 +1,5 @@
+import Bundles
+import LinuxSupport
 import NIOCore
 import PluginProtocol
 #if canImport(Glibc)
@@ -32,7 +34,8 @@ struct PendingRequest {
 
 /// One running worker process for a plugin. Confined to the supervisor's event loop.
 final class WorkerInstance: @unchecked Sendable {
-    let pid: pid_t
+    let process: ChildProcess
+    var pid: pid_t { process.pid }
     let identifier: String
     var channel: Channel?
     var helloReceived = false
@@ -71,8 +74,8 @@ final class WorkerInstance: @unchecked Sendable {
     var logsInWindow = 0
     var logsDropped = 0
 
-    init(pid: pid_t, identifier: String, now: NIODeadline) {
-        self.pid = pid
+    init(process: ChildProcess, identifier: String, now: NIODeadline) {
+        self.process = process
         self.identifier = identifier
         self.spawnedAt = now
     }

@@ -3,7 +3,9 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import Bundles
 import Dispatch
+import LinuxSupport
 import Logging
 import NIOCore
 import PluginProtocol
@@ -40,13 +42,12 @@ extension Supervisor {
 
     /// Runs the installer (on the install queue): its child is reaped by the reaper, its preflight
     /// workers are refused on the control socket while they live.
-    func runInstaller(_ request: InstallRequest, progress: @escaping @Sendable (InstallerLine.Progress) -> Void = { _ in }) throws -> InstallerLine {
-        let reaper = self.reaper
+    func runInstaller(_ request: InstallRequest, progress: @escaping @Sendable (InstallerLine.Progress) -> Void = { _ in }) throws(InstallError) -> InstallerLine {
         var preflights: [pid_t] = []
         // The installer reaps its preflight workers: forget them when it is done (a pid is reused).
         defer { preflightPIDs.withLock { set in for pid in preflights { set.remove(pid) } } }
-        return try InstallerTool(executable: config.installerExecutable).run(
-            request, started: { _ in reaper?.childSpawned() }, progress: progress,
+        return try InstallerProcess(executable: config.installerExecutable).run(
+            request, progress: progress,
             preflight: { [self] pid in
                 preflights.append(pid)
                 preflightPIDs.withLock { _ = $0.insert(pid) }
@@ -56,12 +57,12 @@ extension Supervisor {
     var catalogURL: String? { config.updatesEnabled ? config.catalogURL : nil }
 
     /// Fetches the catalog through the installer (conditional GET, cached copy when the server fails).
-    func loadCatalog(_ url: String) throws -> CatalogLoaded {
+    func loadCatalog(_ url: String) throws(InstallError) -> CatalogLoaded {
         var request = installRequest(.catalog)
         request.url = url
         let line = try runInstaller(request)
-        if let e = line.error { throw InstallError(e.message) }
-        guard let catalog = line.catalog else { throw InstallError("the installer gave no catalog") }
+        if let e = line.error { throw InstallError(body: e) }
+        guard let catalog = line.catalog else { throw InstallError(.internalError, "the installer gave no catalog") }
         return catalog
     }
 
@@ -108,12 +109,12 @@ extension Supervisor {
         let staging = request
         installQueue.async { [self] in
             let line: InstallerLine
-            do {
+            do throws(InstallError) {
                 line = try runInstaller(staging) { [self] p in
                     if let origin { loop.execute { self.sendProgress(origin, stage: p.stage, done: p.done, total: p.total) } }
                 }
             } catch {
-                loop.execute { done(.failure(ErrorBody(.unavailable, "\(error)"))) }
+                loop.execute { done(.failure(error.body)) }
                 return
             }
             guard let staged = line.staged else {
@@ -130,14 +131,14 @@ extension Supervisor {
     func apply(_ staged: BundleStore.Staged, store installer: BundleStore, _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
         do { try installer.swapIn(staged) } catch {
             installer.finish(staged)
-            return done(.failure(ErrorBody(.unavailable, "\(error)")))
+            return done(.failure(error.body))
         }
         let id = staged.identifier
         let bundle = FileSystem.realPath(staged.target) ?? staged.target
         let manifest: Manifest
         do { manifest = try Manifest.load(bundle: bundle) } catch {
             try? installer.rollBack(staged)
-            return done(.failure(ErrorBody(.badRequest, "\(error)")))
+            return done(.failure(InstallError(.invalidManifest, "\(error)").body))
         }
         let what = "\(id) \(staged.version)" + (staged.previous.map { " (was \($0))" } ?? "")
         // Its dependencies must be installed, in range, and not make a cycle.
@@ -145,7 +146,7 @@ extension Supervisor {
         others.append(manifest)
         if let problem = PluginCatalog(manifests: others).unstartable[id] {
             try? installer.rollBack(staged)
-            return done(.failure(ErrorBody(.badRequest, "\(id) \(staged.version) cannot start here: \(problem); not installed")))
+            return done(.failure(InstallError(.conflict, "\(id) \(staged.version) cannot start here: \(problem); not installed").body))
         }
         guard !shuttingDown else {
             installer.finish(staged)
@@ -165,12 +166,12 @@ extension Supervisor {
                     }
                     // The new version did not start: the old one goes back and runs again.
                     do { try installer.rollBack(staged) } catch {
-                        return done(.failure(ErrorBody(.unavailable, "the new version failed (\(problem)) and rolling back failed: \(error)")))
+                        return done(.failure(InstallError(.fileSystem, "the new version failed (\(problem)) and rolling back failed: \(error)").body))
                     }
                     record.manifest = old
                     logger.error("\(id) \(staged.version) failed to start (\(problem)); rolled back to \(old.version)")
                     restartCommand(id) { _ in }
-                    done(.failure(ErrorBody(.unavailable, "\(id) \(staged.version) failed to start: \(problem); rolled back to \(old.version)")))
+                    done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); rolled back to \(old.version)").body))
                 }
             }
             if record.instance != nil { stopPlugin(record) { begin() } } else { begin() }
@@ -189,7 +190,7 @@ extension Supervisor {
                 try? installer.rollBack(staged)
                 records[id] = nil
                 order.removeAll { $0 == id }
-                done(.failure(ErrorBody(.unavailable, "\(id) \(staged.version) failed to start: \(problem); not installed")))
+                done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); not installed").body))
             }
             startWaitingPlugins()
         }
@@ -204,8 +205,8 @@ extension Supervisor {
         }
         installQueue.async { [self] in
             let loaded: CatalogLoaded
-            do { loaded = try loadCatalog(url) } catch {
-                loop.execute { self.answer(origin, error: ErrorBody(.unavailable, "\(error)")); self.flushDirty() }
+            do throws(InstallError) { loaded = try loadCatalog(url) } catch {
+                loop.execute { self.answer(origin, error: error.body); self.flushDirty() }
                 return
             }
             loop.execute { [self] in
@@ -260,10 +261,10 @@ extension Supervisor {
         record.pendingRestart = nil
         record.state = .stopped
         stopPlugin(record) { [self] in
-            do {
+            do throws(InstallError) {
                 try installer.remove(URL(fileURLWithPath: record.manifest.bundle).lastPathComponent)
             } catch {
-                return answer(origin, error: ErrorBody(.unavailable, "\(error)"))
+                return answer(origin, error: error.body)
             }
             if records[identifier] === record {
                 records[identifier] = nil
@@ -351,15 +352,15 @@ extension Supervisor {
                     request.etag = known?.etag
                     request.lastModified = known?.lastModified
                     let line = try runInstaller(request)
-                    if let e = line.error { throw InstallError(e.message) }
-                    guard let outcome = line.fetched else { throw InstallError("the installer gave no answer") }
+                    if let e = line.error { throw InstallError(body: e) }
+                    guard let outcome = line.fetched else { throw InstallError(.internalError, "the installer gave no answer") }
                     switch outcome.notModified ? nil : outcome {
                     case nil:
                         let v = Validators(etag: known?.etag, lastModified: known?.lastModified, checked: now)
                         try? Data(try JSONEncoder().encode(v)).write(to: URL(fileURLWithPath: metaFile))
                     case .some(let fetched):
                         let etag = fetched.etag, lastModified = fetched.lastModified
-                        guard rename(temp, destination) == 0 else { throw InstallError("cannot replace \(destination): \(String(cString: strerror(errno)))") }
+                        do { try FileSystem.rename(temp, to: destination) } catch { throw InstallError(.fileSystem, "cannot replace \(destination): \(error)") }
                         let v = Validators(etag: etag, lastModified: lastModified, checked: now)
                         try? Data(try JSONEncoder().encode(v)).write(to: URL(fileURLWithPath: metaFile))
                         loop.execute { [self] in

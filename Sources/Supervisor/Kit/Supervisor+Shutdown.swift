@@ -1,3 +1,5 @@
+import Bundles
+import LinuxSupport
 import Logging
 import NIOCore
 import PluginProtocol
@@ -43,7 +45,7 @@ extension Supervisor {
         let hardStop = loop.scheduleTask(in: grace) { [self] in
             if !instance.exited {
                 instance.killReason = ("stopped", "did not exit within the \(config.shutdownGraceMs) ms grace period")
-                _ = Glibc.kill(instance.pid, SIGKILL)
+                instance.process.signal(SIGKILL)
             }
         }
         instance.onExit.append { hardStop.cancel() }
@@ -53,7 +55,7 @@ extension Supervisor {
             }
             flushDirty()
         } else {
-            _ = Glibc.kill(instance.pid, SIGKILL)
+            instance.process.signal(SIGKILL)
         }
     }
 
@@ -73,7 +75,7 @@ extension Supervisor {
 
     func handleSignal(_ signal: Int32) {
         switch signal {
-        case SIGTERM, SIGINT: shutdown(reason: SignalRelay.name(signal))
+        case SIGTERM, SIGINT: shutdown(reason: LifecycleSignals.name(signal))
         case SIGUSR1: broadcastFromSignal(.memoryWarning)
         case SIGTSTP: broadcastFromSignal(.background)
         case SIGCONT: broadcastFromSignal(.foreground)

@@ -1,6 +1,7 @@
-import CSupervisorSupport
+import Bundles
 import Dispatch
 import IPC
+import LinuxSupport
 import Logging
 import NIOCore
 import NIOPosix
@@ -32,8 +33,7 @@ public final class Supervisor: @unchecked Sendable {
     var launched = false
     var shuttingDown = false
     var controlServer: Channel?
-    var reaper: ChildReaper?
-    var lockFD: Int32 = -1
+    var watcher: ChildWatcher?
     var onReady: (@Sendable (String) -> Void)?
     let finished: EventLoopPromise<Void>
     var timers: [RepeatedTask] = []
@@ -50,7 +50,7 @@ public final class Supervisor: @unchecked Sendable {
     /// Blocks the lifecycle signals first: every thread created from here on (NIO's included)
     /// inherits the mask, so the signals reach only the relay thread's sigwaitinfo.
     public init(config: SupervisorConfig, logger: Logger) {
-        SignalRelay.blockLifecycleSignals()
+        LifecycleSignals.block()
         self.config = config
         self.logger = logger
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
@@ -63,17 +63,23 @@ public final class Supervisor: @unchecked Sendable {
     /// thread before any other thread exists, so the lifecycle signals are blocked everywhere.
     /// `onReady` is called once with the line to print when every startable plugin has started.
     public func run(onReady: @escaping @Sendable (String) -> Void) throws {
-        SignalRelay.blockLifecycleSignals()
-        _ = css_set_not_dumpable()
+        LifecycleSignals.block()
+        try? ProcessControl.setNotDumpable()
         self.onReady = onReady
         try prepareHome()
-        try acquireLock()
-        defer { releaseLock() }
+        let lock: HomeLock
+        do { lock = try HomeLock(home: config.home) } catch {
+            switch error {
+            case .held(_, let pid): throw SupervisorError.alreadyRunning(home: config.home, pid: pid)
+            case .cannotOpen: throw SupervisorError.home(config.home, "\(error)")
+            }
+        }
+        defer { withExtendedLifetime(lock) {} }
         runtimePaths = RuntimeFolders.current()
         // An install interrupted by a crash left its staging folder; the bundles are complete.
         store.cleanLeftovers()
-        reaper = ChildReaper { [self] exit in loop.execute { self.childExited(exit) } }
-        SignalRelay.start { [self] signal in loop.execute { self.handleSignal(signal) } }
+        do { watcher = try ChildWatcher() } catch { throw SupervisorError.home(config.home, "cannot watch workers: \(error)") }
+        LifecycleSignals.startRelay { [self] signal in loop.execute { self.handleSignal(signal) } }
         try bindControlSocket()
         try loop.submit { self.startAll() }.wait()
         try finished.futureResult.wait()
@@ -90,31 +96,6 @@ public final class Supervisor: @unchecked Sendable {
             try FileSystem.makeDirectories(config.home + "/plugins")
         } catch {
             throw SupervisorError.home(config.home, "\(error)")
-        }
-    }
-
-    /// One supervisor per home: an exclusive flock on `<home>/supervisor.lock` holding our pid.
-    func acquireLock() throws {
-        let path = config.home + "/supervisor.lock"
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw SupervisorError.home(config.home, "cannot open \(path): \(String(cString: strerror(errno)))") }
-        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
-            let other = (try? FileSystem.readFile(path, limit: 64))
-                .map { String(decoding: $0.filter { $0 >= 0x30 && $0 <= 0x39 }, as: UTF8.self) } ?? "?"
-            close(fd)
-            throw SupervisorError.alreadyRunning(home: config.home, pid: other)
-        }
-        _ = ftruncate(fd, 0)
-        let pid = "\(getpid())\n"
-        _ = pid.withCString { pwrite(fd, $0, strlen($0), 0) }
-        lockFD = fd
-    }
-
-    func releaseLock() {
-        if lockFD >= 0 {
-            _ = ftruncate(lockFD, 0)
-            close(lockFD)
-            lockFD = -1
         }
     }
 
@@ -271,20 +252,23 @@ public final class Supervisor: @unchecked Sendable {
             fail(record, reason: "cannot encode the worker spec: \(error)")
             return
         }
-        let spawned: WorkerSpawner.Spawned
+        let spawned: SpawnedChild
         do {
-            spawned = try WorkerSpawner.spawn(executable: config.workerExecutable, arguments: [],
-                                              extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(specJSON)"])
+            spawned = try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(specJSON)"])
         } catch {
             fail(record, reason: "cannot start a worker (\(config.workerExecutable)): \(error)")
             return
         }
-        reaper?.childSpawned()
-        let instance = WorkerInstance(pid: spawned.pid, identifier: id, now: .now())
-        byPID[spawned.pid] = instance
+        let instance = WorkerInstance(process: spawned.process, identifier: id, now: .now())
+        byPID[instance.pid] = instance
+        do {
+            try watcher?.watch(instance.process) { [self] exit in loop.execute { self.childExited(instance, exit) } }
+        } catch {
+            logger.error("cannot watch the worker of \(id): \(error)")
+        }
         record.instance = instance
         record.state = record.hasRun ? .restarting : .starting
-        logger.debug("spawned worker", metadata: ["plugin": "\(id)", "pid": "\(spawned.pid)"])
+        logger.debug("spawned worker", metadata: ["plugin": "\(id)", "pid": "\(instance.pid)"])
 
         ClientBootstrap(group: loop)
             .channelOption(ChannelOptions.autoRead, value: true)
@@ -295,7 +279,7 @@ public final class Supervisor: @unchecked Sendable {
                     try channel.pipeline.syncOperations.addHandler(WorkerHandler(supervisor: self, instance: instance))
                 }
             }
-            .withConnectedSocket(spawned.socket)
+            .withConnectedSocket(spawned.socket.release())
             .whenComplete { [self] result in
                 switch result {
                 case .success(let channel):
@@ -306,12 +290,13 @@ public final class Supervisor: @unchecked Sendable {
                     kill(instance, reason: "spawnError", message: "cannot watch the worker's socket: \(error)")
                 }
             }
-        OutputCapture.attach(fd: spawned.stdout, stream: "stdout", plugin: id, supervisor: self)
-        OutputCapture.attach(fd: spawned.stderr, stream: "stderr", plugin: id, supervisor: self)
+        OutputCapture.attach(fd: spawned.stdout.release(), stream: "stdout", plugin: id, supervisor: self)
+        OutputCapture.attach(fd: spawned.stderr.release(), stream: "stderr", plugin: id, supervisor: self)
 
         // A worker must say hello in time (its `startup` has a timeout of its own).
-        loop.scheduleTask(in: .milliseconds(Int64(config.startupTimeoutMs))) { [self] in
-            if record.instance === instance, !instance.helloReceived {
+        // Weak: an instance that has ended must not live (with its pidfd) until the timeout passes.
+        loop.scheduleTask(in: .milliseconds(Int64(config.startupTimeoutMs))) { [self, weak instance] in
+            if let instance, record.instance === instance, !instance.helloReceived {
                 kill(instance, reason: "startupTimeout", message: "no hello within \(config.startupTimeoutMs) ms")
             }
         }
@@ -332,7 +317,7 @@ public final class Supervisor: @unchecked Sendable {
         guard !instance.exited else { return }
         if instance.killReason == nil { instance.killReason = (reason, message) }
         logger.warning("killing worker: \(reason): \(message)", metadata: ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)"])
-        _ = Glibc.kill(instance.pid, SIGKILL)
+        instance.process.signal(SIGKILL)
     }
 
     /// The worker said `hello`: it is sandboxed and its plugin loaded. It gets `startup` now, or once
@@ -426,11 +411,8 @@ public final class Supervisor: @unchecked Sendable {
 
     /// The reaper saw the process end. Its last frames (an `exit` notice) may still be unread in the
     /// socket, so the exit is finalized once the socket reaches EOF too (or after a short wait).
-    func childExited(_ exit: ChildExit) {
-        guard let instance = byPID.removeValue(forKey: exit.pid) else {
-            preflightPIDs.withLock { _ = $0.remove(exit.pid) }
-            return
-        }
+    func childExited(_ instance: WorkerInstance, _ exit: ChildExit) {
+        if byPID[instance.pid] === instance { byPID[instance.pid] = nil }
         instance.exited = true
         instance.exit = exit
         if instance.socketClosed {
@@ -599,8 +581,8 @@ public final class Supervisor: @unchecked Sendable {
         // A worker that closed its socket is on its way out (its own SIGTERM, a crash); one that
         // lingers without a socket is useless, so it gets a moment to exit and is then killed.
         guard !instance.exited, !instance.stopRequested else { return }
-        loop.scheduleTask(in: .milliseconds(500)) { [self] in
-            if !instance.exited {
+        loop.scheduleTask(in: .milliseconds(500)) { [self, weak instance] in
+            if let instance, !instance.exited {
                 kill(instance, reason: "disconnected", message: "the worker closed its protocol socket but did not exit")
             }
         }

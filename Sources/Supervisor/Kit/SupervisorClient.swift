@@ -1,4 +1,5 @@
 import IPC
+import LinuxSupport
 import PluginProtocol
 
 /// A CLI's connection to a running supervisor's control socket: one request, one reply.

@@ -6,6 +6,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import LinuxSupport
 import PluginProtocol
 
 /// Everything `supervisor start` can be told, with defaults that need no config file.
@@ -64,7 +65,7 @@ public struct SupervisorConfig: Sendable {
     /// The default home: `$SUPERVISOR_HOME`, else `$XDG_DATA_HOME/sandboxed-plugins`, else
     /// `~/.local/share/sandboxed-plugins`.
     public static func defaultHome() -> String {
-        let env = ProcessInfoLite.environment
+        let env = ProcessEnvironment.all
         if let h = env["SUPERVISOR_HOME"], !h.isEmpty { return h }
         if let x = env["XDG_DATA_HOME"], !x.isEmpty { return x + "/sandboxed-plugins" }
         return (env["HOME"] ?? "/tmp") + "/.local/share/sandboxed-plugins"
@@ -73,7 +74,7 @@ public struct SupervisorConfig: Sendable {
     /// The control socket a CLI command talks to: `--socket`, else `$SUPERVISOR_SOCKET`, else the home's.
     public static func socketPath(option: String?, home: String?) -> String {
         if let option, !option.isEmpty { return option }
-        if let s = ProcessInfoLite.environment["SUPERVISOR_SOCKET"], !s.isEmpty { return s }
+        if let s = ProcessEnvironment.all["SUPERVISOR_SOCKET"], !s.isEmpty { return s }
         return (home ?? defaultHome()) + "/supervisor.sock"
     }
 
@@ -188,18 +189,4 @@ public struct ConfigError: Error, CustomStringConvertible, Sendable {
     public var file: String
     public var reason: String
     public var description: String { "config \(file): \(reason)" }
-}
-
-/// The process environment without Foundation's ProcessInfo.
-public enum ProcessInfoLite {
-    public static var environment: [String: String] {
-        var out: [String: String] = [:]
-        var p = environ
-        while let entry = p.pointee {
-            let s = String(cString: entry)
-            if let eq = s.firstIndex(of: "=") { out[String(s[..<eq])] = String(s[s.index(after: eq)...]) }
-            p += 1
-        }
-        return out
-    }
 }

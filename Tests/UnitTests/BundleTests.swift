@@ -1,4 +1,4 @@
-@testable import SupervisorKit
+@testable import Bundles
 import Testing
 
 @Suite struct SemanticVersionTests {

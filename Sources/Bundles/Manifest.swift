@@ -3,6 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import LinuxSupport
 import PluginProtocol
 #if canImport(Glibc)
 import Glibc

@@ -4,9 +4,6 @@ import FoundationEssentials
 import Foundation
 #endif
 import PluginProtocol
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// What the supervisor (or the CLI, offline) asks `supervisor-installer` to do. Downloading,
 /// unpacking and signature checks run in that separate process, so the code that parses untrusted
@@ -100,53 +97,7 @@ public struct InstallerLine: Codable, Sendable {
     public init() {}
 }
 
-/// Runs `supervisor-installer` for one request and reads its answer.
-public struct InstallerTool: Sendable {
-    public let executable: String
-
-    static let proxyVariables: Set<String> = ["http_proxy", "https_proxy", "no_proxy", "all_proxy",
-                                              "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"]
-
-    public init(executable: String = FileSystem.executableDirectory() + "/supervisor-installer") {
-        self.executable = executable
-    }
-
-    /// Blocks until the installer answers. `progress` and `spawned` are called on this thread;
-    /// `started` gets the installer's pid (the caller reaps it).
-    public func run(_ request: InstallRequest, started: (pid_t) -> Void = { _ in }, progress: (InstallerLine.Progress) -> Void = { _ in },
-                    preflight: (pid_t) -> Void = { _ in }) throws -> InstallerLine {
-        let json = String(decoding: try ProtocolJSON.encode(request), as: UTF8.self)
-        // Downloads honour the operator's proxy settings; nothing else of the environment passes.
-        let proxies = ProcessInfoLite.environment.filter { Self.proxyVariables.contains($0.key) }.map { "\($0.key)=\($0.value)" }
-        let child: WorkerSpawner.Spawned
-        do {
-            child = try WorkerSpawner.spawn(executable: executable, arguments: [],
-                                            extraEnvironment: ["\(InstallRequest.environmentVariable)=\(json)"] + proxies)
-        } catch {
-            throw InstallError("cannot run \(executable): \(error)")
-        }
-        started(child.pid)
-        close(child.socket)
-        close(child.stderr)
-        defer { close(child.stdout) }
-        var buffer: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
-        var answer: InstallerLine?
-        while true {
-            let n = read(child.stdout, &chunk, chunk.count)
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
-            buffer += chunk[0..<n]
-            while let newline = buffer.firstIndex(of: 0x0A) {
-                let line = Array(buffer[..<newline])
-                buffer.removeSubrange(...newline)
-                guard let parsed = try? ProtocolJSON.decode(InstallerLine.self, from: line) else { continue }
-                if let p = parsed.progress { progress(p) }
-                if let pid = parsed.preflightPID { preflight(pid) }
-                if parsed.staged != nil || parsed.catalog != nil || parsed.fetched != nil || parsed.error != nil { answer = parsed }
-            }
-        }
-        guard let answer else { throw InstallError("\(executable) ended without an answer") }
-        return answer
-    }
+extension InstallerLine {
+    /// A result or an error (the last line), not progress.
+    public var isAnswer: Bool { staged != nil || catalog != nil || fetched != nil || error != nil }
 }

@@ -1,4 +1,4 @@
-import CSupervisorSupport
+import LinuxSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -51,7 +51,7 @@ struct HostFacts {
         var features: Set<String> = []
         if sandbox {
             features.insert("seccomp")
-            if FileSystem.exists("/sys/kernel/security/landlock") || LandlockProbe.available() { features.insert("landlock") }
+            if FileSystem.exists("/sys/kernel/security/landlock") || ProcessControl.landlockABI() != nil { features.insert("landlock") }
         }
         return HostFacts(arch: field(u.machine), kernel: kernel, features: features)
     }
@@ -81,10 +81,6 @@ extension Substring {
     }
 }
 
-/// Whether the kernel offers Landlock (landlock_create_ruleset with LANDLOCK_CREATE_RULESET_VERSION).
-enum LandlockProbe {
-    static func available() -> Bool { css_landlock_abi() > 0 }
-}
 
 /// Where the Swift runtime libraries the worker maps live, for the sandbox's read-only rules.
 public enum RuntimeFolders {

@@ -3,6 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import LinuxSupport
 
 /// One plugin the catalog offers (SPEC §9).
 public struct CatalogEntry: Codable, Sendable, Equatable {
@@ -33,12 +34,12 @@ public enum CatalogCache {
             entries = doc.plugins
         } else {
             do { entries = try JSONDecoder().decode([CatalogEntry].self, from: data) } catch {
-                throw InstallError("the catalog at \(url) is not a list of {identifier, version, url, sha256, signature}: \(error)")
+                throw InstallError(.catalogInvalid, "the catalog at \(url) is not a list of {identifier, version, url, sha256, signature}: \(error)")
             }
         }
         for (i, e) in entries.enumerated() {
             guard SemanticVersion(e.version) != nil else {
-                throw InstallError("catalog entry \(i) (\(e.identifier)): '\(e.version)' is not a semantic version")
+                throw InstallError(.catalogInvalid, "catalog entry \(i) (\(e.identifier)): '\(e.version)' is not a semantic version")
             }
             if !e.url.contains("://") {
                 let base = url[..<(url.lastIndex(of: "/") ?? url.endIndex)]

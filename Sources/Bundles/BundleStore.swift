@@ -3,7 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import CSupervisorSupport
+import LinuxSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -47,27 +47,29 @@ public struct BundleStore: Sendable {
 
     /// Swaps the staged bundle into place (atomically when one is installed).
     /// Afterwards the old bundle, if any, sits in the staging folder until `finish` or `rollBack`.
-    public func swapIn(_ staged: Staged) throws {
-        if FileSystem.exists(staged.target) {
-            let rc = css_exchange(staged.bundle, staged.target)
-            guard rc == 0 else { throw InstallError("cannot swap \(staged.target) for the new version: \(String(cString: strerror(-rc)))") }
-        } else {
-            guard rename(staged.bundle, staged.target) == 0 else {
-                throw InstallError("cannot move the new bundle to \(staged.target): \(String(cString: strerror(errno)))")
+    public func swapIn(_ staged: Staged) throws(InstallError) {
+        do {
+            if FileSystem.exists(staged.target) {
+                try FileSystem.exchange(staged.bundle, staged.target)
+            } else {
+                try FileSystem.rename(staged.bundle, to: staged.target)
             }
+        } catch {
+            throw InstallError(.fileSystem, "cannot put the new version of \(staged.identifier) in place: \(error)")
         }
-        _ = css_fsync_path(pluginsDirectory)
+        try? FileSystem.sync(pluginsDirectory)
     }
 
     /// Puts the old version back (or removes a first install).
-    public func rollBack(_ staged: Staged) throws {
+    public func rollBack(_ staged: Staged) throws(InstallError) {
         if staged.previous != nil {
-            let rc = css_exchange(staged.bundle, staged.target)
-            guard rc == 0 else { throw InstallError("cannot restore the previous version: \(String(cString: strerror(-rc)))") }
+            do { try FileSystem.exchange(staged.bundle, staged.target) } catch {
+                throw InstallError(.fileSystem, "cannot restore the previous version of \(staged.identifier): \(error)")
+            }
         } else {
             Self.removeTree(staged.target)
         }
-        _ = css_fsync_path(pluginsDirectory)
+        try? FileSystem.sync(pluginsDirectory)
         Self.removeTree(staged.folder)
     }
 
@@ -77,25 +79,17 @@ public struct BundleStore: Sendable {
     }
 
     /// Removes an installed plugin's bundle (moved to staging first, so the removal is atomic).
-    public func remove(_ identifier: String) throws {
+    public func remove(_ identifier: String) throws(InstallError) {
         let target = pluginsDirectory + "/" + identifier
-        guard FileSystem.exists(target) else { throw InstallError("\(identifier) is not installed in \(pluginsDirectory)") }
-        try FileSystem.makeDirectories(stagingRoot)
+        guard FileSystem.exists(target) else { throw InstallError(.fileSystem, "\(identifier) is not installed in \(pluginsDirectory)") }
+        do { try FileSystem.makeDirectories(stagingRoot) } catch { throw InstallError(.fileSystem, "\(error)") }
         let trash = stagingRoot + "/removed-" + identifier + "-" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
-        guard rename(target, trash) == 0 else { throw InstallError("cannot remove \(target): \(String(cString: strerror(errno)))") }
-        _ = css_fsync_path(pluginsDirectory)
+        do { try FileSystem.rename(target, to: trash) } catch { throw InstallError(.fileSystem, "cannot remove \(target): \(error)") }
+        try? FileSystem.sync(pluginsDirectory)
         Self.removeTree(trash)
     }
-
-    /// prctl(PR_SET_PDEATHSIG, SIGKILL) for a helper process (the installer).
-    public static func dieWithParent() { _ = css_die_with_parent(SIGKILL) }
 
     public static func removeTree(_ path: String) {
         try? FileManager.default.removeItem(atPath: path)
     }
-}
-
-public struct InstallError: Error, CustomStringConvertible, Sendable {
-    public var description: String
-    public init(_ d: String) { description = d }
 }

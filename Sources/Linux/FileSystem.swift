@@ -1,7 +1,7 @@
+import CLinuxSupport
 #if canImport(Glibc)
 import Glibc
 #endif
-import IPC
 
 /// The few file-system calls the supervisor makes, each failing with a `SystemError` naming the path.
 public enum FileSystem {
@@ -74,4 +74,31 @@ public enum FileSystem {
         let path = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         return String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
     }
+}
+
+extension FileSystem {
+    /// renameat2(RENAME_EXCHANGE): swaps two paths atomically.
+    public static func exchange(_ a: String, _ b: String) throws(SystemError) {
+        try ProcessControl.check("renameat2(RENAME_EXCHANGE)", cls_exchange(a, b), context: "\(a) and \(b)")
+    }
+
+    /// rename(2).
+    public static func rename(_ from: String, to: String) throws(SystemError) {
+        _ = try syscallRetrying("rename", context: "\(from) to \(to)") { Glibc.rename(from, to) }
+    }
+
+    /// fsync of a folder or file by path (after a rename in it, so the rename survives a power loss).
+    public static func sync(_ path: String) throws(SystemError) {
+        try ProcessControl.check("fsync", cls_fsync_path(path), context: path)
+    }
+}
+
+/// SO_PEERCRED's answer (struct ucred's layout), for checking who connected to a Unix socket.
+public struct PeerCredentials: Sendable {
+    public var pid: Int32
+    public var uid: UInt32
+    public var gid: UInt32
+    public init() { pid = 0; uid = 0; gid = 0 }
+    /// The socket option's number (SOL_SOCKET level); glibc hides SO_PEERCRED behind _GNU_SOURCE.
+    public static let socketOption: Int32 = 17
 }

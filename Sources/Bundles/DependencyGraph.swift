@@ -1,3 +1,4 @@
+import LinuxSupport
 /// The plugins found in the plugin folders, checked as a whole: duplicates, missing dependencies,
 /// unmet version ranges and cycles. Plugins that cannot start are listed with why; the rest can.
 public struct PluginCatalog: Sendable {

@@ -1,0 +1,44 @@
+import LinuxSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One supervisor (or offline install) per home: an exclusive flock on `<home>/supervisor.lock`,
+/// which holds the holder's pid. Released when the value ends.
+public final class HomeLock {
+    public enum Failure: Error, CustomStringConvertible {
+        case cannotOpen(String, SystemError)
+        /// Another process holds it; its pid as the file says.
+        case held(path: String, pid: String)
+
+        public var description: String {
+            switch self {
+            case .cannotOpen(let path, let error): return "cannot open \(path): \(error)"
+            case .held(let path, let pid): return "\(path) is held by pid \(pid)"
+            }
+        }
+    }
+
+    private let fd: OwnedDescriptor
+
+    /// Takes the lock without waiting, and writes our pid into it.
+    public init(home: String) throws(Failure) {
+        let path = home + "/supervisor.lock"
+        let raw: Int32
+        do { raw = try syscallRetrying("open", context: path) { open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600) } } catch {
+            throw .cannotOpen(path, error)
+        }
+        let fd = OwnedDescriptor(raw)
+        if flock(fd.raw, LOCK_EX | LOCK_NB) != 0 {
+            let other = (try? FileSystem.readFile(path, limit: 64))
+                .map { String(decoding: $0.filter { $0 >= 0x30 && $0 <= 0x39 }, as: UTF8.self) } ?? "?"
+            throw .held(path: path, pid: other.isEmpty ? "?" : other)
+        }
+        _ = ftruncate(fd.raw, 0)
+        let pid = "\(getpid())\n"
+        _ = pid.withCString { pwrite(fd.raw, $0, strlen($0), 0) }
+        self.fd = fd
+    }
+
+    deinit { _ = ftruncate(fd.raw, 0) }
+}

@@ -1,0 +1,90 @@
+#ifndef LINUX_SUPPORT_H
+#define LINUX_SUPPORT_H
+/* The Linux calls Swift cannot make directly (variadic syscall/prctl, macros, _GNU_SOURCE-only
+   declarations), as plain functions. Every function returns 0 (or a value) on success and -errno on
+   failure unless it says otherwise. Imported only by the LinuxSupport Swift target. */
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ---- processes ---- */
+
+/* Spawns `path` with posix_spawn: `socket_fd` becomes descriptor 3, `stdout_fd`/`stderr_fd` become
+   1 and 2, stdin is /dev/null, every other descriptor is closed, the child gets a new session
+   (setsid), an empty signal mask and default dispositions. No code of ours runs in the child.
+   On success sets *pid and *pidfd (a pidfd_open descriptor, close-on-exec) and returns 0; returns an
+   errno value otherwise. The pidfd is opened before anyone can reap the child (this process never
+   waits for "any child"), so it always names the process just spawned. */
+int cls_spawn(const char *path, char *const argv[], char *const envp[],
+              int socket_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
+
+/* waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG]) with the child's rusage. Returns 1 and fills the
+   outputs when the child has ended (and is now reaped), 0 when `nohang` and it is still running,
+   or -errno. `code` is the exit status or the signal number, `signaled` is 1 when a signal ended it,
+   `max_rss_kb` its peak resident size. */
+int cls_pidfd_wait(int pidfd, int nohang, int *code, int *signaled, long *max_rss_kb);
+/* pidfd_send_signal(pidfd, sig): signals exactly that process, never a reused pid. */
+int cls_pidfd_signal(int pidfd, int sig);
+
+/* epoll for the child watcher: epoll_create1(EPOLL_CLOEXEC) (returns the fd), adding and removing
+   a descriptor to watch for readability, and a wait that fills `fds` with up to `max` ready
+   descriptors (returns how many, or -errno). */
+int cls_epoll_create(void);
+int cls_epoll_add(int epfd, int fd);
+int cls_epoll_remove(int epfd, int fd);
+int cls_epoll_wait(int epfd, int *fds, int max);
+/* Names the calling thread (at most 15 characters are kept). */
+void cls_set_thread_name(const char *name);
+
+/* pipe2(O_CLOEXEC). */
+int cls_pipe_cloexec(int fds[2]);
+
+/* prctl(PR_SET_PDEATHSIG, sig). */
+int cls_set_parent_death_signal(int sig);
+/* prctl(PR_SET_NO_NEW_PRIVS, 1). */
+int cls_set_no_new_privs(void);
+/* prctl(PR_SET_DUMPABLE, 0): no core dumps, no ptrace attach or /proc/<pid>/mem by same-uid peers. */
+int cls_set_not_dumpable(void);
+/* Closes every descriptor from `first` up, except `keep` (close_range, else /proc/self/fd). */
+int cls_close_descriptors_from(int first, int keep);
+/* CLOCK_MONOTONIC in microseconds. */
+int64_t cls_monotonic_us(void);
+/* gettid(). */
+int32_t cls_thread_id(void);
+/* Number of threads of this process (/proc/self/stat field 20), or -errno. */
+int cls_thread_count(void);
+
+/* ---- signals ---- */
+
+/* Blocks the lifecycle signals (TERM, INT, USR1, TSTP, CONT, HUP) in the calling thread, so threads
+   created later inherit the mask, and ignores SIGPIPE. */
+int cls_block_lifecycle_signals(void);
+/* Waits for one of the lifecycle signals; returns its number, or -errno. */
+int cls_wait_lifecycle_signal(void);
+/* The kernel's name of a signal ("SIGSEGV"), or NULL. */
+const char *cls_signal_name(int sig);
+
+/* ---- files ---- */
+
+/* renameat2(RENAME_EXCHANGE): swaps two paths atomically. */
+int cls_exchange(const char *a, const char *b);
+/* fsync of a path (file or directory). */
+int cls_fsync_path(const char *path);
+
+/* ---- Landlock ---- */
+
+/* The Landlock ABI version the kernel offers (landlock_create_ruleset with
+   LANDLOCK_CREATE_RULESET_VERSION), or -errno when it has none. */
+int cls_landlock_abi(void);
+
+/* ---- a send lock a signal handler can take ---- */
+
+/* Serialises writers of one socket so frames never interleave, including the SIGSYS reporter,
+   which runs in a signal handler where no ordinary mutex may be taken. A futex word: 0 free,
+   1 held, 2 held with waiters; `owner` is the holder's thread id. */
+typedef struct cls_send_lock { int32_t state; int32_t owner; } cls_send_lock;
+void cls_send_lock_acquire(cls_send_lock *lock);
+void cls_send_lock_release(cls_send_lock *lock);
+/* For a signal handler: 1 when acquired within `timeout_ms`, 0 when the calling thread already
+   holds it (it was interrupted mid-frame) or the time ran out. Async-signal-safe. */
+int cls_send_lock_acquire_from_signal(cls_send_lock *lock, int timeout_ms);
+#endif

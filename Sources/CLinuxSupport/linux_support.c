@@ -1,0 +1,309 @@
+#define _GNU_SOURCE
+#include "linux_support.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+int cls_spawn(const char *path, char *const argv[], char *const envp[],
+              int socket_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    int rc = posix_spawn_file_actions_init(&fa);
+    if (rc) return rc;
+    rc = posix_spawnattr_init(&attr);
+    if (rc) { posix_spawn_file_actions_destroy(&fa); return rc; }
+
+    /* The sources are CLOEXEC and numbered above 3 by the caller, so dup2 always makes a fresh,
+       inheritable copy. */
+    if (!rc) rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, stdout_fd, 1);
+    if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, stderr_fd, 2);
+    if (!rc && socket_fd >= 0) rc = posix_spawn_file_actions_adddup2(&fa, socket_fd, 3);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    if (!rc) rc = posix_spawn_file_actions_addclosefrom_np(&fa, socket_fd >= 0 ? 4 : 3);
+#endif
+
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    if (!rc) rc = posix_spawnattr_setsigmask(&attr, &none);
+    if (!rc) rc = posix_spawnattr_setsigdefault(&attr, &all);
+    short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+#ifdef POSIX_SPAWN_SETSID
+    flags |= POSIX_SPAWN_SETSID;
+#endif
+    if (!rc) rc = posix_spawnattr_setflags(&attr, flags);
+    if (!rc) rc = posix_spawn(pid, path, &fa, &attr, argv, envp);
+
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    if (rc) return rc;
+    long fd = syscall(SYS_pidfd_open, *pid, 0);
+    if (fd < 0) {
+        int e = errno;
+        /* Without a pidfd nobody could wait for it: end and reap it here. */
+        kill(*pid, SIGKILL);
+        waitpid(*pid, NULL, 0);
+        return e;
+    }
+    /* pidfd_open sets O_CLOEXEC itself (kernel 5.3+). */
+    *pidfd = (int)fd;
+    return 0;
+}
+
+int cls_pidfd_wait(int pidfd, int nohang, int *code, int *signaled, long *max_rss_kb) {
+    siginfo_t info;
+    struct rusage usage;
+    for (;;) {
+        memset(&info, 0, sizeof info);
+        memset(&usage, 0, sizeof usage);
+        /* The raw syscall takes a fifth argument, the rusage glibc's waitid() does not pass on. */
+        long rc = syscall(SYS_waitid, P_PIDFD, pidfd, &info, WEXITED | (nohang ? WNOHANG : 0), &usage);
+        if (rc == 0) break;
+        if (errno != EINTR) return -errno;
+    }
+    if (info.si_pid == 0) return 0; /* WNOHANG and still running */
+    *signaled = (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) ? 1 : 0;
+    *code = info.si_status;
+    *max_rss_kb = usage.ru_maxrss;
+    return 1;
+}
+
+int cls_pidfd_signal(int pidfd, int sig) {
+    return syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) == 0 ? 0 : -errno;
+}
+
+int cls_epoll_create(void) {
+    int fd = epoll_create1(EPOLL_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
+}
+
+int cls_epoll_add(int epfd, int fd) {
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? 0 : -errno;
+}
+
+int cls_epoll_remove(int epfd, int fd) {
+    return epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL) == 0 ? 0 : -errno;
+}
+
+int cls_epoll_wait(int epfd, int *fds, int max) {
+    struct epoll_event events[32];
+    if (max > 32) max = 32;
+    int n;
+    do { n = epoll_wait(epfd, events, max, -1); } while (n < 0 && errno == EINTR);
+    if (n < 0) return -errno;
+    for (int i = 0; i < n; i++) fds[i] = events[i].data.fd;
+    return n;
+}
+
+void cls_set_thread_name(const char *name) {
+    char short_name[16];
+    strncpy(short_name, name, 15);
+    short_name[15] = 0;
+    pthread_setname_np(pthread_self(), short_name);
+}
+
+int cls_pipe_cloexec(int fds[2]) {
+    return pipe2(fds, O_CLOEXEC) == 0 ? 0 : -errno;
+}
+
+int cls_set_parent_death_signal(int sig) {
+    return prctl(PR_SET_PDEATHSIG, (unsigned long)sig, 0, 0, 0) == 0 ? 0 : -errno;
+}
+
+int cls_set_no_new_privs(void) {
+    return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 ? 0 : -errno;
+}
+
+int cls_set_not_dumpable(void) {
+    return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? 0 : -errno;
+}
+
+int cls_close_descriptors_from(int first, int keep) {
+    /* close_range(2) when the kernel has it, else walk /proc/self/fd. */
+    if (keep < first) {
+        if (syscall(SYS_close_range, (unsigned)first, ~0U, 0) == 0) return 0;
+    } else {
+        int ok = 1;
+        if (keep > first && syscall(SYS_close_range, (unsigned)first, (unsigned)(keep - 1), 0) != 0) ok = 0;
+        if (ok && syscall(SYS_close_range, (unsigned)(keep + 1), ~0U, 0) != 0) ok = 0;
+        if (ok) return 0;
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -errno;
+    int dfd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        if (fd >= first && fd != keep && fd != dfd) close(fd);
+    }
+    closedir(d);
+    return 0;
+}
+
+int64_t cls_monotonic_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int32_t cls_thread_id(void) {
+    return (int32_t)syscall(SYS_gettid);
+}
+
+int cls_thread_count(void) {
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    int e = errno;
+    close(fd);
+    if (n <= 0) return n < 0 ? -e : -EIO;
+    buf[n] = 0;
+    /* Fields after the command name (which may hold spaces) start after the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (!p) return -EIO;
+    int field = 2;
+    for (; *p && field < 20; p++) if (*p == ' ') field++;
+    return atoi(p);
+}
+
+static void lifecycle_set(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGUSR1);
+    sigaddset(set, SIGTSTP);
+    sigaddset(set, SIGCONT);
+    sigaddset(set, SIGHUP);
+}
+
+int cls_block_lifecycle_signals(void) {
+    sigset_t set;
+    lifecycle_set(&set);
+    signal(SIGPIPE, SIG_IGN);
+    int rc = pthread_sigmask(SIG_BLOCK, &set, NULL);
+    return rc == 0 ? 0 : -rc;
+}
+
+int cls_wait_lifecycle_signal(void) {
+    sigset_t set;
+    lifecycle_set(&set);
+    for (;;) {
+        int sig = sigwaitinfo(&set, NULL);
+        if (sig >= 0) return sig;
+        if (errno != EINTR) return -errno;
+    }
+}
+
+const char *cls_signal_name(int sig) {
+    switch (sig) {
+    case SIGHUP: return "SIGHUP"; case SIGINT: return "SIGINT"; case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL"; case SIGTRAP: return "SIGTRAP"; case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS"; case SIGFPE: return "SIGFPE"; case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1"; case SIGSEGV: return "SIGSEGV"; case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE"; case SIGALRM: return "SIGALRM"; case SIGTERM: return "SIGTERM";
+    case SIGCHLD: return "SIGCHLD"; case SIGCONT: return "SIGCONT"; case SIGSTOP: return "SIGSTOP";
+    case SIGTSTP: return "SIGTSTP"; case SIGTTIN: return "SIGTTIN"; case SIGTTOU: return "SIGTTOU";
+    case SIGXCPU: return "SIGXCPU"; case SIGXFSZ: return "SIGXFSZ"; case SIGSYS: return "SIGSYS";
+    default: return NULL;
+    }
+}
+
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+int cls_exchange(const char *a, const char *b) {
+    return syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0 ? 0 : -errno;
+}
+
+int cls_fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    int rc = fsync(fd) == 0 ? 0 : -errno;
+    close(fd);
+    return rc;
+}
+
+int cls_landlock_abi(void) {
+#ifndef __NR_landlock_create_ruleset
+#define __NR_landlock_create_ruleset 444
+#endif
+    long abi = syscall(__NR_landlock_create_ruleset, NULL, 0, 1U /* LANDLOCK_CREATE_RULESET_VERSION */);
+    return abi >= 0 ? (int)abi : -errno;
+}
+
+/* ---- send lock (Drepper's futex mutex, "Futexes Are Tricky", mutex3) ---- */
+
+static long futex(int32_t *word, int op, int32_t value, const struct timespec *timeout) {
+    return syscall(SYS_futex, word, op | FUTEX_PRIVATE_FLAG, value, timeout, NULL, 0);
+}
+
+void cls_send_lock_acquire(cls_send_lock *lock) {
+    int32_t c = 0;
+    if (!__atomic_compare_exchange_n(&lock->state, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        if (c != 2) c = __atomic_exchange_n(&lock->state, 2, __ATOMIC_ACQUIRE);
+        while (c != 0) {
+            futex(&lock->state, FUTEX_WAIT, 2, NULL);
+            c = __atomic_exchange_n(&lock->state, 2, __ATOMIC_ACQUIRE);
+        }
+    }
+    __atomic_store_n(&lock->owner, cls_thread_id(), __ATOMIC_RELAXED);
+}
+
+void cls_send_lock_release(cls_send_lock *lock) {
+    __atomic_store_n(&lock->owner, 0, __ATOMIC_RELAXED);
+    if (__atomic_fetch_sub(&lock->state, 1, __ATOMIC_RELEASE) != 1) {
+        __atomic_store_n(&lock->state, 0, __ATOMIC_RELEASE);
+        futex(&lock->state, FUTEX_WAKE, 1, NULL);
+    }
+}
+
+int cls_send_lock_acquire_from_signal(cls_send_lock *lock, int timeout_ms) {
+    int32_t me = (int32_t)syscall(SYS_gettid);
+    if (__atomic_load_n(&lock->owner, __ATOMIC_RELAXED) == me) return 0;
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        int32_t c = 0;
+        if (__atomic_compare_exchange_n(&lock->state, &c, 2, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&lock->owner, me, __ATOMIC_RELAXED);
+            return 1;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long elapsed = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+        if (elapsed >= timeout_ms) return 0;
+        struct timespec wait = { 0, 1000000 };
+        futex(&lock->state, FUTEX_WAIT, c == 0 ? 1 : c, &wait);
+    }
+}

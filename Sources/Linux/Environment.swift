@@ -1,0 +1,29 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The process environment, read without Foundation's ProcessInfo (the supervisor and the worker do
+/// not load Foundation).
+public enum ProcessEnvironment {
+    public static var all: [String: String] {
+        var out: [String: String] = [:]
+        var p = environ
+        while let entry = p.pointee {
+            let s = String(cString: entry)
+            if let eq = s.firstIndex(of: "=") { out[String(s[..<eq])] = String(s[s.index(after: eq)...]) }
+            p += 1
+        }
+        return out
+    }
+
+    public static subscript(_ name: String) -> String? {
+        getenv(name).map { String(cString: $0) }
+    }
+}
+
+/// Standard error without Foundation's FileHandle.
+public enum StandardError {
+    public static func write(_ s: String) {
+        _ = s.withCString { Glibc.write(2, $0, strlen($0)) }
+    }
+}

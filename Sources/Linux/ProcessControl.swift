@@ -1,0 +1,56 @@
+import CLinuxSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// prctl and other calls about the current process (each wraps one C helper of CLinuxSupport).
+public enum ProcessControl {
+    /// prctl(PR_SET_PDEATHSIG, signal): this process gets `signal` when its parent ends.
+    public static func dieWithParent(signal: Int32 = SIGKILL) throws(SystemError) {
+        try check("prctl(PR_SET_PDEATHSIG)", cls_set_parent_death_signal(signal))
+    }
+
+    /// prctl(PR_SET_NO_NEW_PRIVS, 1).
+    public static func setNoNewPrivileges() throws(SystemError) {
+        try check("prctl(PR_SET_NO_NEW_PRIVS)", cls_set_no_new_privs())
+    }
+
+    /// prctl(PR_SET_DUMPABLE, 0): no core dumps, and same-uid peers (workers) cannot ptrace this
+    /// process or read its memory.
+    public static func setNotDumpable() throws(SystemError) {
+        try check("prctl(PR_SET_DUMPABLE)", cls_set_not_dumpable())
+    }
+
+    /// Closes every descriptor from `first` up, except `keep` (close_range).
+    public static func closeDescriptors(from first: Int32, except keep: Int32) throws(SystemError) {
+        try check("close_range", cls_close_descriptors_from(first, keep))
+    }
+
+    /// CLOCK_MONOTONIC in microseconds (the same clock NIODeadline and DispatchTime read).
+    public static func monotonicMicroseconds() -> Int64 { cls_monotonic_us() }
+
+    /// How many threads this process has (/proc/self/stat).
+    public static func threadCount() throws(SystemError) -> Int {
+        let n = cls_thread_count()
+        if n < 0 { throw SystemError(call: "read", errno: -n, context: "/proc/self/stat") }
+        return Int(n)
+    }
+
+    /// The Landlock ABI version the kernel offers, or nil when it has none.
+    public static func landlockABI() -> Int? {
+        let abi = cls_landlock_abi()
+        return abi > 0 ? Int(abi) : nil
+    }
+
+    /// Why the kernel offers no Landlock (strerror of landlock_create_ruleset's failure).
+    public static func landlockUnavailableReason() -> String {
+        let abi = cls_landlock_abi()
+        return abi > 0 ? "available" : String(cString: strerror(-abi))
+    }
+
+    /// A C helper's `0 or -errno` as a throw.
+    @inline(__always)
+    static func check(_ call: String, _ rc: Int32, context: String = "") throws(SystemError) {
+        if rc < 0 { throw SystemError(call: call, errno: -rc, context: context) }
+    }
+}

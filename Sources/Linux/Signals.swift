@@ -1,0 +1,54 @@
+import CLinuxSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The lifecycle signals (SPEC §7), shared by the supervisor and the worker: blocked in every
+/// thread and read on one thread of their own with sigwaitinfo, so no work happens in a handler.
+public enum LifecycleSignals {
+    public static let all: [Int32] = [SIGTERM, SIGINT, SIGUSR1, SIGTSTP, SIGCONT, SIGHUP]
+
+    /// Blocks them in the calling thread (call before any other thread exists: threads inherit the
+    /// mask) and ignores SIGPIPE.
+    public static func block() {
+        _ = cls_block_lifecycle_signals()
+    }
+
+    /// Starts a thread that waits for them and calls `handler` with each (on that thread).
+    public static func startRelay(_ handler: @escaping @Sendable (Int32) -> Void) {
+        Threads.start(name: "signals") {
+            while true {
+                let sig = cls_wait_lifecycle_signal()
+                if sig > 0 { handler(sig) }
+            }
+        }
+    }
+
+    /// "SIGTERM" for 15; "signal N" for one without a name.
+    public static func name(_ sig: Int32) -> String {
+        cls_signal_name(sig).map { String(cString: $0) } ?? "signal \(sig)"
+    }
+}
+
+/// Detached threads for the few long-lived loops (signals, the child watcher) that must not run on
+/// a Dispatch or NIO thread.
+public enum Threads {
+    public static func start(name: String, _ run: @escaping @Sendable () -> Void) {
+        let body: @Sendable () -> Void = {
+            cls_set_thread_name(name)
+            run()
+        }
+        final class Box: @unchecked Sendable {  // handed to exactly one new thread, read once there
+            let body: @Sendable () -> Void
+            init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+        }
+        let box = Unmanaged.passRetained(Box(body)).toOpaque()
+        var thread = pthread_t()
+        let rc = pthread_create(&thread, nil, { arg in
+            Unmanaged<Box>.fromOpaque(arg!).takeRetainedValue().body()
+            return nil
+        }, box)
+        precondition(rc == 0, "pthread_create for the \(name) thread failed: \(rc)")
+        pthread_detach(thread)
+    }
+}

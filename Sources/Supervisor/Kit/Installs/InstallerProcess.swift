@@ -1,0 +1,64 @@
+import Bundles
+import LinuxSupport
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs `supervisor-installer` for one request and reads its answer. Used by the supervisor (on its
+/// install queue, never on the event loop) and by the CLI's offline install.
+public struct InstallerProcess: Sendable {
+    public let executable: String
+
+    static let proxyVariables: Set<String> = ["http_proxy", "https_proxy", "no_proxy", "all_proxy",
+                                              "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"]
+
+    public init(executable: String = FileSystem.executableDirectory() + "/supervisor-installer") {
+        self.executable = executable
+    }
+
+    /// Blocks until the installer has answered and ended (it is reaped here). `progress` and
+    /// `preflight` (the pid of each preflight worker it starts) are called on this thread.
+    public func run(_ request: InstallRequest, progress: (InstallerLine.Progress) -> Void = { _ in },
+                    preflight: (pid_t) -> Void = { _ in }) throws(InstallError) -> InstallerLine {
+        let json: String
+        do { json = String(decoding: try ProtocolJSON.encode(request), as: UTF8.self) } catch {
+            throw InstallError(.internalError, "cannot encode the installer request: \(error)")
+        }
+        // Downloads honour the operator's proxy settings; nothing else of the environment passes.
+        let proxies = ProcessEnvironment.all.filter { Self.proxyVariables.contains($0.key) }.map { "\($0.key)=\($0.value)" }
+        let child: SpawnedChild
+        do {
+            child = try Spawner.spawn(executable: executable, extraEnvironment: ["\(InstallRequest.environmentVariable)=\(json)"] + proxies)
+        } catch {
+            throw InstallError(.internalError, "cannot run \(executable): \(error)")
+        }
+        let process = child.process
+        let answer = readAnswer(child.stdout.raw, progress: progress, preflight: preflight)
+        _ = try? process.wait()
+        guard let answer else { throw InstallError(.internalError, "\(executable) ended without an answer") }
+        return answer
+    }
+
+    /// Reads JSON lines until end of file: progress, preflight pids, then the one answer.
+    private func readAnswer(_ fd: Int32, progress: (InstallerLine.Progress) -> Void, preflight: (pid_t) -> Void) -> InstallerLine? {
+        var buffer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+        var answer: InstallerLine?
+        while true {
+            let n = read(fd, &chunk, chunk.count)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            buffer += chunk[0..<n]
+            while let newline = buffer.firstIndex(of: 0x0A) {
+                let line = Array(buffer[..<newline])
+                buffer.removeSubrange(...newline)
+                guard let parsed = try? ProtocolJSON.decode(InstallerLine.self, from: line) else { continue }
+                if let p = parsed.progress { progress(p) }
+                if let pid = parsed.preflightPID { preflight(pid) }
+                if parsed.isAnswer { answer = parsed }
+            }
+        }
+        return answer
+    }
+}
