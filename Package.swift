@@ -10,6 +10,10 @@ let package = Package(
         .executable(name: "supervisor-bench", targets: ["Benchmark"]),
         .executable(name: "supervisor-installer", targets: ["InstallerTool"]),
         .library(name: "PluginSDK", targets: ["PluginSDK"]),
+        // The wire protocol and the bundle model, for tools of one's own (and the fuzz targets in
+        // FuzzTesting/, a package of its own).
+        .library(name: "PluginProtocol", targets: ["PluginProtocol"]),
+        .library(name: "Bundles", targets: ["Bundles"]),
         // Example plugins: each one is a shared library loaded by a worker.
         .library(name: "Greeter", type: .dynamic, targets: ["Greeter"]),
         .library(name: "Welcome", type: .dynamic, targets: ["Welcome"]),

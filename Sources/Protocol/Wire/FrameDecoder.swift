@@ -1,4 +1,4 @@
-import PluginProtocol
+
 
 /// Splits a byte stream into frame bodies: 4-byte big-endian length, then the body.
 /// A state machine in the manner of swift-nio-extras' length-field decoder; refuses an empty frame and
