@@ -45,7 +45,7 @@ public struct Manifest: Sendable {
     /// The library to load, relative to the bundle; nil when `variants` decide.
     public var library: String?
     public var variants: [Variant]
-    public var permissions: [String]
+    public var permissions: [Permission]
     public var restart: RestartPolicy
     public var limits: Limits
     public var resources: Resources?
@@ -192,11 +192,12 @@ extension Manifest {
         if let lib = raw.library { try checkRelative(lib, field: "library", fail) }
         if raw.library == nil, variants.isEmpty { throw fail("library", "missing: give `library` or `variants`") }
         if raw.library != nil, !variants.isEmpty { throw fail("variants", "give either `library` or `variants`, not both") }
-        let permissions = raw.permissions ?? []
-        for (i, p) in permissions.enumerated() {
-            guard Permission(p) != nil else {
-                throw fail("permissions[\(i)]", "unknown permission '\(p)'; known: network, filesystem.read:<absolute path>, filesystem.write:<absolute path>")
+        var permissions: [Permission] = []
+        for (i, p) in (raw.permissions ?? []).enumerated() {
+            guard let permission = Permission(p) else {
+                throw fail("permissions[\(i)]", "unknown permission '\(p)'; known: \(Permission.known)")
             }
+            permissions.append(permission)
         }
         var restart = RestartPolicy.onFailure
         if let r = raw.restart {
@@ -235,23 +236,5 @@ extension Manifest {
         if path.isEmpty || path.hasPrefix("/") || path.split(separator: "/").contains("..") {
             throw fail(field, "'\(path)' must be a path inside the bundle (relative, without ..)")
         }
-    }
-}
-
-/// A manifest permission (SPEC §5).
-public enum Permission: Sendable, Equatable {
-    case network
-    case read(String)
-    case write(String)
-
-    public init?(_ text: String) {
-        if text == "network" { self = .network; return }
-        for (prefix, make) in [("filesystem.read:", Permission.read), ("filesystem.write:", Permission.write)] where text.hasPrefix(prefix) {
-            let path = String(text.dropFirst(prefix.count))
-            guard path.hasPrefix("/"), !path.split(separator: "/").contains("..") else { return nil }
-            self = make(path)
-            return
-        }
-        return nil
     }
 }

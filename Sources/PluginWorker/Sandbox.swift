@@ -37,33 +37,33 @@ enum Sandbox {
     static func apply(_ spec: WorkerSpec, sendLock: SendLock) throws(WorkerError) -> Applied {
         let started = ProcessControl.monotonicMicroseconds()
         var applied = Applied()
-        func layer(_ name: String) { applied.layers.append(name) }
-        func missing(_ name: String, _ why: String) throws(WorkerError) {
+        func layer(_ name: SandboxLayer) { applied.layers.append(name.rawValue) }
+        func missing(_ name: SandboxLayer, _ why: String) throws(WorkerError) {
             if spec.sandbox.required.contains(name) {
                 throw WorkerError(code: .sandboxError, message: "the operator requires the sandbox layer '\(name)', which this host cannot provide: \(why)")
             }
-            applied.missing.append("\(name): \(why)")
+            applied.missing.append("\(name.rawValue): \(why)")
         }
 
-        layer("process")
-        if getsid(0) == getpid() { layer("session") } else { try missing("session", "not a session leader") }
+        layer(.process)
+        if getsid(0) == getpid() { layer(.session) } else { try missing(.session, "not a session leader") }
 
         // 1. Die with the supervisor, and make sure it did not already die before the prctl.
         do { try ProcessControl.dieWithParent() } catch { throw failure(error) }
         guard getppid() == spec.supervisorPID else {
             throw WorkerError(code: .orphaned, message: "the supervisor (pid \(spec.supervisorPID)) is gone; exiting")
         }
-        layer("pdeathsig")
+        layer(.pdeathsig)
         // Not dumpable: no core files, no ptrace or /proc/<pid>/mem access by same-uid processes.
         do { try ProcessControl.setNotDumpable() } catch { throw failure(error) }
 
         // 2. Nothing inherited but stdio and the protocol socket.
         do { try ProcessControl.closeDescriptors(from: 3, except: spec.socketFD) } catch { throw failure(error) }
-        layer("descriptors")
+        layer(.descriptors)
 
         guard spec.sandbox.enabled else {
-            for name in ["rlimits", "userNamespace", "networkNamespace", "ipcNamespace", "utsNamespace", "noNewPrivs",
-                         "landlock", "capabilities", "seccomp"] {
+            for name: SandboxLayer in [.rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace, .noNewPrivs,
+                                       .landlock, .capabilities, .seccomp] {
                 try missing(name, "sandbox switched off (--no-sandbox)")
             }
             return applied
@@ -87,12 +87,12 @@ enum Sandbox {
             let rc = cws_set_rlimit(resource, value)
             guard rc == 0 else { throw failure("setrlimit(\(what))", -rc) }
         }
-        layer("rlimits")
+        layer(.rlimits)
         lap("rlimits")
 
         // 4. Namespaces: a user namespace (no capabilities over the host), and without the
         //    `network` permission a fresh network namespace (no interfaces but a down loopback).
-        let network = spec.sandbox.permissions.contains("network")
+        let network = spec.sandbox.permissions.contains(.network)
         let uid = getuid(), gid = getgid()
         var flags = CWS_CLONE_NEWUSER | CWS_CLONE_NEWIPC | CWS_CLONE_NEWUTS
         if !network { flags |= CWS_CLONE_NEWNET }
@@ -100,22 +100,22 @@ enum Sandbox {
         if rc == 0 {
             rc = cws_map_ids(uid, gid)
             guard rc == 0 else { throw failure("writing /proc/self/uid_map", -rc) }
-            layer("userNamespace")
-            layer("ipcNamespace")
-            layer("utsNamespace")
-            if !network { layer("networkNamespace") }
+            layer(.userNamespace)
+            layer(.ipcNamespace)
+            layer(.utsNamespace)
+            if !network { layer(.networkNamespace) }
         } else {
             let why = "unshare(CLONE_NEWUSER) failed: \(String(cString: strerror(-rc)))"
-            try missing("userNamespace", why)
+            try missing(.userNamespace, why)
             // root without user namespaces can still take the network, IPC and host name away.
             var fallback = CWS_CLONE_NEWIPC | CWS_CLONE_NEWUTS
             if !network { fallback |= CWS_CLONE_NEWNET }
             if cws_unshare(fallback) == 0 {
-                layer("ipcNamespace")
-                layer("utsNamespace")
-                if !network { layer("networkNamespace") }
+                layer(.ipcNamespace)
+                layer(.utsNamespace)
+                if !network { layer(.networkNamespace) }
             } else {
-                for name in ["ipcNamespace", "utsNamespace"] + (network ? [] : ["networkNamespace"]) {
+                for name: SandboxLayer in [.ipcNamespace, .utsNamespace] + (network ? [] : [.networkNamespace]) {
                     try missing(name, "unshare not permitted without a user namespace")
                 }
             }
@@ -124,7 +124,7 @@ enum Sandbox {
 
         // 5. No privilege gain through exec or setuid files, ever (also lets Landlock and seccomp load).
         do { try ProcessControl.setNoNewPrivileges() } catch { throw failure(error) }
-        layer("noNewPrivs")
+        layer(.noNewPrivs)
 
         // 6. Landlock: read-only the bundle and system libraries, read-write the data folder only.
         if let abi = ProcessControl.landlockABI().map(Int32.init) {
@@ -138,33 +138,33 @@ enum Sandbox {
                 rules.append(.init(path: p, writable: false, required: false))
             }
             for permission in spec.sandbox.permissions {
-                if permission.hasPrefix("filesystem.read:") {
-                    rules.append(.init(path: String(permission.dropFirst("filesystem.read:".count)), writable: false, required: false))
-                } else if permission.hasPrefix("filesystem.write:") {
-                    rules.append(.init(path: String(permission.dropFirst("filesystem.write:".count)), writable: true, required: false))
+                switch permission {
+                case .read(let path): rules.append(.init(path: path, writable: false, required: false))
+                case .write(let path): rules.append(.init(path: path, writable: true, required: false))
+                case .network: break
                 }
             }
             let ll = try Landlock.apply(rules, abi: abi, denyTCP: !network)
-            layer("landlock")
-            if ll.scoped { layer("landlockScopes") } else {
-                try missing("landlockScopes", "Landlock ABI \(abi) < 6: signals and abstract sockets are not scoped (seccomp still limits kill to the worker itself)")
+            layer(.landlock)
+            if ll.scoped { layer(.landlockScopes) } else {
+                try missing(.landlockScopes, "Landlock ABI \(abi) < 6: signals and abstract sockets are not scoped (seccomp still limits kill to the worker itself)")
             }
-            if ll.network { layer("landlockNetwork") } else if !network {
-                try missing("landlockNetwork", "Landlock ABI \(abi) < 4: no TCP rules (seccomp and the network namespace still deny the network)")
+            if ll.network { layer(.landlockNetwork) } else if !network {
+                try missing(.landlockNetwork, "Landlock ABI \(abi) < 4: no TCP rules (seccomp and the network namespace still deny the network)")
             }
         } else {
-            try missing("landlock", "the kernel offers no Landlock (landlock_create_ruleset failed: \(ProcessControl.landlockUnavailableReason()))")
+            try missing(.landlock, "the kernel offers no Landlock (landlock_create_ruleset failed: \(ProcessControl.landlockUnavailableReason()))")
         }
         lap("landlock")
 
         // 7. No capabilities left (root workers included).
         let dropped = cws_drop_capabilities()
-        if dropped == 0 { layer("capabilities") } else { try missing("capabilities", "capset failed: \(String(cString: strerror(-dropped)))") }
+        if dropped == 0 { layer(.capabilities) } else { try missing(.capabilities, "capset failed: \(String(cString: strerror(-dropped)))") }
 
         // 8. The syscall filter, last: from here on the plugin's code may run.
         let rules = SeccompPolicy.rules(network: network, pid: getpid())
         _ = try Seccomp.install(rules, reportFD: spec.socketFD, sendLock: sendLock)
-        layer("seccomp")
+        layer(.seccomp)
         lap("seccomp")
         return applied
     }

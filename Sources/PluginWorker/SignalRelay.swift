@@ -35,7 +35,7 @@ enum SignalRelay {
         let late = answered.wait(timeout: .now() + .microseconds(Int(terminationGrace))) == .timedOut
         host.destroy()
         let name = signal == SIGINT ? "SIGINT" : "SIGTERM"
-        let notice = ExitNotice(reason: "terminated",
+        let notice = ExitNotice(reason: .terminated,
                                 message: "\(name) to the worker: willTerminate " + (late ? "unanswered within the grace period" : "answered") + "; exiting cleanly")
         if let frame = try? ProtocolJSON.frame(notice) { try? host.connection.sendFrame(frame) }
         exit(0)

@@ -1,14 +1,9 @@
+import PluginProtocol
+
 /// Why a worker could not bring its plugin up. Each case maps to an `exit` notice reason and an exit code.
 struct WorkerError: Error, CustomStringConvertible {
-    enum Code: String {
-        case badSpec
-        case orphaned
-        case sandboxError
-        case loadError
-        case missingSymbol
-        case abiMismatch
-        case createFailed
-    }
+    /// The reason the `exit` notice gives (one of the worker's own, ExitReason.workerExitCode != nil).
+    typealias Code = ExitReason
 
     var code: Code
     var message: String
@@ -32,14 +27,7 @@ struct WorkerError: Error, CustomStringConvertible {
     }
 
     /// Exit status of a worker that ends for this reason (sysexits-style, distinct from plugin exits).
-    var exitCode: Int32 {
-        switch self.code {
-        case .badSpec: return 64
-        case .orphaned: return 65
-        case .sandboxError: return 71
-        case .loadError, .missingSymbol, .abiMismatch, .createFailed: return 78
-        }
-    }
+    var exitCode: Int32 { code.workerExitCode ?? 1 }
 
     var description: String { message }
 }

@@ -14,7 +14,7 @@ LifecycleSignals.block()
 
 /// Tells the supervisor why this worker is ending itself, then exits.
 func fail(_ error: WorkerError, connection: BlockingConnection?) -> Never {
-    if let connection, let frame = try? ProtocolJSON.frame(ExitNotice(reason: error.code.rawValue, message: error.message)) {
+    if let connection, let frame = try? ProtocolJSON.frame(ExitNotice(reason: error.code, message: error.message)) {
         try? connection.sendFrame(frame)
     }
     let line = "plugin-worker: \(error.message)\n"

@@ -186,14 +186,14 @@ struct CallTests {
         }
         let st = try sv.status()
         func exit(_ id: String) throws -> PluginProtocol.ExitStatus { try #require(st.first { $0.identifier == id }?.lastExit) }
-        #expect(try exit("e.nosymbol").reason == "missingSymbol")
+        #expect(try exit("e.nosymbol").reason == .missingSymbol)
         #expect(try exit("e.nosymbol").message?.contains("libnosymbol.so does not export sp_plugin_create") == true)
-        #expect(try exit("e.wrongabi").reason == "abiMismatch")
+        #expect(try exit("e.wrongabi").reason == .abiMismatch)
         #expect(try exit("e.wrongabi").message?.contains("speaks ABI version 99") == true)
-        #expect(try exit("e.null").reason == "createFailed")
-        #expect(try exit("e.notelf").reason == "loadError")
+        #expect(try exit("e.null").reason == .createFailed)
+        #expect(try exit("e.notelf").reason == .loadError)
         #expect(try exit("e.notelf").message?.contains("libnotelf.so") == true)
-        #expect(try exit("e.missing").reason == "loadError")
+        #expect(try exit("e.missing").reason == .loadError)
         #expect(try exit("e.missing").message?.contains("e.missing/libTestKit.so") == true)
         #expect(st.first { $0.identifier == "e.fine" }?.state == "running")
     }

@@ -127,13 +127,13 @@ struct FaultTests {
         let cfg = try config(w, #"{"pingIntervalMs": 200, "pingTimeoutMs": 600, "startupTimeoutMs": 1500}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let spun = try #require(try sv.plugin("w.spinner").lastExit)
-        #expect(spun.reason == "startupTimeout")
+        #expect(spun.reason == .startupTimeout)
         #expect(spun.signal == "SIGKILL")
         let before = try #require(try sv.plugin("w.blocker").pid)
         let r = try sv.cli("call", "--timeout", "10000", "w.blocker", "blockLoop", "{}")
         #expect(r.err.contains("unavailable"), "\(r.err)")
         try sv.waitUntil("w.blocker restarted") { let p = try sv.plugin("w.blocker"); return p.restarts == 1 && p.state == "running" }
-        #expect(try sv.plugin("w.blocker").lastExit?.reason == "watchdog")
+        #expect(try sv.plugin("w.blocker").lastExit?.reason == .watchdog)
         #expect(try sv.plugin("w.blocker").pid != before)
         #expect(try sv.call("w.healthy", "echo", "1", as: Int.self) == 1)
     }
@@ -148,7 +148,7 @@ struct FaultTests {
         _ = try sv.cli("call", "m.hog", "alloc", "{}")
         try sv.waitUntil(timeout: 15, "m.hog to die") { try sv.plugin("m.hog").lastExit != nil }
         let exit = try #require(try sv.plugin("m.hog").lastExit)
-        #expect(exit.reason == "memoryLimit", "\(exit)")
+        #expect(exit.reason == .memoryLimit, "\(exit)")
         #expect(try sv.call("m.healthy", "echo", "1", as: Int.self) == 1)
         #expect(try rss(sv.pid) < supervisorRSS + 32 << 20)
     }
@@ -179,7 +179,7 @@ struct FaultTests {
         for name in ["garbage", "giant", "socketFlood"] {
             try sv.waitUntil("f.\(name) dropped") { try sv.plugin("f.\(name)").lastExit != nil }
             let exit = try #require(try sv.plugin("f.\(name)").lastExit)
-            #expect(exit.reason == "protocolViolation", "f.\(name): \(exit)")
+            #expect(exit.reason == .protocolViolation, "f.\(name): \(exit)")
         }
         #expect(try sv.plugin("f.socketFlood").lastExit?.message?.contains("flooding") == true)
         #expect(try sv.plugin("f.giant").lastExit?.message?.contains("over the limit") == true)
@@ -209,7 +209,7 @@ struct FaultTests {
         let userPID = try sv2.plugin("d.user").pid
         _ = try sv2.cli("call", "d.base", "crash", #"{"how":"segv"}"#)
         try sv2.waitUntil("d.user restarted") { let p = try sv2.plugin("d.user"); return p.pid != userPID && p.state == "running" }
-        #expect(try sv2.plugin("d.user").lastExit?.reason == "dependencyRestarted")
+        #expect(try sv2.plugin("d.user").lastExit?.reason == .dependencyRestarted)
     }
 
     @Test("SIGKILL of the supervisor leaves no worker alive within a second")

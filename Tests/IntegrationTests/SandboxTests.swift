@@ -83,7 +83,7 @@ struct SandboxTests {
         #expect(r.err.contains("unavailable"), "\(r.err)")
         try sv.waitUntil("f.bad to be recorded") { try sv.plugin("f.bad").lastExit != nil }
         let exit = try #require(try sv.plugin("f.bad").lastExit)
-        #expect(exit.reason == "sandboxViolation")
+        #expect(exit.reason == .sandboxViolation)
         #expect(exit.syscall == syscall)
         #expect(sv.log.contains("f.bad"))
         #expect(try sv.call("f.good", "echo", "2", as: Int.self) == 2)
@@ -103,7 +103,7 @@ struct SandboxTests {
         let o = try sv.call("c.denied", "ctorResult", as: Outcome.self)
         #expect(o.rc < 0 && o.errno == EACCES)
         let exit = try #require(try sv.plugin("c.fatal").lastExit)
-        #expect(exit.reason == "sandboxViolation")
+        #expect(exit.reason == .sandboxViolation)
         #expect(exit.syscall == "execve")
         #expect(try sv.plugin("c.fatal").state == "failed")
         #expect(try sv.call("c.good", "echo", "3", as: Int.self) == 3)
@@ -130,7 +130,7 @@ struct SandboxTests {
         try sv.waitUntil("z.sneaky's exit") { try sv.plugin("z.sneaky").lastExit != nil }
         let exit = try #require(try sv.plugin("z.sneaky").lastExit)
         #expect(exit.signal == "SIGSEGV")
-        #expect(exit.reason != "sandboxViolation")
+        #expect(exit.reason != .sandboxViolation)
         #expect(exit.syscall == nil)
     }
 

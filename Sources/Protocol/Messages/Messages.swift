@@ -50,11 +50,11 @@ public struct LogMessage: Codable, Sendable, Equatable {
 /// so the supervisor can record the cause rather than only an exit code.
 public struct ExitNotice: Codable, Sendable, Equatable {
     public var type = MessageKind.exit
-    public var reason: String
+    public var reason: ExitReason
     public var message: String
     public var syscall: String?
 
-    public init(reason: String, message: String, syscall: String? = nil) {
+    public init(reason: ExitReason, message: String, syscall: String? = nil) {
         self.reason = reason
         self.message = message
         self.syscall = syscall

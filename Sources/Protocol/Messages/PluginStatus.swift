@@ -43,13 +43,11 @@ public struct PluginStatus: Codable, Sendable, Equatable {
 public struct ExitStatus: Codable, Sendable, Equatable {
     public var code: Int32?
     public var signal: String?
-    /// `exited`, `signaled`, `sandboxViolation`, `protocolViolation`, `watchdog`, `memoryLimit`,
-    /// `startupTimeout`, `loadError`, `stopped`, ...
-    public var reason: String
+    public var reason: ExitReason
     public var syscall: String?
     public var message: String?
 
-    public init(code: Int32? = nil, signal: String? = nil, reason: String, syscall: String? = nil, message: String? = nil) {
+    public init(code: Int32? = nil, signal: String? = nil, reason: ExitReason, syscall: String? = nil, message: String? = nil) {
         self.code = code
         self.signal = signal
         self.reason = reason

@@ -47,15 +47,15 @@ public struct SandboxSpec: Codable, Sendable, Equatable {
     public var memoryMB: Int?
     /// RLIMIT_NOFILE.
     public var openFiles: Int?
-    /// Manifest permissions, already validated: `network`, `filesystem.read:<path>`, `filesystem.write:<path>`.
-    public var permissions: [String]
+    /// Manifest permissions, parsed from the manifest.
+    public var permissions: [Permission]
     /// Layers the operator demands; the worker refuses to load the plugin if one is unavailable.
-    public var required: [String]
+    public var required: [SandboxLayer]
     /// Extra read-only paths the runtime needs (the Swift runtime's folder, found by the supervisor).
     public var runtimePaths: [String]
 
-    public init(enabled: Bool = true, memoryMB: Int? = nil, openFiles: Int? = nil, permissions: [String] = [],
-                required: [String] = [], runtimePaths: [String] = []) {
+    public init(enabled: Bool = true, memoryMB: Int? = nil, openFiles: Int? = nil, permissions: [Permission] = [],
+                required: [SandboxLayer] = [], runtimePaths: [String] = []) {
         self.enabled = enabled
         self.memoryMB = memoryMB
         self.openFiles = openFiles

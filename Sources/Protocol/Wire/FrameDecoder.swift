@@ -1,58 +1,104 @@
+/// Bytes a frame parser reads from: the blocking readers' byte array, or the supervisor's NIO buffer.
+public protocol FrameInput {
+    /// Bytes available to read.
+    var readableCount: Int { get }
+    /// The byte at `offset` from the read position (offset < readableCount).
+    func peek(at offset: Int) -> UInt8
+    /// Moves the read position forward.
+    mutating func skip(_ count: Int)
+}
 
-
-/// Splits a byte stream into frame bodies: 4-byte big-endian length, then the body.
-/// A state machine in the manner of swift-nio-extras' length-field decoder; refuses an empty frame and
-/// one over the limit before buffering its body.
-public struct FrameDecoder: Sendable {
+/// The one frame parser every reader uses (4-byte big-endian length, then the body): a state
+/// machine in the manner of swift-nio-extras' length-field decoder. It refuses an empty frame and
+/// one over the limit at the header, before buffering the body.
+public struct FrameParser: Sendable {
     public enum State: Sendable, Equatable {
         case waitingForHeader
         case waitingForFrame(length: Int)
     }
 
-    public private(set) var state = State.waitingForHeader
+    @usableFromInline internal(set) var _state = State.waitingForHeader
+    public var state: State { _state }
     public let maxBody: Int
-    private var buffer: [UInt8] = []
-    private var readIndex = 0
 
     public init(maxBody: Int = Frame.defaultMaxBody) {
         self.maxBody = maxBody
     }
 
-    /// Bytes buffered but not yet returned as frames.
-    public var bufferedCount: Int { buffer.count - readIndex }
-
-    public mutating func append(_ bytes: UnsafeRawBufferPointer) {
-        if readIndex > 0, readIndex == buffer.count {
-            buffer.removeAll(keepingCapacity: true)
-            readIndex = 0
-        } else if readIndex > 65536, readIndex * 2 > buffer.count {
-            buffer.removeFirst(readIndex)
-            readIndex = 0
-        }
-        buffer.append(contentsOf: bytes)
-    }
-
-    /// Calls `body` with the next complete frame's bytes, if there is one; returns whether it did.
-    /// Throws when the next header is invalid; the stream is unusable after that.
-    public mutating func next<R>(_ body: (UnsafeRawBufferPointer) throws -> R) throws -> R? {
+    /// The length of the next frame's body once all of it is readable in `input` (its header consumed,
+    /// the body left for the caller to take), or nil when more bytes are needed. Throws when the next
+    /// header is invalid; the stream is unusable after that.
+    @inlinable
+    public mutating func nextBody<Input: FrameInput>(in input: inout Input) throws(Frame.HeaderError) -> Int? {
         while true {
-            switch state {
+            switch _state {
             case .waitingForHeader:
-                guard buffer.count - readIndex >= Frame.headerSize else { return nil }
-                let length = try Frame.bodyLength(
-                    b0: buffer[readIndex], b1: buffer[readIndex + 1], b2: buffer[readIndex + 2], b3: buffer[readIndex + 3],
-                    limit: maxBody)
-                readIndex += Frame.headerSize
-                state = .waitingForFrame(length: length)
+                guard input.readableCount >= Frame.headerSize else { return nil }
+                let length = try Frame.bodyLength(b0: input.peek(at: 0), b1: input.peek(at: 1), b2: input.peek(at: 2), b3: input.peek(at: 3),
+                                                  limit: maxBody)
+                input.skip(Frame.headerSize)
+                _state = .waitingForFrame(length: length)
             case .waitingForFrame(let length):
-                guard buffer.count - readIndex >= length else { return nil }
-                let start = readIndex
-                readIndex += length
-                state = .waitingForHeader
-                return try buffer.withUnsafeBytes { all in
-                    try body(UnsafeRawBufferPointer(rebasing: all[start..<(start + length)]))
-                }
+                guard input.readableCount >= length else { return nil }
+                _state = .waitingForHeader
+                return length
             }
         }
+    }
+}
+
+/// Splits a byte stream into frame bodies for the blocking readers (worker, CLI): a byte buffer fed
+/// by `append`, read by `FrameParser`.
+public struct FrameDecoder: Sendable {
+    private var parser: FrameParser
+    private var buffer = ByteAccumulator()
+
+    public init(maxBody: Int = Frame.defaultMaxBody) {
+        parser = FrameParser(maxBody: maxBody)
+    }
+
+    public var state: FrameParser.State { parser.state }
+    public var maxBody: Int { parser.maxBody }
+
+    /// Bytes buffered but not yet returned as frames.
+    public var bufferedCount: Int { buffer.readableCount }
+
+    public mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        buffer.append(bytes)
+    }
+
+    /// Calls `body` with the next complete frame's bytes, if there is one; returns what it returned.
+    /// Throws when the next header is invalid; the stream is unusable after that.
+    public mutating func next<R>(_ body: (UnsafeRawBufferPointer) throws -> R) throws -> R? {
+        guard let length = try parser.nextBody(in: &buffer) else { return nil }
+        return try buffer.take(length, body)
+    }
+}
+
+/// A growable byte buffer with a read position, compacted as it is consumed.
+struct ByteAccumulator: FrameInput, Sendable {
+    private var bytes: [UInt8] = []
+    private var readIndex = 0
+
+    var readableCount: Int { bytes.count - readIndex }
+    func peek(at offset: Int) -> UInt8 { bytes[readIndex + offset] }
+    mutating func skip(_ count: Int) { readIndex += count }
+
+    mutating func append(_ more: UnsafeRawBufferPointer) {
+        if readIndex > 0, readIndex == bytes.count {
+            bytes.removeAll(keepingCapacity: true)
+            readIndex = 0
+        } else if readIndex > 65536, readIndex * 2 > bytes.count {
+            bytes.removeFirst(readIndex)
+            readIndex = 0
+        }
+        bytes.append(contentsOf: more)
+    }
+
+    /// Calls `body` with the next `count` bytes and consumes them.
+    mutating func take<R>(_ count: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        let start = readIndex
+        readIndex += count
+        return try bytes.withUnsafeBytes { all in try body(UnsafeRawBufferPointer(rebasing: all[start..<(start + count)])) }
     }
 }

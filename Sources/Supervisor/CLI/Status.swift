@@ -25,7 +25,7 @@ enum StatusTable {
         for p in list {
             var exit = "-"
             if let e = p.lastExit {
-                exit = [e.code.map { "code \($0)" }, e.signal, e.reason == "exited" || e.reason == "signaled" ? nil : e.reason, e.syscall]
+                exit = [e.code.map { "code \($0)" }, e.signal, e.reason == .exited || e.reason == .signaled ? nil : e.reason.rawValue, e.syscall]
                     .compactMap { $0 }.joined(separator: " ")
             }
             var sandbox = p.sandbox.isEmpty ? "-" : "\(p.sandbox.count) layers"

@@ -55,12 +55,7 @@ public struct SupervisorConfig: Sendable {
     public var downloadLowSpeedSeconds = 15
     public var downloadMaxBytes = 256 << 20
     /// Sandbox layers the operator demands; a plugin is not started where one is missing.
-    public var requiredSandboxLayers: [String] = []
-    /// The layers a worker can report (docs/sandbox.md).
-    public static let sandboxLayers = [
-        "session", "rlimits", "userNamespace", "networkNamespace", "ipcNamespace", "utsNamespace", "noNewPrivs",
-        "landlock", "landlockNetwork", "landlockScopes", "capabilities", "seccomp",
-    ]
+    public var requiredSandboxLayers: [SandboxLayer] = []
 
     /// The default home: `$SUPERVISOR_HOME`, else `$XDG_DATA_HOME/sandboxed-plugins`, else
     /// `~/.local/share/sandboxed-plugins`.
@@ -177,10 +172,14 @@ public struct SupervisorConfig: Sendable {
         if let v = try positive("downloadLowSpeedSeconds", file.downloadLowSpeedSeconds) { downloadLowSpeedSeconds = v }
         if let v = try positive("downloadMaxBytes", file.downloadMaxBytes) { downloadMaxBytes = v }
         if let v = file.requireSandboxLayers {
-            if let unknown = v.first(where: { !Self.sandboxLayers.contains($0) }) {
-                throw ConfigError(file: path, reason: "'requireSandboxLayers' names '\(unknown)', which is not a sandbox layer; layers: \(Self.sandboxLayers.joined(separator: ", "))")
+            var layers: [SandboxLayer] = []
+            for name in v {
+                guard let layer = SandboxLayer(rawValue: name), SandboxLayer.requirable.contains(layer) else {
+                    throw ConfigError(file: path, reason: "'requireSandboxLayers' names '\(name)', which is not a sandbox layer; layers: \(SandboxLayer.requirable.map(\.rawValue).joined(separator: ", "))")
+                }
+                layers.append(layer)
             }
-            requiredSandboxLayers = v
+            requiredSandboxLayers = layers
         }
     }
 }

@@ -1,0 +1,40 @@
+/// Why a worker ended (`lastExit.reason` in `status`, SPEC §6 and §8). The worker's own reasons
+/// (sent in an `exit` notice) each have a fixed exit code; the supervisor believes a notice only when
+/// the process really ended with that code, since a plugin can write anything to its socket but
+/// cannot fake how its process ended.
+public enum ExitReason: String, Sendable, Codable, CaseIterable {
+    // How the process ended, when nothing more is known.
+    case exited, signaled
+    // The worker ended itself, and said why.
+    case badSpec, orphaned, sandboxError, loadError, missingSymbol, abiMismatch, createFailed
+    case sandboxViolation
+    /// It was signalled to its own pid (SIGTERM/SIGINT) and ended cleanly.
+    case terminated
+    // The supervisor ended it.
+    case protocolViolation, watchdog, memoryLimit, startupTimeout, startupFailed, disconnected
+    case dependencyRestarted, spawnError
+    /// Stopped on purpose (shutdown, restart, uninstall, update).
+    case stopped
+
+    /// The exit code a worker uses when it ends itself for this reason (sysexits-style, apart from
+    /// plugin exits), or nil for reasons the worker never gives.
+    public var workerExitCode: Int32? {
+        switch self {
+        case .badSpec: return 64
+        case .orphaned: return 65
+        case .sandboxError: return 71
+        case .loadError, .missingSymbol, .abiMismatch, .createFailed: return 78
+        case .sandboxViolation: return 159
+        case .terminated: return 0
+        default: return nil
+        }
+    }
+
+    /// A cause a restart cannot cure (SPEC §6): the plugin goes to `failed` at once.
+    public var isPermanent: Bool {
+        switch self {
+        case .badSpec, .loadError, .missingSymbol, .abiMismatch: return true
+        default: return false
+        }
+    }
+}

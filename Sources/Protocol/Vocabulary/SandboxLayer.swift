@@ -1,0 +1,13 @@
+/// The sandbox layers a worker reports in `hello` and `status` shows (SPEC §5, docs/sandbox.md),
+/// in the order the worker applies them.
+public enum SandboxLayer: String, Sendable, Codable, CaseIterable {
+    case process, session, pdeathsig, descriptors, rlimits
+    case userNamespace, networkNamespace, ipcNamespace, utsNamespace
+    case noNewPrivs, landlock, landlockNetwork, landlockScopes, capabilities, seccomp
+
+    /// The layers an operator may require (`requireSandboxLayers`): every one the host may lack.
+    public static let requirable: [SandboxLayer] = [
+        .session, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace, .noNewPrivs,
+        .landlock, .landlockNetwork, .landlockScopes, .capabilities, .seccomp,
+    ]
+}

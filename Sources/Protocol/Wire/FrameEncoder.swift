@@ -1,0 +1,212 @@
+/// Where a frame is written: a byte array (the worker, the CLI) or, in the supervisor, the very
+/// NIO buffer that is sent, so a routed frame is built once and never copied.
+public protocol FrameSink {
+    /// Bytes written so far.
+    var writtenCount: Int { get }
+    mutating func append(byte: UInt8)
+    mutating func append(bytes: UnsafeRawBufferPointer)
+    /// Overwrites 4 bytes at `offset` (the length prefix, once the body is complete).
+    mutating func setLengthPrefix(_ length: UInt32, at offset: Int)
+}
+
+extension Array: FrameSink where Element == UInt8 {
+    @inlinable public var writtenCount: Int { count }
+    @inlinable public mutating func append(byte: UInt8) { append(byte) }
+    @inlinable public mutating func append(bytes: UnsafeRawBufferPointer) { append(contentsOf: bytes) }
+    @inlinable public mutating func setLengthPrefix(_ length: UInt32, at offset: Int) {
+        self[offset] = UInt8(truncatingIfNeeded: length >> 24)
+        self[offset + 1] = UInt8(truncatingIfNeeded: length >> 16)
+        self[offset + 2] = UInt8(truncatingIfNeeded: length >> 8)
+        self[offset + 3] = UInt8(truncatingIfNeeded: length)
+    }
+}
+
+/// Builds one length-prefixed frame by appending JSON members, so a router can forward raw payload
+/// bytes it never decoded. `finish()` patches the length prefix and hands back the sink.
+public struct FrameEncoder<Sink: FrameSink> {
+    @usableFromInline var sink: Sink
+    @usableFromInline let start: Int
+    @usableFromInline var first = true
+
+    /// Starts a frame holding `{"type":"<kind>"` at the end of `sink`.
+    @inlinable
+    public init(kind: MessageKind, into sink: Sink) {
+        self.sink = sink
+        start = sink.writtenCount
+        for _ in 0..<Frame.headerSize { self.sink.append(byte: 0) }
+        self.sink.append(byte: UInt8(ascii: "{"))
+        appendKey("type")
+        appendString(kind.rawValue)
+    }
+
+    @inlinable
+    mutating func appendKey(_ key: StaticString) {
+        if first { first = false } else { sink.append(byte: UInt8(ascii: ",")) }
+        sink.append(byte: UInt8(ascii: "\""))
+        sink.append(bytes: UnsafeRawBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
+        sink.append(byte: UInt8(ascii: "\""))
+        sink.append(byte: UInt8(ascii: ":"))
+    }
+
+    @inlinable
+    public mutating func uint(_ key: StaticString, _ value: UInt64) {
+        appendKey(key)
+        if value == 0 { sink.append(byte: UInt8(ascii: "0")); return }
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for 20 digits
+        var n = value
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { d in
+            while n > 0 { d[23 - count] = UInt8(n % 10) + 0x30; n /= 10; count += 1 }
+            sink.append(bytes: UnsafeRawBufferPointer(rebasing: d[(24 - count)...]))
+        }
+    }
+
+    @inlinable
+    public mutating func string(_ key: StaticString, _ value: String) {
+        appendKey(key)
+        appendString(value)
+    }
+
+    /// Appends `"key": <raw>` where `raw` is already-valid JSON.
+    @inlinable
+    public mutating func raw(_ key: StaticString, _ raw: UnsafeRawBufferPointer) {
+        appendKey(key)
+        sink.append(bytes: raw)
+    }
+
+    @inlinable
+    public mutating func raw(_ key: StaticString, _ raw: [UInt8]) {
+        appendKey(key)
+        raw.withUnsafeBytes { sink.append(bytes: $0) }
+    }
+
+    /// Appends `"error": {"code": ..., "message": ...}`.
+    @inlinable
+    public mutating func error(_ code: ErrorCode, _ message: String) {
+        error(code: code.rawValue, message)
+    }
+
+    /// Appends `"error": {"code": ..., "message": ...}` with a code of the plugin's own.
+    @inlinable
+    public mutating func error(code: String, _ message: String) {
+        appendKey("error")
+        appendLiteral(#"{"code":"#)
+        appendString(code)
+        appendLiteral(#","message":"#)
+        appendString(message)
+        sink.append(byte: UInt8(ascii: "}"))
+    }
+
+    /// Appends `"key": {...}`: a flat object of strings and string lists (event payloads), escaped.
+    @inlinable
+    public mutating func object(_ key: StaticString, _ members: KeyValuePairs<String, FlatJSON>) {
+        appendKey(key)
+        sink.append(byte: UInt8(ascii: "{"))
+        var firstMember = true
+        for (k, v) in members {
+            if firstMember { firstMember = false } else { sink.append(byte: UInt8(ascii: ",")) }
+            appendString(k)
+            sink.append(byte: UInt8(ascii: ":"))
+            switch v {
+            case .string(let text): appendString(text)
+            case .strings(let list):
+                sink.append(byte: UInt8(ascii: "["))
+                for (i, text) in list.enumerated() {
+                    if i > 0 { sink.append(byte: UInt8(ascii: ",")) }
+                    appendString(text)
+                }
+                sink.append(byte: UInt8(ascii: "]"))
+            }
+        }
+        sink.append(byte: UInt8(ascii: "}"))
+    }
+
+    @inlinable
+    mutating func appendLiteral(_ s: StaticString) {
+        sink.append(bytes: UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
+    }
+
+    @inlinable
+    mutating func appendString(_ s: String) {
+        sink.append(byte: UInt8(ascii: "\""))
+        JSONEscaping.append(s, to: &sink)
+        sink.append(byte: UInt8(ascii: "\""))
+    }
+
+    /// Closes the object, writes the length prefix and returns the sink holding the whole frame.
+    @inlinable
+    public consuming func finish() -> Sink {
+        sink.append(byte: UInt8(ascii: "}"))
+        sink.setLengthPrefix(UInt32(sink.writtenCount - start - Frame.headerSize), at: start)
+        return sink
+    }
+}
+
+/// A member value of `FrameEncoder.object`.
+public enum FlatJSON: Sendable {
+    case string(String)
+    case strings([String])
+}
+
+/// The encoder most code uses: a frame in a fresh byte array.
+public typealias FrameBuilder = FrameEncoder<[UInt8]>
+
+extension FrameEncoder where Sink == [UInt8] {
+    @inlinable
+    public init(kind: MessageKind, capacity: Int = 128) {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(capacity + 32)
+        self.init(kind: kind, into: bytes)
+    }
+}
+
+/// JSON string escaping.
+public enum JSONEscaping {
+    @inlinable
+    public static func append<Sink: FrameSink>(_ s: String, to sink: inout Sink) {
+        var s = s
+        s.withUTF8 { utf8 in
+            var runStart = 0
+            for i in 0..<utf8.count {
+                let c = utf8[i]
+                guard c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") else { continue }
+                if runStart < i { sink.append(bytes: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(utf8)[runStart..<i])) }
+                runStart = i + 1
+                sink.append(byte: UInt8(ascii: "\\"))
+                switch c {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"): sink.append(byte: c)
+                case 0x0A: sink.append(byte: UInt8(ascii: "n"))
+                case 0x0D: sink.append(byte: UInt8(ascii: "r"))
+                case 0x09: sink.append(byte: UInt8(ascii: "t"))
+                default:
+                    let hex: StaticString = "0123456789abcdef"
+                    sink.append(byte: UInt8(ascii: "u"))
+                    sink.append(byte: 0x30)
+                    sink.append(byte: 0x30)
+                    sink.append(byte: hex.utf8Start[Int(c >> 4)])
+                    sink.append(byte: hex.utf8Start[Int(c & 0xF)])
+                }
+            }
+            if runStart < utf8.count { sink.append(bytes: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(utf8)[runStart...])) }
+        }
+    }
+
+    /// `s` as a quoted JSON string.
+    public static func quoted(_ s: String) -> [UInt8] {
+        var out: [UInt8] = [UInt8(ascii: "\"")]
+        append(s, to: &out)
+        out.append(UInt8(ascii: "\""))
+        return out
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// Prepends a 4-byte big-endian length to a frame body.
+    public static func frame(body: some Collection<UInt8>) -> [UInt8] {
+        let n = UInt32(body.count)
+        var out: [UInt8] = [UInt8(truncatingIfNeeded: n >> 24), UInt8(truncatingIfNeeded: n >> 16),
+                            UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)]
+        out.append(contentsOf: body)
+        return out
+    }
+}

@@ -1,0 +1,97 @@
+import Bundles
+import LinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+
+/// The supervisor's timers: request deadlines, the watchdog's pings, memory limits, daily resource
+/// refreshes. Each tick runs on the event loop.
+final class Health: SupervisorComponent, @unchecked Sendable {
+    // @unchecked: used only on the supervisor's event loop.
+    unowned let supervisor: Supervisor
+    private var timers: [RepeatedTask] = []
+    /// Missing sandbox layers already warned about (once each).
+    private var warnedMissingLayers = Set<String>()
+
+    init(_ supervisor: Supervisor) {
+        self.supervisor = supervisor
+    }
+
+    func start() {
+        // Call and event deadlines, checked every 10 ms.
+        every(.milliseconds(10)) { [self] in router.expire(now: .now()) }
+        // Memory: soft limit → memoryWarning, hard limit → memoryLimit.
+        every(.milliseconds(250)) { [self] in checkMemory() }
+        // Daily live resources: checked hourly, each refreshed when a day old.
+        every(.hours(1)) { [self] in
+            for record in table.all where record.phase == .running && record.manifest.resources?.daily == true {
+                installs.refreshResources(record)
+            }
+        }
+        every(.milliseconds(Int64(config.pingIntervalMs))) { [self] in watchdog() }
+    }
+
+    func stop() {
+        for t in timers { t.cancel() }
+        timers = []
+    }
+
+    private func every(_ interval: TimeAmount, _ body: @escaping @Sendable () -> Void) {
+        timers.append(loop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in body() })
+    }
+
+    /// Pings every running worker; one whose previous ping is unanswered past `pingTimeoutMs` is killed.
+    /// The worker answers pings on its I/O thread, so a plugin that blocks its `receive` is caught.
+    private func watchdog() {
+        let now = NIODeadline.now()
+        for record in table.all where record.phase == .running {
+            guard let instance = record.instance, let channel = instance.channel else { continue }
+            if let ping = instance.outstandingPing {
+                if now - ping.sentAt > .milliseconds(Int64(config.pingTimeoutMs)) {
+                    lifecycle.kill(instance, .watchdog, "no pong within \(config.pingTimeoutMs) ms")
+                }
+                continue
+            }
+            let id = instance.takeID()
+            instance.outstandingPing = (id, now)
+            var ping = outbox.encoder(.ping, for: channel)
+            ping.uint("id", id)
+            outbox.write(ping.finish(), to: channel)
+        }
+        outbox.flush()
+    }
+
+    /// Samples every worker's resident and data size (/proc/<pid>/statm). Over the soft limit a
+    /// plugin gets `memoryWarning` (once per excursion); over the hard limit it is killed (`memoryLimit`).
+    private func checkMemory() {
+        for record in table.all where record.phase == .running || record.phase.isStarting {
+            guard let instance = record.instance, !instance.phase.hasExited,
+                  let statm = try? FileSystem.readFile("/proc/\(instance.pid)/statm", limit: 256),
+                  let sample = MemoryLimits.parseStatm(statm) else { continue }
+            instance.memory.resident = sample.resident
+            instance.memory.data = sample.data
+            let limits = MemoryLimits(record.manifest)
+            switch limits.verdict(resident: sample.resident, warned: instance.memory.warned) {
+            case .overHard:
+                lifecycle.kill(instance, .memoryLimit, "resident memory \(sample.resident >> 20) MiB is over the limit of \(limits.hard >> 20) MiB")
+            case .overSoft where record.phase == .running:
+                instance.memory.warned = true
+                logger.warning("\(record.identifier) uses \(sample.resident >> 20) MiB, over its soft limit of \(limits.soft >> 20) MiB: sending memoryWarning",
+                               metadata: ["plugin": "\(record.identifier)"])
+                router.sendEvent(record, .memoryWarning) { _ in }
+            case .backUnderSoft:
+                instance.memory.warned = false
+            default:
+                break
+            }
+        }
+        outbox.flush()
+    }
+
+    /// Warns once per missing sandbox layer (a host property: every worker would say the same).
+    func noteMissingLayers(_ missing: [String]) {
+        for layer in missing where warnedMissingLayers.insert(layer).inserted {
+            logger.warning("sandbox layer missing on this host: \(layer); workers run without it")
+        }
+    }
+}

@@ -1,0 +1,221 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Bundles
+import Dispatch
+import LinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+
+/// Install, update, uninstall, on-demand installs and live resources for a running supervisor
+/// (SPEC §9). The slow part (download, checks, unpacking, preflight) runs in `supervisor-installer`,
+/// driven from `queue`; the swap, the restart and the rollback run on the event loop.
+///
+/// Ownership: everything the installer needs is copied into an `InstallRequest` on the loop before
+/// the work goes to `queue`; the queue touches no supervisor state and hands its result back with
+/// `loop.execute`.
+final class Installs: SupervisorComponent, @unchecked Sendable {
+    // @unchecked: the mutable state (`onDemandWaiters`) is used only on the event loop; `queue` and
+    // the `let`s are safe to use from any thread.
+    unowned let supervisor: Supervisor
+    /// Installer runs, one at a time, off the event loop.
+    let queue = DispatchQueue(label: "supervisor.installs")
+    let store: BundleStore
+    /// Callers waiting for an on-demand install, by plugin.
+    var onDemandWaiters: [String: [(ErrorBody?) -> Void]] = [:]
+
+    init(_ supervisor: Supervisor) {
+        self.supervisor = supervisor
+        store = BundleStore(home: supervisor.config.home)
+    }
+
+    struct Options: Sendable {
+        var force = false
+        var allowUnsigned = false
+        var check = false
+    }
+
+    var catalogURL: String? { config.updatesEnabled ? config.catalogURL : nil }
+
+    /// A request to `supervisor-installer` with this supervisor's settings. On the loop only: it
+    /// reads the plugin table.
+    func request(_ operation: InstallRequest.Operation) -> InstallRequest {
+        loop.preconditionInEventLoop()
+        var request = InstallRequest(operation: operation, home: config.home, lowSpeedSeconds: config.downloadLowSpeedSeconds,
+                                     maxBytes: config.downloadMaxBytes)
+        request.trustedKeys = config.trustedKeys
+        request.sandbox = config.sandboxEnabled
+        request.workerExecutable = config.workerExecutable
+        request.runtimePaths = supervisor.runtimePaths
+        var others: [String: String] = [:]
+        for record in table.all where !isInstalledHere(record) { others[record.identifier] = record.manifest.bundle }
+        request.otherBundles = others
+        return request
+    }
+
+    /// Whether the plugin's bundle lives in `<home>/plugins` (where installs go).
+    func isInstalledHere(_ record: PluginRecord) -> Bool {
+        record.manifest.bundle.hasPrefix(pluginsFolder + "/")
+    }
+
+    var pluginsFolder: String { FileSystem.realPath(config.home + "/plugins") ?? config.home + "/plugins" }
+
+    /// Runs the installer (on `queue`, never on the loop). Its preflight workers are refused on the
+    /// control socket while they live.
+    func runInstaller(_ request: InstallRequest, progress: @escaping @Sendable (InstallerLine.Progress) -> Void = { _ in }) throws(InstallError) -> InstallerLine {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let supervisor = self.supervisor
+        var started: [pid_t] = []
+        // The installer reaps its preflight workers: forget them when it is done (a pid is reused).
+        defer { supervisor.preflightPIDs.withLock { set in for pid in started { set.remove(pid) } } }
+        return try InstallerProcess(executable: config.installerExecutable).run(request, progress: progress, preflight: { pid in
+            started.append(pid)
+            supervisor.preflightPIDs.withLock { _ = $0.insert(pid) }
+        })
+    }
+
+    /// Fetches the catalog through the installer (conditional GET, cached copy when the server fails).
+    func loadCatalog(_ request: InstallRequest) throws(InstallError) -> CatalogLoaded {
+        let line = try runInstaller(request)
+        if let e = line.error { throw InstallError(body: e) }
+        guard let catalog = line.catalog else { throw InstallError(.internalError, "the installer gave no catalog") }
+        return catalog
+    }
+
+    /// A catalog request for `url`, made on the loop.
+    func catalogRequest(_ url: String) -> InstallRequest {
+        var request = request(.catalog)
+        request.url = url
+        return request
+    }
+
+    /// Refreshes the cached catalog in the background (a 304 when unchanged), so on-demand installs
+    /// work from the first call.
+    func warmCatalog() {
+        guard let url = catalogURL else { return }
+        let request = catalogRequest(url)
+        queue.async { [self] in
+            do throws(InstallError) { _ = try loadCatalog(request) } catch { logger.warning("catalog not refreshed: \(error)") }
+        }
+    }
+
+    // MARK: Install
+
+    /// Control request `install` (uri = archive path or URL; params: force, allowUnsigned).
+    func installCommand(_ origin: ReplyOrigin, source: String, options: Options) {
+        install(source: source, entry: nil, options: options, origin: origin) { [self] result in
+            switch result {
+            case .success(let text): router.respond(origin) { try ProtocolJSON.encode(["installed": text]) }
+            case .failure(let error): router.answer(origin, error: error)
+            }
+            outbox.flush()
+        }
+    }
+
+    /// Stages with `supervisor-installer` on `queue`, then swaps in and (re)starts on the loop.
+    /// `done` runs on the loop.
+    func install(source: String, entry: CatalogEntry?, options: Options, origin: ReplyOrigin?,
+                 _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
+        var staging = request(.stage)
+        staging.source = source
+        staging.entry = entry
+        staging.force = options.force
+        staging.allowUnsigned = options.allowUnsigned
+        let request = staging
+        queue.async { [self] in
+            let line: InstallerLine
+            do throws(InstallError) {
+                line = try runInstaller(request) { [self] p in
+                    if let origin { loop.execute { self.router.sendProgress(origin, stage: p.stage, done: p.done, total: p.total) } }
+                }
+            } catch {
+                loop.execute { done(.failure(error.body)) }
+                return
+            }
+            guard let staged = line.staged else {
+                let error = line.error ?? InstallError(.internalError, "the installer gave no answer").body
+                logger.error("install of \(source) failed: \(error.message)")
+                loop.execute { done(.failure(error)) }
+                return
+            }
+            loop.execute { self.apply(staged, done) }
+        }
+    }
+
+    /// Swaps the staged version in and starts it; on failure swaps the old one back and restarts it.
+    private func apply(_ staged: BundleStore.Staged, _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
+        loop.preconditionInEventLoop()
+        do { try store.swapIn(staged) } catch {
+            store.finish(staged)
+            return done(.failure(error.body))
+        }
+        let id = staged.identifier
+        let bundle = FileSystem.realPath(staged.target) ?? staged.target
+        let manifest: Manifest
+        do { manifest = try Manifest.load(bundle: bundle) } catch {
+            try? store.rollBack(staged)
+            return done(.failure(InstallError(.invalidManifest, "\(error)").body))
+        }
+        let what = "\(id) \(staged.version)" + (staged.previous.map { " (was \($0))" } ?? "")
+        // Its dependencies must be installed, in range, and not make a cycle.
+        var others = table.all.filter { $0.identifier != id }.map(\.manifest)
+        others.append(manifest)
+        if let problem = PluginCatalog(manifests: others).unstartable[id] {
+            try? store.rollBack(staged)
+            return done(.failure(InstallError(.conflict, "\(id) \(staged.version) cannot start here: \(problem); not installed").body))
+        }
+        guard !lifecycle.isShuttingDown else {
+            store.finish(staged)
+            return done(.success(what + "; it starts with the supervisor"))
+        }
+        if let record = table[id] {
+            replace(record, with: manifest, staged: staged, what: what, done)
+        } else {
+            let record = PluginRecord(manifest: manifest, phase: .waiting)
+            record.installAwaitsVerdict = true
+            table.add(record)
+            record.startWaiters.append { [self] problem in
+                record.installAwaitsVerdict = false
+                guard let problem else {
+                    store.finish(staged)
+                    logger.notice("installed \(what)")
+                    return done(.success(what))
+                }
+                try? store.rollBack(staged)
+                table.remove(record)
+                done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); not installed").body))
+            }
+            lifecycle.startWaitingPlugins()
+        }
+        outbox.flush()
+    }
+
+    /// An upgrade of a known plugin: stop the old version, start the new one; if it fails, the old
+    /// one goes back and runs again.
+    private func replace(_ record: PluginRecord, with manifest: Manifest, staged: BundleStore.Staged, what: String,
+                         _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
+        let old = record.manifest
+        let id = record.identifier
+        let begin: () -> Void = { [self] in
+            record.manifest = manifest
+            record.installAwaitsVerdict = true
+            lifecycle.startAgain(record) { [self] problem in
+                record.installAwaitsVerdict = false
+                guard let problem else {
+                    store.finish(staged)
+                    logger.notice("installed \(what); the previous version is deleted")
+                    return done(.success(what))
+                }
+                do throws(InstallError) { try store.rollBack(staged) } catch {
+                    return done(.failure(InstallError(.fileSystem, "the new version failed (\(problem)) and rolling back failed: \(error)").body))
+                }
+                record.manifest = old
+                logger.error("\(id) \(staged.version) failed to start (\(problem)); rolled back to \(old.version)")
+                lifecycle.restartCommand(id) { _ in }
+                done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); rolled back to \(old.version)").body))
+            }
+        }
+        if record.instance != nil { lifecycle.stopPlugin(record) { begin() } } else { begin() }
+    }
+}

@@ -1,0 +1,63 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import LinuxSupport
+import PluginProtocol
+
+/// Names the cause of a worker's end (SPEC §8) from what is known of it. Pure, unit-tested.
+enum ExitClassifier {
+    struct Facts {
+        var exit: ChildExit
+        /// What the worker said before ending itself (believed only with the matching exit code).
+        var notice: ExitNotice?
+        /// Why the supervisor killed it, if it did.
+        var killed: (reason: ExitReason, message: String)?
+        var stopRequested = false
+        /// Its last sampled data size and its hard memory limit, in bytes.
+        var lastDataBytes = 0
+        var hardLimitBytes = Int.max
+    }
+
+    static func classify(_ f: Facts) -> ExitStatus {
+        let exit = f.exit
+        var status = exit.signaled ? ExitStatus(signal: exit.signalName, reason: .signaled) : ExitStatus(code: exit.code, reason: .exited)
+        if let notice = f.notice, !exit.signaled, let code = notice.reason.workerExitCode, code == exit.code {
+            // A plugin can write anything to its socket, but cannot fake how its process ended.
+            status.reason = notice.reason
+            status.message = notice.message
+            status.syscall = notice.syscall
+        } else if let kill = f.killed {
+            status.reason = kill.reason
+            status.message = kill.message
+        } else if exit.signaled || exit.code != 0, max(exit.maxRSS, f.lastDataBytes) >= f.hardLimitBytes / 10 * 8 {
+            // An allocation failed at the RLIMIT_DATA backstop before the sampler saw the hard limit.
+            status.reason = .memoryLimit
+            status.message = "ended (\(exit.signaled ? exit.signalName : "exit code \(exit.code)")) at its memory limit: peak resident \(exit.maxRSS >> 20) MiB, limit \(f.hardLimitBytes >> 20) MiB"
+        } else if exit.signaled, exit.code == SIGSYS {
+            // The seccomp trap fired where the reporter could not run (SIGSYS blocked or replaced).
+            status.reason = .sandboxViolation
+            status.message = "killed by SIGSYS: a system call the sandbox forbids"
+        } else if !exit.signaled, exit.code == ExitReason.sandboxViolation.workerExitCode {
+            // The reporter ran but could not send its notice (another frame was half-written).
+            status.reason = .sandboxViolation
+            status.message = "ended by the sandbox's violation reporter (the system call's name was not delivered)"
+        } else if f.stopRequested {
+            status.reason = .stopped
+        }
+        return status
+    }
+
+    /// Ended badly: a signal, a non-zero code, or killed by the supervisor.
+    static func isAbnormal(_ f: Facts) -> Bool { f.exit.signaled || f.exit.code != 0 || f.killed != nil }
+
+    /// One line for the log: "exit code 1, watchdog, no pong within 3000 ms".
+    static func describe(_ s: ExitStatus) -> String {
+        var parts: [String] = []
+        if let c = s.code { parts.append("exit code \(c)") }
+        if let sig = s.signal { parts.append("signal \(sig)") }
+        if s.reason != .exited && s.reason != .signaled { parts.append(s.reason.rawValue) }
+        if let sc = s.syscall { parts.append("syscall \(sc)") }
+        if let m = s.message { parts.append(m) }
+        return parts.joined(separator: ", ")
+    }
+}

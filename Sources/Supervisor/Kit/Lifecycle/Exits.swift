@@ -1,0 +1,140 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import LinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+
+extension Lifecycle {
+    /// Ends a worker with SIGKILL (through its pidfd), recording why.
+    func kill(_ instance: WorkerInstance, _ reason: ExitReason, _ message: String) {
+        guard !instance.phase.hasExited else { return }
+        if instance.killReason == nil { instance.killReason = (reason, message) }
+        logger.warning("killing worker: \(reason.rawValue): \(message)", metadata: ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)"])
+        instance.process.signal(SIGKILL)
+    }
+
+    /// Drops a worker that broke the protocol: it is killed and its exit recorded as `protocolViolation`.
+    func protocolViolation(_ instance: WorkerInstance, _ message: String) {
+        guard instance.killReason == nil else { return }
+        kill(instance, .protocolViolation, message)
+        instance.channel?.close(promise: nil)
+    }
+
+    /// The child watcher saw the process end. Its last frames (an `exit` notice) may still be unread
+    /// in the socket, so the exit is finalized once the socket reaches EOF too (or after a short wait).
+    func childExited(_ instance: WorkerInstance, _ exit: ChildExit) {
+        loop.preconditionInEventLoop()
+        table.workerReaped(instance)
+        guard instance.move(to: .exited(afterStop: instance.phase.stopRequested), logger: logger) else { return }
+        instance.exit = exit
+        instance.startupDeadline?.cancel()
+        if instance.socketClosed {
+            finalizeExit(instance)
+        } else {
+            loop.scheduleTask(in: .milliseconds(250)) { [self] in finalizeExit(instance) }
+        }
+    }
+
+    /// The worker's socket reached end of stream.
+    func workerDisconnected(_ instance: WorkerInstance) {
+        instance.connection = .closed
+        router.failPending(instance, because: "\(instance.identifier) closed its connection")
+        if instance.phase.hasExited { return finalizeExit(instance) }
+        // A worker that closed its socket is on its way out (its own SIGTERM, a crash); one that
+        // lingers without a socket is useless, so it gets a moment to exit and is then killed.
+        guard !instance.phase.stopRequested else { return }
+        loop.scheduleTask(in: .milliseconds(500)) { [self, weak instance] in
+            if let instance, !instance.phase.hasExited {
+                kill(instance, .disconnected, "the worker closed its protocol socket but did not exit")
+            }
+        }
+    }
+
+    /// Records the exit and acts on it: a stop completes, a crash is restarted by policy.
+    func finalizeExit(_ instance: WorkerInstance) {
+        guard case .exited(let afterStop) = instance.phase, let exit = instance.exit else { return }
+        instance.move(to: .finalized, logger: logger)
+        instance.channel?.close(promise: nil)
+        router.failPending(instance, because: "\(instance.identifier) exited")
+        let outgoing = instance.outgoing
+        instance.outgoing = [:]
+        router.cancelInFlight(outgoing)
+        let callbacks = instance.onExit
+        instance.onExit = []
+        guard let record = table[instance.identifier], record.instance === instance else {
+            callbacks.forEach { $0() }
+            return
+        }
+        let facts = ExitClassifier.Facts(exit: exit, notice: instance.exitNotice, killed: instance.killReason,
+                                         stopRequested: afterStop,
+                                         lastDataBytes: instance.memory.data, hardLimitBytes: MemoryLimits(record.manifest).hard)
+        let status = ExitClassifier.classify(facts)
+        record.instance = nil
+        record.lastExit = status
+        let meta: Logger.Metadata = ["plugin": "\(record.identifier)", "pid": "\(exit.pid)"]
+        let described = ExitClassifier.describe(status)
+        if record.phase == .failed(byDependency: true) {
+            logger.info("\(record.identifier) stopped: \(record.problem ?? "a dependency failed")", metadata: meta)
+            callbacks.forEach { $0() }
+            return
+        }
+        if afterStop || isShuttingDown {
+            record.move(to: .stopped, logger: logger)
+            logger.info("\(record.identifier) stopped (\(described))", metadata: meta)
+            // Whoever waited for this worker to run hears it stopped, before the stop's own
+            // callbacks (a restart, an install) queue waiters for the next one.
+            record.settleWaiters("stopped")
+            callbacks.forEach { $0() }
+            return
+        }
+        let abnormal = ExitClassifier.isAbnormal(facts)
+        logger.log(level: abnormal ? .error : .notice, "\(record.identifier) exited: \(described)", metadata: meta)
+        callbacks.forEach { $0() }
+        if record.installAwaitsVerdict {
+            record.move(to: .failed(byDependency: false), logger: logger)
+            record.problem = described
+            record.settleWaiters(described)
+            return
+        }
+        let policy = record.manifest.restart
+        guard policy == .always || (policy == .onFailure && abnormal) else {
+            record.move(to: abnormal ? .failed(byDependency: false) : .stopped, logger: logger)
+            record.problem = abnormal ? "exited: \(described) (restart policy \(policy.rawValue))" : nil
+            record.settleWaiters(record.problem ?? "exited cleanly")
+            startWaitingPlugins()
+            return
+        }
+        scheduleRestart(record, after: described)
+    }
+
+    /// Restarts by `restartPolicy` (backoff with jitter, the first at once, within the intensity limit).
+    func scheduleRestart(_ record: PluginRecord, after described: String) {
+        switch restartPolicy.decide(history: &record.restartHistory, now: .now(), jitter: Double.random(in: 0.8...1.2)) {
+        case .giveUp(let count):
+            record.move(to: .failed(byDependency: false), logger: logger)
+            record.problem = "restarted \(count) times in \(config.restartWindowSeconds) s; stays failed until `supervisor restart \(record.identifier)` (last exit: \(described))"
+            logger.error("\(record.identifier) failed: \(record.problem!)", metadata: ["plugin": "\(record.identifier)"])
+            record.settleWaiters(record.problem)
+            startWaitingPlugins()
+        case .restart(let delayMs, _):
+            record.restarts += 1
+            record.move(to: .restarting, logger: logger)
+            logger.info("restarting \(record.identifier) in \(delayMs) ms (restart \(record.restarts))", metadata: ["plugin": "\(record.identifier)"])
+            let go: @Sendable () -> Void = { [self] in
+                record.pendingRestart = nil
+                guard record.phase == .restarting, record.instance == nil, !isShuttingDown else { return }
+                if table.dependenciesRunning(record) {
+                    spawn(record)
+                } else {
+                    record.move(to: .waiting, logger: logger)
+                    startWaitingPlugins()
+                }
+            }
+            if delayMs == 0 { go() } else {
+                record.pendingRestart = loop.scheduleTask(in: .milliseconds(Int64(delayMs))) { go() }
+            }
+        }
+    }
+}

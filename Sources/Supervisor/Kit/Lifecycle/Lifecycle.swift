@@ -1,0 +1,158 @@
+import Bundles
+import Logging
+import NIOCore
+import PluginProtocol
+
+/// Brings plugins up in dependency order, restarts them by policy, and stops them (Lifecycle/*.swift:
+/// starting here, spawning and start-up in Spawning.swift, exits and restarts in Exits.swift,
+/// stopping and shutdown in Stopping.swift, SIGHUP in Rescan.swift).
+final class Lifecycle: SupervisorComponent, @unchecked Sendable {
+    // @unchecked: used only on the supervisor's event loop.
+    unowned let supervisor: Supervisor
+
+    /// The supervisor as a whole.
+    enum Phase: Equatable {
+        /// Plugins are coming up; the ready line has not been printed.
+        case starting
+        /// Every startable plugin started once; `launch` went out.
+        case launched
+        case shuttingDown
+    }
+
+    private(set) var phase = Phase.starting
+    /// Succeeds once shutdown is complete.
+    let finished: EventLoopPromise<Void>
+    private var onReady: ((String) -> Void)?
+    let restartPolicy: RestartPolicy
+
+    init(_ supervisor: Supervisor) {
+        self.supervisor = supervisor
+        finished = supervisor.loop.makePromise()
+        let c = supervisor.config
+        restartPolicy = RestartPolicy(limit: c.restartLimit, windowSeconds: c.restartWindowSeconds,
+                                      backoffBaseMs: c.restartBackoffBaseMs, backoffMaxMs: c.restartBackoffMaxMs)
+    }
+
+    var isShuttingDown: Bool { phase == .shuttingDown }
+
+    func startShutdownPhase() -> Bool {
+        guard phase != .shuttingDown else { return false }
+        phase = .shuttingDown
+        return true
+    }
+
+    // MARK: Starting
+
+    func startAll(onReady: @escaping (String) -> Void) {
+        loop.preconditionInEventLoop()
+        self.onReady = onReady
+        let catalog = PluginCatalog(directories: config.pluginDirectories)
+        table.catalog = catalog
+        for problem in catalog.problems { logger.error("\(problem)") }
+        for id in catalog.order {
+            let record = PluginRecord(manifest: catalog.all[id]!, phase: .waiting)
+            if let reason = catalog.unstartable[id] {
+                record.move(to: .failed(byDependency: false), logger: logger)
+                record.problem = reason
+                logger.error("\(reason); \(id) will not start")
+            }
+            table.add(record)
+        }
+        let found = catalog.order.count
+        logger.info("found \(found) plugin\(found == 1 ? "" : "s") in \(config.pluginDirectories.joined(separator: ", "))")
+        supervisor.health.start()
+        startWaitingPlugins()
+    }
+
+    /// Brings waiting plugins up. Workers are spawned at once, all in parallel (exec, sandbox, dlopen
+    /// and hello cost the same whatever the order); a plugin gets `startup` only once every
+    /// dependency is running. One whose dependency has failed for good fails too.
+    func startWaitingPlugins() {
+        loop.preconditionInEventLoop()
+        var changed = true
+        while changed {
+            changed = false
+            for record in table.inOrder {
+                let parked = record.instance?.phase == .loaded
+                guard record.phase == .waiting || (record.phase.isStarting && parked) else { continue }
+                let deps = record.dependencyIDs.compactMap { table[$0] }
+                if let dead = deps.first(where: { $0.phase.isFailed || ($0.phase == .stopped && !isShuttingDown) }) {
+                    record.move(to: .failed(byDependency: true), logger: logger)
+                    record.problem = "dependency \(dead.identifier) is \(dead.phase.shown)"
+                    logger.error("\(record.identifier) will not start: \(record.problem!)")
+                    if record.instance != nil { stopPlugin(record) {} }
+                    record.settleWaiters(record.problem)
+                    changed = true
+                    continue
+                }
+                if record.phase == .waiting {
+                    spawn(record)
+                } else if !isShuttingDown, let instance = record.instance, deps.allSatisfy({ $0.phase == .running }) {
+                    sendStartup(record, instance)
+                }
+            }
+        }
+        checkLaunch()
+    }
+
+    /// Once no plugin is waiting or starting for the first time, every running plugin gets `launch`,
+    /// and the ready line is printed.
+    func checkLaunch() {
+        guard phase == .starting else { return }
+        let busy = table.all.contains { $0.phase == .waiting || ($0.phase.isStarting && !$0.hasRun) }
+        guard !busy else { return }
+        phase = .launched
+        let running = table.inOrder.filter { $0.phase == .running }
+        var remaining = running.count
+        let announce: () -> Void = { [self] in
+            let failed = table.all.filter { $0.phase.isFailed }.count
+            let line = "supervisor ready: \(running.count) plugin\(running.count == 1 ? "" : "s") running"
+                + (failed > 0 ? ", \(failed) failed" : "") + ", control socket \(config.socketPath)"
+            logger.info("\(line)")
+            onReady?(line)
+            onReady = nil
+        }
+        for record in running { installs.refreshResources(record) }
+        installs.warmCatalog()
+        if remaining == 0 { announce(); return }
+        for record in running {
+            router.sendEvent(record, .launch) { _ in
+                remaining -= 1
+                if remaining == 0 { announce() }
+            }
+        }
+        outbox.flush()
+    }
+
+    // MARK: Starting again on request
+
+    /// Starts a stopped plugin from a clean slate (restart history and failure cleared): now, or once
+    /// its dependencies run. `done` hears nil when it runs, or why it did not start.
+    func startAgain(_ record: PluginRecord, _ done: @escaping (String?) -> Void) {
+        guard !isShuttingDown else { return done("the supervisor is shutting down") }
+        record.restartHistory = []
+        record.problem = nil
+        record.startWaiters.append(done)
+        if table.dependenciesRunning(record) {
+            if record.hasRun { record.restarts += 1 }
+            spawn(record)
+        } else {
+            record.move(to: .waiting, logger: logger)
+            startWaitingPlugins()
+        }
+    }
+
+    /// `supervisor restart <id>`: stop it if running, clear its failure and restart history, start it.
+    func restartCommand(_ id: String, _ done: @escaping (String?) -> Void) {
+        guard let record = table[id] else { return done("no plugin \(id) is installed") }
+        if let problem = table.catalog.unstartable[id] { return done(problem) }
+        guard !isShuttingDown else { return done("the supervisor is shutting down") }
+        record.pendingRestart?.cancel()
+        record.pendingRestart = nil
+        if record.instance != nil {
+            stopPlugin(record) { [self] in startAgain(record, done) }
+        } else {
+            startAgain(record, done)
+        }
+    }
+}

@@ -1,0 +1,170 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Bundles
+import LinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+
+extension Lifecycle {
+    /// Spawns a worker for `record` and wires its socket and output into the event loop.
+    func spawn(_ record: PluginRecord) {
+        loop.preconditionInEventLoop()
+        // One worker per plugin, and none once shutdown has begun.
+        guard record.instance == nil, !isShuttingDown else { return }
+        let id = record.identifier
+        let library: (path: String, variant: String?)
+        do {
+            library = try VariantSelector.choose(record.manifest, sandbox: config.sandboxEnabled)
+        } catch {
+            return fail(record, reason: "\(error)")
+        }
+        record.library = library.path
+        record.variant = library.variant
+        let data = config.home + "/data/" + id
+        let live = config.home + "/live/" + id
+        do {
+            try FileSystem.makeDirectories(data)
+            try FileSystem.makeDirectories(live)
+        } catch {
+            return fail(record, reason: "cannot create the data folder \(data): \(error)")
+        }
+        let spec = workerSpec(record.manifest, library: library.path, data: data, live: live)
+        let specJSON: String
+        do { specJSON = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self) } catch {
+            return fail(record, reason: "cannot encode the worker spec: \(error)")
+        }
+        let spawned: SpawnedChild
+        do {
+            spawned = try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(specJSON)"])
+        } catch {
+            return fail(record, reason: "cannot start a worker (\(config.workerExecutable)): \(error)")
+        }
+        let instance = WorkerInstance(process: spawned.process, identifier: id, now: .now())
+        table.workerSpawned(instance)
+        do {
+            try supervisor.watcher?.watch(instance.process) { [supervisor] exit in
+                supervisor.loop.execute { supervisor.lifecycle.childExited(instance, exit) }
+            }
+        } catch {
+            logger.error("cannot watch the worker of \(id): \(error)")
+        }
+        record.instance = instance
+        // A plugin that ran before, or is coming back from a crash, is restarting; otherwise starting.
+        record.move(to: record.hasRun || record.phase == .restarting ? .restarting : .starting, logger: logger)
+        logger.debug("spawned worker", metadata: ["plugin": "\(id)", "pid": "\(instance.pid)"])
+        WorkerChannel.connect(spawned.socket, for: instance, supervisor: supervisor)
+        OutputCapture.attach(spawned.stdout, stream: "stdout", plugin: id, supervisor: supervisor)
+        OutputCapture.attach(spawned.stderr, stream: "stderr", plugin: id, supervisor: supervisor)
+
+        // A worker must say hello in time (its `startup` has a timeout of its own). Weak: an instance
+        // that has ended must not live (with its pidfd) until the timeout passes.
+        instance.startupDeadline = loop.scheduleTask(in: .milliseconds(Int64(config.startupTimeoutMs))) { [self, weak instance] in
+            if let instance, record.instance === instance, instance.hello == nil {
+                kill(instance, .startupTimeout, "no hello within \(config.startupTimeoutMs) ms")
+            }
+        }
+    }
+
+    /// What the worker needs to know: its plugin, its folders and its sandbox.
+    func workerSpec(_ m: Manifest, library: String, data: String, live: String) -> WorkerSpec {
+        WorkerSpec(
+            identifier: m.identifier, version: m.version.description, bundle: m.bundle, library: library,
+            dataDirectory: data, liveDirectory: live, supervisorPID: getpid(), socketFD: 3,
+            maxFrameBytes: config.maxFrameBytes,
+            sandbox: SandboxSpec(enabled: config.sandboxEnabled, memoryMB: m.limits.memoryMB, openFiles: m.limits.openFiles,
+                                 permissions: m.permissions, required: config.requiredSandboxLayers,
+                                 runtimePaths: supervisor.runtimePaths))
+    }
+
+    /// Marks a plugin as failed without a worker (it could not be spawned at all).
+    func fail(_ record: PluginRecord, reason: String) {
+        logger.error("\(record.identifier) cannot start: \(reason)")
+        record.move(to: .failed(byDependency: false), logger: logger)
+        record.problem = reason
+        record.lastExit = ExitStatus(reason: .spawnError, message: reason)
+        record.settleWaiters(reason)
+        startWaitingPlugins()
+    }
+
+    /// The worker said `hello`: it is sandboxed and its plugin loaded. It gets `startup` now, or once
+    /// its dependencies are running.
+    func helloReceived(_ instance: WorkerInstance, _ hello: HelloMessage) {
+        guard let record = table[instance.identifier], record.instance === instance else { return }
+        guard instance.move(to: .loaded, logger: logger) else { return }
+        instance.hello = HelloFacts(sandbox: hello.sandbox ?? [], sandboxMissing: hello.sandboxMissing ?? [])
+        instance.timings = hello.timings ?? [:]
+        instance.timings["helloUs"] = Int((NIODeadline.now() - instance.spawnedAt).nanoseconds / 1000)
+        if let started = hello.timings?["startedAtUs"] {
+            // The worker's CLOCK_MONOTONIC at its main() against ours at spawn: the exec and load cost.
+            instance.timings["spawnUs"] = max(0, started - Int(instance.spawnedAt.uptimeNanoseconds / 1000))
+            instance.timings["startedAtUs"] = nil
+        }
+        supervisor.health.noteMissingLayers(instance.hello!.sandboxMissing)
+        if table.dependenciesRunning(record) { sendStartup(record, instance) }
+    }
+
+    /// `startup`, with what the plugin needs to know about itself.
+    func sendStartup(_ record: PluginRecord, _ instance: WorkerInstance) {
+        guard instance.move(to: .startingUp, logger: logger) else { return }
+        let m = record.manifest
+        let dependencies = record.dependencyIDs
+        let home = config.home
+        router.sendEvent(record, .startup, timeoutMs: config.startupTimeoutMs, payload: { frame in
+            frame.object("payload", [
+                "identifier": .string(m.identifier), "version": .string(m.version.description),
+                "dataDirectory": .string(home + "/data/" + m.identifier), "liveDirectory": .string(home + "/live/" + m.identifier),
+                "bundleDirectory": .string(m.bundle), "dependencies": .strings(dependencies),
+            ])
+        }) { [self] result in
+            // A worker being stopped meanwhile is left to its stop.
+            guard record.instance === instance, instance.phase == .startingUp else { return }
+            switch result {
+            case .success:
+                becameRunning(record)
+            case .failure(let error) where error.code == ErrorCode.timeout.rawValue:
+                kill(instance, .startupTimeout, "startup not answered within \(config.startupTimeoutMs) ms")
+            case .failure(let error):
+                kill(instance, .startupFailed, "startup failed: \(error)")
+            }
+        }
+        outbox.flush()
+    }
+
+    func becameRunning(_ record: PluginRecord) {
+        guard let instance = record.instance, instance.move(to: .running, logger: logger) else { return }
+        let wasRestart = record.hasRun
+        instance.startupDeadline?.cancel()
+        instance.timings["startupUs"] = Int((NIODeadline.now() - instance.spawnedAt).nanoseconds / 1000)
+        record.move(to: .running, logger: logger)
+        record.problem = nil
+        record.hasRun = true
+        logger.info("\(record.identifier) \(record.manifest.version) is running",
+                    metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
+        record.settleWaiters(nil)
+        // Dependents that could not start only because this plugin was down get another go.
+        for dependent in table.dependents(of: record.identifier) where !isShuttingDown && dependent.instance == nil
+            && dependent.phase == .failed(byDependency: true) {
+            dependent.move(to: .waiting, logger: logger)
+            dependent.problem = nil
+        }
+        if phase == .launched {
+            // Every other plugin has long started: this one (restarted, or added by a rescan) hears so now.
+            router.sendEvent(record, .launch) { _ in }
+            if !wasRestart { installs.refreshResources(record) }
+        }
+        if wasRestart {
+            // A restarted plugin lost its state: its dependents hear of it (or restart too).
+            for dependent in table.dependents(of: record.identifier) where dependent.phase == .running {
+                if config.restartDependents, let inst = dependent.instance {
+                    kill(inst, .dependencyRestarted, "\(record.identifier) restarted (restartDependents)")
+                } else {
+                    router.sendEvent(dependent, .dependencyRestarted, payload: { $0.object("payload", ["identifier": .string(record.identifier)]) }) { _ in }
+                }
+            }
+        }
+        startWaitingPlugins()
+        outbox.flush()
+    }
+}

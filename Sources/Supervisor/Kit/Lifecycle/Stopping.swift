@@ -1,0 +1,89 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import LinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+
+/// Stopping plugins: one on request, or all in reverse dependency order at shutdown (`willTerminate`,
+/// a grace period, then SIGKILL).
+extension Lifecycle {
+    func shutdown(reason: String) {
+        loop.preconditionInEventLoop()
+        guard startShutdownPhase() else { return }
+        logger.notice("shutting down (\(reason))")
+        for record in table.all {
+            record.pendingRestart?.cancel()
+            if record.phase == .waiting || record.phase == .restarting, record.instance == nil { record.move(to: .stopped, logger: logger) }
+            record.settleWaiters("the supervisor is shutting down")
+        }
+        stopNextWave()
+    }
+
+    /// Stops every plugin that no live plugin depends on; repeats as they stop.
+    private func stopNextWave() {
+        let live = table.all.filter { $0.instance != nil }
+        if live.isEmpty { return finish() }
+        let needed = Set(live.flatMap(\.dependencyIDs))
+        for record in live where !needed.contains(record.identifier) {
+            guard let instance = record.instance, !instance.phase.stopRequested else { continue }
+            stopPlugin(record) { [self] in stopNextWave() }
+        }
+    }
+
+    /// Sends `willTerminate`, waits for the answer (up to the grace period), closes the socket so the
+    /// worker exits, and kills it if it is still there when the grace period ends. `done` runs once
+    /// its exit has been recorded.
+    func stopPlugin(_ record: PluginRecord, _ done: @escaping () -> Void) {
+        guard let instance = record.instance else { done(); return }
+        instance.onExit.append(done)
+        // Already reaped, not yet finalized: `done` runs when it is (calling it now would loop).
+        if instance.phase.hasExited || instance.phase == .stopping { return }
+        let saidHello = instance.hello != nil
+        instance.move(to: .stopping, logger: logger)
+        let grace = TimeAmount.milliseconds(Int64(config.shutdownGraceMs))
+        let hardStop = loop.scheduleTask(in: grace) { [self] in
+            if !instance.phase.hasExited {
+                instance.killReason = (.stopped, "did not exit within the \(config.shutdownGraceMs) ms grace period")
+                instance.process.signal(SIGKILL)
+            }
+        }
+        instance.onExit.append { hardStop.cancel() }
+        if saidHello, instance.channel != nil {
+            router.sendEvent(record, .willTerminate, timeoutMs: config.shutdownGraceMs) { _ in
+                instance.channel?.close(promise: nil)
+            }
+            outbox.flush()
+        } else {
+            instance.process.signal(SIGKILL)
+        }
+    }
+
+    /// Every worker has stopped: the control socket closes and `run` returns.
+    private func finish() {
+        supervisor.health.stop()
+        supervisor.control.close().whenComplete { [self] _ in
+            logger.notice("all plugins stopped; bye")
+            finished.succeed(())
+        }
+    }
+
+    /// Stops removed plugins in waves, dependents before what they depend on, as shutdown does.
+    func stopRemoved(_ removed: Set<String>) {
+        let remaining = removed.filter { table[$0] != nil }
+        guard !remaining.isEmpty else { return }
+        let needed = Set(remaining.compactMap { table[$0] }.flatMap(\.dependencyIDs))
+        let wave = remaining.filter { !needed.contains($0) }
+        var left = wave.count
+        for id in (wave.isEmpty ? remaining : wave) {
+            guard let record = table[id] else { continue }
+            record.pendingRestart?.cancel()
+            stopPlugin(record) { [self] in
+                table.remove(record)
+                left -= 1
+                if left == 0 { stopRemoved(remaining.subtracting(wave)) }
+            }
+        }
+    }
+}

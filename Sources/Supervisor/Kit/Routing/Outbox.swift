@@ -1,0 +1,72 @@
+import NIOCore
+import PluginProtocol
+
+/// Writes frames to channels and flushes each channel once per read batch (or once per timer
+/// tick), so a burst of routed frames costs one syscall per peer rather than one per frame.
+final class Outbox: @unchecked Sendable {
+    // @unchecked: used only on the supervisor's event loop.
+    private var dirty: [ObjectIdentifier: Channel] = [:]
+
+    /// A frame encoder writing straight into a buffer of `channel`'s allocator: the bytes built are
+    /// the bytes sent.
+    func encoder(_ kind: MessageKind, for channel: Channel, capacity: Int = 128) -> FrameEncoder<ByteBuffer> {
+        FrameEncoder(kind: kind, into: channel.allocator.buffer(capacity: capacity + 48))
+    }
+
+    /// Queues a finished frame on `channel`; flushed by `flush()`.
+    func write(_ frame: ByteBuffer, to channel: Channel) {
+        channel.write(frame, promise: nil)
+        dirty[ObjectIdentifier(channel)] = channel
+    }
+
+    /// Queues a frame built elsewhere (e.g. by Codable) on `channel`.
+    func write(_ frame: [UInt8], to channel: Channel) {
+        var buffer = channel.allocator.buffer(capacity: frame.count)
+        buffer.writeBytes(frame)
+        write(buffer, to: channel)
+    }
+
+    func flush() {
+        guard !dirty.isEmpty else { return }
+        for channel in dirty.values { channel.flush() }
+        dirty.removeAll(keepingCapacity: true)
+    }
+
+    /// Outbound buffering per channel before it counts as not writable (back-pressure).
+    static let waterMark = ChannelOptions.Types.WriteBufferWaterMark(low: 256 * 1024, high: 4 * 1024 * 1024)
+}
+
+extension ByteBuffer: FrameSink {
+    @inlinable public var writtenCount: Int { writerIndex }
+    @inlinable public mutating func append(byte: UInt8) { writeInteger(byte) }
+    @inlinable public mutating func append(bytes: UnsafeRawBufferPointer) { writeBytes(bytes) }
+    @inlinable public mutating func setLengthPrefix(_ length: UInt32, at offset: Int) { setInteger(length, at: offset) }
+}
+
+extension ByteBuffer: FrameInput {
+    @inlinable public var readableCount: Int { readableBytes }
+    @inlinable public func peek(at offset: Int) -> UInt8 { getInteger(at: readerIndex + offset)! }
+    @inlinable public mutating func skip(_ count: Int) { moveReaderIndex(forwardBy: count) }
+}
+
+/// NIO's side of the protocol's frames: `FrameParser` over the channel's buffer, each body yielded
+/// as a slice of it (no copy).
+struct FrameCodec: ByteToMessageDecoder {
+    typealias InboundOut = ByteBuffer
+    var parser: FrameParser
+
+    init(maxBody: Int) {
+        parser = FrameParser(maxBody: maxBody)
+    }
+
+    mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        guard let length = try parser.nextBody(in: &buffer) else { return .needMoreData }
+        context.fireChannelRead(wrapInboundOut(buffer.readSlice(length: length)!))
+        return .continue
+    }
+
+    mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+        while try decode(context: context, buffer: &buffer) == .continue {}
+        return .needMoreData
+    }
+}

@@ -1,0 +1,291 @@
+import Bundles
+import Logging
+import NIOCore
+import PluginProtocol
+
+/// Moves requests and answers between CLI clients, plugins and the supervisor itself, without
+/// decoding payloads: ids are rewritten, payload bytes are copied untouched into the outgoing frame.
+/// Every request sent to a worker is in that worker's `pending` table until exactly one of these
+/// settles it: its reply (`deliverReply`), its deadline (`expire`), its worker's end (`failPending`),
+/// or its caller going away (`cancelInFlight`).
+final class Router: SupervisorComponent, @unchecked Sendable {
+    // @unchecked: used only on the supervisor's event loop.
+    unowned let supervisor: Supervisor
+
+    init(_ supervisor: Supervisor) {
+        self.supervisor = supervisor
+    }
+
+    static let logsPerSecond = 200
+    static let floodLogsPerSecond = 20_000
+
+    // MARK: Requests to plugins
+
+    /// The timeout for a request to `record`: the request's own, else the plugin's, else the default.
+    func timeout(for record: PluginRecord, requested: UInt64?) -> Int {
+        if let requested, requested > 0 { return Self.clampedTimeout(requested) }
+        return record.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
+    }
+
+    /// A requested timeout in ms, at most a day.
+    static func clampedTimeout(_ requested: UInt64) -> Int { Int(min(requested, 24 * 3_600_000)) }
+
+    /// Sends a `call` or `open` to the plugin `target`, answering `origin` when it replies.
+    /// Returns an error instead when the target cannot take it now.
+    func forward(_ kind: MessageKind, to target: String, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
+                 origin: ReplyOrigin) -> ErrorBody? {
+        guard let record = table[target] else {
+            return ErrorBody(.notFound, "no plugin \(target) is installed")
+        }
+        guard record.phase == .running, let instance = record.instance, let channel = instance.channel else {
+            return ErrorBody(.unavailable, "\(target) is \(record.phase.shown)" + (record.problem.map { ": \($0)" } ?? ""))
+        }
+        // Back-pressure: a plugin that is not reading its socket gets no more queued for it.
+        guard channel.isWritable else {
+            return ErrorBody(.unavailable, "\(target) is not keeping up: its socket buffer is full")
+        }
+        let id = instance.takeID()
+        var frame = outbox.encoder(kind, for: channel, capacity: bytes.count)
+        frame.uint("id", id)
+        let what: String
+        if kind == .call {
+            frame.raw("target", UnsafeRawBufferPointer(rebasing: bytes[env.target!]))
+            frame.raw("method", UnsafeRawBufferPointer(rebasing: bytes[env.method!]))
+            if let p = env.params { frame.raw("params", UnsafeRawBufferPointer(rebasing: bytes[p])) }
+            what = "call"
+        } else {
+            frame.raw("uri", UnsafeRawBufferPointer(rebasing: bytes[env.uri!]))
+            what = "open"
+        }
+        if let caller { frame.string("from", caller) }
+        let deadline = NIODeadline.now() + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
+        instance.pending[id] = PendingRequest(origin: origin, deadline: deadline, what: what)
+        switch origin {
+        case .client(let connection, let clientID): connection.inFlight[clientID] = (instance, id)
+        case .plugin(let caller, let callerID): caller.outgoing[callerID] = (instance, id)
+        case .local: break
+        }
+        outbox.write(frame.finish(), to: channel)
+        return nil
+    }
+
+    /// Checks a `call`/`open` request's fields; returns the target plugin's identifier.
+    func validateRequest(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Result<String, ErrorBody> {
+        if kind == .call {
+            guard let target = Envelope.string(bytes, env.target), !target.isEmpty else {
+                return .failure(ErrorBody(.badRequest, "call needs a \"target\" string"))
+            }
+            guard Envelope.string(bytes, env.method) != nil else {
+                return .failure(ErrorBody(.badRequest, "call needs a \"method\" string"))
+            }
+            return .success(target)
+        }
+        guard let text = Envelope.string(bytes, env.uri) else {
+            return .failure(ErrorBody(.badRequest, "open needs a \"uri\" string"))
+        }
+        guard let uri = PluginURI(text) else {
+            return .failure(ErrorBody(.badRequest, "'\(text)' is not a plugin://<identifier>/<path> URI"))
+        }
+        return .success(uri.identifier)
+    }
+
+    /// A plugin calls another plugin or opens a URI: allowed only towards its declared dependencies.
+    func pluginRequest(_ instance: WorkerInstance, _ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
+        guard let id = env.id else { return lifecycle.protocolViolation(instance, "\(kind.rawValue) without an id") }
+        guard let channel = instance.channel else { return }
+        let target: String
+        switch validateRequest(kind, env, bytes) {
+        case .failure(let error): return outbox.write(errorFrame(id: id, error, for: channel), to: channel)
+        case .success(let t): target = t
+        }
+        guard let caller = table[instance.identifier], caller.dependencyIDs.contains(target) else {
+            let denied = ErrorBody(.denied, "\(instance.identifier) may only call its declared dependencies, and \(target) is not one")
+            return outbox.write(errorFrame(id: id, denied, for: channel), to: channel)
+        }
+        if let error = forward(kind, to: target, from: instance.identifier, env: env, bytes: bytes, origin: .plugin(instance, id: id)) {
+            outbox.write(errorFrame(id: id, error, for: channel), to: channel)
+        }
+    }
+
+    // MARK: Settling requests
+
+    /// A worker answered request `id`: the answer goes to whoever asked.
+    func deliverReply(from instance: WorkerInstance, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard let request = instance.pending.removeValue(forKey: id) else { return false }
+        switch request.origin {
+        case .client(let connection, let clientID):
+            connection.outstanding -= 1
+            connection.inFlight[clientID] = nil
+            guard !connection.closed else { return true }
+            outbox.write(replyFrame(id: clientID, env, bytes, for: connection.channel), to: connection.channel)
+        case .plugin(let caller, let callerID):
+            caller.outgoing[callerID] = nil
+            guard let channel = caller.channel else { return true }
+            outbox.write(replyFrame(id: callerID, env, bytes, for: channel), to: channel)
+        case .local(let done):
+            if let e = env.error {
+                let body = (try? ProtocolJSON.decode(ErrorBody.self, from: UnsafeRawBufferPointer(rebasing: bytes[e])))
+                    ?? ErrorBody(.pluginError, "malformed error object")
+                done(.failure(body))
+            } else {
+                done(.success(env.result.map { Array(bytes[$0]) }))
+            }
+        }
+        return true
+    }
+
+    private func replyFrame(id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, for channel: Channel) -> ByteBuffer {
+        var frame = outbox.encoder(.reply, for: channel, capacity: bytes.count)
+        frame.uint("id", id)
+        if let e = env.error {
+            frame.raw("error", UnsafeRawBufferPointer(rebasing: bytes[e]))
+        } else if let r = env.result {
+            frame.raw("result", UnsafeRawBufferPointer(rebasing: bytes[r]))
+        } else {
+            frame.raw("result", Array("null".utf8))
+        }
+        return frame.finish()
+    }
+
+    /// Answers `origin` with an error made by the supervisor.
+    func answer(_ origin: ReplyOrigin, error: ErrorBody) {
+        switch origin {
+        case .client(let connection, let id):
+            connection.outstanding -= 1
+            connection.inFlight[id] = nil
+            guard !connection.closed else { return }
+            outbox.write(errorFrame(id: id, error, for: connection.channel), to: connection.channel)
+        case .plugin(let caller, let id):
+            caller.outgoing[id] = nil
+            guard let channel = caller.channel else { return }
+            outbox.write(errorFrame(id: id, error, for: channel), to: channel)
+        case .local(let done):
+            done(.failure(error))
+        }
+    }
+
+    /// Answers a CLI request with a result made by the supervisor (`make` encodes it).
+    func respond(_ origin: ReplyOrigin, _ make: () throws -> [UInt8]) {
+        do {
+            let result = try make()
+            guard case .client(let connection, let id) = origin else { return }
+            connection.outstanding -= 1
+            guard !connection.closed else { return }
+            var frame = outbox.encoder(.reply, for: connection.channel, capacity: result.count)
+            frame.uint("id", id)
+            frame.raw("result", result)
+            outbox.write(frame.finish(), to: connection.channel)
+        } catch {
+            answer(origin, error: ErrorBody(.badRequest, "\(error)"))
+        }
+    }
+
+    func errorFrame(id: UInt64, _ error: ErrorBody, for channel: Channel) -> ByteBuffer {
+        var frame = outbox.encoder(.reply, for: channel, capacity: error.message.utf8.count + 32)
+        frame.uint("id", id)
+        frame.error(code: error.code, error.message)
+        return frame.finish()
+    }
+
+    /// Fails every request in flight to `instance` with `unavailable`.
+    func failPending(_ instance: WorkerInstance, because reason: String) {
+        let pending = instance.pending
+        instance.pending = [:]
+        for (_, request) in pending.sorted(by: { $0.key < $1.key }) {
+            answer(request.origin, error: ErrorBody(.unavailable, "\(reason) before answering \(request.what)"))
+        }
+        outbox.flush()
+    }
+
+    /// Fails requests whose deadline has passed with `timeout`, and tells their plugin to `cancel`.
+    func expire(now: NIODeadline) {
+        for record in table.all {
+            guard let instance = record.instance, !instance.pending.isEmpty else { continue }
+            let expired = instance.pending.filter { $0.value.deadline <= now }.keys.sorted()
+            for id in expired {
+                guard let request = instance.pending.removeValue(forKey: id) else { continue }
+                answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) did not answer \(request.what) in time"))
+                sendCancel(id, to: instance)
+            }
+        }
+        outbox.flush()
+    }
+
+    /// The caller of requests in flight went away (client disconnected, calling worker died):
+    /// drop them at their callees and tell each callee to `cancel`.
+    func cancelInFlight(_ entries: [UInt64: (callee: WorkerInstance, id: UInt64)]) {
+        for (_, entry) in entries where entry.callee.pending.removeValue(forKey: entry.id) != nil {
+            sendCancel(entry.id, to: entry.callee)
+        }
+        outbox.flush()
+    }
+
+    private func sendCancel(_ id: UInt64, to instance: WorkerInstance) {
+        guard let channel = instance.channel else { return }
+        var frame = outbox.encoder(.cancel, for: channel)
+        frame.uint("id", id)
+        outbox.write(frame.finish(), to: channel)
+    }
+
+    // MARK: Events
+
+    /// Sends a lifecycle event; `done` gets the plugin's answer (or a timeout / unavailable).
+    /// `payload` fills in the event's `payload` member, if any.
+    func sendEvent(_ record: PluginRecord, _ name: EventName, timeoutMs: Int? = nil,
+                   payload: ((inout FrameEncoder<ByteBuffer>) -> Void)? = nil,
+                   _ done: @escaping (Result<[UInt8]?, ErrorBody>) -> Void) {
+        guard let instance = record.instance, let channel = instance.channel, instance.hello != nil else {
+            done(.failure(ErrorBody(.unavailable, "\(record.identifier) is \(record.phase.shown)")))
+            return
+        }
+        let id = instance.takeID()
+        var frame = outbox.encoder(.event, for: channel)
+        frame.uint("id", id)
+        frame.string("name", name.rawValue)
+        payload?(&frame)
+        let ms = timeoutMs ?? record.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
+        instance.pending[id] = PendingRequest(origin: .local(done), deadline: .now() + .milliseconds(Int64(ms)), what: "event \(name.rawValue)")
+        outbox.write(frame.finish(), to: channel)
+    }
+
+    /// Sends `name` to every running plugin (or one); `done` gets who acknowledged and who did not.
+    func broadcast(_ name: EventName, only: String? = nil, _ done: @escaping ([String], [String: String]) -> Void) {
+        let targets = table.inOrder.filter { $0.phase == .running && (only == nil || $0.identifier == only) }
+        var delivered: [String] = []
+        var failed: [String: String] = [:]
+        var remaining = targets.count
+        if remaining == 0 { done([], [:]); return }
+        for record in targets {
+            sendEvent(record, name) { result in
+                switch result {
+                case .success: delivered.append(record.identifier)
+                case .failure(let e): failed[record.identifier] = e.description
+                }
+                remaining -= 1
+                if remaining == 0 { done(delivered.sorted(), failed) }
+            }
+        }
+        outbox.flush()
+    }
+
+    func broadcastFromSignal(_ event: EventName) {
+        guard !lifecycle.isShuttingDown else { return }
+        broadcast(event) { [self] delivered, failed in
+            let missing = failed.isEmpty ? "" : "; not by \(failed.keys.sorted().joined(separator: ", "))"
+            logger.info("\(event.rawValue) acknowledged by \(delivered.count) plugin(s)\(missing)")
+        }
+    }
+
+    /// Sends a progress frame to a waiting CLI (long requests: installs, updates).
+    func sendProgress(_ origin: ReplyOrigin, stage: String, done: Int64, total: Int64, message: String? = nil) {
+        guard case .client(let connection, let id) = origin, !connection.closed else { return }
+        var frame = outbox.encoder(.progress, for: connection.channel)
+        frame.uint("id", id)
+        frame.string("stage", stage)
+        frame.uint("done", UInt64(max(0, done)))
+        frame.uint("total", UInt64(max(0, total)))
+        if let message { frame.string("message", message) }
+        outbox.write(frame.finish(), to: connection.channel)
+        outbox.flush()
+    }
+}

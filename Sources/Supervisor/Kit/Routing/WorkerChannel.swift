@@ -1,0 +1,151 @@
+import LinuxSupport
+import Logging
+import NIOCore
+import NIOPosix
+import PluginProtocol
+
+/// Wires a freshly spawned worker's protocol socket into the event loop.
+enum WorkerChannel {
+    static func connect(_ socket: consuming OwnedDescriptor, for instance: WorkerInstance, supervisor: Supervisor) {
+        ClientBootstrap(group: supervisor.loop)
+            .channelOption(ChannelOptions.autoRead, value: true)
+            .channelOption(ChannelOptions.writeBufferWaterMark, value: Outbox.waterMark)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: supervisor.config.maxFrameBytes)))
+                    try channel.pipeline.syncOperations.addHandler(WorkerHandler(supervisor: supervisor, instance: instance))
+                }
+            }
+            .withConnectedSocket(socket.release())
+            .whenComplete { result in
+                switch result {
+                case .success(let channel):
+                    if instance.phase.hasExited { channel.close(promise: nil) } else { instance.connection = .open(channel) }
+                case .failure(let error):
+                    // NIO closes the descriptor once it has made a channel of it.
+                    instance.connection = .closed
+                    supervisor.lifecycle.kill(instance, .spawnError, "cannot watch the worker's socket: \(error)")
+                }
+            }
+    }
+}
+
+/// Frames from one worker's socket, into the router.
+final class WorkerHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    let supervisor: Supervisor
+    let instance: WorkerInstance
+
+    init(supervisor: Supervisor, instance: WorkerInstance) {
+        self.supervisor = supervisor
+        self.instance = instance
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        supervisor.router.workerFrame(instance, unwrapInboundIn(data))
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        supervisor.outbox.flush()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        supervisor.lifecycle.workerDisconnected(instance)
+    }
+
+    // No read back-pressure on workers: a worker that answers on its I/O thread blocks in send when
+    // we stop reading, and then stops reading too. Instead `forward` refuses new requests for a
+    // worker whose queue is full, which bounds what we buffer for it.
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let header = error as? Frame.HeaderError {
+            supervisor.lifecycle.protocolViolation(instance, "\(header)")
+        } else if error is ByteToMessageDecoderError {
+            supervisor.lifecycle.protocolViolation(instance, "undecodable stream: \(error)")
+        } else if error is ChannelError {
+            // EOF and resets are reported through channelInactive.
+        } else {
+            supervisor.logger.warning("worker socket error: \(error)", metadata: ["plugin": "\(instance.identifier)"])
+        }
+        context.close(promise: nil)
+    }
+}
+
+/// Captures a worker's stdout or stderr: lines are logged under the plugin's identifier, at most
+/// `lineLimit` bytes a line and `linesPerSecond` lines a second (the rest are counted and dropped),
+/// so a plugin can never corrupt the protocol nor flood the supervisor's log.
+final class OutputCapture: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    static let lineLimit = 4096
+    static let linesPerSecond = 200
+
+    let logger: Logger
+    let plugin: String
+    let stream: String
+    var partial: [UInt8] = []
+    var window = RateWindow(limit: OutputCapture.linesPerSecond)
+
+    init(logger: Logger, plugin: String, stream: String) {
+        self.logger = logger
+        self.plugin = plugin
+        self.stream = stream
+    }
+
+    static func attach(_ descriptor: consuming OwnedDescriptor, stream: String, plugin: String, supervisor: Supervisor) {
+        let fd = descriptor.release()
+        let logger = supervisor.logger
+        NIOPipeBootstrap(group: supervisor.loop)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(OutputCapture(logger: logger, plugin: plugin, stream: stream))
+                }
+            }
+            .takingOwnershipOfDescriptor(input: fd)
+            .whenFailure { error in
+                _ = OwnedDescriptor(fd)  // NIO did not take it: close it
+                logger.warning("cannot capture \(stream): \(error)", metadata: ["plugin": "\(plugin)"])
+            }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var buffer = unwrapInboundIn(data)
+        buffer.withUnsafeReadableBytes { bytes in
+            var start = 0
+            for i in 0..<bytes.count where bytes[i] == 0x0A {
+                partial.append(contentsOf: bytes[start..<i])
+                emit()
+                start = i + 1
+            }
+            partial.append(contentsOf: bytes[start..<bytes.count])
+            while partial.count >= Self.lineLimit {
+                let rest = Array(partial[Self.lineLimit...])
+                partial.removeSubrange(Self.lineLimit...)
+                emit()
+                partial = rest
+            }
+        }
+        buffer.clear()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if !partial.isEmpty { emit() }
+        reportDropped(window.takeDropped())
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+
+    private func emit() {
+        defer { partial.removeAll(keepingCapacity: true) }
+        guard case .admit(let droppedBefore) = window.admit(now: .now()) else { return }
+        reportDropped(droppedBefore)
+        logger.info("\(stream): \(String(decoding: partial, as: UTF8.self))", metadata: ["plugin": "\(plugin)"])
+    }
+
+    private func reportDropped(_ dropped: Int) {
+        if dropped > 0 {
+            logger.warning("\(stream): dropped \(dropped) lines over \(Self.linesPerSecond)/s", metadata: ["plugin": "\(plugin)"])
+        }
+    }
+}

@@ -1,0 +1,186 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Bundles
+import LinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+
+/// Everything the supervisor knows of one plugin, across its worker restarts.
+/// Owned by the supervisor's event loop, like every object in State/: created, read and changed only
+/// there. `@unchecked Sendable` because closures the loop runs later (timers, futures) carry it; they
+/// run on the same loop.
+final class PluginRecord: @unchecked Sendable {
+    var manifest: Manifest
+    private(set) var phase: PluginPhase
+    var instance: WorkerInstance?
+    /// Restarts over the plugin's life (what `status` shows).
+    var restarts = 0
+    /// When recent restarts happened, for the intensity limit.
+    var restartHistory: [NIODeadline] = []
+    var lastExit: ExitStatus?
+    /// The library chosen for this host, and the variant's name when `variants` chose it.
+    var library: String?
+    var variant: String?
+    /// Why it is not running, when it is not.
+    var problem: String?
+    /// An install is waiting to see this version run: its first failure settles the waiters at
+    /// once (to roll back) instead of going through restarts.
+    var installAwaitsVerdict = false
+    /// Has reached `running` at least once (so a later start is a restart dependents hear of).
+    var hasRun = false
+    /// Callers waiting for it to be running (restart command, install); called with nil or why it failed.
+    var startWaiters: [(String?) -> Void] = []
+    var pendingRestart: Scheduled<Void>?
+
+    init(manifest: Manifest, phase: PluginPhase) {
+        self.manifest = manifest
+        self.phase = phase
+    }
+
+    var identifier: String { manifest.identifier }
+    var dependencyIDs: [String] { manifest.dependencies.map(\.identifier) }
+
+    /// Moves to `next` if PluginPhase allows it. An illegal move is a bug: it stops a debug build
+    /// and is refused (and logged) in a release build.
+    @discardableResult
+    func move(to next: PluginPhase, logger: Logger) -> Bool {
+        guard PluginPhase.allows(from: phase, to: next) else {
+            logger.error("internal error: \(identifier) cannot go from \(phase) to \(next); refused")
+            assertionFailure("illegal plugin phase change \(phase) → \(next) for \(identifier)")
+            return false
+        }
+        phase = next
+        return true
+    }
+
+    /// Tells everyone waiting for this plugin to run how it went.
+    func settleWaiters(_ problem: String?) {
+        let waiters = startWaiters
+        startWaiters = []
+        for w in waiters { w(problem) }
+    }
+}
+
+/// One worker process for a plugin, from spawn to its exit being recorded. Owned by the event loop.
+final class WorkerInstance: @unchecked Sendable {
+    let process: ChildProcess
+    let identifier: String
+    let spawnedAt: NIODeadline
+    private(set) var phase: WorkerPhase = .spawned
+    var connection = WorkerConnection.connecting
+    /// What it said in `hello` (nil until then).
+    var hello: HelloFacts?
+    /// Requests sent to it and not yet answered, by the id this supervisor gave them.
+    var pending: [UInt64: PendingRequest] = [:]
+    var nextID: UInt64 = 1
+    /// Requests this plugin made that are being served elsewhere: its id → (the callee, the callee's
+    /// id). Cancelled at the callee if this worker dies first.
+    var outgoing: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
+    var outstandingPing: (id: UInt64, sentAt: NIODeadline)?
+    /// Set when the worker said why it is ending itself.
+    var exitNotice: ExitNotice?
+    /// Set when the supervisor killed it, with why.
+    var killReason: (reason: ExitReason, message: String)?
+    /// How the process ended, once reaped.
+    var exit: ChildExit?
+    /// Called once its exit has been recorded (stops, restarts and installs wait on it).
+    var onExit: [() -> Void] = []
+    /// Last memory sample and whether `memoryWarning` was sent for the current excursion.
+    var memory = MemorySample()
+    /// Its `log` messages, rate-limited.
+    var logWindow = RateWindow(limit: Router.logsPerSecond, floodLimit: Router.floodLogsPerSecond)
+    /// Start-up timings for `status`.
+    var timings: [String: Int] = [:]
+    /// The start-up deadline (hello and startup), cancelled once it runs or ends.
+    var startupDeadline: Scheduled<Void>?
+
+    init(process: ChildProcess, identifier: String, now: NIODeadline) {
+        self.process = process
+        self.identifier = identifier
+        self.spawnedAt = now
+    }
+
+    var pid: pid_t { process.pid }
+    var channel: Channel? { if case .open(let channel) = connection { return channel } else { return nil } }
+    var socketClosed: Bool { connection == .closed }
+
+    @discardableResult
+    func move(to next: WorkerPhase, logger: Logger) -> Bool {
+        guard WorkerPhase.allows(from: phase, to: next) else {
+            logger.error("internal error: the worker of \(identifier) (pid \(pid)) cannot go from \(phase) to \(next); refused")
+            assertionFailure("illegal worker phase change \(phase) → \(next) for \(identifier)")
+            return false
+        }
+        phase = next
+        return true
+    }
+
+    /// Allocates the id of the next request this supervisor sends it.
+    func takeID() -> UInt64 {
+        defer { nextID += 1 }
+        return nextID
+    }
+}
+
+/// The protocol socket of a worker.
+enum WorkerConnection: Equatable {
+    /// NIO is still making a channel of the socket.
+    case connecting
+    case open(Channel)
+    /// At end of stream (or it never came up).
+    case closed
+
+    static func == (a: WorkerConnection, b: WorkerConnection) -> Bool {
+        switch (a, b) {
+        case (.connecting, .connecting), (.closed, .closed): return true
+        case (.open(let x), .open(let y)): return x === y
+        default: return false
+        }
+    }
+}
+
+/// What a worker said about itself in `hello`.
+struct HelloFacts {
+    var sandbox: [String]
+    var sandboxMissing: [String]
+}
+
+/// A worker's last memory sample (bytes) and whether `memoryWarning` went out for this excursion.
+struct MemorySample {
+    var resident = 0
+    var data = 0
+    var warned = false
+}
+
+/// A request sent to a worker and not yet answered.
+struct PendingRequest {
+    var origin: ReplyOrigin
+    var deadline: NIODeadline
+    var what: String
+}
+
+/// Where the answer to a request must go. Confined to the event loop like what it refers to.
+enum ReplyOrigin: @unchecked Sendable {
+    /// A CLI client, with the id it used.
+    case client(ControlConnection, id: UInt64)
+    /// A plugin's worker, with the id the plugin used.
+    case plugin(WorkerInstance, id: UInt64)
+    /// The supervisor itself (events, internal calls).
+    case local((Result<[UInt8]?, ErrorBody>) -> Void)
+}
+
+/// A CLI client on the control socket. Owned by the event loop.
+final class ControlConnection: @unchecked Sendable {
+    let channel: Channel
+    var closed = false
+    /// Requests of this client still waiting for an answer.
+    var outstanding = 0
+    /// Its forwarded calls in flight: its id → (the callee, the callee's id), cancelled if it goes away.
+    var inFlight: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
+
+    init(channel: Channel) {
+        self.channel = channel
+    }
+}

@@ -1,0 +1,86 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Bundles
+import NIOCore
+
+/// The plugins the supervisor knows, in start order, and their live workers by pid: the one owner
+/// of that state. Every access asserts it is on the supervisor's event loop.
+final class PluginTable: @unchecked Sendable {
+    // @unchecked: confined to `loop` (asserted on every access in debug builds).
+    let loop: EventLoop
+    private var records: [String: PluginRecord] = [:]
+    /// Start order (dependencies first).
+    private(set) var order: [String] = []
+    /// Live workers by pid (for SO_PEERCRED checks on the control socket).
+    private var byPID: [pid_t: WorkerInstance] = [:]
+    /// The plugin folders as last scanned.
+    var catalog = PluginCatalog(manifests: [])
+
+    init(loop: EventLoop) {
+        self.loop = loop
+    }
+
+    subscript(_ identifier: String) -> PluginRecord? {
+        loop.assertInEventLoop()
+        return records[identifier]
+    }
+
+    /// Every record, in start order.
+    var inOrder: [PluginRecord] {
+        loop.assertInEventLoop()
+        return order.compactMap { records[$0] }
+    }
+
+    var all: Dictionary<String, PluginRecord>.Values {
+        loop.assertInEventLoop()
+        return records.values
+    }
+
+    var identifiers: Dictionary<String, PluginRecord>.Keys { records.keys }
+
+    /// Adds a plugin at the end of the start order (its dependencies are already known).
+    func add(_ record: PluginRecord) {
+        loop.preconditionInEventLoop()
+        if records.updateValue(record, forKey: record.identifier) == nil { order.append(record.identifier) }
+    }
+
+    /// Forgets a plugin, if `record` is still the one known under its identifier.
+    func remove(_ record: PluginRecord) {
+        loop.preconditionInEventLoop()
+        guard records[record.identifier] === record else { return }
+        records[record.identifier] = nil
+        order.removeAll { $0 == record.identifier }
+    }
+
+    /// Replaces the start order (after a rescan); unknown identifiers are dropped.
+    func reorder(_ newOrder: [String]) {
+        loop.preconditionInEventLoop()
+        order = newOrder.filter { records[$0] != nil }
+    }
+
+    /// Whether every dependency of `record` is running.
+    func dependenciesRunning(_ record: PluginRecord) -> Bool {
+        record.dependencyIDs.allSatisfy { records[$0]?.phase == .running }
+    }
+
+    /// Plugins that list `identifier` among their dependencies, in start order.
+    func dependents(of identifier: String) -> [PluginRecord] {
+        inOrder.filter { $0.dependencyIDs.contains(identifier) }
+    }
+
+    func workerSpawned(_ instance: WorkerInstance) {
+        loop.preconditionInEventLoop()
+        byPID[instance.pid] = instance
+    }
+
+    func workerReaped(_ instance: WorkerInstance) {
+        loop.preconditionInEventLoop()
+        if byPID[instance.pid] === instance { byPID[instance.pid] = nil }
+    }
+
+    func worker(pid: pid_t) -> WorkerInstance? {
+        loop.assertInEventLoop()
+        return byPID[pid]
+    }
+}
