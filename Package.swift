@@ -116,7 +116,7 @@ let package = Package(
 
         .testTarget(
             name: "UnitTests",
-            dependencies: ["PluginProtocol", "IPC", "LinuxSupport", "Bundles", "SupervisorKit"],
+            dependencies: ["PluginProtocol", "IPC", "LinuxSupport", "Bundles", "SupervisorKit", .product(name: "NIOCore", package: "swift-nio")],
             path: "Tests/UnitTests"
         ),
         .testTarget(

@@ -100,6 +100,20 @@ import Testing
         #expect(Set(c.manifests.keys) == ["a", "b", "c", "d"])
     }
 
+    @Test func missingDependenciesAndUnmetRanges() {
+        var ranged = manifest("r")
+        ranged.dependencies = [.init(identifier: "a", range: ">=2.0.0")]
+        let c = PluginCatalog(manifests: [manifest("a"), manifest("m", ["gone"]), ranged, manifest("after", ["m"]), manifest("ok", ["a"])])
+        #expect(c.unstartable["m"] == "/p/m/plugin.json: dependency gone is not installed")
+        #expect(c.unstartable["r"] == "/p/r/plugin.json: dependency a >=2.0.0 is not met by the installed 1.0.0")
+        #expect(c.unstartable["after"] == "/p/after/plugin.json: dependency m cannot start")
+        #expect(Set(c.manifests.keys) == ["a", "ok"])
+        // Every plugin, startable or not, is still in the order, dependencies first.
+        #expect(Set(c.order) == ["a", "m", "r", "after", "ok"])
+        #expect(c.order.firstIndex(of: "m")! < c.order.firstIndex(of: "after")!)
+        #expect(c.order.firstIndex(of: "a")! < c.order.firstIndex(of: "ok")!)
+    }
+
     @Test func duplicates() {
         var second = manifest("a")
         second.file = "/q/a/plugin.json"

@@ -11,6 +11,11 @@ struct MemoryLimits: Equatable {
     /// The soft limit: `limits.softMemoryMB`, else three quarters of the hard limit.
     var soft: Int
 
+    init(hard: Int, soft: Int) {
+        self.hard = hard
+        self.soft = soft
+    }
+
     init(_ m: Manifest) {
         hard = (m.limits.memoryMB ?? 1024) << 20
         soft = m.limits.softMemoryMB.map { $0 << 20 } ?? hard / 4 * 3

@@ -1,0 +1,261 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import LinuxSupport
+import NIOCore
+import PluginProtocol
+import Testing
+@testable import SupervisorKit
+
+/// Every pair of phases: exactly the moves the table lists are legal, and each legal move is one
+/// the supervisor makes (named below), so a change to the table shows here.
+@Suite struct PluginPhaseTests {
+    static let all: [PluginPhase] = [.waiting, .starting, .running, .restarting, .failed(byDependency: false), .failed(byDependency: true), .stopped]
+
+    /// The legal moves, written out by hand (from → to), with why each exists.
+    static let legal: Set<String> = [
+        "waiting→starting", "stopped→starting", "failed→starting", "failed (dependency)→starting",  // first spawn, start on request
+        "waiting→restarting", "restarting→restarting", "stopped→restarting", "failed→restarting", "failed (dependency)→restarting",
+        "starting→restarting", "running→restarting",  // a crash
+        "starting→running", "restarting→running",  // startup answered
+        "restarting→waiting", "stopped→waiting", "failed→waiting", "failed (dependency)→waiting", "waiting→waiting",  // dependencies down
+    ]
+
+    @Test(arguments: all)
+    func movesFrom(_ from: PluginPhase) {
+        for to in Self.all {
+            let allowed = PluginPhase.allows(from: from, to: to)
+            let expected: Bool
+            switch to {
+            case .failed, .stopped: expected = true  // anything can fail or be stopped
+            default: expected = Self.legal.contains("\(from)→\(to)")
+            }
+            #expect(allowed == expected, "\(from) → \(to)")
+        }
+    }
+
+    @Test func refusedMovesNamed() {
+        // The moves that would be bugs: running without answering startup, skipping the stop.
+        for (from, to) in [(PluginPhase.waiting, PluginPhase.running), (.stopped, .running), (.failed(byDependency: false), .running),
+                           (.running, .waiting), (.running, .starting), (.starting, .starting), (.starting, .waiting), (.restarting, .starting)] {
+            #expect(!PluginPhase.allows(from: from, to: to), "\(from) → \(to)")
+        }
+    }
+
+    @Test func shownStates() {
+        #expect(PluginPhase.waiting.shown == "starting")
+        #expect(PluginPhase.failed(byDependency: true).shown == "failed")
+        #expect(Set(Self.all.map(\.shown)) == ["starting", "running", "restarting", "failed", "stopped"])
+    }
+}
+
+@Suite struct WorkerPhaseTests {
+    static let all: [WorkerPhase] = [.spawned, .loaded, .startingUp, .running, .stopping, .exited(afterStop: false), .exited(afterStop: true), .finalized]
+
+    static let legal: Set<String> = [
+        "spawned→loaded", "loaded→startingUp", "startingUp→running",  // hello, startup sent, startup answered
+        "spawned→stopping", "loaded→stopping", "startingUp→stopping", "running→stopping",  // a stop at any point before the exit
+        "stopping→exited (stopped)",  // reaped after a stop
+        "spawned→exited", "loaded→exited", "startingUp→exited", "running→exited",  // reaped: a crash or a kill
+        "exited→finalized", "exited (stopped)→finalized",  // recorded
+    ]
+
+    @Test(arguments: all)
+    func movesFrom(_ from: WorkerPhase) {
+        for to in Self.all {
+            #expect(WorkerPhase.allows(from: from, to: to) == Self.legal.contains("\(from)→\(to)"), "\(from) → \(to)")
+        }
+    }
+
+    @Test func derivedFacts() {
+        #expect(WorkerPhase.stopping.stopRequested)
+        #expect(WorkerPhase.exited(afterStop: true).stopRequested)
+        #expect(!WorkerPhase.exited(afterStop: false).stopRequested)
+        #expect(WorkerPhase.finalized.hasExited && WorkerPhase.exited(afterStop: false).hasExited)
+        #expect(!WorkerPhase.running.hasExited)
+    }
+}
+
+@Suite struct RestartPolicyTests {
+    let policy = RestartPolicy(limit: 5, windowSeconds: 60, backoffBaseMs: 100, backoffMaxMs: 10_000)
+    let t0 = NIODeadline.uptimeNanoseconds(1_000_000_000_000)
+
+    @Test func backoffDoublesFromTheSecondRestartAndIsCapped() {
+        #expect(RestartPolicy.backoff(previousRestarts: 0, baseMs: 100, maxMs: 10_000, jitter: 1) == 0)
+        #expect(RestartPolicy.backoff(previousRestarts: 1, baseMs: 100, maxMs: 10_000, jitter: 1) == 100)
+        #expect(RestartPolicy.backoff(previousRestarts: 2, baseMs: 100, maxMs: 10_000, jitter: 1) == 200)
+        #expect(RestartPolicy.backoff(previousRestarts: 4, baseMs: 100, maxMs: 10_000, jitter: 1) == 800)
+        #expect(RestartPolicy.backoff(previousRestarts: 30, baseMs: 100, maxMs: 10_000, jitter: 1) == 10_000)
+        #expect(RestartPolicy.backoff(previousRestarts: 1, baseMs: 100, maxMs: 10_000, jitter: 1.2) == 120)
+        #expect(RestartPolicy.backoff(previousRestarts: 1, baseMs: 100, maxMs: 10_000, jitter: 0.8) == 80)
+    }
+
+    @Test func intensityLimitGivesUpAfterLimitRestartsInTheWindow() {
+        var history: [NIODeadline] = []
+        var delays: [Int] = []
+        for i in 0..<5 {
+            guard case .restart(let delay, let attempt) = policy.decide(history: &history, now: t0 + .seconds(Int64(i)), jitter: 1) else {
+                Issue.record("restart \(i) refused")
+                return
+            }
+            #expect(attempt == i + 1)
+            delays.append(delay)
+        }
+        #expect(delays == [0, 100, 200, 400, 800])
+        #expect(policy.decide(history: &history, now: t0 + .seconds(5), jitter: 1) == .giveUp(restartsInWindow: 5))
+        #expect(history.count == 5, "a refused restart is not recorded")
+    }
+
+    @Test func oldRestartsLeaveTheWindow() {
+        var history = (0..<5).map { t0 + .seconds(Int64($0)) }
+        // 60 s after the first, it has left the window: one more restart is allowed, with the backoff for the 4 still in it.
+        #expect(policy.decide(history: &history, now: t0 + .seconds(60), jitter: 1) == .restart(delayMs: 800, attempt: 5))
+        // Long after all of them: a fresh start, immediate.
+        var old = (0..<5).map { t0 + .seconds(Int64($0)) }
+        #expect(policy.decide(history: &old, now: t0 + .seconds(600), jitter: 1) == .restart(delayMs: 0, attempt: 1))
+    }
+}
+
+@Suite struct ExitClassifierTests {
+    func facts(code: Int32 = 0, signal: Int32? = nil, notice: ExitNotice? = nil, killed: (ExitReason, String)? = nil,
+               stop: Bool = false, rss: Int = 0, data: Int = 0, hard: Int = 1 << 30) -> ExitClassifier.Facts {
+        let exit = ChildExit(pid: 42, code: signal ?? code, signaled: signal != nil, maxRSS: rss)
+        return ExitClassifier.Facts(exit: exit, notice: notice, killed: killed.map { (reason: $0.0, message: $0.1) },
+                                    stopRequested: stop, lastDataBytes: data, hardLimitBytes: hard)
+    }
+
+    @Test func exitCodeAndSignal() {
+        let coded = ExitClassifier.classify(facts(code: 3))
+        #expect(coded.code == 3 && coded.signal == nil && coded.reason == .exited)
+        #expect(ExitClassifier.isAbnormal(facts(code: 3)))
+        #expect(!ExitClassifier.isAbnormal(facts(code: 0)))
+        let signaled = ExitClassifier.classify(facts(signal: SIGSEGV))
+        #expect(signaled.signal == "SIGSEGV" && signaled.code == nil && signaled.reason == .signaled)
+        #expect(ExitClassifier.describe(signaled) == "signal SIGSEGV")
+    }
+
+    @Test func sandboxViolationWithSyscallOnlyWithItsExitCode() {
+        let notice = ExitNotice(reason: .sandboxViolation, message: "the sandbox denied the system call ptrace", syscall: "ptrace")
+        let believed = ExitClassifier.classify(facts(code: 159, notice: notice))
+        #expect(believed.reason == .sandboxViolation && believed.syscall == "ptrace")
+        #expect(ExitClassifier.describe(believed) == "exit code 159, sandboxViolation, syscall ptrace, the sandbox denied the system call ptrace")
+        // A plugin writing the same notice and exiting 0 is not believed.
+        let forged = ExitClassifier.classify(facts(code: 0, notice: notice))
+        #expect(forged.reason == .exited && forged.syscall == nil)
+        // SIGSYS with no report (the handler could not run): still a violation, without the name.
+        #expect(ExitClassifier.classify(facts(signal: SIGSYS)).reason == .sandboxViolation)
+        // The reporter's exit code without its notice (the notice could not be sent).
+        #expect(ExitClassifier.classify(facts(code: 159)).reason == .sandboxViolation)
+    }
+
+    @Test func killsByTheSupervisor() {
+        for reason in [ExitReason.watchdog, .protocolViolation, .startupTimeout, .memoryLimit, .dependencyRestarted] {
+            let status = ExitClassifier.classify(facts(signal: SIGKILL, killed: (reason, "why")))
+            #expect(status.reason == reason && status.message == "why" && status.signal == "SIGKILL")
+            #expect(ExitClassifier.isAbnormal(facts(code: 0, killed: (reason, "why"))))
+        }
+    }
+
+    @Test func memoryLimitFromPeakSizeWhenTheSamplerMissedIt() {
+        let hard = 64 << 20
+        #expect(ExitClassifier.classify(facts(signal: SIGSEGV, rss: 60 << 20, hard: hard)).reason == .memoryLimit)
+        #expect(ExitClassifier.classify(facts(code: 1, data: 55 << 20, hard: hard)).reason == .memoryLimit)
+        #expect(ExitClassifier.classify(facts(signal: SIGSEGV, rss: 10 << 20, hard: hard)).reason == .signaled)
+        // A clean exit near the limit is just a clean exit.
+        #expect(ExitClassifier.classify(facts(code: 0, rss: 60 << 20, hard: hard)).reason == .exited)
+    }
+
+    @Test func loadErrorsAndStops() {
+        let load = ExitNotice(reason: .missingSymbol, message: "no sp_plugin_create")
+        #expect(ExitClassifier.classify(facts(code: 78, notice: load)).reason == .missingSymbol)
+        #expect(ExitReason.missingSymbol.isPermanent && !ExitReason.watchdog.isPermanent)
+        #expect(ExitClassifier.classify(facts(code: 0, stop: true)).reason == .stopped)
+        #expect(ExitClassifier.classify(facts(signal: SIGKILL, killed: (.stopped, "grace period over"), stop: true)).reason == .stopped)
+    }
+}
+
+@Suite struct HealthRulesTests {
+    @Test func memoryVerdicts() {
+        var limits = MemoryLimits(hard: 100 << 20, soft: 75 << 20)
+        #expect(limits.verdict(resident: 100 << 20, warned: false) == .overHard)
+        #expect(limits.verdict(resident: 80 << 20, warned: false) == .overSoft)
+        #expect(limits.verdict(resident: 80 << 20, warned: true) == .unchanged)
+        #expect(limits.verdict(resident: 70 << 20, warned: true) == .unchanged, "between 90 % and 100 % of soft: no re-arm")
+        #expect(limits.verdict(resident: 60 << 20, warned: true) == .backUnderSoft)
+        limits.soft = 10 << 20
+        #expect(limits.verdict(resident: 5 << 20, warned: false) == .unchanged)
+    }
+
+    @Test func statm() {
+        let page = MemoryLimits.pageSize
+        let parsed = MemoryLimits.parseStatm(Array("1000 200 50 10 0 300 0\n".utf8))
+        #expect(parsed?.resident == 200 * page && parsed?.data == 300 * page)
+        #expect(MemoryLimits.parseStatm(Array("garbage".utf8)) == nil)
+    }
+
+    @Test func rateWindow() {
+        var w = RateWindow(limit: 2, floodLimit: 4)
+        let t = NIODeadline.uptimeNanoseconds(5_000_000_000)
+        #expect(w.admit(now: t) == .admit(droppedBefore: 0))
+        #expect(w.admit(now: t) == .admit(droppedBefore: 0))
+        #expect(w.admit(now: t) == .drop)
+        #expect(w.admit(now: t) == .drop)
+        #expect(w.admit(now: t) == .flood)
+        // The next window reports what was dropped in the last.
+        #expect(w.admit(now: t + .seconds(1)) == .admit(droppedBefore: 2), "the flood verdict is not a drop")
+    }
+}
+
+@Suite struct WireTests {
+    /// The supervisor's frames are encoded into NIO buffers and parsed from them by the same
+    /// FrameParser the blocking readers use: byte-for-byte the frames the array encoder makes.
+    @Test func byteBufferAndArrayEncodersAgreeAndOneParserReadsBoth() throws {
+        func fill<S: FrameSink>(_ e: inout FrameEncoder<S>) {
+            e.uint("id", 18_446_744_073_709_551_615)
+            e.string("name", "q\"\\\n\u{1}é")
+            e.object("payload", ["identifier": .string("a.b"), "dependencies": .strings(["x", "y\""])])
+            e.error(.timeout, "late")
+        }
+        var array = FrameBuilder(kind: .event)
+        fill(&array)
+        let bytes = array.finish()
+        var buffer = FrameEncoder(kind: .event, into: ByteBufferAllocator().buffer(capacity: 8))
+        fill(&buffer)
+        var nio = buffer.finish()
+        #expect(Array(nio.readableBytesView) == bytes)
+
+        var parser = FrameParser(maxBody: 1 << 10)
+        let length = try #require(try parser.nextBody(in: &nio))
+        let body = nio.readSlice(length: length)!
+        try body.withUnsafeReadableBytes { raw in
+            let env = try Envelope.parse(raw)
+            #expect(env.id == UInt64.max)
+            #expect(Envelope.string(raw, env.name) == "q\"\\\n\u{1}é")
+            let payload = try ProtocolJSON.decode([String: FlatValue].self, from: UnsafeRawBufferPointer(rebasing: raw[env.payload!]))
+            #expect(payload["dependencies"] == .list(["x", "y\""]))
+        }
+        #expect(nio.readableBytes == 0 && parser.state == .waitingForHeader)
+    }
+
+    enum FlatValue: Decodable, Equatable {
+        case text(String), list([String])
+        init(from decoder: any Decoder) throws {
+            let c = try decoder.singleValueContainer()
+            if let s = try? c.decode(String.self) { self = .text(s) } else { self = .list(try c.decode([String].self)) }
+        }
+    }
+
+    @Test func parserWaitsForWholeBodies() throws {
+        var parser = FrameParser(maxBody: 16)
+        var buffer = ByteBufferAllocator().buffer(capacity: 16)
+        buffer.writeBytes([0, 0, 0, 3, UInt8(ascii: "{")])
+        #expect(try parser.nextBody(in: &buffer) == nil)
+        #expect(parser.state == .waitingForFrame(length: 3))
+        buffer.writeBytes(Array("}x".utf8))
+        #expect(try parser.nextBody(in: &buffer) == 3)
+        buffer.writeBytes([0, 0, 0, 17])
+        var next = FrameParser(maxBody: 16)
+        buffer.moveReaderIndex(forwardBy: 3)
+        #expect(throws: Frame.HeaderError.tooLarge(length: 17, limit: 16)) { try next.nextBody(in: &buffer) }
+    }
+}
