@@ -5,9 +5,7 @@ struct Call: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Call a plugin's exported method and print its JSON result.")
 
     @OptionGroup var options: ClientOptions
-
-    @Argument(help: "The plugin's identifier.")
-    var identifier: String
+    @OptionGroup var plugin: PluginArgument
 
     @Argument(help: "The method's name.")
     var method: String
@@ -19,15 +17,12 @@ struct Call: ParsableCommand {
     var timeout: UInt64?
 
     func validate() throws {
-        guard PluginIdentifier.isValid(identifier) else {
-            throw ValidationError("'\(identifier)' is not a plugin identifier ([A-Za-z0-9.-])")
-        }
         if let params { try JSONArgument.check(params, name: "<json-params>") }
     }
 
     func run() throws {
         try options.run(.call) { b in
-            b.string("target", identifier)
+            b.string("target", plugin.identifier)
             b.string("method", method)
             if let params { b.raw("params", Array(params.utf8)) }
             if let timeout { b.uint("timeoutMs", timeout) }

@@ -42,6 +42,18 @@ struct ClientOptions: ParsableArguments {
     }
 }
 
+/// The plugin a command is about, checked before anything is sent.
+struct PluginArgument: ParsableArguments {
+    @Argument(help: "The plugin's identifier.")
+    var identifier: String
+
+    func validate() throws {
+        guard PluginIdentifier.isValid(identifier) else {
+            throw ValidationError("'\(identifier)' is not a plugin identifier ([A-Za-z0-9.-])")
+        }
+    }
+}
+
 extension SupervisorClient.Failure {
     var isRemote: Bool { if case .remote = self { return true } else { return false } }
     var isUnreachable: Bool { if case .unreachable = self { return true } else { return false } }

@@ -119,11 +119,9 @@ struct Uninstall: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Stop a plugin and remove it from the home's plugins folder.")
 
     @OptionGroup var options: ClientOptions
-
-    @Argument(help: "The plugin's identifier.")
-    var identifier: String
+    @OptionGroup var plugin: PluginArgument
 
     func run() throws {
-        try options.run(.uninstall) { $0.string("target", identifier) }
+        try options.run(.uninstall) { $0.string("target", plugin.identifier) }
     }
 }

@@ -5,11 +5,9 @@ struct Restart: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Restart one plugin (also one that has failed), and wait until it runs.")
 
     @OptionGroup var options: ClientOptions
-
-    @Argument(help: "The plugin's identifier.")
-    var identifier: String
+    @OptionGroup var plugin: PluginArgument
 
     func run() throws {
-        try options.run(.restart) { $0.string("target", identifier) }
+        try options.run(.restart) { $0.string("target", plugin.identifier) }
     }
 }

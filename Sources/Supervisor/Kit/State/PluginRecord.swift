@@ -42,17 +42,10 @@ final class PluginRecord: @unchecked Sendable {
     var identifier: String { manifest.identifier }
     var dependencyIDs: [String] { manifest.dependencies.map(\.identifier) }
 
-    /// Moves to `next` if PluginPhase allows it. An illegal move is a bug: it stops a debug build
-    /// and is refused (and logged) in a release build.
+    /// Moves to `next` if PluginPhase allows it.
     @discardableResult
     func move(to next: PluginPhase, logger: Logger) -> Bool {
-        guard PluginPhase.allows(from: phase, to: next) else {
-            logger.error("internal error: \(identifier) cannot go from \(phase) to \(next); refused")
-            assertionFailure("illegal plugin phase change \(phase) → \(next) for \(identifier)")
-            return false
-        }
-        phase = next
-        return true
+        transition(&phase, to: next, of: identifier, logger: logger)
     }
 
     /// Tells everyone waiting for this plugin to run how it went.
@@ -61,6 +54,26 @@ final class PluginRecord: @unchecked Sendable {
         startWaiters = []
         for w in waiters { w(problem) }
     }
+}
+
+/// A phase enum whose legal moves are one table.
+protocol Phase: Equatable, CustomStringConvertible {
+    static func allows(from: Self, to: Self) -> Bool
+}
+
+extension PluginPhase: Phase {}
+extension WorkerPhase: Phase {}
+
+/// The one place a phase changes: a move the table does not allow is a bug, which stops a debug
+/// build and is refused (and logged) in a release build.
+private func transition<P: Phase>(_ phase: inout P, to next: P, of what: String, logger: Logger) -> Bool {
+    guard P.allows(from: phase, to: next) else {
+        logger.error("internal error: \(what) cannot go from \(phase) to \(next); refused")
+        assertionFailure("illegal phase change \(phase) → \(next) for \(what)")
+        return false
+    }
+    phase = next
+    return true
 }
 
 /// One worker process for a plugin, from spawn to its exit being recorded. Owned by the event loop.
@@ -106,15 +119,10 @@ final class WorkerInstance: @unchecked Sendable {
     var channel: Channel? { if case .open(let channel) = connection { return channel } else { return nil } }
     var socketClosed: Bool { connection == .closed }
 
+    /// Moves to `next` if WorkerPhase allows it (an illegal move is a bug, as for plugins).
     @discardableResult
     func move(to next: WorkerPhase, logger: Logger) -> Bool {
-        guard WorkerPhase.allows(from: phase, to: next) else {
-            logger.error("internal error: the worker of \(identifier) (pid \(pid)) cannot go from \(phase) to \(next); refused")
-            assertionFailure("illegal worker phase change \(phase) → \(next) for \(identifier)")
-            return false
-        }
-        phase = next
-        return true
+        transition(&phase, to: next, of: "the worker of \(identifier) (pid \(pid))", logger: logger)
     }
 
     /// Allocates the id of the next request this supervisor sends it.

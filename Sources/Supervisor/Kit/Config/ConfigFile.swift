@@ -1,0 +1,129 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import LinuxSupport
+import PluginProtocol
+
+/// The config file (`--config FILE`, docs/operations.md): a JSON object whose keys are the settings
+/// below, each listed once with how it is checked. An unknown key is refused, so a typo is not
+/// silently ignored.
+extension SupervisorConfig {
+    /// Applies a config file on top of these settings. Options given on the command line win, so the
+    /// caller applies them after this.
+    public mutating func apply(configFile path: String) throws(ConfigError) {
+        let bytes: [UInt8]
+        do { bytes = try FileSystem.readFile(path, limit: 1 << 20) } catch {
+            throw ConfigError(file: path, reason: "cannot read: \(error)")
+        }
+        let values: [String: ConfigValue]
+        do { values = try JSONDecoder().decode([String: ConfigValue].self, from: Data(bytes)) } catch {
+            throw ConfigError(file: path, reason: "not a valid config (a JSON object of settings): \(error)")
+        }
+        for (key, value) in values.sorted(by: { $0.key < $1.key }) {
+            guard let setting = Self.settings[key] else {
+                throw ConfigError(file: path, reason: "unknown key '\(key)'; known keys: \(Self.settings.keys.sorted().joined(separator: ", "))")
+            }
+            do { try setting(&self, value) } catch {
+                throw ConfigError(file: path, reason: "'\(key)' \((error as? SettingError)?.reason ?? "\(error)")")
+            }
+        }
+    }
+
+    typealias Setting = @Sendable (inout SupervisorConfig, ConfigValue) throws -> Void
+
+    static let settings: [String: Setting] = [
+        "plugins": { $0.pluginDirectories = try $1.strings() },
+        "socket": { $0.socketPath = try $1.string() },
+        "maxFrameBytes": positive(\.maxFrameBytes),
+        "startupTimeoutMs": positive(\.startupTimeoutMs),
+        "callTimeoutMs": positive(\.callTimeoutMs),
+        "shutdownGraceMs": positive(\.shutdownGraceMs),
+        "restartLimit": positive(\.restartLimit),
+        "restartWindowSeconds": positive(\.restartWindowSeconds),
+        "restartBackoffBaseMs": positive(\.restartBackoffBaseMs),
+        "restartBackoffMaxMs": positive(\.restartBackoffMaxMs),
+        "restartDependents": { $0.restartDependents = try $1.bool() },
+        "pingIntervalMs": positive(\.pingIntervalMs),
+        "pingTimeoutMs": positive(\.pingTimeoutMs),
+        "sandbox": { $0.sandboxEnabled = try $1.bool() },
+        "requireSandboxLayers": { config, value in
+            config.requiredSandboxLayers = try value.strings().map { name in
+                guard let layer = SandboxLayer(rawValue: name), SandboxLayer.requirable.contains(layer) else {
+                    throw SettingError("names '\(name)', which is not a sandbox layer; layers: \(SandboxLayer.requirable.map(\.rawValue).joined(separator: ", "))")
+                }
+                return layer
+            }
+        },
+        "catalog": { $0.catalogURL = try $1.string() },
+        "trustedKeys": { config, value in
+            let keys = try value.strings()
+            for (i, key) in keys.enumerated() where Data(base64Encoded: key)?.count != 32 {
+                throw SettingError("[\(i)] is not a base64 Ed25519 public key (32 bytes)")
+            }
+            config.trustedKeys = keys
+        },
+        "updates": { $0.updatesEnabled = try $1.bool() },
+        "downloadLowSpeedSeconds": positive(\.downloadLowSpeedSeconds),
+        "downloadMaxBytes": positive(\.downloadMaxBytes),
+    ]
+
+    private static func positive(_ field: WritableKeyPath<SupervisorConfig, Int> & Sendable) -> Setting {
+        { config, value in
+            let n = try value.integer()
+            guard n > 0 else { throw SettingError("must be positive, got \(n)") }
+            config[keyPath: field] = n
+        }
+    }
+}
+
+/// Why one setting's value is refused (completed with the key and file by `apply`).
+struct SettingError: Error {
+    var reason: String
+    init(_ reason: String) { self.reason = reason }
+}
+
+/// One setting's JSON value.
+enum ConfigValue: Decodable {
+    case bool(Bool), integer(Int), string(String), strings([String]), other(String)
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if let b = try? c.decode(Bool.self) { self = .bool(b) }
+        else if let i = try? c.decode(Int.self) { self = .integer(i) }
+        else if let s = try? c.decode(String.self) { self = .string(s) }
+        else if let list = try? c.decode([String].self) { self = .strings(list) }
+        else { self = .other(c.decodeNil() ? "null" : "an object, a fractional number or a mixed list") }
+    }
+
+    func bool() throws(SettingError) -> Bool {
+        guard case .bool(let b) = self else { throw SettingError("must be true or false, got \(shown)") }
+        return b
+    }
+
+    func integer() throws(SettingError) -> Int {
+        guard case .integer(let i) = self else { throw SettingError("must be a whole number, got \(shown)") }
+        return i
+    }
+
+    func string() throws(SettingError) -> String {
+        guard case .string(let s) = self else { throw SettingError("must be a string, got \(shown)") }
+        return s
+    }
+
+    func strings() throws(SettingError) -> [String] {
+        guard case .strings(let list) = self else { throw SettingError("must be a list of strings, got \(shown)") }
+        return list
+    }
+
+    private var shown: String {
+        switch self {
+        case .bool(let b): return "\(b)"
+        case .integer(let i): return "\(i)"
+        case .string(let s): return "\"\(s)\""
+        case .strings(let list): return "a list of \(list.count) strings"
+        case .other(let what): return what
+        }
+    }
+}
