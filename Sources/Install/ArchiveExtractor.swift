@@ -1,3 +1,4 @@
+import Bundles
 import CArchive
 #if canImport(Glibc)
 import Glibc
@@ -14,21 +15,17 @@ public struct ArchiveExtractor: Sendable {
 
     public init() {}
 
-    public struct Refusal: Error, CustomStringConvertible, Sendable {
-        public var archive: String
-        public var entry: String?
-        public var reason: String
-        public var description: String {
-            "archive \(archive) refused" + (entry.map { ": entry '\($0)'" } ?? "") + ": \(reason)"
-        }
+    /// Why an archive is refused: `archiveRefused`, naming the archive and the entry.
+    static func refusal(archive: String, entry: String?, reason: String) -> InstallError {
+        InstallError(.archiveRefused, "archive \(archive) refused" + (entry.map { ": entry '\($0)'" } ?? "") + ": \(reason)")
     }
 
     /// Extracts `archive` into `destination` (an empty folder). Throws on the first bad entry;
     /// the caller deletes the destination.
     /// `name` is how errors call the archive (its source, not the staging copy).
-    public func extract(_ path: String, into destination: String, name archive: String? = nil) throws(Refusal) {
+    public func extract(_ path: String, into destination: String, name archive: String? = nil) throws(InstallError) {
         let archive = archive ?? path
-        guard let a = archive_read_new() else { throw Refusal(archive: archive, entry: nil, reason: "libarchive: out of memory") }
+        guard let a = archive_read_new() else { throw Self.refusal(archive: archive, entry: nil, reason: "libarchive: out of memory") }
         defer { archive_read_free(a) }
         // The compressions SPEC §9 names, all built into libarchive (filter_all would also run
         // external decompressor programs from the unsandboxed supervisor).
@@ -39,7 +36,7 @@ public struct ArchiveExtractor: Sendable {
         archive_read_support_format_gnutar(a)
         archive_read_support_format_zip(a)
         guard archive_read_open_filename(a, path, 64 * 1024) == ARCHIVE_OK else {
-            throw Refusal(archive: archive, entry: nil, reason: "not a readable archive: \(Self.error(a))")
+            throw Self.refusal(archive: archive, entry: nil, reason: "not a readable archive: \(Self.error(a))")
         }
         var total: Int64 = 0
         var count = 0
@@ -49,10 +46,10 @@ public struct ArchiveExtractor: Sendable {
             let rc = archive_read_next_header(a, &entry)
             if rc == ARCHIVE_EOF { break }
             guard rc == ARCHIVE_OK || rc == ARCHIVE_WARN, let entry else {
-                throw Refusal(archive: archive, entry: nil, reason: "corrupt or truncated: \(Self.error(a))")
+                throw Self.refusal(archive: archive, entry: nil, reason: "corrupt or truncated: \(Self.error(a))")
             }
             let name = archive_entry_pathname(entry).map { String(cString: $0) } ?? ""
-            func refuse(_ why: String) -> Refusal { Refusal(archive: archive, entry: name, reason: why) }
+            func refuse(_ why: String) -> InstallError { Self.refusal(archive: archive, entry: name, reason: why) }
             count += 1
             guard count <= maxEntries else { throw refuse("more than \(maxEntries) entries") }
             let path = try Self.normalized(name, refuse)
@@ -106,7 +103,7 @@ public struct ArchiveExtractor: Sendable {
     }
 
     /// `name` without `./`, refusing absolute paths and `..`.
-    static func normalized(_ name: String, _ refuse: (String) -> Refusal) throws(Refusal) -> String {
+    static func normalized(_ name: String, _ refuse: (String) -> InstallError) throws(InstallError) -> String {
         guard !name.hasPrefix("/") else { throw refuse("absolute path") }
         var parts: [Substring] = []
         for part in name.split(separator: "/") where part != "." {
@@ -121,7 +118,7 @@ public struct ArchiveExtractor: Sendable {
         return (1..<max(parts.count, 1)).map { parts[0..<$0].joined(separator: "/") }
     }
 
-    static func makeDirectory(_ path: String, _ refuse: (String) -> Refusal) throws(Refusal) {
+    static func makeDirectory(_ path: String, _ refuse: (String) -> InstallError) throws(InstallError) {
         var current = ""
         for part in path.split(separator: "/") {
             current += "/" + part

@@ -51,7 +51,7 @@ public struct CatalogFetch: Sendable {
                 try Data(meta).write(to: URL(fileURLWithPath: metaPath))
                 return CatalogLoaded(entries: entries, source: "downloaded")
             }
-        } catch let failure as Fetcher.Failure {
+        } catch let failure as InstallError where failure.code == .downloadFailed {
             unlink(temp)
             guard validators != nil, let bytes = try? FileSystem.readFile(cached, limit: 8 << 20) else { throw failure }
             return CatalogLoaded(entries: try CatalogCache.parse(bytes, url: url), source: "cached (\(failure))")

@@ -1,3 +1,4 @@
+import Bundles
 import CInstallSupport
 import LinuxSupport
 #if canImport(Glibc)
@@ -33,18 +34,17 @@ public struct Fetcher: Sendable {
         case notModified
     }
 
-    public struct Failure: Error, CustomStringConvertible, Sendable {
-        public var url: String
-        public var reason: String
-        public var description: String { "downloading \(url) failed: \(reason)" }
+    /// A failed download: `downloadFailed`, naming the URL.
+    static func failure(url: String, reason: String) -> InstallError {
+        InstallError(.downloadFailed, "downloading \(url) failed: \(reason)")
     }
 
     /// Fetches `url` into a new file at `path` (replaced if it exists). A failed fetch removes it.
     public func fetch(_ url: String, to path: String, conditional: Conditional = Conditional(),
-                      progress: ((Int64, Int64) -> Void)? = nil) throws(Failure) -> Outcome {
+                      progress: ((Int64, Int64) -> Void)? = nil) throws(InstallError) -> Outcome {
         Self.initialize
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw Failure(url: url, reason: "cannot create \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw Self.failure(url: url, reason: "cannot create \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         final class Box { let progress: ((Int64, Int64) -> Void)?; init(_ p: ((Int64, Int64) -> Void)?) { progress = p } }
         let box = Box(progress)
@@ -83,9 +83,9 @@ public struct Fetcher: Sendable {
         }
         if let failed {
             unlink(path)
-            throw Failure(url: url, reason: failed)
+            throw Self.failure(url: url, reason: failed)
         }
-        guard fsync(fd) == 0 else { throw Failure(url: url, reason: "fsync failed: \(String(cString: strerror(errno)))") }
+        guard fsync(fd) == 0 else { throw Self.failure(url: url, reason: "fsync failed: \(String(cString: strerror(errno)))") }
         let e = text(result.etag), lm = text(result.last_modified)
         return .downloaded(bytes: result.bytes, etag: e.isEmpty ? nil : e, lastModified: lm.isEmpty ? nil : lm)
     }

@@ -30,8 +30,6 @@ func fail(_ error: InstallError) -> Never {
 func classify(_ error: any Error) -> InstallError {
     switch error {
     case let e as InstallError: return e
-    case let e as ArchiveExtractor.Refusal: return InstallError(.archiveRefused, e.description)
-    case let e as Fetcher.Failure: return InstallError(.downloadFailed, e.description)
     case let e as ManifestError: return InstallError(.invalidManifest, e.description)
     case let e as SystemError: return InstallError(.fileSystem, e.description)
     default: return InstallError(.internalError, "\(error)")
