@@ -16,7 +16,8 @@ public struct InstallError: Error, CustomStringConvertible, Sendable, Equatable 
         case invalidManifest
         /// A downgrade or reinstall without --force, or a version that does not match the catalog.
         case versionRefused
-        /// The plugin belongs to another folder, or its dependencies cannot be met here.
+        /// The plugin belongs to another folder, no variant of it fits this host, or its dependencies
+        /// cannot be met here.
         case conflict
         /// The new version did not load (preflight) or did not start (rolled back).
         case loadFailed

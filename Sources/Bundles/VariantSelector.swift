@@ -6,10 +6,10 @@ import Glibc
 /// Picks the library a bundle loads on this host: its `library`, or the first of its `variants`
 /// whose `requires` all hold (`arch`, `kernel` version range, `sandbox` features).
 public enum VariantSelector {
-    struct NoMatch: Error, CustomStringConvertible {
-        var file: String
-        var reasons: [String]
-        var description: String {
+    public struct NoMatch: Error, CustomStringConvertible {
+        public var file: String
+        public var reasons: [String]
+        public var description: String {
             "\(file): no variant fits this host:\n" + reasons.map { "  - \($0)" }.joined(separator: "\n")
         }
     }

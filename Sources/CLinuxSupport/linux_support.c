@@ -176,8 +176,13 @@ int64_t cls_monotonic_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* Cached per thread: under the worker's seccomp filter every syscall costs a filter run, and the
+   send lock asks for the id on every frame. */
+static __thread int32_t cached_tid;
+
 int32_t cls_thread_id(void) {
-    return (int32_t)syscall(SYS_gettid);
+    if (!cached_tid) cached_tid = (int32_t)syscall(SYS_gettid);
+    return cached_tid;
 }
 
 int cls_thread_count(void) {
@@ -290,7 +295,7 @@ void cls_send_lock_release(cls_send_lock *lock) {
 }
 
 int cls_send_lock_acquire_from_signal(cls_send_lock *lock, int timeout_ms) {
-    int32_t me = (int32_t)syscall(SYS_gettid);
+    int32_t me = cls_thread_id();
     if (__atomic_load_n(&lock->owner, __ATOMIC_RELAXED) == me) return 0;
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);

@@ -25,6 +25,9 @@ public enum Preflight {
         let child = try Spawner.spawn(executable: workerExecutable, extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(json)"])
         let process = child.process
         spawned(process.pid)
+        // Its output is not read here: closed at once, so a chatty plugin cannot block on a full pipe.
+        close(child.stdout.release())
+        close(child.stderr.release())
         let socket = child.socket.raw
         let connection = BlockingConnection(fd: child.socket.release())
         // It proved it loads (or failed): it need not run its destroy. Killed and reaped on every path.

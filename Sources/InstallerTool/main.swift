@@ -31,6 +31,7 @@ func classify(_ error: any Error) -> InstallError {
     switch error {
     case let e as InstallError: return e
     case let e as ManifestError: return InstallError(.invalidManifest, e.description)
+    case let e as VariantSelector.NoMatch: return InstallError(.conflict, e.description)
     case let e as SystemError: return InstallError(.fileSystem, e.description)
     default: return InstallError(.internalError, "\(error)")
     }

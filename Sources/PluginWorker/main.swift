@@ -45,7 +45,7 @@ let connection = BlockingConnection(fd: spec.socketFD, maxBody: spec.maxFrameByt
 var timings: [String: Int] = ["startedAtUs": Int(startedAt)]
 
 let confinement: Sandbox.Applied
-do { confinement = try Sandbox.apply(spec, sendLock: connection.sendLock) } catch { fail(error, connection: connection) }
+do { confinement = try Sandbox.apply(SandboxPlan(spec), sendLock: connection.sendLock) } catch { fail(error, connection: connection) }
 let sandboxedAt = ProcessControl.monotonicMicroseconds()
 timings["sandboxUs"] = Int(sandboxedAt - startedAt)
 timings.merge(confinement.timings) { a, _ in a }

@@ -34,6 +34,10 @@ public struct InstallerProcess: Sendable {
             throw InstallError(.internalError, "cannot run \(executable): \(error)")
         }
         let process = child.process
+        // Only stdout is read: the socket and stderr are closed now, so the installer can never
+        // block writing to a pipe nobody reads.
+        close(child.socket.release())
+        close(child.stderr.release())
         let answer = readAnswer(child.stdout.raw, progress: progress, preflight: preflight)
         _ = try? process.wait()
         guard let answer else { throw InstallError(.internalError, "\(executable) ended without an answer") }

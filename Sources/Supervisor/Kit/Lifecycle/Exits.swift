@@ -92,6 +92,14 @@ extension Lifecycle {
         let abnormal = ExitClassifier.isAbnormal(facts)
         logger.log(level: abnormal ? .error : .notice, "\(record.identifier) exited: \(described)", metadata: meta)
         callbacks.forEach { $0() }
+        if status.reason.isPermanent {
+            // SPEC §6: a restart cannot cure a missing library or symbol or an ABI mismatch.
+            record.move(to: .failed(byDependency: false), logger: logger)
+            record.problem = "\(described); a restart cannot cure this: fix the bundle, then `supervisor restart \(record.identifier)`"
+            record.settleWaiters(record.problem)
+            startWaitingPlugins()
+            return
+        }
         if record.installAwaitsVerdict {
             record.move(to: .failed(byDependency: false), logger: logger)
             record.problem = described

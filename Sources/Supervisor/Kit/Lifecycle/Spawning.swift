@@ -42,14 +42,17 @@ extension Lifecycle {
             return fail(record, reason: "cannot start a worker (\(config.workerExecutable)): \(error)")
         }
         let instance = WorkerInstance(process: spawned.process, identifier: id, now: .now())
-        table.workerSpawned(instance)
         do {
             try supervisor.watcher?.watch(instance.process) { [supervisor] exit in
                 supervisor.loop.execute { supervisor.lifecycle.childExited(instance, exit) }
             }
         } catch {
-            logger.error("cannot watch the worker of \(id): \(error)")
+            // A worker whose end could not be seen must not run: end and reap it now.
+            instance.process.signal(SIGKILL)
+            _ = try? instance.process.wait()
+            return fail(record, reason: "cannot watch a worker's exit: \(error)")
         }
+        table.workerSpawned(instance)
         record.instance = instance
         // A plugin that ran before, or is coming back from a crash, is restarting; otherwise starting.
         record.move(to: record.hasRun || record.phase == .restarting ? .restarting : .starting, logger: logger)

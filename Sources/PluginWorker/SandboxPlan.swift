@@ -1,0 +1,84 @@
+import CWorkerSupport
+import LinuxSupport
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Everything the worker will do to confine itself, worked out from its spec before any of it is
+/// applied (docs/sandbox.md): limits, namespaces, Landlock's rules, the seccomp policy. `Sandbox`
+/// then applies it in order; nothing here has any effect yet.
+struct SandboxPlan {
+    struct Limit {
+        var resource: Int32
+        var value: UInt64
+        var name: String
+    }
+
+    var enabled: Bool
+    var supervisorPID: Int32
+    var socketFD: Int32
+    /// Layers the operator demands: a missing one is an error instead of a note.
+    var required: Set<SandboxLayer>
+    var limits: [Limit]
+    /// `network` permission: AF_INET/AF_INET6 sockets, the resolver's files, no network namespace.
+    var network: Bool
+    var namespaces: Int32
+    var landlockRules: [Landlock.PathRule]
+    var seccompRules: [SeccompPolicy.Rule]
+
+    /// What a plugin with the `network` permission also needs to read: name resolution and TLS roots.
+    static let networkReadOnly = [
+        "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/ssl", "/etc/ca-certificates",
+        "/usr/share/ca-certificates",
+    ]
+
+    /// Folders every worker may read: the system's and the Swift runtime's libraries, and what the
+    /// C library, Dispatch and Foundation read at run time. `/proc` is needed whole: Dispatch's
+    /// thread-pool monitor reads `/proc/<tid>/stat` of its own threads and crashes when it cannot.
+    /// Other processes' sensitive entries (`mem`, `environ`, `maps`, `fd/`) stay closed: they need
+    /// ptrace access, which Landlock refuses outside the worker's own domain, and every process of
+    /// ours is non-dumpable.
+    static let systemReadOnly = [
+        "/usr/lib", "/lib", "/lib64", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache", "/etc/localtime",
+        "/usr/share/zoneinfo", "/sys/devices/system/cpu", "/dev/urandom", "/proc",
+    ]
+
+    init(_ spec: WorkerSpec) {
+        let sandbox = spec.sandbox
+        enabled = sandbox.enabled
+        supervisorPID = spec.supervisorPID
+        socketFD = spec.socketFD
+        required = Set(sandbox.required)
+        network = sandbox.permissions.contains(.network)
+        // Equal soft and hard limits cannot be raised without capabilities.
+        limits = [
+            Limit(resource: CWS_RLIMIT_DATA, value: UInt64(sandbox.memoryMB ?? 1024) << 20, name: "RLIMIT_DATA"),
+            Limit(resource: CWS_RLIMIT_NOFILE, value: UInt64(sandbox.openFiles ?? 256), name: "RLIMIT_NOFILE"),
+            Limit(resource: CWS_RLIMIT_CORE, value: 0, name: "RLIMIT_CORE"),
+            Limit(resource: CWS_RLIMIT_NPROC, value: min(4096, cws_get_rlimit_max(CWS_RLIMIT_NPROC)), name: "RLIMIT_NPROC"),
+        ]
+        // A user namespace (no capabilities over the host); without `network` a fresh network
+        // namespace (no interfaces but a down loopback).
+        namespaces = CWS_CLONE_NEWUSER | CWS_CLONE_NEWIPC | CWS_CLONE_NEWUTS | (network ? 0 : CWS_CLONE_NEWNET)
+        // Read-only the bundle and system libraries, read-write the data folder only.
+        var rules = [
+            Landlock.PathRule(path: spec.bundle, writable: false, required: true),
+            Landlock.PathRule(path: spec.dataDirectory, writable: true, required: true),
+            Landlock.PathRule(path: "/dev/null", writable: true, required: false),
+        ]
+        if let live = spec.liveDirectory { rules.append(.init(path: live, writable: false, required: false)) }
+        for p in Self.systemReadOnly + sandbox.runtimePaths + (network ? Self.networkReadOnly : []) {
+            rules.append(.init(path: p, writable: false, required: false))
+        }
+        for permission in sandbox.permissions {
+            switch permission {
+            case .read(let path): rules.append(.init(path: path, writable: false, required: false))
+            case .write(let path): rules.append(.init(path: path, writable: true, required: false))
+            case .network: break
+            }
+        }
+        landlockRules = rules
+        seccompRules = SeccompPolicy.rules(network: network, pid: getpid())
+    }
+}
