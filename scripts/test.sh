@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds everything (plugins, worker, supervisor, the C
 # example and fixtures with cc), then runs the unit and integration tests.
+# `--tsan` runs the same suite built with the thread sanitizer instead (scripts/test-tsan.sh,
+# docs/testing.md); any other arguments go to `swift test`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+if [ "${1:-}" = "--tsan" ]; then shift; exec "$root/scripts/test-tsan.sh" "$@"; fi
 "$root/scripts/install-deps.sh"
 swift build --build-tests
 "$root/scripts/assemble-plugins.sh" >/dev/null

@@ -3,7 +3,10 @@
 Last-Modified (answering 304 to conditional requests), counts requests per path, and has routes
 that misbehave: /hang (never answers), /trickle/<file> (one byte a second), /truncated/<file>
 (promises more than it sends), /redirect-file (to file:///etc/passwd), /redirect-to/<url>.
-Prints its port on the first line of stdout; GET /_count/<path> returns the count as text."""
+Prints its port on the first line of stdout; GET /_count/<path> returns the count of requests for
+<path> as text, GET /_count/<path>?status=304 how many of them were answered, in full, with that
+status (so a test can wait until a conditional request has been answered, not merely received;
+the trickle and truncated routes are not counted by status)."""
 import ctypes, hashlib, http.server, os, signal, sys, threading, time, email.utils
 
 # Whatever mask the test runner's thread had, this server must die on SIGTERM; it also dies with
@@ -35,12 +38,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+        self.wfile.flush()
+        path = self.path.split("?")[0]
+        if not path.startswith("/_count/"):
+            with lock:
+                key = f"{status} {path}"
+                counts[key] = counts.get(key, 0) + 1
 
     def do_GET(self):
-        path = self.path.split("?")[0]
+        path, _, query = self.path.partition("?")
         if path.startswith("/_count/"):
+            status = dict(p.split("=", 1) for p in query.split("&") if "=" in p).get("status")
+            key = path[len("/_count"):]
             with lock:
-                n = counts.get(path[len("/_count"):], 0)
+                n = counts.get(f"{status} {key}" if status else key, 0)
             return self.send_body(200, str(n).encode())
         with lock:
             counts[path] = counts.get(path, 0) + 1

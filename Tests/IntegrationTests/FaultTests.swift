@@ -111,7 +111,8 @@ struct FaultTests {
         b.string("method", "sleep")
         b.raw("params", Array(#"{"ms":4001}"#.utf8))
         try client.sendFrame(b.finish())
-        usleep(100_000)
+        // Only a call that reached the plugin can be cancelled there.
+        try sv.waitUntil("the call to reach the plugin") { try sv.info("c.slow").names.contains("sleeping:4001") }
         client.close()
         try sv.waitUntil("the abandoned call to be cancelled") { try sv.info("c.slow").names.contains("cancelled:4001") }
     }
@@ -176,12 +177,22 @@ struct FaultTests {
         for name in ["garbage", "giant", "socketFlood", "stdoutFlood", "forkbomb"] {
             _ = try sv.cli("call", "--timeout", "3000", "f.\(name)", name, "{}")
         }
-        for name in ["garbage", "giant", "socketFlood"] {
+        // A socket flood is told by its rate: more than 20,000 log messages read in one second. An
+        // instrumented supervisor (the TSan run) reads about half that many while the stdout flood
+        // runs too, so there the flooder is only held back by its socket and rate-limited.
+        let socketFloodDropped = !Build.threadSanitized
+        for name in ["garbage", "giant"] + (socketFloodDropped ? ["socketFlood"] : []) {
             try sv.waitUntil("f.\(name) dropped") { try sv.plugin("f.\(name)").lastExit != nil }
             let exit = try #require(try sv.plugin("f.\(name)").lastExit)
             #expect(exit.reason == .protocolViolation, "f.\(name): \(exit)")
         }
-        #expect(try sv.plugin("f.socketFlood").lastExit?.message?.contains("flooding") == true)
+        if socketFloodDropped {
+            #expect(try sv.plugin("f.socketFlood").lastExit?.message?.contains("flooding") == true)
+        } else {
+            try sv.waitUntil("f.socketFlood's log messages rate-limited") {
+                sv.log.split(separator: "\n").contains { $0.contains("plugin=f.socketFlood") && $0.contains("log messages over 200/s") }
+            }
+        }
         #expect(try sv.plugin("f.giant").lastExit?.message?.contains("over the limit") == true)
         try sv.waitUntil("f.forkbomb stopped") { try sv.plugin("f.forkbomb").lastExit != nil }
         #expect(try sv.plugin("f.forkbomb").lastExit?.syscall == "clone")
@@ -262,17 +273,12 @@ struct FaultTests {
         let fdsBefore = try openFDs(sv.pid)
         let rssBefore = try rss(sv.pid)
 
-        final class Counter: @unchecked Sendable {
-            let lock = NSLock()
-            var ok = 0, failed = 0, stop = false
-            var failures: [String] = []
-        }
-        let counter = Counter()
+        let counter = Tally()
         let socket = sv.socket
         let caller = Thread {
-            guard let conn = try? BlockingConnection.connect(path: socket) else { counter.failed += 1; return }
+            guard let conn = try? BlockingConnection.connect(path: socket) else { return counter.add(failure: "cannot connect") }
             var id: UInt64 = 0
-            while !counter.lock.withLock({ counter.stop }) {
+            while !counter.stopped {
                 id += 1
                 var b = FrameBuilder(kind: .call)
                 b.uint("id", id)
@@ -283,12 +289,9 @@ struct FaultTests {
                     try conn.sendFrame(b.finish())
                     let reply = try conn.receiveFrame() ?? []
                     let text = String(decoding: reply, as: UTF8.self)
-                    counter.lock.withLock {
-                        if text.contains("\"result\":[\(id)]") { counter.ok += 1 } else { counter.failed += 1; counter.failures.append(text) }
-                    }
+                    if text.contains("\"result\":[\(id)]") { counter.add(ok: true) } else { counter.add(failure: text) }
                 } catch {
-                    counter.lock.withLock { counter.failed += 1; counter.failures.append("\(error)") }
-                    return
+                    return counter.add(failure: "\(error)")
                 }
             }
         }
@@ -302,15 +305,16 @@ struct FaultTests {
             }
         }
         let elapsed = Date().timeIntervalSince(started)
-        counter.lock.withLock { counter.stop = true }
-        while !caller.isFinished { usleep(10_000) }
+        counter.finish()
+        try sv.waitUntil("the caller to finish") { caller.isFinished }
+        let seen = counter.seen
         // Descriptors of the last crashed workers (their pidfds) go once their exits are settled.
         try? sv.waitUntil(timeout: 5, "supervisor descriptors back to \(fdsBefore)") { try openFDs(sv.pid) <= fdsBefore + 2 }
         let fdsAfter = try openFDs(sv.pid)
         let rssAfter = try rss(sv.pid)
-        print("soak: \(crashes) crashes in \(String(format: "%.1f", elapsed)) s, \(counter.ok) healthy calls, \(counter.failed) failed; supervisor fds \(fdsBefore) → \(fdsAfter), RSS \(rssBefore >> 20) → \(rssAfter >> 20) MiB")
-        #expect(counter.failed == 0, "\(counter.failures.prefix(3))")
-        #expect(counter.ok > crashes)
+        print("soak: \(crashes) crashes in \(String(format: "%.1f", elapsed)) s, \(seen.ok) healthy calls, \(seen.failures.count) failed; supervisor fds \(fdsBefore) → \(fdsAfter), RSS \(rssBefore >> 20) → \(rssAfter >> 20) MiB")
+        #expect(seen.failures.isEmpty, "\(seen.failures.prefix(3))")
+        #expect(seen.ok > crashes)
         #expect(kill(sv.pid, 0) == 0)
         #expect(fdsAfter <= fdsBefore + 2, "descriptors grew: \(fdsBefore) → \(fdsAfter)")
         #expect(rssAfter < rssBefore + 24 << 20, "memory grew: \(rssBefore >> 20) → \(rssAfter >> 20) MiB")

@@ -16,6 +16,16 @@ enum Build {
     static var supervisor: String { dir + "/supervisor" }
     static func library(_ name: String) -> String { dir + "/lib\(name).so" }
 
+    /// The sanitizer's options, when the run has them (`./scripts/test.sh --tsan`): a test that builds
+    /// a child's environment from scratch adds them, so that child reports where the run looks.
+    static var sanitizerEnvironment: [String: String] {
+        ProcessInfo.processInfo.environment.filter { $0.key == "TSAN_OPTIONS" }
+    }
+
+    /// Whether this is the TSan run (scripts/test-tsan.sh sets TSAN_OPTIONS): the supervisor is
+    /// instrumented and several times slower.
+    static var threadSanitized: Bool { !sanitizerEnvironment.isEmpty }
+
     private static let cLock = NSLock()
 
     /// Compiles a C plugin fixture with plain `cc` against the ABI header (once per run).
@@ -209,6 +219,28 @@ final class RunningSupervisor: @unchecked Sendable {
         process.waitUntilExit()
         return process.terminationStatus
     }
+}
+
+/// What a background client thread saw, and the flag that stops it. Read and written under its
+/// lock only: the test process is instrumented too in the TSan run, and a thread's `isFinished`
+/// does not order memory for the sanitizer.
+final class Tally: @unchecked Sendable {
+    private let lock = NSLock()
+    private var ok = 0
+    private var unavailable = 0
+    private var failures: [String] = []
+    private var stop = false
+
+    var stopped: Bool { lock.withLock { stop } }
+    func finish() { lock.withLock { stop = true } }
+    func add(ok: Bool = false, unavailable: Bool = false, failure: String? = nil) {
+        lock.withLock {
+            if ok { self.ok += 1 }
+            if unavailable { self.unavailable += 1 }
+            if let failure { failures.append(failure) }
+        }
+    }
+    var seen: (ok: Int, unavailable: Int, failures: [String]) { lock.withLock { (ok, unavailable, failures) } }
 }
 
 /// What TestKit's `info` method returns.

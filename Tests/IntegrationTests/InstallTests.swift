@@ -49,8 +49,9 @@ final class WebServer: @unchecked Sendable {
 
     var base: String { "http://127.0.0.1:\(port)" }
 
-    func count(_ path: String) throws -> Int {
-        Int(try Shell.run("/usr/bin/curl", ["-s", base + "/_count" + path]).out) ?? -1
+    /// Requests for `path` so far; with `status`, only those answered (in full) with that status.
+    func count(_ path: String, status: Int? = nil) throws -> Int {
+        Int(try Shell.run("/usr/bin/curl", ["-s", base + "/_count" + path + (status.map { "?status=\($0)" } ?? "")]).out) ?? -1
     }
 }
 
@@ -151,25 +152,25 @@ struct InstallTests {
         #expect(check2.out.contains("notModified"), "a second check should cost a 304: \(check2.out)")
 
         // Update while a client calls the bystander continuously.
-        final class Flag: @unchecked Sendable { var stop = false; var failures = 0; var ok = 0 }
-        let flag = Flag()
+        let bystander = Tally()
         let socket = sv.socket
         let caller = Thread {
-            while !flag.stop {
+            while !bystander.stopped {
                 let r = try? Shell.run(Build.supervisor, ["call", "--socket", socket, "u.bystander", "echo", "1"])
-                if r?.code == 0 { flag.ok += 1 } else { flag.failures += 1 }
+                if r?.code == 0 { bystander.add(ok: true) } else { bystander.add(failure: r?.err ?? "no result") }
             }
         }
         caller.start()
         let oldPID = try sv.plugin("u.app").pid
         let up = try sv.cli("update")
-        flag.stop = true
-        while !caller.isFinished { usleep(10_000) }
+        bystander.finish()
+        try sv.waitUntil("the bystander's caller to finish") { caller.isFinished }
+        let seen = bystander.seen
         #expect(up.code == 0, "\(up.err)")
         #expect(up.out.contains("u.app 2.0.0 (was 1.0.0)"), "\(up.out)")
         let app = try sv.plugin("u.app")
         #expect(app.version == "2.0.0" && app.state == "running" && app.pid != oldPID)
-        #expect(flag.failures == 0 && flag.ok > 0)
+        #expect(seen.failures.isEmpty && seen.ok > 0, "\(seen.failures.prefix(3))")
         #expect(try sv.plugin("u.bystander").restarts == 0)
         #expect(w.installed()["u.app"] == "2.0.0")
         #expect((try FileManager.default.contentsOfDirectory(atPath: w.home + "/staging")).isEmpty, "the old version was not deleted")
@@ -324,11 +325,16 @@ struct InstallTests {
         try #"{"price": 1}"#.write(toFile: bundle + "/products.json", atomically: true, encoding: .utf8)
         try "bundled".write(toFile: bundle + "/missing.json", atomically: true, encoding: .utf8)
 
-        // Updates off: nothing is fetched, the plugin sees its bundled files.
+        // Updates off: nothing is fetched, the plugin sees its bundled files. A refresh at launch
+        // would have been queued before the ready line, on the install queue that runs one job at a
+        // time in order: once an install requested after it is answered, it would have happened.
+        let marker = try shop.archive("lr.marker", "1.0.0")
         let off = try start(w, config: try shop.config(updates: false))
-        usleep(300_000)
+        let installed = try off.cli("install", shop.dir + "/" + marker)
+        #expect(installed.code == 0, "\(installed.err)")
         #expect(try off.call("lr.shop", "resource", #"{"name":"products.json"}"#, as: [String: String].self)["content"] == #"{"price": 1}"#)
         #expect(try shop.server.count("/res/products.json") == 0)
+        #expect(try shop.server.count("/catalog.json") == 0)
         #expect(try off.cli("stop").code == 0)
         _ = try off.waitForExit()
 
@@ -342,10 +348,15 @@ struct InstallTests {
         #expect(try sv.cli("stop").code == 0)
         _ = try sv.waitForExit()
 
-        // Next launch: a 304 changes nothing and sends no event.
+        // Next launch: a 304 changes nothing and sends no event. The files are refreshed in order,
+        // so the warning about the last one (missing.json, a 404) means the supervisor is done with
+        // the 304; an event sent after that reaches the plugin after any resourceUpdated it was sent
+        // (a worker handles events one at a time, in order).
         let again = try start(w, config: try shop.config())
-        try again.waitUntil("the conditional request") { try shop.server.count("/res/products.json") >= 2 }
-        usleep(300_000)
+        try again.waitUntil("the conditional request answered with 304") { try shop.server.count("/res/products.json", status: 304) == 1 }
+        try again.waitUntil("the refresh to finish") { again.log.contains("resource missing.json not refreshed") }
+        #expect(try again.cli("send", "memoryWarning", "--plugin", "lr.shop").code == 0)
+        try again.waitUntil("memoryWarning at lr.shop") { try again.info("lr.shop").names.contains("memoryWarning") }
         #expect(!(try again.info("lr.shop").names.contains("resourceUpdated:products.json")))
         #expect(try again.call("lr.shop", "resource", #"{"name":"products.json"}"#, as: [String: String].self)["content"] == #"{"price": 2}"#)
     }
@@ -431,8 +442,12 @@ struct RescanTests {
         }
         #expect(try sv.plugin("hup.unrelated").pid == unrelated)
         #expect(try sv.info("hup.changing").names.contains("launch"))
+        let current = try sv.plugin("hup.changing").pid
         sv.signal(SIGHUP)  // nothing changed: nothing restarts
-        usleep(300_000)
+        try sv.waitUntil("the second rescan") { sv.log.components(separatedBy: "rescanned plugin folders:").count == 3 }
+        #expect(sv.log.contains("rescanned plugin folders: 0 new, 0 changed, 0 removed"))
         #expect(try sv.plugin("hup.changing").restarts == 1)
+        #expect(try sv.plugin("hup.changing").pid == current)
+        #expect(try sv.plugin("hup.unrelated").pid == unrelated)
     }
 }

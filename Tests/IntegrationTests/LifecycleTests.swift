@@ -166,7 +166,7 @@ struct LifecycleTests {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Build.supervisor)
         p.arguments = ["start"]
-        p.environment = ["SUPERVISOR_HOME": w.home, "PATH": "/usr/bin:/bin"]
+        p.environment = ["SUPERVISOR_HOME": w.home, "PATH": "/usr/bin:/bin"].merging(Build.sanitizerEnvironment) { a, _ in a }
         p.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
         p.standardError = FileHandle.nullDevice
         try p.run()
@@ -174,7 +174,7 @@ struct LifecycleTests {
         let deadline = Date().addingTimeInterval(20)
         while Date() < deadline, !((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("ready") { usleep(20_000) }
         #expect(((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("ready: 1 plugin running"))
-        let r = try Shell.run(Build.supervisor, ["call", "h.one", "echo", "\"hi\""], env: ["SUPERVISOR_HOME": w.home])
+        let r = try Shell.run(Build.supervisor, ["call", "h.one", "echo", "\"hi\""], env: ["SUPERVISOR_HOME": w.home].merging(Build.sanitizerEnvironment) { a, _ in a })
         #expect(r.out.trimmingCharacters(in: .whitespacesAndNewlines) == "\"hi\"")
         kill(p.processIdentifier, SIGTERM)
         p.waitUntilExit()
@@ -210,15 +210,31 @@ struct SignalMaskTests {
         while Date() < deadline, !((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("ready") { usleep(20_000) }
         let blocked = try String(contentsOfFile: "/proc/\(p.processIdentifier)/status", encoding: .utf8)
         #expect(blocked.contains("SigBlk"))
-        // Many signals in a row: each must reach the relay, none may kill or stop the process.
-        for sig in [SIGUSR1, SIGTSTP, SIGCONT, SIGHUP, SIGUSR1] {
+        // Many signals in a row: each must reach the relay (its log line proves the supervisor handled
+        // it, so a stopped or dead process cannot pass), none may kill or stop the process.
+        let log = { (try? String(contentsOfFile: err, encoding: .utf8)) ?? "" }
+        var expected: [String: Int] = [:]
+        for (sig, line) in [(SIGUSR1, "memoryWarning acknowledged by 1 plugin(s)"), (SIGTSTP, "background acknowledged by 1 plugin(s)"),
+                            (SIGCONT, "foreground acknowledged by 1 plugin(s)"), (SIGHUP, "rescanned plugin folders: 0 new, 0 changed, 0 removed"),
+                            (SIGUSR1, "memoryWarning acknowledged by 1 plugin(s)")] {
+            expected[line, default: 0] += 1
             kill(p.processIdentifier, sig)
-            usleep(50_000)
+            let deadline = Date().addingTimeInterval(10)
+            while Date() < deadline, p.isRunning, log().components(separatedBy: line).count - 1 < expected[line]! { usleep(20_000) }
+            #expect(log().components(separatedBy: line).count - 1 == expected[line]!, "signal \(sig) was not handled: \(log())")
             #expect(p.isRunning, "signal \(sig) ended the supervisor")
+            #expect(processState(p.processIdentifier) != "T", "signal \(sig) stopped the supervisor")
         }
         kill(p.processIdentifier, SIGTERM)
         p.waitUntilExit()
         #expect(p.terminationStatus == 0)
         #expect(((try? String(contentsOfFile: err, encoding: .utf8)) ?? "").contains("shutting down (SIGTERM)"))
     }
+}
+
+/// The state letter in /proc/<pid>/stat (R, S, T for stopped, Z for a zombie), or nil when gone.
+func processState(_ pid: Int32) -> Character? {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")"),
+          stat.distance(from: close, to: stat.endIndex) > 2 else { return nil }
+    return stat[stat.index(close, offsetBy: 2)]
 }

@@ -81,6 +81,7 @@ final class TestKit: Pluggable {
             Info(identifier: try self.ctx().identifier, pid: getpid(), events: self.events.withLock { $0 })
         }
         api.method("sleep") { (p: SleepParams) async throws -> Int in
+            self.record("sleeping:\(p.ms)")
             do {
                 try await Task.sleep(nanoseconds: UInt64(max(0, p.ms)) * 1_000_000)
             } catch {
