@@ -134,7 +134,7 @@ public enum Spawner {
 /// The callback runs on that thread; the supervisor hands it straight to its event loop.
 public final class ChildWatcher: Sendable {
     private let epoll: Int32
-    private let watched = Mutex<[Int32: (ChildProcess, @Sendable (ChildExit) -> Void)]>([:])
+    private let watched = Locked<[Int32: (ChildProcess, @Sendable (ChildExit) -> Void)]>([:])
 
     public init() throws(SystemError) {
         let fd = cls_epoll_create()

@@ -30,7 +30,7 @@ public final class Supervisor: @unchecked Sendable {
     let outbox = Outbox()
     /// Preflight workers of installs: refused on the control socket like any worker. Written by the
     /// install queue, read on the loop, hence the lock.
-    let preflightPIDs = Mutex<Set<pid_t>>([])
+    let preflightPIDs = Locked<Set<pid_t>>([])
     /// Folders of the Swift runtime the workers map (read-only in their sandbox).
     let runtimePaths: [String]
 
