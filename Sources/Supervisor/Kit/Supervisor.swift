@@ -130,11 +130,14 @@ extension SupervisorComponent {
     var installs: Installs { supervisor.installs }
 }
 
-/// Why the supervisor could not start or keep running.
+/// Why the supervisor could not start or keep running: SupervisorKit's one error type (the CLI's
+/// side of the control socket has `SupervisorClient.Failure`).
 public enum SupervisorError: Error, CustomStringConvertible {
     case home(String, String)
     case alreadyRunning(home: String, pid: String)
     case controlSocket(String, String)
+    /// The config file (`--config`) is unreadable or holds a setting it cannot take.
+    case config(file: String, reason: String)
 
     public var description: String {
         switch self {
@@ -142,6 +145,7 @@ public enum SupervisorError: Error, CustomStringConvertible {
         case .alreadyRunning(let home, let pid):
             return "another supervisor (pid \(pid)) is already running with home \(home); stop it with `supervisor stop`, or give this one another --home"
         case .controlSocket(let path, let why): return "cannot listen on the control socket \(path): \(why)"
+        case .config(let file, let reason): return "config \(file): \(reason)"
         }
     }
 }

@@ -12,21 +12,21 @@ import PluginProtocol
 extension SupervisorConfig {
     /// Applies a config file on top of these settings. Options given on the command line win, so the
     /// caller applies them after this.
-    public mutating func apply(configFile path: String) throws(ConfigError) {
+    public mutating func apply(configFile path: String) throws(SupervisorError) {
         let bytes: [UInt8]
         do { bytes = try FileSystem.readFile(path, limit: 1 << 20) } catch {
-            throw ConfigError(file: path, reason: "cannot read: \(error)")
+            throw SupervisorError.config(file: path, reason: "cannot read: \(error)")
         }
         let values: [String: ConfigValue]
         do { values = try JSONDecoder().decode([String: ConfigValue].self, from: Data(bytes)) } catch {
-            throw ConfigError(file: path, reason: "not a valid config (a JSON object of settings): \(error)")
+            throw SupervisorError.config(file: path, reason: "not a valid config (a JSON object of settings): \(error)")
         }
         for (key, value) in values.sorted(by: { $0.key < $1.key }) {
             guard let setting = Self.settings[key] else {
-                throw ConfigError(file: path, reason: "unknown key '\(key)'; known keys: \(Self.settings.keys.sorted().joined(separator: ", "))")
+                throw SupervisorError.config(file: path, reason: "unknown key '\(key)'; known keys: \(Self.settings.keys.sorted().joined(separator: ", "))")
             }
             do { try setting(&self, value) } catch {
-                throw ConfigError(file: path, reason: "'\(key)' \((error as? SettingError)?.reason ?? "\(error)")")
+                throw SupervisorError.config(file: path, reason: "'\(key)' \((error as? SettingError)?.reason ?? "\(error)")")
             }
         }
     }

@@ -82,9 +82,3 @@ public struct SupervisorConfig: Sendable {
         self.installerExecutable = FileSystem.executableDirectory() + "/supervisor-installer"
     }
 }
-
-public struct ConfigError: Error, CustomStringConvertible, Sendable {
-    public var file: String
-    public var reason: String
-    public var description: String { "config \(file): \(reason)" }
-}
