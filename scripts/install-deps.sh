@@ -3,7 +3,8 @@
 # the sandbox and installer link against, pkg-config and a C compiler. Swift itself must be on PATH.
 set -euo pipefail
 need=()
-for lib in libseccomp libcurl libarchive; do
+# sqlite3, libcrypto, zlib and python3-embed: the real-library test plugin (Tests/Fixtures/RealLibraries).
+for lib in libseccomp libcurl libarchive sqlite3 libcrypto zlib python3-embed; do
   pkg-config --exists "$lib" 2>/dev/null || need+=("$lib")
 done
 command -v pkg-config >/dev/null || need+=(pkg-config)
@@ -16,4 +17,5 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq libseccomp-dev libcurl4-openssl-dev libarchive-dev pkg-config gcc zstd python3 >/dev/null
+$sudo apt-get install -y -qq libseccomp-dev libcurl4-openssl-dev libarchive-dev pkg-config gcc zstd python3 \
+  libsqlite3-dev libssl-dev zlib1g-dev python3-dev >/dev/null

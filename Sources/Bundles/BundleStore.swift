@@ -90,6 +90,6 @@ public struct BundleStore: Sendable {
     }
 
     public static func removeTree(_ path: String) {
-        try? FileManager.default.removeItem(atPath: path)
+        FileSystem.removeTree(path)
     }
 }

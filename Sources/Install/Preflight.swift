@@ -16,9 +16,10 @@ public enum Preflight {
                     sandbox: Bool, timeoutMs: Int = 10_000, spawned: (pid_t) -> Void) throws {
         try FileSystem.makeDirectories(scratch + "/data")
         try FileSystem.makeDirectories(scratch + "/live")
+        try FileSystem.makeDirectories(scratch + "/tmp")
         let spec = WorkerSpec(
             identifier: manifest.identifier, version: manifest.version.description, bundle: manifest.bundle, library: library,
-            dataDirectory: scratch + "/data", liveDirectory: scratch + "/live", supervisorPID: getpid(),
+            dataDirectory: scratch + "/data", liveDirectory: scratch + "/live", tempDirectory: scratch + "/tmp", supervisorPID: getpid(),
             sandbox: SandboxSpec(enabled: sandbox, memoryMB: manifest.limits.memoryMB, openFiles: manifest.limits.openFiles,
                                  permissions: manifest.permissions, runtimePaths: runtimePaths))
         let json = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self)

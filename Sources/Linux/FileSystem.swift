@@ -102,3 +102,18 @@ public struct PeerCredentials: Sendable {
     /// The socket option's number (SOL_SOCKET level); glibc hides SO_PEERCRED behind _GNU_SOURCE.
     public static let socketOption: Int32 = 17
 }
+
+extension FileSystem {
+    /// rm -rf: removes `path` and everything beneath it, never following a symbolic link (a link is
+    /// removed, not what it points to). Errors are ignored: what cannot be removed stays.
+    public static func removeTree(_ path: String) {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return }
+        if (st.st_mode & S_IFMT) == S_IFDIR {
+            for name in (try? list(path)) ?? [] { removeTree(path + "/" + name) }
+            _ = rmdir(path)
+        } else {
+            _ = unlink(path)
+        }
+    }
+}

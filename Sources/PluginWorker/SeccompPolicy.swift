@@ -65,6 +65,14 @@ enum SeccompPolicy {
         "restart_syscall",
         // the end, randomness, more filters (a filter can only restrict further)
         "exit", "exit_group", "wait4", "waitid", "getrandom", "seccomp",
+        // Timers (SQLite, CPython, Go's profiler, libcurl's timeouts): a POSIX timer or an interval
+        // timer signals the calling process only (the kernel refuses a target thread of another
+        // thread group for SIGEV_THREAD_ID).
+        "timer_create", "timer_settime", "timer_gettime", "timer_getoverrun", "timer_delete",
+        "setitimer", "getitimer", "alarm",
+        // Locking its own pages in memory (OpenSSL's secure heap, crypto libraries): bounded by
+        // RLIMIT_MEMLOCK, and it touches only this process's memory.
+        "mlock", "mlock2", "munlock", "mlockall", "munlockall",
     ]
 
     /// Calls that end the worker: process creation and replacement, other processes' memory, kernel
@@ -82,6 +90,7 @@ enum SeccompPolicy {
     // Linux constants the conditional rules use.
     static let AF_UNIX: UInt64 = 1, AF_INET: UInt64 = 2, AF_INET6: UInt64 = 10
     static let CLONE_THREAD: UInt64 = 0x10000
+    static let resetOnFork: UInt64 = 0x4000_0000
     static let SIGSYS: UInt64 = 31
     static let ENOSYS: Int32 = 38
     /// prctl options a plugin may use: PR_GET_DUMPABLE, PR_SET_NAME, PR_GET_NAME, PR_GET_SECCOMP,
@@ -126,6 +135,16 @@ enum SeccompPolicy {
             // Stream and seqpacket only: a datagram socket could be re-`connect`ed to a socket file.
             Rule(syscall: "socketpair", action: .allow, conditions: [when(0, .equal, AF_UNIX), when(1, .maskedEqual(mask: 0xF), 1)]),
             Rule(syscall: "socketpair", action: .allow, conditions: [when(0, .equal, AF_UNIX), when(1, .maskedEqual(mask: 0xF), 5)]),
+        ]
+        rules += [
+            // Lowering its own priority (background work in Go, Python, databases): `who` 0 is the
+            // calling process only; raising it needs CAP_SYS_NICE, which the worker does not have,
+            // so the kernel refuses that. Another pid (another plugin of the same uid) stays denied.
+            Rule(syscall: "setpriority", action: .allow, conditions: [when(0, .equal, 0), when(1, .equal, 0)]),
+            // SCHED_BATCH (3) and SCHED_IDLE (5) for itself, with or without SCHED_RESET_ON_FORK: only
+            // ever less CPU; real-time policies need CAP_SYS_NICE and stay denied here too.
+            Rule(syscall: "sched_setscheduler", action: .allow, conditions: [when(0, .equal, 0), when(1, .maskedEqual(mask: 0xFFFF_FFFF & ~resetOnFork), 3)]),
+            Rule(syscall: "sched_setscheduler", action: .allow, conditions: [when(0, .equal, 0), when(1, .maskedEqual(mask: 0xFFFF_FFFF & ~resetOnFork), 5)]),
         ]
         rules += prctlOptions.map { Rule(syscall: "prctl", action: .allow, conditions: [when(0, .equal, $0)]) }
         rules += ioctlRequests.map { Rule(syscall: "ioctl", action: .allow, conditions: [when(1, .equal, $0)]) }

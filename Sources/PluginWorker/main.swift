@@ -39,6 +39,11 @@ func readSpec() throws(WorkerError) -> WorkerSpec {
 
 let spec: WorkerSpec
 do { spec = try readSpec() } catch { fail(error, connection: nil) }
+// The private temporary folder, where libraries look for one (libc's tmpfile, SQLite, Python).
+if let temp = spec.tempDirectory {
+    setenv("TMPDIR", temp, 1)
+    setenv("SQLITE_TMPDIR", temp, 1)
+}
 let specReadAt = ProcessControl.monotonicMicroseconds()
 
 let connection = BlockingConnection(fd: spec.socketFD, maxBody: spec.maxFrameBytes)

@@ -29,7 +29,7 @@ enum Build {
     private static let cLock = NSLock()
 
     /// Compiles a C plugin fixture with plain `cc` against the ABI header (once per run).
-    static func cLibrary(_ name: String, source: String) throws -> String {
+    static func cLibrary(_ name: String, source: String, flags: [String] = []) throws -> String {
         cLock.lock()
         defer { cLock.unlock() }
         let out = dir + "/fixtures-c"
@@ -39,7 +39,7 @@ enum Build {
         try source.write(toFile: src, atomically: true, encoding: .utf8)
         let header = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("Sources/CPluginABI/include").path
-        let r = try Shell.run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", header, "-o", lib, src])
+        let r = try Shell.run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", header, "-o", lib, src] + flags)
         guard r.code == 0 else { throw HarnessError("cc failed for \(name): \(r.err)") }
         return lib
     }

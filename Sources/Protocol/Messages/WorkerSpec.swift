@@ -14,6 +14,9 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     public var dataDirectory: String
     /// Absolute path of the plugin's live-resources folder (read-only to the worker).
     public var liveDirectory: String?
+    /// Absolute path of the worker's private temporary folder (read-write; `TMPDIR`, `SQLITE_TMPDIR`),
+    /// emptied by the supervisor when the plugin stops.
+    public var tempDirectory: String?
     /// The pid the worker must have as its parent; it exits if the parent is already another.
     public var supervisorPID: Int32
     /// The descriptor number of the protocol socket in the worker.
@@ -24,7 +27,7 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     public var sandbox: SandboxSpec
 
     public init(identifier: String, version: String, bundle: String, library: String, dataDirectory: String,
-                liveDirectory: String? = nil, supervisorPID: Int32, socketFD: Int32 = 3,
+                liveDirectory: String? = nil, tempDirectory: String? = nil, supervisorPID: Int32, socketFD: Int32 = 3,
                 maxFrameBytes: Int = Frame.defaultMaxBody, sandbox: SandboxSpec = SandboxSpec()) {
         self.identifier = identifier
         self.version = version
@@ -32,6 +35,7 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
         self.library = library
         self.dataDirectory = dataDirectory
         self.liveDirectory = liveDirectory
+        self.tempDirectory = tempDirectory
         self.supervisorPID = supervisorPID
         self.socketFD = socketFD
         self.maxFrameBytes = maxFrameBytes

@@ -73,6 +73,8 @@ extension Lifecycle {
         let status = ExitClassifier.classify(facts)
         record.instance = nil
         record.lastExit = status
+        // SPEC §5: the private temporary folder is emptied when the plugin stops.
+        FileSystem.removeTree(temporaryFolder(record.identifier))
         let meta: Logger.Metadata = ["plugin": "\(record.identifier)", "pid": "\(exit.pid)"]
         let described = ExitClassifier.describe(status)
         if record.phase == .failed(byDependency: true) {

@@ -24,13 +24,17 @@ extension Lifecycle {
         record.variant = library.variant
         let data = config.home + "/data/" + id
         let live = config.home + "/live/" + id
+        let temp = temporaryFolder(id)
         do {
             try FileSystem.makeDirectories(data)
             try FileSystem.makeDirectories(live)
+            // A clean private temporary folder for each worker.
+            FileSystem.removeTree(temp)
+            try FileSystem.makeDirectories(temp)
         } catch {
-            return fail(record, reason: "cannot create the data folder \(data): \(error)")
+            return fail(record, reason: "cannot create the data folders of \(id) in \(config.home): \(error)")
         }
-        let spec = workerSpec(record.manifest, library: library.path, data: data, live: live)
+        let spec = workerSpec(record.manifest, library: library.path, data: data, live: live, temp: temp)
         let specJSON: String
         do { specJSON = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self) } catch {
             return fail(record, reason: "cannot encode the worker spec: \(error)")
@@ -71,15 +75,18 @@ extension Lifecycle {
     }
 
     /// What the worker needs to know: its plugin, its folders and its sandbox.
-    func workerSpec(_ m: Manifest, library: String, data: String, live: String) -> WorkerSpec {
+    func workerSpec(_ m: Manifest, library: String, data: String, live: String, temp: String) -> WorkerSpec {
         WorkerSpec(
             identifier: m.identifier, version: m.version.description, bundle: m.bundle, library: library,
-            dataDirectory: data, liveDirectory: live, supervisorPID: getpid(), socketFD: 3,
+            dataDirectory: data, liveDirectory: live, tempDirectory: temp, supervisorPID: getpid(), socketFD: 3,
             maxFrameBytes: config.maxFrameBytes,
             sandbox: SandboxSpec(enabled: config.sandboxEnabled, memoryMB: m.limits.memoryMB, openFiles: m.limits.openFiles,
                                  permissions: m.permissions, required: config.requiredSandboxLayers,
                                  runtimePaths: supervisor.runtimePaths))
     }
+
+    /// The plugin's private temporary folder: `<home>/tmp/<identifier>`, emptied when it stops.
+    func temporaryFolder(_ identifier: String) -> String { config.home + "/tmp/" + identifier }
 
     /// Marks a plugin as failed without a worker (it could not be spawned at all).
     func fail(_ record: PluginRecord, reason: String) {
