@@ -62,6 +62,18 @@ public final class Supervisor: @unchecked Sendable {
     /// thread before any other thread exists, so the lifecycle signals are blocked everywhere.
     /// `onReady` is called once with the line to print when every startable plugin has started.
     public func run(onReady: @escaping @Sendable (String) -> Void) throws(SupervisorError) {
+        do {
+            try serve(onReady: onReady)
+        } catch {
+            // Nothing ran: settle the shutdown promise and stop the loop, so the supervisor ends
+            // with the error (exit 1) rather than a leaked promise.
+            lifecycle.finished.fail(error)
+            try? group.syncShutdownGracefully()
+            throw error
+        }
+    }
+
+    private func serve(onReady: @escaping @Sendable (String) -> Void) throws(SupervisorError) {
         LifecycleSignals.block()
         try? ProcessControl.setNotDumpable()
         try prepareHome()
