@@ -82,7 +82,7 @@ enum Sandbox {
             layer(.utsNamespace)
             if !network { layer(.networkNamespace) }
         } else {
-            let why = "unshare(CLONE_NEWUSER) failed: \(String(cString: strerror(-rc)))"
+            let why = "unshare(CLONE_NEWUSER) failed: \(String(cString: strerror(-rc)))" + userNamespaceRestriction()
             try missing(.userNamespace, why)
             // root without user namespaces can still take the network, IPC and host name away.
             var fallback = CWS_CLONE_NEWIPC | CWS_CLONE_NEWUTS
@@ -127,6 +127,24 @@ enum Sandbox {
         layer(.seccomp)
         lap("seccomp")
         return applied
+    }
+
+    /// The host setting that refuses unprivileged user namespaces, when one does: Ubuntu's AppArmor
+    /// switch, Debian's older sysctl, or a zero namespace limit. Read before Landlock is on.
+    static func userNamespaceRestriction() -> String {
+        func value(_ path: String) -> String? {
+            (try? FileSystem.readFile(path, limit: 64)).map { String(decoding: $0.filter { $0 > 0x20 }, as: UTF8.self) }
+        }
+        if value("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1" {
+            return "; this host restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1)"
+        }
+        if value("/proc/sys/kernel/unprivileged_userns_clone") == "0" {
+            return "; this host disables unprivileged user namespaces (kernel.unprivileged_userns_clone=0)"
+        }
+        if value("/proc/sys/user/max_user_namespaces") == "0" {
+            return "; this host allows no user namespaces (user.max_user_namespaces=0)"
+        }
+        return ""
     }
 
     static func failure(_ error: SystemError) -> WorkerError {
