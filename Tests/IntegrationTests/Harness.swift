@@ -39,7 +39,9 @@ enum Build {
         try source.write(toFile: src, atomically: true, encoding: .utf8)
         let header = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("Sources/CPluginABI/include").path
-        let r = try Shell.run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", header, "-o", lib, src] + flags)
+        let support = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/CSupport").path
+        let r = try Shell.run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", header, "-I", support, "-o", lib, src] + flags)
         guard r.code == 0 else { throw HarnessError("cc failed for \(name): \(r.err)") }
         return lib
     }

@@ -28,21 +28,10 @@
 #include <termios.h>
 #include <unistd.h>
 #include "sp_plugin.h"
+#include "fixture_json.h"
 
 static const sp_host *g_host;
 static char ctor_result[128] = "null";
-
-static int find_string(const char *json, size_t len, const char *key, char *out, size_t cap) {
-    char pattern[64];
-    snprintf(pattern, sizeof pattern, "\"%s\":\"", key);
-    const char *p = memmem(json, len, pattern, strlen(pattern));
-    if (!p) return 0;
-    p += strlen(pattern);
-    size_t i = 0;
-    while (p < json + len && *p != '"' && i + 1 < cap) out[i++] = *p++;
-    out[i] = 0;
-    return 1;
-}
 
 static long find_number(const char *json, size_t len, const char *key, long fallback) {
     char pattern[64];

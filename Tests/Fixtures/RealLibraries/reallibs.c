@@ -31,30 +31,10 @@
 #include <zlib.h>
 #include <Python.h>
 #include "sp_plugin.h"
+#include "fixture_json.h"
 
 static const sp_host *g_host;
 static char g_error[400];
-
-static int find_string(const char *json, size_t len, const char *key, char *out, size_t cap) {
-    char pattern[64];
-    snprintf(pattern, sizeof pattern, "\"%s\":\"", key);
-    const char *p = memmem(json, len, pattern, strlen(pattern));
-    if (!p) return 0;
-    p += strlen(pattern);
-    size_t i = 0;
-    while (p < json + len && *p != '"' && i + 1 < cap) out[i++] = *p++;
-    out[i] = 0;
-    return 1;
-}
-
-static int find_uint(const char *json, size_t len, const char *key, unsigned long long *out) {
-    char pattern[64];
-    snprintf(pattern, sizeof pattern, "\"%s\":", key);
-    const char *p = memmem(json, len, pattern, strlen(pattern));
-    if (!p) return 0;
-    *out = strtoull(p + strlen(pattern), NULL, 10);
-    return 1;
-}
 
 static void send_text(const char *text) { g_host->send(g_host->ctx, (const uint8_t *)text, strlen(text)); }
 
