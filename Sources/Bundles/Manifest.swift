@@ -212,8 +212,14 @@ extension Manifest {
         }
         var resources: Resources?
         if let r = raw.resources {
-            guard let base = r.baseURL, base.hasPrefix("http://") || base.hasPrefix("https://") || base.hasPrefix("file://") else {
+            guard let base = r.baseURL, let scheme = ["http://", "https://", "file://"].first(where: { r.baseURL?.hasPrefix($0) == true }) else {
                 throw fail("resources.baseURL", "missing or not an http(s) or file URL")
+            }
+            // Something after the scheme: a host for http(s) (found by the fuzzer: "https://" alone was
+            // accepted and became "https:/"), a path for file.
+            let rest = base.dropFirst(scheme.count)
+            guard rest.contains(where: { $0 != "/" }), scheme == "file://" || rest.first != "/" else {
+                throw fail("resources.baseURL", "'\(base)' has no \(scheme == "file://" ? "path" : "host") after \(scheme)")
             }
             let files = r.files ?? []
             for (i, f) in files.enumerated() {

@@ -65,6 +65,10 @@ import Testing
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","permissions":["filesystem.read:relative"]}"#, "permissions[0]", "unknown permission"),
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"memoryMB":0}}"#, "limits.memoryMB", "positive"),
         (#"{"identifier":"a.b","version":"1.0.0","library":5}"#, "library", "wrong type"),
+        // Found by FuzzManifest: a scheme with nothing after it was accepted (and became "https:/").
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"https://"}}"#, "resources.baseURL", "no host"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"http:///x"}}"#, "resources.baseURL", "no host"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"file:///"}}"#, "resources.baseURL", "no path"),
     ])
     func errors(_ json: String, _ field: String, _ reason: String) {
         do {
