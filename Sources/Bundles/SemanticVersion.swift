@@ -104,14 +104,21 @@ public struct VersionRange: Sendable, CustomStringConvertible {
                 let caret = t.hasPrefix("^")
                 guard let v = SemanticVersion(String(t.dropFirst())) else { return nil }
                 out.append((.ge, v))
-                let upper: SemanticVersion
-                if caret {
-                    upper = v.major > 0 ? SemanticVersion(v.major + 1, 0, 0) :
-                        (v.minor > 0 ? SemanticVersion(0, v.minor + 1, 0) : SemanticVersion(0, 0, v.patch + 1))
-                } else {
-                    upper = SemanticVersion(v.major, v.minor + 1, 0)
+                // The next major (caret; minor or patch below 1.0.0) or minor (tilde) is the upper
+                // bound; a component already at its largest has none (found by FuzzManifest:
+                // `^18446744073709551615.0.0` overflowed and trapped).
+                func next(_ n: UInt64) -> UInt64? {
+                    let (sum, overflow) = n.addingReportingOverflow(1)
+                    return overflow ? nil : sum
                 }
-                out.append((.lt, upper))
+                let upper: SemanticVersion?
+                if caret {
+                    upper = v.major > 0 ? next(v.major).map { SemanticVersion($0, 0, 0) } :
+                        (v.minor > 0 ? next(v.minor).map { SemanticVersion(0, $0, 0) } : next(v.patch).map { SemanticVersion(0, 0, $0) })
+                } else {
+                    upper = next(v.minor).map { SemanticVersion(v.major, $0, 0) }
+                }
+                if let upper { out.append((.lt, upper)) }
                 continue
             }
             var op = Op.eq

@@ -16,6 +16,15 @@ import Testing
         #expect(SemanticVersion(text) == nil)
     }
 
+    @Test func rangesAtTheLargestVersionsDoNotOverflow() throws {
+        // Found by FuzzManifest: these trapped on `+ 1`.
+        let max = UInt64.max
+        #expect(try #require(VersionRange("^\(max).0.0")).contains(SemanticVersion(max, 5, 0)))
+        #expect(try #require(VersionRange("~1.\(max).0")).contains(SemanticVersion(1, max, 3)))
+        #expect(try #require(VersionRange("^0.0.\(max)")).contains(SemanticVersion(0, 0, max)))
+        #expect(try #require(VersionRange("^0.\(max).0")).contains(SemanticVersion(0, max, 7)))
+    }
+
     @Test func ranges() throws {
         let r = try #require(VersionRange(">=1.2.0 <2.0.0"))
         #expect(r.contains(SemanticVersion("1.2.0")!))
