@@ -67,7 +67,7 @@ let package = Package(
         .target(
             name: "SupervisorKit",
             dependencies: [
-                "PluginProtocol", "IPC", "LinuxSupport", "Bundles",
+                "PluginProtocol", "IPC", "LinuxSupport", "Bundles", "CSeccomp",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

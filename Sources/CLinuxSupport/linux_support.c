@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <poll.h>
+#include <linux/seccomp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -30,7 +33,7 @@
 #endif
 
 int cls_spawn(const char *path, char *const argv[], char *const envp[],
-              int socket_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
+              int socket_fd, int notify_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     int rc = posix_spawn_file_actions_init(&fa);
@@ -44,8 +47,9 @@ int cls_spawn(const char *path, char *const argv[], char *const envp[],
     if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, stdout_fd, 1);
     if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, stderr_fd, 2);
     if (!rc && socket_fd >= 0) rc = posix_spawn_file_actions_adddup2(&fa, socket_fd, 3);
+    if (!rc && socket_fd >= 0 && notify_fd >= 0) rc = posix_spawn_file_actions_adddup2(&fa, notify_fd, 4);
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-    if (!rc) rc = posix_spawn_file_actions_addclosefrom_np(&fa, socket_fd >= 0 ? 4 : 3);
+    if (!rc) rc = posix_spawn_file_actions_addclosefrom_np(&fa, socket_fd < 0 ? 3 : (notify_fd >= 0 ? 5 : 4));
 #endif
 
     sigset_t none, all;
@@ -145,6 +149,10 @@ int cls_set_no_new_privs(void) {
 
 int cls_set_not_dumpable(void) {
     return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? 0 : -errno;
+}
+
+int cls_close_range(unsigned first, unsigned last) {
+    return syscall(SYS_close_range, first, last, 0) == 0 ? 0 : -errno;
 }
 
 int cls_close_descriptors_from(int first, int keep) {
@@ -311,4 +319,89 @@ int cls_send_lock_acquire_from_signal(cls_send_lock *lock, int timeout_ms) {
         struct timespec wait = { 0, 1000000 };
         futex(&lock->state, FUTEX_WAIT, c == 0 ? 1 : c, &wait);
     }
+}
+
+/* ---- descriptor passing ---- */
+
+int cls_send_fd(int sock, int fd) {
+    char byte = 'L';
+    struct iovec iov = { &byte, 1 };
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int))]; } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr msg = { 0 };
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof control.buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    for (;;) {
+        if (sendmsg(sock, &msg, MSG_NOSIGNAL) == 1) return 0;
+        if (errno != EINTR) return -errno;
+    }
+}
+
+int cls_receive_fd(int sock, int *fd) {
+    char byte;
+    struct iovec iov = { &byte, 1 };
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int))]; } control;
+    struct msghdr msg = { 0 };
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof control.buf;
+    ssize_t n;
+    do { n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT); } while (n < 0 && errno == EINTR);
+    if (n < 0) return -errno;
+    if (n == 0) return 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
+            memcpy(fd, CMSG_DATA(c), sizeof(int));
+            return 1;
+        }
+    }
+    return -EBADMSG; /* a byte without a descriptor: not what a worker sends */
+}
+
+/* ---- seccomp user notification (the supervisor's side) ---- */
+
+int cls_seccomp_listener_state(int fd) {
+    struct pollfd p = { fd, POLLIN, 0 };
+    int n;
+    do { n = poll(&p, 1, 0); } while (n < 0 && errno == EINTR);
+    if (n < 0) return -errno;
+    if (p.revents & POLLIN) return 1;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return -EPIPE;
+    return 0;
+}
+
+int cls_seccomp_receive(int fd, cls_seccomp_notification *out) {
+    static __thread struct seccomp_notif *buffer;
+    static __thread size_t size;
+    if (!buffer) {
+        struct seccomp_notif_sizes sizes;
+        if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sizes) != 0) return -errno;
+        size = sizes.seccomp_notif > sizeof(struct seccomp_notif) ? sizes.seccomp_notif : sizeof(struct seccomp_notif);
+        buffer = calloc(1, size);
+        if (!buffer) return -ENOMEM;
+    }
+    memset(buffer, 0, size);
+    if (ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, buffer) != 0) return -errno;
+    out->id = buffer->id;
+    out->pid = buffer->pid;
+    out->nr = buffer->data.nr;
+    out->arch = buffer->data.arch;
+    for (int i = 0; i < 6; i++) out->args[i] = buffer->data.args[i];
+    return 0;
+}
+
+int cls_seccomp_respond_error(int fd, uint64_t id, int error) {
+    struct seccomp_notif_resp resp;
+    memset(&resp, 0, sizeof resp);
+    resp.id = id;
+    resp.error = -error;
+    return ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp) == 0 ? 0 : -errno;
 }

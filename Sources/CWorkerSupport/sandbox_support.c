@@ -12,6 +12,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 
 #ifndef __NR_landlock_create_ruleset
 #define __NR_landlock_create_ruleset 444
@@ -99,6 +101,18 @@ int cws_set_rlimit(int resource, uint64_t value) {
 uint64_t cws_get_rlimit_max(int resource) {
     struct rlimit rl;
     return getrlimit(resource, &rl) == 0 ? (uint64_t)rl.rlim_max : 0;
+}
+
+int cws_seccomp_install(const void *insns, unsigned count, int listener) {
+    struct sock_fprog prog = { (unsigned short)count, (struct sock_filter *)insns };
+    if (count == 0 || count > 0xFFFF) return -EINVAL;
+    unsigned long flags = SECCOMP_FILTER_FLAG_TSYNC;
+    if (listener) flags |= SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_TSYNC_ESRCH;
+    long rc = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+    if (rc < 0) return -errno;
+    /* Without TSYNC_ESRCH a positive value would be a thread that could not be synchronised. */
+    if (!listener && rc != 0) return -ESRCH;
+    return (int)rc;
 }
 
 /* ---- SIGSYS reporter: everything it touches is prepared before the filter is loaded ---- */

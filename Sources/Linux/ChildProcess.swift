@@ -65,6 +65,9 @@ public final class ChildProcess: Sendable {
     public var socket: OwnedDescriptor
     public var stdout: OwnedDescriptor
     public var stderr: OwnedDescriptor
+    /// The parent's end of the second socketpair (descriptor 4 in the child), when asked for: a
+    /// worker sends its seccomp listener over it.
+    public var notify: OwnedDescriptor?
 }
 
 /// Starts helper processes (workers, the installer): a socketpair that becomes descriptor 3 in the
@@ -76,13 +79,24 @@ public enum Spawner {
     /// worker reserves; a crash must simply end the process.
     public static let baseEnvironment = ["PATH=/usr/bin:/bin", "SWIFT_BACKTRACE=enable=no"]
 
-    /// `extraEnvironment` entries (`NAME=value`) are added to `baseEnvironment`.
-    public static func spawn(executable: String, arguments: [String] = [], extraEnvironment: [String] = []) throws(SystemError) -> SpawnedChild {
-        var pair: [Int32] = [-1, -1]
-        _ = try syscallRetrying("socketpair") {
-            socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair)
+    /// `extraEnvironment` entries (`NAME=value`) are added to `baseEnvironment`. With
+    /// `notifyChannel`, the child also gets descriptor 4, a second socket (see `SpawnedChild.notify`).
+    public static func spawn(executable: String, arguments: [String] = [], extraEnvironment: [String] = [],
+                             notifyChannel: Bool = false) throws(SystemError) -> SpawnedChild {
+        let pair = try SocketPair()
+        let socket = pair.parent, childSocket = pair.child
+        var notify: OwnedDescriptor? = nil
+        var childNotify: OwnedDescriptor? = nil
+        if notifyChannel {
+            let second = try SocketPair()
+            notify = .some(second.parent)
+            childNotify = .some(try lifted(second.child))
         }
-        let socket = OwnedDescriptor(pair[0]), childSocket = OwnedDescriptor(pair[1])
+        let childNotifyFD: Int32
+        switch childNotify {
+        case .some(let fd): childNotifyFD = fd.raw
+        case .none: childNotifyFD = -1
+        }
         let out = try Pipe()
         let err = try Pipe()
         // The child's ends must not already sit on 0-3, or dup2 would keep them close-on-exec.
@@ -95,12 +109,28 @@ public enum Spawner {
         let argv = [executable] + arguments
         let rc = withCStrings(argv) { cArgs in
             withCStrings(baseEnvironment + extraEnvironment) { cEnv in
-                cls_spawn(executable, cArgs, cEnv, childSocketFD.raw, childOut.raw, childErr.raw, &pid, &pidfd)
+                cls_spawn(executable, cArgs, cEnv, childSocketFD.raw, childNotifyFD, childOut.raw, childErr.raw, &pid, &pidfd)
             }
         }
         guard rc == 0 else { throw SystemError(call: "posix_spawn", errno: rc, context: executable) }
         // The child's ends close here, as their owners go; the parent keeps its own.
-        return SpawnedChild(process: ChildProcess(pid: pid, pidfd: pidfd), socket: socket, stdout: out.read, stderr: err.read)
+        return SpawnedChild(process: ChildProcess(pid: pid, pidfd: pidfd), socket: socket, stdout: out.read, stderr: err.read,
+                            notify: notify)
+    }
+
+    /// A connected pair of close-on-exec stream sockets: the parent's end and the child's.
+    private struct SocketPair: ~Copyable {
+        var parent: OwnedDescriptor
+        var child: OwnedDescriptor
+
+        init() throws(SystemError) {
+            var fds: [Int32] = [-1, -1]
+            _ = try syscallRetrying("socketpair") {
+                socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds)
+            }
+            parent = OwnedDescriptor(fds[0])
+            child = OwnedDescriptor(fds[1])
+        }
     }
 
     /// pipe2(O_CLOEXEC)'s two ends.

@@ -43,17 +43,20 @@ enum Sandbox {
         do { try ProcessControl.setNotDumpable() } catch { throw failure(error) }
 
         // 2. Nothing inherited but stdio and the protocol socket.
-        do { try ProcessControl.closeDescriptors(from: 3, except: plan.socketFD) } catch { throw failure(error) }
+        do { try ProcessControl.closeDescriptors(from: 3, except: [plan.socketFD] + (plan.notifyFD.map { [$0] } ?? [])) } catch {
+            throw failure(error)
+        }
         layer(.descriptors)
 
         guard plan.enabled else {
+            if let fd = plan.notifyFD { _ = close(fd) }
             for name: SandboxLayer in [.rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace, .noNewPrivs,
-                                       .landlock, .capabilities, .seccomp] {
+                                       .landlock, .capabilities, .seccomp, .seccompNotify] {
                 try missing(name, "sandbox switched off (--no-sandbox)")
             }
             return applied
         }
-        let filter = try Seccomp.Filter(plan.seccompRules)
+        var filter = try Seccomp.Filter(plan.seccompRules, notify: plan.notifyFD != nil)
         var mark = ProcessControl.monotonicMicroseconds()
         applied.timings["sandbox.baseUs"] = Int(mark - started)
         func lap(_ step: String) {
@@ -122,9 +125,32 @@ enum Sandbox {
         let dropped = cws_drop_capabilities()
         if dropped == 0 { layer(.capabilities) } else { try missing(.capabilities, "capset failed: \(String(cString: strerror(-dropped)))") }
 
-        // 8. The syscall filter, last: from here on the plugin's code may run.
-        try filter.load(reportFD: plan.socketFD, sendLock: sendLock)
+        // 8. The syscall filter, last: from here on the plugin's code may run. What it does not allow
+        // goes to the supervisor, which answers (EPERM, counted) or ends the worker (a violation,
+        // named even when every signal is blocked): the listener must reach it before the plugin
+        // loads, and no copy may stay here.
+        var notifyMissing: String? = plan.notifyFD == nil ? "the supervisor offered no channel for the filter's listener" : nil
+        var listener: OwnedDescriptor?
+        do throws(WorkerError) {
+            listener = try filter.load(reportFD: plan.socketFD, sendLock: sendLock)
+        } catch {
+            guard filter.notify else { throw error }
+            // A kernel without user notification (before 5.0, or TSYNC_ESRCH before 5.7): the
+            // SIGSYS reporter names violations, and denials are not counted.
+            notifyMissing = "the kernel refused a filter with a listener (\(error.message)); violations are named by the worker's SIGSYS handler"
+            filter = try Seccomp.Filter(plan.seccompRules, notify: false)
+            listener = try filter.load(reportFD: plan.socketFD, sendLock: sendLock)
+        }
         layer(.seccomp)
+        if let channel = plan.notifyFD {
+            if let listener {
+                let sent = cls_send_fd(channel, listener.raw)
+                guard sent == 0 else { throw failure("sending the seccomp listener", -sent) }
+            }
+            _ = close(channel)
+        }
+        listener = nil
+        if let why = notifyMissing { try missing(.seccompNotify, why) } else { layer(.seccompNotify) }
         lap("seccomp")
         return applied
     }

@@ -18,6 +18,8 @@ struct SandboxPlan {
     var enabled: Bool
     var supervisorPID: Int32
     var socketFD: Int32
+    /// Where the seccomp listener goes to the supervisor (nil: the SIGSYS reporter names violations).
+    var notifyFD: Int32?
     /// Layers the operator demands: a missing one is an error instead of a note.
     var required: Set<SandboxLayer>
     var limits: [Limit]
@@ -80,6 +82,7 @@ struct SandboxPlan {
         enabled = sandbox.enabled
         supervisorPID = spec.supervisorPID
         socketFD = spec.socketFD
+        notifyFD = spec.notifyFD
         required = Set(sandbox.required)
         network = sandbox.permissions.contains(.network)
         // Equal soft and hard limits cannot be raised without capabilities.

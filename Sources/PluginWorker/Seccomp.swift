@@ -1,6 +1,7 @@
 import CSeccomp
 import CWorkerSupport
 import LinuxSupport
+import PluginProtocol
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -9,12 +10,16 @@ import Glibc
 enum Seccomp {
     static let actAllow: UInt32 = 0x7FFF_0000
     static let actTrap: UInt32 = 0x0003_0000
+    static let actNotify: UInt32 = 0x7FC0_0000
     static func actErrno(_ e: Int32) -> UInt32 { 0x0005_0000 | (UInt32(e) & 0xFFFF) }
 
-    static func action(_ a: SeccompPolicy.Action) -> UInt32 {
+    /// With `notify`, what is not allowed goes to the supervisor: a fatal call, and a plain
+    /// denial (EPERM), which it counts. An errno the policy gives on purpose (clone3's ENOSYS, so
+    /// libc falls back to clone) is no denial and stays in the filter.
+    static func action(_ a: SeccompPolicy.Action, notify: Bool) -> UInt32 {
         switch a {
         case .allow: return actAllow
-        case .trap: return actTrap
+        case .trap: return notify ? actNotify : actTrap
         case .errno(let e): return actErrno(e)
         }
     }
@@ -26,11 +31,16 @@ enum Seccomp {
         /// Syscall names libseccomp does not know on this architecture (skipped).
         let unknown: [String]
 
-        init(_ rules: [SeccompPolicy.Rule]) throws(WorkerError) {
-            guard let ctx = seccomp_init(actErrno(EPERM)) else { throw failure("seccomp_init", ENOMEM) }
+        /// Whether what the filter does not allow goes to the supervisor (user notification).
+        let notify: Bool
+
+        init(_ rules: [SeccompPolicy.Rule], notify: Bool) throws(WorkerError) {
+            let defaultAction = notify ? actNotify : actErrno(EPERM)
+            guard let ctx = seccomp_init(defaultAction) else { throw failure("seccomp_init", ENOMEM) }
             self.ctx = ctx
-            // A foreign-architecture or x32 call traps too, so it is reported and ends the worker.
-            var rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, actTrap)
+            self.notify = notify
+            // A foreign-architecture or x32 call is fatal too, so it is reported and ends the worker.
+            var rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, notify ? actNotify : actTrap)
             guard rc == 0 else { seccomp_release(ctx); throw failure("seccomp_attr_set(ACT_BADARCH)", -rc) }
             rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1)
             guard rc == 0 else { seccomp_release(ctx); throw failure("seccomp_attr_set(CTL_TSYNC)", -rc) }
@@ -43,6 +53,9 @@ enum Seccomp {
                 }
                 // The reporter names what it catches (names are copied now, before the filter).
                 if rule.action == .trap { cws_sigsys_set_name(nr, rule.syscall) }
+                // libseccomp refuses a rule that repeats the default action: with `notify`, the
+                // fatal rules are the default (the supervisor tells them apart by the policy).
+                if action(rule.action, notify: notify) == defaultAction { continue }
                 var args = rule.conditions.map { c -> scmp_arg_cmp in
                     switch c.op {
                     case .equal: return scmp_arg_cmp(arg: c.arg, op: SCMP_CMP_EQ, datum_a: c.value, datum_b: 0)
@@ -52,7 +65,7 @@ enum Seccomp {
                     }
                 }
                 rc = args.withUnsafeMutableBufferPointer { buffer in
-                    seccomp_rule_add_array(ctx, action(rule.action), nr, UInt32(buffer.count), buffer.baseAddress)
+                    seccomp_rule_add_array(ctx, action(rule.action, notify: notify), nr, UInt32(buffer.count), buffer.baseAddress)
                 }
                 guard rc == 0 else {
                     seccomp_release(ctx)
@@ -63,11 +76,46 @@ enum Seccomp {
         }
 
         /// Installs the SIGSYS reporter (writing to `reportFD` under `sendLock`) and loads the filter.
-        func load(reportFD: Int32, sendLock: SendLock) throws(WorkerError) {
+        /// With `notify`, returns the filter's listener, which must reach the supervisor before
+        /// anything else runs (a call it does not allow waits for the supervisor's answer).
+        func load(reportFD: Int32, sendLock: SendLock) throws(WorkerError) -> OwnedDescriptor? {
             let installed = cws_install_sigsys_reporter(reportFD, sendLock.pointer)
             guard installed == 0 else { throw failure("sigaction(SIGSYS)", -installed) }
-            let rc = seccomp_load(ctx)
-            guard rc == 0 else { throw failure("seccomp_load", -rc) }
+            guard notify else {
+                let rc = seccomp_load(ctx)
+                guard rc == 0 else { throw failure("seccomp_load", -rc) }
+                return nil
+            }
+            // libseccomp 2.5 loads a filter with TSYNC but then without a listener: take its BPF
+            // program and load it here with both (and TSYNC_ESRCH, which makes that legal).
+            let program = try exportBPF()
+            let fd = program.withUnsafeBytes { cws_seccomp_install($0.baseAddress, UInt32($0.count / 8), 1) }
+            guard fd > 0 else { throw failure("seccomp(SECCOMP_SET_MODE_FILTER, NEW_LISTENER)", fd < 0 ? -fd : EBADF) }
+            return OwnedDescriptor(fd)
+        }
+
+        /// The compiled BPF program (seccomp_export_bpf writes it to a descriptor: a pipe, whose
+        /// 64 KiB hold the largest program the kernel accepts, 4096 instructions of 8 bytes).
+        private func exportBPF() throws(WorkerError) -> [UInt8] {
+            var fds: [Int32] = [-1, -1]
+            guard cls_pipe_cloexec(&fds) == 0 else { throw failure("pipe2", errno) }
+            let reader = OwnedDescriptor(fds[0])
+            do {
+                let writer = OwnedDescriptor(fds[1])
+                let rc = seccomp_export_bpf(ctx, writer.raw)
+                guard rc == 0 else { throw failure("seccomp_export_bpf", -rc) }
+            }
+            var program: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 8192)
+            while true {
+                let n = chunk.withUnsafeMutableBytes { Glibc.read(reader.raw, $0.baseAddress, $0.count) }
+                if n < 0 && errno == EINTR { continue }
+                guard n >= 0 else { throw failure("read(BPF)", errno) }
+                if n == 0 { break }
+                program += chunk[0..<n]
+            }
+            guard !program.isEmpty, program.count % 8 == 0 else { throw failure("seccomp_export_bpf", EINVAL) }
+            return program
         }
 
         deinit { seccomp_release(ctx) }

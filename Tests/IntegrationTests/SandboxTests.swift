@@ -74,7 +74,9 @@ struct SandboxTests {
 
     @Test("dangerous calls end that worker with the syscall named; the others keep answering",
           arguments: [("fork", "clone"), ("exec", "execve"), ("threadExec", "execve"), ("ptrace", "ptrace"),
-                      ("x32", "x32:39"), ("iouring", "io_uring_setup"), ("unshare", "unshare")])
+                      ("x32", "x32:39"), ("iouring", "io_uring_setup"), ("unshare", "unshare"),
+                      // libc blocks every signal before it spawns: only the supervisor can name these.
+                      ("system", "clone"), ("posixSpawn", "clone"), ("blockedExec", "execve")])
     func fatalAttacks(_ method: String, _ syscall: String) throws {
         let w = try TestWorld()
         try w.bundle("f.bad", library: try Self.hostileLibrary(), extra: ["restart": "never"])
@@ -88,8 +90,33 @@ struct SandboxTests {
         #expect(exit.reason == .sandboxViolation)
         #expect(exit.syscall == syscall)
         #expect(sv.log.contains("f.bad"))
+        // Counted with the plugin's other refusals.
+        #expect((try sv.plugin("f.bad").sandboxDenials?[syscall] ?? 0) >= 1)
         #expect(try sv.call("f.good", "echo", "2", as: Int.self) == 2)
         #expect(kill(sv.pid, 0) == 0)
+    }
+
+    @Test("denials that return EPERM are counted per plugin and syscall in status, and the plugin goes on")
+    func deniedCallsAreCounted() throws {
+        let w = try TestWorld()
+        try w.bundle("d.bad", library: try Self.hostileLibrary())
+        try w.bundle("d.good")
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.plugin("d.bad").sandbox.contains("seccompNotify"))
+        for _ in 0..<3 {
+            let o = try attack(sv, "d.bad", "setrlimitUp")
+            #expect(o.rc < 0 && o.errno == EPERM, "rc \(o.rc) errno \(o.errno)")
+        }
+        let tiocsti = try attack(sv, "d.bad", "tiocsti")
+        #expect(tiocsti.rc < 0 && tiocsti.errno == EPERM)
+        let denials = try #require(try sv.plugin("d.bad").sandboxDenials)
+        #expect(denials["prlimit64"] == 3, "\(denials)")
+        #expect(denials["ioctl"] == 1, "\(denials)")
+        #expect(try sv.plugin("d.bad").state == "running")
+        // Counted for the plugin that made them only. (A Swift plugin shows a few `socket` denials
+        // of its own: libdispatch tries to syslog that it may not raise a thread's priority.)
+        let other = try sv.plugin("d.good").sandboxDenials ?? [:]
+        #expect(other["prlimit64"] == nil && other["ioctl"] == nil, "\(other)")
     }
 
     @Test("attacks in the constructor are confined too: denied, or fatal before hello")

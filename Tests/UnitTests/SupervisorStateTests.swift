@@ -148,6 +148,17 @@ import Testing
         #expect(ExitClassifier.classify(facts(code: 159)).reason == .sandboxViolation)
     }
 
+    @Test func violationSeenByTheSupervisorWinsWhateverTheExit() {
+        // The notifier killed it for a fatal call: named, whatever the worker wrote or how it died.
+        var f = facts(signal: SIGKILL)
+        f.violation = "execve"
+        let status = ExitClassifier.classify(f)
+        #expect(status.reason == .sandboxViolation && status.syscall == "execve" && status.signal == "SIGKILL")
+        var forged = facts(code: 78, notice: ExitNotice(reason: .loadError, message: "x"))
+        forged.violation = "clone"
+        #expect(ExitClassifier.classify(forged).syscall == "clone")
+    }
+
     @Test func killsByTheSupervisor() {
         for reason in [ExitReason.watchdog, .protocolViolation, .startupTimeout, .memoryLimit, .dependencyRestarted] {
             let status = ExitClassifier.classify(facts(signal: SIGKILL, killed: (reason, "why")))
@@ -257,5 +268,31 @@ import Testing
         var next = FrameParser(maxBody: 16)
         buffer.moveReaderIndex(forwardBy: 3)
         #expect(throws: Frame.HeaderError.tooLarge(length: 17, limit: 16)) { try next.nextBody(in: &buffer) }
+    }
+}
+
+@Suite struct SandboxAnswerTests {
+    func call(_ nr: Int32, arch: UInt32 = SandboxAnswers.auditArchX86_64, _ args: [UInt64] = [0, 0, 0, 0, 0, 0]) -> SeccompCall {
+        SeccompCall(tid: 1, nr: nr, arch: arch, args: args)
+    }
+
+    @Test func namesAndFatality() {
+        #expect(SandboxAnswers.name(call(59)) == ("execve", false))
+        #expect(SandboxAnswers.name(call(41)) == ("socket", false))
+        #expect(SandboxAnswers.name(call(39 | 0x4000_0000)) == ("x32:39", true))
+        #expect(SandboxAnswers.name(call(20, arch: 0x4000_0003)) == ("foreign-arch:20", true))
+        #expect(SandboxAnswers.name(call(9999)).name == "syscall:9999")
+    }
+
+    @Test func thePolicyTellsViolationsFromDenials() {
+        #expect(SeccompPolicy.isFatal("execve", args: [0, 0, 0]))
+        #expect(SeccompPolicy.isFatal("ptrace", args: [16, 1, 0]))
+        // clone: a fork (no CLONE_THREAD) is fatal; socket, prlimit64 are plain denials.
+        #expect(SeccompPolicy.isFatal("clone", args: [0x4111, 0, 0]))  // CLONE_VM|CLONE_VFORK|SIGCHLD
+        #expect(!SeccompPolicy.isFatal("clone", args: [0x3D0F00, 0, 0]))  // pthread_create's flags
+        #expect(!SeccompPolicy.isFatal("socket", args: [1, 2, 0]))
+        #expect(!SeccompPolicy.isFatal("prlimit64", args: [0, 7, 0x7fff0000]))
+        #expect(SeccompPolicy.isFatal("personality", args: [8]))
+        #expect(!SeccompPolicy.isFatal("personality", args: [0]))
     }
 }

@@ -8,14 +8,14 @@
 
 /* ---- processes ---- */
 
-/* Spawns `path` with posix_spawn: `socket_fd` becomes descriptor 3, `stdout_fd`/`stderr_fd` become
-   1 and 2, stdin is /dev/null, every other descriptor is closed, the child gets a new session
+/* Spawns `path` with posix_spawn: `socket_fd` becomes descriptor 3, `notify_fd` (if >= 0)
+   descriptor 4, `stdout_fd`/`stderr_fd` become 1 and 2, stdin is /dev/null, every other descriptor is closed, the child gets a new session
    (setsid), an empty signal mask and default dispositions. No code of ours runs in the child.
    On success sets *pid and *pidfd (a pidfd_open descriptor, close-on-exec) and returns 0; returns an
    errno value otherwise. The pidfd is opened before anyone can reap the child (this process never
    waits for "any child"), so it always names the process just spawned. */
 int cls_spawn(const char *path, char *const argv[], char *const envp[],
-              int socket_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
+              int socket_fd, int notify_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
 
 /* waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG]) with the child's rusage. Returns 1 and fills the
    outputs when the child has ended (and is now reaped), 0 when `nohang` and it is still running,
@@ -46,6 +46,8 @@ int cls_set_no_new_privs(void);
 int cls_set_not_dumpable(void);
 /* Closes every descriptor from `first` up, except `keep` (close_range, else /proc/self/fd). */
 int cls_close_descriptors_from(int first, int keep);
+/* close_range(first, last, 0). */
+int cls_close_range(unsigned first, unsigned last);
 /* CLOCK_MONOTONIC in microseconds. */
 int64_t cls_monotonic_us(void);
 /* gettid(). */
@@ -75,6 +77,31 @@ int cls_fsync_path(const char *path);
 /* The Landlock ABI version the kernel offers (landlock_create_ruleset with
    LANDLOCK_CREATE_RULESET_VERSION), or -errno when it has none. */
 int cls_landlock_abi(void);
+
+/* ---- descriptor passing (SCM_RIGHTS, one byte of payload) ---- */
+
+int cls_send_fd(int sock, int fd);
+/* Non-blocking: 1 and *fd set (close-on-exec) when a descriptor came, 0 at end of stream, -EAGAIN
+   when nothing is there yet, -errno otherwise. */
+int cls_receive_fd(int sock, int *fd);
+
+/* ---- seccomp user notification: the supervisor answers for its workers' filters ---- */
+
+typedef struct cls_seccomp_notification {
+    uint64_t id;
+    uint32_t pid;
+    int32_t nr;
+    uint32_t arch;
+    uint64_t args[6];
+} cls_seccomp_notification;
+/* poll(0) on a listener: 1 a notification is pending, 0 nothing, -EPIPE no task uses the filter
+   any more (the worker has ended), or -errno. */
+int cls_seccomp_listener_state(int fd);
+/* SECCOMP_IOCTL_NOTIF_RECV (call only after state said 1: it blocks otherwise); -ENOENT when the
+   task went away meanwhile. */
+int cls_seccomp_receive(int fd, cls_seccomp_notification *out);
+/* SECCOMP_IOCTL_NOTIF_SEND: the syscall fails with `error` (an errno value). */
+int cls_seccomp_respond_error(int fd, uint64_t id, int error);
 
 /* ---- a send lock a signal handler can take ---- */
 

@@ -55,6 +55,12 @@ int cws_set_rlimit(int resource, uint64_t value);
 /* Current hard limit of `resource`, or 0 on error. */
 uint64_t cws_get_rlimit_max(int resource);
 
+/* ---- loading the filter ---- */
+/* seccomp(SECCOMP_SET_MODE_FILTER) of the BPF program `insns` (`count` 8-byte instructions) with
+   TSYNC, and with `listener` also NEW_LISTENER and TSYNC_ESRCH (libseccomp 2.5 will not combine a
+   listener with TSYNC). Returns the listener fd (close-on-exec), or 0 without one, or -errno. */
+int cws_seccomp_install(const void *insns, unsigned count, int listener);
+
 /* ---- the SIGSYS reporter ---- */
 /* Registers a syscall's name for the reporter (call before the filter is loaded; names are copied). */
 void cws_sigsys_set_name(int nr, const char *name);

@@ -19,10 +19,13 @@ public struct PluginStatus: Codable, Sendable, Equatable {
     /// Microseconds the running worker spent starting: `spawnUs` (spawn → worker's main),
     /// `sandboxUs`, `loadUs` (dlopen + create), `helloUs` (spawn → hello), `startupUs` (spawn → running).
     public var timings: [String: Int]?
+    /// Calls the sandbox refused over the plugin's life, by syscall (SPEC §5): denials that returned
+    /// EPERM and violations that ended a worker. Empty when none (or none could be counted).
+    public var sandboxDenials: [String: Int]?
 
     public init(identifier: String, version: String, state: String, pid: Int32?, restarts: Int, lastExit: ExitStatus?,
                 dependencies: [String], variant: String?, sandbox: [String], sandboxMissing: [String]?, error: String?,
-                timings: [String: Int]? = nil) {
+                timings: [String: Int]? = nil, sandboxDenials: [String: Int]? = nil) {
         self.identifier = identifier
         self.version = version
         self.state = state
@@ -35,6 +38,7 @@ public struct PluginStatus: Codable, Sendable, Equatable {
         self.sandboxMissing = sandboxMissing
         self.error = error
         self.timings = timings
+        self.sandboxDenials = sandboxDenials
     }
 }
 

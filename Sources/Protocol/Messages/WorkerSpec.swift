@@ -21,6 +21,10 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     public var supervisorPID: Int32
     /// The descriptor number of the protocol socket in the worker.
     public var socketFD: Int32
+    /// The descriptor over which the worker hands its seccomp listener to the supervisor (SCM_RIGHTS),
+    /// or nil when the supervisor does not answer for the filter (the worker then names violations
+    /// itself, from a SIGSYS handler).
+    public var notifyFD: Int32?
     /// Largest frame body accepted.
     public var maxFrameBytes: Int
     /// Sandbox policy input (docs/sandbox.md).
@@ -28,7 +32,7 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
 
     public init(identifier: String, version: String, bundle: String, library: String, dataDirectory: String,
                 liveDirectory: String? = nil, tempDirectory: String? = nil, supervisorPID: Int32, socketFD: Int32 = 3,
-                maxFrameBytes: Int = Frame.defaultMaxBody, sandbox: SandboxSpec = SandboxSpec()) {
+                notifyFD: Int32? = nil, maxFrameBytes: Int = Frame.defaultMaxBody, sandbox: SandboxSpec = SandboxSpec()) {
         self.identifier = identifier
         self.version = version
         self.bundle = bundle
@@ -38,6 +42,7 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
         self.tempDirectory = tempDirectory
         self.supervisorPID = supervisorPID
         self.socketFD = socketFD
+        self.notifyFD = notifyFD
         self.maxFrameBytes = maxFrameBytes
         self.sandbox = sandbox
     }

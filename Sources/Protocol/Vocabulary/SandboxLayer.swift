@@ -4,10 +4,13 @@ public enum SandboxLayer: String, Sendable, Codable, CaseIterable {
     case process, session, pdeathsig, descriptors, rlimits
     case userNamespace, networkNamespace, ipcNamespace, utsNamespace
     case noNewPrivs, landlock, landlockNetwork, landlockScopes, capabilities, seccomp
+    /// The filter hands what it does not allow to the supervisor (seccomp user notification), which
+    /// names a violation even when the plugin blocked every signal, and counts each denial.
+    case seccompNotify
 
     /// The layers an operator may require (`requireSandboxLayers`): every one the host may lack.
     public static let requirable: [SandboxLayer] = [
         .session, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace, .noNewPrivs,
-        .landlock, .landlockNetwork, .landlockScopes, .capabilities, .seccomp,
+        .landlock, .landlockNetwork, .landlockScopes, .capabilities, .seccomp, .seccompNotify,
     ]
 }

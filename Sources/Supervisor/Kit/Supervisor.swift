@@ -18,7 +18,7 @@ import Synchronization
 /// `PluginTable` (State/) owns the plugins and their workers; `Lifecycle` starts, restarts and stops
 /// them; `Router` moves frames; `Health` runs the timers; `Installs` talks to the installer
 /// process; `ControlServer` serves the CLI. Everything they mutate is confined to that loop; other
-/// threads (the child watcher, the signal thread, the install queue) hand their results to it with
+/// threads (the child watcher, the seccomp notifier, the signal thread, the install queue) hand their results to it with
 /// `loop.execute`. That keeps the routing path free of locks.
 public final class Supervisor: @unchecked Sendable {
     // @unchecked: the `let`s are immutable; everything mutable belongs to `loop` (see above).
@@ -40,6 +40,9 @@ public final class Supervisor: @unchecked Sendable {
     private(set) var installs: Installs!
     private(set) var control: ControlServer!
     private(set) var watcher: ChildWatcher?
+    /// Answers for the workers' seccomp filters (nil where it could not start: workers then name
+    /// violations themselves, and denials go uncounted).
+    private(set) var notifier: SeccompNotifier?
 
     /// Blocks the lifecycle signals first: every thread created from here on (NIO's included)
     /// inherits the mask, so the signals reach only the relay thread's sigwaitinfo.
@@ -88,6 +91,11 @@ public final class Supervisor: @unchecked Sendable {
         // An install interrupted by a crash left its staging folder; the bundles are complete.
         installs.store.cleanLeftovers()
         do { watcher = try ChildWatcher() } catch { throw .home(config.home, "cannot watch workers: \(error)") }
+        if config.sandboxEnabled {
+            do { notifier = try SeccompNotifier() } catch {
+                logger.warning("cannot answer for the workers' seccomp filters (\(error)): violations are named by the workers, denials are not counted")
+            }
+        }
         LifecycleSignals.startRelay { [self] signal in loop.execute { self.handleSignal(signal) } }
         try control.bind()
         do {

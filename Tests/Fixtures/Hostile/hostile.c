@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,19 @@ static void attack(const char *what, const char *path, long number, char *out, s
         pthread_create(&t, NULL, exec_in_thread, NULL);
         pthread_join(t, NULL);
         rc = 0;
+    } else if (!strcmp(what, "system")) {
+        /* libc blocks every signal before it spawns the shell: no SIGSYS handler can run. */
+        rc = system("true");
+    } else if (!strcmp(what, "posixSpawn")) {
+        pid_t child;
+        char *argv[] = { "true", NULL };
+        rc = posix_spawn(&child, "/bin/true", NULL, NULL, argv, NULL);
+    } else if (!strcmp(what, "blockedExec")) {
+        /* Every signal blocked, then execve: the forced SIGSYS would kill without naming the call. */
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, NULL);
+        rc = execl("/bin/sh", "sh", "-c", "true", (char *)NULL);
     } else if (!strcmp(what, "ptrace")) {
         rc = ptrace(PTRACE_ATTACH, (pid_t)number, 0, 0);
     } else if (!strcmp(what, "x32")) {

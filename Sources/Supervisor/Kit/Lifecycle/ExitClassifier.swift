@@ -12,6 +12,8 @@ enum ExitClassifier {
         var notice: ExitNotice?
         /// Why the supervisor killed it, if it did.
         var killed: (reason: ExitReason, message: String)?
+        /// The forbidden syscall its filter handed to the supervisor, which then killed it.
+        var violation: String? = nil
         var stopRequested = false
         /// Its last sampled data size and its hard memory limit, in bytes.
         var lastDataBytes = 0
@@ -21,7 +23,12 @@ enum ExitClassifier {
     static func classify(_ f: Facts) -> ExitStatus {
         let exit = f.exit
         var status = exit.signaled ? ExitStatus(signal: exit.signalName, reason: .signaled) : ExitStatus(code: exit.code, reason: .exited)
-        if let notice = f.notice, !exit.signaled, let code = notice.reason.workerExitCode, code == exit.code {
+        if let syscall = f.violation {
+            // Seen by the supervisor itself, whatever the plugin did to its signals.
+            status.reason = .sandboxViolation
+            status.syscall = syscall
+            status.message = "the sandbox denied the system call \(syscall)"
+        } else if let notice = f.notice, !exit.signaled, let code = notice.reason.workerExitCode, code == exit.code {
             // A plugin can write anything to its socket, but cannot fake how its process ended.
             status.reason = notice.reason
             status.message = notice.message

@@ -67,7 +67,7 @@ extension Lifecycle {
             callbacks.forEach { $0() }
             return
         }
-        let facts = ExitClassifier.Facts(exit: exit, notice: instance.exitNotice, killed: instance.killReason,
+        let facts = ExitClassifier.Facts(exit: exit, notice: instance.exitNotice, killed: instance.killReason, violation: instance.violation,
                                          stopRequested: afterStop,
                                          lastDataBytes: instance.memory.data, hardLimitBytes: MemoryLimits(record.manifest).hard)
         let status = ExitClassifier.classify(facts)

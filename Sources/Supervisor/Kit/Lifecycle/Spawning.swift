@@ -34,14 +34,16 @@ extension Lifecycle {
         } catch {
             return fail(record, reason: "cannot create the data folders of \(id) in \(config.home): \(error)")
         }
-        let spec = workerSpec(record.manifest, library: library.path, data: data, live: live, temp: temp)
+        let notifier = supervisor.notifier
+        let spec = workerSpec(record.manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
         let specJSON: String
         do { specJSON = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self) } catch {
             return fail(record, reason: "cannot encode the worker spec: \(error)")
         }
-        let spawned: SpawnedChild
+        var spawned: SpawnedChild
         do {
-            spawned = try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(specJSON)"])
+            spawned = try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(specJSON)"],
+                                        notifyChannel: notifier != nil)
         } catch {
             return fail(record, reason: "cannot start a worker (\(config.workerExecutable)): \(error)")
         }
@@ -55,6 +57,16 @@ extension Lifecycle {
             instance.process.signal(SIGKILL)
             _ = try? instance.process.wait()
             return fail(record, reason: "cannot watch a worker's exit: \(error)")
+        }
+        if let notifier, let channel = spawned.notify.take() {
+            do {
+                try notifier.adopt(channel: channel, process: instance.process) { [supervisor] call in
+                    SandboxAnswers.answer(call, for: instance, supervisor: supervisor)
+                }
+            } catch {
+                // Its filter's calls would wait for an answer forever: it must not run.
+                kill(instance, .spawnError, "cannot answer for its seccomp filter: \(error)")
+            }
         }
         table.workerSpawned(instance)
         record.instance = instance
@@ -75,11 +87,11 @@ extension Lifecycle {
     }
 
     /// What the worker needs to know: its plugin, its folders and its sandbox.
-    func workerSpec(_ m: Manifest, library: String, data: String, live: String, temp: String) -> WorkerSpec {
+    func workerSpec(_ m: Manifest, library: String, data: String, live: String, temp: String, notify: Bool) -> WorkerSpec {
         WorkerSpec(
             identifier: m.identifier, version: m.version.description, bundle: m.bundle, library: library,
             dataDirectory: data, liveDirectory: live, tempDirectory: temp, supervisorPID: getpid(), socketFD: 3,
-            maxFrameBytes: config.maxFrameBytes,
+            notifyFD: notify ? 4 : nil, maxFrameBytes: config.maxFrameBytes,
             sandbox: SandboxSpec(enabled: config.sandboxEnabled, memoryMB: m.limits.memoryMB, openFiles: m.limits.openFiles,
                                  permissions: m.permissions, required: config.requiredSandboxLayers,
                                  runtimePaths: supervisor.runtimePaths))

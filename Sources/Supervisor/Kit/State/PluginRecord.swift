@@ -33,6 +33,9 @@ final class PluginRecord: @unchecked Sendable {
     /// Callers waiting for it to be running (restart command, install); called with nil or why it failed.
     var startWaiters: [(String?) -> Void] = []
     var pendingRestart: Scheduled<Void>?
+    /// Calls its sandbox refused, by syscall name, over the plugin's life (SPEC §5): each denial
+    /// (EPERM) and each violation.
+    var sandboxDenials: [String: Int] = [:]
 
     init(manifest: Manifest, phase: PluginPhase) {
         self.manifest = manifest
@@ -96,6 +99,8 @@ final class WorkerInstance: @unchecked Sendable {
     var exitNotice: ExitNotice?
     /// Set when the supervisor killed it, with why.
     var killReason: (reason: ExitReason, message: String)?
+    /// The forbidden syscall its filter handed over, for which the notifier killed it.
+    var violation: String?
     /// How the process ended, once reaped.
     var exit: ChildExit?
     /// Called once its exit has been recorded (stops, restarts and installs wait on it).

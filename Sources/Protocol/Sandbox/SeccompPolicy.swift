@@ -1,11 +1,14 @@
 /// The system-call policy every worker runs under: default deny (EPERM), an allowlist for what the
 /// worker, the Swift runtime, Foundation, Dispatch and a plugin's ordinary work need, conditional
 /// rules where the arguments decide, and a list of dangerous calls that end the worker
-/// (SECCOMP_RET_TRAP → the SIGSYS reporter names the call). docs/sandbox.md explains each group.
+/// (the supervisor names the call: seccomp user notification; without it SECCOMP_RET_TRAP and the
+/// worker's SIGSYS reporter). docs/sandbox.md explains each group.
 ///
-/// Kept as data so it can be reviewed in one place; `Seccomp.install` compiles it with libseccomp.
-enum SeccompPolicy {
-    enum Action: Equatable {
+/// Kept as data so it can be reviewed in one place: the worker compiles it with libseccomp, and the
+/// supervisor, which answers the calls the filter hands it, reads it to tell a violation (`trap`)
+/// from a denial (EPERM, counted).
+public enum SeccompPolicy {
+    public enum Action: Equatable, Sendable {
         case allow
         case errno(Int32)
         /// Fatal: the worker reports the syscall and exits (recorded as `sandboxViolation`).
@@ -13,22 +16,34 @@ enum SeccompPolicy {
     }
 
     /// A comparison on one argument (libseccomp's `scmp_arg_cmp`).
-    struct Condition: Equatable {
-        enum Op: Equatable { case equal, notEqual, greater, maskedEqual(mask: UInt64) }
-        var arg: UInt32
-        var op: Op
-        var value: UInt64
+    public struct Condition: Equatable, Sendable {
+        public enum Op: Equatable, Sendable { case equal, notEqual, greater, maskedEqual(mask: UInt64) }
+        public var arg: UInt32
+        public var op: Op
+        public var value: UInt64
+
+        /// Whether the call's arguments satisfy it (as the filter compares: all 64 bits).
+        public func holds(_ args: [UInt64]) -> Bool {
+            guard Int(arg) < args.count else { return false }
+            let a = args[Int(arg)]
+            switch op {
+            case .equal: return a == value
+            case .notEqual: return a != value
+            case .greater: return a > value
+            case .maskedEqual(let mask): return a & mask == value
+            }
+        }
     }
 
-    struct Rule: Equatable {
-        var syscall: String
-        var action: Action
+    public struct Rule: Equatable, Sendable {
+        public var syscall: String
+        public var action: Action
         /// All must hold (libseccomp ANDs the comparisons of one rule).
-        var conditions: [Condition] = []
+        public var conditions: [Condition] = []
     }
 
     /// Plain allow, whatever the arguments.
-    static let allowed: [String] = [
+    public static let allowed: [String] = [
         // I/O on descriptors the worker already has or opens within Landlock's rules
         "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "preadv2", "pwritev2",
         "close", "close_range", "lseek", "fcntl", "flock", "dup", "dup2", "dup3", "pipe", "pipe2",
@@ -77,7 +92,7 @@ enum SeccompPolicy {
 
     /// Calls that end the worker: process creation and replacement, other processes' memory, kernel
     /// attack surface, namespace and mount changes.
-    static let fatal: [String] = [
+    public static let fatal: [String] = [
         "execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev",
         "process_madvise", "pidfd_getfd", "kcmp", "bpf", "perf_event_open", "keyctl", "add_key", "request_key",
         "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "mount", "umount2", "unshare",
@@ -105,7 +120,7 @@ enum SeccompPolicy {
     /// - Parameters:
     ///   - network: the manifest grants `network` (AF_UNIX, AF_INET and AF_INET6 sockets).
     ///   - pid: the worker's own pid (signals may only go to itself).
-    static func rules(network: Bool, pid: Int32) -> [Rule] {
+    public static func rules(network: Bool, pid: Int32) -> [Rule] {
         var rules = allowed.map { Rule(syscall: $0, action: .allow) }
         rules += fatal.map { Rule(syscall: $0, action: .trap) }
         func when(_ arg: UInt32, _ op: Condition.Op, _ value: UInt64) -> Condition { Condition(arg: arg, op: op, value: value) }
@@ -152,5 +167,16 @@ enum SeccompPolicy {
             rules += [AF_UNIX, AF_INET, AF_INET6].map { Rule(syscall: "socket", action: .allow, conditions: [when(0, .equal, $0)]) }
         }
         return rules
+    }
+
+    /// The fatal rules by syscall name (they depend on neither `network` nor the pid).
+    private static let fatalRules: [String: [Rule]] = Dictionary(
+        grouping: rules(network: false, pid: 0).filter { $0.action == .trap }, by: \.syscall)
+
+    /// For a call the filter did not allow: true when it ends the worker (a fatal rule matches it),
+    /// false when it is refused with EPERM and counted.
+    public static func isFatal(_ syscall: String, args: [UInt64]) -> Bool {
+        guard let candidates = fatalRules[syscall] else { return false }
+        return candidates.contains { rule in rule.conditions.allSatisfy { $0.holds(args) } }
     }
 }
