@@ -33,8 +33,9 @@ let package = Package(
         // The Linux calls Swift cannot make directly (variadic syscall/prctl, posix_spawn, pidfds,
         // futexes), for every process: imported only by LinuxSupport.
         .target(name: "CLinuxSupport", path: "Sources/CLinuxSupport"),
-        // The worker's sandbox in C: Landlock, namespaces, capabilities, rlimits, the SIGSYS reporter.
-        .target(name: "CWorkerSupport", dependencies: ["CLinuxSupport"], path: "Sources/CWorkerSupport"),
+        // The sandbox in C (the worker's, and the installer's): Landlock, namespaces, capabilities,
+        // rlimits, loading a seccomp filter with a listener, the SIGSYS reporter.
+        .target(name: "CSandboxSupport", dependencies: ["CLinuxSupport"], path: "Sources/CSandboxSupport"),
         // libseccomp, Debian's libseccomp-dev.
         .systemLibrary(name: "CSeccomp", path: "Sources/CSeccomp", pkgConfig: "libseccomp", providers: [.apt(["libseccomp-dev"])]),
         // libcurl (Debian's libcurl4-openssl-dev) and libarchive (libarchive-dev) for installs.
@@ -59,9 +60,11 @@ let package = Package(
             dependencies: ["CPluginABI", "PluginProtocol"],
             path: "Sources/PluginSDK"
         ),
+        // Landlock and seccomp filters in Swift, for the worker and the installer.
+        .target(name: "Confinement", dependencies: ["CSandboxSupport", "CSeccomp", "LinuxSupport", "PluginProtocol"], path: "Sources/Confinement"),
         .executableTarget(
             name: "PluginWorker",
-            dependencies: ["CPluginABI", "CWorkerSupport", "CSeccomp", "PluginProtocol", "IPC", "LinuxSupport"],
+            dependencies: ["CPluginABI", "CSandboxSupport", "Confinement", "PluginProtocol", "IPC", "LinuxSupport"],
             path: "Sources/PluginWorker"
         ),
         .target(
@@ -87,7 +90,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "InstallerTool",
-            dependencies: ["PluginInstall", "Bundles", "LinuxSupport", "PluginProtocol"],
+            dependencies: ["PluginInstall", "Bundles", "Confinement", "LinuxSupport", "PluginProtocol"],
             path: "Sources/InstallerTool"
         ),
         .executableTarget(
@@ -121,7 +124,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["PluginProtocol", "IPC", "LinuxSupport", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["PluginProtocol", "IPC", "LinuxSupport", "Bundles", .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/IntegrationTests"
         ),
     ],

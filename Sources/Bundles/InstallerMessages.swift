@@ -17,6 +17,9 @@ public struct InstallRequest: Codable, Sendable {
         case catalog
         /// Download one file with a conditional GET: a `Fetched`.
         case fetch
+        /// Diagnosis: confine itself as for `stage`, then try to read and write each of `paths` and
+        /// make a call the filter refuses: `probed`. Shows what the installer's sandbox lets through.
+        case probe
     }
 
     public var operation: Operation
@@ -38,6 +41,8 @@ public struct InstallRequest: Codable, Sendable {
     public var destination: String?
     public var etag: String?
     public var lastModified: String?
+    // probe
+    public var paths: [String]?
 
     public init(operation: Operation, home: String, lowSpeedSeconds: Int, maxBytes: Int) {
         self.operation = operation
@@ -92,12 +97,37 @@ public struct InstallerLine: Codable, Sendable {
     public var staged: BundleStore.Staged?
     public var catalog: CatalogLoaded?
     public var fetched: Fetched?
+    public var probed: Probed?
     public var error: ErrorBody?
+    /// The installer's own sandbox, in its first line: the layers in force, and those missing with why.
+    public var sandbox: [String]?
+    public var sandboxMissing: [String]?
 
     public init() {}
 }
 
 extension InstallerLine {
     /// A result or an error (the last line), not progress.
-    public var isAnswer: Bool { staged != nil || catalog != nil || fetched != nil || error != nil }
+    public var isAnswer: Bool { staged != nil || catalog != nil || fetched != nil || probed != nil || error != nil }
+}
+
+/// What a `probe` found: for each path, the errno of opening it for reading and for writing
+/// (0: it opened), and the errno of a `chroot("/")`, which the installer's filter refuses.
+public struct Probed: Codable, Sendable {
+    public struct Access: Codable, Sendable {
+        public var path: String
+        public var read: Int32
+        public var write: Int32
+        public init(path: String, read: Int32, write: Int32) {
+            self.path = path
+            self.read = read
+            self.write = write
+        }
+    }
+    public var paths: [Access]
+    public var chroot: Int32
+    public init(paths: [Access], chroot: Int32) {
+        self.paths = paths
+        self.chroot = chroot
+    }
 }

@@ -42,6 +42,17 @@ guard let raw = getenv(InstallRequest.environmentVariable),
     fail(InstallError(.internalError, "supervisor-installer is run by the supervisor with a request in $\(InstallRequest.environmentVariable)"))
 }
 
+// Confined before any untrusted byte is read; the first line says how.
+do {
+    let confined = try InstallerSandbox.apply(request)
+    var line = InstallerLine()
+    line.sandbox = confined.layers
+    line.sandboxMissing = confined.missing
+    emit(line)
+} catch {
+    fail(InstallError(.internalError, "the installer cannot confine itself: \(error)"))
+}
+
 var fetcher = Fetcher()
 fetcher.lowSpeedSeconds = request.lowSpeedSeconds
 fetcher.maxBytes = Int64(request.maxBytes)
@@ -78,6 +89,8 @@ do {
         case .notModified: line.fetched = Fetched(notModified: true, etag: request.etag, lastModified: request.lastModified)
         case .downloaded(_, let etag, let lastModified): line.fetched = Fetched(notModified: false, etag: etag, lastModified: lastModified)
         }
+    case .probe:
+        line.probed = InstallerSandbox.probe(request.paths ?? [])
     }
     emit(line)
 } catch {

@@ -1,4 +1,5 @@
-import CWorkerSupport
+import Confinement
+import CSandboxSupport
 import LinuxSupport
 import PluginProtocol
 #if canImport(Glibc)
@@ -56,7 +57,7 @@ enum Sandbox {
             }
             return applied
         }
-        var filter = try Seccomp.Filter(plan.seccompRules, notify: plan.notifyFD != nil)
+        var filter = try confined { () throws(ConfinementError) in try Seccomp.Filter(plan.seccompRules, notify: plan.notifyFD != nil) }
         var mark = ProcessControl.monotonicMicroseconds()
         applied.timings["sandbox.baseUs"] = Int(mark - started)
         func lap(_ step: String) {
@@ -108,7 +109,7 @@ enum Sandbox {
 
         // 6. Landlock.
         if let abi = ProcessControl.landlockABI().map(Int32.init) {
-            let ll = try Landlock.apply(plan.landlockRules, abi: abi, denyTCP: !network)
+            let ll = try confined { () throws(ConfinementError) in try Landlock.apply(plan.landlockRules, abi: abi, denyTCP: !network) }
             layer(.landlock)
             if ll.scoped { layer(.landlockScopes) } else {
                 try missing(.landlockScopes, "Landlock ABI \(abi) < 6: signals and abstract sockets are not scoped (seccomp still limits kill to the worker itself)")
@@ -131,15 +132,15 @@ enum Sandbox {
         // loads, and no copy may stay here.
         var notifyMissing: String? = plan.notifyFD == nil ? "the supervisor offered no channel for the filter's listener" : nil
         var listener: OwnedDescriptor?
-        do throws(WorkerError) {
+        do throws(ConfinementError) {
             listener = try filter.load(reportFD: plan.socketFD, sendLock: sendLock)
         } catch {
-            guard filter.notify else { throw error }
+            guard filter.notify else { throw failure(error) }
             // A kernel without user notification (before 5.0, or TSYNC_ESRCH before 5.7): the
             // SIGSYS reporter names violations, and denials are not counted.
             notifyMissing = "the kernel refused a filter with a listener (\(error.message)); violations are named by the worker's SIGSYS handler"
-            filter = try Seccomp.Filter(plan.seccompRules, notify: false)
-            listener = try filter.load(reportFD: plan.socketFD, sendLock: sendLock)
+            filter = try confined { () throws(ConfinementError) in try Seccomp.Filter(plan.seccompRules, notify: false) }
+            listener = try confined { () throws(ConfinementError) in try filter.load(reportFD: plan.socketFD, sendLock: sendLock) }
         }
         layer(.seccomp)
         if let channel = plan.notifyFD {
@@ -171,6 +172,15 @@ enum Sandbox {
             return "; this host allows no user namespaces (user.max_user_namespaces=0)"
         }
         return ""
+    }
+
+    /// A confinement step, its failure a `sandboxError`.
+    static func confined<T: ~Copyable>(_ body: () throws(ConfinementError) -> T) throws(WorkerError) -> T {
+        do { return try body() } catch { throw failure(error) }
+    }
+
+    static func failure(_ error: ConfinementError) -> WorkerError {
+        WorkerError(code: .sandboxError, message: error.message)
     }
 
     static func failure(_ error: SystemError) -> WorkerError {

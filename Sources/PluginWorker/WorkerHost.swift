@@ -1,5 +1,5 @@
 import CPluginABI
-import CWorkerSupport
+import CSandboxSupport
 import IPC
 import PluginProtocol
 import Synchronization

@@ -1,4 +1,5 @@
 import Crypto
+import Bundles
 import Foundation
 import PluginProtocol
 import Testing
@@ -421,6 +422,36 @@ struct InstallTests {
         #expect(w.installed()["off.app"] == "1.0.0")
         let sv = try RunningSupervisor(w, args: ["--plugins", w.home + "/plugins"])
         #expect(try sv.call("off.app", "echo", "1", as: Int.self) == 1)
+    }
+
+    @Test("the installer confines itself before it reads an archive: it reads only what the install needs, writes only its staging folder, and the kernel's attack surface is refused")
+    func installerSandbox() throws {
+        let w = try TestWorld()
+        let secret = w.root + "/elsewhere/secret"
+        try FileManager.default.createDirectory(atPath: w.root + "/elsewhere", withIntermediateDirectories: true)
+        try "secret".write(toFile: secret, atomically: true, encoding: .utf8)
+        try FileManager.default.createDirectory(atPath: w.home + "/plugins/some.app", withIntermediateDirectories: true)
+        let installed = w.home + "/plugins/some.app/plugin.json"
+        try "{}".write(toFile: installed, atomically: true, encoding: .utf8)
+        try FileManager.default.createDirectory(atPath: w.home + "/staging", withIntermediateDirectories: true)
+        let staged = w.home + "/staging/probe"
+        try "x".write(toFile: staged, atomically: true, encoding: .utf8)
+        var request = InstallRequest(operation: .probe, home: w.home, lowSpeedSeconds: 5, maxBytes: 1 << 20)
+        request.paths = [secret, installed, staged, "/etc/shadow", "/usr/lib/os-release"]
+        let json = String(decoding: try ProtocolJSON.encode(request), as: UTF8.self)
+        let r = try Shell.run(Build.dir + "/supervisor-installer", [], env: ["SP_INSTALL_REQUEST": json, "PATH": "/usr/bin:/bin"])
+        #expect(r.code == 0, "\(r.err)")
+        let lines = try r.out.split(separator: "\n").map { try ProtocolJSON.decode(InstallerLine.self, from: Array($0.utf8)) }
+        let layers = try #require(lines.first?.sandbox)
+        #expect(layers.contains("landlock") && layers.contains("seccomp") && layers.contains("noNewPrivs"), "\(layers)")
+        let probed = try #require(lines.last?.probed)
+        let access = Dictionary(uniqueKeysWithValues: probed.paths.map { ($0.path, $0) })
+        #expect(access[secret]?.read == EACCES, "a file outside the install's paths")
+        #expect(access["/etc/shadow"]?.read == EACCES)
+        #expect(access[installed]?.read == 0 && access[installed]?.write == EACCES, "installed bundles: read-only")
+        #expect(access[staged]?.read == 0 && access[staged]?.write == 0, "its staging folder")
+        #expect(access["/usr/lib/os-release"]?.read == 0, "the system's libraries and files")
+        #expect(probed.chroot == EPERM)
     }
 }
 

@@ -40,6 +40,12 @@ public enum SeccompPolicy {
         public var action: Action
         /// All must hold (libseccomp ANDs the comparisons of one rule).
         public var conditions: [Condition] = []
+
+        public init(syscall: String, action: Action, conditions: [Condition] = []) {
+            self.syscall = syscall
+            self.action = action
+            self.conditions = conditions
+        }
     }
 
     /// Plain allow, whatever the arguments.

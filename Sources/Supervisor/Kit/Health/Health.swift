@@ -89,9 +89,10 @@ final class Health: SupervisorComponent, @unchecked Sendable {
     }
 
     /// Warns once per missing sandbox layer (a host property: every worker would say the same).
-    func noteMissingLayers(_ missing: [String]) {
-        for layer in missing where warnedMissingLayers.insert(layer).inserted {
-            logger.warning("sandbox layer missing on this host: \(layer); workers run without it")
+    /// `who`: "workers" or "the installer", for the log line.
+    func noteMissingLayers(_ missing: [String], who: String = "workers") {
+        for layer in missing where warnedMissingLayers.insert(who + layer).inserted {
+            logger.warning("sandbox layer missing on this host: \(layer); \(who) run\(who == "workers" ? "" : "s") without it")
         }
     }
 }

@@ -17,10 +17,12 @@ public struct InstallerProcess: Sendable {
         self.executable = executable
     }
 
-    /// Blocks until the installer has answered and ended (it is reaped here). `progress` and
-    /// `preflight` (the pid of each preflight worker it starts) are called on this thread.
+    /// Blocks until the installer has answered and ended (it is reaped here). `progress`,
+    /// `preflight` (the pid of each preflight worker it starts) and `confined` (the installer's own
+    /// sandbox layers, and the missing ones with why) are called on this thread.
     public func run(_ request: InstallRequest, progress: (InstallerLine.Progress) -> Void = { _ in },
-                    preflight: (pid_t) -> Void = { _ in }) throws(InstallError) -> InstallerLine {
+                    preflight: (pid_t) -> Void = { _ in },
+                    confined: (_ layers: [String], _ missing: [String]) -> Void = { _, _ in }) throws(InstallError) -> InstallerLine {
         let json: String
         do { json = String(decoding: try ProtocolJSON.encode(request), as: UTF8.self) } catch {
             throw InstallError(.internalError, "cannot encode the installer request: \(error)")
@@ -38,14 +40,15 @@ public struct InstallerProcess: Sendable {
         // block writing to a pipe nobody reads.
         close(child.socket.release())
         close(child.stderr.release())
-        let answer = readAnswer(child.stdout.raw, progress: progress, preflight: preflight)
+        let answer = readAnswer(child.stdout.raw, progress: progress, preflight: preflight, confined: confined)
         _ = try? process.wait()
         guard let answer else { throw InstallError(.internalError, "\(executable) ended without an answer") }
         return answer
     }
 
     /// Reads JSON lines until end of file: progress, preflight pids, then the one answer.
-    private func readAnswer(_ fd: Int32, progress: (InstallerLine.Progress) -> Void, preflight: (pid_t) -> Void) -> InstallerLine? {
+    private func readAnswer(_ fd: Int32, progress: (InstallerLine.Progress) -> Void, preflight: (pid_t) -> Void,
+                            confined: ([String], [String]) -> Void) -> InstallerLine? {
         var buffer: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 16 * 1024)
         var answer: InstallerLine?
@@ -60,6 +63,7 @@ public struct InstallerProcess: Sendable {
                 guard let parsed = try? ProtocolJSON.decode(InstallerLine.self, from: line) else { continue }
                 if let p = parsed.progress { progress(p) }
                 if let pid = parsed.preflightPID { preflight(pid) }
+                if let layers = parsed.sandbox { confined(layers, parsed.sandboxMissing ?? []) }
                 if parsed.isAnswer { answer = parsed }
             }
         }

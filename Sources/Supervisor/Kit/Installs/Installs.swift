@@ -72,6 +72,10 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
         return try InstallerProcess(executable: config.installerExecutable).run(request, progress: progress, preflight: { pid in
             started.append(pid)
             supervisor.preflightPIDs.withLock { _ = $0.insert(pid) }
+        }, confined: { layers, missing in
+            // Said on the loop, once per distinct missing layer, like the workers' (docs/install.md).
+            supervisor.loop.execute { supervisor.health.noteMissingLayers(missing, who: "the installer") }
+            supervisor.logger.debug("installer confined: \(layers.joined(separator: " "))")
         })
     }
 

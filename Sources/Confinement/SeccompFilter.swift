@@ -1,13 +1,14 @@
 import CSeccomp
-import CWorkerSupport
+import CSandboxSupport
 import LinuxSupport
 import PluginProtocol
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Compiles `SeccompPolicy` with libseccomp and loads it (with TSYNC, so every thread is covered).
-enum Seccomp {
+/// Compiles a seccomp policy (`SeccompPolicy`'s rules, or the installer's) with libseccomp and loads
+/// it (with TSYNC, so every thread is covered).
+public enum Seccomp {
     static let actAllow: UInt32 = 0x7FFF_0000
     static let actTrap: UInt32 = 0x0003_0000
     static let actNotify: UInt32 = 0x7FC0_0000
@@ -26,16 +27,19 @@ enum Seccomp {
 
     /// A compiled filter, not yet in force. Compiling needs no privilege and changes nothing, so it
     /// happens before the other layers; `load` is the sandbox's last step.
-    final class Filter {
+    public final class Filter {
         private let ctx: scmp_filter_ctx
         /// Syscall names libseccomp does not know on this architecture (skipped).
-        let unknown: [String]
+        public let unknown: [String]
 
         /// Whether what the filter does not allow goes to the supervisor (user notification).
-        let notify: Bool
+        public let notify: Bool
 
-        init(_ rules: [SeccompPolicy.Rule], notify: Bool) throws(WorkerError) {
-            let defaultAction = notify ? actNotify : actErrno(EPERM)
+        /// `notify`: what is not allowed goes to a listener (see `load`); otherwise it fails with
+        /// EPERM and fatal rules trap. `allowByDefault`: a denylist instead (the installer's): what
+        /// no rule names is allowed.
+        public init(_ rules: [SeccompPolicy.Rule], notify: Bool, allowByDefault: Bool = false) throws(ConfinementError) {
+            let defaultAction = allowByDefault ? actAllow : notify ? actNotify : actErrno(EPERM)
             guard let ctx = seccomp_init(defaultAction) else { throw failure("seccomp_init", ENOMEM) }
             self.ctx = ctx
             self.notify = notify
@@ -69,7 +73,7 @@ enum Seccomp {
                 }
                 guard rc == 0 else {
                     seccomp_release(ctx)
-                    throw WorkerError(code: .sandboxError, message: "seccomp_rule_add(\(rule.syscall)) failed: \(String(cString: strerror(-rc)))")
+                    throw ConfinementError(call: "seccomp_rule_add(\(rule.syscall))", errno: -rc)
                 }
             }
             self.unknown = unknown
@@ -78,9 +82,14 @@ enum Seccomp {
         /// Installs the SIGSYS reporter (writing to `reportFD` under `sendLock`) and loads the filter.
         /// With `notify`, returns the filter's listener, which must reach the supervisor before
         /// anything else runs (a call it does not allow waits for the supervisor's answer).
-        func load(reportFD: Int32, sendLock: SendLock) throws(WorkerError) -> OwnedDescriptor? {
+        public func load(reportFD: Int32, sendLock: SendLock) throws(ConfinementError) -> OwnedDescriptor? {
             let installed = cws_install_sigsys_reporter(reportFD, sendLock.pointer)
             guard installed == 0 else { throw failure("sigaction(SIGSYS)", -installed) }
+            return try load()
+        }
+
+        /// Loads the filter (without a SIGSYS reporter: a trap then simply ends the process).
+        public func load() throws(ConfinementError) -> OwnedDescriptor? {
             guard notify else {
                 let rc = seccomp_load(ctx)
                 guard rc == 0 else { throw failure("seccomp_load", -rc) }
@@ -96,7 +105,7 @@ enum Seccomp {
 
         /// The compiled BPF program (seccomp_export_bpf writes it to a descriptor: a pipe, whose
         /// 64 KiB hold the largest program the kernel accepts, 4096 instructions of 8 bytes).
-        private func exportBPF() throws(WorkerError) -> [UInt8] {
+        private func exportBPF() throws(ConfinementError) -> [UInt8] {
             var fds: [Int32] = [-1, -1]
             guard cls_pipe_cloexec(&fds) == 0 else { throw failure("pipe2", errno) }
             let reader = OwnedDescriptor(fds[0])
@@ -121,7 +130,7 @@ enum Seccomp {
         deinit { seccomp_release(ctx) }
     }
 
-    static func failure(_ call: String, _ code: Int32) -> WorkerError {
-        WorkerError(code: .sandboxError, message: "\(call) failed: \(String(cString: strerror(code)))")
+    static func failure(_ call: String, _ code: Int32) -> ConfinementError {
+        ConfinementError(call: call, errno: code)
     }
 }

@@ -1,0 +1,132 @@
+import Bundles
+import Confinement
+import CSandboxSupport
+import LinuxSupport
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The installer's own confinement (docs/install.md, "The installer's sandbox"), put on after the
+/// request is read (it comes from the supervisor) and before any untrusted byte is parsed:
+/// libcurl's HTTP answers, libarchive's archives, manifests and signatures.
+///
+/// It needs the network (downloads) and must start the preflight worker, which then confines
+/// itself further; so its filter is a denylist of the kernel's attack surface, and Landlock does
+/// the rest: read only what the operation needs, write only its own output folder, execute only
+/// the worker.
+enum InstallerSandbox {
+    struct Applied {
+        var layers: [String] = []
+        var missing: [String] = []
+    }
+
+    /// The calls the installer never makes, refused with EPERM: other processes' memory, the
+    /// kernel's attack surface, mounts, modules, the machine. `execve` stays (the preflight worker)
+    /// and `unshare` too (the worker makes its namespaces before its own filter); Landlock limits
+    /// exec to the worker.
+    static let denied: [String] = [
+        "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp", "bpf",
+        "perf_event_open", "keyctl", "add_key", "request_key", "userfaultfd", "io_uring_setup", "io_uring_enter",
+        "io_uring_register", "mount", "umount2", "setns", "pivot_root", "chroot", "fsopen", "fsmount", "fspick",
+        "move_mount", "open_tree", "mount_setattr", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+        "delete_module", "swapon", "swapoff", "reboot", "acct", "iopl", "ioperm", "open_by_handle_at", "quotactl",
+        "lookup_dcookie", "execveat", "fork", "vfork",
+    ]
+
+    /// The folders the operation writes, created now (Landlock needs them to exist).
+    static func writableFolders(_ request: InstallRequest) throws(SystemError) -> [String] {
+        let store = BundleStore(home: request.home)
+        var folders: [String]
+        switch request.operation {
+        case .stage, .probe: folders = [store.stagingRoot]
+        case .catalog: folders = [request.home + "/cache"]
+        case .fetch:
+            guard let destination = request.destination, let slash = destination.lastIndex(of: "/") else { return [] }
+            folders = [String(destination[..<slash])]
+        }
+        for f in folders { try FileSystem.makeDirectories(f) }
+        return folders
+    }
+
+    static func apply(_ request: InstallRequest) throws(ConfinementError) -> Applied {
+        var applied = Applied()
+        guard request.sandbox ?? true else {
+            applied.missing = ["landlock: sandbox switched off (--no-sandbox)", "seccomp: sandbox switched off (--no-sandbox)"]
+            return applied
+        }
+        let writable: [String]
+        do {
+            writable = try writableFolders(request)
+            if request.operation == .stage || request.operation == .probe {
+                try FileSystem.makeDirectories(BundleStore(home: request.home).pluginsDirectory)
+            }
+            try ProcessControl.setNotDumpable()
+        } catch {
+            throw ConfinementError(error.description)
+        }
+        guard cws_set_rlimit(CWS_RLIMIT_CORE, 0) == 0 else { throw ConfinementError(call: "setrlimit(RLIMIT_CORE)", errno: errno) }
+        // Compiled before anything changes, loaded last.
+        let filter = try Seccomp.Filter(denied.map { SeccompPolicy.Rule(syscall: $0, action: .errno(EPERM)) }, notify: false,
+                                        allowByDefault: true)
+        do { try ProcessControl.setNoNewPrivileges() } catch { throw ConfinementError(error.description) }
+        applied.layers.append(SandboxLayer.noNewPrivs.rawValue)
+
+        if let abi = ProcessControl.landlockABI().map(Int32.init) {
+            _ = try Landlock.apply(rules(request, writable: writable), abi: abi, denyTCP: false, executable: false)
+            applied.layers.append(SandboxLayer.landlock.rawValue)
+        } else {
+            applied.missing.append("landlock: the kernel offers no Landlock (\(ProcessControl.landlockUnavailableReason()))")
+        }
+        _ = try filter.load()
+        applied.layers.append(SandboxLayer.seccomp.rawValue)
+        return applied
+    }
+
+    /// What the operation may touch. Read-only rules do not allow execution: only the worker and
+    /// the ELF interpreter it is started with may be executed.
+    static func rules(_ request: InstallRequest, writable: [String]) -> [Landlock.PathRule] {
+        var rules = writable.map { Landlock.PathRule(path: $0, writable: true, required: true) }
+        rules.append(.init(path: "/dev/null", writable: true, required: false))
+        // The preflight worker runs within this domain too: everything its own rules name must be
+        // here. It writes its own /proc/self/{uid_map,gid_map,setgroups} and thread names; the
+        // kernel's checks (and Landlock's ptrace scope) keep other processes' /proc files out of
+        // reach of both.
+        rules.append(.init(path: "/proc", writable: true, required: false))
+        for folder in SandboxPaths.ownCgroupFolders() {
+            for file in SandboxPaths.cgroupFiles { rules.append(.init(path: folder + "/" + file, writable: false, required: false)) }
+        }
+        for p in SandboxPaths.systemReadOnly + SandboxPaths.networkReadOnly + (request.runtimePaths ?? []) where p != "/proc" {
+            rules.append(.init(path: p, writable: false, required: false))
+        }
+        if request.operation == .stage || request.operation == .probe {
+            // Installed bundles (the version in place), and a local archive with its signature.
+            rules.append(.init(path: BundleStore(home: request.home).pluginsDirectory, writable: false, required: false))
+            if let source = request.source, !source.contains("://") {
+                rules.append(.init(path: source, writable: false, required: false))
+                rules.append(.init(path: source + ".sig", writable: false, required: false))
+            }
+            if let worker = request.workerExecutable, let real = FileSystem.realPath(worker) {
+                rules.append(.init(path: real, writable: false, required: false, executable: true))
+            }
+            if let interpreter = FileSystem.realPath("/lib64/ld-linux-x86-64.so.2") ?? FileSystem.realPath("/lib/ld-linux-aarch64.so.1") {
+                rules.append(.init(path: interpreter, writable: false, required: false, executable: true))
+            }
+        }
+        return rules
+    }
+
+    /// `probe`: what this sandbox lets through, for each path (errno 0: it opened).
+    static func probe(_ paths: [String]) -> Probed {
+        func attempt(_ path: String, _ flags: Int32) -> Int32 {
+            let fd = open(path, flags | O_CLOEXEC)
+            if fd < 0 { return errno }
+            close(fd)
+            return 0
+        }
+        let results = paths.map { Probed.Access(path: $0, read: attempt($0, O_RDONLY), write: attempt($0, O_WRONLY)) }
+        // chroot is on the denylist (and harmless here: "/" stays "/").
+        let rc = chroot("/")
+        return Probed(paths: results, chroot: rc == 0 ? 0 : errno)
+    }
+}
