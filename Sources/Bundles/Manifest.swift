@@ -25,6 +25,10 @@ public struct Manifest: Sendable {
         public var softMemoryMB: Int?
         public var openFiles: Int?
         public var callTimeoutMs: Int?
+        /// CPU time per 100 ms, in percent of one CPU (200: two CPUs), through the worker's cgroup.
+        public var cpuPercent: Int? = nil
+        /// How long `startup` may take (hello included); the supervisor's `startupTimeoutMs` otherwise.
+        public var startupTimeoutMs: Int? = nil
     }
 
     /// Live resources (LiveBundle): files refreshed from `baseURL` at launch or daily.
@@ -116,6 +120,8 @@ extension Manifest {
         var softMemoryMB: Int?
         var openFiles: Int?
         var callTimeoutMs: Int?
+        var cpuPercent: Int?
+        var startupTimeoutMs: Int?
     }
 
     /// Reads and validates `<bundle>/plugin.json`.
@@ -207,9 +213,13 @@ extension Manifest {
             restart = policy
         }
         let l = raw.limits
-        for (name, value) in [("memoryMB", l?.memoryMB), ("softMemoryMB", l?.softMemoryMB), ("openFiles", l?.openFiles), ("callTimeoutMs", l?.callTimeoutMs)] {
+        for (name, value) in [("memoryMB", l?.memoryMB), ("softMemoryMB", l?.softMemoryMB), ("openFiles", l?.openFiles),
+                              ("callTimeoutMs", l?.callTimeoutMs), ("cpuPercent", l?.cpuPercent), ("startupTimeoutMs", l?.startupTimeoutMs)] {
             if let value, value <= 0 { throw fail("limits.\(name)", "must be a positive number, got \(value)") }
         }
+        // Bounded so a cgroup quota (percent × 1000 µs) and a timer cannot overflow.
+        if let cpu = l?.cpuPercent, cpu > 100_000 { throw fail("limits.cpuPercent", "\(cpu) is over 100000 (a thousand CPUs)") }
+        if let t = l?.startupTimeoutMs, t > 86_400_000 { throw fail("limits.startupTimeoutMs", "\(t) is over a day") }
         var resources: Resources?
         if let r = raw.resources {
             guard let base = r.baseURL, let scheme = ["http://", "https://", "file://"].first(where: { r.baseURL?.hasPrefix($0) == true }) else {
@@ -234,7 +244,8 @@ extension Manifest {
         return Manifest(
             identifier: identifier, version: version, dependencies: dependencies, library: raw.library,
             variants: variants, permissions: permissions, restart: restart,
-            limits: Limits(memoryMB: l?.memoryMB, softMemoryMB: l?.softMemoryMB, openFiles: l?.openFiles, callTimeoutMs: l?.callTimeoutMs),
+            limits: Limits(memoryMB: l?.memoryMB, softMemoryMB: l?.softMemoryMB, openFiles: l?.openFiles, callTimeoutMs: l?.callTimeoutMs,
+                           cpuPercent: l?.cpuPercent, startupTimeoutMs: l?.startupTimeoutMs),
             resources: resources, bundle: bundle, file: file)
     }
 

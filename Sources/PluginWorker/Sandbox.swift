@@ -51,7 +51,7 @@ enum Sandbox {
 
         guard plan.enabled else {
             if let fd = plan.notifyFD { _ = close(fd) }
-            for name: SandboxLayer in [.rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace, .noNewPrivs,
+            for name: SandboxLayer in [.cgroup, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace, .noNewPrivs,
                                        .landlock, .capabilities, .seccomp, .seccompNotify] {
                 try missing(name, "sandbox switched off (--no-sandbox)")
             }
@@ -66,7 +66,22 @@ enum Sandbox {
             mark = t
         }
 
-        // 3. Resource limits.
+        // 3. Its own control group, joined before anything is allocated for the plugin (memory is
+        // charged to the group that allocates it; pids.max and cpu.max hold from here on).
+        if let files = plan.cgroupProcs {
+            var failed: String?
+            for file in files where failed == nil {
+                let fd = open(file, O_WRONLY | O_CLOEXEC)
+                if fd < 0 || write(fd, "0", 1) != 1 { failed = "joining \(file) failed: \(String(cString: strerror(errno)))" }
+                if fd >= 0 { close(fd) }
+            }
+            if let failed { try missing(.cgroup, failed) } else { layer(.cgroup) }
+        } else {
+            try missing(.cgroup, plan.cgroupMissing ?? "the supervisor gave it no group")
+        }
+        lap("cgroup")
+
+        // 3b. Resource limits.
         for limit in plan.limits {
             let rc = cws_set_rlimit(limit.resource, limit.value)
             guard rc == 0 else { throw failure("setrlimit(\(limit.name))", -rc) }

@@ -21,6 +21,9 @@ struct SandboxPlan {
     var socketFD: Int32
     /// Where the seccomp listener goes to the supervisor (nil: the SIGSYS reporter names violations).
     var notifyFD: Int32?
+    /// Its control group's `cgroup.procs` files, or why it has none.
+    var cgroupProcs: [String]?
+    var cgroupMissing: String?
     /// Layers the operator demands: a missing one is an error instead of a note.
     var required: Set<SandboxLayer>
     var limits: [Limit]
@@ -36,6 +39,8 @@ struct SandboxPlan {
         supervisorPID = spec.supervisorPID
         socketFD = spec.socketFD
         notifyFD = spec.notifyFD
+        cgroupProcs = spec.cgroupProcs
+        cgroupMissing = spec.cgroupMissing
         required = Set(sandbox.required)
         network = sandbox.permissions.contains(.network)
         // Equal soft and hard limits cannot be raised without capabilities.

@@ -51,8 +51,9 @@ import Testing
         let m = try parse("""
             {"identifier":"a.b","version":"1.2.3-rc.1","dependencies":["x.y",{"id":"z.w","version":">=1.0.0"}],
              "library":"lib/a.so","permissions":["network","filesystem.read:/srv/data"],"restart":"always",
-             "limits":{"memoryMB":64,"callTimeoutMs":100},"unknownField":{"ignored":true}}
+             "limits":{"memoryMB":64,"callTimeoutMs":100,"cpuPercent":150,"startupTimeoutMs":2000},"unknownField":{"ignored":true}}
             """)
+        #expect(m.limits.cpuPercent == 150 && m.limits.startupTimeoutMs == 2000)
         #expect(m.identifier == "a.b")
         #expect(m.dependencies == [.init(identifier: "x.y", range: nil), .init(identifier: "z.w", range: ">=1.0.0")])
         #expect(m.restart == .always)
@@ -73,6 +74,9 @@ import Testing
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","dependencies":["a.b"]}"#, "dependencies[0]", "itself"),
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","permissions":["filesystem.read:relative"]}"#, "permissions[0]", "unknown permission"),
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"memoryMB":0}}"#, "limits.memoryMB", "positive"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"cpuPercent":0}}"#, "limits.cpuPercent", "positive"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"cpuPercent":100001}}"#, "limits.cpuPercent", "100000"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"startupTimeoutMs":-5}}"#, "limits.startupTimeoutMs", "positive"),
         (#"{"identifier":"a.b","version":"1.0.0","library":5}"#, "library", "wrong type"),
         // Found by FuzzManifest: a scheme with nothing after it was accepted (and became "https:/").
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"https://"}}"#, "resources.baseURL", "no host"),

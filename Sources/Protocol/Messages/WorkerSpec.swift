@@ -25,6 +25,10 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     /// or nil when the supervisor does not answer for the filter (the worker then names violations
     /// itself, from a SIGSYS handler).
     public var notifyFD: Int32?
+    /// The `cgroup.procs` files of the worker's own control group: it writes "0" to each, joining
+    /// the group before anything else. Nil when the supervisor has none to give (`cgroupMissing` says why).
+    public var cgroupProcs: [String]?
+    public var cgroupMissing: String?
     /// Largest frame body accepted.
     public var maxFrameBytes: Int
     /// Sandbox policy input (docs/sandbox.md).

@@ -1,7 +1,11 @@
 /// The sandbox layers a worker reports in `hello` and `status` shows (SPEC §5, docs/sandbox.md),
 /// in the order the worker applies them.
 public enum SandboxLayer: String, Sendable, Codable, CaseIterable {
-    case process, session, pdeathsig, descriptors, rlimits
+    case process, session, pdeathsig, descriptors
+    /// A control group of its own (memory.max, memory.high, pids.max, cpu.max), joined before
+    /// the plugin loads.
+    case cgroup
+    case rlimits
     case userNamespace, networkNamespace, ipcNamespace, utsNamespace
     case noNewPrivs, landlock, landlockNetwork, landlockScopes, capabilities, seccomp
     /// The filter hands what it does not allow to the supervisor (seccomp user notification), which
@@ -10,7 +14,7 @@ public enum SandboxLayer: String, Sendable, Codable, CaseIterable {
 
     /// The layers an operator may require (`requireSandboxLayers`): every one the host may lack.
     public static let requirable: [SandboxLayer] = [
-        .session, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace, .noNewPrivs,
+        .session, .cgroup, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace, .noNewPrivs,
         .landlock, .landlockNetwork, .landlockScopes, .capabilities, .seccomp, .seccompNotify,
     ]
 }

@@ -43,6 +43,9 @@ public final class Supervisor: @unchecked Sendable {
     /// Answers for the workers' seccomp filters (nil where it could not start: workers then name
     /// violations themselves, and denials go uncounted).
     private(set) var notifier: SeccompNotifier?
+    /// Where each worker gets a control group of its own (nil without one: `cgroupsMissing` says why).
+    private(set) var cgroups: CgroupTree?
+    private(set) var cgroupsMissing = "sandbox switched off (--no-sandbox)"
 
     /// Blocks the lifecycle signals first: every thread created from here on (NIO's included)
     /// inherits the mask, so the signals reach only the relay thread's sigwaitinfo.
@@ -92,10 +95,14 @@ public final class Supervisor: @unchecked Sendable {
         installs.store.cleanLeftovers()
         do { watcher = try ChildWatcher() } catch { throw .home(config.home, "cannot watch workers: \(error)") }
         if config.sandboxEnabled {
+            (cgroups, cgroupsMissing) = CgroupTree.detect()
+            if let cgroups { logger.debug("a cgroup \(cgroups.version.rawValue) group for each worker") }
             do { notifier = try SeccompNotifier() } catch {
                 logger.warning("cannot answer for the workers' seccomp filters (\(error)): violations are named by the workers, denials are not counted")
             }
         }
+        // Every worker has been reaped by the time `serve` returns: their groups are empty.
+        defer { cgroups?.removeAll() }
         LifecycleSignals.startRelay { [self] signal in loop.execute { self.handleSignal(signal) } }
         try control.bind()
         do {

@@ -27,6 +27,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 #include "sp_plugin.h"
 #include "fixture_json.h"
@@ -94,6 +95,17 @@ static void attack(const char *what, const char *path, long number, char *out, s
         pthread_create(&t, NULL, exec_in_thread, NULL);
         pthread_join(t, NULL);
         rc = 0;
+    } else if (!strcmp(what, "spin")) {
+        /* Busy for `number` ms of wall time; rc is the CPU time it got, in ms (a cgroup's cpu.max shows). */
+        struct timespec start, now, cpu0, cpu1;
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+        do {
+            for (volatile int i = 0; i < 10000; i++) {}
+            clock_gettime(CLOCK_MONOTONIC, &now);
+        } while ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 < number);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+        rc = (cpu1.tv_sec - cpu0.tv_sec) * 1000 + (cpu1.tv_nsec - cpu0.tv_nsec) / 1000000;
     } else if (!strcmp(what, "system")) {
         /* libc blocks every signal before it spawns the shell: no SIGSYS handler can run. */
         rc = system("true");

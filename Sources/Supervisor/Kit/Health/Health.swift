@@ -71,6 +71,17 @@ final class Health: SupervisorComponent, @unchecked Sendable {
             instance.memory.resident = sample.resident
             instance.memory.data = sample.data
             let limits = MemoryLimits(record.manifest)
+            // cgroup v2: the group went over memory.high (it is being throttled) since the last look.
+            if let high = instance.cgroup?.memoryHighEvents(), high > instance.memoryHighEvents {
+                instance.memoryHighEvents = high
+                if record.phase == .running, !instance.memory.warned {
+                    instance.memory.warned = true
+                    logger.warning("\(record.identifier) reached its cgroup's memory.high (\(limits.soft >> 20) MiB): sending memoryWarning",
+                                   metadata: ["plugin": "\(record.identifier)"])
+                    router.sendEvent(record, .memoryWarning) { _ in }
+                    continue
+                }
+            }
             switch limits.verdict(resident: sample.resident, warned: instance.memory.warned) {
             case .overHard:
                 lifecycle.kill(instance, .memoryLimit, "resident memory \(sample.resident >> 20) MiB is over the limit of \(limits.hard >> 20) MiB")

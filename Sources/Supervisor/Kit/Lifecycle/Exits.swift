@@ -67,6 +67,12 @@ extension Lifecycle {
             callbacks.forEach { $0() }
             return
         }
+        // The kernel's OOM killer in its group: the memory limit, whatever the signal says.
+        if instance.killReason == nil, let kills = instance.cgroup?.oomKills(), kills > 0 {
+            instance.killReason = (.memoryLimit, "the kernel's OOM killer ended it at its cgroup's memory limit of \(MemoryLimits(record.manifest).hard >> 20) MiB")
+        }
+        instance.cgroup?.remove()
+        instance.cgroup = nil
         let facts = ExitClassifier.Facts(exit: exit, notice: instance.exitNotice, killed: instance.killReason, violation: instance.violation,
                                          stopRequested: afterStop,
                                          lastDataBytes: instance.memory.data, hardLimitBytes: MemoryLimits(record.manifest).hard)

@@ -24,6 +24,8 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
     let finished: EventLoopPromise<Void>
     private var onReady: ((String) -> Void)?
     let restartPolicy: RestartPolicy
+    /// Workers spawned so far: names each worker's cgroup (a new one per spawn).
+    var spawnCount = 0
 
     init(_ supervisor: Supervisor) {
         self.supervisor = supervisor

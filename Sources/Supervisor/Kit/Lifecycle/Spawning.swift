@@ -35,7 +35,21 @@ extension Lifecycle {
             return fail(record, reason: "cannot create the data folders of \(id) in \(config.home): \(error)")
         }
         let notifier = supervisor.notifier
-        let spec = workerSpec(record.manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
+        var spec = workerSpec(record.manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
+        // A control group of its own, made and limited before it exists; it joins it first thing.
+        var cgroup: CgroupGroup?
+        if let tree = supervisor.cgroups {
+            spawnCount &+= 1
+            do {
+                cgroup = try tree.makeGroup("\(id)-\(spawnCount)", limits: cgroupLimits(record.manifest))
+                spec.cgroupProcs = cgroup?.procsFiles
+            } catch {
+                logger.warning("no cgroup for \(id): \(error)", metadata: ["plugin": "\(id)"])
+                spec.cgroupMissing = "could not make its group: \(error)"
+            }
+        } else if config.sandboxEnabled {
+            spec.cgroupMissing = supervisor.cgroupsMissing
+        }
         let specJSON: String
         do { specJSON = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self) } catch {
             return fail(record, reason: "cannot encode the worker spec: \(error)")
@@ -45,9 +59,11 @@ extension Lifecycle {
             spawned = try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(specJSON)"],
                                         notifyChannel: notifier != nil)
         } catch {
+            cgroup?.remove()
             return fail(record, reason: "cannot start a worker (\(config.workerExecutable)): \(error)")
         }
         let instance = WorkerInstance(process: spawned.process, identifier: id, now: .now())
+        instance.cgroup = cgroup
         do {
             try supervisor.watcher?.watch(instance.process) { [supervisor] exit in
                 supervisor.loop.execute { supervisor.lifecycle.childExited(instance, exit) }
@@ -56,6 +72,7 @@ extension Lifecycle {
             // A worker whose end could not be seen must not run: end and reap it now.
             instance.process.signal(SIGKILL)
             _ = try? instance.process.wait()
+            cgroup?.remove()
             return fail(record, reason: "cannot watch a worker's exit: \(error)")
         }
         if let notifier, let channel = spawned.notify.take() {
@@ -79,9 +96,10 @@ extension Lifecycle {
 
         // A worker must say hello in time (its `startup` has a timeout of its own). Weak: an instance
         // that has ended must not live (with its pidfd) until the timeout passes.
-        instance.startupDeadline = loop.scheduleTask(in: .milliseconds(Int64(config.startupTimeoutMs))) { [self, weak instance] in
+        let startupTimeoutMs = record.manifest.limits.startupTimeoutMs ?? config.startupTimeoutMs
+        instance.startupDeadline = loop.scheduleTask(in: .milliseconds(Int64(startupTimeoutMs))) { [self, weak instance] in
             if let instance, record.instance === instance, instance.hello == nil {
-                kill(instance, .startupTimeout, "no hello within \(config.startupTimeoutMs) ms")
+                kill(instance, .startupTimeout, "no hello within \(startupTimeoutMs) ms")
             }
         }
     }
@@ -96,6 +114,16 @@ extension Lifecycle {
                                  permissions: m.permissions, required: config.requiredSandboxLayers,
                                  runtimePaths: supervisor.runtimePaths))
     }
+
+    /// What its cgroup holds it to: the memory limits the sampler enforces too, at most
+    /// `workerPidsMax` threads, and the manifest's `limits.cpuPercent`.
+    func cgroupLimits(_ m: Manifest) -> CgroupLimits {
+        let memory = MemoryLimits(m)
+        return CgroupLimits(memoryMax: memory.hard, memoryHigh: memory.soft, pidsMax: Self.workerPidsMax, cpuPercent: m.limits.cpuPercent)
+    }
+
+    /// pids.max of a worker's group: threads (and, were they allowed, processes).
+    static let workerPidsMax = 1024
 
     /// The plugin's private temporary folder: `<home>/tmp/<identifier>`, emptied when it stops.
     func temporaryFolder(_ identifier: String) -> String { config.home + "/tmp/" + identifier }
@@ -133,7 +161,8 @@ extension Lifecycle {
         let m = record.manifest
         let dependencies = record.dependencyIDs
         let home = config.home
-        router.sendEvent(record, .startup, timeoutMs: config.startupTimeoutMs, payload: { frame in
+        let startupTimeoutMs = m.limits.startupTimeoutMs ?? config.startupTimeoutMs
+        router.sendEvent(record, .startup, timeoutMs: startupTimeoutMs, payload: { frame in
             frame.object("payload", [
                 "identifier": .string(m.identifier), "version": .string(m.version.description),
                 "dataDirectory": .string(home + "/data/" + m.identifier), "liveDirectory": .string(home + "/live/" + m.identifier),
@@ -146,7 +175,7 @@ extension Lifecycle {
             case .success:
                 becameRunning(record)
             case .failure(let error) where error.code == ErrorCode.timeout.rawValue:
-                kill(instance, .startupTimeout, "startup not answered within \(config.startupTimeoutMs) ms")
+                kill(instance, .startupTimeout, "startup not answered within \(startupTimeoutMs) ms")
             case .failure(let error):
                 kill(instance, .startupFailed, "startup failed: \(error)")
             }

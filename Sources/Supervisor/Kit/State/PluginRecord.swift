@@ -101,6 +101,9 @@ final class WorkerInstance: @unchecked Sendable {
     var killReason: (reason: ExitReason, message: String)?
     /// The forbidden syscall its filter handed over, for which the notifier killed it.
     var violation: String?
+    /// Its control group, removed once it has been reaped; and memory.events' `high` when last read.
+    var cgroup: CgroupGroup?
+    var memoryHighEvents = 0
     /// How the process ended, once reaped.
     var exit: ChildExit?
     /// Called once its exit has been recorded (stops, restarts and installs wait on it).

@@ -1,0 +1,275 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a worker's control group holds it to.
+public struct CgroupLimits: Sendable, Equatable {
+    /// memory.max (v2), memory.limit_in_bytes (v1): the kernel reclaims, then OOM-kills, in the group.
+    public var memoryMax: Int
+    /// memory.high (v2 only): above it the group is throttled and reclaimed, and memory.events
+    /// counts `high`.
+    public var memoryHigh: Int
+    /// pids.max: threads and processes of the group.
+    public var pidsMax: Int
+    /// cpu.max (v2), cpu.cfs_quota_us (v1): percent of one CPU per 100 ms period (200 = two CPUs).
+    public var cpuPercent: Int?
+
+    public init(memoryMax: Int, memoryHigh: Int, pidsMax: Int, cpuPercent: Int?) {
+        self.memoryMax = memoryMax
+        self.memoryHigh = memoryHigh
+        self.pidsMax = pidsMax
+        self.cpuPercent = cpuPercent
+    }
+}
+
+/// The control groups this process may make for its workers (docs/sandbox.md, "cgroups"): a
+/// delegated cgroup v2 subtree (systemd's `Delegate=yes`, or a writable cgroup with the memory,
+/// pids and cpu controllers), else cgroup v1 hierarchies of those three controllers that this uid
+/// may write (root on a v1 or hybrid host). Worker groups are made under one folder per
+/// supervisor, `sandboxed-plugins-<pid>`, which goes when the supervisor stops.
+public final class CgroupTree: Sendable {
+    public enum Version: String, Sendable { case v1, v2 }
+    public static let controllers = ["memory", "pids", "cpu"]
+
+    public let version: Version
+    /// The folder worker groups are made in, per controller (v2: one, keyed "").
+    let bases: [String: String]
+
+    init(version: Version, bases: [String: String]) {
+        self.version = version
+        self.bases = bases
+    }
+
+    /// The tree to use here, or why there is none (for the missing layer's reason).
+    public static func detect(pid: pid_t = getpid()) -> (tree: CgroupTree?, reason: String) {
+        let own = ownCgroups()
+        let mounts = cgroupMounts()
+        var reasons: [String] = []
+        if let mount = mounts.v2, let path = own[""] {
+            switch delegatedV2(mount: mount, path: path, pid: pid) {
+            case .success(let tree): return (tree, "")
+            case .failure(let why): reasons.append("cgroup v2: \(why.message)")
+            }
+        } else {
+            reasons.append("cgroup v2: not mounted")
+        }
+        switch writableV1(mounts: mounts.v1, own: own, pid: pid) {
+        case .success(let tree): return (tree, "")
+        case .failure(let why): reasons.append("cgroup v1: \(why.message)")
+        }
+        return (nil, reasons.joined(separator: "; ") + " (without a group per worker, rlimits and the supervisor's memory sampler still apply)")
+    }
+
+    struct Refusal: Error { var message: String }
+
+    /// v2: our cgroup must offer the controllers and let us write. The supervisor moves itself into
+    /// a leaf (`<own>/supervisor`) so that `<own>` may enable the controllers for its children (the
+    /// "no internal processes" rule), then makes `<own>/sandboxed-plugins-<pid>` for the workers.
+    static func delegatedV2(mount: String, path: String, pid: pid_t) -> Result<CgroupTree, Refusal> {
+        let own = mount + (path == "/" ? "" : path)
+        let offered = Set(read(own + "/cgroup.controllers")?.split(separator: " ").map(String.init) ?? [])
+        let lacking = controllers.filter { !offered.contains($0) }
+        guard lacking.isEmpty else {
+            return .failure(Refusal(message: "\(own) offers no \(lacking.joined(separator: ", ")) controller (bound to v1, or not delegated)"))
+        }
+        guard access(own + "/cgroup.subtree_control", W_OK) == 0, access(own + "/cgroup.procs", W_OK) == 0 else {
+            return .failure(Refusal(message: "\(own) is not writable by this user (run under systemd with Delegate=yes)"))
+        }
+        let enable = controllers.map { "+" + $0 }.joined(separator: " ")
+        let current = Set(read(own + "/cgroup.subtree_control")?.split(separator: " ").map(String.init) ?? [])
+        if !controllers.allSatisfy(current.contains) {
+            // A cgroup with processes in it cannot enable controllers for children (but the root).
+            if path != "/" {
+                let leaf = own + "/supervisor"
+                if mkdir(leaf, 0o755) != 0 && errno != EEXIST { return .failure(Refusal(message: "mkdir \(leaf): \(describe(errno))")) }
+                if let e = write(leaf + "/cgroup.procs", "\(pid)") { return .failure(Refusal(message: "moving the supervisor to \(leaf): \(e)")) }
+            }
+            if let e = write(own + "/cgroup.subtree_control", enable) {
+                return .failure(Refusal(message: "enabling \(enable) in \(own): \(e) (other processes share the supervisor's cgroup?)"))
+            }
+        }
+        let base = own + "/sandboxed-plugins-\(pid)"
+        removeStale(besides: base)
+        if mkdir(base, 0o755) != 0 && errno != EEXIST { return .failure(Refusal(message: "mkdir \(base): \(describe(errno))")) }
+        if let e = write(base + "/cgroup.subtree_control", enable) {
+            _ = rmdir(base)
+            return .failure(Refusal(message: "enabling \(enable) in \(base): \(e)"))
+        }
+        return .success(CgroupTree(version: .v2, bases: ["": base]))
+    }
+
+    /// v1: each of memory, pids, cpu mounted, and our group in each writable.
+    static func writableV1(mounts: [String: String], own: [String: String], pid: pid_t) -> Result<CgroupTree, Refusal> {
+        let lacking = controllers.filter { mounts[$0] == nil }
+        guard lacking.isEmpty else { return .failure(Refusal(message: "no \(lacking.joined(separator: ", ")) hierarchy mounted")) }
+        var bases: [String: String] = [:]
+        for c in controllers {
+            let path = own[c] ?? "/"
+            let base = mounts[c]! + (path == "/" ? "" : path) + "/sandboxed-plugins-\(pid)"
+            removeStale(besides: base)
+            if mkdir(base, 0o755) != 0 && errno != EEXIST {
+                let e = errno
+                for made in bases.values { _ = rmdir(made) }
+                return .failure(Refusal(message: "mkdir \(base): \(describe(e))"))
+            }
+            bases[c] = base
+        }
+        return .success(CgroupTree(version: .v1, bases: bases))
+    }
+
+    /// Removes the folders of supervisors that are gone (killed with SIGKILL, they could not):
+    /// `sandboxed-plugins-<pid>` beside `base` whose pid is not alive, with their (empty) groups.
+    static func removeStale(besides base: String) {
+        let parent = String(base[..<(base.lastIndex(of: "/") ?? base.startIndex)])
+        for name in (try? FileSystem.list(parent)) ?? [] where name.hasPrefix("sandboxed-plugins-") {
+            guard let pid = Int32(name.dropFirst("sandboxed-plugins-".count)), kill(pid, 0) != 0, errno == ESRCH else { continue }
+            let stale = parent + "/" + name
+            for group in (try? FileSystem.list(stale)) ?? [] where FileSystem.isDirectory(stale + "/" + group) { _ = rmdir(stale + "/" + group) }
+            _ = rmdir(stale)
+        }
+    }
+
+    /// A new group named `name` with `limits`. Throws what could not be made or set (the half-made
+    /// group is removed).
+    public func makeGroup(_ name: String, limits: CgroupLimits) throws(SystemError) -> CgroupGroup {
+        let group = CgroupGroup(version: version, folders: bases.mapValues { $0 + "/" + name })
+        for folder in Set(group.folders.values) where mkdir(folder, 0o755) != 0 && errno != EEXIST {
+            let e = errno
+            group.remove()
+            throw SystemError(call: "mkdir", errno: e, context: folder)
+        }
+        do { try group.apply(limits) } catch {
+            group.remove()
+            throw error
+        }
+        return group
+    }
+
+    /// Removes the per-supervisor folders (empty once every worker is gone).
+    public func removeAll() {
+        for base in Set(bases.values) {
+            for name in (try? FileSystem.list(base)) ?? [] where FileSystem.isDirectory(base + "/" + name) { _ = rmdir(base + "/" + name) }
+            _ = rmdir(base)
+        }
+    }
+
+    // ---- reading the host ----
+
+    /// This process's cgroup per controller ("" for v2), from /proc/self/cgroup.
+    static func ownCgroups() -> [String: String] {
+        var own: [String: String] = [:]
+        for line in (read("/proc/self/cgroup") ?? "").split(separator: "\n") {
+            let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard parts.count == 3 else { continue }
+            if parts[1].isEmpty { own[""] = String(parts[2]) }
+            for c in parts[1].split(separator: ",") { own[String(c)] = String(parts[2]) }
+        }
+        return own
+    }
+
+    /// Where cgroup2 and each v1 controller are mounted, from /proc/self/mountinfo.
+    static func cgroupMounts() -> (v2: String?, v1: [String: String]) {
+        var v2: String?
+        var v1: [String: String] = [:]
+        for line in (read("/proc/self/mountinfo", limit: 1 << 20) ?? "").split(separator: "\n") {
+            // "<id> <parent> <dev> <root> <mount point> <options> [optional...] - <type> <source> <super options>"
+            let halves = line.split(separator: " - ", maxSplits: 1)
+            guard halves.count == 2 else { continue }
+            let fields = halves[0].split(separator: " "), tail = halves[1].split(separator: " ")
+            guard fields.count >= 5, tail.count >= 3 else { continue }
+            let point = String(fields[4])
+            if tail[0] == "cgroup2", v2 == nil { v2 = point }
+            if tail[0] == "cgroup" {
+                for option in tail[2].split(separator: ",") where controllers.contains(String(option)) { v1[String(option)] = point }
+            }
+        }
+        return (v2, v1)
+    }
+
+    static func read(_ path: String, limit: Int = 64 << 10) -> String? {
+        (try? FileSystem.readFile(path, limit: limit)).map { String(decoding: $0, as: UTF8.self).trimmingWhitespace() }
+    }
+
+    /// Writes `text` to a control file; nil on success, else why.
+    static func write(_ path: String, _ text: String) -> String? {
+        let fd = open(path, O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return describe(errno) }
+        defer { close(fd) }
+        let n = text.withCString { Glibc.write(fd, $0, strlen($0)) }
+        return n == text.utf8.count ? nil : describe(errno)
+    }
+
+    static func describe(_ e: Int32) -> String { String(cString: strerror(e)) }
+}
+
+/// One worker's control group: a folder per controller (v1) or one folder (v2).
+public struct CgroupGroup: Sendable {
+    public let version: CgroupTree.Version
+    let folders: [String: String]
+
+    /// The `cgroup.procs` files the worker writes "0" to, to join the group itself (before it
+    /// loads any plugin code, so everything it allocates is charged there).
+    public var procsFiles: [String] { Set(folders.values).sorted().map { $0 + "/cgroup.procs" } }
+
+    func folder(_ controller: String) -> String? { folders[version == .v2 ? "" : controller] }
+
+    func apply(_ l: CgroupLimits) throws(SystemError) {
+        func set(_ controller: String, _ file: String, _ value: String) throws(SystemError) {
+            guard let folder = folder(controller) else { return }
+            if let e = CgroupTree.write(folder + "/" + file, value) {
+                throw SystemError(call: "write", errno: EINVAL, context: "\(folder)/\(file) = \(value): \(e)")
+            }
+        }
+        let period = 100_000
+        switch version {
+        case .v2:
+            try set("memory", "memory.max", String(l.memoryMax))
+            try set("memory", "memory.high", String(l.memoryHigh))
+            try set("pids", "pids.max", String(l.pidsMax))
+            if let pct = l.cpuPercent { try set("cpu", "cpu.max", "\(pct * period / 100) \(period)") }
+        case .v1:
+            try set("memory", "memory.limit_in_bytes", String(l.memoryMax))
+            try set("pids", "pids.max", String(l.pidsMax))
+            if let pct = l.cpuPercent {
+                try set("cpu", "cpu.cfs_period_us", String(period))
+                try set("cpu", "cpu.cfs_quota_us", String(pct * period / 100))
+            }
+        }
+    }
+
+    /// How often the group went over memory.high (v2's memory.events `high`); nil on v1.
+    public func memoryHighEvents() -> Int? {
+        guard version == .v2, let folder = folder("memory") else { return nil }
+        return Self.counter(CgroupTree.read(folder + "/memory.events"), "high")
+    }
+
+    /// How many processes the kernel's OOM killer ended in the group (memory.events or
+    /// memory.oom_control `oom_kill`).
+    public func oomKills() -> Int? {
+        guard let folder = folder("memory") else { return nil }
+        let file = version == .v2 ? "/memory.events" : "/memory.oom_control"
+        return Self.counter(CgroupTree.read(folder + file), "oom_kill")
+    }
+
+    static func counter(_ text: String?, _ key: String) -> Int? {
+        for line in (text ?? "").split(separator: "\n") {
+            let kv = line.split(separator: " ")
+            if kv.count == 2, kv[0] == key { return Int(kv[1]) }
+        }
+        return nil
+    }
+
+    /// Removes the group (it must hold no process: call once the worker has been reaped).
+    public func remove() {
+        for folder in Set(folders.values) { _ = rmdir(folder) }
+    }
+}
+
+extension String {
+    fileprivate func trimmingWhitespace() -> String {
+        var s = Substring(self)
+        while let c = s.last, c == "\n" || c == " " || c == "\t" { s = s.dropLast() }
+        while let c = s.first, c == "\n" || c == " " || c == "\t" { s = s.dropFirst() }
+        return String(s)
+    }
+}
