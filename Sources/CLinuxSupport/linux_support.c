@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -79,6 +80,113 @@ int cls_spawn(const char *path, char *const argv[], char *const envp[],
     }
     /* pidfd_open sets O_CLOEXEC itself (kernel 5.3+). */
     *pidfd = (int)fd;
+    return 0;
+}
+
+/* ---- spawning into new user, PID and mount namespaces ---- */
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+
+struct isolated_spawn {
+    const char *path;
+    char *const *argv;
+    char *const *envp;
+    int socket_fd, notify_fd, stdout_fd, stderr_fd;
+    unsigned uid, gid;
+    volatile int error;
+};
+
+/* "<id> <id> 1\n" without snprintf (not async-signal-safe). */
+static int write_id_map(const char *path, unsigned id) {
+    char digits[16], line[40];
+    int n = 0, at = 0;
+    do { digits[n++] = (char)('0' + id % 10); id /= 10; } while (id && n < 15);
+    for (int copy = 0; copy < 2; copy++) {
+        for (int i = n - 1; i >= 0; i--) line[at++] = digits[i];
+        line[at++] = ' ';
+    }
+    line[at++] = '1';
+    line[at++] = '\n';
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t w = write(fd, line, (size_t)at);
+    close(fd);
+    return w == at ? 0 : -1;
+}
+
+/* Runs in the child, which shares the parent's memory until execve (CLONE_VM | CLONE_VFORK): only
+   system calls, no allocation, nothing of the parent's touched but `a->error`. */
+static int isolated_child(void *p) {
+    struct isolated_spawn *a = p;
+    /* Default dispositions first (a handler must never run here), then an empty mask. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < _NSIG; sig++) {
+        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);
+    }
+    if (setsid() < 0) goto fail;
+    /* It is in a PID namespace of its own: its parent is invisible (getppid() is 0), so the death
+       signal is set here, while the supervisor is certainly alive (it waits for the exec). */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) goto fail;
+    /* Its ids map to themselves, written now: after the exec it would no longer hold the
+       capability to (its uid is not 0 in the namespace, or not yet mapped at all). */
+    int sg = open("/proc/self/setgroups", O_WRONLY | O_CLOEXEC);
+    if (sg >= 0) { if (write(sg, "deny", 4) != 4) { close(sg); goto fail; } close(sg); }
+    if (write_id_map("/proc/self/uid_map", a->uid) != 0 || write_id_map("/proc/self/gid_map", a->gid) != 0) goto fail;
+    if (a->uid != 0) {
+        /* A non-root worker keeps CAP_SYS_ADMIN of its own user namespace across the exec (an
+           ambient capability), to build its mount view and unshare the rest; it drops every
+           capability before its plugin loads. */
+        struct { uint32_t version; int pid; } header = { 0x20080522 /* _LINUX_CAPABILITY_VERSION_3 */, 0 };
+        struct { uint32_t effective, permitted, inheritable; } data[2];
+        if (syscall(SYS_capget, &header, data) != 0) goto fail;
+        data[0].inheritable |= 1U << 21; /* CAP_SYS_ADMIN */
+        if (syscall(SYS_capset, &header, data) != 0) goto fail;
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 21, 0, 0) != 0) goto fail;
+    }
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null < 0 || dup2(null, 0) < 0) goto fail;
+    if (dup2(a->stdout_fd, 1) < 0 || dup2(a->stderr_fd, 2) < 0 || dup2(a->socket_fd, 3) < 0) goto fail;
+    if (a->notify_fd >= 0 && dup2(a->notify_fd, 4) < 0) goto fail;
+    syscall(SYS_close_range, a->notify_fd >= 0 ? 5U : 4U, ~0U, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(a->path, a->argv, a->envp);
+fail:
+    a->error = errno ? errno : EINVAL;
+    _exit(127);
+}
+
+int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
+                       int socket_fd, int notify_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
+    struct isolated_spawn a = { path, argv, envp, socket_fd, notify_fd, stdout_fd, stderr_fd, (unsigned)getuid(), (unsigned)getgid(), 0 };
+    size_t stack_size = 64 * 1024;
+    char *stack = malloc(stack_size);
+    if (!stack) return ENOMEM;
+    /* No handler of the parent's may run on the child's stack: everything blocked across clone. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int fd = -1;
+    int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | SIGCHLD;
+    pid_t child = clone(isolated_child, stack + stack_size, flags, &a, &fd);
+    int e = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    free(stack);
+    if (child < 0) return e;
+    if (a.error) {
+        /* The exec failed: the child has exited; reap it. */
+        siginfo_t info;
+        waitid(P_PIDFD, (id_t)fd, &info, WEXITED);
+        close(fd);
+        return a.error;
+    }
+    *pid = child;
+    *pidfd = fd;
     return 0;
 }
 

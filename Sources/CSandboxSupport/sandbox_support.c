@@ -5,10 +5,15 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/mount.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <linux/capability.h>
@@ -115,6 +120,144 @@ int cws_seccomp_install(const void *insns, unsigned count, int listener) {
     return (int)rc;
 }
 
+int cws_peer_hung_up(int fd) {
+    struct pollfd p = { fd, POLLRDHUP, 0 };
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) ? 1 : 0;
+}
+
+/* ---- the minimal file-system view (mount namespace) ---- */
+
+static int fail_step(char *what, size_t len, const char *step, const char *path) {
+    int e = errno ? errno : EINVAL;
+    snprintf(what, len, "%s%s%s", step, path ? " " : "", path ? path : "");
+    return -e;
+}
+
+/* mkdir -p of the folders above `path` (a path inside the new root). */
+static int make_parents(char *path) {
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        int rc = mkdir(path, 0755);
+        *p = '/';
+        if (rc != 0 && errno != EEXIST) return -1;
+    }
+    return 0;
+}
+
+/* The flags a read-only remount must keep: in a user namespace the kernel refuses to clear the
+   ones the original mount has (nosuid, nodev, noexec, atime flags are locked). */
+static unsigned long kept_flags(int fd) {
+    struct statvfs sv;
+    if (fstatvfs(fd, &sv) != 0) return MS_NOSUID | MS_NODEV;
+    unsigned long f = MS_NOSUID | MS_NODEV;
+    if (sv.f_flag & ST_NOEXEC) f |= MS_NOEXEC;
+    if (sv.f_flag & ST_NOATIME) f |= MS_NOATIME;
+    if (sv.f_flag & ST_NODIRATIME) f |= MS_NODIRATIME;
+    if (sv.f_flag & ST_RELATIME) f |= MS_RELATIME;
+    return f;
+}
+
+/* Binds the object `fd` (opened O_PATH) at `target` inside the new root, read-only unless
+   `writable`. */
+static int bind_at(int fd, char *target, int writable) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return -1;
+    if (make_parents(target) != 0) return -1;
+    if (S_ISDIR(st.st_mode)) {
+        if (mkdir(target, 0755) != 0 && errno != EEXIST) return -1;
+    } else {
+        /* O_EXCL: an existing target (a device bound already) is never opened. */
+        int f = open(target, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (f < 0 && errno != EEXIST) return -1;
+        if (f >= 0) close(f);
+    }
+    char source[64];
+    snprintf(source, sizeof source, "/proc/self/fd/%d", fd);
+    if (mount(source, target, NULL, MS_BIND | MS_REC, NULL) != 0) return -1;
+    if (!writable) {
+        /* Landlock is the wall for writes; a remount the kernel refuses leaves it the only one. */
+        (void)mount(NULL, target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | kept_flags(fd), NULL);
+    }
+    return 0;
+}
+
+static int by_length(const void *a, const void *b) {
+    size_t la = strlen(*(const char *const *)a), lb = strlen(*(const char *const *)b);
+    return la < lb ? -1 : la > lb;
+}
+
+int cws_enter_minimal_root(const char *const *paths, const int *writable, int n, const char *scratch,
+                           char *what, size_t what_len) {
+    enum { MAX_PATHS = 256 };
+    if (n > MAX_PATHS) { errno = E2BIG; return fail_step(what, what_len, "too many paths", NULL); }
+    /* Nothing done here may reach the host's mounts. */
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return fail_step(what, what_len, "making / private", NULL);
+    /* /proc of its own PID namespace: no other process is listed. */
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+        return fail_step(what, what_len, "mounting a new /proc", NULL);
+    /* Parents before children, so a file bound inside a bound folder stays visible. */
+    const char *order[MAX_PATHS];
+    int rw[MAX_PATHS], fds[MAX_PATHS];
+    for (int i = 0; i < n; i++) order[i] = paths[i];
+    qsort(order, (size_t)n, sizeof order[0], by_length);
+    for (int i = 0; i < n; i++) {
+        rw[i] = 0;
+        for (int j = 0; j < n; j++) if (paths[j] == order[i]) rw[i] = writable[j];
+        /* Opened now: the tmpfs below may cover where they are. */
+        fds[i] = strncmp(order[i], "/proc", 5) == 0 && (order[i][5] == 0 || order[i][5] == '/') ? -1
+                 : open(order[i], O_PATH | O_CLOEXEC);
+    }
+    int rc = 0, pivoted = 0;
+    char target[4096];
+    if (mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") != 0) {
+        rc = fail_step(what, what_len, "mounting the new root on", scratch);
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        if (fds[i] < 0) continue;
+        snprintf(target, sizeof target, "%s%s", scratch, order[i]);
+        if (bind_at(fds[i], target, rw[i]) != 0) { rc = fail_step(what, what_len, "binding", order[i]); goto out; }
+    }
+    /* Devices: the harmless ones, and a private /dev/shm. */
+    const char *devices[] = { "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random" };
+    for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++) {
+        int fd = open(devices[i], O_PATH | O_CLOEXEC);
+        if (fd < 0) continue;
+        snprintf(target, sizeof target, "%s%s", scratch, devices[i]);
+        int bound = bind_at(fd, target, 1);
+        close(fd);
+        if (bound != 0) { rc = fail_step(what, what_len, "binding", devices[i]); goto out; }
+    }
+    snprintf(target, sizeof target, "%s/dev/shm", scratch);
+    if (mkdir(target, 01777) != 0 && errno != EEXIST) { rc = fail_step(what, what_len, "mkdir", target); goto out; }
+    if (mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777,size=64m") != 0) {
+        rc = fail_step(what, what_len, "mounting a private /dev/shm", NULL);
+        goto out;
+    }
+    snprintf(target, sizeof target, "%s/proc", scratch);
+    if (mkdir(target, 0555) != 0 && errno != EEXIST) { rc = fail_step(what, what_len, "mkdir", target); goto out; }
+    if (mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
+        rc = fail_step(what, what_len, "mounting /proc in the new root", NULL);
+        goto out;
+    }
+    snprintf(target, sizeof target, "%s/.old", scratch);
+    if (mkdir(target, 0700) != 0 && errno != EEXIST) { rc = fail_step(what, what_len, "mkdir", target); goto out; }
+    if (syscall(SYS_pivot_root, scratch, target) != 0) { rc = fail_step(what, what_len, "pivot_root to", scratch); goto out; }
+    pivoted = 1;
+    if (chdir("/") != 0) { rc = fail_step(what, what_len, "chdir /", NULL); goto out; }
+    if (umount2("/.old", MNT_DETACH) != 0) { rc = fail_step(what, what_len, "detaching the old root", NULL); goto out; }
+    (void)rmdir("/.old");
+    /* The root itself read-only: nothing new at its top. */
+    (void)mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
+out:
+    for (int i = 0; i < n; i++) if (fds[i] >= 0) close(fds[i]);
+    /* Half-built: uncover what the tmpfs hid, so the worker goes on with the host's view (and
+       Landlock), and says the layer is missing. */
+    if (rc != 0 && !pivoted) (void)umount2(scratch, MNT_DETACH);
+    return rc;
+}
+
 /* ---- SIGSYS reporter: everything it touches is prepared before the filter is loaded ---- */
 #define CWS_MAX_SYSCALL 512
 static char names[CWS_MAX_SYSCALL][32];
@@ -137,6 +280,23 @@ static size_t append_num(char *buf, size_t at, size_t cap, unsigned long v) {
     do { digits[n++] = (char)('0' + v % 10); v /= 10; } while (v && n < 23);
     while (n && at + 1 < cap) buf[at++] = digits[--n];
     return at;
+}
+
+/* Sends a frame whose body starts at frame + 4 and ends at frame + at (the length is filled in here).
+   Another thread may be half-way through a frame: wait for it (bounded), so the report is never
+   spliced into it. If this very thread holds the lock, a frame of its own is half-written and a
+   report would corrupt it: then only the exit code tells the supervisor. */
+static void send_report(char *frame, size_t at) {
+    uint32_t len = (uint32_t)(at - 4);
+    frame[0] = (char)(len >> 24); frame[1] = (char)(len >> 16); frame[2] = (char)(len >> 8); frame[3] = (char)len;
+    if (report_fd >= 0 && (!report_lock || cls_send_lock_acquire_from_signal(report_lock, 500))) {
+        size_t off = 0;
+        while (off < at) {
+            ssize_t w = send(report_fd, frame + off, at - off, MSG_NOSIGNAL);
+            if (w <= 0) break;
+            off += (size_t)w;
+        }
+    }
 }
 
 static void on_sigsys(int sig, siginfo_t *info, void *uctx) {
@@ -167,25 +327,46 @@ static void on_sigsys(int sig, siginfo_t *info, void *uctx) {
     at = append(frame, at, sizeof frame, "\",\"message\":\"the sandbox denied the system call ");
     at = append(frame, at, sizeof frame, name);
     at = append(frame, at, sizeof frame, "\"}");
-    uint32_t len = (uint32_t)(at - 4);
-    frame[0] = (char)(len >> 24); frame[1] = (char)(len >> 16); frame[2] = (char)(len >> 8); frame[3] = (char)len;
-    /* Another thread may be half-way through a frame: wait for it (bounded), so the report is never
-       spliced into it. If this very thread holds the lock, a frame of its own is half-written and a
-       report would corrupt it: then only the exit code (159, SIGSYS) tells the supervisor. */
-    if (report_fd >= 0 && (!report_lock || cls_send_lock_acquire_from_signal(report_lock, 500))) {
-        size_t off = 0;
-        while (off < at) {
-            ssize_t w = send(report_fd, frame + off, at - off, MSG_NOSIGNAL);
-            if (w <= 0) break;
-            off += (size_t)w;
-        }
-    }
+    send_report(frame, at);
     char line[128];
     size_t ll = append(line, 0, sizeof line, "plugin-worker: sandbox violation: ");
     ll = append(line, ll, sizeof line, name);
     ll = append(line, ll, sizeof line, "\n");
     ssize_t w2 = write(2, line, ll); (void)w2;
     syscall(SYS_exit_group, CWS_SANDBOX_VIOLATION_EXIT);
+}
+
+/* ---- PID 1's own fatal signals ---- */
+static char signal_names[65][16];
+
+static void on_fatal_signal(int sig, siginfo_t *info, void *uctx) {
+    (void)info; (void)uctx;
+    const char *name = sig > 0 && sig < 65 && signal_names[sig][0] ? signal_names[sig] : "SIG?";
+    char frame[256];
+    size_t at = 4;
+    at = append(frame, at, sizeof frame, "{\"type\":\"exit\",\"reason\":\"signaled\",\"signal\":\"");
+    at = append(frame, at, sizeof frame, name);
+    at = append(frame, at, sizeof frame, "\",\"message\":\"ended by ");
+    at = append(frame, at, sizeof frame, name);
+    at = append(frame, at, sizeof frame, "\"}");
+    send_report(frame, at);
+    syscall(SYS_exit_group, 128 + sig);
+}
+
+int cws_install_fatal_signal_reporter(const int *signals, int count) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fatal_signal;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < count; i++) {
+        int sig = signals[i];
+        if (sig <= 0 || sig >= 65) continue;
+        const char *n = cls_signal_name(sig);
+        if (n) strncpy(signal_names[sig], n, sizeof signal_names[sig] - 1);
+        if (sigaction(sig, &sa, NULL) != 0) return -errno;
+    }
+    return 0;
 }
 
 int cws_install_sigsys_reporter(int fd, cls_send_lock *lock) {

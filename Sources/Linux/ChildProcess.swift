@@ -79,10 +79,16 @@ public enum Spawner {
     /// worker reserves; a crash must simply end the process.
     public static let baseEnvironment = ["PATH=/usr/bin:/bin", "SWIFT_BACKTRACE=enable=no"]
 
+    /// Where a child told to start in namespaces of its own learns why it did not:
+    /// `SP_ISOLATION_REFUSED=<why>` in its environment.
+    public static let isolationRefusedVariable = "SP_ISOLATION_REFUSED"
+
     /// `extraEnvironment` entries (`NAME=value`) are added to `baseEnvironment`. With
     /// `notifyChannel`, the child also gets descriptor 4, a second socket (see `SpawnedChild.notify`).
+    /// With `isolated`, it starts in new user, PID and mount namespaces (`cls_spawn_isolated`); a
+    /// host that refuses them gets an ordinary spawn, with `isolationRefusedVariable` saying why.
     public static func spawn(executable: String, arguments: [String] = [], extraEnvironment: [String] = [],
-                             notifyChannel: Bool = false) throws(SystemError) -> SpawnedChild {
+                             notifyChannel: Bool = false, isolated: Bool = false) throws(SystemError) -> SpawnedChild {
         let pair = try SocketPair()
         let socket = pair.parent, childSocket = pair.child
         var notify: OwnedDescriptor? = nil
@@ -107,8 +113,23 @@ public enum Spawner {
         var pid: pid_t = 0
         var pidfd: Int32 = -1
         let argv = [executable] + arguments
-        let rc = withCStrings(argv) { cArgs in
-            withCStrings(baseEnvironment + extraEnvironment) { cEnv in
+        var environment = baseEnvironment + extraEnvironment
+        var rc: Int32 = 0
+        if isolated {
+            rc = withCStrings(argv) { cArgs in
+                withCStrings(environment) { cEnv in
+                    cls_spawn_isolated(executable, cArgs, cEnv, childSocketFD.raw, childNotifyFD, childOut.raw, childErr.raw, &pid, &pidfd)
+                }
+            }
+            guard rc != 0 else {
+                return SpawnedChild(process: ChildProcess(pid: pid, pidfd: pidfd), socket: socket, stdout: out.read, stderr: err.read,
+                                    notify: notify)
+            }
+            // The namespaces were refused (not the executable: that would fail below too).
+            environment.append("\(isolationRefusedVariable)=clone(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS) failed: \(String(cString: strerror(rc)))")
+        }
+        rc = withCStrings(argv) { cArgs in
+            withCStrings(environment) { cEnv in
                 cls_spawn(executable, cArgs, cEnv, childSocketFD.raw, childNotifyFD, childOut.raw, childErr.raw, &pid, &pidfd)
             }
         }

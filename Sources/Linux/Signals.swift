@@ -28,6 +28,11 @@ public enum LifecycleSignals {
     public static func name(_ sig: Int32) -> String {
         cls_signal_name(sig).map { String(cString: $0) } ?? "signal \(sig)"
     }
+
+    /// The number of a signal named as `name` spells it ("SIGSEGV"), or nil.
+    public static func number(_ name: String) -> Int32? {
+        (1..<65).first { cls_signal_name($0).map { String(cString: $0) } == name }
+    }
 }
 
 /// Detached threads for the few long-lived loops (signals, the child watcher) that must not run on

@@ -34,10 +34,19 @@ enum Sandbox {
         layer(.process)
         if getsid(0) == getpid() { layer(.session) } else { try missing(.session, "not a session leader") }
 
-        // 1. Die with the supervisor, and make sure it did not already die before the prctl.
-        do { try ProcessControl.dieWithParent() } catch { throw failure(error) }
-        guard getppid() == plan.supervisorPID else {
-            throw WorkerError(code: .orphaned, message: "the supervisor (pid \(plan.supervisorPID)) is gone; exiting")
+        // 1. Die with the supervisor, and make sure it did not already die before the prctl. PID 1
+        // of its own namespace (spawned isolated) has the death signal from before its exec and
+        // cannot see its parent: the protocol socket tells whether the supervisor is still there.
+        let isolated = getpid() == 1
+        if isolated {
+            guard cws_peer_hung_up(plan.socketFD) == 0 else {
+                throw WorkerError(code: .orphaned, message: "the supervisor (pid \(plan.supervisorPID)) is gone; exiting")
+            }
+        } else {
+            do { try ProcessControl.dieWithParent() } catch { throw failure(error) }
+            guard getppid() == plan.supervisorPID else {
+                throw WorkerError(code: .orphaned, message: "the supervisor (pid \(plan.supervisorPID)) is gone; exiting")
+            }
         }
         layer(.pdeathsig)
         // Not dumpable: no core files, no ptrace or /proc/<pid>/mem access by same-uid processes.
@@ -51,7 +60,8 @@ enum Sandbox {
 
         guard plan.enabled else {
             if let fd = plan.notifyFD { _ = close(fd) }
-            for name: SandboxLayer in [.cgroup, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace, .noNewPrivs,
+            for name: SandboxLayer in [.cgroup, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace,
+                                       .pidNamespace, .mountNamespace, .noNewPrivs,
                                        .landlock, .capabilities, .seccomp, .seccompNotify] {
                 try missing(name, "sandbox switched off (--no-sandbox)")
             }
@@ -90,31 +100,10 @@ enum Sandbox {
         lap("rlimits")
 
         // 4. Namespaces.
-        let network = plan.network
-        let uid = getuid(), gid = getgid()
-        var rc = cws_unshare(plan.namespaces)
-        if rc == 0 {
-            rc = cws_map_ids(uid, gid)
-            guard rc == 0 else { throw failure("writing /proc/self/uid_map", -rc) }
-            layer(.userNamespace)
-            layer(.ipcNamespace)
-            layer(.utsNamespace)
-            if !network { layer(.networkNamespace) }
+        if isolated {
+            try isolatedNamespaces(plan, layer: layer, missing: missing)
         } else {
-            let why = "unshare(CLONE_NEWUSER) failed: \(String(cString: strerror(-rc)))" + userNamespaceRestriction()
-            try missing(.userNamespace, why)
-            // root without user namespaces can still take the network, IPC and host name away.
-            var fallback = CWS_CLONE_NEWIPC | CWS_CLONE_NEWUTS
-            if !network { fallback |= CWS_CLONE_NEWNET }
-            if cws_unshare(fallback) == 0 {
-                layer(.ipcNamespace)
-                layer(.utsNamespace)
-                if !network { layer(.networkNamespace) }
-            } else {
-                for name: SandboxLayer in [.ipcNamespace, .utsNamespace] + (network ? [] : [.networkNamespace]) {
-                    try missing(name, "unshare not permitted without a user namespace")
-                }
-            }
+            try unsharedNamespaces(plan, layer: layer, missing: missing)
         }
         lap("namespaces")
 
@@ -123,6 +112,7 @@ enum Sandbox {
         layer(.noNewPrivs)
 
         // 6. Landlock.
+        let network = plan.network
         if let abi = ProcessControl.landlockABI().map(Int32.init) {
             let ll = try confined { () throws(ConfinementError) in try Landlock.apply(plan.landlockRules, abi: abi, denyTCP: !network) }
             layer(.landlock)
@@ -158,6 +148,11 @@ enum Sandbox {
             listener = try confined { () throws(ConfinementError) in try filter.load(reportFD: plan.socketFD, sendLock: sendLock) }
         }
         layer(.seccomp)
+        if isolated {
+            // PID 1 of its namespace: its own fatal signals must still end it, and say which.
+            let rc = Self.fatalSignals.withUnsafeBufferPointer { cws_install_fatal_signal_reporter($0.baseAddress, Int32($0.count)) }
+            guard rc == 0 else { throw failure("sigaction(fatal signals)", -rc) }
+        }
         if let channel = plan.notifyFD {
             if let listener {
                 let sent = cls_send_fd(channel, listener.raw)
@@ -169,6 +164,84 @@ enum Sandbox {
         if let why = notifyMissing { try missing(.seccompNotify, why) } else { layer(.seccompNotify) }
         lap("seccomp")
         return applied
+    }
+
+    /// The signals whose default action ends a process, but those the worker handles itself (the
+    /// lifecycle signals, SIGSYS, SIGPIPE) and SIGKILL/SIGSTOP.
+    static let fatalSignals: [Int32] = [SIGQUIT, SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGUSR2, SIGSEGV, SIGALRM,
+                                        SIGSTKFLT, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO, SIGPWR]
+
+    /// Spawned in new user, PID and mount namespaces: maps its ids, builds its minimal root, then
+    /// takes the network, IPC and host name away too (it holds the capabilities for that in its
+    /// own user namespace, until step 7 drops them).
+    static func isolatedNamespaces(_ plan: SandboxPlan, layer: (SandboxLayer) -> Void,
+                                   missing: (SandboxLayer, String) throws(WorkerError) -> Void) throws(WorkerError) {
+        // Its ids were mapped before the exec (cls_spawn_isolated).
+        layer(.userNamespace)
+        let view = plan.landlockRules
+        var what = [CChar](repeating: 0, count: 512)
+        let entered = withCStrings(view.map(\.path)) { paths in
+            view.map { Int32($0.writable ? 1 : 0) }.withUnsafeBufferPointer { writable in
+                cws_enter_minimal_root(paths, writable.baseAddress, Int32(view.count), "/tmp", &what, what.count)
+            }
+        }
+        if entered == 0 {
+            layer(.pidNamespace)
+            layer(.mountNamespace)
+        } else {
+            // Without its own /proc the PID namespace hides nothing: both are reported missing.
+            let why = "\(String(cString: what)) failed: \(String(cString: strerror(-entered)))"
+            try missing(.pidNamespace, "its own /proc could not be set up: " + why)
+            try missing(.mountNamespace, why)
+        }
+        let others = CWS_CLONE_NEWIPC | CWS_CLONE_NEWUTS | (plan.network ? 0 : CWS_CLONE_NEWNET)
+        let unshared = cws_unshare(others)
+        guard unshared == 0 else { throw failure("unshare(IPC, UTS, network) in its own user namespace", -unshared) }
+        layer(.ipcNamespace)
+        layer(.utsNamespace)
+        if !plan.network { layer(.networkNamespace) }
+    }
+
+    /// Spawned without namespaces (the host refused them at spawn, or a preflight): a user, IPC,
+    /// UTS and network namespace by unshare, where allowed; no PID or mount namespace.
+    static func unsharedNamespaces(_ plan: SandboxPlan, layer: (SandboxLayer) -> Void,
+                                   missing: (SandboxLayer, String) throws(WorkerError) -> Void) throws(WorkerError) {
+        let network = plan.network
+        let uid = getuid(), gid = getgid()
+        var rc = cws_unshare(plan.namespaces)
+        if rc == 0 {
+            rc = cws_map_ids(uid, gid)
+            guard rc == 0 else { throw failure("writing /proc/self/uid_map", -rc) }
+            layer(.userNamespace)
+            layer(.ipcNamespace)
+            layer(.utsNamespace)
+            if !network { layer(.networkNamespace) }
+        } else {
+            let why = "unshare(CLONE_NEWUSER) failed: \(String(cString: strerror(-rc)))" + userNamespaceRestriction()
+            try missing(.userNamespace, why)
+            // root without user namespaces can still take the network, IPC and host name away.
+            var fallback = CWS_CLONE_NEWIPC | CWS_CLONE_NEWUTS
+            if !network { fallback |= CWS_CLONE_NEWNET }
+            if cws_unshare(fallback) == 0 {
+                layer(.ipcNamespace)
+                layer(.utsNamespace)
+                if !network { layer(.networkNamespace) }
+            } else {
+                for name: SandboxLayer in [.ipcNamespace, .utsNamespace] + (network ? [] : [.networkNamespace]) {
+                    try missing(name, "unshare not permitted without a user namespace")
+                }
+            }
+        }
+        let why = plan.isolationRefused.map { $0 + userNamespaceRestriction() }
+            ?? "the supervisor did not start it in namespaces of its own (a preflight, or --no-sandbox)"
+        try missing(.pidNamespace, why)
+        try missing(.mountNamespace, why)
+    }
+
+    static func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {
+        let pointers = strings.map { UnsafePointer(strdup($0)) } + [nil]
+        defer { for p in pointers { free(UnsafeMutablePointer(mutating: p)) } }
+        return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
     }
 
     /// The host setting that refuses unprivileged user namespaces, when one does: Ubuntu's AppArmor

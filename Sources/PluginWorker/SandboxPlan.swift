@@ -21,6 +21,8 @@ struct SandboxPlan {
     var socketFD: Int32
     /// Where the seccomp listener goes to the supervisor (nil: the SIGSYS reporter names violations).
     var notifyFD: Int32?
+    /// Why the supervisor could not start it in namespaces of its own (from its environment).
+    var isolationRefused: String?
     /// Its control group's `cgroup.procs` files, or why it has none.
     var cgroupProcs: [String]?
     var cgroupMissing: String?
@@ -39,6 +41,10 @@ struct SandboxPlan {
         supervisorPID = spec.supervisorPID
         socketFD = spec.socketFD
         notifyFD = spec.notifyFD
+        if let why = getenv(Spawner.isolationRefusedVariable) {
+            isolationRefused = String(cString: why)
+            unsetenv(Spawner.isolationRefusedVariable)
+        }
         cgroupProcs = spec.cgroupProcs
         cgroupMissing = spec.cgroupMissing
         required = Set(sandbox.required)

@@ -55,6 +55,18 @@ int cws_set_rlimit(int resource, uint64_t value);
 /* Current hard limit of `resource`, or 0 on error. */
 uint64_t cws_get_rlimit_max(int resource);
 
+/* ---- the minimal file-system view ---- */
+/* In a mount namespace of its own (holding CAP_SYS_ADMIN there): makes every mount private, mounts
+   a fresh /proc (its PID namespace's), then builds a new root on a tmpfs mounted at `scratch`: a
+   bind mount of each of `paths` (read-only unless `writable[i]`; paths under /proc are skipped, a
+   missing path too), /dev/null, /dev/zero, /dev/urandom, /dev/random, a private /dev/shm and /proc,
+   and pivots into it. Returns 0, or -errno with the failed step in `what`. */
+int cws_enter_minimal_root(const char *const *paths, const int *writable, int n, const char *scratch,
+                           char *what, size_t what_len);
+
+/* 1 when the peer of socket `fd` has closed its end (poll POLLHUP/POLLRDHUP, no wait). */
+int cws_peer_hung_up(int fd);
+
 /* ---- loading the filter ---- */
 /* seccomp(SECCOMP_SET_MODE_FILTER) of the BPF program `insns` (`count` 8-byte instructions) with
    TSYNC, and with `listener` also NEW_LISTENER and TSYNC_ESRCH (libseccomp 2.5 will not combine a
@@ -69,5 +81,11 @@ void cws_sigsys_set_name(int nr, const char *name);
    stderr, and _exits with CWS_SANDBOX_VIOLATION_EXIT. Returns 0 or -errno. */
 int cws_install_sigsys_reporter(int fd, cls_send_lock *lock);
 #define CWS_SANDBOX_VIOLATION_EXIT 159
+/* For PID 1 of its own namespace, which the kernel spares every signal it sends itself with the
+   default action (raise(SIGABRT), abort(), kill(getpid(), SIGTERM) would be ignored): a handler for
+   each of `signals` that reports {"type":"exit","reason":"signaled","signal":"SIGABRT"} on the
+   protocol socket (as the SIGSYS reporter does) and exits with 128 + the signal. Call after
+   cws_install_sigsys_reporter (it uses its descriptor and lock). Returns 0 or -errno. */
+int cws_install_fatal_signal_reporter(const int *signals, int count);
 
 #endif

@@ -53,11 +53,15 @@ public struct ExitNotice: Codable, Sendable, Equatable {
     public var reason: ExitReason
     public var message: String
     public var syscall: String?
+    /// With `signaled`: the signal a worker that is PID 1 of its own namespace reports it dies of
+    /// (the kernel spares such a process the signals it sends itself; it exits with 128 + the signal).
+    public var signal: String?
 
-    public init(reason: ExitReason, message: String, syscall: String? = nil) {
+    public init(reason: ExitReason, message: String, syscall: String? = nil, signal: String? = nil) {
         self.reason = reason
         self.message = message
         self.syscall = syscall
+        self.signal = signal
     }
 }
 

@@ -7,6 +7,11 @@ public enum SandboxLayer: String, Sendable, Codable, CaseIterable {
     case cgroup
     case rlimits
     case userNamespace, networkNamespace, ipcNamespace, utsNamespace
+    /// PID 1 of a PID namespace of its own, with a /proc of its own: it sees no other process.
+    case pidNamespace
+    /// A mount namespace whose root holds only what its Landlock rules name (bind mounts), a fresh
+    /// /proc and a private /dev/shm: no other mount of the host's.
+    case mountNamespace
     case noNewPrivs, landlock, landlockNetwork, landlockScopes, capabilities, seccomp
     /// The filter hands what it does not allow to the supervisor (seccomp user notification), which
     /// names a violation even when the plugin blocked every signal, and counts each denial.
@@ -14,7 +19,7 @@ public enum SandboxLayer: String, Sendable, Codable, CaseIterable {
 
     /// The layers an operator may require (`requireSandboxLayers`): every one the host may lack.
     public static let requirable: [SandboxLayer] = [
-        .session, .cgroup, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace, .noNewPrivs,
+        .session, .cgroup, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace, .pidNamespace, .mountNamespace, .noNewPrivs,
         .landlock, .landlockNetwork, .landlockScopes, .capabilities, .seccomp, .seccompNotify,
     ]
 }

@@ -8,6 +8,7 @@
  * before sp_plugin_create; its outcome is returned by the method "ctorResult".
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -95,6 +96,18 @@ static void attack(const char *what, const char *path, long number, char *out, s
         pthread_create(&t, NULL, exec_in_thread, NULL);
         pthread_join(t, NULL);
         rc = 0;
+    } else if (!strcmp(what, "listProcs")) {
+        /* rc: how many processes /proc lists (numeric entries). */
+        DIR *d = opendir("/proc");
+        rc = 0;
+        if (!d) rc = -1;
+        else {
+            struct dirent *e;
+            while ((e = readdir(d)) != NULL) if (e->d_name[0] >= '1' && e->d_name[0] <= '9') rc++;
+            closedir(d);
+        }
+    } else if (!strcmp(what, "getpid")) {
+        rc = getpid();
     } else if (!strcmp(what, "spin")) {
         /* Busy for `number` ms of wall time; rc is the CPU time it got, in ms (a cgroup's cpu.max shows). */
         struct timespec start, now, cpu0, cpu1;

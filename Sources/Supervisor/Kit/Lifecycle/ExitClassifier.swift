@@ -21,7 +21,14 @@ enum ExitClassifier {
     }
 
     static func classify(_ f: Facts) -> ExitStatus {
-        let exit = f.exit
+        var exit = f.exit
+        if let notice = f.notice, notice.reason == .signaled, let name = notice.signal, !exit.signaled,
+           let number = LifecycleSignals.number(name), exit.code == 128 + number {
+            // PID 1 of its namespace reported the signal it dies of, and exited with 128 + it: as if
+            // the signal had ended it (a plugin gains nothing by forging this: it could raise it).
+            exit.code = number
+            exit.signaled = true
+        }
         var status = exit.signaled ? ExitStatus(signal: exit.signalName, reason: .signaled) : ExitStatus(code: exit.code, reason: .exited)
         if let syscall = f.violation {
             // Seen by the supervisor itself, whatever the plugin did to its signals.

@@ -57,7 +57,7 @@ extension Lifecycle {
         var spawned: SpawnedChild
         do {
             spawned = try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(specJSON)"],
-                                        notifyChannel: notifier != nil)
+                                        notifyChannel: notifier != nil, isolated: config.sandboxEnabled)
         } catch {
             cgroup?.remove()
             return fail(record, reason: "cannot start a worker (\(config.workerExecutable)): \(error)")
