@@ -299,6 +299,23 @@ static void send_report(char *frame, size_t at) {
     }
 }
 
+/* {"type":"exit","reason":"<reason>","<key>":"<value>","message":"<message><value>"} in one write. */
+static void report_exit(const char *reason, const char *key, const char *value, const char *message) {
+    char frame[512];
+    size_t at = 4;
+    at = append(frame, at, sizeof frame, "{\"type\":\"exit\",\"reason\":\"");
+    at = append(frame, at, sizeof frame, reason);
+    at = append(frame, at, sizeof frame, "\",\"");
+    at = append(frame, at, sizeof frame, key);
+    at = append(frame, at, sizeof frame, "\":\"");
+    at = append(frame, at, sizeof frame, value);
+    at = append(frame, at, sizeof frame, "\",\"message\":\"");
+    at = append(frame, at, sizeof frame, message);
+    at = append(frame, at, sizeof frame, value);
+    at = append(frame, at, sizeof frame, "\"}");
+    send_report(frame, at);
+}
+
 static void on_sigsys(int sig, siginfo_t *info, void *uctx) {
     (void)sig; (void)uctx;
     char name[64];
@@ -320,14 +337,7 @@ static void on_sigsys(int sig, siginfo_t *info, void *uctx) {
     name[nl] = 0;
 
     /* {"type":"exit","reason":"sandboxViolation","syscall":"...","message":"..."} in one write. */
-    char frame[512];
-    size_t at = 4;
-    at = append(frame, at, sizeof frame, "{\"type\":\"exit\",\"reason\":\"sandboxViolation\",\"syscall\":\"");
-    at = append(frame, at, sizeof frame, name);
-    at = append(frame, at, sizeof frame, "\",\"message\":\"the sandbox denied the system call ");
-    at = append(frame, at, sizeof frame, name);
-    at = append(frame, at, sizeof frame, "\"}");
-    send_report(frame, at);
+    report_exit("sandboxViolation", "syscall", name, "the sandbox denied the system call ");
     char line[128];
     size_t ll = append(line, 0, sizeof line, "plugin-worker: sandbox violation: ");
     ll = append(line, ll, sizeof line, name);
@@ -342,14 +352,7 @@ static char signal_names[65][16];
 static void on_fatal_signal(int sig, siginfo_t *info, void *uctx) {
     (void)info; (void)uctx;
     const char *name = sig > 0 && sig < 65 && signal_names[sig][0] ? signal_names[sig] : "SIG?";
-    char frame[256];
-    size_t at = 4;
-    at = append(frame, at, sizeof frame, "{\"type\":\"exit\",\"reason\":\"signaled\",\"signal\":\"");
-    at = append(frame, at, sizeof frame, name);
-    at = append(frame, at, sizeof frame, "\",\"message\":\"ended by ");
-    at = append(frame, at, sizeof frame, name);
-    at = append(frame, at, sizeof frame, "\"}");
-    send_report(frame, at);
+    report_exit("signaled", "signal", name, "ended by ");
     syscall(SYS_exit_group, 128 + sig);
 }
 
