@@ -95,7 +95,7 @@ struct isolated_spawn {
     char *const *envp;
     int socket_fd, notify_fd, stdout_fd, stderr_fd;
     unsigned uid, gid;
-    volatile int error;
+    int report_fd; /* the write end of a close-on-exec pipe: an errno before the exec */
 };
 
 /* "<id> <id> 1\n" without snprintf (not async-signal-safe). */
@@ -116,8 +116,8 @@ static int write_id_map(const char *path, unsigned id) {
     return w == at ? 0 : -1;
 }
 
-/* Runs in the child, which shares the parent's memory until execve (CLONE_VM | CLONE_VFORK): only
-   system calls, no allocation, nothing of the parent's touched but `a->error`. */
+/* Runs in the child: a copy of the parent (no CLONE_VM: its own memory, so it may make itself
+   dumpable, which the supervisor is not), until execve. Only system calls, no allocation. */
 static int isolated_child(void *p) {
     struct isolated_spawn *a = p;
     /* Default dispositions first (a handler must never run here), then an empty mask. */
@@ -129,10 +129,12 @@ static int isolated_child(void *p) {
     }
     if (setsid() < 0) goto fail;
     /* It is in a PID namespace of its own: its parent is invisible (getppid() is 0), so the death
-       signal is set here, while the supervisor is certainly alive (it waits for the exec). */
+       signal is set here, while the supervisor certainly waits for the exec. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) goto fail;
     /* Its ids map to themselves, written now: after the exec it would no longer hold the
-       capability to (its uid is not 0 in the namespace, or not yet mapped at all). */
+       capability to. Its /proc/self files belong to root while it is not dumpable (inherited from
+       the supervisor); the exec makes it so again anyway. */
+    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) goto fail;
     int sg = open("/proc/self/setgroups", O_WRONLY | O_CLOEXEC);
     if (sg >= 0) { if (write(sg, "deny", 4) != 4) { close(sg); goto fail; } close(sg); }
     if (write_id_map("/proc/self/uid_map", a->uid) != 0 || write_id_map("/proc/self/gid_map", a->gid) != 0) goto fail;
@@ -151,39 +153,60 @@ static int isolated_child(void *p) {
     if (null < 0 || dup2(null, 0) < 0) goto fail;
     if (dup2(a->stdout_fd, 1) < 0 || dup2(a->stderr_fd, 2) < 0 || dup2(a->socket_fd, 3) < 0) goto fail;
     if (a->notify_fd >= 0 && dup2(a->notify_fd, 4) < 0) goto fail;
-    syscall(SYS_close_range, a->notify_fd >= 0 ? 5U : 4U, ~0U, 0);
+    /* Everything above 3 (4) goes, but the report pipe, which closes itself at the exec. */
+    unsigned first = a->notify_fd >= 0 ? 5U : 4U;
+    if (a->report_fd > (int)first) syscall(SYS_close_range, first, (unsigned)a->report_fd - 1, 0);
+    syscall(SYS_close_range, (unsigned)(a->report_fd >= (int)first ? a->report_fd + 1 : (int)first), ~0U, 0);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     execve(a->path, a->argv, a->envp);
-fail:
-    a->error = errno ? errno : EINVAL;
+fail:;
+    int e = errno ? errno : EINVAL;
+    ssize_t w = write(a->report_fd, &e, sizeof e);
+    (void)w;
     _exit(127);
 }
 
 int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
                        int socket_fd, int notify_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
-    struct isolated_spawn a = { path, argv, envp, socket_fd, notify_fd, stdout_fd, stderr_fd, (unsigned)getuid(), (unsigned)getgid(), 0 };
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) return errno;
+    /* Above every descriptor the child keeps (0-4). */
+    if (report[1] <= 4) {
+        int moved = fcntl(report[1], F_DUPFD_CLOEXEC, 5);
+        close(report[1]);
+        if (moved < 0) { close(report[0]); return errno; }
+        report[1] = moved;
+    }
+    struct isolated_spawn a = { path, argv, envp, socket_fd, notify_fd, stdout_fd, stderr_fd,
+                                (unsigned)getuid(), (unsigned)getgid(), report[1] };
     size_t stack_size = 64 * 1024;
     char *stack = malloc(stack_size);
-    if (!stack) return ENOMEM;
-    /* No handler of the parent's may run on the child's stack: everything blocked across clone. */
+    if (!stack) { close(report[0]); close(report[1]); return ENOMEM; }
+    /* No handler of the parent's may run in the child before it resets them: all blocked across
+       clone (the child inherits the mask, and resets it itself). */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     int fd = -1;
-    int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | SIGCHLD;
+    int flags = CLONE_VFORK | CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | SIGCHLD;
     pid_t child = clone(isolated_child, stack + stack_size, flags, &a, &fd);
     int e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     free(stack);
-    if (child < 0) return e;
-    if (a.error) {
-        /* The exec failed: the child has exited; reap it. */
+    close(report[1]);
+    if (child < 0) { close(report[0]); return e; }
+    /* CLONE_VFORK: the child has exec'd (the pipe closed) or failed (it wrote why). */
+    int failed = 0;
+    ssize_t n;
+    do { n = read(report[0], &failed, sizeof failed); } while (n < 0 && errno == EINTR);
+    close(report[0]);
+    if (n == (ssize_t)sizeof failed) {
         siginfo_t info;
         waitid(P_PIDFD, (id_t)fd, &info, WEXITED);
         close(fd);
-        return a.error;
+        return failed ? failed : EINVAL;
     }
     *pid = child;
     *pidfd = fd;

@@ -126,7 +126,7 @@ public enum Spawner {
                                     notify: notify)
             }
             // The namespaces were refused (not the executable: that would fail below too).
-            environment.append("\(isolationRefusedVariable)=clone(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS) failed: \(String(cString: strerror(rc)))")
+            environment.append("\(isolationRefusedVariable)=clone(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS) or the new namespaces' set-up failed: \(String(cString: strerror(rc)))")
         }
         rc = withCStrings(argv) { cArgs in
             withCStrings(environment) { cEnv in

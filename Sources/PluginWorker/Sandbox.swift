@@ -49,8 +49,6 @@ enum Sandbox {
             }
         }
         layer(.pdeathsig)
-        // Not dumpable: no core files, no ptrace or /proc/<pid>/mem access by same-uid processes.
-        do { try ProcessControl.setNotDumpable() } catch { throw failure(error) }
 
         // 2. Nothing inherited but stdio and the protocol socket.
         do { try ProcessControl.closeDescriptors(from: 3, except: [plan.socketFD] + (plan.notifyFD.map { [$0] } ?? [])) } catch {
@@ -59,6 +57,7 @@ enum Sandbox {
         layer(.descriptors)
 
         guard plan.enabled else {
+            try notDumpable()
             if let fd = plan.notifyFD { _ = close(fd) }
             for name: SandboxLayer in [.cgroup, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace,
                                        .pidNamespace, .mountNamespace, .noNewPrivs,
@@ -105,6 +104,10 @@ enum Sandbox {
         } else {
             try unsharedNamespaces(plan, layer: layer, missing: missing)
         }
+        // Not dumpable from here on (no core files, no ptrace or /proc/<pid>/mem access by same-uid
+        // processes). Not before: a non-dumpable process's /proc/self files belong to root, and a
+        // worker that is not root could not write its uid_map.
+        try notDumpable()
         lap("namespaces")
 
         // 5. No privilege gain through exec or setuid files, ever (also lets Landlock and seccomp load).
@@ -260,6 +263,10 @@ enum Sandbox {
             return "; this host allows no user namespaces (user.max_user_namespaces=0)"
         }
         return ""
+    }
+
+    static func notDumpable() throws(WorkerError) {
+        do { try ProcessControl.setNotDumpable() } catch { throw failure(error) }
     }
 
     /// A confinement step, its failure a `sandboxError`.
