@@ -110,7 +110,7 @@ do {
                        runs.median / 1000, "ms", target: count == 50 && sandbox ? "< 150 ms" : nil)
             if count == 1 {
                 let t = try rig.status().first?.timings ?? [:]
-                for phase in ["spawnUs", "sandboxUs", "sandbox.specUs", "sandbox.baseUs", "sandbox.rlimitsUs", "sandbox.namespacesUs", "sandbox.landlockUs",
+                for phase in ["spawnUs", "sandboxUs", "sandbox.specUs", "sandbox.baseUs", "sandbox.cgroupUs", "sandbox.rlimitsUs", "sandbox.namespacesUs", "sandbox.landlockUs",
                               "sandbox.seccompUs", "loadUs", "helloUs", "startupUs"] where t[phase] != nil {
                     report.add("  1 worker, sandbox \(sandbox ? "on" : "off"): \(phase.dropLast(2))", Double(t[phase]!) / 1000, "ms")
                 }
