@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a new Debian/Ubuntu machine lacks to build and test this package: the C libraries
 # the sandbox and installer link against, pkg-config and a C compiler. Swift itself must be on PATH.
+# Usage: scripts/install-deps.sh [--tests]
 set -euo pipefail
 need=()
 # sqlite3, libcrypto, zlib and python3-embed: the real-library test plugin (Tests/Fixtures/RealLibraries).
@@ -11,6 +12,13 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v cc >/dev/null || need+=(cc)
 command -v zstd >/dev/null || need+=(zstd)   # the tests make .tar.zst archives
 command -v python3 >/dev/null || need+=(python3)  # the tests' web server
+# With --tests, rustc and go too: the Rust cdylib and Go c-shared test plugins
+# (Tests/Fixtures/RealLibraries). The demo and the fuzzers do not need them.
+extra=()
+if [ "${1:-}" = "--tests" ]; then
+  command -v rustc >/dev/null || { need+=(rustc); extra+=(rustc); }
+  command -v go >/dev/null || { need+=(go); extra+=(golang-go); }
+fi
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 echo "installing build dependencies (missing: ${need[*]})" >&2
 sudo=""
@@ -18,4 +26,4 @@ sudo=""
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq libseccomp-dev libcurl4-openssl-dev libarchive-dev pkg-config gcc zstd python3 \
-  libsqlite3-dev libssl-dev zlib1g-dev python3-dev >/dev/null
+  libsqlite3-dev libssl-dev zlib1g-dev python3-dev ${extra[@]+"${extra[@]}"} >/dev/null

@@ -11,7 +11,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-"$root/scripts/install-deps.sh"
+"$root/scripts/install-deps.sh" --tests
 scratch="$root/.build-tsan"
 reports="$scratch/tsan-reports"
 started=$SECONDS

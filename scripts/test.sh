@@ -7,7 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 if [ "${1:-}" = "--tsan" ]; then shift; exec "$root/scripts/test-tsan.sh" "$@"; fi
-"$root/scripts/install-deps.sh"
+"$root/scripts/install-deps.sh" --tests
 swift build --build-tests
 "$root/scripts/assemble-plugins.sh" >/dev/null
 swift test --skip-build --no-parallel "$@"

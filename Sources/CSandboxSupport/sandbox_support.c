@@ -120,6 +120,17 @@ int cws_seccomp_install(const void *insns, unsigned count, int listener) {
     return (int)rc;
 }
 
+int cws_wait_byte(int fd, int timeout_ms) {
+    struct pollfd p = { fd, POLLIN, 0 };
+    int n;
+    do { n = poll(&p, 1, timeout_ms); } while (n < 0 && errno == EINTR);
+    if (n != 1) return -1;
+    unsigned char byte;
+    ssize_t r;
+    do { r = recv(fd, &byte, 1, 0); } while (r < 0 && errno == EINTR);
+    return r == 1 ? byte : -1;
+}
+
 int cws_peer_hung_up(int fd) {
     struct pollfd p = { fd, POLLRDHUP, 0 };
     return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) ? 1 : 0;

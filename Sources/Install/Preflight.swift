@@ -23,7 +23,8 @@ public enum Preflight {
             sandbox: SandboxSpec(enabled: sandbox, memoryMB: manifest.limits.memoryMB, openFiles: manifest.limits.openFiles,
                                  permissions: manifest.permissions, runtimePaths: runtimePaths))
         let json = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self)
-        let child = try Spawner.spawn(executable: workerExecutable, extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(json)"])
+        let child = try Spawner.spawn(executable: workerExecutable, extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(json)",
+                                                                                     "TMPDIR=\(scratch)/tmp", "SQLITE_TMPDIR=\(scratch)/tmp"])
         let process = child.process
         spawned(process.pid)
         // Its output is not read here: closed at once, so a chatty plugin cannot block on a full pipe.

@@ -1,3 +1,4 @@
+import Dispatch
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -34,6 +35,11 @@ public final class CgroupTree: Sendable {
     public let version: Version
     /// The folder worker groups are made in, per controller (v2: one, keyed "").
     let bases: [String: String]
+    /// Moves processes into their groups one after another. The kernel makes the first move of a
+    /// burst wait for an RCU grace period (cgroup_threadgroup_rwsem, ~12 ms here) and blocks every
+    /// fork meanwhile; the moves that follow it within the burst are cheap. One thread doing them
+    /// all keeps that to once per burst, off the event loop and off the workers' own start.
+    private let mover = DispatchQueue(label: "cgroup-mover")
 
     init(version: Version, bases: [String: String]) {
         self.version = version
@@ -145,6 +151,11 @@ public final class CgroupTree: Sendable {
         return group
     }
 
+    /// Moves `pid` into `group` on the mover's thread, then calls `done` there with nil or why not.
+    public func admit(_ pid: pid_t, to group: CgroupGroup, done: @escaping @Sendable (String?) -> Void) {
+        mover.async { done(group.admit(pid)) }
+    }
+
     /// Removes the per-supervisor folders (empty once every worker is gone).
     public func removeAll() {
         for base in Set(bases.values) {
@@ -212,6 +223,14 @@ public struct CgroupGroup: Sendable {
     public var procsFiles: [String] { Set(folders.values).sorted().map { $0 + "/cgroup.procs" } }
 
     func folder(_ controller: String) -> String? { folders[version == .v2 ? "" : controller] }
+
+    /// Moves the process `pid` (all its threads) into the group; nil, or why not.
+    func admit(_ pid: pid_t) -> String? {
+        for file in procsFiles {
+            if let e = CgroupTree.write(file, String(pid)) { return "\(file): \(e)" }
+        }
+        return nil
+    }
 
     func apply(_ l: CgroupLimits) throws(SystemError) {
         func set(_ controller: String, _ file: String, _ value: String) throws(SystemError) {

@@ -66,7 +66,7 @@ enum Sandbox {
             }
             return applied
         }
-        var filter = try confined { () throws(ConfinementError) in try Seccomp.Filter(plan.seccompRules, notify: plan.notifyFD != nil) }
+        var filter = try confined { () throws(ConfinementError) in try Seccomp.Filter(plan.seccompRules(notify: plan.notifyFD != nil), notify: plan.notifyFD != nil) }
         var mark = ProcessControl.monotonicMicroseconds()
         applied.timings["sandbox.baseUs"] = Int(mark - started)
         func lap(_ step: String) {
@@ -77,7 +77,13 @@ enum Sandbox {
 
         // 3. Its own control group, joined before anything is allocated for the plugin (memory is
         // charged to the group that allocates it; pids.max and cpu.max hold from here on).
-        if let files = plan.cgroupProcs {
+        if plan.cgroupBySupervisor, let channel = plan.notifyFD {
+            switch cws_wait_byte(channel, 10_000) {
+            case Int32(UInt8(ascii: "J")): layer(.cgroup)
+            case Int32(UInt8(ascii: "F")): try missing(.cgroup, "the supervisor could not move it into its group (its log says why)")
+            default: try missing(.cgroup, "the supervisor did not move it into its group within 10 s")
+            }
+        } else if let files = plan.cgroupProcs {
             var failed: String?
             for file in files where failed == nil {
                 let fd = open(file, O_WRONLY | O_CLOEXEC)
@@ -147,7 +153,7 @@ enum Sandbox {
             // A kernel without user notification (before 5.0, or TSYNC_ESRCH before 5.7): the
             // SIGSYS reporter names violations, and denials are not counted.
             notifyMissing = "the kernel refused a filter with a listener (\(error.message)); violations are named by the worker's SIGSYS handler"
-            filter = try confined { () throws(ConfinementError) in try Seccomp.Filter(plan.seccompRules, notify: false) }
+            filter = try confined { () throws(ConfinementError) in try Seccomp.Filter(plan.seccompRules(notify: false), notify: false) }
             listener = try confined { () throws(ConfinementError) in try filter.load(reportFD: plan.socketFD, sendLock: sendLock) }
         }
         layer(.seccomp)

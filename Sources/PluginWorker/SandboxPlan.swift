@@ -26,6 +26,8 @@ struct SandboxPlan {
     /// Its control group's `cgroup.procs` files, or why it has none.
     var cgroupProcs: [String]?
     var cgroupMissing: String?
+    /// The supervisor moves it into its group and says so on `notifyFD`.
+    var cgroupBySupervisor: Bool
     /// Layers the operator demands: a missing one is an error instead of a note.
     var required: Set<SandboxLayer>
     var limits: [Limit]
@@ -33,7 +35,10 @@ struct SandboxPlan {
     var network: Bool
     var namespaces: Int32
     var landlockRules: [Landlock.PathRule]
-    var seccompRules: [SeccompPolicy.Rule]
+    /// The seccomp policy, with the supervisor answering for the filter or without.
+    func seccompRules(notify: Bool) -> [SeccompPolicy.Rule] {
+        SeccompPolicy.rules(network: network, pid: getpid(), notify: notify)
+    }
 
     init(_ spec: WorkerSpec) {
         let sandbox = spec.sandbox
@@ -47,6 +52,7 @@ struct SandboxPlan {
         }
         cgroupProcs = spec.cgroupProcs
         cgroupMissing = spec.cgroupMissing
+        cgroupBySupervisor = spec.cgroupBySupervisor == true && spec.notifyFD != nil
         required = Set(sandbox.required)
         network = sandbox.permissions.contains(.network)
         // Equal soft and hard limits cannot be raised without capabilities.
@@ -88,6 +94,5 @@ struct SandboxPlan {
             }
         }
         landlockRules = rules
-        seccompRules = SeccompPolicy.rules(network: network, pid: getpid())
     }
 }

@@ -43,4 +43,62 @@ import Testing
         _ = try sv.waitForExit()
         #expect(!FileManager.default.fileExists(atPath: temp), "\(temp) was not emptied")
     }
+
+    static let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Fixtures/RealLibraries").path
+
+    /// The Rust cdylib, built with plain `rustc` (std only; scripts/install-deps.sh installs Debian's
+    /// rustc where there is none).
+    static func rustLibrary() throws -> String {
+        let out = Build.dir + "/fixtures-rust"
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        let lib = out + "/librustlib.so"
+        let r = try Shell.run("/usr/bin/env", ["rustc", "--edition", "2021", "--crate-type", "cdylib", "-O", "-o", lib, fixtures + "/rustlib.rs"],
+                              env: ProcessInfo.processInfo.environment)
+        guard r.code == 0 else { throw HarnessError("rustc failed (scripts/install-deps.sh installs it): \(r.err)") }
+        return lib
+    }
+
+    /// The Go c-shared library, built with Debian's golang-go (offline: the standard library only).
+    static func goLibrary() throws -> String {
+        let out = Build.dir + "/fixtures-go"
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        let lib = out + "/libgoplugin.so"
+        var env = ProcessInfo.processInfo.environment
+        env["GOCACHE"] = out + "/cache"
+        env["GOPATH"] = out + "/gopath"
+        env["GOFLAGS"] = "-mod=mod"
+        env["GOTOOLCHAIN"] = "local"
+        env["CGO_ENABLED"] = "1"
+        let r = try Shell.run("/usr/bin/env", ["sh", "-c", "cd '\(fixtures)/go' && go build -buildmode=c-shared -o '\(lib)' ."], env: env, timeout: 300)
+        guard r.code == 0 else { throw HarnessError("go build failed (scripts/install-deps.sh installs golang-go): \(r.err)") }
+        return lib
+    }
+
+    @Test("a Rust cdylib: named threads, temp files, available_parallelism, time, a 64 MiB allocation, current_exe and a caught panic work sandboxed and unsandboxed",
+          arguments: [true, false])
+    func rust(sandboxed: Bool) throws {
+        try runAll(library: try Self.rustLibrary(), id: "t.rust", sandboxed: sandboxed,
+                   behaviours: ["threads", "tempfile", "parallelism", "time", "alloc", "exe", "panic"])
+    }
+
+    @Test("a Go c-shared library: goroutines, timers, the CPU profiler (it gets samples), temp files, GC and NumCPU work sandboxed and unsandboxed",
+          arguments: [true, false])
+    func go(sandboxed: Bool) throws {
+        try runAll(library: try Self.goLibrary(), id: "t.go", sandboxed: sandboxed,
+                   behaviours: ["goroutines", "timers", "profile", "tempfile", "gc", "numcpu"])
+    }
+
+    func runAll(library: String, id: String, sandboxed: Bool, behaviours: [String]) throws {
+        let w = try TestWorld()
+        try w.bundle(id, library: library)
+        let sv = try RunningSupervisor(w, args: sandboxed ? [] : ["--no-sandbox"])
+        for behaviour in behaviours {
+            let r = try sv.cli("call", id, behaviour)
+            #expect(r.code == 0 && r.out.contains("\"ok\""), "\(behaviour) \(sandboxed ? "sandboxed" : "unsandboxed"): \(r.err)")
+        }
+        let info = try sv.plugin(id)
+        #expect(info.state == "running" && info.restarts == 0, "\(info)")
+        if sandboxed { #expect(info.sandbox.contains("seccomp") && info.sandbox.contains("landlock"), "\(info.sandbox)") }
+    }
 }

@@ -64,6 +64,9 @@ uint64_t cws_get_rlimit_max(int resource);
 int cws_enter_minimal_root(const char *const *paths, const int *writable, int n, const char *scratch,
                            char *what, size_t what_len);
 
+/* Waits up to `timeout_ms` for one byte on `fd` and returns it (0-255), or -1 (time out, end of
+   stream, error). */
+int cws_wait_byte(int fd, int timeout_ms);
 /* 1 when the peer of socket `fd` has closed its end (poll POLLHUP/POLLRDHUP, no wait). */
 int cws_peer_hung_up(int fd);
 

@@ -29,6 +29,10 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     /// the group before anything else. Nil when the supervisor has none to give (`cgroupMissing` says why).
     public var cgroupProcs: [String]?
     public var cgroupMissing: String?
+    /// The supervisor moves the worker into its group itself and then writes one byte on the
+    /// `notifyFD` socket: `J` (joined) or `F` (it failed; the supervisor logs why). The worker
+    /// waits for it before anything else (and `cgroupProcs` is then nil).
+    public var cgroupBySupervisor: Bool?
     /// Largest frame body accepted.
     public var maxFrameBytes: Int
     /// Sandbox policy input (docs/sandbox.md).

@@ -126,8 +126,11 @@ public enum SeccompPolicy {
     /// - Parameters:
     ///   - network: the manifest grants `network` (AF_UNIX, AF_INET and AF_INET6 sockets).
     ///   - pid: the worker's own pid (signals may only go to itself).
-    public static func rules(network: Bool, pid: Int32) -> [Rule] {
+    ///   - notify: the supervisor answers for the filter (user notification): nothing traps, so the
+    ///     SIGSYS reporter needs no protection and SIGSYS's action may be set like any other's.
+    public static func rules(network: Bool, pid: Int32, notify: Bool = false) -> [Rule] {
         var rules = allowed.map { Rule(syscall: $0, action: .allow) }
+        if notify { rules.append(Rule(syscall: "rt_sigaction", action: .allow)) }
         rules += fatal.map { Rule(syscall: $0, action: .trap) }
         func when(_ arg: UInt32, _ op: Condition.Op, _ value: UInt64) -> Condition { Condition(arg: arg, op: op, value: value) }
         let me = UInt64(UInt32(bitPattern: pid))
@@ -137,8 +140,11 @@ public enum SeccompPolicy {
             Rule(syscall: "clone", action: .trap, conditions: [when(0, .maskedEqual(mask: CLONE_THREAD), 0)]),
             // clone3's flags live in memory seccomp cannot read: say ENOSYS so libc falls back to clone.
             Rule(syscall: "clone3", action: .errno(ENOSYS)),
-            // The SIGSYS reporter cannot be replaced (a forced SIGSYS that is blocked kills anyway).
+            // The SIGSYS reporter cannot be replaced (a forced SIGSYS that is blocked kills anyway);
+            // asking what SIGSYS does (no new action) is harmless, and runtimes do it for every
+            // signal at start: Go's throws "sigaction failed" when the query is refused.
             Rule(syscall: "rt_sigaction", action: .allow, conditions: [when(0, .notEqual, SIGSYS)]),
+            Rule(syscall: "rt_sigaction", action: .allow, conditions: [when(0, .equal, SIGSYS), when(1, .equal, 0)]),
             // Signals to itself only.
             Rule(syscall: "kill", action: .allow, conditions: [when(0, .equal, me)]),
             Rule(syscall: "kill", action: .allow, conditions: [when(0, .equal, 0)]),

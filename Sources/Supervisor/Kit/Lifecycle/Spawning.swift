@@ -36,13 +36,15 @@ extension Lifecycle {
         }
         let notifier = supervisor.notifier
         var spec = workerSpec(record.manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
-        // A control group of its own, made and limited before it exists; it joins it first thing.
+        // A control group of its own, made and limited before it exists. The supervisor's mover
+        // puts it there (and says so on the notify channel) before the worker goes on; without a
+        // channel the worker joins it itself.
         var cgroup: CgroupGroup?
         if let tree = supervisor.cgroups {
             spawnCount &+= 1
             do {
                 cgroup = try tree.makeGroup("\(id)-\(spawnCount)", limits: cgroupLimits(record.manifest))
-                spec.cgroupProcs = cgroup?.procsFiles
+                if notifier != nil { spec.cgroupBySupervisor = true } else { spec.cgroupProcs = cgroup?.procsFiles }
             } catch {
                 logger.warning("no cgroup for \(id): \(error)", metadata: ["plugin": "\(id)"])
                 spec.cgroupMissing = "could not make its group: \(error)"
@@ -56,7 +58,10 @@ extension Lifecycle {
         }
         var spawned: SpawnedChild
         do {
-            spawned = try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(specJSON)"],
+            // TMPDIR in the exec's environment, not only set by the worker: runtimes that read the
+            // environment the process started with (Go's c-shared runtime) see it too.
+            spawned = try Spawner.spawn(executable: config.workerExecutable,
+                                        extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(specJSON)", "TMPDIR=\(temp)", "SQLITE_TMPDIR=\(temp)"],
                                         notifyChannel: notifier != nil, isolated: config.sandboxEnabled)
         } catch {
             cgroup?.remove()
@@ -76,13 +81,28 @@ extension Lifecycle {
             return fail(record, reason: "cannot watch a worker's exit: \(error)")
         }
         if let notifier, let channel = spawned.notify.take() {
-            do {
-                try notifier.adopt(channel: channel, process: instance.process) { [supervisor] call in
-                    SandboxAnswers.answer(call, for: instance, supervisor: supervisor)
+            let answer: @Sendable (SeccompCall) -> SeccompAnswer = { [supervisor] call in
+                SandboxAnswers.answer(call, for: instance, supervisor: supervisor)
+            }
+            if let tree = supervisor.cgroups, let group = cgroup {
+                // Moved first, then told (J or F), then its filter's channel is watched.
+                let raw = channel.release()
+                let process = instance.process, pid = instance.pid
+                tree.admit(pid, to: group) { [supervisor] failure in
+                    var byte: UInt8 = failure == nil ? UInt8(ascii: "J") : UInt8(ascii: "F")
+                    _ = send(raw, &byte, 1, Int32(MSG_NOSIGNAL))
+                    if let failure {
+                        supervisor.loop.execute { supervisor.logger.warning("cannot move \(id) into its cgroup: \(failure)", metadata: ["plugin": "\(id)"]) }
+                    }
+                    do { try notifier.adopt(channel: OwnedDescriptor(raw), process: process, answer: answer) } catch {
+                        process.signal(SIGKILL)
+                    }
                 }
-            } catch {
-                // Its filter's calls would wait for an answer forever: it must not run.
-                kill(instance, .spawnError, "cannot answer for its seccomp filter: \(error)")
+            } else {
+                do { try notifier.adopt(channel: channel, process: instance.process, answer: answer) } catch {
+                    // Its filter's calls would wait for an answer forever: it must not run.
+                    kill(instance, .spawnError, "cannot answer for its seccomp filter: \(error)")
+                }
             }
         }
         table.workerSpawned(instance)

@@ -1,0 +1,3 @@
+module goplugin
+
+go 1.19
