@@ -108,6 +108,12 @@ do {
             let shape = count == 1 ? "" : (chain ? " (chain)" : " (wide)")
             report.add("start → ready, \(count) plugin\(count == 1 ? "" : "s")\(shape), sandbox \(sandbox ? "on" : "off")",
                        runs.median / 1000, "ms", target: count == 50 && sandbox ? "< 150 ms" : nil)
+            if sandbox, !chain, count == 50 {
+                // The per-worker cgroup's share of it (docs/sandbox.md, "cgroups").
+                var without = Samples()
+                for _ in 0..<(quick ? 1 : 3) { without.add(try rig.start(plugins: dir, sandbox: true, config: #"{"workerCgroups": false}"#)) }
+                report.add("start → ready, 50 plugins (wide), sandbox on, no worker cgroups", without.median / 1000, "ms")
+            }
             if count == 1 {
                 let t = try rig.status().first?.timings ?? [:]
                 for phase in ["spawnUs", "sandboxUs", "sandbox.specUs", "sandbox.baseUs", "sandbox.cgroupUs", "sandbox.rlimitsUs", "sandbox.namespacesUs", "sandbox.landlockUs",

@@ -94,30 +94,11 @@ struct isolated_spawn {
     char *const *argv;
     char *const *envp;
     int socket_fd, notify_fd, stdout_fd, stderr_fd;
-    unsigned uid, gid;
     int report_fd; /* the write end of a close-on-exec pipe: an errno before the exec */
 };
 
-/* "<id> <id> 1\n" without snprintf (not async-signal-safe). */
-static int write_id_map(const char *path, unsigned id) {
-    char digits[16], line[40];
-    int n = 0, at = 0;
-    do { digits[n++] = (char)('0' + id % 10); id /= 10; } while (id && n < 15);
-    for (int copy = 0; copy < 2; copy++) {
-        for (int i = n - 1; i >= 0; i--) line[at++] = digits[i];
-        line[at++] = ' ';
-    }
-    line[at++] = '1';
-    line[at++] = '\n';
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t w = write(fd, line, (size_t)at);
-    close(fd);
-    return w == at ? 0 : -1;
-}
-
-/* Runs in the child: a copy of the parent (no CLONE_VM: its own memory, so it may make itself
-   dumpable, which the supervisor is not), until execve. Only system calls, no allocation. */
+/* Runs in the child, which shares the parent's memory until execve (CLONE_VM | CLONE_VFORK, as
+   posix_spawn does): only system calls, no allocation, nothing of the parent's touched. */
 static int isolated_child(void *p) {
     struct isolated_spawn *a = p;
     /* Default dispositions first (a handler must never run here), then an empty mask. */
@@ -131,24 +112,20 @@ static int isolated_child(void *p) {
     /* It is in a PID namespace of its own: its parent is invisible (getppid() is 0), so the death
        signal is set here, while the supervisor certainly waits for the exec. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) goto fail;
-    /* Its ids map to themselves, written now: after the exec it would no longer hold the
-       capability to. Its /proc/self files belong to root while it is not dumpable (inherited from
-       the supervisor); the exec makes it so again anyway. */
-    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) goto fail;
-    int sg = open("/proc/self/setgroups", O_WRONLY | O_CLOEXEC);
-    if (sg >= 0) { if (write(sg, "deny", 4) != 4) { close(sg); goto fail; } close(sg); }
-    if (write_id_map("/proc/self/uid_map", a->uid) != 0 || write_id_map("/proc/self/gid_map", a->gid) != 0) goto fail;
-    if (a->uid != 0) {
-        /* A non-root worker keeps CAP_SYS_ADMIN of its own user namespace across the exec (an
-           ambient capability), to build its mount view and unshare the rest; it drops every
-           capability before its plugin loads. */
-        struct { uint32_t version; int pid; } header = { 0x20080522 /* _LINUX_CAPABILITY_VERSION_3 */, 0 };
-        struct { uint32_t effective, permitted, inheritable; } data[2];
-        if (syscall(SYS_capget, &header, data) != 0) goto fail;
-        data[0].inheritable |= 1U << 21; /* CAP_SYS_ADMIN */
-        if (syscall(SYS_capset, &header, data) != 0) goto fail;
-        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 21, 0, 0) != 0) goto fail;
-    }
+    /* Its uid is not mapped in its new user namespace yet, so the exec would drop every
+       capability it holds there. Three are kept, as ambient capabilities: CAP_SETGID and
+       CAP_SETUID (6, 7), to write its id maps after the exec (they cannot be written from here:
+       this child shares the supervisor's memory, which is not dumpable, so its /proc/self files
+       belong to root), and CAP_SYS_ADMIN (21), to build its mount view and unshare the rest. The
+       worker drops every capability before its plugin loads. */
+    struct { uint32_t version; int pid; } header = { 0x20080522 /* _LINUX_CAPABILITY_VERSION_3 */, 0 };
+    struct { uint32_t effective, permitted, inheritable; } data[2];
+    if (syscall(SYS_capget, &header, data) != 0) goto fail;
+    data[0].inheritable |= (1U << 6) | (1U << 7) | (1U << 21);
+    if (syscall(SYS_capset, &header, data) != 0) goto fail;
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 6, 0, 0) != 0) goto fail;
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 7, 0, 0) != 0) goto fail;
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 21, 0, 0) != 0) goto fail;
     int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null < 0 || dup2(null, 0) < 0) goto fail;
     if (dup2(a->stdout_fd, 1) < 0 || dup2(a->stderr_fd, 2) < 0 || dup2(a->socket_fd, 3) < 0) goto fail;
@@ -179,18 +156,19 @@ int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
         if (moved < 0) { close(report[0]); return errno; }
         report[1] = moved;
     }
-    struct isolated_spawn a = { path, argv, envp, socket_fd, notify_fd, stdout_fd, stderr_fd,
-                                (unsigned)getuid(), (unsigned)getgid(), report[1] };
+    struct isolated_spawn a = { path, argv, envp, socket_fd, notify_fd, stdout_fd, stderr_fd, report[1] };
     size_t stack_size = 64 * 1024;
     char *stack = malloc(stack_size);
     if (!stack) { close(report[0]); close(report[1]); return ENOMEM; }
-    /* No handler of the parent's may run in the child before it resets them: all blocked across
-       clone (the child inherits the mask, and resets it itself). */
+    /* No handler of the parent's may run on the child's stack: everything blocked across clone. */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     int fd = -1;
-    int flags = CLONE_VFORK | CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | SIGCHLD;
+    /* No CLONE_NEWNS: copying the mount table waits for the global namespace lock, which other
+       workers' mount views hold; the worker unshares its mount namespace itself, off the
+       supervisor's thread (it holds CAP_SYS_ADMIN in its user namespace for that). */
+    int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD;
     pid_t child = clone(isolated_child, stack + stack_size, flags, &a, &fd);
     int e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -169,9 +169,9 @@ static unsigned long kept_flags(int fd) {
     return f;
 }
 
-/* Binds the object `fd` (opened O_PATH) at `target` inside the new root, read-only unless
-   `writable`. */
-static int bind_at(int fd, char *target, int writable) {
+/* Makes the mount point for the object `fd` (opened O_PATH) at `target` inside the new root:
+   its parents, then a folder or an empty file. */
+static int make_target(int fd, char *target) {
     struct stat st;
     if (fstat(fd, &st) != 0) return -1;
     if (make_parents(target) != 0) return -1;
@@ -183,14 +183,13 @@ static int bind_at(int fd, char *target, int writable) {
         if (f < 0 && errno != EEXIST) return -1;
         if (f >= 0) close(f);
     }
+    return 0;
+}
+
+static int bind_fd(int fd, const char *target) {
     char source[64];
     snprintf(source, sizeof source, "/proc/self/fd/%d", fd);
-    if (mount(source, target, NULL, MS_BIND | MS_REC, NULL) != 0) return -1;
-    if (!writable) {
-        /* Landlock is the wall for writes; a remount the kernel refuses leaves it the only one. */
-        (void)mount(NULL, target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | kept_flags(fd), NULL);
-    }
-    return 0;
+    return mount(source, target, NULL, MS_BIND | MS_REC, NULL);
 }
 
 static int by_length(const void *a, const void *b) {
@@ -198,71 +197,123 @@ static int by_length(const void *a, const void *b) {
     return la < lb ? -1 : la > lb;
 }
 
-int cws_enter_minimal_root(const char *const *paths, const int *writable, int n, const char *scratch,
-                           char *what, size_t what_len) {
+/* `path` lies inside `dir` (or is it). */
+static int inside(const char *path, const char *dir) {
+    size_t n = strlen(dir);
+    return strncmp(path, dir, n) == 0 && (path[n] == 0 || path[n] == '/' || (n == 1 && dir[0] == '/'));
+}
+
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+struct cws_mount_attr { uint64_t attr_set, attr_clr, propagation, userns_fd; };
+
+int cws_enter_minimal_root(const char *const *paths, const int *writable, const char *const *links, int n,
+                           const char *scratch, char *what, size_t what_len) {
     enum { MAX_PATHS = 256 };
     if (n > MAX_PATHS) { errno = E2BIG; return fail_step(what, what_len, "too many paths", NULL); }
     /* Nothing done here may reach the host's mounts. */
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return fail_step(what, what_len, "making / private", NULL);
-    /* /proc of its own PID namespace: no other process is listed. */
-    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
-        return fail_step(what, what_len, "mounting a new /proc", NULL);
-    /* Parents before children, so a file bound inside a bound folder stays visible. */
+    /* Parents before children. A read-only path inside another read-only one is visible through
+       it already, and a path under /proc is in the new /proc: neither needs a mount. */
     const char *order[MAX_PATHS];
+    const char *link[MAX_PATHS];
     int rw[MAX_PATHS], fds[MAX_PATHS];
     for (int i = 0; i < n; i++) order[i] = paths[i];
     qsort(order, (size_t)n, sizeof order[0], by_length);
     for (int i = 0; i < n; i++) {
         rw[i] = 0;
-        for (int j = 0; j < n; j++) if (paths[j] == order[i]) rw[i] = writable[j];
-        /* Opened now: the tmpfs below may cover where they are. */
-        fds[i] = strncmp(order[i], "/proc", 5) == 0 && (order[i][5] == 0 || order[i][5] == '/') ? -1
-                 : open(order[i], O_PATH | O_CLOEXEC);
+        link[i] = NULL;
+        for (int j = 0; j < n; j++) if (paths[j] == order[i]) { rw[i] = writable[j]; link[i] = links ? links[j] : NULL; }
+        fds[i] = -1;
+        if (inside(order[i], "/proc")) continue;
+        int covered = 0;
+        for (int k = 0; k < i && !covered; k++) covered = fds[k] >= 0 && !rw[k] && !rw[i] && inside(order[i], order[k]);
+        if (covered || link[i]) continue;
+        /* Opened now, through the host's /proc: the tmpfs below may cover where they are. */
+        fds[i] = open(order[i], O_PATH | O_CLOEXEC);
     }
     int rc = 0, pivoted = 0;
     char target[4096];
+    const char *devices[] = { "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random" };
+    enum { DEVICES = sizeof devices / sizeof devices[0] };
+    int devfd[DEVICES];
+    for (int i = 0; i < DEVICES; i++) devfd[i] = open(devices[i], O_PATH | O_CLOEXEC);
     if (mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") != 0) {
         rc = fail_step(what, what_len, "mounting the new root on", scratch);
         goto out;
     }
+    /* 1. Every mount point and link, while the tmpfs is writable. */
     for (int i = 0; i < n; i++) {
-        if (fds[i] < 0) continue;
         snprintf(target, sizeof target, "%s%s", scratch, order[i]);
-        if (bind_at(fds[i], target, rw[i]) != 0) { rc = fail_step(what, what_len, "binding", order[i]); goto out; }
+        if (link[i]) {
+            /* A folder that is a symbolic link to another listed path (merged /usr: /lib -> usr/lib). */
+            if (make_parents(target) != 0 || (symlink(link[i], target) != 0 && errno != EEXIST)) {
+                rc = fail_step(what, what_len, "linking", order[i]);
+                goto out;
+            }
+        } else if (fds[i] >= 0 && make_target(fds[i], target) != 0) {
+            rc = fail_step(what, what_len, "making a mount point for", order[i]);
+            goto out;
+        }
     }
-    /* Devices: the harmless ones, and a private /dev/shm. */
-    const char *devices[] = { "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random" };
-    for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++) {
-        int fd = open(devices[i], O_PATH | O_CLOEXEC);
-        if (fd < 0) continue;
+    for (int i = 0; i < DEVICES; i++) {
         snprintf(target, sizeof target, "%s%s", scratch, devices[i]);
-        int bound = bind_at(fd, target, 1);
-        close(fd);
-        if (bound != 0) { rc = fail_step(what, what_len, "binding", devices[i]); goto out; }
+        if (devfd[i] >= 0 && make_target(devfd[i], target) != 0) { rc = fail_step(what, what_len, "making", devices[i]); goto out; }
+    }
+    const char *folders[] = { "/dev/shm", "/proc", "/.old" };
+    for (size_t i = 0; i < sizeof folders / sizeof folders[0]; i++) {
+        snprintf(target, sizeof target, "%s%s", scratch, folders[i]);
+        if (make_parents(target) != 0 || (mkdir(target, 0755) != 0 && errno != EEXIST)) { rc = fail_step(what, what_len, "mkdir", target); goto out; }
+    }
+    /* 2. The read-only binds, then the whole tree read-only in one call (mount_setattr, Linux
+       5.12; else a remount per bind, keeping the flags the kernel locks in a user namespace). */
+    for (int i = 0; i < n; i++) {
+        if (fds[i] < 0 || rw[i]) continue;
+        snprintf(target, sizeof target, "%s%s", scratch, order[i]);
+        if (bind_fd(fds[i], target) != 0) { rc = fail_step(what, what_len, "binding", order[i]); goto out; }
+    }
+    struct cws_mount_attr ro = { 1 /* MOUNT_ATTR_RDONLY */, 0, 0, 0 };
+    if (syscall(SYS_mount_setattr, AT_FDCWD, scratch, 0x8000 /* AT_RECURSIVE */, &ro, sizeof ro) != 0) {
+        for (int i = 0; i < n; i++) {
+            if (fds[i] < 0 || rw[i]) continue;
+            snprintf(target, sizeof target, "%s%s", scratch, order[i]);
+            /* Landlock is the wall for writes; a remount the kernel refuses leaves it the only one. */
+            (void)mount(NULL, target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | kept_flags(fds[i]), NULL);
+        }
+        (void)mount(NULL, scratch, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
+    }
+    /* 3. What may be written: its data and temporary folders, the devices, a private /dev/shm. */
+    for (int i = 0; i < n; i++) {
+        if (fds[i] < 0 || !rw[i]) continue;
+        snprintf(target, sizeof target, "%s%s", scratch, order[i]);
+        if (bind_fd(fds[i], target) != 0) { rc = fail_step(what, what_len, "binding", order[i]); goto out; }
+    }
+    for (int i = 0; i < DEVICES; i++) {
+        if (devfd[i] < 0) continue;
+        snprintf(target, sizeof target, "%s%s", scratch, devices[i]);
+        if (bind_fd(devfd[i], target) != 0) { rc = fail_step(what, what_len, "binding", devices[i]); goto out; }
     }
     snprintf(target, sizeof target, "%s/dev/shm", scratch);
-    if (mkdir(target, 01777) != 0 && errno != EEXIST) { rc = fail_step(what, what_len, "mkdir", target); goto out; }
     if (mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777,size=64m") != 0) {
         rc = fail_step(what, what_len, "mounting a private /dev/shm", NULL);
         goto out;
     }
+    /* 4. /proc of its own PID namespace: no other process is listed. */
     snprintf(target, sizeof target, "%s/proc", scratch);
-    if (mkdir(target, 0555) != 0 && errno != EEXIST) { rc = fail_step(what, what_len, "mkdir", target); goto out; }
     if (mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
-        rc = fail_step(what, what_len, "mounting /proc in the new root", NULL);
+        rc = fail_step(what, what_len, "mounting a new /proc", NULL);
         goto out;
     }
+    /* 5. Into it; the host's tree goes. */
     snprintf(target, sizeof target, "%s/.old", scratch);
-    if (mkdir(target, 0700) != 0 && errno != EEXIST) { rc = fail_step(what, what_len, "mkdir", target); goto out; }
     if (syscall(SYS_pivot_root, scratch, target) != 0) { rc = fail_step(what, what_len, "pivot_root to", scratch); goto out; }
     pivoted = 1;
     if (chdir("/") != 0) { rc = fail_step(what, what_len, "chdir /", NULL); goto out; }
     if (umount2("/.old", MNT_DETACH) != 0) { rc = fail_step(what, what_len, "detaching the old root", NULL); goto out; }
-    (void)rmdir("/.old");
-    /* The root itself read-only: nothing new at its top. */
-    (void)mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
 out:
     for (int i = 0; i < n; i++) if (fds[i] >= 0) close(fds[i]);
+    for (int i = 0; i < DEVICES; i++) if (devfd[i] >= 0) close(devfd[i]);
     /* Half-built: uncover what the tmpfs hid, so the worker goes on with the host's view (and
        Landlock), and says the layer is missing. */
     if (rc != 0 && !pivoted) (void)umount2(scratch, MNT_DETACH);

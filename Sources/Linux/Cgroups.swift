@@ -35,10 +35,10 @@ public final class CgroupTree: Sendable {
     public let version: Version
     /// The folder worker groups are made in, per controller (v2: one, keyed "").
     let bases: [String: String]
-    /// Moves processes into their groups one after another. The kernel makes the first move of a
-    /// burst wait for an RCU grace period (cgroup_threadgroup_rwsem, ~12 ms here) and blocks every
-    /// fork meanwhile; the moves that follow it within the burst are cheap. One thread doing them
-    /// all keeps that to once per burst, off the event loop and off the workers' own start.
+    /// Moves processes into their groups, one after another, off the event loop. Each move takes
+    /// the kernel's cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period
+    /// (~12 ms here) unless another move just did, and holds up every fork, thread creation and
+    /// exit on the machine meanwhile (docs/sandbox.md, "cgroups": the cost at start-up).
     private let mover = DispatchQueue(label: "cgroup-mover")
 
     init(version: Version, bases: [String: String]) {

@@ -66,6 +66,14 @@ public enum FileSystem {
         return String(cString: p)
     }
 
+    /// The text of the symbolic link `path` (readlink), or nil when it is not one.
+    public static func linkText(_ path: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink(path, &buffer, buffer.count - 1)
+        guard n > 0 else { return nil }
+        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     /// The folder holding the running executable.
     public static func executableDirectory() -> String {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)

@@ -76,13 +76,11 @@ enum Sandbox {
         }
 
         // 3. Its own control group, joined before anything is allocated for the plugin (memory is
-        // charged to the group that allocates it; pids.max and cpu.max hold from here on).
-        if plan.cgroupBySupervisor, let channel = plan.notifyFD {
-            switch cws_wait_byte(channel, 10_000) {
-            case Int32(UInt8(ascii: "J")): layer(.cgroup)
-            case Int32(UInt8(ascii: "F")): try missing(.cgroup, "the supervisor could not move it into its group (its log says why)")
-            default: try missing(.cgroup, "the supervisor did not move it into its group within 10 s")
-            }
+        // charged to the group that allocates it; pids.max and cpu.max hold from then on). When
+        // the supervisor moves it, the move overlaps the steps below (it waits for a grace period
+        // of the kernel's), and the worker waits for its word after the filter, before the plugin.
+        if plan.cgroupBySupervisor {
+            // Below, after step 8.
         } else if let files = plan.cgroupProcs {
             var failed: String?
             for file in files where failed == nil {
@@ -167,6 +165,15 @@ enum Sandbox {
                 let sent = cls_send_fd(channel, listener.raw)
                 guard sent == 0 else { throw failure("sending the seccomp listener", -sent) }
             }
+            // The supervisor's word on its cgroup (J joined, F failed) comes before it watches the
+            // filter: nothing here needs an answer meanwhile.
+            if plan.cgroupBySupervisor {
+                switch cws_wait_byte(channel, 10_000) {
+                case Int32(UInt8(ascii: "J")): layer(.cgroup)
+                case Int32(UInt8(ascii: "F")): try missing(.cgroup, "the supervisor could not move it into its group (its log says why)")
+                default: try missing(.cgroup, "the supervisor did not move it into its group within 10 s")
+                }
+            }
             _ = close(channel)
         }
         listener = nil
@@ -185,13 +192,28 @@ enum Sandbox {
     /// own user namespace, until step 7 drops them).
     static func isolatedNamespaces(_ plan: SandboxPlan, layer: (SandboxLayer) -> Void,
                                    missing: (SandboxLayer, String) throws(WorkerError) -> Void) throws(WorkerError) {
-        // Its ids were mapped before the exec (cls_spawn_isolated).
+        // Its ids map to themselves (the supervisor's, from the spec: until they are mapped, getuid()
+        // says 65534). It holds CAP_SETUID/SETGID of its user namespace for this (ambient, from
+        // cls_spawn_isolated), and is still dumpable, so /proc/self/uid_map is its own.
+        let rc = cws_map_ids(plan.uid ?? getuid(), plan.gid ?? getgid())
+        guard rc == 0 else { throw failure("writing /proc/self/uid_map", -rc) }
         layer(.userNamespace)
         let view = plan.landlockRules
+        // A listed folder that is a symbolic link to another listed one (merged /usr's /lib ->
+        // usr/lib) becomes that link in the new root rather than a second mount.
+        let listed = Set(view.map(\.path))
+        let links: [String?] = view.map { rule in
+            guard let real = FileSystem.realPath(rule.path), real != rule.path, listed.contains(real),
+                  let text = FileSystem.linkText(rule.path) else { return nil }
+            return text
+        }
         var what = [CChar](repeating: 0, count: 512)
-        let entered = withCStrings(view.map(\.path)) { paths in
-            view.map { Int32($0.writable ? 1 : 0) }.withUnsafeBufferPointer { writable in
-                cws_enter_minimal_root(paths, writable.baseAddress, Int32(view.count), "/tmp", &what, what.count)
+        let newNS = cws_unshare(CWS_CLONE_NEWNS)
+        let entered = newNS != 0 ? newNS : withCStrings(view.map(\.path)) { paths in
+            withOptionalCStrings(links) { linkTexts in
+                view.map { Int32($0.writable ? 1 : 0) }.withUnsafeBufferPointer { writable in
+                    cws_enter_minimal_root(paths, writable.baseAddress, linkTexts, Int32(view.count), "/tmp", &what, what.count)
+                }
             }
         }
         if entered == 0 {
@@ -199,7 +221,8 @@ enum Sandbox {
             layer(.mountNamespace)
         } else {
             // Without its own /proc the PID namespace hides nothing: both are reported missing.
-            let why = "\(String(cString: what)) failed: \(String(cString: strerror(-entered)))"
+            let step = newNS != 0 ? "unshare(CLONE_NEWNS)" : String(cString: what)
+            let why = "\(step) failed: \(String(cString: strerror(-entered)))"
             try missing(.pidNamespace, "its own /proc could not be set up: " + why)
             try missing(.mountNamespace, why)
         }
@@ -245,6 +268,12 @@ enum Sandbox {
             ?? "the supervisor did not start it in namespaces of its own (a preflight, or --no-sandbox)"
         try missing(.pidNamespace, why)
         try missing(.mountNamespace, why)
+    }
+
+    static func withOptionalCStrings<R>(_ strings: [String?], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {
+        let pointers = strings.map { $0.map { UnsafePointer(strdup($0)) } ?? nil } + [nil]
+        defer { for p in pointers { free(UnsafeMutablePointer(mutating: p)) } }
+        return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
     }
 
     static func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {

@@ -21,6 +21,9 @@ struct SandboxPlan {
     var socketFD: Int32
     /// Where the seccomp listener goes to the supervisor (nil: the SIGSYS reporter names violations).
     var notifyFD: Int32?
+    /// The supervisor's (and so its own) uid and gid, for its id maps.
+    var uid: uid_t?
+    var gid: gid_t?
     /// Why the supervisor could not start it in namespaces of its own (from its environment).
     var isolationRefused: String?
     /// Its control group's `cgroup.procs` files, or why it has none.
@@ -46,6 +49,8 @@ struct SandboxPlan {
         supervisorPID = spec.supervisorPID
         socketFD = spec.socketFD
         notifyFD = spec.notifyFD
+        uid = spec.uid
+        gid = spec.gid
         if let why = getenv(Spawner.isolationRefusedVariable) {
             isolationRefused = String(cString: why)
             unsetenv(Spawner.isolationRefusedVariable)

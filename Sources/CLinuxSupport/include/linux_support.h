@@ -17,12 +17,13 @@
 int cls_spawn(const char *path, char *const argv[], char *const envp[],
               int socket_fd, int notify_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
 
-/* The same, but the child starts in new user, PID and mount namespaces (clone with CLONE_VFORK |
-   CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_PIDFD; not CLONE_VM: the child makes itself
-   dumpable to write its id maps, which must not touch the supervisor's memory flags): it is PID 1
-   of its own namespace, its parent death signal is SIGKILL (set before the exec, as its parent is
-   invisible from there), and it maps its own ids itself. Returns an errno value when the host
-   refuses the namespaces (EPERM, ENOSPC, EINVAL), the child's set-up fails, or the exec fails. */
+/* The same, but the child starts in new user, PID and mount namespaces (clone with CLONE_VM |
+   CLONE_VFORK, as posix_spawn does, plus CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_PIDFD):
+   it is PID 1 of its own namespace, its parent death signal is SIGKILL (set before the exec, as
+   its parent is invisible from there), and it keeps CAP_SETUID, CAP_SETGID and CAP_SYS_ADMIN of
+   its user namespace across the exec (ambient) to map its ids and build its mount view itself.
+   Returns an errno value when the host refuses the namespaces (EPERM, ENOSPC, EINVAL), the child's
+   set-up fails, or the exec fails. */
 int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
                        int socket_fd, int notify_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
 

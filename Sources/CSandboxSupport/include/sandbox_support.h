@@ -39,6 +39,7 @@ static const int CWS_CLONE_NEWUSER = 0x10000000;
 static const int CWS_CLONE_NEWNET = 0x40000000;
 static const int CWS_CLONE_NEWIPC = 0x08000000;
 static const int CWS_CLONE_NEWUTS = 0x04000000;
+static const int CWS_CLONE_NEWNS = 0x00020000;
 static const int CWS_RLIMIT_DATA = 2;
 static const int CWS_RLIMIT_CORE = 4;
 static const int CWS_RLIMIT_NPROC = 6;
@@ -56,13 +57,14 @@ int cws_set_rlimit(int resource, uint64_t value);
 uint64_t cws_get_rlimit_max(int resource);
 
 /* ---- the minimal file-system view ---- */
-/* In a mount namespace of its own (holding CAP_SYS_ADMIN there): makes every mount private, mounts
-   a fresh /proc (its PID namespace's), then builds a new root on a tmpfs mounted at `scratch`: a
-   bind mount of each of `paths` (read-only unless `writable[i]`; paths under /proc are skipped, a
-   missing path too), /dev/null, /dev/zero, /dev/urandom, /dev/random, a private /dev/shm and /proc,
-   and pivots into it. Returns 0, or -errno with the failed step in `what`. */
-int cws_enter_minimal_root(const char *const *paths, const int *writable, int n, const char *scratch,
-                           char *what, size_t what_len);
+/* In a mount namespace of its own (holding CAP_SYS_ADMIN there): makes every mount private, then
+   builds a new root on a tmpfs mounted at `scratch`: a bind mount of each of `paths` (read-only
+   unless `writable[i]`; a path under /proc, a missing one, and a read-only one inside another
+   read-only one need none), a symbolic link where `links[i]` is not NULL (its text), /dev/null,
+   /dev/zero, /dev/urandom, /dev/random, a private /dev/shm and a /proc of its PID namespace, and
+   pivots into it. Returns 0, or -errno with the failed step in `what`. */
+int cws_enter_minimal_root(const char *const *paths, const int *writable, const char *const *links, int n,
+                           const char *scratch, char *what, size_t what_len);
 
 /* Waits up to `timeout_ms` for one byte on `fd` and returns it (0-255), or -1 (time out, end of
    stream, error). */

@@ -19,6 +19,10 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     public var tempDirectory: String?
     /// The pid the worker must have as its parent; it exits if the parent is already another.
     public var supervisorPID: Int32
+    /// The supervisor's uid and gid: a worker started in a user namespace of its own maps them to
+    /// themselves (it cannot learn them itself until they are mapped).
+    public var uid: UInt32?
+    public var gid: UInt32?
     /// The descriptor number of the protocol socket in the worker.
     public var socketFD: Int32
     /// The descriptor over which the worker hands its seccomp listener to the supervisor (SCM_RIGHTS),

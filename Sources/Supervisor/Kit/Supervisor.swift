@@ -95,7 +95,11 @@ public final class Supervisor: @unchecked Sendable {
         installs.store.cleanLeftovers()
         do { watcher = try ChildWatcher() } catch { throw .home(config.home, "cannot watch workers: \(error)") }
         if config.sandboxEnabled {
-            (cgroups, cgroupsMissing) = CgroupTree.detect()
+            if config.workerCgroups {
+                (cgroups, cgroupsMissing) = CgroupTree.detect()
+            } else {
+                cgroupsMissing = "switched off in the configuration (workerCgroups: false)"
+            }
             if let cgroups { logger.debug("a cgroup \(cgroups.version.rawValue) group for each worker") }
             do { notifier = try SeccompNotifier() } catch {
                 logger.warning("cannot answer for the workers' seccomp filters (\(error)): violations are named by the workers, denials are not counted")

@@ -48,6 +48,7 @@ extension SupervisorConfig {
         "pingIntervalMs": positive(\.pingIntervalMs),
         "pingTimeoutMs": positive(\.pingTimeoutMs),
         "sandbox": { $0.sandboxEnabled = try $1.bool() },
+        "workerCgroups": { $0.workerCgroups = try $1.bool() },
         "requireSandboxLayers": { config, value in
             config.requiredSandboxLayers = try value.strings().map { name in
                 guard let layer = SandboxLayer(rawValue: name), SandboxLayer.requirable.contains(layer) else {

@@ -45,6 +45,9 @@ public struct SupervisorConfig: Sendable {
     public var pingTimeoutMs = 3_000
     /// Sandbox on (default) or off (benchmarks, diagnosis).
     public var sandboxEnabled = true
+    /// A control group per worker where the host allows (docs/sandbox.md, "cgroups"); false leaves
+    /// workers in the supervisor's group (moving each costs the kernel a grace period at start).
+    public var workerCgroups = true
     /// The plugin catalog's URL (http, https or file), for `update` and on-demand installs.
     public var catalogURL: String?
     /// Trusted publisher keys: base64 raw Ed25519 public keys.

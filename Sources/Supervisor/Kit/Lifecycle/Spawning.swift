@@ -36,6 +36,8 @@ extension Lifecycle {
         }
         let notifier = supervisor.notifier
         var spec = workerSpec(record.manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
+        spec.uid = getuid()
+        spec.gid = getgid()
         // A control group of its own, made and limited before it exists. The supervisor's mover
         // puts it there (and says so on the notify channel) before the worker goes on; without a
         // channel the worker joins it itself.
