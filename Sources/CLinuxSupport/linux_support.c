@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "linux_support.h"
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -98,20 +99,26 @@ struct isolated_spawn {
 };
 
 /* Runs in the child, which shares the parent's memory until execve (CLONE_VM | CLONE_VFORK, as
-   posix_spawn does): only system calls, no allocation, nothing of the parent's touched. */
+   posix_spawn does): raw system calls only (no allocation, and no libc function a sanitizer's
+   interceptor could run in here with the parent's state), nothing of the parent's touched. Not
+   instrumented either: a thread sanitizer's function-entry hooks would run on the parent's
+   thread state (shared memory) and never be balanced (the child execs). */
+#if defined(__has_attribute) && __has_attribute(disable_sanitizer_instrumentation)
+__attribute__((disable_sanitizer_instrumentation))
+#endif
 static int isolated_child(void *p) {
     struct isolated_spawn *a = p;
-    /* Default dispositions first (a handler must never run here), then an empty mask. */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
+    /* Default dispositions first (a handler must never run here), then an empty mask. The kernel's
+       struct sigaction: handler, flags, restorer, mask; all zero is SIG_DFL. */
+    uint64_t dfl[4] = { 0, 0, 0, 0 };
+    uint64_t none = 0;
     for (int sig = 1; sig < _NSIG; sig++) {
-        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);
+        if (sig != SIGKILL && sig != SIGSTOP) syscall(SYS_rt_sigaction, sig, dfl, NULL, 8);
     }
-    if (setsid() < 0) goto fail;
+    if (syscall(SYS_setsid) < 0) goto fail;
     /* It is in a PID namespace of its own: its parent is invisible (getppid() is 0), so the death
        signal is set here, while the supervisor certainly waits for the exec. */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) goto fail;
+    if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) goto fail;
     /* Its uid is not mapped in its new user namespace yet, so the exec would drop every
        capability it holds there. Three are kept, as ambient capabilities: CAP_SETGID and
        CAP_SETUID (6, 7), to write its id maps after the exec (they cannot be written from here:
@@ -123,26 +130,38 @@ static int isolated_child(void *p) {
     if (syscall(SYS_capget, &header, data) != 0) goto fail;
     data[0].inheritable |= (1U << 6) | (1U << 7) | (1U << 21);
     if (syscall(SYS_capset, &header, data) != 0) goto fail;
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 6, 0, 0) != 0) goto fail;
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 7, 0, 0) != 0) goto fail;
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 21, 0, 0) != 0) goto fail;
-    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (null < 0 || dup2(null, 0) < 0) goto fail;
-    if (dup2(a->stdout_fd, 1) < 0 || dup2(a->stderr_fd, 2) < 0 || dup2(a->socket_fd, 3) < 0) goto fail;
-    if (a->notify_fd >= 0 && dup2(a->notify_fd, 4) < 0) goto fail;
+    if (syscall(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 6, 0, 0) != 0) goto fail;
+    if (syscall(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 7, 0, 0) != 0) goto fail;
+    if (syscall(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 21, 0, 0) != 0) goto fail;
+    long null = syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDONLY | O_CLOEXEC);
+    /* dup3: the sources are all above 4, never equal to their targets. */
+    if (null < 0 || syscall(SYS_dup3, (int)null, 0, 0) < 0) goto fail;
+    if (syscall(SYS_dup3, a->stdout_fd, 1, 0) < 0 || syscall(SYS_dup3, a->stderr_fd, 2, 0) < 0 ||
+        syscall(SYS_dup3, a->socket_fd, 3, 0) < 0) goto fail;
+    if (a->notify_fd >= 0 && syscall(SYS_dup3, a->notify_fd, 4, 0) < 0) goto fail;
     /* Everything above 3 (4) goes, but the report pipe, which closes itself at the exec. */
     unsigned first = a->notify_fd >= 0 ? 5U : 4U;
     if (a->report_fd > (int)first) syscall(SYS_close_range, first, (unsigned)a->report_fd - 1, 0);
     syscall(SYS_close_range, (unsigned)(a->report_fd >= (int)first ? a->report_fd + 1 : (int)first), ~0U, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    execve(a->path, a->argv, a->envp);
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, 8);
+    syscall(SYS_execve, a->path, a->argv, a->envp);
 fail:;
     int e = errno ? errno : EINVAL;
-    ssize_t w = write(a->report_fd, &e, sizeof e);
-    (void)w;
-    _exit(127);
+    syscall(SYS_write, a->report_fd, &e, sizeof e);
+    syscall(SYS_exit_group, 127);
+    return 127;
+}
+
+/* glibc's clone itself: a sanitizer's interceptor of `clone` treats every clone as a fork and
+   breaks on one that shares memory (CLONE_VM). */
+typedef int (*clone_fn)(int (*)(void *), void *, int, void *, ...);
+static clone_fn real_clone(void) {
+    static clone_fn fn;
+    if (!fn) {
+        fn = (clone_fn)dlsym(RTLD_NEXT, "clone");
+        if (!fn) fn = clone;
+    }
+    return fn;
 }
 
 int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
@@ -169,7 +188,7 @@ int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
        workers' mount views hold; the worker unshares its mount namespace itself, off the
        supervisor's thread (it holds CAP_SYS_ADMIN in its user namespace for that). */
     int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD;
-    pid_t child = clone(isolated_child, stack + stack_size, flags, &a, &fd);
+    pid_t child = real_clone()(isolated_child, stack + stack_size, flags, &a, &fd);
     int e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     free(stack);

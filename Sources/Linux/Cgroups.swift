@@ -1,4 +1,4 @@
-import Dispatch
+import CLinuxSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -35,15 +35,36 @@ public final class CgroupTree: Sendable {
     public let version: Version
     /// The folder worker groups are made in, per controller (v2: one, keyed "").
     let bases: [String: String]
-    /// Moves processes into their groups, one after another, off the event loop. Each move takes
-    /// the kernel's cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period
-    /// (~12 ms here) unless another move just did, and holds up every fork, thread creation and
-    /// exit on the machine meanwhile (docs/sandbox.md, "cgroups": the cost at start-up).
-    private let mover = DispatchQueue(label: "cgroup-mover")
+    /// Moves processes into their groups, one after another, on a thread of its own (not a
+    /// Dispatch queue: a thread that lives as long as the supervisor, as the child watcher's).
+    /// Each move takes the kernel's cgroup_threadgroup_rwsem for writing, which waits for an RCU
+    /// grace period (~12 ms here) unless another move just did, and holds up every fork, thread
+    /// creation and exit on the machine meanwhile (docs/sandbox.md, "cgroups": the cost at start-up).
+    private let moves = Locked<[(pid_t, CgroupGroup, @Sendable (String?) -> Void)]>([])
+    /// Written one byte per requested move; the mover thread reads it to wake.
+    private let wake: (read: Int32, write: Int32)
 
     init(version: Version, bases: [String: String]) {
         self.version = version
         self.bases = bases
+        var fds: [Int32] = [-1, -1]
+        _ = cls_pipe_cloexec(&fds)
+        wake = (fds[0], fds[1])
+        Threads.start(name: "cgroup-mover") { [self] in moveForever() }
+    }
+
+    private func moveForever() {
+        var byte: UInt8 = 0
+        while true {
+            let n = Glibc.read(wake.read, &byte, 1)
+            if n < 0 && errno == EINTR { continue }
+            guard n == 1 else { return }
+            let batch = moves.withLock { queue in
+                defer { queue = [] }
+                return queue
+            }
+            for (pid, group, done) in batch { done(group.admit(pid)) }
+        }
     }
 
     /// The tree to use here, or why there is none (for the missing layer's reason).
@@ -153,7 +174,9 @@ public final class CgroupTree: Sendable {
 
     /// Moves `pid` into `group` on the mover's thread, then calls `done` there with nil or why not.
     public func admit(_ pid: pid_t, to group: CgroupGroup, done: @escaping @Sendable (String?) -> Void) {
-        mover.async { done(group.admit(pid)) }
+        moves.withLock { $0.append((pid, group, done)) }
+        var byte: UInt8 = 1
+        _ = Glibc.write(wake.write, &byte, 1)
     }
 
     /// Removes the per-supervisor folders (empty once every worker is gone).
