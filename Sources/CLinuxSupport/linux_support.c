@@ -279,20 +279,26 @@ int cls_set_not_dumpable(void) {
     return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? 0 : -errno;
 }
 
-int cls_close_range(unsigned first, unsigned last) {
-    return syscall(SYS_close_range, first, last, 0) == 0 ? 0 : -errno;
+static int kept(int fd, const int *keep, int n) {
+    for (int i = 0; i < n; i++) if (keep[i] == fd) return 1;
+    return 0;
 }
 
-int cls_close_descriptors_from(int first, int keep) {
-    /* close_range(2) when the kernel has it, else walk /proc/self/fd. */
-    if (keep < first) {
-        if (syscall(SYS_close_range, (unsigned)first, ~0U, 0) == 0) return 0;
-    } else {
-        int ok = 1;
-        if (keep > first && syscall(SYS_close_range, (unsigned)first, (unsigned)(keep - 1), 0) != 0) ok = 0;
-        if (ok && syscall(SYS_close_range, (unsigned)(keep + 1), ~0U, 0) != 0) ok = 0;
-        if (ok) return 0;
+int cls_close_descriptors_from(int first, const int *keep, int n) {
+    /* close_range(2) over the gaps between the kept descriptors when the kernel has it, else a
+       walk of /proc/self/fd. */
+    int ok = 1, start = first;
+    for (;;) {
+        int next = -1; /* the smallest kept descriptor at or above start */
+        for (int i = 0; i < n; i++) if (keep[i] >= start && (next < 0 || keep[i] < next)) next = keep[i];
+        if (next < 0) {
+            if (syscall(SYS_close_range, (unsigned)start, ~0U, 0) != 0) ok = 0;
+            break;
+        }
+        if (next > start && syscall(SYS_close_range, (unsigned)start, (unsigned)(next - 1), 0) != 0) { ok = 0; break; }
+        start = next + 1;
     }
+    if (ok) return 0;
     DIR *d = opendir("/proc/self/fd");
     if (!d) return -errno;
     int dfd = dirfd(d);
@@ -300,7 +306,7 @@ int cls_close_descriptors_from(int first, int keep) {
     while ((e = readdir(d)) != NULL) {
         int fd = atoi(e->d_name);
         if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        if (fd >= first && fd != keep && fd != dfd) close(fd);
+        if (fd >= first && fd != dfd && !kept(fd, keep, n)) close(fd);
     }
     closedir(d);
     return 0;

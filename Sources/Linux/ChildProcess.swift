@@ -85,7 +85,7 @@ public enum Spawner {
 
     /// `extraEnvironment` entries (`NAME=value`) are added to `baseEnvironment`. With
     /// `notifyChannel`, the child also gets descriptor 4, a second socket (see `SpawnedChild.notify`).
-    /// With `isolated`, it starts in new user, PID and mount namespaces (`cls_spawn_isolated`); a
+    /// With `isolated`, it starts in new user and PID namespaces (`cls_spawn_isolated`); a
     /// host that refuses them gets an ordinary spawn, with `isolationRefusedVariable` saying why.
     public static func spawn(executable: String, arguments: [String] = [], extraEnvironment: [String] = [],
                              notifyChannel: Bool = false, isolated: Bool = false) throws(SystemError) -> SpawnedChild {
@@ -126,7 +126,7 @@ public enum Spawner {
                                     notify: notify)
             }
             // The namespaces were refused (not the executable: that would fail below too).
-            environment.append("\(isolationRefusedVariable)=clone(CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNS) or the new namespaces' set-up failed: \(String(cString: strerror(rc)))")
+            environment.append("\(isolationRefusedVariable)=clone(CLONE_NEWUSER|CLONE_NEWPID) or the new namespaces' set-up failed: \(String(cString: strerror(rc)))")
         }
         rc = withCStrings(argv) { cArgs in
             withCStrings(environment) { cEnv in

@@ -21,20 +21,9 @@ public enum ProcessControl {
         try check("prctl(PR_SET_DUMPABLE)", cls_set_not_dumpable())
     }
 
-    /// Closes every descriptor from `first` up, except `keep` (close_range).
-    public static func closeDescriptors(from first: Int32, except keep: Int32) throws(SystemError) {
-        try check("close_range", cls_close_descriptors_from(first, keep))
-    }
-
-    /// Closes every descriptor from `first` up, except those in `keep`.
+    /// Closes every descriptor from `first` up, except those in `keep` (close_range).
     public static func closeDescriptors(from first: Int32, except keep: [Int32]) throws(SystemError) {
-        guard keep.count > 1 else { return try closeDescriptors(from: first, except: keep.first ?? -1) }
-        var start = first
-        for k in keep.sorted() where k >= start {
-            if k > start { try check("close_range", cls_close_range(UInt32(start), UInt32(k - 1))) }
-            start = k + 1
-        }
-        try check("close_range", cls_close_range(UInt32(start), UInt32.max))
+        try check("close_range", keep.withUnsafeBufferPointer { cls_close_descriptors_from(first, $0.baseAddress, Int32($0.count)) })
     }
 
     /// CLOCK_MONOTONIC in microseconds (the same clock NIODeadline and DispatchTime read).

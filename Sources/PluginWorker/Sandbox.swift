@@ -209,7 +209,7 @@ enum Sandbox {
         }
         var what = [CChar](repeating: 0, count: 512)
         let newNS = cws_unshare(CWS_CLONE_NEWNS)
-        let entered = newNS != 0 ? newNS : withCStrings(view.map(\.path)) { paths in
+        let entered = newNS != 0 ? newNS : withOptionalCStrings(view.map(\.path)) { paths in
             withOptionalCStrings(links) { linkTexts in
                 view.map { Int32($0.writable ? 1 : 0) }.withUnsafeBufferPointer { writable in
                     cws_enter_minimal_root(paths, writable.baseAddress, linkTexts, Int32(view.count), "/tmp", &what, what.count)
@@ -272,12 +272,6 @@ enum Sandbox {
 
     static func withOptionalCStrings<R>(_ strings: [String?], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {
         let pointers = strings.map { $0.map { UnsafePointer(strdup($0)) } ?? nil } + [nil]
-        defer { for p in pointers { free(UnsafeMutablePointer(mutating: p)) } }
-        return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
-    }
-
-    static func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {
-        let pointers = strings.map { UnsafePointer(strdup($0)) } + [nil]
         defer { for p in pointers { free(UnsafeMutablePointer(mutating: p)) } }
         return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
     }

@@ -17,8 +17,9 @@
 int cls_spawn(const char *path, char *const argv[], char *const envp[],
               int socket_fd, int notify_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
 
-/* The same, but the child starts in new user, PID and mount namespaces (clone with CLONE_VM |
-   CLONE_VFORK, as posix_spawn does, plus CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_PIDFD):
+/* The same, but the child starts in new user and PID namespaces (clone with CLONE_VM |
+   CLONE_VFORK, as posix_spawn does, plus CLONE_NEWUSER | CLONE_NEWPID | CLONE_PIDFD; the worker
+   unshares its mount namespace itself):
    it is PID 1 of its own namespace, its parent death signal is SIGKILL (set before the exec, as
    its parent is invisible from there), and it keeps CAP_SETUID, CAP_SETGID and CAP_SYS_ADMIN of
    its user namespace across the exec (ambient) to map its ids and build its mount view itself.
@@ -54,10 +55,9 @@ int cls_set_parent_death_signal(int sig);
 int cls_set_no_new_privs(void);
 /* prctl(PR_SET_DUMPABLE, 0): no core dumps, no ptrace attach or /proc/<pid>/mem by same-uid peers. */
 int cls_set_not_dumpable(void);
-/* Closes every descriptor from `first` up, except `keep` (close_range, else /proc/self/fd). */
-int cls_close_descriptors_from(int first, int keep);
-/* close_range(first, last, 0). */
-int cls_close_range(unsigned first, unsigned last);
+/* Closes every descriptor from `first` up, except the `n` in `keep` (close_range, else
+   /proc/self/fd). */
+int cls_close_descriptors_from(int first, const int *keep, int n);
 /* CLOCK_MONOTONIC in microseconds. */
 int64_t cls_monotonic_us(void);
 /* gettid(). */

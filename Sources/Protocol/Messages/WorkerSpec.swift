@@ -44,7 +44,7 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
 
     public init(identifier: String, version: String, bundle: String, library: String, dataDirectory: String,
                 liveDirectory: String? = nil, tempDirectory: String? = nil, supervisorPID: Int32, socketFD: Int32 = 3,
-                notifyFD: Int32? = nil, maxFrameBytes: Int = Frame.defaultMaxBody, sandbox: SandboxSpec = SandboxSpec()) {
+                uid: UInt32? = nil, gid: UInt32? = nil, notifyFD: Int32? = nil, maxFrameBytes: Int = Frame.defaultMaxBody, sandbox: SandboxSpec = SandboxSpec()) {
         self.identifier = identifier
         self.version = version
         self.bundle = bundle
@@ -54,6 +54,8 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
         self.tempDirectory = tempDirectory
         self.supervisorPID = supervisorPID
         self.socketFD = socketFD
+        self.uid = uid
+        self.gid = gid
         self.notifyFD = notifyFD
         self.maxFrameBytes = maxFrameBytes
         self.sandbox = sandbox

@@ -36,8 +36,6 @@ extension Lifecycle {
         }
         let notifier = supervisor.notifier
         var spec = workerSpec(record.manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
-        spec.uid = getuid()
-        spec.gid = getgid()
         // A control group of its own, made and limited before it exists. The supervisor's mover
         // puts it there (and says so on the notify channel) before the worker goes on; without a
         // channel the worker joins it itself.
@@ -83,28 +81,29 @@ extension Lifecycle {
             return fail(record, reason: "cannot watch a worker's exit: \(error)")
         }
         if let notifier, let channel = spawned.notify.take() {
-            let answer: @Sendable (SeccompCall) -> SeccompAnswer = { [supervisor] call in
-                SandboxAnswers.answer(call, for: instance, supervisor: supervisor)
+            // Its filter's channel is watched once it is in its group (moved, then told J or F).
+            let raw = channel.release()
+            let watchFilter: @Sendable () -> Void = { [supervisor] in
+                do {
+                    try notifier.adopt(channel: OwnedDescriptor(raw), process: instance.process) { call in
+                        SandboxAnswers.answer(call, for: instance, supervisor: supervisor)
+                    }
+                } catch {
+                    // Its filter's calls would wait for an answer forever: it must not run.
+                    supervisor.loop.execute { supervisor.lifecycle.kill(instance, .spawnError, "cannot answer for its seccomp filter: \(error)") }
+                }
             }
             if let tree = supervisor.cgroups, let group = cgroup {
-                // Moved first, then told (J or F), then its filter's channel is watched.
-                let raw = channel.release()
-                let process = instance.process, pid = instance.pid
-                tree.admit(pid, to: group) { [supervisor] failure in
+                tree.admit(instance.pid, to: group) { [supervisor] failure in
                     var byte: UInt8 = failure == nil ? UInt8(ascii: "J") : UInt8(ascii: "F")
                     _ = send(raw, &byte, 1, Int32(MSG_NOSIGNAL))
                     if let failure {
                         supervisor.loop.execute { supervisor.logger.warning("cannot move \(id) into its cgroup: \(failure)", metadata: ["plugin": "\(id)"]) }
                     }
-                    do { try notifier.adopt(channel: OwnedDescriptor(raw), process: process, answer: answer) } catch {
-                        process.signal(SIGKILL)
-                    }
+                    watchFilter()
                 }
             } else {
-                do { try notifier.adopt(channel: channel, process: instance.process, answer: answer) } catch {
-                    // Its filter's calls would wait for an answer forever: it must not run.
-                    kill(instance, .spawnError, "cannot answer for its seccomp filter: \(error)")
-                }
+                watchFilter()
             }
         }
         table.workerSpawned(instance)
@@ -131,7 +130,7 @@ extension Lifecycle {
         WorkerSpec(
             identifier: m.identifier, version: m.version.description, bundle: m.bundle, library: library,
             dataDirectory: data, liveDirectory: live, tempDirectory: temp, supervisorPID: getpid(), socketFD: 3,
-            notifyFD: notify ? 4 : nil, maxFrameBytes: config.maxFrameBytes,
+            uid: getuid(), gid: getgid(), notifyFD: notify ? 4 : nil, maxFrameBytes: config.maxFrameBytes,
             sandbox: SandboxSpec(enabled: config.sandboxEnabled, memoryMB: m.limits.memoryMB, openFiles: m.limits.openFiles,
                                  permissions: m.permissions, required: config.requiredSandboxLayers,
                                  runtimePaths: supervisor.runtimePaths))
