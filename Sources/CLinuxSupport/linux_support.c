@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -210,7 +211,7 @@ int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
     return 0;
 }
 
-int cls_pidfd_wait(int pidfd, int nohang, int *code, int *signaled, long *max_rss_kb) {
+int cls_pidfd_wait(int pidfd, int nohang, int *code, int *signaled, long *max_rss_kb, long long *cpu_us) {
     siginfo_t info;
     struct rusage usage;
     for (;;) {
@@ -225,6 +226,8 @@ int cls_pidfd_wait(int pidfd, int nohang, int *code, int *signaled, long *max_rs
     *signaled = (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) ? 1 : 0;
     *code = info.si_status;
     *max_rss_kb = usage.ru_maxrss;
+    *cpu_us = (long long)usage.ru_utime.tv_sec * 1000000 + usage.ru_utime.tv_usec
+            + (long long)usage.ru_stime.tv_sec * 1000000 + usage.ru_stime.tv_usec;
     return 1;
 }
 
@@ -538,4 +541,17 @@ int cls_seccomp_respond_error(int fd, uint64_t id, int error) {
     resp.id = id;
     resp.error = -error;
     return ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp) == 0 ? 0 : -errno;
+}
+
+int cls_random_fill(void *buffer, size_t length) {
+    size_t filled = 0;
+    while (filled < length) {
+        ssize_t n = getrandom((char *)buffer + filled, length - filled, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        filled += (size_t)n;
+    }
+    return 0;
 }

@@ -12,12 +12,15 @@ public struct ChildExit: Sendable, Equatable {
     public var signaled: Bool
     /// Peak resident size in bytes (from the child's rusage).
     public var maxRSS: Int = 0
+    /// CPU time it used, user and system, in microseconds (from the same rusage).
+    public var cpuMicroseconds: Int64 = 0
 
-    public init(pid: pid_t, code: Int32, signaled: Bool, maxRSS: Int = 0) {
+    public init(pid: pid_t, code: Int32, signaled: Bool, maxRSS: Int = 0, cpuMicroseconds: Int64 = 0) {
         self.pid = pid
         self.code = code
         self.signaled = signaled
         self.maxRSS = maxRSS
+        self.cpuMicroseconds = cpuMicroseconds
     }
 
     public var signalName: String { LifecycleSignals.name(code) }
@@ -48,11 +51,11 @@ public final class ChildProcess: Sendable {
 
     /// Reaps the process if it has ended (nil while it runs, or `blocking` waits).
     public func reap(blocking: Bool) throws(SystemError) -> ChildExit? {
-        var code: Int32 = 0, signaled: Int32 = 0, maxRSSKB = 0
-        let rc = cls_pidfd_wait(pidfd, blocking ? 0 : 1, &code, &signaled, &maxRSSKB)
+        var code: Int32 = 0, signaled: Int32 = 0, maxRSSKB = 0, cpu: Int64 = 0
+        let rc = cls_pidfd_wait(pidfd, blocking ? 0 : 1, &code, &signaled, &maxRSSKB, &cpu)
         if rc < 0 { throw SystemError(call: "waitid(P_PIDFD)", errno: -rc, context: "pid \(pid)") }
         if rc == 0 { return nil }
-        return ChildExit(pid: pid, code: code, signaled: signaled != 0, maxRSS: maxRSSKB * 1024)
+        return ChildExit(pid: pid, code: code, signaled: signaled != 0, maxRSS: maxRSSKB * 1024, cpuMicroseconds: cpu)
     }
 
     deinit { _ = Glibc.close(pidfd) }

@@ -19,6 +19,10 @@ public struct PluginContext: Sendable {
     /// The live-resources folder, where refreshed resources land (read-only to the plugin).
     public let liveDirectory: String?
 
+    /// The W3C `traceparent` of the call or open this task is handling (nil outside one). Calls made
+    /// from here carry it on by themselves; it is here for a plugin's own logs or spans.
+    public var traceparent: String? { PluginRuntime.traceparent }
+
     /// Calls `method` of plugin `target` (which must be one of this plugin's dependencies).
     public func call<Params: Encodable, Result: Decodable>(
         _ target: String, _ method: String, _ params: Params, as: Result.Type = Result.self

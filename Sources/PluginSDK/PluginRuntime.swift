@@ -23,6 +23,10 @@ final class PluginRuntime: Sendable {
     private let events: AsyncStream<EventWork>.Continuation
     private let context = Mutex<PluginContext?>(nil)
 
+    /// The `traceparent` of the call or open being handled (SPEC §3): a call this plugin makes while
+    /// handling it carries it on, so the trace follows the request through every plugin it touches.
+    @TaskLocal static var traceparent: String?
+
     struct EventWork: Sendable {
         var id: UInt64
         var name: String
@@ -92,17 +96,18 @@ final class PluginRuntime: Sendable {
             reply(id, error: PluginError.notFound("no method '\(method)'; this plugin exports: \(known.isEmpty ? "nothing" : known)"))
             return
         }
+        let trace = Envelope.string(bytes, env.traceparent)
         switch handler {
         case .sync(let body):
             do {
                 let params = env.params.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) }
-                reply(id, result: try body(params))
+                reply(id, result: try Self.$traceparent.withValue(trace) { try body(params) })
             } catch {
                 reply(id, error: error)
             }
         case .async(let body):
             let params = env.params.map { Array(bytes[$0]) }
-            run(id) { try await body(params) }
+            run(id, trace) { try await body(params) }
         }
     }
 
@@ -118,16 +123,16 @@ final class PluginRuntime: Sendable {
         }
         let request = OpenRequest(uri: text, path: uri.path, query: uri.queryItems)
         guard let raw = try? Coding.encode(request) else { return }
-        run(id) { try await body(raw) }
+        run(id, Envelope.string(bytes, env.traceparent)) { try await body(raw) }
     }
 
     /// Runs an async handler on its own task, tracked by call id so a `cancel` can reach it.
-    private func run(_ id: UInt64, _ work: @escaping @Sendable () async throws -> [UInt8]) {
+    private func run(_ id: UInt64, _ trace: String?, _ work: @escaping @Sendable () async throws -> [UInt8]) {
         // Insert under the lock that the task's own clean-up takes, so clean-up never runs first.
         running.withLock { table in
             table[id] = Task { [self] in
                 let outcome: Result<[UInt8], any Error>
-                do { outcome = .success(try await work()) } catch { outcome = .failure(error) }
+                do { outcome = .success(try await Self.$traceparent.withValue(trace) { try await work() }) } catch { outcome = .failure(error) }
                 running.withLock { _ = $0.removeValue(forKey: id) }
                 // A cancelled call was already answered by the supervisor (timeout, caller gone).
                 if Task.isCancelled { return }
@@ -199,6 +204,7 @@ final class PluginRuntime: Sendable {
         if let method { b.string("method", method) }
         if let params { b.raw("params", params) }
         if let uri { b.string("uri", uri) }
+        if let trace = Self.traceparent { b.string("traceparent", trace) }
         let frame = b.finish()
         return try await withCheckedThrowingContinuation { continuation in
             pending.withLock { $0[id] = continuation }

@@ -148,7 +148,8 @@ final class RunningSupervisor: @unchecked Sendable {
     let errPath: String
     var socket: String { world.home + "/supervisor.sock" }
 
-    init(_ world: TestWorld, args: [String] = [], waitForReady: Bool = true, timeout: TimeInterval = 30) throws {
+    init(_ world: TestWorld, args: [String] = [], environment: [String: String] = [:], waitForReady: Bool = true,
+         timeout: TimeInterval = 30) throws {
         self.world = world
         outPath = world.root + "/stdout-\(UUID().uuidString.prefix(6))"
         errPath = world.root + "/stderr-\(UUID().uuidString.prefix(6))"
@@ -156,6 +157,9 @@ final class RunningSupervisor: @unchecked Sendable {
         FileManager.default.createFile(atPath: errPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: Build.supervisor)
         process.arguments = ["start", "--home", world.home, "--plugins", world.plugins] + args
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        }
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
         try process.run()

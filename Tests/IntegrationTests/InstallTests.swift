@@ -272,6 +272,12 @@ struct InstallTests {
             #expect(r.code == 0, "\(kind): \(r.err)")
             #expect(try sv.call("fmt.\(kind)", "echo", "1", as: Int.self) == 1)
         }
+        // SPEC §10: supervisor_installs_total{outcome} counts each, failures by their error code.
+        #expect(try sv.cli("install", shop.dir + "/no-such-archive.tar.gz").code != 0)
+        let metrics = try Prometheus(sv.cli("metrics").out)
+        #expect(metrics["supervisor_installs_total", ["outcome": "ok"]] == 4)
+        let failed = metrics.samples.filter { $0.key.name == "supervisor_installs_total" && $0.key.labels["outcome"] != "ok" }
+        #expect(failed.values.reduce(0, +) == 1, "\(failed)")
         let u = try sv.cli("uninstall", "fmt.zip")
         #expect(u.code == 0, "\(u.err)")
         #expect(w.installed()["fmt.zip"] == nil)

@@ -31,8 +31,8 @@ int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
 /* waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG]) with the child's rusage. Returns 1 and fills the
    outputs when the child has ended (and is now reaped), 0 when `nohang` and it is still running,
    or -errno. `code` is the exit status or the signal number, `signaled` is 1 when a signal ended it,
-   `max_rss_kb` its peak resident size. */
-int cls_pidfd_wait(int pidfd, int nohang, int *code, int *signaled, long *max_rss_kb);
+   `max_rss_kb` its peak resident size, `cpu_us` the CPU time it used (user + system, microseconds). */
+int cls_pidfd_wait(int pidfd, int nohang, int *code, int *signaled, long *max_rss_kb, long long *cpu_us);
 /* pidfd_send_signal(pidfd, sig): signals exactly that process, never a reused pid. */
 int cls_pidfd_signal(int pidfd, int sig);
 
@@ -124,4 +124,7 @@ void cls_send_lock_release(cls_send_lock *lock);
 /* For a signal handler: 1 when acquired within `timeout_ms`, 0 when the calling thread already
    holds it (it was interrupted mid-frame) or the time ran out. Async-signal-safe. */
 int cls_send_lock_acquire_from_signal(cls_send_lock *lock, int timeout_ms);
+/* Fills `buffer` with `length` bytes from the kernel's random generator (getrandom(2), retried on
+   EINTR and short reads). Returns 0 or -errno. */
+int cls_random_fill(void *buffer, size_t length);
 #endif

@@ -6,6 +6,11 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     case exit
     case status, send, restart, stop
     case install, update, uninstall
+    /// `reload` (SIGHUP's verb) and `metrics` (the Prometheus text, as a string result).
+    case reload, metrics
+    /// Debug builds only: holds the supervisor's event loop for `timeoutMs` (tests of the systemd
+    /// watchdog). A release build answers badRequest.
+    case debugWedge
     /// Supervisor → CLI, before the reply to a long request: `id`, `stage`, `done`, `total`, `message`.
     case progress
 }

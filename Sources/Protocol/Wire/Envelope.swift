@@ -18,6 +18,8 @@ public struct Envelope: Sendable {
     public var name: Range<Int>?
     public var payload: Range<Int>?
     public var timeoutMs: UInt64?
+    /// A W3C trace context (`call`, `open`).
+    public var traceparent: Range<Int>?
 
     public init() {}
 
@@ -45,6 +47,7 @@ public struct Envelope: Sendable {
             case 6 where Self.matches(bytes, key, "result"): env.result = value
             case 7 where Self.matches(bytes, key, "payload"): env.payload = value
             case 9 where Self.matches(bytes, key, "timeoutMs"): env.timeoutMs = JSONScanner.decodeUInt(bytes, value)
+            case 11 where Self.matches(bytes, key, "traceparent"): env.traceparent = value
             default: break
             }
         }

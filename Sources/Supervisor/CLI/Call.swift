@@ -16,6 +16,8 @@ struct Call: ParsableCommand {
     @Option(help: "Give up after this many milliseconds (default: the plugin's callTimeoutMs).")
     var timeout: UInt64?
 
+    @OptionGroup var trace: TraceOption
+
     func validate() throws {
         if let params { try JSONArgument.check(params, name: "<json-params>") }
     }
@@ -26,6 +28,7 @@ struct Call: ParsableCommand {
             b.string("method", method)
             if let params { b.raw("params", Array(params.utf8)) }
             if let timeout { b.uint("timeoutMs", timeout) }
+            if let traceparent = trace.traceparent { b.string("traceparent", traceparent) }
         }
     }
 }
@@ -40,6 +43,18 @@ enum JSONArgument {
             }
         } catch {
             throw ValidationError("\(name) is not valid JSON: \(error)")
+        }
+    }
+}
+
+/// `--traceparent`: the W3C trace context a request continues (SPEC §3).
+struct TraceOption: ParsableArguments {
+    @Option(help: "A W3C traceparent (00-<32 hex trace id>-<16 hex span id>-<2 hex flags>) the request continues; without it the supervisor starts a new trace.")
+    var traceparent: String?
+
+    func validate() throws {
+        if let traceparent, let problem = TraceParentArgument.problem(traceparent) {
+            throw ValidationError("--traceparent '\(traceparent)' is not a W3C traceparent: \(problem)")
         }
     }
 }

@@ -9,11 +9,16 @@ struct Open: ParsableCommand {
     @Argument(help: "The URI.")
     var uri: String
 
+    @OptionGroup var trace: TraceOption
+
     func validate() throws {
         guard PluginURI(uri) != nil else { throw ValidationError("'\(uri)' is not a plugin://<identifier>/<path>?<query> URI") }
     }
 
     func run() throws {
-        try options.run(.open) { $0.string("uri", uri) }
+        try options.run(.open) { b in
+            b.string("uri", uri)
+            if let traceparent = trace.traceparent { b.string("traceparent", traceparent) }
+        }
     }
 }

@@ -30,15 +30,27 @@ struct Start: ParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
+    @Option(help: "Log format on stderr: text, or json (one JSON object a line, for a log collector).")
+    var logFormat: String = "text"
+
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
+        }
+        guard ["text", "json"].contains(logFormat) else {
+            throw ValidationError("--log-format must be text or json, not '\(logFormat)'")
         }
     }
 
     func run() throws {
         let level = Logger.Level(rawValue: logLevel)!
+        let json = logFormat == "json"
         LoggingSystem.bootstrap { label in
+            if json {
+                var handler = JSONLogHandler(label: label)
+                handler.logLevel = level
+                return handler
+            }
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler

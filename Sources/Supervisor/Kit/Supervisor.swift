@@ -39,6 +39,9 @@ public final class Supervisor: @unchecked Sendable {
     private(set) var health: Health!
     private(set) var installs: Installs!
     private(set) var control: ControlServer!
+    private(set) var metrics: Metrics!
+    /// systemd's notify protocol, when started by systemd with `Type=notify` (else nil).
+    private(set) var systemd: SystemdNotify!
     private(set) var watcher: ChildWatcher?
     /// Answers for the workers' seccomp filters (nil where it could not start: workers then name
     /// violations themselves, and denials go uncounted).
@@ -62,6 +65,8 @@ public final class Supervisor: @unchecked Sendable {
         health = Health(self)
         installs = Installs(self)
         control = ControlServer(self)
+        metrics = Metrics(self)
+        systemd = SystemdNotify(self, endpoint: .from(environment: ProcessEnvironment.all, pid: getpid()))
     }
 
     /// Runs until shut down (SIGTERM, SIGINT, `supervisor stop`). Create the supervisor on the main
@@ -109,8 +114,13 @@ public final class Supervisor: @unchecked Sendable {
         defer { cgroups?.removeAll() }
         LifecycleSignals.startRelay { [self] signal in loop.execute { self.handleSignal(signal) } }
         try control.bind()
+        let metricsServer = try MetricsServer.start(self)
+        defer { metricsServer?.close(promise: nil) }
         do {
-            try loop.submit { self.lifecycle.startAll(onReady: onReady) }.wait()
+            try loop.submit {
+                self.systemd.start()
+                self.lifecycle.startAll(onReady: onReady)
+            }.wait()
             try lifecycle.finished.futureResult.wait()
         } catch {
             throw .home(config.home, "the event loop failed: \(error)")
@@ -134,7 +144,7 @@ public final class Supervisor: @unchecked Sendable {
         case SIGUSR1: router.broadcastFromSignal(.memoryWarning)
         case SIGTSTP: router.broadcastFromSignal(.background)
         case SIGCONT: router.broadcastFromSignal(.foreground)
-        case SIGHUP: lifecycle.rescan()
+        case SIGHUP: lifecycle.reload { _ in }
         default: break
         }
     }

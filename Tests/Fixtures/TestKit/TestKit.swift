@@ -93,6 +93,16 @@ final class TestKit: Pluggable {
         api.method("call") { (p: CallParams) async throws -> JSONValue in
             try await self.ctx().call(p.target, p.method, p.params ?? .null, as: JSONValue.self)
         }
+        // The W3C traceparent this call arrived with (SPEC §3), as the SDK hands it to the plugin.
+        api.method("traceparent") { () async throws -> String in
+            try self.ctx().traceparent ?? ""
+        }
+        // One line on stderr, which the supervisor logs under this plugin.
+        api.method("stderr") { (p: [String: String]) -> String in
+            let line = (p["line"] ?? "") + "\n"
+            _ = line.withCString { write(2, $0, strlen($0)) }
+            return "ok"
+        }
         api.method("open") { (p: OpenParams) async throws -> JSONValue in
             try await self.ctx().open(p.uri, as: JSONValue.self)
         }

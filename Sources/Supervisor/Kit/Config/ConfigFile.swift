@@ -68,6 +68,17 @@ extension SupervisorConfig {
         "updates": { $0.updatesEnabled = try $1.bool() },
         "downloadLowSpeedSeconds": positive(\.downloadLowSpeedSeconds),
         "downloadMaxBytes": positive(\.downloadMaxBytes),
+        "metrics": { config, value in
+            let fields = try value.object()
+            for key in fields.keys where key != "listen" {
+                throw SettingError("has an unknown key '\(key)'; known keys: listen")
+            }
+            if let listen = fields["listen"] {
+                let text = try listen.string()
+                do throws(MetricsEndpoint.Invalid) { _ = try MetricsEndpoint(text) } catch { throw SettingError(".listen \(error.reason)") }
+                config.metricsListen = text
+            }
+        },
     ]
 
     private static func positive(_ field: WritableKeyPath<SupervisorConfig, Int> & Sendable) -> Setting {
@@ -86,8 +97,8 @@ struct SettingError: Error {
 }
 
 /// One setting's JSON value.
-enum ConfigValue: Decodable {
-    case bool(Bool), integer(Int), string(String), strings([String]), other(String)
+indirect enum ConfigValue: Decodable {
+    case bool(Bool), integer(Int), string(String), strings([String]), object([String: ConfigValue]), other(String)
 
     init(from decoder: any Decoder) throws {
         let c = try decoder.singleValueContainer()
@@ -95,7 +106,8 @@ enum ConfigValue: Decodable {
         else if let i = try? c.decode(Int.self) { self = .integer(i) }
         else if let s = try? c.decode(String.self) { self = .string(s) }
         else if let list = try? c.decode([String].self) { self = .strings(list) }
-        else { self = .other(c.decodeNil() ? "null" : "an object, a fractional number or a mixed list") }
+        else if let fields = try? c.decode([String: ConfigValue].self) { self = .object(fields) }
+        else { self = .other(c.decodeNil() ? "null" : "a fractional number or a mixed list") }
     }
 
     func bool() throws(SettingError) -> Bool {
@@ -118,12 +130,18 @@ enum ConfigValue: Decodable {
         return list
     }
 
+    func object() throws(SettingError) -> [String: ConfigValue] {
+        guard case .object(let fields) = self else { throw SettingError("must be an object, got \(shown)") }
+        return fields
+    }
+
     private var shown: String {
         switch self {
         case .bool(let b): return "\(b)"
         case .integer(let i): return "\(i)"
         case .string(let s): return "\"\(s)\""
         case .strings(let list): return "a list of \(list.count) strings"
+        case .object: return "an object"
         case .other(let what): return what
         }
     }

@@ -59,6 +59,8 @@ public struct SupervisorConfig: Sendable {
     public var downloadMaxBytes = 256 << 20
     /// Sandbox layers the operator demands; a plugin is not started where one is missing.
     public var requiredSandboxLayers: [SandboxLayer] = []
+    /// Where `GET /metrics` is served (`host:port`), if anywhere: the config's `metrics.listen`.
+    public var metricsListen: String?
 
     /// The default home: `$SUPERVISOR_HOME`, else `$XDG_DATA_HOME/sandboxed-plugins`, else
     /// `~/.local/share/sandboxed-plugins`.

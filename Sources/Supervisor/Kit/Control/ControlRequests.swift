@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Bundles
 import Logging
 import NIOCore
@@ -53,6 +56,19 @@ extension ControlServer {
                     return router.answer(origin, error: ErrorBody(.badRequest, "uninstall needs a \"target\""))
                 }
                 installs.uninstallCommand(origin, identifier: target)
+            case .reload:
+                lifecycle.reload { [self] (result: Result<Lifecycle.ReloadSummary, ErrorBody>) in
+                    switch result {
+                    case .success(let summary): router.respond(origin) { try ProtocolJSON.encode(summary) }
+                    case .failure(let error): router.answer(origin, error: error)
+                    }
+                    outbox.flush()
+                }
+            case .metrics:
+                // The exposition as a JSON string: the CLI prints it as it is.
+                router.respond(origin) { try ProtocolJSON.encode(String(decoding: supervisor.metrics.exposition(), as: UTF8.self)) }
+            case .debugWedge:
+                debugWedge(env, origin)
             case .stop:
                 router.respond(origin) { Array(#"{"stopping":true}"#.utf8) }
                 outbox.flush()
@@ -73,6 +89,20 @@ extension ControlServer {
         // Not installed: maybe the catalog offers it on demand.
         if table[target] == nil, installs.forwardOnDemand(kind, to: target, request: bytes, timeoutMs: env.timeoutMs, origin: origin) { return }
         router.answer(origin, error: error)
+    }
+
+    /// Debug builds: holds the event loop for `timeoutMs` (at most 60 s), as a wedged loop would,
+    /// after answering. Tests of the systemd watchdog use it. Release builds refuse it.
+    private func debugWedge(_ env: Envelope, _ origin: ReplyOrigin) {
+        #if DEBUG
+        let ms = min(env.timeoutMs ?? 1000, 60_000)
+        router.respond(origin) { Array(#"{"wedged":true}"#.utf8) }
+        outbox.flush()
+        logger.warning("debugWedge: holding the event loop for \(ms) ms")
+        loop.execute { usleep(UInt32(ms) * 1000) }
+        #else
+        router.answer(origin, error: ErrorBody(.badRequest, "debugWedge exists only in debug builds"))
+        #endif
     }
 
     private func send(_ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ origin: ReplyOrigin) {

@@ -121,6 +121,13 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
     /// `done` runs on the loop.
     func install(source: String, entry: CatalogEntry?, options: Options, origin: ReplyOrigin?,
                  _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
+        let done: @Sendable (Result<String, ErrorBody>) -> Void = { [self] result in
+            switch result {
+            case .success: supervisor.metrics.installed(outcome: "ok")
+            case .failure(let error): supervisor.metrics.installed(outcome: error.code)
+            }
+            done(result)
+        }
         var staging = request(.stage)
         staging.source = source
         staging.entry = entry

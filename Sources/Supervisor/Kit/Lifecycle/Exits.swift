@@ -56,6 +56,7 @@ extension Lifecycle {
     func finalizeExit(_ instance: WorkerInstance) {
         guard case .exited(let afterStop) = instance.phase, let exit = instance.exit else { return }
         instance.move(to: .finalized, logger: logger)
+        supervisor.metrics.addCPU(instance, total: exit.cpuMicroseconds)
         instance.channel?.close(promise: nil)
         router.failPending(instance, because: "\(instance.identifier) exited")
         let outgoing = instance.outgoing
@@ -122,11 +123,11 @@ extension Lifecycle {
             startWaitingPlugins()
             return
         }
-        scheduleRestart(record, after: described)
+        scheduleRestart(record, after: described, reason: status.reason.rawValue)
     }
 
     /// Restarts by `restartPolicy` (backoff with jitter, the first at once, within the intensity limit).
-    func scheduleRestart(_ record: PluginRecord, after described: String) {
+    func scheduleRestart(_ record: PluginRecord, after described: String, reason: String) {
         switch restartPolicy.decide(history: &record.restartHistory, now: .now(), jitter: Double.random(in: 0.8...1.2)) {
         case .giveUp(let count):
             record.move(to: .failed(byDependency: false), logger: logger)
@@ -136,6 +137,7 @@ extension Lifecycle {
             startWaitingPlugins()
         case .restart(let delayMs, _):
             record.restarts += 1
+            supervisor.metrics.restarted(record.identifier, reason: reason)
             record.move(to: .restarting, logger: logger)
             logger.info("restarting \(record.identifier) in \(delayMs) ms (restart \(record.restarts))", metadata: ["plugin": "\(record.identifier)"])
             let go: @Sendable () -> Void = { [self] in

@@ -113,6 +113,8 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
             logger.info("\(line)")
             onReady?(line)
             onReady = nil
+            // After the line is out: whoever reads either sees the same moment.
+            supervisor.systemd.ready()
         }
         for record in running { installs.refreshResources(record) }
         installs.warmCatalog()

@@ -1,14 +1,50 @@
 import Bundles
 import Logging
 import NIOCore
+import PluginProtocol
 
 extension Lifecycle {
-    /// SIGHUP: read the plugin folders again. New plugins start; removed ones stop (dependents
+    /// What a rescan found, and what runs once it has settled (`supervisor reload`'s answer).
+    struct ReloadSummary: Encodable {
+        var new = 0
+        var changed = 0
+        var removed = 0
+        var running = 0
+        var failed = 0
+    }
+
+    /// SIGHUP and `supervisor reload`: systemd hears RELOADING=1, the folders are rescanned, and once
+    /// nothing the rescan started is still starting, READY=1; `done` gets the summary then (or why
+    /// there was no reload).
+    func reload(_ done: @escaping @Sendable (Result<ReloadSummary, ErrorBody>) -> Void) {
+        loop.preconditionInEventLoop()
+        guard !isShuttingDown else { return done(.failure(ErrorBody(.unavailable, "the supervisor is shutting down"))) }
+        supervisor.systemd.reloadBegan()
+        let found = rescan()
+        settleReload(found, by: .now() + .milliseconds(Int64(config.startupTimeoutMs) + 5_000), done)
+    }
+
+    /// Checks every 10 ms until nothing is waiting or starting (or `deadline` passes).
+    private func settleReload(_ found: ReloadSummary, by deadline: NIODeadline, _ done: @escaping @Sendable (Result<ReloadSummary, ErrorBody>) -> Void) {
+        let busy = table.all.contains { $0.phase == .waiting || $0.phase.isStarting }
+        if busy, !isShuttingDown, NIODeadline.now() < deadline {
+            loop.scheduleTask(in: .milliseconds(10)) { [self] in settleReload(found, by: deadline, done) }
+            return
+        }
+        supervisor.systemd.reloadEnded()
+        var summary = found
+        summary.running = table.all.filter { $0.phase == .running }.count
+        summary.failed = table.all.filter { $0.phase.isFailed }.count
+        done(.success(summary))
+    }
+
+    /// Reads the plugin folders again. New plugins start; removed ones stop (dependents
     /// first); a plugin whose manifest or library changed on disk (an offline install, a rebuilt
     /// library) is restarted on its new bundle. Unrelated plugins are not touched.
-    func rescan() {
+    @discardableResult
+    func rescan() -> ReloadSummary {
         loop.preconditionInEventLoop()
-        guard !isShuttingDown else { return }
+        guard !isShuttingDown else { return ReloadSummary() }
         let fresh = PluginCatalog(directories: config.pluginDirectories)
         for problem in fresh.problems { logger.error("\(problem)") }
         table.catalog = fresh
@@ -53,5 +89,6 @@ extension Lifecycle {
         logger.notice("rescanned plugin folders: \(started) new, \(changed) changed, \(removed.count) removed")
         startWaitingPlugins()
         outbox.flush()
+        return ReloadSummary(new: started, changed: changed, removed: removed.count)
     }
 }

@@ -43,6 +43,7 @@ extension Lifecycle {
         loop.preconditionInEventLoop()
         if let record = table[instance.identifier], record.instance === instance {
             record.sandboxDenials[syscall, default: 0] += 1
+            supervisor.metrics.denied(record.identifier, syscall: syscall)
         }
         let meta: Logger.Metadata = ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)", "syscall": "\(syscall)"]
         if fatal {

@@ -13,6 +13,7 @@ extension Lifecycle {
         loop.preconditionInEventLoop()
         guard startShutdownPhase() else { return }
         logger.notice("shutting down (\(reason))")
+        supervisor.systemd.stopping()
         for record in table.all {
             record.pendingRestart?.cancel()
             if record.phase == .waiting || record.phase == .restarting, record.instance == nil { record.move(to: .stopped, logger: logger) }

@@ -11,9 +11,14 @@ import PluginProtocol
 final class Router: SupervisorComponent, @unchecked Sendable {
     // @unchecked: used only on the supervisor's event loop.
     unowned let supervisor: Supervisor
+    /// Trace context for every forwarded request (SPEC §3).
+    private var tracer = Tracer()
+    /// Whether each answered request is logged (debug level), with its trace id and duration.
+    private let logCalls: Bool
 
     init(_ supervisor: Supervisor) {
         self.supervisor = supervisor
+        logCalls = supervisor.logger.logLevel <= .debug
     }
 
     static let logsPerSecond = 200
@@ -37,11 +42,15 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         guard let record = table[target] else {
             return ErrorBody(.notFound, "no plugin \(target) is installed")
         }
+        let metrics = record.callMetrics ?? supervisor.metrics.calls(target)
+        record.callMetrics = metrics
         guard record.phase == .running, let instance = record.instance, let channel = instance.channel else {
+            metrics.count(.unavailable)
             return ErrorBody(.unavailable, "\(target) is \(record.phase.shown)" + (record.problem.map { ": \($0)" } ?? ""))
         }
         // Back-pressure: a plugin that is not reading its socket gets no more queued for it.
         guard channel.isWritable else {
+            metrics.count(.unavailable)
             return ErrorBody(.unavailable, "\(target) is not keeping up: its socket buffer is full")
         }
         let id = instance.takeID()
@@ -58,8 +67,16 @@ final class Router: SupervisorComponent, @unchecked Sendable {
             what = "open"
         }
         if let caller { frame.string("from", caller) }
-        let deadline = NIODeadline.now() + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
-        instance.pending[id] = PendingRequest(origin: origin, deadline: deadline, what: what)
+        let trace = tracer.hop(parent: env.traceparent.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) })
+        withUnsafeTemporaryAllocation(byteCount: CallTrace.headerLength + 2, alignment: 1) { header in
+            trace.writeQuotedHeader(header)
+            frame.raw("traceparent", UnsafeRawBufferPointer(header))
+        }
+        let now = NIODeadline.now()
+        let deadline = now + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
+        let label = logCalls ? (kind == .call ? "\(target).\(Envelope.string(bytes, env.method) ?? "")" : Envelope.string(bytes, env.uri) ?? "") : nil
+        instance.pending[id] = PendingRequest(origin: origin, deadline: deadline, what: what,
+                                              call: CallFacts(started: now, metrics: metrics, trace: trace, label: label))
         switch origin {
         case .client(let connection, let clientID): connection.inFlight[clientID] = (instance, id)
         case .plugin(let caller, let callerID): caller.outgoing[callerID] = (instance, id)
@@ -99,6 +116,11 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         case .success(let t): target = t
         }
         guard let caller = table[instance.identifier], caller.dependencyIDs.contains(target) else {
+            if let callee = table[target] {
+                let metrics = callee.callMetrics ?? supervisor.metrics.calls(target)
+                callee.callMetrics = metrics
+                metrics.count(.denied)
+            }
             let denied = ErrorBody(.denied, "\(instance.identifier) may only call its declared dependencies, and \(target) is not one")
             return outbox.write(errorFrame(id: id, denied, for: channel), to: channel)
         }
@@ -112,6 +134,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
     /// A worker answered request `id`: the answer goes to whoever asked.
     func deliverReply(from instance: WorkerInstance, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Bool {
         guard let request = instance.pending.removeValue(forKey: id) else { return false }
+        settled(request, env.error == nil ? .ok : .error, by: instance)
         switch request.origin {
         case .client(let connection, let clientID):
             connection.outstanding -= 1
@@ -132,6 +155,22 @@ final class Router: SupervisorComponent, @unchecked Sendable {
             }
         }
         return true
+    }
+
+    /// Counts an answered request from a client or plugin, and logs it at debug level with its
+    /// trace context (SPEC §10).
+    @inline(__always)
+    private func settled(_ request: PendingRequest, _ outcome: CallOutcome, by instance: WorkerInstance) {
+        guard let call = request.call else { return }
+        let nanoseconds = (NIODeadline.now() - call.started).nanoseconds
+        call.metrics.record(outcome, nanoseconds: nanoseconds)
+        if let label = call.label {
+            let ms = Double(nanoseconds) / 1_000_000
+            logger.debug("\(request.what) \(label): \(outcome) in \(ms) ms", metadata: [
+                "plugin": "\(instance.identifier)", "trace_id": "\(call.trace.traceIDText)",
+                "span_id": "\(call.trace.spanIDText)", "duration_ms": "\(ms)",
+            ])
+        }
     }
 
     private func replyFrame(id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, for channel: Channel) -> ByteBuffer {
@@ -192,6 +231,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         let pending = instance.pending
         instance.pending = [:]
         for (_, request) in pending.sorted(by: { $0.key < $1.key }) {
+            settled(request, .unavailable, by: instance)
             answer(request.origin, error: ErrorBody(.unavailable, "\(reason) before answering \(request.what)"))
         }
         outbox.flush()
@@ -204,6 +244,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
             let expired = instance.pending.filter { $0.value.deadline <= now }.keys.sorted()
             for id in expired {
                 guard let request = instance.pending.removeValue(forKey: id) else { continue }
+                settled(request, .timeout, by: instance)
                 answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) did not answer \(request.what) in time"))
                 sendCancel(id, to: instance)
             }

@@ -36,6 +36,8 @@ final class PluginRecord: @unchecked Sendable {
     /// Calls its sandbox refused, by syscall name, over the plugin's life (SPEC §5): each denial
     /// (EPERM) and each violation.
     var sandboxDenials: [String: Int] = [:]
+    /// Its `plugin_calls_total` and duration handles, looked up on its first call.
+    var callMetrics: CallMetrics?
 
     init(manifest: Manifest, phase: PluginPhase) {
         self.manifest = manifest
@@ -116,6 +118,8 @@ final class WorkerInstance: @unchecked Sendable {
     var timings: [String: Int] = [:]
     /// The start-up deadline (hello and startup), cancelled once it runs or ends.
     var startupDeadline: Scheduled<Void>?
+    /// Its CPU time (µs) already added to `plugin_cpu_seconds_total`.
+    var cpuCounted: Int64 = 0
 
     init(process: ChildProcess, identifier: String, now: NIODeadline) {
         self.process = process
@@ -175,6 +179,18 @@ struct PendingRequest {
     var origin: ReplyOrigin
     var deadline: NIODeadline
     var what: String
+    /// For requests from clients and plugins (not the supervisor's events): when it was forwarded,
+    /// the target's call metrics, and the hop's trace context.
+    var call: CallFacts? = nil
+}
+
+/// What the supervisor keeps of a forwarded request to count it and log it once it is answered.
+struct CallFacts {
+    var started: NIODeadline
+    var metrics: CallMetrics
+    var trace: CallTrace
+    /// `<plugin>.<method>` or the URI, kept only when calls are logged (debug level).
+    var label: String?
 }
 
 /// Where the answer to a request must go. Confined to the event loop like what it refers to.

@@ -1,0 +1,201 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import LinuxSupport
+import NIOCore
+import PluginProtocol
+import Prometheus
+
+/// The Prometheus families of SPEC §10, in a registry of swift-prometheus (whose metric types are
+/// swift-metrics handlers). The registry is used directly rather than through swift-metrics'
+/// global factory so that every family has its HELP text and the supervisor's metrics stay its own.
+///
+/// Counting on the call path is one atomic add and one histogram bucket per answered request, on
+/// handles looked up once per plugin. Gauges (up, memory) and CPU time are brought up to date when
+/// someone scrapes. Confined to the event loop like the rest of the supervisor; the registry itself
+/// is thread-safe, so the HTTP endpoint could emit from anywhere, but it asks the loop for
+/// `exposition()` so the gauges are fresh.
+final class Metrics: SupervisorComponent, @unchecked Sendable {
+    // @unchecked: the caches below are used only on the supervisor's event loop.
+    unowned let supervisor: Supervisor
+    let registry = PrometheusCollectorRegistry()
+
+    private var calls: [String: CallMetrics] = [:]
+    private var restarts: [String: Counter] = [:]
+    private var denials: [String: Counter] = [:]
+    private var installs: [String: Counter] = [:]
+    private var up: [String: Gauge] = [:]
+    private var memory: [String: Gauge] = [:]
+    private var cpu: [String: Counter] = [:]
+
+    /// Request durations, 50 µs to 10 s: a call through the supervisor takes tens of microseconds,
+    /// a slow plugin seconds.
+    static let durationBuckets: [Duration] = [
+        .microseconds(50), .microseconds(100), .microseconds(250), .microseconds(500),
+        .milliseconds(1), .microseconds(2500), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+        .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
+        .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10),
+    ]
+
+    init(_ supervisor: Supervisor) {
+        self.supervisor = supervisor
+    }
+
+    // MARK: Calls
+
+    /// The handles for calls to `plugin`, made the first time it is called.
+    func calls(_ plugin: String) -> CallMetrics {
+        if let known = calls[plugin] { return known }
+        let made = CallMetrics(registry: registry, plugin: plugin)
+        calls[plugin] = made
+        return made
+    }
+
+    // MARK: Events counted where they happen
+
+    /// A restart was scheduled after an exit for `reason` (an ExitReason's name).
+    func restarted(_ plugin: String, reason: String) {
+        counter(&restarts, plugin + "\u{0}" + reason) {
+            registry.makeCounter(name: "plugin_restarts_total", labels: [("plugin", plugin), ("reason", reason)],
+                                 help: "Worker restarts by the restart policy, by the reason the worker ended.")
+        }.increment()
+    }
+
+    /// The plugin's sandbox refused `syscall` (a denial with EPERM, or a violation).
+    func denied(_ plugin: String, syscall: String) {
+        counter(&denials, plugin + "\u{0}" + syscall) {
+            registry.makeCounter(name: "plugin_sandbox_denials_total", labels: [("plugin", plugin), ("syscall", syscall)],
+                                 help: "System calls a plugin's seccomp filter refused, by system call.")
+        }.increment()
+    }
+
+    /// An install or update ended: `ok`, or its error code (docs/install.md).
+    func installed(outcome: String) {
+        counter(&installs, outcome) {
+            registry.makeCounter(name: "supervisor_installs_total", labels: [("outcome", outcome)],
+                                 help: "Installs and updates, by outcome: ok or the error code.")
+        }.increment()
+    }
+
+    private func counter(_ cache: inout [String: Counter], _ key: String, _ make: () -> Counter) -> Counter {
+        if let known = cache[key] { return known }
+        let made = make()
+        cache[key] = made
+        return made
+    }
+
+    // MARK: CPU time
+
+    /// Adds what a worker used since it was last counted. `total`: its CPU time so far (µs).
+    func addCPU(_ instance: WorkerInstance, total: Int64) {
+        let delta = total - instance.cpuCounted
+        guard delta > 0 else { return }
+        instance.cpuCounted = total
+        counter(&cpu, instance.identifier) {
+            registry.makeCounter(name: "plugin_cpu_seconds_total", labels: [("plugin", instance.identifier)],
+                                 help: "CPU time (user and system) used by the plugin's workers, all of them over the supervisor's life.")
+        }.increment(by: Double(delta) / 1_000_000)
+    }
+
+    static let ticksPerSecond = Int64(sysconf(Int32(_SC_CLK_TCK)))
+
+    /// utime + stime of a live process, in µs, from /proc/<pid>/stat.
+    static func cpuMicroseconds(pid: pid_t) -> Int64? {
+        guard let bytes = try? FileSystem.readFile("/proc/\(pid)/stat", limit: 1024) else { return nil }
+        return parseStatCPU(bytes)
+    }
+
+    /// Fields 14 and 15 (utime, stime, in clock ticks) of a /proc/<pid>/stat line, as µs. The command
+    /// name (field 2) may hold spaces and parentheses: counting starts after its last ')'.
+    static func parseStatCPU(_ bytes: [UInt8]) -> Int64? {
+        guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
+        let fields = bytes[(close + 1)...].split(separator: UInt8(ascii: " "))
+        // After ')': state is field 3, so utime (14) and stime (15) are at 11 and 12.
+        guard fields.count > 12, let user = Int64(String(decoding: fields[11], as: UTF8.self)),
+              let system = Int64(String(decoding: fields[12], as: UTF8.self)) else { return nil }
+        return (user + system) * 1_000_000 / max(1, ticksPerSecond)
+    }
+
+    // MARK: Scrape
+
+    /// The Prometheus text: gauges and CPU brought up to date first.
+    func exposition() -> [UInt8] {
+        loop.preconditionInEventLoop()
+        var present = Set<String>()
+        for record in table.all {
+            let id = record.identifier
+            present.insert(id)
+            gauge(&up, id) {
+                registry.makeGauge(name: "plugin_up", labels: [("plugin", id)], help: "1 while the plugin is running, else 0.")
+            }.set(to: record.phase == .running ? 1.0 : 0.0)
+            var resident = 0
+            if let instance = record.instance, !instance.phase.hasExited {
+                // Read now: the 250 ms sample is not there yet for a worker that just started.
+                resident = (try? FileSystem.readFile("/proc/\(instance.pid)/statm", limit: 256)).flatMap(MemoryLimits.parseStatm)?.resident
+                    ?? instance.memory.resident
+                if let total = Self.cpuMicroseconds(pid: instance.pid) { addCPU(instance, total: total) }
+            }
+            gauge(&memory, id) {
+                registry.makeGauge(name: "plugin_resident_memory_bytes", labels: [("plugin", id)],
+                                   help: "Resident memory of the plugin's worker (0 when it has none).")
+            }.set(to: Double(resident))
+        }
+        // A plugin that was removed has no state to show any more; its counters stay.
+        for gone in Set(up.keys).subtracting(present) {
+            if let g = up.removeValue(forKey: gone) { registry.unregisterGauge(g) }
+            if let g = memory.removeValue(forKey: gone) { registry.unregisterGauge(g) }
+        }
+        return registry.emitToBuffer()
+    }
+
+    private func gauge(_ cache: inout [String: Gauge], _ key: String, _ make: () -> Gauge) -> Gauge {
+        if let known = cache[key] { return known }
+        let made = make()
+        cache[key] = made
+        return made
+    }
+}
+
+/// How a request to a plugin ended, the `outcome` label of `plugin_calls_total`.
+enum CallOutcome {
+    case ok, error, timeout, unavailable, denied
+}
+
+/// One plugin's call counters and duration histogram. Sendable: swift-prometheus's types are.
+final class CallMetrics: Sendable {
+    let ok, error, timeout, unavailable, denied: Counter
+    let duration: DurationHistogram
+
+    init(registry: PrometheusCollectorRegistry, plugin: String) {
+        let help = "Requests (call and open) to the plugin, by how they ended."
+        func make(_ outcome: String) -> Counter {
+            registry.makeCounter(name: "plugin_calls_total", labels: [("plugin", plugin), ("outcome", outcome)], help: help)
+        }
+        ok = make("ok")
+        error = make("error")
+        timeout = make("timeout")
+        unavailable = make("unavailable")
+        denied = make("denied")
+        duration = registry.makeDurationHistogram(
+            name: "plugin_call_duration_seconds", labels: [("plugin", plugin)], buckets: Metrics.durationBuckets,
+            help: "Time from forwarding a request to the plugin until it was answered (replies, errors and timeouts).")
+    }
+
+    @inline(__always)
+    func count(_ outcome: CallOutcome) {
+        switch outcome {
+        case .ok: ok.increment()
+        case .error: error.increment()
+        case .timeout: timeout.increment()
+        case .unavailable: unavailable.increment()
+        case .denied: denied.increment()
+        }
+    }
+
+    /// An answered request: counted, and its duration recorded.
+    @inline(__always)
+    func record(_ outcome: CallOutcome, nanoseconds: Int64) {
+        count(outcome)
+        duration.recordNanoseconds(nanoseconds)
+    }
+}

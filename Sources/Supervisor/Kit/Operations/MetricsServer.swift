@@ -1,0 +1,126 @@
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// `metrics.listen` (SPEC §10): where `GET /metrics` is served. `host:port` with the host written out:
+/// an IPv4 or bracketed IPv6 address, or `localhost`. There is no default host, so the endpoint
+/// leaves this machine only when a non-loopback address is written in the config.
+struct MetricsEndpoint: Equatable {
+    var host: String
+    var port: Int
+
+    struct Invalid: Error { var reason: String }
+
+    init(_ text: String) throws(Invalid) {
+        guard let colon = text.lastIndex(of: ":") else {
+            throw Invalid(reason: "'\(text)' is not host:port (for example 127.0.0.1:9464)")
+        }
+        var host = String(text[..<colon])
+        let portText = text[text.index(after: colon)...]
+        guard let port = Int(portText), (1...65535).contains(port) else {
+            throw Invalid(reason: "'\(text)': the port must be 1 to 65535")
+        }
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else {
+            throw Invalid(reason: "'\(text)' names no address: write 127.0.0.1:\(port) for this machine only, or the address of the interface to serve on")
+        }
+        guard host == "localhost" || (try? SocketAddress(ipAddress: host, port: port)) != nil else {
+            throw Invalid(reason: "'\(text)': '\(host)' is not an IP address or localhost")
+        }
+        self.host = host
+        self.port = port
+    }
+}
+
+/// Serves the Prometheus text at `GET /metrics` over HTTP/1.1 (SwiftNIO's HTTP/1 codec) on the
+/// supervisor's own event loop: a scrape reads the same state the loop owns, without a lock.
+enum MetricsServer {
+    /// Binds `config.metricsListen` if set; nil when not. A bind failure stops the start with the reason.
+    static func start(_ supervisor: Supervisor) throws(SupervisorError) -> Channel? {
+        guard let listen = supervisor.config.metricsListen else { return nil }
+        let endpoint: MetricsEndpoint
+        do { endpoint = try MetricsEndpoint(listen) } catch {
+            throw .config(file: "metrics.listen", reason: error.reason)
+        }
+        let bootstrap = ServerBootstrap(group: supervisor.loop)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                    try channel.pipeline.syncOperations.addHandler(MetricsHandler(supervisor))
+                }
+            }
+        do {
+            let channel = try bootstrap.bind(host: endpoint.host, port: endpoint.port).wait()
+            supervisor.logger.info("metrics: GET http://\(listen)/metrics")
+            return channel
+        } catch {
+            throw .config(file: "metrics.listen", reason: "cannot listen on \(listen): \(error)")
+        }
+    }
+}
+
+/// One HTTP connection of a scraper.
+final class MetricsHandler: ChannelInboundHandler, @unchecked Sendable {
+    // @unchecked: NIO calls it only on its channel's loop, which is the supervisor's.
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    unowned let supervisor: Supervisor
+    private var request: HTTPRequestHead?
+
+    init(_ supervisor: Supervisor) {
+        self.supervisor = supervisor
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head): request = head
+        case .body: break
+        case .end:
+            guard let head = request else { return }
+            request = nil
+            respond(context, head)
+        }
+    }
+
+    private func respond(_ context: ChannelHandlerContext, _ head: HTTPRequestHead) {
+        let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
+        var headers = HTTPHeaders()
+        let status: HTTPResponseStatus
+        var body: [UInt8]
+        if path != "/metrics" {
+            status = .notFound
+            body = Array("not found: the metrics are at /metrics\n".utf8)
+            headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+        } else if head.method != .GET && head.method != .HEAD {
+            status = .methodNotAllowed
+            body = Array("only GET\n".utf8)
+            headers.add(name: "Allow", value: "GET, HEAD")
+            headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+        } else {
+            status = .ok
+            body = supervisor.metrics.exposition()
+            headers.add(name: "Content-Type", value: "text/plain; version=0.0.4; charset=utf-8")
+        }
+        headers.add(name: "Content-Length", value: "\(body.count)")
+        if head.method == .HEAD { body = [] }
+        let keepAlive = head.isKeepAlive
+        if !keepAlive { headers.add(name: "Connection", value: "close") }
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))), promise: nil)
+        if !body.isEmpty {
+            context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil)
+        }
+        let done = context.eventLoop.makePromise(of: Void.self)
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: done)
+        if !keepAlive {
+            let channel = context.channel
+            done.futureResult.whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}

@@ -1,0 +1,123 @@
+import Foundation
+import NIOCore
+import PluginProtocol
+import Testing
+@testable import SupervisorKit
+
+/// The pure parts of SPEC §10: the traceparent reader, the JSON log line, the notify environment,
+/// the metrics endpoint setting, /proc/<pid>/stat.
+@Suite struct TraceparentTests {
+    static func parent(_ text: String) -> (String, UInt8)? {
+        JSONEscaping.quoted(text).withUnsafeBytes { CallTrace.parent(inJSON: $0) }.map { ($0.0.description, $0.1.rawValue) }
+    }
+
+    @Test func readsAValidOne() throws {
+        let p = try #require(Self.parent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
+        #expect(p.0 == "4bf92f3577b34da6a3ce929d0e0e4736")
+        #expect(p.1 == 1)
+    }
+
+    @Test(arguments: [
+        "", "00", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0",  // short
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",  // version 00 is exactly 55
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",  // uppercase
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",  // null trace id
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",  // null parent id
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  // version ff is invalid
+        "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  // delimiter
+        "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",  // not hex
+    ])
+    func refusesInvalid(_ text: String) {
+        #expect(Self.parent(text) == nil, "\(text)")
+    }
+
+    @Test func laterVersionsAreReadByTheirFirst55Bytes() {
+        #expect(Self.parent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more") != nil)
+        #expect(Self.parent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01xmore") == nil)
+    }
+
+    @Test func aHopKeepsTheTraceAndMakesANewSpan() throws {
+        var tracer = Tracer()
+        let given = JSONEscaping.quoted("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        let hop = given.withUnsafeBytes { tracer.hop(parent: $0) }
+        #expect(hop.header.hasPrefix("00-4bf92f3577b34da6a3ce929d0e0e4736-"))
+        #expect(hop.header.hasSuffix("-01"))
+        #expect(!hop.header.contains("00f067aa0ba902b7"))
+        let fresh = tracer.hop(parent: nil)
+        let again = tracer.hop(parent: nil)
+        #expect(fresh.header.count == 55 && fresh.header.hasSuffix("-00"))
+        #expect(fresh.traceIDText != again.traceIDText && fresh.spanIDText != again.spanIDText)
+        // What the supervisor writes, it reads back.
+        let roundTrip = JSONEscaping.quoted(fresh.header).withUnsafeBytes { CallTrace.parent(inJSON: $0) }
+        #expect(roundTrip?.0.description == fresh.traceIDText)
+    }
+
+    @Test func randomPoolRefills() {
+        var pool = RandomPool()
+        var seen = Set<UInt64>()
+        for _ in 0..<2000 { seen.insert(pool.next()) }
+        #expect(seen.count == 2000)
+    }
+}
+
+@Suite struct JSONLogLineTests {
+    @Test func escapesAndFlattens() throws {
+        let line = JSONLogHandler.line(time: "2026-11-23T14:48:33.000001Z", level: .warning,
+                                       message: "a \"quoted\"\nline\u{1}",
+                                       metadata: ["plugin": "k.one", "message": "shadow", "outer": ["inner": "v"], "list": ["a", "b"]])
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])
+        #expect(object["time"] as? String == "2026-11-23T14:48:33.000001Z")
+        #expect(object["level"] as? String == "warning")
+        #expect(object["message"] as? String == "a \"quoted\"\nline\u{1}")
+        #expect(object["plugin"] as? String == "k.one")
+        #expect(object["metadata.message"] as? String == "shadow")
+        #expect(object["outer.inner"] as? String == "v")
+        #expect(object["list"] as? [String] == ["a", "b"])
+        #expect(!line.contains(UInt8(ascii: "\n")))
+    }
+
+    @Test func timeIsRFC3339UTC() {
+        let now = JSONLogHandler.now()
+        #expect(now.count == 27 && now.hasSuffix("Z") && now.dropFirst(10).first == "T", "\(now)")
+    }
+}
+
+@Suite struct NotifyEnvironmentTests {
+    @Test func readsSocketAndWatchdog() {
+        let e = SystemdNotify.Endpoint.from(environment: ["NOTIFY_SOCKET": "@abstract", "WATCHDOG_USEC": "3000000"], pid: 42)
+        #expect(e?.socketPath == "@abstract")
+        #expect(e?.watchdogInterval == .microseconds(1_500_000))
+    }
+
+    @Test func watchdogOnlyForItsPID() {
+        #expect(SystemdNotify.Endpoint.from(environment: ["NOTIFY_SOCKET": "/run/n", "WATCHDOG_USEC": "100", "WATCHDOG_PID": "7"], pid: 42)?.watchdogInterval == nil)
+        #expect(SystemdNotify.Endpoint.from(environment: ["NOTIFY_SOCKET": "/run/n", "WATCHDOG_USEC": "100", "WATCHDOG_PID": "42"], pid: 42)?.watchdogInterval != nil)
+        #expect(SystemdNotify.Endpoint.from(environment: ["NOTIFY_SOCKET": "/run/n", "WATCHDOG_USEC": "zero"], pid: 42)?.watchdogInterval == nil)
+    }
+
+    @Test func ignoresWhatIsNotASocketAddress() {
+        #expect(SystemdNotify.Endpoint.from(environment: [:], pid: 1) == nil)
+        #expect(SystemdNotify.Endpoint.from(environment: ["NOTIFY_SOCKET": "relative"], pid: 1) == nil)
+        #expect(SystemdNotify.Endpoint.from(environment: ["NOTIFY_SOCKET": "@"], pid: 1) == nil)
+    }
+}
+
+@Suite struct MetricsPartsTests {
+    @Test func endpoints() throws {
+        let e = try MetricsEndpoint("127.0.0.1:9464")
+        #expect(e.host == "127.0.0.1" && e.port == 9464)
+        #expect(try MetricsEndpoint("[::1]:9464").host == "::1")
+        #expect(try MetricsEndpoint("localhost:1").port == 1)
+        for bad in ["9464", ":9464", "127.0.0.1:", "127.0.0.1:70000", "host.example:9464", "[::1]:x"] {
+            #expect(throws: MetricsEndpoint.Invalid.self, "\(bad)") { try MetricsEndpoint(bad) }
+        }
+    }
+
+    @Test func statCPU() {
+        // A command name with spaces and parentheses; utime 150 and stime 50 ticks.
+        let line = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 1 0 100 1000 10"
+        let us = Metrics.parseStatCPU(Array(line.utf8))
+        #expect(us == 200 * 1_000_000 / Metrics.ticksPerSecond)
+        #expect(Metrics.parseStatCPU(Array("garbage".utf8)) == nil)
+    }
+}
