@@ -166,3 +166,16 @@ func memory(_ pid: Int32) -> (rss: Int, pss: Int) {
     }
     return (field("Rss"), field("Pss"))
 }
+
+/// A process's CPU time so far (seconds), summed over its threads from /proc/<pid>/task/*/schedstat
+/// (nanoseconds on the CPU; clock ticks would be too coarse to compare a routing change).
+func cpuSeconds(_ pid: Int32) -> Double? {
+    guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task") else { return nil }
+    var total: UInt64 = 0
+    for task in tasks {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8),
+              let first = text.split(separator: " ").first, let ns = UInt64(first) else { continue }
+        total += ns
+    }
+    return Double(total) / 1e9
+}

@@ -48,9 +48,21 @@ do {
     report.add("call p50 (CLI socket → supervisor → worker → back)", lat.median, "µs", baseline: ("2-hop p50", twoHop.p50), target: "≤ 2×")
     report.add("call p99", lat.percentile(0.99), "µs", baseline: ("2-hop p50", twoHop.p50))
     report.add("call p99.9", lat.percentile(0.999), "µs", baseline: ("2-hop p50", twoHop.p50))
+    let calleePID = try rig.status().first(where: { $0.identifier == "bench.callee" })?.pid
     for c in [1, 16, 64] {
-        let t = try throughput(conn, inFlight: c, count: calls * (c == 1 ? 1 : 3), frame: frame)
+        let cpuBefore = rig.process.flatMap { cpuSeconds($0.processIdentifier) }
+        let workerBefore = calleePID.flatMap { cpuSeconds($0) }
+        let count = calls * (c == 1 ? 1 : 3)
+        let t = try throughput(conn, inFlight: c, count: count, frame: frame)
         report.add("call throughput, \(c) in flight", t, "/s", baseline: ("2-hop", twoHop.tput[c]!), target: c == 64 ? "≥ 60000/s" : nil)
+        // The supervisor's own CPU per call: steadier than throughput on a busy or shared machine,
+        // so the figure to compare when the routing path changes.
+        if c == 64, let before = cpuBefore, let after = rig.process.flatMap({ cpuSeconds($0.processIdentifier) }) {
+            report.add("supervisor CPU per call, 64 in flight", (after - before) / Double(count) * 1e6, "µs")
+        }
+        if c == 64, let before = workerBefore, let after = calleePID.flatMap({ cpuSeconds($0) }) {
+            report.add("worker CPU per call, 64 in flight", (after - before) / Double(count) * 1e6, "µs")
+        }
     }
     // Plugin → plugin: the client asks bench.caller, which calls bench.callee through the supervisor.
     let nested = { (id: UInt64) in

@@ -23,9 +23,27 @@ final class PluginRuntime: Sendable {
     private let events: AsyncStream<EventWork>.Continuation
     private let context = Mutex<PluginContext?>(nil)
 
-    /// The `traceparent` of the call or open being handled (SPEC §3): a call this plugin makes while
-    /// handling it carries it on, so the trace follows the request through every plugin it touches.
-    @TaskLocal static var traceparent: String?
+    /// The `traceparent` of the call or open an async handler is handling (SPEC §3): a call this
+    /// plugin makes while handling it carries it on, so the trace follows the request through every
+    /// plugin it touches.
+    @TaskLocal static var taskTraceparent: String?
+
+    /// A sync handler runs on the worker's I/O thread while the message's bytes are valid: its
+    /// traceparent is those bytes, found through a thread-specific pointer and decoded only if the
+    /// plugin asks (no string, no task-local binding on the fastest calls).
+    private static let syncTraceKey: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
+
+    /// The traceparent of the request being handled by this task or, in a sync handler, this thread.
+    static var traceparent: String? {
+        if let t = taskTraceparent { return t }
+        guard let raw = pthread_getspecific(syncTraceKey) else { return nil }
+        let bytes = raw.assumingMemoryBound(to: UnsafeRawBufferPointer.self).pointee
+        return Envelope.string(bytes, 0..<bytes.count)
+    }
 
     struct EventWork: Sendable {
         var id: UInt64
@@ -96,18 +114,24 @@ final class PluginRuntime: Sendable {
             reply(id, error: PluginError.notFound("no method '\(method)'; this plugin exports: \(known.isEmpty ? "nothing" : known)"))
             return
         }
-        let trace = Envelope.string(bytes, env.traceparent)
         switch handler {
         case .sync(let body):
             do {
                 let params = env.params.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) }
-                reply(id, result: try Self.$traceparent.withValue(trace) { try body(params) })
+                guard let t = env.traceparent else { return reply(id, result: try body(params)) }
+                var trace = UnsafeRawBufferPointer(rebasing: bytes[t])
+                let result = try withUnsafePointer(to: &trace) { pointer in
+                    pthread_setspecific(Self.syncTraceKey, pointer)
+                    defer { pthread_setspecific(Self.syncTraceKey, nil) }
+                    return try body(params)
+                }
+                reply(id, result: result)
             } catch {
                 reply(id, error: error)
             }
         case .async(let body):
             let params = env.params.map { Array(bytes[$0]) }
-            run(id, trace) { try await body(params) }
+            run(id, Envelope.string(bytes, env.traceparent)) { try await body(params) }
         }
     }
 
@@ -132,7 +156,7 @@ final class PluginRuntime: Sendable {
         running.withLock { table in
             table[id] = Task { [self] in
                 let outcome: Result<[UInt8], any Error>
-                do { outcome = .success(try await Self.$traceparent.withValue(trace) { try await work() }) } catch { outcome = .failure(error) }
+                do { outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await work() }) } catch { outcome = .failure(error) }
                 running.withLock { _ = $0.removeValue(forKey: id) }
                 // A cancelled call was already answered by the supervisor (timeout, caller gone).
                 if Task.isCancelled { return }
@@ -204,7 +228,7 @@ final class PluginRuntime: Sendable {
         if let method { b.string("method", method) }
         if let params { b.raw("params", params) }
         if let uri { b.string("uri", uri) }
-        if let trace = Self.traceparent { b.string("traceparent", trace) }
+        if let trace = Self.taskTraceparent { b.string("traceparent", trace) }
         let frame = b.finish()
         return try await withCheckedThrowingContinuation { continuation in
             pending.withLock { $0[id] = continuation }

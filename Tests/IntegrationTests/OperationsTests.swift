@@ -105,6 +105,24 @@ struct OperationsTests {
         #expect(Date().timeIntervalSince(wedgedAt) >= 1.3)
     }
 
+    @Test("the shipped systemd unit passes systemd-analyze verify",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze"), "needs systemd-analyze (Debian's systemd package)"))
+    func unitFileVerifies() throws {
+        let w = try TestWorld()
+        let unit = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("dist/systemd/sandboxed-plugins.service").path
+        let text = try String(contentsOfFile: unit, encoding: .utf8)
+        for setting in ["Type=notify", "WatchdogSec=", "ExecReload=", "KillMode=mixed", "Delegate=yes", "NoNewPrivileges=yes",
+                        "ProtectSystem=strict", "SystemCallArchitectures=native", "RestrictAddressFamilies="] {
+            #expect(text.contains("\n" + setting), "the unit lacks \(setting)")
+        }
+        // verify wants ExecStart's executable to exist: point it at this build's.
+        let copy = w.root + "/sandboxed-plugins.service"
+        try text.replacingOccurrences(of: "/opt/sandboxed-plugins/bin", with: Build.dir).write(toFile: copy, atomically: true, encoding: .utf8)
+        let r = try Shell.run("/usr/bin/systemd-analyze", ["verify", copy])
+        #expect(r.code == 0 && r.err.isEmpty && r.out.isEmpty, "systemd-analyze verify: \(r.code)\n\(r.out)\(r.err)")
+    }
+
     // MARK: Metrics
 
     @Test("metrics: exact counter deltas after calls, an error, a timeout, a crash and its restart; the HTTP endpoint serves the same")
@@ -222,6 +240,9 @@ struct OperationsTests {
         let parts = seen.split(separator: "-")
         #expect(parts.count == 4 && parts[1] == trace && parts[3] == "01", "\(seen)")
         #expect(parts[2] != "00f067aa0ba902b7", "the supervisor gives each hop a span id of its own")
+        // A sync handler sees it too.
+        let seenSync = try sv.call("k.front", "syncTraceparent", nil, traceparent: given)
+        #expect(seenSync.split(separator: "-").count == 4 && seenSync.split(separator: "-")[1] == trace, "\(seenSync)")
 
         // Through the front plugin to the back one: the same trace, another span.
         let nested = try sv.call("k.front", "call", #"{"target":"k.back","method":"traceparent"}"#, traceparent: given)

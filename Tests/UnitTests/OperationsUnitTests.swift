@@ -52,11 +52,13 @@ import Testing
         #expect(roundTrip?.0.description == fresh.traceIDText)
     }
 
-    @Test func randomPoolRefills() {
+    @Test func idsAreUniqueAndSeededPerProcess() {
         var pool = RandomPool()
         var seen = Set<UInt64>()
-        for _ in 0..<2000 { seen.insert(pool.next()) }
-        #expect(seen.count == 2000)
+        for _ in 0..<100_000 { seen.insert(pool.next()) }
+        #expect(seen.count == 100_000)
+        var a = RandomPool(), b = RandomPool()
+        #expect(a.next() != b.next(), "two generators seeded alike")
     }
 }
 

@@ -97,6 +97,9 @@ final class TestKit: Pluggable {
         api.method("traceparent") { () async throws -> String in
             try self.ctx().traceparent ?? ""
         }
+        api.method("syncTraceparent") { () throws -> String in
+            try self.ctx().traceparent ?? ""
+        }
         // One line on stderr, which the supervisor logs under this plugin.
         api.method("stderr") { (p: [String: String]) -> String in
             let line = (p["line"] ?? "") + "\n"

@@ -15,18 +15,36 @@ struct CallTrace {
     /// `00-<trace id>-<span id>-<flags>`, the 55 bytes of a `traceparent`.
     static let headerLength = 55
 
-    /// Writes the header, between JSON quotes, into `out` (57 bytes).
+    /// Writes the header, between JSON quotes, into `out` (57 bytes). On every forwarded call:
+    /// pointer writes from a digit table, no bounds checks per byte.
+    @inline(__always)
     func writeQuotedHeader(_ out: UnsafeMutableRawBufferPointer) {
-        out[0] = UInt8(ascii: "\"")
-        out[1] = UInt8(ascii: "0")
-        out[2] = UInt8(ascii: "0")
-        out[3] = UInt8(ascii: "-")
-        withUnsafeBytes(of: traceID.bytes) { Hex.write($0, into: out, at: 4) }
-        out[36] = UInt8(ascii: "-")
-        withUnsafeBytes(of: spanID.bytes) { Hex.write($0, into: out, at: 37) }
-        out[53] = UInt8(ascii: "-")
-        withUnsafeBytes(of: flags.rawValue) { Hex.write($0, into: out, at: 54) }
-        out[56] = UInt8(ascii: "\"")
+        precondition(out.count >= Self.headerLength + 2)
+        let p = out.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        let d = Hex.digits.utf8Start
+        p[0] = 0x22  // "
+        p[1] = 0x30  // 0
+        p[2] = 0x30
+        p[3] = 0x2D  // -
+        withUnsafeBytes(of: traceID.bytes) { id in
+            for i in 0..<16 {
+                let b = id[i]
+                p[4 + 2 * i] = d[Int(b >> 4)]
+                p[5 + 2 * i] = d[Int(b & 0x0F)]
+            }
+        }
+        p[36] = 0x2D
+        withUnsafeBytes(of: spanID.bytes) { id in
+            for i in 0..<8 {
+                let b = id[i]
+                p[37 + 2 * i] = d[Int(b >> 4)]
+                p[38 + 2 * i] = d[Int(b & 0x0F)]
+            }
+        }
+        p[53] = 0x2D
+        p[54] = d[Int(flags.rawValue >> 4)]
+        p[55] = d[Int(flags.rawValue & 0x0F)]
+        p[56] = 0x22
     }
 
     var header: String {
@@ -67,29 +85,23 @@ struct CallTrace {
 enum Hex {
     static let digits: StaticString = "0123456789abcdef"
 
-    static func write(_ bytes: UnsafeRawBufferPointer, into out: UnsafeMutableRawBufferPointer, at offset: Int) {
-        let d = digits.utf8Start
-        var o = offset
-        for b in bytes {
-            out[o] = d[Int(b >> 4)]
-            out[o + 1] = d[Int(b & 0x0F)]
-            o += 2
-        }
-    }
-
     /// Lowercase only, as the W3C spec requires.
+    @inline(__always)
     static func nibble(_ c: UInt8) -> UInt8? {
         switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+        case 0x30...0x39: return c &- 0x30
+        case 0x61...0x66: return c &- 0x61 &+ 10
         default: return nil
         }
     }
 
+    /// Reads `out.count` bytes of hex from `text` at `offset` (the caller has checked the length).
     static func read(_ text: UnsafeRawBufferPointer, from offset: Int, into out: UnsafeMutableRawBufferPointer) -> Bool {
+        let t = text.baseAddress!.assumingMemoryBound(to: UInt8.self) + offset
+        let o = out.baseAddress!.assumingMemoryBound(to: UInt8.self)
         for i in 0..<out.count {
-            guard let hi = nibble(text[offset + 2 * i]), let lo = nibble(text[offset + 2 * i + 1]) else { return false }
-            out[i] = hi << 4 | lo
+            guard let hi = nibble(t[2 * i]), let lo = nibble(t[2 * i + 1]) else { return false }
+            o[i] = hi << 4 | lo
         }
         return true
     }
@@ -107,33 +119,34 @@ struct Tracer {
         }
         // A new trace: not sampled, since the supervisor records no spans itself; a plugin that
         // exports spans decides for itself.
-        return CallTrace(traceID: TraceID.random(using: &random), spanID: span, flags: [])
+        return CallTrace(traceID: TraceID.random(using: &random), spanID: span, flags: TraceFlags(rawValue: 0))
     }
 }
 
-/// Random bits from the kernel's generator, fetched 4 KiB at a time: one getrandom(2) per 512 span
-/// ids instead of one per call.
+/// Trace and span ids: SplitMix64 (Steele, Lea and Flood, 2014; the seeding generator of
+/// xoshiro) over a seed from the kernel's generator. Ids must be unique, not secret (W3C Trace
+/// Context §3.2.2.3), and every forwarded call takes one: a kernel call per id, or even per 512 ids,
+/// showed in the call path's profile, this is a multiply and two shifts.
 struct RandomPool: RandomNumberGenerator {
-    private var words = [UInt64](repeating: 0, count: 512)
-    private var used = 512
+    private var state: UInt64
 
-    mutating func next() -> UInt64 {
-        if used == words.count { refill() }
-        defer { used += 1 }
-        return words[used]
+    init() {
+        var seed: UInt64 = 0
+        do { try withUnsafeMutableBytes(of: &seed) { try KernelRandom.fill($0) } } catch {
+            // Only a kernel without getrandom refuses; the system generator is the fallback.
+            var system = SystemRandomNumberGenerator()
+            seed = system.next()
+        }
+        state = seed
     }
 
-    private mutating func refill() {
-        words.withUnsafeMutableBytes { buffer in
-            do { try KernelRandom.fill(buffer) } catch {
-                // Only a kernel without getrandom refuses; the system generator is the fallback.
-                var system = SystemRandomNumberGenerator()
-                for i in stride(from: 0, to: buffer.count, by: 8) {
-                    buffer.storeBytes(of: system.next(), toByteOffset: i, as: UInt64.self)
-                }
-            }
-        }
-        used = 0
+    @inline(__always)
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
 

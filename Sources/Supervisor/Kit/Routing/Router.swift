@@ -54,7 +54,8 @@ final class Router: SupervisorComponent, @unchecked Sendable {
             return ErrorBody(.unavailable, "\(target) is not keeping up: its socket buffer is full")
         }
         let id = instance.takeID()
-        var frame = outbox.encoder(kind, for: channel, capacity: bytes.count)
+        // Room for what is added: the traceparent and `from` (without it, every frame reallocates).
+        var frame = outbox.encoder(kind, for: channel, capacity: bytes.count + 96 + (caller?.utf8.count ?? 0))
         frame.uint("id", id)
         let what: String
         if kind == .call {
@@ -74,9 +75,11 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         }
         let now = NIODeadline.now()
         let deadline = now + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
-        let label = logCalls ? (kind == .call ? "\(target).\(Envelope.string(bytes, env.method) ?? "")" : Envelope.string(bytes, env.uri) ?? "") : nil
+        let log = logCalls
+            ? CallLog(label: kind == .call ? "\(target).\(Envelope.string(bytes, env.method) ?? "")" : Envelope.string(bytes, env.uri) ?? "", trace: trace)
+            : nil
         instance.pending[id] = PendingRequest(origin: origin, deadline: deadline, what: what,
-                                              call: CallFacts(started: now, metrics: metrics, trace: trace, label: label))
+                                              call: CallFacts(started: now, metrics: metrics, log: log))
         switch origin {
         case .client(let connection, let clientID): connection.inFlight[clientID] = (instance, id)
         case .plugin(let caller, let callerID): caller.outgoing[callerID] = (instance, id)
@@ -164,11 +167,11 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         guard let call = request.call else { return }
         let nanoseconds = (NIODeadline.now() - call.started).nanoseconds
         call.metrics.record(outcome, nanoseconds: nanoseconds)
-        if let label = call.label {
+        if let log = call.log {
             let ms = Double(nanoseconds) / 1_000_000
-            logger.debug("\(request.what) \(label): \(outcome) in \(ms) ms", metadata: [
-                "plugin": "\(instance.identifier)", "trace_id": "\(call.trace.traceIDText)",
-                "span_id": "\(call.trace.spanIDText)", "duration_ms": "\(ms)",
+            logger.debug("\(request.what) \(log.label): \(outcome.label) in \(ms) ms", metadata: [
+                "plugin": "\(instance.identifier)", "trace_id": "\(log.trace.traceIDText)",
+                "span_id": "\(log.trace.spanIDText)", "duration_ms": "\(ms)",
             ])
         }
     }

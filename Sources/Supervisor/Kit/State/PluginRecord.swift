@@ -185,12 +185,23 @@ struct PendingRequest {
 }
 
 /// What the supervisor keeps of a forwarded request to count it and log it once it is answered.
+/// Small on purpose: it is copied into and out of the pending table on every call.
 struct CallFacts {
     var started: NIODeadline
     var metrics: CallMetrics
-    var trace: CallTrace
-    /// `<plugin>.<method>` or the URI, kept only when calls are logged (debug level).
-    var label: String?
+    /// Only when calls are logged (debug level).
+    var log: CallLog?
+}
+
+/// What the debug-level call log says of a request: `<plugin>.<method>` or the URI, and its trace.
+final class CallLog {
+    let label: String
+    let trace: CallTrace
+
+    init(label: String, trace: CallTrace) {
+        self.label = label
+        self.trace = trace
+    }
 }
 
 /// Where the answer to a request must go. Confined to the event loop like what it refers to.
