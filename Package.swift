@@ -26,9 +26,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
-        // Operations (docs/operations.md): Prometheus metrics and W3C trace context. With their own
-        // dependencies they add about 9 s to a clean build on two cores.
-        .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
+        // Operations (docs/operations.md): Prometheus metrics (swift-prometheus, whose metric types
+        // are swift-metrics handlers) and W3C trace context. With their own dependencies they add
+        // about 9 s to a clean build on two cores.
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.1.0"),
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context", from: "1.0.0"),
     ],
@@ -80,7 +80,6 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
             ],
