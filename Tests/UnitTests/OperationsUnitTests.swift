@@ -110,7 +110,9 @@ import Testing
         #expect(e.host == "127.0.0.1" && e.port == 9464)
         #expect(try MetricsEndpoint("[::1]:9464").host == "::1")
         #expect(try MetricsEndpoint("localhost:1").port == 1)
-        for bad in ["9464", ":9464", "127.0.0.1:", "127.0.0.1:70000", "host.example:9464", "[::1]:x"] {
+        let portOnly = try MetricsEndpoint("9464")
+        #expect(portOnly.host == "127.0.0.1" && portOnly.port == 9464, "a port alone is loopback")
+        for bad in ["0", "70000", ":9464", "127.0.0.1:", "127.0.0.1:70000", "host.example:9464", "[::1]:x"] {
             #expect(throws: MetricsEndpoint.Invalid.self, "\(bad)") { try MetricsEndpoint(bad) }
         }
     }

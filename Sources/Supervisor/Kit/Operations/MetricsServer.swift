@@ -3,9 +3,9 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 
-/// `metrics.listen` (SPEC §10): where `GET /metrics` is served. `host:port` with the host written out:
-/// an IPv4 or bracketed IPv6 address, or `localhost`. There is no default host, so the endpoint
-/// leaves this machine only when a non-loopback address is written in the config.
+/// `metrics.listen` (SPEC §10): where `GET /metrics` is served. A port alone (`"9464"`) is loopback
+/// (127.0.0.1); otherwise `host:port` with the host written out: an IPv4 or bracketed IPv6 address,
+/// or `localhost`. So the endpoint leaves this machine only when a non-loopback address is written.
 struct MetricsEndpoint: Equatable {
     var host: String
     var port: Int
@@ -13,8 +13,14 @@ struct MetricsEndpoint: Equatable {
     struct Invalid: Error { var reason: String }
 
     init(_ text: String) throws(Invalid) {
+        if let port = Int(text) {
+            guard (1...65535).contains(port) else { throw Invalid(reason: "'\(text)': the port must be 1 to 65535") }
+            self.host = "127.0.0.1"
+            self.port = port
+            return
+        }
         guard let colon = text.lastIndex(of: ":") else {
-            throw Invalid(reason: "'\(text)' is not host:port (for example 127.0.0.1:9464)")
+            throw Invalid(reason: "'\(text)' is not a port or host:port (for example 9464 or 127.0.0.1:9464)")
         }
         var host = String(text[..<colon])
         let portText = text[text.index(after: colon)...]
@@ -23,7 +29,7 @@ struct MetricsEndpoint: Equatable {
         }
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         guard !host.isEmpty else {
-            throw Invalid(reason: "'\(text)' names no address: write 127.0.0.1:\(port) for this machine only, or the address of the interface to serve on")
+            throw Invalid(reason: "'\(text)' names no address: write \(port) or 127.0.0.1:\(port) for this machine only, or the address of the interface to serve on")
         }
         guard host == "localhost" || (try? SocketAddress(ipAddress: host, port: port)) != nil else {
             throw Invalid(reason: "'\(text)': '\(host)' is not an IP address or localhost")
@@ -53,7 +59,8 @@ enum MetricsServer {
             }
         do {
             let channel = try bootstrap.bind(host: endpoint.host, port: endpoint.port).wait()
-            supervisor.logger.info("metrics: GET http://\(listen)/metrics")
+            let shown = endpoint.host.contains(":") ? "[\(endpoint.host)]:\(endpoint.port)" : "\(endpoint.host):\(endpoint.port)"
+            supervisor.logger.info("metrics: GET http://\(shown)/metrics")
             return channel
         } catch {
             throw .config(file: "metrics.listen", reason: "cannot listen on \(listen): \(error)")
