@@ -46,6 +46,16 @@ final class TestKit: Pluggable {
         if access(context.bundleDirectory + "/fail-startup", F_OK) == 0 {
             throw PluginError(.pluginError, "startup refused on purpose")
         }
+        // A slow start, for the tests of calls that wait for a plugin to run.
+        let fd = open(context.bundleDirectory + "/startup-delay-ms", O_RDONLY)
+        if fd >= 0 {
+            var buffer = [UInt8](repeating: 0, count: 32)
+            let n = read(fd, &buffer, buffer.count)
+            close(fd)
+            if n > 0, let ms = UInt64(String(decoding: buffer[..<n], as: UTF8.self).filter(\.isNumber)) {
+                try await Task.sleep(nanoseconds: ms * 1_000_000)
+            }
+        }
         record("startup")
     }
 

@@ -40,6 +40,8 @@ extension SupervisorConfig {
         "startupTimeoutMs": positive(\.startupTimeoutMs),
         "callTimeoutMs": positive(\.callTimeoutMs),
         "shutdownGraceMs": positive(\.shutdownGraceMs),
+        "callQueueLimit": positive(\.callQueueLimit),
+        "drainTimeoutMs": positive(\.drainTimeoutMs),
         "restartLimit": positive(\.restartLimit),
         "restartWindowSeconds": positive(\.restartWindowSeconds),
         "restartBackoffBaseMs": positive(\.restartBackoffBaseMs),

@@ -59,6 +59,11 @@ public struct SupervisorConfig: Sendable {
     public var downloadMaxBytes = 256 << 20
     /// Sandbox layers the operator demands; a plugin is not started where one is missing.
     public var requiredSandboxLayers: [SandboxLayer] = []
+    /// Requests that may wait for one plugin while it starts, restarts or drains (SPEC §8).
+    public var callQueueLimit = 1_024
+    /// How long a planned stop waits for the calls inside a worker to be answered before
+    /// `willTerminate` (restart, reload, update, shutdown).
+    public var drainTimeoutMs = 5_000
     /// Where `GET /metrics` is served (`host:port`), if anywhere: the config's `metrics.listen`.
     public var metricsListen: String?
 

@@ -19,7 +19,11 @@ final class Health: SupervisorComponent, @unchecked Sendable {
 
     func start() {
         // Call and event deadlines, checked every 10 ms.
-        every(.milliseconds(10)) { [self] in router.expire(now: .now()) }
+        every(.milliseconds(10)) { [self] in
+            let now = NIODeadline.now()
+            router.expire(now: now)
+            router.expireWaiting(now: now)
+        }
         // Memory: soft limit → memoryWarning, hard limit → memoryLimit.
         every(.milliseconds(250)) { [self] in checkMemory() }
         // Daily live resources: checked hourly, each refreshed when a day old.

@@ -194,7 +194,7 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
                     return done(.success(what))
                 }
                 try? store.rollBack(staged)
-                table.remove(record)
+                router.forget(record, because: "\(id) \(staged.version) failed to start: \(problem); not installed")
                 done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); not installed").body))
             }
             lifecycle.startWaitingPlugins()

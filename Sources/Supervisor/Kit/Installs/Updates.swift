@@ -75,7 +75,7 @@ extension Installs {
             do throws(InstallError) { try store.remove(folder) } catch {
                 return router.answer(origin, error: error.body)
             }
-            table.remove(record)
+            router.forget(record, because: "\(record.identifier) was uninstalled")
             logger.notice("uninstalled \(identifier) \(record.manifest.version)")
             router.respond(origin) { try ProtocolJSON.encode(["uninstalled": "\(identifier) \(record.manifest.version)"]) }
             outbox.flush()

@@ -215,6 +215,7 @@ extension Lifecycle {
         logger.info("\(record.identifier) \(record.manifest.version) is running",
                     metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
         record.settleWaiters(nil)
+        router.forwardWaiting(record)
         // Dependents that could not start only because this plugin was down get another go.
         for dependent in table.dependents(of: record.identifier) where !isShuttingDown && dependent.instance == nil
             && dependent.phase == .failed(byDependency: true) {

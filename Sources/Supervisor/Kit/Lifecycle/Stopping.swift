@@ -33,9 +33,13 @@ extension Lifecycle {
         }
     }
 
-    /// Sends `willTerminate`, waits for the answer (up to the grace period), closes the socket so the
-    /// worker exits, and kills it if it is still there when the grace period ends. `done` runs once
-    /// its exit has been recorded.
+    /// Drains, then sends `willTerminate`, waits for the answer (up to the grace period), closes the
+    /// socket so the worker exits, and kills it if it is still there when the grace period ends.
+    /// `done` runs once its exit has been recorded.
+    ///
+    /// Draining (SPEC §8): from the moment the stop is asked, new requests for the plugin wait in its
+    /// queue (for the next worker, or fail at shutdown); the calls already inside the worker get up
+    /// to `drainTimeoutMs` to be answered before `willTerminate` goes out.
     func stopPlugin(_ record: PluginRecord, _ done: @escaping () -> Void) {
         guard let instance = record.instance else { done(); return }
         instance.onExit.append(done)
@@ -43,6 +47,29 @@ extension Lifecycle {
         if instance.phase.hasExited || instance.phase == .stopping { return }
         let saidHello = instance.hello != nil
         instance.move(to: .stopping, logger: logger)
+        guard saidHello, instance.channel != nil, instance.hasCallsInside else { return terminate(record, instance) }
+        let drainUntil = NIODeadline.now() + .milliseconds(Int64(config.drainTimeoutMs))
+        logger.info("\(record.identifier): waiting for \(instance.callsInside) call(s) inside the worker before stopping it",
+                    metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
+        drain(record, instance, until: drainUntil)
+    }
+
+    /// Checks every 5 ms until the worker has answered its calls, has ended, or the drain time is up.
+    private func drain(_ record: PluginRecord, _ instance: WorkerInstance, until deadline: NIODeadline) {
+        if instance.phase.hasExited { return }
+        if !instance.hasCallsInside || instance.channel == nil || NIODeadline.now() >= deadline {
+            if instance.hasCallsInside {
+                logger.warning("\(record.identifier): \(instance.callsInside) call(s) still unanswered after the \(config.drainTimeoutMs) ms drain; stopping it",
+                               metadata: ["plugin": "\(record.identifier)"])
+            }
+            return terminate(record, instance)
+        }
+        loop.scheduleTask(in: .milliseconds(5)) { [self] in drain(record, instance, until: deadline) }
+    }
+
+    /// `willTerminate` and the grace period (or SIGKILL for a worker that never said hello).
+    private func terminate(_ record: PluginRecord, _ instance: WorkerInstance) {
+        let saidHello = instance.hello != nil
         let grace = TimeAmount.milliseconds(Int64(config.shutdownGraceMs))
         let hardStop = loop.scheduleTask(in: grace) { [self] in
             if !instance.phase.hasExited {
@@ -81,7 +108,7 @@ extension Lifecycle {
             guard let record = table[id] else { continue }
             record.pendingRestart?.cancel()
             stopPlugin(record) { [self] in
-                table.remove(record)
+                router.forget(record, because: "\(record.identifier) was removed from the plugin folders")
                 left -= 1
                 if left == 0 { stopRemoved(remaining.subtracting(wave)) }
             }

@@ -37,14 +37,19 @@ final class Router: SupervisorComponent, @unchecked Sendable {
 
     /// Sends a `call` or `open` to the plugin `target`, answering `origin` when it replies.
     /// Returns an error instead when the target cannot take it now.
+    /// A plugin that is coming up or draining for a planned stop gets it later (WaitQueue.swift).
+    /// `deadline`: a queued request's own, when it is finally forwarded.
     func forward(_ kind: MessageKind, to target: String, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
-                 origin: ReplyOrigin) -> ErrorBody? {
+                 origin: ReplyOrigin, deadline: NIODeadline? = nil) -> ErrorBody? {
         guard let record = table[target] else {
             return ErrorBody(.notFound, "no plugin \(target) is installed")
         }
         let metrics = record.callMetrics ?? supervisor.metrics.calls(target)
         record.callMetrics = metrics
-        guard record.phase == .running, let instance = record.instance, let channel = instance.channel else {
+        if mustWait(record) {
+            return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin)
+        }
+        guard record.phase == .running, let instance = record.instance, instance.phase != .stopping, let channel = instance.channel else {
             metrics.count(.unavailable)
             return ErrorBody(.unavailable, "\(target) is \(record.phase.shown)" + (record.problem.map { ": \($0)" } ?? ""))
         }
@@ -74,7 +79,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
             frame.raw("traceparent", UnsafeRawBufferPointer(header))
         }
         let now = NIODeadline.now()
-        let deadline = now + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
+        let deadline = deadline ?? now + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
         let log = logCalls
             ? CallLog(label: kind == .call ? "\(target).\(Envelope.string(bytes, env.method) ?? "")" : Envelope.string(bytes, env.uri) ?? "", trace: trace)
             : nil

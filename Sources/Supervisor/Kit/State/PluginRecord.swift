@@ -38,6 +38,8 @@ final class PluginRecord: @unchecked Sendable {
     var sandboxDenials: [String: Int] = [:]
     /// Its `plugin_calls_total` and duration handles, looked up on its first call.
     var callMetrics: CallMetrics?
+    /// Requests that wait for it to run (Routing/WaitQueue.swift), oldest first.
+    var waiting: [QueuedRequest] = []
 
     init(manifest: Manifest, phase: PluginPhase) {
         self.manifest = manifest
@@ -136,6 +138,10 @@ final class WorkerInstance: @unchecked Sendable {
     func move(to next: WorkerPhase, logger: Logger) -> Bool {
         transition(&phase, to: next, of: "the worker of \(identifier) (pid \(pid))", logger: logger)
     }
+
+    /// Calls and opens forwarded to it and not yet answered (events and pings aside).
+    var callsInside: Int { pending.values.reduce(0) { $0 + ($1.call == nil ? 0 : 1) } }
+    var hasCallsInside: Bool { pending.values.contains { $0.call != nil } }
 
     /// Allocates the id of the next request this supervisor sends it.
     func takeID() -> UInt64 {
