@@ -12,6 +12,12 @@ public struct InstallError: Error, CustomStringConvertible, Sendable, Equatable 
         case downloadFailed
         /// The catalog is unreadable or malformed.
         case catalogInvalid
+        /// The catalog's signature is missing, bad, or not by a trusted, current, unrevoked key.
+        case catalogUnsigned
+        /// The catalog is older than the last one accepted, or the same version with other bytes.
+        case catalogRollback
+        /// The catalog is past its `expires`.
+        case catalogExpired
         /// The bundle's plugin.json is invalid.
         case invalidManifest
         /// A downgrade or reinstall without --force, or a version that does not match the catalog.

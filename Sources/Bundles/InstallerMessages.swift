@@ -32,6 +32,12 @@ public struct InstallRequest: Codable, Sendable {
     public var force: Bool?
     public var allowUnsigned: Bool?
     public var trustedKeys: [String]?
+    /// Trusted keys that expire: key (base64) → RFC 3339 time.
+    public var keyExpiries: [String: String]?
+    /// Keys no signature is accepted from any more (base64).
+    public var revokedKeys: [String]?
+    /// The catalog may come without a `.sig` (migration; config `catalogSignatures: "optional"`).
+    public var catalogSignaturesOptional: Bool?
     public var sandbox: Bool?
     public var workerExecutable: String?
     public var runtimePaths: [String]?
@@ -60,9 +66,15 @@ public struct CatalogLoaded: Codable, Sendable {
     public var entries: [CatalogEntry]
     /// `downloaded`, `notModified` (a 304), or `cached (why)` when the server failed.
     public var source: String
-    public init(entries: [CatalogEntry], source: String) {
+    /// Something the supervisor should log (an unsigned catalog accepted under `catalogSignatures: "optional"`).
+    public var warning: String?
+    /// The accepted catalog's version, when it has one.
+    public var version: Int?
+    public init(entries: [CatalogEntry], source: String, warning: String? = nil, version: Int? = nil) {
         self.entries = entries
         self.source = source
+        self.warning = warning
+        self.version = version
     }
 }
 

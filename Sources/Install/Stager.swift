@@ -58,7 +58,17 @@ public struct Stager: Sendable {
         let isURL = source.contains("://")
         let archive = folder + "/archive"
         if isURL {
-            _ = try fetcher.fetch(source, to: archive) { done, total in progress?("download", done, total) }
+            var fetcher = self.fetcher
+            // The catalog's length: a server that streams more is cut off (the endless-data attack).
+            if let length = entry?.length { fetcher.maxBytes = min(fetcher.maxBytes, Int64(length)) }
+            do {
+                _ = try fetcher.fetch(source, to: archive) { done, total in progress?("download", done, total) }
+            } catch {
+                if let length = entry?.length, error.code == .downloadFailed, error.message.contains("larger than the limit") {
+                    throw InstallError(.integrityFailed, "\(source) streams past the \(length) bytes its catalog entry gives as its length; cut off")
+                }
+                throw error
+            }
         } else {
             guard FileSystem.exists(source) else { throw InstallError(.archiveRefused, "\(source): no such archive") }
             let original = try FileSystem.readFile(source, limit: Int(fetcher.maxBytes))

@@ -40,7 +40,7 @@ enum InstallerSandbox {
         var folders: [String]
         switch request.operation {
         case .stage, .probe: folders = [store.stagingRoot]
-        case .catalog: folders = [request.home + "/cache"]
+        case .catalog: folders = [request.home + "/cache", request.home + "/state"]
         case .fetch:
             guard let destination = request.destination, let slash = destination.lastIndex(of: "/") else { return [] }
             folders = [String(destination[..<slash])]

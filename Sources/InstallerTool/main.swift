@@ -11,6 +11,8 @@ import Glibc
 #endif
 
 signal(SIGPIPE, SIG_IGN)
+// Run by hand, with arguments: the publisher's tools (keys and signatures), nothing else.
+if CommandLine.arguments.count > 1 { PublisherCommands.run(Array(CommandLine.arguments.dropFirst())) }
 try? ProcessControl.dieWithParent()  // the supervisor gone: nobody is waiting for this install
 
 func emit(_ line: InstallerLine) {
@@ -35,6 +37,11 @@ func classify(_ error: any Error) -> InstallError {
     case let e as SystemError: return InstallError(.fileSystem, e.description)
     default: return InstallError(.internalError, "\(error)")
     }
+}
+
+/// The configured keys: trusted (some with an expiry) and revoked.
+func integrity(_ request: InstallRequest) throws -> Integrity {
+    try Integrity(trustedKeys: request.trustedKeys ?? [], expiries: request.keyExpiries ?? [:], revoked: request.revokedKeys ?? [])
 }
 
 guard let raw = getenv(InstallRequest.environmentVariable),
@@ -64,6 +71,7 @@ do {
         guard let source = request.source else { fail(InstallError(.internalError, "stage needs a source")) }
         var stager = try Stager(home: request.home, trustedKeys: request.trustedKeys ?? [],
                                 workerExecutable: request.workerExecutable ?? "", runtimePaths: request.runtimePaths ?? [])
+        stager.integrity = try integrity(request)
         stager.fetcher = fetcher
         stager.extractor.maxTotalBytes = Int64(request.maxBytes) * 2
         stager.sandbox = request.sandbox ?? true
@@ -80,7 +88,8 @@ do {
         })
     case .catalog:
         guard let url = request.url else { fail(InstallError(.internalError, "catalog needs a url")) }
-        var catalog = CatalogFetch(url: url, home: request.home)
+        var catalog = CatalogFetch(url: url, home: request.home, integrity: try integrity(request))
+        catalog.signaturesOptional = request.catalogSignaturesOptional ?? false
         catalog.fetcher.lowSpeedSeconds = request.lowSpeedSeconds
         line.catalog = try catalog.load()
     case .fetch:

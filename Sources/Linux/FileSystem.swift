@@ -91,6 +91,34 @@ extension FileSystem {
     }
 
     /// rename(2).
+    /// Replaces `path` with `bytes` so that a crash leaves the old contents or the new, never a mix:
+    /// a temporary file beside it, written and synced, then renamed over it.
+    public static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600) throws(SystemError) {
+        let temp = path + ".tmp"
+        let fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode)
+        guard fd >= 0 else { throw SystemError(call: "open", errno: errno, context: temp) }
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, bytes.count - written) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                let e = errno
+                close(fd)
+                unlink(temp)
+                throw SystemError(call: "write", errno: e, context: temp)
+            }
+            written += n
+        }
+        if fsync(fd) != 0 {
+            let e = errno
+            close(fd)
+            unlink(temp)
+            throw SystemError(call: "fsync", errno: e, context: temp)
+        }
+        close(fd)
+        try rename(temp, to: path)
+    }
+
     public static func rename(_ from: String, to: String) throws(SystemError) {
         _ = try syscallRetrying("rename", context: "\(from) to \(to)") { Glibc.rename(from, to) }
     }

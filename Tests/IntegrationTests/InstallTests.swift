@@ -96,8 +96,23 @@ final class Shop: @unchecked Sendable {
         entries.removeAll { ($0["identifier"] as? String) == id }
         entries.append(["identifier": id, "version": version, "url": archive, "sha256": try sha256 ?? self.sha256(archive),
                         "signature": try signature ?? publisher.sign(dir + "/" + archive), "onDemand": onDemand])
-        let data = try JSONSerialization.data(withJSONObject: ["plugins": entries], options: [.sortedKeys])
+        try publishCatalog()
+    }
+
+    /// The catalog's version: raised with every publication, as a publisher must.
+    var catalogVersion = 0
+
+    /// Writes catalog.json (version, expires, entries) and its signature, catalog.json.sig.
+    /// `expires`: from now; `signers`: the keys whose signatures go in the .sig, one a line.
+    func publishCatalog(version: Int? = nil, expires: TimeInterval = 86_400, signers: [Curve25519.Signing.PrivateKey]? = nil,
+                        entries override: [[String: Any]]? = nil) throws {
+        catalogVersion = version ?? catalogVersion + 1
+        let when = ISO8601DateFormatter().string(from: Date().addingTimeInterval(expires))
+        let document: [String: Any] = ["version": catalogVersion, "expires": when, "plugins": override ?? entries]
+        let data = try JSONSerialization.data(withJSONObject: document, options: [.sortedKeys])
         try data.write(to: URL(fileURLWithPath: dir + "/catalog.json"))
+        let lines = try (signers ?? [publisher.key]).map { try $0.signature(for: data).base64EncodedString() }
+        try (lines.joined(separator: "\n") + "\n").write(toFile: dir + "/catalog.json.sig", atomically: true, encoding: .utf8)
     }
 
     func config(updates: Bool = true, lowSpeed: Int = 15, maxBytes: Int = 64 << 20, catalog: String? = nil) throws -> String {

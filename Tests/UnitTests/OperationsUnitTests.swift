@@ -125,3 +125,39 @@ import Testing
         #expect(Metrics.parseStatCPU(Array("garbage".utf8)) == nil)
     }
 }
+
+/// The config file's new settings: metrics, the trust settings, the wait queue.
+@Suite struct NewConfigKeysTests {
+    func apply(_ json: String) -> String? {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try? json.write(toFile: path, atomically: true, encoding: .utf8)
+        var config = SupervisorConfig(home: "/tmp/x", pluginDirectories: [], socketPath: nil)
+        do { try config.apply(configFile: path); return nil } catch { return "\(error)" }
+    }
+
+    static let key = "wNiEN0gFBXJyUgeYXohL0kwsLodIiXSHjK5AagapSWU="
+
+    @Test func accepted() throws {
+        #expect(apply(#"{"trustedKeys": ["\#(Self.key)", {"key": "\#(Self.key)", "expires": "2027-01-31T00:00:00Z"}]}"#) == nil)
+        #expect(apply(#"{"revokedKeys": ["\#(Self.key)"], "catalogSignatures": "optional", "callQueueLimit": 10, "drainTimeoutMs": 100}"#) == nil)
+        #expect(apply(#"{"metrics": {"listen": "127.0.0.1:9464"}}"#) == nil)
+        var config = SupervisorConfig(home: "/tmp/x", pluginDirectories: [], socketPath: nil)
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID().uuidString).json").path
+        try #"{"trustedKeys": [{"key": "\#(Self.key)", "expires": "2027-01-31T00:00:00Z"}], "catalogSignatures": "optional"}"#
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        try config.apply(configFile: path)
+        #expect(config.trustedKeys == [Self.key] && config.keyExpiries[Self.key] == "2027-01-31T00:00:00Z" && config.catalogSignaturesOptional)
+    }
+
+    @Test func refusedWithTheReason() {
+        #expect(apply(#"{"trustedKeys": [{"key": "\#(Self.key)", "expires": "next year"}]}"#)?.contains("not an RFC 3339 time") == true)
+        #expect(apply(#"{"trustedKeys": [{"expires": "2027-01-31T00:00:00Z"}]}"#)?.contains("needs \"key\"") == true)
+        #expect(apply(#"{"trustedKeys": [{"key": "\#(Self.key)", "until": "x"}]}"#)?.contains("unknown key 'until'") == true)
+        #expect(apply(#"{"revokedKeys": ["short"]}"#)?.contains("revokedKeys") == true)
+        #expect(apply(#"{"catalogSignatures": "sometimes"}"#)?.contains("must be \"required\" or \"optional\"") == true)
+        #expect(apply(#"{"metrics": {"listen": ":9464"}}"#)?.contains("names no address") == true)
+        #expect(apply(#"{"metrics": {"port": 9464}}"#)?.contains("unknown key 'port'") == true)
+        #expect(apply(#"{"callQueueLimit": 0}"#)?.contains("must be positive") == true)
+    }
+}

@@ -69,6 +69,8 @@ struct Install: ParsableCommand {
             request.force = force
             request.allowUnsigned = allowUnsigned
             request.trustedKeys = settings.trustedKeys
+            request.keyExpiries = settings.keyExpiries
+            request.revokedKeys = settings.revokedKeys
             request.sandbox = settings.sandboxEnabled
             request.workerExecutable = settings.workerExecutable
             request.runtimePaths = RuntimeFolders.current()

@@ -3,6 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import Bundles
 import LinuxSupport
 import PluginProtocol
 
@@ -61,11 +62,45 @@ extension SupervisorConfig {
         },
         "catalog": { $0.catalogURL = try $1.string() },
         "trustedKeys": { config, value in
+            // Each a base64 key, or {"key": "<base64>", "expires": "<RFC 3339>"}.
+            var keys: [String] = []
+            var expiries: [String: String] = [:]
+            for (i, item) in try value.items().enumerated() {
+                let key: String
+                switch item {
+                case .string(let text): key = text
+                case .object(let fields):
+                    for name in fields.keys where name != "key" && name != "expires" {
+                        throw SettingError("[\(i)] has an unknown key '\(name)'; known keys: key, expires")
+                    }
+                    guard case .string(let text)? = fields["key"] else { throw SettingError("[\(i)] needs \"key\": a base64 Ed25519 public key") }
+                    key = text
+                    if let expires = fields["expires"] {
+                        let when = try expires.string()
+                        guard RFC3339.date(when) != nil else { throw SettingError("[\(i)] expires '\(when)' is not an RFC 3339 time (like 2027-01-31T00:00:00Z)") }
+                        expiries[key] = when
+                    }
+                default: throw SettingError("[\(i)] must be a base64 key or {\"key\": ..., \"expires\": ...}")
+                }
+                guard Data(base64Encoded: key)?.count == 32 else { throw SettingError("[\(i)] is not a base64 Ed25519 public key (32 bytes)") }
+                keys.append(key)
+            }
+            config.trustedKeys = keys
+            config.keyExpiries = expiries
+        },
+        "revokedKeys": { config, value in
             let keys = try value.strings()
             for (i, key) in keys.enumerated() where Data(base64Encoded: key)?.count != 32 {
                 throw SettingError("[\(i)] is not a base64 Ed25519 public key (32 bytes)")
             }
-            config.trustedKeys = keys
+            config.revokedKeys = keys
+        },
+        "catalogSignatures": { config, value in
+            switch try value.string() {
+            case "required": config.catalogSignaturesOptional = false
+            case "optional": config.catalogSignaturesOptional = true
+            case let other: throw SettingError("must be \"required\" or \"optional\", got \"\(other)\"")
+            }
         },
         "updates": { $0.updatesEnabled = try $1.bool() },
         "downloadLowSpeedSeconds": positive(\.downloadLowSpeedSeconds),
@@ -100,7 +135,7 @@ struct SettingError: Error {
 
 /// One setting's JSON value.
 indirect enum ConfigValue: Decodable {
-    case bool(Bool), integer(Int), string(String), strings([String]), object([String: ConfigValue]), other(String)
+    case bool(Bool), integer(Int), string(String), strings([String]), object([String: ConfigValue]), list([ConfigValue]), other(String)
 
     init(from decoder: any Decoder) throws {
         let c = try decoder.singleValueContainer()
@@ -109,6 +144,7 @@ indirect enum ConfigValue: Decodable {
         else if let s = try? c.decode(String.self) { self = .string(s) }
         else if let list = try? c.decode([String].self) { self = .strings(list) }
         else if let fields = try? c.decode([String: ConfigValue].self) { self = .object(fields) }
+        else if let list = try? c.decode([ConfigValue].self) { self = .list(list) }
         else { self = .other(c.decodeNil() ? "null" : "a fractional number or a mixed list") }
     }
 
@@ -132,6 +168,15 @@ indirect enum ConfigValue: Decodable {
         return list
     }
 
+    /// A list of anything (strings, objects).
+    func items() throws(SettingError) -> [ConfigValue] {
+        switch self {
+        case .strings(let list): return list.map { .string($0) }
+        case .list(let list): return list
+        default: throw SettingError("must be a list, got \(shown)")
+        }
+    }
+
     func object() throws(SettingError) -> [String: ConfigValue] {
         guard case .object(let fields) = self else { throw SettingError("must be an object, got \(shown)") }
         return fields
@@ -144,6 +189,7 @@ indirect enum ConfigValue: Decodable {
         case .string(let s): return "\"\(s)\""
         case .strings(let list): return "a list of \(list.count) strings"
         case .object: return "an object"
+        case .list(let list): return "a list of \(list.count) items"
         case .other(let what): return what
         }
     }

@@ -52,6 +52,12 @@ public struct SupervisorConfig: Sendable {
     public var catalogURL: String?
     /// Trusted publisher keys: base64 raw Ed25519 public keys.
     public var trustedKeys: [String] = []
+    /// Trusted keys with an end: key → RFC 3339 time (`{"key": ..., "expires": ...}` in `trustedKeys`).
+    public var keyExpiries: [String: String] = [:]
+    /// Keys whose signatures are never accepted (`revokedKeys`).
+    public var revokedKeys: [String] = []
+    /// `catalogSignatures: "optional"`: a catalog without `.sig` is accepted, with a warning (migration).
+    public var catalogSignaturesOptional = false
     /// `false` switches updates off: no catalog fetches, no on-demand installs, no resource refresh.
     public var updatesEnabled = true
     /// Downloads slower than 1 KiB/s for this long are aborted; at most this many bytes.

@@ -45,6 +45,9 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
         var request = InstallRequest(operation: operation, home: config.home, lowSpeedSeconds: config.downloadLowSpeedSeconds,
                                      maxBytes: config.downloadMaxBytes)
         request.trustedKeys = config.trustedKeys
+        request.keyExpiries = config.keyExpiries
+        request.revokedKeys = config.revokedKeys
+        request.catalogSignaturesOptional = config.catalogSignaturesOptional
         request.sandbox = config.sandboxEnabled
         request.workerExecutable = config.workerExecutable
         request.runtimePaths = supervisor.runtimePaths
@@ -84,6 +87,7 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
         let line = try runInstaller(request)
         if let e = line.error { throw InstallError(body: e) }
         guard let catalog = line.catalog else { throw InstallError(.internalError, "the installer gave no catalog") }
+        if let warning = catalog.warning { logger.warning("\(warning)") }
         return catalog
     }
 
