@@ -46,8 +46,15 @@ public struct PluginCatalog: Sendable {
             }
             all[m.identifier] = m
         }
+        // Bundles someone else can write (SPEC §9).
+        for m in all.values {
+            let libraries = [m.library].compactMap { $0 } + m.variants.map(\.library)
+            if let problem = BundlePermissions.problem(bundle: m.bundle, files: ["plugin.json"] + libraries) {
+                unstartable[m.identifier] = "\(m.file): refused: \(problem)"
+            }
+        }
         // Missing dependencies and unmet version ranges.
-        for m in all.values.sorted(by: { $0.identifier < $1.identifier }) {
+        for m in all.values.sorted(by: { $0.identifier < $1.identifier }) where unstartable[m.identifier] == nil {
             for dep in m.dependencies {
                 guard let target = all[dep.identifier] else {
                     unstartable[m.identifier] = "\(m.file): dependency \(dep.identifier) is not installed"

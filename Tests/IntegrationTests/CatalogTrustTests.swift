@@ -148,4 +148,33 @@ struct CatalogTrustTests {
         #expect(try refusal(optional) == nil)
         try optional.waitUntil("the warning") { optional.log.contains("is not signed") && optional.log.contains("catalogSignatures is \"optional\"") }
     }
+
+    @Test("a bundle whose library or folder others can write is refused at load, with the reason in status; the others run")
+    func writableBundlesRefused() throws {
+        let w = try TestWorld()
+        try w.bundle("p.fine")
+        let open = try w.bundle("p.library-open")
+        // A copy of the library (the test bundles hard-link the build's), made writable by every user.
+        let lib = open + "/libTestKit.so"
+        let copy = lib + ".copy"
+        try FileManager.default.copyItem(atPath: lib, toPath: copy)
+        try FileManager.default.removeItem(atPath: lib)
+        try FileManager.default.moveItem(atPath: copy, toPath: lib)
+        chmod(lib, 0o757)
+        let folder = try w.bundle("p.folder-group")
+        chown(folder, getuid(), getgid() + 4242)
+        chmod(folder, 0o775)
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.plugin("p.fine").state == "running")
+        let openStatus = try sv.plugin("p.library-open")
+        #expect(openStatus.state == "failed" && openStatus.restarts == 0)
+        #expect(openStatus.error?.contains("libTestKit.so is writable by every user") == true, "\(openStatus.error ?? "")")
+        let groupStatus = try sv.plugin("p.folder-group")
+        #expect(groupStatus.state == "failed")
+        #expect(groupStatus.error?.contains("writable by group \(getgid() + 4242)") == true, "\(groupStatus.error ?? "")")
+        // Fixed, and rescanned: it starts.
+        chmod(lib, 0o755)
+        #expect(try sv.cli("reload").code == 0)
+        try sv.waitUntil("the fixed bundle to run") { try sv.plugin("p.library-open").state == "running" }
+    }
 }

@@ -47,6 +47,7 @@ extension Lifecycle {
         guard !isShuttingDown else { return ReloadSummary() }
         let fresh = PluginCatalog(directories: config.pluginDirectories)
         for problem in fresh.problems { logger.error("\(problem)") }
+        let previous = table.catalog
         table.catalog = fresh
         let removed = Set(table.identifiers.filter { fresh.all[$0] == nil })
         let previousOrder = table.order
@@ -54,7 +55,9 @@ extension Lifecycle {
         for id in fresh.order {
             guard let manifest = fresh.all[id] else { continue }
             if let existing = table[id] {
-                guard existing.manifest.fingerprint != manifest.fingerprint || existing.manifest.bundle != manifest.bundle else { continue }
+                // Changed on disk, or no longer refused (a permission, a dependency fixed without touching it).
+                let cured = previous.unstartable[id] != nil && fresh.unstartable[id] == nil
+                guard existing.manifest.fingerprint != manifest.fingerprint || existing.manifest.bundle != manifest.bundle || cured else { continue }
                 changed += 1
                 existing.manifest = manifest
                 if let reason = fresh.unstartable[id] {
@@ -65,7 +68,9 @@ extension Lifecycle {
                     }
                     continue
                 }
-                logger.notice("\(id) changed on disk (now \(manifest.version)): restarting it")
+                logger.notice(cured && existing.manifest.fingerprint == manifest.fingerprint
+                              ? "\(id) is no longer refused (\(previous.unstartable[id]!)): starting it"
+                              : "\(id) changed on disk (now \(manifest.version)): restarting it")
                 restartCommand(id) { _ in }
                 continue
             }
