@@ -134,7 +134,8 @@ extension InstallTests {
         #expect(restarted.restarts == rs.ok, "\(restarted.restarts) restarts counted, \(rs.ok) done")
         let untouched = try sv.plugin("st.healthy")
         #expect(untouched.restarts == 0 && untouched.pid == healthyPID)
-        #expect((try FileManager.default.contentsOfDirectory(atPath: w.home + "/staging")).isEmpty)
+        // Previous versions are kept for the update grace period (1 s in the shop's config), then go.
+        try sv.waitUntil("staging empty after the grace period") { (try FileManager.default.contentsOfDirectory(atPath: w.home + "/staging")).isEmpty }
         #expect(try shop.server.count("/" + lazy) == 1)
     }
 }

@@ -118,7 +118,9 @@ final class Shop: @unchecked Sendable {
     func config(updates: Bool = true, lowSpeed: Int = 15, maxBytes: Int = 64 << 20, catalog: String? = nil) throws -> String {
         let path = world.root + "/install-config.json"
         let json: [String: Any] = ["catalog": catalog ?? server.base + "/catalog.json", "trustedKeys": [publisher.publicKeyBase64],
-                                   "updates": updates, "downloadLowSpeedSeconds": lowSpeed, "downloadMaxBytes": maxBytes]
+                                   "updates": updates, "downloadLowSpeedSeconds": lowSpeed, "downloadMaxBytes": maxBytes,
+                                   // The previous version of an update is kept this long to roll back to (30 s by default).
+                                   "updateGraceSeconds": 1]
         try JSONSerialization.data(withJSONObject: json).write(to: URL(fileURLWithPath: path))
         return path
     }
@@ -189,7 +191,10 @@ struct InstallTests {
         #expect(seen.failures.isEmpty && seen.ok > 0, "\(seen.failures.prefix(3))")
         #expect(try sv.plugin("u.bystander").restarts == 0)
         #expect(w.installed()["u.app"] == "2.0.0")
-        #expect((try FileManager.default.contentsOfDirectory(atPath: w.home + "/staging")).isEmpty, "the old version was not deleted")
+        // The previous version is kept for the grace period (1 s here), then deleted.
+        try sv.waitUntil("the old version deleted after the grace period") {
+            (try FileManager.default.contentsOfDirectory(atPath: w.home + "/staging")).isEmpty
+        }
 
         // A bad update (its startup fails) is rolled back; the old version runs again.
         try shop.offer("u.app", "3.0.0", archive: v3)

@@ -22,10 +22,12 @@ public struct PluginStatus: Codable, Sendable, Equatable {
     /// Calls the sandbox refused over the plugin's life, by syscall (SPEC §5): denials that returned
     /// EPERM and violations that ended a worker. Empty when none (or none could be counted).
     public var sandboxDenials: [String: Int]?
+    /// SPEC §6: why it is failed, or why it last failed (an update rolled back after a crash).
+    public var lastError: String?
 
     public init(identifier: String, version: String, state: String, pid: Int32?, restarts: Int, lastExit: ExitStatus?,
                 dependencies: [String], variant: String?, sandbox: [String], sandboxMissing: [String]?, error: String?,
-                timings: [String: Int]? = nil, sandboxDenials: [String: Int]? = nil) {
+                timings: [String: Int]? = nil, sandboxDenials: [String: Int]? = nil, lastError: String? = nil) {
         self.identifier = identifier
         self.version = version
         self.state = state
@@ -39,6 +41,7 @@ public struct PluginStatus: Codable, Sendable, Equatable {
         self.error = error
         self.timings = timings
         self.sandboxDenials = sandboxDenials
+        self.lastError = lastError
     }
 }
 

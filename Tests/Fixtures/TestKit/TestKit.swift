@@ -57,6 +57,13 @@ final class TestKit: Pluggable {
             }
         }
         record("startup")
+        // A version that crashes a while after it started (the update grace period's tests).
+        if access(context.bundleDirectory + "/crash-after-start", F_OK) == 0 {
+            Task.detached {
+                try? await Task.sleep(nanoseconds: 300_000_000)
+                raise(SIGSEGV)
+            }
+        }
     }
 
     func launch() async { record("launch") }

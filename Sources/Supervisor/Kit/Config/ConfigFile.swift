@@ -43,6 +43,7 @@ extension SupervisorConfig {
         "shutdownGraceMs": positive(\.shutdownGraceMs),
         "callQueueLimit": positive(\.callQueueLimit),
         "drainTimeoutMs": positive(\.drainTimeoutMs),
+        "updateGraceSeconds": positive(\.updateGraceSeconds),
         "restartLimit": positive(\.restartLimit),
         "restartWindowSeconds": positive(\.restartWindowSeconds),
         "restartBackoffBaseMs": positive(\.restartBackoffBaseMs),

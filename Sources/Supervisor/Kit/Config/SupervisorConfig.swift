@@ -70,6 +70,8 @@ public struct SupervisorConfig: Sendable {
     /// How long a planned stop waits for the calls inside a worker to be answered before
     /// `willTerminate` (restart, reload, update, shutdown).
     public var drainTimeoutMs = 5_000
+    /// How long an updated plugin's previous version is kept to roll back to if the new one crashes.
+    public var updateGraceSeconds = 30
     /// Where `GET /metrics` is served (`host:port`), if anywhere: the config's `metrics.listen`.
     public var metricsListen: String?
 

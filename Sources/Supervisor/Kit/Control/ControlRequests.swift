@@ -145,7 +145,7 @@ extension ControlServer {
                 pid: r.instance?.pid, restarts: r.restarts, lastExit: r.lastExit, dependencies: r.dependencyIDs,
                 variant: r.variant ?? r.library, sandbox: r.instance?.hello?.sandbox ?? [],
                 sandboxMissing: r.instance.map { $0.hello?.sandboxMissing ?? [] }, error: r.problem,
-                timings: r.instance.map(\.timings), sandboxDenials: r.sandboxDenials)
+                timings: r.instance.map(\.timings), sandboxDenials: r.sandboxDenials, lastError: r.problem ?? r.lastError)
         }
     }
 }

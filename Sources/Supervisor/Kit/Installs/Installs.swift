@@ -161,6 +161,8 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
     /// Swaps the staged version in and starts it; on failure swaps the old one back and restarts it.
     private func apply(_ staged: BundleStore.Staged, _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
         loop.preconditionInEventLoop()
+        // A previous update still in its grace period is final now: one rollback point at a time.
+        if let record = table[staged.identifier] { endGrace(record) }
         do { try store.swapIn(staged) } catch {
             store.finish(staged)
             return done(.failure(error.body))
@@ -218,8 +220,7 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
             lifecycle.startAgain(record) { [self] problem in
                 record.installAwaitsVerdict = false
                 guard let problem else {
-                    store.finish(staged)
-                    logger.notice("installed \(what); the previous version is deleted")
+                    beginGrace(record, staged: staged, previous: old, what: what)
                     return done(.success(what))
                 }
                 do throws(InstallError) { try store.rollBack(staged) } catch {

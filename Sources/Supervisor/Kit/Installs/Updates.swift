@@ -67,6 +67,7 @@ extension Installs {
         guard needed.isEmpty else {
             return router.answer(origin, error: ErrorBody(.denied, "\(identifier) is needed by \(needed.joined(separator: ", ")); uninstall those first"))
         }
+        endGrace(record)
         record.pendingRestart?.cancel()
         record.pendingRestart = nil
         record.move(to: .stopped, logger: logger)

@@ -101,6 +101,8 @@ extension Lifecycle {
         let abnormal = ExitClassifier.isAbnormal(facts)
         logger.log(level: abnormal ? .error : .notice, "\(record.identifier) exited: \(described)", metadata: meta)
         callbacks.forEach { $0() }
+        // A new version that crashes soon after its update: the previous one comes back.
+        if abnormal, installs.rollBackWithinGrace(record, crash: described) { return }
         if status.reason.isPermanent {
             // SPEC §6: a restart cannot cure a missing library or symbol or an ABI mismatch.
             record.move(to: .failed(byDependency: false), logger: logger)

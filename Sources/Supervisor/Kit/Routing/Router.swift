@@ -44,12 +44,16 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         guard let record = table[target] else {
             return ErrorBody(.notFound, "no plugin \(target) is installed")
         }
-        let metrics = record.callMetrics ?? supervisor.metrics.calls(target)
-        record.callMetrics = metrics
-        if mustWait(record) {
-            return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin)
+        let metrics: CallMetrics
+        if let known = record.callMetrics { metrics = known } else {
+            metrics = supervisor.metrics.calls(target)
+            record.callMetrics = metrics
         }
         guard record.phase == .running, let instance = record.instance, instance.phase != .stopping, let channel = instance.channel else {
+            // Not now: coming up or draining, it waits; failed or stopped, it fails.
+            if mustWait(record) {
+                return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin)
+            }
             metrics.count(.unavailable)
             return ErrorBody(.unavailable, "\(target) is \(record.phase.shown)" + (record.problem.map { ": \($0)" } ?? ""))
         }
@@ -125,9 +129,8 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         }
         guard let caller = table[instance.identifier], caller.dependencyIDs.contains(target) else {
             if let callee = table[target] {
-                let metrics = callee.callMetrics ?? supervisor.metrics.calls(target)
-                callee.callMetrics = metrics
-                metrics.count(.denied)
+                if callee.callMetrics == nil { callee.callMetrics = supervisor.metrics.calls(target) }
+                callee.callMetrics?.count(.denied)
             }
             let denied = ErrorBody(.denied, "\(instance.identifier) may only call its declared dependencies, and \(target) is not one")
             return outbox.write(errorFrame(id: id, denied, for: channel), to: channel)

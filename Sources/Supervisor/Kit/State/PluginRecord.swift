@@ -40,6 +40,11 @@ final class PluginRecord: @unchecked Sendable {
     var callMetrics: CallMetrics?
     /// Requests that wait for it to run (Routing/WaitQueue.swift), oldest first.
     var waiting: [QueuedRequest] = []
+    /// An update that may still be rolled back (Installs/UpdateGrace.swift).
+    var updateGrace: UpdateGrace?
+    /// Why it last failed in a way it recovered from (an update rolled back): `status`'s `lastError`
+    /// when it is not failed now.
+    var lastError: String?
 
     init(manifest: Manifest, phase: PluginPhase) {
         self.manifest = manifest
