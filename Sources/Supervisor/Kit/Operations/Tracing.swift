@@ -113,13 +113,22 @@ struct Tracer {
     private var random = RandomPool()
 
     mutating func hop(parent raw: UnsafeRawBufferPointer?) -> CallTrace {
-        let span = SpanID.random(using: &random)
+        // The ids are filled from the generator's words directly: the library's generic
+        // `random(using:)` is not specialised across the module boundary (a call per id).
+        var spanBytes = SpanID.null.bytes
+        withUnsafeMutableBytes(of: &spanBytes) { $0.storeBytes(of: random.next(), as: UInt64.self) }
+        let span = SpanID(bytes: spanBytes)
         if let raw, let (trace, flags) = CallTrace.parent(inJSON: raw) {
             return CallTrace(traceID: trace, spanID: span, flags: flags)
         }
         // A new trace: not sampled, since the supervisor records no spans itself; a plugin that
         // exports spans decides for itself.
-        return CallTrace(traceID: TraceID.random(using: &random), spanID: span, flags: TraceFlags(rawValue: 0))
+        var traceBytes = TraceID.null.bytes
+        withUnsafeMutableBytes(of: &traceBytes) {
+            $0.storeBytes(of: random.next(), as: UInt64.self)
+            $0.storeBytes(of: random.next(), toByteOffset: 8, as: UInt64.self)
+        }
+        return CallTrace(traceID: TraceID(bytes: traceBytes), spanID: span, flags: TraceFlags(rawValue: 0))
     }
 }
 
