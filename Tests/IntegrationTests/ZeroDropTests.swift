@@ -252,4 +252,27 @@ struct ZeroDropTests {
         for failure in seen.failures { #expect(failure.contains("exited before answering") || failure.contains("closed its connection"), "\(failure)") }
         #expect(seen.failures.count <= 3, "\(seen.failures.count) failed calls: \(seen.failures.prefix(3))")
     }
+
+    @Test("at shutdown the calls inside a worker are let finish; a call made meanwhile fails at once with the reason")
+    func shutdownDrains() throws {
+        let w = try TestWorld()
+        try w.bundle("z.one")
+        let sv = try RunningSupervisor(w)
+        let conn = try rawControl(sv.socket)
+        defer { conn.close() }
+        var slow = FrameBuilder(kind: .call)
+        slow.uint("id", 1)
+        slow.string("target", "z.one")
+        slow.string("method", "sleep")
+        slow.raw("params", Array(#"{"ms":600}"#.utf8))
+        try conn.sendFrame(slow.finish())
+        try sv.waitUntil("the slow call inside the worker") { try sv.info("z.one").names.contains("sleeping:600") }
+        sv.signal(SIGTERM)
+        try sv.waitUntil("the drain at shutdown") { sv.log.contains("waiting for 1 call(s) inside the worker") }
+        let late = try sv.cli("call", "z.one", "echo", "[1]")
+        #expect(late.code != 0 && late.err.contains("the supervisor is shutting down"), "\(late.err)")
+        let answer = String(decoding: try #require(try conn.receiveFrame()), as: UTF8.self)
+        #expect(answer.contains("\"result\":600"), "the call inside the worker was cut off: \(answer)")
+        #expect(try sv.waitForExit() == 0)
+    }
 }

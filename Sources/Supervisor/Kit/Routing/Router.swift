@@ -55,6 +55,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
                 return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin)
             }
             metrics.count(.unavailable)
+            if lifecycle.isShuttingDown { return ErrorBody(.unavailable, "\(target) is stopping: the supervisor is shutting down") }
             return ErrorBody(.unavailable, "\(target) is \(record.phase.shown)" + (record.problem.map { ": \($0)" } ?? ""))
         }
         // Back-pressure: a plugin that is not reading its socket gets no more queued for it.
