@@ -242,6 +242,7 @@ struct ZeroDropTests {
             return p.state == "running" && p.version == "1.0.0" && (p.lastError ?? "").contains("rolled back to 1.0.0")
         }
         #expect(w.installed()["z.app"] == "1.0.0", "the previous version is not back on disk")
+        #expect(try sv.cli("status").out.contains("z.app: last error: the update to 3.0.0 was rolled back to 1.0.0"))
         #expect(sv.log.contains("crashed within 1 s of its update"), "the grace period is 1 s in the shop's config")
         before = callers.tally.seen.ok
         try sv.waitUntil("calls after the rollback") { callers.tally.seen.ok > before + 50 }

@@ -37,6 +37,8 @@ enum StatusTable {
             row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell.padding(to: widths[i]) }.joined(separator: "  ")
         }
         for p in list where p.error != nil { out.append("\(p.identifier): \(p.error!)") }
+        // Recovered from, but worth knowing (an update rolled back after the new version crashed).
+        for p in list where p.error == nil && p.lastError != nil { out.append("\(p.identifier): last error: \(p.lastError!)") }
         if let layers = list.first(where: { !$0.sandbox.isEmpty })?.sandbox {
             out.append("sandbox layers: " + layers.joined(separator: " ") + "   (status --json lists each plugin's, and any missing)")
         }
