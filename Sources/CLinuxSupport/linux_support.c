@@ -17,7 +17,6 @@
 #include <poll.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -541,17 +540,4 @@ int cls_seccomp_respond_error(int fd, uint64_t id, int error) {
     resp.id = id;
     resp.error = -error;
     return ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp) == 0 ? 0 : -errno;
-}
-
-int cls_random_fill(void *buffer, size_t length) {
-    size_t filled = 0;
-    while (filled < length) {
-        ssize_t n = getrandom((char *)buffer + filled, length - filled, 0);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        filled += (size_t)n;
-    }
-    return 0;
 }

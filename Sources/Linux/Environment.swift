@@ -1,4 +1,3 @@
-import CLinuxSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -26,15 +25,5 @@ public enum ProcessEnvironment {
 public enum StandardError {
     public static func write(_ s: String) {
         _ = s.withCString { Glibc.write(2, $0, strlen($0)) }
-    }
-}
-
-/// Bytes from the kernel's random generator, many at a time (getrandom(2)).
-public enum KernelRandom {
-    /// Fills `buffer`; throws only if the kernel refuses (no getrandom: a kernel older than 3.17).
-    public static func fill(_ buffer: UnsafeMutableRawBufferPointer) throws(SystemError) {
-        guard let base = buffer.baseAddress, buffer.count > 0 else { return }
-        let rc = cls_random_fill(base, buffer.count)
-        if rc < 0 { throw SystemError(call: "getrandom", errno: -rc, context: "\(buffer.count) bytes") }
     }
 }

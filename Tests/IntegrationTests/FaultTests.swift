@@ -105,12 +105,7 @@ struct FaultTests {
         #expect(r.err.contains("timeout"))
         try sv.waitUntil("the plugin's task to be cancelled") { try sv.info("c.slow").names.contains("cancelled:4000") }
         let client = try rawControl(sv.socket)
-        var b = FrameBuilder(kind: .call)
-        b.uint("id", 1)
-        b.string("target", "c.slow")
-        b.string("method", "sleep")
-        b.raw("params", Array(#"{"ms":4001}"#.utf8))
-        try client.sendFrame(b.finish())
+        try client.sendFrame(callFrame(id: 1, target: "c.slow", method: "sleep", params: #"{"ms":4001}"#))
         // Only a call that reached the plugin can be cancelled there.
         try sv.waitUntil("the call to reach the plugin") { try sv.info("c.slow").names.contains("sleeping:4001") }
         client.close()

@@ -268,3 +268,45 @@ extension RunningSupervisor {
 func rawControl(_ path: String) throws -> BlockingConnection {
     try BlockingConnection.connect(path: path)
 }
+
+/// A `call` frame for a raw control connection.
+func callFrame(id: UInt64, target: String, method: String, params: String? = nil, timeoutMs: UInt64? = nil,
+               traceparent: String? = nil) -> [UInt8] {
+    var b = FrameBuilder(kind: .call)
+    b.uint("id", id)
+    b.string("target", target)
+    b.string("method", method)
+    if let params { b.raw("params", Array(params.utf8)) }
+    if let timeoutMs { b.uint("timeoutMs", timeoutMs) }
+    if let traceparent { b.string("traceparent", traceparent) }
+    return b.finish()
+}
+
+/// Calls `target`'s `echo` over one control connection until told to stop; each reply must be the
+/// echo, or (when `unavailableAllowed`) an `unavailable` error.
+func echoCaller(_ socket: String, _ target: String, unavailableAllowed: Bool, _ tally: Tally) -> Thread {
+    Thread {
+        let conn: BlockingConnection
+        do { conn = try BlockingConnection.connect(path: socket) } catch {
+            return tally.add(failure: "cannot connect: \(error)")
+        }
+        defer { conn.close() }
+        var id: UInt64 = 0
+        while !tally.stopped {
+            id += 1
+            do {
+                try conn.sendFrame(callFrame(id: id, target: target, method: "echo", params: "[\(id)]"))
+                let text = String(decoding: try conn.receiveFrame() ?? [], as: UTF8.self)
+                if text.contains("\"result\":[\(id)]") {
+                    tally.add(ok: true)
+                } else if unavailableAllowed, text.contains("\"code\":\"unavailable\"") {
+                    tally.add(unavailable: true)
+                } else {
+                    tally.add(failure: text)
+                }
+            } catch {
+                return tally.add(failure: "\(error)")
+            }
+        }
+    }
+}

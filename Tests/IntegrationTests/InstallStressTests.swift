@@ -7,40 +7,6 @@ import Testing
 /// and restarts a plugin: the thread-sanitizer run (`./scripts/test.sh --tsan`) exists to watch the
 /// supervisor's threads meet here, and the assertions say what a user sees meanwhile.
 extension InstallTests {
-    /// Calls `target`'s `echo` over one control connection until told to stop; each reply must be the
-    /// echo, or (when `unavailableAllowed`) an `unavailable` error.
-    static func caller(_ socket: String, _ target: String, unavailableAllowed: Bool, _ tally: Tally) -> Thread {
-        Thread {
-            let conn: BlockingConnection
-            do { conn = try BlockingConnection.connect(path: socket) } catch {
-                return tally.add(failure: "cannot connect: \(error)")
-            }
-            defer { conn.close() }
-            var id: UInt64 = 0
-            while !tally.stopped {
-                id += 1
-                var b = FrameBuilder(kind: .call)
-                b.uint("id", id)
-                b.string("target", target)
-                b.string("method", "echo")
-                b.raw("params", Array("[\(id)]".utf8))
-                do {
-                    try conn.sendFrame(b.finish())
-                    let text = String(decoding: try conn.receiveFrame() ?? [], as: UTF8.self)
-                    if text.contains("\"result\":[\(id)]") {
-                        tally.add(ok: true)
-                    } else if unavailableAllowed, text.contains("\"code\":\"unavailable\"") {
-                        tally.add(unavailable: true)
-                    } else {
-                        tally.add(failure: text)
-                    }
-                } catch {
-                    return tally.add(failure: "\(error)")
-                }
-            }
-        }
-    }
-
     /// Runs `body` (a CLI command) over and over until told to stop, at least `minimum` times and
     /// at most `maximum`; `check` says what is wrong with a result, or nil.
     static func repeater(minimum: Int, maximum: Int, _ tally: Tally, _ body: @escaping @Sendable () throws -> Shell.Result,
@@ -82,11 +48,11 @@ extension InstallTests {
         let socket = sv.socket
         let healthy = Tally(), toRestarted = Tally(), restarts = Tally(), checks = Tally()
         let threads = [
-            Self.caller(socket, "st.healthy", unavailableAllowed: false, healthy),
+            echoCaller(socket, "st.healthy", unavailableAllowed: false, healthy),
             // SPEC §8 says a call to a plugin that is restarting should wait for it; today the
             // supervisor answers `unavailable: st.restarted is restarting` (docs/protocol.md), which is
             // all this allows besides the answer itself.
-            Self.caller(socket, "st.restarted", unavailableAllowed: true, toRestarted),
+            echoCaller(socket, "st.restarted", unavailableAllowed: true, toRestarted),
             Self.repeater(minimum: 2, maximum: 20, restarts, { try sv.cli("restart", "st.restarted") }) { r in
                 r.code == 0 && r.out.contains("\"state\":\"running\"") ? nil : "restart: \(r.code) \(r.out) \(r.err)"
             },

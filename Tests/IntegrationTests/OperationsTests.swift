@@ -263,12 +263,7 @@ struct OperationsTests {
         let upper = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01"
         let conn = try rawControl(sv.socket)
         defer { conn.close() }
-        var b = FrameBuilder(kind: .call)
-        b.uint("id", 1)
-        b.string("target", "k.front")
-        b.string("method", "traceparent")
-        b.string("traceparent", upper)
-        try conn.sendFrame(b.finish())
+        try conn.sendFrame(callFrame(id: 1, target: "k.front", method: "traceparent", traceparent: upper))
         let reply = String(decoding: try #require(try conn.receiveFrame()), as: UTF8.self)
         #expect(!reply.lowercased().contains(trace) && reply.contains("\"result\":\"00-"), "\(reply)")
         // The CLI refuses it up front, naming the format.

@@ -7,34 +7,14 @@ import Testing
 /// draining wait in its queue; only a crash fails calls, and only those inside the crashed worker.
 @Suite(.serialized, .timeLimit(.minutes(3)))
 struct ZeroDropTests {
-    /// Callers on their own connections, each calling `echo` in a loop until stopped.
+    /// Callers on their own connections, each calling `echo` in a loop until stopped (`echoCaller`).
     final class Callers: @unchecked Sendable {
         let tally = Tally()
         private var threads: [Thread] = []
 
         init(socket: String, target: String, count: Int) {
-            for n in 0..<count {
-                let thread = Thread { [tally] in
-                    guard let conn = try? BlockingConnection.connect(path: socket) else { return tally.add(failure: "cannot connect") }
-                    defer { conn.close() }
-                    var id: UInt64 = 0
-                    while !tally.stopped {
-                        id += 1
-                        var b = FrameBuilder(kind: .call)
-                        b.uint("id", id)
-                        b.string("target", target)
-                        b.string("method", "echo")
-                        b.raw("params", Array("[\(n),\(id)]".utf8))
-                        b.uint("timeoutMs", 20_000)
-                        do {
-                            try conn.sendFrame(b.finish())
-                            let text = String(decoding: try conn.receiveFrame() ?? [], as: UTF8.self)
-                            if text.contains("\"result\":[\(n),\(id)]") { tally.add(ok: true) } else { tally.add(failure: text) }
-                        } catch {
-                            return tally.add(failure: "\(error)")
-                        }
-                    }
-                }
+            for _ in 0..<count {
+                let thread = echoCaller(socket, target, unavailableAllowed: false, tally)
                 threads.append(thread)
                 thread.start()
             }
@@ -127,13 +107,7 @@ struct ZeroDropTests {
         let conn = try rawControl(sv.socket)
         defer { conn.close() }
         func send(_ id: UInt64, _ target: String, timeoutMs: UInt64 = 20_000) throws {
-            var b = FrameBuilder(kind: .call)
-            b.uint("id", id)
-            b.string("target", target)
-            b.string("method", "echo")
-            b.raw("params", Array("[\(id)]".utf8))
-            b.uint("timeoutMs", timeoutMs)
-            try conn.sendFrame(b.finish())
+            try conn.sendFrame(callFrame(id: id, target: target, method: "echo", params: "[\(id)]", timeoutMs: timeoutMs))
         }
         // z.slow: two wait, the third finds the queue full.
         try send(1, "z.slow")
@@ -184,12 +158,7 @@ struct ZeroDropTests {
         let pid = try sv.plugin("z.one").pid
         let conn = try rawControl(sv.socket)
         defer { conn.close() }
-        var slow = FrameBuilder(kind: .call)
-        slow.uint("id", 1)
-        slow.string("target", "z.one")
-        slow.string("method", "sleep")
-        slow.raw("params", Array(#"{"ms":600}"#.utf8))
-        try conn.sendFrame(slow.finish())
+        try conn.sendFrame(callFrame(id: 1, target: "z.one", method: "sleep", params: #"{"ms":600}"#))
         try sv.waitUntil("the slow call inside the worker") { try sv.info("z.one").names.contains("sleeping:600") }
         let restarter = try rawControl(sv.socket)
         defer { restarter.close() }
@@ -199,11 +168,7 @@ struct ZeroDropTests {
         try restarter.sendFrame(restart.finish())
         // The restart is draining the one call inside the worker: calls made now must wait.
         try sv.waitUntil("the drain") { sv.log.contains("waiting for 1 call(s) inside the worker") }
-        var echo = FrameBuilder(kind: .call)
-        echo.uint("id", 2)
-        echo.string("target", "z.one")
-        echo.string("method", "info")
-        try conn.sendFrame(echo.finish())
+        try conn.sendFrame(callFrame(id: 2, target: "z.one", method: "info"))
         var answers: [UInt64: String] = [:]
         for _ in 0..<2 {
             let frame = try #require(try conn.receiveFrame())
@@ -261,12 +226,7 @@ struct ZeroDropTests {
         let sv = try RunningSupervisor(w)
         let conn = try rawControl(sv.socket)
         defer { conn.close() }
-        var slow = FrameBuilder(kind: .call)
-        slow.uint("id", 1)
-        slow.string("target", "z.one")
-        slow.string("method", "sleep")
-        slow.raw("params", Array(#"{"ms":600}"#.utf8))
-        try conn.sendFrame(slow.finish())
+        try conn.sendFrame(callFrame(id: 1, target: "z.one", method: "sleep", params: #"{"ms":600}"#))
         try sv.waitUntil("the slow call inside the worker") { try sv.info("z.one").names.contains("sleeping:600") }
         sv.signal(SIGTERM)
         try sv.waitUntil("the drain at shutdown") { sv.log.contains("waiting for 1 call(s) inside the worker") }

@@ -53,11 +53,11 @@ import Testing
     }
 
     @Test func idsAreUniqueAndSeededPerProcess() {
-        var pool = RandomPool()
+        var pool = TraceIDGenerator()
         var seen = Set<UInt64>()
         for _ in 0..<100_000 { seen.insert(pool.next()) }
         #expect(seen.count == 100_000)
-        var a = RandomPool(), b = RandomPool()
+        var a = TraceIDGenerator(), b = TraceIDGenerator()
         #expect(a.next() != b.next(), "two generators seeded alike")
     }
 }

@@ -124,7 +124,4 @@ void cls_send_lock_release(cls_send_lock *lock);
 /* For a signal handler: 1 when acquired within `timeout_ms`, 0 when the calling thread already
    holds it (it was interrupted mid-frame) or the time ran out. Async-signal-safe. */
 int cls_send_lock_acquire_from_signal(cls_send_lock *lock, int timeout_ms);
-/* Fills `buffer` with `length` bytes from the kernel's random generator (getrandom(2), retried on
-   EINTR and short reads). Returns 0 or -errno. */
-int cls_random_fill(void *buffer, size_t length);
 #endif

@@ -83,7 +83,7 @@ extension SupervisorConfig {
                     }
                 default: throw SettingError("[\(i)] must be a base64 key or {\"key\": ..., \"expires\": ...}")
                 }
-                guard Data(base64Encoded: key)?.count == 32 else { throw SettingError("[\(i)] is not a base64 Ed25519 public key (32 bytes)") }
+                try checkKey(key, at: i)
                 keys.append(key)
             }
             config.trustedKeys = keys
@@ -91,9 +91,7 @@ extension SupervisorConfig {
         },
         "revokedKeys": { config, value in
             let keys = try value.strings()
-            for (i, key) in keys.enumerated() where Data(base64Encoded: key)?.count != 32 {
-                throw SettingError("[\(i)] is not a base64 Ed25519 public key (32 bytes)")
-            }
+            for (i, key) in keys.enumerated() { try checkKey(key, at: i) }
             config.revokedKeys = keys
         },
         "catalogSignatures": { config, value in
@@ -118,6 +116,11 @@ extension SupervisorConfig {
             }
         },
     ]
+
+    /// A publisher key: base64 of a raw 32-byte Ed25519 public key.
+    private static func checkKey(_ key: String, at i: Int) throws(SettingError) {
+        guard Data(base64Encoded: key)?.count == 32 else { throw SettingError("[\(i)] is not a base64 Ed25519 public key (32 bytes)") }
+    }
 
     private static func positive(_ field: WritableKeyPath<SupervisorConfig, Int> & Sendable) -> Setting {
         { config, value in

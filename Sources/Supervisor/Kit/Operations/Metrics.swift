@@ -62,7 +62,7 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
 
     /// A restart was scheduled after an exit for `reason` (an ExitReason's name).
     func restarted(_ plugin: String, reason: String) {
-        counter(&restarts, plugin + "\u{0}" + reason) {
+        cached(&restarts, plugin + "\u{0}" + reason) {
             registry.makeCounter(name: "plugin_restarts_total", labels: [("plugin", plugin), ("reason", reason)],
                                  help: "Worker restarts by the restart policy, by the reason the worker ended.")
         }.increment()
@@ -70,7 +70,7 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
 
     /// The plugin's sandbox refused `syscall` (a denial with EPERM, or a violation).
     func denied(_ plugin: String, syscall: String) {
-        counter(&denials, plugin + "\u{0}" + syscall) {
+        cached(&denials, plugin + "\u{0}" + syscall) {
             registry.makeCounter(name: "plugin_sandbox_denials_total", labels: [("plugin", plugin), ("syscall", syscall)],
                                  help: "System calls a plugin's seccomp filter refused, by system call.")
         }.increment()
@@ -78,13 +78,14 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
 
     /// An install or update ended: `ok`, or its error code (docs/install.md).
     func installed(outcome: String) {
-        counter(&installs, outcome) {
+        cached(&installs, outcome) {
             registry.makeCounter(name: "supervisor_installs_total", labels: [("outcome", outcome)],
                                  help: "Installs and updates, by outcome: ok or the error code.")
         }.increment()
     }
 
-    private func counter(_ cache: inout [String: Counter], _ key: String, _ make: () -> Counter) -> Counter {
+    /// The metric cached under `key`, made (and registered) the first time.
+    private func cached<Metric>(_ cache: inout [String: Metric], _ key: String, _ make: () -> Metric) -> Metric {
         if let known = cache[key] { return known }
         let made = make()
         cache[key] = made
@@ -98,7 +99,7 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
         let delta = total - instance.cpuCounted
         guard delta > 0 else { return }
         instance.cpuCounted = total
-        counter(&cpu, instance.identifier) {
+        cached(&cpu, instance.identifier) {
             registry.makeCounter(name: "plugin_cpu_seconds_total", labels: [("plugin", instance.identifier)],
                                  help: "CPU time (user and system) used by the plugin's workers, all of them over the supervisor's life.")
         }.increment(by: Double(delta) / 1_000_000)
@@ -132,7 +133,7 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
         for record in table.all {
             let id = record.identifier
             present.insert(id)
-            gauge(&up, id) {
+            cached(&up, id) {
                 registry.makeGauge(name: "plugin_up", labels: [("plugin", id)], help: "1 while the plugin is running, else 0.")
             }.set(to: record.phase == .running ? 1.0 : 0.0)
             var resident = 0
@@ -142,7 +143,7 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
                     ?? instance.memory.resident
                 if let total = Self.cpuMicroseconds(pid: instance.pid) { addCPU(instance, total: total) }
             }
-            gauge(&memory, id) {
+            cached(&memory, id) {
                 registry.makeGauge(name: "plugin_resident_memory_bytes", labels: [("plugin", id)],
                                    help: "Resident memory of the plugin's worker (0 when it has none).")
             }.set(to: Double(resident))
@@ -161,13 +162,6 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
             for plugin in plugins { calls[plugin]!.writeHistogram(into: &out) }
         }
         return out
-    }
-
-    private func gauge(_ cache: inout [String: Gauge], _ key: String, _ make: () -> Gauge) -> Gauge {
-        if let known = cache[key] { return known }
-        let made = make()
-        cache[key] = made
-        return made
     }
 }
 

@@ -13,17 +13,13 @@ struct MetricsEndpoint: Equatable {
     struct Invalid: Error { var reason: String }
 
     init(_ text: String) throws(Invalid) {
-        if let port = Int(text) {
-            guard (1...65535).contains(port) else { throw Invalid(reason: "'\(text)': the port must be 1 to 65535") }
-            self.host = "127.0.0.1"
-            self.port = port
-            return
-        }
-        guard let colon = text.lastIndex(of: ":") else {
+        // A port alone is loopback.
+        let colon = text.lastIndex(of: ":")
+        guard colon != nil || Int(text) != nil else {
             throw Invalid(reason: "'\(text)' is not a port or host:port (for example 9464 or 127.0.0.1:9464)")
         }
-        var host = String(text[..<colon])
-        let portText = text[text.index(after: colon)...]
+        var host = colon.map { String(text[..<$0]) } ?? "127.0.0.1"
+        let portText = colon.map { text[text.index(after: $0)...] } ?? Substring(text)
         guard let port = Int(portText), (1...65535).contains(port) else {
             throw Invalid(reason: "'\(text)': the port must be 1 to 65535")
         }

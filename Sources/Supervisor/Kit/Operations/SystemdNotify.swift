@@ -75,10 +75,7 @@ final class SystemdNotify: SupervisorComponent, @unchecked Sendable {
     func reloadBegan() {
         reloadsRunning += 1
         guard reloadsRunning == 1 else { return }
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        let usec = Int64(now.tv_sec) * 1_000_000 + Int64(now.tv_nsec) / 1000
-        send("RELOADING=1\nMONOTONIC_USEC=\(usec)\nSTATUS=reloading the plugin folders")
+        send("RELOADING=1\nMONOTONIC_USEC=\(ProcessControl.monotonicMicroseconds())\nSTATUS=reloading the plugin folders")
     }
 
     /// A reload has settled: what it started runs or has failed.

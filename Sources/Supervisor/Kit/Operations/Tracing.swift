@@ -1,7 +1,6 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import LinuxSupport
 import PluginProtocol
 import W3CTraceContext
 
@@ -21,29 +20,15 @@ struct CallTrace {
     func writeQuotedHeader(_ out: UnsafeMutableRawBufferPointer) {
         precondition(out.count >= Self.headerLength + 2)
         let p = out.baseAddress!.assumingMemoryBound(to: UInt8.self)
-        let d = Hex.digits.utf8Start
         p[0] = 0x22  // "
         p[1] = 0x30  // 0
         p[2] = 0x30
         p[3] = 0x2D  // -
-        withUnsafeBytes(of: traceID.bytes) { id in
-            for i in 0..<16 {
-                let b = id[i]
-                p[4 + 2 * i] = d[Int(b >> 4)]
-                p[5 + 2 * i] = d[Int(b & 0x0F)]
-            }
-        }
+        withUnsafeBytes(of: traceID.bytes) { Hex.write($0, to: p + 4) }
         p[36] = 0x2D
-        withUnsafeBytes(of: spanID.bytes) { id in
-            for i in 0..<8 {
-                let b = id[i]
-                p[37 + 2 * i] = d[Int(b >> 4)]
-                p[38 + 2 * i] = d[Int(b & 0x0F)]
-            }
-        }
+        withUnsafeBytes(of: spanID.bytes) { Hex.write($0, to: p + 37) }
         p[53] = 0x2D
-        p[54] = d[Int(flags.rawValue >> 4)]
-        p[55] = d[Int(flags.rawValue & 0x0F)]
+        withUnsafeBytes(of: flags.rawValue) { Hex.write($0, to: p + 54) }
         p[56] = 0x22
     }
 
@@ -85,6 +70,16 @@ struct CallTrace {
 enum Hex {
     static let digits: StaticString = "0123456789abcdef"
 
+    /// Two lowercase digits a byte, written at `out`.
+    @inline(__always)
+    static func write(_ bytes: UnsafeRawBufferPointer, to out: UnsafeMutablePointer<UInt8>) {
+        let d = digits.utf8Start
+        for i in 0..<bytes.count {
+            out[2 * i] = d[Int(bytes[i] >> 4)]
+            out[2 * i + 1] = d[Int(bytes[i] & 0x0F)]
+        }
+    }
+
     /// Lowercase only, as the W3C spec requires.
     @inline(__always)
     static func nibble(_ c: UInt8) -> UInt8? {
@@ -110,7 +105,7 @@ enum Hex {
 /// Makes each forwarded call's trace context: the caller's trace with a new span id, or a new trace.
 /// Confined to the event loop (the random pool is not locked).
 struct Tracer {
-    private var random = RandomPool()
+    private var random = TraceIDGenerator()
 
     mutating func hop(parent raw: UnsafeRawBufferPointer?) -> CallTrace {
         // The ids are filled from the generator's words directly: the library's generic
@@ -133,20 +128,15 @@ struct Tracer {
 }
 
 /// Trace and span ids: SplitMix64 (Steele, Lea and Flood, 2014; the seeding generator of
-/// xoshiro) over a seed from the kernel's generator. Ids must be unique, not secret (W3C Trace
+/// xoshiro) over a seed from the system generator (the kernel's). Ids must be unique, not secret (W3C Trace
 /// Context §3.2.2.3), and every forwarded call takes one: a kernel call per id, or even per 512 ids,
 /// showed in the call path's profile, this is a multiply and two shifts.
-struct RandomPool: RandomNumberGenerator {
+struct TraceIDGenerator: RandomNumberGenerator {
     private var state: UInt64
 
     init() {
-        var seed: UInt64 = 0
-        do { try withUnsafeMutableBytes(of: &seed) { try KernelRandom.fill($0) } } catch {
-            // Only a kernel without getrandom refuses; the system generator is the fallback.
-            var system = SystemRandomNumberGenerator()
-            seed = system.next()
-        }
-        state = seed
+        var system = SystemRandomNumberGenerator()  // getrandom(2)
+        state = system.next()
     }
 
     @inline(__always)

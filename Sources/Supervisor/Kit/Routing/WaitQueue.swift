@@ -73,13 +73,14 @@ extension Router {
             } else {
                 reason = nil
             }
+            if let reason {
+                failWaiting(record, because: reason)
+                continue
+            }
             var kept: [QueuedRequest] = []
             for request in record.waiting {
                 if request.callerIsGone { continue }
-                if let reason {
-                    record.callMetrics?.count(.unavailable)
-                    answer(request.origin, error: ErrorBody(.unavailable, reason))
-                } else if request.deadline <= now {
+                if request.deadline <= now {
                     record.callMetrics?.count(.timeout)
                     answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) was \(record.phase.shown) for the whole of the request's timeout"))
                 } else {
@@ -96,14 +97,19 @@ extension Router {
     /// A plugin leaves the table (uninstalled, removed by a rescan, a failed first install): what
     /// waited for it fails now, with `reason`.
     func forget(_ record: PluginRecord, because reason: String) {
+        failWaiting(record, because: reason)
+        table.remove(record)
+        outbox.flush()
+    }
+
+    /// Everything waiting for `record` fails now with `unavailable: <reason>`.
+    private func failWaiting(_ record: PluginRecord, because reason: String) {
         let waiting = record.waiting
         record.waiting = []
         for request in waiting where !request.callerIsGone {
             record.callMetrics?.count(.unavailable)
             answer(request.origin, error: ErrorBody(.unavailable, reason))
         }
-        table.remove(record)
-        outbox.flush()
     }
 }
 
