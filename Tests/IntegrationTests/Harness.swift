@@ -190,6 +190,16 @@ final class RunningSupervisor: @unchecked Sendable {
         throw HarnessError("timed out waiting for \(what); log:\n\(log)")
     }
 
+    /// Waits until `value` gives something, and returns it.
+    func waitFor<T>(timeout: TimeInterval = 10, _ what: String, _ value: () throws -> T?) throws -> T {
+        var found: T?
+        try waitUntil(timeout: timeout, what) {
+            found = try value()
+            return found != nil
+        }
+        return found!
+    }
+
     /// Runs a CLI command against this supervisor.
     @discardableResult
     func cli(_ args: String...) throws -> Shell.Result { try cli(args) }
@@ -308,5 +318,30 @@ func echoCaller(_ socket: String, _ target: String, unavailableAllowed: Bool, _ 
                 return tally.add(failure: "\(error)")
             }
         }
+    }
+}
+
+/// Work on a thread of its own (a CLI command that blocks while the test watches what happens
+/// meanwhile); `wait` takes its result.
+final class Background<T: Sendable>: @unchecked Sendable {
+    // @unchecked: `result` is written once on the thread and read under the same lock.
+    private let lock = NSLock()
+    private var result: Result<T, any Error>?
+
+    init(_ work: @escaping @Sendable () throws -> T) {
+        let thread = Thread { [self] in
+            let r = Result { try work() }
+            lock.withLock { result = r }
+        }
+        thread.start()
+    }
+
+    func wait(timeout: TimeInterval = 60) throws -> T {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let r = lock.withLock({ result }) { return try r.get() }
+            usleep(10_000)
+        }
+        throw HarnessError("the background work did not finish within \(timeout) s")
     }
 }

@@ -24,6 +24,32 @@ struct ZeroDropTests {
             tally.finish()
             try sv.waitUntil(timeout: 30, "the callers to finish") { threads.allSatisfy(\.isFinished) }
         }
+
+        /// Waits until `more` calls beyond those answered so far have been answered.
+        func waitForMore(_ sv: RunningSupervisor, _ what: String, _ more: Int = 50) throws {
+            let before = tally.seen.ok
+            try sv.waitUntil(what) { tally.seen.ok > before + more }
+        }
+
+        /// Stops them: not one call may have failed.
+        func stopExpectingNoFailure(_ sv: RunningSupervisor, sourceLocation: SourceLocation = #_sourceLocation) throws {
+            try stop(sv)
+            let seen = tally.seen
+            #expect(seen.failures.isEmpty, "\(seen.failures.count) failed calls, first: \(seen.failures.first ?? "")", sourceLocation: sourceLocation)
+        }
+    }
+
+    /// A supervisor running z.app 1.0.0 from its home's plugins folder (where installs go), and the
+    /// shop that serves `versions` (version → extra files in the archive) by archive name.
+    private func appUpdates(_ versions: KeyValuePairs<String, [String: String]>) throws
+        -> (w: TestWorld, sv: RunningSupervisor, archives: [String: String]) {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        try FileManager.default.createDirectory(atPath: w.home + "/plugins", withIntermediateDirectories: true)
+        try w.bundle("z.app", version: "1.0.0", in: w.home + "/plugins")
+        var archives: [String: String] = [:]
+        for (version, files) in versions { archives[version] = shop.dir + "/" + (try shop.archive("z.app", version, files: files)) }
+        return (w, try RunningSupervisor(w, args: ["--config", try shop.config()]), archives)
     }
 
     @Test("four callers in a loop see 0 failed calls while the plugin is restarted three times and reloaded with a changed bundle")
@@ -52,30 +78,78 @@ struct ZeroDropTests {
         #expect(reload.code == 0 && reload.out.contains(#""changed":1"#), "\(reload.out)\(reload.err)")
         #expect(try sv.plugin("z.one").version == "1.0.1")
         try sv.waitUntil("calls after the reload") { callers.tally.seen.ok > before + 50 }
-        try callers.stop(sv)
-        let seen = callers.tally.seen
-        #expect(seen.failures.isEmpty, "\(seen.failures.count) failed calls, first: \(seen.failures.first ?? "")")
-        #expect(seen.ok > 400)
+        try callers.stopExpectingNoFailure(sv)
+        #expect(callers.tally.seen.ok > 400)
     }
 
-    @Test("an update of a plugin under load (install of a new version) loses no call, and afterwards the new version answers")
+    @Test("an update under load starts the new version beside the old one, which serves every call until the new one runs; no call is lost")
     func updateLosesNothing() throws {
-        let w = try TestWorld()
-        let shop = try Shop(w)
-        try FileManager.default.createDirectory(atPath: w.home + "/plugins", withIntermediateDirectories: true)
-        try w.bundle("z.app", version: "1.0.0", in: w.home + "/plugins")
-        let archive = try shop.archive("z.app", "2.0.0")
-        let sv = try RunningSupervisor(w, args: ["--config", try shop.config()])
+        // The new version takes 1.5 s in its startup: long enough to see who serves meanwhile.
+        let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "1500"]])
+        let oldPID = try #require(try sv.plugin("z.app").pid)
         let callers = Callers(socket: sv.socket, target: "z.app", count: 3)
         try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 }
-        let r = try sv.cli("install", shop.dir + "/" + archive)
+        let install = Background { try sv.cli("install", archives["2.0.0"]!) }
+        let next = try sv.waitFor("2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
+        #expect(next.version == "2.0.0" && next.pid != oldPID)
+        // While 2.0.0 starts, 1.0.0's worker answers: calls keep coming back, and it still serves.
+        try callers.waitForMore(sv, "calls answered while 2.0.0 starts")
+        let during = try sv.plugin("z.app")
+        #expect(during.updating != nil && during.pid == oldPID && during.version == "1.0.0" && during.state == "running",
+                "the old worker did not serve while the new one started: \(during)")
+        #expect(try sv.cli("status").out.contains("z.app: 2.0.0 is starting beside 1.0.0 (pid \(next.pid))"))
+        let r = try install.wait()
         #expect(r.code == 0, "\(r.err)")
-        #expect(try sv.plugin("z.app").version == "2.0.0")
-        let before = callers.tally.seen.ok
-        try sv.waitUntil("calls to the new version") { callers.tally.seen.ok > before + 50 }
-        try callers.stop(sv)
-        let seen = callers.tally.seen
-        #expect(seen.failures.isEmpty, "\(seen.failures.count) failed calls, first: \(seen.failures.first ?? "")")
+        let after = try sv.plugin("z.app")
+        #expect(after.version == "2.0.0" && after.pid == next.pid && after.updating == nil, "\(after)")
+        // The old worker drained and got willTerminate.
+        try sv.waitUntil("the old worker to end") { kill(oldPID, 0) != 0 }
+        #expect(sv.log.contains("z.app 2.0.0 is running and takes the calls; 1.0.0 finishes its own"))
+        let terminated = (try? String(contentsOfFile: w.home + "/data/z.app/terminated", encoding: .utf8)) ?? ""
+        #expect(terminated.split(separator: "\n").count == 1, "willTerminate went to the old worker once: \(terminated)")
+        try callers.waitForMore(sv, "calls to the new version")
+        try callers.stopExpectingNoFailure(sv)
+    }
+
+    @Test("while an update's new version starts: another install or an uninstall is refused, a restart stops the new version and the old one goes on")
+    func updateInterrupted() throws {
+        let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "3000"], "2.0.1": [:]])
+        let callers = Callers(socket: sv.socket, target: "z.app", count: 2)
+        try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 }
+        let install = Background { try sv.cli("install", archives["2.0.0"]!) }
+        let next = try sv.waitFor("2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
+        let second = try sv.cli("install", archives["2.0.1"]!)
+        #expect(second.code != 0 && second.err.contains("conflict") && second.err.contains("being updated"), "\(second.err)")
+        let uninstall = try sv.cli("uninstall", "z.app")
+        #expect(uninstall.code != 0 && uninstall.err.contains("being updated"), "\(uninstall.err)")
+        let restart = try sv.cli("restart", "z.app")
+        #expect(restart.code == 0, "\(restart.err)")
+        let r = try install.wait()
+        #expect(r.code != 0 && r.err.contains("stopped before the new version took over") && r.err.contains("rolled back to 1.0.0"), "\(r.err)")
+        let p = try sv.plugin("z.app")
+        #expect(p.state == "running" && p.version == "1.0.0" && p.updating == nil && p.pid != next.pid, "\(p)")
+        #expect(w.installed()["z.app"] == "1.0.0")
+        try sv.waitUntil("the new version's worker to end") { kill(next.pid, 0) != 0 }
+        try callers.waitForMore(sv, "calls after the restart")
+        try callers.stopExpectingNoFailure(sv)
+    }
+
+    @Test("the old worker crashes while the new version starts beside it: calls wait for the new one, which takes over")
+    func oldCrashesDuringUpdate() throws {
+        let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "1000"]])
+        let install = Background { try sv.cli("install", archives["2.0.0"]!) }
+        let next = try sv.waitFor("2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
+        let crash = try sv.cli("call", "z.app", "crash", #"{"how":"segv"}"#)
+        #expect(crash.code != 0)
+        try sv.waitUntil("the plugin waiting for 2.0.0") { try sv.plugin("z.app").state == "restarting" }
+        // Made while nothing serves: it waits, and is answered by 2.0.0 (1.0.0 was not restarted).
+        let info = try sv.info("z.app")
+        #expect(info.names.contains("startup"))
+        let r = try install.wait()
+        #expect(r.code == 0, "\(r.err)")
+        let p = try sv.plugin("z.app")
+        #expect(p.state == "running" && p.version == "2.0.0" && p.pid == next.pid && p.restarts == 0, "\(p)")
+        #expect(w.installed()["z.app"] == "2.0.0")
     }
 
     @Test("a call made right after start, before ready, is answered once the plugin runs")
@@ -180,27 +254,29 @@ struct ZeroDropTests {
         #expect(String(decoding: try #require(try restarter.receiveFrame()), as: UTF8.self).contains("running"))
     }
 
-    @Test("an update whose new version fails to start, or crashes within its grace period, leaves the old version serving; callers lose no call but those inside the crashed worker")
+    @Test("an update whose new version fails or crashes in its startup leaves the old worker serving with 0 failed calls; one that crashes within its grace period is rolled back, failing only the calls inside it")
     func badUpdatesRollBack() throws {
-        let w = try TestWorld()
-        let shop = try Shop(w)
-        try FileManager.default.createDirectory(atPath: w.home + "/plugins", withIntermediateDirectories: true)
-        try w.bundle("z.app", version: "1.0.0", in: w.home + "/plugins")
-        let failing = try shop.archive("z.app", "2.0.0", files: ["fail-startup": "x"])
-        let crashing = try shop.archive("z.app", "3.0.0", files: ["crash-after-start": "x"])
-        let sv = try RunningSupervisor(w, args: ["--config", try shop.config()])
+        let (w, sv, archives) = try appUpdates(["2.0.0": ["fail-startup": "x"], "2.1.0": ["crash-in-startup": "x"],
+                                                   "3.0.0": ["crash-after-start": "x"]])
+        let oldPID = try sv.plugin("z.app").pid
         let callers = Callers(socket: sv.socket, target: "z.app", count: 3)
         try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 }
 
-        // 2.0.0 refuses to start: rolled back at once, the calls waited and went to 1.0.0 again.
-        let failed = try sv.cli("install", shop.dir + "/" + failing)
-        #expect(failed.code != 0 && failed.err.contains("rolled back to 1.0.0"), "\(failed.err)")
-        try sv.waitUntil("1.0.0 running again") { let p = try sv.plugin("z.app"); return p.state == "running" && p.version == "1.0.0" }
-        var before = callers.tally.seen.ok
-        try sv.waitUntil("calls to 1.0.0 again") { callers.tally.seen.ok > before + 50 }
+        // 2.0.0 refuses to start, 2.1.0 crashes in its startup: each beside 1.0.0, whose worker
+        // serves throughout and is never stopped; the files go back at once.
+        for version in ["2.0.0", "2.1.0"] {
+            let failed = try sv.cli("install", archives[version]!)
+            #expect(failed.code != 0 && failed.err.contains("\(version) failed to start") && failed.err.contains("rolled back to 1.0.0"), "\(failed.err)")
+            let p = try sv.plugin("z.app")
+            #expect(p.state == "running" && p.version == "1.0.0" && p.pid == oldPID && p.updating == nil, "\(p)")
+            #expect(w.installed()["z.app"] == "1.0.0")
+            try callers.waitForMore(sv, "calls to 1.0.0 after \(version) failed")
+        }
+        let untilThen = callers.tally.seen
+        #expect(untilThen.failures.isEmpty, "\(untilThen.failures.count) failed calls, first: \(untilThen.failures.first ?? "")")
 
-        // 3.0.0 starts, then crashes (when no call is inside it) within the grace period: rolled back.
-        let installed = try sv.cli("install", shop.dir + "/" + crashing)
+        // 3.0.0 takes over, then crashes within the grace period: rolled back.
+        let installed = try sv.cli("install", archives["3.0.0"]!)
         #expect(installed.code == 0, "\(installed.err)")
         try sv.waitUntil("the rollback after the crash") {
             let p = try sv.plugin("z.app")
@@ -209,8 +285,7 @@ struct ZeroDropTests {
         #expect(w.installed()["z.app"] == "1.0.0", "the previous version is not back on disk")
         #expect(try sv.cli("status").out.contains("z.app: last error: the update to 3.0.0 was rolled back to 1.0.0"))
         #expect(sv.log.contains("crashed within 1 s of its update"), "the grace period is 1 s in the shop's config")
-        before = callers.tally.seen.ok
-        try sv.waitUntil("calls after the rollback") { callers.tally.seen.ok > before + 50 }
+        try callers.waitForMore(sv, "calls after the rollback")
         try callers.stop(sv)
         let seen = callers.tally.seen
         // Only calls inside the crashed worker could fail; the crash comes 0.3 s after start while

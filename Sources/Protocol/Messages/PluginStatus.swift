@@ -24,10 +24,23 @@ public struct PluginStatus: Codable, Sendable, Equatable {
     public var sandboxDenials: [String: Int]?
     /// SPEC §6: why it is failed, or why it last failed (an update rolled back after a crash).
     public var lastError: String?
+    /// An update's new version starting beside the worker that serves (SPEC §8), until it takes over.
+    public var updating: Updating?
+
+    /// The new version of an update and its worker.
+    public struct Updating: Codable, Sendable, Equatable {
+        public var version: String
+        public var pid: Int32
+
+        public init(version: String, pid: Int32) {
+            self.version = version
+            self.pid = pid
+        }
+    }
 
     public init(identifier: String, version: String, state: String, pid: Int32?, restarts: Int, lastExit: ExitStatus?,
                 dependencies: [String], variant: String?, sandbox: [String], sandboxMissing: [String]?, error: String?,
-                timings: [String: Int]? = nil, sandboxDenials: [String: Int]? = nil, lastError: String? = nil) {
+                timings: [String: Int]? = nil, sandboxDenials: [String: Int]? = nil, lastError: String? = nil, updating: Updating? = nil) {
         self.identifier = identifier
         self.version = version
         self.state = state
@@ -42,6 +55,7 @@ public struct PluginStatus: Codable, Sendable, Equatable {
         self.timings = timings
         self.sandboxDenials = sandboxDenials
         self.lastError = lastError
+        self.updating = updating
     }
 }
 

@@ -161,6 +161,11 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
     /// Swaps the staged version in and starts it; on failure swaps the old one back and restarts it.
     private func apply(_ staged: BundleStore.Staged, _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
         loop.preconditionInEventLoop()
+        // One update of a plugin at a time: the files of one still starting must stay as they are.
+        if let record = table[staged.identifier], record.successor != nil || record.installAwaitsVerdict {
+            store.finish(staged)
+            return done(.failure(InstallError(.conflict, "\(staged.identifier) is being updated already; try again once that is done").body))
+        }
         // A previous update still in its grace period is final now: one rollback point at a time.
         if let record = table[staged.identifier] { endGrace(record) }
         do { try store.swapIn(staged) } catch {
@@ -208,12 +213,36 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
         outbox.flush()
     }
 
-    /// An upgrade of a known plugin: stop the old version, start the new one; if it fails, the old
-    /// one goes back and runs again.
+    /// An upgrade of a known plugin. A running one gets its new version started beside the old
+    /// worker, which serves until the new one answers `startup` and then drains
+    /// (Lifecycle/Successor.swift); if the new one does not get that far, the old files go back and
+    /// the old worker never noticed. A plugin that is not running (or whose new version's
+    /// dependencies are not) is stopped and started as the new version; if that fails, the old
+    /// version goes back and starts again.
     private func replace(_ record: PluginRecord, with manifest: Manifest, staged: BundleStore.Staged, what: String,
                          _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
         let old = record.manifest
         let id = record.identifier
+        if lifecycle.canStartBeside(record, manifest) {
+            lifecycle.startBeside(record, manifest) { [self] problem in
+                guard let problem else {
+                    beginGrace(record, staged: staged, previous: old, what: what)
+                    return done(.success(what))
+                }
+                do throws(InstallError) { try store.rollBack(staged) } catch {
+                    return done(.failure(InstallError(.fileSystem, "the new version failed (\(problem)) and rolling back failed: \(error)").body))
+                }
+                logger.error("\(id) \(staged.version) failed to start (\(problem)); rolled back to \(old.version)")
+                // The old worker serves on; if it crashed meanwhile, the old version starts again.
+                if record.instance == nil, record.phase == .restarting, table[id] === record {
+                    lifecycle.startAgain(record) { [self] problem in
+                        if let problem { logger.error("\(id) \(old.version) did not start again: \(problem)", metadata: ["plugin": "\(id)"]) }
+                    }
+                }
+                done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); rolled back to \(old.version)").body))
+            }
+            return
+        }
         let begin: () -> Void = { [self] in
             record.manifest = manifest
             record.installAwaitsVerdict = true

@@ -63,6 +63,9 @@ extension Installs {
         guard isInstalledHere(record) else {
             return router.answer(origin, error: ErrorBody(.denied, "\(identifier) is not installed in \(pluginsFolder) (it comes from \(record.manifest.bundle)); remove its bundle there"))
         }
+        guard record.successor == nil, !record.installAwaitsVerdict else {
+            return router.answer(origin, error: InstallError(.conflict, "\(identifier) is being updated; try again once that is done").body)
+        }
         let needed = table.dependents(of: identifier).map(\.identifier).sorted()
         guard needed.isEmpty else {
             return router.answer(origin, error: ErrorBody(.denied, "\(identifier) is needed by \(needed.joined(separator: ", ")); uninstall those first"))

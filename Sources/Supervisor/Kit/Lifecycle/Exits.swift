@@ -64,26 +64,33 @@ extension Lifecycle {
         router.cancelInFlight(outgoing)
         let callbacks = instance.onExit
         instance.onExit = []
-        guard let record = table[instance.identifier], record.instance === instance else {
-            callbacks.forEach { $0() }
-            return
-        }
         // The kernel's OOM killer in its group: the memory limit, whatever the signal says.
+        let hardLimit = MemoryLimits(instance.manifest).hard
         if instance.killReason == nil, let kills = instance.cgroup?.oomKills(), kills > 0 {
-            instance.killReason = (.memoryLimit, "the kernel's OOM killer ended it at its cgroup's memory limit of \(MemoryLimits(record.manifest).hard >> 20) MiB")
+            instance.killReason = (.memoryLimit, "the kernel's OOM killer ended it at its cgroup's memory limit of \(hardLimit >> 20) MiB")
         }
         instance.cgroup?.remove()
         instance.cgroup = nil
+        // SPEC §5: the worker's private temporary folder is emptied when it ends.
+        FileSystem.removeTree(instance.temporaryFolder)
+        // An old version that drained after an update, or a worker of a plugin no longer known:
+        // whoever stopped it hears it ended, nothing more.
+        guard let record = table[instance.identifier], let role = record.role(of: instance), role != .retiring else {
+            callbacks.forEach { $0() }
+            return
+        }
         let facts = ExitClassifier.Facts(exit: exit, notice: instance.exitNotice, killed: instance.killReason, violation: instance.violation,
-                                         stopRequested: afterStop,
-                                         lastDataBytes: instance.memory.data, hardLimitBytes: MemoryLimits(record.manifest).hard)
+                                         stopRequested: afterStop, lastDataBytes: instance.memory.data, hardLimitBytes: hardLimit)
         let status = ExitClassifier.classify(facts)
-        record.instance = nil
-        record.lastExit = status
-        // SPEC §5: the private temporary folder is emptied when the plugin stops.
-        FileSystem.removeTree(temporaryFolder(record.identifier))
         let meta: Logger.Metadata = ["plugin": "\(record.identifier)", "pid": "\(exit.pid)"]
         let described = ExitClassifier.describe(status)
+        if role == .successor {
+            // A new version that ended before it took over: the update fails, the old one serves on.
+            callbacks.forEach { $0() }
+            return successorEnded(record, instance, described)
+        }
+        record.instance = nil
+        record.lastExit = status
         if record.phase == .failed(byDependency: true) {
             logger.info("\(record.identifier) stopped: \(record.problem ?? "a dependency failed")", metadata: meta)
             callbacks.forEach { $0() }
@@ -103,6 +110,12 @@ extension Lifecycle {
         callbacks.forEach { $0() }
         // A new version that crashes soon after its update: the previous one comes back.
         if abnormal, installs.rollBackWithinGrace(record, crash: described) { return }
+        if record.successor != nil {
+            // An update's new version is coming up beside it: it takes over once it answers
+            // `startup` (calls wait for it); if it does not, the update puts this version back.
+            record.move(to: .restarting, logger: logger)
+            return
+        }
         if status.reason.isPermanent {
             // SPEC §6: a restart cannot cure a missing library or symbol or an ABI mismatch.
             record.move(to: .failed(byDependency: false), logger: logger)

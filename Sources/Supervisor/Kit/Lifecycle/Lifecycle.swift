@@ -17,6 +17,8 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
         /// Every startable plugin started once; `launch` went out.
         case launched
         case shuttingDown
+        /// Every worker has ended; the control socket is closing.
+        case finished
     }
 
     private(set) var phase = Phase.starting
@@ -26,6 +28,8 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
     let restartPolicy: RestartPolicy
     /// Workers spawned so far: names each worker's cgroup (a new one per spawn).
     var spawnCount = 0
+    /// Names the temporary folder of a worker that runs beside another of its plugin's.
+    var folderSerial = 0
 
     init(_ supervisor: Supervisor) {
         self.supervisor = supervisor
@@ -35,11 +39,18 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
                                       backoffBaseMs: c.restartBackoffBaseMs, backoffMaxMs: c.restartBackoffMaxMs)
     }
 
-    var isShuttingDown: Bool { phase == .shuttingDown }
+    var isShuttingDown: Bool { phase == .shuttingDown || phase == .finished }
 
     func startShutdownPhase() -> Bool {
-        guard phase != .shuttingDown else { return false }
+        guard !isShuttingDown else { return false }
         phase = .shuttingDown
+        return true
+    }
+
+    /// The last worker has ended; false if that was already said.
+    func endShutdownPhase() -> Bool {
+        guard phase == .shuttingDown else { return false }
+        phase = .finished
         return true
     }
 

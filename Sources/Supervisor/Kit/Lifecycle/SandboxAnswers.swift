@@ -41,7 +41,7 @@ extension Lifecycle {
     /// `arguments`: the first three, for the log (what a library tried, e.g. which socket family).
     func sandboxRefused(_ instance: WorkerInstance, syscall: String, arguments: String, fatal: Bool) {
         loop.preconditionInEventLoop()
-        if let record = table[instance.identifier], record.instance === instance {
+        if let record = table[instance.identifier], record.role(of: instance) != nil {
             record.sandboxDenials[syscall, default: 0] += 1
             supervisor.metrics.denied(record.identifier, syscall: syscall)
         }

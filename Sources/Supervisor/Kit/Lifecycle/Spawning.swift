@@ -8,23 +8,47 @@ import NIOCore
 import PluginProtocol
 
 extension Lifecycle {
-    /// Spawns a worker for `record` and wires its socket and output into the event loop.
+    /// Spawns the worker that will serve `record` (its first, or the next after a stop or crash).
     func spawn(_ record: PluginRecord) {
         loop.preconditionInEventLoop()
-        // One worker per plugin, and none once shutdown has begun.
+        // One serving worker per plugin, and none once shutdown has begun.
         guard record.instance == nil, !isShuttingDown else { return }
-        let id = record.identifier
+        let spawned: SpawnedWorker
+        switch spawnWorker(record.manifest, temp: freeTemporaryFolder(record)) {
+        case .failure(let failure): return fail(record, reason: failure.reason)
+        case .success(let s): spawned = s
+        }
+        record.library = spawned.library
+        record.variant = spawned.variant
+        record.instance = spawned.instance
+        // A plugin that ran before, or is coming back from a crash, is restarting; otherwise starting.
+        record.move(to: record.hasRun || record.phase == .restarting ? .restarting : .starting, logger: logger)
+    }
+
+    /// A worker just spawned, and the library the host chose for it.
+    struct SpawnedWorker {
+        var instance: WorkerInstance
+        var library: String
+        var variant: String?
+    }
+
+    /// Why a worker could not be spawned.
+    struct SpawnFailure: Error {
+        var reason: String
+    }
+
+    /// Spawns a worker for `manifest` (with `temp` as its private temporary folder) and wires its
+    /// socket, output, exit and seccomp channel into the event loop; or says why it could not.
+    func spawnWorker(_ manifest: Manifest, temp: String) -> Result<SpawnedWorker, SpawnFailure> {
+        let id = manifest.identifier
         let library: (path: String, variant: String?)
         do {
-            library = try VariantSelector.choose(record.manifest, sandbox: config.sandboxEnabled)
+            library = try VariantSelector.choose(manifest, sandbox: config.sandboxEnabled)
         } catch {
-            return fail(record, reason: "\(error)")
+            return .failure(SpawnFailure(reason: "\(error)"))
         }
-        record.library = library.path
-        record.variant = library.variant
         let data = config.home + "/data/" + id
         let live = config.home + "/live/" + id
-        let temp = temporaryFolder(id)
         do {
             try FileSystem.makeDirectories(data)
             try FileSystem.makeDirectories(live)
@@ -32,10 +56,10 @@ extension Lifecycle {
             FileSystem.removeTree(temp)
             try FileSystem.makeDirectories(temp)
         } catch {
-            return fail(record, reason: "cannot create the data folders of \(id) in \(config.home): \(error)")
+            return .failure(SpawnFailure(reason: "cannot create the data folders of \(id) in \(config.home): \(error)"))
         }
         let notifier = supervisor.notifier
-        var spec = workerSpec(record.manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
+        var spec = workerSpec(manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
         // A control group of its own, made and limited before it exists. The supervisor's mover
         // puts it there (and says so on the notify channel) before the worker goes on; without a
         // channel the worker joins it itself.
@@ -43,7 +67,7 @@ extension Lifecycle {
         if let tree = supervisor.cgroups {
             spawnCount &+= 1
             do {
-                cgroup = try tree.makeGroup("\(id)-\(spawnCount)", limits: cgroupLimits(record.manifest))
+                cgroup = try tree.makeGroup("\(id)-\(spawnCount)", limits: cgroupLimits(manifest))
                 if notifier != nil { spec.cgroupBySupervisor = true } else { spec.cgroupProcs = cgroup?.procsFiles }
             } catch {
                 logger.warning("no cgroup for \(id): \(error)", metadata: ["plugin": "\(id)"])
@@ -54,7 +78,7 @@ extension Lifecycle {
         }
         let specJSON: String
         do { specJSON = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self) } catch {
-            return fail(record, reason: "cannot encode the worker spec: \(error)")
+            return .failure(SpawnFailure(reason: "cannot encode the worker spec: \(error)"))
         }
         var spawned: SpawnedChild
         do {
@@ -65,9 +89,9 @@ extension Lifecycle {
                                         notifyChannel: notifier != nil, isolated: config.sandboxEnabled)
         } catch {
             cgroup?.remove()
-            return fail(record, reason: "cannot start a worker (\(config.workerExecutable)): \(error)")
+            return .failure(SpawnFailure(reason: "cannot start a worker (\(config.workerExecutable)): \(error)"))
         }
-        let instance = WorkerInstance(process: spawned.process, identifier: id, now: .now())
+        let instance = WorkerInstance(process: spawned.process, manifest: manifest, temporaryFolder: temp, now: .now())
         instance.cgroup = cgroup
         do {
             try supervisor.watcher?.watch(instance.process) { [supervisor] exit in
@@ -78,7 +102,7 @@ extension Lifecycle {
             instance.process.signal(SIGKILL)
             _ = try? instance.process.wait()
             cgroup?.remove()
-            return fail(record, reason: "cannot watch a worker's exit: \(error)")
+            return .failure(SpawnFailure(reason: "cannot watch a worker's exit: \(error)"))
         }
         if let notifier, let channel = spawned.notify.take() {
             // Its filter's channel is watched once it is in its group (moved, then told J or F).
@@ -107,22 +131,20 @@ extension Lifecycle {
             }
         }
         table.workerSpawned(instance)
-        record.instance = instance
-        // A plugin that ran before, or is coming back from a crash, is restarting; otherwise starting.
-        record.move(to: record.hasRun || record.phase == .restarting ? .restarting : .starting, logger: logger)
-        logger.debug("spawned worker", metadata: ["plugin": "\(id)", "pid": "\(instance.pid)"])
+        logger.debug("spawned worker", metadata: ["plugin": "\(id)", "pid": "\(instance.pid)", "version": "\(manifest.version)"])
         WorkerChannel.connect(spawned.socket, for: instance, supervisor: supervisor)
         OutputCapture.attach(spawned.stdout, stream: "stdout", plugin: id, supervisor: supervisor)
         OutputCapture.attach(spawned.stderr, stream: "stderr", plugin: id, supervisor: supervisor)
 
         // A worker must say hello in time (its `startup` has a timeout of its own). Weak: an instance
         // that has ended must not live (with its pidfd) until the timeout passes.
-        let startupTimeoutMs = record.manifest.limits.startupTimeoutMs ?? config.startupTimeoutMs
+        let startupTimeoutMs = manifest.limits.startupTimeoutMs ?? config.startupTimeoutMs
         instance.startupDeadline = loop.scheduleTask(in: .milliseconds(Int64(startupTimeoutMs))) { [self, weak instance] in
-            if let instance, record.instance === instance, instance.hello == nil {
+            if let instance, instance.hello == nil, !instance.phase.stopRequested {
                 kill(instance, .startupTimeout, "no hello within \(startupTimeoutMs) ms")
             }
         }
+        return .success(SpawnedWorker(instance: instance, library: library.path, variant: library.variant))
     }
 
     /// What the worker needs to know: its plugin, its folders and its sandbox.
@@ -149,6 +171,15 @@ extension Lifecycle {
     /// The plugin's private temporary folder: `<home>/tmp/<identifier>`, emptied when it stops.
     func temporaryFolder(_ identifier: String) -> String { config.home + "/tmp/" + identifier }
 
+    /// A temporary folder for a new worker of `record`: the plugin's, unless one of its workers
+    /// still has it (an update's two versions run side by side), then `<identifier>@<n>`.
+    func freeTemporaryFolder(_ record: PluginRecord) -> String {
+        let folder = temporaryFolder(record.identifier)
+        guard record.workers.contains(where: { $0.temporaryFolder == folder }) else { return folder }
+        folderSerial &+= 1
+        return folder + "@\(folderSerial)"
+    }
+
     /// Marks a plugin as failed without a worker (it could not be spawned at all).
     func fail(_ record: PluginRecord, reason: String) {
         logger.error("\(record.identifier) cannot start: \(reason)")
@@ -162,7 +193,7 @@ extension Lifecycle {
     /// The worker said `hello`: it is sandboxed and its plugin loaded. It gets `startup` now, or once
     /// its dependencies are running.
     func helloReceived(_ instance: WorkerInstance, _ hello: HelloMessage) {
-        guard let record = table[instance.identifier], record.instance === instance else { return }
+        guard let record = table[instance.identifier], let role = record.role(of: instance), role != .retiring else { return }
         guard instance.move(to: .loaded, logger: logger) else { return }
         instance.hello = HelloFacts(sandbox: hello.sandbox ?? [], sandboxMissing: hello.sandboxMissing ?? [])
         instance.timings = hello.timings ?? [:]
@@ -173,17 +204,23 @@ extension Lifecycle {
             instance.timings["startedAtUs"] = nil
         }
         supervisor.health.noteMissingLayers(instance.hello!.sandboxMissing)
-        if table.dependenciesRunning(record) { sendStartup(record, instance) }
+        if table.dependenciesRunning(instance.manifest) {
+            sendStartup(record, instance)
+        } else if role == .successor {
+            // The new version's dependencies were running when the update began; one went down since.
+            let down = instance.manifest.dependencies.map(\.identifier).filter { table[$0]?.phase != .running }
+            kill(instance, .startupFailed, "its dependencies \(down.joined(separator: ", ")) are not running")
+        }
     }
 
     /// `startup`, with what the plugin needs to know about itself.
     func sendStartup(_ record: PluginRecord, _ instance: WorkerInstance) {
         guard instance.move(to: .startingUp, logger: logger) else { return }
-        let m = record.manifest
-        let dependencies = record.dependencyIDs
+        let m = instance.manifest
+        let dependencies = m.dependencies.map(\.identifier)
         let home = config.home
         let startupTimeoutMs = m.limits.startupTimeoutMs ?? config.startupTimeoutMs
-        router.sendEvent(record, .startup, timeoutMs: startupTimeoutMs, payload: { frame in
+        router.sendEvent(to: instance, .startup, timeoutMs: startupTimeoutMs, payload: { frame in
             frame.object("payload", [
                 "identifier": .string(m.identifier), "version": .string(m.version.description),
                 "dataDirectory": .string(home + "/data/" + m.identifier), "liveDirectory": .string(home + "/live/" + m.identifier),
@@ -191,10 +228,10 @@ extension Lifecycle {
             ])
         }) { [self] result in
             // A worker being stopped meanwhile is left to its stop.
-            guard record.instance === instance, instance.phase == .startingUp else { return }
+            guard let role = record.role(of: instance), instance.phase == .startingUp else { return }
             switch result {
             case .success:
-                becameRunning(record)
+                if role == .successor { takeOver(record) } else { becameRunning(record) }
             case .failure(let error) where error.code == ErrorCode.timeout.rawValue:
                 kill(instance, .startupTimeout, "startup not answered within \(startupTimeoutMs) ms")
             case .failure(let error):
@@ -215,6 +252,12 @@ extension Lifecycle {
         logger.info("\(record.identifier) \(record.manifest.version) is running",
                     metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
         record.settleWaiters(nil)
+        servesAgain(record, restarted: wasRestart)
+    }
+
+    /// A new worker serves `record`'s calls (after a start, a restart or an update's switch): what
+    /// waited goes to it, it hears `launch` if the others have, and its dependents hear it restarted.
+    func servesAgain(_ record: PluginRecord, restarted: Bool) {
         router.forwardWaiting(record)
         // Dependents that could not start only because this plugin was down get another go.
         for dependent in table.dependents(of: record.identifier) where !isShuttingDown && dependent.instance == nil
@@ -225,9 +268,9 @@ extension Lifecycle {
         if phase == .launched {
             // Every other plugin has long started: this one (restarted, or added by a rescan) hears so now.
             router.sendEvent(record, .launch) { _ in }
-            if !wasRestart { installs.refreshResources(record) }
+            if !restarted { installs.refreshResources(record) }
         }
-        if wasRestart {
+        if restarted {
             // A restarted plugin lost its state: its dependents hear of it (or restart too).
             for dependent in table.dependents(of: record.identifier) where dependent.phase == .running {
                 if config.restartDependents, let inst = dependent.instance {

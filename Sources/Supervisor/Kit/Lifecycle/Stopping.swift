@@ -16,15 +16,18 @@ extension Lifecycle {
         supervisor.systemd.stopping()
         for record in table.all {
             record.pendingRestart?.cancel()
+            abandonSuccessor(record, because: "the supervisor is shutting down")
             if record.phase == .waiting || record.phase == .restarting, record.instance == nil { record.move(to: .stopped, logger: logger) }
             record.settleWaiters("the supervisor is shutting down")
         }
         stopNextWave()
     }
 
-    /// Stops every plugin that no live plugin depends on; repeats as they stop.
-    private func stopNextWave() {
-        let live = table.all.filter { $0.instance != nil }
+    /// Stops every plugin that no live plugin depends on; repeats as they stop. The supervisor
+    /// finishes once no plugin has a worker left (old versions still draining after an update too).
+    func stopNextWave() {
+        guard phase == .shuttingDown else { return }
+        let live = table.all.filter { !$0.workers.isEmpty }
         if live.isEmpty { return finish() }
         let needed = Set(live.flatMap(\.dependencyIDs))
         for record in live where !needed.contains(record.identifier) {
@@ -40,8 +43,16 @@ extension Lifecycle {
     /// Draining (SPEC §8): from the moment the stop is asked, new requests for the plugin wait in its
     /// queue (for the next worker, or fail at shutdown); the calls already inside the worker get up
     /// to `drainTimeoutMs` to be answered before `willTerminate` goes out.
+    ///
+    /// A new version coming up beside it (an update) is stopped too: the update fails.
     func stopPlugin(_ record: PluginRecord, _ done: @escaping () -> Void) {
+        abandonSuccessor(record, because: "\(record.identifier) was stopped before the new version took over")
         guard let instance = record.instance else { done(); return }
+        stopWorker(record, instance, done)
+    }
+
+    /// Stops one worker of `record` as `stopPlugin` says: drain, `willTerminate`, grace, SIGKILL.
+    func stopWorker(_ record: PluginRecord, _ instance: WorkerInstance, _ done: @escaping () -> Void) {
         instance.onExit.append(done)
         // Already reaped, not yet finalized: `done` runs when it is (calling it now would loop).
         if instance.phase.hasExited || instance.phase == .stopping { return }
@@ -79,7 +90,7 @@ extension Lifecycle {
         }
         instance.onExit.append { hardStop.cancel() }
         if saidHello, instance.channel != nil {
-            router.sendEvent(record, .willTerminate, timeoutMs: config.shutdownGraceMs) { _ in
+            router.sendEvent(to: instance, .willTerminate, timeoutMs: config.shutdownGraceMs) { _ in
                 instance.channel?.close(promise: nil)
             }
             outbox.flush()
@@ -90,6 +101,7 @@ extension Lifecycle {
 
     /// Every worker has stopped: the control socket closes and `run` returns.
     private func finish() {
+        guard endShutdownPhase() else { return }
         supervisor.health.stop()
         supervisor.control.close().whenComplete { [self] _ in
             logger.notice("all plugins stopped; bye")

@@ -128,7 +128,8 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         case .failure(let error): return outbox.write(errorFrame(id: id, error, for: channel), to: channel)
         case .success(let t): target = t
         }
-        guard let caller = table[instance.identifier], caller.dependencyIDs.contains(target) else {
+        // The caller's own version decides (during an update, the old and the new one may differ).
+        guard instance.manifest.dependencies.contains(where: { $0.identifier == target }) else {
             if let callee = table[target] {
                 if callee.callMetrics == nil { callee.callMetrics = supervisor.metrics.calls(target) }
                 callee.callMetrics?.count(.denied)
@@ -250,14 +251,15 @@ final class Router: SupervisorComponent, @unchecked Sendable {
     }
 
     /// Fails requests whose deadline has passed with `timeout`, and tells their plugin to `cancel`.
+    /// Every live worker counts, whatever its role (an update's new version answering `startup`,
+    /// an old one draining).
     func expire(now: NIODeadline) {
-        for record in table.all {
-            guard let instance = record.instance, !instance.pending.isEmpty else { continue }
+        for instance in table.liveWorkers where !instance.pending.isEmpty {
             let expired = instance.pending.filter { $0.value.deadline <= now }.keys.sorted()
             for id in expired {
                 guard let request = instance.pending.removeValue(forKey: id) else { continue }
                 settled(request, .timeout, by: instance)
-                answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) did not answer \(request.what) in time"))
+                answer(request.origin, error: ErrorBody(.timeout, "\(instance.identifier) did not answer \(request.what) in time"))
                 sendCancel(id, to: instance)
             }
         }
@@ -287,8 +289,19 @@ final class Router: SupervisorComponent, @unchecked Sendable {
     func sendEvent(_ record: PluginRecord, _ name: EventName, timeoutMs: Int? = nil,
                    payload: ((inout FrameEncoder<ByteBuffer>) -> Void)? = nil,
                    _ done: @escaping (Result<[UInt8]?, ErrorBody>) -> Void) {
-        guard let instance = record.instance, let channel = instance.channel, instance.hello != nil else {
+        guard let instance = record.instance, instance.channel != nil, instance.hello != nil else {
             done(.failure(ErrorBody(.unavailable, "\(record.identifier) is \(record.phase.shown)")))
+            return
+        }
+        sendEvent(to: instance, name, timeoutMs: timeoutMs, payload: payload, done)
+    }
+
+    /// Sends a lifecycle event to one worker (an update's new or old version, or the current one).
+    func sendEvent(to instance: WorkerInstance, _ name: EventName, timeoutMs: Int? = nil,
+                   payload: ((inout FrameEncoder<ByteBuffer>) -> Void)? = nil,
+                   _ done: @escaping (Result<[UInt8]?, ErrorBody>) -> Void) {
+        guard let channel = instance.channel, instance.hello != nil else {
+            done(.failure(ErrorBody(.unavailable, "the worker of \(instance.identifier) (pid \(instance.pid)) is not connected")))
             return
         }
         let id = instance.takeID()
@@ -296,7 +309,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         frame.uint("id", id)
         frame.string("name", name.rawValue)
         payload?(&frame)
-        let ms = timeoutMs ?? record.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
+        let ms = timeoutMs ?? instance.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
         instance.pending[id] = PendingRequest(origin: .local(done), deadline: .now() + .milliseconds(Int64(ms)), what: "event \(name.rawValue)")
         outbox.write(frame.finish(), to: channel)
     }

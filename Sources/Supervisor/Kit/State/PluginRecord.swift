@@ -12,9 +12,16 @@ import PluginProtocol
 /// there. `@unchecked Sendable` because closures the loop runs later (timers, futures) carry it; they
 /// run on the same loop.
 final class PluginRecord: @unchecked Sendable {
+    /// The version that serves calls (the new one's once an update switched to it).
     var manifest: Manifest
     private(set) var phase: PluginPhase
+    /// The worker that serves calls (or is coming up to).
     var instance: WorkerInstance?
+    /// During an update: the new version's worker coming up beside `instance` (Lifecycle/Successor.swift).
+    var successor: Successor?
+    /// Workers of a previous version finishing their calls after an update switched to a new one;
+    /// each leaves once reaped.
+    var retiring: [WorkerInstance] = []
     /// Restarts over the plugin's life (what `status` shows).
     var restarts = 0
     /// When recent restarts happened, for the intensity limit.
@@ -54,6 +61,22 @@ final class PluginRecord: @unchecked Sendable {
     var identifier: String { manifest.identifier }
     var dependencyIDs: [String] { manifest.dependencies.map(\.identifier) }
 
+    /// Which of its workers `instance` is, or nil for one it no longer has.
+    func role(of instance: WorkerInstance) -> WorkerRole? {
+        if self.instance === instance { return .current }
+        if successor?.instance === instance { return .successor }
+        if retiring.contains(where: { $0 === instance }) { return .retiring }
+        return nil
+    }
+
+    /// Its live workers: the current one, a new version coming up beside it, old ones draining.
+    var workers: [WorkerInstance] {
+        var all = retiring
+        if let instance { all.append(instance) }
+        if let next = successor?.instance { all.append(next) }
+        return all
+    }
+
     /// Moves to `next` if PluginPhase allows it.
     @discardableResult
     func move(to next: PluginPhase, logger: Logger) -> Bool {
@@ -88,10 +111,24 @@ private func transition<P: Phase>(_ phase: inout P, to next: P, of what: String,
     return true
 }
 
+/// What a worker is to its plugin.
+enum WorkerRole {
+    /// It serves the plugin's calls (or is coming up to).
+    case current
+    /// A new version coming up beside the current worker during an update.
+    case successor
+    /// A previous version finishing its calls after an update switched away from it.
+    case retiring
+}
+
 /// One worker process for a plugin, from spawn to its exit being recorded. Owned by the event loop.
 final class WorkerInstance: @unchecked Sendable {
     let process: ChildProcess
     let identifier: String
+    /// The version it runs (during an update, the old and the new worker's differ).
+    let manifest: Manifest
+    /// Its private temporary folder (TMPDIR), emptied when it ends.
+    let temporaryFolder: String
     let spawnedAt: NIODeadline
     private(set) var phase: WorkerPhase = .spawned
     var connection = WorkerConnection.connecting
@@ -128,9 +165,11 @@ final class WorkerInstance: @unchecked Sendable {
     /// Its CPU time (µs) already added to `plugin_cpu_seconds_total`.
     var cpuCounted: Int64 = 0
 
-    init(process: ChildProcess, identifier: String, now: NIODeadline) {
+    init(process: ChildProcess, manifest: Manifest, temporaryFolder: String, now: NIODeadline) {
         self.process = process
-        self.identifier = identifier
+        self.identifier = manifest.identifier
+        self.manifest = manifest
+        self.temporaryFolder = temporaryFolder
         self.spawnedAt = now
     }
 

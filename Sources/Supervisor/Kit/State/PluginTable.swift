@@ -61,7 +61,12 @@ final class PluginTable: @unchecked Sendable {
 
     /// Whether every dependency of `record` is running.
     func dependenciesRunning(_ record: PluginRecord) -> Bool {
-        record.dependencyIDs.allSatisfy { records[$0]?.phase == .running }
+        dependenciesRunning(record.manifest)
+    }
+
+    /// Whether every dependency `manifest` names is running.
+    func dependenciesRunning(_ manifest: Manifest) -> Bool {
+        manifest.dependencies.allSatisfy { records[$0.identifier]?.phase == .running }
     }
 
     /// Plugins that list `identifier` among their dependencies, in start order.
@@ -82,5 +87,11 @@ final class PluginTable: @unchecked Sendable {
     func worker(pid: pid_t) -> WorkerInstance? {
         loop.assertInEventLoop()
         return byPID[pid]
+    }
+
+    /// Every worker not yet reaped, whatever its role.
+    var liveWorkers: Dictionary<pid_t, WorkerInstance>.Values {
+        loop.assertInEventLoop()
+        return byPID.values
     }
 }
