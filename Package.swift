@@ -20,6 +20,8 @@ let package = Package(
         .library(name: "AsyncWorks", type: .dynamic, targets: ["AsyncWorks"]),
         // Test fixture: one library the integration tests load under many manifests.
         .library(name: "TestKit", type: .dynamic, targets: ["TestKit"]),
+        // Test fixture: a Swift plugin without its `@_cdecl` export.
+        .library(name: "NoExport", type: .dynamic, targets: ["NoExport"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -124,6 +126,7 @@ let package = Package(
         .target(name: "AsyncWorks", dependencies: ["PluginSDK"], path: "Examples/AsyncWorks"),
 
         .target(name: "TestKit", dependencies: ["PluginSDK"], path: "Tests/Fixtures/TestKit"),
+        .target(name: "NoExport", dependencies: ["PluginSDK"], path: "Tests/Fixtures/NoExport"),
 
         .testTarget(
             name: "UnitTests",

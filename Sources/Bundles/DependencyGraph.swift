@@ -16,6 +16,9 @@ public struct PluginCatalog: Sendable {
     public init(directories: [String]) {
         var found: [Manifest] = []
         var problems: [String] = []
+        // Bundles whose plugin.json cannot be used: listed (after the usable ones, which win a
+        // clash of names) as unstartable, with the error and the fix.
+        var unusable: [(Manifest, String)] = []
         for dir in directories {
             guard FileSystem.isDirectory(dir) else {
                 problems.append("\(dir): plugin folder does not exist")
@@ -29,15 +32,20 @@ public struct PluginCatalog: Sendable {
             for name in names where !name.hasPrefix(".") {
                 let bundle = dir + "/" + name
                 guard FileSystem.isDirectory(bundle), FileSystem.exists(bundle + "/plugin.json") else { continue }
-                do { found.append(try Manifest.load(bundle: FileSystem.realPath(bundle) ?? bundle)) } catch {
-                    problems.append(error.description)
+                let path = FileSystem.realPath(bundle) ?? bundle
+                do { found.append(try Manifest.load(bundle: path)) } catch {
+                    // Not among `problems`: the stand-in's reason says it where the plugin is listed.
+                    let bytes = (try? FileSystem.readFile(path + "/plugin.json", limit: 1 << 20)) ?? []
+                    unusable.append((Manifest.unusable(bundle: path, bytes: bytes), "\(error.description); fix it, then `supervisor reload`"))
                 }
             }
         }
-        self.init(manifests: found, problems: problems)
+        self.init(manifests: found, problems: problems, unusable: unusable)
     }
 
-    public init(manifests list: [Manifest], problems: [String] = []) {
+    /// `unusable`: stand-ins for bundles whose plugin.json cannot be used (`Manifest.unusable`), with
+    /// why; each is unstartable, and so is whatever depends on it.
+    public init(manifests list: [Manifest], problems: [String] = [], unusable: [(Manifest, String)] = []) {
         self.problems = problems
         for m in list {
             if let first = all[m.identifier] {
@@ -46,8 +54,12 @@ public struct PluginCatalog: Sendable {
             }
             all[m.identifier] = m
         }
+        for (placeholder, reason) in unusable where all[placeholder.identifier] == nil {
+            all[placeholder.identifier] = placeholder
+            unstartable[placeholder.identifier] = reason
+        }
         // Bundles someone else can write (SPEC §9).
-        for m in all.values {
+        for m in all.values where unstartable[m.identifier] == nil {
             let libraries = [m.library].compactMap { $0 } + m.variants.map(\.library)
             if let problem = BundlePermissions.problem(bundle: m.bundle, files: ["plugin.json"] + libraries) {
                 unstartable[m.identifier] = "\(m.file): refused: \(problem)"
@@ -60,6 +72,8 @@ public struct PluginCatalog: Sendable {
                     unstartable[m.identifier] = "\(m.file): dependency \(dep.identifier) is not installed"
                     break
                 }
+                // A stand-in for an unusable plugin.json has no version to check: "cannot start" below.
+                if target.isStandIn { continue }
                 if let range = dep.range, let r = VersionRange(range), !r.contains(target.version) {
                     unstartable[m.identifier] = "\(m.file): dependency \(dep.identifier) \(range) is not met by the installed \(target.version)"
                     break

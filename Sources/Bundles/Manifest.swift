@@ -124,6 +124,46 @@ extension Manifest {
         var startupTimeoutMs: Int?
     }
 
+    /// Why `bytes` is not one strict JSON object, with its line and column (1-based), or nil.
+    static func strictJSONProblem(_ bytes: [UInt8]) -> String? {
+        let failure: JSONScanner.Failure? = bytes.withUnsafeBytes { raw in
+            var scanner = JSONScanner(raw, maxDepth: 64)
+            do throws(JSONScanner.Failure) {
+                try scanner.scanObject { _, _ in }
+                return nil
+            } catch {
+                return error
+            }
+        }
+        guard let failure else { return nil }
+        func place(_ offset: Int) -> String {
+            let before = bytes.prefix(min(offset, bytes.count))
+            let line = before.reduce(1) { $0 + ($1 == UInt8(ascii: "\n") ? 1 : 0) }
+            let column = offset - (before.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0) + 1
+            return "line \(line), column \(column)"
+        }
+        func found(_ offset: Int) -> String {
+            guard offset < bytes.count else { return "the end of the file" }
+            let c = bytes[offset]
+            return c >= 0x20 && c < 0x7F ? "'\(Character(Unicode.Scalar(c)))'" : "byte 0x" + String(c, radix: 16, uppercase: true)
+        }
+        switch failure {
+        case .notAnObject: return "not valid JSON: the file must hold one JSON object ({...})"
+        case .truncated: return "not valid JSON: it ends early (\(place(bytes.count))): a missing '}', ']' or '\"'?"
+        case .tooDeep(let limit): return "not valid JSON: nested deeper than \(limit) levels"
+        case .trailingData(let offset): return "not valid JSON at \(place(offset)): \(found(offset)) after the end of the object"
+        case .unexpected(let offset):
+            // The commonest slip in a hand-written manifest: a comma before '}' or ']'.
+            var hint = ""
+            if offset < bytes.count, bytes[offset] == UInt8(ascii: "}") || bytes[offset] == UInt8(ascii: "]") {
+                var i = offset - 1
+                while i >= 0, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[i]) { i -= 1 }
+                if i >= 0, bytes[i] == UInt8(ascii: ",") { hint = " (a trailing comma before it: JSON allows none)" }
+            }
+            return "not valid JSON at \(place(offset)): unexpected \(found(offset))\(hint)"
+        }
+    }
+
     /// Reads and validates `<bundle>/plugin.json`.
     public static func load(bundle: String) throws(ManifestError) -> Manifest {
         let file = bundle + "/plugin.json"
@@ -146,6 +186,9 @@ extension Manifest {
 
     public static func parse(_ bytes: [UInt8], bundle: String, file: String) throws(ManifestError) -> Manifest {
         func fail(_ field: String?, _ reason: String) -> ManifestError { ManifestError(file: file, field: field, reason: reason) }
+        // Strict JSON first (RFC 8259: no trailing comma, no comments), with the place of the fault:
+        // the decoder below forgives some of what a hand-edited file gets wrong.
+        if let problem = strictJSONProblem(bytes) { throw fail(nil, problem) }
         let raw: Raw
         do {
             raw = try JSONDecoder().decode(Raw.self, from: Data(bytes))
@@ -247,6 +290,25 @@ extension Manifest {
             limits: Limits(memoryMB: l?.memoryMB, softMemoryMB: l?.softMemoryMB, openFiles: l?.openFiles, callTimeoutMs: l?.callTimeoutMs,
                            cpuPercent: l?.cpuPercent, startupTimeoutMs: l?.startupTimeoutMs),
             resources: resources, bundle: bundle, file: file)
+    }
+
+    /// Whether this stands in for an unusable plugin.json (`unusable`): a real manifest names a
+    /// library or variants.
+    public var isStandIn: Bool { library == nil && variants.isEmpty }
+
+    /// What stands in for a bundle whose plugin.json cannot be used, so that `status` lists it as
+    /// `failed` with the error instead of leaving it to the log: named by its identifier when that
+    /// much can be read, else by its folder's name. It is never started.
+    public static func unusable(bundle: String, bytes: [UInt8]) -> Manifest {
+        struct Named: Decodable { var identifier: String? }
+        let named = (try? JSONDecoder().decode(Named.self, from: Data(bytes)))?.identifier
+        let folder = String(bundle.split(separator: "/").last ?? Substring(bundle))
+        let identifier = named.flatMap { PluginIdentifier.isValid($0) ? $0 : nil } ?? folder
+        var m = Manifest(identifier: identifier, version: SemanticVersion("0.0.0")!, dependencies: [], library: nil, variants: [],
+                         permissions: [], restart: .never, limits: Limits(memoryMB: nil, softMemoryMB: nil, openFiles: nil, callTimeoutMs: nil),
+                         resources: nil, bundle: bundle, file: bundle + "/plugin.json")
+        m.fingerprint = bytes
+        return m
     }
 
     private static func checkRelative(_ path: String, field: String, _ fail: (String?, String) -> ManifestError) throws(ManifestError) {

@@ -67,6 +67,17 @@ public enum FileSystem {
     }
 
     /// The text of the symbolic link `path` (readlink), or nil when it is not one.
+    /// `path` from the root: a relative one is taken from the current directory (the workers run
+    /// elsewhere, so every path handed to them must be absolute).
+    public static func absolute(_ path: String) -> String {
+        guard !path.hasPrefix("/") else { return path }
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        guard getcwd(&buffer, buffer.count) != nil else { return path }
+        let cwd = String(cString: buffer)
+        let rest = path.hasPrefix("./") ? String(path.dropFirst(2)) : path
+        return rest.isEmpty || rest == "." ? cwd : (cwd == "/" ? "" : cwd) + "/" + rest
+    }
+
     public static func linkText(_ path: String) -> String? {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlink(path, &buffer, buffer.count - 1)

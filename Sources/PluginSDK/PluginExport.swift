@@ -28,3 +28,8 @@ public enum PluginExport {
         return OpaquePointer(plugin)
     }
 }
+
+/// Marks a library built with this SDK, so the worker can tell a Swift plugin that forgot its
+/// `@_cdecl("sp_plugin_create")` line what to add (a C symbol: found by dlsym, never called by it).
+@_cdecl("sp_swift_sdk_abi")
+public func spSwiftSDKABI() -> UInt32 { UInt32(SP_ABI_VERSION) }

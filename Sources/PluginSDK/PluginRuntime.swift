@@ -209,12 +209,15 @@ final class PluginRuntime: Sendable {
         let type = Swift.type(of: plugin)
         guard let payload else { return }
         if !type.identifier.isEmpty, type.identifier != payload.identifier {
-            throw PluginError(.pluginError, "this library implements \(type.identifier) but was loaded as \(payload.identifier); check the bundle's plugin.json")
+            // A code of its own: the supervisor fails the plugin at once (a restart cannot cure it).
+            throw PluginError(code: "identifierMismatch",
+                              message: "this library implements \(type.identifier) but was loaded as \(payload.identifier): set \"identifier\": \"\(type.identifier)\" in \(payload.bundleDirectory)/plugin.json, or give the library a bundle of its own")
         }
         let manifest = Set(payload.dependencies ?? [])
         let undeclared = type.dependencies.filter { !manifest.contains($0) }
         if !undeclared.isEmpty {
-            throw PluginError(.pluginError, "the plugin needs \(undeclared.joined(separator: ", ")), missing from the dependencies in plugin.json")
+            throw PluginError(code: "dependencyMismatch",
+                              message: "the plugin needs \(undeclared.joined(separator: ", ")), missing from the dependencies in \(payload.bundleDirectory)/plugin.json: add \(undeclared.count == 1 ? "it" : "them") there")
         }
     }
 

@@ -10,7 +10,10 @@ enum PluginLoader {
         guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
             throw .loadError(path, dlerror().map { String(cString: $0) } ?? "unknown dlopen error")
         }
-        guard let symbol = dlsym(handle, "sp_plugin_create") else { throw .missingSymbol(path) }
+        guard let symbol = dlsym(handle, "sp_plugin_create") else {
+            // A Swift plugin built with the SDK carries its marker: tell its author the one line to add.
+            throw dlsym(handle, "sp_swift_sdk_abi") != nil ? .missingSwiftExport(path) : .missingSymbol(path)
+        }
         let create = unsafeBitCast(symbol, to: sp_plugin_create_fn.self)
         guard let plugin = create(host) else { throw .createFailed(path) }
         let abi = plugin.pointee.abi_version

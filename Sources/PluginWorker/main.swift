@@ -13,12 +13,17 @@ let startedAt = ProcessControl.monotonicMicroseconds()
 LifecycleSignals.block()
 
 /// Tells the supervisor why this worker is ending itself, then exits.
+/// On stderr only when the notice could not be sent: the supervisor logs the reason once, from the
+/// notice (a second copy from stderr would make every load failure two lines).
 func fail(_ error: WorkerError, connection: BlockingConnection?) -> Never {
+    var told = false
     if let connection, let frame = try? ProtocolJSON.frame(ExitNotice(reason: error.code, message: error.message)) {
-        try? connection.sendFrame(frame)
+        told = (try? connection.sendFrame(frame)) != nil
     }
-    let line = "plugin-worker: \(error.message)\n"
-    _ = line.withCString { write(2, $0, strlen($0)) }
+    if !told {
+        let line = "plugin-worker: \(error.message)\n"
+        _ = line.withCString { write(2, $0, strlen($0)) }
+    }
     exit(error.exitCode)
 }
 

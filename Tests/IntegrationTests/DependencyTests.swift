@@ -96,8 +96,14 @@ struct DependencyTests {
         #expect(log.contains("\(badVersion)/plugin.json: field 'version': '1.0' is not a semantic version"))
         #expect(log.contains("\(badPerm)/plugin.json: field 'permissions[0]': unknown permission 'root'"))
         #expect(log.contains("dup2/plugin.json: field 'identifier': duplicate identifier dup.one, already used by"))
+        // Each unusable bundle is listed as failed (under its identifier when it has a valid one, else
+        // its folder's name), with the error; the duplicate is only logged.
         let status = try sv.status()
-        #expect(status.map(\.identifier) == ["dup.one"])
-        #expect(status.first?.state == "running")
+        #expect(status.map(\.identifier).sorted() == ["bad.noversion", "bad.perm", "bad.version", "badid", "dup.one", "garbage"])
+        for p in status where p.identifier != "dup.one" {
+            #expect(p.state == "failed" && p.restarts == 0 && p.lastError?.contains("/plugin.json: ") == true, "\(p)")
+        }
+        #expect(status.first { $0.identifier == "garbage" }?.lastError?.contains("\(garbage)/plugin.json: not valid JSON") == true)
+        #expect(status.first { $0.identifier == "dup.one" }?.state == "running")
     }
 }

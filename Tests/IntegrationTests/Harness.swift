@@ -148,8 +148,9 @@ final class RunningSupervisor: @unchecked Sendable {
     let errPath: String
     var socket: String { world.home + "/supervisor.sock" }
 
+    /// `directory`: where it starts (its current directory), for relative paths in `args`.
     init(_ world: TestWorld, args: [String] = [], environment: [String: String] = [:], waitForReady: Bool = true,
-         timeout: TimeInterval = 30) throws {
+         timeout: TimeInterval = 30, directory: String? = nil) throws {
         self.world = world
         outPath = world.root + "/stdout-\(UUID().uuidString.prefix(6))"
         errPath = world.root + "/stderr-\(UUID().uuidString.prefix(6))"
@@ -157,6 +158,7 @@ final class RunningSupervisor: @unchecked Sendable {
         FileManager.default.createFile(atPath: errPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: Build.supervisor)
         process.arguments = ["start", "--home", world.home, "--plugins", world.plugins] + args
+        if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
         if !environment.isEmpty {
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
         }

@@ -41,12 +41,14 @@ struct ZeroDropTests {
 
     /// A supervisor running z.app 1.0.0 from its home's plugins folder (where installs go), and the
     /// shop that serves `versions` (version → extra files in the archive) by archive name.
-    private func appUpdates(_ versions: KeyValuePairs<String, [String: String]>) throws
+    /// With `dependent`, z.user depends on z.app.
+    private func appUpdates(_ versions: KeyValuePairs<String, [String: String]>, dependent: Bool = false) throws
         -> (w: TestWorld, sv: RunningSupervisor, archives: [String: String]) {
         let w = try TestWorld()
         let shop = try Shop(w)
         try FileManager.default.createDirectory(atPath: w.home + "/plugins", withIntermediateDirectories: true)
         try w.bundle("z.app", version: "1.0.0", in: w.home + "/plugins")
+        if dependent { try w.bundle("z.user", deps: [Dep("z.app")]) }
         var archives: [String: String] = [:]
         for (version, files) in versions { archives[version] = shop.dir + "/" + (try shop.archive("z.app", version, files: files)) }
         return (w, try RunningSupervisor(w, args: ["--config", try shop.config()]), archives)
@@ -85,7 +87,7 @@ struct ZeroDropTests {
     @Test("an update under load starts the new version beside the old one, which serves every call until the new one runs; no call is lost")
     func updateLosesNothing() throws {
         // The new version takes 1.5 s in its startup: long enough to see who serves meanwhile.
-        let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "1500"]])
+        let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "1500"]], dependent: true)
         let oldPID = try #require(try sv.plugin("z.app").pid)
         let callers = Callers(socket: sv.socket, target: "z.app", count: 3)
         try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 }
@@ -109,6 +111,11 @@ struct ZeroDropTests {
         #expect(terminated.split(separator: "\n").count == 1, "willTerminate went to the old worker once: \(terminated)")
         try callers.waitForMore(sv, "calls to the new version")
         try callers.stopExpectingNoFailure(sv)
+        // Its dependent heard of the switch once (an event sent after it is handled after it).
+        #expect(try sv.cli("send", "memoryWarning", "--plugin", "z.user").code == 0)
+        let heard = try sv.info("z.user").names
+        #expect(heard.contains("memoryWarning"))
+        #expect(heard.filter { $0 == "dependencyRestarted:z.app" }.count == 1, "\(heard)")
     }
 
     @Test("while an update's new version starts: another install or an uninstall is refused, a restart stops the new version and the old one goes on")

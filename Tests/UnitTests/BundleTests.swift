@@ -47,6 +47,19 @@ import Testing
         try Manifest.parse(Array(json.utf8), bundle: "/b", file: "/b/plugin.json")
     }
 
+    @Test func strictJSONWithLineAndColumn() {
+        func problem(_ json: String) -> String {
+            do { _ = try parse(json); return "" } catch { return error.description }
+        }
+        #expect(problem("{\n  \"identifier\": \"a.b\",\n}") == "/b/plugin.json: not valid JSON at line 3, column 1: unexpected '}' (a trailing comma before it: JSON allows none)")
+        #expect(problem("[1, 2,]").contains("not valid JSON: the file must hold one JSON object"))
+        #expect(problem("{\"a\": [1, 2,]}").contains("line 1, column 13: unexpected ']' (a trailing comma"))
+        #expect(problem("{\"a\": 1 // note\n}").contains("line 1, column 9: unexpected '/'"))
+        #expect(problem("{\"a\": ").contains("ends early"))
+        #expect(problem("{} x").contains("line 1, column 4: 'x' after the end of the object"))
+        #expect(problem(#"{"identifier": "a.b", "version": 3, "library": "x.so"}"#).contains("field 'version': wrong type"))
+    }
+
     @Test func full() throws {
         let m = try parse("""
             {"identifier":"a.b","version":"1.2.3-rc.1","dependencies":["x.y",{"id":"z.w","version":">=1.0.0"}],

@@ -159,6 +159,20 @@ import Testing
         #expect(ExitClassifier.classify(forged).syscall == "clone")
     }
 
+    @Test func aCrashAfterTheLibraryChangedIsLibraryReplaced() {
+        for signal in [SIGSEGV, SIGBUS, SIGILL] {
+            var f = facts(signal: signal)
+            f.libraryChanged = "/b/libx.so"
+            let status = ExitClassifier.classify(f)
+            #expect(status.reason == .libraryReplaced && status.message?.hasPrefix("/b/libx.so was written over") == true)
+        }
+        // Another way to end, or the library untouched: not its doing.
+        var aborted = facts(signal: SIGABRT)
+        aborted.libraryChanged = "/b/libx.so"
+        #expect(ExitClassifier.classify(aborted).reason == .signaled)
+        #expect(ExitClassifier.classify(facts(signal: SIGSEGV)).reason == .signaled)
+    }
+
     @Test func killsByTheSupervisor() {
         for reason in [ExitReason.watchdog, .protocolViolation, .startupTimeout, .memoryLimit, .dependencyRestarted] {
             let status = ExitClassifier.classify(facts(signal: SIGKILL, killed: (reason, "why")))

@@ -13,6 +13,11 @@ public enum ExitReason: String, Sendable, Codable, CaseIterable {
     // The supervisor ended it.
     case protocolViolation, watchdog, memoryLimit, startupTimeout, startupFailed, disconnected
     case dependencyRestarted, spawnError
+    /// `startup` refused because the library and its manifest disagree: the library implements
+    /// another identifier, or needs dependencies the manifest does not declare.
+    case identifierMismatch, dependencyMismatch
+    /// It crashed (SIGSEGV, SIGBUS) after its library file was changed in place under it.
+    case libraryReplaced
     /// Stopped on purpose (shutdown, restart, uninstall, update).
     case stopped
 
@@ -33,7 +38,7 @@ public enum ExitReason: String, Sendable, Codable, CaseIterable {
     /// A cause a restart cannot cure (SPEC §6): the plugin goes to `failed` at once.
     public var isPermanent: Bool {
         switch self {
-        case .badSpec, .loadError, .missingSymbol, .abiMismatch: return true
+        case .badSpec, .loadError, .missingSymbol, .abiMismatch, .identifierMismatch, .dependencyMismatch: return true
         default: return false
         }
     }

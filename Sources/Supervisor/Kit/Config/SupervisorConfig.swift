@@ -92,9 +92,9 @@ public struct SupervisorConfig: Sendable {
     }
 
     public init(home: String? = nil, pluginDirectories: [String] = [], socketPath: String? = nil, workerExecutable: String? = nil) {
-        let home = home ?? Self.defaultHome()
+        let home = FileSystem.absolute(home ?? Self.defaultHome())
         self.home = home
-        self.extraPluginDirectories = pluginDirectories
+        self.extraPluginDirectories = pluginDirectories.map(FileSystem.absolute)
         self.socketPath = Self.socketPath(option: socketPath, home: home)
         self.workerExecutable = workerExecutable ?? (FileSystem.executableDirectory() + "/plugin-worker")
         self.installerExecutable = FileSystem.executableDirectory() + "/supervisor-installer"

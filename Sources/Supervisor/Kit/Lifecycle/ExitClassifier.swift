@@ -18,7 +18,12 @@ enum ExitClassifier {
         /// Its last sampled data size and its hard memory limit, in bytes.
         var lastDataBytes = 0
         var hardLimitBytes = Int.max
+        /// Its library, when that file changed in place while it ran.
+        var libraryChanged: String? = nil
     }
+
+    /// The safe ways to replace a plugin's library, for the `libraryReplaced` message.
+    static let replaceAdvice = "write the new library to another file and rename it over the old one (the running worker keeps the old file), or use `supervisor install` (docs/abi.md#replacing-a-library)"
 
     static func classify(_ f: Facts) -> ExitStatus {
         var exit = f.exit
@@ -43,6 +48,10 @@ enum ExitClassifier {
         } else if let kill = f.killed {
             status.reason = kill.reason
             status.message = kill.message
+        } else if let library = f.libraryChanged, exit.signaled, [SIGSEGV, SIGBUS, SIGILL].contains(exit.code) {
+            // Its code was rewritten under it (`cp new.so old.so` truncates the mapped file).
+            status.reason = .libraryReplaced
+            status.message = "\(library) was written over while the worker ran it; \(replaceAdvice)"
         } else if exit.signaled || exit.code != 0, max(exit.maxRSS, f.lastDataBytes) >= f.hardLimitBytes / 10 * 8 {
             // An allocation failed at the RLIMIT_DATA backstop before the sampler saw the hard limit.
             status.reason = .memoryLimit

@@ -11,7 +11,9 @@ extension Lifecycle {
     func kill(_ instance: WorkerInstance, _ reason: ExitReason, _ message: String) {
         guard !instance.phase.hasExited else { return }
         if instance.killReason == nil { instance.killReason = (reason, message) }
-        logger.warning("killing worker: \(reason.rawValue): \(message)", metadata: ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)"])
+        // A cause no restart cures is logged once, by the exit's line that follows.
+        logger.log(level: reason.isPermanent ? .debug : .warning, "killing worker: \(reason.rawValue): \(message)",
+                   metadata: ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)"])
         instance.process.signal(SIGKILL)
     }
 
@@ -80,7 +82,8 @@ extension Lifecycle {
             return
         }
         let facts = ExitClassifier.Facts(exit: exit, notice: instance.exitNotice, killed: instance.killReason, violation: instance.violation,
-                                         stopRequested: afterStop, lastDataBytes: instance.memory.data, hardLimitBytes: hardLimit)
+                                         stopRequested: afterStop, lastDataBytes: instance.memory.data, hardLimitBytes: hardLimit,
+                                         libraryChanged: instance.library.flatMap { FileStamp(path: $0.path) != $0.stamp ? $0.path : nil })
         let status = ExitClassifier.classify(facts)
         let meta: Logger.Metadata = ["plugin": "\(record.identifier)", "pid": "\(exit.pid)"]
         let described = ExitClassifier.describe(status)
@@ -106,6 +109,7 @@ extension Lifecycle {
             return
         }
         let abnormal = ExitClassifier.isAbnormal(facts)
+        if abnormal, !instance.everRan { record.lastError = "failed to start: \(described)" }
         logger.log(level: abnormal ? .error : .notice, "\(record.identifier) exited: \(described)", metadata: meta)
         callbacks.forEach { $0() }
         // A new version that crashes soon after its update: the previous one comes back.
@@ -155,6 +159,8 @@ extension Lifecycle {
             supervisor.metrics.restarted(record.identifier, reason: reason)
             record.move(to: .restarting, logger: logger)
             logger.info("restarting \(record.identifier) in \(delayMs) ms (restart \(record.restarts))", metadata: ["plugin": "\(record.identifier)"])
+            // The ready line waits for each plugin's first start, not for its restarts.
+            defer { checkLaunch() }
             let go: @Sendable () -> Void = { [self] in
                 record.pendingRestart = nil
                 guard record.phase == .restarting, record.instance == nil, !isShuttingDown else { return }

@@ -108,12 +108,13 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
         checkLaunch()
     }
 
-    /// Once no plugin is waiting or starting for the first time, every running plugin gets `launch`,
-    /// and the ready line is printed.
+    /// Once every plugin's first start has settled (running, failed, or ended once and now
+    /// restarting, or waiting for a dependency whose first start did not make it), every running
+    /// plugin gets `launch`, and the ready line is printed: a plugin that never answers `startup`
+    /// holds it for one startup timeout, not for all its restarts.
     func checkLaunch() {
         guard phase == .starting else { return }
-        let busy = table.all.contains { $0.phase == .waiting || ($0.phase.isStarting && !$0.hasRun) }
-        guard !busy else { return }
+        guard table.all.allSatisfy(firstStartSettled) else { return }
         phase = .launched
         let running = table.inOrder.filter { $0.phase == .running }
         var remaining = running.count
@@ -137,6 +138,20 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
             }
         }
         outbox.flush()
+    }
+
+    /// Whether `record`'s first start is over, for the ready line.
+    private func firstStartSettled(_ record: PluginRecord) -> Bool {
+        switch record.phase {
+        case .running, .failed, .stopped: return true
+        case .starting, .restarting: return record.hasRun || record.lastExit != nil
+        case .waiting:
+            // Waiting for a dependency that is itself settled without running: it may be long.
+            return record.dependencyIDs.contains { id in
+                guard let dependency = table[id] else { return true }
+                return dependency.phase != .running && firstStartSettled(dependency)
+            }
+        }
     }
 
     // MARK: Starting again on request

@@ -76,6 +76,7 @@ extension Lifecycle {
             }
             let record = PluginRecord(manifest: manifest, phase: .waiting)
             if let reason = fresh.unstartable[id] {
+                logger.error("\(reason); \(id) will not start")
                 record.move(to: .failed(byDependency: false), logger: logger)
                 record.problem = reason
             } else {

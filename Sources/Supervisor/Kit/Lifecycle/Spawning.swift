@@ -93,6 +93,7 @@ extension Lifecycle {
         }
         let instance = WorkerInstance(process: spawned.process, manifest: manifest, temporaryFolder: temp, now: .now())
         instance.cgroup = cgroup
+        instance.library = (library.path, FileStamp(path: library.path))
         do {
             try supervisor.watcher?.watch(instance.process) { [supervisor] exit in
                 supervisor.loop.execute { supervisor.lifecycle.childExited(instance, exit) }
@@ -234,6 +235,9 @@ extension Lifecycle {
                 if role == .successor { takeOver(record) } else { becameRunning(record) }
             case .failure(let error) where error.code == ErrorCode.timeout.rawValue:
                 kill(instance, .startupTimeout, "startup not answered within \(startupTimeoutMs) ms")
+            case .failure(let error) where error.code == ExitReason.identifierMismatch.rawValue || error.code == ExitReason.dependencyMismatch.rawValue:
+                // The SDK's check of the library against its manifest: no restart cures it.
+                kill(instance, ExitReason(rawValue: error.code)!, error.message)
             case .failure(let error):
                 kill(instance, .startupFailed, "startup failed: \(error)")
             }

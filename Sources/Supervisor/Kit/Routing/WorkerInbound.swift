@@ -50,9 +50,11 @@ extension Router {
                 log(from: instance, bytes)
             case .exit:
                 instance.exitNotice = try? ProtocolJSON.decode(ExitNotice.self, from: bytes)
+                // Debug only: the exit's own line, once the process has ended, carries the message
+                // (if the exit code confirms the notice).
                 if let notice = instance.exitNotice {
-                    logger.log(level: notice.reason == .terminated ? .notice : .error, "\(notice.message)",
-                               metadata: ["plugin": "\(instance.identifier)", "reason": "\(notice.reason.rawValue)"])
+                    logger.debug("exit notice: \(notice.reason.rawValue): \(notice.message)",
+                                 metadata: ["plugin": "\(instance.identifier)", "reason": "\(notice.reason.rawValue)"])
                 }
             default:
                 lifecycle.protocolViolation(instance, "a worker may not send \(kind.rawValue)")

@@ -49,8 +49,8 @@ final class PluginRecord: @unchecked Sendable {
     var waiting: [QueuedRequest] = []
     /// An update that may still be rolled back (Installs/UpdateGrace.swift).
     var updateGrace: UpdateGrace?
-    /// Why it last failed in a way it recovered from (an update rolled back): `status`'s `lastError`
-    /// when it is not failed now.
+    /// Why it last failed to start, or failed in a way it recovered from (an update rolled back):
+    /// `status`'s `lastError` when it is not failed now.
     var lastError: String?
 
     init(manifest: Manifest, phase: PluginPhase) {
@@ -131,6 +131,8 @@ final class WorkerInstance: @unchecked Sendable {
     let temporaryFolder: String
     let spawnedAt: NIODeadline
     private(set) var phase: WorkerPhase = .spawned
+    /// It answered `startup` (an exit before that is a failed start).
+    private(set) var everRan = false
     var connection = WorkerConnection.connecting
     /// What it said in `hello` (nil until then).
     var hello: HelloFacts?
@@ -164,6 +166,9 @@ final class WorkerInstance: @unchecked Sendable {
     var startupDeadline: Scheduled<Void>?
     /// Its CPU time (µs) already added to `plugin_cpu_seconds_total`.
     var cpuCounted: Int64 = 0
+    /// The library it loads and how that file looked at spawn (a crash after it changed in place
+    /// is `libraryReplaced`).
+    var library: (path: String, stamp: FileStamp?)?
 
     init(process: ChildProcess, manifest: Manifest, temporaryFolder: String, now: NIODeadline) {
         self.process = process
@@ -180,7 +185,9 @@ final class WorkerInstance: @unchecked Sendable {
     /// Moves to `next` if WorkerPhase allows it (an illegal move is a bug, as for plugins).
     @discardableResult
     func move(to next: WorkerPhase, logger: Logger) -> Bool {
-        transition(&phase, to: next, of: "the worker of \(identifier) (pid \(pid))", logger: logger)
+        guard transition(&phase, to: next, of: "the worker of \(identifier) (pid \(pid))", logger: logger) else { return false }
+        if next == .running { everRan = true }
+        return true
     }
 
     /// Calls and opens forwarded to it and not yet answered (events and pings aside).
@@ -277,5 +284,25 @@ final class ControlConnection: @unchecked Sendable {
 
     init(channel: Channel) {
         self.channel = channel
+    }
+}
+
+/// Which file a path names and when it last changed: a library written over in place keeps its
+/// inode but not its size or modification time; one renamed over it has another inode.
+struct FileStamp: Equatable {
+    var device: UInt64
+    var inode: UInt64
+    var size: Int64
+    var modifiedSeconds: Int
+    var modifiedNanoseconds: Int
+
+    init?(path: String) {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return nil }
+        device = UInt64(st.st_dev)
+        inode = UInt64(st.st_ino)
+        size = Int64(st.st_size)
+        modifiedSeconds = st.st_mtim.tv_sec
+        modifiedNanoseconds = st.st_mtim.tv_nsec
     }
 }

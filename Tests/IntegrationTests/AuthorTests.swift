@@ -1,0 +1,130 @@
+import Foundation
+import PluginProtocol
+import Testing
+
+/// What a plugin author meets first (SPEC §6): a plugin that cannot load for a reason no restart
+/// cures fails at once, with one log line and a `lastError` naming the file and the fix; a plugin
+/// that never answers `startup` holds the ready line for one startup timeout only.
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct AuthorTests {
+    /// Log lines that mention `id` (the supervisor's own lines name plugins in text or metadata).
+    static func lines(_ log: String, about id: String) -> [Substring] {
+        log.split(separator: "\n").filter { $0.contains(id) }
+    }
+
+    @Test("load failures a restart cannot cure: failed at once, 0 restarts, one log line, lastError with the file and the fix")
+    func loadFailuresFailOnce() throws {
+        let w = try TestWorld()
+        func manifest(_ folder: String, _ text: String) throws {
+            try FileManager.default.createDirectory(atPath: w.plugins + "/" + folder, withIntermediateDirectories: true)
+            try text.write(toFile: w.plugins + "/" + folder + "/plugin.json", atomically: true, encoding: .utf8)
+        }
+        try manifest("f.comma", "{\n  \"identifier\": \"f.comma\",\n  \"version\": \"1.0.0\",\n  \"library\": \"libx.so\",\n}\n")
+        try manifest("f.type", #"{"identifier": "f.type", "version": 3, "library": "libx.so"}"#)
+        let missing = try w.bundle("f.missing")
+        try FileManager.default.removeItem(atPath: missing + "/libTestKit.so")
+        try w.bundle("f.nosymbol", library: try Build.cLibrary("nosymbol", source: "int nothing_here(void) { return 1; }\n"))
+        try w.bundle("f.abi", library: try Build.cLibrary("wrongabi", source: """
+            #include "sp_plugin.h"
+            static void r(void *c, const uint8_t *j, size_t l) { (void)c; (void)j; (void)l; }
+            static const sp_plugin p = { 99, 0, r, 0 };
+            const sp_plugin *sp_plugin_create(const sp_host *h) { (void)h; return &p; }
+            """))
+        // Greeter's library says it implements com.example.greeter.
+        try w.bundle("f.identity", library: Build.library("Greeter"))
+        try w.bundle("f.noexport", library: Build.library("NoExport"))
+        try w.bundle("f.fine")
+        let started = Date()
+        let sv = try RunningSupervisor(w)
+        let readyAfter = Date().timeIntervalSince(started)
+        let expected: [String: [String]] = [
+            "f.comma": ["f.comma/plugin.json", "line 5, column 1", "trailing comma", "supervisor reload"],
+            "f.type": ["f.type/plugin.json", "field 'version'", "wrong type"],
+            "f.missing": ["loadError", "f.missing/libTestKit.so", "cannot open shared object file", "supervisor restart f.missing"],
+            "f.nosymbol": ["missingSymbol", "libnosymbol.so does not export sp_plugin_create", "sp_plugin.h"],
+            "f.abi": ["abiMismatch", "speaks ABI version 99", "rebuild the plugin"],
+            "f.identity": ["identifierMismatch", "implements com.example.greeter but was loaded as f.identity",
+                           #"set "identifier": "com.example.greeter" in "#, "f.identity/plugin.json"],
+            "f.noexport": ["missingSymbol", "built with the Swift PluginSDK", #"@_cdecl("sp_plugin_create")"#, "PluginExport.create"],
+        ]
+        let status = try sv.status()
+        for (id, words) in expected {
+            let p = try #require(status.first { $0.identifier == id }, "\(id) is not in status")
+            #expect(p.state == "failed" && p.restarts == 0, "\(id): \(p.state), \(p.restarts) restarts")
+            let lastError = p.lastError ?? ""
+            for word in words { #expect(lastError.contains(word), "\(id)'s lastError lacks '\(word)': \(lastError)") }
+            let logged = Self.lines(sv.log, about: id)
+            #expect(logged.count == 1, "\(id) is logged \(logged.count) times:\n\(logged.joined(separator: "\n"))")
+        }
+        #expect(status.first { $0.identifier == "f.fine" }?.state == "running")
+        // Each fails on its first try: the ready line is not held up by restarts.
+        if Build.sanitizerEnvironment.isEmpty { #expect(readyAfter < 5, "ready after \(readyAfter) s") }
+        // The table names the file and the fix too.
+        #expect(try sv.cli("status").out.contains("f.comma: \(w.plugins)/f.comma/plugin.json: not valid JSON at line 5, column 1"))
+        // Fixed on disk and reloaded: it runs.
+        try manifest("f.comma", #"{"identifier": "f.comma", "version": "1.0.0", "library": "libTestKit.so"}"#)
+        try FileManager.default.linkItem(atPath: Build.library("TestKit"), toPath: w.plugins + "/f.comma/libTestKit.so")
+        #expect(try sv.cli("reload").code == 0)
+        #expect(try sv.plugin("f.comma").state == "running")
+    }
+
+    @Test("a plugin that never answers startup is killed at its startup timeout, which is all the ready line waits for")
+    func startupTimeout() throws {
+        let w = try TestWorld()
+        let hang = try w.bundle("t.hang", extra: ["limits": ["startupTimeoutMs": 700]])
+        try "60000".write(toFile: hang + "/startup-delay-ms", atomically: true, encoding: .utf8)
+        try w.bundle("t.fine")
+        let started = Date()
+        let sv = try RunningSupervisor(w)
+        let readyAfter = Date().timeIntervalSince(started)
+        if Build.sanitizerEnvironment.isEmpty { #expect(readyAfter < 5, "ready after \(readyAfter) s, for a 0.7 s startup timeout") }
+        #expect(sv.stdout.contains("1 plugin running"), "\(sv.stdout)")
+        let p = try sv.plugin("t.hang")
+        #expect(p.state != "running" && p.lastExit?.reason == .startupTimeout, "\(p)")
+        #expect(p.lastError?.contains("failed to start") == true && p.lastError?.contains("startup not answered within 700 ms") == true,
+                "\(p.lastError ?? "")")
+        #expect(try sv.plugin("t.fine").state == "running")
+    }
+
+    @Test("restart answers with the state after the restart")
+    func restartReply() throws {
+        let w = try TestWorld()
+        try w.bundle("r.one")
+        let sv = try RunningSupervisor(w)
+        let r = try sv.cli("restart", "r.one")
+        #expect(r.code == 0, "\(r.err)")
+        let after = try ProtocolJSON.decode(PluginStatus.self, from: Array(r.out.utf8))
+        let now = try sv.plugin("r.one")
+        #expect(after.state == "running" && after.restarts == 1 && after.pid == now.pid, "\(r.out)")
+    }
+
+    @Test("a relative --home works: the workers get absolute paths")
+    func relativeHome() throws {
+        let w = try TestWorld()
+        try w.bundle("h.one")
+        let sv = try RunningSupervisor(w, args: ["--home", "home", "--plugins", "plugins"], directory: w.root)
+        #expect(try sv.plugin("h.one").state == "running")
+        #expect(try sv.cli("call", "h.one", "echo", "[1]").out.contains("1"))
+    }
+
+    @Test("a library written over under its running worker is named libraryReplaced, with the safe way to replace one")
+    func libraryWrittenOver() throws {
+        let w = try TestWorld()
+        let bundle = w.plugins + "/l.swap"
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+        // A copy of its own (not a link to the build's): the test truncates it.
+        try FileManager.default.copyItem(atPath: Build.library("TestKit"), toPath: bundle + "/libTestKit.so")
+        try #"{"identifier": "l.swap", "version": "1.0.0", "library": "libTestKit.so", "restart": "never"}"#
+            .write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.cli("call", "l.swap", "echo", "[1]").code == 0)
+        // What `cp new.so libTestKit.so` does first: truncate the file the worker has mapped.
+        #expect(truncate(bundle + "/libTestKit.so", 0) == 0)
+        _ = try sv.cli("call", "l.swap", "echo", "[2]")
+        try sv.waitUntil("the worker to end") { try sv.plugin("l.swap").state == "failed" }
+        let exit = try #require(try sv.plugin("l.swap").lastExit)
+        #expect(exit.reason == .libraryReplaced, "\(exit)")
+        #expect(exit.message?.contains("rename it over the old one") == true && exit.message?.contains("supervisor install") == true,
+                "\(exit.message ?? "")")
+    }
+}
