@@ -9,10 +9,8 @@ let package = Package(
         .executable(name: "plugin-worker", targets: ["PluginWorker"]),
         .executable(name: "supervisor-bench", targets: ["Benchmark"]),
         .executable(name: "supervisor-installer", targets: ["InstallerTool"]),
-        .library(name: "PluginSDK", targets: ["PluginSDK"]),
-        // The wire protocol and the bundle model, for tools of one's own (and the fuzz targets in
-        // FuzzTesting/, a package of its own).
-        .library(name: "PluginProtocol", targets: ["PluginProtocol"]),
+        // The bundle model, for tools of one's own (and the fuzz targets in FuzzTesting/, a package
+        // of its own). The plugin SDK and the wire protocol are the SDK/ package's products.
         .library(name: "Bundles", targets: ["Bundles"]),
         // Example plugins: each one is a shared library loaded by a worker.
         .library(name: "Greeter", type: .dynamic, targets: ["Greeter"]),
@@ -24,6 +22,8 @@ let package = Package(
         .library(name: "NoExport", type: .dynamic, targets: ["NoExport"]),
     ],
     dependencies: [
+        // The plugin SDK, a package of its own (SPEC §11): the C ABI, the wire protocol, the Swift SDK.
+        .package(path: "SDK"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
@@ -35,8 +35,6 @@ let package = Package(
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context", from: "1.0.0"),
     ],
     targets: [
-        // The C ABI between a worker and a plugin library (include/sp_plugin.h).
-        .target(name: "CPluginABI", path: "Sources/CPluginABI"),
         // The Linux calls Swift cannot make directly (variadic syscall/prctl, posix_spawn, pidfds,
         // futexes), for every process: imported only by LinuxSupport.
         .target(name: "CLinuxSupport", path: "Sources/CLinuxSupport"),
@@ -51,33 +49,26 @@ let package = Package(
         // The libcurl transfer (configured in C: curl_easy_setopt is variadic).
         .target(name: "CInstallSupport", dependencies: ["CCurl"], path: "Sources/CInstallSupport"),
 
-        // The wire format, the messages and the vocabulary every process shares.
-        .target(name: "PluginProtocol", path: "Sources/Protocol"),
         // The Linux shim: the syscall funnel, owned descriptors, files, processes (posix_spawn,
         // pidfds), signals, prctl.
         .target(name: "LinuxSupport", dependencies: ["CLinuxSupport"], path: "Sources/Linux"),
         // Blocking framed connections (worker, CLI, installer preflight).
-        .target(name: "IPC", dependencies: ["PluginProtocol", "LinuxSupport"], path: "Sources/IPC"),
+        .target(name: "IPC", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "LinuxSupport"], path: "Sources/IPC"),
         // Plugin bundles on disk: manifests, versions, the dependency graph, variants, the bundle
         // store, the home lock, the installer's request and answer. Shared by the supervisor and the
         // installer; links no SwiftNIO.
-        .target(name: "Bundles", dependencies: ["PluginProtocol", "LinuxSupport"], path: "Sources/Bundles"),
-        .target(
-            name: "PluginSDK",
-            dependencies: ["CPluginABI", "PluginProtocol"],
-            path: "Sources/PluginSDK"
-        ),
+        .target(name: "Bundles", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "LinuxSupport"], path: "Sources/Bundles"),
         // Landlock and seccomp filters in Swift, for the worker and the installer.
-        .target(name: "Confinement", dependencies: ["CSandboxSupport", "CSeccomp", "LinuxSupport", "PluginProtocol"], path: "Sources/Confinement"),
+        .target(name: "Confinement", dependencies: ["CSandboxSupport", "CSeccomp", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/Confinement"),
         .executableTarget(
             name: "PluginWorker",
-            dependencies: ["CPluginABI", "CSandboxSupport", "Confinement", "PluginProtocol", "IPC", "LinuxSupport"],
+            dependencies: [.product(name: "CPluginABI", package: "SDK"), "CSandboxSupport", "Confinement", .product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport"],
             path: "Sources/PluginWorker"
         ),
         .target(
             name: "SupervisorKit",
             dependencies: [
-                "PluginProtocol", "IPC", "LinuxSupport", "Bundles", "CSeccomp",
+                .product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "CSeccomp",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -93,20 +84,20 @@ let package = Package(
         .target(
             name: "PluginInstall",
             dependencies: [
-                "Bundles", "IPC", "LinuxSupport", "PluginProtocol", "CInstallSupport", "CArchive",
+                "Bundles", "IPC", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK"), "CInstallSupport", "CArchive",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Sources/Install"
         ),
         .executableTarget(
             name: "InstallerTool",
-            dependencies: ["PluginInstall", "Bundles", "Confinement", "LinuxSupport", "PluginProtocol"],
+            dependencies: ["PluginInstall", "Bundles", "Confinement", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK")],
             path: "Sources/InstallerTool"
         ),
         .executableTarget(
             name: "supervisor",
             dependencies: [
-                "SupervisorKit", "Bundles", "LinuxSupport", "IPC", "PluginProtocol",
+                "SupervisorKit", "Bundles", "LinuxSupport", "IPC", .product(name: "PluginProtocol", package: "SDK"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -116,26 +107,26 @@ let package = Package(
         // The benchmark: real supervisor, real workers and plugins, baselines measured in the same run.
         .executableTarget(
             name: "Benchmark",
-            dependencies: ["IPC", "PluginProtocol"],
+            dependencies: ["IPC", .product(name: "PluginProtocol", package: "SDK")],
             path: "Sources/Benchmark"
         ),
 
         // Example plugins (Swift). The C example is built with plain `cc` by scripts/build-examples.sh.
-        .target(name: "Greeter", dependencies: ["PluginSDK"], path: "Examples/Greeter"),
-        .target(name: "Welcome", dependencies: ["PluginSDK"], path: "Examples/Welcome"),
-        .target(name: "AsyncWorks", dependencies: ["PluginSDK"], path: "Examples/AsyncWorks"),
+        .target(name: "Greeter", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Examples/Greeter"),
+        .target(name: "Welcome", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Examples/Welcome"),
+        .target(name: "AsyncWorks", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Examples/AsyncWorks"),
 
-        .target(name: "TestKit", dependencies: ["PluginSDK"], path: "Tests/Fixtures/TestKit"),
-        .target(name: "NoExport", dependencies: ["PluginSDK"], path: "Tests/Fixtures/NoExport"),
+        .target(name: "TestKit", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Tests/Fixtures/TestKit"),
+        .target(name: "NoExport", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Tests/Fixtures/NoExport"),
 
         .testTarget(
             name: "UnitTests",
-            dependencies: ["PluginProtocol", "IPC", "LinuxSupport", "Bundles", "SupervisorKit", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: [.product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "SupervisorKit", .product(name: "NIOCore", package: "swift-nio")],
             path: "Tests/UnitTests"
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["PluginProtocol", "IPC", "LinuxSupport", "Bundles", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [.product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/IntegrationTests"
         ),
     ],

@@ -12,19 +12,20 @@ let package = Package(
     name: "FuzzTesting",
     dependencies: [
         .package(name: "SandboxedPlugins", path: ".."),
+        .package(name: "PluginSDK", path: "../SDK"),
     ],
     targets: [
         .target(
             name: "FuzzFrameDecoder",
-            dependencies: [.product(name: "PluginProtocol", package: "SandboxedPlugins")]),
+            dependencies: [.product(name: "PluginProtocol", package: "PluginSDK")]),
         .target(
             name: "FuzzEnvelope",
-            dependencies: [.product(name: "PluginProtocol", package: "SandboxedPlugins")]),
+            dependencies: [.product(name: "PluginProtocol", package: "PluginSDK")]),
         .target(
             name: "FuzzManifest",
             dependencies: [
                 .product(name: "Bundles", package: "SandboxedPlugins"),
-                .product(name: "PluginProtocol", package: "SandboxedPlugins"),
+                .product(name: "PluginProtocol", package: "PluginSDK"),
             ]),
         .target(
             name: "FuzzCatalog",

@@ -7,7 +7,7 @@ dest=${1:-$root/.build/example-plugins}
 config=${CONFIG:-debug}
 bin=$(cd "$root" && swift build -c "$config" --show-bin-path)
 mkdir -p "$dest"
-cc -shared -fPIC -O2 -Wall -Werror -I "$root/Sources/CPluginABI/include" \
+cc -shared -fPIC -O2 -Wall -Werror -I "$root/SDK/Sources/CPluginABI/include" \
    -o "$bin/libchello.so" "$root/Examples/CHello/chello.c"
 for bundle in "$root"/Examples/bundles/*/; do
   name=$(basename "$bundle")

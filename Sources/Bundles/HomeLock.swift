@@ -41,4 +41,12 @@ public final class HomeLock {
     }
 
     deinit { _ = ftruncate(fd.raw, 0) }
+
+    /// Whether a supervisor holds `<home>/supervisor.lock` now (it may still be starting).
+    public static func isHeld(home: String) -> Bool {
+        let raw = open(home + "/supervisor.lock", O_RDONLY | O_CLOEXEC)
+        guard raw >= 0 else { return false }
+        defer { close(raw) }
+        return flock(raw, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK
+    }
 }

@@ -57,7 +57,7 @@ enum Sandbox {
         layer(.descriptors)
 
         guard plan.enabled else {
-            try notDumpable()
+            if !plan.debuggable { try notDumpable() }
             if let fd = plan.notifyFD { _ = close(fd) }
             for name: SandboxLayer in [.cgroup, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace,
                                        .pidNamespace, .mountNamespace, .noNewPrivs,
@@ -110,8 +110,9 @@ enum Sandbox {
         }
         // Not dumpable from here on (no core files, no ptrace or /proc/<pid>/mem access by same-uid
         // processes). Not before: a non-dumpable process's /proc/self files belong to root, and a
-        // worker that is not root could not write its uid_map.
-        try notDumpable()
+        // worker that is not root could not write its uid_map. In debug mode (`start --debug`) it
+        // stays dumpable, so its user's debugger can attach; nothing else is loosened.
+        if !plan.debuggable { try notDumpable() }
         lap("namespaces")
 
         // 5. No privilege gain through exec or setuid files, ever (also lets Landlock and seccomp load).

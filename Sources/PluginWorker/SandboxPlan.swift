@@ -36,6 +36,8 @@ struct SandboxPlan {
     var limits: [Limit]
     /// `network` permission: AF_INET/AF_INET6 sockets, the resolver's files, no network namespace.
     var network: Bool
+    /// Debug mode: it stays dumpable (a debugger may attach).
+    var debuggable: Bool
     var namespaces: Int32
     var landlockRules: [Landlock.PathRule]
     /// The seccomp policy, with the supervisor answering for the filter or without.
@@ -58,6 +60,7 @@ struct SandboxPlan {
         cgroupProcs = spec.cgroupProcs
         cgroupMissing = spec.cgroupMissing
         cgroupBySupervisor = spec.cgroupBySupervisor == true && spec.notifyFD != nil
+        debuggable = sandbox.debuggable == true
         required = Set(sandbox.required)
         network = sandbox.permissions.contains(.network)
         // Equal soft and hard limits cannot be raised without capabilities.

@@ -86,6 +86,45 @@ struct AuthorTests {
         #expect(try sv.plugin("t.fine").state == "running")
     }
 
+    @Test("a plugin-to-plugin call whose result is not the type the caller asked for names both")
+    func resultTypeMismatch() throws {
+        let w = try TestWorld()
+        try w.bundle("m.callee")
+        try w.bundle("m.caller", deps: [Dep("m.callee")])
+        let sv = try RunningSupervisor(w)
+        let r = try sv.cli("call", "m.caller", "callForInt", #"{"target": "m.callee", "method": "echo", "params": {"name": "Ada"}}"#)
+        #expect(r.code != 0, "\(r.out)")
+        #expect(r.err.contains("the result of m.callee.echo is not a Int") && r.err.contains(#"it was {"name":"Ada"}"#), "\(r.err)")
+        #expect(r.err.contains("found a") || r.err.contains("but found"), "the actual type is not named: \(r.err)")
+    }
+
+    @Test("start --debug: the plugin has no watchdog and no call timeout, the others keep theirs")
+    func debugMode() throws {
+        let w = try TestWorld()
+        try w.bundle("d.debugged")
+        try w.bundle("d.other")
+        let config = w.root + "/config.json"
+        try #"{"pingIntervalMs": 100, "pingTimeoutMs": 400}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w, args: ["--config", config, "--debug", "d.debugged"])
+        #expect(try sv.plugin("d.debugged").debug == true && sv.plugin("d.other").debug == nil)
+        #expect(sv.log.contains("d.debugged runs in debug mode"))
+        #expect(try sv.cli("status").out.contains("d.debugged: debug mode (attach with gdb -p "))
+        // A call past its timeout is still answered (a breakpoint may hold it for long).
+        let slow = try sv.cli("call", "d.debugged", "sleep", #"{"ms": 600}"#, "--timeout", "200")
+        #expect(slow.code == 0 && slow.out.contains("600"), "\(slow.err)")
+        // Both workers stopped as a debugger stops its process: the watchdog kills the other one,
+        // and when it has, the debugged one is still the same worker.
+        let debugged = try #require(try sv.plugin("d.debugged").pid)
+        let other = try #require(try sv.plugin("d.other").pid)
+        kill(debugged, SIGSTOP)
+        kill(other, SIGSTOP)
+        try sv.waitUntil("the watchdog to end d.other") { try sv.plugin("d.other").lastExit?.reason == .watchdog }
+        let p = try sv.plugin("d.debugged")
+        #expect(p.pid == debugged && p.restarts == 0 && p.lastExit == nil, "\(p)")
+        kill(debugged, SIGCONT)
+        #expect(try sv.call("d.debugged", "echo", "[3]", as: [Int].self) == [3])
+    }
+
     @Test("restart answers with the state after the restart")
     func restartReply() throws {
         let w = try TestWorld()

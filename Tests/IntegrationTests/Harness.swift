@@ -16,6 +16,23 @@ enum Build {
     static var supervisor: String { dir + "/supervisor" }
     static func library(_ name: String) -> String { dir + "/lib\(name).so" }
 
+    /// `go build -buildmode=c-shared` of the Go package in `folder`, into `<build>/<into>/<named>`
+    /// (Debian's golang-go, offline: the standard library only; its caches beside the library).
+    static func goSharedLibrary(_ folder: String, into: String, named: String) throws -> String {
+        let out = dir + "/" + into
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        let lib = out + "/" + named
+        var env = ProcessInfo.processInfo.environment
+        env["GOCACHE"] = out + "/cache"
+        env["GOPATH"] = out + "/gopath"
+        env["GOFLAGS"] = "-mod=mod"
+        env["GOTOOLCHAIN"] = "local"
+        env["CGO_ENABLED"] = "1"
+        let r = try Shell.run("/usr/bin/env", ["sh", "-c", "cd '\(folder)' && go build -buildmode=c-shared -o '\(lib)' ."], env: env, timeout: 300)
+        guard r.code == 0 else { throw HarnessError("go build failed (scripts/install-deps.sh --tests installs golang-go): \(r.err)") }
+        return lib
+    }
+
     /// The sanitizer's options, when the run has them (`./scripts/test.sh --tsan`): a test that builds
     /// a child's environment from scratch adds them, so that child reports where the run looks.
     static var sanitizerEnvironment: [String: String] {
@@ -38,7 +55,7 @@ enum Build {
         let src = out + "/\(name).c"
         try source.write(toFile: src, atomically: true, encoding: .utf8)
         let header = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Sources/CPluginABI/include").path
+            .deletingLastPathComponent().appendingPathComponent("SDK/Sources/CPluginABI/include").path
         let support = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Fixtures/CSupport").path
         let r = try Shell.run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", header, "-I", support, "-o", lib, src] + flags)

@@ -61,18 +61,7 @@ import Testing
 
     /// The Go c-shared library, built with Debian's golang-go (offline: the standard library only).
     static func goLibrary() throws -> String {
-        let out = Build.dir + "/fixtures-go"
-        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
-        let lib = out + "/libgoplugin.so"
-        var env = ProcessInfo.processInfo.environment
-        env["GOCACHE"] = out + "/cache"
-        env["GOPATH"] = out + "/gopath"
-        env["GOFLAGS"] = "-mod=mod"
-        env["GOTOOLCHAIN"] = "local"
-        env["CGO_ENABLED"] = "1"
-        let r = try Shell.run("/usr/bin/env", ["sh", "-c", "cd '\(fixtures)/go' && go build -buildmode=c-shared -o '\(lib)' ."], env: env, timeout: 300)
-        guard r.code == 0 else { throw HarnessError("go build failed (scripts/install-deps.sh installs golang-go): \(r.err)") }
-        return lib
+        try Build.goSharedLibrary(fixtures + "/go", into: "fixtures-go", named: "libgoplugin.so")
     }
 
     @Test("a Rust cdylib: named threads, temp files, available_parallelism, time, a 64 MiB allocation, current_exe and a caught panic work sandboxed and unsandboxed",

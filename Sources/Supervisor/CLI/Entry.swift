@@ -6,5 +6,5 @@ struct SupervisorCommand: ParsableCommand {
         commandName: "supervisor",
         abstract: "Run native plugins, each in its own sandboxed worker process.",
         subcommands: [Start.self, Status.self, Call.self, Open.self, Send.self, Restart.self, Reload.self, Metrics.self, Stop.self,
-                      Install.self, Update.self, Uninstall.self])
+                      Install.self, Update.self, Uninstall.self, New.self])
 }

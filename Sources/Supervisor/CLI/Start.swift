@@ -33,12 +33,18 @@ struct Start: ParsableCommand {
     @Option(help: "Log format on stderr: text, or json (one JSON object a line, for a log collector).")
     var logFormat: String = "text"
 
+    @Option(help: "Run this plugin for a debugger: no watchdog, no call or startup timeout, a worker its user can attach to (docs/debugging.md). Repeat for more.")
+    var debug: [String] = []
+
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
         }
         guard ["text", "json"].contains(logFormat) else {
             throw ValidationError("--log-format must be text or json, not '\(logFormat)'")
+        }
+        for id in debug where !PluginIdentifier.isValid(id) {
+            throw ValidationError("--debug '\(id)' is not a plugin identifier ([A-Za-z0-9.-])")
         }
     }
 
@@ -61,10 +67,11 @@ struct Start: ParsableCommand {
                 StandardError.write("supervisor: \(error)\n")
                 throw ExitCode(2)
             }
-            if !pluginDirectories.isEmpty { settings.pluginDirectories = pluginDirectories }
+            if !pluginDirectories.isEmpty { settings.pluginDirectories = pluginDirectories.map(FileSystem.absolute) }
             if let socket { settings.socketPath = socket }
         }
         if noSandbox { settings.sandboxEnabled = false }
+        settings.debugPlugins = Set(debug)
         let supervisor = Supervisor(config: settings, logger: Logger(label: "supervisor"))
         do {
             try supervisor.run { line in

@@ -39,6 +39,7 @@ enum StatusTable {
         for p in list where p.error != nil { out.append("\(p.identifier): \(p.error!)") }
         // Recovered from, but worth knowing (an update rolled back after the new version crashed).
         for p in list where p.error == nil && p.lastError != nil { out.append("\(p.identifier): last error: \(p.lastError!)") }
+        for p in list where p.debug == true { out.append("\(p.identifier): debug mode (attach with gdb -p \(p.pid.map(String.init) ?? "<pid>"))") }
         for p in list { if let u = p.updating { out.append("\(p.identifier): \(u.version) is starting beside \(p.version) (pid \(u.pid))") } }
         if let layers = list.first(where: { !$0.sandbox.isEmpty })?.sandbox {
             out.append("sandbox layers: " + layers.joined(separator: " ") + "   (status --json lists each plugin's, and any missing)")

@@ -12,20 +12,10 @@ use std::io::{Read, Write};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-#[repr(C)]
-pub struct SpHost {
-    abi_version: u32,
-    ctx: *mut c_void,
-    send: extern "C" fn(*mut c_void, *const u8, usize) -> i32,
-}
-
-#[repr(C)]
-pub struct SpPlugin {
-    abi_version: u32,
-    ctx: *mut c_void,
-    receive: extern "C" fn(*mut c_void, *const u8, usize),
-    destroy: Option<extern "C" fn(*mut c_void)>,
-}
+// The ABI's structs, as the Rust example declares them.
+#[path = "../../../Examples/RustHello/src/sp_plugin.rs"]
+mod sp_plugin;
+use sp_plugin::{SpHost, SpPlugin, SP_ABI_VERSION};
 
 struct Host(*const SpHost);
 unsafe impl Send for Host {}
@@ -122,5 +112,5 @@ extern "C" fn receive(_ctx: *mut c_void, bytes: *const u8, len: usize) {
 #[no_mangle]
 pub extern "C" fn sp_plugin_create(host: *const SpHost) -> *const SpPlugin {
     unsafe { HOST = Host(host); }
-    Box::leak(Box::new(SpPlugin { abi_version: 1, ctx: std::ptr::null_mut(), receive, destroy: None }))
+    Box::leak(Box::new(SpPlugin { abi_version: SP_ABI_VERSION, ctx: std::ptr::null_mut(), receive, destroy: None }))
 }

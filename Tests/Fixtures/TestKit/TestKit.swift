@@ -110,6 +110,10 @@ final class TestKit: Pluggable {
         api.method("call") { (p: CallParams) async throws -> JSONValue in
             try await self.ctx().call(p.target, p.method, p.params ?? .null, as: JSONValue.self)
         }
+        // A caller that expects an Int back (the SDK's error for a result of another type).
+        api.method("callForInt") { (p: CallParams) async throws -> Int in
+            try await self.ctx().call(p.target, p.method, p.params ?? .null, as: Int.self)
+        }
         // The W3C traceparent this call arrived with (SPEC §3), as the SDK hands it to the plugin.
         api.method("traceparent") { () async throws -> String in
             try self.ctx().traceparent ?? ""

@@ -1,6 +1,10 @@
+import Bundles
 import IPC
 import LinuxSupport
 import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A CLI's connection to a running supervisor's control socket: one request, one reply.
 public struct SupervisorClient {
@@ -23,10 +27,23 @@ public struct SupervisorClient {
         }
     }
 
-    public init(socketPath: String) throws(Failure) {
+    /// Connects. A supervisor that holds its home's lock but has no socket yet is starting (`start &`
+    /// then a command at once): its socket is waited for, up to `startingWait` seconds.
+    public init(socketPath: String, startingWait: Double = 5) throws(Failure) {
         self.socketPath = socketPath
-        do { connection = try BlockingConnection.connect(path: socketPath) } catch {
-            throw .unreachable(socketPath, error)
+        let home = socketPath.lastIndex(of: "/").map { String(socketPath[..<$0]) } ?? "."
+        let deadline = ProcessControl.monotonicMicroseconds() + Int64(startingWait * 1_000_000)
+        while true {
+            do {
+                connection = try BlockingConnection.connect(path: socketPath)
+                return
+            } catch {
+                let notYet = error.errno == ENOENT || error.errno == ECONNREFUSED
+                guard notYet, ProcessControl.monotonicMicroseconds() < deadline, HomeLock.isHeld(home: home) else {
+                    throw .unreachable(socketPath, error)
+                }
+                usleep(20_000)
+            }
         }
     }
 

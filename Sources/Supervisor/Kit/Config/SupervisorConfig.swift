@@ -74,6 +74,15 @@ public struct SupervisorConfig: Sendable {
     public var updateGraceSeconds = 30
     /// Where `GET /metrics` is served (`host:port`), if anywhere: the config's `metrics.listen`.
     public var metricsListen: String?
+    /// `start --debug <identifier>`: plugins run for a debugger (docs/debugging.md): no watchdog, no
+    /// call or startup timeout, a dumpable worker. Only these; every other plugin as usual.
+    public var debugPlugins: Set<String> = []
+
+    /// Whether `identifier` runs in debug mode.
+    public func isDebugged(_ identifier: String) -> Bool { !debugPlugins.isEmpty && debugPlugins.contains(identifier) }
+
+    /// What stands for "no timeout" in debug mode: a day (the longest a request may ask for).
+    public static let debugTimeoutMs = 24 * 3_600_000
 
     /// The default home: `$SUPERVISOR_HOME`, else `$XDG_DATA_HOME/sandboxed-plugins`, else
     /// `~/.local/share/sandboxed-plugins`.

@@ -146,7 +146,8 @@ extension ControlServer {
                 variant: r.variant ?? r.library, sandbox: r.instance?.hello?.sandbox ?? [],
                 sandboxMissing: r.instance.map { $0.hello?.sandboxMissing ?? [] }, error: r.problem,
                 timings: r.instance.map(\.timings), sandboxDenials: r.sandboxDenials, lastError: r.problem ?? r.lastError,
-                updating: r.successor.map { .init(version: $0.instance.manifest.version.description, pid: $0.instance.pid) })
+                updating: r.successor.map { .init(version: $0.instance.manifest.version.description, pid: $0.instance.pid) },
+                debug: config.isDebugged(r.identifier) ? true : nil)
         }
     }
 }

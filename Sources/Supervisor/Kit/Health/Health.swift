@@ -48,7 +48,7 @@ final class Health: SupervisorComponent, @unchecked Sendable {
     /// The worker answers pings on its I/O thread, so a plugin that blocks its `receive` is caught.
     private func watchdog() {
         let now = NIODeadline.now()
-        for record in table.all where record.phase == .running {
+        for record in table.all where record.phase == .running && !config.isDebugged(record.identifier) {
             guard let instance = record.instance, let channel = instance.channel else { continue }
             if let ping = instance.outstandingPing {
                 if now - ping.sentAt > .milliseconds(Int64(config.pingTimeoutMs)) {

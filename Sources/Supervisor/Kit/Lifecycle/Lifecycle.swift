@@ -73,6 +73,14 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
         }
         let found = catalog.order.count
         logger.info("found \(found) plugin\(found == 1 ? "" : "s") in \(config.pluginDirectories.joined(separator: ", "))")
+        for id in config.debugPlugins.sorted() {
+            if table[id] == nil {
+                logger.warning("--debug \(id): no such plugin was found")
+            } else {
+                logger.notice("\(id) runs in debug mode: no watchdog, no call or startup timeout, and its worker can be attached to (gdb -p <pid>, pid in `supervisor status`)",
+                              metadata: ["plugin": "\(id)"])
+            }
+        }
         supervisor.health.start()
         startWaitingPlugins()
     }

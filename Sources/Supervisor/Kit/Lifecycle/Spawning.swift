@@ -139,13 +139,18 @@ extension Lifecycle {
 
         // A worker must say hello in time (its `startup` has a timeout of its own). Weak: an instance
         // that has ended must not live (with its pidfd) until the timeout passes.
-        let startupTimeoutMs = manifest.limits.startupTimeoutMs ?? config.startupTimeoutMs
+        let startupTimeoutMs = startupTimeout(manifest)
         instance.startupDeadline = loop.scheduleTask(in: .milliseconds(Int64(startupTimeoutMs))) { [self, weak instance] in
             if let instance, instance.hello == nil, !instance.phase.stopRequested {
                 kill(instance, .startupTimeout, "no hello within \(startupTimeoutMs) ms")
             }
         }
         return .success(SpawnedWorker(instance: instance, library: library.path, variant: library.variant))
+    }
+
+    /// How long a worker of `m` may take to say hello and answer `startup` (a day in debug mode).
+    func startupTimeout(_ m: Manifest) -> Int {
+        config.isDebugged(m.identifier) ? SupervisorConfig.debugTimeoutMs : m.limits.startupTimeoutMs ?? config.startupTimeoutMs
     }
 
     /// What the worker needs to know: its plugin, its folders and its sandbox.
@@ -156,7 +161,7 @@ extension Lifecycle {
             uid: getuid(), gid: getgid(), notifyFD: notify ? 4 : nil, maxFrameBytes: config.maxFrameBytes,
             sandbox: SandboxSpec(enabled: config.sandboxEnabled, memoryMB: m.limits.memoryMB, openFiles: m.limits.openFiles,
                                  permissions: m.permissions, required: config.requiredSandboxLayers,
-                                 runtimePaths: supervisor.runtimePaths))
+                                 runtimePaths: supervisor.runtimePaths, debuggable: config.isDebugged(m.identifier) ? true : nil))
     }
 
     /// What its cgroup holds it to: the memory limits the sampler enforces too, at most
@@ -220,7 +225,7 @@ extension Lifecycle {
         let m = instance.manifest
         let dependencies = m.dependencies.map(\.identifier)
         let home = config.home
-        let startupTimeoutMs = m.limits.startupTimeoutMs ?? config.startupTimeoutMs
+        let startupTimeoutMs = startupTimeout(m)
         router.sendEvent(to: instance, .startup, timeoutMs: startupTimeoutMs, payload: { frame in
             frame.object("payload", [
                 "identifier": .string(m.identifier), "version": .string(m.version.description),

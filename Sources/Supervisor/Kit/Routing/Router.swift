@@ -28,6 +28,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
 
     /// The timeout for a request to `record`: the request's own, else the plugin's, else the default.
     func timeout(for record: PluginRecord, requested: UInt64?) -> Int {
+        if config.isDebugged(record.identifier) { return SupervisorConfig.debugTimeoutMs }
         if let requested, requested > 0 { return Self.clampedTimeout(requested) }
         return record.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
     }
@@ -309,7 +310,8 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         frame.uint("id", id)
         frame.string("name", name.rawValue)
         payload?(&frame)
-        let ms = timeoutMs ?? instance.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
+        let ms = config.isDebugged(instance.identifier) ? SupervisorConfig.debugTimeoutMs
+            : timeoutMs ?? instance.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
         instance.pending[id] = PendingRequest(origin: .local(done), deadline: .now() + .milliseconds(Int64(ms)), what: "event \(name.rawValue)")
         outbox.write(frame.finish(), to: channel)
     }

@@ -1,5 +1,5 @@
-// The C side of the Go c-shared plugin: the ABI's structs and the receive trampoline (a cgo file
-// with //export may only declare, so the definitions live here).
+// The C side of the Go c-shared plugin: sp_plugin_create with the header's exact prototype (cgo's
+// //export would declare it without `const`), the static sp_plugin, and the receive trampoline.
 #include "glue.h"
 
 static const sp_host *g_host;
@@ -11,8 +11,11 @@ static void receive_trampoline(void *ctx, const uint8_t *json, size_t len) {
     goReceive((uint8_t *)json, len);
 }
 
-static sp_plugin g_plugin = { 1, 0, receive_trampoline, 0 };
+static const sp_plugin g_plugin = { SP_ABI_VERSION, 0, receive_trampoline, 0 };
 
-void glue_set_host(const sp_host *host) { g_host = host; }
-const sp_plugin *glue_plugin(void) { return &g_plugin; }
+const sp_plugin *sp_plugin_create(const sp_host *host) {
+    g_host = host;
+    return &g_plugin;
+}
+
 int glue_send(const uint8_t *json, size_t len) { return g_host->send(g_host->ctx, json, len); }

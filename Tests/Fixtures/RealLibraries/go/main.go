@@ -9,6 +9,7 @@
 //   numcpu      runtime.NumCPU (sched_getaffinity)
 package main
 
+// #cgo CFLAGS: -I${SRCDIR}/../../../../SDK/Sources/CPluginABI/include
 // #include "glue.h"
 import "C"
 
@@ -27,12 +28,6 @@ import (
 )
 
 func main() {}
-
-//export sp_plugin_create
-func sp_plugin_create(host *C.sp_host) *C.sp_plugin {
-	C.glue_set_host(host)
-	return (*C.sp_plugin)(unsafe.Pointer(C.glue_plugin()))
-}
 
 func send(text string) {
 	b := []byte(text)

@@ -28,7 +28,7 @@ public struct PluginContext: Sendable {
         _ target: String, _ method: String, _ params: Params, as: Result.Type = Result.self
     ) async throws -> Result {
         let raw = try await runtime.request(kind: .call, target: target, method: method, params: try Coding.encode(params))
-        return try Coding.decode(Result.self, raw)
+        return try Coding.decodeResult(Result.self, raw, of: "\(target).\(method)")
     }
 
     /// Calls `method` of plugin `target` with no parameters.
@@ -42,7 +42,7 @@ public struct PluginContext: Sendable {
     /// Opens a `plugin://<identifier>/<path>?<query>` URI through the supervisor.
     public func open<Result: Decodable>(_ uri: String, as: Result.Type = Result.self) async throws -> Result {
         let raw = try await runtime.request(kind: .open, uri: uri)
-        return try Coding.decode(Result.self, raw)
+        return try Coding.decodeResult(Result.self, raw, of: uri)
     }
 
     /// The current path of a resource: the refreshed copy in the live folder once one was downloaded,

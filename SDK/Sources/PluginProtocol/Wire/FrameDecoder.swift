@@ -17,7 +17,7 @@ public struct FrameParser: Sendable {
         case waitingForFrame(length: Int)
     }
 
-    @usableFromInline internal(set) var _state = State.waitingForHeader
+    @usableFromInline var _state = State.waitingForHeader
     public var state: State { _state }
     public let maxBody: Int
 

@@ -26,6 +26,8 @@ public struct PluginStatus: Codable, Sendable, Equatable {
     public var lastError: String?
     /// An update's new version starting beside the worker that serves (SPEC §8), until it takes over.
     public var updating: Updating?
+    /// Run for a debugger (`start --debug`): no watchdog, no timeouts, a worker one can attach to.
+    public var debug: Bool?
 
     /// The new version of an update and its worker.
     public struct Updating: Codable, Sendable, Equatable {
@@ -40,7 +42,7 @@ public struct PluginStatus: Codable, Sendable, Equatable {
 
     public init(identifier: String, version: String, state: String, pid: Int32?, restarts: Int, lastExit: ExitStatus?,
                 dependencies: [String], variant: String?, sandbox: [String], sandboxMissing: [String]?, error: String?,
-                timings: [String: Int]? = nil, sandboxDenials: [String: Int]? = nil, lastError: String? = nil, updating: Updating? = nil) {
+                timings: [String: Int]? = nil, sandboxDenials: [String: Int]? = nil, lastError: String? = nil, updating: Updating? = nil, debug: Bool? = nil) {
         self.identifier = identifier
         self.version = version
         self.state = state
@@ -56,6 +58,7 @@ public struct PluginStatus: Codable, Sendable, Equatable {
         self.sandboxDenials = sandboxDenials
         self.lastError = lastError
         self.updating = updating
+        self.debug = debug
     }
 }
 

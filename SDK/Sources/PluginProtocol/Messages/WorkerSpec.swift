@@ -76,14 +76,18 @@ public struct SandboxSpec: Codable, Sendable, Equatable {
     public var required: [SandboxLayer]
     /// Extra read-only paths the runtime needs (the Swift runtime's folder, found by the supervisor).
     public var runtimePaths: [String]
+    /// `start --debug <identifier>`: the worker stays dumpable, so a debugger of the same user can
+    /// attach to it (docs/debugging.md). Every other layer stays.
+    public var debuggable: Bool?
 
     public init(enabled: Bool = true, memoryMB: Int? = nil, openFiles: Int? = nil, permissions: [Permission] = [],
-                required: [SandboxLayer] = [], runtimePaths: [String] = []) {
+                required: [SandboxLayer] = [], runtimePaths: [String] = [], debuggable: Bool? = nil) {
         self.enabled = enabled
         self.memoryMB = memoryMB
         self.openFiles = openFiles
         self.permissions = permissions
         self.required = required
         self.runtimePaths = runtimePaths
+        self.debuggable = debuggable
     }
 }

@@ -6,6 +6,17 @@ import Foundation
 import PluginProtocol
 import Synchronization
 
+#if compiler(>=6.2)
+/// What a method takes: any `Decodable` type. (`SendableMetatype`, which every ordinary type has, lets
+/// the handler that decodes it run on any thread without a warning.)
+public typealias MethodParameters = Decodable & SendableMetatype
+/// What a method returns: any `Encodable` type.
+public typealias MethodResult = Encodable & SendableMetatype
+#else
+public typealias MethodParameters = Decodable
+public typealias MethodResult = Encodable
+#endif
+
 /// The API a plugin exports: named methods with Codable parameters and results, and handlers for
 /// `plugin://<identifier>/<path>` URIs.
 ///
@@ -24,7 +35,7 @@ public final class PluginAPI: Sendable {
     init() {}
 
     /// Exports `name`, answered synchronously.
-    public func method<Params: Decodable, Result: Encodable>(
+    public func method<Params: MethodParameters, Result: MethodResult>(
         _ name: String, _ body: @escaping @Sendable (Params) throws -> Result
     ) {
         methods.withLock {
@@ -33,7 +44,7 @@ public final class PluginAPI: Sendable {
     }
 
     /// Exports `name`, answered on a task of its own.
-    public func method<Params: Decodable, Result: Encodable>(
+    public func method<Params: MethodParameters, Result: MethodResult>(
         _ name: String, _ body: @escaping @Sendable (Params) async throws -> Result
     ) {
         methods.withLock {
@@ -45,18 +56,18 @@ public final class PluginAPI: Sendable {
     }
 
     /// Exports `name` taking no parameters.
-    public func method<Result: Encodable>(_ name: String, _ body: @escaping @Sendable () throws -> Result) {
+    public func method<Result: MethodResult>(_ name: String, _ body: @escaping @Sendable () throws -> Result) {
         method(name) { (_: Empty) in try body() }
     }
 
     /// Exports `name` taking no parameters, answered on a task of its own.
-    public func method<Result: Encodable>(_ name: String, _ body: @escaping @Sendable () async throws -> Result) {
+    public func method<Result: MethodResult>(_ name: String, _ body: @escaping @Sendable () async throws -> Result) {
         method(name) { (_: Empty) async throws in try await body() }
     }
 
     /// Answers `open` for `plugin://<this plugin>/<path>`. `path` is matched exactly, or as a prefix
     /// when it ends in `*`.
-    public func route<Result: Encodable>(_ path: String, _ body: @escaping @Sendable (OpenRequest) async throws -> Result) {
+    public func route<Result: MethodResult>(_ path: String, _ body: @escaping @Sendable (OpenRequest) async throws -> Result) {
         routes.withLock {
             $0[path] = .async { raw in
                 let request = try raw.withUnsafeBytesOrNil { try Coding.decode(OpenRequest.self, $0) }
@@ -107,6 +118,18 @@ enum Coding {
         try raw.withUnsafeBytesOrNil { try decode(T.self, $0) }
     }
 
+    /// Another plugin's answer as the type its caller asked for, or an error that names both sides.
+    static func decodeResult<T: Decodable>(_ type: T.Type, _ raw: [UInt8]?, of what: String) throws -> T {
+        if T.self == Empty.self { return Empty() as! T }
+        let bytes = raw ?? Array("null".utf8)
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(bytes))
+        } catch let error as DecodingError {
+            let text = String(decoding: bytes.prefix(120), as: UTF8.self) + (bytes.count > 120 ? "…" : "")
+            throw PluginError(.pluginError, "the result of \(what) is not a \(T.self): \(Coding.describe(error)); it was \(text)")
+        }
+    }
+
     static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
         if T.self == Empty.self { return Array("null".utf8) }
         let encoder = JSONEncoder()
@@ -118,7 +141,8 @@ enum Coding {
         switch error {
         case .keyNotFound(let key, _): return "missing key '\(key.stringValue)'"
         case .typeMismatch(let type, let ctx):
-            return "expected \(type) at '\(ctx.codingPath.map(\.stringValue).joined(separator: "."))'"
+            let path = ctx.codingPath.map(\.stringValue).joined(separator: ".")
+            return "expected \(type) at '\(path.isEmpty ? "the top level" : path)' (\(ctx.debugDescription))"
         case .valueNotFound(let type, let ctx):
             return "missing \(type) at '\(ctx.codingPath.map(\.stringValue).joined(separator: "."))'"
         case .dataCorrupted(let ctx): return ctx.debugDescription

@@ -1,0 +1,3 @@
+module example.com/gohello
+
+go 1.19

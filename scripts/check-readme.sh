@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs the README's quick start exactly as written (the block between `<!-- quick start: begin -->`
+# and `<!-- quick start: end -->`), from the repository's root, as a new user would on a fresh
+# clone; then removes what it made. CI runs it after the tests (the `swift build` in it is then a
+# no-op). Fails if any line fails or the call's answer is not the one the README promises.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+block=$(awk '/<!-- quick start: begin -->/{on=1; next} /<!-- quick start: end -->/{on=0} on' README.md | sed '/^```/d')
+[ -n "$block" ] || { echo "check-readme: no quick start block in README.md" >&2; exit 1; }
+[ ! -e my-plugins ] || { echo "check-readme: my-plugins/ exists; move it away first" >&2; exit 1; }
+out=$(mktemp)
+cleanup() {
+  SUPERVISOR_HOME=/tmp/hello-home "$root/.build/debug/supervisor" stop >/dev/null 2>&1 || true
+  rm -rf "$root/my-plugins" /tmp/hello-home /tmp/hello.log "$out"
+}
+trap cleanup EXIT
+echo "==> the README's quick start:" >&2
+echo "$block" | sed 's/^/    /' >&2
+if ! bash -euo pipefail -c "$block" >"$out" 2>&1; then
+  echo "check-readme: the quick start failed:" >&2; cat "$out" >&2
+  [ -f /tmp/hello.log ] && { echo "--- supervisor log:" >&2; cat /tmp/hello.log >&2; }
+  exit 1
+fi
+grep -q '"Hello from com.example.hello!"' "$out" || { echo "check-readme: no answer from the plugin:" >&2; cat "$out" >&2; exit 1; }
+echo "==> the quick start works as written" >&2
