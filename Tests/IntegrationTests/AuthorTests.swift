@@ -137,6 +137,19 @@ struct AuthorTests {
         #expect(after.state == "running" && after.restarts == 1 && after.pid == now.pid, "\(r.out)")
     }
 
+    @Test("a command right after start: --wait waits for the supervisor to come up, and the call for its plugin")
+    func commandRightAfterStart() throws {
+        let w = try TestWorld()
+        let slow = try w.bundle("s.slow")
+        try "300".write(toFile: slow + "/startup-delay-ms", atomically: true, encoding: .utf8)
+        try FileManager.default.removeItem(atPath: w.home)   // a home the supervisor has yet to make
+        let sv = try RunningSupervisor(w, waitForReady: false)
+        let r = try sv.cli("call", "--wait", "20", "s.slow", "echo", "[5]")
+        #expect(r.code == 0 && r.out.contains("5"), "\(r.err)")
+        let none = try Shell.run(Build.supervisor, ["status", "--home", w.root + "/no-such-home"])
+        #expect(none.code != 0 && none.err.contains("cannot reach the supervisor"), "\(none.err)")
+    }
+
     @Test("a relative --home works: the workers get absolute paths")
     func relativeHome() throws {
         let w = try TestWorld()

@@ -46,4 +46,27 @@ struct ScaffoldTests {
         let bad = try Shell.run(Build.supervisor, ["new", "not an id"])
         #expect(bad.code != 0 && bad.err.contains("is not a plugin identifier"), "\(bad.err)")
     }
+
+    @Test("the SDK published with scripts/publish-sdk.sh is usable by URL: a plugin depending on it builds and answers")
+    func sdkByURL() throws {
+        let w = try TestWorld()
+        let repository = w.root + "/plugin-sdk.git"
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("scripts/publish-sdk.sh").path
+        let published = try Shell.run(script, [repository, "1.0.0"])
+        #expect(published.code == 0, "\(published.err)")
+        let folder = w.plugins + "/byurl"
+        #expect(try Shell.run(Build.supervisor, ["new", "com.test.byurl", "--output", folder]).code == 0)
+        // What the author changes: the dependency by path becomes one by URL.
+        var package = try String(contentsOfFile: folder + "/Package.swift", encoding: .utf8)
+        let byPath = try #require(package.split(separator: "\n").first { $0.contains(".package(path:") })
+        package = package.replacingOccurrences(of: String(byPath), with: #"        .package(url: "file://\#(repository)", from: "1.0.0"),"#)
+            .replacingOccurrences(of: #"package: "SDK""#, with: #"package: "plugin-sdk""#)
+        try package.write(toFile: folder + "/Package.swift", atomically: true, encoding: .utf8)
+        let env = ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "HOME": w.root, "TMPDIR": w.root]
+        let built = try Shell.run("/bin/sh", ["-c", "cd '\(folder)' && swift build -c release && cp .build/release/libByurl.so ."], env: env, timeout: 600)
+        #expect(built.code == 0, "\(built.out)\(built.err)")
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.call("com.test.byurl", "hello", as: String.self) == "Hello from com.test.byurl!")
+    }
 }

@@ -14,6 +14,13 @@ struct ClientOptions: ParsableArguments {
     @Option(help: "The control socket (default: $SUPERVISOR_SOCKET, else <home>/supervisor.sock).")
     var socket: String?
 
+    @Option(help: "Wait up to this many seconds for a supervisor that is still starting (`supervisor start &` just before).")
+    var wait: Double?
+
+    func validate() throws {
+        if let wait, !(wait >= 0 && wait <= 3600) { throw ValidationError("--wait must be between 0 and 3600 seconds") }
+    }
+
     var socketPath: String { SupervisorConfig.socketPath(option: socket, home: home) }
 
     /// Runs one request and prints its result; errors go to stderr as `code: message`.
@@ -33,7 +40,7 @@ struct ClientOptions: ParsableArguments {
     private func request(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void,
                          _ progress: (SupervisorClient.Progress) -> Void) -> Result<[UInt8], SupervisorClient.Failure> {
         do throws(SupervisorClient.Failure) {
-            let client = try SupervisorClient(socketPath: socketPath)
+            let client = try SupervisorClient(socketPath: socketPath, startingWait: wait ?? 5, waitForAny: wait != nil)
             defer { client.close() }
             return .success(try client.request(kind, fill, progress: progress))
         } catch {

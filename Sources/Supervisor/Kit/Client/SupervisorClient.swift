@@ -28,8 +28,10 @@ public struct SupervisorClient {
     }
 
     /// Connects. A supervisor that holds its home's lock but has no socket yet is starting (`start &`
-    /// then a command at once): its socket is waited for, up to `startingWait` seconds.
-    public init(socketPath: String, startingWait: Double = 5) throws(Failure) {
+    /// then a command at once): its socket is waited for, up to `startingWait` seconds. With
+    /// `waitForAny` (`--wait`), a missing socket is waited for even before any supervisor holds the
+    /// lock (one just launched may not have made its home yet).
+    public init(socketPath: String, startingWait: Double = 5, waitForAny: Bool = false) throws(Failure) {
         self.socketPath = socketPath
         let home = socketPath.lastIndex(of: "/").map { String(socketPath[..<$0]) } ?? "."
         let deadline = ProcessControl.monotonicMicroseconds() + Int64(startingWait * 1_000_000)
@@ -39,7 +41,7 @@ public struct SupervisorClient {
                 return
             } catch {
                 let notYet = error.errno == ENOENT || error.errno == ECONNREFUSED
-                guard notYet, ProcessControl.monotonicMicroseconds() < deadline, HomeLock.isHeld(home: home) else {
+                guard notYet, ProcessControl.monotonicMicroseconds() < deadline, waitForAny || HomeLock.isHeld(home: home) else {
                     throw .unreachable(socketPath, error)
                 }
                 usleep(20_000)
