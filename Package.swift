@@ -68,7 +68,7 @@ let package = Package(
         .target(
             name: "SupervisorKit",
             dependencies: [
-                .product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "CSeccomp",
+                .product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "CSeccomp", "Confinement",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

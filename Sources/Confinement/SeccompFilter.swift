@@ -28,7 +28,14 @@ public enum Seccomp {
     /// A compiled filter, not yet in force. Compiling needs no privilege and changes nothing, so it
     /// happens before the other layers; `load` is the sandbox's last step.
     public final class Filter {
-        private let ctx: scmp_filter_ctx
+        /// libseccomp's filter, or a BPF program compiled elsewhere (the supervisor compiles each
+        /// distinct policy once and hands the program to its workers).
+        private enum Source {
+            case rules(scmp_filter_ctx)
+            case program([UInt8])
+        }
+
+        private let source: Source
         /// Syscall names libseccomp does not know on this architecture (skipped).
         public let unknown: [String]
 
@@ -41,7 +48,7 @@ public enum Seccomp {
         public init(_ rules: [SeccompPolicy.Rule], notify: Bool, allowByDefault: Bool = false) throws(ConfinementError) {
             let defaultAction = allowByDefault ? actAllow : notify ? actNotify : actErrno(EPERM)
             guard let ctx = seccomp_init(defaultAction) else { throw failure("seccomp_init", ENOMEM) }
-            self.ctx = ctx
+            self.source = .rules(ctx)
             self.notify = notify
             // A foreign-architecture or x32 call is fatal too, so it is reported and ends the worker.
             var rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, notify ? actNotify : actTrap)
@@ -79,6 +86,23 @@ public enum Seccomp {
             self.unknown = unknown
         }
 
+        /// A program `Filter.program` made, for a filter with a listener (`notify`: with trap rules the
+        /// SIGSYS reporter would need the names the compiling process noted).
+        public init(program: [UInt8]) throws(ConfinementError) {
+            guard !program.isEmpty, program.count % 8 == 0, program.count / 8 <= 4096 else {
+                throw failure("a precompiled seccomp program of \(program.count) bytes", EINVAL)
+            }
+            source = .program(program)
+            unknown = []
+            notify = true
+        }
+
+        /// Compiles `rules` with a listener and returns the BPF program, for `init(program:)` in
+        /// another process. Changes nothing in this one.
+        public static func program(_ rules: [SeccompPolicy.Rule]) throws(ConfinementError) -> [UInt8] {
+            try Filter(rules, notify: true).exportBPF()
+        }
+
         /// Installs the SIGSYS reporter (writing to `reportFD` under `sendLock`) and loads the filter.
         /// With `notify`, returns the filter's listener, which must reach the supervisor before
         /// anything else runs (a call it does not allow waits for the supervisor's answer).
@@ -91,6 +115,7 @@ public enum Seccomp {
         /// Loads the filter (without a SIGSYS reporter: a trap then simply ends the process).
         public func load() throws(ConfinementError) -> OwnedDescriptor? {
             guard notify else {
+                guard case .rules(let ctx) = source else { throw failure("seccomp_load", EINVAL) }
                 let rc = seccomp_load(ctx)
                 guard rc == 0 else { throw failure("seccomp_load", -rc) }
                 return nil
@@ -106,6 +131,11 @@ public enum Seccomp {
         /// The compiled BPF program (seccomp_export_bpf writes it to a descriptor: a pipe, whose
         /// 64 KiB hold the largest program the kernel accepts, 4096 instructions of 8 bytes).
         private func exportBPF() throws(ConfinementError) -> [UInt8] {
+            let ctx: scmp_filter_ctx
+            switch source {
+            case .program(let program): return program
+            case .rules(let c): ctx = c
+            }
             var fds: [Int32] = [-1, -1]
             guard cls_pipe_cloexec(&fds) == 0 else { throw failure("pipe2", errno) }
             let reader = OwnedDescriptor(fds[0])
@@ -127,7 +157,7 @@ public enum Seccomp {
             return program
         }
 
-        deinit { seccomp_release(ctx) }
+        deinit { if case .rules(let ctx) = source { seccomp_release(ctx) } }
     }
 
     static func failure(_ call: String, _ code: Int32) -> ConfinementError {

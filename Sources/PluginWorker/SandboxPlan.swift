@@ -38,6 +38,8 @@ struct SandboxPlan {
     var network: Bool
     /// Debug mode: it stays dumpable (a debugger may attach).
     var debuggable: Bool
+    /// The supervisor's compiled filter for pid 1 of a namespace, with a listener.
+    var seccompProgram: [UInt8]?
     var namespaces: Int32
     var landlockRules: [Landlock.PathRule]
     /// The seccomp policy, with the supervisor answering for the filter or without.
@@ -61,6 +63,7 @@ struct SandboxPlan {
         cgroupMissing = spec.cgroupMissing
         cgroupBySupervisor = spec.cgroupBySupervisor == true && spec.notifyFD != nil
         debuggable = sandbox.debuggable == true
+        seccompProgram = sandbox.seccompProgram.map { Array($0) }
         required = Set(sandbox.required)
         network = sandbox.permissions.contains(.network)
         // Equal soft and hard limits cannot be raised without capabilities.

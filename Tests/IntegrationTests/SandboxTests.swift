@@ -231,6 +231,14 @@ struct SandboxTests {
         #expect(denied.rc < 0)
         #expect(!(try sv.plugin("n.allowed").sandbox.contains("networkNamespace")))
         #expect(try sv.plugin("n.denied").sandbox.contains("networkNamespace") || sv.plugin("n.denied").sandboxMissing?.isEmpty == false)
+        // Both filters (with and without `network`) came compiled from the supervisor, where the
+        // host gives each worker a PID namespace and a listener.
+        for id in ["n.allowed", "n.denied"] {
+            let p = try sv.plugin(id)
+            if p.sandbox.contains("pidNamespace") && p.sandbox.contains("seccompNotify") {
+                #expect(p.timings?["sandbox.filterGivenUs"] != nil && p.timings?["sandbox.filterUs"] == nil, "\(id): \(p.timings ?? [:])")
+            }
+        }
     }
 
     @Test("filesystem permissions widen Landlock to the named paths only")

@@ -1,3 +1,9 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
 /// What the supervisor tells a worker it spawns (passed as JSON in `$SP_WORKER_SPEC`): which library to load
 /// for which plugin, and the sandbox to put on before loading it.
 public struct WorkerSpec: Codable, Sendable, Equatable {
@@ -79,9 +85,13 @@ public struct SandboxSpec: Codable, Sendable, Equatable {
     /// `start --debug <identifier>`: the worker stays dumpable, so a debugger of the same user can
     /// attach to it (docs/debugging.md). Every other layer stays.
     public var debuggable: Bool?
+    /// The seccomp filter with a listener for a worker that is pid 1 of its namespace, compiled
+    /// once by the supervisor (`SeccompPolicy.rules(network:pid: 1, notify: true)`): the worker
+    /// loads it instead of compiling the same rules again. Absent, or not pid 1: it compiles.
+    public var seccompProgram: Data?
 
     public init(enabled: Bool = true, memoryMB: Int? = nil, openFiles: Int? = nil, permissions: [Permission] = [],
-                required: [SandboxLayer] = [], runtimePaths: [String] = [], debuggable: Bool? = nil) {
+                required: [SandboxLayer] = [], runtimePaths: [String] = [], debuggable: Bool? = nil, seccompProgram: Data? = nil) {
         self.enabled = enabled
         self.memoryMB = memoryMB
         self.openFiles = openFiles
@@ -89,5 +99,6 @@ public struct SandboxSpec: Codable, Sendable, Equatable {
         self.required = required
         self.runtimePaths = runtimePaths
         self.debuggable = debuggable
+        self.seccompProgram = seccompProgram
     }
 }

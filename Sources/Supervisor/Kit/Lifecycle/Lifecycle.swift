@@ -1,4 +1,9 @@
 import Bundles
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import Logging
 import NIOCore
 import PluginProtocol
@@ -30,6 +35,8 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
     var spawnCount = 0
     /// Names the temporary folder of a worker that runs beside another of its plugin's.
     var folderSerial = 0
+    /// The workers' seccomp programs, by `network` permission, compiled once (Spawning.swift).
+    var seccompPrograms: [Bool: Data?] = [:]
 
     init(_ supervisor: Supervisor) {
         self.supervisor = supervisor
@@ -56,9 +63,10 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
 
     // MARK: Starting
 
-    func startAll(onReady: @escaping (String) -> Void) {
+    /// Reads the plugin folders into the table, before the control socket takes requests: a
+    /// request that arrives at once finds every plugin (waiting to start), never "not installed".
+    func loadPlugins() {
         loop.preconditionInEventLoop()
-        self.onReady = onReady
         let catalog = PluginCatalog(directories: config.pluginDirectories)
         table.catalog = catalog
         for problem in catalog.problems { logger.error("\(problem)") }
@@ -81,6 +89,12 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
                               metadata: ["plugin": "\(id)"])
             }
         }
+    }
+
+    /// Starts what `loadPlugins` found.
+    func startAll(onReady: @escaping (String) -> Void) {
+        loop.preconditionInEventLoop()
+        self.onReady = onReady
         supervisor.health.start()
         startWaitingPlugins()
     }

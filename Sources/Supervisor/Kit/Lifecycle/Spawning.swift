@@ -2,6 +2,12 @@
 import Glibc
 #endif
 import Bundles
+import Confinement
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 import LinuxSupport
 import Logging
 import NIOCore
@@ -148,6 +154,23 @@ extension Lifecycle {
         return .success(SpawnedWorker(instance: instance, library: library.path, variant: library.variant))
     }
 
+    /// The seccomp filter (with a listener) for a worker that is pid 1 of its namespace, compiled once
+    /// per distinct policy (with or without `network`) and handed to every worker, which would
+    /// otherwise compile the same rules with libseccomp at each start. Nil if it cannot be compiled
+    /// here: the worker compiles its own (and reports what fails).
+    func seccompProgram(network: Bool) -> Data? {
+        if let known = seccompPrograms[network] { return known }
+        let program: Data?
+        do throws(ConfinementError) {
+            program = Data(try Seccomp.Filter.program(SeccompPolicy.rules(network: network, pid: 1, notify: true)))
+        } catch {
+            logger.warning("the seccomp filter could not be compiled in the supervisor (\(error.message)); each worker compiles its own")
+            program = nil
+        }
+        seccompPrograms[network] = .some(program)
+        return program
+    }
+
     /// How long a worker of `m` may take to say hello and answer `startup` (a day in debug mode).
     func startupTimeout(_ m: Manifest) -> Int {
         config.isDebugged(m.identifier) ? SupervisorConfig.debugTimeoutMs : m.limits.startupTimeoutMs ?? config.startupTimeoutMs
@@ -161,7 +184,8 @@ extension Lifecycle {
             uid: getuid(), gid: getgid(), notifyFD: notify ? 4 : nil, maxFrameBytes: config.maxFrameBytes,
             sandbox: SandboxSpec(enabled: config.sandboxEnabled, memoryMB: m.limits.memoryMB, openFiles: m.limits.openFiles,
                                  permissions: m.permissions, required: config.requiredSandboxLayers,
-                                 runtimePaths: supervisor.runtimePaths, debuggable: config.isDebugged(m.identifier) ? true : nil))
+                                 runtimePaths: supervisor.runtimePaths, debuggable: config.isDebugged(m.identifier) ? true : nil,
+                                 seccompProgram: notify ? seccompProgram(network: m.permissions.contains(.network)) : nil))
     }
 
     /// What its cgroup holds it to: the memory limits the sampler enforces too, at most
