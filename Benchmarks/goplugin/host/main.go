@@ -1,0 +1,144 @@
+// The go-plugin host of the comparison (scripts/compare-goplugin.sh): starts plugins with HashiCorp
+// go-plugin 1.0.1 and measures what supervisor-bench measures for this project, printing JSON:
+//
+//	callP50Us, callP99Us   one call at a time to Plugin.Ping (one hop: host → plugin → host)
+//	throughput64           calls per second with 64 in flight on one client
+//	start1Ms, start50Ms    from launching 1 (50, in parallel) plugin processes to all answering
+//	start50SequentialMs    50 started one after the other, as a host usually does
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io/ioutil"
+	"log"
+	"net/rpc"
+	"os"
+	"os/exec"
+	"sort"
+	"sync"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+	plugin "github.com/hashicorp/go-plugin"
+)
+
+type echoPlugin struct{}
+
+func (echoPlugin) Server(*plugin.MuxBroker) (interface{}, error) { return nil, fmt.Errorf("host only") }
+func (echoPlugin) Client(_ *plugin.MuxBroker, c *rpc.Client) (interface{}, error) {
+	return c, nil
+}
+
+var handshake = plugin.HandshakeConfig{ProtocolVersion: 1, MagicCookieKey: "SP_BENCH", MagicCookieValue: "go-plugin"}
+
+// start launches one plugin process and returns its client and RPC connection, once it answers.
+func start(path string) (*plugin.Client, *rpc.Client) {
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig: handshake,
+		Plugins:         map[string]plugin.Plugin{"echo": echoPlugin{}},
+		Cmd:             exec.Command(path),
+		Logger:          hclog.New(&hclog.LoggerOptions{Output: ioutil.Discard, Level: hclog.Error}),
+	})
+	protocol, err := client.Client()
+	if err != nil {
+		log.Fatalf("starting %s: %v", path, err)
+	}
+	raw, err := protocol.Dispense("echo")
+	if err != nil {
+		log.Fatalf("dispense: %v", err)
+	}
+	c := raw.(*rpc.Client)
+	var one int
+	if err := c.Call("Plugin.Ping", 0, &one); err != nil || one != 1 {
+		log.Fatalf("first call: %v (%d)", err, one)
+	}
+	return client, c
+}
+
+func startMany(path string, n int) float64 {
+	began := time.Now()
+	clients := make([]*plugin.Client, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) { defer wg.Done(); clients[i], _ = start(path) }(i)
+	}
+	wg.Wait()
+	ms := float64(time.Since(began).Microseconds()) / 1000
+	for _, c := range clients {
+		c.Kill()
+	}
+	return ms
+}
+
+func main() {
+	path := flag.String("plugin", "", "the plugin executable")
+	calls := flag.Int("calls", 20000, "calls for the latency and throughput figures")
+	flag.Parse()
+	if *path == "" {
+		log.Fatal("-plugin is required")
+	}
+	out := map[string]float64{}
+
+	client, c := start(*path)
+	var one int
+	for i := 0; i < 500; i++ { // warm up
+		_ = c.Call("Plugin.Ping", 0, &one)
+	}
+	lat := make([]float64, *calls)
+	for i := range lat {
+		t := time.Now()
+		if err := c.Call("Plugin.Ping", 0, &one); err != nil {
+			log.Fatal(err)
+		}
+		lat[i] = float64(time.Since(t).Nanoseconds()) / 1000
+	}
+	sort.Float64s(lat)
+	out["callP50Us"] = lat[len(lat)/2]
+	out["callP99Us"] = lat[len(lat)*99/100]
+
+	total := *calls * 3
+	var next int64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	began := time.Now()
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var r int
+			for {
+				mu.Lock()
+				next++
+				mine := next
+				mu.Unlock()
+				if mine > int64(total) {
+					return
+				}
+				if err := c.Call("Plugin.Ping", 0, &r); err != nil {
+					log.Fatal(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	out["throughput64"] = float64(total) / time.Since(began).Seconds()
+	client.Kill()
+
+	out["start1Ms"] = startMany(*path, 1)
+	out["start50Ms"] = startMany(*path, 50)
+	// As a host usually starts its plugins: one after the other (Client() blocks until the
+	// handshake).
+	began = time.Now()
+	sequential := make([]*plugin.Client, 50)
+	for i := range sequential {
+		sequential[i], _ = start(*path)
+	}
+	out["start50SequentialMs"] = float64(time.Since(began).Microseconds()) / 1000
+	for _, c := range sequential {
+		c.Kill()
+	}
+	json.NewEncoder(os.Stdout).Encode(out)
+}

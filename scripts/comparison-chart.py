@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Medians, ratios and a chart from compare-goplugin.sh's rounds (supervisor-bench --json and the
+go-plugin host's JSON): prints the table, writes comparison.json and an SVG bar chart of each ratio
+against its target (standard library only)."""
+import argparse
+import datetime
+import json
+import platform
+import statistics
+
+p = argparse.ArgumentParser()
+p.add_argument("--runs", type=int, required=True)
+p.add_argument("--dir", required=True)
+p.add_argument("--go-plugin-version", default="?")
+p.add_argument("--json", required=True)
+p.add_argument("--svg", required=True)
+a = p.parse_args()
+
+ours_runs, go_runs = [], []
+for i in range(1, a.runs + 1):
+    ours_runs.append({m["name"]: m["value"] for m in json.load(open(f"{a.dir}/ours-{i}.json"))})
+    go_runs.append(json.load(open(f"{a.dir}/go-{i}.json")))
+
+
+def ours(name):
+    return statistics.median(r[name] for r in ours_runs)
+
+
+def go(key):
+    return statistics.median(r[key] for r in go_runs)
+
+
+CALL = "call p50 (CLI socket → supervisor → worker → back)"
+TPUT = "call throughput, 64 in flight"
+P2P = "plugin → plugin call p50 (client → A → B → A → client)"
+P2PT = "plugin → plugin throughput, 64 in flight"
+START1 = "start → ready, 1 plugin, sandbox on"
+START50 = "start → ready, 50 plugins (wide), sandbox on"
+START50OFF = "start → ready, 50 plugins (wide), sandbox off"
+CRASH = "crash → serving again (first restart), median"
+PSS = "worker PSS with 50 workers, median"
+
+# (label, ours, theirs or reference, ratio target as (op, value), lower is better)
+rows = [
+    ("host call p50 vs go-plugin's one hop", ours(CALL), go("callP50Us"), "µs", ("≤", 0.6)),
+    ("64 in flight vs go-plugin", ours(TPUT), go("throughput64"), "/s", ("≥", 3.5)),
+    ("start → ready, 1 plugin vs go-plugin", ours(START1), go("start1Ms"), "ms", None),
+    ("50 plugins ready vs go-plugin, in parallel", ours(START50), go("start50Ms"), "ms", ("≤", 0.33)),
+    ("50 plugins ready vs go-plugin, one after the other", ours(START50), go("start50SequentialMs"), "ms", ("≤", 0.33)),
+    ("50 plugins, sandbox off, vs go-plugin in parallel", ours(START50OFF), go("start50Ms"), "ms", None),
+    ("plugin→plugin p50 vs a host call", ours(P2P), ours(CALL), "µs", ("≤", 2.0)),
+    ("plugin→plugin throughput vs host calls", ours(P2PT), ours(TPUT), "/s", ("≥", 0.5)),
+]
+absolute = []
+for name, unit, target in [(CRASH, "ms", ("≤", 5.0)), (PSS, "MiB", ("≤", 2.0))]:
+    values = [r[name] for r in ours_runs if name in r]
+    if values:
+        absolute.append((name, statistics.median(values), unit, target))
+
+result = {
+    "date": datetime.date.today().isoformat(),
+    "machine": f"{platform.machine()}, {platform.system()} {platform.release()}",
+    "runs": a.runs,
+    "goPlugin": a.go_plugin_version,
+    "ratios": [],
+    "absolute": [],
+}
+print(f"{'':52} {'ours':>10} {'theirs':>10} {'ratio':>7}  target")
+for label, mine, theirs, unit, target in rows:
+    ratio = mine / theirs
+    met = None if target is None else (ratio <= target[1] if target[0] == "≤" else ratio >= target[1])
+    result["ratios"].append({"what": label, "ours": round(mine, 2), "theirs": round(theirs, 2), "unit": unit,
+                             "ratio": round(ratio, 3), "target": None if target is None else f"{target[0]} {target[1]}",
+                             "met": met})
+    t = "" if target is None else f"{target[0]} {target[1]}× {'met' if met else 'NOT met'}"
+    print(f"{label:52} {mine:10.1f} {theirs:10.1f} {ratio:6.2f}×  {t}")
+for name, value, unit, target in absolute:
+    met = value <= target[1]
+    result["absolute"].append({"what": name, "value": round(value, 2), "unit": unit, "target": f"{target[0]} {target[1]} {unit}", "met": met})
+    print(f"{name:52} {value:10.2f} {unit:>10}          {target[0]} {target[1]} {unit} {'met' if met else 'NOT met'}")
+json.dump(result, open(a.json, "w"), indent=1, ensure_ascii=False)
+
+# The chart: one bar per ratio (log scale, 1× marked), the target as a tick; green when met.
+width, left, bar_h, gap = 900, 380, 22, 12
+top = 50
+height = top + len(result["ratios"]) * (bar_h + gap) + 40
+import math
+lo, hi = 0.05, 20.0
+
+
+def x(v):
+    return left + (math.log10(max(lo, min(hi, v))) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * (width - left - 30)
+
+
+svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
+       f'<text x="10" y="20" font-size="14" font-weight="bold">sandboxed plugin runner vs HashiCorp go-plugin {a.go_plugin_version}: ratios ({result["date"]}, median of {a.runs} runs)</text>',
+       f'<text x="10" y="38" fill="#555">lower is better for times, higher for throughput; the black tick is the target; log scale</text>']
+for v in [0.1, 0.33, 0.5, 1, 2, 5, 10]:
+    svg.append(f'<line x1="{x(v):.1f}" y1="{top - 6}" x2="{x(v):.1f}" y2="{height - 30}" stroke="{"#999" if v == 1 else "#e5e5e5"}"/>')
+    svg.append(f'<text x="{x(v):.1f}" y="{height - 14}" text-anchor="middle" fill="#555">{v}×</text>')
+for i, r in enumerate(result["ratios"]):
+    y = top + i * (bar_h + gap)
+    color = "#888" if r["met"] is None else ("#2e8b57" if r["met"] else "#cd5c5c")
+    svg.append(f'<text x="{left - 8}" y="{y + bar_h * 0.7:.1f}" text-anchor="end">{r["what"]}</text>')
+    svg.append(f'<rect x="{x(lo):.1f}" y="{y}" width="{x(r["ratio"]) - x(lo):.1f}" height="{bar_h}" fill="{color}"/>')
+    svg.append(f'<text x="{x(r["ratio"]) + 4:.1f}" y="{y + bar_h * 0.7:.1f}">{r["ratio"]:.2f}×</text>')
+    if r["target"]:
+        t = float(r["target"].split()[1])
+        svg.append(f'<line x1="{x(t):.1f}" y1="{y - 3}" x2="{x(t):.1f}" y2="{y + bar_h + 3}" stroke="black" stroke-width="2"/>')
+svg.append("</svg>")
+open(a.svg, "w").write("\n".join(svg) + "\n")
+print(f"wrote {a.json} and {a.svg}")
