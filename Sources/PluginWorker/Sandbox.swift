@@ -26,7 +26,7 @@ enum Sandbox {
         func layer(_ name: SandboxLayer) { applied.layers.append(name.rawValue) }
         func missing(_ name: SandboxLayer, _ why: String) throws(WorkerError) {
             if plan.required.contains(name) {
-                throw WorkerError(code: .sandboxError, message: "the operator requires the sandbox layer '\(name)', which this host cannot provide: \(why)")
+                throw WorkerError(code: .sandboxUnavailable, message: "the operator requires the sandbox layer '\(name)', which this host cannot provide: \(why)")
             }
             applied.missing.append("\(name.rawValue): \(why)")
         }

@@ -7,6 +7,8 @@ public enum ExitReason: String, Sendable, Codable, CaseIterable {
     case exited, signaled
     // The worker ended itself, and said why.
     case badSpec, orphaned, sandboxError, loadError, missingSymbol, abiMismatch, createFailed
+    /// A layer the operator requires (`requireSandboxLayers`) is not there on this host.
+    case sandboxUnavailable
     case sandboxViolation
     /// It was signalled to its own pid (SIGTERM/SIGINT) and ended cleanly.
     case terminated
@@ -28,6 +30,7 @@ public enum ExitReason: String, Sendable, Codable, CaseIterable {
         case .badSpec: return 64
         case .orphaned: return 65
         case .sandboxError: return 71
+        case .sandboxUnavailable: return 72
         case .loadError, .missingSymbol, .abiMismatch, .createFailed: return 78
         case .sandboxViolation: return 159
         case .terminated: return 0
@@ -38,7 +41,7 @@ public enum ExitReason: String, Sendable, Codable, CaseIterable {
     /// A cause a restart cannot cure (SPEC §6): the plugin goes to `failed` at once.
     public var isPermanent: Bool {
         switch self {
-        case .badSpec, .loadError, .missingSymbol, .abiMismatch, .identifierMismatch, .dependencyMismatch: return true
+        case .badSpec, .loadError, .missingSymbol, .abiMismatch, .identifierMismatch, .dependencyMismatch, .sandboxUnavailable: return true
         default: return false
         }
     }
