@@ -20,6 +20,8 @@ let package = Package(
         .library(name: "TestKit", type: .dynamic, targets: ["TestKit"]),
         // Test fixture: a Swift plugin without its `@_cdecl` export.
         .library(name: "NoExport", type: .dynamic, targets: ["NoExport"]),
+        // The benchmark's plugin→plugin caller in C (supervisor-bench).
+        .library(name: "CRelay", type: .dynamic, targets: ["CRelay"]),
     ],
     dependencies: [
         // The plugin SDK, a package of its own (SPEC §11): the C ABI, the wire protocol, the Swift SDK.
@@ -118,6 +120,7 @@ let package = Package(
 
         .target(name: "TestKit", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Tests/Fixtures/TestKit"),
         .target(name: "NoExport", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Tests/Fixtures/NoExport"),
+        .target(name: "CRelay", dependencies: [.product(name: "CPluginABI", package: "SDK")], path: "Benchmarks/CRelay"),
 
         .testTarget(
             name: "UnitTests",

@@ -34,6 +34,8 @@ CALL = "call p50 (CLI socket → supervisor → worker → back)"
 TPUT = "call throughput, 64 in flight"
 P2P = "plugin → plugin call p50 (client → A → B → A → client)"
 P2PT = "plugin → plugin throughput, 64 in flight"
+P2PC = "plugin → plugin call p50, caller in C"
+P2PCT = "plugin → plugin throughput, 64 in flight, caller in C"
 START1 = "start → ready, 1 plugin, sandbox on"
 START50 = "start → ready, 50 plugins (wide), sandbox on"
 START50OFF = "start → ready, 50 plugins (wide), sandbox off"
@@ -51,6 +53,11 @@ rows = [
     ("plugin→plugin p50 vs a host call", ours(P2P), ours(CALL), "µs", ("≤", 2.0)),
     ("plugin→plugin throughput vs host calls", ours(P2PT), ours(TPUT), "/s", ("≥", 0.5)),
 ]
+if all(P2PC in r and P2PCT in r for r in ours_runs):
+    rows += [
+        ("plugin→plugin p50, caller in C, vs a host call", ours(P2PC), ours(CALL), "µs", ("≤", 2.0)),
+        ("plugin→plugin throughput, caller in C, vs host calls", ours(P2PCT), ours(TPUT), "/s", ("≥", 0.5)),
+    ]
 absolute = []
 for name, unit, target in [(CRASH, "ms", ("≤", 5.0)), (PSS, "MiB", ("≤", 2.0))]:
     values = [r[name] for r in ours_runs if name in r]

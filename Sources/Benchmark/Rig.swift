@@ -32,13 +32,15 @@ final class Rig {
             let id = i < count ? "bench.p\(i)" : extra[i - count]
             let bundle = dir + "/" + id
             try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
-            if link(bin + "/libTestKit.so", bundle + "/libTestKit.so") != 0 {
-                try FileManager.default.copyItem(atPath: bin + "/libTestKit.so", toPath: bundle + "/libTestKit.so")
+            // bench.crelay is the C caller (Benchmarks/CRelay); every other one is TestKit.
+            let library = id == "bench.crelay" ? "libCRelay.so" : "libTestKit.so"
+            if link(bin + "/" + library, bundle + "/" + library) != 0 {
+                try FileManager.default.copyItem(atPath: bin + "/" + library, toPath: bundle + "/" + library)
             }
             var deps = ""
             if chain, i > 0, i < count { deps = #","dependencies":["bench.p\#(i - 1)"]"# }
-            if id == "bench.caller" { deps = #","dependencies":["bench.callee"]"# }
-            try #"{"identifier":"\#(id)","version":"1.0.0","library":"libTestKit.so"\#(deps)}"#
+            if id == "bench.caller" || id == "bench.crelay" { deps = #","dependencies":["bench.callee"]"# }
+            try #"{"identifier":"\#(id)","version":"1.0.0","library":"\#(library)"\#(deps)}"#
                 .write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
         }
         return dir

@@ -39,7 +39,7 @@ do {
     report.add("baseline: JSON encode+decode of the call message", json, "µs")
 
     note("calls: through the supervisor")
-    let callPlugins = try rig.plugins("calls", count: 0, extra: ["bench.callee", "bench.caller"])
+    let callPlugins = try rig.plugins("calls", count: 0, extra: ["bench.callee", "bench.caller", "bench.crelay"])
     try rig.start(plugins: callPlugins)
     let conn = try rig.connect()
     _ = try latency(conn, count: 500, frame: frame)
@@ -64,15 +64,21 @@ do {
             report.add("worker CPU per call, 64 in flight", (after - before) / Double(count) * 1e6, "µs")
         }
     }
-    // Plugin → plugin: the client asks bench.caller, which calls bench.callee through the supervisor.
-    let nested = { (id: UInt64) in
+    // Plugin → plugin: the client asks a caller, which calls bench.callee through the supervisor:
+    // bench.caller in Swift (TestKit's async `call`), and bench.crelay in C (Benchmarks/CRelay), the
+    // supervisor's part alone, without the Swift SDK's async path and JSON coding in the caller.
+    func nested(_ label: String, _ frame: (UInt64) -> [UInt8]) throws {
+        _ = try latency(conn, count: 200, frame: frame)
+        let lat = try latency(conn, count: calls / 4, frame: frame)
+        report.add("plugin → plugin call p50\(label)", lat.median, "µs", baseline: ("2-hop p50", twoHop.p50))
+        report.add("plugin → plugin call p99\(label.hasPrefix(" (") ? "" : label)", lat.percentile(0.99), "µs", baseline: ("2-hop p50", twoHop.p50))
+        report.add("plugin → plugin throughput, 64 in flight\(label.hasPrefix(" (") ? "" : label)", try throughput(conn, inFlight: 64, count: calls, frame: frame), "/s",
+                   baseline: ("2-hop", twoHop.tput[64]!))
+    }
+    try nested(" (client → A → B → A → client)") { id in
         callFrame(id: id, target: "bench.caller", method: "call", params: #"{"target":"bench.callee","method":"ping"}"#)
     }
-    _ = try latency(conn, count: 200, frame: nested)
-    let nestedLat = try latency(conn, count: calls / 4, frame: nested)
-    report.add("plugin → plugin call p50 (client → A → B → A → client)", nestedLat.median, "µs", baseline: ("2-hop p50", twoHop.p50))
-    report.add("plugin → plugin throughput, 64 in flight", try throughput(conn, inFlight: 64, count: calls, frame: nested), "/s",
-               baseline: ("2-hop", twoHop.tput[64]!))
+    try nested(", caller in C") { id in callFrame(id: id, target: "bench.crelay", method: "relay") }
     conn.close()
 
     // 5. Memory of a trivial worker.
