@@ -54,7 +54,12 @@ public struct PluginCatalog: Sendable {
             }
             all[m.identifier] = m
         }
-        for (placeholder, reason) in unusable where all[placeholder.identifier] == nil {
+        for (placeholder, reason) in unusable {
+            // Its name is taken by a usable bundle (or another unusable one): logged, not listed.
+            if let first = all[placeholder.identifier] {
+                self.problems.append("\(reason) (not listed: \(placeholder.identifier) is \(first.file)'s)")
+                continue
+            }
             all[placeholder.identifier] = placeholder
             unstartable[placeholder.identifier] = reason
         }

@@ -14,6 +14,9 @@ public enum Scaffold {
         public var library: String
     }
 
+    static let taken: Set<String> = ["Swift", "Foundation", "FoundationEssentials", "Dispatch", "Glibc", "Synchronization",
+                                     "PluginSDK", "PluginProtocol", "CPluginABI", "SDK", "XCTest", "Testing"]
+
     /// A module name for `identifier`: its last component in UpperCamelCase ("com.example.hello-world"
     /// → "HelloWorld"), prefixed when it would not start with a letter.
     public static func moduleName(_ identifier: String) -> String {
@@ -21,6 +24,8 @@ public enum Scaffold {
         let words = last.split(whereSeparator: { !$0.isLetter && !$0.isNumber })
         var name = words.map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined()
         if name.isEmpty || !(name.first!.isLetter) { name = "Plugin" + name }
+        // A module may not take the name of one it imports, or of the standard ones.
+        if taken.contains(name) { name += "Plugin" }
         return name
     }
 

@@ -88,6 +88,8 @@ struct DependencyTests {
         let badPerm = try w.rawBundle("badperm", manifest: #"{"identifier": "bad.perm", "version": "1.0.0", "library": "x.so", "permissions": ["root"]}"#)
         try w.bundle("dup.one", folder: "dup1")
         try w.bundle("dup.one", folder: "dup2")
+        // Unusable, and its identifier is a usable bundle's: logged, not listed in its place.
+        let brokenDup = try w.rawBundle("dupbroken", manifest: #"{"identifier": "dup.one", "version": 1}"#)
         let sv = try RunningSupervisor(w)
         let log = sv.log
         #expect(log.contains("\(noVersion)/plugin.json: field 'version': missing"))
@@ -96,6 +98,7 @@ struct DependencyTests {
         #expect(log.contains("\(badVersion)/plugin.json: field 'version': '1.0' is not a semantic version"))
         #expect(log.contains("\(badPerm)/plugin.json: field 'permissions[0]': unknown permission 'root'"))
         #expect(log.contains("dup2/plugin.json: field 'identifier': duplicate identifier dup.one, already used by"))
+        #expect(log.contains("\(brokenDup)/plugin.json: field 'version'") && log.contains("(not listed: dup.one is "), "\(log)")
         // Each unusable bundle is listed as failed (under its identifier when it has a valid one, else
         // its folder's name), with the error; the duplicate is only logged.
         let status = try sv.status()

@@ -152,3 +152,31 @@ import Testing
         #expect(c.problems[0].contains("/q/a/plugin.json: field 'identifier': duplicate identifier a, already used by /p/a/plugin.json"))
     }
 }
+
+@Suite struct ScaffoldTests {
+    @Test func moduleNames() {
+        #expect(Scaffold.moduleName("com.example.hello-world") == "HelloWorld")
+        #expect(Scaffold.moduleName("com.example.hello") == "Hello")
+        #expect(Scaffold.moduleName("com.example.1st") == "Plugin1st")
+        #expect(Scaffold.moduleName("org.swift") == "SwiftPlugin")
+        #expect(Scaffold.moduleName("org.plugin-sdk") == "PluginSdk")
+        #expect(Scaffold.moduleName("x.PluginSDK") == "PluginSDKPlugin")
+    }
+
+    @Test func plans() {
+        let swift = Scaffold.plan(identifier: "com.example.hello", language: .swift, sdk: "/sdk")
+        #expect(swift.library == "libHello.so" && swift.build == "swift build -c release && cp .build/release/libHello.so .")
+        #expect(swift.files.map(\.path) == ["plugin.json", "Package.swift", "Sources/Hello/Hello.swift", "README.md", ".gitignore"])
+        #expect(swift.files.first { $0.path == "Package.swift" }?.text.contains(#".package(path: "/sdk")"#) == true)
+        let readme = swift.files.first { $0.path == "README.md" }!.text
+        #expect(readme.split(separator: "\n").count == 4)
+        let c = Scaffold.plan(identifier: "com.example.hello", language: .c, sdk: "/sdk")
+        #expect(c.library == "libhello.so" && c.build == "make")
+        #expect(c.files.first { $0.path == "Makefile" }?.text.contains("\tcc -shared -fPIC") == true)
+        // Each manifest is one the supervisor accepts.
+        for plan in [swift, c] {
+            let json = plan.files.first { $0.path == "plugin.json" }!.text
+            #expect((try? Manifest.parse(Array(json.utf8), bundle: "/b", file: "/b/plugin.json")) != nil)
+        }
+    }
+}
