@@ -141,6 +141,20 @@ struct ZeroDropTests {
         try callers.stopExpectingNoFailure(sv)
     }
 
+    @Test("a shutdown while an update's new version starts: the update fails and is rolled back, both workers end, exit 0")
+    func shutdownDuringUpdate() throws {
+        let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "3000"]])
+        let oldPID = try #require(try sv.plugin("z.app").pid)
+        let install = Background { try sv.cli("install", archives["2.0.0"]!) }
+        let next = try sv.waitFor("2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
+        sv.signal(SIGTERM)
+        #expect(try sv.waitForExit() == 0)
+        let r = try install.wait()
+        #expect(r.code != 0, "the install was answered as if it had worked: \(r.out)")
+        #expect(w.installed()["z.app"] == "1.0.0", "the new version was left on disk")
+        #expect(kill(oldPID, 0) != 0 && kill(next.pid, 0) != 0, "a worker outlived the supervisor")
+    }
+
     @Test("the old worker crashes while the new version starts beside it: calls wait for the new one, which takes over")
     func oldCrashesDuringUpdate() throws {
         let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "1000"]])
