@@ -124,7 +124,8 @@ let package = Package(
 
         .testTarget(
             name: "UnitTests",
-            dependencies: [.product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "SupervisorKit", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: [.product(name: "PluginProtocol", package: "SDK"), .product(name: "PluginSDK", package: "SDK"), "IPC", "LinuxSupport", "Bundles",
+                           "SupervisorKit", .product(name: "NIOCore", package: "swift-nio")],
             path: "Tests/UnitTests"
         ),
         .testTarget(

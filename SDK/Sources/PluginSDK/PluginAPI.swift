@@ -107,6 +107,7 @@ enum Coding {
         guard let raw, !raw.isEmpty else {
             throw PluginError.badRequest("missing params: expected \(T.self)")
         }
+        if let plain: T = Plain.decode(raw) { return plain }
         do {
             return try JSONDecoder().decode(T.self, from: Data(raw))
         } catch let error as DecodingError {
@@ -122,6 +123,7 @@ enum Coding {
     static func decodeResult<T: Decodable>(_ type: T.Type, _ raw: [UInt8]?, of what: String) throws -> T {
         if T.self == Empty.self { return Empty() as! T }
         let bytes = raw ?? Array("null".utf8)
+        if let plain: T = bytes.withUnsafeBytes({ Plain.decode($0) }) { return plain }
         do {
             return try JSONDecoder().decode(T.self, from: Data(bytes))
         } catch let error as DecodingError {
@@ -132,6 +134,7 @@ enum Coding {
 
     static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
         if T.self == Empty.self { return Array("null".utf8) }
+        if let plain = Plain.encode(value) { return plain }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.withoutEscapingSlashes]
         return Array(try encoder.encode(value))
@@ -157,5 +160,72 @@ extension Optional where Wrapped == [UInt8] {
         case .none: return try body(nil)
         case .some(let bytes): return try bytes.withUnsafeBytes { try body($0) }
         }
+    }
+}
+
+/// The commonest parameters and results (an `Int`, a `Bool`, a `String` without escapes) coded
+/// without Foundation's JSON coders, whose fixed cost is most of a small call's time in the
+/// plugin. Anything else, or any doubt (a number with a fraction or exponent, a string with an
+/// escape), is left to JSONEncoder/JSONDecoder, and the bytes are the same either way.
+enum Plain {
+    static func encode<T>(_ value: T) -> [UInt8]? {
+        if T.self == Int.self { return Array(String(value as! Int).utf8) }
+        if T.self == Bool.self { return Array(((value as! Bool) ? "true" : "false").utf8) }
+        if T.self == String.self {
+            let text = value as! String
+            // Quotes, backslashes and control characters need escapes: JSONEncoder writes those.
+            guard !text.utf8.contains(where: { $0 == 0x22 || $0 == 0x5C || $0 < 0x20 }) else { return nil }
+            var out: [UInt8] = [0x22]
+            out.reserveCapacity(text.utf8.count + 2)
+            out.append(contentsOf: text.utf8)
+            out.append(0x22)
+            return out
+        }
+        return nil
+    }
+
+    static func decode<T>(_ raw: UnsafeRawBufferPointer) -> T? {
+        if T.self == Int.self { return int(raw).map { $0 as! T } }
+        if T.self == Bool.self {
+            let bytes = trimmed(raw)
+            if bytes.elementsEqual("true".utf8) { return (true as! T) }
+            if bytes.elementsEqual("false".utf8) { return (false as! T) }
+            return nil
+        }
+        if T.self == String.self {
+            let bytes = trimmed(raw)
+            guard bytes.count >= 2, bytes.first == 0x22, bytes.last == 0x22 else { return nil }
+            let inner = bytes.dropFirst().dropLast()
+            guard !inner.contains(where: { $0 == 0x22 || $0 == 0x5C || $0 < 0x20 }) else { return nil }
+            // Invalid UTF-8 is JSONDecoder's to refuse.
+            guard let text = String(validating: inner, as: UTF8.self) else { return nil }
+            return (text as! T)
+        }
+        return nil
+    }
+
+    /// `-?[0-9]+` without a leading zero, within Int's range; nil for anything else.
+    static func int(_ raw: UnsafeRawBufferPointer) -> Int? {
+        let bytes = trimmed(raw)
+        var digits = bytes[...]
+        let negative = digits.first == UInt8(ascii: "-")
+        if negative { digits = digits.dropFirst() }
+        guard !digits.isEmpty, digits.count <= 19, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        guard digits.count == 1 || digits.first != 0x30 else { return nil }
+        var value = 0
+        for d in digits {
+            let (m, o1) = value.multipliedReportingOverflow(by: 10)
+            let (a, o2) = negative ? m.subtractingReportingOverflow(Int(d - 0x30)) : m.addingReportingOverflow(Int(d - 0x30))
+            guard !o1, !o2 else { return nil }
+            value = a
+        }
+        return value
+    }
+
+    private static func trimmed(_ raw: UnsafeRawBufferPointer) -> ArraySlice<UInt8> {
+        var bytes = Array(raw)[...]
+        while let first = bytes.first, first == 0x20 || first == 0x0A || first == 0x0D || first == 0x09 { bytes = bytes.dropFirst() }
+        while let last = bytes.last, last == 0x20 || last == 0x0A || last == 0x0D || last == 0x09 { bytes = bytes.dropLast() }
+        return bytes
     }
 }

@@ -1,0 +1,38 @@
+import Foundation
+@testable import PluginSDK
+import Testing
+
+/// The SDK's plain coding of Int, Bool and String writes what JSONEncoder writes and reads what
+/// JSONDecoder reads, and leaves every other case to them.
+@Suite struct SDKCodingTests {
+    func foundation<T: Encodable>(_ value: T) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        return Array(try encoder.encode(value))
+    }
+
+    @Test func encodesAsJSONEncoderDoes() throws {
+        for v in [0, 1, -1, 42, Int.max, Int.min] { #expect(Plain.encode(v) == (try foundation(v))) }
+        for v in [true, false] { #expect(Plain.encode(v) == (try foundation(v))) }
+        for v in ["", "hello", "a/b", "héllo wörld", "日本語", "🙂", "\u{2028}", "\u{7F}", "tab\there"] {
+            if let plain = Plain.encode(v) { #expect(plain == (try foundation(v)), "\(v)") }
+        }
+        // Escapes are JSONEncoder's: the plain path declines.
+        for v in ["quote\"", "back\\slash", "line\nbreak", "\u{01}"] { #expect(Plain.encode(v) == nil) }
+        #expect(Plain.encode(1.5) == nil)
+        #expect(Plain.encode([1]) == nil)
+    }
+
+    @Test func decodesAsJSONDecoderDoes() throws {
+        func plain<T>(_ json: String, _: T.Type) -> T? { Array(json.utf8).withUnsafeBytes { Plain.decode($0) } }
+        for text in ["0", "1", "-1", " 42 ", "9223372036854775807", "-9223372036854775808"] {
+            #expect(plain(text, Int.self) == (try JSONDecoder().decode(Int.self, from: Data(text.utf8))), "\(text)")
+        }
+        // Left to JSONDecoder: fractions, exponents, leading zeros, overflow, other types.
+        for text in ["1.0", "1e3", "01", "9223372036854775808", "\"1\"", "null", "", "-", "+1"] { #expect(plain(text, Int.self) == nil, "\(text)") }
+        #expect(plain("true", Bool.self) == true && plain(" false\n", Bool.self) == false && plain("1", Bool.self) == nil)
+        #expect(plain(#""hello""#, String.self) == "hello")
+        #expect(plain(#""日本 🙂""#, String.self) == "日本 🙂")
+        #expect(plain(#""a\"b""#, String.self) == nil && plain(#""a\nb""#, String.self) == nil && plain("hello", String.self) == nil)
+    }
+}
