@@ -118,13 +118,17 @@ struct ZeroDropTests {
         #expect(heard.filter { $0 == "dependencyRestarted:z.app" }.count == 1, "\(heard)")
     }
 
-    @Test("while an update's new version starts: another install or an uninstall is refused, a restart stops the new version and the old one goes on")
+    @Test("while an update's new version starts: a reload leaves it alone, another install or an uninstall is refused, a restart stops the new version and the old one goes on")
     func updateInterrupted() throws {
         let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "3000"], "2.0.1": [:]])
         let callers = Callers(socket: sv.socket, target: "z.app", count: 2)
         try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 }
         let install = Background { try sv.cli("install", archives["2.0.0"]!) }
         let next = try sv.waitFor("2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
+        // A reload meanwhile sees 2.0.0's files on disk, and leaves them to the update.
+        let reload = try sv.cli("reload")
+        #expect(reload.code == 0 && reload.out.contains(#""changed":0"#), "\(reload.out)\(reload.err)")
+        #expect(try sv.plugin("z.app").updating?.pid == next.pid)
         let second = try sv.cli("install", archives["2.0.1"]!)
         #expect(second.code != 0 && second.err.contains("conflict") && second.err.contains("being updated"), "\(second.err)")
         let uninstall = try sv.cli("uninstall", "z.app")

@@ -55,6 +55,12 @@ extension Lifecycle {
         for id in fresh.order {
             guard let manifest = fresh.all[id] else { continue }
             if let existing = table[id] {
+                // An install or update of it is under way: its files are the install's to change,
+                // and it settles the plugin itself (the next rescan sees the outcome).
+                if existing.successor != nil || existing.installAwaitsVerdict {
+                    logger.info("\(id) is being updated; the rescan leaves it to the update", metadata: ["plugin": "\(id)"])
+                    continue
+                }
                 // Changed on disk, or no longer refused (a permission, a dependency fixed without touching it).
                 let cured = previous.unstartable[id] != nil && fresh.unstartable[id] == nil
                 guard existing.manifest.fingerprint != manifest.fingerprint || existing.manifest.bundle != manifest.bundle || cured else { continue }
