@@ -28,9 +28,8 @@ fi
 out="$root/.build/compare"
 mkdir -p "$out"
 echo "==> building the go-plugin peer and the release build" >&2
-(cd Benchmarks/goplugin && GOPATH=/usr/share/gocode GO111MODULE=off GOFLAGS= GOCACHE="$out/gocache" \
-  go build -o "$out/goplugin-host" ./host && GOPATH=/usr/share/gocode GO111MODULE=off GOFLAGS= GOCACHE="$out/gocache" \
-  go build -o "$out/goplugin-plugin" ./plugin)
+(cd Benchmarks/goplugin && export GOPATH=/usr/share/gocode GO111MODULE=off GOFLAGS= GOCACHE="$out/gocache" &&
+  go build -o "$out/goplugin-host" ./host && go build -o "$out/goplugin-plugin" ./plugin)
 swift build -c release >"$out/build.log" 2>&1 || { cat "$out/build.log" >&2; exit 1; }
 go_version=$(dpkg-query -W -f '${Version}' golang-github-hashicorp-go-plugin-dev)
 

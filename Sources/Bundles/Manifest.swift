@@ -176,10 +176,7 @@ extension Manifest {
         var manifest = try parse(bytes, bundle: bundle, file: file)
         manifest.fingerprint = bytes
         for lib in [manifest.library].compactMap({ $0 }) + manifest.variants.map(\.library) {
-            var st = stat()
-            if stat(bundle + "/" + lib, &st) == 0 {
-                manifest.fingerprint += Array("\(lib):\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec):\(st.st_ino);".utf8)
-            }
+            if let stamp = FileStamp(path: bundle + "/" + lib) { manifest.fingerprint += Array("\(lib):\(stamp);".utf8) }
         }
         return manifest
     }

@@ -66,7 +66,6 @@ public enum FileSystem {
         return String(cString: p)
     }
 
-    /// The text of the symbolic link `path` (readlink), or nil when it is not one.
     /// `path` from the root: a relative one is taken from the current directory (the workers run
     /// elsewhere, so every path handed to them must be absolute).
     public static func absolute(_ path: String) -> String {
@@ -78,6 +77,7 @@ public enum FileSystem {
         return rest.isEmpty || rest == "." ? cwd : (cwd == "/" ? "" : cwd) + "/" + rest
     }
 
+    /// The text of the symbolic link `path` (readlink), or nil when it is not one.
     public static func linkText(_ path: String) -> String? {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlink(path, &buffer, buffer.count - 1)
@@ -101,7 +101,6 @@ extension FileSystem {
         try ProcessControl.check("renameat2(RENAME_EXCHANGE)", cls_exchange(a, b), context: "\(a) and \(b)")
     }
 
-    /// rename(2).
     /// Replaces `path` with `bytes` so that a crash leaves the old contents or the new, never a mix:
     /// a temporary file beside it, written and synced, then renamed over it.
     public static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600) throws(SystemError) {
@@ -130,6 +129,7 @@ extension FileSystem {
         try rename(temp, to: path)
     }
 
+    /// rename(2).
     public static func rename(_ from: String, to: String) throws(SystemError) {
         _ = try syscallRetrying("rename", context: "\(from) to \(to)") { Glibc.rename(from, to) }
     }
@@ -163,4 +163,28 @@ extension FileSystem {
             _ = unlink(path)
         }
     }
+}
+
+/// Which file a path names and when it last changed: a file written over in place keeps its inode
+/// but not its size or modification time; one renamed over it has another inode. (A plugin's
+/// library at spawn against at its worker's end; a manifest's libraries between two scans.)
+public struct FileStamp: Equatable, Sendable, CustomStringConvertible {
+    public var device: UInt64
+    public var inode: UInt64
+    public var size: Int64
+    public var modifiedSeconds: Int
+    public var modifiedNanoseconds: Int
+
+    /// Nil when `path` cannot be stat'ed.
+    public init?(path: String) {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return nil }
+        device = UInt64(st.st_dev)
+        inode = UInt64(st.st_ino)
+        size = Int64(st.st_size)
+        modifiedSeconds = st.st_mtim.tv_sec
+        modifiedNanoseconds = st.st_mtim.tv_nsec
+    }
+
+    public var description: String { "\(size):\(modifiedSeconds).\(modifiedNanoseconds):\(device):\(inode)" }
 }

@@ -81,8 +81,9 @@ public struct SupervisorConfig: Sendable {
     /// Whether `identifier` runs in debug mode.
     public func isDebugged(_ identifier: String) -> Bool { !debugPlugins.isEmpty && debugPlugins.contains(identifier) }
 
-    /// What stands for "no timeout" in debug mode: a day (the longest a request may ask for).
-    public static let debugTimeoutMs = 24 * 3_600_000
+    /// A day: the longest timeout a request may ask for, and what stands for "no timeout" in debug
+    /// mode.
+    public static let longestTimeoutMs = 24 * 3_600_000
 
     /// The default home: `$SUPERVISOR_HOME`, else `$XDG_DATA_HOME/sandboxed-plugins`, else
     /// `~/.local/share/sandboxed-plugins`.

@@ -223,23 +223,29 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
                          _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
         let old = record.manifest
         let id = record.identifier
+        // How the update ends, whichever way it started: kept for the grace period, or rolled back
+        // on disk with `restoreOld` putting the old version back in service.
+        let verdict: (String?, _ restoreOld: () -> Void) -> Void = { [self] problem, restoreOld in
+            guard let problem else {
+                beginGrace(record, staged: staged, previous: old, what: what)
+                return done(.success(what))
+            }
+            do throws(InstallError) { try store.rollBack(staged) } catch {
+                return done(.failure(InstallError(.fileSystem, "the new version failed (\(problem)) and rolling back failed: \(error)").body))
+            }
+            logger.error("\(id) \(staged.version) failed to start (\(problem)); rolled back to \(old.version)")
+            restoreOld()
+            done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); rolled back to \(old.version)").body))
+        }
         if lifecycle.canStartBeside(record, manifest) {
             lifecycle.startBeside(record, manifest) { [self] problem in
-                guard let problem else {
-                    beginGrace(record, staged: staged, previous: old, what: what)
-                    return done(.success(what))
-                }
-                do throws(InstallError) { try store.rollBack(staged) } catch {
-                    return done(.failure(InstallError(.fileSystem, "the new version failed (\(problem)) and rolling back failed: \(error)").body))
-                }
-                logger.error("\(id) \(staged.version) failed to start (\(problem)); rolled back to \(old.version)")
-                // The old worker serves on; if it crashed meanwhile, the old version starts again.
-                if record.instance == nil, record.phase == .restarting, table[id] === record {
+                verdict(problem) {
+                    // The old worker serves on; if it crashed meanwhile, the old version starts again.
+                    guard record.instance == nil, record.phase == .restarting, table[id] === record else { return }
                     lifecycle.startAgain(record) { [self] problem in
                         if let problem { logger.error("\(id) \(old.version) did not start again: \(problem)", metadata: ["plugin": "\(id)"]) }
                     }
                 }
-                done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); rolled back to \(old.version)").body))
             }
             return
         }
@@ -248,17 +254,10 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
             record.installAwaitsVerdict = true
             lifecycle.startAgain(record) { [self] problem in
                 record.installAwaitsVerdict = false
-                guard let problem else {
-                    beginGrace(record, staged: staged, previous: old, what: what)
-                    return done(.success(what))
+                verdict(problem) {
+                    record.manifest = old
+                    lifecycle.restartCommand(id) { _ in }
                 }
-                do throws(InstallError) { try store.rollBack(staged) } catch {
-                    return done(.failure(InstallError(.fileSystem, "the new version failed (\(problem)) and rolling back failed: \(error)").body))
-                }
-                record.manifest = old
-                logger.error("\(id) \(staged.version) failed to start (\(problem)); rolled back to \(old.version)")
-                lifecycle.restartCommand(id) { _ in }
-                done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); rolled back to \(old.version)").body))
             }
         }
         if record.instance != nil { lifecycle.stopPlugin(record) { begin() } } else { begin() }

@@ -173,7 +173,7 @@ extension Lifecycle {
 
     /// How long a worker of `m` may take to say hello and answer `startup` (a day in debug mode).
     func startupTimeout(_ m: Manifest) -> Int {
-        config.isDebugged(m.identifier) ? SupervisorConfig.debugTimeoutMs : m.limits.startupTimeoutMs ?? config.startupTimeoutMs
+        config.isDebugged(m.identifier) ? SupervisorConfig.longestTimeoutMs : m.limits.startupTimeoutMs ?? config.startupTimeoutMs
     }
 
     /// What the worker needs to know: its plugin, its folders and its sandbox.

@@ -28,13 +28,13 @@ final class Router: SupervisorComponent, @unchecked Sendable {
 
     /// The timeout for a request to `record`: the request's own, else the plugin's, else the default.
     func timeout(for record: PluginRecord, requested: UInt64?) -> Int {
-        if config.isDebugged(record.identifier) { return SupervisorConfig.debugTimeoutMs }
+        if config.isDebugged(record.identifier) { return SupervisorConfig.longestTimeoutMs }
         if let requested, requested > 0 { return Self.clampedTimeout(requested) }
         return record.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
     }
 
     /// A requested timeout in ms, at most a day.
-    static func clampedTimeout(_ requested: UInt64) -> Int { Int(min(requested, 24 * 3_600_000)) }
+    static func clampedTimeout(_ requested: UInt64) -> Int { Int(min(requested, UInt64(SupervisorConfig.longestTimeoutMs))) }
 
     /// Sends a `call` or `open` to the plugin `target`, answering `origin` when it replies.
     /// Returns an error instead when the target cannot take it now.
@@ -45,11 +45,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         guard let record = table[target] else {
             return ErrorBody(.notFound, "no plugin \(target) is installed")
         }
-        let metrics: CallMetrics
-        if let known = record.callMetrics { metrics = known } else {
-            metrics = supervisor.metrics.calls(target)
-            record.callMetrics = metrics
-        }
+        let metrics = callMetrics(of: record)
         guard record.phase == .running, let instance = record.instance, instance.phase != .stopping, let channel = instance.channel else {
             // Not now: coming up or draining, it waits; failed or stopped, it fails.
             if mustWait(record) {
@@ -100,6 +96,16 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         return nil
     }
 
+    /// `record`'s call counters, looked up in the registry on its first call and kept on the record
+    /// (read only when it is there: no write on the call path).
+    @inline(__always)
+    private func callMetrics(of record: PluginRecord) -> CallMetrics {
+        if let known = record.callMetrics { return known }
+        let made = supervisor.metrics.calls(record.identifier)
+        record.callMetrics = made
+        return made
+    }
+
     /// Checks a `call`/`open` request's fields; returns the target plugin's identifier.
     func validateRequest(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Result<String, ErrorBody> {
         if kind == .call {
@@ -131,10 +137,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         }
         // The caller's own version decides (during an update, the old and the new one may differ).
         guard instance.manifest.dependencies.contains(where: { $0.identifier == target }) else {
-            if let callee = table[target] {
-                if callee.callMetrics == nil { callee.callMetrics = supervisor.metrics.calls(target) }
-                callee.callMetrics?.count(.denied)
-            }
+            if let callee = table[target] { callMetrics(of: callee).count(.denied) }
             let denied = ErrorBody(.denied, "\(instance.identifier) may only call its declared dependencies, and \(target) is not one")
             return outbox.write(errorFrame(id: id, denied, for: channel), to: channel)
         }
@@ -310,7 +313,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         frame.uint("id", id)
         frame.string("name", name.rawValue)
         payload?(&frame)
-        let ms = config.isDebugged(instance.identifier) ? SupervisorConfig.debugTimeoutMs
+        let ms = config.isDebugged(instance.identifier) ? SupervisorConfig.longestTimeoutMs
             : timeoutMs ?? instance.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
         instance.pending[id] = PendingRequest(origin: .local(done), deadline: .now() + .milliseconds(Int64(ms)), what: "event \(name.rawValue)")
         outbox.write(frame.finish(), to: channel)

@@ -286,23 +286,3 @@ final class ControlConnection: @unchecked Sendable {
         self.channel = channel
     }
 }
-
-/// Which file a path names and when it last changed: a library written over in place keeps its
-/// inode but not its size or modification time; one renamed over it has another inode.
-struct FileStamp: Equatable {
-    var device: UInt64
-    var inode: UInt64
-    var size: Int64
-    var modifiedSeconds: Int
-    var modifiedNanoseconds: Int
-
-    init?(path: String) {
-        var st = stat()
-        guard stat(path, &st) == 0 else { return nil }
-        device = UInt64(st.st_dev)
-        inode = UInt64(st.st_ino)
-        size = Int64(st.st_size)
-        modifiedSeconds = st.st_mtim.tv_sec
-        modifiedNanoseconds = st.st_mtim.tv_nsec
-    }
-}
