@@ -7,6 +7,10 @@ let package = Package(
     products: [
         .executable(name: "supervisor", targets: ["supervisor"]),
         .executable(name: "plugin-worker", targets: ["PluginWorker"]),
+        // The fork server (`workerStart: "fork-server"`, docs/sandbox.md): a C process that loads the
+        // worker's code (libPluginWorkerCore.so) once and forks each worker from it.
+        .executable(name: "plugin-forkserver", targets: ["ForkServer"]),
+        .library(name: "PluginWorkerCore", type: .dynamic, targets: ["WorkerCore"]),
         .executable(name: "supervisor-bench", targets: ["Benchmark"]),
         .executable(name: "supervisor-installer", targets: ["InstallerTool"]),
         // The bundle model, for tools of one's own (and the fuzz targets in FuzzTesting/, a package
@@ -62,11 +66,16 @@ let package = Package(
         .target(name: "Bundles", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "LinuxSupport"], path: "Sources/Bundles"),
         // Landlock and seccomp filters in Swift, for the worker and the installer.
         .target(name: "Confinement", dependencies: ["CSandboxSupport", "CSeccomp", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/Confinement"),
-        .executableTarget(
-            name: "PluginWorker",
+        // The worker's code, entered at `sp_worker_main`: linked into `plugin-worker`, and loaded as
+        // libPluginWorkerCore.so by the fork server, whose children call it.
+        .target(
+            name: "WorkerCore",
             dependencies: [.product(name: "CPluginABI", package: "SDK"), "CSandboxSupport", "Confinement", .product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport"],
             path: "Sources/PluginWorker"
         ),
+        .executableTarget(name: "PluginWorker", dependencies: ["WorkerCore"], path: "Sources/PluginWorkerExec"),
+        // Plain C, no Swift code runs in it: it dlopens the worker's library and forks.
+        .executableTarget(name: "ForkServer", dependencies: ["CLinuxSupport"], path: "Sources/ForkServer", linkerSettings: [.linkedLibrary("dl")]),
         .target(
             name: "SupervisorKit",
             dependencies: [

@@ -3,9 +3,11 @@
 #
 # Builds everything with --sanitize=thread in .build-tsan and runs the same `swift test`, so the test
 # runner, the supervisor (daemon and CLI: one binary) and supervisor-installer are instrumented.
-# plugin-worker and the plugin libraries it loads are the plain build's, copied beside them: a TSan
-# worker cannot run in its sandbox (its RLIMIT_DATA refuses the sanitizer's memory, and an
-# instrumented plugin library cannot be loaded by it), and the races looked for are the supervisor's.
+# plugin-worker, the fork server with the worker's library, and the plugin libraries a worker loads are
+# the plain build's, copied beside them: a TSan worker cannot run in its sandbox (its RLIMIT_DATA
+# refuses the sanitizer's memory, and an instrumented plugin library cannot be loaded by it), an
+# instrumented fork server refuses to fork (docs/sandbox.md), and the races looked for are the
+# supervisor's.
 # Every instrumented process writes its reports to .build-tsan/tsan-reports/; the run fails, printing
 # them, if any appears, even when every test passed. Arguments go to `swift test`.
 set -euo pipefail
@@ -28,7 +30,7 @@ built=$SECONDS
 
 # 3. The tests find every binary beside their own bundle: put the plain worker and plugin
 #    libraries there, over their instrumented twins.
-for f in "$plain/plugin-worker" "$plain"/lib*.so; do
+for f in "$plain/plugin-worker" "$plain/plugin-forkserver" "$plain"/lib*.so; do
   install -m 0755 "$f" "$bin/$(basename "$f")"
 done
 

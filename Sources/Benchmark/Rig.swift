@@ -46,9 +46,10 @@ final class Rig {
         return dir
     }
 
-    /// Starts `supervisor start` and returns the nanoseconds from launch to its ready line.
+    /// Starts `supervisor start` (`workerStart`: its `--worker-start`, else the default, the fork
+    /// server) and returns the nanoseconds from launch to its ready line.
     @discardableResult
-    func start(plugins: String, sandbox: Bool = true, config: String? = nil) throws -> UInt64 {
+    func start(plugins: String, sandbox: Bool = true, config: String? = nil, workerStart: String? = nil) throws -> UInt64 {
         stop()
         home = root + "/home-\(UUID().uuidString.prefix(6))"
         let out = root + "/stdout"
@@ -57,6 +58,7 @@ final class Rig {
         p.executableURL = URL(fileURLWithPath: bin + "/supervisor")
         var args = ["start", "--home", home, "--plugins", plugins, "--log-level", "warning"]
         if !sandbox { args.append("--no-sandbox") }
+        if let workerStart { args += ["--worker-start", workerStart] }
         if let config {
             let path = root + "/config.json"
             try config.write(toFile: path, atomically: true, encoding: .utf8)

@@ -139,6 +139,24 @@ do {
                     report.add("  1 worker, sandbox \(sandbox ? "on" : "off"): \(phase.dropLast(2))", Double(t[phase]!) / 1000, "ms")
                 }
             }
+            if sandbox, !chain, count == 1 || count == 50 {
+                // The same start with each worker exec'd (`workerStart: "exec"`), and the fork
+                // server's share of the default: the workers' own start split into phases.
+                var execd = Samples()
+                for _ in 0..<(quick ? 1 : 3) { execd.add(try rig.start(plugins: dir, sandbox: true, workerStart: "exec")) }
+                report.add("start → ready, \(count) plugin\(count == 1 ? "" : "s")\(shape), sandbox on, exec start", execd.median / 1000, "ms",
+                           baseline: ("fork-server start", runs.median / 1000))
+                if count == 1 {
+                    let t = try rig.status().first?.timings ?? [:]
+                    for phase in ["spawnUs", "sandboxUs", "loadUs", "helloUs", "startupUs"] where t[phase] != nil {
+                        report.add("  1 worker, sandbox on, exec start: \(phase.dropLast(2))", Double(t[phase]!) / 1000, "ms")
+                    }
+                } else {
+                    let pss = try rig.status().compactMap(\.pid).map { Double(memory($0).pss) / 1_048_576 }
+                    report.add("worker PSS with 50 workers, median, exec start", pss.sorted()[pss.count / 2], "MiB")
+                }
+                _ = try rig.start(plugins: dir, sandbox: true)
+            }
             if count == 50, !chain, sandbox {
                 // 6. Lifecycle fan-out, and the supervisor's memory with 50 plugins.
                 var fan = Samples()

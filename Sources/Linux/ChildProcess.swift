@@ -71,6 +71,8 @@ public final class ChildProcess: Sendable {
     /// The parent's end of the second socketpair (descriptor 4 in the child), when asked for: a
     /// worker sends its seccomp listener over it.
     public var notify: OwnedDescriptor?
+    /// Forked by the fork server (else exec'd).
+    public var forked = false
 }
 
 /// Starts helper processes (workers, the installer): a socketpair that becomes descriptor 3 in the
@@ -90,8 +92,12 @@ public enum Spawner {
     /// `notifyChannel`, the child also gets descriptor 4, a second socket (see `SpawnedChild.notify`).
     /// With `isolated`, it starts in new user and PID namespaces (`cls_spawn_isolated`); a
     /// host that refuses them gets an ordinary spawn, with `isolationRefusedVariable` saying why.
+    /// With `forkServer`, the fork server forks it (the same descriptors, environment and
+    /// namespaces; `executable` is not run): a failure there is thrown, and when the server's
+    /// channel failed (`forkServer.isBroken`) the caller should stop using it.
     public static func spawn(executable: String, arguments: [String] = [], extraEnvironment: [String] = [],
-                             notifyChannel: Bool = false, isolated: Bool = false) throws(SystemError) -> SpawnedChild {
+                             notifyChannel: Bool = false, isolated: Bool = false,
+                             forkServer: ForkServer? = nil) throws(SystemError) -> SpawnedChild {
         let pair = try SocketPair()
         let socket = pair.parent, childSocket = pair.child
         var notify: OwnedDescriptor? = nil
@@ -117,29 +123,40 @@ public enum Spawner {
         var pidfd: Int32 = -1
         let argv = [executable] + arguments
         var environment = baseEnvironment + extraEnvironment
-        var rc: Int32 = 0
-        if isolated {
-            rc = withCStrings(argv) { cArgs in
+        var said = ""
+        /// Starts the child one way or the other: 0, or an errno value.
+        func launch(isolated: Bool) -> Int32 {
+            if let forkServer {
+                return forkServer.spawn(environment: environment, socket: childSocketFD.raw, notify: childNotifyFD, stdout: childOut.raw,
+                                        stderr: childErr.raw, isolated: isolated, pid: &pid, pidfd: &pidfd, message: &said)
+            }
+            return withCStrings(argv) { cArgs in
                 withCStrings(environment) { cEnv in
-                    cls_spawn_isolated(executable, cArgs, cEnv, childSocketFD.raw, childNotifyFD, childOut.raw, childErr.raw, &pid, &pidfd)
+                    isolated
+                        ? cls_spawn_isolated(executable, cArgs, cEnv, childSocketFD.raw, childNotifyFD, childOut.raw, childErr.raw, &pid, &pidfd)
+                        : cls_spawn(executable, cArgs, cEnv, childSocketFD.raw, childNotifyFD, childOut.raw, childErr.raw, &pid, &pidfd)
                 }
             }
+        }
+        var rc: Int32 = 0
+        if isolated {
+            rc = launch(isolated: true)
             guard rc != 0 else {
                 return SpawnedChild(process: ChildProcess(pid: pid, pidfd: pidfd), socket: socket, stdout: out.read, stderr: err.read,
-                                    notify: notify)
+                                    notify: notify, forked: forkServer != nil)
             }
+            if let forkServer, forkServer.isBroken { throw SystemError(call: "the fork server", errno: rc, context: said) }
             // The namespaces were refused (not the executable: that would fail below too).
             environment.append("\(isolationRefusedVariable)=clone(CLONE_NEWUSER|CLONE_NEWPID) or the new namespaces' set-up failed: \(String(cString: strerror(rc)))")
         }
-        rc = withCStrings(argv) { cArgs in
-            withCStrings(environment) { cEnv in
-                cls_spawn(executable, cArgs, cEnv, childSocketFD.raw, childNotifyFD, childOut.raw, childErr.raw, &pid, &pidfd)
-            }
+        rc = launch(isolated: false)
+        guard rc == 0 else {
+            if forkServer != nil { throw SystemError(call: "the fork server", errno: rc, context: said) }
+            throw SystemError(call: "posix_spawn", errno: rc, context: executable)
         }
-        guard rc == 0 else { throw SystemError(call: "posix_spawn", errno: rc, context: executable) }
         // The child's ends close here, as their owners go; the parent keeps its own.
         return SpawnedChild(process: ChildProcess(pid: pid, pidfd: pidfd), socket: socket, stdout: out.read, stderr: err.read,
-                            notify: notify)
+                            notify: notify, forked: forkServer != nil)
     }
 
     /// A connected pair of close-on-exec stream sockets: the parent's end and the child's.
@@ -176,7 +193,7 @@ public enum Spawner {
         return OwnedDescriptor(try syscallRetrying("fcntl(F_DUPFD_CLOEXEC)") { fcntl(raw, F_DUPFD_CLOEXEC, 10) })
     }
 
-    private static func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
+    static func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
         let pointers = strings.map { strdup($0) } + [nil]
         defer { for p in pointers { free(p) } }
         return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }

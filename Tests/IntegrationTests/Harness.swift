@@ -157,6 +157,14 @@ final class TestWorld: @unchecked Sendable {
     }
 }
 
+/// How a test's workers start (`supervisor start --worker-start`).
+enum WorkerStart: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case forkServer = "fork-server"
+    case exec
+    static let both = allCases
+    var testDescription: String { rawValue }
+}
+
 /// A real `supervisor start` process with its output in files.
 final class RunningSupervisor: @unchecked Sendable {
     let world: TestWorld
@@ -165,9 +173,11 @@ final class RunningSupervisor: @unchecked Sendable {
     let errPath: String
     var socket: String { world.home + "/supervisor.sock" }
 
-    /// `directory`: where it starts (its current directory), for relative paths in `args`.
+    /// `directory`: where it starts (its current directory), for relative paths in `args`. `start`:
+    /// how its workers start (`--worker-start`; the default, the fork server, when nil); a test that
+    /// asks for one checks every worker started that way.
     init(_ world: TestWorld, args: [String] = [], environment: [String: String] = [:], waitForReady: Bool = true,
-         timeout: TimeInterval = 30, directory: String? = nil) throws {
+         timeout: TimeInterval = 30, directory: String? = nil, start: WorkerStart? = nil) throws {
         self.world = world
         outPath = world.root + "/stdout-\(UUID().uuidString.prefix(6))"
         errPath = world.root + "/stderr-\(UUID().uuidString.prefix(6))"
@@ -175,6 +185,7 @@ final class RunningSupervisor: @unchecked Sendable {
         FileManager.default.createFile(atPath: errPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: Build.supervisor)
         process.arguments = ["start", "--home", world.home, "--plugins", world.plugins] + args
+            + (start.map { ["--worker-start", $0.rawValue] } ?? [])
         if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
         if !environment.isEmpty {
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
@@ -183,6 +194,11 @@ final class RunningSupervisor: @unchecked Sendable {
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
         try process.run()
         if waitForReady { try self.waitForReady(timeout: timeout) }
+        if waitForReady, let start {
+            for p in try status() where p.pid != nil {
+                #expect(p.workerStart == start.rawValue, "\(p.identifier) was started by \(p.workerStart ?? "?"), not \(start.rawValue): \(p.workerStartProblem ?? "")")
+            }
+        }
     }
 
     deinit {

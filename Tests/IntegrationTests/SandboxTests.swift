@@ -18,13 +18,13 @@ struct SandboxTests {
         try sv.call(id, method, #"{"path":"\#(path)","number":\#(number)}"#, as: Outcome.self)
     }
 
-    @Test("attacks that are denied come back as errors, and the worker keeps running")
-    func deniedAttacks() throws {
+    @Test("attacks that are denied come back as errors, and the worker keeps running", arguments: WorkerStart.both)
+    func deniedAttacks(_ mode: WorkerStart) throws {
         let w = try TestWorld()
         let lib = try Self.hostileLibrary()
         try w.bundle("h.bad", library: lib, extra: ["restart": "never"])
         try w.bundle("h.victim")
-        let sv = try RunningSupervisor(w)
+        let sv = try RunningSupervisor(w, start: mode)
         let victimData = w.home + "/data/h.victim"
         try "secret".write(toFile: victimData + "/secret", atomically: true, encoding: .utf8)
         let expectations: [(String, String, Int, [Int32])] = [
@@ -81,12 +81,13 @@ struct SandboxTests {
           arguments: [("fork", "clone"), ("exec", "execve"), ("threadExec", "execve"), ("ptrace", "ptrace"),
                       ("x32", "x32:39"), ("iouring", "io_uring_setup"), ("unshare", "unshare"),
                       // libc blocks every signal before it spawns: only the supervisor can name these.
-                      ("system", "clone"), ("posixSpawn", "clone"), ("blockedExec", "execve")])
-    func fatalAttacks(_ method: String, _ syscall: String) throws {
+                      ("system", "clone"), ("posixSpawn", "clone"), ("blockedExec", "execve")], WorkerStart.both)
+    func fatalAttacks(_ attack: (method: String, syscall: String), _ mode: WorkerStart) throws {
+        let (method, syscall) = attack
         let w = try TestWorld()
         try w.bundle("f.bad", library: try Self.hostileLibrary(), extra: ["restart": "never"])
         try w.bundle("f.good")
-        let sv = try RunningSupervisor(w)
+        let sv = try RunningSupervisor(w, start: mode)
         let r = try sv.cli("call", "f.bad", method, #"{"number":\#(sv.pid)}"#)
         #expect(r.code != 0)
         #expect(r.err.contains("unavailable"), "\(r.err)")
@@ -101,12 +102,12 @@ struct SandboxTests {
         #expect(kill(sv.pid, 0) == 0)
     }
 
-    @Test("denials that return EPERM are counted per plugin and syscall in status, and the plugin goes on")
-    func deniedCallsAreCounted() throws {
+    @Test("denials that return EPERM are counted per plugin and syscall in status, and the plugin goes on", arguments: WorkerStart.both)
+    func deniedCallsAreCounted(_ mode: WorkerStart) throws {
         let w = try TestWorld()
         try w.bundle("d.bad", library: try Self.hostileLibrary())
         try w.bundle("d.good")
-        let sv = try RunningSupervisor(w)
+        let sv = try RunningSupervisor(w, start: mode)
         #expect(try sv.plugin("d.bad").sandbox.contains("seccompNotify"))
         for _ in 0..<3 {
             let o = try attack(sv, "d.bad", "setrlimitUp")
@@ -124,13 +125,14 @@ struct SandboxTests {
         #expect(other["prlimit64"] == nil && other["ioctl"] == nil, "\(other)")
     }
 
-    @Test("PID and mount namespaces: a plugin sees no other process and none of the host's files beyond what it was given")
-    func pidAndMountNamespaces() throws {
+    @Test("PID and mount namespaces: a plugin sees no other process and none of the host's files beyond what it was given",
+          arguments: WorkerStart.both)
+    func pidAndMountNamespaces(_ mode: WorkerStart) throws {
         let w = try TestWorld()
         let lib = try Self.hostileLibrary()
         try w.bundle("p.bad", library: lib)
         try w.bundle("p.victim")
-        let sv = try RunningSupervisor(w)
+        let sv = try RunningSupervisor(w, start: mode)
         let bad = try sv.plugin("p.bad")
         guard bad.sandbox.contains("pidNamespace"), bad.sandbox.contains("mountNamespace") else {
             // A host that refuses them: both missing, with the reason.
@@ -157,8 +159,8 @@ struct SandboxTests {
         #expect(bad.pid != 1)
     }
 
-    @Test("attacks in the constructor are confined too: denied, or fatal before hello")
-    func constructorAttacks() throws {
+    @Test("attacks in the constructor are confined too: denied, or fatal before hello", arguments: WorkerStart.both)
+    func constructorAttacks(_ mode: WorkerStart) throws {
         let w = try TestWorld()
         let lib = try Self.hostileLibrary()
         let denied = try w.bundle("c.denied", library: lib, extra: ["restart": "never"])
@@ -166,7 +168,7 @@ struct SandboxTests {
         let fatal = try w.bundle("c.fatal", library: lib, extra: ["restart": "never"])
         try "exec".write(toFile: fatal + "/ctor-action", atomically: true, encoding: .utf8)
         try w.bundle("c.good")
-        let sv = try RunningSupervisor(w)
+        let sv = try RunningSupervisor(w, start: mode)
         let o = try sv.call("c.denied", "ctorResult", as: Outcome.self)
         #expect(o.rc < 0 && (o.errno == EACCES || o.errno == ENOENT))
         let exit = try #require(try sv.plugin("c.fatal").lastExit)
@@ -176,14 +178,14 @@ struct SandboxTests {
         #expect(try sv.call("c.good", "echo", "3", as: Int.self) == 3)
     }
 
-    @Test("a plugin cannot drive the supervisor through its control socket, nor forge how it died")
-    func controlSocketAndForgery() throws {
+    @Test("a plugin cannot drive the supervisor through its control socket, nor forge how it died", arguments: WorkerStart.both)
+    func controlSocketAndForgery(_ mode: WorkerStart) throws {
         let w = try TestWorld()
         let lib = try Self.hostileLibrary()
         try w.bundle("z.sneaky", library: lib, extra: ["restart": "never"])
         try w.bundle("z.networked", library: lib, extra: ["permissions": ["network"]])
         try w.bundle("z.good")
-        let sv = try RunningSupervisor(w)
+        let sv = try RunningSupervisor(w, start: mode)
         // Without `network` a plugin cannot even make a Unix socket (it could reach any local service).
         let o = try attack(sv, "z.sneaky", "controlSocket", path: sv.socket)
         #expect(o.rc < 0 && o.errno == EPERM, "rc \(o.rc) errno \(o.errno)")
@@ -206,8 +208,8 @@ struct SandboxTests {
         #expect(exit.syscall == nil)
     }
 
-    @Test("the network permission lets a plugin connect to 127.0.0.1; without it the same call is denied")
-    func networkPermission() throws {
+    @Test("the network permission lets a plugin connect to 127.0.0.1; without it the same call is denied", arguments: WorkerStart.both)
+    func networkPermission(_ mode: WorkerStart) throws {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(listener) }
         var addr = sockaddr_in()
@@ -224,7 +226,7 @@ struct SandboxTests {
         let lib = try Self.hostileLibrary()
         try w.bundle("n.allowed", library: lib, extra: ["permissions": ["network"]])
         try w.bundle("n.denied", library: lib)
-        let sv = try RunningSupervisor(w)
+        let sv = try RunningSupervisor(w, start: mode)
         let allowed = try attack(sv, "n.allowed", "connect", number: port)
         #expect(allowed.rc == 0, "connect with the network permission failed: errno \(allowed.errno)")
         let denied = try attack(sv, "n.denied", "connect", number: port)
@@ -241,8 +243,8 @@ struct SandboxTests {
         }
     }
 
-    @Test("filesystem permissions widen Landlock to the named paths only")
-    func filesystemPermissions() throws {
+    @Test("filesystem permissions widen Landlock to the named paths only", arguments: WorkerStart.both)
+    func filesystemPermissions(_ mode: WorkerStart) throws {
         let w = try TestWorld()
         let shared = w.root + "/shared"
         try FileManager.default.createDirectory(atPath: shared, withIntermediateDirectories: true)
@@ -251,7 +253,7 @@ struct SandboxTests {
         try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
         try w.bundle("p.fs", library: try Self.hostileLibrary(),
                      extra: ["permissions": ["filesystem.read:\(shared)", "filesystem.write:\(out)"]])
-        let sv = try RunningSupervisor(w)
+        let sv = try RunningSupervisor(w, start: mode)
         #expect(try attack(sv, "p.fs", "openPath", path: shared + "/in.txt").rc >= 0)
         #expect([EACCES, EROFS].contains(try attack(sv, "p.fs", "writePath", path: shared + "/new.txt").errno))
         #expect(try attack(sv, "p.fs", "writeData", path: out + "/written.txt").rc >= 0)

@@ -28,6 +28,23 @@ int cls_spawn(const char *path, char *const argv[], char *const envp[],
 int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
                        int socket_fd, int notify_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
 
+/* ---- the fork server's channel (fork_server_protocol.h, Sources/ForkServer) ---- */
+
+struct fs_reply;
+/* A close-on-exec SOCK_SEQPACKET pair with room for the longest request. */
+int cls_seqpacket_pair(int fds[2]);
+/* Waits up to `timeout_ms` for one answer of the fork server; copies its message (NUL-terminated,
+   cut to `message_len`). 0, or -ETIMEDOUT, -EPIPE (it has gone), -EPROTO (not its answer). */
+int cls_forkserver_read(int sock, int timeout_ms, struct fs_reply *out, char *message, size_t message_len);
+/* Asks the fork server for a worker with these descriptors and this environment (as cls_spawn and
+   cls_spawn_isolated would start it) and opens a pidfd for it (it is this process's child).
+   0 with *pid, *pidfd and *fork_us set; a positive errno value when this one request failed (the
+   fork server said why in `message`, or the request did not fit: EMSGSIZE); a negative errno value
+   when the channel failed (-ETIMEDOUT, -EPIPE, -EPROTO): the fork server must not be used again. */
+int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int notify_fd, int stdout_fd, int stderr_fd,
+                         int isolated, int timeout_ms, pid_t *pid, int *pidfd, int64_t *fork_us,
+                         char *message, size_t message_len);
+
 /* waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG]) with the child's rusage. Returns 1 and fills the
    outputs when the child has ended (and is now reaped), 0 when `nohang` and it is still running,
    or -errno. `code` is the exit status or the signal number, `signaled` is 1 when a signal ended it,

@@ -27,6 +27,9 @@ struct Start: ParsableCommand {
     @Flag(help: "Run workers without the sandbox (benchmarks and diagnosis only; status shows it).")
     var noSandbox = false
 
+    @Option(help: "How workers start: fork-server (forked by a process that has the worker's code loaded) or exec (default: the config's workerStart, else fork-server).")
+    var workerStart: String?
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
@@ -42,6 +45,9 @@ struct Start: ParsableCommand {
         }
         guard ["text", "json"].contains(logFormat) else {
             throw ValidationError("--log-format must be text or json, not '\(logFormat)'")
+        }
+        if let workerStart, SupervisorConfig.WorkerStart(rawValue: workerStart) == nil {
+            throw ValidationError("--worker-start must be fork-server or exec, not '\(workerStart)'")
         }
         for id in debug where !PluginIdentifier.isValid(id) {
             throw ValidationError("--debug '\(id)' is not a plugin identifier ([A-Za-z0-9.-])")
@@ -71,6 +77,7 @@ struct Start: ParsableCommand {
             if let socket { settings.socketPath = socket }
         }
         if noSandbox { settings.sandboxEnabled = false }
+        if let mode = workerStart.flatMap(SupervisorConfig.WorkerStart.init(rawValue:)) { settings.workerStart = mode }
         settings.debugPlugins = Set(debug)
         let supervisor = Supervisor(config: settings, logger: Logger(label: "supervisor"))
         do {

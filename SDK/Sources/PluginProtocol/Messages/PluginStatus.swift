@@ -28,6 +28,10 @@ public struct PluginStatus: Codable, Sendable, Equatable {
     public var updating: Updating?
     /// Run for a debugger (`start --debug`): no watchdog, no timeouts, a worker one can attach to.
     public var debug: Bool?
+    /// How the running worker was started: `fork-server` (forked by the fork server) or `exec`.
+    public var workerStart: String?
+    /// Why it was exec'd although the configuration asks for the fork server.
+    public var workerStartProblem: String?
 
     /// The new version of an update and its worker.
     public struct Updating: Codable, Sendable, Equatable {
@@ -42,7 +46,8 @@ public struct PluginStatus: Codable, Sendable, Equatable {
 
     public init(identifier: String, version: String, state: String, pid: Int32?, restarts: Int, lastExit: ExitStatus?,
                 dependencies: [String], variant: String?, sandbox: [String], sandboxMissing: [String]?, error: String?,
-                timings: [String: Int]? = nil, sandboxDenials: [String: Int]? = nil, lastError: String? = nil, updating: Updating? = nil, debug: Bool? = nil) {
+                timings: [String: Int]? = nil, sandboxDenials: [String: Int]? = nil, lastError: String? = nil, updating: Updating? = nil, debug: Bool? = nil,
+                workerStart: String? = nil, workerStartProblem: String? = nil) {
         self.identifier = identifier
         self.version = version
         self.state = state
@@ -59,6 +64,8 @@ public struct PluginStatus: Codable, Sendable, Equatable {
         self.lastError = lastError
         self.updating = updating
         self.debug = debug
+        self.workerStart = workerStart
+        self.workerStartProblem = workerStartProblem
     }
 }
 

@@ -53,6 +53,13 @@ extension SupervisorConfig {
         "pingTimeoutMs": positive(\.pingTimeoutMs),
         "sandbox": { $0.sandboxEnabled = try $1.bool() },
         "workerCgroups": { $0.workerCgroups = try $1.bool() },
+        "workerStart": { config, value in
+            let name = try value.string()
+            guard let mode = SupervisorConfig.WorkerStart(rawValue: name) else {
+                throw SettingError("is '\(name)'; it is \"exec\" or \"fork-server\"")
+            }
+            config.workerStart = mode
+        },
         "requireSandboxLayers": { config, value in
             config.requiredSandboxLayers = try value.strings().map { name in
                 guard let layer = SandboxLayer(rawValue: name), SandboxLayer.requirable.contains(layer) else {

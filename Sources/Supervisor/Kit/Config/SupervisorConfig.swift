@@ -22,6 +22,21 @@ public struct SupervisorConfig: Sendable {
     public var socketPath: String
     /// The `plugin-worker` executable (default: beside the running supervisor).
     public var workerExecutable: String
+    /// How workers are started (docs/sandbox.md, "Starting workers").
+    public enum WorkerStart: String, Sendable {
+        /// Each worker is a new process image: `plugin-worker` by posix_spawn (or clone into its
+        /// namespaces) and exec.
+        case exec
+        /// The fork server, which has the worker's code loaded, forks each worker; where it cannot
+        /// start or fails, workers are exec'd and `status` says why.
+        case forkServer = "fork-server"
+    }
+    /// `workerStart` in the config: the fork server unless told otherwise (it starts a worker in
+    /// about a tenth of the time; docs/benchmarks.md).
+    public var workerStart = WorkerStart.forkServer
+    /// The fork server and the worker's code it loads (default: beside the running supervisor).
+    public var forkServerExecutable: String
+    public var workerLibrary: String
     /// The `supervisor-installer` executable (default: beside the running supervisor).
     public var installerExecutable: String
     public var maxFrameBytes = Frame.defaultMaxBody
@@ -108,5 +123,7 @@ public struct SupervisorConfig: Sendable {
         self.socketPath = Self.socketPath(option: socketPath, home: home)
         self.workerExecutable = workerExecutable ?? (FileSystem.executableDirectory() + "/plugin-worker")
         self.installerExecutable = FileSystem.executableDirectory() + "/supervisor-installer"
+        self.forkServerExecutable = FileSystem.executableDirectory() + "/plugin-forkserver"
+        self.workerLibrary = FileSystem.executableDirectory() + "/libPluginWorkerCore.so"
     }
 }

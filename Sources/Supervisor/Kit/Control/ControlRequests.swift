@@ -147,7 +147,9 @@ extension ControlServer {
                 sandboxMissing: r.instance.map { $0.hello?.sandboxMissing ?? [] }, error: r.problem,
                 timings: r.instance.map(\.timings), sandboxDenials: r.sandboxDenials, lastError: r.problem ?? r.lastError,
                 updating: r.successor.map { .init(version: $0.instance.manifest.version.description, pid: $0.instance.pid) },
-                debug: config.isDebugged(r.identifier) ? true : nil)
+                debug: config.isDebugged(r.identifier) ? true : nil,
+                workerStart: r.instance.map { $0.forked ? "fork-server" : "exec" },
+                workerStartProblem: r.instance.flatMap { $0.forked ? nil : lifecycle.workerStartProblem })
         }
     }
 }

@@ -4,6 +4,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import LinuxSupport
 import Logging
 import NIOCore
 import PluginProtocol
@@ -37,6 +38,12 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
     var folderSerial = 0
     /// The workers' seccomp programs, by `network` permission, compiled once (Spawning.swift).
     var seccompPrograms: [Bool: Data?] = [:]
+    /// The fork server workers are forked from (`workerStart: "fork-server"`; WorkerStart.swift), or
+    /// nil: workers are exec'd, and `workerStartProblem` says why when the fork server was asked for.
+    var forkServer: ForkServer?
+    var workerStartProblem: String?
+    /// When the fork server ended unasked, recently: too many and workers are exec'd from then on.
+    var forkServerEnds: [NIODeadline] = []
 
     init(_ supervisor: Supervisor) {
         self.supervisor = supervisor
@@ -51,6 +58,9 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
     func startShutdownPhase() -> Bool {
         guard !isShuttingDown else { return false }
         phase = .shuttingDown
+        // No worker starts from here on.
+        forkServer?.stop()
+        forkServer = nil
         return true
     }
 

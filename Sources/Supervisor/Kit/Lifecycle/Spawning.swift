@@ -90,15 +90,15 @@ extension Lifecycle {
         do {
             // TMPDIR in the exec's environment, not only set by the worker: runtimes that read the
             // environment the process started with (Go's c-shared runtime) see it too.
-            spawned = try Spawner.spawn(executable: config.workerExecutable,
-                                        extraEnvironment: ["\(WorkerSpec.environmentVariable)=\(specJSON)", "TMPDIR=\(temp)", "SQLITE_TMPDIR=\(temp)"],
-                                        notifyChannel: notifier != nil, isolated: config.sandboxEnabled)
+            spawned = try spawnProcess(manifest, environment: ["\(WorkerSpec.environmentVariable)=\(specJSON)", "TMPDIR=\(temp)", "SQLITE_TMPDIR=\(temp)"],
+                                       notify: notifier != nil)
         } catch {
             cgroup?.remove()
             return .failure(SpawnFailure(reason: "cannot start a worker (\(config.workerExecutable)): \(error)"))
         }
         let instance = WorkerInstance(process: spawned.process, manifest: manifest, temporaryFolder: temp, now: .now())
         instance.cgroup = cgroup
+        instance.forked = spawned.forked
         instance.library = (library.path, FileStamp(path: library.path))
         do {
             try supervisor.watcher?.watch(instance.process) { [supervisor] exit in

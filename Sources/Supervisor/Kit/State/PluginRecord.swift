@@ -162,6 +162,8 @@ final class WorkerInstance: @unchecked Sendable {
     var logWindow = RateWindow(limit: Router.logsPerSecond, floodLimit: Router.floodLogsPerSecond)
     /// Start-up timings for `status`.
     var timings: [String: Int] = [:]
+    /// Forked by the fork server (else exec'd).
+    var forked = false
     /// The start-up deadline (hello and startup), cancelled once it runs or ends.
     var startupDeadline: Scheduled<Void>?
     /// Its CPU time (µs) already added to `plugin_cpu_seconds_total`.

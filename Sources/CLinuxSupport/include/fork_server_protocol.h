@@ -1,0 +1,42 @@
+#ifndef FORK_SERVER_PROTOCOL_H
+#define FORK_SERVER_PROTOCOL_H
+/* The fork server's messages (docs/sandbox.md, "Starting workers"). One SOCK_SEQPACKET socketpair,
+   descriptor 3 of the fork server, the other end the supervisor's alone: one message is one
+   request or one answer. Both ends are this machine's processes, so the structs travel as they
+   are. Used by the fork server (Sources/ForkServer) and the supervisor's side (linux_support.c). */
+#include <stdint.h>
+
+#define FS_MAGIC 0x53504653u /* "SPFS" */
+
+/* Flags of a request. */
+#define FS_ISOLATED 1u /* new user and PID namespaces (the worker is PID 1 of its own) */
+#define FS_NOTIFY 2u   /* a fourth descriptor: the worker's seccomp channel, descriptor 4 */
+
+/* supervisor -> fork server: start a worker. Followed by `env_bytes` bytes holding `env_count`
+   NUL-terminated "NAME=value" strings (its whole environment); SCM_RIGHTS carries the protocol
+   socket (to become descriptor 3), its stdout and stderr (1, 2) and, with FS_NOTIFY, the seccomp
+   channel (4). */
+struct fs_request {
+    uint32_t magic;
+    uint32_t flags;
+    uint32_t env_count;
+    uint32_t env_bytes;
+};
+
+/* fork server -> supervisor: the first message (`pid` is the fork server's own, `micros` how long
+   loading the worker's library took), then one per request (`pid` the worker's, in the
+   supervisor's PID namespace; `micros` how long the fork took). `error` is 0 or an errno value;
+   `threads` is the fork server's thread count when it answered (it forks only at 1). Followed by
+   an optional message (not NUL-terminated) saying what failed. */
+struct fs_reply {
+    uint32_t magic;
+    int32_t pid;
+    int32_t error;
+    int32_t threads;
+    int64_t micros;
+};
+
+/* The longest request the fork server reads (header and environment). */
+#define FS_MAX_REQUEST (256 * 1024)
+#define FS_MAX_MESSAGE 512
+#endif

@@ -1,0 +1,321 @@
+/* plugin-forkserver: starts workers by fork instead of exec (`workerStart: "fork-server"`,
+   docs/sandbox.md "Starting workers").
+
+     SP_FORKSERVER_LIBRARY=<libPluginWorkerCore.so> SP_FORKSERVER_PARENT=<supervisor pid> plugin-forkserver
+
+   Started by the supervisor with a SOCK_SEQPACKET socket on descriptor 3 (fork_server_protocol.h).
+   It loads the worker's library (and with it the Swift runtime, Foundation and libseccomp) once,
+   runs none of its code, and stays single-threaded; for each request it checks it still has one
+   thread, forks, and the child becomes the worker: its descriptors and environment set as an exec
+   would have, then `sp_worker_main`, which applies the sandbox and loads the plugin exactly as
+   the `plugin-worker` executable does. Each child is made the supervisor's own (CLONE_PARENT), so
+   the supervisor waits for it, signals it and sees it die through a pidfd as for an exec'd worker.
+
+   It dies with the supervisor (parent death signal, checked against the expected pid, and the end
+   of its socket), serves no one else (the socket is an unnamed pair), and holds nothing a worker
+   could reach: it is not dumpable and keeps no descriptor but its socket. */
+#define _GNU_SOURCE
+#include "fork_server_protocol.h"
+#include "linux_support.h"
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef CLONE_NEWUSER
+#define CLONE_NEWUSER 0x10000000
+#endif
+#ifndef CLONE_NEWPID
+#define CLONE_NEWPID 0x20000000
+#endif
+
+extern char **environ;
+
+static const int control_fd = 3;
+/* This process's command line (argv's strings, one block): a worker writes its own name over it. */
+static char *cmdline;
+static size_t cmdline_len;
+/* The environment's pointer array as the kernel laid it out, right after argv's, and how many
+   entries it has room for. A worker's environment goes there, not only into `environ`: runtimes
+   that find the environment by walking past argv (Go's c-shared runtime) read that array. The
+   supervisor starts this server with spare entries for it (SP_FORKSERVER_SLOT). */
+static char **initial_env;
+static size_t initial_env_slots;
+typedef int (*worker_entry)(void);
+
+/* ---- the C library's record of the thread id ----
+
+   A raw clone (the only way to pass CLONE_PARENT and the namespace flags at fork) leaves the C
+   library's own copy of the thread id, which it keeps in its thread descriptor, at the parent's
+   value; recursive and PI mutexes, pthread_setschedparam and others on the main thread would use
+   it. fork() has the kernel write the child's id there (CLONE_CHILD_SETTID); so does this server,
+   at the same place, found once: the offset into pthread_self()'s descriptor that holds the
+   thread's id both in this thread and in a second, short-lived one (two different ids at one
+   offset: no coincidence). The second thread is gone before the worker's library is loaded. */
+
+static long tid_offset = -1;
+
+static int offsets_holding_own_tid(long *out, int max) {
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    const char *self = (const char *)pthread_self();
+    int n = 0;
+    /* The id lies within the descriptor's first kilobyte on every glibc so far (0x2d0 on 2.36). */
+    for (long off = 0; off + (long)sizeof(pid_t) <= 1024 && n < max; off += (long)sizeof(pid_t)) {
+        pid_t v;
+        memcpy(&v, self + off, sizeof v);
+        if (v == tid) out[n++] = off;
+    }
+    return n;
+}
+
+struct probe { long offsets[16]; int count; };
+
+static void *probe_thread(void *p) {
+    struct probe *probe = p;
+    probe->count = offsets_holding_own_tid(probe->offsets, 16);
+    return NULL;
+}
+
+static int find_tid_offset(void) {
+    long mine[16];
+    int n = offsets_holding_own_tid(mine, 16);
+    struct probe other = { .count = 0 };
+    pthread_t t;
+    if (pthread_create(&t, NULL, probe_thread, &other) != 0) return -1;
+    pthread_join(t, NULL);
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < other.count; j++) {
+            if (mine[i] == other.offsets[j]) { tid_offset = mine[i]; return 0; }
+        }
+    }
+    return -1;
+}
+
+/* ---- answers ---- */
+
+static void reply(pid_t pid, int error, int64_t micros, const char *message) {
+    char buf[sizeof(struct fs_reply) + FS_MAX_MESSAGE];
+    struct fs_reply r = { FS_MAGIC, pid, error, cls_thread_count(), micros };
+    memcpy(buf, &r, sizeof r);
+    size_t len = message ? strnlen(message, FS_MAX_MESSAGE) : 0;
+    if (len) memcpy(buf + sizeof r, message, len);
+    ssize_t n;
+    do { n = send(control_fd, buf, sizeof r + len, MSG_NOSIGNAL); } while (n < 0 && errno == EINTR);
+    /* The supervisor is gone: so is every reason to be here. */
+    if (n < 0) _exit(0);
+}
+
+/* ---- the child ---- */
+
+struct request {
+    uint32_t flags;
+    char **env;       /* NULL-terminated, pointing into the request's buffer */
+    int fds[4];       /* socket, stdout, stderr, seccomp channel (or -1) */
+};
+
+/* In the child, before any of the worker's code: what an exec would have given it. Returns only
+   on failure, with an errno value. */
+static int become_worker(const struct request *req, worker_entry entry, void *robust_head, size_t robust_len) {
+    /* The kernel starts a child without a robust-mutex list; the C library's fork registers its
+       (empty: nothing here holds one) list again, and so does this. */
+    syscall(SYS_set_robust_list, robust_head, robust_len);
+    /* Default dispositions (this server installs no handler, but says so) and an empty mask. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < _NSIG; sig++) {
+        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (setsid() < 0) return errno;
+    /* Its parent is the supervisor (CLONE_PARENT): it dies with it, as an exec'd worker does. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) return errno;
+    /* An exec makes a process dumpable again; the worker needs that to write its own id maps
+       and turns it off itself right after (Sandbox step 4). */
+    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) return errno;
+    /* Descriptors: first every source above the targets, then into place (dup2 leaves the copy
+       inheritable, as posix_spawn's would be), then nothing else. The control socket (3) is
+       written over: a worker can never reach the fork server. */
+    int high[4];
+    int count = req->fds[3] >= 0 ? 4 : 3;
+    for (int i = 0; i < count; i++) {
+        high[i] = fcntl(req->fds[i], F_DUPFD_CLOEXEC, 16);
+        if (high[i] < 0) return errno;
+    }
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null < 0) return errno;
+    if (dup2(null, 0) < 0 || dup2(high[1], 1) < 0 || dup2(high[2], 2) < 0 || dup2(high[0], 3) < 0) return errno;
+    if (count == 4 && dup2(high[3], 4) < 0) return errno;
+    if (cls_close_descriptors_from(count == 4 ? 5 : 4, NULL, 0) < 0) return EBADF;
+    size_t n = 0;
+    while (req->env[n]) n++;
+    for (size_t i = 0; i < n; i++) initial_env[i] = req->env[i];
+    initial_env[n] = NULL;
+    environ = initial_env;
+    /* Named as an exec'd worker would be, in ps and /proc/<pid>/cmdline and comm. */
+    memset(cmdline, 0, cmdline_len);
+    strncpy(cmdline, "plugin-worker", cmdline_len - 1);
+    prctl(PR_SET_NAME, "plugin-worker", 0, 0, 0);
+    exit(entry());
+}
+
+/* Reads one request: its header, environment and descriptors. Returns 0, or an errno value (the
+   descriptors that came are closed then). 1 means the supervisor has gone. */
+static int receive(char *buf, struct request *req) {
+    union { struct cmsghdr align; char bytes[CMSG_SPACE(4 * sizeof(int))]; } control;
+    struct iovec iov = { buf, FS_MAX_REQUEST };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes };
+    ssize_t n;
+    do { n = recvmsg(control_fd, &msg, MSG_CMSG_CLOEXEC); } while (n < 0 && errno == EINTR);
+    if (n <= 0) return 1;
+    int got = 0;
+    for (int i = 0; i < 4; i++) req->fds[i] = -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (got < 4) req->fds[got++] = fd; else close(fd);
+        }
+    }
+    struct fs_request h;
+    int bad = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof h;
+    if (!bad) {
+        memcpy(&h, buf, sizeof h);
+        int want = (h.flags & FS_NOTIFY) ? 4 : 3;
+        bad = h.magic != FS_MAGIC || got != want || h.env_bytes != (size_t)n - sizeof h || h.env_count > 4096
+              || (h.env_bytes > 0 && buf[n - 1] != 0);
+    }
+    if (bad) {
+        for (int i = 0; i < 4; i++) if (req->fds[i] >= 0) close(req->fds[i]);
+        return EINVAL;
+    }
+    req->flags = h.flags;
+    /* The environment: env_count strings, each NUL-terminated, in the bytes after the header. */
+    static char *env[4097];
+    char *p = buf + sizeof h, *end = buf + n;
+    uint32_t i = 0;
+    while (p < end && i < h.env_count) {
+        env[i++] = p;
+        p += strlen(p) + 1;
+    }
+    env[i] = NULL;
+    req->env = env;
+    return 0;
+}
+
+static int64_t now_us(void) { return cls_monotonic_us(); }
+
+int main(int argc, char **argv) {
+    (void)argc;
+    const char *library = getenv("SP_FORKSERVER_LIBRARY"), *parent = getenv("SP_FORKSERVER_PARENT");
+    if (!library || !parent || environ != argv + argc + 1) {
+        fprintf(stderr, "plugin-forkserver: started by the supervisor only (SP_FORKSERVER_LIBRARY, SP_FORKSERVER_PARENT)\n");
+        return 64;
+    }
+    /* Only the supervisor that started it: dies with it, and refuses to run for another. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != (pid_t)atol(parent)) return 1;
+    prctl(PR_SET_NAME, "plugin-forksrv", 0, 0, 0);
+    cmdline = argv[0];
+    cmdline_len = strlen(argv[0]) + 1;
+    initial_env = environ;
+    while (initial_env[initial_env_slots]) initial_env_slots++;
+    if (cls_close_descriptors_from(4, NULL, 0) < 0) return 1;
+
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FS_UNDER_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define FS_UNDER_TSAN 1
+#endif
+#ifdef FS_UNDER_TSAN
+    /* The sanitizer's runtime keeps per-thread state a raw clone does not carry over. */
+    reply(getpid(), ENOTSUP, 0, "built with the thread sanitizer, whose state a forked worker would not have: workers are exec'd");
+    return 0;
+#endif
+
+    if (find_tid_offset() != 0) {
+        reply(getpid(), ENOTSUP, 0, "cannot find where the C library keeps a thread's id (needed to fork with CLONE_PARENT)");
+        return 0;
+    }
+    void *robust_head = NULL;
+    size_t robust_len = 0;
+    syscall(SYS_get_robust_list, 0, &robust_head, &robust_len);
+
+    int64_t t0 = now_us();
+    void *lib = dlopen(library, RTLD_NOW | RTLD_GLOBAL);
+    worker_entry entry = lib ? (worker_entry)dlsym(lib, "sp_worker_main") : NULL;
+    int64_t preload = now_us() - t0;
+    if (!entry) {
+        char why[FS_MAX_MESSAGE];
+        snprintf(why, sizeof why, "cannot load the worker's code: %s", dlerror());
+        reply(getpid(), ENOENT, preload, why);
+        return 0;
+    }
+    /* From here on it holds every worker's code: no one may read or trace it. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    int threads = cls_thread_count();
+    if (threads != 1) {
+        char why[FS_MAX_MESSAGE];
+        snprintf(why, sizeof why, "loading the worker's code left %d threads; forking is safe only at 1", threads);
+        reply(getpid(), EAGAIN, preload, why);
+        return 0;
+    }
+    reply(getpid(), 0, preload, NULL);
+
+    char *buf = malloc(FS_MAX_REQUEST);
+    if (!buf) return 1;
+    for (;;) {
+        struct request req;
+        int rc = receive(buf, &req);
+        if (rc == 1) return 0;
+        if (rc != 0) { reply(0, rc, 0, "malformed request"); continue; }
+        int64_t started = now_us();
+        size_t count = 0;
+        while (req.env[count]) count++;
+        if (count > initial_env_slots) {
+            for (int i = 0; i < 4; i++) if (req.fds[i] >= 0) close(req.fds[i]);
+            reply(0, E2BIG, 0, "more environment variables than the fork server has room for");
+            continue;
+        }
+        threads = cls_thread_count();
+        if (threads != 1) {
+            for (int i = 0; i < 4; i++) if (req.fds[i] >= 0) close(req.fds[i]);
+            reply(0, EAGAIN, 0, "the fork server has more than one thread: it does not fork");
+            continue;
+        }
+        unsigned long flags = CLONE_PARENT | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID;
+        if (req.flags & FS_ISOLATED) flags |= CLONE_NEWUSER | CLONE_NEWPID;
+        fflush(NULL);
+        pid_t *ctid = (pid_t *)((char *)pthread_self() + tid_offset);
+        /* fork semantics (a copy of this memory, no new stack); the exit signal is inherited from
+           this server (SIGCHLD) with CLONE_PARENT. */
+        long child = syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, ctid, 0UL);
+        if (child == 0) {
+            int e = become_worker(&req, entry, robust_head, robust_len);
+            /* Say why on its stderr (the supervisor's log), then end. */
+            char why[128];
+            int len = snprintf(why, sizeof why, "plugin-worker: setting up a forked worker failed: %s\n", strerror(e));
+            if (len > 0) { ssize_t w = write(2, why, (size_t)len); (void)w; }
+            _exit(127);
+        }
+        int e = child < 0 ? errno : 0;
+        for (int i = 0; i < 4; i++) if (req.fds[i] >= 0) close(req.fds[i]);
+        reply(child > 0 ? (pid_t)child : 0, e, now_us() - started, child < 0 ? "clone failed" : NULL);
+    }
+}

@@ -1,0 +1,133 @@
+import CLinuxSupport
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why the fork server could not be started or used.
+public struct ForkServerError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// The fork server (`plugin-forkserver`, Sources/ForkServer; docs/sandbox.md "Starting workers"):
+/// a C process that has loaded the worker's code once and forks each worker from itself, so a
+/// worker starts without an exec and without the Swift runtime loading again. Its children are
+/// this process's own (it forks them with CLONE_PARENT): a worker it starts is a `ChildProcess`
+/// like any other, watched, signalled and reaped here.
+///
+/// Used from one thread at a time (the supervisor's event loop): a request and its answer are one
+/// exchange on one socket. Once the channel fails (`isBroken`), it is never used again.
+public final class ForkServer: Sendable {
+    public let process: ChildProcess
+    /// How long loading the worker's code took in the fork server, in microseconds.
+    public let preloadMicroseconds: Int
+    private let channel: Int32
+    private let broken = Atomic<Bool>(false)
+    public var pid: pid_t { process.pid }
+
+    /// Whether the channel failed (no answer in time, the server gone, an answer not its own).
+    public var isBroken: Bool { broken.load(ordering: .relaxed) }
+
+    /// Spare entries in the fork server's environment: a worker's environment is at most this long
+    /// plus four (a longer one is exec'd).
+    static let environmentSlots = 24
+
+    /// How long one request may take (a fork is a fraction of a millisecond).
+    public static let requestTimeoutMs: Int32 = 5_000
+
+    private init(process: ChildProcess, channel: Int32, preloadMicroseconds: Int) {
+        self.process = process
+        self.channel = channel
+        self.preloadMicroseconds = preloadMicroseconds
+    }
+
+    /// Starts `executable`, which loads `library` (libPluginWorkerCore.so), and waits for it to say
+    /// it is ready. Its output goes to this process's stderr.
+    public static func start(executable: String, library: String, readyTimeoutMs: Int32 = 10_000) throws(ForkServerError) -> ForkServer {
+        var fds: [Int32] = [-1, -1]
+        let rc = cls_seqpacket_pair(&fds)
+        guard rc == 0 else { throw ForkServerError("socketpair(SOCK_SEQPACKET) failed: \(String(cString: strerror(-rc)))") }
+        let mine = fds[0]
+        // The child's ends above 3 (cls_spawn's rule): its socket, and a copy of our stderr.
+        let theirs = fcntl(fds[1], F_DUPFD_CLOEXEC, 10)
+        let output = fcntl(2, F_DUPFD_CLOEXEC, 10)
+        close(fds[1])
+        defer {
+            if theirs >= 0 { close(theirs) }
+            if output >= 0 { close(output) }
+        }
+        guard theirs >= 0, output >= 0 else {
+            close(mine)
+            throw ForkServerError("fcntl(F_DUPFD_CLOEXEC) failed: \(String(cString: strerror(errno)))")
+        }
+        var pid: pid_t = 0, pidfd: Int32 = -1
+        // argv[0] alone (a worker writes its name over it); what it needs in its environment, and
+        // room there for each worker's (see Sources/ForkServer/main.c).
+        let environment = Spawner.baseEnvironment + ["SP_FORKSERVER_LIBRARY=\(library)", "SP_FORKSERVER_PARENT=\(getpid())"]
+            + Array(repeating: "SP_FORKSERVER_SLOT=", count: environmentSlots)
+        let spawned = Spawner.withCStrings([executable]) { cArgs in
+            Spawner.withCStrings(environment) { cEnv in
+                cls_spawn(executable, cArgs, cEnv, theirs, -1, output, output, &pid, &pidfd)
+            }
+        }
+        guard spawned == 0 else {
+            close(mine)
+            throw ForkServerError("cannot start \(executable): \(String(cString: strerror(spawned)))")
+        }
+        let process = ChildProcess(pid: pid, pidfd: pidfd)
+        var reply = fs_reply()
+        var message = [CChar](repeating: 0, count: 512)
+        let read = cls_forkserver_read(mine, readyTimeoutMs, &reply, &message, message.count)
+        guard read == 0, reply.error == 0 else {
+            close(mine)
+            process.signal(SIGKILL)
+            _ = try? process.wait()
+            if read != 0 {
+                throw ForkServerError("\(executable) did not say it was ready within \(readyTimeoutMs) ms: \(String(cString: strerror(-read)))")
+            }
+            throw ForkServerError("\(executable): \(Self.text(message))")
+        }
+        return ForkServer(process: process, channel: mine, preloadMicroseconds: Int(reply.micros))
+    }
+
+    /// Asks for a worker: its whole environment and its descriptors (see cls_forkserver_spawn).
+    /// 0 with `pid` and `pidfd` set, or an errno value with `message` saying why; afterwards
+    /// `isBroken` tells whether the failure was this request's or the channel's.
+    func spawn(environment: [String], socket: Int32, notify: Int32, stdout: Int32, stderr: Int32, isolated: Bool,
+               pid: inout pid_t, pidfd: inout Int32, message: inout String) -> Int32 {
+        guard !isBroken else {
+            message = "the fork server is no longer used"
+            return EPIPE
+        }
+        var text = [CChar](repeating: 0, count: 512)
+        var forkUs: Int64 = 0
+        let rc = Spawner.withCStrings(environment) { cEnv in
+            cls_forkserver_spawn(channel, cEnv, socket, notify, stdout, stderr, isolated ? 1 : 0, Self.requestTimeoutMs,
+                                 &pid, &pidfd, &forkUs, &text, text.count)
+        }
+        if rc < 0 {
+            broken.store(true, ordering: .relaxed)
+            message = "the fork server (pid \(process.pid)) did not answer: \(String(cString: strerror(-rc)))"
+            return -rc
+        }
+        if rc > 0 {
+            let said = Self.text(text)
+            message = said.isEmpty ? String(cString: strerror(rc)) : "\(said): \(String(cString: strerror(rc)))"
+        }
+        return rc
+    }
+
+    /// A NUL-terminated C buffer's text.
+    private static func text(_ buffer: [CChar]) -> String {
+        String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// Ends it (it is reaped by whoever watches `process`); never used again.
+    public func stop() {
+        broken.store(true, ordering: .relaxed)
+        process.signal(SIGKILL)
+    }
+
+    deinit { close(channel) }
+}

@@ -1,0 +1,101 @@
+// The worker: one sandboxed process per plugin. Started by the supervisor with the protocol socket
+// on descriptor 3 and a JSON WorkerSpec in $SP_WORKER_SPEC, either as the `plugin-worker` executable
+// or forked by the fork server (`plugin-forkserver`, Sources/ForkServer), which calls
+// `sp_worker_main` in the child; confines itself, loads the plugin, says hello, then relays frames
+// between the socket and the plugin until the supervisor closes the socket.
+import CPluginABI
+import IPC
+import LinuxSupport
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Tells the supervisor why this worker is ending itself, then exits.
+/// On stderr only when the notice could not be sent: the supervisor logs the reason once, from the
+/// notice (a second copy from stderr would make every load failure two lines).
+func fail(_ error: WorkerError, connection: BlockingConnection?) -> Never {
+    var told = false
+    if let connection, let frame = try? ProtocolJSON.frame(ExitNotice(reason: error.code, message: error.message)) {
+        told = (try? connection.sendFrame(frame)) != nil
+    }
+    if !told {
+        let line = "plugin-worker: \(error.message)\n"
+        _ = line.withCString { write(2, $0, strlen($0)) }
+    }
+    exit(error.exitCode)
+}
+
+/// The spec comes in the environment (not argv: other processes can read /proc/<pid>/cmdline, while
+/// /proc/<pid>/environ needs ptrace access) and is removed from it before the plugin runs.
+func readSpec() throws(WorkerError) -> WorkerSpec {
+    guard let raw = getenv(WorkerSpec.environmentVariable) else {
+        throw WorkerError(code: .badSpec, message: "\(WorkerSpec.environmentVariable) is not set; this program is started by the supervisor")
+    }
+    let text = String(cString: raw)
+    unsetenv(WorkerSpec.environmentVariable)
+    do {
+        return try ProtocolJSON.decode(WorkerSpec.self, from: Array(text.utf8))
+    } catch {
+        throw WorkerError(code: .badSpec, message: "invalid \(WorkerSpec.environmentVariable): \(error)")
+    }
+}
+
+/// The worker's entry point, for the `plugin-worker` executable and for the fork server's children
+/// (a C caller: the symbol is looked up with dlsym). Never returns: the worker ends with exit().
+@_cdecl("sp_worker_main")
+public func workerMain() -> Int32 {
+    let startedAt = ProcessControl.monotonicMicroseconds()
+    LifecycleSignals.block()
+
+    let spec: WorkerSpec
+    do { spec = try readSpec() } catch { fail(error, connection: nil) }
+    // The private temporary folder, where libraries look for one (libc's tmpfile, SQLite, Python).
+    if let temp = spec.tempDirectory {
+        setenv("TMPDIR", temp, 1)
+        setenv("SQLITE_TMPDIR", temp, 1)
+    }
+    let specReadAt = ProcessControl.monotonicMicroseconds()
+
+    let connection = BlockingConnection(fd: spec.socketFD, maxBody: spec.maxFrameBytes)
+    var timings: [String: Int] = ["startedAtUs": Int(startedAt)]
+
+    let confinement: Sandbox.Applied
+    do { confinement = try Sandbox.apply(SandboxPlan(spec), sendLock: connection.sendLock) } catch { fail(error, connection: connection) }
+    let sandboxedAt = ProcessControl.monotonicMicroseconds()
+    timings["sandboxUs"] = Int(sandboxedAt - startedAt)
+    timings.merge(confinement.timings) { a, _ in a }
+    timings["sandbox.specUs"] = Int(specReadAt - startedAt)
+
+    let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes)
+    SignalRelay.start(host: host)
+
+    let plugin: UnsafePointer<sp_plugin>
+    do { plugin = try PluginLoader.load(library: spec.library, host: host.host) } catch { fail(error, connection: connection) }
+    host.attach(plugin)
+    timings["loadUs"] = Int(ProcessControl.monotonicMicroseconds() - sandboxedAt)
+
+    let hello = HelloMessage(abi: UInt32(SP_ABI_VERSION), pid: getpid(), plugin: spec.identifier, version: spec.version,
+                             sandbox: confinement.layers, sandboxMissing: confinement.missing, timings: timings)
+    do { try connection.sendFrame(try ProtocolJSON.frame(hello)) } catch { exit(0) }
+
+    // The I/O loop: ping is answered here, so a plugin that blocks its receive stops answering pings.
+    do {
+        while try connection.receive({ body -> Bool in
+            if body.count < 40, let env = try? Envelope.parse(body), env.kind == .ping {
+                var pong = FrameBuilder(kind: .pong)
+                pong.uint("id", env.id ?? 0)
+                try? connection.sendFrame(pong.finish())
+                return true
+            }
+            host.deliver(body)
+            return true
+        }) != nil {}
+    } catch {
+        let line = "plugin-worker[\(spec.identifier)]: protocol socket failed: \(error)\n"
+        _ = line.withCString { write(2, $0, strlen($0)) }
+    }
+    // The supervisor closed the socket (shutdown, or it died): destroy the plugin and exit.
+    host.destroy()
+    exit(0)
+}
