@@ -16,12 +16,11 @@ public struct ForkServerError: Error, CustomStringConvertible, Sendable {
 /// this process's own (it forks them with CLONE_PARENT): a worker it starts is a `ChildProcess`
 /// like any other, watched, signalled and reaped here.
 ///
-/// Used from one thread at a time (the supervisor's event loop): a request and its answer are one
-/// exchange on one socket. Once the channel fails (`isBroken`), it is never used again.
+/// Launched, then ready once `awaitReady` returns (on any thread); from then on used from one thread
+/// at a time (the supervisor's event loop): a request and its answer are one exchange on one
+/// socket. Once the channel fails (`isBroken`), it is never used again.
 public final class ForkServer: Sendable {
     public let process: ChildProcess
-    /// How long loading the worker's code took in the fork server, in microseconds.
-    public let preloadMicroseconds: Int
     private let channel: Int32
     private let broken = Atomic<Bool>(false)
     public var pid: pid_t { process.pid }
@@ -36,15 +35,14 @@ public final class ForkServer: Sendable {
     /// How long one request may take (a fork is a fraction of a millisecond).
     public static let requestTimeoutMs: Int32 = 5_000
 
-    private init(process: ChildProcess, channel: Int32, preloadMicroseconds: Int) {
+    private init(process: ChildProcess, channel: Int32) {
         self.process = process
         self.channel = channel
-        self.preloadMicroseconds = preloadMicroseconds
     }
 
-    /// Starts `executable`, which loads `library` (libPluginWorkerCore.so), and waits for it to say
-    /// it is ready. Its output goes to this process's stderr.
-    public static func start(executable: String, library: String, readyTimeoutMs: Int32 = 10_000) throws(ForkServerError) -> ForkServer {
+    /// Starts `executable`, which loads `library` (libPluginWorkerCore.so); its output goes to this
+    /// process's stderr. It is not ready until `awaitReady` says so.
+    public static func launch(executable: String, library: String) throws(ForkServerError) -> ForkServer {
         var fds: [Int32] = [-1, -1]
         let rc = cls_seqpacket_pair(&fds)
         guard rc == 0 else { throw ForkServerError("socketpair(SOCK_SEQPACKET) failed: \(String(cString: strerror(-rc)))") }
@@ -75,20 +73,24 @@ public final class ForkServer: Sendable {
             close(mine)
             throw ForkServerError("cannot start \(executable): \(String(cString: strerror(spawned)))")
         }
-        let process = ChildProcess(pid: pid, pidfd: pidfd)
+        return ForkServer(process: ChildProcess(pid: pid, pidfd: pidfd), channel: mine)
+    }
+
+    /// Waits (blocking) for its first answer: ready, with how long loading the worker's code took
+    /// (microseconds), or why it cannot serve. On failure it is ended (the watcher, or the caller,
+    /// reaps it).
+    public func awaitReady(timeoutMs: Int32 = 10_000) throws(ForkServerError) -> Int {
         var reply = fs_reply()
         var message = [CChar](repeating: 0, count: 512)
-        let read = cls_forkserver_read(mine, readyTimeoutMs, &reply, &message, message.count)
+        let read = cls_forkserver_read(channel, timeoutMs, &reply, &message, message.count)
         guard read == 0, reply.error == 0 else {
-            close(mine)
-            process.signal(SIGKILL)
-            _ = try? process.wait()
+            stop()
             if read != 0 {
-                throw ForkServerError("\(executable) did not say it was ready within \(readyTimeoutMs) ms: \(String(cString: strerror(-read)))")
+                throw ForkServerError("it did not say it was ready within \(timeoutMs) ms: \(String(cString: strerror(-read)))")
             }
-            throw ForkServerError("\(executable): \(Self.text(message))")
+            throw ForkServerError(Self.text(message))
         }
-        return ForkServer(process: process, channel: mine, preloadMicroseconds: Int(reply.micros))
+        return Int(reply.micros)
     }
 
     /// Asks for a worker: its whole environment and its descriptors (see cls_forkserver_spawn).

@@ -99,6 +99,8 @@ public final class Supervisor: @unchecked Sendable {
         // An install interrupted by a crash left its staging folder; the bundles are complete.
         installs.store.cleanLeftovers()
         do { watcher = try ChildWatcher() } catch { throw .home(config.home, "cannot watch workers: \(error)") }
+        // The fork server loads the worker's code meanwhile (Lifecycle/WorkerStart.swift).
+        _ = try? loop.submit { self.lifecycle.startForkServer() }.wait()
         if config.sandboxEnabled {
             if config.workerCgroups {
                 (cgroups, cgroupsMissing) = CgroupTree.detect()
@@ -114,10 +116,7 @@ public final class Supervisor: @unchecked Sendable {
         defer { cgroups?.removeAll() }
         LifecycleSignals.startRelay { [self] signal in loop.execute { self.handleSignal(signal) } }
         do {
-            try loop.submit {
-                self.lifecycle.startForkServer()
-                self.lifecycle.loadPlugins()
-            }.wait()
+            try loop.submit { self.lifecycle.loadPlugins() }.wait()
         } catch {
             throw .home(config.home, "the event loop failed: \(error)")
         }

@@ -41,6 +41,9 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
     /// The fork server workers are forked from (`workerStart: "fork-server"`; WorkerStart.swift), or
     /// nil: workers are exec'd, and `workerStartProblem` says why when the fork server was asked for.
     var forkServer: ForkServer?
+    /// Launched, its answer not read yet (`readyForkServer`); one that refused at start, ended.
+    var forkServerStarting: ForkServer?
+    var forkServerGivenUp: ForkServer?
     var workerStartProblem: String?
     /// When the fork server ended unasked, recently: too many and workers are exec'd from then on.
     var forkServerEnds: [NIODeadline] = []
@@ -60,7 +63,9 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
         phase = .shuttingDown
         // No worker starts from here on.
         forkServer?.stop()
+        forkServerStarting?.stop()
         forkServer = nil
+        forkServerStarting = nil
         return true
     }
 

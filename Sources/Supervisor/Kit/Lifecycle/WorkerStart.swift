@@ -11,14 +11,15 @@ extension Lifecycle {
     static let forkServerEndLimit = 3
     static let forkServerEndWindow = TimeAmount.seconds(60)
 
-    /// Starts the fork server when the configuration asks for one. Blocks the loop while it loads the
-    /// worker's code (tens of milliseconds): at start, before any worker, and after it died.
+    /// Launches the fork server when the configuration asks for one: at start, first of all (it
+    /// loads the worker's code while the supervisor reads its home and plugin folders), and again
+    /// when it died. Its answer is read when the first worker is spawned (`readyForkServer`).
     func startForkServer() {
         loop.preconditionInEventLoop()
-        guard config.workerStart == .forkServer, forkServer == nil, !isShuttingDown else { return }
+        guard config.workerStart == .forkServer, forkServer == nil, forkServerStarting == nil, !isShuttingDown else { return }
         let server: ForkServer
         do {
-            server = try ForkServer.start(executable: config.forkServerExecutable, library: config.workerLibrary)
+            server = try ForkServer.launch(executable: config.forkServerExecutable, library: config.workerLibrary)
         } catch {
             workerStartProblem = "the fork server could not start: \(error); workers are exec'd"
             logger.warning("\(workerStartProblem!)")
@@ -35,16 +36,45 @@ extension Lifecycle {
             logger.warning("\(workerStartProblem!)")
             return
         }
-        forkServer = server
-        workerStartProblem = nil
-        logger.debug("fork server ready", metadata: ["pid": "\(server.pid)", "preloadMs": "\(Double(server.preloadMicroseconds) / 1000)"])
+        forkServerStarting = server
     }
+
+    /// The fork server, ready: a launched one's answer is awaited here (a few milliseconds after its
+    /// launch at most; usually it is already there). Nil when there is none or it cannot serve (it
+    /// is ended then, and `status` says why workers are exec'd).
+    func readyForkServer() -> ForkServer? {
+        if let forkServer { return forkServer }
+        guard let server = forkServerStarting else { return nil }
+        forkServerStarting = nil
+        do {
+            let preloadUs = try server.awaitReady(timeoutMs: Self.forkServerReadyTimeoutMs)
+            forkServer = server
+            workerStartProblem = nil
+            logger.debug("fork server ready", metadata: ["pid": "\(server.pid)", "preloadMs": "\(Double(preloadUs) / 1000)"])
+            return server
+        } catch {
+            // It has been ended: its exit is not one more death to start another after.
+            forkServerGivenUp = server
+            workerStartProblem = "the fork server could not start: \(error); workers are exec'd"
+            logger.warning("\(workerStartProblem!)")
+            return nil
+        }
+    }
+
+    /// How long the first spawn waits for a launched fork server to load the worker's code (it takes
+    /// about 5 ms in a release build, 30 ms in a debug build).
+    static let forkServerReadyTimeoutMs: Int32 = 5_000
 
     /// The fork server ended: at shutdown (its socket closed, or the supervisor killed it) that is
     /// all; otherwise another one starts, unless it keeps ending (then workers are exec'd).
     func forkServerEnded(_ server: ForkServer, _ exit: ChildExit) {
         if forkServer === server { forkServer = nil }
-        guard !isShuttingDown, forkServer == nil, config.workerStart == .forkServer else { return }
+        if forkServerStarting === server { forkServerStarting = nil }
+        if forkServerGivenUp === server {
+            forkServerGivenUp = nil
+            return
+        }
+        guard !isShuttingDown, forkServer == nil, forkServerStarting == nil, config.workerStart == .forkServer else { return }
         let now = NIODeadline.now()
         forkServerEnds = forkServerEnds.filter { now - $0 < Self.forkServerEndWindow } + [now]
         let how = exit.signaled ? "signal \(exit.signalName)" : "exit status \(exit.code)"
@@ -57,14 +87,11 @@ extension Lifecycle {
         startForkServer()
     }
 
-    /// How workers start now: "fork-server" or "exec".
-    var workerStartMode: String { forkServer == nil ? SupervisorConfig.WorkerStart.exec.rawValue : SupervisorConfig.WorkerStart.forkServer.rawValue }
-
     /// Spawns a worker by the fork server when there is one, else (or when the fork server fails
     /// it) by exec (`SpawnedChild.forked` says which).
     func spawnProcess(_ manifest: Manifest, environment: [String], notify: Bool) throws(SystemError) -> SpawnedChild {
         let isolated = config.sandboxEnabled
-        if let server = forkServer {
+        if let server = readyForkServer() {
             do {
                 return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment,
                                          notifyChannel: notify, isolated: isolated, forkServer: server)
