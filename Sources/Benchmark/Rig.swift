@@ -58,7 +58,7 @@ final class Rig {
         p.executableURL = URL(fileURLWithPath: bin + "/supervisor")
         var args = ["start", "--home", home, "--plugins", plugins, "--log-level", "warning"]
         if !sandbox { args.append("--no-sandbox") }
-        if let workerStart { args += ["--worker-start", workerStart] }
+        if let mode = workerStart ?? defaultWorkerStart { args += ["--worker-start", mode] }
         if let config {
             let path = root + "/config.json"
             try config.write(toFile: path, atomically: true, encoding: .utf8)

@@ -13,6 +13,9 @@ let calls = quick ? 2_000 : 20_000
 /// `--only calls|crash|startup` runs one section.
 let only: String? = arguments.firstIndex(of: "--only").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
 func wanted(_ section: String) -> Bool { only == nil || only == section }
+/// `--worker-start exec|fork-server`: how the workers of every section start (default: the
+/// supervisor's default; the start-up section measures both either way).
+let defaultWorkerStart: String? = arguments.firstIndex(of: "--worker-start").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
 let report = Report()
 func note(_ s: String) { FileHandle.standardError.write((s + "\n").data(using: .utf8)!) }
 
