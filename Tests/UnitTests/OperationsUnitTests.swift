@@ -126,7 +126,7 @@ import Testing
     }
 }
 
-/// The config file's new settings: metrics, the trust settings, the wait queue.
+/// The config file's new settings: metrics, the trust settings, the wait queue, how workers start.
 @Suite struct NewConfigKeysTests {
     func apply(_ json: String) -> String? {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID().uuidString).json").path
@@ -159,5 +159,19 @@ import Testing
         #expect(apply(#"{"metrics": {"listen": ":9464"}}"#)?.contains("names no address") == true)
         #expect(apply(#"{"metrics": {"port": 9464}}"#)?.contains("unknown key 'port'") == true)
         #expect(apply(#"{"callQueueLimit": 0}"#)?.contains("must be positive") == true)
+        #expect(apply(#"{"workerStart": "zygote"}"#)?.contains("\"exec\" or \"fork-server\"") == true)
+        #expect(apply(#"{"workerStart": true}"#)?.contains("workerStart") == true)
+    }
+
+    @Test func workerStart() throws {
+        #expect(SupervisorConfig(home: "/tmp/x").workerStart == .forkServer)
+        for (text, mode) in [("exec", SupervisorConfig.WorkerStart.exec), ("fork-server", .forkServer)] {
+            var config = SupervisorConfig(home: "/tmp/x", pluginDirectories: [], socketPath: nil)
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID().uuidString).json").path
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            try #"{"workerStart": "\#(text)"}"#.write(toFile: path, atomically: true, encoding: .utf8)
+            try config.apply(configFile: path)
+            #expect(config.workerStart == mode)
+        }
     }
 }
