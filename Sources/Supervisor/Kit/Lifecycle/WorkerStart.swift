@@ -47,10 +47,13 @@ extension Lifecycle {
         guard let server = forkServerStarting else { return nil }
         forkServerStarting = nil
         do {
+            let waitStarted = NIODeadline.now()
             let preloadUs = try server.awaitReady(timeoutMs: Self.forkServerReadyTimeoutMs)
             forkServer = server
             workerStartProblem = nil
-            logger.debug("fork server ready", metadata: ["pid": "\(server.pid)", "preloadMs": "\(Double(preloadUs) / 1000)"])
+            let waitedUs = (NIODeadline.now() - waitStarted).nanoseconds / 1000
+            logger.debug("fork server ready", metadata: ["pid": "\(server.pid)", "preloadMs": "\(Double(preloadUs) / 1000)",
+                                                         "waitedMs": "\(Double(waitedUs) / 1000)"])
             return server
         } catch {
             // It has been ended: its exit is not one more death to start another after.
