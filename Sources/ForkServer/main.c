@@ -1,5 +1,5 @@
 /* plugin-forkserver: starts workers by fork instead of exec (`workerStart: "fork-server"`,
-   docs/sandbox.md "Starting workers").
+   docs/sandbox.md "The fork server").
 
      SP_FORKSERVER_LIBRARY=<libPluginWorkerCore.so> SP_FORKSERVER_PARENT=<supervisor pid> plugin-forkserver
 
@@ -220,7 +220,6 @@ static int receive(char *buf, struct request *req) {
 static int64_t now_us(void) { return cls_monotonic_us(); }
 
 int main(int argc, char **argv) {
-    (void)argc;
     const char *library = getenv("SP_FORKSERVER_LIBRARY"), *parent = getenv("SP_FORKSERVER_PARENT");
     if (!library || !parent || environ != argv + argc + 1) {
         fprintf(stderr, "plugin-forkserver: started by the supervisor only (SP_FORKSERVER_LIBRARY, SP_FORKSERVER_PARENT)\n");

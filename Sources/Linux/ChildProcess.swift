@@ -187,7 +187,7 @@ public enum Spawner {
         }
     }
 
-    private static func lifted(_ fd: consuming OwnedDescriptor) throws(SystemError) -> OwnedDescriptor {
+    static func lifted(_ fd: consuming OwnedDescriptor) throws(SystemError) -> OwnedDescriptor {
         if fd.raw > 3 { return fd }
         let raw = fd.raw
         return OwnedDescriptor(try syscallRetrying("fcntl(F_DUPFD_CLOEXEC)") { fcntl(raw, F_DUPFD_CLOEXEC, 10) })

@@ -10,7 +10,7 @@ public struct ForkServerError: Error, CustomStringConvertible, Sendable {
     public init(_ description: String) { self.description = description }
 }
 
-/// The fork server (`plugin-forkserver`, Sources/ForkServer; docs/sandbox.md "Starting workers"):
+/// The fork server (`plugin-forkserver`, Sources/ForkServer; docs/sandbox.md "The fork server"):
 /// a C process that has loaded the worker's code once and forks each worker from itself, so a
 /// worker starts without an exec and without the Swift runtime loading again. Its children are
 /// this process's own (it forks them with CLONE_PARENT): a worker it starts is a `ChildProcess`
@@ -46,18 +46,11 @@ public final class ForkServer: Sendable {
         var fds: [Int32] = [-1, -1]
         let rc = cls_seqpacket_pair(&fds)
         guard rc == 0 else { throw ForkServerError("socketpair(SOCK_SEQPACKET) failed: \(String(cString: strerror(-rc)))") }
-        let mine = fds[0]
+        let mine = OwnedDescriptor(fds[0])
         // The child's ends above 3 (cls_spawn's rule): its socket, and a copy of our stderr.
-        let theirs = fcntl(fds[1], F_DUPFD_CLOEXEC, 10)
-        let output = fcntl(2, F_DUPFD_CLOEXEC, 10)
-        close(fds[1])
-        defer {
-            if theirs >= 0 { close(theirs) }
-            if output >= 0 { close(output) }
-        }
-        guard theirs >= 0, output >= 0 else {
-            close(mine)
-            throw ForkServerError("fcntl(F_DUPFD_CLOEXEC) failed: \(String(cString: strerror(errno)))")
+        let theirs = try described { () throws(SystemError) in try Spawner.lifted(OwnedDescriptor(fds[1])) }
+        let output = try described { () throws(SystemError) in
+            OwnedDescriptor(try syscallRetrying("fcntl(F_DUPFD_CLOEXEC)") { fcntl(2, F_DUPFD_CLOEXEC, 10) })
         }
         var pid: pid_t = 0, pidfd: Int32 = -1
         // argv[0] alone (a worker writes its name over it); what it needs in its environment, and
@@ -66,14 +59,12 @@ public final class ForkServer: Sendable {
             + Array(repeating: "SP_FORKSERVER_SLOT=", count: environmentSlots)
         let spawned = Spawner.withCStrings([executable]) { cArgs in
             Spawner.withCStrings(environment) { cEnv in
-                cls_spawn(executable, cArgs, cEnv, theirs, -1, output, output, &pid, &pidfd)
+                cls_spawn(executable, cArgs, cEnv, theirs.raw, -1, output.raw, output.raw, &pid, &pidfd)
             }
         }
-        guard spawned == 0 else {
-            close(mine)
-            throw ForkServerError("cannot start \(executable): \(String(cString: strerror(spawned)))")
-        }
-        return ForkServer(process: ChildProcess(pid: pid, pidfd: pidfd), channel: mine)
+        guard spawned == 0 else { throw ForkServerError("cannot start \(executable): \(String(cString: strerror(spawned)))") }
+        // The child's ends close here; ours belongs to the ForkServer from now on.
+        return ForkServer(process: ChildProcess(pid: pid, pidfd: pidfd), channel: mine.release())
     }
 
     /// Waits (blocking) for its first answer: ready, with how long loading the worker's code took
@@ -118,6 +109,11 @@ public final class ForkServer: Sendable {
             message = said.isEmpty ? String(cString: strerror(rc)) : "\(said): \(String(cString: strerror(rc)))"
         }
         return rc
+    }
+
+    /// A system call's failure as the fork server's.
+    private static func described<T: ~Copyable>(_ body: () throws(SystemError) -> T) throws(ForkServerError) -> T {
+        do { return try body() } catch { throw ForkServerError("\(error)") }
     }
 
     /// A NUL-terminated C buffer's text.

@@ -1,6 +1,6 @@
 #ifndef FORK_SERVER_PROTOCOL_H
 #define FORK_SERVER_PROTOCOL_H
-/* The fork server's messages (docs/sandbox.md, "Starting workers"). One SOCK_SEQPACKET socketpair,
+/* The fork server's messages (docs/sandbox.md, "The fork server"). One SOCK_SEQPACKET socketpair,
    descriptor 3 of the fork server, the other end the supervisor's alone: one message is one
    request or one answer. Both ends are this machine's processes, so the structs travel as they
    are. Used by the fork server (Sources/ForkServer) and the supervisor's side (linux_support.c). */

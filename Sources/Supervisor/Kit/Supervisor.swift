@@ -115,9 +115,7 @@ public final class Supervisor: @unchecked Sendable {
         // Every worker has been reaped by the time `serve` returns: their groups are empty.
         defer { cgroups?.removeAll() }
         LifecycleSignals.startRelay { [self] signal in loop.execute { self.handleSignal(signal) } }
-        do {
-            try loop.submit { self.lifecycle.loadPlugins() }.wait()
-        } catch {
+        do { try loop.submit { self.lifecycle.loadPlugins() }.wait() } catch {
             throw .home(config.home, "the event loop failed: \(error)")
         }
         try control.bind()

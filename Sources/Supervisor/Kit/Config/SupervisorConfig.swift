@@ -22,7 +22,7 @@ public struct SupervisorConfig: Sendable {
     public var socketPath: String
     /// The `plugin-worker` executable (default: beside the running supervisor).
     public var workerExecutable: String
-    /// How workers are started (docs/sandbox.md, "Starting workers").
+    /// How workers are started (docs/sandbox.md, "The fork server").
     public enum WorkerStart: String, Sendable {
         /// Each worker is a new process image: `plugin-worker` by posix_spawn (or clone into its
         /// namespaces) and exec.

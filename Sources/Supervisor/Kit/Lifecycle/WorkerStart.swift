@@ -3,7 +3,7 @@ import LinuxSupport
 import Logging
 import NIOCore
 
-/// The fork server (docs/sandbox.md, "Starting workers"): started with the supervisor, restarted
+/// The fork server (docs/sandbox.md, "The fork server"): started with the supervisor, restarted
 /// when it dies, dropped for exec when it cannot be had. Owned by the event loop like the rest of
 /// Lifecycle; its exit comes from the child watcher through `loop.execute`.
 extension Lifecycle {
