@@ -149,7 +149,7 @@ extension ControlServer {
                 updating: r.successor.map { .init(version: $0.instance.manifest.version.description, pid: $0.instance.pid) },
                 debug: config.isDebugged(r.identifier) ? true : nil,
                 workerStart: r.instance.map { $0.forked ? "fork-server" : "exec" },
-                workerStartProblem: r.instance.flatMap { $0.forked ? nil : lifecycle.workerStartProblem })
+                workerStartProblem: r.instance.flatMap { $0.startProblem })
         }
     }
 }

@@ -87,11 +87,12 @@ extension Lifecycle {
             return .failure(SpawnFailure(reason: "cannot encode the worker spec: \(error)"))
         }
         var spawned: SpawnedChild
+        var startProblem: String?
         do {
             // TMPDIR in the exec's environment, not only set by the worker: runtimes that read the
             // environment the process started with (Go's c-shared runtime) see it too.
             spawned = try spawnProcess(manifest, environment: ["\(WorkerSpec.environmentVariable)=\(specJSON)", "TMPDIR=\(temp)", "SQLITE_TMPDIR=\(temp)"],
-                                       notify: notifier != nil)
+                                       notify: notifier != nil, problem: &startProblem)
         } catch {
             cgroup?.remove()
             return .failure(SpawnFailure(reason: "cannot start a worker (\(config.workerExecutable)): \(error)"))
@@ -99,6 +100,7 @@ extension Lifecycle {
         let instance = WorkerInstance(process: spawned.process, manifest: manifest, temporaryFolder: temp, now: .now())
         instance.cgroup = cgroup
         instance.forked = spawned.forked
+        instance.startProblem = startProblem
         instance.library = (library.path, FileStamp(path: library.path))
         do {
             try supervisor.watcher?.watch(instance.process) { [supervisor] exit in

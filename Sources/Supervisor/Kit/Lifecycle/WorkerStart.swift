@@ -91,9 +91,12 @@ extension Lifecycle {
     }
 
     /// Spawns a worker by the fork server when there is one, else (or when the fork server fails
-    /// it) by exec (`SpawnedChild.forked` says which).
-    func spawnProcess(_ manifest: Manifest, environment: [String], notify: Bool) throws(SystemError) -> SpawnedChild {
+    /// it) by exec (`SpawnedChild.forked` says which). `problem` is set to why a worker was exec'd
+    /// although the fork server was asked for; the worker keeps it for `status`
+    /// (`workerStartProblem`), as it was at its spawn.
+    func spawnProcess(_ manifest: Manifest, environment: [String], notify: Bool, problem: inout String?) throws(SystemError) -> SpawnedChild {
         let isolated = config.sandboxEnabled
+        problem = nil
         if let server = readyForkServer() {
             do {
                 return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment,
@@ -101,13 +104,16 @@ extension Lifecycle {
             } catch {
                 if server.isBroken {
                     // It is ended and reaped by the watcher, which starts another.
-                    logger.warning("the fork server failed (\(error)); \(manifest.identifier)'s worker is exec'd")
+                    problem = "the fork server failed (\(error)); this worker was exec'd"
                     server.stop()
                     if forkServer === server { forkServer = nil }
                 } else {
-                    logger.warning("the fork server could not start \(manifest.identifier)'s worker (\(error)); it is exec'd")
+                    problem = "the fork server could not start this worker (\(error)); it was exec'd"
                 }
+                logger.warning("\(manifest.identifier): \(problem!)")
             }
+        } else if config.workerStart == .forkServer {
+            problem = workerStartProblem
         }
         return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment, notifyChannel: notify, isolated: isolated)
     }

@@ -164,6 +164,8 @@ final class WorkerInstance: @unchecked Sendable {
     var timings: [String: Int] = [:]
     /// Forked by the fork server (else exec'd).
     var forked = false
+    /// Why it was exec'd although the fork server was asked for (`status`: `workerStartProblem`).
+    var startProblem: String?
     /// The start-up deadline (hello and startup), cancelled once it runs or ends.
     var startupDeadline: Scheduled<Void>?
     /// Its CPU time (µs) already added to `plugin_cpu_seconds_total`.
