@@ -113,7 +113,8 @@ extension Lifecycle {
                 logger.warning("\(manifest.identifier): \(problem!)")
             }
         } else if config.workerStart == .forkServer {
-            problem = workerStartProblem
+            // Given up or failed to launch (`workerStartProblem`), or ended and not yet started again.
+            problem = workerStartProblem ?? "no fork server was ready (the last one ended and another is starting); this worker was exec'd"
         }
         return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment, notifyChannel: notify, isolated: isolated)
     }
