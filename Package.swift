@@ -70,7 +70,7 @@ let package = Package(
         // libPluginWorkerCore.so by the fork server, whose children call it.
         .target(
             name: "WorkerCore",
-            dependencies: [.product(name: "CPluginABI", package: "SDK"), "CSandboxSupport", "Confinement", .product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport"],
+            dependencies: [.product(name: "CPluginABI", package: "SDK"), "CLinuxSupport", "CSandboxSupport", "Confinement", .product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport"],
             path: "Sources/PluginWorker"
         ),
         .executableTarget(name: "PluginWorker", dependencies: ["WorkerCore"], path: "Sources/PluginWorkerExec"),

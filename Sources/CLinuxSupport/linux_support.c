@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <poll.h>
 #include <linux/seccomp.h>
@@ -460,30 +461,34 @@ int cls_send_lock_acquire_from_signal(cls_send_lock *lock, int timeout_ms) {
 
 /* ---- descriptor passing ---- */
 
-int cls_send_fd(int sock, int fd) {
-    char byte = 'L';
-    struct iovec iov = { &byte, 1 };
+/* One sendmsg of `len` bytes with `fd` attached unless it is -1, retried on EINTR. */
+static long send_with_fd(int sock, int fd, const void *data, size_t len, int flags) {
+    struct iovec iov = { (void *)data, len };
     union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int))]; } control;
     memset(&control, 0, sizeof control);
     struct msghdr msg = { 0 };
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = control.buf;
-    msg.msg_controllen = sizeof control.buf;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    if (fd >= 0) {
+        msg.msg_control = control.buf;
+        msg.msg_controllen = sizeof control.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
     for (;;) {
-        if (sendmsg(sock, &msg, MSG_NOSIGNAL) == 1) return 0;
+        ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL | flags);
+        if (n >= 0) return (long)n;
         if (errno != EINTR) return -errno;
     }
 }
 
-int cls_receive_fd(int sock, int *fd) {
-    char byte;
-    struct iovec iov = { &byte, 1 };
+/* One recvmsg of up to `len` bytes (retried on EINTR); *fd: the descriptor attached, else -1. */
+static long receive_with_fd(int sock, void *data, size_t len, int *fd, int flags) {
+    *fd = -1;
+    struct iovec iov = { data, len };
     union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int))]; } control;
     struct msghdr msg = { 0 };
     msg.msg_iov = &iov;
@@ -491,16 +496,40 @@ int cls_receive_fd(int sock, int *fd) {
     msg.msg_control = control.buf;
     msg.msg_controllen = sizeof control.buf;
     ssize_t n;
-    do { n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT); } while (n < 0 && errno == EINTR);
+    do { n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags); } while (n < 0 && errno == EINTR);
     if (n < 0) return -errno;
-    if (n == 0) return 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
             memcpy(fd, CMSG_DATA(c), sizeof(int));
-            return 1;
         }
     }
-    return -EBADMSG; /* a byte without a descriptor: not what a worker sends */
+    return (long)n;
+}
+
+int cls_send_fd(int sock, int fd) {
+    char byte = 'L';
+    long n = send_with_fd(sock, fd, &byte, 1, 0);
+    return n == 1 ? 0 : (n < 0 ? (int)n : -EIO);
+}
+
+int cls_receive_fd(int sock, int *fd) {
+    char byte;
+    long n = receive_with_fd(sock, &byte, 1, fd, MSG_DONTWAIT);
+    if (n <= 0) return (int)n;
+    return *fd >= 0 ? 1 : -EBADMSG; /* a byte without a descriptor: not what a worker sends */
+}
+
+long cls_send_with_fd(int sock, int fd, const void *data, size_t len) {
+    return send_with_fd(sock, fd, data, len, MSG_DONTWAIT);
+}
+
+long cls_receive_with_fd(int sock, void *data, size_t len, int *fd) {
+    return receive_with_fd(sock, data, len, fd, 0);
+}
+
+int cls_wake_fd(void) {
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    return fd < 0 ? -errno : fd;
 }
 
 /* ---- seccomp user notification (the supervisor's side) ---- */

@@ -88,15 +88,7 @@ public final class BlockingConnection: Sendable {
                     return try syscallRetrying("sendmsg", context: "socket \(fd)") { sendmsg(fd, &msg, Int32(MSG_NOSIGNAL)) }
                 }
                 remaining -= n
-                var consumed = n
-                while first < iov.count, consumed >= iov[first].iov_len {
-                    consumed -= iov[first].iov_len
-                    first += 1
-                }
-                if first < iov.count, consumed > 0 {
-                    iov[first].iov_base = iov[first].iov_base! + consumed
-                    iov[first].iov_len -= consumed
-                }
+                iov.withUnsafeMutableBufferPointer { advance($0, first: &first, by: n) }
             }
             withExtendedLifetime(header) {}
         }

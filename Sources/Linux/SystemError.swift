@@ -35,3 +35,17 @@ public func syscallRetrying<T: FixedWidthInteger>(
         throw SystemError(call: call(), errno: code, context: context())
     }
 }
+
+/// After a vectored write of `n` bytes from `iov[first...]`: moves `first` past the buffers written
+/// whole and trims the one written in part (a short write on a stream socket).
+public func advance(_ iov: UnsafeMutableBufferPointer<iovec>, first: inout Int, by n: Int) {
+    var consumed = n
+    while first < iov.count, consumed >= iov[first].iov_len {
+        consumed -= iov[first].iov_len
+        first += 1
+    }
+    if first < iov.count, consumed > 0 {
+        iov[first].iov_base = iov[first].iov_base! + consumed
+        iov[first].iov_len -= consumed
+    }
+}

@@ -58,7 +58,7 @@ enum Sandbox {
 
         guard plan.enabled else {
             if !plan.debuggable { try notDumpable() }
-            if let fd = plan.notifyFD { _ = close(fd) }
+            if let fd = plan.notifyFD, !plan.keepsNotifyChannel { _ = close(fd) }
             for name: SandboxLayer in [.cgroup, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace,
                                        .pidNamespace, .mountNamespace, .noNewPrivs,
                                        .landlock, .capabilities, .seccomp, .seccompNotify] {
@@ -185,7 +185,7 @@ enum Sandbox {
                 default: try missing(.cgroup, "the supervisor did not move it into its group within 10 s")
                 }
             }
-            _ = close(channel)
+            if !plan.keepsNotifyChannel { _ = close(channel) }
         }
         listener = nil
         if let why = notifyMissing { try missing(.seccompNotify, why) } else { layer(.seccompNotify) }

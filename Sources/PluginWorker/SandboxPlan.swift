@@ -21,6 +21,8 @@ struct SandboxPlan {
     var socketFD: Int32
     /// Where the seccomp listener goes to the supervisor (nil: the SIGSYS reporter names violations).
     var notifyFD: Int32?
+    /// `notifyFD` stays open afterwards: the supervisor hands peer links over it (PeerLinks.swift).
+    var keepsNotifyChannel: Bool
     /// The supervisor's (and so its own) uid and gid, for its id maps.
     var uid: uid_t?
     var gid: gid_t?
@@ -53,6 +55,7 @@ struct SandboxPlan {
         supervisorPID = spec.supervisorPID
         socketFD = spec.socketFD
         notifyFD = spec.notifyFD
+        keepsNotifyChannel = spec.peerLinks == true && spec.notifyFD != nil
         uid = spec.uid
         gid = spec.gid
         if let why = getenv(Spawner.isolationRefusedVariable) {

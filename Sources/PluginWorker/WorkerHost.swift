@@ -21,10 +21,13 @@ final class WorkerHost: Sendable {
     private let nextLocalID = Atomic<UInt64>(1 << 62)
     /// The C struct handed to the plugin; lives as long as the process.
     nonisolated(unsafe) let host: UnsafeMutablePointer<sp_host>
+    /// Direct links to other plugins' workers, when the supervisor offers them (PeerLinks.swift).
+    let links: PeerLinks?
 
-    init(connection: BlockingConnection, maxBody: Int) {
+    init(connection: BlockingConnection, maxBody: Int, links: PeerLinks?) {
         self.connection = connection
         self.maxBody = maxBody
+        self.links = links
         host = UnsafeMutablePointer<sp_host>.allocate(capacity: 1)
         host.initialize(to: sp_host(abi_version: UInt32(SP_ABI_VERSION), ctx: nil, send: workerHostSend))
         host.pointee.ctx = Unmanaged.passUnretained(self).toOpaque()
@@ -67,6 +70,7 @@ final class WorkerHost: Sendable {
         if bytes.isEmpty { return -EINVAL }
         if bytes.count > maxBody { return -EMSGSIZE }
         if localPending.load(ordering: .acquiring) > 0, interceptLocalReply(bytes) { return 0 }
+        if let links, links.active, links.intercept(bytes) { return 0 }
         do {
             try connection.sendBody(bytes)
             return 0

@@ -67,7 +67,9 @@ public func workerMain() -> Int32 {
     timings.merge(confinement.timings) { a, _ in a }
     timings["sandbox.specUs"] = Int(specReadAt - startedAt)
 
-    let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes)
+    // Descriptor 4 stays open for peer links when the supervisor offers them (PeerLinks.swift).
+    let links = spec.peerLinks == true ? spec.notifyFD.map { PeerLinks(channel: $0, connection: connection, identifier: spec.identifier, maxBody: spec.maxFrameBytes) } : nil
+    let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links)
     SignalRelay.start(host: host)
 
     let plugin: UnsafePointer<sp_plugin>
@@ -78,6 +80,7 @@ public func workerMain() -> Int32 {
     let hello = HelloMessage(abi: UInt32(SP_ABI_VERSION), pid: getpid(), plugin: spec.identifier, version: spec.version,
                              sandbox: confinement.layers, sandboxMissing: confinement.missing, timings: timings)
     do { try connection.sendFrame(try ProtocolJSON.frame(hello)) } catch { exit(0) }
+    links?.start(host: host)
 
     // The I/O loop: ping is answered here, so a plugin that blocks its receive stops answering pings.
     do {

@@ -329,7 +329,8 @@ func callFrame(id: UInt64, target: String, method: String, params: String? = nil
 
 /// Calls `target`'s `echo` over one control connection until told to stop; each reply must be the
 /// echo, or (when `unavailableAllowed`) an `unavailable` error.
-func echoCaller(_ socket: String, _ target: String, unavailableAllowed: Bool, _ tally: Tally) -> Thread {
+/// With `via`, each echo is a plugin-to-plugin call: `via`'s `call` method calls `target`.
+func echoCaller(_ socket: String, _ target: String, via: String? = nil, unavailableAllowed: Bool, _ tally: Tally) -> Thread {
     Thread {
         let conn: BlockingConnection
         do { conn = try BlockingConnection.connect(path: socket) } catch {
@@ -340,7 +341,11 @@ func echoCaller(_ socket: String, _ target: String, unavailableAllowed: Bool, _ 
         while !tally.stopped {
             id += 1
             do {
-                try conn.sendFrame(callFrame(id: id, target: target, method: "echo", params: "[\(id)]"))
+                if let via {
+                    try conn.sendFrame(callFrame(id: id, target: via, method: "call", params: #"{"target":"\#(target)","method":"echo","params":[\#(id)]}"#))
+                } else {
+                    try conn.sendFrame(callFrame(id: id, target: target, method: "echo", params: "[\(id)]"))
+                }
                 let text = String(decoding: try conn.receiveFrame() ?? [], as: UTF8.self)
                 if text.contains("\"result\":[\(id)]") {
                     tally.add(ok: true)

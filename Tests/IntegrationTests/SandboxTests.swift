@@ -62,11 +62,12 @@ struct SandboxTests {
         #expect(try attack(sv, "h.bad", "streamPair").rc == 0)
         // Its own data folder is writable.
         #expect(try attack(sv, "h.bad", "writeData", path: w.home + "/data/h.bad/mine").rc >= 0)
-        // Nothing inherited: the protocol socket alone above stdio, and an environment of the
-        // worker's own (PATH, SWIFT_BACKTRACE, and TMPDIR and SQLITE_TMPDIR naming its private
-        // temporary folder, SPEC §5): nothing of the supervisor's.
+        // Nothing inherited: the protocol socket and the supervisor's channel for peer links (4)
+        // above stdio, and the links thread's wake-up eventfd (5, made by the worker); and an
+        // environment of the worker's own (PATH, SWIFT_BACKTRACE, and TMPDIR and SQLITE_TMPDIR
+        // naming its private temporary folder, SPEC §5): nothing of the supervisor's.
         struct FDs: Decodable { var fds: [Int] }
-        #expect(try sv.call("h.bad", "fds", "{}", as: FDs.self).fds == [3])
+        #expect(try sv.call("h.bad", "fds", "{}", as: FDs.self).fds == [3, 4, 5])
         struct Env: Decodable { var count: Int; var home: Bool }
         let env = try sv.call("h.bad", "env", "{}", as: Env.self)
         #expect(env.count <= 4 && !env.home, "\(env.count) variables")

@@ -12,9 +12,9 @@ struct ZeroDropTests {
         let tally = Tally()
         private var threads: [Thread] = []
 
-        init(socket: String, target: String, count: Int) {
+        init(socket: String, target: String, via: String? = nil, count: Int) {
             for _ in 0..<count {
-                let thread = echoCaller(socket, target, unavailableAllowed: false, tally)
+                let thread = echoCaller(socket, target, via: via, unavailableAllowed: false, tally)
                 threads.append(thread)
                 thread.start()
             }

@@ -112,6 +112,15 @@ int cls_send_fd(int sock, int fd);
    when nothing is there yet, -errno otherwise. */
 int cls_receive_fd(int sock, int *fd);
 
+/* Peer links (docs/protocol.md): sends `len` bytes with `fd` attached unless it is -1, without
+   waiting (MSG_DONTWAIT | MSG_NOSIGNAL): the bytes sent, or -errno (-EAGAIN: the socket is full). */
+long cls_send_with_fd(int sock, int fd, const void *data, size_t len);
+/* Reads up to `len` bytes (waiting for some), and the descriptor attached to them if any (*fd, made
+   close-on-exec; else -1): the bytes read, 0 at end of stream, -errno. */
+long cls_receive_with_fd(int sock, void *data, size_t len, int *fd);
+/* An eventfd (close-on-exec, non-blocking) to wake a thread waiting in poll, or -errno. */
+int cls_wake_fd(void);
+
 /* ---- seccomp user notification: the supervisor answers for its workers' filters ---- */
 
 typedef struct cls_seccomp_notification {

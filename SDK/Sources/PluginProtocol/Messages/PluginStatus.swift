@@ -32,6 +32,9 @@ public struct PluginStatus: Codable, Sendable, Equatable {
     public var workerStart: String?
     /// Why it was exec'd although the configuration asks for the fork server.
     public var workerStartProblem: String?
+    /// The dependencies its worker has a direct link to (docs/protocol.md "Peer links"): its calls
+    /// to them skip the supervisor.
+    public var links: [String]?
 
     /// The new version of an update and its worker.
     public struct Updating: Codable, Sendable, Equatable {
@@ -47,7 +50,7 @@ public struct PluginStatus: Codable, Sendable, Equatable {
     public init(identifier: String, version: String, state: String, pid: Int32?, restarts: Int, lastExit: ExitStatus?,
                 dependencies: [String], variant: String?, sandbox: [String], sandboxMissing: [String]?, error: String?,
                 timings: [String: Int]? = nil, sandboxDenials: [String: Int]? = nil, lastError: String? = nil, updating: Updating? = nil, debug: Bool? = nil,
-                workerStart: String? = nil, workerStartProblem: String? = nil) {
+                workerStart: String? = nil, workerStartProblem: String? = nil, links: [String]? = nil) {
         self.identifier = identifier
         self.version = version
         self.state = state
@@ -66,6 +69,7 @@ public struct PluginStatus: Codable, Sendable, Equatable {
         self.debug = debug
         self.workerStart = workerStart
         self.workerStartProblem = workerStartProblem
+        self.links = links
     }
 }
 

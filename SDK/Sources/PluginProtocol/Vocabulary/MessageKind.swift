@@ -13,6 +13,9 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     case debugWedge
     /// Supervisor → CLI, before the reply to a long request: `id`, `stage`, `done`, `total`, `message`.
     case progress
+    /// Worker → supervisor: the calls a caller's worker sent over its peer link to `target` since
+    /// its last report, for the callee's metrics (`LinkCallsReport`, docs/protocol.md "Peer links").
+    case linkCalls
 }
 
 /// Lifecycle event names (SPEC §3).

@@ -142,6 +142,20 @@ public struct FrameEncoder<Sink: FrameSink> {
     }
 }
 
+extension FrameEncoder {
+    /// What a forwarded `reply` carries of the reply `env` (in `bytes`): its raw `error` if it has
+    /// one, else its raw `result`, else `"result": null`.
+    public mutating func answer(of env: Envelope, in bytes: UnsafeRawBufferPointer) {
+        if let e = env.error {
+            raw("error", UnsafeRawBufferPointer(rebasing: bytes[e]))
+        } else if let r = env.result {
+            raw("result", UnsafeRawBufferPointer(rebasing: bytes[r]))
+        } else {
+            raw("result", Array("null".utf8))
+        }
+    }
+}
+
 /// A member value of `FrameEncoder.object`.
 public enum FlatJSON: Sendable {
     case string(String)

@@ -53,6 +53,7 @@ extension SupervisorConfig {
         "pingTimeoutMs": positive(\.pingTimeoutMs),
         "sandbox": { $0.sandboxEnabled = try $1.bool() },
         "workerCgroups": { $0.workerCgroups = try $1.bool() },
+        "peerLinks": { $0.peerLinks = try $1.bool() },
         "workerStart": { config, value in
             let name = try value.string()
             guard let mode = SupervisorConfig.WorkerStart(rawValue: name) else {

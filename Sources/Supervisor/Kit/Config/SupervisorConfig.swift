@@ -34,6 +34,10 @@ public struct SupervisorConfig: Sendable {
     /// `workerStart` in the config: the fork server unless told otherwise (it starts a worker in
     /// about a tenth of the time; docs/benchmarks.md).
     public var workerStart = WorkerStart.forkServer
+    /// `peerLinks` in the config: calls from a plugin to a dependency go over a direct link
+    /// between their workers once the first one has gone through the supervisor (docs/protocol.md
+    /// "Peer links"). Off, every call passes through the supervisor (and is logged at debug level).
+    public var peerLinks = true
     /// The fork server and the worker's code it loads (default: beside the running supervisor).
     public var forkServerExecutable: String
     public var workerLibrary: String

@@ -149,7 +149,8 @@ extension ControlServer {
                 updating: r.successor.map { .init(version: $0.instance.manifest.version.description, pid: $0.instance.pid) },
                 debug: config.isDebugged(r.identifier) ? true : nil,
                 workerStart: r.instance.map { $0.forked ? "fork-server" : "exec" },
-                workerStartProblem: r.instance.flatMap { $0.startProblem })
+                workerStartProblem: r.instance.flatMap { $0.startProblem },
+                links: r.instance.flatMap { $0.linksOut.isEmpty ? nil : $0.linksOut.keys.sorted() })
         }
     }
 }

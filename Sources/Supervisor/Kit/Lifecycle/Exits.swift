@@ -43,6 +43,7 @@ extension Lifecycle {
     func workerDisconnected(_ instance: WorkerInstance) {
         instance.connection = .closed
         router.failPending(instance, because: "\(instance.identifier) closed its connection")
+        router.forgetLinks(instance)
         if instance.phase.hasExited { return finalizeExit(instance) }
         // A worker that closed its socket is on its way out (its own SIGTERM, a crash); one that
         // lingers without a socket is useless, so it gets a moment to exit and is then killed.
@@ -61,6 +62,7 @@ extension Lifecycle {
         supervisor.metrics.addCPU(instance, total: exit.cpuMicroseconds)
         instance.channel?.close(promise: nil)
         router.failPending(instance, because: "\(instance.identifier) exited")
+        router.forgetLinks(instance)
         let outgoing = instance.outgoing
         instance.outgoing = [:]
         router.cancelInFlight(outgoing)

@@ -66,6 +66,7 @@ extension Lifecycle {
         }
         let notifier = supervisor.notifier
         var spec = workerSpec(manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
+        spec.peerLinks = config.peerLinks && notifier != nil ? true : nil
         // A control group of its own, made and limited before it exists. The supervisor's mover
         // puts it there (and says so on the notify channel) before the worker goes on; without a
         // channel the worker joins it itself.
@@ -116,6 +117,11 @@ extension Lifecycle {
         if let notifier, let channel = spawned.notify.take() {
             // Its filter's channel is watched once it is in its group (moved, then told J or F).
             let raw = channel.release()
+            // The same socket carries its peer links later (the notifier closes its own copy).
+            if spec.peerLinks == true {
+                let copy = fcntl(raw, F_DUPFD_CLOEXEC, 3)
+                if copy >= 0 { instance.linkChannel = copy }
+            }
             let watchFilter: @Sendable () -> Void = { [supervisor] in
                 do {
                     try notifier.adopt(channel: OwnedDescriptor(raw), process: instance.process) { call in

@@ -58,6 +58,7 @@ extension Lifecycle {
         if instance.phase.hasExited || instance.phase == .stopping { return }
         let saidHello = instance.hello != nil
         instance.move(to: .stopping, logger: logger)
+        router.unlinkCallers(of: instance)
         guard saidHello, instance.channel != nil, instance.hasCallsInside else { return terminate(record, instance) }
         let drainUntil = NIODeadline.now() + .milliseconds(Int64(config.drainTimeoutMs))
         logger.info("\(record.identifier): waiting for \(instance.callsInside) call(s) inside the worker before stopping it",

@@ -236,6 +236,15 @@ final class CallMetrics: @unchecked Sendable {
         slots[Self.observedAt] &+= 1
     }
 
+    /// Calls a caller's worker counted over a peer link (`linkCalls`): `counts` by outcome (ok,
+    /// error, timeout, unavailable), `buckets` as `record` fills them, `sumNs` their durations.
+    func add(counts: [Int64], buckets: [Int64], sumNs: Int64) {
+        for (i, n) in counts.prefix(4).enumerated() { slots[Self.countsAt + i] &+= n }
+        for (i, n) in buckets.prefix(Self.bounds + 1).enumerated() { slots[Self.bucketsAt + i] &+= n }
+        slots[Self.sumAt] &+= sumNs
+        slots[Self.observedAt] &+= buckets.reduce(0, &+)
+    }
+
     /// Moves the counts into the registry's counters.
     func export() {
         for i in 0..<Self.outcomes {

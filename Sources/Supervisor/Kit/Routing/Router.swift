@@ -14,7 +14,9 @@ final class Router: SupervisorComponent, @unchecked Sendable {
     /// Trace context for every forwarded request (SPEC §3).
     private var tracer = Tracer()
     /// Whether each answered request is logged (debug level), with its trace id and duration.
-    private let logCalls: Bool
+    let logCalls: Bool
+    /// The last peer link's number (PeerLinks.swift).
+    var nextLinkNumber: UInt64 = 0
 
     init(_ supervisor: Supervisor) {
         self.supervisor = supervisor
@@ -143,6 +145,8 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         }
         if let error = forward(kind, to: target, from: instance.identifier, env: env, bytes: bytes, origin: .plugin(instance, id: id)) {
             outbox.write(errorFrame(id: id, error, for: channel), to: channel)
+        } else if kind == .call, instance.linksOut[target] == nil, let callee = table[target] {
+            offerLink(from: instance, to: callee)
         }
     }
 
@@ -193,13 +197,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
     private func replyFrame(id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, for channel: Channel) -> ByteBuffer {
         var frame = outbox.encoder(.reply, for: channel, capacity: bytes.count)
         frame.uint("id", id)
-        if let e = env.error {
-            frame.raw("error", UnsafeRawBufferPointer(rebasing: bytes[e]))
-        } else if let r = env.result {
-            frame.raw("result", UnsafeRawBufferPointer(rebasing: bytes[r]))
-        } else {
-            frame.raw("result", Array("null".utf8))
-        }
+        frame.answer(of: env, in: bytes)
         return frame.finish()
     }
 
@@ -264,7 +262,8 @@ final class Router: SupervisorComponent, @unchecked Sendable {
                 guard let request = instance.pending.removeValue(forKey: id) else { continue }
                 settled(request, .timeout, by: instance)
                 answer(request.origin, error: ErrorBody(.timeout, "\(instance.identifier) did not answer \(request.what) in time"))
-                sendCancel(id, to: instance)
+                // An unlink is the worker's own business, not its plugin's: nothing to cancel there.
+                if request.what != PeerLink.unlinkRequest { sendCancel(id, to: instance) }
             }
         }
         outbox.flush()

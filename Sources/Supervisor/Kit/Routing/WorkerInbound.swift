@@ -48,6 +48,8 @@ extension Router {
                 pluginRequest(instance, kind, env, bytes)
             case .log:
                 log(from: instance, bytes)
+            case .linkCalls:
+                linkCallsReported(by: instance, bytes)
             case .exit:
                 instance.exitNotice = try? ProtocolJSON.decode(ExitNotice.self, from: bytes)
                 // Debug only: the exit's own line, once the process has ended, carries the message

@@ -173,6 +173,14 @@ final class WorkerInstance: @unchecked Sendable {
     /// The library it loads and how that file looked at spawn (a crash after it changed in place
     /// is `libraryReplaced`).
     var library: (path: String, stamp: FileStamp?)?
+    /// The supervisor's end of its descriptor 4, kept for peer links (PeerLinks.swift); closed
+    /// when it ends. Nil: no links for it.
+    var linkChannel: Int32?
+    /// Peer links from it, by callee identifier, and to it (docs/protocol.md "Peer links").
+    var linksOut: [String: PeerLink] = [:]
+    var linksIn: [ObjectIdentifier: PeerLink] = [:]
+    /// The callees it had a link to: whose call counts it may report (`linkCalls`).
+    var linkedCallees: Set<String> = []
 
     init(process: ChildProcess, manifest: Manifest, temporaryFolder: String, now: NIODeadline) {
         self.process = process
@@ -194,9 +202,10 @@ final class WorkerInstance: @unchecked Sendable {
         return true
     }
 
-    /// Calls and opens forwarded to it and not yet answered (events and pings aside).
-    var callsInside: Int { pending.values.reduce(0) { $0 + ($1.call == nil ? 0 : 1) } }
-    var hasCallsInside: Bool { pending.values.contains { $0.call != nil } }
+    /// Calls and opens forwarded to it and not yet answered (events and pings aside), and its
+    /// callers' links not yet given back (calls over them may still be inside).
+    var callsInside: Int { pending.values.reduce(0) { $0 + ($1.call == nil ? 0 : 1) } + linksIn.count }
+    var hasCallsInside: Bool { !linksIn.isEmpty || pending.values.contains { $0.call != nil } }
 
     /// Allocates the id of the next request this supervisor sends it.
     func takeID() -> UInt64 {

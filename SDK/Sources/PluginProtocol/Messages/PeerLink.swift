@@ -1,0 +1,68 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// Peer links (docs/protocol.md "Peer links"): a socket between a calling plugin's worker and the
+/// worker of one of its dependencies, so that calls between them skip the supervisor. The supervisor
+/// makes each one and hands its ends over the workers' second channel (`WorkerSpec.notifyFD`), one
+/// order a message: a 4-byte big-endian length, then this object as JSON; a `caller` or `callee`
+/// order carries the link's socket (SCM_RIGHTS) on its first byte.
+public struct PeerLinkOrder: Codable, Sendable, Equatable {
+    public enum Kind: String, Codable, Sendable {
+        /// Here is a link to `peer`: send your plugin's calls to it over this socket.
+        case caller
+        /// Here is a link from `peer`: serve the calls that come over this socket.
+        case callee
+        /// Stop sending calls over the link to `peer` (they go through the supervisor again), and
+        /// once every call already sent over it is answered or has timed out, close it and reply to
+        /// `id` on the protocol socket: the supervisor is draining `peer` (SPEC §8).
+        case unlink
+    }
+
+    public var kind: Kind
+    /// The other plugin's identifier.
+    public var peer: String
+    /// The supervisor's number for this link.
+    public var link: UInt64
+    /// `unlink`: the request id the worker answers with a `reply` once the link is drained.
+    public var id: UInt64?
+    /// `caller`: the callee's call timeout, for calls that name none.
+    public var timeoutMs: Int?
+    /// `caller`: the bounds (ns) of the call-duration histogram the worker reports in (`LinkCallsReport`).
+    public var bucketBounds: [Int64]?
+
+    public init(kind: Kind, peer: String, link: UInt64, id: UInt64? = nil, timeoutMs: Int? = nil, bucketBounds: [Int64]? = nil) {
+        self.kind = kind
+        self.peer = peer
+        self.link = link
+        self.id = id
+        self.timeoutMs = timeoutMs
+        self.bucketBounds = bucketBounds
+    }
+
+    /// Largest order accepted (they are small; anything larger is not from the supervisor).
+    public static let maxBytes = 64 * 1024
+}
+
+/// `linkCalls` (worker → supervisor): what a caller's worker saw of the calls it sent over its link
+/// to `target` since its last report, so the callee's `plugin_calls_total` and
+/// `plugin_call_duration_seconds` count them as if the supervisor had forwarded them.
+public struct LinkCallsReport: Codable, Sendable, Equatable {
+    public var type = MessageKind.linkCalls
+    public var target: String
+    /// Answered calls by outcome: ok, error, timeout, unavailable.
+    public var counts: [Int64]
+    /// Durations per histogram bucket (the order's `bucketBounds`, then one past the last bound).
+    public var buckets: [Int64]
+    /// Sum of the durations, ns.
+    public var sumNs: Int64
+
+    public init(target: String, counts: [Int64], buckets: [Int64], sumNs: Int64) {
+        self.target = target
+        self.counts = counts
+        self.buckets = buckets
+        self.sumNs = sumNs
+    }
+}

@@ -1,0 +1,637 @@
+import CLinuxSupport
+import IPC
+import LinuxSupport
+import PluginProtocol
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// This worker's direct links to other plugins' workers (docs/protocol.md "Peer links"): a call its
+/// plugin makes to a linked dependency goes straight to that plugin's worker and its reply comes
+/// straight back, instead of two passes through the supervisor each way. The worker does for those
+/// calls what the supervisor does for the others:
+/// - as the caller's worker: each call's deadline (the call's own `timeoutMs`, else the callee's
+///   timeout the supervisor gave with the link), `timeout` and `cancel` when it passes,
+///   `unavailable` for the calls in flight when the callee's worker ends, and the call metrics
+///   (`linkCalls` reports to the supervisor);
+/// - as the callee's worker: ids (each link's ids are mapped into a range of this worker's own,
+///   `localIDs`), `from`, a `traceparent` hop, and `cancel` for the calls of a caller that ended.
+/// The supervisor makes every link (only towards a declared dependency), hands its ends over
+/// descriptor 4, and takes it back before a planned stop of the callee (`unlink`, SPEC §8).
+///
+/// One thread (`links`) polls descriptor 4, every link and a wake-up eventfd, and delivers what
+/// arrives into the plugin; the plugin's own threads send calls and replies (`intercept`).
+final class PeerLinks: @unchecked Sendable {
+    // @unchecked: `state` is behind its Mutex; `host` is set once before the thread starts (the
+    // thread's creation orders it); each link's reader state is the links thread's alone.
+    private let channel: Int32
+    private let wakeFD: Int32
+    private let connection: BlockingConnection
+    private let identifier: String
+    private nonisolated(unsafe) var host: WorkerHost!
+    private let state = Mutex(State())
+    /// Links open (either role): the send path looks at nothing else when there are none.
+    private let linkCount = Atomic<Int>(0)
+
+    /// Ids of calls that came over links, as the plugin sees them: [2^61, 2^62) (the supervisor's
+    /// ids count up from 1; the worker's own events use 2^62 and up).
+    static let localIDs: Range<UInt64> = (1 << 61)..<(1 << 62)
+    /// A call larger than this goes through the supervisor (a link's socket buffer is small).
+    static let largestLinkedCall = 64 * 1024
+    /// How long a reply may wait for room on a link before the link is given up.
+    static let sendWaitMs: Int32 = 1000
+    /// How often the call metrics go to the supervisor, when there are any.
+    static let reportEveryNs: Int64 = 250_000_000
+
+    struct OutCall {
+        let link: Link
+        let deadline: Int64
+        let started: Int64
+    }
+
+    struct ServedCall {
+        let link: Link
+        let peerID: UInt64
+    }
+
+    /// A caller's counts for one callee, in the supervisor's histogram (CallMetrics).
+    struct Stats {
+        var counts = [Int64](repeating: 0, count: 4)
+        var buckets: [Int64]
+        var sum: Int64 = 0
+        var dirty = false
+
+        mutating func add(_ outcome: Outcome, bucket: Int, ns: Int64) {
+            counts[outcome.rawValue] += 1
+            if bucket < buckets.count { buckets[bucket] += 1 }
+            sum += ns
+            dirty = true
+        }
+    }
+
+    enum Outcome: Int { case ok = 0, error, timeout, unavailable }
+
+    struct State {
+        var links: [UInt64: Link] = [:]
+        /// Caller role: the link each callee's calls go over (absent while it is being unlinked).
+        var byPeer: [String: Link] = [:]
+        /// Caller role: the plugin's call id → its call over a link.
+        var calls: [UInt64: OutCall] = [:]
+        /// Callee role: local id → the link and the caller's id.
+        var served: [UInt64: ServedCall] = [:]
+        var nextLocal = PeerLinks.localIDs.lowerBound
+        var stats: [String: Stats] = [:]
+        var lastReport: Int64 = 0
+        /// No call's deadline is earlier (it may be earlier than the earliest left: the links
+        /// thread then wakes, finds nothing due and raises it): no scan of `calls` per call.
+        var earliest: Int64 = .max
+        /// Something to settle (an unlink, a drained link): looked for after the next wake.
+        var settling = false
+        /// When the links thread, waiting in poll, wakes by itself (monotonic ns; .max: only for
+        /// I/O): a call with an earlier deadline wakes it. `.min` while it is not waiting (it looks
+        /// at `earliest` again before it waits): no wake-up then, which would cost a write and a
+        /// poll round per call under load.
+        var plannedWake: Int64 = .min
+    }
+
+    /// One end of a link.
+    final class Link: @unchecked Sendable {
+        // @unchecked: the mutable fields are read and written under PeerLinks.state's lock, except
+        // `decoder` and `scratch` (the links thread's alone); writes to `fd` under `sendLock`.
+        let number: UInt64
+        let peer: String
+        let isCaller: Bool
+        let fd: Int32
+        let timeoutMs: Int
+        let bounds: [Int64]
+        let sendLock = SendLock()
+        /// Closed (under `sendLock`): a writer that took the link just before must not write to a
+        /// descriptor number that may already be another's.
+        var closed = false
+        /// Caller role: still takes new calls (false once unlinked).
+        var accepting = true
+        /// Caller role: calls sent over it and not yet settled.
+        var outstanding = 0
+        /// Caller role: the supervisor's `unlink` request to answer once `outstanding` is 0.
+        var unlinkReply: UInt64?
+        /// Callee role: the caller's id → local id, for `cancel`.
+        var served: [UInt64: UInt64] = [:]
+        /// Still read (false once its peer stopped sending or it ended).
+        var readOpen = true
+        /// Frames over the worker's frame limit end the link (as they end a worker at the supervisor).
+        var decoder: FrameDecoder
+        var scratch = [UInt8](repeating: 0, count: 16 * 1024)
+
+        init(_ order: PeerLinkOrder, fd: Int32, maxBody: Int) {
+            number = order.link
+            peer = order.peer
+            isCaller = order.kind == .caller
+            self.fd = fd
+            timeoutMs = order.timeoutMs ?? 30_000
+            bounds = order.bucketBounds ?? []
+            decoder = FrameDecoder(maxBody: maxBody)
+        }
+
+        enum Sent { case sent, notSent, broken }
+
+        /// Writes one frame (`header` + `body`): without waiting when `wait` is false and nothing
+        /// could be written (the caller then routes it another way); once part of it is written,
+        /// waiting up to `sendWaitMs` for room, after which the link is broken.
+        func send(header: UInt32, body: UnsafeRawBufferPointer, wait: Bool) -> Sent {
+            sendLock.withLock {
+                if closed { return .notSent }
+                var h = header.bigEndian
+                return withUnsafeMutableBytes(of: &h) { hb in
+                    var pair = (iovec(iov_base: hb.baseAddress, iov_len: 4),
+                                iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress), iov_len: body.count))
+                    return withUnsafeMutableBytes(of: &pair) { raw in
+                    let iov = raw.bindMemory(to: iovec.self)
+                    var written = 0
+                    let total = 4 + body.count
+                    var first = 0
+                    while written < total {
+                        var msg = msghdr()
+                        msg.msg_iov = iov.baseAddress! + first
+                        msg.msg_iovlen = iov.count - first
+                        let n = sendmsg(fd, &msg, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+                        if n < 0 {
+                            let e = errno
+                            if e == EINTR { continue }
+                            guard e == EAGAIN, written > 0 || wait else { return written == 0 ? .notSent : .broken }
+                            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                            if poll(&p, 1, PeerLinks.sendWaitMs) <= 0 || p.revents & Int16(POLLOUT) == 0 {
+                                _ = shutdown(fd, Int32(SHUT_RDWR))
+                                return .broken
+                            }
+                            continue
+                        }
+                        written += n
+                        advance(iov, first: &first, by: n)
+                    }
+                    return .sent
+                    }
+                }
+            }
+        }
+
+        func send(frame: [UInt8], wait: Bool) -> Sent {
+            frame.withUnsafeBytes { raw in
+                send(header: UInt32(raw.count - Frame.headerSize), body: UnsafeRawBufferPointer(rebasing: raw[Frame.headerSize...]), wait: wait)
+            }
+        }
+    }
+
+    /// `channel`: descriptor 4, kept open for the supervisor's orders.
+    private let maxBody: Int
+
+    init(channel: Int32, connection: BlockingConnection, identifier: String, maxBody: Int) {
+        self.channel = channel
+        self.maxBody = maxBody
+        self.connection = connection
+        self.identifier = identifier
+        // If it failed (-errno), poll ignores it: a call with a deadline earlier than the links
+        // thread's wait is then failed late, at the next thing that wakes it.
+        wakeFD = cls_wake_fd()
+    }
+
+    func start(host: WorkerHost) {
+        self.host = host
+        Threads.start(name: "links") { [self] in run() }
+    }
+
+    /// Whether the send path needs to look at a message at all.
+    @inline(__always)
+    var active: Bool { linkCount.load(ordering: .relaxed) > 0 }
+
+    static func now() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+    }
+
+    private func wake() {
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+    }
+
+    // MARK: The plugin's threads
+
+    /// A message the plugin sends: true when it was taken here (a call sent over a link, or a reply
+    /// to a call that came over one), false when it goes to the supervisor as usual.
+    func intercept(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        // Most of what a plugin sends is replies to the supervisor's ids, which the SDK writes
+        // `{"type":"reply","id":<digits>`: those are known without a parse.
+        if let id = Self.leadingReplyID(bytes), !Self.localIDs.contains(id) { return false }
+        guard let env = try? Envelope.parse(bytes), let kind = env.kind, let id = env.id else { return false }
+        switch kind {
+        case .reply where Self.localIDs.contains(id): replyOverLink(id, env, bytes); return true
+        case .call: return callOverLink(id, env, bytes)
+        default: return false
+        }
+    }
+
+    private static let replyPrefix = Array(#"{"type":"reply","id":"#.utf8)
+
+    /// The id of a message that starts `{"type":"reply","id":<digits>,` (nil for any other shape).
+    @inline(__always)
+    static func leadingReplyID(_ bytes: UnsafeRawBufferPointer) -> UInt64? {
+        let n = replyPrefix.count
+        guard bytes.count > n + 1, replyPrefix.withUnsafeBytes({ memcmp($0.baseAddress!, bytes.baseAddress!, n) == 0 }) else { return nil }
+        var id: UInt64 = 0
+        var i = n
+        while i < bytes.count, i < n + 19, bytes[i] >= 0x30, bytes[i] <= 0x39 {
+            id = id * 10 + UInt64(bytes[i] - 0x30)
+            i += 1
+        }
+        guard i > n, i < bytes.count, bytes[i] == UInt8(ascii: ",") || bytes[i] == UInt8(ascii: "}") else { return nil }
+        return id
+    }
+
+    private func callOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard bytes.count <= Self.largestLinkedCall, let target = Envelope.string(bytes, env.target) else { return false }
+        let now = Self.now()
+        let taken: (Link, Bool)? = state.withLock { s in
+            guard let link = s.byPeer[target], link.accepting, s.calls[id] == nil else { return nil }
+            // The supervisor's rule (Router.timeout): the call's own timeout, at most a day.
+            let ms = env.timeoutMs.map { Int64(min($0, 86_400_000)) }.flatMap { $0 > 0 ? $0 : nil } ?? Int64(link.timeoutMs)
+            let deadline = now + ms * 1_000_000
+            s.calls[id] = OutCall(link: link, deadline: deadline, started: now)
+            s.earliest = min(s.earliest, deadline)
+            link.outstanding += 1
+            return (link, deadline < s.plannedWake)
+        }
+        guard let (link, wakeNeeded) = taken else { return false }
+        if wakeNeeded { wake() }
+        switch link.send(header: UInt32(bytes.count), body: bytes, wait: false) {
+        case .sent:
+            return true
+        case .notSent:
+            // Full or closed: nothing of it went, so the supervisor takes it (and its back-pressure).
+            state.withLock { s in
+                s.calls[id] = nil
+                link.outstanding -= 1
+                s.settling = true  // an unlink may be waiting for this call
+            }
+            wake()
+            return false
+        case .broken:
+            // Part of it went: the link is gone; the links thread fails the call as `unavailable`.
+            wake()
+            return true
+        }
+    }
+
+    private func replyOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
+        let found: (ServedCall, Bool)? = state.withLock { s in
+            guard let call = s.served.removeValue(forKey: id) else { return nil }
+            call.link.served[call.peerID] = nil
+            let last = !call.link.readOpen && call.link.served.isEmpty
+            if last { s.settling = true }
+            return (call, last)
+        }
+        // A reply to a call whose caller went away (cancelled): dropped.
+        guard let (served, lastOfDrained) = found else { return }
+        var frame = FrameBuilder(kind: .reply, capacity: bytes.count + 16)
+        frame.uint("id", served.peerID)
+        frame.answer(of: env, in: bytes)
+        // A broken link, or a drained one whose last call this was: the links thread closes it.
+        if served.link.send(frame: frame.finish(), wait: true) != .sent || lastOfDrained { wake() }
+    }
+
+    // MARK: The links thread
+
+    private func run() -> Never {
+        var channelOpen = true
+        var fds: [pollfd] = []
+        var order: [Link] = []
+        while true {
+            fds.removeAll(keepingCapacity: true)
+            order.removeAll(keepingCapacity: true)
+            fds.append(pollfd(fd: channelOpen ? channel : -1, events: Int16(POLLIN), revents: 0))
+            fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0))
+            let (links, wakeAt) = state.withLock { s in
+                let reportDue = s.stats.values.contains { $0.dirty } ? s.lastReport + Self.reportEveryNs : Int64.max
+                s.plannedWake = min(s.earliest, reportDue)
+                return (s.links.values.map { ($0, $0.readOpen) }, s.plannedWake)
+            }
+            for (link, reading) in links {
+                order.append(link)
+                fds.append(pollfd(fd: link.fd, events: reading ? Int16(POLLIN) : 0, revents: 0))
+            }
+            let now = Self.now()
+            let timeout: Int32 = wakeAt == .max ? -1 : Int32(clamping: max(0, (wakeAt - now + 999_999) / 1_000_000))
+            let n = fds.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), timeout) }
+            state.withLock { $0.plannedWake = .min }
+            if n < 0, errno != EINTR { fatalLinks("poll: \(String(cString: strerror(errno)))") }
+            if n > 0 {
+                if fds[1].revents != 0 {
+                    var count: UInt64 = 0
+                    _ = read(wakeFD, &count, 8)
+                }
+                if fds[0].revents != 0, !readOrder() { channelOpen = false }
+                for (i, link) in order.enumerated() where fds[i + 2].revents != 0 {
+                    let r = Int32(fds[i + 2].revents)
+                    if r & Int32(POLLIN) != 0 { readLink(link) }
+                    if r & Int32(POLLHUP | POLLERR | POLLNVAL) != 0 { gone(link) }
+                }
+            }
+            let later = Self.now()
+            expire(now: later)
+            settleUnlinks()
+            report(now: later, force: false)
+        }
+    }
+
+    private func fatalLinks(_ why: String) -> Never {
+        let line = "plugin-worker[\(identifier)]: peer links: \(why)\n"
+        _ = line.withCString { write(2, $0, strlen($0)) }
+        exit(70)
+    }
+
+    /// One order from the supervisor on descriptor 4; false when the channel has ended.
+    private func readOrder() -> Bool {
+        var header = [UInt8](repeating: 0, count: 4)
+        var fd: Int32 = -1
+        let n = header.withUnsafeMutableBytes { cls_receive_with_fd(channel, $0.baseAddress, 4, &fd) }
+        if n == 0 || n == -Int(EAGAIN) { return n != 0 }
+        guard n == 4 else {
+            if fd >= 0 { close(fd) }
+            if n < 0 { return false }
+            fatalLinks("a short order header from the supervisor")
+        }
+        let length = Int(header[0]) << 24 | Int(header[1]) << 16 | Int(header[2]) << 8 | Int(header[3])
+        guard length > 0, length <= PeerLinkOrder.maxBytes else { fatalLinks("an order of \(length) bytes from the supervisor") }
+        var body = [UInt8](repeating: 0, count: length)
+        let got = body.withUnsafeMutableBytes { recv(channel, $0.baseAddress, length, Int32(MSG_WAITALL)) }
+        guard got == length, let order = try? ProtocolJSON.decode(PeerLinkOrder.self, from: body) else {
+            fatalLinks("a malformed order from the supervisor")
+        }
+        switch order.kind {
+        case .caller, .callee:
+            guard fd >= 0 else { fatalLinks("a link order without its socket") }
+            let link = Link(order, fd: fd, maxBody: maxBody)
+            state.withLock { s in
+                s.links[link.number] = link
+                guard link.isCaller else { return }
+                // The supervisor makes one link per caller and callee; an older one is being unlinked.
+                s.byPeer[link.peer]?.accepting = false
+                s.byPeer[link.peer] = link
+                if s.stats[link.peer] == nil { s.stats[link.peer] = Stats(buckets: [Int64](repeating: 0, count: link.bounds.count + 1)) }
+            }
+            linkCount.add(1, ordering: .relaxed)
+        case .unlink:
+            if fd >= 0 { close(fd) }
+            let link: Link? = state.withLock { s in
+                guard let link = s.links[order.link], link.isCaller else { return nil }
+                link.accepting = false
+                link.unlinkReply = order.id
+                s.settling = true
+                if s.byPeer[link.peer] === link { s.byPeer[link.peer] = nil }
+                return link
+            }
+            if let link {
+                // No more calls from here: the callee's worker reads what was sent, answers, closes.
+                link.sendLock.withLock { _ = shutdown(link.fd, Int32(SHUT_WR)) }
+            } else if let id = order.id {
+                answerUnlink(id)
+            }
+        }
+        return true
+    }
+
+    private func answerUnlink(_ id: UInt64) {
+        var reply = FrameBuilder(kind: .reply)
+        reply.uint("id", id)
+        reply.raw("result", Array("null".utf8))
+        try? connection.sendFrame(reply.finish())
+    }
+
+    /// Frames that arrived on `link`.
+    private func readLink(_ link: Link) {
+        let n = link.scratch.withUnsafeMutableBytes { read(link.fd, $0.baseAddress, $0.count) }
+        if n < 0 {
+            if errno == EINTR || errno == EAGAIN { return }
+            return gone(link)
+        }
+        if n == 0 {
+            // A callee's caller stopped sending (unlinked): it answers what it has, then closes.
+            // A caller's callee closed: whatever is still waiting will not be answered.
+            let drained = state.withLock { _ in
+                link.readOpen = false
+                return link.served.isEmpty
+            }
+            if link.isCaller || drained { gone(link) }
+            return
+        }
+        link.scratch.withUnsafeBytes { link.decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        do {
+            while try link.decoder.next({ body in link.isCaller ? replyArrived(link, body) : callArrived(link, body) }) != nil {}
+        } catch {
+            gone(link)
+        }
+    }
+
+    /// Caller role: a reply from the callee's worker.
+    private func replyArrived(_ link: Link, _ body: UnsafeRawBufferPointer) {
+        guard let env = try? Envelope.parse(body), env.kind == .reply, let id = env.id else {
+            _ = shutdown(link.fd, Int32(SHUT_RDWR))
+            return
+        }
+        let call: OutCall? = state.withLock { s in
+            guard let call = s.calls[id], call.link === link else { return nil }
+            s.calls[id] = nil
+            link.outstanding -= 1
+            if !link.accepting { s.settling = true }
+            record(&s, link, env.error == nil ? .ok : .error, started: call.started)
+            return call
+        }
+        // Late (it timed out): dropped, as the supervisor drops a late reply.
+        guard call != nil else { return }
+        host.deliver(body)
+    }
+
+    /// Callee role: a call (or a `cancel`) from the caller's worker.
+    private func callArrived(_ link: Link, _ body: UnsafeRawBufferPointer) {
+        guard let env = try? Envelope.parse(body), let id = env.id else {
+            _ = shutdown(link.fd, Int32(SHUT_RDWR))
+            return
+        }
+        switch env.kind {
+        case .call:
+            guard Envelope.string(body, env.target) == identifier, env.method != nil else {
+                var reply = FrameBuilder(kind: .reply)
+                reply.uint("id", id)
+                reply.error(.badRequest, "a call over the link to \(identifier) must name it as its target and have a method")
+                _ = link.send(frame: reply.finish(), wait: true)
+                return
+            }
+            let local: UInt64 = state.withLock { s in
+                let local = s.nextLocal
+                s.nextLocal = local + 1 < Self.localIDs.upperBound ? local + 1 : Self.localIDs.lowerBound
+                s.served[local] = ServedCall(link: link, peerID: id)
+                link.served[id] = local
+                return local
+            }
+            // What the supervisor adds when it forwards a call (Router.forward): `from` and the hop's trace.
+            var frame = FrameBuilder(kind: .call, capacity: body.count + 96 + link.peer.utf8.count)
+            frame.uint("id", local)
+            frame.raw("target", UnsafeRawBufferPointer(rebasing: body[env.target!]))
+            frame.raw("method", UnsafeRawBufferPointer(rebasing: body[env.method!]))
+            if let p = env.params { frame.raw("params", UnsafeRawBufferPointer(rebasing: body[p])) }
+            frame.string("from", link.peer)
+            writeTraceHop(parent: env.traceparent.map { UnsafeRawBufferPointer(rebasing: body[$0]) }, into: &frame)
+            let bytes = frame.finish()
+            bytes.withUnsafeBytes { host.deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
+        case .cancel:
+            let local: UInt64? = state.withLock { s in
+                guard let local = link.served.removeValue(forKey: id) else { return nil }
+                s.served[local] = nil
+                return local
+            }
+            if let local { deliverCancel(local) }
+        default:
+            _ = shutdown(link.fd, Int32(SHUT_RDWR))
+        }
+    }
+
+    /// The links thread's trace ids (SPEC §3: a new span id in the caller's trace, or a new trace);
+    /// used on that thread only.
+    private var traceIDs = TraceIDGenerator()
+
+    private func writeTraceHop(parent: UnsafeRawBufferPointer?, into frame: inout FrameBuilder) {
+        var trace: (UInt64, UInt64) = (0, 0)
+        var flags: UInt8 = 0
+        let continued = parent.map { p in withUnsafeMutableBytes(of: &trace) { TraceParentText.parent(inJSON: p, trace: $0, flags: &flags) } } ?? false
+        if !continued {
+            trace = (traceIDs.next(), traceIDs.next())
+            flags = 0
+        }
+        var span = traceIDs.next()
+        withUnsafeTemporaryAllocation(byteCount: TraceParentText.length + 2, alignment: 1) { out in
+            withUnsafeBytes(of: &trace) { t in
+                withUnsafeBytes(of: &span) { s in TraceParentText.writeQuoted(trace: t, span: s, flags: flags, into: out) }
+            }
+            frame.raw("traceparent", UnsafeRawBufferPointer(out))
+        }
+    }
+
+    private func deliverCancel(_ local: UInt64) {
+        var cancel = FrameBuilder(kind: .cancel)
+        cancel.uint("id", local)
+        let bytes = cancel.finish()
+        bytes.withUnsafeBytes { host.deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
+    }
+
+    private func deliverError(_ id: UInt64, _ code: ErrorCode, _ message: String) {
+        var reply = FrameBuilder(kind: .reply, capacity: message.utf8.count + 64)
+        reply.uint("id", id)
+        reply.error(code, message)
+        let bytes = reply.finish()
+        bytes.withUnsafeBytes { host.deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
+    }
+
+    /// A link that ended (its peer's worker ended, or it broke): its calls are settled as the
+    /// supervisor settles calls in a worker that ended (caller role: `unavailable`; callee role:
+    /// `cancel` to the plugin), and it is closed.
+    private func gone(_ link: Link) {
+        let settled: ([UInt64], [UInt64], UInt64?)? = state.withLock { s in
+            guard s.links.removeValue(forKey: link.number) != nil else { return nil }
+            link.readOpen = false
+            if s.byPeer[link.peer] === link { s.byPeer[link.peer] = nil }
+            var failed: [UInt64] = []
+            if link.isCaller {
+                for (id, call) in s.calls where call.link === link {
+                    failed.append(id)
+                    record(&s, link, .unavailable, started: call.started)
+                }
+                for id in failed { s.calls[id] = nil }
+                link.outstanding = 0
+            }
+            let cancelled = Array(link.served.values)
+            for local in cancelled { s.served[local] = nil }
+            link.served = [:]
+            return (failed.sorted(), cancelled.sorted(), link.unlinkReply)
+        }
+        // Already closed (a hang-up seen after its end of stream).
+        guard let (failed, cancelled, unlinkReply) = settled else { return }
+        linkCount.subtract(1, ordering: .relaxed)
+        link.sendLock.withLock {
+            link.closed = true
+            _ = close(link.fd)
+        }
+        for id in failed { deliverError(id, .unavailable, "the worker of \(link.peer) ended before answering call") }
+        for local in cancelled { deliverCancel(local) }
+        if let unlinkReply { answerUnlink(unlinkReply) }
+        report(now: Self.now(), force: true)
+    }
+
+    /// Caller role: calls past their deadline fail with `timeout`, and the callee is told to `cancel`.
+    private func expire(now: Int64) {
+        let expired: [(UInt64, Link)] = state.withLock { s in
+            guard now >= s.earliest else { return [] }
+            var out: [(UInt64, Link)] = []
+            var earliest = Int64.max
+            for (id, call) in s.calls {
+                if call.deadline <= now { out.append((id, call.link)) } else { earliest = min(earliest, call.deadline) }
+            }
+            s.earliest = earliest
+            for (id, link) in out {
+                let call = s.calls.removeValue(forKey: id)!
+                link.outstanding -= 1
+                if !link.accepting { s.settling = true }
+                record(&s, link, .timeout, started: call.started)
+            }
+            return out.sorted { $0.0 < $1.0 }
+        }
+        for (id, link) in expired {
+            deliverError(id, .timeout, "\(link.peer) did not answer call in time")
+            var cancel = FrameBuilder(kind: .cancel)
+            cancel.uint("id", id)
+            _ = link.send(frame: cancel.finish(), wait: false)
+        }
+    }
+
+    /// Unlinked links whose calls are all settled: closed, and the supervisor told. Drained
+    /// callee links: closed.
+    private func settleUnlinks() {
+        let done: [Link] = state.withLock { s in
+            guard s.settling else { return [] }
+            s.settling = false
+            return s.links.values.filter { ($0.isCaller && !$0.accepting && $0.outstanding == 0 && $0.unlinkReply != nil) || (!$0.isCaller && !$0.readOpen && $0.served.isEmpty) }
+        }
+        for link in done { gone(link) }
+    }
+
+    /// Counts a settled call (under the state lock).
+    private func record(_ s: inout State, _ link: Link, _ outcome: Outcome, started: Int64) {
+        let ns = Self.now() - started
+        var i = 0
+        while i < link.bounds.count && ns > link.bounds[i] { i += 1 }
+        // In place (a copy out and back would copy both arrays on every call).
+        s.stats[link.peer, default: Stats(buckets: [Int64](repeating: 0, count: link.bounds.count + 1))].add(outcome, bucket: i, ns: ns)
+    }
+
+    /// Sends the counts gathered since the last report (every `reportEveryNs`, or now).
+    private func report(now: Int64, force: Bool) {
+        let due: [(String, Stats)] = state.withLock { s in
+            guard force || now >= s.lastReport + Self.reportEveryNs else { return [] }
+            var out: [(String, Stats)] = []
+            for (peer, stats) in s.stats where stats.dirty {
+                out.append((peer, stats))
+                s.stats[peer] = Stats(buckets: [Int64](repeating: 0, count: stats.buckets.count))
+            }
+            if !out.isEmpty { s.lastReport = now }
+            return out
+        }
+        for (peer, stats) in due {
+            var frame = FrameBuilder(kind: .linkCalls, capacity: 64 + 24 * (stats.buckets.count + 5))
+            frame.string("target", peer)
+            frame.raw("counts", Array("[\(stats.counts.map(String.init).joined(separator: ","))]".utf8))
+            frame.raw("buckets", Array("[\(stats.buckets.map(String.init).joined(separator: ","))]".utf8))
+            frame.raw("sumNs", Array(String(stats.sum).utf8))
+            try? connection.sendFrame(frame.finish())
+        }
+    }
+}
+

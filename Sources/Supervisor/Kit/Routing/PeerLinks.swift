@@ -1,0 +1,127 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+
+/// A direct link between a calling plugin's worker and the worker of one of its dependencies
+/// (docs/protocol.md "Peer links"). The supervisor makes it and keeps track of it; the calls over
+/// it never pass through here (the workers do what `Router.forward` does for them, see
+/// Sources/PluginWorker/PeerLinks.swift).
+final class PeerLink {
+    let number: UInt64
+    let caller: WorkerInstance
+    let callee: WorkerInstance
+    /// `PendingRequest.what` of an unlink order.
+    static let unlinkRequest = "unlink"
+    /// The caller was told to stop using it (the callee is draining) and has not answered yet.
+    var unlinking = false
+
+    init(number: UInt64, caller: WorkerInstance, callee: WorkerInstance) {
+        self.number = number
+        self.caller = caller
+        self.callee = callee
+    }
+}
+
+extension Router {
+    /// After a call from `caller` to `record` went through here: a link for the next ones, when
+    /// there is none yet and both workers can take one. The permission check was the call's
+    /// (a declared dependency); a link lives as long as both workers, or until the callee drains.
+    /// Not while calls are logged one by one (debug level): those would skip the log.
+    func offerLink(from caller: WorkerInstance, to record: PluginRecord) {
+        guard config.peerLinks, !logCalls, caller.linksOut[record.identifier] == nil, caller.phase == .running,
+              let callerChannel = caller.linkChannel, let callee = record.instance, callee.phase == .running,
+              let calleeChannel = callee.linkChannel, !config.isDebugged(record.identifier) else { return }
+        var pair: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            let why = String(cString: strerror(errno))
+            logger.warning("cannot make a peer link from \(caller.identifier) to \(record.identifier): socketpair: \(why); its calls go through the supervisor",
+                           metadata: ["plugin": "\(caller.identifier)"])
+            return
+        }
+        defer { close(pair[0]); close(pair[1]) }
+        nextLinkNumber += 1
+        let link = PeerLink(number: nextLinkNumber, caller: caller, callee: callee)
+        let timeout = timeout(for: record, requested: nil)
+        // The callee's end first: a call the caller sends at once waits in the socket until it is read.
+        guard sendOrder(PeerLinkOrder(kind: .callee, peer: caller.identifier, link: link.number), with: pair[1], to: callee, calleeChannel),
+              sendOrder(PeerLinkOrder(kind: .caller, peer: callee.identifier, link: link.number, timeoutMs: timeout,
+                                      bucketBounds: Metrics.bucketBounds), with: pair[0], to: caller, callerChannel) else { return }
+        caller.linksOut[callee.identifier] = link
+        caller.linkedCallees.insert(callee.identifier)
+        callee.linksIn[ObjectIdentifier(link)] = link
+    }
+
+    /// Sends one order on a worker's descriptor 4. A failure ends links for that worker (its
+    /// channel may hold half an order): its calls go through the supervisor, as before links.
+    private func sendOrder(_ order: PeerLinkOrder, with fd: Int32, to instance: WorkerInstance, _ channel: Int32) -> Bool {
+        guard let frame = try? ProtocolJSON.frame(order) else { return false }
+        let sent = frame.withUnsafeBytes { cls_send_with_fd(channel, fd, $0.baseAddress, $0.count) }
+        if sent == frame.count { return true }
+        let why = sent < 0 ? String(cString: strerror(Int32(-sent))) : "only \(sent) of \(frame.count) bytes went"
+        logger.warning("cannot hand a peer link to the worker of \(instance.identifier) (pid \(instance.pid)): \(why); its calls go through the supervisor from now on",
+                       metadata: ["plugin": "\(instance.identifier)"])
+        closeLinkChannel(instance)
+        return false
+    }
+
+    private func closeLinkChannel(_ instance: WorkerInstance) {
+        if let fd = instance.linkChannel { close(fd) }
+        instance.linkChannel = nil
+    }
+
+    /// `callee` is about to drain (SPEC §8): every caller linked to it is told to stop using its
+    /// link and answers once the calls it sent over it are settled; until then the callee counts
+    /// as having calls inside (`WorkerInstance.hasCallsInside`).
+    func unlinkCallers(of callee: WorkerInstance) {
+        for link in callee.linksIn.values.sorted(by: { $0.number < $1.number }) where !link.unlinking {
+            link.unlinking = true
+            let caller = link.caller
+            if caller.linksOut[callee.identifier] === link { caller.linksOut[callee.identifier] = nil }
+            guard let channel = caller.linkChannel else { settle(link); continue }
+            let id = caller.takeID()
+            caller.pending[id] = PendingRequest(origin: .local({ [self] _ in settle(link) }),
+                                                deadline: .now() + .milliseconds(Int64(config.drainTimeoutMs)), what: PeerLink.unlinkRequest)
+            if !sendOrder(PeerLinkOrder(kind: .unlink, peer: callee.identifier, link: link.number, id: id), with: -1, to: caller, channel) {
+                caller.pending[id] = nil
+                settle(link)
+            }
+        }
+    }
+
+    /// The caller gave the link back (or cannot any more).
+    private func settle(_ link: PeerLink) {
+        link.callee.linksIn[ObjectIdentifier(link)] = nil
+        if link.caller.linksOut[link.callee.identifier] === link { link.caller.linksOut[link.callee.identifier] = nil }
+    }
+
+    /// `instance` ended: its links are gone with its descriptors (the workers at their other ends
+    /// see them close and settle their calls as for a worker that ended).
+    func forgetLinks(_ instance: WorkerInstance) {
+        for link in instance.linksOut.values { settle(link) }
+        for link in instance.linksIn.values { settle(link) }
+        instance.linksOut = [:]
+        instance.linksIn = [:]
+        closeLinkChannel(instance)
+    }
+
+    /// `linkCalls`: a caller's worker reports the calls it sent over its link to `target`, counted
+    /// in the callee's call metrics as if they had been forwarded here.
+    func linkCallsReported(by instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
+        guard let report = try? ProtocolJSON.decode(LinkCallsReport.self, from: bytes) else {
+            return lifecycle.protocolViolation(instance, "malformed linkCalls message")
+        }
+        guard instance.linkedCallees.contains(report.target) else {
+            return lifecycle.protocolViolation(instance, "linkCalls for \(report.target), to which it has no link")
+        }
+        guard report.counts.count == 4, report.buckets.count == Metrics.bucketBounds.count + 1,
+              (report.counts + report.buckets + [report.sumNs]).allSatisfy({ $0 >= 0 }),
+              report.buckets.reduce(0, +) == report.counts.reduce(0, +) else {
+            return lifecycle.protocolViolation(instance, "linkCalls with counts that do not add up")
+        }
+        supervisor.metrics.calls(report.target).add(counts: report.counts, buckets: report.buckets, sumNs: report.sumNs)
+    }
+}

@@ -1,0 +1,154 @@
+import Foundation
+import IPC
+import PluginProtocol
+import Testing
+
+/// Peer links (docs/protocol.md "Peer links"): after a plugin's first call to a dependency, its
+/// calls go over a direct link between the two workers, with what the supervisor does for a call
+/// done by the workers instead.
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct PeerLinkTests {
+    /// `via`'s `call` method calling `target`; the CLI's result or error.
+    private func nested(_ sv: RunningSupervisor, _ via: String, _ target: String, _ method: String, _ params: String = "null",
+                        traceparent: String? = nil) throws -> Shell.Result {
+        var args = ["call", via, "call", #"{"target":"\#(target)","method":"\#(method)","params":\#(params)}"#]
+        if let traceparent { args += ["--traceparent", traceparent] }
+        return try sv.cli(args)
+    }
+
+    private func waitForLink(_ sv: RunningSupervisor, from caller: String, to callee: String) throws {
+        try sv.waitUntil("a link from \(caller) to \(callee)") { try sv.plugin(caller).links == [callee] }
+    }
+
+    @Test("after the first call a link carries the calls: results, errors, from, trace, timeout with cancel, metrics as through the supervisor")
+    func callsOverALink() throws {
+        let w = try TestWorld()
+        try w.bundle("l.base", extra: ["limits": ["callTimeoutMs": 400]])
+        try w.bundle("l.user", deps: [Dep("l.base")])
+        try w.bundle("l.other")
+        let sv = try RunningSupervisor(w)
+        let before = try Prometheus(sv.cli("metrics").out)
+        #expect(try sv.plugin("l.user").links == nil, "no link before a call")
+        #expect(try nested(sv, "l.user", "l.base", "echo", #"{"x":1}"#).out.contains(#""x":1"#))
+        try waitForLink(sv, from: "l.user", to: "l.base")
+        #expect(try sv.plugin("l.base").links == nil, "a link goes one way: from the caller")
+
+        // Over the link: results and errors as before.
+        for i in 0..<6 {
+            let r = try nested(sv, "l.user", "l.base", "echo", "[\(i)]")
+            #expect(r.code == 0 && r.out.contains("[\(i)]"), "\(r.out)\(r.err)")
+        }
+        let failed = try nested(sv, "l.user", "l.base", "fail")
+        #expect(failed.code != 0 && failed.err.contains("custom: failed on purpose"), "\(failed.err)")
+        // Not a dependency: still denied by the supervisor, with no link made.
+        let denied = try nested(sv, "l.user", "l.other", "echo", "1")
+        #expect(denied.err.contains("denied"))
+        #expect(try sv.plugin("l.user").links == ["l.base"])
+
+        // The callee sees a traceparent in the caller's trace with a span of its own.
+        let trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+        let seen = try nested(sv, "l.user", "l.base", "traceparent", traceparent: "00-\(trace)-00f067aa0ba902b7-01")
+        let parts = try JSONDecoder().decode(String.self, from: Data(seen.out.utf8)).split(separator: "-")
+        #expect(parts.count == 4 && parts[1] == trace && parts[2] != "00f067aa0ba902b7" && parts[3] == "01", "\(seen.out)")
+
+        // The calls over the link are counted for l.base as calls through the supervisor are
+        // (the caller's worker reports them within a quarter of a second).
+        func delta(_ a: Prometheus, _ b: Prometheus, _ outcome: String) -> Double {
+            (b["plugin_calls_total", ["plugin": "l.base", "outcome": outcome]] ?? 0) - (a["plugin_calls_total", ["plugin": "l.base", "outcome": outcome]] ?? 0)
+        }
+        func observed(_ a: Prometheus, _ b: Prometheus) -> Double {
+            (b["plugin_call_duration_seconds_count", ["plugin": "l.base"]] ?? 0) - (a["plugin_call_duration_seconds_count", ["plugin": "l.base"]] ?? 0)
+        }
+        try sv.waitUntil("the link's calls in the metrics") {
+            let now = try Prometheus(sv.cli("metrics").out)
+            // 7 echoes (the first through the supervisor) and the traceparent call; 1 error.
+            return delta(before, now, "ok") == 8 && delta(before, now, "error") == 1 && observed(before, now) == 9
+        }
+
+        // The callee's timeout (400 ms) is kept by the caller's worker: `timeout`, counted, and
+        // the callee is told to cancel (its handler records it).
+        let beforeTimeout = try Prometheus(sv.cli("metrics").out)
+        let slow = try nested(sv, "l.user", "l.base", "sleep", #"{"ms":5000}"#)
+        #expect(slow.err.contains("timeout: l.base did not answer call in time"), "\(slow.err)")
+        try sv.waitUntil("the timeout in the metrics") { delta(beforeTimeout, try Prometheus(sv.cli("metrics").out), "timeout") == 1 }
+        try sv.waitUntil("the cancel at l.base") { try sv.info("l.base").names.contains("cancelled:5000") }
+        #expect(try sv.plugin("l.user").links == ["l.base"])
+    }
+
+    @Test("the callee crashes with a call on the link: that call fails unavailable, the next waits for the restart, a new link follows")
+    func calleeCrashes() throws {
+        let w = try TestWorld()
+        try w.bundle("c.base", extra: ["restart": "always"])
+        try w.bundle("c.user", deps: [Dep("c.base")])
+        let sv = try RunningSupervisor(w)
+        #expect(try nested(sv, "c.user", "c.base", "echo", "[1]").code == 0)
+        try waitForLink(sv, from: "c.user", to: "c.base")
+        let pid = try sv.plugin("c.base").pid
+        let crashed = try nested(sv, "c.user", "c.base", "crash", #"{"how":"segv"}"#)
+        #expect(crashed.err.contains("unavailable: the worker of c.base ended before answering call"), "\(crashed.err)")
+        // The caller goes through the supervisor again: the call waits for the restarted worker.
+        let after = try nested(sv, "c.user", "c.base", "echo", "[2]")
+        #expect(after.code == 0 && after.out.contains("[2]"), "\(after.err)")
+        #expect(try sv.plugin("c.base").pid != pid)
+        try waitForLink(sv, from: "c.user", to: "c.base")
+        #expect(try nested(sv, "c.user", "c.base", "echo", "[3]").out.contains("[3]"))
+        #expect(try sv.plugin("c.user").state == "running")
+    }
+
+    @Test("the caller crashes with a call on the link: the callee is told to cancel it and goes on serving")
+    func callerCrashes() throws {
+        let w = try TestWorld()
+        try w.bundle("d.base")
+        try w.bundle("d.user", deps: [Dep("d.base")], extra: ["restart": "always"])
+        let sv = try RunningSupervisor(w)
+        #expect(try nested(sv, "d.user", "d.base", "echo", "[1]").code == 0)
+        try waitForLink(sv, from: "d.user", to: "d.base")
+        let slow = Background { try self.nested(sv, "d.user", "d.base", "sleep", #"{"ms":20000}"#) }
+        try sv.waitUntil("the call inside d.base") { try sv.info("d.base").names.contains("sleeping:20000") }
+        let callerPID = try #require(try sv.plugin("d.user").pid)
+        #expect(kill(callerPID, SIGKILL) == 0)
+        #expect(try slow.wait().err.contains("unavailable"))
+        try sv.waitUntil("the cancel at d.base") { try sv.info("d.base").names.contains("cancelled:20000") }
+        try sv.waitUntil("d.user restarted") { let p = try sv.plugin("d.user"); return p.state == "running" && p.pid != callerPID }
+        #expect(try nested(sv, "d.user", "d.base", "echo", "[2]").out.contains("[2]"))
+        try waitForLink(sv, from: "d.user", to: "d.base")
+    }
+
+    @Test("four callers through a linked plugin lose no call while the callee is restarted and reloaded (the links are drained first)")
+    func drainsLinks() throws {
+        let w = try TestWorld()
+        let bundle = try w.bundle("z.base")
+        try w.bundle("z.user", deps: [Dep("z.base")])
+        let sv = try RunningSupervisor(w)
+        let callers = ZeroDropTests.Callers(socket: sv.socket, target: "z.base", via: "z.user", count: 4)
+        try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 }
+        try waitForLink(sv, from: "z.user", to: "z.base")
+        for i in 1...3 {
+            let pid = try sv.plugin("z.base").pid
+            let r = try sv.cli("restart", "z.base")
+            #expect(r.code == 0, "restart \(i): \(r.err)")
+            #expect(try sv.plugin("z.base").pid != pid)
+            try callers.waitForMore(sv, "calls after restart \(i)")
+            try waitForLink(sv, from: "z.user", to: "z.base")
+        }
+        var manifest = try String(contentsOfFile: bundle + "/plugin.json", encoding: .utf8)
+        manifest = manifest.replacingOccurrences(of: "\"1.0.0\"", with: "\"1.0.1\"")
+        try manifest.write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
+        #expect(try sv.cli("reload").code == 0)
+        try callers.waitForMore(sv, "calls after the reload")
+        try callers.stopExpectingNoFailure(sv)
+        #expect(try sv.plugin("z.user").restarts == 0)
+    }
+
+    @Test("peerLinks: false in the config: every call goes through the supervisor")
+    func switchedOff() throws {
+        let w = try TestWorld()
+        try w.bundle("o.base")
+        try w.bundle("o.user", deps: [Dep("o.base")])
+        let config = w.root + "/config.json"
+        try #"{"peerLinks": false}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w, args: ["--config", config])
+        for i in 0..<3 { #expect(try nested(sv, "o.user", "o.base", "echo", "[\(i)]").out.contains("[\(i)]")) }
+        #expect(try sv.plugin("o.user").links == nil)
+    }
+}
