@@ -34,6 +34,8 @@ CALL = "call p50 (CLI socket → supervisor → worker → back)"
 TPUT = "call throughput, 64 in flight"
 P2P = "plugin → plugin call p50 (client → A → B → A → client)"
 P2PT = "plugin → plugin throughput, 64 in flight"
+P2PS = "plugin → plugin call p50, caller in Swift, typed"
+P2PST = "plugin → plugin throughput, 64 in flight, caller in Swift, typed"
 P2PC = "plugin → plugin call p50, caller in C"
 P2PCT = "plugin → plugin throughput, 64 in flight, caller in C"
 START1 = "start → ready, 1 plugin, sandbox on"
@@ -50,9 +52,14 @@ rows = [
     ("50 plugins ready vs go-plugin, in parallel", ours(START50), go("start50Ms"), "ms", ("≤", 0.33)),
     ("50 plugins ready vs go-plugin, one after the other", ours(START50), go("start50SequentialMs"), "ms", ("≤", 0.33)),
     ("50 plugins, sandbox off, vs go-plugin in parallel", ours(START50OFF), go("start50Ms"), "ms", None),
-    ("plugin→plugin p50 vs a host call", ours(P2P), ours(CALL), "µs", ("≤", 2.0)),
-    ("plugin→plugin throughput vs host calls", ours(P2PT), ours(TPUT), "/s", ("≥", 0.5)),
+    ("plugin→plugin p50, Swift JSONValue relay, vs a host call", ours(P2P), ours(CALL), "µs", ("≤", 2.0)),
+    ("plugin→plugin throughput, Swift JSONValue relay, vs host calls", ours(P2PT), ours(TPUT), "/s", ("≥", 0.5)),
 ]
+if all(P2PS in r and P2PST in r for r in ours_runs):
+    rows += [
+        ("plugin→plugin p50, Swift SDK typed, vs a host call", ours(P2PS), ours(CALL), "µs", ("≤", 2.0)),
+        ("plugin→plugin throughput, Swift SDK typed, vs host calls", ours(P2PST), ours(TPUT), "/s", ("≥", 0.5)),
+    ]
 if all(P2PC in r and P2PCT in r for r in ours_runs):
     rows += [
         ("plugin→plugin p50, caller in C, vs a host call", ours(P2PC), ours(CALL), "µs", ("≤", 2.0)),
@@ -72,7 +79,7 @@ result = {
     "ratios": [],
     "absolute": [],
 }
-print(f"{'':52} {'ours':>10} {'theirs':>10} {'ratio':>7}  target")
+print(f"{'':62} {'ours':>10} {'theirs':>10} {'ratio':>7}  target")
 for label, mine, theirs, unit, target in rows:
     ratio = mine / theirs
     met = None if target is None else (ratio <= target[1] if target[0] == "≤" else ratio >= target[1])
@@ -80,11 +87,11 @@ for label, mine, theirs, unit, target in rows:
                              "ratio": round(ratio, 3), "target": None if target is None else f"{target[0]} {target[1]}",
                              "met": met})
     t = "" if target is None else f"{target[0]} {target[1]}× {'met' if met else 'NOT met'}"
-    print(f"{label:52} {mine:10.1f} {theirs:10.1f} {ratio:6.2f}×  {t}")
+    print(f"{label:62} {mine:10.1f} {theirs:10.1f} {ratio:6.2f}×  {t}")
 for name, value, unit, target in absolute:
     met = value <= target[1]
     result["absolute"].append({"what": name, "value": round(value, 2), "unit": unit, "target": f"{target[0]} {target[1]} {unit}", "met": met})
-    print(f"{name:52} {value:10.2f} {unit:>10}          {target[0]} {target[1]} {unit} {'met' if met else 'NOT met'}")
+    print(f"{name:62} {value:10.2f} {unit:>10}          {target[0]} {target[1]} {unit} {'met' if met else 'NOT met'}")
 json.dump(result, open(a.json, "w"), indent=1, ensure_ascii=False)
 
 # The chart: one bar per ratio (log scale, 1× marked), the target as a tick; green when met.

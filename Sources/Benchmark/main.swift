@@ -75,8 +75,9 @@ do {
     }
     // Plugin → plugin: the client asks a caller, which calls bench.callee (over a peer link
     // between the two workers, or through the supervisor with --no-peer-links): bench.caller in
-    // Swift (TestKit's async `call`), and bench.crelay in C (Benchmarks/CRelay), without the Swift
-    // SDK's async path and JSON coding in the caller. Ratios against the host call above (the
+    // Swift, with TestKit's async `call` (its JSONValue params and result go through Foundation's
+    // JSON coding) and with `pingVia` (the SDK's path alone: a string in, an Int out, plain
+    // coding), and bench.crelay in C (Benchmarks/CRelay), without the Swift SDK's async path. Ratios against the host call above (the
     // issue's targets: p50 ≤ 2×, throughput ≥ 0.5×).
     func nested(_ label: String, _ frame: (UInt64) -> [UInt8]) throws {
         _ = try latency(conn, count: 200, frame: frame)
@@ -97,6 +98,7 @@ do {
     try nested(" (client → A → B → A → client)") { id in
         callFrame(id: id, target: "bench.caller", method: "call", params: #"{"target":"bench.callee","method":"ping"}"#)
     }
+    try nested(", caller in Swift, typed") { id in callFrame(id: id, target: "bench.caller", method: "pingVia", params: #""bench.callee""#) }
     try nested(", caller in C") { id in callFrame(id: id, target: "bench.crelay", method: "relay") }
     conn.close()
 

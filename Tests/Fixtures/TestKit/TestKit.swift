@@ -110,6 +110,11 @@ final class TestKit: Pluggable {
         api.method("call") { (p: CallParams) async throws -> JSONValue in
             try await self.ctx().call(p.target, p.method, p.params ?? .null, as: JSONValue.self)
         }
+        // The Swift SDK's own plugin → plugin path (benchmarks): a string in, the callee's `ping`
+        // as an Int out, both in the SDK's plain coding (no Foundation JSON, unlike `call`'s JSONValue).
+        api.method("pingVia") { (target: String) async throws -> Int in
+            try await self.ctx().call(target, "ping", as: Int.self)
+        }
         // A caller that expects an Int back (the SDK's error for a result of another type).
         api.method("callForInt") { (p: CallParams) async throws -> Int in
             try await self.ctx().call(p.target, p.method, p.params ?? .null, as: Int.self)
