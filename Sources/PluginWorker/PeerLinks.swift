@@ -18,7 +18,10 @@ import Glibc
 /// - as the callee's worker: ids (each link's ids are mapped into a range of this worker's own,
 ///   `localIDs`), `from`, a `traceparent` hop, and `cancel` for the calls of a caller that ended.
 /// The supervisor makes every link (only towards a declared dependency), hands its ends over
-/// descriptor 4, and takes it back before a planned stop of the callee (`unlink`, SPEC §8).
+/// descriptor 4, and takes it back before a planned stop of the callee (`unlink`, on the protocol
+/// socket, SPEC §8). Only the caller's worker closes a link on purpose (once it was taken back and
+/// its calls are settled); the callee's worker serves until its end closes, then cancels what is
+/// left (calls whose caller gave up on them).
 ///
 /// One thread (`links`) polls descriptor 4, every link and a wake-up eventfd, and delivers what
 /// arrives into the plugin; the plugin's own threads send calls and replies (`intercept`).
@@ -31,8 +34,11 @@ final class PeerLinks: @unchecked Sendable {
     private let identifier: String
     private nonisolated(unsafe) var host: WorkerHost!
     private let state = Mutex(State())
-    /// Links open (either role): the send path looks at nothing else when there are none.
+    /// Links open (either role): the send path looks at nothing else when there are none, unless
+    /// calls were ever served over one (a late reply to one must still be caught: its id means
+    /// nothing to the supervisor, which would end this worker for it).
     private let linkCount = Atomic<Int>(0)
+    private let servedEver = Atomic<Bool>(false)
 
     /// Ids of calls that came over links, as the plugin sees them: [2^61, 2^62) (the supervisor's
     /// ids count up from 1; the worker's own events use 2^62 and up).
@@ -93,6 +99,9 @@ final class PeerLinks: @unchecked Sendable {
         /// at `earliest` again before it waits): no wake-up then, which would cost a write and a
         /// poll round per call under load.
         var plannedWake: Int64 = .min
+        /// Links taken back before their order arrived (the two travel on different sockets):
+        /// such an order is closed at once.
+        var unlinkedEarly: Set<UInt64> = []
     }
 
     /// One end of a link.
@@ -117,8 +126,6 @@ final class PeerLinks: @unchecked Sendable {
         var unlinkReply: UInt64?
         /// Callee role: the caller's id → local id, for `cancel`.
         var served: [UInt64: UInt64] = [:]
-        /// Still read (false once its peer stopped sending or it ended).
-        var readOpen = true
         /// Frames over the worker's frame limit end the link (as they end a worker at the supervisor).
         var decoder: FrameDecoder
         var scratch = [UInt8](repeating: 0, count: 16 * 1024)
@@ -202,7 +209,7 @@ final class PeerLinks: @unchecked Sendable {
 
     /// Whether the send path needs to look at a message at all.
     @inline(__always)
-    var active: Bool { linkCount.load(ordering: .relaxed) > 0 }
+    var active: Bool { linkCount.load(ordering: .relaxed) > 0 || servedEver.load(ordering: .relaxed) }
 
     static func now() -> Int64 {
         var ts = timespec()
@@ -267,14 +274,17 @@ final class PeerLinks: @unchecked Sendable {
         case .sent:
             return true
         case .notSent:
-            // Full or closed: nothing of it went, so the supervisor takes it (and its back-pressure).
-            state.withLock { s in
-                s.calls[id] = nil
+            // Full or closed: nothing of it went, so the supervisor takes it (and its back-pressure),
+            // unless the links thread settled it meanwhile (the link ended, or its deadline passed):
+            // the plugin has its answer then, and must not get a second one.
+            let reroute = state.withLock { s in
+                guard s.calls.removeValue(forKey: id) != nil else { return false }
                 link.outstanding -= 1
                 s.settling = true  // an unlink may be waiting for this call
+                return true
             }
             wake()
-            return false
+            return !reroute
         case .broken:
             // Part of it went: the link is gone; the links thread fails the call as `unavailable`.
             wake()
@@ -283,20 +293,36 @@ final class PeerLinks: @unchecked Sendable {
     }
 
     private func replyOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
-        let found: (ServedCall, Bool)? = state.withLock { s in
+        let found: ServedCall? = state.withLock { s in
             guard let call = s.served.removeValue(forKey: id) else { return nil }
             call.link.served[call.peerID] = nil
-            let last = !call.link.readOpen && call.link.served.isEmpty
-            if last { s.settling = true }
-            return (call, last)
+            return call
         }
         // A reply to a call whose caller went away (cancelled): dropped.
-        guard let (served, lastOfDrained) = found else { return }
+        guard let served = found else { return }
         var frame = FrameBuilder(kind: .reply, capacity: bytes.count + 16)
         frame.uint("id", served.peerID)
         frame.answer(of: env, in: bytes)
-        // A broken link, or a drained one whose last call this was: the links thread closes it.
-        if served.link.send(frame: frame.finish(), wait: true) != .sent || lastOfDrained { wake() }
+        // Not sent: the link is closed or broken (the links thread sees it end).
+        _ = served.link.send(frame: frame.finish(), wait: true)
+    }
+
+    /// `unlink` from the supervisor (on the I/O thread): no new calls over that link; once the
+    /// calls on it are settled the links thread closes it and answers.
+    func unlink(_ body: UnsafeRawBufferPointer) {
+        guard let message = try? ProtocolJSON.decode(UnlinkMessage.self, from: body) else { return }
+        let answerNow: Bool = state.withLock { s in
+            guard let link = s.links[message.link], link.isCaller else {
+                s.unlinkedEarly.insert(message.link)
+                return true
+            }
+            link.accepting = false
+            link.unlinkReply = message.id
+            if s.byPeer[link.peer] === link { s.byPeer[link.peer] = nil }
+            s.settling = true
+            return false
+        }
+        if answerNow { answerUnlink(message.id) } else { wake() }
     }
 
     // MARK: The links thread
@@ -313,11 +339,11 @@ final class PeerLinks: @unchecked Sendable {
             let (links, wakeAt) = state.withLock { s in
                 let reportDue = s.stats.values.contains { $0.dirty } ? s.lastReport + Self.reportEveryNs : Int64.max
                 s.plannedWake = min(s.earliest, reportDue)
-                return (s.links.values.map { ($0, $0.readOpen) }, s.plannedWake)
+                return (Array(s.links.values), s.plannedWake)
             }
-            for (link, reading) in links {
+            for link in links {
                 order.append(link)
-                fds.append(pollfd(fd: link.fd, events: reading ? Int16(POLLIN) : 0, revents: 0))
+                fds.append(pollfd(fd: link.fd, events: Int16(POLLIN), revents: 0))
             }
             let now = Self.now()
             let timeout: Int32 = wakeAt == .max ? -1 : Int32(clamping: max(0, (wakeAt - now + 999_999) / 1_000_000))
@@ -332,8 +358,11 @@ final class PeerLinks: @unchecked Sendable {
                 if fds[0].revents != 0, !readOrder() { channelOpen = false }
                 for (i, link) in order.enumerated() where fds[i + 2].revents != 0 {
                     let r = Int32(fds[i + 2].revents)
-                    if r & Int32(POLLIN) != 0 { readLink(link) }
-                    if r & Int32(POLLHUP | POLLERR | POLLNVAL) != 0 { gone(link) }
+                    let ended = r & Int32(POLLHUP | POLLERR | POLLNVAL) != 0
+                    // A caller reads to the end what its callee sent before it ended: answered
+                    // calls stay answered.
+                    if r & Int32(POLLIN) != 0 || ended { readLink(link, toEnd: ended && link.isCaller) }
+                    if ended { gone(link) }
                 }
             }
             let later = Self.now()
@@ -349,53 +378,39 @@ final class PeerLinks: @unchecked Sendable {
         exit(70)
     }
 
-    /// One order from the supervisor on descriptor 4; false when the channel has ended.
+    /// One order from the supervisor on descriptor 4; false when the channel has ended (or holds
+    /// something that is not an order: no more orders then; the links made so far go on).
     private func readOrder() -> Bool {
         var header = [UInt8](repeating: 0, count: 4)
         var fd: Int32 = -1
         let n = header.withUnsafeMutableBytes { cls_receive_with_fd(channel, $0.baseAddress, 4, &fd) }
-        if n == 0 || n == -Int(EAGAIN) { return n != 0 }
-        guard n == 4 else {
+        if n == -Int(EAGAIN) || n == -Int(EINTR) { return true }
+        let length = n == 4 ? Int(header[0]) << 24 | Int(header[1]) << 16 | Int(header[2]) << 8 | Int(header[3]) : 0
+        // The supervisor writes an order whole, in one send: the rest is there, or never will be
+        // (it gave up on the channel after a short write).
+        var body = [UInt8](repeating: 0, count: max(length, 1))
+        let got = length > 0 && length <= PeerLinkOrder.maxBytes
+            ? body.withUnsafeMutableBytes { recv(channel, $0.baseAddress, length, Int32(MSG_DONTWAIT)) } : -1
+        guard got == length, fd >= 0, let order = try? ProtocolJSON.decode(PeerLinkOrder.self, from: body) else {
             if fd >= 0 { close(fd) }
-            if n < 0 { return false }
-            fatalLinks("a short order header from the supervisor")
+            return false
         }
-        let length = Int(header[0]) << 24 | Int(header[1]) << 16 | Int(header[2]) << 8 | Int(header[3])
-        guard length > 0, length <= PeerLinkOrder.maxBytes else { fatalLinks("an order of \(length) bytes from the supervisor") }
-        var body = [UInt8](repeating: 0, count: length)
-        let got = body.withUnsafeMutableBytes { recv(channel, $0.baseAddress, length, Int32(MSG_WAITALL)) }
-        guard got == length, let order = try? ProtocolJSON.decode(PeerLinkOrder.self, from: body) else {
-            fatalLinks("a malformed order from the supervisor")
+        let link = Link(order, fd: fd, maxBody: maxBody)
+        let known: Bool = state.withLock { s in
+            guard s.unlinkedEarly.remove(link.number) == nil else { return false }
+            s.links[link.number] = link
+            guard link.isCaller else { return true }
+            // The supervisor makes one link per caller and callee; an older one is being taken back.
+            s.byPeer[link.peer]?.accepting = false
+            s.byPeer[link.peer] = link
+            if s.stats[link.peer] == nil { s.stats[link.peer] = Stats(buckets: [Int64](repeating: 0, count: link.bounds.count + 1)) }
+            return true
         }
-        switch order.kind {
-        case .caller, .callee:
-            guard fd >= 0 else { fatalLinks("a link order without its socket") }
-            let link = Link(order, fd: fd, maxBody: maxBody)
-            state.withLock { s in
-                s.links[link.number] = link
-                guard link.isCaller else { return }
-                // The supervisor makes one link per caller and callee; an older one is being unlinked.
-                s.byPeer[link.peer]?.accepting = false
-                s.byPeer[link.peer] = link
-                if s.stats[link.peer] == nil { s.stats[link.peer] = Stats(buckets: [Int64](repeating: 0, count: link.bounds.count + 1)) }
-            }
+        if known {
             linkCount.add(1, ordering: .relaxed)
-        case .unlink:
-            if fd >= 0 { close(fd) }
-            let link: Link? = state.withLock { s in
-                guard let link = s.links[order.link], link.isCaller else { return nil }
-                link.accepting = false
-                link.unlinkReply = order.id
-                s.settling = true
-                if s.byPeer[link.peer] === link { s.byPeer[link.peer] = nil }
-                return link
-            }
-            if let link {
-                // No more calls from here: the callee's worker reads what was sent, answers, closes.
-                link.sendLock.withLock { _ = shutdown(link.fd, Int32(SHUT_WR)) }
-            } else if let id = order.id {
-                answerUnlink(id)
-            }
+            if !link.isCaller { servedEver.store(true, ordering: .relaxed) }
+        } else {
+            close(fd)  // taken back before it arrived
         }
         return true
     }
@@ -407,29 +422,20 @@ final class PeerLinks: @unchecked Sendable {
         try? connection.sendFrame(reply.finish())
     }
 
-    /// Frames that arrived on `link`.
-    private func readLink(_ link: Link) {
-        let n = link.scratch.withUnsafeMutableBytes { read(link.fd, $0.baseAddress, $0.count) }
-        if n < 0 {
-            if errno == EINTR || errno == EAGAIN { return }
-            return gone(link)
-        }
-        if n == 0 {
-            // A callee's caller stopped sending (unlinked): it answers what it has, then closes.
-            // A caller's callee closed: whatever is still waiting will not be answered.
-            let drained = state.withLock { _ in
-                link.readOpen = false
-                return link.served.isEmpty
+    /// Frames that arrived on `link`: one read, or with `toEnd` (its peer has closed, so no read
+    /// waits) every read until the end of the stream. At the end, or on an error, the link is gone.
+    private func readLink(_ link: Link, toEnd: Bool) {
+        repeat {
+            let n = link.scratch.withUnsafeMutableBytes { read(link.fd, $0.baseAddress, $0.count) }
+            if n < 0, errno == EINTR || errno == EAGAIN { return }
+            if n <= 0 { return gone(link) }
+            link.scratch.withUnsafeBytes { link.decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            do {
+                while try link.decoder.next({ body in link.isCaller ? replyArrived(link, body) : callArrived(link, body) }) != nil {}
+            } catch {
+                return gone(link)
             }
-            if link.isCaller || drained { gone(link) }
-            return
-        }
-        link.scratch.withUnsafeBytes { link.decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-        do {
-            while try link.decoder.next({ body in link.isCaller ? replyArrived(link, body) : callArrived(link, body) }) != nil {}
-        } catch {
-            gone(link)
-        }
+        } while toEnd
     }
 
     /// Caller role: a reply from the callee's worker.
@@ -448,7 +454,13 @@ final class PeerLinks: @unchecked Sendable {
         }
         // Late (it timed out): dropped, as the supervisor drops a late reply.
         guard call != nil else { return }
-        host.deliver(body)
+        // Rebuilt as the supervisor rebuilds a reply (Router.replyFrame): the plugin gets only
+        // `type`, its id and the answer, whatever else the callee's side wrote.
+        var reply = FrameBuilder(kind: .reply, capacity: body.count + 16)
+        reply.uint("id", id)
+        reply.answer(of: env, in: body)
+        let bytes = reply.finish()
+        bytes.withUnsafeBytes { host.deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
     }
 
     /// Callee role: a call (or a `cancel`) from the caller's worker.
@@ -459,7 +471,7 @@ final class PeerLinks: @unchecked Sendable {
         }
         switch env.kind {
         case .call:
-            guard Envelope.string(body, env.target) == identifier, env.method != nil else {
+            guard Envelope.string(body, env.target) == identifier, Envelope.string(body, env.method) != nil else {
                 var reply = FrameBuilder(kind: .reply)
                 reply.uint("id", id)
                 reply.error(.badRequest, "a call over the link to \(identifier) must name it as its target and have a method")
@@ -537,7 +549,6 @@ final class PeerLinks: @unchecked Sendable {
     private func gone(_ link: Link) {
         let settled: ([UInt64], [UInt64], UInt64?)? = state.withLock { s in
             guard s.links.removeValue(forKey: link.number) != nil else { return nil }
-            link.readOpen = false
             if s.byPeer[link.peer] === link { s.byPeer[link.peer] = nil }
             var failed: [UInt64] = []
             if link.isCaller {
@@ -592,13 +603,12 @@ final class PeerLinks: @unchecked Sendable {
         }
     }
 
-    /// Unlinked links whose calls are all settled: closed, and the supervisor told. Drained
-    /// callee links: closed.
+    /// Links taken back whose calls are all settled: closed, and the supervisor told (by `gone`).
     private func settleUnlinks() {
         let done: [Link] = state.withLock { s in
             guard s.settling else { return [] }
             s.settling = false
-            return s.links.values.filter { ($0.isCaller && !$0.accepting && $0.outstanding == 0 && $0.unlinkReply != nil) || (!$0.isCaller && !$0.readOpen && $0.served.isEmpty) }
+            return s.links.values.filter { $0.isCaller && $0.unlinkReply != nil && $0.outstanding == 0 }
         }
         for link in done { gone(link) }
     }

@@ -16,6 +16,10 @@ enum Sandbox {
         var missing: [String] = []
         /// Microseconds per step, for `status` (`timings.sandbox.*Us`).
         var timings: [String: Int] = [:]
+        /// Descriptor 4 is still open for peer links: the plan keeps it and the listener went over
+        /// it (without one, the supervisor's notifier still reads it, and a plugin could hand it a
+        /// descriptor as if it were the listener).
+        var keptNotifyChannel = false
     }
 
     /// Applies `plan`, step by step. The seccomp filter is compiled first, so a policy libseccomp
@@ -58,7 +62,7 @@ enum Sandbox {
 
         guard plan.enabled else {
             if !plan.debuggable { try notDumpable() }
-            if let fd = plan.notifyFD, !plan.keepsNotifyChannel { _ = close(fd) }
+            if let fd = plan.notifyFD { _ = close(fd) }
             for name: SandboxLayer in [.cgroup, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace,
                                        .pidNamespace, .mountNamespace, .noNewPrivs,
                                        .landlock, .capabilities, .seccomp, .seccompNotify] {
@@ -172,9 +176,11 @@ enum Sandbox {
             guard rc == 0 else { throw failure("sigaction(fatal signals)", -rc) }
         }
         if let channel = plan.notifyFD {
+            var sentListener = false
             if let listener {
                 let sent = cls_send_fd(channel, listener.raw)
                 guard sent == 0 else { throw failure("sending the seccomp listener", -sent) }
+                sentListener = true
             }
             // The supervisor's word on its cgroup (J joined, F failed) comes before it watches the
             // filter: nothing here needs an answer meanwhile.
@@ -185,7 +191,11 @@ enum Sandbox {
                 default: try missing(.cgroup, "the supervisor did not move it into its group within 10 s")
                 }
             }
-            if !plan.keepsNotifyChannel { _ = close(channel) }
+            if plan.keepsNotifyChannel && sentListener {
+                applied.keptNotifyChannel = true
+            } else {
+                _ = close(channel)
+            }
         }
         listener = nil
         if let why = notifyMissing { try missing(.seccompNotify, why) } else { layer(.seccompNotify) }

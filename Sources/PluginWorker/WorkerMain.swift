@@ -68,7 +68,7 @@ public func workerMain() -> Int32 {
     timings["sandbox.specUs"] = Int(specReadAt - startedAt)
 
     // Descriptor 4 stays open for peer links when the supervisor offers them (PeerLinks.swift).
-    let links = spec.peerLinks == true ? spec.notifyFD.map { PeerLinks(channel: $0, connection: connection, identifier: spec.identifier, maxBody: spec.maxFrameBytes) } : nil
+    let links = confinement.keptNotifyChannel ? spec.notifyFD.map { PeerLinks(channel: $0, connection: connection, identifier: spec.identifier, maxBody: spec.maxFrameBytes) } : nil
     let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links)
     SignalRelay.start(host: host)
 
@@ -89,6 +89,11 @@ public func workerMain() -> Int32 {
                 var pong = FrameBuilder(kind: .pong)
                 pong.uint("id", env.id ?? 0)
                 try? connection.sendFrame(pong.finish())
+                return true
+            }
+            // The supervisor taking a peer link back (PeerLinks.swift): the worker's, not the plugin's.
+            if let links, UnlinkMessage.starts(body) {
+                links.unlink(body)
                 return true
             }
             host.deliver(body)

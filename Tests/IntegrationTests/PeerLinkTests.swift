@@ -106,9 +106,13 @@ struct PeerLinkTests {
         let slow = Background { try self.nested(sv, "d.user", "d.base", "sleep", #"{"ms":20000}"#) }
         try sv.waitUntil("the call inside d.base") { try sv.info("d.base").names.contains("sleeping:20000") }
         let callerPID = try #require(try sv.plugin("d.user").pid)
+        let calleePID = try sv.plugin("d.base").pid
         #expect(kill(callerPID, SIGKILL) == 0)
         #expect(try slow.wait().err.contains("unavailable"))
         try sv.waitUntil("the cancel at d.base") { try sv.info("d.base").names.contains("cancelled:20000") }
+        // The callee goes on as it was (the SDK does not answer a cancelled call; an answer a C
+        // plugin sends anyway is dropped by its worker, whose ids the supervisor never gave).
+        #expect(try sv.plugin("d.base").pid == calleePID && sv.plugin("d.base").restarts == 0)
         try sv.waitUntil("d.user restarted") { let p = try sv.plugin("d.user"); return p.state == "running" && p.pid != callerPID }
         #expect(try nested(sv, "d.user", "d.base", "echo", "[2]").out.contains("[2]"))
         try waitForLink(sv, from: "d.user", to: "d.base")

@@ -15,10 +15,6 @@ public struct PeerLinkOrder: Codable, Sendable, Equatable {
         case caller
         /// Here is a link from `peer`: serve the calls that come over this socket.
         case callee
-        /// Stop sending calls over the link to `peer` (they go through the supervisor again), and
-        /// once every call already sent over it is answered or has timed out, close it and reply to
-        /// `id` on the protocol socket: the supervisor is draining `peer` (SPEC §8).
-        case unlink
     }
 
     public var kind: Kind
@@ -26,24 +22,46 @@ public struct PeerLinkOrder: Codable, Sendable, Equatable {
     public var peer: String
     /// The supervisor's number for this link.
     public var link: UInt64
-    /// `unlink`: the request id the worker answers with a `reply` once the link is drained.
-    public var id: UInt64?
     /// `caller`: the callee's call timeout, for calls that name none.
     public var timeoutMs: Int?
     /// `caller`: the bounds (ns) of the call-duration histogram the worker reports in (`LinkCallsReport`).
     public var bucketBounds: [Int64]?
 
-    public init(kind: Kind, peer: String, link: UInt64, id: UInt64? = nil, timeoutMs: Int? = nil, bucketBounds: [Int64]? = nil) {
+    public init(kind: Kind, peer: String, link: UInt64, timeoutMs: Int? = nil, bucketBounds: [Int64]? = nil) {
         self.kind = kind
         self.peer = peer
         self.link = link
-        self.id = id
         self.timeoutMs = timeoutMs
         self.bucketBounds = bucketBounds
     }
 
     /// Largest order accepted (they are small; anything larger is not from the supervisor).
     public static let maxBytes = 64 * 1024
+}
+
+/// `unlink` (supervisor → worker, on the protocol socket, so it can never be lost): stop sending
+/// calls over link `link` to `peer` (they go through the supervisor again, which queues them for
+/// `peer`'s next worker), and once every call already sent over it is answered or has timed out,
+/// close it and reply to `id`: the supervisor is draining `peer` (SPEC §8). A link order that comes
+/// after its unlink (they travel on two sockets) is closed at once.
+public struct UnlinkMessage: Codable, Sendable, Equatable {
+    public var type = MessageKind.unlink
+    public var id: UInt64
+    public var peer: String
+    public var link: UInt64
+
+    public init(id: UInt64, peer: String, link: UInt64) {
+        self.id = id
+        self.peer = peer
+        self.link = link
+    }
+
+    private static let prefix = Array(#"{"type":"unlink""#.utf8)
+
+    /// Whether `body` is one (the supervisor writes `type` first, as every frame it builds).
+    public static func starts(_ body: UnsafeRawBufferPointer) -> Bool {
+        body.count > prefix.count && prefix.withUnsafeBytes { p in body.starts(with: p) }
+    }
 }
 
 /// `linkCalls` (worker → supervisor): what a caller's worker saw of the calls it sent over its link

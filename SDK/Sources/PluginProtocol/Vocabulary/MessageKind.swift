@@ -16,6 +16,8 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     /// Worker → supervisor: the calls a caller's worker sent over its peer link to `target` since
     /// its last report, for the callee's metrics (`LinkCallsReport`, docs/protocol.md "Peer links").
     case linkCalls
+    /// Supervisor → worker: take a peer link back (`UnlinkMessage`).
+    case unlink
 }
 
 /// Lifecycle event names (SPEC §3).

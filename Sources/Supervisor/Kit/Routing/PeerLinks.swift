@@ -55,8 +55,9 @@ extension Router {
         callee.linksIn[ObjectIdentifier(link)] = link
     }
 
-    /// Sends one order on a worker's descriptor 4. A failure ends links for that worker (its
-    /// channel may hold half an order): its calls go through the supervisor, as before links.
+    /// Sends one order on a worker's descriptor 4. A failure ends new links for that worker (its
+    /// channel may hold half an order): its calls go through the supervisor, as before links; the
+    /// links it has go on (they are taken back on the protocol socket).
     private func sendOrder(_ order: PeerLinkOrder, with fd: Int32, to instance: WorkerInstance, _ channel: Int32) -> Bool {
         guard let frame = try? ProtocolJSON.frame(order) else { return false }
         let sent = frame.withUnsafeBytes { cls_send_with_fd(channel, fd, $0.baseAddress, $0.count) }
@@ -76,20 +77,25 @@ extension Router {
     /// `callee` is about to drain (SPEC §8): every caller linked to it is told to stop using its
     /// link and answers once the calls it sent over it are settled; until then the callee counts
     /// as having calls inside (`WorkerInstance.hasCallsInside`).
+    /// The `unlink` goes on the caller's protocol socket, where nothing is lost while it is
+    /// connected (a caller that is not is ending, and its link with it).
     func unlinkCallers(of callee: WorkerInstance) {
         for link in callee.linksIn.values.sorted(by: { $0.number < $1.number }) where !link.unlinking {
             link.unlinking = true
             let caller = link.caller
             if caller.linksOut[callee.identifier] === link { caller.linksOut[callee.identifier] = nil }
-            guard let channel = caller.linkChannel else { settle(link); continue }
+            guard let channel = caller.channel else { settle(link); continue }
             let id = caller.takeID()
             caller.pending[id] = PendingRequest(origin: .local({ [self] _ in settle(link) }),
                                                 deadline: .now() + .milliseconds(Int64(config.drainTimeoutMs)), what: PeerLink.unlinkRequest)
-            if !sendOrder(PeerLinkOrder(kind: .unlink, peer: callee.identifier, link: link.number, id: id), with: -1, to: caller, channel) {
-                caller.pending[id] = nil
-                settle(link)
-            }
+            // `UnlinkMessage`, written as the worker reads it.
+            var frame = outbox.encoder(.unlink, for: channel)
+            frame.uint("id", id)
+            frame.string("peer", callee.identifier)
+            frame.uint("link", link.number)
+            outbox.write(frame.finish(), to: channel)
         }
+        outbox.flush()
     }
 
     /// The caller gave the link back (or cannot any more).
