@@ -102,12 +102,16 @@ final class PeerLinks: @unchecked Sendable {
         /// Links taken back before their order arrived (the two travel on different sockets):
         /// such an order is closed at once.
         var unlinkedEarly: Set<UInt64> = []
+        /// The highest link number an order came for (the supervisor numbers links in order, and
+        /// a worker's orders come on one socket): an unlink at or below it is not early.
+        var highestOrder: UInt64 = 0
     }
 
     /// One end of a link.
     final class Link: @unchecked Sendable {
         // @unchecked: the mutable fields are read and written under PeerLinks.state's lock, except
-        // `decoder` and `scratch` (the links thread's alone); writes to `fd` under `sendLock`.
+        // `decoder`, `scratch` and `cancelsQueued` (the links thread's alone); writes to `fd` under
+        // `sendLock`.
         let number: UInt64
         let peer: String
         let isCaller: Bool
@@ -126,6 +130,9 @@ final class PeerLinks: @unchecked Sendable {
         var unlinkReply: UInt64?
         /// Callee role: the caller's id → local id, for `cancel`.
         var served: [UInt64: UInt64] = [:]
+        /// Caller role: `cancel`s that found the link full, sent when it has room (the links
+        /// thread's alone).
+        var cancelsQueued: [UInt64] = []
         /// Frames over the worker's frame limit end the link (as they end a worker at the supervisor).
         var decoder: FrameDecoder
         var scratch = [UInt8](repeating: 0, count: 16 * 1024)
@@ -192,14 +199,19 @@ final class PeerLinks: @unchecked Sendable {
     /// `channel`: descriptor 4, kept open for the supervisor's orders.
     private let maxBody: Int
 
-    init(channel: Int32, connection: BlockingConnection, identifier: String, maxBody: Int) {
+    /// Nil (and `channel` closed: no links for this worker) without a wake-up eventfd, without
+    /// which deadlines and unlinks would wait for unrelated I/O.
+    init?(channel: Int32, connection: BlockingConnection, identifier: String, maxBody: Int) {
+        let wake = cls_wake_fd()
+        guard wake >= 0 else {
+            close(channel)
+            return nil
+        }
+        wakeFD = wake
         self.channel = channel
         self.maxBody = maxBody
         self.connection = connection
         self.identifier = identifier
-        // If it failed (-errno), poll ignores it: a call with a deadline earlier than the links
-        // thread's wait is then failed late, at the next thing that wakes it.
-        wakeFD = cls_wake_fd()
     }
 
     func start(host: WorkerHost) {
@@ -313,7 +325,7 @@ final class PeerLinks: @unchecked Sendable {
         guard let message = try? ProtocolJSON.decode(UnlinkMessage.self, from: body) else { return }
         let answerNow: Bool = state.withLock { s in
             guard let link = s.links[message.link], link.isCaller else {
-                s.unlinkedEarly.insert(message.link)
+                if message.link > s.highestOrder { s.unlinkedEarly.insert(message.link) }
                 return true
             }
             link.accepting = false
@@ -343,7 +355,7 @@ final class PeerLinks: @unchecked Sendable {
             }
             for link in links {
                 order.append(link)
-                fds.append(pollfd(fd: link.fd, events: Int16(POLLIN), revents: 0))
+                fds.append(pollfd(fd: link.fd, events: Int16(link.cancelsQueued.isEmpty ? POLLIN : POLLIN | POLLOUT), revents: 0))
             }
             let now = Self.now()
             let timeout: Int32 = wakeAt == .max ? -1 : Int32(clamping: max(0, (wakeAt - now + 999_999) / 1_000_000))
@@ -362,7 +374,7 @@ final class PeerLinks: @unchecked Sendable {
                     // A caller reads to the end what its callee sent before it ended: answered
                     // calls stay answered.
                     if r & Int32(POLLIN) != 0 || ended { readLink(link, toEnd: ended && link.isCaller) }
-                    if ended { gone(link) }
+                    if ended { gone(link) } else if r & Int32(POLLOUT) != 0 { sendQueuedCancels(link) }
                 }
             }
             let later = Self.now()
@@ -378,8 +390,8 @@ final class PeerLinks: @unchecked Sendable {
         exit(70)
     }
 
-    /// One order from the supervisor on descriptor 4; false when the channel has ended (or holds
-    /// something that is not an order: no more orders then; the links made so far go on).
+    /// One order from the supervisor on descriptor 4; false when the channel has ended or broke
+    /// (it is closed: no more orders; the links made so far go on).
     private func readOrder() -> Bool {
         var header = [UInt8](repeating: 0, count: 4)
         var fd: Int32 = -1
@@ -391,13 +403,26 @@ final class PeerLinks: @unchecked Sendable {
         var body = [UInt8](repeating: 0, count: max(length, 1))
         let got = length > 0 && length <= PeerLinkOrder.maxBytes
             ? body.withUnsafeMutableBytes { recv(channel, $0.baseAddress, length, Int32(MSG_DONTWAIT)) } : -1
-        guard got == length, fd >= 0, let order = try? ProtocolJSON.decode(PeerLinkOrder.self, from: body) else {
+        guard got == length else {
+            // The stream itself is broken (or ended): no more orders. Closing it frees the
+            // sockets of orders still queued in it, whose peers then see their links end, and the
+            // supervisor's next order fails (it stops offering links to this worker).
             if fd >= 0 { close(fd) }
+            close(channel)
             return false
+        }
+        guard fd >= 0, let order = try? ProtocolJSON.decode(PeerLinkOrder.self, from: body) else {
+            // This order alone is unusable (its socket did not come: this process is at its
+            // descriptor limit; or it does not decode): dropped. Its peer sees its link end.
+            if fd >= 0 { close(fd) }
+            return true
         }
         let link = Link(order, fd: fd, maxBody: maxBody)
         let known: Bool = state.withLock { s in
-            guard s.unlinkedEarly.remove(link.number) == nil else { return false }
+            s.highestOrder = max(s.highestOrder, link.number)
+            let early = s.unlinkedEarly.remove(link.number) != nil
+            s.unlinkedEarly = s.unlinkedEarly.filter { $0 > link.number }
+            guard !early else { return false }
             s.links[link.number] = link
             guard link.isCaller else { return true }
             // The supervisor makes one link per caller and callee; an older one is being taken back.
@@ -427,7 +452,8 @@ final class PeerLinks: @unchecked Sendable {
     private func readLink(_ link: Link, toEnd: Bool) {
         repeat {
             let n = link.scratch.withUnsafeMutableBytes { read(link.fd, $0.baseAddress, $0.count) }
-            if n < 0, errno == EINTR || errno == EAGAIN { return }
+            if n < 0, errno == EINTR { continue }
+            if n < 0, errno == EAGAIN { return }
             if n <= 0 { return gone(link) }
             link.scratch.withUnsafeBytes { link.decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
             do {
@@ -597,9 +623,24 @@ final class PeerLinks: @unchecked Sendable {
         }
         for (id, link) in expired {
             deliverError(id, .timeout, "\(link.peer) did not answer call in time")
+            link.cancelsQueued.append(id)
+            sendQueuedCancels(link)
+        }
+    }
+
+    /// Sends the `cancel`s waiting for room on `link`, in order, as far as it has room (the rest
+    /// when poll says it has more).
+    private func sendQueuedCancels(_ link: Link) {
+        while let id = link.cancelsQueued.first {
             var cancel = FrameBuilder(kind: .cancel)
             cancel.uint("id", id)
-            _ = link.send(frame: cancel.finish(), wait: false)
+            switch link.send(frame: cancel.finish(), wait: false) {
+            case .sent: link.cancelsQueued.removeFirst()
+            case .notSent: return
+            case .broken:
+                link.cancelsQueued = []
+                return
+            }
         }
     }
 

@@ -62,10 +62,16 @@ extension Router {
         guard let frame = try? ProtocolJSON.frame(order) else { return false }
         let sent = frame.withUnsafeBytes { cls_send_with_fd(channel, fd, $0.baseAddress, $0.count) }
         if sent == frame.count { return true }
+        closeLinkChannel(instance)
+        // A worker whose seccomp filter has no listener closed the channel: it takes no links.
+        if sent == -Int(EPIPE) || sent == -Int(ECONNRESET) {
+            logger.debug("the worker of \(instance.identifier) (pid \(instance.pid)) takes no peer links (it closed their channel)",
+                         metadata: ["plugin": "\(instance.identifier)"])
+            return false
+        }
         let why = sent < 0 ? String(cString: strerror(Int32(-sent))) : "only \(sent) of \(frame.count) bytes went"
         logger.warning("cannot hand a peer link to the worker of \(instance.identifier) (pid \(instance.pid)): \(why); its calls go through the supervisor from now on",
                        metadata: ["plugin": "\(instance.identifier)"])
-        closeLinkChannel(instance)
         return false
     }
 
