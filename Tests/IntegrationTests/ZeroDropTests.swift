@@ -84,13 +84,16 @@ struct ZeroDropTests {
         #expect(callers.tally.seen.ok > 400)
     }
 
-    @Test("an update under load starts the new version beside the old one, which serves every call until the new one runs; no call is lost")
+    @Test("an update under load starts the new version beside the old one, which serves every call until the new one runs; no call is lost, through the supervisor or over a dependent's peer link")
     func updateLosesNothing() throws {
         // The new version takes 1.5 s in its startup: long enough to see who serves meanwhile.
         let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "1500"]], dependent: true)
         let oldPID = try #require(try sv.plugin("z.app").pid)
         let callers = Callers(socket: sv.socket, target: "z.app", count: 3)
-        try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 }
+        // And z.user calling z.app, over a peer link once the first call has made it.
+        let linked = Callers(socket: sv.socket, target: "z.app", via: "z.user", count: 2)
+        try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 && linked.tally.seen.ok > 50 }
+        try sv.waitUntil("z.user linked to z.app") { try sv.plugin("z.user").links == ["z.app"] }
         let install = Background { try sv.cli("install", archives["2.0.0"]!) }
         let next = try sv.waitFor("2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
         #expect(next.version == "2.0.0" && next.pid != oldPID)
@@ -110,7 +113,11 @@ struct ZeroDropTests {
         let terminated = (try? String(contentsOfFile: w.home + "/data/z.app/terminated", encoding: .utf8)) ?? ""
         #expect(terminated.split(separator: "\n").count == 1, "willTerminate went to the old worker once: \(terminated)")
         try callers.waitForMore(sv, "calls to the new version")
+        try linked.waitForMore(sv, "z.user's calls to the new version")
+        // The old version's link was taken back before it drained; the new one gets its own.
+        try sv.waitUntil("z.user linked to 2.0.0") { try sv.plugin("z.user").links == ["z.app"] }
         try callers.stopExpectingNoFailure(sv)
+        try linked.stopExpectingNoFailure(sv)
         // Its dependent heard of the switch once (an event sent after it is handled after it).
         #expect(try sv.cli("send", "memoryWarning", "--plugin", "z.user").code == 0)
         let heard = try sv.info("z.user").names
