@@ -198,10 +198,13 @@ final class PeerLinks: @unchecked Sendable {
 
     /// `channel`: descriptor 4, kept open for the supervisor's orders.
     private let maxBody: Int
+    /// The supervisor's JSON depth limit: a call too deep for it is not sent over a link (the
+    /// supervisor then refuses it as it refuses any), and a link that carries one ends.
+    private let maxDepth: Int
 
     /// Nil (and `channel` closed: no links for this worker) without a wake-up eventfd, without
     /// which deadlines and unlinks would wait for unrelated I/O.
-    init?(channel: Int32, connection: BlockingConnection, identifier: String, maxBody: Int) {
+    init?(channel: Int32, connection: BlockingConnection, identifier: String, maxBody: Int, maxDepth: Int) {
         let wake = cls_wake_fd()
         guard wake >= 0 else {
             close(channel)
@@ -210,6 +213,7 @@ final class PeerLinks: @unchecked Sendable {
         wakeFD = wake
         self.channel = channel
         self.maxBody = maxBody
+        self.maxDepth = maxDepth
         self.connection = connection
         self.identifier = identifier
     }
@@ -242,7 +246,7 @@ final class PeerLinks: @unchecked Sendable {
         // Most of what a plugin sends is replies to the supervisor's ids, which the SDK writes
         // `{"type":"reply","id":<digits>`: those are known without a parse.
         if let id = Self.leadingReplyID(bytes), !Self.localIDs.contains(id) { return false }
-        guard let env = try? Envelope.parse(bytes), let kind = env.kind, let id = env.id else { return false }
+        guard let env = try? Envelope.parse(bytes, maxDepth: maxDepth), let kind = env.kind, let id = env.id else { return false }
         switch kind {
         case .reply where Self.localIDs.contains(id): replyOverLink(id, env, bytes); return true
         case .call: return callOverLink(id, env, bytes)
@@ -466,7 +470,7 @@ final class PeerLinks: @unchecked Sendable {
 
     /// Caller role: a reply from the callee's worker.
     private func replyArrived(_ link: Link, _ body: UnsafeRawBufferPointer) {
-        guard let env = try? Envelope.parse(body), env.kind == .reply, let id = env.id else {
+        guard let env = try? Envelope.parse(body, maxDepth: maxDepth), env.kind == .reply, let id = env.id else {
             _ = shutdown(link.fd, Int32(SHUT_RDWR))
             return
         }
@@ -491,7 +495,7 @@ final class PeerLinks: @unchecked Sendable {
 
     /// Callee role: a call (or a `cancel`) from the caller's worker.
     private func callArrived(_ link: Link, _ body: UnsafeRawBufferPointer) {
-        guard let env = try? Envelope.parse(body), let id = env.id else {
+        guard let env = try? Envelope.parse(body, maxDepth: maxDepth), let id = env.id else {
             _ = shutdown(link.fd, Int32(SHUT_RDWR))
             return
         }
@@ -601,6 +605,16 @@ final class PeerLinks: @unchecked Sendable {
         for local in cancelled { deliverCancel(local) }
         if let unlinkReply { answerUnlink(unlinkReply) }
         report(now: Self.now(), force: true)
+        // A caller's link that ended by itself (not taken back): the supervisor may offer a new one.
+        if link.isCaller, unlinkReply == nil {
+            var frame = FrameBuilder(kind: .linkCalls, capacity: 64 + 2 * link.bounds.count)
+            frame.string("target", link.peer)
+            frame.raw("counts", Array("[0,0,0,0]".utf8))
+            frame.raw("buckets", Array("[\([String](repeating: "0", count: link.bounds.count + 1).joined(separator: ","))]".utf8))
+            frame.raw("sumNs", Array("0".utf8))
+            frame.uint("endedLink", link.number)
+            try? connection.sendFrame(frame.finish())
+        }
     }
 
     /// Caller role: calls past their deadline fail with `timeout`, and the callee is told to `cancel`.

@@ -118,6 +118,49 @@ struct PeerLinkTests {
         try waitForLink(sv, from: "d.user", to: "d.base")
     }
 
+    @Test("a C plugin that answers the cancel of a call whose caller ended: its worker drops that late answer (no id the supervisor gave), and it goes on")
+    func lateReplyDropped() throws {
+        let w = try TestWorld()
+        try w.bundle("r.base", library: try SandboxTests.hostileLibrary())
+        try w.bundle("r.user", deps: [Dep("r.base")], extra: ["restart": "never"])
+        let sv = try RunningSupervisor(w)
+        #expect(try nested(sv, "r.user", "r.base", "getpid").code == 0)
+        try waitForLink(sv, from: "r.user", to: "r.base")
+        let calleePID = try sv.plugin("r.base").pid
+        // Over the link, a call r.base never answers; then the caller ends.
+        let waiting = Background { try self.nested(sv, "r.user", "r.base", "noReply") }
+        let callerPID = try #require(try sv.plugin("r.user").pid)
+        try sv.waitUntil("the call inside r.base") { try sv.call("r.base", "noReplies", as: Int.self) == 1 }
+        #expect(kill(callerPID, SIGKILL) == 0)
+        #expect(try waiting.wait().err.contains("unavailable"))
+        try sv.waitUntil("r.user ended") { try sv.plugin("r.user").state == "failed" || sv.plugin("r.user").state == "stopped" }
+        // r.base got the cancel and answered it with the call's id, which only its worker knows:
+        // dropped there. It was not ended for a reply to an id the supervisor never gave.
+        #expect(try sv.cli("call", "r.base", "getpid").code == 0)
+        let after = try sv.plugin("r.base")
+        #expect(after.pid == calleePID && after.restarts == 0 && after.lastExit == nil, "\(after)")
+        #expect(!sv.log.contains("protocolViolation") && !sv.log.contains("never asked"))
+    }
+
+    @Test("a link that breaks while both workers run (the callee writes junk on it) is forgotten by the supervisor: the next call makes a new one")
+    func brokenLinkIsReplaced() throws {
+        let w = try TestWorld()
+        try w.bundle("b.base", library: try SandboxTests.hostileLibrary())
+        try w.bundle("b.user", deps: [Dep("b.base")])
+        let sv = try RunningSupervisor(w)
+        #expect(try nested(sv, "b.user", "b.base", "getpid").code == 0)
+        try waitForLink(sv, from: "b.user", to: "b.base")
+        // Over the link: b.base breaks it before its answer, so the answer never arrives whole.
+        let broken = try nested(sv, "b.user", "b.base", "breakLinks")
+        #expect(broken.err.contains("unavailable: the worker of b.base ended before answering call"), "\(broken.out)\(broken.err)")
+        try sv.waitUntil("the broken link forgotten") { try sv.plugin("b.user").links == nil }
+        // Both workers run on; the next call goes through the supervisor and makes a new link.
+        #expect(try sv.plugin("b.base").restarts == 0 && sv.plugin("b.user").restarts == 0)
+        #expect(try nested(sv, "b.user", "b.base", "getpid").code == 0)
+        try waitForLink(sv, from: "b.user", to: "b.base")
+        #expect(try nested(sv, "b.user", "b.base", "getpid").code == 0)
+    }
+
     @Test("four callers through a linked plugin lose no call while the callee is restarted and reloaded (the links are drained first)")
     func drainsLinks() throws {
         let w = try TestWorld()

@@ -25,6 +25,7 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <termios.h>
@@ -273,6 +274,9 @@ static void reply(unsigned long long id, const char *result) {
     g_host->send(g_host->ctx, (const uint8_t *)buf, (size_t)n);
 }
 
+/* How many `noReply` calls came (read with `noReplies`). */
+static int no_replies;
+
 static void receive(void *ctx, const uint8_t *bytes, size_t len) {
     (void)ctx;
     const char *json = (const char *)bytes;
@@ -282,6 +286,29 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
     if (strcmp(type, "call") != 0) { reply(id, "null"); return; }
     find_string(json, len, "method", method, sizeof method);
     if (!strcmp(method, "ctorResult")) { reply(id, ctor_result); return; }
+    /* Never answered (a plugin that is slow, or lost the call); its `cancel` is answered like any
+       other message above: a late reply (PeerLinkTests). */
+    if (!strcmp(method, "noReply")) { no_replies++; return; }
+    if (!strcmp(method, "breakLinks")) {
+        /* Straight onto every socket above the protocol socket and the order channel (its peer
+           links): a frame header announcing 2 GiB, which ends each link at its other end. */
+        unsigned char header[4] = { 0x7f, 0xff, 0xff, 0xff };
+        int broken = 0;
+        for (int fd = 5; fd < 256; fd++) {
+            struct stat st;
+            if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && write(fd, header, 4) == 4) broken++;
+        }
+        char count[32];
+        snprintf(count, sizeof count, "%d", broken);
+        reply(id, count);
+        return;
+    }
+    if (!strcmp(method, "noReplies")) {
+        char count[32];
+        snprintf(count, sizeof count, "%d", no_replies);
+        reply(id, count);
+        return;
+    }
     find_string(json, len, "path", path, sizeof path);
     long number = find_number(json, len, "number", 0);
     char out[4096];

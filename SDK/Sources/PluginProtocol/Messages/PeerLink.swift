@@ -76,11 +76,15 @@ public struct LinkCallsReport: Codable, Sendable, Equatable {
     public var buckets: [Int64]
     /// Sum of the durations, ns.
     public var sumNs: Int64
+    /// The link to `target` with this number ended by itself (its other end closed, or it broke):
+    /// the supervisor may make a new one.
+    public var endedLink: UInt64?
 
-    public init(target: String, counts: [Int64], buckets: [Int64], sumNs: Int64) {
+    public init(target: String, counts: [Int64], buckets: [Int64], sumNs: Int64, endedLink: UInt64? = nil) {
         self.target = target
         self.counts = counts
         self.buckets = buckets
         self.sumNs = sumNs
+        self.endedLink = endedLink
     }
 }

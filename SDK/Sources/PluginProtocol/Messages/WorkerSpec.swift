@@ -45,6 +45,9 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     public var cgroupBySupervisor: Bool?
     /// Largest frame body accepted.
     public var maxFrameBytes: Int
+    /// The supervisor's JSON nesting limit (`maxJSONDepth`), for what the worker routes itself
+    /// (peer links); nil: the default.
+    public var maxJSONDepth: Int?
     /// The supervisor may hand this worker direct links to other plugins' workers over `notifyFD`
     /// (docs/protocol.md "Peer links"): the worker keeps that descriptor open and serves them.
     public var peerLinks: Bool?

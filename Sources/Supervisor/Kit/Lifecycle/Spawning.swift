@@ -67,6 +67,7 @@ extension Lifecycle {
         let notifier = supervisor.notifier
         var spec = workerSpec(manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
         spec.peerLinks = config.peerLinks && notifier != nil ? true : nil
+        if spec.peerLinks == true, config.maxJSONDepth != Frame.defaultMaxDepth { spec.maxJSONDepth = config.maxJSONDepth }
         // A control group of its own, made and limited before it exists. The supervisor's mover
         // puts it there (and says so on the notify channel) before the worker goes on; without a
         // channel the worker joins it itself.

@@ -135,5 +135,9 @@ extension Router {
             return lifecycle.protocolViolation(instance, "linkCalls with counts that do not add up")
         }
         supervisor.metrics.calls(report.target).add(counts: report.counts, buckets: report.buckets, sumNs: report.sumNs)
+        // Its link ended by itself: forgotten, so the next call through here makes a new one.
+        if let ended = report.endedLink, let link = instance.linksOut[report.target], link.number == ended {
+            settle(link)
+        }
     }
 }
