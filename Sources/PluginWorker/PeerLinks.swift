@@ -92,7 +92,7 @@ final class PeerLinks: @unchecked Sendable {
         /// No call's deadline is earlier (it may be earlier than the earliest left: the links
         /// thread then wakes, finds nothing due and raises it): no scan of `calls` per call.
         var earliest: Int64 = .max
-        /// Something to settle (an unlink, a drained link): looked for after the next wake.
+        /// A link taken back may have settled its last call: looked for after the next wake.
         var settling = false
         /// When the links thread, waiting in poll, wakes by itself (monotonic ns; .max: only for
         /// I/O): a call with an earlier deadline wakes it. `.min` while it is not waiting (it looks
