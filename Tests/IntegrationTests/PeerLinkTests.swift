@@ -32,6 +32,7 @@ struct PeerLinkTests {
         #expect(try nested(sv, "l.user", "l.base", "echo", #"{"x":1}"#).out.contains(#""x":1"#))
         try waitForLink(sv, from: "l.user", to: "l.base")
         #expect(try sv.plugin("l.base").links == nil, "a link goes one way: from the caller")
+        #expect(try sv.cli("status").out.contains("l.user: calls l.base over a direct link"))
 
         // Over the link: results and errors as before.
         for i in 0..<6 {

@@ -41,6 +41,8 @@ enum StatusTable {
         for p in list where p.error == nil && p.lastError != nil { out.append("\(p.identifier): last error: \(p.lastError!)") }
         for p in list where p.debug == true { out.append("\(p.identifier): debug mode (attach with gdb -p \(p.pid.map(String.init) ?? "<pid>"))") }
         for p in list { if let u = p.updating { out.append("\(p.identifier): \(u.version) is starting beside \(p.version) (pid \(u.pid))") } }
+        // Peer links (docs/protocol.md): the dependencies a plugin calls without passing through here.
+        for p in list { if let links = p.links, !links.isEmpty { out.append("\(p.identifier): calls \(links.joined(separator: ", ")) over a direct link") } }
         if let layers = list.first(where: { !$0.sandbox.isEmpty })?.sandbox {
             out.append("sandbox layers: " + layers.joined(separator: " ") + "   (status --json lists each plugin's, and any missing)")
         }
