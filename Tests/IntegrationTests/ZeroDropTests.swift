@@ -95,7 +95,7 @@ struct ZeroDropTests {
         try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 && linked.tally.seen.ok > 50 }
         try sv.waitUntil("z.user linked to z.app") { try sv.plugin("z.user").links == ["z.app"] }
         let install = Background { try sv.cli("install", archives["2.0.0"]!) }
-        let next = try sv.waitFor("2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
+        let next = try sv.waitFor(timeout: 30, "2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
         #expect(next.version == "2.0.0" && next.pid != oldPID)
         // While 2.0.0 starts, 1.0.0's worker answers: calls keep coming back, and it still serves.
         try callers.waitForMore(sv, "calls answered while 2.0.0 starts")
@@ -131,7 +131,7 @@ struct ZeroDropTests {
         let callers = Callers(socket: sv.socket, target: "z.app", count: 2)
         try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 }
         let install = Background { try sv.cli("install", archives["2.0.0"]!) }
-        let next = try sv.waitFor("2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
+        let next = try sv.waitFor(timeout: 30, "2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
         // A reload meanwhile sees 2.0.0's files on disk, and leaves them to the update.
         let reload = try sv.cli("reload")
         #expect(reload.code == 0 && reload.out.contains(#""changed":0"#), "\(reload.out)\(reload.err)")
@@ -157,7 +157,7 @@ struct ZeroDropTests {
         let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "3000"]])
         let oldPID = try #require(try sv.plugin("z.app").pid)
         let install = Background { try sv.cli("install", archives["2.0.0"]!) }
-        let next = try sv.waitFor("2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
+        let next = try sv.waitFor(timeout: 30, "2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
         sv.signal(SIGTERM)
         #expect(try sv.waitForExit() == 0)
         let r = try install.wait()
@@ -170,7 +170,7 @@ struct ZeroDropTests {
     func oldCrashesDuringUpdate() throws {
         let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "1000"]])
         let install = Background { try sv.cli("install", archives["2.0.0"]!) }
-        let next = try sv.waitFor("2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
+        let next = try sv.waitFor(timeout: 30, "2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
         let crash = try sv.cli("call", "z.app", "crash", #"{"how":"segv"}"#)
         #expect(crash.code != 0)
         try sv.waitUntil("the plugin waiting for 2.0.0") { try sv.plugin("z.app").state == "restarting" }
