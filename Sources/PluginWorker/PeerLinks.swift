@@ -28,6 +28,7 @@ import Glibc
 final class PeerLinks: @unchecked Sendable {
     // @unchecked: `state` is behind its Mutex; `host` is set once before the thread starts (the
     // thread's creation orders it); each link's reader state is the links thread's alone.
+    /// Descriptor 4, kept open for the supervisor's orders.
     private let channel: Int32
     private let wakeFD: Int32
     private let connection: BlockingConnection
@@ -159,34 +160,35 @@ final class PeerLinks: @unchecked Sendable {
                 return withUnsafeMutableBytes(of: &h) { hb in
                     var pair = (iovec(iov_base: hb.baseAddress, iov_len: 4),
                                 iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress), iov_len: body.count))
-                    return withUnsafeMutableBytes(of: &pair) { raw in
-                    let iov = raw.bindMemory(to: iovec.self)
-                    var written = 0
-                    let total = 4 + body.count
-                    var first = 0
-                    while written < total {
-                        var msg = msghdr()
-                        msg.msg_iov = iov.baseAddress! + first
-                        msg.msg_iovlen = iov.count - first
-                        let n = sendmsg(fd, &msg, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
-                        if n < 0 {
-                            let e = errno
-                            if e == EINTR { continue }
-                            guard e == EAGAIN, written > 0 || wait else { return written == 0 ? .notSent : .broken }
-                            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                            if poll(&p, 1, PeerLinks.sendWaitMs) <= 0 || p.revents & Int16(POLLOUT) == 0 {
-                                _ = shutdown(fd, Int32(SHUT_RDWR))
-                                return .broken
-                            }
-                            continue
-                        }
-                        written += n
-                        advance(iov, first: &first, by: n)
-                    }
-                    return .sent
-                    }
+                    return withUnsafeMutableBytes(of: &pair) { raw in writeAll(raw.bindMemory(to: iovec.self), total: 4 + body.count, wait: wait) }
                 }
             }
+        }
+
+        /// The loop of `send` (under `sendLock`).
+        private func writeAll(_ iov: UnsafeMutableBufferPointer<iovec>, total: Int, wait: Bool) -> Sent {
+            var written = 0
+            var first = 0
+            while written < total {
+                var msg = msghdr()
+                msg.msg_iov = iov.baseAddress! + first
+                msg.msg_iovlen = iov.count - first
+                let n = sendmsg(fd, &msg, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+                if n < 0 {
+                    let e = errno
+                    if e == EINTR { continue }
+                    guard e == EAGAIN, written > 0 || wait else { return written == 0 ? .notSent : .broken }
+                    var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                    if poll(&p, 1, PeerLinks.sendWaitMs) <= 0 || p.revents & Int16(POLLOUT) == 0 {
+                        _ = shutdown(fd, Int32(SHUT_RDWR))
+                        return .broken
+                    }
+                    continue
+                }
+                written += n
+                advance(iov, first: &first, by: n)
+            }
+            return .sent
         }
 
         func send(frame: [UInt8], wait: Bool) -> Sent {
@@ -196,7 +198,6 @@ final class PeerLinks: @unchecked Sendable {
         }
     }
 
-    /// `channel`: descriptor 4, kept open for the supervisor's orders.
     private let maxBody: Int
     /// The supervisor's JSON depth limit: a call too deep for it is not sent over a link (the
     /// supervisor then refuses it as it refuses any), and a link that carries one ends.
@@ -401,13 +402,12 @@ final class PeerLinks: @unchecked Sendable {
         var fd: Int32 = -1
         let n = header.withUnsafeMutableBytes { cls_receive_with_fd(channel, $0.baseAddress, 4, &fd) }
         if n == -Int(EAGAIN) || n == -Int(EINTR) { return true }
-        let length = n == 4 ? Int(header[0]) << 24 | Int(header[1]) << 16 | Int(header[2]) << 8 | Int(header[3]) : 0
+        let length = n == 4 ? try? Frame.bodyLength(b0: header[0], b1: header[1], b2: header[2], b3: header[3], limit: PeerLinkOrder.maxBytes) : nil
         // The supervisor writes an order whole, in one send: the rest is there, or never will be
         // (it gave up on the channel after a short write).
-        var body = [UInt8](repeating: 0, count: max(length, 1))
-        let got = length > 0 && length <= PeerLinkOrder.maxBytes
-            ? body.withUnsafeMutableBytes { recv(channel, $0.baseAddress, length, Int32(MSG_DONTWAIT)) } : -1
-        guard got == length else {
+        var body = [UInt8](repeating: 0, count: length ?? 0)
+        let got = length.map { length in body.withUnsafeMutableBytes { recv(channel, $0.baseAddress, length, Int32(MSG_DONTWAIT)) } }
+        guard let length, got == length else {
             // The stream itself is broken (or ended): no more orders. Closing it frees the
             // sockets of orders still queued in it, whose peers then see their links end, and the
             // supervisor's next order fails (it stops offering links to this worker).
@@ -489,8 +489,7 @@ final class PeerLinks: @unchecked Sendable {
         var reply = FrameBuilder(kind: .reply, capacity: body.count + 16)
         reply.uint("id", id)
         reply.answer(of: env, in: body)
-        let bytes = reply.finish()
-        bytes.withUnsafeBytes { host.deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
+        host.deliver(frame: reply.finish())
     }
 
     /// Callee role: a call (or a `cancel`) from the caller's worker.
@@ -523,8 +522,7 @@ final class PeerLinks: @unchecked Sendable {
             if let p = env.params { frame.raw("params", UnsafeRawBufferPointer(rebasing: body[p])) }
             frame.string("from", link.peer)
             writeTraceHop(parent: env.traceparent.map { UnsafeRawBufferPointer(rebasing: body[$0]) }, into: &frame)
-            let bytes = frame.finish()
-            bytes.withUnsafeBytes { host.deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
+            host.deliver(frame: frame.finish())
         case .cancel:
             let local: UInt64? = state.withLock { s in
                 guard let local = link.served.removeValue(forKey: id) else { return nil }
@@ -561,16 +559,14 @@ final class PeerLinks: @unchecked Sendable {
     private func deliverCancel(_ local: UInt64) {
         var cancel = FrameBuilder(kind: .cancel)
         cancel.uint("id", local)
-        let bytes = cancel.finish()
-        bytes.withUnsafeBytes { host.deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
+        host.deliver(frame: cancel.finish())
     }
 
     private func deliverError(_ id: UInt64, _ code: ErrorCode, _ message: String) {
         var reply = FrameBuilder(kind: .reply, capacity: message.utf8.count + 64)
         reply.uint("id", id)
         reply.error(code, message)
-        let bytes = reply.finish()
-        bytes.withUnsafeBytes { host.deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
+        host.deliver(frame: reply.finish())
     }
 
     /// A link that ended (its peer's worker ended, or it broke): its calls are settled as the
@@ -604,17 +600,9 @@ final class PeerLinks: @unchecked Sendable {
         for id in failed { deliverError(id, .unavailable, "the worker of \(link.peer) ended before answering call") }
         for local in cancelled { deliverCancel(local) }
         if let unlinkReply { answerUnlink(unlinkReply) }
-        report(now: Self.now(), force: true)
-        // A caller's link that ended by itself (not taken back): the supervisor may offer a new one.
-        if link.isCaller, unlinkReply == nil {
-            var frame = FrameBuilder(kind: .linkCalls, capacity: 64 + 2 * link.bounds.count)
-            frame.string("target", link.peer)
-            frame.raw("counts", Array("[0,0,0,0]".utf8))
-            frame.raw("buckets", Array("[\([String](repeating: "0", count: link.bounds.count + 1).joined(separator: ","))]".utf8))
-            frame.raw("sumNs", Array("0".utf8))
-            frame.uint("endedLink", link.number)
-            try? connection.sendFrame(frame.finish())
-        }
+        // A caller's link that ended by itself (not taken back) goes in the report: the supervisor
+        // may offer a new one.
+        report(now: Self.now(), force: true, ended: link.isCaller && unlinkReply == nil ? link : nil)
     }
 
     /// Caller role: calls past their deadline fail with `timeout`, and the callee is told to `cancel`.
@@ -677,12 +665,14 @@ final class PeerLinks: @unchecked Sendable {
         s.stats[link.peer, default: Stats(buckets: [Int64](repeating: 0, count: link.bounds.count + 1))].add(outcome, bucket: i, ns: ns)
     }
 
-    /// Sends the counts gathered since the last report (every `reportEveryNs`, or now).
-    private func report(now: Int64, force: Bool) {
+    /// Sends the counts gathered since the last report (every `reportEveryNs`, or now), one
+    /// `linkCalls` per callee; `ended`'s (a caller's link that ended by itself) says so, even
+    /// with nothing to count.
+    private func report(now: Int64, force: Bool, ended: Link? = nil) {
         let due: [(String, Stats)] = state.withLock { s in
             guard force || now >= s.lastReport + Self.reportEveryNs else { return [] }
             var out: [(String, Stats)] = []
-            for (peer, stats) in s.stats where stats.dirty {
+            for (peer, stats) in s.stats where stats.dirty || peer == ended?.peer {
                 out.append((peer, stats))
                 s.stats[peer] = Stats(buckets: [Int64](repeating: 0, count: stats.buckets.count))
             }
@@ -695,6 +685,7 @@ final class PeerLinks: @unchecked Sendable {
             frame.raw("counts", Array("[\(stats.counts.map(String.init).joined(separator: ","))]".utf8))
             frame.raw("buckets", Array("[\(stats.buckets.map(String.init).joined(separator: ","))]".utf8))
             frame.raw("sumNs", Array(String(stats.sum).utf8))
+            if let ended, ended.peer == peer { frame.uint("endedLink", ended.number) }
             try? connection.sendFrame(frame.finish())
         }
     }

@@ -45,6 +45,11 @@ final class WorkerHost: Sendable {
         }
     }
 
+    /// Hands one frame the worker built itself (length prefix included) to the plugin.
+    func deliver(frame: [UInt8]) {
+        frame.withUnsafeBytes { deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
+    }
+
     /// Calls the plugin's `destroy` once; later deliveries are dropped.
     func destroy() {
         pluginLock.withLock { bits in
@@ -61,8 +66,7 @@ final class WorkerHost: Sendable {
         var b = FrameBuilder(kind: .event)
         b.uint("id", id)
         b.string("name", name.rawValue)
-        let frame = b.finish()
-        frame.withUnsafeBytes { deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
+        deliver(frame: b.finish())
     }
 
     /// The plugin's outgoing path (`host->send`).

@@ -27,13 +27,13 @@ final class PeerLink {
 }
 
 extension Router {
-    /// After a call from `caller` to `record` went through here: a link for the next ones, when
+    /// After a call from `caller` to `target` went through here: a link for the next ones, when
     /// there is none yet and both workers can take one. The permission check was the call's
     /// (a declared dependency); a link lives as long as both workers, or until the callee drains.
     /// Not while calls are logged one by one (debug level): those would skip the log.
-    func offerLink(from caller: WorkerInstance, to record: PluginRecord) {
-        guard config.peerLinks, !logCalls, caller.linksOut[record.identifier] == nil, caller.phase == .running,
-              let callerChannel = caller.linkChannel, let callee = record.instance, callee.phase == .running,
+    func offerLink(from caller: WorkerInstance, to target: String) {
+        guard config.peerLinks, !logCalls, caller.linksOut[target] == nil, caller.phase == .running,
+              let callerChannel = caller.linkChannel, let record = table[target], let callee = record.instance, callee.phase == .running,
               let calleeChannel = callee.linkChannel, !config.isDebugged(record.identifier) else { return }
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {

@@ -145,8 +145,8 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         }
         if let error = forward(kind, to: target, from: instance.identifier, env: env, bytes: bytes, origin: .plugin(instance, id: id)) {
             outbox.write(errorFrame(id: id, error, for: channel), to: channel)
-        } else if kind == .call, instance.linksOut[target] == nil, let callee = table[target] {
-            offerLink(from: instance, to: callee)
+        } else if kind == .call {
+            offerLink(from: instance, to: target)
         }
     }
 
