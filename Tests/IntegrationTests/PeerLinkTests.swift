@@ -96,6 +96,25 @@ struct PeerLinkTests {
         #expect(try sv.plugin("c.user").state == "running")
     }
 
+    @Test("a call that waited for its callee to come up (a restart) makes the link when it is forwarded")
+    func linkAfterWaiting() throws {
+        let w = try TestWorld()
+        let base = try w.bundle("q.base")
+        try w.bundle("q.user", deps: [Dep("q.base")])
+        let sv = try RunningSupervisor(w)
+        #expect(try nested(sv, "q.user", "q.base", "echo", "[1]").code == 0)
+        try waitForLink(sv, from: "q.user", to: "q.base")
+        // The next worker of q.base takes 1.5 s in its startup: a call made meanwhile waits.
+        try "1500".write(toFile: base + "/startup-delay-ms", atomically: true, encoding: .utf8)
+        let restart = Background { try sv.cli("restart", "q.base") }
+        try sv.waitUntil("q.base coming up again") { try sv.plugin("q.base").state != "running" }
+        #expect(try sv.plugin("q.user").links == nil, "the old worker's link is gone")
+        let waited = try nested(sv, "q.user", "q.base", "echo", "[2]")
+        #expect(waited.code == 0 && waited.out.contains("[2]"), "\(waited.err)")
+        #expect(try restart.wait().code == 0)
+        try waitForLink(sv, from: "q.user", to: "q.base")
+    }
+
     @Test("the caller crashes with a call on the link: the callee is told to cancel it and goes on serving")
     func callerCrashes() throws {
         let w = try TestWorld()

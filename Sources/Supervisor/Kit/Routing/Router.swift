@@ -95,6 +95,9 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         case .local: break
         }
         outbox.write(frame.finish(), to: channel)
+        // A plugin's call has reached its dependency (now, or from the wait queue once it runs):
+        // the next ones may go over a peer link.
+        if kind == .call, case .plugin(let caller, _) = origin { offerLink(from: caller, to: target) }
         return nil
     }
 
@@ -145,8 +148,6 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         }
         if let error = forward(kind, to: target, from: instance.identifier, env: env, bytes: bytes, origin: .plugin(instance, id: id)) {
             outbox.write(errorFrame(id: id, error, for: channel), to: channel)
-        } else if kind == .call {
-            offerLink(from: instance, to: target)
         }
     }
 
