@@ -245,6 +245,11 @@ public struct CgroupGroup: Sendable {
     /// loads any plugin code, so everything it allocates is charged there).
     public var procsFiles: [String] { Set(folders.values).sorted().map { $0 + "/cgroup.procs" } }
 
+    /// v1's `tasks` files, which a process of one thread writes "0" to instead: it moves only that
+    /// thread, so the kernel takes no global lock and waits for no grace period (WorkerSpec.cgroupTasks).
+    /// Nil on v2 (`cgroup.threads` moves threads only within one threaded subtree).
+    public var tasksFiles: [String]? { version == .v1 ? Set(folders.values).sorted().map { $0 + "/tasks" } : nil }
+
     func folder(_ controller: String) -> String? { folders[version == .v2 ? "" : controller] }
 
     /// Moves the process `pid` (all its threads) into the group; nil, or why not.

@@ -95,7 +95,11 @@ enum Sandbox {
         // of the kernel's), and the worker waits for its word after the filter, before the plugin.
         if plan.cgroupBySupervisor {
             // Below, after step 8.
-        } else if let files = plan.cgroupProcs {
+        } else if let procs = plan.cgroupProcs {
+            // One thread (always so when forked by the fork server; an exec'd worker whose runtime
+            // started none): move it alone, without the kernel's global lock (WorkerSpec.cgroupTasks).
+            var files = procs
+            if let tasks = plan.cgroupTasks, (try? ProcessControl.threadCount()) == 1 { files = tasks }
             var failed: String?
             for file in files where failed == nil {
                 let fd = open(file, O_WRONLY | O_CLOEXEC)

@@ -30,6 +30,8 @@ struct SandboxPlan {
     var isolationRefused: String?
     /// Its control group's `cgroup.procs` files, or why it has none.
     var cgroupProcs: [String]?
+    /// v1: the same group's `tasks` files, to join by moving its one thread (`WorkerSpec.cgroupTasks`).
+    var cgroupTasks: [String]?
     var cgroupMissing: String?
     /// The supervisor moves it into its group and says so on `notifyFD`.
     var cgroupBySupervisor: Bool
@@ -63,6 +65,7 @@ struct SandboxPlan {
             unsetenv(Spawner.isolationRefusedVariable)
         }
         cgroupProcs = spec.cgroupProcs
+        cgroupTasks = spec.cgroupTasks
         cgroupMissing = spec.cgroupMissing
         cgroupBySupervisor = spec.cgroupBySupervisor == true && spec.notifyFD != nil
         debuggable = sandbox.debuggable == true

@@ -324,6 +324,16 @@ struct CgroupTests {
         #expect(memory.contains("sandboxed-plugins-\(sv.pid)/g.slow-"))
         #expect(value(pids + "/pids.max") == "1024")
         #expect(value(pids + "/cgroup.procs").split(separator: "\n").contains(Substring(String(pid))))
+        // On v1 it joined by moving its one thread (`tasks`): every thread it has now, the ones its
+        // runtime and the plugin started later, is in the group too.
+        let threads = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")
+        #expect(threads.count > 1, "one thread: the check below would prove nothing")
+        let listing = FileManager.default.fileExists(atPath: pids + "/tasks") ? "/tasks" : "/cgroup.threads"
+        for thread in threads {
+            for group in [pids, memory, cpu] {
+                #expect(value(group + listing).split(separator: "\n").contains(Substring(thread)), "thread \(thread) of \(pid) is not in \(group)")
+            }
+        }
         if FileManager.default.fileExists(atPath: memory + "/memory.max") {
             #expect(value(memory + "/memory.max") == String(96 << 20))
             #expect(value(memory + "/memory.high") == String(72 << 20))

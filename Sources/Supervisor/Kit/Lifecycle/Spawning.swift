@@ -68,15 +68,21 @@ extension Lifecycle {
         var spec = workerSpec(manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
         spec.peerLinks = config.peerLinks && notifier != nil ? true : nil
         if spec.peerLinks == true, config.maxJSONDepth != Frame.defaultMaxDepth { spec.maxJSONDepth = config.maxJSONDepth }
-        // A control group of its own, made and limited before it exists. The supervisor's mover
-        // puts it there (and says so on the notify channel) before the worker goes on; without a
-        // channel the worker joins it itself.
+        // A control group of its own, made and limited before it exists. On v1 (and without a
+        // notify channel) the worker joins it itself, by moving its one thread (no global lock, no
+        // grace period: CgroupGroup.tasksFiles); on v2 the supervisor's mover puts it there (off
+        // the worker's path until the plugin loads) and says so on the notify channel.
         var cgroup: CgroupGroup?
         if let tree = supervisor.cgroups {
             spawnCount &+= 1
             do {
                 cgroup = try tree.makeGroup("\(id)-\(spawnCount)", limits: cgroupLimits(manifest))
-                if notifier != nil { spec.cgroupBySupervisor = true } else { spec.cgroupProcs = cgroup?.procsFiles }
+                if notifier != nil && tree.version == .v2 {
+                    spec.cgroupBySupervisor = true
+                } else {
+                    spec.cgroupProcs = cgroup?.procsFiles
+                    spec.cgroupTasks = cgroup?.tasksFiles
+                }
             } catch {
                 logger.warning("no cgroup for \(id): \(error)", metadata: ["plugin": "\(id)"])
                 spec.cgroupMissing = "could not make its group: \(error)"
@@ -133,7 +139,7 @@ extension Lifecycle {
                     supervisor.loop.execute { supervisor.lifecycle.kill(instance, .spawnError, "cannot answer for its seccomp filter: \(error)") }
                 }
             }
-            if let tree = supervisor.cgroups, let group = cgroup {
+            if spec.cgroupBySupervisor == true, let tree = supervisor.cgroups, let group = cgroup {
                 tree.admit(instance.pid, to: group) { [supervisor] failure in
                     var byte: UInt8 = failure == nil ? UInt8(ascii: "J") : UInt8(ascii: "F")
                     _ = send(raw, &byte, 1, Int32(MSG_NOSIGNAL))
