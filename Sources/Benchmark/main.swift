@@ -46,33 +46,46 @@ do {
 
     note("calls: through the supervisor")
     let callPlugins = try rig.plugins("calls", count: 0, extra: ["bench.callee", "bench.caller", "bench.crelay"])
+    let twoHop = base[2]!
+    /// Host calls: p50 and percentiles, throughput at 1, 16 and 64 in flight, and the supervisor's
+    /// and the worker's CPU per call at 1 and at 64 in flight. `label` is added to every name.
+    func hostCalls(_ conn: BlockingConnection, _ label: String) throws -> (lat: Samples, throughput64: Double) {
+        _ = try latency(conn, count: 500, frame: frame)
+        let lat = try latency(conn, count: calls, frame: frame)
+        report.add("call p50 (CLI socket → supervisor → worker → back)\(label)", lat.median, "µs", baseline: ("2-hop p50", twoHop.p50), target: "≤ 2×")
+        report.add("call p99\(label)", lat.percentile(0.99), "µs", baseline: ("2-hop p50", twoHop.p50))
+        report.add("call p99.9\(label)", lat.percentile(0.999), "µs", baseline: ("2-hop p50", twoHop.p50))
+        let calleePID = try rig.status().first(where: { $0.identifier == "bench.callee" })?.pid
+        var throughput64 = 0.0
+        for c in [1, 16, 64] {
+            let cpuBefore = rig.process.flatMap { cpuSeconds($0.processIdentifier) }
+            let workerBefore = calleePID.flatMap { cpuSeconds($0) }
+            let count = calls * (c == 1 ? 1 : 3)
+            let t = try throughput(conn, inFlight: c, count: count, frame: frame)
+            if c == 64 { throughput64 = t }
+            report.add("call throughput, \(c) in flight\(label)", t, "/s", baseline: ("2-hop", twoHop.tput[c]!), target: c == 64 ? "≥ 60000/s" : nil)
+            // The supervisor's own CPU per call: steadier than throughput on a busy or shared machine,
+            // so the figure to compare when the routing path changes. At 1 in flight the worker's
+            // shows what polling before sleeping costs (`workerSpinMicroseconds`).
+            guard c != 16 else { continue }
+            if let before = cpuBefore, let after = rig.process.flatMap({ cpuSeconds($0.processIdentifier) }) {
+                report.add("supervisor CPU per call, \(c) in flight\(label)", (after - before) / Double(count) * 1e6, "µs")
+            }
+            if let before = workerBefore, let after = calleePID.flatMap({ cpuSeconds($0) }) {
+                report.add("worker CPU per call, \(c) in flight\(label)", (after - before) / Double(count) * 1e6, "µs")
+            }
+        }
+        return (lat, throughput64)
+    }
+    // The host call with workers that poll 100 µs before they sleep (`workerSpinMicroseconds`, off by
+    // default): what a woken CPU costs on this machine, and what polling buys and burns.
+    try rig.start(plugins: callPlugins, config: #"{"workerSpinMicroseconds": 100, "peerLinks": \#(peerLinks)}"#)
+    let polling = try rig.connect()
+    _ = try hostCalls(polling, ", workers polling 100 µs")
+    polling.close()
     try rig.start(plugins: callPlugins, config: peerLinks ? nil : #"{"peerLinks": false}"#)
     let conn = try rig.connect()
-    _ = try latency(conn, count: 500, frame: frame)
-    let lat = try latency(conn, count: calls, frame: frame)
-    let lat0 = lat
-    let twoHop = base[2]!
-    report.add("call p50 (CLI socket → supervisor → worker → back)", lat.median, "µs", baseline: ("2-hop p50", twoHop.p50), target: "≤ 2×")
-    report.add("call p99", lat.percentile(0.99), "µs", baseline: ("2-hop p50", twoHop.p50))
-    report.add("call p99.9", lat.percentile(0.999), "µs", baseline: ("2-hop p50", twoHop.p50))
-    let calleePID = try rig.status().first(where: { $0.identifier == "bench.callee" })?.pid
-    var hostThroughput64 = 0.0
-    for c in [1, 16, 64] {
-        let cpuBefore = rig.process.flatMap { cpuSeconds($0.processIdentifier) }
-        let workerBefore = calleePID.flatMap { cpuSeconds($0) }
-        let count = calls * (c == 1 ? 1 : 3)
-        let t = try throughput(conn, inFlight: c, count: count, frame: frame)
-        if c == 64 { hostThroughput64 = t }
-        report.add("call throughput, \(c) in flight", t, "/s", baseline: ("2-hop", twoHop.tput[c]!), target: c == 64 ? "≥ 60000/s" : nil)
-        // The supervisor's own CPU per call: steadier than throughput on a busy or shared machine,
-        // so the figure to compare when the routing path changes.
-        if c == 64, let before = cpuBefore, let after = rig.process.flatMap({ cpuSeconds($0.processIdentifier) }) {
-            report.add("supervisor CPU per call, 64 in flight", (after - before) / Double(count) * 1e6, "µs")
-        }
-        if c == 64, let before = workerBefore, let after = calleePID.flatMap({ cpuSeconds($0) }) {
-            report.add("worker CPU per call, 64 in flight", (after - before) / Double(count) * 1e6, "µs")
-        }
-    }
+    let (lat0, hostThroughput64) = try hostCalls(conn, "")
     // Plugin → plugin: the client asks a caller, which calls bench.callee (over a peer link
     // between the two workers, or through the supervisor with --no-peer-links): bench.caller in
     // Swift, with TestKit's async `call` (its JSONValue params and result go through Foundation's

@@ -322,6 +322,12 @@ int64_t cls_monotonic_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t cls_monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* Cached per thread: under the worker's seccomp filter every syscall costs a filter run, and the
    send lock asks for the id on every frame. */
 static __thread int32_t cached_tid;

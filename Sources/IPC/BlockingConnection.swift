@@ -16,12 +16,21 @@ public final class BlockingConnection: Sendable {
     /// Reader state: used by one reading thread at a time (documented on `receive`).
     private nonisolated(unsafe) var decoder: FrameDecoder
     private nonisolated(unsafe) var scratch = [UInt8](repeating: 0, count: 256 * 1024)
+    /// How long `receive` polls before it sleeps (reader state too): see `pollBeforeSleeping`.
+    private nonisolated(unsafe) var spin = SpinWindow(maxNanoseconds: 0)
     private let closed = Atomic<Bool>(false)
 
     /// Takes ownership of `fd`, a connected stream socket.
     public init(fd: Int32, maxBody: Int = Frame.defaultMaxBody) {
         self.fd = fd
         self.decoder = FrameDecoder(maxBody: maxBody)
+    }
+
+    /// Lets `receive` poll the socket for up to `microseconds` before it sleeps, the window adapted
+    /// to how far apart messages come (`SpinWindow`); 0 (the default): it sleeps at once. Set by
+    /// the reading thread, before or between its `receive`s.
+    public func pollBeforeSleeping(microseconds: Int) {
+        spin = SpinWindow(maxNanoseconds: microseconds * 1000)
     }
 
     /// Connects to the Unix socket at `path`.
@@ -99,15 +108,42 @@ public final class BlockingConnection: Sendable {
     public func receive<R>(_ body: (UnsafeRawBufferPointer) throws -> R) throws -> R? {
         while true {
             if let r = try decoder.next(body) { return r }
-            let n = try scratch.withUnsafeMutableBytes { raw in
-                try syscallRetrying("read", context: "socket \(fd)") { read(fd, raw.baseAddress, raw.count) }
-            }
+            let n = try readPolling()
             if n == 0 {
                 if decoder.bufferedCount > 0 { throw SystemError(call: "read", errno: EPIPE, context: "truncated frame on socket \(fd)") }
                 return nil
             }
             scratch.withUnsafeBytes { raw in decoder.append(UnsafeRawBufferPointer(rebasing: raw[0..<n])) }
         }
+    }
+
+    /// Reads what comes next: first by polling for the spin window's length (non-blocking reads),
+    /// then by a blocking read; the wait's length adapts the window (`SpinWindow`).
+    private func readPolling() throws -> Int {
+        let window = spin.currentNanoseconds
+        if window == 0 && spin.maxNanoseconds == 0 {
+            return try scratch.withUnsafeMutableBytes { raw in
+                try syscallRetrying("read", context: "socket \(fd)") { read(fd, raw.baseAddress, raw.count) }
+            }
+        }
+        let started = ProcessControl.monotonicNanoseconds()
+        if window > 0 {
+            let deadline = started + Int64(window)
+            repeat {
+                let n = scratch.withUnsafeMutableBytes { raw in recv(fd, raw.baseAddress, raw.count, Int32(MSG_DONTWAIT)) }
+                if n >= 0 {
+                    spin.caughtWhilePolling()
+                    return n
+                }
+                let e = errno
+                guard e == EAGAIN || e == EWOULDBLOCK || e == EINTR else { throw SystemError(call: "recv", errno: e, context: "socket \(fd)") }
+            } while ProcessControl.monotonicNanoseconds() < deadline
+        }
+        let n = try scratch.withUnsafeMutableBytes { raw in
+            try syscallRetrying("read", context: "socket \(fd)") { read(fd, raw.baseAddress, raw.count) }
+        }
+        spin.slept(waited: Int(ProcessControl.monotonicNanoseconds() - started))
+        return n
     }
 
     /// Receives one frame as an array.

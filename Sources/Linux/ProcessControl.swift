@@ -29,6 +29,9 @@ public enum ProcessControl {
     /// CLOCK_MONOTONIC in microseconds (the same clock NIODeadline and DispatchTime read).
     public static func monotonicMicroseconds() -> Int64 { cls_monotonic_us() }
 
+    /// CLOCK_MONOTONIC in nanoseconds.
+    public static func monotonicNanoseconds() -> Int64 { cls_monotonic_ns() }
+
     /// How many threads this process has (/proc/self/stat).
     public static func threadCount() throws(SystemError) -> Int {
         let n = cls_thread_count()

@@ -143,7 +143,7 @@ final class PeerLinks: @unchecked Sendable {
             peer = order.peer
             isCaller = order.kind == .caller
             self.fd = fd
-            timeoutMs = order.timeoutMs ?? 30_000
+            timeoutMs = order.timeoutMs ?? CallTimeouts.defaultMs
             bounds = order.bucketBounds ?? []
             decoder = FrameDecoder(maxBody: maxBody)
         }
@@ -228,11 +228,8 @@ final class PeerLinks: @unchecked Sendable {
     @inline(__always)
     var active: Bool { linkCount.load(ordering: .relaxed) > 0 || servedEver.load(ordering: .relaxed) }
 
-    static func now() -> Int64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
-    }
+    /// CLOCK_MONOTONIC in nanoseconds (the histogram's unit).
+    static func now() -> Int64 { ProcessControl.monotonicNanoseconds() }
 
     private func wake() {
         var one: UInt64 = 1
@@ -278,7 +275,7 @@ final class PeerLinks: @unchecked Sendable {
         let taken: (Link, Bool)? = state.withLock { s in
             guard let link = s.byPeer[target], link.accepting, s.calls[id] == nil else { return nil }
             // The supervisor's rule (Router.timeout): the call's own timeout, at most a day.
-            let ms = env.timeoutMs.map { Int64(min($0, 86_400_000)) }.flatMap { $0 > 0 ? $0 : nil } ?? Int64(link.timeoutMs)
+            let ms = env.timeoutMs.map { Int64(min($0, UInt64(CallTimeouts.longestMs))) }.flatMap { $0 > 0 ? $0 : nil } ?? Int64(link.timeoutMs)
             let deadline = now + ms * 1_000_000
             s.calls[id] = OutCall(link: link, deadline: deadline, started: now)
             s.earliest = min(s.earliest, deadline)

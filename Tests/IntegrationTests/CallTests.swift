@@ -93,6 +93,44 @@ struct CallTests {
         #expect(fastDone < 1.0, "99 fast calls took \(fastDone) s behind one slow call")
     }
 
+    @Test("workers that poll before sleeping (workerSpinMicroseconds) answer every call: back to back, 64 in flight, after a pause, and plugin to plugin")
+    func pollingWorkers() throws {
+        let w = try TestWorld()
+        try w.bundle("s.base")
+        try w.bundle("s.user", deps: [Dep("s.base")])
+        let config = w.root + "/config-spin.json"
+        try #"{"workerSpinMicroseconds": 100}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w, args: ["--config", config])
+        let conn = try rawControl(sv.socket)
+        defer { conn.close() }
+        func call(_ id: UInt64) throws { try conn.sendFrame(callFrame(id: id, target: "s.base", method: "echo", params: "[\(id)]")) }
+        func replies(_ count: Int) throws -> Set<UInt64> {
+            var ids = Set<UInt64>()
+            for _ in 0..<count {
+                let frame = try #require(try conn.receiveFrame())
+                let env = try frame.withUnsafeBytes { try Envelope.parse($0) }
+                #expect(String(decoding: frame, as: UTF8.self).contains("\"result\""), "\(String(decoding: frame, as: UTF8.self))")
+                ids.insert(try #require(env.id))
+            }
+            return ids
+        }
+        // Back to back: each reply before the next call (the worker polls between them).
+        for i in UInt64(1)...300 {
+            try call(i)
+            #expect(try replies(1) == [i])
+        }
+        // 64 in flight at once.
+        for i in UInt64(1001)...1064 { try call(i) }
+        #expect(try replies(64) == Set(UInt64(1001)...1064))
+        // After a pause longer than any window, the worker sleeps and is woken as usual.
+        usleep(50_000)
+        try call(2000)
+        #expect(try replies(1) == [2000])
+        // Plugin to plugin, through both workers.
+        let relayed = try sv.call("s.user", "call", #"{"target":"s.base","method":"echo","params":[7]}"#, as: [Int].self)
+        #expect(relayed == [7])
+    }
+
     @Test("a call that outlives its timeout fails with timeout and does not block the next")
     func timeouts() throws {
         let w = try TestWorld()

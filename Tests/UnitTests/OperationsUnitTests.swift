@@ -161,6 +161,19 @@ import Testing
         #expect(apply(#"{"callQueueLimit": 0}"#)?.contains("must be positive") == true)
         #expect(apply(#"{"workerStart": "zygote"}"#)?.contains("\"exec\" or \"fork-server\"") == true)
         #expect(apply(#"{"workerStart": true}"#)?.contains("workerStart") == true)
+        #expect(apply(#"{"workerSpinMicroseconds": 1001}"#)?.contains("from 0 (never) to 1000 microseconds") == true)
+        #expect(apply(#"{"workerSpinMicroseconds": -1}"#)?.contains("workerSpinMicroseconds") == true)
+        #expect(apply(#"{"workerSpinMicroseconds": "50"}"#)?.contains("must be a whole number") == true)
+    }
+
+    @Test func workerSpin() throws {
+        #expect(SupervisorConfig(home: "/tmp/x").workerSpinMicroseconds == 0)
+        var config = SupervisorConfig(home: "/tmp/x", pluginDirectories: [], socketPath: nil)
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try #"{"workerSpinMicroseconds": 100}"#.write(toFile: path, atomically: true, encoding: .utf8)
+        try config.apply(configFile: path)
+        #expect(config.workerSpinMicroseconds == 100)
     }
 
     @Test func workerStart() throws {

@@ -1,4 +1,7 @@
+import Foundation
+import Glibc
 import IPC
+import LinuxSupport
 import PluginProtocol
 import Testing
 
@@ -101,5 +104,57 @@ import Testing
         #expect(PluginURI("http://a.b/x") == nil)
         #expect(PluginURI("plugin://bad id/x") == nil)
         #expect(PluginURI("plugin:///x") == nil)
+    }
+}
+
+/// The poll-before-sleeping window (`workerSpinMicroseconds`): it follows how long waits turn out.
+@Suite struct SpinWindowTests {
+    @Test func followsTheWaits() {
+        var w = SpinWindow(maxNanoseconds: 100_000)
+        #expect(w.currentNanoseconds == 100_000)
+        // Waits longer than the maximum halve it, down to nothing below the floor.
+        var seen: [Int] = []
+        for _ in 0..<6 { w.slept(waited: 1_000_000); seen.append(w.currentNanoseconds) }
+        #expect(seen == [50_000, 25_000, 12_500, 6_250, 0, 0])
+        // A short wait starts it again from the floor and doubles it up to the maximum.
+        seen = []
+        for _ in 0..<7 { w.slept(waited: 40_000); seen.append(w.currentNanoseconds) }
+        #expect(seen == [SpinWindow.floor, 10_000, 20_000, 40_000, 80_000, 100_000, 100_000])
+        // A message caught while polling leaves it as it is.
+        w.caughtWhilePolling()
+        #expect(w.currentNanoseconds == 100_000)
+        // Off: never polls, whatever the waits.
+        var off = SpinWindow(maxNanoseconds: 0)
+        off.slept(waited: 10)
+        #expect(off.currentNanoseconds == 0)
+    }
+
+    /// A reader that polls gets every frame, whether it comes while it polls, after it has gone to
+    /// sleep, or split across both; the end of the stream ends it.
+    @Test func pollingReaderLosesNothing() throws {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        let reader = BlockingConnection(fd: fds[0])
+        reader.pollBeforeSleeping(microseconds: 200)
+        let writer = BlockingConnection(fd: fds[1])
+        let frames = (0..<200).map { i in [UInt8].frame(body: Array("{\"n\":\(i)}".utf8)) }
+        let sender = Thread {
+            for (i, frame) in frames.enumerated() {
+                // Some back to back, some after the reader's window has run out, one split in two.
+                if i % 50 == 49 { usleep(2_000) }
+                if i == 100 {
+                    try? writer.sendFrame(Array(frame[0..<3]))
+                    usleep(1_000)
+                    try? writer.sendFrame(Array(frame[3...]))
+                } else {
+                    try? writer.sendFrame(frame)
+                }
+            }
+            writer.shutdown()
+        }
+        sender.start()
+        var got: [String] = []
+        while let body = try reader.receive({ String(decoding: $0, as: UTF8.self) }) { got.append(body) }
+        #expect(got == (0..<200).map { "{\"n\":\($0)}" })
     }
 }

@@ -77,6 +77,8 @@ int cls_set_not_dumpable(void);
 int cls_close_descriptors_from(int first, const int *keep, int n);
 /* CLOCK_MONOTONIC in microseconds. */
 int64_t cls_monotonic_us(void);
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t cls_monotonic_ns(void);
 /* gettid(). */
 int32_t cls_thread_id(void);
 /* Number of threads of this process (/proc/self/stat field 20), or -errno. */

@@ -4,6 +4,14 @@ import FoundationEssentials
 import Foundation
 #endif
 
+/// Call timeouts the supervisor and the workers agree on: the default for a call that names none
+/// (`callTimeoutMs` in the configuration starts here) and the longest a call may ask for (a day;
+/// also what stands for "no timeout" in debug mode).
+public enum CallTimeouts {
+    public static let defaultMs = 30_000
+    public static let longestMs = 24 * 3_600_000
+}
+
 /// Peer links (docs/protocol.md "Peer links"): a socket between a calling plugin's worker and the
 /// worker of one of its dependencies, so that calls between them skip the supervisor. The supervisor
 /// makes each one and hands its ends over the workers' second channel (`WorkerSpec.notifyFD`), one

@@ -54,6 +54,11 @@ extension SupervisorConfig {
         "sandbox": { $0.sandboxEnabled = try $1.bool() },
         "workerCgroups": { $0.workerCgroups = try $1.bool() },
         "peerLinks": { $0.peerLinks = try $1.bool() },
+        "workerSpinMicroseconds": { config, value in
+            let us = try value.integer()
+            guard (0...1000).contains(us) else { throw SettingError("is \(us); it is from 0 (never) to 1000 microseconds") }
+            config.workerSpinMicroseconds = us
+        },
         "workerStart": { config, value in
             let name = try value.string()
             guard let mode = SupervisorConfig.WorkerStart(rawValue: name) else {

@@ -38,6 +38,10 @@ public struct SupervisorConfig: Sendable {
     /// between their workers once the first one has gone through the supervisor (docs/protocol.md
     /// "Peer links"). Off, every call passes through the supervisor (and is logged at debug level).
     public var peerLinks = true
+    /// `workerSpinMicroseconds` in the config: how long a worker's I/O thread polls its socket
+    /// before it sleeps, at most (adapted to how far apart its messages come: IPC/SpinWindow.swift);
+    /// 0: never.
+    public var workerSpinMicroseconds = 0
     /// The fork server and the worker's code it loads (default: beside the running supervisor).
     public var forkServerExecutable: String
     public var workerLibrary: String
@@ -48,7 +52,7 @@ public struct SupervisorConfig: Sendable {
     /// A worker must say hello and answer `startup` within this.
     public var startupTimeoutMs = 10_000
     /// Default per-call timeout; a manifest's `limits.callTimeoutMs` and a call's `timeoutMs` override it.
-    public var callTimeoutMs = 30_000
+    public var callTimeoutMs = CallTimeouts.defaultMs
     /// How long `willTerminate` may take before the worker is killed.
     public var shutdownGraceMs = 5_000
     /// At most this many restarts in `restartWindowSeconds`, then `failed`.
@@ -102,7 +106,7 @@ public struct SupervisorConfig: Sendable {
 
     /// A day: the longest timeout a request may ask for, and what stands for "no timeout" in debug
     /// mode.
-    public static let longestTimeoutMs = 24 * 3_600_000
+    public static let longestTimeoutMs = CallTimeouts.longestMs
 
     /// The default home: `$SUPERVISOR_HOME`, else `$XDG_DATA_HOME/sandboxed-plugins`, else
     /// `~/.local/share/sandboxed-plugins`.

@@ -67,6 +67,7 @@ extension Lifecycle {
         let notifier = supervisor.notifier
         var spec = workerSpec(manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
         spec.peerLinks = config.peerLinks && notifier != nil ? true : nil
+        spec.spinMicroseconds = config.workerSpinMicroseconds > 0 ? config.workerSpinMicroseconds : nil
         if spec.peerLinks == true, config.maxJSONDepth != Frame.defaultMaxDepth { spec.maxJSONDepth = config.maxJSONDepth }
         // A control group of its own, made and limited before it exists. On v1 (and without a
         // notify channel) the worker joins it itself, by moving its one thread (no global lock, no
