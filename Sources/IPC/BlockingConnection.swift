@@ -118,23 +118,17 @@ public final class BlockingConnection: Sendable {
     }
 
     /// Reads what comes next: first by polling for the spin window's length (non-blocking reads),
-    /// then by a blocking read; the wait's length adapts the window (`SpinWindow`).
+    /// then by a blocking read, whose wait adapts the window (`SpinWindow`). Without a window it
+    /// only reads.
     private func readPolling() throws -> Int {
-        let window = spin.currentNanoseconds
-        if window == 0 && spin.maxNanoseconds == 0 {
-            return try scratch.withUnsafeMutableBytes { raw in
-                try syscallRetrying("read", context: "socket \(fd)") { read(fd, raw.baseAddress, raw.count) }
-            }
-        }
-        let started = ProcessControl.monotonicNanoseconds()
-        if window > 0 {
-            let deadline = started + Int64(window)
+        let polls = spin.maxNanoseconds > 0
+        let started = polls ? ProcessControl.monotonicNanoseconds() : 0
+        if spin.currentNanoseconds > 0 {
+            let deadline = started + Int64(spin.currentNanoseconds)
             repeat {
+                // Caught while polling: the window stays as it is.
                 let n = scratch.withUnsafeMutableBytes { raw in recv(fd, raw.baseAddress, raw.count, Int32(MSG_DONTWAIT)) }
-                if n >= 0 {
-                    spin.caughtWhilePolling()
-                    return n
-                }
+                if n >= 0 { return n }
                 let e = errno
                 guard e == EAGAIN || e == EWOULDBLOCK || e == EINTR else { throw SystemError(call: "recv", errno: e, context: "socket \(fd)") }
             } while ProcessControl.monotonicNanoseconds() < deadline
@@ -142,7 +136,7 @@ public final class BlockingConnection: Sendable {
         let n = try scratch.withUnsafeMutableBytes { raw in
             try syscallRetrying("read", context: "socket \(fd)") { read(fd, raw.baseAddress, raw.count) }
         }
-        spin.slept(waited: Int(ProcessControl.monotonicNanoseconds() - started))
+        if polls { spin.slept(waited: Int(ProcessControl.monotonicNanoseconds() - started)) }
         return n
     }
 

@@ -23,10 +23,8 @@ public struct SpinWindow: Sendable, Equatable {
         currentNanoseconds = self.maxNanoseconds
     }
 
-    /// A message came while polling: the window stays.
-    public mutating func caughtWhilePolling() {}
-
-    /// The reader slept and was woken `waited` ns after its wait began (its poll included).
+    /// The reader slept and was woken `waited` ns after its wait began (its poll included). A
+    /// message caught while polling changes nothing.
     public mutating func slept(waited: Int) {
         guard maxNanoseconds > 0 else { return }
         if waited <= maxNanoseconds {

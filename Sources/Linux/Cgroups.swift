@@ -40,7 +40,9 @@ public final class CgroupTree: Sendable {
     /// Each move takes the kernel's cgroup_threadgroup_rwsem for writing, which waits for an RCU
     /// grace period (~12 ms here) unless another move just did, and holds up every fork, thread
     /// creation and exit on the machine meanwhile (docs/sandbox.md, "cgroups": the cost at start-up).
-    private let moves = Locked<[(pid_t, CgroupGroup, @Sendable (String?) -> Void)]>([])
+    /// Started by the first move asked for: only cgroup v2 asks (on v1 a worker joins its group
+    /// itself, by moving its one thread: `CgroupGroup.tasksFiles`).
+    private let moves = Locked<(queue: [(pid_t, CgroupGroup, @Sendable (String?) -> Void)], started: Bool)>(([], false))
     /// Written one byte per requested move; the mover thread reads it to wake.
     private let wake: (read: Int32, write: Int32)
 
@@ -50,7 +52,6 @@ public final class CgroupTree: Sendable {
         var fds: [Int32] = [-1, -1]
         _ = cls_pipe_cloexec(&fds)
         wake = (fds[0], fds[1])
-        Threads.start(name: "cgroup-mover") { [self] in moveForever() }
     }
 
     private func moveForever() {
@@ -59,9 +60,9 @@ public final class CgroupTree: Sendable {
             let n = Glibc.read(wake.read, &byte, 1)
             if n < 0 && errno == EINTR { continue }
             guard n == 1 else { return }
-            let batch = moves.withLock { queue in
-                defer { queue = [] }
-                return queue
+            let batch = moves.withLock { m in
+                defer { m.queue = [] }
+                return m.queue
             }
             for (pid, group, done) in batch { done(group.admit(pid)) }
         }
@@ -174,7 +175,12 @@ public final class CgroupTree: Sendable {
 
     /// Moves `pid` into `group` on the mover's thread, then calls `done` there with nil or why not.
     public func admit(_ pid: pid_t, to group: CgroupGroup, done: @escaping @Sendable (String?) -> Void) {
-        moves.withLock { $0.append((pid, group, done)) }
+        let start = moves.withLock { m in
+            m.queue.append((pid, group, done))
+            defer { m.started = true }
+            return !m.started
+        }
+        if start { Threads.start(name: "cgroup-mover") { [self] in moveForever() } }
         var byte: UInt8 = 1
         _ = Glibc.write(wake.write, &byte, 1)
     }
@@ -243,12 +249,15 @@ public struct CgroupGroup: Sendable {
 
     /// The `cgroup.procs` files the worker writes "0" to, to join the group itself (before it
     /// loads any plugin code, so everything it allocates is charged there).
-    public var procsFiles: [String] { Set(folders.values).sorted().map { $0 + "/cgroup.procs" } }
+    public var procsFiles: [String] { files("cgroup.procs") }
 
     /// v1's `tasks` files, which a process of one thread writes "0" to instead: it moves only that
     /// thread, so the kernel takes no global lock and waits for no grace period (WorkerSpec.cgroupTasks).
     /// Nil on v2 (`cgroup.threads` moves threads only within one threaded subtree).
-    public var tasksFiles: [String]? { version == .v1 ? Set(folders.values).sorted().map { $0 + "/tasks" } : nil }
+    public var tasksFiles: [String]? { version == .v1 ? files("tasks") : nil }
+
+    /// The file `name` in each of the group's folders.
+    private func files(_ name: String) -> [String] { Set(folders.values).sorted().map { $0 + "/" + name } }
 
     func folder(_ controller: String) -> String? { folders[version == .v2 ? "" : controller] }
 

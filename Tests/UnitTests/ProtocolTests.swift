@@ -120,9 +120,6 @@ import Testing
         seen = []
         for _ in 0..<7 { w.slept(waited: 40_000); seen.append(w.currentNanoseconds) }
         #expect(seen == [SpinWindow.floor, 10_000, 20_000, 40_000, 80_000, 100_000, 100_000])
-        // A message caught while polling leaves it as it is.
-        w.caughtWhilePolling()
-        #expect(w.currentNanoseconds == 100_000)
         // Off: never polls, whatever the waits.
         var off = SpinWindow(maxNanoseconds: 0)
         off.slept(waited: 10)

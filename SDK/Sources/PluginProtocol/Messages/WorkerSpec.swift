@@ -56,10 +56,10 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     public var maxJSONDepth: Int?
     /// The supervisor may hand this worker direct links to other plugins' workers over `notifyFD`
     /// (docs/protocol.md "Peer links"): the worker keeps that descriptor open and serves them.
+    public var peerLinks: Bool?
     /// How long, at most, the worker polls its protocol socket before it sleeps (`workerSpinMicroseconds`
     /// in the configuration; nil or 0: it sleeps at once).
     public var spinMicroseconds: Int?
-    public var peerLinks: Bool?
     /// Sandbox policy input (docs/sandbox.md).
     public var sandbox: SandboxSpec
 
