@@ -70,6 +70,21 @@ public func workerMain() -> Int32 {
     timings.merge(confinement.timings) { a, _ in a }
     timings["sandbox.specUs"] = Int(specReadAt - startedAt)
 
+    // A standby (WorkerSpec.standby): sandboxed, it waits here, before anything of the plugin runs,
+    // for the supervisor's word that the worker it may replace has ended and is to be restarted.
+    var loadFrom = sandboxedAt
+    if spec.standby == true {
+        let order: [UInt8]?
+        do { order = try connection.receiveFrame() } catch { exit(0) }
+        // End of stream: not needed (the plugin is not restarted, or the supervisor is gone).
+        guard let order else { exit(0) }
+        guard order == Frame.loadBody else {
+            fail(WorkerError(code: .badSpec, message: "a standby worker expected {\"type\":\"load\"}, got \(order.count) other bytes"), connection: connection)
+        }
+        loadFrom = ProcessControl.monotonicMicroseconds()
+        timings["standbyUs"] = Int(loadFrom - sandboxedAt)
+    }
+
     // Descriptor 4 stays open for peer links when the supervisor offers them (PeerLinks.swift).
     let links = confinement.keptNotifyChannel ? spec.notifyFD.flatMap { PeerLinks(channel: $0, connection: connection, identifier: spec.identifier, maxBody: spec.maxFrameBytes,
                                                                                         maxDepth: spec.maxJSONDepth ?? Frame.defaultMaxDepth) } : nil
@@ -79,7 +94,7 @@ public func workerMain() -> Int32 {
     let plugin: UnsafePointer<sp_plugin>
     do { plugin = try PluginLoader.load(library: spec.library, host: host.host) } catch { fail(error, connection: connection) }
     host.attach(plugin)
-    timings["loadUs"] = Int(ProcessControl.monotonicMicroseconds() - sandboxedAt)
+    timings["loadUs"] = Int(ProcessControl.monotonicMicroseconds() - loadFrom)
 
     let hello = HelloMessage(abi: UInt32(SP_ABI_VERSION), pid: getpid(), plugin: spec.identifier, version: spec.version,
                              sandbox: confinement.layers, sandboxMissing: confinement.missing, timings: timings)

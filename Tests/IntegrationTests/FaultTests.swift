@@ -55,6 +55,70 @@ struct FaultTests {
         #expect(try sv.plugin("x.healthy").restarts == 0)
     }
 
+    @Test("a crash's restart takes the worker spawned on its notice, which loads the plugin only when told; one not needed is discarded unloaded")
+    func standbyRestarts() throws {
+        let w = try TestWorld()
+        let lib = try Self.hostile()
+        // Each load of the library adds a line to <data>/loads (hostile.c's `announce`).
+        for id in ["s.crash", "s.clean", "s.liar"] {
+            let bundle = try w.bundle(id, library: lib, extra: id == "s.liar" ? ["limits": ["startupTimeoutMs": 400]] : [:])
+            try "announce".write(toFile: bundle + "/ctor-action", atomically: true, encoding: .utf8)
+        }
+        let sv = try RunningSupervisor(w, args: ["--log-level", "debug"])
+        func loads(_ id: String) -> Int {
+            ((try? String(contentsOfFile: w.home + "/data/\(id)/loads", encoding: .utf8)) ?? "").split(separator: "\n").count
+        }
+        func workers() -> Int { workerChildren(of: sv.pid).count }
+        func leftovers(_ id: String) -> [String] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: w.home + "/tmp")) ?? []).filter { $0.hasPrefix(id + "@") }
+        }
+        #expect(loads("s.crash") == 1 && loads("s.clean") == 1 && loads("s.liar") == 1)
+        #expect(workers() == 3)
+
+        // A crash: its next worker was spawned on the crash notice and waited, sandboxed, for the
+        // word to load; it loads the library once, and serves.
+        let crashed = try sv.plugin("s.crash").pid
+        _ = try sv.cli("call", "s.crash", "segv", "{}")
+        try sv.waitUntil("s.crash running again") { let p = try sv.plugin("s.crash"); return p.state == "running" && p.restarts == 1 }
+        let restarted = try sv.plugin("s.crash")
+        #expect(restarted.timings?["standbyUs"] != nil, "the restart did not take a standby: \(restarted.timings ?? [:])")
+        #expect(restarted.pid != crashed)
+        #expect(sv.log.contains("standby worker takes the restart"))
+        #expect(try sv.call("s.crash", "ctorResult", as: String.self) == "announced")
+        #expect(loads("s.crash") == 2)
+        #expect(try sv.plugin("s.crash").lastExit?.signal == "SIGSEGV")
+
+        // A clean exit under on-failure: no restart, so its standby is killed before it loads
+        // anything, and leaves no process, folder or group behind. (A clean exit sends no notice,
+        // and its end of stream may be read after its reap, when no standby is made any more: the
+        // notice comes first here, by hand.)
+        _ = try sv.cli("call", "s.clean", "forgeNotice", "{}")
+        try sv.waitUntil("a standby for s.clean") { workers() == 4 }
+        _ = try sv.cli("call", "s.clean", "exit0", "{}")
+        try sv.waitUntil("s.clean stopped") { try sv.plugin("s.clean").state == "stopped" }
+        try sv.waitUntil("the standby of s.clean gone") { workers() == 2 && leftovers("s.clean").isEmpty }
+        #expect(sv.log.contains("standby worker discarded: s.clean is not restarted at once"))
+        #expect(loads("s.clean") == 1)
+
+        // A worker that says it is ending and does not: its standby is discarded once the start-up
+        // timeout passes, unloaded, and the worker serves on.
+        let liar = try sv.plugin("s.liar").pid
+        _ = try sv.cli("call", "s.liar", "forgeNotice", "{}")
+        try sv.waitUntil("the standby of s.liar discarded") { sv.log.contains("standby worker discarded: not needed within 400 ms") }
+        try sv.waitUntil("the standby of s.liar gone") { workers() == 2 && leftovers("s.liar").isEmpty }
+        #expect(loads("s.liar") == 1)
+        let p = try sv.plugin("s.liar")
+        #expect(p.pid == liar && p.state == "running" && p.restarts == 0)
+        #expect(try sv.call("s.liar", "ctorResult", as: String.self) == "announced")
+        // No group of a discarded standby is left: one per live worker (where workers get groups).
+        if let pid = p.pid, let group = CgroupTests().folder(pid, "memory") {
+            let base = (group as NSString).deletingLastPathComponent
+            try sv.waitUntil("a group per live worker") {
+                ((try? FileManager.default.contentsOfDirectory(atPath: base)) ?? []).filter { $0.hasPrefix("s.") }.count == 2
+            }
+        }
+    }
+
     @Test("crashing in the constructor or in startup counts towards the intensity limit; restart brings it back")
     func intensityAndBackoff() throws {
         let w = try TestWorld()
@@ -332,4 +396,15 @@ func isZombie(_ pid: Int32) -> Bool {
     guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return true }
     guard let close = stat.lastIndex(of: ")") else { return false }
     return stat[stat.index(close, offsetBy: 2)] == "Z"
+}
+
+/// The live workers the supervisor `pid` has (its children named plugin-worker, zombies aside).
+func workerChildren(of pid: Int32) -> [Int32] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { entry -> Int32? in
+        guard let child = Int32(entry), let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+              let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")") else { return nil }
+        let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
+        guard stat[stat.index(after: open)..<close] == "plugin-worker", fields.count > 1, fields[0] != "Z", Int32(fields[1]) == pid else { return nil }
+        return child
+    }
 }

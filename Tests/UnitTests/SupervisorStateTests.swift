@@ -114,6 +114,21 @@ import Testing
         var old = (0..<5).map { t0 + .seconds(Int64($0)) }
         #expect(policy.decide(history: &old, now: t0 + .seconds(600), jitter: 1) == .restart(delayMs: 0, attempt: 1))
     }
+
+    /// The guess a standby worker is spawned on: the same answer `decide` would give about the
+    /// delay being 0, without recording anything.
+    @Test func restartsAtOnceOnlyForTheFirstRestartInTheWindow() {
+        var history: [NIODeadline] = []
+        #expect(policy.restartsAtOnce(history: history, now: t0))
+        _ = policy.decide(history: &history, now: t0, jitter: 1)
+        #expect(!policy.restartsAtOnce(history: history, now: t0 + .seconds(1)), "the second restart waits 100 ms")
+        #expect(history.count == 1, "asking records nothing")
+        #expect(policy.restartsAtOnce(history: history, now: t0 + .seconds(60)), "the first restart has left the window")
+        #expect(!RestartPolicy(limit: 0, windowSeconds: 60, backoffBaseMs: 100, backoffMaxMs: 10_000).restartsAtOnce(history: [], now: t0),
+                "no restart at all")
+        #expect(RestartPolicy(limit: 5, windowSeconds: 60, backoffBaseMs: 0, backoffMaxMs: 0).restartsAtOnce(history: [t0], now: t0),
+                "a zero backoff restarts at once every time")
+    }
 }
 
 @Suite struct ExitClassifierTests {

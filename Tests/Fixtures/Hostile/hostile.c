@@ -5,7 +5,8 @@
  * The misbehaviours for the fault tests (segv, abort, hang, alloc, stdoutFlood, socketFlood, garbage,
  * giant, exit3, exit0, forkbomb, blockLoop) live here too.
  * If the bundle holds a file named `ctor-action`, that action also runs in the library constructor,
- * before sp_plugin_create; its outcome is returned by the method "ctorResult".
+ * before sp_plugin_create; its outcome is returned by the method "ctorResult". The action
+ * `announce` there counts the library's loads instead (see announce()).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -196,6 +197,10 @@ static void attack(const char *what, const char *path, long number, char *out, s
         g_host->send(g_host->ctx, (const uint8_t *)notice, strlen(notice));
         usleep(50000);
         raise(SIGSEGV);
+    } else if (!strcmp(what, "forgeNotice")) {
+        /* Says it is ending, and does not: the supervisor must not be fooled into anything lasting. */
+        const char *notice = "{\"type\":\"exit\",\"reason\":\"signaled\",\"signal\":\"SIGSEGV\",\"message\":\"forged\"}";
+        rc = g_host->send(g_host->ctx, (const uint8_t *)notice, strlen(notice));
     } else if (!strcmp(what, "segv")) {
         raise(SIGSEGV);
     } else if (!strcmp(what, "abort")) {
@@ -252,6 +257,32 @@ static void attack(const char *what, const char *path, long number, char *out, s
     snprintf(out, cap, "{\"rc\":%ld,\"errno\":%d}", rc, rc < 0 ? errno : 0);
 }
 
+/* The `announce` constructor action: one line in `loads` in the plugin's data folder
+   (<home>/data/<identifier>, found from its temporary folder <home>/tmp/<identifier>[@n]) each
+   time the library is loaded, so a test can count the loads (a standby worker loads nothing). */
+static void announce(void) {
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp) return;
+    char home[4096], id[256];
+    snprintf(home, sizeof home, "%s", tmp);
+    char *name = strrchr(home, '/');
+    if (!name) return;
+    snprintf(id, sizeof id, "%s", name + 1);
+    char *at = strchr(id, '@');
+    if (at) *at = 0;
+    *name = 0;
+    char *tmpdir = strrchr(home, '/');
+    if (!tmpdir) return;
+    *tmpdir = 0;
+    char path[4608];
+    snprintf(path, sizeof path, "%s/data/%s/loads", home, id);
+    FILE *out = fopen(path, "a");
+    if (!out) return;
+    fprintf(out, "loaded\n");
+    fclose(out);
+    snprintf(ctor_result, sizeof ctor_result, "\"announced\"");
+}
+
 __attribute__((constructor)) static void hostile_constructor(void) {
     Dl_info info;
     if (!dladdr((void *)hostile_constructor, &info) || !info.dli_fname) return;
@@ -264,7 +295,10 @@ __attribute__((constructor)) static void hostile_constructor(void) {
     if (!f) return;
     char what[64] = {0};
     long number = 0;
-    if (fscanf(f, "%63s %ld", what, &number) >= 1) attack(what, "/etc/shadow", number, ctor_result, sizeof ctor_result);
+    if (fscanf(f, "%63s %ld", what, &number) >= 1) {
+        if (!strcmp(what, "announce")) announce();
+        else attack(what, "/etc/shadow", number, ctor_result, sizeof ctor_result);
+    }
     fclose(f);
 }
 

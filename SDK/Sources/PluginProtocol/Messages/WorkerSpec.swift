@@ -60,6 +60,11 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     /// How long, at most, the worker polls its protocol socket before it sleeps (`workerSpinMicroseconds`
     /// in the configuration; nil or 0: it sleeps at once).
     public var spinMicroseconds: Int?
+    /// A standby for a restart (docs/architecture.md "Restarts"): spawned while the worker it may
+    /// replace is still ending, it puts its sandbox on and then waits, before anything of the plugin
+    /// loads, for the frame `{"type":"load"}` on its protocol socket (`MessageKind.load`). At end of
+    /// stream instead (the supervisor did not need it) it exits without a word.
+    public var standby: Bool?
     /// Sandbox policy input (docs/sandbox.md).
     public var sandbox: SandboxSpec
 

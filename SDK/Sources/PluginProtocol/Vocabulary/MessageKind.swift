@@ -18,6 +18,9 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     case linkCalls
     /// Supervisor → worker: take a peer link back (`UnlinkMessage`).
     case unlink
+    /// Supervisor → a standby worker (`WorkerSpec.standby`): load the plugin now. The whole frame
+    /// body is `Frame.loadBody`.
+    case load
 }
 
 /// Lifecycle event names (SPEC §3).

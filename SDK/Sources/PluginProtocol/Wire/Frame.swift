@@ -8,6 +8,9 @@ public enum Frame {
     public static let protocolVersion = 1
     /// Default deepest nesting of arrays and objects accepted in one message.
     public static let defaultMaxDepth = 64
+    /// The one frame a standby worker waits for before it loads its plugin (`MessageKind.load`,
+    /// `WorkerSpec.standby`): exactly these bytes.
+    public static let loadBody: [UInt8] = Array(#"{"type":"load"}"#.utf8)
 
     /// Why a frame header is refused.
     public enum HeaderError: Error, Equatable, CustomStringConvertible, Sendable {

@@ -48,6 +48,7 @@ extension Lifecycle {
         // A worker that closed its socket is on its way out (its own SIGTERM, a crash); one that
         // lingers without a socket is useless, so it gets a moment to exit and is then killed.
         guard !instance.phase.stopRequested else { return }
+        prepareStandby(after: instance)
         loop.scheduleTask(in: .milliseconds(500)) { [self, weak instance] in
             if let instance, !instance.phase.hasExited {
                 kill(instance, .disconnected, "the worker closed its protocol socket but did not exit")
@@ -73,12 +74,24 @@ extension Lifecycle {
         if instance.killReason == nil, let kills = instance.cgroup?.oomKills(), kills > 0 {
             instance.killReason = (.memoryLimit, "the kernel's OOM killer ended it at its cgroup's memory limit of \(hardLimit >> 20) MiB")
         }
-        instance.cgroup?.remove()
-        instance.cgroup = nil
+        // Its group goes once whatever follows (a restart) is under way: removing a v1 memory
+        // group can hold the loop for a millisecond, and nothing below needs it gone.
+        if let group = instance.cgroup {
+            instance.cgroup = nil
+            loop.execute { group.remove() }
+        }
         // SPEC §5: the worker's private temporary folder is emptied when it ends.
         FileSystem.removeTree(instance.temporaryFolder)
-        // An old version that drained after an update, or a worker of a plugin no longer known:
-        // whoever stopped it hears it ended, nothing more.
+        // A standby that ended before it was taken (its sandbox failed, say): the restart, if one
+        // comes, spawns a worker as usual and reports what fails then.
+        if let record = table[instance.identifier], record.role(of: instance) == .standby {
+            logger.debug("standby worker ended: \(ExitClassifier.describe(ExitClassifier.classify(.init(exit: exit, notice: instance.exitNotice, killed: instance.killReason))))",
+                         metadata: ["plugin": "\(instance.identifier)", "pid": "\(exit.pid)"])
+            record.standby?.expiry.cancel()
+            record.standby = nil
+        }
+        // An old version that drained after an update, a discarded standby, or a worker of a plugin
+        // no longer known: whoever stopped it hears it ended, nothing more.
         guard let record = table[instance.identifier], let role = record.role(of: instance), role != .retiring else {
             callbacks.forEach { $0() }
             return
@@ -96,6 +109,9 @@ extension Lifecycle {
         }
         record.instance = nil
         record.lastExit = status
+        // A standby spawned on this crash's notice is taken by an immediate restart below (the
+        // scheduled restart's `adoptStandby`); whatever else follows has no use for it.
+        defer { discardStandby(record, because: "\(record.identifier) is not restarted at once") }
         if record.phase == .failed(byDependency: true) {
             logger.info("\(record.identifier) stopped: \(record.problem ?? "a dependency failed")", metadata: meta)
             callbacks.forEach { $0() }
@@ -167,7 +183,7 @@ extension Lifecycle {
                 record.pendingRestart = nil
                 guard record.phase == .restarting, record.instance == nil, !isShuttingDown else { return }
                 if table.dependenciesRunning(record) {
-                    spawn(record)
+                    if !adoptStandby(record) { spawn(record) }
                 } else {
                     record.move(to: .waiting, logger: logger)
                     startWaitingPlugins()

@@ -45,7 +45,9 @@ extension Lifecycle {
 
     /// Spawns a worker for `manifest` (with `temp` as its private temporary folder) and wires its
     /// socket, output, exit and seccomp channel into the event loop; or says why it could not.
-    func spawnWorker(_ manifest: Manifest, temp: String) -> Result<SpawnedWorker, SpawnFailure> {
+    /// A `standby` waits, sandboxed, for `adoptStandby` before it loads its plugin, and has no
+    /// start-up deadline until then (Standby.swift).
+    func spawnWorker(_ manifest: Manifest, temp: String, standby: Bool = false) -> Result<SpawnedWorker, SpawnFailure> {
         let id = manifest.identifier
         let library: (path: String, variant: String?)
         do {
@@ -68,6 +70,7 @@ extension Lifecycle {
         var spec = workerSpec(manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
         spec.peerLinks = config.peerLinks && notifier != nil ? true : nil
         spec.spinMicroseconds = config.workerSpinMicroseconds > 0 ? config.workerSpinMicroseconds : nil
+        spec.standby = standby ? true : nil
         if spec.peerLinks == true, config.maxJSONDepth != Frame.defaultMaxDepth { spec.maxJSONDepth = config.maxJSONDepth }
         // A control group of its own, made and limited before it exists. On v1 (and without a
         // notify channel) the worker joins it itself, by moving its one thread (no global lock, no
@@ -159,15 +162,20 @@ extension Lifecycle {
         OutputCapture.attach(spawned.stdout, stream: "stdout", plugin: id, supervisor: supervisor)
         OutputCapture.attach(spawned.stderr, stream: "stderr", plugin: id, supervisor: supervisor)
 
-        // A worker must say hello in time (its `startup` has a timeout of its own). Weak: an instance
-        // that has ended must not live (with its pidfd) until the timeout passes.
-        let startupTimeoutMs = startupTimeout(manifest)
+        if !standby { armStartupDeadline(instance) }
+        return .success(SpawnedWorker(instance: instance, library: library.path, variant: library.variant))
+    }
+
+    /// A worker must say hello in time (its `startup` has a timeout of its own). Weak: an instance
+    /// that has ended must not live (with its pidfd) until the timeout passes.
+    func armStartupDeadline(_ instance: WorkerInstance) {
+        let startupTimeoutMs = startupTimeout(instance.manifest)
+        instance.startupDeadline?.cancel()
         instance.startupDeadline = loop.scheduleTask(in: .milliseconds(Int64(startupTimeoutMs))) { [self, weak instance] in
             if let instance, instance.hello == nil, !instance.phase.stopRequested {
                 kill(instance, .startupTimeout, "no hello within \(startupTimeoutMs) ms")
             }
         }
-        return .success(SpawnedWorker(instance: instance, library: library.path, variant: library.variant))
     }
 
     /// The seccomp filter (with a listener) for a worker that is pid 1 of its namespace, compiled once
@@ -240,6 +248,8 @@ extension Lifecycle {
     /// its dependencies are running.
     func helloReceived(_ instance: WorkerInstance, _ hello: HelloMessage) {
         guard let record = table[instance.identifier], let role = record.role(of: instance), role != .retiring else { return }
+        // A standby loads its plugin only when told to, and says hello after that.
+        guard role != .standby else { return protocolViolation(instance, "hello from a standby worker before it was told to load") }
         guard instance.move(to: .loaded, logger: logger) else { return }
         instance.hello = HelloFacts(sandbox: hello.sandbox ?? [], sandboxMissing: hello.sandboxMissing ?? [])
         instance.timings = hello.timings ?? [:]

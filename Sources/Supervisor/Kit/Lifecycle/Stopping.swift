@@ -17,6 +17,7 @@ extension Lifecycle {
         for record in table.all {
             record.pendingRestart?.cancel()
             abandonSuccessor(record, because: "the supervisor is shutting down")
+            discardStandby(record, because: "the supervisor is shutting down")
             if record.phase == .waiting || record.phase == .restarting, record.instance == nil { record.move(to: .stopped, logger: logger) }
             record.settleWaiters("the supervisor is shutting down")
         }

@@ -68,10 +68,11 @@ extension Lifecycle {
         servesAgain(record, restarted: true)
     }
 
-    /// A worker that no longer serves (the old one after the switch, an abandoned new one): it takes
-    /// no new call, finishes those it has (the drain), then gets `willTerminate`. It stays among the
+    /// A worker that no longer serves (the old one after the switch, an abandoned new one, a
+    /// discarded standby): it takes no new call, finishes those it has (the drain), then gets
+    /// `willTerminate` (one that never said hello is killed at once). It stays among the
     /// plugin's workers until it has ended, so the shutdown waits for it too.
-    private func retire(_ record: PluginRecord, _ worker: WorkerInstance, then done: @escaping () -> Void = {}) {
+    func retire(_ record: PluginRecord, _ worker: WorkerInstance, then done: @escaping () -> Void = {}) {
         record.retiring.append(worker)
         stopWorker(record, worker) { [self, weak record] in
             record?.retiring.removeAll { $0 === worker }

@@ -20,7 +20,11 @@ enum WorkerChannel {
             .whenComplete { result in
                 switch result {
                 case .success(let channel):
-                    if instance.phase.hasExited { channel.close(promise: nil) } else { instance.connection = .open(channel) }
+                    if instance.phase.hasExited { channel.close(promise: nil) } else {
+                        instance.connection = .open(channel)
+                        // A standby told to load before its socket was wired in.
+                        supervisor.lifecycle.sendLoad(instance)
+                    }
                 case .failure(let error):
                     // NIO closes the descriptor once it has made a channel of it.
                     instance.connection = .closed

@@ -52,6 +52,8 @@ extension Router {
                 linkCallsReported(by: instance, bytes)
             case .exit:
                 instance.exitNotice = try? ProtocolJSON.decode(ExitNotice.self, from: bytes)
+                // It is ending: its restart, if immediate, can start now (Lifecycle/Standby.swift).
+                lifecycle.prepareStandby(after: instance)
                 // Debug only: the exit's own line, once the process has ended, carries the message
                 // (if the exit code confirms the notice).
                 if let notice = instance.exitNotice {

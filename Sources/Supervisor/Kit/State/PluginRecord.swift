@@ -22,6 +22,9 @@ final class PluginRecord: @unchecked Sendable {
     /// Workers of a previous version finishing their calls after an update switched to a new one;
     /// each leaves once reaped.
     var retiring: [WorkerInstance] = []
+    /// After its worker crashed: the next one, spawned before the crashed one was reaped and waiting
+    /// sandboxed, before its plugin loads, to be taken for the restart or discarded (Lifecycle/Standby.swift).
+    var standby: Standby?
     /// Restarts over the plugin's life (what `status` shows).
     var restarts = 0
     /// When recent restarts happened, for the intensity limit.
@@ -66,6 +69,7 @@ final class PluginRecord: @unchecked Sendable {
         if self.instance === instance { return .current }
         if successor?.instance === instance { return .successor }
         if retiring.contains(where: { $0 === instance }) { return .retiring }
+        if standby?.instance === instance { return .standby }
         return nil
     }
 
@@ -74,6 +78,7 @@ final class PluginRecord: @unchecked Sendable {
         var all = retiring
         if let instance { all.append(instance) }
         if let next = successor?.instance { all.append(next) }
+        if let waiting = standby?.instance { all.append(waiting) }
         return all
     }
 
@@ -119,6 +124,8 @@ enum WorkerRole {
     case successor
     /// A previous version finishing its calls after an update switched away from it.
     case retiring
+    /// Spawned for a restart before the crashed worker was reaped; its plugin is not loaded yet.
+    case standby
 }
 
 /// One worker process for a plugin, from spawn to its exit being recorded. Owned by the event loop.
@@ -181,6 +188,9 @@ final class WorkerInstance: @unchecked Sendable {
     var linksIn: [ObjectIdentifier: PeerLink] = [:]
     /// The callees it had a link to: whose call counts it may report (`linkCalls`).
     var linkedCallees: Set<String> = []
+    /// A standby told to load its plugin before its socket was wired into the loop: the order goes
+    /// out as soon as it is (WorkerChannel).
+    var loadOrdered = false
 
     init(process: ChildProcess, manifest: Manifest, temporaryFolder: String, now: NIODeadline) {
         self.process = process
