@@ -147,6 +147,17 @@ do {
         c.close()
     }
     report.add("crash → serving again (first restart), median", recovery.median / 1000, "ms", target: "< 50 ms")
+    // The restarted workers' own start (docs/architecture.md, "Restarts: the standby worker"): how
+    // many were standbys, how long one waited at its gate for the crashed worker's exit to be
+    // settled (0: the exit was settled before its sandbox was on), and its spawn → hello/startup.
+    let restarted = try rig.status().filter { $0.restarts > 0 }.compactMap(\.timings)
+    let standbys = restarted.filter { $0["standbyUs"] != nil }
+    report.add("  restarts taken by a standby worker", Double(standbys.count), "of \(restarted.count)")
+    for (phase, label) in [("standbyUs", "waited at its gate"), ("sandboxUs", "sandbox"), ("helloUs", "spawn → hello"), ("startupUs", "spawn → startup answered")] {
+        var phaseSamples = Samples()
+        for t in standbys { if let v = t[phase] { phaseSamples.add(UInt64(max(0, v)) * 1000) } }
+        if !standbys.isEmpty { report.add("  restarted worker, median: \(label)", phaseSamples.median / 1000, "ms") }
+    }
     }
 
     // 3. Start-up to ready, and a worker's own start split into phases.
