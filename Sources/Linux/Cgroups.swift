@@ -261,6 +261,10 @@ public struct CgroupGroup: Sendable {
 
     func folder(_ controller: String) -> String? { folders[version == .v2 ? "" : controller] }
 
+    /// The folders holding the limits a runtime reads to size its threads and heap (the `cpu` and
+    /// `memory` controllers'; v2: the group's one folder).
+    public var limitFolders: [String] { Array(Set(["cpu", "memory"].compactMap(folder))).sorted() }
+
     /// Moves the process `pid` (all its threads) into the group; nil, or why not.
     func admit(_ pid: pid_t) -> String? {
         for file in procsFiles {

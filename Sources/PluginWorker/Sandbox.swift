@@ -228,8 +228,9 @@ enum Sandbox {
         // usr/lib) becomes that link in the new root rather than a second mount.
         let listed = Set(view.map(\.path))
         let links: [String?] = view.map { rule in
-            guard let real = FileSystem.realPath(rule.path), real != rule.path, listed.contains(real),
-                  let text = FileSystem.linkText(rule.path) else { return nil }
+            // One readlink first: most paths are no link, and a realpath walks every component.
+            guard let text = FileSystem.linkText(rule.path), let real = FileSystem.realPath(rule.path), real != rule.path,
+                  listed.contains(real) else { return nil }
             return text
         }
         var what = [CChar](repeating: 0, count: 512)

@@ -97,7 +97,8 @@ struct SandboxPlan {
         rules.append(.init(path: "/proc/\(getpid())/task", writable: true, required: false))
         // The worker's own executable (/proc/self/exe: runtimes open it to find their own symbols).
         if let exe = FileSystem.realPath("/proc/self/exe") { rules.append(.init(path: exe, writable: false, required: false)) }
-        for folder in SandboxPaths.ownCgroupFolders() {
+        // Its own group's (the one it joins at step 3a; this process is still in its parent's now).
+        for folder in spec.cgroupFolders ?? SandboxPaths.ownCgroupFolders() {
             for file in SandboxPaths.cgroupFiles { rules.append(.init(path: folder + "/" + file, writable: false, required: false)) }
         }
         for p in SandboxPaths.systemReadOnly + sandbox.runtimePaths + (network ? SandboxPaths.networkReadOnly : []) {

@@ -132,6 +132,11 @@ struct FaultTests {
         try w.bundle("i.healthy")
         let cfg = try config(w, #"{"restartLimit": 3, "restartWindowSeconds": 60, "restartBackoffBaseMs": 50}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        // The ready line waits for each plugin's first start to settle (a crash settles it), not
+        // for its restarts: with jittered backoffs one may still be restarting when it comes.
+        try sv.waitUntil("the three crashing plugins failed") {
+            try ["i.ctor", "i.startup", "i.refuses"].allSatisfy { try sv.plugin($0).state == "failed" }
+        }
         for id in ["i.ctor", "i.startup", "i.refuses"] {
             let p = try sv.plugin(id)
             #expect(p.state == "failed", "\(id) is \(p.state)")

@@ -342,8 +342,21 @@ struct CgroupTests {
             #expect(value(memory + "/memory.limit_in_bytes") == String(96 << 20))
             #expect(value(cpu + "/cpu.cfs_quota_us") == "20000")
         }
-        // A second of busy wall time gets about a fifth of a CPU; the unlimited plugin most of one.
+        // The limit files of its own group are in its view, read-only (runtimes size their
+        // threads and heap from them); those of the group it was spawned in (the supervisor's) are not.
         struct Outcome: Decodable { var rc: Int; var errno: Int32 }
+        func opens(_ path: String) throws -> Outcome { try sv.call("g.slow", "openPath", #"{"path":"\#(path)"}"#, as: Outcome.self) }
+        let limitFiles = FileManager.default.fileExists(atPath: memory + "/memory.max")
+            ? [memory + "/memory.max", cpu + "/cpu.max"] : [memory + "/memory.limit_in_bytes", cpu + "/cpu.cfs_quota_us"]
+        for file in limitFiles {
+            let outcome = try opens(file)
+            #expect(outcome.rc >= 0, "its own \(file) is not readable: errno \(outcome.errno)")
+        }
+        if let own = folder(sv.pid, "memory") {
+            let file = own + "/" + (limitFiles[0] as NSString).lastPathComponent
+            #expect(try opens(file).rc < 0, "the supervisor's \(file) is readable")
+        }
+        // A second of busy wall time gets about a fifth of a CPU; the unlimited plugin most of one.
         let limited = try sv.call("g.slow", "spin", #"{"number":1000}"#, as: Outcome.self).rc
         let free = try sv.call("g.free", "spin", #"{"number":1000}"#, as: Outcome.self).rc
         #expect(limited < 450, "\(limited) ms of CPU in a second at cpuPercent 20")

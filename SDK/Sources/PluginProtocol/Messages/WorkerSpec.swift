@@ -45,6 +45,10 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     /// process it makes later starts in the group. Nil on cgroup v2, which has no such move.
     public var cgroupTasks: [String]?
     public var cgroupMissing: String?
+    /// The folders of the worker's own group that hold the limits runtimes size themselves from
+    /// (cgroup v1's `cpu` and `memory` hierarchies, or the one v2 folder): their limit files are in
+    /// its sandbox's view, read-only. Nil without a group of its own: the group it starts in.
+    public var cgroupFolders: [String]?
     /// The supervisor moves the worker into its group itself and then writes one byte on the
     /// `notifyFD` socket: `J` (joined) or `F` (it failed; the supervisor logs why). The worker
     /// waits for it before anything else (and `cgroupProcs` is then nil).

@@ -81,6 +81,7 @@ extension Lifecycle {
             spawnCount &+= 1
             do {
                 cgroup = try tree.makeGroup("\(id)-\(spawnCount)", limits: cgroupLimits(manifest))
+                spec.cgroupFolders = cgroup?.limitFolders
                 if notifier != nil && tree.version == .v2 {
                     spec.cgroupBySupervisor = true
                 } else {
