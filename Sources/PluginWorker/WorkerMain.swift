@@ -98,7 +98,7 @@ public func workerMain() -> Int32 {
 
     let hello = HelloMessage(abi: UInt32(SP_ABI_VERSION), pid: getpid(), plugin: spec.identifier, version: spec.version,
                              sandbox: confinement.layers, sandboxMissing: confinement.missing, timings: timings)
-    do { try connection.sendFrame(try ProtocolJSON.frame(hello)) } catch { exit(0) }
+    do { try connection.sendFrame(hello.frame()) } catch { exit(0) }
     links?.start(host: host)
 
     // The I/O loop: ping is answered here, so a plugin that blocks its receive stops answering pings.

@@ -69,6 +69,22 @@ import Testing
             #expect(e == ErrorBody(.timeout, "late"))
         }
     }
+
+    /// The worker writes `hello` by hand (HelloMessage.frame); the supervisor decodes it as Codable.
+    @Test func helloWrittenByHandDecodes() throws {
+        let full = HelloMessage(abi: 1, pid: 4_000_000, plugin: "com.example.q\"uote", version: "1.2.3-beta+é",
+                                sandbox: ["seccomp", "landlock"], sandboxMissing: ["cgroup: no \"group\"\nhere", "é\u{1}"],
+                                timings: ["loadUs": 912, "sandbox.specUs": 0, "startedAtUs": 9_123_456_789_012])
+        let bare = HelloMessage(abi: 1, pid: 7, plugin: "p", version: "0.1.0", sandbox: [], sandboxMissing: nil, timings: [:])
+        for hello in [full, bare] {
+            let frame = hello.frame()
+            #expect(Int(frame[3]) + Int(frame[2]) << 8 == frame.count - 4)
+            let decoded = try frame[4...].withUnsafeBytes { try ProtocolJSON.decode(HelloMessage.self, from: $0) }
+            #expect(decoded == hello)
+            let env = try frame[4...].withUnsafeBytes { try Envelope.parse($0) }
+            #expect(env.kind == .hello)
+        }
+    }
 }
 
 @Suite struct FrameDecoderTests {
