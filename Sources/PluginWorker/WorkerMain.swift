@@ -32,10 +32,11 @@ func readSpec() throws(WorkerError) -> WorkerSpec {
     guard let raw = getenv(WorkerSpec.environmentVariable) else {
         throw WorkerError(code: .badSpec, message: "\(WorkerSpec.environmentVariable) is not set; this program is started by the supervisor")
     }
-    let text = String(cString: raw)
+    let text = Array(UnsafeRawBufferPointer(start: raw, count: strlen(raw)))
     unsetenv(WorkerSpec.environmentVariable)
+    // Read by hand: Foundation's JSONDecoder would cost its first use in this fresh process (WorkerSpecReading.swift).
     do {
-        return try ProtocolJSON.decode(WorkerSpec.self, from: Array(text.utf8))
+        return try WorkerSpec(reading: text)
     } catch {
         throw WorkerError(code: .badSpec, message: "invalid \(WorkerSpec.environmentVariable): \(error)")
     }

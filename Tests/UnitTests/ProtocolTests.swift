@@ -171,3 +171,74 @@ import Testing
         #expect(got == (0..<200).map { "{\"n\":\($0)}" })
     }
 }
+
+/// The worker reads its spec by hand (WorkerSpec(reading:)); the supervisor writes it with
+/// ProtocolJSON. Both must agree on every field.
+@Suite struct WorkerSpecReadingTests {
+    func read(_ text: String) throws(WorkerSpec.ReadingError) -> WorkerSpec {
+        try WorkerSpec(reading: Array(text.utf8))
+    }
+
+    func roundTrip(_ spec: WorkerSpec) throws {
+        let encoded = try ProtocolJSON.encode(spec)
+        let byHand = try WorkerSpec(reading: encoded)
+        #expect(byHand == spec)
+        #expect(byHand == (try ProtocolJSON.decode(WorkerSpec.self, from: encoded)))
+    }
+
+    @Test func everyFieldAsTheSupervisorWritesIt() throws {
+        var full = WorkerSpec(identifier: "com.example.q\"uote", version: "1.2.3-beta+é", bundle: "/b/with space/é", library: "/b/lib.so",
+                              dataDirectory: "/h/data/x", liveDirectory: "/h/live/x", tempDirectory: "/h/tmp/x@3", supervisorPID: 4_000_000,
+                              socketFD: 3, uid: 4_294_967_294, gid: 0, notifyFD: 4, maxFrameBytes: 16 << 20,
+                              sandbox: SandboxSpec(enabled: true, memoryMB: 96, openFiles: 256,
+                                                   permissions: [.network, .read("/srv/a b"), .write("/srv/w")],
+                                                   required: [.landlock, .seccomp], runtimePaths: ["/opt/swift/usr/lib/swift/linux"],
+                                                   debuggable: true, seccompProgram: Data((0..<2400).map { UInt8($0 % 251) })))
+        full.cgroupProcs = ["/sys/fs/cgroup/memory/a/cgroup.procs", "/sys/fs/cgroup/pids/a/cgroup.procs"]
+        full.cgroupTasks = ["/sys/fs/cgroup/memory/a/tasks"]
+        full.cgroupMissing = "no \"group\"\nhere\u{1}"
+        full.cgroupFolders = ["/sys/fs/cgroup/cpu/a", "/sys/fs/cgroup/memory/a"]
+        full.cgroupBySupervisor = false
+        full.maxJSONDepth = 32
+        full.peerLinks = true
+        full.spinMicroseconds = 100
+        full.standby = true
+        try roundTrip(full)
+        // Only what is required.
+        try roundTrip(WorkerSpec(identifier: "p", version: "0.1.0", bundle: "/b", library: "/b/l.so", dataDirectory: "/d", supervisorPID: 1,
+                                 sandbox: SandboxSpec(enabled: false)))
+    }
+
+    @Test func unknownMembersAreSkippedAndNullIsAbsent() throws {
+        let spec = try read(#"{"identifier":"p","version":"1","bundle":"/b","library":"/l","dataDirectory":"/d","supervisorPID":7,"#
+            + #""socketFD":3,"maxFrameBytes":1024,"liveDirectory":null,"fromTheFuture":{"a":[1,{"b":null}]},"#
+            + #""sandbox":{"enabled":true,"permissions":[],"required":[],"runtimePaths":[],"later":true}}"#)
+        #expect(spec.identifier == "p" && spec.liveDirectory == nil && spec.supervisorPID == 7 && spec.sandbox.enabled)
+    }
+
+    @Test func badSpecsNameTheMember() {
+        let base = #""identifier":"p","version":"1","bundle":"/b","library":"/l","dataDirectory":"/d","supervisorPID":7,"socketFD":3,"maxFrameBytes":1024"#
+        let sandbox = #""sandbox":{"enabled":true,"permissions":[],"required":[],"runtimePaths":[]}"#
+        let cases: [(String, String)] = [
+            ("{\(base)}", "has no sandbox"),
+            (#"{"version":"1"}"#, "has no identifier"),
+            ("{\(base),\(sandbox.replacingOccurrences(of: #""enabled":true"#, with: #""enabled":1"#))}", "enabled is not true or false"),
+            ("{\(base.replacingOccurrences(of: #""socketFD":3"#, with: #""socketFD":4294967296"#)),\(sandbox)}", "socketFD is not a 32-bit integer"),
+            ("{\(base.replacingOccurrences(of: #""identifier":"p""#, with: #""identifier":5"#)),\(sandbox)}", "identifier is not a string"),
+            ("{\(base),\(sandbox.replacingOccurrences(of: #""permissions":[]"#, with: #""permissions":["root"]"#))}", "unknown permission 'root'"),
+            ("{\(base),\(sandbox.replacingOccurrences(of: #""required":[]"#, with: #""required":["moat"]"#))}", "unknown layer 'moat'"),
+            ("{\(base),\(sandbox.replacingOccurrences(of: #""runtimePaths":[]"#, with: #""runtimePaths":"/x""#))}", "runtimePaths is not an array of strings"),
+            ("{\(base),\(sandbox.replacingOccurrences(of: "}", with: #","seccompProgram":"!!"}"#))}", "seccompProgram is not base64"),
+            ("{\(base),\(sandbox)", "not a valid JSON object"),
+            ("[]", "not a valid JSON object"),
+        ]
+        for (text, reason) in cases {
+            do {
+                _ = try read(text)
+                Issue.record("accepted: \(text)")
+            } catch {
+                #expect(error.description.contains(reason), "\(text): \(error)")
+            }
+        }
+    }
+}

@@ -1,4 +1,5 @@
 import Foundation
+import PluginProtocol
 @testable import PluginSDK
 import Testing
 
@@ -34,5 +35,29 @@ import Testing
         #expect(plain(#""hello""#, String.self) == "hello")
         #expect(plain(#""日本 🙂""#, String.self) == "日本 🙂")
         #expect(plain(#""a\"b""#, String.self) == nil && plain(#""a\nb""#, String.self) == nil && plain("hello", String.self) == nil)
+    }
+}
+
+/// The SDK reads `startup`'s payload by hand (StartupPayload(reading:)) as JSONDecoder would: the
+/// supervisor's payload, with and without its optional members, unknown ones skipped.
+@Suite struct StartupPayloadReadingTests {
+    @Test func readsWhatJSONDecoderReads() throws {
+        let payloads = [
+            #"{"identifier":"com.example.q\"uote","version":"1.2.3","dataDirectory":"/h/data/é","liveDirectory":"/h/live/x","bundleDirectory":"/b","dependencies":["a","b\\c"]}"#,
+            #"{"identifier":"p","version":"1","dataDirectory":"/d","bundleDirectory":"/b","dependencies":[],"later":{"x":[1,2]}}"#,
+            #"{"identifier":"p","version":"1","dataDirectory":"/d","bundleDirectory":"/b","liveDirectory":null}"#,
+        ]
+        for text in payloads {
+            let bytes = Array(text.utf8)
+            #expect(try StartupPayload(reading: bytes) == JSONDecoder().decode(StartupPayload.self, from: Data(bytes)), "\(text)")
+        }
+    }
+
+    @Test func refusesWhatJSONDecoderRefuses() {
+        for text in [#"{"identifier":"p"}"#, #"{"identifier":1,"version":"1","dataDirectory":"/d","bundleDirectory":"/b"}"#,
+                     #"{"identifier":"p","version":"1","dataDirectory":"/d","bundleDirectory":"/b","dependencies":"a"}"#, "[]", "{"] {
+            #expect(throws: JSONReadingError.self, "\(text)") { try StartupPayload(reading: Array(text.utf8)) }
+            #expect(throws: (any Error).self) { try JSONDecoder().decode(StartupPayload.self, from: Data(text.utf8)) }
+        }
     }
 }

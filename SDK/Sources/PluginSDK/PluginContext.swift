@@ -80,11 +80,42 @@ public struct PluginClient: Sendable {
 }
 
 /// What the supervisor puts in the `startup` event's payload.
-struct StartupPayload: Decodable {
+struct StartupPayload: Decodable, Equatable {
     var identifier: String
     var version: String
     var dataDirectory: String
     var bundleDirectory: String
     var liveDirectory: String?
     var dependencies: [String]?
+}
+
+extension StartupPayload {
+    /// Read by hand, as the worker reads its spec: `startup` is the first message a plugin decodes,
+    /// in a fresh process where Foundation's `JSONDecoder` would cost its first use (~0.15 ms of the
+    /// start; PluginProtocol's WorkerSpecReading.swift). Unknown members are skipped.
+    init(reading payload: [UInt8]) throws(JSONReadingError) {
+        self = try payload.withUnsafeBytes { raw in
+            Result { () throws(JSONReadingError) in
+                let json = JSONMembers(raw, "startup's payload")
+                var identifier: String?, version: String?, dataDirectory: String?, bundleDirectory: String?
+                var liveDirectory: String?, dependencies: [String]?
+                try json.members(of: 0..<raw.count, "startup's payload") { (key, value) throws(JSONReadingError) in
+                    switch key {
+                    case "identifier": identifier = try json.string(value, key)
+                    case "version": version = try json.string(value, key)
+                    case "dataDirectory": dataDirectory = try json.string(value, key)
+                    case "bundleDirectory": bundleDirectory = try json.string(value, key)
+                    case "liveDirectory": liveDirectory = try json.optional(value) { (r) throws(JSONReadingError) in try json.string(r, key) }
+                    case "dependencies": dependencies = try json.optional(value) { (r) throws(JSONReadingError) in try json.strings(r, key) }
+                    default: break
+                    }
+                }
+                guard let identifier, let version, let dataDirectory, let bundleDirectory else {
+                    throw JSONReadingError(description: "startup's payload lacks identifier, version, dataDirectory or bundleDirectory")
+                }
+                return StartupPayload(identifier: identifier, version: version, dataDirectory: dataDirectory, bundleDirectory: bundleDirectory,
+                                      liveDirectory: liveDirectory, dependencies: dependencies)
+            }
+        }.get()
+    }
 }

@@ -172,7 +172,7 @@ final class PluginRuntime: Sendable {
         do {
             switch EventName(rawValue: work.name) {
             case .startup:
-                let payload = try work.payload.map { try JSONDecoder().decode(StartupPayload.self, from: Data($0)) }
+                let payload = try work.payload.map { (bytes) throws(JSONReadingError) in try StartupPayload(reading: bytes) }
                 let ctx = PluginContext(
                     runtime: self, identifier: payload?.identifier ?? "", version: payload?.version ?? "",
                     dataDirectory: payload?.dataDirectory ?? "", bundleDirectory: payload?.bundleDirectory ?? "",

@@ -68,6 +68,32 @@ public struct JSONScanner {
         if index != bytes.count { throw .trailingData(offset: index) }
     }
 
+    /// Scans a whole document whose top level is an array, calling `element` with the range of each
+    /// of its values.
+    public mutating func scanArray(_ element: (_ value: Range<Int>) throws(Failure) -> Void) throws(Failure) {
+        skipSpace()
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "[") else { throw unexpectedOrTruncated() }
+        index += 1
+        skipSpace()
+        if peek() == UInt8(ascii: "]") {
+            index += 1
+        } else {
+            while true {
+                skipSpace()
+                let valueStart = index
+                try skipValue(depth: 1)
+                try element(valueStart..<index)
+                skipSpace()
+                let c = peek()
+                if c == UInt8(ascii: ",") { index += 1; continue }
+                if c == UInt8(ascii: "]") { index += 1; break }
+                throw unexpectedOrTruncated()
+            }
+        }
+        skipSpace()
+        if index != bytes.count { throw .trailingData(offset: index) }
+    }
+
     /// Validates one complete JSON value (any type) filling the whole buffer.
     @inlinable
     public mutating func validateValue() throws(Failure) {
