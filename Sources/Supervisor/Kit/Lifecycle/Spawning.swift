@@ -251,6 +251,9 @@ extension Lifecycle {
         guard let record = table[instance.identifier], let role = record.role(of: instance), role != .retiring else { return }
         // A standby loads its plugin only when told to, and says hello after that.
         guard role != .standby else { return protocolViolation(instance, "hello from a standby worker before it was told to load") }
+        // Read after its reap (it said hello and died before the loop read that): only its exit
+        // notice matters now.
+        guard !instance.phase.hasExited else { return }
         guard instance.move(to: .loaded, logger: logger) else { return }
         instance.hello = HelloFacts(sandbox: hello.sandbox ?? [], sandboxMissing: hello.sandboxMissing ?? [])
         instance.timings = hello.timings ?? [:]

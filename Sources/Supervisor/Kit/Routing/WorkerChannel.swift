@@ -66,8 +66,9 @@ final class WorkerHandler: ChannelInboundHandler {
             supervisor.lifecycle.protocolViolation(instance, "\(header)")
         } else if error is ByteToMessageDecoderError {
             supervisor.lifecycle.protocolViolation(instance, "undecodable stream: \(error)")
-        } else if error is ChannelError {
-            // EOF and resets are reported through channelInactive.
+        } else if error is ChannelError || (error as? IOError)?.errnoCode == ECONNRESET {
+            // EOF and resets are reported through channelInactive (a worker that dies with a frame
+            // of ours unread resets its socket: its crash is logged once, by its exit's line).
         } else {
             supervisor.logger.warning("worker socket error: \(error)", metadata: ["plugin": "\(instance.identifier)"])
         }
