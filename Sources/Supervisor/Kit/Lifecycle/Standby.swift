@@ -55,9 +55,10 @@ extension Lifecycle {
     func adoptStandby(_ record: PluginRecord) -> Bool {
         guard let standby = record.standby else { return false }
         let instance = standby.instance
-        // Spawned for this version of the plugin, and still waiting.
+        // Spawned for this very bundle (a rescan meanwhile may have read a changed manifest: its
+        // fingerprint covers the manifest's bytes and the library's), and still waiting.
         guard record.instance == nil, instance.phase == .spawned, instance.killReason == nil,
-              instance.manifest.version == record.manifest.version, instance.manifest.bundle == record.manifest.bundle else {
+              instance.manifest.bundle == record.manifest.bundle, instance.manifest.fingerprint == record.manifest.fingerprint else {
             discardStandby(record, because: "no longer fit for the restart")
             return false
         }
