@@ -71,6 +71,21 @@ import Testing
                    behaviours: ["threads", "tempfile", "parallelism", "time", "alloc", "exe", "panic"])
     }
 
+    @Test("Rust's available_parallelism follows the worker's own cgroup CPU quota (cpuPercent), which its view shows it")
+    func rustSeesItsCPUQuota() throws {
+        let w = try TestWorld()
+        let lib = try Self.rustLibrary()
+        try w.bundle("t.quota", library: lib, extra: ["limits": ["cpuPercent": 20]])
+        try w.bundle("t.free", library: lib)
+        let sv = try RunningSupervisor(w)
+        guard try sv.plugin("t.quota").sandbox.contains("cgroup") else { return }  // no group of its own on this host
+        let limited = try sv.call("t.quota", "cpus", as: Int.self)
+        let free = try sv.call("t.free", "cpus", as: Int.self)
+        // A fifth of a CPU rounds up to one; without a quota, std counts the CPUs it may run on.
+        #expect(limited == 1, "available_parallelism under cpuPercent 20: \(limited)")
+        #expect(free == ProcessInfo.processInfo.activeProcessorCount, "without a quota: \(free)")
+    }
+
     @Test("a Go c-shared library: goroutines, timers, the CPU profiler (it gets samples), temp files, GC and NumCPU work sandboxed and unsandboxed",
           arguments: [true, false])
     func go(sandboxed: Bool) throws {

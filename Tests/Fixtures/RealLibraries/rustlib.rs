@@ -3,6 +3,7 @@
 //   threads      eight named threads (pthread_setname_np) exchanging over channels
 //   tempfile     a file in std::env::temp_dir() (TMPDIR, the worker's private folder)
 //   parallelism  std::thread::available_parallelism (reads the cgroup's cpu.max / cpu quota files)
+//   cpus         the number available_parallelism gives (the only method answering with a number)
 //   time         Instant, SystemTime, sleep
 //   alloc        64 MiB allocated and touched
 //   exe          std::env::current_exe (/proc/self/exe)
@@ -100,6 +101,12 @@ extern "C" fn receive(_ctx: *mut c_void, bytes: *const u8, len: usize) {
         return;
     }
     let method = field(json, "method").unwrap_or("").to_string();
+    if method == "cpus" {
+        // How many threads std would size a pool for (the cgroup's CPU quota, if it finds it).
+        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+        send(&format!("{{\"type\":\"reply\",\"id\":{},\"result\":{}}}", id, n));
+        return;
+    }
     match run(&method) {
         Ok(()) => send(&format!("{{\"type\":\"reply\",\"id\":{},\"result\":\"ok\"}}", id)),
         Err(e) => send(&format!(
