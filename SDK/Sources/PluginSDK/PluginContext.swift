@@ -110,10 +110,9 @@ extension StartupPayload {
                     default: break
                     }
                 }
-                guard let identifier, let version, let dataDirectory, let bundleDirectory else {
-                    throw JSONReadingError(description: "startup's payload lacks identifier, version, dataDirectory or bundleDirectory")
-                }
-                return StartupPayload(identifier: identifier, version: version, dataDirectory: dataDirectory, bundleDirectory: bundleDirectory,
+                return StartupPayload(identifier: try json.required(identifier, "identifier"), version: try json.required(version, "version"),
+                                      dataDirectory: try json.required(dataDirectory, "dataDirectory"),
+                                      bundleDirectory: try json.required(bundleDirectory, "bundleDirectory"),
                                       liveDirectory: liveDirectory, dependencies: dependencies)
             }
         }.get()

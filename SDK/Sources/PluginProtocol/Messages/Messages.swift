@@ -43,17 +43,8 @@ extension HelloMessage {
         b.raw("pid", Array(String(pid).utf8))
         b.string("plugin", plugin)
         b.string("version", version)
-        func list(_ strings: [String]) -> [UInt8] {
-            var out: [UInt8] = [UInt8(ascii: "[")]
-            for (i, s) in strings.enumerated() {
-                if i > 0 { out.append(UInt8(ascii: ",")) }
-                out += JSONEscaping.quoted(s)
-            }
-            out.append(UInt8(ascii: "]"))
-            return out
-        }
-        if let sandbox { b.raw("sandbox", list(sandbox)) }
-        if let sandboxMissing { b.raw("sandboxMissing", list(sandboxMissing)) }
+        if let sandbox { b.strings("sandbox", sandbox) }
+        if let sandboxMissing { b.strings("sandboxMissing", sandboxMissing) }
         if let timings {
             var out: [UInt8] = [UInt8(ascii: "{")]
             for (i, (key, value)) in timings.sorted(by: { $0.key < $1.key }).enumerated() {

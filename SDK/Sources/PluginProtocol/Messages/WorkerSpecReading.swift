@@ -50,20 +50,16 @@ extension WorkerSpec {
             default: break
             }
         }
-        func present<T>(_ value: T?, _ key: String) throws(ReadingError) -> T {
-            guard let value else { throw ReadingError(description: "the spec has no \(key)") }
-            return value
-        }
         self = rest
-        self.identifier = try present(identifier, "identifier")
-        self.version = try present(version, "version")
-        self.bundle = try present(bundle, "bundle")
-        self.library = try present(library, "library")
-        self.dataDirectory = try present(dataDirectory, "dataDirectory")
-        self.supervisorPID = try present(supervisorPID, "supervisorPID")
-        self.socketFD = try present(socketFD, "socketFD")
-        self.maxFrameBytes = try present(maxFrameBytes, "maxFrameBytes")
-        self.sandbox = try present(sandbox, "sandbox")
+        self.identifier = try json.required(identifier, "identifier")
+        self.version = try json.required(version, "version")
+        self.bundle = try json.required(bundle, "bundle")
+        self.library = try json.required(library, "library")
+        self.dataDirectory = try json.required(dataDirectory, "dataDirectory")
+        self.supervisorPID = try json.required(supervisorPID, "supervisorPID")
+        self.socketFD = try json.required(socketFD, "socketFD")
+        self.maxFrameBytes = try json.required(maxFrameBytes, "maxFrameBytes")
+        self.sandbox = try json.required(sandbox, "sandbox")
     }
 }
 
@@ -96,15 +92,11 @@ extension SandboxSpec {
             default: break
             }
         }
-        func present<T>(_ value: T?, _ key: String) throws(WorkerSpec.ReadingError) -> T {
-            guard let value else { throw .init(description: "the spec's sandbox has no \(key)") }
-            return value
-        }
         self = rest
-        self.enabled = try present(enabled, "enabled")
-        self.permissions = try present(permissions, "permissions")
-        self.required = try present(required, "required")
-        self.runtimePaths = try present(runtimePaths, "runtimePaths")
+        self.enabled = try json.required(enabled, "sandbox.enabled")
+        self.permissions = try json.required(permissions, "sandbox.permissions")
+        self.required = try json.required(required, "sandbox.required")
+        self.runtimePaths = try json.required(runtimePaths, "sandbox.runtimePaths")
     }
 }
 
@@ -146,6 +138,12 @@ package struct JSONMembers {
             throw ReadingError(description: "\(what) is not a valid JSON object: \(error)")
         }
         for (key, value) in found { try member(key, value) }
+    }
+
+    /// `value`, read earlier from the member `key`; that it is missing is an error.
+    package func required<T>(_ value: T?, _ key: String) throws(ReadingError) -> T {
+        guard let value else { throw ReadingError(description: "\(what) has no \(key)") }
+        return value
     }
 
     package func isNull(_ range: Range<Int>) -> Bool {

@@ -109,16 +109,27 @@ public struct FrameEncoder<Sink: FrameSink> {
             sink.append(byte: UInt8(ascii: ":"))
             switch v {
             case .string(let text): appendString(text)
-            case .strings(let list):
-                sink.append(byte: UInt8(ascii: "["))
-                for (i, text) in list.enumerated() {
-                    if i > 0 { sink.append(byte: UInt8(ascii: ",")) }
-                    appendString(text)
-                }
-                sink.append(byte: UInt8(ascii: "]"))
+            case .strings(let list): appendStrings(list)
             }
         }
         sink.append(byte: UInt8(ascii: "}"))
+    }
+
+    /// Appends `"key": ["...", ...]`, escaped.
+    @inlinable
+    public mutating func strings(_ key: StaticString, _ list: [String]) {
+        appendKey(key)
+        appendStrings(list)
+    }
+
+    @inlinable
+    mutating func appendStrings(_ list: [String]) {
+        sink.append(byte: UInt8(ascii: "["))
+        for (i, text) in list.enumerated() {
+            if i > 0 { sink.append(byte: UInt8(ascii: ",")) }
+            appendString(text)
+        }
+        sink.append(byte: UInt8(ascii: "]"))
     }
 
     @inlinable

@@ -30,9 +30,9 @@ struct RestartPolicy: Sendable, Equatable {
     /// Whether a crash now would be restarted at once (the first restart in the window), without
     /// recording anything: the standby worker is spawned on this guess (Lifecycle/Standby.swift).
     func restartsAtOnce(history: [NIODeadline], now: NIODeadline) -> Bool {
-        let window = TimeAmount.seconds(Int64(windowSeconds))
-        let recent = history.filter { now - $0 < window }.count
-        return recent < limit && Self.backoff(previousRestarts: recent, baseMs: backoffBaseMs, maxMs: backoffMaxMs, jitter: 1) == 0
+        var scratch = history
+        if case .restart(delayMs: 0, _) = decide(history: &scratch, now: now, jitter: 1) { return true }
+        return false
     }
 
     /// 0 for the first restart in the window; then base, 2×base, 4×base, ... × jitter, at most maxMs.
