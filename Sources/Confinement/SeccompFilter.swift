@@ -55,6 +55,11 @@ public enum Seccomp {
             guard rc == 0 else { seccomp_release(ctx); throw failure("seccomp_attr_set(ACT_BADARCH)", -rc) }
             rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1)
             guard rc == 0 else { seccomp_release(ctx); throw failure("seccomp_attr_set(CTL_TSYNC)", -rc) }
+            // Syscall numbers in a binary tree instead of one long list (libseccomp 2.5): at load the
+            // kernel runs the filter once for every syscall number (to cache those always allowed),
+            // and at run time every call outside that cache walks it; both take a few comparisons
+            // instead of up to one per rule. An older libseccomp refuses the attribute: a list then.
+            _ = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2)
             var unknown: [String] = []
             for rule in rules {
                 let nr = seccomp_syscall_resolve_name(rule.syscall)

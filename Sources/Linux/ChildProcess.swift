@@ -81,8 +81,13 @@ public final class ChildProcess: Sendable {
 public enum Spawner {
     /// The environment a child gets: nothing of ours. The Swift runtime's crash backtracer is off:
     /// it would try to exec a helper (fatal under the sandbox) and to suspend threads with signals the
-    /// worker reserves; a crash must simply end the process.
-    public static let baseEnvironment = ["PATH=/usr/bin:/bin", "SWIFT_BACKTRACE=enable=no"]
+    /// worker reserves; a crash must simply end the process. libdispatch's own log is off: it
+    /// writes to syslog through `/dev/log`, a socket the sandbox refuses, and in every Swift worker
+    /// it logs at start that its pool threads could not raise their priority (`setpriority`,
+    /// `EACCES` without `CAP_SYS_NICE`): three refused `socket` calls, each a round trip to the
+    /// supervisor's seccomp notifier on the worker's way to `startup`, and three `sandboxDenials`
+    /// the plugin never made (docs/sandbox.md, "Violations and denials").
+    public static let baseEnvironment = ["PATH=/usr/bin:/bin", "SWIFT_BACKTRACE=enable=no", "LIBDISPATCH_LOG=NO"]
 
     /// Where a child told to start in namespaces of its own learns why it did not:
     /// `SP_ISOLATION_REFUSED=<why>` in its environment.

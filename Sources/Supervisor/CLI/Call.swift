@@ -2,7 +2,7 @@ import ArgumentParser
 import SupervisorKit
 
 struct Call: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Call a plugin's exported method and print its JSON result.")
+    static let configuration = CommandConfiguration(commandName: "call", abstract: "Call a plugin's exported method and print its JSON result.")
 
     @OptionGroup var options: ClientOptions
     @OptionGroup var plugin: PluginArgument

@@ -1,5 +1,9 @@
 import ArgumentParser
 
+/// Every command names itself (`commandName`): without a name ArgumentParser derives one from the
+/// type with `String(describing:)`, whose first use for each type scans every protocol conformance
+/// record of the process, about 3 ms of each `supervisor` run (`supervisor start` included) for
+/// the thirteen of them (docs/benchmarks.md, "The supervisor's own start").
 @main
 struct SupervisorCommand: ParsableCommand {
     static let configuration = CommandConfiguration(

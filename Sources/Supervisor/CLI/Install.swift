@@ -9,6 +9,7 @@ import Glibc
 
 struct Install: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "install",
         abstract: "Install or upgrade a plugin from an archive (path or URL); a running supervisor swaps it in.",
         discussion: """
             The archive's Ed25519 signature is read from <archive>.sig and checked against the trusted keys of the \
@@ -92,7 +93,7 @@ struct Install: ParsableCommand {
 }
 
 struct Update: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Install the catalog's newer versions of installed plugins into the running supervisor.")
+    static let configuration = CommandConfiguration(commandName: "update", abstract: "Install the catalog's newer versions of installed plugins into the running supervisor.")
 
     @OptionGroup var options: ClientOptions
 
@@ -118,7 +119,7 @@ struct Update: ParsableCommand {
 }
 
 struct Uninstall: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Stop a plugin and remove it from the home's plugins folder.")
+    static let configuration = CommandConfiguration(commandName: "uninstall", abstract: "Stop a plugin and remove it from the home's plugins folder.")
 
     @OptionGroup var options: ClientOptions
     @OptionGroup var plugin: PluginArgument

@@ -3,6 +3,7 @@ import SupervisorKit
 
 struct Metrics: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "metrics",
         abstract: "Print the supervisor's metrics in the Prometheus text format.",
         discussion: "The same text `GET /metrics` serves when the config sets metrics.listen (docs/operations.md#metrics).")
 

@@ -9,6 +9,7 @@ extension Scaffold.Language: ExpressibleByArgument {}
 /// command it prints and runs under `supervisor start --plugins <its parent folder>`.
 struct New: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "new",
         abstract: "Make a new plugin bundle (manifest, source with one method, build file, README).",
         discussion: "Prints the commands that build it, run it and call it. A Swift plugin depends on the plugin SDK package alone (SDK/ in this repository), a C plugin on its header.")
 

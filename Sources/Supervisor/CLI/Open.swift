@@ -2,7 +2,7 @@ import ArgumentParser
 import SupervisorKit
 
 struct Open: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Open a plugin://<identifier>/<path>?<query> URI and print its JSON result.")
+    static let configuration = CommandConfiguration(commandName: "open", abstract: "Open a plugin://<identifier>/<path>?<query> URI and print its JSON result.")
 
     @OptionGroup var options: ClientOptions
 

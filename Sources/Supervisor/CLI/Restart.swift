@@ -2,7 +2,7 @@ import ArgumentParser
 import SupervisorKit
 
 struct Restart: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Restart one plugin (also one that has failed), and wait until it runs.")
+    static let configuration = CommandConfiguration(commandName: "restart", abstract: "Restart one plugin (also one that has failed), and wait until it runs.")
 
     @OptionGroup var options: ClientOptions
     @OptionGroup var plugin: PluginArgument

@@ -2,7 +2,7 @@ import ArgumentParser
 import SupervisorKit
 
 struct Send: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Send a lifecycle event (memoryWarning, background, foreground) to every plugin or one.")
+    static let configuration = CommandConfiguration(commandName: "send", abstract: "Send a lifecycle event (memoryWarning, background, foreground) to every plugin or one.")
 
     @OptionGroup var options: ClientOptions
 

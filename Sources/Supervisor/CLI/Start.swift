@@ -9,6 +9,7 @@ import Glibc
 
 struct Start: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "start",
         abstract: "Start the supervisor in the foreground and run every plugin found.",
         discussion: "Prints one line containing `ready` on stdout once every startable plugin has started; logs go to stderr. SIGTERM or `supervisor stop` shuts down cleanly.")
 

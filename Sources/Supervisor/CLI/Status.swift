@@ -2,7 +2,7 @@ import ArgumentParser
 import SupervisorKit
 
 struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show every plugin's state, pid, restarts, last exit and sandbox.")
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show every plugin's state, pid, restarts, last exit and sandbox.")
 
     @OptionGroup var options: ClientOptions
 

@@ -2,7 +2,7 @@ import ArgumentParser
 import SupervisorKit
 
 struct Stop: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Shut the supervisor down cleanly (as SIGTERM does).")
+    static let configuration = CommandConfiguration(commandName: "stop", abstract: "Shut the supervisor down cleanly (as SIGTERM does).")
 
     @OptionGroup var options: ClientOptions
 

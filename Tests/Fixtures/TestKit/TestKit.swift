@@ -132,6 +132,13 @@ final class TestKit: Pluggable {
             _ = line.withCString { write(2, $0, strlen($0)) }
             return "ok"
         }
+        // A call the sandbox refuses without a network permission (as syslog's would be): the
+        // errno it got, EPERM, and one `socket` in the plugin's `sandboxDenials`.
+        api.method("socket") { () -> Int in
+            let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            if fd >= 0 { close(fd); return 0 }
+            return Int(errno)
+        }
         api.method("open") { (p: OpenParams) async throws -> JSONValue in
             try await self.ctx().open(p.uri, as: JSONValue.self)
         }
