@@ -620,10 +620,10 @@ int cls_forkserver_read(int sock, int timeout_ms, struct fs_reply *out, char *me
 }
 
 int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int notify_fd, int stdout_fd, int stderr_fd,
-                         int isolated, int timeout_ms, pid_t *pid, int *pidfd, int64_t *fork_us,
+                         int isolated, int empty_network, int timeout_ms, pid_t *pid, int *pidfd, int64_t *fork_us,
                          char *message, size_t message_len) {
     if (message_len > 0) message[0] = 0;
-    struct fs_request h = { FS_MAGIC, (isolated ? FS_ISOLATED : 0) | (notify_fd >= 0 ? FS_NOTIFY : 0), 0, 0 };
+    struct fs_request h = { FS_MAGIC, (isolated ? FS_ISOLATED : 0) | (notify_fd >= 0 ? FS_NOTIFY : 0) | (empty_network ? FS_EMPTY_NETWORK : 0), 0, 0 };
     size_t bytes = 0;
     for (char *const *e = envp; *e; e++) { bytes += strlen(*e) + 1; h.env_count++; }
     if (bytes + sizeof h > FS_MAX_REQUEST) return EMSGSIZE;

@@ -99,9 +99,11 @@ public enum Spawner {
     /// host that refuses them gets an ordinary spawn, with `isolationRefusedVariable` saying why.
     /// With `forkServer`, the fork server forks it (the same descriptors, environment and
     /// namespaces; `executable` is not run): a failure there is thrown, and when the server's
-    /// channel failed (`forkServer.isBroken`) the caller should stop using it.
+    /// channel failed (`forkServer.isBroken`) the caller should stop using it. `emptyNetwork` (with
+    /// `isolated` and `forkServer`): the child may start in an empty network namespace the fork
+    /// server made ahead (FS_EMPTY_NETWORK); only for a worker that is to have one anyway.
     public static func spawn(executable: String, arguments: [String] = [], extraEnvironment: [String] = [],
-                             notifyChannel: Bool = false, isolated: Bool = false,
+                             notifyChannel: Bool = false, isolated: Bool = false, emptyNetwork: Bool = false,
                              forkServer: ForkServer? = nil) throws(SystemError) -> SpawnedChild {
         let pair = try SocketPair()
         let socket = pair.parent, childSocket = pair.child
@@ -133,7 +135,7 @@ public enum Spawner {
         func launch(isolated: Bool) -> Int32 {
             if let forkServer {
                 return forkServer.spawn(environment: environment, socket: childSocketFD.raw, notify: childNotifyFD, stdout: childOut.raw,
-                                        stderr: childErr.raw, isolated: isolated, pid: &pid, pidfd: &pidfd, message: &said)
+                                        stderr: childErr.raw, isolated: isolated, emptyNetwork: emptyNetwork, pid: &pid, pidfd: &pidfd, message: &said)
             }
             return withCStrings(argv) { cArgs in
                 withCStrings(environment) { cEnv in

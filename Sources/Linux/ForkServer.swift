@@ -41,8 +41,9 @@ public final class ForkServer: Sendable {
     }
 
     /// Starts `executable`, which loads `library` (libPluginWorkerCore.so); its output goes to this
-    /// process's stderr. It is not ready until `awaitReady` says so.
-    public static func launch(executable: String, library: String) throws(ForkServerError) -> ForkServer {
+    /// process's stderr. It is not ready until `awaitReady` says so. `emptyNetworks`: how many empty
+    /// network namespaces it makes ahead while idle, for requests with `emptyNetwork` (0: none).
+    public static func launch(executable: String, library: String, emptyNetworks: Int = 0) throws(ForkServerError) -> ForkServer {
         var fds: [Int32] = [-1, -1]
         let rc = cls_seqpacket_pair(&fds)
         guard rc == 0 else { throw ForkServerError("socketpair(SOCK_SEQPACKET) failed: \(String(cString: strerror(-rc)))") }
@@ -55,7 +56,8 @@ public final class ForkServer: Sendable {
         var pid: pid_t = 0, pidfd: Int32 = -1
         // argv[0] alone (a worker writes its name over it); what it needs in its environment, and
         // room there for each worker's (see Sources/ForkServer/main.c).
-        let environment = Spawner.baseEnvironment + ["SP_FORKSERVER_LIBRARY=\(library)", "SP_FORKSERVER_PARENT=\(getpid())"]
+        let environment = Spawner.baseEnvironment + ["SP_FORKSERVER_LIBRARY=\(library)", "SP_FORKSERVER_PARENT=\(getpid())",
+                                                     "SP_FORKSERVER_NETNS=\(emptyNetworks)"]
             + Array(repeating: "SP_FORKSERVER_SLOT=", count: environmentSlots)
         let spawned = Spawner.withCStrings([executable]) { cArgs in
             Spawner.withCStrings(environment) { cEnv in
@@ -87,7 +89,7 @@ public final class ForkServer: Sendable {
     /// Asks for a worker: its whole environment and its descriptors (see cls_forkserver_spawn).
     /// 0 with `pid` and `pidfd` set, or an errno value with `message` saying why; afterwards
     /// `isBroken` tells whether the failure was this request's or the channel's.
-    func spawn(environment: [String], socket: Int32, notify: Int32, stdout: Int32, stderr: Int32, isolated: Bool,
+    func spawn(environment: [String], socket: Int32, notify: Int32, stdout: Int32, stderr: Int32, isolated: Bool, emptyNetwork: Bool,
                pid: inout pid_t, pidfd: inout Int32, message: inout String) -> Int32 {
         guard !isBroken else {
             message = "the fork server is no longer used"
@@ -96,7 +98,7 @@ public final class ForkServer: Sendable {
         var text = [CChar](repeating: 0, count: 512)
         var forkUs: Int64 = 0
         let rc = Spawner.withCStrings(environment) { cEnv in
-            cls_forkserver_spawn(channel, cEnv, socket, notify, stdout, stderr, isolated ? 1 : 0, Self.requestTimeoutMs,
+            cls_forkserver_spawn(channel, cEnv, socket, notify, stdout, stderr, isolated ? 1 : 0, emptyNetwork ? 1 : 0, Self.requestTimeoutMs,
                                  &pid, &pidfd, &forkUs, &text, text.count)
         }
         if rc < 0 {

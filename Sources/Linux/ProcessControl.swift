@@ -29,6 +29,13 @@ public enum ProcessControl {
     /// CLOCK_MONOTONIC in microseconds (the same clock NIODeadline and DispatchTime read).
     public static func monotonicMicroseconds() -> Int64 { cls_monotonic_us() }
 
+    /// Which network namespace `pid`'s is (the inode of its /proc/<pid>/ns/net, unique among the
+    /// namespaces alive), or nil when /proc does not say.
+    public static func networkNamespace(of pid: String = "self") -> UInt64? {
+        var st = stat()
+        return stat("/proc/\(pid)/ns/net", &st) == 0 ? UInt64(st.st_ino) : nil
+    }
+
     /// CLOCK_MONOTONIC in nanoseconds.
     public static func monotonicNanoseconds() -> Int64 { cls_monotonic_ns() }
 

@@ -122,7 +122,8 @@ enum Sandbox {
 
         // 4. Namespaces.
         if isolated {
-            try isolatedNamespaces(plan, layer: layer, missing: missing)
+            let (givenNetwork, unshareUs) = try isolatedNamespaces(plan, layer: layer, missing: missing)
+            applied.timings[givenNetwork ? "sandbox.networkGivenUs" : "sandbox.networkUs"] = unshareUs
         } else {
             try unsharedNamespaces(plan, layer: layer, missing: missing)
         }
@@ -214,9 +215,16 @@ enum Sandbox {
 
     /// Spawned in new user, PID and mount namespaces: maps its ids, builds its minimal root, then
     /// takes the network, IPC and host name away too (it holds the capabilities for that in its
-    /// own user namespace, until step 7 drops them).
+    /// own user namespace, until step 7 drops them). Returns whether it was started in an empty
+    /// network namespace made ahead (the fork server's, FS_EMPTY_NETWORK), and how long the
+    /// IPC/UTS(/network) unshare took.
     static func isolatedNamespaces(_ plan: SandboxPlan, layer: (SandboxLayer) -> Void,
-                                   missing: (SandboxLayer, String) throws(WorkerError) -> Void) throws(WorkerError) {
+                                   missing: (SandboxLayer, String) throws(WorkerError) -> Void) throws(WorkerError) -> (Bool, Int) {
+        // Not the supervisor's network namespace: one made for it alone, empty (the fork server's,
+        // docs/sandbox.md "The fork server"); it need not make one. Asked of the host's /proc,
+        // before the minimal root replaces it.
+        let givenNetwork = !plan.network && plan.hostNetworkNamespace != nil
+            && ProcessControl.networkNamespace().map { $0 != plan.hostNetworkNamespace } == true
         // Its ids map to themselves (the supervisor's, from the spec: until they are mapped, getuid()
         // says 65534). It holds CAP_SETUID/SETGID of its user namespace for this (ambient, from
         // cls_spawn_isolated), and is still dumpable, so /proc/self/uid_map is its own.
@@ -252,12 +260,14 @@ enum Sandbox {
             try missing(.pidNamespace, "its own /proc could not be set up: " + why)
             try missing(.mountNamespace, why)
         }
-        let others = CWS_CLONE_NEWIPC | CWS_CLONE_NEWUTS | (plan.network ? 0 : CWS_CLONE_NEWNET)
+        let others = CWS_CLONE_NEWIPC | CWS_CLONE_NEWUTS | (plan.network || givenNetwork ? 0 : CWS_CLONE_NEWNET)
+        let unshareStarted = ProcessControl.monotonicMicroseconds()
         let unshared = cws_unshare(others)
         guard unshared == 0 else { throw failure("unshare(IPC, UTS, network) in its own user namespace", -unshared) }
         layer(.ipcNamespace)
         layer(.utsNamespace)
         if !plan.network { layer(.networkNamespace) }
+        return (givenNetwork, Int(ProcessControl.monotonicMicroseconds() - unshareStarted))
     }
 
     /// Spawned without namespaces (the host refused them at spawn, or a preflight): a user, IPC,

@@ -40,6 +40,8 @@ struct SandboxPlan {
     var limits: [Limit]
     /// `network` permission: AF_INET/AF_INET6 sockets, the resolver's files, no network namespace.
     var network: Bool
+    /// The supervisor's network namespace: a worker in another was given an empty one.
+    var hostNetworkNamespace: UInt64?
     /// Debug mode: it stays dumpable (a debugger may attach).
     var debuggable: Bool
     /// The supervisor's compiled filter for pid 1 of a namespace, with a listener.
@@ -58,6 +60,7 @@ struct SandboxPlan {
         socketFD = spec.socketFD
         notifyFD = spec.notifyFD
         keepsNotifyChannel = spec.peerLinks == true && spec.notifyFD != nil
+        hostNetworkNamespace = spec.hostNetworkNamespace
         uid = spec.uid
         gid = spec.gid
         if let why = getenv(Spawner.isolationRefusedVariable) {

@@ -203,6 +203,7 @@ import Testing
         full.peerLinks = true
         full.spinMicroseconds = 100
         full.standby = true
+        full.hostNetworkNamespace = 4_026_531_840
         try roundTrip(full)
         // Only what is required.
         try roundTrip(WorkerSpec(identifier: "p", version: "0.1.0", bundle: "/b", library: "/b/l.so", dataDirectory: "/d", supervisorPID: 1,
@@ -225,6 +226,7 @@ import Testing
             ("{\(base),\(sandbox.replacingOccurrences(of: #""enabled":true"#, with: #""enabled":1"#))}", "enabled is not true or false"),
             ("{\(base.replacingOccurrences(of: #""socketFD":3"#, with: #""socketFD":4294967296"#)),\(sandbox)}", "socketFD is not a 32-bit integer"),
             ("{\(base.replacingOccurrences(of: #""identifier":"p""#, with: #""identifier":5"#)),\(sandbox)}", "identifier is not a string"),
+            ("{\(base),\"hostNetworkNamespace\":-1,\(sandbox)}", "hostNetworkNamespace is not an unsigned integer"),
             ("{\(base),\(sandbox.replacingOccurrences(of: #""permissions":[]"#, with: #""permissions":["root"]"#))}", "unknown permission 'root'"),
             ("{\(base),\(sandbox.replacingOccurrences(of: #""required":[]"#, with: #""required":["moat"]"#))}", "unknown layer 'moat'"),
             ("{\(base),\(sandbox.replacingOccurrences(of: #""runtimePaths":[]"#, with: #""runtimePaths":"/x""#))}", "runtimePaths is not an array of strings"),

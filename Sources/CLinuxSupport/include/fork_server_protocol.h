@@ -11,6 +11,11 @@
 /* Flags of a request. */
 #define FS_ISOLATED 1u /* new user and PID namespaces (the worker is PID 1 of its own) */
 #define FS_NOTIFY 2u   /* a fourth descriptor: the worker's seccomp channel, descriptor 4 */
+/* With FS_ISOLATED: the worker may start in an empty network namespace the fork server made
+   ahead, while idle (SP_FORKSERVER_NETNS of them at most), instead of making one itself. It is
+   never the supervisor's and never another worker's; the worker tells by comparing it with the
+   supervisor's (WorkerSpec.hostNetworkNamespace) and unshares one itself when it was not given. */
+#define FS_EMPTY_NETWORK 4u
 
 /* supervisor -> fork server: start a worker. Followed by `env_bytes` bytes holding `env_count`
    NUL-terminated "NAME=value" strings (its whole environment); SCM_RIGHTS carries the protocol

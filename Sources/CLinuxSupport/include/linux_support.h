@@ -42,7 +42,7 @@ int cls_forkserver_read(int sock, int timeout_ms, struct fs_reply *out, char *me
    fork server said why in `message`, or the request did not fit: EMSGSIZE); a negative errno value
    when the channel failed (-ETIMEDOUT, -EPIPE, -EPROTO): the fork server must not be used again. */
 int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int notify_fd, int stdout_fd, int stderr_fd,
-                         int isolated, int timeout_ms, pid_t *pid, int *pidfd, int64_t *fork_us,
+                         int isolated, int empty_network, int timeout_ms, pid_t *pid, int *pidfd, int64_t *fork_us,
                          char *message, size_t message_len);
 
 /* waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG]) with the child's rusage. Returns 1 and fills the

@@ -33,6 +33,8 @@ public final class Supervisor: @unchecked Sendable {
     let preflightPIDs = Locked<Set<pid_t>>([])
     /// Folders of the Swift runtime the workers map (read-only in their sandbox).
     let runtimePaths: [String]
+    /// This process's network namespace (WorkerSpec.hostNetworkNamespace).
+    let networkNamespace = ProcessControl.networkNamespace()
 
     private(set) var router: Router!
     private(set) var lifecycle: Lifecycle!

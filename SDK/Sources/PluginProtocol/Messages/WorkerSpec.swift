@@ -69,6 +69,10 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     /// loads, for the frame `{"type":"load"}` on its protocol socket (`MessageKind.load`). At end of
     /// stream instead (the supervisor did not need it) it exits without a word.
     public var standby: Bool?
+    /// The supervisor's network namespace (the inode of its /proc/self/ns/net). A worker without
+    /// `network` that finds itself in another one was started in an empty one the fork server made
+    /// ahead (FS_EMPTY_NETWORK) and makes none of its own; in this one it unshares its own.
+    public var hostNetworkNamespace: UInt64?
     /// Sandbox policy input (docs/sandbox.md).
     public var sandbox: SandboxSpec
 

@@ -46,6 +46,7 @@ extension WorkerSpec {
             case "peerLinks": rest.peerLinks = try json.optional(value) { (r) throws(ReadingError) in try json.bool(r, key) }
             case "spinMicroseconds": rest.spinMicroseconds = try json.optional(value) { (r) throws(ReadingError) in try json.int(r, key) }
             case "standby": rest.standby = try json.optional(value) { (r) throws(ReadingError) in try json.bool(r, key) }
+            case "hostNetworkNamespace": rest.hostNetworkNamespace = try json.optional(value) { (r) throws(ReadingError) in try json.uint64(r, key) }
             case "sandbox": sandbox = try SandboxSpec(reading: json, value)
             default: break
             }
@@ -182,6 +183,11 @@ package struct JSONMembers {
 
     package func uint32(_ range: Range<Int>, _ key: String) throws(ReadingError) -> UInt32 {
         guard let value = UInt32(exactly: try int(range, key)) else { throw wrong(key, "an unsigned 32-bit integer") }
+        return value
+    }
+
+    package func uint64(_ range: Range<Int>, _ key: String) throws(ReadingError) -> UInt64 {
+        guard let value = JSONScanner.decodeUInt(bytes, range) else { throw wrong(key, "an unsigned integer") }
         return value
     }
 

@@ -203,7 +203,7 @@ extension Lifecycle {
 
     /// What the worker needs to know: its plugin, its folders and its sandbox.
     func workerSpec(_ m: Manifest, library: String, data: String, live: String, temp: String, notify: Bool) -> WorkerSpec {
-        WorkerSpec(
+        var spec = WorkerSpec(
             identifier: m.identifier, version: m.version.description, bundle: m.bundle, library: library,
             dataDirectory: data, liveDirectory: live, tempDirectory: temp, supervisorPID: getpid(), socketFD: 3,
             uid: getuid(), gid: getgid(), notifyFD: notify ? 4 : nil, maxFrameBytes: config.maxFrameBytes,
@@ -211,6 +211,9 @@ extension Lifecycle {
                                  permissions: m.permissions, required: config.requiredSandboxLayers,
                                  runtimePaths: supervisor.runtimePaths, debuggable: config.isDebugged(m.identifier) ? true : nil,
                                  seccompProgram: notify ? seccompProgram(network: m.permissions.contains(.network)) : nil))
+        // How the worker tells an empty network namespace the fork server made ahead from the host's.
+        if config.sandboxEnabled { spec.hostNetworkNamespace = supervisor.networkNamespace }
+        return spec
     }
 
     /// What its cgroup holds it to: the memory limits the sampler enforces too, at most

@@ -19,7 +19,9 @@ extension Lifecycle {
         guard config.workerStart == .forkServer, forkServer == nil, forkServerStarting == nil, !isShuttingDown else { return }
         let server: ForkServer
         do {
-            server = try ForkServer.launch(executable: config.forkServerExecutable, library: config.workerLibrary)
+            // Sandboxed workers without `network` each get a network namespace: it makes two ahead.
+            server = try ForkServer.launch(executable: config.forkServerExecutable, library: config.workerLibrary,
+                                           emptyNetworks: config.sandboxEnabled ? Self.emptyNetworksAhead : 0)
         } catch {
             workerStartProblem = "the fork server could not start: \(error); workers are exec'd"
             logger.warning("\(workerStartProblem!)")
@@ -64,6 +66,10 @@ extension Lifecycle {
         }
     }
 
+    /// Empty network namespaces the fork server keeps made (docs/sandbox.md, "The fork server"):
+    /// enough for a crash's restart and one more, not so many that idle ones cost kernel memory.
+    static let emptyNetworksAhead = 2
+
     /// How long the first spawn waits for a launched fork server to load the worker's code (it takes
     /// about 5 ms in a release build, 30 ms in a debug build).
     static let forkServerReadyTimeoutMs: Int32 = 5_000
@@ -96,11 +102,13 @@ extension Lifecycle {
     /// (`workerStartProblem`), as it was at its spawn.
     func spawnProcess(_ manifest: Manifest, environment: [String], notify: Bool, problem: inout String?) throws(SystemError) -> SpawnedChild {
         let isolated = config.sandboxEnabled
+        // A worker that is to have a network namespace of its own may start in one made ahead.
+        let emptyNetwork = isolated && !manifest.permissions.contains(.network)
         problem = nil
         if let server = readyForkServer() {
             do {
                 return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment,
-                                         notifyChannel: notify, isolated: isolated, forkServer: server)
+                                         notifyChannel: notify, isolated: isolated, emptyNetwork: emptyNetwork, forkServer: server)
             } catch {
                 if server.isBroken {
                     // It is ended and reaped by the watcher, which starts another.
