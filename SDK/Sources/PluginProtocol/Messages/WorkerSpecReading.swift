@@ -125,20 +125,30 @@ package struct JSONMembers {
 
     package typealias ReadingError = JSONReadingError
 
+    /// A value's place in `bytes`, kept in arrays as a plain struct: an array of `Range<Int>` (or of
+    /// tuples holding one) makes the Swift runtime instantiate that type by name and check
+    /// `Int: Comparable`, and a fresh process's first such check scans every protocol conformance
+    /// record of every loaded library (~0.1 ms of a worker's start, seen in `perf`).
+    struct Span {
+        let lower: Int, upper: Int
+        var range: Range<Int> { lower..<upper }
+    }
+
     /// Calls `member` with each key and its value's range in the object at `range`.
     package func members(of range: Range<Int>, _ what: String, _ member: (String, Range<Int>) throws(ReadingError) -> Void) throws(ReadingError) {
         let base = range.lowerBound
-        var found: [(String, Range<Int>)] = []
+        var keys: [String] = []
+        var values: [Span] = []
         var scanner = JSONScanner(UnsafeRawBufferPointer(rebasing: bytes[range]))
         do {
             try scanner.scanObject { key, value in
-                found.append((String(decoding: UnsafeRawBufferPointer(rebasing: bytes[(base + key.lowerBound)..<(base + key.upperBound)]), as: UTF8.self),
-                              (base + value.lowerBound)..<(base + value.upperBound)))
+                keys.append(String(decoding: UnsafeRawBufferPointer(rebasing: bytes[(base + key.lowerBound)..<(base + key.upperBound)]), as: UTF8.self))
+                values.append(Span(lower: base + value.lowerBound, upper: base + value.upperBound))
             }
         } catch {
             throw ReadingError(description: "\(what) is not a valid JSON object: \(error)")
         }
-        for (key, value) in found { try member(key, value) }
+        for i in keys.indices { try member(keys[i], values[i].range) }
     }
 
     /// `value`, read earlier from the member `key`; that it is missing is an error.
@@ -192,17 +202,17 @@ package struct JSONMembers {
     }
 
     package func strings(_ range: Range<Int>, _ key: String) throws(ReadingError) -> [String] {
-        var ranges: [Range<Int>] = []
+        var ranges: [Span] = []
         let base = range.lowerBound
         var scanner = JSONScanner(UnsafeRawBufferPointer(rebasing: bytes[range]))
         do {
-            try scanner.scanArray { value in ranges.append((base + value.lowerBound)..<(base + value.upperBound)) }
+            try scanner.scanArray { value in ranges.append(Span(lower: base + value.lowerBound, upper: base + value.upperBound)) }
         } catch {
             throw wrong(key, "an array of strings")
         }
         var out: [String] = []
         out.reserveCapacity(ranges.count)
-        for r in ranges { out.append(try string(r, key)) }
+        for r in ranges { out.append(try string(r.range, key)) }
         return out
     }
 
