@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -669,4 +670,24 @@ int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int notify
     *pid = r.pid;
     *pidfd = (int)fd;
     return 0;
+}
+
+struct loaded_objects { char *buf; size_t len, at; };
+
+static int add_loaded_object(struct dl_phdr_info *info, size_t size, void *context) {
+    (void)size;
+    struct loaded_objects *out = context;
+    if (!info->dlpi_name || !info->dlpi_name[0]) return 0;
+    size_t n = strlen(info->dlpi_name);
+    if (out->at + n + 1 > out->len) return 1;
+    memcpy(out->buf + out->at, info->dlpi_name, n);
+    out->buf[out->at + n] = '\n';
+    out->at += n + 1;
+    return 0;
+}
+
+size_t cls_loaded_objects(char *buf, size_t len) {
+    struct loaded_objects out = { buf, len, 0 };
+    dl_iterate_phdr(add_loaded_object, &out);
+    return out.at;
 }

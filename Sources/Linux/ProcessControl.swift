@@ -36,6 +36,15 @@ public enum ProcessControl {
         return stat("/proc/\(pid)/ns/net", &st) == 0 ? UInt64(st.st_ino) : nil
     }
 
+    /// The paths of the shared objects loaded in this process, as the dynamic loader names them.
+    public static func loadedObjects() -> [String] {
+        var buffer = [CChar](repeating: 0, count: 64 << 10)
+        let count = cls_loaded_objects(&buffer, buffer.count)
+        return buffer.withUnsafeBytes { raw in
+            raw.prefix(count).split(separator: UInt8(ascii: "\n")).map { String(decoding: $0, as: UTF8.self) }
+        }
+    }
+
     /// CLOCK_MONOTONIC in nanoseconds.
     public static func monotonicNanoseconds() -> Int64 { cls_monotonic_ns() }
 

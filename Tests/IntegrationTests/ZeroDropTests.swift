@@ -133,7 +133,25 @@ struct ZeroDropTests {
         let callers = Callers(socket: sv.socket, target: "z.app", count: 2)
         try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 }
         let install = Background { try sv.cli("install", archives["2.0.0"]!) }
-        let next = try sv.waitFor(timeout: 30, "2.0.0 starting beside 1.0.0") { try sv.plugin("z.app").updating }
+        // What each status poll answered, for the failure message: once more in a full-suite run
+        // (2026-11-24) the polls missed the new version's whole 10 s start-up.
+        var polls: [String] = []
+        let started = Date()
+        let next: PluginStatus.Updating
+        do {
+            next = try sv.waitFor(timeout: 30, "2.0.0 starting beside 1.0.0") {
+                let asked = Date()
+                let r = try sv.cli("status", "--json")
+                let ms = { (from: Date, to: Date) in Int(to.timeIntervalSince(from) * 1000) }
+                polls.append("at \(ms(started, asked)) ms, took \(ms(asked, Date())) ms, exit \(r.code): \(r.out.prefix(400))\(r.err)")
+                guard r.code == 0, let all = try? JSONDecoder().decode([PluginStatus].self, from: Data(r.out.utf8)) else { return nil }
+                return all.first { $0.identifier == "z.app" }?.updating
+            }
+        } catch {
+            let seen: String = "status polls:\n" + polls.joined(separator: "\n")
+            Issue.record(Comment(rawValue: seen))
+            throw error
+        }
         // A reload meanwhile sees 2.0.0's files on disk, and leaves them to the update.
         let reload = try sv.cli("reload")
         #expect(reload.code == 0 && reload.out.contains(#""changed":0"#), "\(reload.out)\(reload.err)")

@@ -83,6 +83,9 @@ int64_t cls_monotonic_ns(void);
 int32_t cls_thread_id(void);
 /* Number of threads of this process (/proc/self/stat field 20), or -errno. */
 int cls_thread_count(void);
+/* The paths of the shared objects loaded in this process, as the dynamic loader has them
+   (dl_iterate_phdr), one a line in `buf`, cut at `len`; returns the bytes written. */
+size_t cls_loaded_objects(char *buf, size_t len);
 
 /* ---- signals ---- */
 

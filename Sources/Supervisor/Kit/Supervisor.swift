@@ -89,6 +89,11 @@ public final class Supervisor: @unchecked Sendable {
     private func serve(onReady: @escaping @Sendable (String) -> Void) throws(SupervisorError) {
         LifecycleSignals.block()
         try? ProcessControl.setNotDumpable()
+        // The fork server first of all: it loads the worker's code (~3 ms) while the supervisor
+        // takes its home, scans the plugin folders and binds its sockets (Lifecycle/WorkerStart.swift).
+        // Should the home turn out to be another supervisor's, it ends with this process.
+        do { watcher = try ChildWatcher() } catch { throw .home(config.home, "cannot watch workers: \(error)") }
+        _ = try? loop.submit { self.lifecycle.startForkServer() }.wait()
         try prepareHome()
         let lock: HomeLock
         do { lock = try HomeLock(home: config.home) } catch {
@@ -100,9 +105,6 @@ public final class Supervisor: @unchecked Sendable {
         defer { withExtendedLifetime(lock) {} }
         // An install interrupted by a crash left its staging folder; the bundles are complete.
         installs.store.cleanLeftovers()
-        do { watcher = try ChildWatcher() } catch { throw .home(config.home, "cannot watch workers: \(error)") }
-        // The fork server loads the worker's code meanwhile (Lifecycle/WorkerStart.swift).
-        _ = try? loop.submit { self.lifecycle.startForkServer() }.wait()
         if config.sandboxEnabled {
             if config.workerCgroups {
                 (cgroups, cgroupsMissing) = CgroupTree.detect()
