@@ -29,11 +29,11 @@ public enum ProcessControl {
     /// CLOCK_MONOTONIC in microseconds (the same clock NIODeadline and DispatchTime read).
     public static func monotonicMicroseconds() -> Int64 { cls_monotonic_us() }
 
-    /// Which network namespace `pid`'s is (the inode of its /proc/<pid>/ns/net, unique among the
-    /// namespaces alive), or nil when /proc does not say.
-    public static func networkNamespace(of pid: String = "self") -> UInt64? {
+    /// Which network namespace this process is in (the inode of /proc/self/ns/net, unique among
+    /// the namespaces alive), or nil when /proc does not say.
+    public static func networkNamespace() -> UInt64? {
         var st = stat()
-        return stat("/proc/\(pid)/ns/net", &st) == 0 ? UInt64(st.st_ino) : nil
+        return stat("/proc/self/ns/net", &st) == 0 ? UInt64(st.st_ino) : nil
     }
 
     /// The paths of the shared objects loaded in this process, as the dynamic loader names them.
