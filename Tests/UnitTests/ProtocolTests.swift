@@ -74,7 +74,7 @@ import Testing
     @Test func helloWrittenByHandDecodes() throws {
         let full = HelloMessage(abi: 1, pid: 4_000_000, plugin: "com.example.q\"uote", version: "1.2.3-beta+é",
                                 sandbox: ["seccomp", "landlock"], sandboxMissing: ["cgroup: no \"group\"\nhere", "é\u{1}"],
-                                timings: ["loadUs": 912, "sandbox.specUs": 0, "startedAtUs": 9_123_456_789_012])
+                                timings: ["loadUs": 912, "sandbox.specUs": 0, "startedAtUs": 9_123_456_789_012, "skewUs": -42, "lowest": Int.min])
         let bare = HelloMessage(abi: 1, pid: 7, plugin: "p", version: "0.1.0", sandbox: [], sandboxMissing: nil, timings: [:])
         for hello in [full, bare] {
             let frame = hello.frame()

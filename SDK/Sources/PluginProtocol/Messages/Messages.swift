@@ -38,24 +38,14 @@ extension HelloMessage {
     /// supervisor with `ProtocolJSON` as any other (ProtocolTests round-trips it).
     public func frame() -> [UInt8] {
         var b = FrameBuilder(kind: .hello, capacity: 640)
-        b.raw("protocol", Array(String(`protocol`).utf8))
+        b.int("protocol", `protocol`)
         b.uint("abi", UInt64(abi))
-        b.raw("pid", Array(String(pid).utf8))
+        b.int("pid", Int(pid))
         b.string("plugin", plugin)
         b.string("version", version)
         if let sandbox { b.strings("sandbox", sandbox) }
         if let sandboxMissing { b.strings("sandboxMissing", sandboxMissing) }
-        if let timings {
-            var out: [UInt8] = [UInt8(ascii: "{")]
-            for (i, (key, value)) in timings.sorted(by: { $0.key < $1.key }).enumerated() {
-                if i > 0 { out.append(UInt8(ascii: ",")) }
-                out += JSONEscaping.quoted(key)
-                out.append(UInt8(ascii: ":"))
-                out += Array(String(value).utf8)
-            }
-            out.append(UInt8(ascii: "}"))
-            b.raw("timings", out)
-        }
+        if let timings { b.object("timings", members: timings.sorted { $0.key < $1.key }.map { ($0.key, .int($0.value)) }) }
         return b.finish()
     }
 }

@@ -51,6 +51,18 @@ public struct FrameEncoder<Sink: FrameSink> {
     @inlinable
     public mutating func uint(_ key: StaticString, _ value: UInt64) {
         appendKey(key)
+        appendUInt(value)
+    }
+
+    /// Appends `"key": <value>`, negative or not.
+    @inlinable
+    public mutating func int(_ key: StaticString, _ value: Int) {
+        appendKey(key)
+        appendInt(value)
+    }
+
+    @inlinable
+    mutating func appendUInt(_ value: UInt64) {
         if value == 0 { sink.append(byte: UInt8(ascii: "0")); return }
         var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for 20 digits
         var n = value
@@ -59,6 +71,12 @@ public struct FrameEncoder<Sink: FrameSink> {
             while n > 0 { d[23 - count] = UInt8(n % 10) + 0x30; n /= 10; count += 1 }
             sink.append(bytes: UnsafeRawBufferPointer(rebasing: d[(24 - count)...]))
         }
+    }
+
+    @inlinable
+    mutating func appendInt(_ value: Int) {
+        if value < 0 { sink.append(byte: UInt8(ascii: "-")) }
+        appendUInt(UInt64(value.magnitude))
     }
 
     @inlinable
@@ -97,10 +115,23 @@ public struct FrameEncoder<Sink: FrameSink> {
         sink.append(byte: UInt8(ascii: "}"))
     }
 
-    /// Appends `"key": {...}`: a flat object of strings and string lists (event payloads), escaped.
+    /// Appends `"key": {...}`: a flat object of strings, string lists and integers (event
+    /// payloads), escaped, its members in the order given.
     @inlinable
     public mutating func object(_ key: StaticString, _ members: KeyValuePairs<String, FlatJSON>) {
         appendKey(key)
+        appendObject(members)
+    }
+
+    /// The same, with members made at run time (a literal reads better as `KeyValuePairs`).
+    @inlinable
+    public mutating func object(_ key: StaticString, members: [(key: String, value: FlatJSON)]) {
+        appendKey(key)
+        appendObject(members)
+    }
+
+    @inlinable
+    mutating func appendObject<Members: Sequence>(_ members: Members) where Members.Element == (key: String, value: FlatJSON) {
         sink.append(byte: UInt8(ascii: "{"))
         var firstMember = true
         for (k, v) in members {
@@ -110,6 +141,7 @@ public struct FrameEncoder<Sink: FrameSink> {
             switch v {
             case .string(let text): appendString(text)
             case .strings(let list): appendStrings(list)
+            case .int(let number): appendInt(number)
             }
         }
         sink.append(byte: UInt8(ascii: "}"))
@@ -171,6 +203,7 @@ extension FrameEncoder {
 public enum FlatJSON: Sendable {
     case string(String)
     case strings([String])
+    case int(Int)
 }
 
 /// The encoder most code uses: a frame in a fresh byte array.
