@@ -19,6 +19,21 @@ public final class BlockingConnection: Sendable {
     /// How long `receive` polls before it sleeps (reader state too): see `pollBeforeSleeping`.
     private nonisolated(unsafe) var spin = SpinWindow(maxNanoseconds: 0)
     private let closed = Atomic<Bool>(false)
+    /// The reading thread, when it holds its own writes back while it delivers the frames of one
+    /// read (`holdWritesWhileDelivering`); 0: nobody's writes are held.
+    private let holdingThread = Atomic<UInt>(0)
+    /// Frames the reading thread wrote while delivering, not sent yet, and when the first of them
+    /// was held (`monotonicNanoseconds`). Guarded by `sendLock`.
+    private nonisolated(unsafe) var held: [UInt8] = []
+    private nonisolated(unsafe) var heldSince: Int64 = 0
+
+    /// Held writes go out together once this many bytes wait.
+    static let heldBytesLimit = 64 * 1024
+    /// … or, at the latest, before the next frame is delivered once the first has waited this long
+    /// (a slow handler still delays the replies before it in the same read by its own run).
+    public static let heldNanosecondsLimit: Int64 = 200_000
+    /// This connection's limit (reader state, set by `holdWritesWhileDelivering`).
+    private nonisolated(unsafe) var heldLimit = BlockingConnection.heldNanosecondsLimit
 
     /// Takes ownership of `fd`, a connected stream socket.
     public init(fd: Int32, maxBody: Int = Frame.defaultMaxBody) {
@@ -31,6 +46,25 @@ public final class BlockingConnection: Sendable {
     /// the reading thread, before or between its `receive`s.
     public func pollBeforeSleeping(microseconds: Int) {
         spin = SpinWindow(maxNanoseconds: microseconds * 1000)
+    }
+
+    /// From now on, what the calling thread (the one that calls `receive`) writes while it
+    /// delivers frames is held and sent in one write once the frames of that read are delivered,
+    /// before it reads (or polls) again, so a burst of calls answered on the reading thread costs
+    /// one system call and one wake-up of the peer instead of one per reply. Other threads' writes
+    /// are not held; one that comes while frames are held sends them first, in the same write, so
+    /// the order of frames on the socket is the order they were written. Held frames go out
+    /// earlier when 64 KiB wait, or before the next delivery once the first has waited `limit`
+    /// (200 µs by default).
+    public func holdWritesWhileDelivering(atMostNanoseconds limit: Int64 = BlockingConnection.heldNanosecondsLimit) {
+        heldLimit = limit
+        holdingThread.store(UInt(bitPattern: Int(bitPattern: pthread_self())), ordering: .relaxed)
+    }
+
+    /// Whether the caller's writes are held (it is the reading thread, and holding is on).
+    private var callerHolds: Bool {
+        let holder = holdingThread.load(ordering: .relaxed)
+        return holder != 0 && holder == UInt(bitPattern: Int(bitPattern: pthread_self()))
     }
 
     /// Connects to the Unix socket at `path`.
@@ -61,15 +95,7 @@ public final class BlockingConnection: Sendable {
 
     /// Writes one whole frame (length prefix included). Thread-safe; frames never interleave.
     public func sendFrame(_ frame: UnsafeRawBufferPointer) throws(SystemError) {
-        try sendLock.withLock { () throws(SystemError) in
-            var offset = 0
-            while offset < frame.count {
-                let n = try syscallRetrying("write", context: "socket \(fd)") {
-                    Glibc.send(fd, frame.baseAddress! + offset, frame.count - offset, Int32(MSG_NOSIGNAL))
-                }
-                offset += n
-            }
-        }
+        try send(frame, UnsafeRawBufferPointer(start: nil, count: 0))
     }
 
     public func sendFrame(_ frame: [UInt8]) throws(SystemError) {
@@ -82,32 +108,86 @@ public final class BlockingConnection: Sendable {
     /// Frames `body` and sends it.
     public func sendBody(_ body: UnsafeRawBufferPointer) throws(SystemError) {
         var header: UInt32 = UInt32(body.count).bigEndian
+        try withUnsafeBytes(of: &header) { (prefix) throws(SystemError) in try send(prefix, body) }
+    }
+
+    /// Sends the frame made of `head` and `tail` (or holds it, for the reading thread while it
+    /// delivers), after any frames held before it.
+    private func send(_ head: UnsafeRawBufferPointer, _ tail: UnsafeRawBufferPointer) throws(SystemError) {
+        let holds = callerHolds
         try sendLock.withLock { () throws(SystemError) in
-            var iov = [
-                iovec(iov_base: withUnsafeMutableBytes(of: &header) { $0.baseAddress }, iov_len: 4),
-                iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress), iov_len: body.count),
-            ]
-            var remaining = body.count + 4
-            var first = 0
-            while remaining > 0 {
-                let n = try iov.withUnsafeMutableBufferPointer { iovs throws(SystemError) in
-                    var msg = msghdr()
-                    msg.msg_iov = iovs.baseAddress! + first
-                    msg.msg_iovlen = iovs.count - first
-                    return try syscallRetrying("sendmsg", context: "socket \(fd)") { sendmsg(fd, &msg, Int32(MSG_NOSIGNAL)) }
-                }
-                remaining -= n
-                iov.withUnsafeMutableBufferPointer { advance($0, first: &first, by: n) }
+            if holds {
+                if held.isEmpty { heldSince = ProcessControl.monotonicNanoseconds() }
+                held.append(contentsOf: head)
+                held.append(contentsOf: tail)
+                if held.count >= Self.heldBytesLimit { try writeHeld() }
+            } else {
+                try writeHeld(head, tail)
             }
-            withExtendedLifetime(header) {}
+        }
+    }
+
+    /// Writes the held frames, then `head` and `tail`, with one `sendmsg` where the socket takes
+    /// them all (under `sendLock`). The held frames are gone afterwards, written or not: after a
+    /// failed write the stream is broken anyway.
+    private func writeHeld(_ head: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0),
+                           _ tail: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0)) throws(SystemError) {
+        defer { if !held.isEmpty { held.removeAll(keepingCapacity: held.capacity <= Self.heldBytesLimit * 2) } }
+        let written: Result<Void, SystemError> = held.withUnsafeBytes { pending in
+            do throws(SystemError) { try write(pending, head, tail); return .success(()) } catch { return .failure(error) }
+        }
+        try written.get()
+    }
+
+    /// Writes `a`, `b` and `c` (any of them empty) with `sendmsg`, until all are written.
+    private func write(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer, _ c: UnsafeRawBufferPointer) throws(SystemError) {
+        var iov = (iovec(), iovec(), iovec())
+        var count = 0
+        withUnsafeMutableBytes(of: &iov) { raw in
+            let vectors = raw.bindMemory(to: iovec.self)
+            func add(_ part: UnsafeRawBufferPointer) {
+                guard part.count > 0 else { return }
+                vectors[count] = iovec(iov_base: UnsafeMutableRawPointer(mutating: part.baseAddress), iov_len: part.count)
+                count += 1
+            }
+            add(a)
+            add(b)
+            add(c)
+        }
+        var remaining = a.count + b.count + c.count
+        var first = 0
+        while remaining > 0 {
+            let n = try withUnsafeMutableBytes(of: &iov) { (raw) throws(SystemError) in
+                let vectors = raw.bindMemory(to: iovec.self)
+                var msg = msghdr()
+                msg.msg_iov = vectors.baseAddress! + first
+                msg.msg_iovlen = count - first
+                let n = try syscallRetrying("sendmsg", context: "socket \(fd)") { sendmsg(fd, &msg, Int32(MSG_NOSIGNAL)) }
+                advance(UnsafeMutableBufferPointer(rebasing: vectors[0..<count]), first: &first, by: n)
+                return n
+            }
+            remaining -= n
+        }
+    }
+
+    /// Sends what the reading thread holds: before it reads, or when the first held frame has
+    /// waited too long (`force` false).
+    private func flushHeld(force: Bool) throws(SystemError) {
+        try sendLock.withLock { () throws(SystemError) in
+            guard !held.isEmpty else { return }
+            if !force, ProcessControl.monotonicNanoseconds() - heldSince < heldLimit { return }
+            try writeHeld()
         }
     }
 
     /// Blocks until one frame arrives and calls `body` with its bytes; returns nil at end of stream.
     /// Throws on a read error or an invalid frame header. Call from one thread at a time.
     public func receive<R>(_ body: (UnsafeRawBufferPointer) throws -> R) throws -> R? {
+        let holds = holdingThread.load(ordering: .relaxed) != 0
         while true {
+            if holds, decoder.bufferedCount > 0 { try flushHeld(force: false) }
             if let r = try decoder.next(body) { return r }
+            if holds { try flushHeld(force: true) }
             let n = try readPolling()
             if n == 0 {
                 if decoder.bufferedCount > 0 { throw SystemError(call: "read", errno: EPIPE, context: "truncated frame on socket \(fd)") }

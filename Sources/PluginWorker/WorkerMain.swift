@@ -103,6 +103,9 @@ public func workerMain() -> Int32 {
     links?.start(host: host)
 
     // The I/O loop: ping is answered here, so a plugin that blocks its receive stops answering pings.
+    // What this thread writes while it delivers the frames of one read (sync handlers' replies,
+    // pongs) goes out in one write before it reads again (BlockingConnection).
+    connection.holdWritesWhileDelivering()
     do {
         while try connection.receive({ body -> Bool in
             if body.count < 40, let env = try? Envelope.parse(body), env.kind == .ping {

@@ -170,6 +170,89 @@ import Testing
         while let body = try reader.receive({ String(decoding: $0, as: UTF8.self) }) { got.append(body) }
         #expect(got == (0..<200).map { "{\"n\":\($0)}" })
     }
+
+    /// The worker's reading thread holds what it writes while it delivers the frames of one read,
+    /// and sends it in one write before it reads again; another thread's frame goes out at once,
+    /// after the held ones; the end of the stream sends what is held.
+    @Test func heldWritesGoOutTogetherInOrder() throws {
+        let (worker, peer) = try HeldPair.make(limit: 60_000_000_000)
+        // Five requests in one write: five replies (echoes), held until the reader reads again.
+        try peer.send((0..<5).flatMap { [UInt8].frame(body: HeldPair.body($0)) })
+        for _ in 0..<5 { _ = try worker.receive { request in try worker.sendBody(request) } }
+        #expect(peer.waiting().isEmpty, "the reader's replies went out before it read again")
+        // Another thread's frame sends the held ones first, in the same write, in order.
+        let other = Thread { try? worker.sendFrame([UInt8].frame(body: HeldPair.body(99))) }
+        other.start()
+        peer.awaitReadable()
+        #expect(peer.waiting() == (0..<5).map { HeldPair.text($0) } + [HeldPair.text(99)])
+        // The end of the stream: what is held goes out before the reader's last read.
+        try peer.send([UInt8].frame(body: HeldPair.body(7)))
+        _ = try worker.receive { request in try worker.sendBody(request) }
+        peer.endWriting()
+        #expect(try worker.receive({ _ in true }) == nil)
+        #expect(peer.waiting() == [HeldPair.text(7)])
+    }
+
+    /// A held reply waits at most the limit: the next delivery of the same read sends it first.
+    @Test func heldWritesWaitAtMostTheLimit() throws {
+        let (worker, peer) = try HeldPair.make(limit: 1_000)
+        try peer.send([UInt8].frame(body: HeldPair.body(5)) + [UInt8].frame(body: HeldPair.body(6)))
+        _ = try worker.receive { request in
+            try worker.sendBody(request)
+            usleep(2_000)  // a slow handler: longer than the limit
+        }
+        var atSecond: [String] = []
+        _ = try worker.receive { _ in atSecond = peer.waiting() }
+        #expect(atSecond == [HeldPair.text(5)])
+    }
+}
+
+/// The raw peer of a worker-side connection that holds its reading thread's writes.
+final class HeldPair {
+    let fd: Int32
+
+    init(fd: Int32) { self.fd = fd }
+    deinit { close(fd) }
+
+    static func body(_ i: Int) -> [UInt8] { Array(text(i).utf8) }
+    static func text(_ i: Int) -> String { "{\"n\":\(i)}" }
+
+    /// The worker's connection (holding the calling thread's writes up to `limit` ns) and its peer.
+    static func make(limit: Int64) throws -> (BlockingConnection, HeldPair) {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0)
+        let worker = BlockingConnection(fd: fds[0])
+        worker.holdWritesWhileDelivering(atMostNanoseconds: limit)
+        return (worker, HeldPair(fd: fds[1]))
+    }
+
+    func send(_ bytes: [UInt8]) throws {
+        #expect(bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } == bytes.count)
+    }
+
+    /// Waits (up to 10 s) until something can be read.
+    func awaitReadable() {
+        var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        _ = poll(&ready, 1, 10_000)
+    }
+
+    func endWriting() { _ = shutdown(fd, Int32(SHUT_WR)) }
+
+    /// The frame bodies that can be read without waiting.
+    func waiting() -> [String] {
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = recv(fd, &chunk, chunk.count, Int32(MSG_DONTWAIT))
+            if n <= 0 { break }
+            bytes += chunk[0..<n]
+        }
+        var decoder = FrameDecoder(maxBody: 1 << 20)
+        bytes.withUnsafeBytes { decoder.append($0) }
+        var bodies: [String] = []
+        while let b = try? decoder.next({ String(decoding: $0, as: UTF8.self) }) { bodies.append(b) }
+        return bodies
+    }
 }
 
 /// The worker reads its spec by hand (WorkerSpec(reading:)); the supervisor writes it with
