@@ -376,6 +376,9 @@ final class Background<T: Sendable>: @unchecked Sendable {
         thread.start()
     }
 
+    /// What the work came to, if it has finished (without waiting).
+    var finished: Result<T, any Error>? { lock.withLock { result } }
+
     func wait(timeout: TimeInterval = 60) throws -> T {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {

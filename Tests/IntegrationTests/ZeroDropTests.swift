@@ -55,10 +55,11 @@ struct ZeroDropTests {
     }
 
     /// Waits for z.app's new version to be starting beside the old one (`status`'s `updating`). On
-    /// a timeout the failure also lists what each `status` poll answered and how long it took: in
-    /// full-suite runs on this 2-core machine the polls have missed a whole start-up window now and
-    /// then (a 10 s one once, a 1 s one under the thread sanitizer; cause not found yet).
-    private func startingBeside(_ sv: RunningSupervisor) throws -> PluginStatus.Updating {
+    /// a timeout the failure also lists what each `status` poll answered and how long it took,
+    /// what the `install` came to if it has finished, and the supervisor's log: in full-suite runs
+    /// on this 2-core machine the polls have missed a whole start-up window now and then (a 10 s
+    /// one once, a 1 s one under the thread sanitizer; cause not found yet).
+    private func startingBeside(_ sv: RunningSupervisor, install: Background<Shell.Result>) throws -> PluginStatus.Updating {
         var polls: [String] = []
         let started = Date()
         do {
@@ -73,7 +74,13 @@ struct ZeroDropTests {
                 return app.updating
             }
         } catch {
-            let seen: String = "status polls:\n" + polls.joined(separator: "\n")
+            var seen: String = "status polls:\n" + polls.joined(separator: "\n")
+            switch install.finished {
+            case nil: seen += "\nthe install has not finished"
+            case .success(let r)?: seen += "\nthe install ended with exit \(r.code): \(r.out.prefix(400)) \(r.err.prefix(2000))"
+            case .failure(let e)?: seen += "\nthe install failed to run: \(e)"
+            }
+            seen += "\nthe supervisor's log:\n" + sv.log.suffix(6000)
             Issue.record(Comment(rawValue: seen))
             throw error
         }
@@ -120,7 +127,7 @@ struct ZeroDropTests {
         try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 && linked.tally.seen.ok > 50 }
         try sv.waitUntil("z.user linked to z.app") { try sv.plugin("z.user").links == ["z.app"] }
         let install = Background { try sv.cli("install", archives["2.0.0"]!) }
-        let next = try startingBeside(sv)
+        let next = try startingBeside(sv, install: install)
         #expect(next.version == "2.0.0" && next.pid != oldPID)
         // While 2.0.0 starts, 1.0.0's worker answers: calls keep coming back, and it still serves.
         try callers.waitForMore(sv, "calls answered while 2.0.0 starts")
@@ -158,7 +165,7 @@ struct ZeroDropTests {
         let callers = Callers(socket: sv.socket, target: "z.app", count: 2)
         try sv.waitUntil("calls flowing") { callers.tally.seen.ok > 50 }
         let install = Background { try sv.cli("install", archives["2.0.0"]!) }
-        let next = try startingBeside(sv)
+        let next = try startingBeside(sv, install: install)
         // A reload meanwhile sees 2.0.0's files on disk, and leaves them to the update.
         let reload = try sv.cli("reload")
         #expect(reload.code == 0 && reload.out.contains(#""changed":0"#), "\(reload.out)\(reload.err)")
@@ -184,7 +191,7 @@ struct ZeroDropTests {
         let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "3000"]])
         let oldPID = try #require(try sv.plugin("z.app").pid)
         let install = Background { try sv.cli("install", archives["2.0.0"]!) }
-        let next = try startingBeside(sv)
+        let next = try startingBeside(sv, install: install)
         sv.signal(SIGTERM)
         #expect(try sv.waitForExit() == 0)
         let r = try install.wait()
@@ -197,7 +204,7 @@ struct ZeroDropTests {
     func oldCrashesDuringUpdate() throws {
         let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-delay-ms": "1000"]])
         let install = Background { try sv.cli("install", archives["2.0.0"]!) }
-        let next = try startingBeside(sv)
+        let next = try startingBeside(sv, install: install)
         let crash = try sv.cli("call", "z.app", "crash", #"{"how":"segv"}"#)
         #expect(crash.code != 0)
         try sv.waitUntil("the plugin waiting for 2.0.0") { try sv.plugin("z.app").state == "restarting" }
