@@ -61,6 +61,12 @@ public final class BlockingConnection: Sendable {
         holdingThread.store(UInt(bitPattern: Int(bitPattern: pthread_self())), ordering: .relaxed)
     }
 
+    /// Sends what is held and holds nothing from now on (the reading thread, once it reads no more).
+    public func stopHolding() {
+        holdingThread.store(0, ordering: .relaxed)
+        try? flushHeld(force: true)
+    }
+
     /// Whether the caller's writes are held (it is the reading thread, and holding is on).
     private var callerHolds: Bool {
         let holder = holdingThread.load(ordering: .relaxed)
@@ -185,9 +191,10 @@ public final class BlockingConnection: Sendable {
     public func receive<R>(_ body: (UnsafeRawBufferPointer) throws -> R) throws -> R? {
         let holds = holdingThread.load(ordering: .relaxed) != 0
         while true {
-            if holds, decoder.bufferedCount > 0 { try flushHeld(force: false) }
+            // A held write that fails means the peer is gone: the read below says so.
+            if holds, decoder.bufferedCount > 0 { try? flushHeld(force: false) }
             if let r = try decoder.next(body) { return r }
-            if holds { try flushHeld(force: true) }
+            if holds { try? flushHeld(force: true) }
             let n = try readPolling()
             if n == 0 {
                 if decoder.bufferedCount > 0 { throw SystemError(call: "read", errno: EPIPE, context: "truncated frame on socket \(fd)") }

@@ -126,7 +126,9 @@ public func workerMain() -> Int32 {
         let line = "plugin-worker[\(spec.identifier)]: protocol socket failed: \(error)\n"
         _ = line.withCString { write(2, $0, strlen($0)) }
     }
-    // The supervisor closed the socket (shutdown, or it died): destroy the plugin and exit.
+    // The supervisor closed the socket (shutdown, or it died): destroy the plugin and exit. What
+    // `destroy` sends is not held (it could only fail, but it must not wait for a read).
+    connection.stopHolding()
     host.destroy()
     exit(0)
 }
