@@ -59,7 +59,7 @@ let package = Package(
         // pidfds), signals, prctl.
         .target(name: "LinuxSupport", dependencies: ["CLinuxSupport"], path: "Sources/Linux"),
         // Blocking framed connections (worker, CLI, installer preflight).
-        .target(name: "IPC", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "LinuxSupport"], path: "Sources/IPC"),
+        .target(name: "IPC", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "CLinuxSupport", "LinuxSupport"], path: "Sources/IPC"),
         // Plugin bundles on disk: manifests, versions, the dependency graph, variants, the bundle
         // store, the home lock, the installer's request and answer. Shared by the supervisor and the
         // installer; links no SwiftNIO.

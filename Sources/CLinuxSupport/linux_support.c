@@ -466,6 +466,59 @@ int cls_send_lock_acquire_from_signal(cls_send_lock *lock, int timeout_ms) {
     }
 }
 
+int cls_send_lock_hold(cls_send_lock *lock, const void *a, size_t a_len, const void *b, size_t b_len) {
+    size_t need = lock->held_len + a_len + b_len;
+    if (need > lock->held_capacity) {
+        size_t capacity = lock->held_capacity ? lock->held_capacity : 4096;
+        while (capacity < need) capacity *= 2;
+        uint8_t *grown = realloc(lock->held, capacity);
+        if (!grown) return -ENOMEM;
+        lock->held = grown;
+        lock->held_capacity = capacity;
+    }
+    if (a_len) memcpy(lock->held + lock->held_len, a, a_len);
+    if (b_len) memcpy(lock->held + lock->held_len + a_len, b, b_len);
+    lock->held_len = need;
+    return 0;
+}
+
+void cls_send_lock_write_held(cls_send_lock *lock, int fd) {
+    size_t off = 0;
+    while (off < lock->held_len) {
+        ssize_t w = send(fd, lock->held + off, lock->held_len - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    lock->held_len = 0;
+}
+
+void cls_send_lock_free_held(cls_send_lock *lock) {
+    free(lock->held);
+    lock->held = NULL;
+    lock->held_len = lock->held_capacity = 0;
+}
+
+static cls_send_lock *exit_lock = NULL;
+static int exit_fd = -1;
+
+static void flush_held_at_exit(void) {
+    if (!exit_lock || exit_fd < 0 || !cls_send_lock_acquire_from_signal(exit_lock, 500)) return;
+    cls_send_lock_write_held(exit_lock, exit_fd);
+    cls_send_lock_release(exit_lock);
+}
+
+void cls_send_lock_flush_at_exit(cls_send_lock *lock, int fd) {
+    int first = exit_lock == NULL;
+    exit_lock = lock;
+    exit_fd = fd;
+    if (first) atexit(flush_held_at_exit);
+}
+
+void cls_send_lock_forget_at_exit(cls_send_lock *lock) {
+    if (exit_lock == lock) exit_lock = NULL;
+}
+
 /* ---- descriptor passing ---- */
 
 /* One sendmsg of `len` bytes with `fd` attached unless it is -1, retried on EINTR. */

@@ -382,6 +382,9 @@ static void send_report(char *frame, size_t at) {
     uint32_t len = (uint32_t)(at - 4);
     frame[0] = (char)(len >> 24); frame[1] = (char)(len >> 16); frame[2] = (char)(len >> 8); frame[3] = (char)len;
     if (report_fd >= 0 && (!report_lock || cls_send_lock_acquire_from_signal(report_lock, 500))) {
+        /* Replies the I/O thread held back (answered calls) go before the report: the process
+           ends after it. */
+        if (report_lock) cls_send_lock_write_held(report_lock, report_fd);
         size_t off = 0;
         while (off < at) {
             ssize_t w = send(report_fd, frame + off, at - off, MSG_NOSIGNAL);

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CLinuxSupport
 import LinuxSupport
 import PluginProtocol
 import Synchronization
@@ -22,12 +23,13 @@ public final class BlockingConnection: Sendable {
     /// The reading thread, when it holds its own writes back while it delivers the frames of one
     /// read (`holdWritesWhileDelivering`); 0: nobody's writes are held.
     private let holdingThread = Atomic<UInt>(0)
-    /// Frames the reading thread wrote while delivering, not sent yet, and when the first of them
-    /// was held (`monotonicNanoseconds`). Guarded by `sendLock`.
-    private nonisolated(unsafe) var held: [UInt8] = []
+    /// When the first of the frames held now was held (`monotonicNanoseconds`). Guarded by
+    /// `sendLock`, which keeps the held frames themselves (`cls_send_lock.held`), where the
+    /// worker's fatal-signal reporter and its exit handler find them.
     private nonisolated(unsafe) var heldSince: Int64 = 0
 
-    /// Held writes go out together once this many bytes wait.
+    /// At most this many bytes are held: a frame that would make more goes out at once, with the
+    /// held ones before it.
     static let heldBytesLimit = 64 * 1024
     /// … or, at the latest, before the next frame is delivered once the first has waited this long
     /// (a slow handler still delays the replies before it in the same read by its own run).
@@ -54,11 +56,19 @@ public final class BlockingConnection: Sendable {
     /// one system call and one wake-up of the peer instead of one per reply. Other threads' writes
     /// are not held; one that comes while frames are held sends them first, in the same write, so
     /// the order of frames on the socket is the order they were written. Held frames go out
-    /// earlier when 64 KiB wait, or before the next delivery once the first has waited `limit`
+    /// earlier when 64 KiB would wait, or before the next delivery once the first has waited `limit`
     /// (200 µs by default).
+    /// The held frames live with `sendLock`, where the worker's fatal-signal reporter finds them
+    /// and sends them before its report (sandbox_support.c); see also `sendsHeldAtExit`.
     public func holdWritesWhileDelivering(atMostNanoseconds limit: Int64 = BlockingConnection.heldNanosecondsLimit) {
         heldLimit = limit
         holdingThread.store(UInt(bitPattern: Int(bitPattern: pthread_self())), ordering: .relaxed)
+    }
+
+    /// At the process's exit (`exit()` from a plugin's handler, say), what is held is sent first.
+    /// For a connection that lives as long as the process (the worker's); one per process.
+    public func sendsHeldAtExit() {
+        cls_send_lock_flush_at_exit(sendLock.pointer, fd)
     }
 
     /// Sends what is held and holds nothing from now on (the reading thread, once it reads no more).
@@ -121,15 +131,15 @@ public final class BlockingConnection: Sendable {
     /// delivers), after any frames held before it.
     private func send(_ head: UnsafeRawBufferPointer, _ tail: UnsafeRawBufferPointer) throws(SystemError) {
         let holds = callerHolds
+        let lock = sendLock.pointer
         try sendLock.withLock { () throws(SystemError) in
-            if holds {
-                if held.isEmpty { heldSince = ProcessControl.monotonicNanoseconds() }
-                held.append(contentsOf: head)
-                held.append(contentsOf: tail)
-                if held.count >= Self.heldBytesLimit { try writeHeld() }
-            } else {
-                try writeHeld(head, tail)
+            // Held unless that makes 64 KiB or more: then all of it goes now, the frame unheld.
+            if holds, lock.pointee.held_len + head.count + tail.count < Self.heldBytesLimit {
+                if lock.pointee.held_len == 0 { heldSince = ProcessControl.monotonicNanoseconds() }
+                let rc = cls_send_lock_hold(lock, head.baseAddress, head.count, tail.baseAddress, tail.count)
+                if rc == 0 { return }
             }
+            try writeHeld(head, tail)
         }
     }
 
@@ -138,11 +148,9 @@ public final class BlockingConnection: Sendable {
     /// failed write the stream is broken anyway.
     private func writeHeld(_ head: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0),
                            _ tail: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0)) throws(SystemError) {
-        defer { if !held.isEmpty { held.removeAll(keepingCapacity: held.capacity <= Self.heldBytesLimit * 2) } }
-        let written: Result<Void, SystemError> = held.withUnsafeBytes { pending in
-            do throws(SystemError) { try write(pending, head, tail); return .success(()) } catch { return .failure(error) }
-        }
-        try written.get()
+        let lock = sendLock.pointer
+        defer { lock.pointee.held_len = 0 }
+        try write(UnsafeRawBufferPointer(start: lock.pointee.held, count: lock.pointee.held_len), head, tail)
     }
 
     /// Writes `a`, `b` and `c` (any of them empty) with `sendmsg`, until all are written.
@@ -180,7 +188,7 @@ public final class BlockingConnection: Sendable {
     /// waited too long (`force` false).
     private func flushHeld(force: Bool) throws(SystemError) {
         try sendLock.withLock { () throws(SystemError) in
-            guard !held.isEmpty else { return }
+            guard sendLock.pointer.pointee.held_len > 0 else { return }
             if !force, ProcessControl.monotonicNanoseconds() - heldSince < heldLimit { return }
             try writeHeld()
         }

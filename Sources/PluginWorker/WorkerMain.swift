@@ -106,6 +106,9 @@ public func workerMain() -> Int32 {
     // What this thread writes while it delivers the frames of one read (sync handlers' replies,
     // pongs) goes out in one write before it reads again (BlockingConnection).
     connection.holdWritesWhileDelivering()
+    // Answered calls are not lost to a plugin that calls exit() (or crashes: the fatal-signal
+    // reporter sends them too) while their replies are held.
+    connection.sendsHeldAtExit()
     do {
         while try connection.receive({ body -> Bool in
             if body.count < 40, let env = try? Envelope.parse(body), env.kind == .ping {

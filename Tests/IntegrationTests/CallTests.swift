@@ -93,6 +93,29 @@ struct CallTests {
         #expect(fastDone < 1.0, "99 fast calls took \(fastDone) s behind one slow call")
     }
 
+    @Test("calls answered just before a crash or an exit in the same batch keep their answers (the worker's held replies are sent before it ends)",
+          arguments: ["segv", "exit3"])
+    func answersBeforeAnEndAreSent(how: String) throws {
+        let w = try TestWorld()
+        try w.bundle("h.one")
+        let sv = try RunningSupervisor(w)
+        let conn = try rawControl(sv.socket)
+        defer { conn.close() }
+        // Twenty calls and the crash in one write: the supervisor forwards them in one batch, and
+        // the worker reads them together, holding the twenty replies when the last one ends it.
+        let batch = (UInt64(1)...20).flatMap { callFrame(id: $0, target: "h.one", method: "echo", params: "[\($0)]") }
+            + callFrame(id: 21, target: "h.one", method: "crash", params: #"{"how":"\#(how)"}"#)
+        try conn.sendFrame(batch)
+        var answered = Set<UInt64>(), failed = Set<UInt64>()
+        for _ in 0..<21 {
+            let frame = try #require(try conn.receiveFrame())
+            let id = try #require(try frame.withUnsafeBytes { try Envelope.parse($0).id })
+            if String(decoding: frame, as: UTF8.self).contains("\"result\"") { answered.insert(id) } else { failed.insert(id) }
+        }
+        #expect(answered == Set(UInt64(1)...20), "failed: \(failed.sorted())")
+        #expect(failed == [21])
+    }
+
     @Test("workers that poll before sleeping (workerSpinMicroseconds) answer every call: back to back, 64 in flight, after a pause, and plugin to plugin")
     func pollingWorkers() throws {
         let w = try TestWorld()

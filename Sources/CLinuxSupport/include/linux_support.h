@@ -149,10 +149,32 @@ int cls_seccomp_respond_error(int fd, uint64_t id, int error);
 /* Serialises writers of one socket so frames never interleave, including the SIGSYS reporter,
    which runs in a signal handler where no ordinary mutex may be taken. A futex word: 0 free,
    1 held, 2 held with waiters; `owner` is the holder's thread id. */
-typedef struct cls_send_lock { int32_t state; int32_t owner; } cls_send_lock;
+/* `held`: whole frames a writer holds back to send later in one write (BlockingConnection's
+   holdWritesWhileDelivering), kept here, under the lock, so that a fatal signal's reporter or an
+   exit handler can still send them before the process ends. */
+typedef struct cls_send_lock {
+    int32_t state;
+    int32_t owner;
+    uint8_t *held;
+    size_t held_len;
+    size_t held_capacity;
+} cls_send_lock;
 void cls_send_lock_acquire(cls_send_lock *lock);
 void cls_send_lock_release(cls_send_lock *lock);
 /* For a signal handler: 1 when acquired within `timeout_ms`, 0 when the calling thread already
    holds it (it was interrupted mid-frame) or the time ran out. Async-signal-safe. */
 int cls_send_lock_acquire_from_signal(cls_send_lock *lock, int timeout_ms);
+/* Appends `a` then `b` (either may be empty) to the held frames; the caller holds the lock.
+   0, or -ENOMEM. */
+int cls_send_lock_hold(cls_send_lock *lock, const void *a, size_t a_len, const void *b, size_t b_len);
+/* Writes the held frames to `fd` and forgets them; the caller holds the lock. Async-signal-safe
+   (for a reporter that ends the process); gives up on the first failed write. */
+void cls_send_lock_write_held(cls_send_lock *lock, int fd);
+/* Frees the held frames' buffer (when the lock goes). */
+void cls_send_lock_free_held(cls_send_lock *lock);
+/* At the process's exit (exit(), or returning from main), sends what `lock` holds to `fd` first,
+   if the lock can be had within 500 ms. One lock and descriptor per process (the worker's). */
+void cls_send_lock_flush_at_exit(cls_send_lock *lock, int fd);
+/* Forgets `lock` for the exit handler above (it is going away). */
+void cls_send_lock_forget_at_exit(cls_send_lock *lock);
 #endif
