@@ -58,6 +58,7 @@ public final class BlockingConnection: Sendable {
     /// the order of frames on the socket is the order they were written. Held frames go out
     /// earlier when 64 KiB would wait, or before the next delivery once the first has waited `limit`
     /// (200 µs by default).
+    ///
     /// The held frames live with `sendLock`, where the worker's fatal-signal reporter finds them
     /// and sends them before its report (sandbox_support.c); see also `sendsHeldAtExit`.
     public func holdWritesWhileDelivering(atMostNanoseconds limit: Int64 = BlockingConnection.heldNanosecondsLimit) {

@@ -12,9 +12,9 @@
  *     blocks holds up every later message to this plugin (and, once the watchdog is on, gets the
  *     worker killed).
  *   - host->send is thread-safe and may be called from any thread at any time until `destroy`
- *     returns. It copies the bytes before returning. Sent from inside `receive`, a message is
- *     written together with the others sent while the same read's messages are delivered, before
- *     the I/O thread reads again (docs/abi.md, "Threading contract").
+ *     returns. It copies the bytes before returning. Sent from inside `receive`, a message to the
+ *     supervisor is written together with the others sent while the same read's messages are
+ *     delivered, before the I/O thread reads again (docs/abi.md, "Threading contract").
  *   - `destroy` is called once, when the worker shuts down, after the last `receive`.
  *
  * Build a plugin in C:  cc -shared -fPIC -I<this folder> -o libmyplugin.so myplugin.c
