@@ -48,14 +48,25 @@ public enum FileSystem {
 
     public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
 
-    /// mkdir -p with `mode` for the folders it creates.
+    /// mkdir -p with `mode` for the folders it creates. From the folder itself upwards: one call
+    /// when it or its parent exists already (every spawn makes its worker's data, live and
+    /// temporary folders, which are nearly always there or one level away), not one per level.
     public static func makeDirectories(_ path: String, mode: mode_t = 0o700) throws(SystemError) {
-        var current = path.hasPrefix("/") ? "" : "."
-        for part in path.split(separator: "/") {
-            current += "/" + part
-            if mkdir(current, mode) != 0 && errno != EEXIST {
-                throw SystemError(call: "mkdir", errno: errno, context: current)
-            }
+        if mkdir(path, mode) == 0 { return }
+        let failure = errno
+        switch failure {
+        case EEXIST:
+            return
+        case ENOENT:
+            // A parent is missing: make it, then this one.
+            var parent = path
+            while parent.hasSuffix("/") { parent.removeLast() }
+            guard let slash = parent.lastIndex(of: "/") else { throw SystemError(call: "mkdir", errno: failure, context: path) }
+            parent = String(parent[..<slash])
+            if !parent.isEmpty { try makeDirectories(parent, mode: mode) }
+            if mkdir(path, mode) != 0 && errno != EEXIST { throw SystemError(call: "mkdir", errno: errno, context: path) }
+        default:
+            throw SystemError(call: "mkdir", errno: failure, context: path)
         }
     }
 

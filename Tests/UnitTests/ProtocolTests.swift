@@ -207,6 +207,32 @@ import Testing
     }
 }
 
+/// `FileSystem.makeDirectories`: mkdir -p, from the folder upwards.
+@Suite struct MakeDirectoriesTests {
+    @Test func makesWhatIsMissingAndAcceptsWhatIsThere() throws {
+        let root = NSTemporaryDirectory() + "/mkdirs-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        // Four levels missing, then all there, then one more level, with a trailing slash.
+        try FileSystem.makeDirectories(root + "/a/b/c")
+        #expect(FileSystem.isDirectory(root + "/a/b/c"))
+        try FileSystem.makeDirectories(root + "/a/b/c")
+        try FileSystem.makeDirectories(root + "//a/b/c/d/")
+        #expect(FileSystem.isDirectory(root + "/a/b/c/d"))
+        // The mode applies to what it makes.
+        var st = stat()
+        #expect(stat(root + "/a/b", &st) == 0 && st.st_mode & 0o777 == 0o700)
+        // A file in the way: the error names the folder and the reason.
+        #expect(FileManager.default.createFile(atPath: root + "/file", contents: Data()))
+        #expect(throws: SystemError.self) { try FileSystem.makeDirectories(root + "/file/sub/deeper") }
+        do {
+            try FileSystem.makeDirectories(root + "/file/sub")
+            Issue.record("no error for a folder under a file")
+        } catch {
+            #expect("\(error)".contains(root + "/file/sub") && error.errno == ENOTDIR, "\(error)")
+        }
+    }
+}
+
 /// The raw peer of a worker-side connection that holds its reading thread's writes.
 final class HeldPair {
     let fd: Int32
