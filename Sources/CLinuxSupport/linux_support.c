@@ -482,14 +482,19 @@ int cls_send_lock_hold(cls_send_lock *lock, const void *a, size_t a_len, const v
     return 0;
 }
 
-void cls_send_lock_write_held(cls_send_lock *lock, int fd) {
+int cls_send_all(int fd, const void *bytes, size_t len) {
     size_t off = 0;
-    while (off < lock->held_len) {
-        ssize_t w = send(fd, lock->held + off, lock->held_len - off, MSG_NOSIGNAL);
+    while (off < len) {
+        ssize_t w = send(fd, (const char *)bytes + off, len - off, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
+        if (w <= 0) return -1;
         off += (size_t)w;
     }
+    return 0;
+}
+
+void cls_send_lock_write_held(cls_send_lock *lock, int fd) {
+    cls_send_all(fd, lock->held, lock->held_len);
     lock->held_len = 0;
 }
 

@@ -385,12 +385,7 @@ static void send_report(char *frame, size_t at) {
         /* Replies the I/O thread held back (answered calls) go before the report: the process
            ends after it. */
         if (report_lock) cls_send_lock_write_held(report_lock, report_fd);
-        size_t off = 0;
-        while (off < at) {
-            ssize_t w = send(report_fd, frame + off, at - off, MSG_NOSIGNAL);
-            if (w <= 0) break;
-            off += (size_t)w;
-        }
+        cls_send_all(report_fd, frame, at);
     }
 }
 

@@ -167,6 +167,9 @@ int cls_send_lock_acquire_from_signal(cls_send_lock *lock, int timeout_ms);
 /* Appends `a` then `b` (either may be empty) to the held frames; the caller holds the lock.
    0, or -ENOMEM. */
 int cls_send_lock_hold(cls_send_lock *lock, const void *a, size_t a_len, const void *b, size_t b_len);
+/* send() of all `len` bytes (MSG_NOSIGNAL, retried on EINTR): 0, or -1 with errno at the first
+   failure. Async-signal-safe. */
+int cls_send_all(int fd, const void *bytes, size_t len);
 /* Writes the held frames to `fd` and forgets them; the caller holds the lock. Async-signal-safe
    (for a reporter that ends the process); gives up on the first failed write. */
 void cls_send_lock_write_held(cls_send_lock *lock, int fd);
