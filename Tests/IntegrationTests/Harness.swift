@@ -1,3 +1,4 @@
+import CLinuxSupport
 import Foundation
 import IPC
 import PluginProtocol
@@ -76,32 +77,65 @@ struct HarnessError: Error, CustomStringConvertible {
     init(_ d: String) { description = d }
 }
 
+/// Runs a program to its end, its output in files. Not with Foundation's `Process`: on Linux it
+/// learns that a child ended when a socket the child inherited closes, and a program another
+/// thread spawns at the same moment inherits that socket too (swift-corelibs-foundation issue
+/// 4795), so the first one's end is seen only when the second one ends. A `status` run beside a
+/// `Background` install took as long as the install (1.6 s, 10 s) and missed what it was to see.
+/// `cls_spawn` closes every other descriptor in the child, and the wait is on a pidfd.
 enum Shell {
-    struct Result { var code: Int32; var out: String; var err: String }
+    struct Result {
+        var code: Int32; var out: String; var err: String
+        /// Milliseconds spawning it took (a slow round trip's first suspect).
+        var launchMs = 0
+    }
 
     static func run(_ path: String, _ args: [String], env: [String: String]? = nil, timeout: TimeInterval = 60) throws -> Result {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: path)
-        p.arguments = args
-        if let env { p.environment = env }
-        let outFile = FileManager.default.temporaryDirectory.appendingPathComponent("out-\(UUID().uuidString)")
-        let errFile = FileManager.default.temporaryDirectory.appendingPathComponent("err-\(UUID().uuidString)")
-        FileManager.default.createFile(atPath: outFile.path, contents: nil)
-        FileManager.default.createFile(atPath: errFile.path, contents: nil)
-        defer {
-            try? FileManager.default.removeItem(at: outFile)
-            try? FileManager.default.removeItem(at: errFile)
+        let base = FileManager.default.temporaryDirectory.appendingPathComponent("sh-\(UUID().uuidString)").path
+        let outPath = base + ".out", errPath = base + ".err"
+        defer { unlink(outPath); unlink(errPath) }
+        // Close-on-exec and above 3, as cls_spawn wants its sources.
+        func file(_ path: String) throws -> Int32 {
+            let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw HarnessError("cannot make \(path): \(String(cString: strerror(errno)))") }
+            let lifted = fcntl(fd, F_DUPFD_CLOEXEC, 10)
+            close(fd)
+            return lifted
         }
-        p.standardOutput = try FileHandle(forWritingTo: outFile)
-        p.standardError = try FileHandle(forWritingTo: errFile)
-        try p.run()
+        let out = try file(outPath), err = try file(errPath)
+        defer { close(out); close(err) }
+        let environment = (env ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
+        var pid: pid_t = 0, pidfd: Int32 = -1
+        let launching = Date()
+        let rc = withCStrings([path] + args) { argv in
+            withCStrings(environment) { envp in cls_spawn(path, argv, envp, -1, -1, out, err, &pid, &pidfd) }
+        }
+        guard rc == 0 else { throw HarnessError("cannot run \(path): \(String(cString: strerror(rc)))") }
+        defer { close(pidfd) }
+        let launchMs = Int(Date().timeIntervalSince(launching) * 1000)
+        var poller = pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)
         let deadline = Date().addingTimeInterval(timeout)
-        while p.isRunning && Date() < deadline { usleep(2000) }
-        if p.isRunning { p.terminate(); throw HarnessError("\(path) \(args) did not finish in \(timeout) s") }
-        p.waitUntilExit()
-        return Result(code: p.terminationStatus,
-                      out: (try? String(contentsOf: outFile, encoding: .utf8)) ?? "",
-                      err: (try? String(contentsOf: errFile, encoding: .utf8)) ?? "")
+        while poll(&poller, 1, Int32(max(0, min(1000, deadline.timeIntervalSinceNow * 1000)))) == 0 {
+            if Date() >= deadline {
+                _ = cls_pidfd_signal(pidfd, SIGKILL)
+                var code: Int32 = 0, signaled: Int32 = 0, rss = 0, cpu: Int64 = 0
+                _ = cls_pidfd_wait(pidfd, 0, &code, &signaled, &rss, &cpu)
+                throw HarnessError("\(path) \(args) did not finish in \(timeout) s")
+            }
+        }
+        var code: Int32 = 0, signaled: Int32 = 0, rss = 0, cpu: Int64 = 0
+        let waited = cls_pidfd_wait(pidfd, 0, &code, &signaled, &rss, &cpu)
+        guard waited > 0 else { throw HarnessError("waiting for \(path): \(String(cString: strerror(-waited)))") }
+        return Result(code: signaled != 0 ? 128 + code : code,
+                      out: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
+                      err: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "", launchMs: launchMs)
+    }
+
+    /// `body` with `strings` as a NULL-terminated C array.
+    private static func withCStrings<R>(_ strings: [String], _ body: ([UnsafeMutablePointer<CChar>?]) -> R) -> R {
+        let copies = strings.map { strdup($0) } + [nil]
+        defer { for c in copies { free(c) } }
+        return body(copies)
     }
 }
 

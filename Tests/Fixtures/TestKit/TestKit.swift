@@ -56,6 +56,16 @@ final class TestKit: Pluggable {
                 try await Task.sleep(nanoseconds: ms * 1_000_000)
             }
         }
+        // A start held until the test lets it go (the update tests): while the bundle has a
+        // `startup-gate` file, it waits for `go` in its data folder, up to a minute. The window
+        // lasts as long as the test needs, whatever its status polls cost on a loaded machine.
+        if access(context.bundleDirectory + "/startup-gate", F_OK) == 0 {
+            let deadline = Self.now() + 60_000_000_000
+            while access(context.dataDirectory + "/go", F_OK) != 0 {
+                guard Self.now() < deadline else { throw PluginError(.pluginError, "the startup gate stayed shut for a minute") }
+                try await Task.sleep(nanoseconds: 5_000_000)
+            }
+        }
         record("startup")
         // A version that crashes a while after it started (the update grace period's tests).
         if access(context.bundleDirectory + "/crash-after-start", F_OK) == 0 {
