@@ -40,7 +40,8 @@ final class Welcome: Pluggable {
     private func record(_ event: String) { lifecycle.withLock { $0.append(event) } }
 
     func exports(_ api: PluginAPI) {
-        api.method("welcome") { () async throws -> String in
+        // It only waits on the greeter: `.inline` runs it without thread hops (docs/abi.md).
+        api.method("welcome", execution: .inline) { () async throws -> String in
             guard let context = self.context.withLock({ $0 }) else { throw PluginError(.unavailable, "not started") }
             let greeter = GreeterAPI(client: context.plugin("com.example.greeter"))
             return "Welcome back, \(try await greeter.username())! " + (try await greeter.greet("friend"))

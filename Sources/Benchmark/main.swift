@@ -112,6 +112,7 @@ do {
         callFrame(id: id, target: "bench.caller", method: "call", params: #"{"target":"bench.callee","method":"ping"}"#)
     }
     try nested(", caller in Swift, typed") { id in callFrame(id: id, target: "bench.caller", method: "pingVia", params: #""bench.callee""#) }
+    try nested(", caller in Swift, typed, inline") { id in callFrame(id: id, target: "bench.caller", method: "pingViaInline", params: #""bench.callee""#) }
     try nested(", caller in C") { id in callFrame(id: id, target: "bench.crelay", method: "relay") }
     conn.close()
 

@@ -207,6 +207,69 @@ struct PeerLinkTests {
         #expect(try sv.plugin("z.user").restarts == 0)
     }
 
+    @Test("an inline method (`execution: .inline`, no thread hops) calls another plugin as a task's method does, over a link and through the supervisor: results, errors, trace, the callee's timeout, 64 at once, a timer's resumption")
+    func inlineMethods() throws {
+        for links in [true, false] {
+            let w = try TestWorld()
+            try w.bundle("i.base", extra: ["limits": ["callTimeoutMs": 400]])
+            try w.bundle("i.user", deps: [Dep("i.base")])
+            let config = w.root + "/config.json"
+            try #"{"peerLinks": \#(links)}"#.write(toFile: config, atomically: true, encoding: .utf8)
+            let sv = try RunningSupervisor(w, args: ["--config", config])
+            func inline(_ method: String, _ params: String = "null", traceparent: String? = nil) throws -> Shell.Result {
+                var args = ["call", "i.user", "callInline", #"{"target":"i.base","method":"\#(method)","params":\#(params)}"#]
+                if let traceparent { args += ["--traceparent", traceparent] }
+                return try sv.cli(args)
+            }
+            let first = try inline("echo", #"{"x":1}"#)
+            #expect(first.code == 0 && first.out.contains(#""x":1"#), "\(first.out)\(first.err)")
+            if links { try waitForLink(sv, from: "i.user", to: "i.base") }
+            #expect(try sv.plugin("i.user").links == (links ? ["i.base"] : nil))
+            for i in 0..<3 {
+                let r = try inline("echo", "[\(i)]")
+                #expect(r.code == 0 && r.out.contains("[\(i)]"), "\(r.out)\(r.err)")
+            }
+            let failed = try inline("fail")
+            #expect(failed.code != 0 && failed.err.contains("custom: failed on purpose"), "\(failed.err)")
+            let trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+            let seen = try inline("traceparent", traceparent: "00-\(trace)-00f067aa0ba902b7-01")
+            let parts = try JSONDecoder().decode(String.self, from: Data(seen.out.utf8)).split(separator: "-")
+            #expect(parts.count == 4 && parts[1] == trace && parts[2] != "00f067aa0ba902b7", "\(seen.out)\(seen.err)")
+            let slow = try inline("sleep", #"{"ms":5000}"#)
+            #expect(slow.code != 0 && slow.err.contains("timeout:") && slow.err.contains("i.base"), "\(slow.err)")
+
+            // 64 at once on one connection (most run on the global executor: inline only while alone).
+            let conn = try rawControl(sv.socket)
+            defer { conn.close() }
+            for id in 1...64 {
+                try conn.sendFrame(callFrame(id: UInt64(id), target: "i.user", method: "callInline",
+                                             params: #"{"target":"i.base","method":"echo","params":[\#(id)]}"#))
+            }
+            var answered = Set<UInt64>()
+            for _ in 1...64 {
+                let frame = try #require(try conn.receiveFrame())
+                try frame.withUnsafeBytes { bytes in
+                    let env = try Envelope.parse(bytes)
+                    let id = try #require(env.id)
+                    let result = env.result.map { String(decoding: bytes[$0], as: UTF8.self) }
+                    #expect(env.error == nil && result == "[\(id)]", "\(String(decoding: bytes, as: UTF8.self))")
+                    answered.insert(id)
+                }
+            }
+            #expect(answered == Set(1...64))
+            // Resumed by a timer, not by a delivery.
+            let timed = try sv.cli("call", "i.user", "sleepInline", #"{"ms":30}"#)
+            #expect(timed.code == 0 && timed.out.contains("30"), "\(timed.out)\(timed.err)")
+            // Alone, it starts on the thread that delivered the call (the I/O thread, where a sync
+            // method runs); through the supervisor the reply comes to that thread too, and it ends
+            // there (over a link, on the links thread).
+            let io = try JSONDecoder().decode(UInt64.self, from: Data(sv.cli("call", "i.user", "thread").out.utf8))
+            let threads = try JSONDecoder().decode([UInt64].self, from: Data(sv.cli("call", "i.user", "threadsInline", #""i.base""#).out.utf8))
+            #expect(threads.count == 2 && threads[0] == io && (links ? threads[1] != io : threads[1] == io), "I/O thread \(io), inline method \(threads)")
+            #expect(try sv.plugin("i.user").restarts == 0)
+        }
+    }
+
     @Test("peerLinks: false in the config: every call goes through the supervisor")
     func switchedOff() throws {
         let w = try TestWorld()

@@ -22,11 +22,11 @@ public typealias MethodResult = Encodable
 ///
 /// A method given a synchronous closure runs inline on the worker's I/O thread (no thread hop; keep
 /// it short). One given an `async` closure runs on its own task and can be cancelled when the caller
-/// gives up.
+/// gives up; `execution: .inline` runs that task without thread hops (see `MethodExecution`).
 public final class PluginAPI: Sendable {
     enum Handler: Sendable {
         case sync(@Sendable (UnsafeRawBufferPointer?) throws -> [UInt8])
-        case async(@Sendable ([UInt8]?) async throws -> [UInt8])
+        case async(@Sendable ([UInt8]?) async throws -> [UInt8], MethodExecution)
     }
 
     private let methods = Mutex<[String: Handler]>([:])
@@ -43,15 +43,15 @@ public final class PluginAPI: Sendable {
         }
     }
 
-    /// Exports `name`, answered on a task of its own.
+    /// Exports `name`, answered on a task of its own, run as `execution` says.
     public func method<Params: MethodParameters, Result: MethodResult>(
-        _ name: String, _ body: @escaping @Sendable (Params) async throws -> Result
+        _ name: String, execution: MethodExecution = .task, _ body: @escaping @Sendable (Params) async throws -> Result
     ) {
         methods.withLock {
-            $0[name] = .async { raw in
+            $0[name] = .async({ raw in
                 let params = try raw.withUnsafeBytesOrNil { try Coding.decode(Params.self, $0) }
                 return try Coding.encode(try await body(params))
-            }
+            }, execution)
         }
     }
 
@@ -60,19 +60,20 @@ public final class PluginAPI: Sendable {
         method(name) { (_: Empty) in try body() }
     }
 
-    /// Exports `name` taking no parameters, answered on a task of its own.
-    public func method<Result: MethodResult>(_ name: String, _ body: @escaping @Sendable () async throws -> Result) {
-        method(name) { (_: Empty) async throws in try await body() }
+    /// Exports `name` taking no parameters, answered on a task of its own, run as `execution` says.
+    public func method<Result: MethodResult>(_ name: String, execution: MethodExecution = .task,
+                                             _ body: @escaping @Sendable () async throws -> Result) {
+        method(name, execution: execution) { (_: Empty) async throws in try await body() }
     }
 
     /// Answers `open` for `plugin://<this plugin>/<path>`. `path` is matched exactly, or as a prefix
     /// when it ends in `*`.
     public func route<Result: MethodResult>(_ path: String, _ body: @escaping @Sendable (OpenRequest) async throws -> Result) {
         routes.withLock {
-            $0[path] = .async { raw in
+            $0[path] = .async({ raw in
                 let request = try raw.withUnsafeBytesOrNil { try Coding.decode(OpenRequest.self, $0) }
                 return try Coding.encode(try await body(request))
-            }
+            }, .task)
         }
     }
 
@@ -91,6 +92,26 @@ public final class PluginAPI: Sendable {
     }
 
     var methodNames: [String] { methods.withLock { $0.keys.sorted() } }
+}
+
+/// How an async method's code runs.
+public enum MethodExecution: Sendable {
+    /// On a task of its own on Swift's global executor (the default): the worker's I/O thread hands
+    /// the call over and goes on reading, and the method may compute for as long as its timeout
+    /// allows.
+    case task
+    /// Without thread hops, for methods that mostly wait on other plugins (relays, fan-outs,
+    /// orchestrators): on the thread that delivered the call, right after it, and after each
+    /// `await` on the thread that delivered what it awaited (a reply from another plugin), so a
+    /// call that awaits another plugin costs no wake-up of a pool thread on either side. One
+    /// inline method at a time runs that way: a call that comes while another one does runs as
+    /// `.task` (calls in parallel keep using the global executor's threads). Its child tasks run
+    /// the same way; a timer's or another thread's resumption goes to the global executor.
+    ///
+    /// While its code runs, the worker reads no message (calls, replies, the watchdog's pings):
+    /// never block in it (no `sleep`, no waiting on a lock another call holds, no blocking I/O)
+    /// and do not compute long in it; `await` is fine. For anything else use `.task`.
+    case inline
 }
 
 /// What a `plugin://` route handler receives.

@@ -68,7 +68,13 @@ final class PluginRuntime: Sendable {
 
     // MARK: Incoming
 
+    /// One message from the worker. What it makes ready of inline methods (`.inline`) runs on
+    /// this thread before it returns.
     func receive(_ bytes: UnsafeRawBufferPointer) {
+        DeliveryExecutor.shared.delivering { handle(bytes) }
+    }
+
+    private func handle(_ bytes: UnsafeRawBufferPointer) {
         let env: Envelope
         do {
             env = try Envelope.parse(bytes)
@@ -129,9 +135,9 @@ final class PluginRuntime: Sendable {
             } catch {
                 reply(id, error: error)
             }
-        case .async(let body):
+        case .async(let body, let execution):
             let params = env.params.map { Array(bytes[$0]) }
-            run(id, Envelope.string(bytes, env.traceparent)) { try await body(params) }
+            run(id, Envelope.string(bytes, env.traceparent), execution) { try await body(params) }
         }
     }
 
@@ -141,28 +147,45 @@ final class PluginRuntime: Sendable {
             reply(id, error: PluginError.badRequest("open needs a plugin:// URI"))
             return
         }
-        guard case .async(let body)? = api.handler(forPath: uri.path) else {
+        guard case .async(let body, let execution)? = api.handler(forPath: uri.path) else {
             reply(id, error: PluginError.notFound("no route for \(uri.path)"))
             return
         }
         let request = OpenRequest(uri: text, path: uri.path, query: uri.queryItems)
         guard let raw = try? Coding.encode(request) else { return }
-        run(id, Envelope.string(bytes, env.traceparent)) { try await body(raw) }
+        run(id, Envelope.string(bytes, env.traceparent), execution) { try await body(raw) }
     }
 
-    /// Runs an async handler on its own task, tracked by call id so a `cancel` can reach it.
-    private func run(_ id: UInt64, _ trace: String?, _ work: @escaping @Sendable () async throws -> [UInt8]) {
+    /// Runs an async handler on its own task, tracked by call id so a `cancel` can reach it; an
+    /// inline one prefers the delivering thread (`DeliveryExecutor`).
+    private func run(_ id: UInt64, _ trace: String?, _ execution: MethodExecution, _ work: @escaping @Sendable () async throws -> [UInt8]) {
+        let body: @Sendable () async -> Void = { [self] in
+            let outcome: Result<[UInt8], any Error>
+            do { outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await work() }) } catch { outcome = .failure(error) }
+            running.withLock { _ = $0.removeValue(forKey: id) }
+            // A cancelled call was already answered by the supervisor (timeout, caller gone).
+            if Task.isCancelled { return }
+            switch outcome {
+            case .success(let result): reply(id, result: result)
+            case .failure(let error): reply(id, error: error)
+            }
+        }
         // Insert under the lock that the task's own clean-up takes, so clean-up never runs first.
         running.withLock { table in
-            table[id] = Task { [self] in
-                let outcome: Result<[UInt8], any Error>
-                do { outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await work() }) } catch { outcome = .failure(error) }
-                running.withLock { _ = $0.removeValue(forKey: id) }
-                // A cancelled call was already answered by the supervisor (timeout, caller gone).
-                if Task.isCancelled { return }
-                switch outcome {
-                case .success(let result): reply(id, result: result)
-                case .failure(let error): reply(id, error: error)
+            switch execution {
+            case .task:
+                table[id] = Task(operation: body)
+            case .inline:
+                // One inline method at a time runs on the delivering threads; calls that overlap
+                // it are ordinary tasks (the global executor's threads, in parallel).
+                let executor = DeliveryExecutor.shared
+                if executor.claim() {
+                    table[id] = Task(executorPreference: executor) {
+                        await body()
+                        executor.release()
+                    }
+                } else {
+                    table[id] = Task(operation: body)
                 }
             }
         }

@@ -125,6 +125,26 @@ final class TestKit: Pluggable {
         api.method("pingVia") { (target: String) async throws -> Int in
             try await self.ctx().call(target, "ping", as: Int.self)
         }
+        // The same without thread hops (`.inline`: it only waits on the callee).
+        api.method("pingViaInline", execution: .inline) { (target: String) async throws -> Int in
+            try await self.ctx().call(target, "ping", as: Int.self)
+        }
+        // `call` as an inline method, and one that a timer resumes (no delivering thread).
+        api.method("callInline", execution: .inline) { (p: CallParams) async throws -> JSONValue in
+            try await self.ctx().call(p.target, p.method, p.params ?? .null, as: JSONValue.self)
+        }
+        // Where code runs (pthread ids): a sync method on the I/O thread; an inline method before
+        // and after awaiting `target`'s `ping`.
+        api.method("thread") { () -> UInt64 in UInt64(pthread_self()) }
+        api.method("threadsInline", execution: .inline) { (target: String) async throws -> [UInt64] in
+            let before = UInt64(pthread_self())
+            _ = try await self.ctx().call(target, "ping", as: Int.self)
+            return [before, UInt64(pthread_self())]
+        }
+        api.method("sleepInline", execution: .inline) { (p: SleepParams) async throws -> Int in
+            try await Task.sleep(nanoseconds: UInt64(max(0, p.ms)) * 1_000_000)
+            return p.ms
+        }
         // A caller that expects an Int back (the SDK's error for a result of another type).
         api.method("callForInt") { (p: CallParams) async throws -> Int in
             try await self.ctx().call(p.target, p.method, p.params ?? .null, as: Int.self)
