@@ -4,7 +4,6 @@ import FoundationEssentials
 import Foundation
 #endif
 import PluginProtocol
-import Synchronization
 
 #if compiler(>=6.2)
 /// What a method takes: any `Decodable` type. (`SendableMetatype`, which every ordinary type has, lets
@@ -29,8 +28,8 @@ public final class PluginAPI: Sendable {
         case async(@Sendable ([UInt8]?) async throws -> [UInt8], MethodExecution)
     }
 
-    private let methods = Mutex<[String: Handler]>([:])
-    private let routes = Mutex<[String: Handler]>([:])
+    private let methods = Guarded<[String: Handler]>([:])
+    private let routes = Guarded<[String: Handler]>([:])
 
     init() {}
 

@@ -18,10 +18,10 @@ final class PluginRuntime: Sendable {
     /// The worker's host table; valid, and safe to call from any thread, for the process's life.
     private nonisolated(unsafe) let host: UnsafePointer<sp_host>
     private let nextID = Atomic<UInt64>(1)
-    private let pending = Mutex<[UInt64: CheckedContinuation<[UInt8]?, any Error>]>([:])
-    private let running = Mutex<[UInt64: Task<Void, Never>]>([:])
+    private let pending = Guarded<[UInt64: CheckedContinuation<[UInt8]?, any Error>]>([:])
+    private let running = Guarded<[UInt64: Task<Void, Never>]>([:])
     private let events: AsyncStream<EventWork>.Continuation
-    private let context = Mutex<PluginContext?>(nil)
+    private let context = Guarded<PluginContext?>(nil)
 
     /// The `traceparent` of the call or open an async handler is handling (SPEC §3): a call this
     /// plugin makes while handling it carries it on, so the trace follows the request through every
