@@ -129,7 +129,7 @@ struct OperationsTests {
     func metrics() throws {
         let w = try TestWorld()
         try w.bundle("k.one", extra: ["restart": "always"])
-        let port = 20_000 + Int(getpid() % 20_000)
+        let port = try freeLocalPort()
         let config = w.root + "/config.json"
         try #"{"metrics": {"listen": "127.0.0.1:\#(port)"}}"#.write(toFile: config, atomically: true, encoding: .utf8)
         let sv = try RunningSupervisor(w, args: ["--config", config])
