@@ -263,8 +263,8 @@ struct PeerLinkTests {
             // Alone, it starts on the thread that delivered the call (the I/O thread, where a sync
             // method runs); through the supervisor the reply comes to that thread too, and it ends
             // there (over a link, on the links thread).
-            let io = try JSONDecoder().decode(UInt64.self, from: Data(sv.cli("call", "i.user", "thread").out.utf8))
-            let threads = try JSONDecoder().decode([UInt64].self, from: Data(sv.cli("call", "i.user", "threadsInline", #""i.base""#).out.utf8))
+            let io = try JSONDecoder().decode(String.self, from: Data(sv.cli("call", "i.user", "thread").out.utf8))
+            let threads = try JSONDecoder().decode([String].self, from: Data(sv.cli("call", "i.user", "threadsInline", #""i.base""#).out.utf8))
             #expect(threads.count == 2 && threads[0] == io && (links ? threads[1] != io : threads[1] == io), "I/O thread \(io), inline method \(threads)")
             #expect(try sv.plugin("i.user").restarts == 0)
         }

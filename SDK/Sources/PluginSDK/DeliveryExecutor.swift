@@ -4,7 +4,8 @@ import Synchronization
 import Glibc
 #endif
 
-/// The executor of `.inline` methods (`MethodExecution.inline`), one at a time (`claim`): it runs
+/// The executor of `.inline` methods (`MethodExecution.inline`) that run alone, one at a time
+/// (`claim`; PluginRuntime.run decides): it runs
 /// their jobs on the worker's thread that delivered the message which made them ready (a call
 /// starts its method; a reply resumes the method that awaited it), right after that message is
 /// handled and before `receive` returns, instead of waking a thread of the global executor. Jobs

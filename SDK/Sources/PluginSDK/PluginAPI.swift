@@ -102,10 +102,11 @@ public enum MethodExecution: Sendable {
     /// Without thread hops, for methods that mostly wait on other plugins (relays, fan-outs,
     /// orchestrators): on the thread that delivered the call, right after it, and after each
     /// `await` on the thread that delivered what it awaited (a reply from another plugin), so a
-    /// call that awaits another plugin costs no wake-up of a pool thread on either side. One
-    /// inline method at a time runs that way: a call that comes while another one does runs as
-    /// `.task` (calls in parallel keep using the global executor's threads). Its child tasks run
-    /// the same way; a timer's or another thread's resumption goes to the global executor.
+    /// call that awaits another plugin costs no wake-up of a pool thread on either side. It runs
+    /// that way when no other async method of the plugin is running: a call that comes while
+    /// others run is run as `.task` (calls in parallel keep using the global executor's threads).
+    /// Its child tasks run the same way; a timer's or another thread's resumption goes to a global
+    /// queue's thread.
     ///
     /// While its code runs, the worker reads no message (calls, replies, the watchdog's pings):
     /// never block in it (no `sleep`, no waiting on a lock another call holds, no blocking I/O)

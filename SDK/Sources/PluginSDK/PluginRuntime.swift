@@ -159,10 +159,13 @@ final class PluginRuntime: Sendable {
     /// Runs an async handler on its own task, tracked by call id so a `cancel` can reach it; an
     /// inline one prefers the delivering thread (`DeliveryExecutor`).
     private func run(_ id: UInt64, _ trace: String?, _ execution: MethodExecution, _ work: @escaping @Sendable () async throws -> [UInt8]) {
-        let body: @Sendable () async -> Void = { [self] in
+        // `finished` runs once the call is settled, before its reply goes (an inline method gives
+        // the executor back there: the next call may arrive as soon as the reply is written).
+        let body: @Sendable (_ finished: () -> Void) async -> Void = { [self] finished in
             let outcome: Result<[UInt8], any Error>
             do { outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await work() }) } catch { outcome = .failure(error) }
             running.withLock { _ = $0.removeValue(forKey: id) }
+            finished()
             // A cancelled call was already answered by the supervisor (timeout, caller gone).
             if Task.isCancelled { return }
             switch outcome {
@@ -174,18 +177,17 @@ final class PluginRuntime: Sendable {
         running.withLock { table in
             switch execution {
             case .task:
-                table[id] = Task(operation: body)
+                table[id] = Task { await body {} }
             case .inline:
-                // One inline method at a time runs on the delivering threads; calls that overlap
-                // it are ordinary tasks (the global executor's threads, in parallel).
+                // Inline when nothing else of this plugin's runs (a lone call, where the hops are
+                // the latency), one at a time; calls that overlap others are ordinary tasks (in
+                // parallel on the global executor's threads, and not holding up the delivering
+                // threads, whose deliveries are serialised).
                 let executor = DeliveryExecutor.shared
-                if executor.claim() {
-                    table[id] = Task(executorPreference: executor) {
-                        await body()
-                        executor.release()
-                    }
+                if table.isEmpty, executor.claim() {
+                    table[id] = Task(executorPreference: executor) { await body(executor.release) }
                 } else {
-                    table[id] = Task(operation: body)
+                    table[id] = Task { await body {} }
                 }
             }
         }

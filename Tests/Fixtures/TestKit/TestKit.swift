@@ -35,6 +35,15 @@ final class TestKit: Pluggable {
         return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
     }
 
+    static func threadName() -> String {
+        let fd = open("/proc/thread-self/comm", O_RDONLY)
+        guard fd >= 0 else { return "?" }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let n = read(fd, &buffer, buffer.count)
+        return String(decoding: buffer[0..<max(0, n)].filter { $0 != 10 }, as: UTF8.self)
+    }
+
     private func record(_ event: String) {
         events.withLock { $0.append(Stamp(event: event, at: Self.now())) }
     }
@@ -133,13 +142,14 @@ final class TestKit: Pluggable {
         api.method("callInline", execution: .inline) { (p: CallParams) async throws -> JSONValue in
             try await self.ctx().call(p.target, p.method, p.params ?? .null, as: JSONValue.self)
         }
-        // Where code runs (pthread ids): a sync method on the I/O thread; an inline method before
-        // and after awaiting `target`'s `ping`.
-        api.method("thread") { () -> UInt64 in UInt64(pthread_self()) }
-        api.method("threadsInline", execution: .inline) { (target: String) async throws -> [UInt64] in
-            let before = UInt64(pthread_self())
+        // Where code runs (thread names, read from /proc: `pthread_self()` is a const function,
+        // which the optimizer may reuse across an `await` that changed threads): a sync method on
+        // the I/O thread; an inline method before and after awaiting `target`'s `ping`.
+        api.method("thread") { () -> String in Self.threadName() }
+        api.method("threadsInline", execution: .inline) { (target: String) async throws -> [String] in
+            let before = Self.threadName()
             _ = try await self.ctx().call(target, "ping", as: Int.self)
-            return [before, UInt64(pthread_self())]
+            return [before, Self.threadName()]
         }
         api.method("sleepInline", execution: .inline) { (p: SleepParams) async throws -> Int in
             try await Task.sleep(nanoseconds: UInt64(max(0, p.ms)) * 1_000_000)
