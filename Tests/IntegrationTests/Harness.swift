@@ -343,22 +343,31 @@ extension RunningSupervisor {
     func info(_ id: String) throws -> KitInfo { try call(id, "info", as: KitInfo.self) }
 }
 
-/// A TCP port on 127.0.0.1 that nothing listens on: the kernel's choice for a socket bound to port
-/// 0, released for the caller to bind. (A port made from the pid once fell on one in use: EADDRINUSE.)
-func freeLocalPort() throws -> Int {
+/// A TCP socket bound to 127.0.0.1 on a port the kernel chose (a bind to port 0), and that port.
+func localTCPSocket() throws -> (fd: Int32, port: Int) {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { throw HarnessError("socket: \(String(cString: strerror(errno)))") }
-    defer { close(fd) }
     var addr = sockaddr_in()
     addr.sin_family = sa_family_t(AF_INET)
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
     addr.sin_port = 0
     var size = socklen_t(MemoryLayout<sockaddr_in>.size)
     let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, size) } }
-    guard bound == 0 else { throw HarnessError("bind: \(String(cString: strerror(errno)))") }
-    let named = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &size) } }
-    guard named == 0 else { throw HarnessError("getsockname: \(String(cString: strerror(errno)))") }
-    return Int(UInt16(bigEndian: addr.sin_port))
+    let named = bound == 0 ? withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &size) } } : -1
+    guard named == 0 else {
+        let e = errno
+        close(fd)
+        throw HarnessError("binding a local TCP socket: \(String(cString: strerror(e)))")
+    }
+    return (fd, Int(UInt16(bigEndian: addr.sin_port)))
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on, released for the caller to bind. (A port made
+/// from the pid once fell on one in use: EADDRINUSE.)
+func freeLocalPort() throws -> Int {
+    let (fd, port) = try localTCPSocket()
+    close(fd)
+    return port
 }
 
 /// A raw client on the control socket, for protocol-level tests.

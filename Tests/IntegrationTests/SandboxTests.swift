@@ -211,17 +211,9 @@ struct SandboxTests {
 
     @Test("the network permission lets a plugin connect to 127.0.0.1; without it the same call is denied, in a network namespace of its own", arguments: WorkerStart.both)
     func networkPermission(_ mode: WorkerStart) throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = try localTCPSocket()
         defer { close(listener) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = 0
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = bind(listener, $0, len) } }
         listen(listener, 8)
-        withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(listener, $0, &len) } }
-        let port = Int(UInt16(bigEndian: addr.sin_port))
 
         let w = try TestWorld()
         let lib = try Self.hostileLibrary()
