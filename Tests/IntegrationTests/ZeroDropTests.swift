@@ -201,6 +201,10 @@ struct ZeroDropTests {
         let next = try startingBeside(sv, install: install)
         sv.signal(SIGTERM)
         #expect(try sv.waitForExit() == 0)
+        // willTerminate reached both workers: the new version's startup (held at its gate) was
+        // cancelled by it, instead of holding it up until the grace period's SIGKILL.
+        let terminated = (try? String(contentsOfFile: w.home + "/data/z.app/terminated", encoding: .utf8)) ?? ""
+        #expect(terminated.split(separator: "\n").count == 2, "willTerminate handled \(terminated.split(separator: "\n").count) times, not by both workers")
         let r = try install.wait()
         #expect(r.code != 0, "the install was answered as if it had worked: \(r.out)")
         #expect(w.installed()["z.app"] == "1.0.0", "the new version was left on disk")

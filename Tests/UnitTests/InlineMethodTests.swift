@@ -138,3 +138,33 @@ import Testing
         #expect(replies.count == count + 1, "\(replies.count) replies for \(count) calls and the startup")
     }
 }
+
+/// A `willTerminate` that comes while `startup` still runs cancels it: the stop does not wait for
+/// a start nobody needs any more (lifecycle events run one at a time, so it would otherwise wait
+/// behind it until the supervisor's grace period killed the worker).
+@Suite struct StartupCancelTests {
+    final class SlowStart: Pluggable {
+        init() {}
+        func startup(_ context: PluginContext) async throws {
+            try await Task.sleep(nanoseconds: 3_600_000_000_000)
+        }
+    }
+
+    @Test("willTerminate during startup: startup ends at once with an error saying why, then willTerminate is answered")
+    func willTerminateCancelsStartup() throws {
+        let wire = InlineMethodTests.Wire()
+        let host = UnsafeMutablePointer<sp_host>.allocate(capacity: 1)  // lives as long as the test process
+        host.initialize(to: sp_host(abi_version: UInt32(SP_ABI_VERSION), ctx: Unmanaged.passRetained(wire).toOpaque(), send: { ctx, bytes, count in
+            Unmanaged<InlineMethodTests.Wire>.fromOpaque(ctx!).takeUnretainedValue().record(Array(UnsafeBufferPointer(start: bytes, count: count)))
+            return 0
+        }))
+        let runtime = PluginRuntime(plugin: SlowStart(), host: host)
+        wire.deliver(runtime, #"{"type":"event","id":1,"name":"startup","payload":{"identifier":"s","version":"1.0.0","dataDirectory":"/tmp","bundleDirectory":"/tmp"}}"#)
+        wire.deliver(runtime, #"{"type":"event","id":2,"name":"willTerminate"}"#)
+        let (startup, startupEnv) = try wire.wait("startup's reply") { env, _ in env.kind == .reply && env.id == 1 }
+        let error = startup.frame.withUnsafeBytes { raw in startupEnv.error.map { String(decoding: raw[$0], as: UTF8.self) } ?? "" }
+        #expect(error.contains("unavailable") && error.contains("startup was cancelled"), "\(error)")
+        let (_, terminated) = try wire.wait("willTerminate's reply") { env, _ in env.kind == .reply && env.id == 2 }
+        #expect(terminated.error == nil)
+    }
+}

@@ -22,6 +22,9 @@ final class PluginRuntime: Sendable {
     private let running = Guarded<[UInt64: Task<Void, Never>]>([:])
     private let events: AsyncStream<EventWork>.Continuation
     private let context = Guarded<PluginContext?>(nil)
+    /// The plugin's `startup` while it runs: a `willTerminate` cancels it (the plugin is being
+    /// stopped; its stop should not wait for a start nobody needs any more).
+    private let starting = Guarded<(task: Task<Void, any Error>?, stopping: Bool)>((nil, false))
 
     /// The `traceparent` of the call or open an async handler is handling (SPEC §3): a call this
     /// plugin makes while handling it carries it on, so the trace follows the request through every
@@ -89,6 +92,14 @@ final class PluginRuntime: Sendable {
         case .event:
             guard let id = env.id else { return }
             let name = Envelope.string(bytes, env.name) ?? ""
+            // Events run one at a time: without this, `willTerminate` would wait behind a
+            // `startup` still running until the supervisor's grace period ended the worker.
+            if name == EventName.willTerminate.rawValue {
+                starting.withLock { s in
+                    s.stopping = true
+                    return s.task
+                }?.cancel()
+            }
             events.yield(EventWork(id: id, name: name, payload: env.payload.map { Array(bytes[$0]) }))
         case .reply:
             guard let id = env.id else { return }
@@ -204,7 +215,16 @@ final class PluginRuntime: Sendable {
                     liveDirectory: payload?.liveDirectory)
                 context.withLock { $0 = ctx }
                 try checkDeclarations(payload)
-                try await plugin.startup(ctx)
+                let plugin = self.plugin
+                let task = Task { try await plugin.startup(ctx) }
+                // A `willTerminate` that came before this line cancels it here.
+                if starting.withLock({ s in s.task = task; return s.stopping }) { task.cancel() }
+                defer { starting.withLock { $0.task = nil } }
+                do {
+                    try await task.value
+                } catch is CancellationError {
+                    throw PluginError(.unavailable, "startup was cancelled: the plugin is being stopped")
+                }
             case .launch: await plugin.launch()
             case .willTerminate: await plugin.willTerminate()
             case .memoryWarning: await plugin.memoryWarning()
