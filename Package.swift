@@ -42,7 +42,8 @@ let package = Package(
     ],
     targets: [
         // The Linux calls Swift cannot make directly (variadic syscall/prctl, posix_spawn, pidfds,
-        // futexes), for every process: imported only by LinuxSupport.
+        // futexes), for every process: mostly through LinuxSupport; IPC's send path, the
+        // supervisor's peer links and the test harness's spawn import it for a call or two.
         .target(name: "CLinuxSupport", path: "Sources/CLinuxSupport"),
         // The sandbox in C (the worker's, and the installer's): Landlock, namespaces, capabilities,
         // rlimits, loading a seccomp filter with a listener, the SIGSYS reporter.

@@ -200,7 +200,8 @@ public enum Spawner {
         return OwnedDescriptor(try syscallRetrying("fcntl(F_DUPFD_CLOEXEC)") { fcntl(raw, F_DUPFD_CLOEXEC, 10) })
     }
 
-    static func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
+    /// `body` with `strings` as a NULL-terminated array of C strings (argv, envp).
+    public static func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
         let pointers = strings.map { strdup($0) } + [nil]
         defer { for p in pointers { free(p) } }
         return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }

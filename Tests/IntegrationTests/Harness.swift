@@ -1,6 +1,7 @@
 import CLinuxSupport
 import Foundation
 import IPC
+import LinuxSupport
 import PluginProtocol
 import Testing
 
@@ -107,8 +108,8 @@ enum Shell {
         let environment = (env ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
         var pid: pid_t = 0, pidfd: Int32 = -1
         let launching = Date()
-        let rc = withCStrings([path] + args) { argv in
-            withCStrings(environment) { envp in cls_spawn(path, argv, envp, -1, -1, out, err, &pid, &pidfd) }
+        let rc = Spawner.withCStrings([path] + args) { argv in
+            Spawner.withCStrings(environment) { envp in cls_spawn(path, argv, envp, -1, -1, out, err, &pid, &pidfd) }
         }
         guard rc == 0 else { throw HarnessError("cannot run \(path): \(String(cString: strerror(rc)))") }
         defer { close(pidfd) }
@@ -129,13 +130,6 @@ enum Shell {
         return Result(code: signaled != 0 ? 128 + code : code,
                       out: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
                       err: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "", launchMs: launchMs)
-    }
-
-    /// `body` with `strings` as a NULL-terminated C array.
-    private static func withCStrings<R>(_ strings: [String], _ body: ([UnsafeMutablePointer<CChar>?]) -> R) -> R {
-        let copies = strings.map { strdup($0) } + [nil]
-        defer { for c in copies { free(c) } }
-        return body(copies)
     }
 }
 

@@ -29,7 +29,7 @@ final class DeliveryExecutor: TaskExecutor {
     private static let key: pthread_key_t = {
         var key = pthread_key_t()
         pthread_key_create(&key) { raw in
-            if let raw { Unmanaged<AnyObject>.fromOpaque(raw).release() }
+            if let raw { Unmanaged<Queue>.fromOpaque(raw).release() }
         }
         return key
     }()
@@ -61,7 +61,7 @@ final class DeliveryExecutor: TaskExecutor {
             queue = Unmanaged<Queue>.fromOpaque(raw).takeUnretainedValue()
         } else {
             queue = Queue()
-            pthread_setspecific(Self.key, Unmanaged.passRetained(queue as AnyObject).toOpaque())
+            pthread_setspecific(Self.key, Unmanaged.passRetained(queue).toOpaque())
         }
         // Already delivering on this thread (a nested delivery): the outer one runs the jobs.
         guard !queue.delivering else { return body() }
