@@ -5,7 +5,8 @@
 
    Started by the supervisor with a SOCK_SEQPACKET socket on descriptor 3 (fork_server_protocol.h).
    It loads the worker's library (and with it the Swift runtime, Foundation and libseccomp) once,
-   runs none of its code, and stays single-threaded; for each request it checks it still has one
+   runs none of its code (no Swift code at all: only two of the runtimes' C functions, on a
+   short-lived thread, to find the thread ids they keep; below), and stays single-threaded; for each request it checks it still has one
    thread, forks, and the child becomes the worker: its descriptors and environment set as an exec
    would have, then `sp_worker_main`, which applies the sandbox and loads the plugin exactly as
    the `plugin-worker` executable does. Each child is made the supervisor's own (CLONE_PARENT), so
@@ -21,6 +22,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -101,6 +103,110 @@ static int find_tid_offset(void) {
         }
     }
     return -1;
+}
+
+/* ---- thread ids the loaded libraries keep ----
+
+   The Swift runtime (its once-lock and mutexes) and libdispatch (its unfair locks) keep each
+   thread's id in a thread-local variable of their own the first time they need it, and a lock
+   records its owner by that id: a priority-inheritance futex, which the kernel hands over only
+   when the id in it is the caller's. Loading the worker's library runs their initializers on this
+   thread, which fill this thread's copies in with this server's id; a worker's main thread is a
+   copy of this thread, so its copies still said the server's id. A lock it held and another thread
+   wanted was then never handed over: the waiter's FUTEX_LOCK_PI fails (no such owner in its PID
+   namespace), the holder's FUTEX_UNLOCK_PI fails (the id in the lock is not its own), and both
+   retry forever (a worker spinning on two CPUs until the watchdog killed it;
+   ForkServerTests.runtimeLocksInForkedWorkers). An exec'd worker starts with none filled in.
+
+   Found as the C library's own record is (above): the slots of this thread's thread-local blocks
+   that hold this thread's id and, in a second short-lived thread that has the same libraries fill
+   theirs in (the runtime's once on a fresh token, libdispatch's thread-specific data), that
+   thread's id at the same offset of the same library's block. A child clears them before any of
+   its code runs: 0 makes each library ask the kernel again on the next use. */
+
+#define FS_MAX_TLS_MODULES 64
+#define FS_MAX_TID_SLOTS 16
+
+struct tls_module { char name[512]; size_t modid; size_t size; };
+static struct tls_module tls_modules[FS_MAX_TLS_MODULES];
+static int tls_module_count;
+static int *cached_tid_slots[FS_MAX_TID_SLOTS];
+static int cached_tid_slot_count;
+
+static int note_tls_module(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size; (void)data;
+    if (!info->dlpi_name || !info->dlpi_name[0] || tls_module_count >= FS_MAX_TLS_MODULES) return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        if (info->dlpi_phdr[i].p_type != PT_TLS) continue;
+        struct tls_module *m = &tls_modules[tls_module_count++];
+        snprintf(m->name, sizeof m->name, "%s", info->dlpi_name);
+        m->modid = info->dlpi_tls_modid;
+        m->size = info->dlpi_phdr[i].p_memsz;
+    }
+    return 0;
+}
+
+/* This thread's block of module `m`, or NULL when this thread has none (yet). */
+static char *tls_block(const struct tls_module *m) {
+    void *handle = dlopen(m->name, RTLD_LAZY | RTLD_NOLOAD);
+    if (!handle) return NULL;
+    void *block = NULL;
+    if (dlinfo(handle, RTLD_DI_TLS_DATA, &block) != 0) block = NULL;
+    dlclose(handle);
+    return block;
+}
+
+struct tid_probe {
+    char *own[FS_MAX_TLS_MODULES];  /* this (the main) thread's blocks */
+    pid_t own_tid;
+};
+
+static void nothing(void *context) { (void)context; }
+
+static void *tid_probe_thread(void *p) {
+    struct tid_probe *probe = p;
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    /* The runtime's id: its once, on a token of our own (the runtime's C++, no Swift code). */
+    void (*once)(void *, void (*)(void *), void *) = (void (*)(void *, void (*)(void *), void *))dlsym(RTLD_DEFAULT, "swift_once");
+    static _Alignas(16) char token[64];
+    if (once) once(token, nothing, NULL);
+    /* libdispatch's: its thread-specific data, made on first use. */
+    void *(*get_specific)(const void *) = (void *(*)(const void *))dlsym(RTLD_DEFAULT, "dispatch_get_specific");
+    static char key;
+    if (get_specific) (void)get_specific(&key);
+    /* Compared here: this thread's blocks go with it. */
+    for (int i = 0; i < tls_module_count; i++) {
+        char *theirs = probe->own[i], *ours = tls_block(&tls_modules[i]);
+        if (!theirs || !ours) continue;
+        for (size_t off = 0; off + sizeof(int) <= tls_modules[i].size; off += sizeof(int)) {
+            int a, b;
+            memcpy(&a, theirs + off, sizeof a);
+            memcpy(&b, ours + off, sizeof b);
+            if (a == probe->own_tid && b == tid && cached_tid_slot_count < FS_MAX_TID_SLOTS)
+                cached_tid_slots[cached_tid_slot_count++] = (int *)(void *)(theirs + off);
+        }
+    }
+    return NULL;
+}
+
+/* After the preload, on the main thread: finds the slots (above). Returns how many, or -1 when
+   the probe thread could not be made. */
+static int find_cached_tids(void) {
+    tls_module_count = 0;
+    cached_tid_slot_count = 0;
+    dl_iterate_phdr(note_tls_module, NULL);
+    static struct tid_probe probe;
+    probe.own_tid = (pid_t)syscall(SYS_gettid);
+    for (int i = 0; i < tls_module_count; i++) probe.own[i] = tls_block(&tls_modules[i]);
+    pthread_t t;
+    if (pthread_create(&t, NULL, tid_probe_thread, &probe) != 0) return -1;
+    pthread_join(t, NULL);
+    return cached_tid_slot_count;
+}
+
+/* In the child, first: each library asks for its thread's id again. */
+static void clear_cached_tids(void) {
+    for (int i = 0; i < cached_tid_slot_count; i++) *cached_tid_slots[i] = 0;
 }
 
 /* ---- empty network namespaces, made ahead ----
@@ -320,6 +426,11 @@ int main(int argc, char **argv) {
         reply(getpid(), EAGAIN, preload, why);
         return 0;
     }
+    /* The thread ids its libraries keep (above); its probe thread has ended when this returns. */
+    if (find_cached_tids() < 0) {
+        reply(getpid(), EAGAIN, preload, "cannot start a thread to find the thread ids the worker's libraries keep");
+        return 0;
+    }
     reply(getpid(), 0, preload, NULL);
 
     char *buf = malloc(FS_MAX_REQUEST);
@@ -364,6 +475,7 @@ int main(int argc, char **argv) {
             close(netfd);
         }
         if (child == 0) {
+            clear_cached_tids();
             int e = become_worker(&req, entry, robust_head, robust_len);
             /* Say why on its stderr (the supervisor's log), then end. */
             char why[128];

@@ -57,6 +57,32 @@ struct ForkServerTests {
         }
     }
 
+    /// The Swift runtime and libdispatch keep each thread's id in a thread-local once they first
+    /// need it, and their locks record their owner by it (priority-inheritance futexes). A forked
+    /// worker's main thread is a copy of the fork server's, whose library loading had filled those
+    /// in: with its server's id, a lock it held and another thread wanted was never handed over
+    /// (both threads spinning, the call never answered). Both ways, the worker's main thread holds
+    /// the runtime's once-lock while a second thread waits on it.
+    @Test("the Swift runtime's locks hand over between a worker's main thread and another, forked or exec'd")
+    func runtimeLocksInForkedWorkers() throws {
+        struct OnceRace: Decodable { var value: Int; var mainThread: Bool }
+        let w = try TestWorld()
+        try w.bundle("o.kit")
+        for mode in WorkerStart.both {
+            let sv = try RunningSupervisor(w, start: mode)
+            #expect(try sv.plugin("o.kit").workerStart == mode.rawValue)
+            let r = try sv.cli(["call", "o.kit", "onceRace", "--timeout", "5000"])
+            #expect(r.code == 0, "\(mode): \(r.err)")
+            if r.code == 0 {
+                let race = try JSONDecoder().decode(OnceRace.self, from: Data(r.out.utf8))
+                #expect(race.value == 42)
+                #expect(race.mainThread, "\(mode): sync methods no longer run on the worker's main thread; the test needs another way there")
+            }
+            #expect(try sv.cli("stop").code == 0)
+            #expect(try sv.waitForExit() == 0)
+        }
+    }
+
     @Test("a fork server that dies is started again; one that keeps dying is given up for exec, and status says why")
     func restartedThenGivenUp() throws {
         let w = try TestWorld()

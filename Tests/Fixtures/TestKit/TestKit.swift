@@ -1,8 +1,18 @@
+import Dispatch
 import PluginSDK
 import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
+
+/// Made on its first use, slowly: the thread that reads it first holds the Swift runtime's
+/// once-lock (`swift_once`) for 200 ms, and a second reader meanwhile waits on that lock (`onceRace`).
+private let onceRaceEntered = Atomic<Bool>(false)
+private let slowlyMade: Int = {
+    onceRaceEntered.store(true, ordering: .releasing)
+    usleep(200_000)
+    return 21
+}()
 
 /// A plugin for the integration tests: one library loaded under many manifests (identifiers and
 /// dependencies differ per bundle). It records when its lifecycle events arrive, echoes, sleeps,
@@ -25,6 +35,7 @@ final class TestKit: Pluggable {
     }
 
     struct SleepParams: Codable, Sendable { var ms: Int }
+    struct OnceRace: Codable, Sendable { var value: Int; var mainThread: Bool }
     struct CallParams: Codable, Sendable { var target: String; var method: String; var params: JSONValue? }
     struct OpenParams: Codable, Sendable { var uri: String }
     struct CrashParams: Codable, Sendable { var how: String }
@@ -33,6 +44,16 @@ final class TestKit: Pluggable {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+
+    /// Whether this is the process's main thread (its id is the process's): /proc/thread-self
+    /// names `<pid>/task/<tid>`.
+    static func onMainThread() -> Bool {
+        var buffer = [CChar](repeating: 0, count: 64)
+        let n = readlink("/proc/thread-self", &buffer, buffer.count - 1)
+        guard n > 0 else { return false }
+        let parts = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self).split(separator: "/")
+        return parts.count == 3 && parts[0] == parts[2]
     }
 
     static func threadName() -> String {
@@ -146,6 +167,24 @@ final class TestKit: Pluggable {
         // which the optimizer may reuse across an `await` that changed threads): a sync method on
         // the I/O thread; an inline method before and after awaiting `target`'s `ping`.
         api.method("thread") { () -> String in Self.threadName() }
+        // The Swift runtime's own lock taken on the worker's main thread (the I/O thread, where a
+        // sync method runs) and wanted by a second thread while it is held: `slowlyMade`'s
+        // initializer, read first here, then by a global queue's thread. A lock whose owner is
+        // recorded by a stale thread id (a forked worker that kept its fork server's) never
+        // hands over (ForkServerTests.runtimeLocksInForkedWorkers).
+        api.method("onceRace") { () -> OnceRace in
+            let done = DispatchSemaphore(value: 0)
+            let other = Mutex<Int>(0)
+            DispatchQueue.global().async {
+                while !onceRaceEntered.load(ordering: .acquiring) { sched_yield() }
+                let value = slowlyMade
+                other.withLock { $0 = value }
+                done.signal()
+            }
+            let mine = slowlyMade
+            done.wait()
+            return OnceRace(value: mine + other.withLock { $0 }, mainThread: Self.onMainThread())
+        }
         api.method("threadsInline", execution: .inline) { (target: String) async throws -> [String] in
             let before = Self.threadName()
             _ = try await self.ctx().call(target, "ping", as: Int.self)
