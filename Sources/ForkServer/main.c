@@ -107,7 +107,7 @@ static int find_tid_offset(void) {
 
 /* ---- thread ids the loaded libraries keep ----
 
-   The Swift runtime (its once-lock and mutexes) and libdispatch (its unfair locks) keep each
+   The Swift runtime (its once-lock, `swift_once`) and libdispatch (its unfair locks) keep each
    thread's id in a thread-local variable of their own the first time they need it, and a lock
    records its owner by that id: a priority-inheritance futex, which the kernel hands over only
    when the id in it is the caller's. Loading the worker's library runs their initializers on this
