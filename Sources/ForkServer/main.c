@@ -6,11 +6,12 @@
    Started by the supervisor with a SOCK_SEQPACKET socket on descriptor 3 (fork_server_protocol.h).
    It loads the worker's library (and with it the Swift runtime, Foundation and libseccomp) once,
    runs none of its code (no Swift code at all: only two of the runtimes' C functions, on a
-   short-lived thread, to find the thread ids they keep; below), and stays single-threaded; for each request it checks it still has one
-   thread, forks, and the child becomes the worker: its descriptors and environment set as an exec
-   would have, then `sp_worker_main`, which applies the sandbox and loads the plugin exactly as
-   the `plugin-worker` executable does. Each child is made the supervisor's own (CLONE_PARENT), so
-   the supervisor waits for it, signals it and sees it die through a pidfd as for an exec'd worker.
+   short-lived thread, to find the thread ids they keep; below), and stays single-threaded; for
+   each request it checks it still has one thread, forks, and the child becomes the worker: its
+   descriptors and environment set as an exec would have, then `sp_worker_main`, which applies
+   the sandbox and loads the plugin exactly as the `plugin-worker` executable does. Each child is
+   made the supervisor's own (CLONE_PARENT), so the supervisor waits for it, signals it and sees
+   it die through a pidfd as for an exec'd worker.
 
    It dies with the supervisor (parent death signal, checked against the expected pid, and the end
    of its socket), serves no one else (the socket is an unnamed pair), and holds nothing a worker
@@ -127,7 +128,7 @@ static int find_tid_offset(void) {
 #define FS_MAX_TLS_MODULES 64
 #define FS_MAX_TID_SLOTS 16
 
-struct tls_module { char name[512]; size_t modid; size_t size; };
+struct tls_module { char name[512]; size_t size; };
 static struct tls_module tls_modules[FS_MAX_TLS_MODULES];
 static int tls_module_count;
 static int *cached_tid_slots[FS_MAX_TID_SLOTS];
@@ -140,7 +141,6 @@ static int note_tls_module(struct dl_phdr_info *info, size_t size, void *data) {
         if (info->dlpi_phdr[i].p_type != PT_TLS) continue;
         struct tls_module *m = &tls_modules[tls_module_count++];
         snprintf(m->name, sizeof m->name, "%s", info->dlpi_name);
-        m->modid = info->dlpi_tls_modid;
         m->size = info->dlpi_phdr[i].p_memsz;
     }
     return 0;
@@ -163,15 +163,18 @@ struct tid_probe {
 
 static void nothing(void *context) { (void)context; }
 
+typedef void (*swift_once_fn)(void *token, void (*body)(void *), void *context);
+typedef void *(*dispatch_get_specific_fn)(const void *key);
+
 static void *tid_probe_thread(void *p) {
     struct tid_probe *probe = p;
     pid_t tid = (pid_t)syscall(SYS_gettid);
     /* The runtime's id: its once, on a token of our own (the runtime's C++, no Swift code). */
-    void (*once)(void *, void (*)(void *), void *) = (void (*)(void *, void (*)(void *), void *))dlsym(RTLD_DEFAULT, "swift_once");
+    swift_once_fn once = (swift_once_fn)dlsym(RTLD_DEFAULT, "swift_once");
     static _Alignas(16) char token[64];
     if (once) once(token, nothing, NULL);
     /* libdispatch's: its thread-specific data, made on first use. */
-    void *(*get_specific)(const void *) = (void *(*)(const void *))dlsym(RTLD_DEFAULT, "dispatch_get_specific");
+    dispatch_get_specific_fn get_specific = (dispatch_get_specific_fn)dlsym(RTLD_DEFAULT, "dispatch_get_specific");
     static char key;
     if (get_specific) (void)get_specific(&key);
     /* Compared here: this thread's blocks go with it. */
