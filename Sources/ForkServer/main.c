@@ -58,75 +58,41 @@ static char **initial_env;
 static size_t initial_env_slots;
 typedef int (*worker_entry)(void);
 
-/* ---- the C library's record of the thread id ----
+/* ---- thread ids kept in memory ----
 
-   A raw clone (the only way to pass CLONE_PARENT and the namespace flags at fork) leaves the C
-   library's own copy of the thread id, which it keeps in its thread descriptor, at the parent's
-   value; recursive and PI mutexes, pthread_setschedparam and others on the main thread would use
-   it. fork() has the kernel write the child's id there (CLONE_CHILD_SETTID); so does this server,
-   at the same place, found once: the offset into pthread_self()'s descriptor that holds the
-   thread's id both in this thread and in a second, short-lived one (two different ids at one
-   offset: no coincidence). The second thread is gone before the worker's library is loaded. */
+   A worker's main thread is a copy of this server's, and some of what that thread keeps in memory
+   is its thread id, which in the worker is no longer its own. Two kinds of it matter:
 
-static long tid_offset = -1;
+   - The C library's, in its thread descriptor: a raw clone (the only way to pass CLONE_PARENT and
+     the namespace flags at fork) leaves it at the parent's value; recursive and PI mutexes,
+     pthread_setschedparam and others on the main thread would use it. fork() has the kernel write
+     the child's id there (CLONE_CHILD_SETTID); so does this server, at the same place
+     (`tid_offset` into pthread_self()).
+   - The loaded libraries' own: the Swift runtime (its once-lock, `swift_once`) and libdispatch
+     (its unfair locks) keep each thread's id in a thread-local variable the first time they need
+     it, and a lock records its owner by that id in a priority-inheritance futex, which the kernel
+     hands over only when the id in it is the caller's. Loading the worker's library runs their
+     initializers on this thread, which fill this thread's copies in with this server's id. A lock
+     a worker's main thread held and another thread wanted was then never handed over: the
+     waiter's FUTEX_LOCK_PI fails (no such owner in its PID namespace), the holder's
+     FUTEX_UNLOCK_PI fails (the id in the lock is not its own), and both retry forever (a worker
+     spinning on two CPUs until the watchdog killed it; ForkServerTests.runtimeLocksInForkedWorkers).
+     A child clears them (`cached_tid_slots`) before any of its code runs: 0 makes each library
+     ask the kernel again on the next use. An exec'd worker starts with none filled in.
 
-static int offsets_holding_own_tid(long *out, int max) {
-    pid_t tid = (pid_t)syscall(SYS_gettid);
-    const char *self = (const char *)pthread_self();
-    int n = 0;
-    /* The id lies within the descriptor's first kilobyte on every glibc so far (0x2d0 on 2.36). */
-    for (long off = 0; off + (long)sizeof(pid_t) <= 1024 && n < max; off += (long)sizeof(pid_t)) {
-        pid_t v;
-        memcpy(&v, self + off, sizeof v);
-        if (v == tid) out[n++] = off;
-    }
-    return n;
-}
+   Both are found once, after the preload, the same way: the 4-byte slots that hold this thread's
+   id here and, in a second, short-lived thread that has the libraries fill theirs in (the
+   runtime's once on a token of its own, libdispatch's thread-specific data: their C functions, no
+   Swift code), that thread's id at the same place: the same offset into its own descriptor, the
+   same offset of the same library's thread-local block. Two different ids at one place: no
+   coincidence. The second thread has ended when the search returns. */
 
-struct probe { long offsets[16]; int count; };
-
-static void *probe_thread(void *p) {
-    struct probe *probe = p;
-    probe->count = offsets_holding_own_tid(probe->offsets, 16);
-    return NULL;
-}
-
-static int find_tid_offset(void) {
-    long mine[16];
-    int n = offsets_holding_own_tid(mine, 16);
-    struct probe other = { .count = 0 };
-    pthread_t t;
-    if (pthread_create(&t, NULL, probe_thread, &other) != 0) return -1;
-    pthread_join(t, NULL);
-    for (int i = 0; i < n; i++) {
-        for (int j = 0; j < other.count; j++) {
-            if (mine[i] == other.offsets[j]) { tid_offset = mine[i]; return 0; }
-        }
-    }
-    return -1;
-}
-
-/* ---- thread ids the loaded libraries keep ----
-
-   The Swift runtime (its once-lock, `swift_once`) and libdispatch (its unfair locks) keep each
-   thread's id in a thread-local variable of their own the first time they need it, and a lock
-   records its owner by that id: a priority-inheritance futex, which the kernel hands over only
-   when the id in it is the caller's. Loading the worker's library runs their initializers on this
-   thread, which fill this thread's copies in with this server's id; a worker's main thread is a
-   copy of this thread, so its copies still said the server's id. A lock it held and another thread
-   wanted was then never handed over: the waiter's FUTEX_LOCK_PI fails (no such owner in its PID
-   namespace), the holder's FUTEX_UNLOCK_PI fails (the id in the lock is not its own), and both
-   retry forever (a worker spinning on two CPUs until the watchdog killed it;
-   ForkServerTests.runtimeLocksInForkedWorkers). An exec'd worker starts with none filled in.
-
-   Found as the C library's own record is (above): the slots of this thread's thread-local blocks
-   that hold this thread's id and, in a second short-lived thread that has the same libraries fill
-   theirs in (the runtime's once on a fresh token, libdispatch's thread-specific data), that
-   thread's id at the same offset of the same library's block. A child clears them before any of
-   its code runs: 0 makes each library ask the kernel again on the next use. */
-
+/* The id lies within the descriptor's first kilobyte on every glibc so far (0x2d0 on 2.36). */
+#define FS_DESCRIPTOR_SCAN 1024
 #define FS_MAX_TLS_MODULES 64
 #define FS_MAX_TID_SLOTS 16
+
+static long tid_offset = -1;
 
 struct tls_module { char name[512]; size_t size; };
 static struct tls_module tls_modules[FS_MAX_TLS_MODULES];
@@ -146,7 +112,7 @@ static int note_tls_module(struct dl_phdr_info *info, size_t size, void *data) {
     return 0;
 }
 
-/* This thread's block of module `m`, or NULL when this thread has none (yet). */
+/* The calling thread's block of module `m`, or NULL when it has none (yet). */
 static char *tls_block(const struct tls_module *m) {
     void *handle = dlopen(m->name, RTLD_LAZY | RTLD_NOLOAD);
     if (!handle) return NULL;
@@ -156,9 +122,24 @@ static char *tls_block(const struct tls_module *m) {
     return block;
 }
 
-struct tid_probe {
-    char *own[FS_MAX_TLS_MODULES];  /* this (the main) thread's blocks */
-    pid_t own_tid;
+/* The offsets (at most `max`) where `mine` holds `my_tid` and `theirs` holds `their_tid`. */
+static int same_place_ids(const char *mine, pid_t my_tid, const char *theirs, pid_t their_tid, size_t size,
+                          size_t *out, int max) {
+    int n = 0;
+    for (size_t off = 0; off + sizeof(pid_t) <= size && n < max; off += sizeof(pid_t)) {
+        pid_t a, b;
+        memcpy(&a, mine + off, sizeof a);
+        memcpy(&b, theirs + off, sizeof b);
+        if (a == my_tid && b == their_tid) out[n++] = off;
+    }
+    return n;
+}
+
+/* What the main thread hands the second one: its own places. */
+struct id_probe {
+    pid_t tid;
+    const char *descriptor;
+    char *blocks[FS_MAX_TLS_MODULES];
 };
 
 static void nothing(void *context) { (void)context; }
@@ -166,10 +147,14 @@ static void nothing(void *context) { (void)context; }
 typedef void (*swift_once_fn)(void *token, void (*body)(void *), void *context);
 typedef void *(*dispatch_get_specific_fn)(const void *key);
 
-static void *tid_probe_thread(void *p) {
-    struct tid_probe *probe = p;
+static void *id_probe_thread(void *p) {
+    const struct id_probe *main_thread = p;
     pid_t tid = (pid_t)syscall(SYS_gettid);
-    /* The runtime's id: its once, on a token of our own (the runtime's C++, no Swift code). */
+    size_t offsets[FS_MAX_TID_SLOTS];
+    if (same_place_ids(main_thread->descriptor, main_thread->tid, (const char *)pthread_self(), tid,
+                       FS_DESCRIPTOR_SCAN, offsets, 1) == 1)
+        tid_offset = (long)offsets[0];
+    /* The runtime's id: its once, on a token of our own. */
     swift_once_fn once = (swift_once_fn)dlsym(RTLD_DEFAULT, "swift_once");
     static _Alignas(16) char token[64];
     if (once) once(token, nothing, NULL);
@@ -179,32 +164,29 @@ static void *tid_probe_thread(void *p) {
     if (get_specific) (void)get_specific(&key);
     /* Compared here: this thread's blocks go with it. */
     for (int i = 0; i < tls_module_count; i++) {
-        char *theirs = probe->own[i], *ours = tls_block(&tls_modules[i]);
-        if (!theirs || !ours) continue;
-        for (size_t off = 0; off + sizeof(int) <= tls_modules[i].size; off += sizeof(int)) {
-            int a, b;
-            memcpy(&a, theirs + off, sizeof a);
-            memcpy(&b, ours + off, sizeof b);
-            if (a == probe->own_tid && b == tid && cached_tid_slot_count < FS_MAX_TID_SLOTS)
-                cached_tid_slots[cached_tid_slot_count++] = (int *)(void *)(theirs + off);
-        }
+        char *mine = main_thread->blocks[i], *ours = tls_block(&tls_modules[i]);
+        if (!mine || !ours) continue;
+        int room = FS_MAX_TID_SLOTS - cached_tid_slot_count;
+        int n = same_place_ids(mine, main_thread->tid, ours, tid, tls_modules[i].size, offsets, room);
+        for (int k = 0; k < n; k++) cached_tid_slots[cached_tid_slot_count++] = (int *)(void *)(mine + offsets[k]);
     }
     return NULL;
 }
 
-/* After the preload, on the main thread: finds the slots (above). Returns how many, or -1 when
-   the probe thread could not be made. */
-static int find_cached_tids(void) {
+/* After the preload, on the main thread: finds both kinds (above). Returns 0, or -1 when the
+   second thread could not be made. */
+static int find_thread_ids(void) {
     tls_module_count = 0;
     cached_tid_slot_count = 0;
     dl_iterate_phdr(note_tls_module, NULL);
-    static struct tid_probe probe;
-    probe.own_tid = (pid_t)syscall(SYS_gettid);
-    for (int i = 0; i < tls_module_count; i++) probe.own[i] = tls_block(&tls_modules[i]);
+    static struct id_probe probe;
+    probe.tid = (pid_t)syscall(SYS_gettid);
+    probe.descriptor = (const char *)pthread_self();
+    for (int i = 0; i < tls_module_count; i++) probe.blocks[i] = tls_block(&tls_modules[i]);
     pthread_t t;
-    if (pthread_create(&t, NULL, tid_probe_thread, &probe) != 0) return -1;
+    if (pthread_create(&t, NULL, id_probe_thread, &probe) != 0) return -1;
     pthread_join(t, NULL);
-    return cached_tid_slot_count;
+    return 0;
 }
 
 /* In the child, first: each library asks for its thread's id again. */
@@ -402,10 +384,6 @@ int main(int argc, char **argv) {
     return 0;
 #endif
 
-    if (find_tid_offset() != 0) {
-        reply(getpid(), ENOTSUP, 0, "cannot find where the C library keeps a thread's id (needed to fork with CLONE_PARENT)");
-        return 0;
-    }
     void *robust_head = NULL;
     size_t robust_len = 0;
     syscall(SYS_get_robust_list, 0, &robust_head, &robust_len);
@@ -429,9 +407,13 @@ int main(int argc, char **argv) {
         reply(getpid(), EAGAIN, preload, why);
         return 0;
     }
-    /* The thread ids its libraries keep (above); its probe thread has ended when this returns. */
-    if (find_cached_tids() < 0) {
-        reply(getpid(), EAGAIN, preload, "cannot start a thread to find the thread ids the worker's libraries keep");
+    /* The thread ids kept in memory (above); the second thread has ended when this returns. */
+    if (find_thread_ids() != 0) {
+        reply(getpid(), EAGAIN, preload, "cannot start a thread to find where the thread ids are kept");
+        return 0;
+    }
+    if (tid_offset < 0) {
+        reply(getpid(), ENOTSUP, preload, "cannot find where the C library keeps a thread's id (needed to fork with CLONE_PARENT)");
         return 0;
     }
     reply(getpid(), 0, preload, NULL);
