@@ -21,7 +21,6 @@ final class PluginRuntime: Sendable {
     private let pending = Guarded<[UInt64: CheckedContinuation<[UInt8]?, any Error>]>([:])
     private let running = Guarded<[UInt64: Task<Void, Never>]>([:])
     private let events: AsyncStream<EventWork>.Continuation
-    private let context = Guarded<PluginContext?>(nil)
     /// The plugin's `startup` while it runs: a `willTerminate` cancels it (the plugin is being
     /// stopped; its stop should not wait for a start nobody needs any more).
     private let starting = Guarded<(task: Task<Void, any Error>?, stopping: Bool)>((nil, false))
@@ -213,7 +212,6 @@ final class PluginRuntime: Sendable {
                     runtime: self, identifier: payload?.identifier ?? "", version: payload?.version ?? "",
                     dataDirectory: payload?.dataDirectory ?? "", bundleDirectory: payload?.bundleDirectory ?? "",
                     liveDirectory: payload?.liveDirectory)
-                context.withLock { $0 = ctx }
                 try checkDeclarations(payload)
                 let plugin = self.plugin
                 let task = Task { try await plugin.startup(ctx) }
