@@ -35,6 +35,16 @@ import Testing
 
         var frames: [Sent] { lock.lock(); defer { lock.unlock() }; return sent }
 
+        /// A runtime for `plugin` whose host records what it sends here.
+        func runtime(_ plugin: any Pluggable) -> PluginRuntime {
+            let host = UnsafeMutablePointer<sp_host>.allocate(capacity: 1)  // lives as long as the test process
+            host.initialize(to: sp_host(abi_version: UInt32(SP_ABI_VERSION), ctx: Unmanaged.passRetained(self).toOpaque(), send: { ctx, bytes, count in
+                Unmanaged<Wire>.fromOpaque(ctx!).takeUnretainedValue().record(Array(UnsafeBufferPointer(start: bytes, count: count)))
+                return 0
+            }))
+            return PluginRuntime(plugin: plugin, host: host)
+        }
+
         /// Waits (up to 10 s) until a frame matching `match` was sent; returns it.
         func wait(_ what: String, _ match: (Envelope, UnsafeRawBufferPointer) -> Bool) throws -> (Sent, Envelope) {
             let deadline = Date().addingTimeInterval(10)
@@ -70,12 +80,7 @@ import Testing
 
     /// A runtime over `wire`, started (its startup answered).
     func started(_ wire: Wire) throws -> PluginRuntime {
-        let host = UnsafeMutablePointer<sp_host>.allocate(capacity: 1)  // lives as long as the test process
-        host.initialize(to: sp_host(abi_version: UInt32(SP_ABI_VERSION), ctx: Unmanaged.passRetained(wire).toOpaque(), send: { ctx, bytes, count in
-            Unmanaged<Wire>.fromOpaque(ctx!).takeUnretainedValue().record(Array(UnsafeBufferPointer(start: bytes, count: count)))
-            return 0
-        }))
-        let runtime = PluginRuntime(plugin: Relay(), host: host)
+        let runtime = wire.runtime(Relay())
         wire.deliver(runtime, #"{"type":"event","id":1,"name":"startup","payload":{"identifier":"a","version":"1.0.0","dataDirectory":"/tmp","bundleDirectory":"/tmp","dependencies":["b"]}}"#)
         _ = try wire.wait("startup's reply") { env, _ in env.kind == .reply && env.id == 1 }
         return runtime
@@ -153,12 +158,7 @@ import Testing
     @Test("willTerminate during startup: startup ends at once with an error saying why, then willTerminate is answered")
     func willTerminateCancelsStartup() throws {
         let wire = InlineMethodTests.Wire()
-        let host = UnsafeMutablePointer<sp_host>.allocate(capacity: 1)  // lives as long as the test process
-        host.initialize(to: sp_host(abi_version: UInt32(SP_ABI_VERSION), ctx: Unmanaged.passRetained(wire).toOpaque(), send: { ctx, bytes, count in
-            Unmanaged<InlineMethodTests.Wire>.fromOpaque(ctx!).takeUnretainedValue().record(Array(UnsafeBufferPointer(start: bytes, count: count)))
-            return 0
-        }))
-        let runtime = PluginRuntime(plugin: SlowStart(), host: host)
+        let runtime = wire.runtime(SlowStart())
         wire.deliver(runtime, #"{"type":"event","id":1,"name":"startup","payload":{"identifier":"s","version":"1.0.0","dataDirectory":"/tmp","bundleDirectory":"/tmp"}}"#)
         wire.deliver(runtime, #"{"type":"event","id":2,"name":"willTerminate"}"#)
         let (startup, startupEnv) = try wire.wait("startup's reply") { env, _ in env.kind == .reply && env.id == 1 }
