@@ -5,17 +5,20 @@ let package = Package(
     name: "SandboxedPlugins",
     platforms: [.macOS(.v14)],
     products: [
-        .executable(name: "supervisor", targets: ["supervisor"]),
-        .executable(name: "plugin-worker", targets: ["PluginWorker"]),
+        .executable(name: "supervisor", targets: ["SupervisorCLI"]),
+        .executable(name: "plugin-worker", targets: ["PluginWorkerExec"]),
         // The fork server (`workerStart: "fork-server"`, docs/sandbox.md): a C process that loads the
         // worker's code (libPluginWorkerCore.so) once and forks each worker from it.
         .executable(name: "plugin-forkserver", targets: ["ForkServer"]),
-        .library(name: "PluginWorkerCore", type: .dynamic, targets: ["WorkerCore"]),
+        .library(name: "PluginWorkerCore", type: .dynamic, targets: ["PluginWorker"]),
         .executable(name: "supervisor-bench", targets: ["Benchmark"]),
         .executable(name: "supervisor-installer", targets: ["InstallerTool"]),
         // The bundle model, for tools of one's own (and the fuzz targets in FuzzTesting/, a package
         // of its own). The plugin SDK and the wire protocol are the SDK/ package's products.
         .library(name: "Bundles", targets: ["Bundles"]),
+        // A program's connection to a running `supervisor start` (SPEC §12), and the control
+        // protocol it speaks: no SwiftNIO, no supervisor.
+        .library(name: "SupervisorClient", targets: ["SupervisorClient"]),
         // Example plugins: each one is a shared library loaded by a worker.
         .library(name: "Greeter", type: .dynamic, targets: ["Greeter"]),
         .library(name: "Welcome", type: .dynamic, targets: ["Welcome"]),
@@ -58,29 +61,35 @@ let package = Package(
 
         // The Linux shim: the syscall funnel, owned descriptors, files, processes (posix_spawn,
         // pidfds), signals, prctl.
-        .target(name: "LinuxSupport", dependencies: ["CLinuxSupport"], path: "Sources/Linux"),
+        .target(name: "LinuxSupport", dependencies: ["CLinuxSupport"], path: "Sources/LinuxSupport"),
+        // The control protocol (client ⇄ supervisor): where a supervisor is, the requests' answers
+        // (status, send, reload, update, progress). Values only; shared by the supervisor, the CLI
+        // and the client libraries. The plugin wire protocol is the SDK's PluginProtocol.
+        .target(name: "Protocol", dependencies: [.product(name: "PluginProtocol", package: "SDK")], path: "Sources/Protocol"),
         // Blocking framed connections (worker, CLI, installer preflight).
         .target(name: "IPC", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "CLinuxSupport", "LinuxSupport"], path: "Sources/IPC"),
         // Plugin bundles on disk: manifests, versions, the dependency graph, variants, the bundle
         // store, the home lock, the installer's request and answer. Shared by the supervisor and the
         // installer; links no SwiftNIO.
         .target(name: "Bundles", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "LinuxSupport"], path: "Sources/Bundles"),
+        // The control socket's client (the CLI's, and a host program's): over IPC, speaks Protocol.
+        .target(name: "SupervisorClient", dependencies: ["IPC", "Protocol", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/SupervisorClient"),
         // Landlock and seccomp filters in Swift, for the worker and the installer.
         .target(name: "Confinement", dependencies: ["CSandboxSupport", "CSeccomp", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/Confinement"),
         // The worker's code, entered at `sp_worker_main`: linked into `plugin-worker`, and loaded as
         // libPluginWorkerCore.so by the fork server, whose children call it.
         .target(
-            name: "WorkerCore",
+            name: "PluginWorker",
             dependencies: [.product(name: "CPluginABI", package: "SDK"), "CLinuxSupport", "CSandboxSupport", "Confinement", .product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport"],
             path: "Sources/PluginWorker"
         ),
-        .executableTarget(name: "PluginWorker", dependencies: ["WorkerCore"], path: "Sources/PluginWorkerExec"),
+        .executableTarget(name: "PluginWorkerExec", dependencies: ["PluginWorker"], path: "Sources/PluginWorkerExec"),
         // Plain C, no Swift code runs in it: it dlopens the worker's library and forks.
         .executableTarget(name: "ForkServer", dependencies: ["CLinuxSupport"], path: "Sources/ForkServer", linkerSettings: [.linkedLibrary("dl")]),
         .target(
             name: "SupervisorKit",
             dependencies: [
-                .product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "CSeccomp", "Confinement",
+                .product(name: "PluginProtocol", package: "SDK"), "Protocol", "IPC", "LinuxSupport", "Bundles", "CSeccomp", "Confinement",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -88,7 +97,7 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
             ],
-            path: "Sources/Supervisor/Kit"
+            path: "Sources/SupervisorKit"
         ),
         // Downloads, archive checks, signatures and preflight: everything that parses untrusted
         // input for installs, run by the supervisor as a separate process (supervisor-installer).
@@ -99,7 +108,7 @@ let package = Package(
                 "Bundles", "IPC", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK"), "CInstallSupport", "CArchive",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
-            path: "Sources/Install"
+            path: "Sources/PluginInstall"
         ),
         .executableTarget(
             name: "InstallerTool",
@@ -107,26 +116,26 @@ let package = Package(
             path: "Sources/InstallerTool"
         ),
         .executableTarget(
-            name: "supervisor",
+            name: "SupervisorCLI",
             dependencies: [
-                "SupervisorKit", "Bundles", "LinuxSupport", "IPC", .product(name: "PluginProtocol", package: "SDK"),
+                "SupervisorKit", "SupervisorClient", "Protocol", "Bundles", "LinuxSupport", "IPC", .product(name: "PluginProtocol", package: "SDK"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
-            path: "Sources/Supervisor/CLI"
+            path: "Sources/SupervisorCLI"
         ),
 
         // The benchmark: real supervisor, real workers and plugins, baselines measured in the same run.
         .executableTarget(
             name: "Benchmark",
-            dependencies: ["IPC", .product(name: "PluginProtocol", package: "SDK")],
+            dependencies: ["IPC", "Protocol", .product(name: "PluginProtocol", package: "SDK")],
             path: "Sources/Benchmark"
         ),
 
         // Example plugins (Swift). The C example is built with plain `cc` by scripts/build-examples.sh.
-        .target(name: "Greeter", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Examples/Greeter"),
-        .target(name: "Welcome", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Examples/Welcome"),
-        .target(name: "AsyncWorks", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Examples/AsyncWorks"),
+        .target(name: "Greeter", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "examples/Greeter"),
+        .target(name: "Welcome", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "examples/Welcome"),
+        .target(name: "AsyncWorks", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "examples/AsyncWorks"),
 
         .target(name: "TestKit", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Tests/Fixtures/TestKit"),
         .target(name: "NoExport", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Tests/Fixtures/NoExport"),
@@ -134,13 +143,13 @@ let package = Package(
 
         .testTarget(
             name: "UnitTests",
-            dependencies: [.product(name: "PluginProtocol", package: "SDK"), .product(name: "PluginSDK", package: "SDK"), "IPC", "LinuxSupport", "Bundles",
+            dependencies: [.product(name: "PluginProtocol", package: "SDK"), .product(name: "PluginSDK", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "Protocol",
                            "SupervisorKit", .product(name: "NIOCore", package: "swift-nio")],
             path: "Tests/UnitTests"
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: [.product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [.product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "Protocol", .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/IntegrationTests"
         ),
     ],

@@ -8,8 +8,8 @@ config=${CONFIG:-debug}
 bin=$(cd "$root" && swift build -c "$config" --show-bin-path)
 mkdir -p "$dest"
 cc -shared -fPIC -O2 -Wall -Werror -I "$root/SDK/Sources/CPluginABI/include" \
-   -o "$bin/libchello.so" "$root/Examples/CHello/chello.c"
-for bundle in "$root"/Examples/bundles/*/; do
+   -o "$bin/libchello.so" "$root/examples/CHello/chello.c"
+for bundle in "$root"/examples/bundles/*/; do
   name=$(basename "$bundle")
   lib=$(sed -n 's/.*"library": *"\([^"]*\)".*/\1/p' "$bundle/plugin.json" | head -1)
   rm -rf "$dest/$name"

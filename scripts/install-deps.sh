@@ -13,12 +13,12 @@ command -v cc >/dev/null || need+=(cc)
 command -v zstd >/dev/null || need+=(zstd)   # the tests make .tar.zst archives
 command -v python3 >/dev/null || need+=(python3)  # the tests' web server
 # With --tests, rustc, cargo and go too: the Rust cdylib and Go c-shared test plugins
-# (Tests/Fixtures/RealLibraries) and examples (Examples/RustHello, Examples/GoHello). The demo and
+# (Tests/Fixtures/RealLibraries) and examples (examples/RustHello, examples/GoHello). The demo and
 # the fuzzers do not need them.
 extra=()
 if [ "${1:-}" = "--tests" ]; then
   command -v rustc >/dev/null || { need+=(rustc); extra+=(rustc); }
-  command -v cargo >/dev/null || { need+=(cargo); extra+=(cargo); }   # Examples/RustHello
+  command -v cargo >/dev/null || { need+=(cargo); extra+=(cargo); }   # examples/RustHello
   command -v go >/dev/null || { need+=(go); extra+=(golang-go); }
 fi
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi

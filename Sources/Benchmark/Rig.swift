@@ -1,6 +1,7 @@
 import Foundation
 import IPC
 import PluginProtocol
+import Protocol
 
 /// Real supervisors over temporary homes and plugin folders, built from this build's binaries.
 final class Rig {

@@ -1,5 +1,5 @@
 // plugin-worker: the worker as an executable of its own (`workerStart: "exec"`, installs' preflight).
-// Everything it does is in WorkerCore's `workerMain`, which the fork server's children run too.
-import WorkerCore
+// Everything it does is in PluginWorker's `workerMain`, which the fork server's children run too.
+import PluginWorker
 
 _ = workerMain()

@@ -1,5 +1,6 @@
 import Foundation
 import PluginProtocol
+import Protocol
 import Testing
 
 /// What a plugin author meets first (SPEC §6): a plugin that cannot load for a reason no restart

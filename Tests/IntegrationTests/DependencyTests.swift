@@ -1,5 +1,6 @@
 import Foundation
 import PluginProtocol
+import Protocol
 import Testing
 
 @Suite(.serialized, .timeLimit(.minutes(3)))

@@ -1,6 +1,7 @@
 import Foundation
 import IPC
 import PluginProtocol
+import Protocol
 import Testing
 
 /// SPEC §8: plugins crash, hang, flood and leak on purpose; the rest keeps running.
@@ -24,7 +25,7 @@ struct FaultTests {
         try w.bundle("x.always", library: lib, extra: ["restart": "always"])
         try w.bundle("x.healthy")
         let sv = try RunningSupervisor(w)
-        let cases: [(String, String, (PluginProtocol.ExitStatus) -> Bool)] = [
+        let cases: [(String, String, (Protocol.ExitStatus) -> Bool)] = [
             ("x.segv", "segv", { $0.signal == "SIGSEGV" }),
             ("x.abort", "abort", { $0.signal == "SIGABRT" }),
             ("x.exit3", "exit3", { $0.code == 3 }),

@@ -1,5 +1,6 @@
 import Foundation
 import PluginProtocol
+import Protocol
 import Testing
 
 /// The fork server (`workerStart: "fork-server"`, docs/sandbox.md "Starting workers"): workers

@@ -3,6 +3,7 @@ import Foundation
 import IPC
 import LinuxSupport
 import PluginProtocol
+import Protocol
 import Testing
 
 /// Where the package's build products are: beside this test binary.
@@ -68,7 +69,7 @@ enum Build {
     /// The C example plugin, built as the README's script builds it.
     static func cHello() throws -> String {
         let src = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Examples/CHello/chello.c").path
+            .deletingLastPathComponent().appendingPathComponent("examples/CHello/chello.c").path
         return try cLibrary("chello", source: try String(contentsOfFile: src, encoding: .utf8))
     }
 }

@@ -7,9 +7,9 @@ import Testing
 @Suite(.serialized, .timeLimit(.minutes(5)))
 struct LanguageTests {
     static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("Examples").path
+        .deletingLastPathComponent().appendingPathComponent("examples").path
 
-    /// Examples/RustHello with cargo (offline: it uses std only).
+    /// examples/RustHello with cargo (offline: it uses std only).
     static func rustExample() throws -> String {
         let target = Build.dir + "/examples-rust"
         let r = try Shell.run("/usr/bin/env", ["cargo", "build", "--release", "--offline", "--manifest-path", examples + "/RustHello/Cargo.toml",
@@ -18,7 +18,7 @@ struct LanguageTests {
         return target + "/release/librusthello.so"
     }
 
-    /// Examples/GoHello with `go build -buildmode=c-shared` (Debian's golang-go; the standard library only).
+    /// examples/GoHello with `go build -buildmode=c-shared` (Debian's golang-go; the standard library only).
     static func goExample() throws -> String {
         try Build.goSharedLibrary(examples + "/GoHello", into: "examples-go", named: "libgohello.so")
     }

@@ -1,6 +1,7 @@
 import Foundation
 import IPC
 import PluginProtocol
+import Protocol
 import Testing
 
 /// SPEC §8: no call is lost to a planned change. Calls to a plugin that is starting, restarting or

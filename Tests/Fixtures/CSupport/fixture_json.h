@@ -1,5 +1,5 @@
 /* The tiny JSON field finder the C test plugins share (the supervisor only ever sends well-formed
-   messages; a real plugin would use a JSON library). Examples/CHello/chello.c keeps its own copy
+   messages; a real plugin would use a JSON library). examples/CHello/chello.c keeps its own copy
    on purpose: the example stays one self-contained file. */
 #ifndef FIXTURE_JSON_H
 #define FIXTURE_JSON_H

@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 // The ABI's structs, as the Rust example declares them.
-#[path = "../../../Examples/RustHello/src/sp_plugin.rs"]
+#[path = "../../../examples/RustHello/src/sp_plugin.rs"]
 mod sp_plugin;
 use sp_plugin::{SpHost, SpPlugin, SP_ABI_VERSION};
 

@@ -1,0 +1,94 @@
+import PluginProtocol
+
+/// One plugin as `supervisor status --json` shows it (SPEC §6).
+public struct PluginStatus: Codable, Sendable, Equatable {
+    public var identifier: String
+    public var version: String
+    /// `starting|running|restarting|failed|stopped`
+    public var state: String
+    public var pid: Int32?
+    public var restarts: Int
+    public var lastExit: ExitStatus?
+    public var dependencies: [String]
+    /// The library chosen (a variant's, or the manifest's `library`).
+    public var variant: String?
+    /// The sandbox layers in force in the running worker.
+    public var sandbox: [String]
+    /// Layers this host could not provide.
+    public var sandboxMissing: [String]?
+    /// Why the plugin is not running, when it is not.
+    public var error: String?
+    /// Microseconds the running worker spent starting: `spawnUs` (spawn → worker's main),
+    /// `sandboxUs`, `loadUs` (dlopen + create), `helloUs` (spawn → hello), `startupUs` (spawn → running).
+    public var timings: [String: Int]?
+    /// Calls the sandbox refused over the plugin's life, by syscall (SPEC §5): denials that returned
+    /// EPERM and violations that ended a worker. Empty when none (or none could be counted).
+    public var sandboxDenials: [String: Int]?
+    /// SPEC §6: why it is failed, or why it last failed (an update rolled back after a crash).
+    public var lastError: String?
+    /// An update's new version starting beside the worker that serves (SPEC §8), until it takes over.
+    public var updating: Updating?
+    /// Run for a debugger (`start --debug`): no watchdog, no timeouts, a worker one can attach to.
+    public var debug: Bool?
+    /// How the running worker was started: `fork-server` (forked by the fork server) or `exec`.
+    public var workerStart: String?
+    /// Why it was exec'd although the configuration asks for the fork server.
+    public var workerStartProblem: String?
+    /// The dependencies its worker has a direct link to (docs/protocol.md "Peer links"): its calls
+    /// to them skip the supervisor.
+    public var links: [String]?
+
+    /// The new version of an update and its worker.
+    public struct Updating: Codable, Sendable, Equatable {
+        public var version: String
+        public var pid: Int32
+
+        public init(version: String, pid: Int32) {
+            self.version = version
+            self.pid = pid
+        }
+    }
+
+    public init(identifier: String, version: String, state: String, pid: Int32?, restarts: Int, lastExit: ExitStatus?,
+                dependencies: [String], variant: String?, sandbox: [String], sandboxMissing: [String]?, error: String?,
+                timings: [String: Int]? = nil, sandboxDenials: [String: Int]? = nil, lastError: String? = nil, updating: Updating? = nil, debug: Bool? = nil,
+                workerStart: String? = nil, workerStartProblem: String? = nil, links: [String]? = nil) {
+        self.identifier = identifier
+        self.version = version
+        self.state = state
+        self.pid = pid
+        self.restarts = restarts
+        self.lastExit = lastExit
+        self.dependencies = dependencies
+        self.variant = variant
+        self.sandbox = sandbox
+        self.sandboxMissing = sandboxMissing
+        self.error = error
+        self.timings = timings
+        self.sandboxDenials = sandboxDenials
+        self.lastError = lastError
+        self.updating = updating
+        self.debug = debug
+        self.workerStart = workerStart
+        self.workerStartProblem = workerStartProblem
+        self.links = links
+    }
+}
+
+/// How a worker ended: `{"code": n}` or `{"signal": "SIGSEGV"}`, plus `reason` and, for sandbox
+/// violations, `syscall`.
+public struct ExitStatus: Codable, Sendable, Equatable {
+    public var code: Int32?
+    public var signal: String?
+    public var reason: ExitReason
+    public var syscall: String?
+    public var message: String?
+
+    public init(code: Int32? = nil, signal: String? = nil, reason: ExitReason, syscall: String? = nil, message: String? = nil) {
+        self.code = code
+        self.signal = signal
+        self.reason = reason
+        self.syscall = syscall
+        self.message = message
+    }
+}

@@ -1,0 +1,100 @@
+import ArgumentParser
+import Bundles
+import LinuxSupport
+import Protocol
+import SupervisorClient
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Options every client command shares: where the running supervisor is.
+struct ClientOptions: ParsableArguments {
+    @Option(help: "The supervisor's home folder (default: $SUPERVISOR_HOME or ~/.local/share/sandboxed-plugins).")
+    var home: String?
+
+    @Option(help: "The control socket (default: $SUPERVISOR_SOCKET, else <home>/supervisor.sock).")
+    var socket: String?
+
+    @Option(help: "Wait up to this many seconds for a supervisor that is still starting (`supervisor start &` just before).")
+    var wait: Double?
+
+    func validate() throws {
+        if let wait, !(wait >= 0 && wait <= 3600) { throw ValidationError("--wait must be between 0 and 3600 seconds") }
+    }
+
+    var socketPath: String { SupervisorClient.socketPath(home: home, socket: socket) }
+
+    /// Runs one request and prints its result; errors go to stderr as `code: message`.
+    func run(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in }, print format: (([UInt8]) -> String)? = nil,
+             progress: (ProgressReport) -> Void = { _ in }) throws {
+        let result: [UInt8]
+        switch request(kind, fill, progress) {
+        case .success(let r): result = r
+        case .failure(let failure):
+            StandardError.write("\(failure)\n")
+            throw ExitCode(failure.isRemote ? 1 : 2)
+        }
+        let text = format?(result) ?? String(decoding: result, as: UTF8.self)
+        if !text.isEmpty { print(text) }
+    }
+
+    private func request(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void,
+                         _ progress: (ProgressReport) -> Void) -> Result<[UInt8], SupervisorClient.Failure> {
+        do throws(SupervisorClient.Failure) {
+            let client = try SupervisorClient(socketPath: socketPath, startingWait: wait ?? 5, waitForAny: wait != nil)
+            defer { client.close() }
+            return .success(try client.request(kind, fill, progress: progress))
+        } catch {
+            return .failure(error)
+        }
+    }
+}
+
+/// The plugin a command is about, checked before anything is sent.
+struct PluginArgument: ParsableArguments {
+    @Argument(help: "The plugin's identifier.")
+    var identifier: String
+
+    func validate() throws {
+        guard PluginIdentifier.isValid(identifier) else {
+            throw ValidationError("'\(identifier)' is not a plugin identifier ([A-Za-z0-9.-])")
+        }
+    }
+}
+
+extension SupervisorClient.Failure {
+    var isRemote: Bool { if case .remote = self { return true } else { return false } }
+    var isUnreachable: Bool { if case .unreachable = self { return true } else { return false } }
+}
+
+/// Shows install progress: a bar redrawn in place on a terminal, plain lines otherwise.
+final class ProgressDisplay: @unchecked Sendable {
+    let terminal = isatty(2) == 1
+    var lastStage = ""
+
+    func show(_ p: ProgressReport) {
+        let label = p.message.map { "\(p.stage) \($0)" } ?? p.stage
+        if terminal {
+            var line = label
+            if p.total > 0 {
+                let width = 30
+                let filled = Int(Double(width) * Double(p.done) / Double(p.total))
+                line += " [" + String(repeating: "#", count: min(width, filled)) + String(repeating: " ", count: max(0, width - filled)) + "]"
+                line += " \(p.done >> 10)/\(p.total >> 10) KiB"
+            } else if p.done > 0 {
+                line += " \(p.done >> 10) KiB"
+            }
+            StandardError.write("\r\u{1B}[K" + line)
+        } else if label != lastStage {
+            StandardError.write(label + "\n")
+        }
+        lastStage = label
+    }
+
+    func finish() {
+        if terminal && !lastStage.isEmpty { StandardError.write("\r\u{1B}[K") }
+    }
+}
+
+
+@_exported import PluginProtocol

@@ -1,0 +1,132 @@
+import ArgumentParser
+import Logging
+import Bundles
+import LinuxSupport
+import Protocol
+import SupervisorClient
+import SupervisorKit
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct Install: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "install",
+        abstract: "Install or upgrade a plugin from an archive (path or URL); a running supervisor swaps it in.",
+        discussion: """
+            The archive's Ed25519 signature is read from <archive>.sig and checked against the trusted keys of the \
+            config. With no supervisor running, the plugin is installed into the home's plugins folder and starts with \
+            the next `supervisor start`.
+            """)
+
+    @OptionGroup var options: ClientOptions
+
+    @Argument(help: "A .tar.gz, .tar.xz, .tar.zst or .zip archive: a path or an http(s)/file URL.")
+    var archive: String
+
+    @Flag(help: "Allow a downgrade or a reinstall of the same version.")
+    var force = false
+
+    @Flag(help: "Allow an archive with no signature (development only).")
+    var allowUnsigned = false
+
+    @Option(help: "Config file (trusted keys) for an install with no supervisor running.")
+    var config: String?
+
+    func run() throws {
+        let display = ProgressDisplay()
+        let source = archive.contains("://") ? archive : (FileSystem.realPath(archive) ?? archive)
+        // No supervisor listening: install offline into the home.
+        if case .failure(let failure) = Result(catching: { () throws(SupervisorClient.Failure) in try SupervisorClient(socketPath: options.socketPath) }),
+           failure.isUnreachable {
+            return try offline(source)
+        }
+        try options.run(.install, { b in
+            b.string("uri", source)
+            b.raw("params", Array(#"{"force":\#(force),"allowUnsigned":\#(allowUnsigned)}"#.utf8))
+        }, print: { raw in
+            display.finish()
+            return String(decoding: raw, as: UTF8.self)
+        }, progress: { display.show($0) })
+    }
+
+    func offline(_ source: String) throws {
+        var settings = SupervisorConfig(home: options.home)
+        if let config { try settings.apply(configFile: config) }
+        StandardError.write("no supervisor is running; installing into \(settings.home)/plugins\n")
+        // Hold the home's lock, so a supervisor starting meanwhile does not see half an install.
+        try FileSystem.makeDirectories(settings.home)
+        let lock: HomeLock
+        do { lock = try HomeLock(home: settings.home) } catch {
+            StandardError.write("install failed: a supervisor holds \(settings.home) but its control socket does not answer (\(error))\n")
+            throw ExitCode(1)
+        }
+        defer { withExtendedLifetime(lock) {} }
+        let display = ProgressDisplay()
+        do {
+            let store = BundleStore(home: settings.home)
+            store.cleanLeftovers()
+            var request = InstallRequest(operation: .stage, home: settings.home, lowSpeedSeconds: settings.downloadLowSpeedSeconds,
+                                         maxBytes: settings.downloadMaxBytes)
+            request.source = source
+            request.force = force
+            request.allowUnsigned = allowUnsigned
+            request.trustedKeys = settings.trustedKeys
+            request.keyExpiries = settings.keyExpiries
+            request.revokedKeys = settings.revokedKeys
+            request.sandbox = settings.sandboxEnabled
+            request.workerExecutable = settings.workerExecutable
+            request.runtimePaths = RuntimeFolders.current()
+            let line = try InstallerProcess(executable: settings.installerExecutable).run(
+                request, progress: { display.show(.init(stage: $0.stage, done: $0.done, total: $0.total)) })
+            guard let staged = line.staged else {
+                throw line.error.map(InstallError.init(body:)) ?? InstallError(.internalError, "the installer gave no answer")
+            }
+            try store.swapIn(staged)
+            store.finish(staged)
+            display.finish()
+            print(#"{"installed":"\#(staged.identifier) \#(staged.version)"}"#)
+        } catch {
+            display.finish()
+            StandardError.write("install failed: \(error)\n")
+            throw ExitCode(1)
+        }
+    }
+}
+
+struct Update: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "update", abstract: "Install the catalog's newer versions of installed plugins into the running supervisor.")
+
+    @OptionGroup var options: ClientOptions
+
+    @Flag(help: "Only list the updates available.")
+    var check = false
+
+    func run() throws {
+        let display = ProgressDisplay()
+        var failures: [String: String] = [:]
+        try options.run(.update, { b in
+            b.raw("params", Array(#"{"check":\#(check)}"#.utf8))
+        }, print: { raw in
+            display.finish()
+            struct Outcome: Decodable { var failed: [String: String]? }
+            failures = (try? ProtocolJSON.decode(Outcome.self, from: raw))?.failed ?? [:]
+            return String(decoding: raw, as: UTF8.self)
+        }, progress: { display.show($0) })
+        guard failures.isEmpty else {
+            for (id, why) in failures.sorted(by: { $0.key < $1.key }) { StandardError.write("\(id): \(why)\n") }
+            throw ExitCode(1)
+        }
+    }
+}
+
+struct Uninstall: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "uninstall", abstract: "Stop a plugin and remove it from the home's plugins folder.")
+
+    @OptionGroup var options: ClientOptions
+    @OptionGroup var plugin: PluginArgument
+
+    func run() throws {
+        try options.run(.uninstall) { $0.string("target", plugin.identifier) }
+    }
+}

@@ -1,0 +1,56 @@
+import ArgumentParser
+import Protocol
+import SupervisorClient
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show every plugin's state, pid, restarts, last exit and sandbox.")
+
+    @OptionGroup var options: ClientOptions
+
+    @Flag(help: "Print a JSON array instead of a table.")
+    var json = false
+
+    func run() throws {
+        try options.run(.status, print: { raw in
+            if json { return String(decoding: raw, as: UTF8.self) }
+            guard let list = try? ProtocolJSON.decode([PluginStatus].self, from: raw) else { return String(decoding: raw, as: UTF8.self) }
+            return StatusTable.render(list)
+        })
+    }
+}
+
+enum StatusTable {
+    static func render(_ list: [PluginStatus]) -> String {
+        if list.isEmpty { return "no plugins" }
+        var rows = [["PLUGIN", "VERSION", "STATE", "PID", "RESTARTS", "LAST EXIT", "SANDBOX"]]
+        for p in list {
+            var exit = "-"
+            if let e = p.lastExit {
+                exit = [e.code.map { "code \($0)" }, e.signal, e.reason == .exited || e.reason == .signaled ? nil : e.reason.rawValue, e.syscall]
+                    .compactMap { $0 }.joined(separator: " ")
+            }
+            var sandbox = p.sandbox.isEmpty ? "-" : "\(p.sandbox.count) layers"
+            if let missing = p.sandboxMissing, !missing.isEmpty { sandbox += ", \(missing.count) missing" }
+            rows.append([p.identifier, p.version, p.state, p.pid.map(String.init) ?? "-", String(p.restarts), exit, sandbox])
+        }
+        let widths = (0..<rows[0].count).map { c in rows.map { $0[c].count }.max()! }
+        var out = rows.map { row in
+            row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell.padding(to: widths[i]) }.joined(separator: "  ")
+        }
+        for p in list where p.error != nil { out.append("\(p.identifier): \(p.error!)") }
+        // Recovered from, but worth knowing (an update rolled back after the new version crashed).
+        for p in list where p.error == nil && p.lastError != nil { out.append("\(p.identifier): last error: \(p.lastError!)") }
+        for p in list where p.debug == true { out.append("\(p.identifier): debug mode (attach with gdb -p \(p.pid.map(String.init) ?? "<pid>"))") }
+        for p in list { if let u = p.updating { out.append("\(p.identifier): \(u.version) is starting beside \(p.version) (pid \(u.pid))") } }
+        // Peer links (docs/protocol.md): the dependencies a plugin calls without passing through here.
+        for p in list { if let links = p.links, !links.isEmpty { out.append("\(p.identifier): calls \(links.joined(separator: ", ")) over a direct link") } }
+        if let layers = list.first(where: { !$0.sandbox.isEmpty })?.sandbox {
+            out.append("sandbox layers: " + layers.joined(separator: " ") + "   (status --json lists each plugin's, and any missing)")
+        }
+        return out.joined(separator: "\n")
+    }
+}
+
+extension String {
+    func padding(to width: Int) -> String { count >= width ? self : self + String(repeating: " ", count: width - count) }
+}

@@ -1,0 +1,130 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
+import LinuxSupport
+import PluginProtocol
+import Protocol
+
+/// Everything `supervisor start` can be told, with defaults that need no config file.
+public struct SupervisorConfig: Sendable {
+    /// The home folder: plugins, data, live resources, the control socket and the lock.
+    public var home: String
+    /// Folders scanned for plugin bundles: those given, and always `<home>/plugins`, where installs go.
+    public var pluginDirectories: [String] {
+        get { extraPluginDirectories + (extraPluginDirectories.contains(home + "/plugins") ? [] : [home + "/plugins"]) }
+        set { extraPluginDirectories = newValue }
+    }
+    private var extraPluginDirectories: [String]
+    public var socketPath: String
+    /// The `plugin-worker` executable (default: beside the running supervisor).
+    public var workerExecutable: String
+    /// How workers are started (docs/sandbox.md, "The fork server").
+    public enum WorkerStart: String, Sendable {
+        /// Each worker is a new process image: `plugin-worker` by posix_spawn (or clone into its
+        /// namespaces) and exec.
+        case exec
+        /// The fork server, which has the worker's code loaded, forks each worker; where it cannot
+        /// start or fails, workers are exec'd and `status` says why.
+        case forkServer = "fork-server"
+    }
+    /// `workerStart` in the config: the fork server unless told otherwise (it starts a worker in
+    /// about a tenth of the time; docs/benchmarks.md).
+    public var workerStart = WorkerStart.forkServer
+    /// `peerLinks` in the config: calls from a plugin to a dependency go over a direct link
+    /// between their workers once the first one has gone through the supervisor (docs/protocol.md
+    /// "Peer links"). Off, every call passes through the supervisor (and is logged at debug level).
+    public var peerLinks = true
+    /// `workerSpinMicroseconds` in the config: how long a worker's I/O thread polls its socket
+    /// before it sleeps, at most (adapted to how far apart its messages come: IPC/SpinWindow.swift);
+    /// 0: never.
+    public var workerSpinMicroseconds = 0
+    /// The fork server and the worker's code it loads (default: beside the running supervisor).
+    public var forkServerExecutable: String
+    public var workerLibrary: String
+    /// The `supervisor-installer` executable (default: beside the running supervisor).
+    public var installerExecutable: String
+    public var maxFrameBytes = Frame.defaultMaxBody
+    public var maxJSONDepth = Frame.defaultMaxDepth
+    /// A worker must say hello and answer `startup` within this.
+    public var startupTimeoutMs = 10_000
+    /// Default per-call timeout; a manifest's `limits.callTimeoutMs` and a call's `timeoutMs` override it.
+    public var callTimeoutMs = CallTimeouts.defaultMs
+    /// How long `willTerminate` may take before the worker is killed.
+    public var shutdownGraceMs = 5_000
+    /// At most this many restarts in `restartWindowSeconds`, then `failed`.
+    public var restartLimit = 5
+    public var restartWindowSeconds = 60
+    /// Delay before the second restart in a row; doubles each time up to `restartBackoffMaxMs`.
+    public var restartBackoffBaseMs = 100
+    public var restartBackoffMaxMs = 10_000
+    /// Also restart dependents when a plugin restarts (OTP's rest_for_one).
+    public var restartDependents = false
+    /// Watchdog: ping every worker this often; one that does not answer within `pingTimeoutMs` is killed.
+    public var pingIntervalMs = 1_000
+    public var pingTimeoutMs = 3_000
+    /// Sandbox on (default) or off (benchmarks, diagnosis).
+    public var sandboxEnabled = true
+    /// A control group per worker where the host allows (docs/sandbox.md, "cgroups"); false leaves
+    /// workers in the supervisor's group (moving each costs the kernel a grace period at start).
+    public var workerCgroups = true
+    /// The plugin catalog's URL (http, https or file), for `update` and on-demand installs.
+    public var catalogURL: String?
+    /// Trusted publisher keys: base64 raw Ed25519 public keys.
+    public var trustedKeys: [String] = []
+    /// Trusted keys with an end: key → RFC 3339 time (`{"key": ..., "expires": ...}` in `trustedKeys`).
+    public var keyExpiries: [String: String] = [:]
+    /// Keys whose signatures are never accepted (`revokedKeys`).
+    public var revokedKeys: [String] = []
+    /// `catalogSignatures: "optional"`: a catalog without `.sig` is accepted, with a warning (migration).
+    public var catalogSignaturesOptional = false
+    /// `false` switches updates off: no catalog fetches, no on-demand installs, no resource refresh.
+    public var updatesEnabled = true
+    /// Downloads slower than 1 KiB/s for this long are aborted; at most this many bytes.
+    public var downloadLowSpeedSeconds = 15
+    public var downloadMaxBytes = 256 << 20
+    /// Sandbox layers the operator demands; a plugin is not started where one is missing.
+    public var requiredSandboxLayers: [SandboxLayer] = []
+    /// Requests that may wait for one plugin while it starts, restarts or drains (SPEC §8).
+    public var callQueueLimit = 1_024
+    /// How long a planned stop waits for the calls inside a worker to be answered before
+    /// `willTerminate` (restart, reload, update, shutdown).
+    public var drainTimeoutMs = 5_000
+    /// How long an updated plugin's previous version is kept to roll back to if the new one crashes.
+    public var updateGraceSeconds = 30
+    /// Where `GET /metrics` is served (`host:port`), if anywhere: the config's `metrics.listen`.
+    public var metricsListen: String?
+    /// `start --debug <identifier>`: plugins run for a debugger (docs/debugging.md): no watchdog, no
+    /// call or startup timeout, a dumpable worker. Only these; every other plugin as usual.
+    public var debugPlugins: Set<String> = []
+
+    /// Whether `identifier` runs in debug mode.
+    public func isDebugged(_ identifier: String) -> Bool { !debugPlugins.isEmpty && debugPlugins.contains(identifier) }
+
+    /// A day: the longest timeout a request may ask for, and what stands for "no timeout" in debug
+    /// mode.
+    public static let longestTimeoutMs = CallTimeouts.longestMs
+
+    /// The default home (`SupervisorLocation.defaultHome`).
+    public static func defaultHome() -> String { SupervisorLocation.defaultHome(environment: ProcessEnvironment.all) }
+
+    /// The control socket a CLI command talks to: `--socket`, else `$SUPERVISOR_SOCKET`, else the home's.
+    public static func socketPath(option: String?, home: String?) -> String {
+        SupervisorLocation.socketPath(socket: option, home: home, environment: ProcessEnvironment.all)
+    }
+
+    public init(home: String? = nil, pluginDirectories: [String] = [], socketPath: String? = nil, workerExecutable: String? = nil) {
+        let home = FileSystem.absolute(home ?? Self.defaultHome())
+        self.home = home
+        self.extraPluginDirectories = pluginDirectories.map(FileSystem.absolute)
+        self.socketPath = Self.socketPath(option: socketPath, home: home)
+        self.workerExecutable = workerExecutable ?? (FileSystem.executableDirectory() + "/plugin-worker")
+        self.installerExecutable = FileSystem.executableDirectory() + "/supervisor-installer"
+        self.forkServerExecutable = FileSystem.executableDirectory() + "/plugin-forkserver"
+        self.workerLibrary = FileSystem.executableDirectory() + "/libPluginWorkerCore.so"
+    }
+}

@@ -1,0 +1,159 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Bundles
+import Logging
+import NIOCore
+import PluginProtocol
+import Protocol
+
+/// What the control socket takes (SPEC §6): each request is checked here and handed to the
+/// component that does it.
+extension ControlServer {
+    func request(_ connection: ControlConnection, _ frame: ByteBuffer) {
+        frame.withUnsafeReadableBytes { bytes in
+            let env: Envelope
+            do {
+                env = try Envelope.parse(bytes, maxDepth: config.maxJSONDepth)
+            } catch {
+                return drop(connection, ErrorBody(.protocolViolation, "invalid frame: \(error)"))
+            }
+            guard let kind = env.kind else {
+                return drop(connection, ErrorBody(.protocolViolation, "unknown message type '\(env.typeName ?? "(none)")'"))
+            }
+            guard let id = env.id else {
+                return drop(connection, ErrorBody(.protocolViolation, "\(kind.rawValue) without an unsigned integer id"))
+            }
+            connection.outstanding += 1
+            handle(kind, env, bytes, origin: .client(connection, id: id))
+        }
+    }
+
+    /// Does one request, from a client of the socket or from the program the supervisor is
+    /// embedded in (`ReplyOrigin.host`): both take the same requests, checked the same way.
+    func handle(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, origin: ReplyOrigin) {
+        switch kind {
+        case .call, .open: callOrOpen(kind, env, bytes, origin)
+        case .status: router.respond(origin) { try ProtocolJSON.encode(self.statusList()) }
+        case .send: send(env, bytes, origin)
+        case .restart:
+            guard let target = Envelope.string(bytes, env.target) else {
+                return router.answer(origin, error: ErrorBody(.badRequest, "restart needs a \"target\""))
+            }
+            guard table[target] != nil else {
+                return router.answer(origin, error: ErrorBody(.notFound, "no plugin \(target) is installed"))
+            }
+            lifecycle.restartCommand(target) { [self] problem in
+                if let problem {
+                    router.answer(origin, error: ErrorBody(.unavailable, problem))
+                } else {
+                    router.respond(origin) { try ProtocolJSON.encode(self.statusList().first { $0.identifier == target }) }
+                }
+                outbox.flush()
+            }
+        case .install:
+            guard let source = Envelope.string(bytes, env.uri), !source.isEmpty else {
+                return router.answer(origin, error: ErrorBody(.badRequest, "install needs a \"uri\": an archive path or URL"))
+            }
+            installs.installCommand(origin, source: source, options: installOptions(env, bytes))
+        case .update:
+            installs.updateCommand(origin, options: installOptions(env, bytes))
+        case .uninstall:
+            guard let target = Envelope.string(bytes, env.target) else {
+                return router.answer(origin, error: ErrorBody(.badRequest, "uninstall needs a \"target\""))
+            }
+            installs.uninstallCommand(origin, identifier: target)
+        case .reload:
+            lifecycle.reload { [self] (result: Result<ReloadSummary, ErrorBody>) in
+                switch result {
+                case .success(let summary): router.respond(origin) { try ProtocolJSON.encode(summary) }
+                case .failure(let error): router.answer(origin, error: error)
+                }
+                outbox.flush()
+            }
+        case .metrics:
+            // The exposition as a JSON string: the CLI prints it as it is.
+            router.respond(origin) { try ProtocolJSON.encode(String(decoding: supervisor.metrics.exposition(), as: UTF8.self)) }
+        case .debugWedge:
+            debugWedge(env, origin)
+        case .stop:
+            router.respond(origin) { Array(#"{"stopping":true}"#.utf8) }
+            outbox.flush()
+            lifecycle.shutdown(reason: "supervisor stop")
+        default:
+            router.answer(origin, error: ErrorBody(.badRequest, "'\(kind.rawValue)' is not a request this socket takes"))
+        }
+    }
+
+    private func callOrOpen(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ origin: ReplyOrigin) {
+        let target: String
+        switch router.validateRequest(kind, env, bytes) {
+        case .failure(let error): return router.answer(origin, error: error)
+        case .success(let t): target = t
+        }
+        guard let error = router.forward(kind, to: target, from: nil, env: env, bytes: bytes, origin: origin) else { return }
+        // Not installed: maybe the catalog offers it on demand.
+        if table[target] == nil, installs.forwardOnDemand(kind, to: target, request: bytes, timeoutMs: env.timeoutMs, origin: origin) { return }
+        router.answer(origin, error: error)
+    }
+
+    /// Debug builds: holds the event loop for `timeoutMs` (at most 60 s), as a wedged loop would,
+    /// after answering. Tests of the systemd watchdog use it. Release builds refuse it.
+    private func debugWedge(_ env: Envelope, _ origin: ReplyOrigin) {
+        #if DEBUG
+        let ms = min(env.timeoutMs ?? 1000, 60_000)
+        router.respond(origin) { Array(#"{"wedged":true}"#.utf8) }
+        outbox.flush()
+        logger.warning("debugWedge: holding the event loop for \(ms) ms")
+        loop.execute { usleep(UInt32(ms) * 1000) }
+        #else
+        router.answer(origin, error: ErrorBody(.badRequest, "debugWedge exists only in debug builds"))
+        #endif
+    }
+
+    private func send(_ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ origin: ReplyOrigin) {
+        let name = Envelope.string(bytes, env.name) ?? ""
+        let allowed: [EventName] = [.memoryWarning, .background, .foreground]
+        guard let event = EventName(rawValue: name), allowed.contains(event) else {
+            return router.answer(origin, error: ErrorBody(.badRequest, "cannot send '\(name)'; events that can be sent: \(allowed.map(\.rawValue).joined(separator: ", "))"))
+        }
+        let only = Envelope.string(bytes, env.target)
+        if let only, table[only] == nil {
+            return router.answer(origin, error: ErrorBody(.notFound, "no plugin \(only) is installed"))
+        }
+        router.broadcast(event, only: only) { [self] delivered, failed in
+            router.respond(origin) { try ProtocolJSON.encode(SendOutcome(event: name, delivered: delivered, failed: failed)) }
+        }
+    }
+
+    private func installOptions(_ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> InstallOptions {
+        guard let p = env.params else { return InstallOptions() }
+        return (try? ProtocolJSON.decode(InstallOptions.self, from: UnsafeRawBufferPointer(rebasing: bytes[p]))) ?? InstallOptions()
+    }
+
+    /// Tells a client why, then drops it.
+    func drop(_ connection: ControlConnection, _ error: ErrorBody) {
+        logger.warning("dropping control client: \(error.message)")
+        outbox.write(router.errorFrame(id: 0, error, for: connection.channel), to: connection.channel)
+        outbox.flush()
+        connection.closed = true
+        connection.channel.close(promise: nil)
+    }
+
+    /// `status`: every plugin in start order (SPEC §6).
+    func statusList() -> [PluginStatus] {
+        table.inOrder.map { r in
+            PluginStatus(
+                identifier: r.identifier, version: r.manifest.version.description, state: r.phase.shown,
+                pid: r.instance?.pid, restarts: r.restarts, lastExit: r.lastExit, dependencies: r.dependencyIDs,
+                variant: r.variant ?? r.library, sandbox: r.instance?.hello?.sandbox ?? [],
+                sandboxMissing: r.instance.map { $0.hello?.sandboxMissing ?? [] }, error: r.problem,
+                timings: r.instance.map(\.timings), sandboxDenials: r.sandboxDenials, lastError: r.problem ?? r.lastError,
+                updating: r.successor.map { .init(version: $0.instance.manifest.version.description, pid: $0.instance.pid) },
+                debug: config.isDebugged(r.identifier) ? true : nil,
+                workerStart: r.instance.map { $0.forked ? "fork-server" : "exec" },
+                workerStartProblem: r.instance.flatMap { $0.startProblem },
+                links: r.instance.flatMap { $0.linksOut.isEmpty ? nil : $0.linksOut.keys.sorted() })
+        }
+    }
+}

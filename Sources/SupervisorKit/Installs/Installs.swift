@@ -1,0 +1,260 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Bundles
+import Dispatch
+import LinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+import Protocol
+
+/// Install, update, uninstall, on-demand installs and live resources for a running supervisor
+/// (SPEC §9). The slow part (download, checks, unpacking, preflight) runs in `supervisor-installer`,
+/// driven from `queue`; the swap, the restart and the rollback run on the event loop.
+///
+/// Ownership: everything the installer needs is copied into an `InstallRequest` on the loop before
+/// the work goes to `queue`; the queue touches no supervisor state and hands its result back with
+/// `loop.execute`.
+final class Installs: SupervisorComponent, @unchecked Sendable {
+    // @unchecked: the mutable state (`onDemandWaiters`) is used only on the event loop; `queue` and
+    // the `let`s are safe to use from any thread.
+    unowned let supervisor: Supervisor
+    /// Installer runs, one at a time, off the event loop.
+    let queue = DispatchQueue(label: "supervisor.installs")
+    let store: BundleStore
+    /// Callers waiting for an on-demand install, by plugin.
+    var onDemandWaiters: [String: [(ErrorBody?) -> Void]] = [:]
+
+    init(_ supervisor: Supervisor) {
+        self.supervisor = supervisor
+        store = BundleStore(home: supervisor.config.home)
+    }
+
+    var catalogURL: String? { config.updatesEnabled ? config.catalogURL : nil }
+
+    /// A request to `supervisor-installer` with this supervisor's settings. On the loop only: it
+    /// reads the plugin table.
+    func request(_ operation: InstallRequest.Operation) -> InstallRequest {
+        loop.preconditionInEventLoop()
+        var request = InstallRequest(operation: operation, home: config.home, lowSpeedSeconds: config.downloadLowSpeedSeconds,
+                                     maxBytes: config.downloadMaxBytes)
+        request.trustedKeys = config.trustedKeys
+        request.keyExpiries = config.keyExpiries
+        request.revokedKeys = config.revokedKeys
+        request.catalogSignaturesOptional = config.catalogSignaturesOptional
+        request.sandbox = config.sandboxEnabled
+        request.workerExecutable = config.workerExecutable
+        request.runtimePaths = supervisor.runtimePaths
+        var others: [String: String] = [:]
+        for record in table.all where !isInstalledHere(record) { others[record.identifier] = record.manifest.bundle }
+        request.otherBundles = others
+        return request
+    }
+
+    /// Whether the plugin's bundle lives in `<home>/plugins` (where installs go).
+    func isInstalledHere(_ record: PluginRecord) -> Bool {
+        record.manifest.bundle.hasPrefix(pluginsFolder + "/")
+    }
+
+    var pluginsFolder: String { FileSystem.realPath(config.home + "/plugins") ?? config.home + "/plugins" }
+
+    /// Runs the installer (on `queue`, never on the loop). Its preflight workers are refused on the
+    /// control socket while they live.
+    func runInstaller(_ request: InstallRequest, progress: @escaping @Sendable (InstallerLine.Progress) -> Void = { _ in }) throws(InstallError) -> InstallerLine {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let supervisor = self.supervisor
+        var started: [pid_t] = []
+        // The installer reaps its preflight workers: forget them when it is done (a pid is reused).
+        defer { supervisor.preflightPIDs.withLock { set in for pid in started { set.remove(pid) } } }
+        return try InstallerProcess(executable: config.installerExecutable).run(request, progress: progress, preflight: { pid in
+            started.append(pid)
+            supervisor.preflightPIDs.withLock { _ = $0.insert(pid) }
+        }, confined: { layers, missing in
+            // Said on the loop, once per distinct missing layer, like the workers' (docs/install.md).
+            supervisor.loop.execute { supervisor.health.noteMissingLayers(missing, who: "the installer") }
+            supervisor.logger.debug("installer confined: \(layers.joined(separator: " "))")
+        })
+    }
+
+    /// Fetches the catalog through the installer (conditional GET, cached copy when the server fails).
+    func loadCatalog(_ request: InstallRequest) throws(InstallError) -> CatalogLoaded {
+        let line = try runInstaller(request)
+        if let e = line.error { throw InstallError(body: e) }
+        guard let catalog = line.catalog else { throw InstallError(.internalError, "the installer gave no catalog") }
+        if let warning = catalog.warning { logger.warning("\(warning)") }
+        return catalog
+    }
+
+    /// A catalog request for `url`, made on the loop.
+    func catalogRequest(_ url: String) -> InstallRequest {
+        var request = request(.catalog)
+        request.url = url
+        return request
+    }
+
+    /// Refreshes the cached catalog in the background (a 304 when unchanged), so on-demand installs
+    /// work from the first call.
+    func warmCatalog() {
+        guard let url = catalogURL else { return }
+        let request = catalogRequest(url)
+        queue.async { [self] in
+            do throws(InstallError) { _ = try loadCatalog(request) } catch { logger.warning("catalog not refreshed: \(error)") }
+        }
+    }
+
+    // MARK: Install
+
+    /// Control request `install` (uri = archive path or URL; params: force, allowUnsigned).
+    func installCommand(_ origin: ReplyOrigin, source: String, options: InstallOptions) {
+        install(source: source, entry: nil, options: options, origin: origin) { [self] result in
+            switch result {
+            case .success(let text): router.respond(origin) { try ProtocolJSON.encode(["installed": text]) }
+            case .failure(let error): router.answer(origin, error: error)
+            }
+            outbox.flush()
+        }
+    }
+
+    /// Stages with `supervisor-installer` on `queue`, then swaps in and (re)starts on the loop.
+    /// `done` runs on the loop.
+    func install(source: String, entry: CatalogEntry?, options: InstallOptions, origin: ReplyOrigin?,
+                 _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
+        let done: @Sendable (Result<String, ErrorBody>) -> Void = { [self] result in
+            switch result {
+            case .success: supervisor.metrics.installed(outcome: "ok")
+            case .failure(let error): supervisor.metrics.installed(outcome: error.code)
+            }
+            done(result)
+        }
+        var staging = request(.stage)
+        staging.source = source
+        staging.entry = entry
+        staging.force = options.force
+        staging.allowUnsigned = options.allowUnsigned
+        let request = staging
+        queue.async { [self] in
+            let line: InstallerLine
+            do throws(InstallError) {
+                line = try runInstaller(request) { [self] p in
+                    if let origin { loop.execute { self.router.sendProgress(origin, stage: p.stage, done: p.done, total: p.total) } }
+                }
+            } catch {
+                loop.execute { done(.failure(error.body)) }
+                return
+            }
+            guard let staged = line.staged else {
+                let error = line.error ?? InstallError(.internalError, "the installer gave no answer").body
+                logger.error("install of \(source) failed: \(error.message)")
+                loop.execute { done(.failure(error)) }
+                return
+            }
+            loop.execute { self.apply(staged, done) }
+        }
+    }
+
+    /// Swaps the staged version in and starts it; on failure swaps the old one back and restarts it.
+    private func apply(_ staged: BundleStore.Staged, _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
+        loop.preconditionInEventLoop()
+        // One update of a plugin at a time: the files of one still starting must stay as they are.
+        if let record = table[staged.identifier], record.successor != nil || record.installAwaitsVerdict {
+            store.finish(staged)
+            return done(.failure(InstallError(.conflict, "\(staged.identifier) is being updated already; try again once that is done").body))
+        }
+        // A previous update still in its grace period is final now: one rollback point at a time.
+        if let record = table[staged.identifier] { endGrace(record) }
+        do { try store.swapIn(staged) } catch {
+            store.finish(staged)
+            return done(.failure(error.body))
+        }
+        let id = staged.identifier
+        let bundle = FileSystem.realPath(staged.target) ?? staged.target
+        let manifest: Manifest
+        do { manifest = try Manifest.load(bundle: bundle) } catch {
+            try? store.rollBack(staged)
+            return done(.failure(InstallError(.invalidManifest, "\(error)").body))
+        }
+        let what = "\(id) \(staged.version)" + (staged.previous.map { " (was \($0))" } ?? "")
+        // Its dependencies must be installed, in range, and not make a cycle.
+        var others = table.all.filter { $0.identifier != id }.map(\.manifest)
+        others.append(manifest)
+        if let problem = PluginCatalog(manifests: others).unstartable[id] {
+            try? store.rollBack(staged)
+            return done(.failure(InstallError(.conflict, "\(id) \(staged.version) cannot start here: \(problem); not installed").body))
+        }
+        guard !lifecycle.isShuttingDown else {
+            store.finish(staged)
+            return done(.success(what + "; it starts with the supervisor"))
+        }
+        if let record = table[id] {
+            replace(record, with: manifest, staged: staged, what: what, done)
+        } else {
+            let record = PluginRecord(manifest: manifest, phase: .waiting)
+            record.installAwaitsVerdict = true
+            table.add(record)
+            record.startWaiters.append { [self] problem in
+                record.installAwaitsVerdict = false
+                guard let problem else {
+                    store.finish(staged)
+                    logger.notice("installed \(what)")
+                    return done(.success(what))
+                }
+                try? store.rollBack(staged)
+                router.forget(record, because: "\(id) \(staged.version) failed to start: \(problem); not installed")
+                done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); not installed").body))
+            }
+            lifecycle.startWaitingPlugins()
+        }
+        outbox.flush()
+    }
+
+    /// An upgrade of a known plugin. A running one gets its new version started beside the old
+    /// worker, which serves until the new one answers `startup` and then drains
+    /// (Lifecycle/Successor.swift); if the new one does not get that far, the old files go back and
+    /// the old worker never noticed. A plugin that is not running (or whose new version's
+    /// dependencies are not) is stopped and started as the new version; if that fails, the old
+    /// version goes back and starts again.
+    private func replace(_ record: PluginRecord, with manifest: Manifest, staged: BundleStore.Staged, what: String,
+                         _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
+        let old = record.manifest
+        let id = record.identifier
+        // How the update ends, whichever way it started: kept for the grace period, or rolled back
+        // on disk with `restoreOld` putting the old version back in service.
+        let verdict: (String?, _ restoreOld: () -> Void) -> Void = { [self] problem, restoreOld in
+            guard let problem else {
+                beginGrace(record, staged: staged, previous: old, what: what)
+                return done(.success(what))
+            }
+            do throws(InstallError) { try store.rollBack(staged) } catch {
+                return done(.failure(InstallError(.fileSystem, "the new version failed (\(problem)) and rolling back failed: \(error)").body))
+            }
+            logger.error("\(id) \(staged.version) failed to start (\(problem)); rolled back to \(old.version)")
+            restoreOld()
+            done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); rolled back to \(old.version)").body))
+        }
+        if lifecycle.canStartBeside(record, manifest) {
+            lifecycle.startBeside(record, manifest) { [self] problem in
+                verdict(problem) {
+                    // The old worker serves on; if it crashed meanwhile, the old version starts again.
+                    guard record.instance == nil, record.phase == .restarting, table[id] === record else { return }
+                    lifecycle.startAgain(record) { [self] problem in
+                        if let problem { logger.error("\(id) \(old.version) did not start again: \(problem)", metadata: ["plugin": "\(id)"]) }
+                    }
+                }
+            }
+            return
+        }
+        let begin: () -> Void = { [self] in
+            record.manifest = manifest
+            record.installAwaitsVerdict = true
+            lifecycle.startAgain(record) { [self] problem in
+                record.installAwaitsVerdict = false
+                verdict(problem) {
+                    record.manifest = old
+                    lifecycle.restartCommand(id) { _ in }
+                }
+            }
+        }
+        if record.instance != nil { lifecycle.stopPlugin(record) { begin() } } else { begin() }
+    }
+}

@@ -1,0 +1,77 @@
+import Bundles
+import Logging
+import NIOCore
+import PluginProtocol
+import Protocol
+
+extension Installs {
+    /// A CLI's call or open for a plugin that is not installed: if the catalog offers it `onDemand`,
+    /// install it and then forward the request, unless the request's own timeout ends first.
+    /// Returns false when no catalog is configured (the caller answers notFound at once).
+    func forwardOnDemand(_ kind: MessageKind, to target: String, request bytes: UnsafeRawBufferPointer, timeoutMs requested: UInt64?,
+                         origin: ReplyOrigin) -> Bool {
+        let copy = Array(bytes)
+        // Settled exactly once: by the install's outcome or by the timeout, whichever comes first.
+        final class Once: @unchecked Sendable { var settled = false }  // used only on the event loop
+        let once = Once()
+        let waitMs = requested.map(Router.clampedTimeout).flatMap { $0 > 0 ? $0 : nil } ?? config.callTimeoutMs
+        let started = onDemand(target) { [self] failure in
+            guard !once.settled else { return }
+            once.settled = true
+            if let failure { return router.answer(origin, error: failure) }
+            copy.withUnsafeBytes { raw in
+                guard let env = try? Envelope.parse(raw, maxDepth: config.maxJSONDepth) else {
+                    return router.answer(origin, error: ErrorBody(.badRequest, "the request could not be replayed"))
+                }
+                if let error = router.forward(kind, to: target, from: nil, env: env, bytes: raw, origin: origin) {
+                    router.answer(origin, error: error)
+                }
+            }
+            outbox.flush()
+        }
+        guard started else { return false }
+        loop.scheduleTask(in: .milliseconds(Int64(waitMs))) { [self] in
+            guard !once.settled else { return }
+            once.settled = true
+            router.answer(origin, error: ErrorBody(.timeout, "\(target) was still being installed on demand after \(waitMs) ms"))
+            outbox.flush()
+        }
+        return true
+    }
+
+    /// Installs `target` if the catalog offers it on demand; concurrent first calls share one
+    /// install. The catalog is fetched when its cached copy does not list the plugin. `replay` gets
+    /// nil once installed, or the error to answer. False when no catalog is configured.
+    private func onDemand(_ target: String, replay: @escaping (ErrorBody?) -> Void) -> Bool {
+        guard let url = catalogURL else { return false }
+        if onDemandWaiters[target] != nil {
+            onDemandWaiters[target]!.append(replay)
+            return true
+        }
+        onDemandWaiters[target] = [replay]
+        let settle: @Sendable (ErrorBody?) -> Void = { [self] error in
+            let waiters = onDemandWaiters.removeValue(forKey: target) ?? []
+            for w in waiters { w(error) }
+            outbox.flush()
+        }
+        let request = catalogRequest(url)
+        let home = config.home
+        queue.async { [self] in
+            let cached = CatalogCache.entries(home: home, url: url).first { $0.identifier == target }
+            let entry = cached ?? (try? loadCatalog(request))?.entries.first { $0.identifier == target }
+            loop.execute { [self] in
+                guard let entry, entry.onDemand == true else {
+                    return settle(ErrorBody(.notFound, "no plugin \(target) is installed" + (entry == nil ? "" : "; the catalog has it, but not on demand: `supervisor install` it")))
+                }
+                logger.notice("installing \(target) \(entry.version) on demand")
+                install(source: entry.url, entry: entry, options: InstallOptions(), origin: nil) { result in
+                    switch result {
+                    case .success: settle(nil)
+                    case .failure(let e): settle(ErrorBody(.unavailable, "on-demand install of \(target) failed: \(e.message)"))
+                    }
+                }
+            }
+        }
+        return true
+    }
+}

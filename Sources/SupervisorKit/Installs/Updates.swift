@@ -1,0 +1,86 @@
+import Bundles
+import LinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+import Protocol
+
+extension Installs {
+    /// Control request `update` (`check`: only list what is newer).
+    func updateCommand(_ origin: ReplyOrigin, options: InstallOptions) {
+        guard config.updatesEnabled else { return router.answer(origin, error: ErrorBody(.denied, "updates are switched off in the config (updates: false)")) }
+        guard let url = catalogURL else {
+            return router.answer(origin, error: ErrorBody(.badRequest, "no catalog is configured (config key catalog)"))
+        }
+        let request = catalogRequest(url)
+        queue.async { [self] in
+            let loaded: CatalogLoaded
+            do throws(InstallError) { loaded = try loadCatalog(request) } catch {
+                loop.execute { self.router.answer(origin, error: error.body); self.outbox.flush() }
+                return
+            }
+            loop.execute { self.offerUpdates(loaded, origin: origin, checkOnly: options.check) }
+        }
+    }
+
+    private func offerUpdates(_ loaded: CatalogLoaded, origin: ReplyOrigin, checkOnly: Bool) {
+        var updates: [(CatalogEntry, UpdateCheck.Available)] = []
+        for entry in loaded.entries {
+            guard let record = table[entry.identifier], let v = SemanticVersion(entry.version), v > record.manifest.version,
+                  isInstalledHere(record) else { continue }
+            updates.append((entry, UpdateCheck.Available(identifier: entry.identifier, installed: record.manifest.version.description, available: entry.version)))
+        }
+        if checkOnly {
+            router.respond(origin) { try ProtocolJSON.encode(UpdateCheck(catalog: loaded.source, updates: updates.map(\.1))) }
+            return outbox.flush()
+        }
+        applyUpdates(updates.map(\.0), origin: origin, done: [], failed: [:])
+    }
+
+    /// Installs catalog entries one after the other, then answers.
+    private func applyUpdates(_ remaining: [CatalogEntry], origin: ReplyOrigin, done: [String], failed: [String: String]) {
+        guard let entry = remaining.first else {
+            router.respond(origin) { try ProtocolJSON.encode(UpdateOutcome(updated: done, failed: failed)) }
+            return outbox.flush()
+        }
+        router.sendProgress(origin, stage: "update", done: Int64(done.count + failed.count), total: Int64(done.count + failed.count + remaining.count),
+                            message: "\(entry.identifier) \(entry.version)")
+        install(source: entry.url, entry: entry, options: InstallOptions(), origin: origin) { [self] result in
+            var done = done, failed = failed
+            switch result {
+            case .success(let text): done.append(text)
+            case .failure(let error): failed[entry.identifier] = error.message
+            }
+            applyUpdates(Array(remaining.dropFirst()), origin: origin, done: done, failed: failed)
+        }
+    }
+
+    /// Control request `uninstall`: stop the plugin, remove its bundle from `<home>/plugins`.
+    func uninstallCommand(_ origin: ReplyOrigin, identifier: String) {
+        guard let record = table[identifier] else { return router.answer(origin, error: ErrorBody(.notFound, "no plugin \(identifier) is installed")) }
+        guard isInstalledHere(record) else {
+            return router.answer(origin, error: ErrorBody(.denied, "\(identifier) is not installed in \(pluginsFolder) (it comes from \(record.manifest.bundle)); remove its bundle there"))
+        }
+        guard record.successor == nil, !record.installAwaitsVerdict else {
+            return router.answer(origin, error: InstallError(.conflict, "\(identifier) is being updated; try again once that is done").body)
+        }
+        let needed = table.dependents(of: identifier).map(\.identifier).sorted()
+        guard needed.isEmpty else {
+            return router.answer(origin, error: ErrorBody(.denied, "\(identifier) is needed by \(needed.joined(separator: ", ")); uninstall those first"))
+        }
+        endGrace(record)
+        record.pendingRestart?.cancel()
+        record.pendingRestart = nil
+        record.move(to: .stopped, logger: logger)
+        lifecycle.stopPlugin(record) { [self] in
+            let folder = String(record.manifest.bundle.split(separator: "/").last ?? "")
+            do throws(InstallError) { try store.remove(folder) } catch {
+                return router.answer(origin, error: error.body)
+            }
+            router.forget(record, because: "\(record.identifier) was uninstalled")
+            logger.notice("uninstalled \(identifier) \(record.manifest.version)")
+            router.respond(origin) { try ProtocolJSON.encode(["uninstalled": "\(identifier) \(record.manifest.version)"]) }
+            outbox.flush()
+        }
+    }
+}

@@ -1,0 +1,87 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import LinuxSupport
+import PluginProtocol
+import Protocol
+
+/// Names the cause of a worker's end (SPEC §8) from what is known of it. Pure, unit-tested.
+enum ExitClassifier {
+    struct Facts {
+        var exit: ChildExit
+        /// What the worker said before ending itself (believed only with the matching exit code).
+        var notice: ExitNotice?
+        /// Why the supervisor killed it, if it did.
+        var killed: (reason: ExitReason, message: String)?
+        /// The forbidden syscall its filter handed to the supervisor, which then killed it.
+        var violation: String? = nil
+        var stopRequested = false
+        /// Its last sampled data size and its hard memory limit, in bytes.
+        var lastDataBytes = 0
+        var hardLimitBytes = Int.max
+        /// Its library, when that file changed in place while it ran.
+        var libraryChanged: String? = nil
+    }
+
+    /// The safe ways to replace a plugin's library, for the `libraryReplaced` message.
+    static let replaceAdvice = "write the new library to another file and rename it over the old one (the running worker keeps the old file), or use `supervisor install` (docs/abi.md#replacing-a-library)"
+
+    static func classify(_ f: Facts) -> ExitStatus {
+        var exit = f.exit
+        if let notice = f.notice, notice.reason == .signaled, let name = notice.signal, !exit.signaled,
+           let number = LifecycleSignals.number(name), exit.code == 128 + number {
+            // PID 1 of its namespace reported the signal it dies of, and exited with 128 + it: as if
+            // the signal had ended it (a plugin gains nothing by forging this: it could raise it).
+            exit.code = number
+            exit.signaled = true
+        }
+        var status = exit.signaled ? ExitStatus(signal: exit.signalName, reason: .signaled) : ExitStatus(code: exit.code, reason: .exited)
+        if let syscall = f.violation {
+            // Seen by the supervisor itself, whatever the plugin did to its signals.
+            status.reason = .sandboxViolation
+            status.syscall = syscall
+            status.message = "the sandbox denied the system call \(syscall)"
+        } else if let notice = f.notice, !exit.signaled, let code = notice.reason.workerExitCode, code == exit.code {
+            // A plugin can write anything to its socket, but cannot fake how its process ended.
+            status.reason = notice.reason
+            status.message = notice.message
+            status.syscall = notice.syscall
+        } else if let kill = f.killed {
+            status.reason = kill.reason
+            status.message = kill.message
+        } else if let library = f.libraryChanged, exit.signaled, [SIGSEGV, SIGBUS, SIGILL].contains(exit.code) {
+            // Its code was rewritten under it (`cp new.so old.so` truncates the mapped file).
+            status.reason = .libraryReplaced
+            status.message = "\(library) was written over while the worker ran it; \(replaceAdvice)"
+        } else if exit.signaled || exit.code != 0, max(exit.maxRSS, f.lastDataBytes) >= f.hardLimitBytes / 10 * 8 {
+            // An allocation failed at the RLIMIT_DATA backstop before the sampler saw the hard limit.
+            status.reason = .memoryLimit
+            status.message = "ended (\(exit.signaled ? exit.signalName : "exit code \(exit.code)")) at its memory limit: peak resident \(exit.maxRSS >> 20) MiB, limit \(f.hardLimitBytes >> 20) MiB"
+        } else if exit.signaled, exit.code == SIGSYS {
+            // The seccomp trap fired where the reporter could not run (SIGSYS blocked or replaced).
+            status.reason = .sandboxViolation
+            status.message = "killed by SIGSYS: a system call the sandbox forbids"
+        } else if !exit.signaled, exit.code == ExitReason.sandboxViolation.workerExitCode {
+            // The reporter ran but could not send its notice (another frame was half-written).
+            status.reason = .sandboxViolation
+            status.message = "ended by the sandbox's violation reporter (the system call's name was not delivered)"
+        } else if f.stopRequested {
+            status.reason = .stopped
+        }
+        return status
+    }
+
+    /// Ended badly: a signal, a non-zero code, or killed by the supervisor.
+    static func isAbnormal(_ f: Facts) -> Bool { f.exit.signaled || f.exit.code != 0 || f.killed != nil }
+
+    /// One line for the log: "exit code 1, watchdog, no pong within 3000 ms".
+    static func describe(_ s: ExitStatus) -> String {
+        var parts: [String] = []
+        if let c = s.code { parts.append("exit code \(c)") }
+        if let sig = s.signal { parts.append("signal \(sig)") }
+        if s.reason != .exited && s.reason != .signaled { parts.append(s.reason.rawValue) }
+        if let sc = s.syscall { parts.append("syscall \(sc)") }
+        if let m = s.message { parts.append(m) }
+        return parts.joined(separator: ", ")
+    }
+}

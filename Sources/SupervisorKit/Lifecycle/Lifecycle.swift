@@ -1,0 +1,225 @@
+import Bundles
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import LinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+
+/// Brings plugins up in dependency order, restarts them by policy, and stops them (Lifecycle/*.swift:
+/// starting here, spawning and start-up in Spawning.swift, exits and restarts in Exits.swift,
+/// stopping and shutdown in Stopping.swift, SIGHUP in Rescan.swift).
+final class Lifecycle: SupervisorComponent, @unchecked Sendable {
+    // @unchecked: used only on the supervisor's event loop.
+    unowned let supervisor: Supervisor
+
+    /// The supervisor as a whole.
+    enum Phase: Equatable {
+        /// Plugins are coming up; the ready line has not been printed.
+        case starting
+        /// Every startable plugin started once; `launch` went out.
+        case launched
+        case shuttingDown
+        /// Every worker has ended; the control socket is closing.
+        case finished
+    }
+
+    private(set) var phase = Phase.starting
+    /// Succeeds once shutdown is complete.
+    let finished: EventLoopPromise<Void>
+    private var onReady: ((String) -> Void)?
+    let restartPolicy: RestartPolicy
+    /// Workers spawned so far: names each worker's cgroup (a new one per spawn).
+    var spawnCount = 0
+    /// Names the temporary folder of a worker that runs beside another of its plugin's.
+    var folderSerial = 0
+    /// The workers' seccomp programs, by `network` permission, compiled once (Spawning.swift).
+    var seccompPrograms: [Bool: Data?] = [:]
+    /// The fork server workers are forked from (`workerStart: "fork-server"`; WorkerStart.swift), or
+    /// nil: workers are exec'd, and `workerStartProblem` says why when the fork server was asked for.
+    var forkServer: ForkServerConnection?
+    /// Launched, its answer not read yet (`readyForkServer`); one that refused at start, ended.
+    var forkServerStarting: ForkServerConnection?
+    var forkServerGivenUp: ForkServerConnection?
+    var workerStartProblem: String?
+    /// When the fork server ended unasked, recently: too many and workers are exec'd from then on.
+    var forkServerEnds: [NIODeadline] = []
+
+    init(_ supervisor: Supervisor) {
+        self.supervisor = supervisor
+        finished = supervisor.loop.makePromise()
+        let c = supervisor.config
+        restartPolicy = RestartPolicy(limit: c.restartLimit, windowSeconds: c.restartWindowSeconds,
+                                      backoffBaseMs: c.restartBackoffBaseMs, backoffMaxMs: c.restartBackoffMaxMs)
+    }
+
+    var isShuttingDown: Bool { phase == .shuttingDown || phase == .finished }
+
+    func startShutdownPhase() -> Bool {
+        guard !isShuttingDown else { return false }
+        phase = .shuttingDown
+        // No worker starts from here on.
+        forkServer?.stop()
+        forkServerStarting?.stop()
+        forkServer = nil
+        forkServerStarting = nil
+        return true
+    }
+
+    /// The last worker has ended; false if that was already said.
+    func endShutdownPhase() -> Bool {
+        guard phase == .shuttingDown else { return false }
+        phase = .finished
+        return true
+    }
+
+    // MARK: Starting
+
+    /// Reads the plugin folders into the table, before the control socket takes requests: a
+    /// request that arrives at once finds every plugin (waiting to start), never "not installed".
+    func loadPlugins() {
+        loop.preconditionInEventLoop()
+        let catalog = PluginCatalog(directories: config.pluginDirectories)
+        table.catalog = catalog
+        for problem in catalog.problems { logger.error("\(problem)") }
+        for id in catalog.order {
+            let record = PluginRecord(manifest: catalog.all[id]!, phase: .waiting)
+            if let reason = catalog.unstartable[id] {
+                record.move(to: .failed(byDependency: false), logger: logger)
+                record.problem = reason
+                logger.error("\(reason); \(id) will not start")
+            }
+            table.add(record)
+        }
+        let found = catalog.order.count
+        logger.info("found \(found) plugin\(found == 1 ? "" : "s") in \(config.pluginDirectories.joined(separator: ", "))")
+        for id in config.debugPlugins.sorted() {
+            if table[id] == nil {
+                logger.warning("--debug \(id): no such plugin was found")
+            } else {
+                logger.notice("\(id) runs in debug mode: no watchdog, no call or startup timeout, and its worker can be attached to (gdb -p <pid>, pid in `supervisor status`)",
+                              metadata: ["plugin": "\(id)"])
+            }
+        }
+    }
+
+    /// Starts what `loadPlugins` found.
+    func startAll(onReady: @escaping (String) -> Void) {
+        loop.preconditionInEventLoop()
+        self.onReady = onReady
+        supervisor.health.start()
+        startWaitingPlugins()
+    }
+
+    /// Brings waiting plugins up. Workers are spawned at once, all in parallel (exec, sandbox, dlopen
+    /// and hello cost the same whatever the order); a plugin gets `startup` only once every
+    /// dependency is running. One whose dependency has failed for good fails too.
+    func startWaitingPlugins() {
+        loop.preconditionInEventLoop()
+        var changed = true
+        while changed {
+            changed = false
+            for record in table.inOrder {
+                let parked = record.instance?.phase == .loaded
+                guard record.phase == .waiting || (record.phase.isStarting && parked) else { continue }
+                let deps = record.dependencyIDs.compactMap { table[$0] }
+                if let dead = deps.first(where: { $0.phase.isFailed || ($0.phase == .stopped && !isShuttingDown) }) {
+                    record.move(to: .failed(byDependency: true), logger: logger)
+                    record.problem = "dependency \(dead.identifier) is \(dead.phase.shown)"
+                    logger.error("\(record.identifier) will not start: \(record.problem!)")
+                    if record.instance != nil { stopPlugin(record) {} }
+                    record.settleWaiters(record.problem)
+                    changed = true
+                    continue
+                }
+                if record.phase == .waiting {
+                    spawn(record)
+                } else if !isShuttingDown, let instance = record.instance, deps.allSatisfy({ $0.phase == .running }) {
+                    sendStartup(record, instance)
+                }
+            }
+        }
+        checkLaunch()
+    }
+
+    /// Once every plugin's first start has settled (running, failed, or ended once and now
+    /// restarting, or waiting for a dependency whose first start did not make it), every running
+    /// plugin gets `launch`, and the ready line is printed: a plugin that never answers `startup`
+    /// holds it for one startup timeout, not for all its restarts.
+    func checkLaunch() {
+        guard phase == .starting else { return }
+        guard table.all.allSatisfy(firstStartSettled) else { return }
+        phase = .launched
+        let running = table.inOrder.filter { $0.phase == .running }
+        var remaining = running.count
+        let announce: () -> Void = { [self] in
+            let failed = table.all.filter { $0.phase.isFailed }.count
+            let line = "supervisor ready: \(running.count) plugin\(running.count == 1 ? "" : "s") running"
+                + (failed > 0 ? ", \(failed) failed" : "") + ", control socket \(config.socketPath)"
+            logger.info("\(line)")
+            onReady?(line)
+            onReady = nil
+            // After the line is out: whoever reads either sees the same moment.
+            supervisor.systemd.ready()
+        }
+        for record in running { installs.refreshResources(record) }
+        installs.warmCatalog()
+        if remaining == 0 { announce(); return }
+        for record in running {
+            router.sendEvent(record, .launch) { _ in
+                remaining -= 1
+                if remaining == 0 { announce() }
+            }
+        }
+        outbox.flush()
+    }
+
+    /// Whether `record`'s first start is over, for the ready line.
+    private func firstStartSettled(_ record: PluginRecord) -> Bool {
+        switch record.phase {
+        case .running, .failed, .stopped: return true
+        case .starting, .restarting: return record.hasRun || record.lastExit != nil
+        case .waiting:
+            // Waiting for a dependency that is itself settled without running: it may be long.
+            return record.dependencyIDs.contains { id in
+                guard let dependency = table[id] else { return true }
+                return dependency.phase != .running && firstStartSettled(dependency)
+            }
+        }
+    }
+
+    // MARK: Starting again on request
+
+    /// Starts a stopped plugin from a clean slate (restart history and failure cleared): now, or once
+    /// its dependencies run. `done` hears nil when it runs, or why it did not start.
+    func startAgain(_ record: PluginRecord, _ done: @escaping (String?) -> Void) {
+        guard !isShuttingDown else { return done("the supervisor is shutting down") }
+        record.restartHistory = []
+        record.problem = nil
+        record.startWaiters.append(done)
+        if table.dependenciesRunning(record) {
+            if record.hasRun { record.restarts += 1 }
+            spawn(record)
+        } else {
+            record.move(to: .waiting, logger: logger)
+            startWaitingPlugins()
+        }
+    }
+
+    /// `supervisor restart <id>`: stop it if running, clear its failure and restart history, start it.
+    func restartCommand(_ id: String, _ done: @escaping (String?) -> Void) {
+        guard let record = table[id] else { return done("no plugin \(id) is installed") }
+        if let problem = table.catalog.unstartable[id] { return done(problem) }
+        guard !isShuttingDown else { return done("the supervisor is shutting down") }
+        record.pendingRestart?.cancel()
+        record.pendingRestart = nil
+        if record.instance != nil {
+            stopPlugin(record) { [self] in startAgain(record, done) }
+        } else {
+            startAgain(record, done)
+        }
+    }
+}

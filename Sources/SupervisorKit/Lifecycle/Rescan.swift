@@ -1,0 +1,100 @@
+import Bundles
+import Logging
+import NIOCore
+import PluginProtocol
+import Protocol
+
+extension Lifecycle {
+    /// SIGHUP and `supervisor reload`: systemd hears RELOADING=1, the folders are rescanned, and once
+    /// nothing the rescan started is still starting, READY=1; `done` gets the summary then (or why
+    /// there was no reload).
+    func reload(_ done: @escaping @Sendable (Result<ReloadSummary, ErrorBody>) -> Void) {
+        loop.preconditionInEventLoop()
+        guard !isShuttingDown else { return done(.failure(ErrorBody(.unavailable, "the supervisor is shutting down"))) }
+        supervisor.systemd.reloadBegan()
+        let found = rescan()
+        settleReload(found, by: .now() + .milliseconds(Int64(config.startupTimeoutMs) + 5_000), done)
+    }
+
+    /// Checks every 10 ms until nothing is waiting or starting (or `deadline` passes).
+    private func settleReload(_ found: ReloadSummary, by deadline: NIODeadline, _ done: @escaping @Sendable (Result<ReloadSummary, ErrorBody>) -> Void) {
+        let busy = table.all.contains { $0.phase == .waiting || $0.phase.isStarting }
+        if busy, !isShuttingDown, NIODeadline.now() < deadline {
+            loop.scheduleTask(in: .milliseconds(10)) { [self] in settleReload(found, by: deadline, done) }
+            return
+        }
+        supervisor.systemd.reloadEnded()
+        var summary = found
+        summary.running = table.all.filter { $0.phase == .running }.count
+        summary.failed = table.all.filter { $0.phase.isFailed }.count
+        done(.success(summary))
+    }
+
+    /// Reads the plugin folders again. New plugins start; removed ones stop (dependents
+    /// first); a plugin whose manifest or library changed on disk (an offline install, a rebuilt
+    /// library) is restarted on its new bundle. Unrelated plugins are not touched.
+    @discardableResult
+    func rescan() -> ReloadSummary {
+        loop.preconditionInEventLoop()
+        guard !isShuttingDown else { return ReloadSummary() }
+        let fresh = PluginCatalog(directories: config.pluginDirectories)
+        for problem in fresh.problems { logger.error("\(problem)") }
+        let previous = table.catalog
+        table.catalog = fresh
+        let removed = Set(table.identifiers.filter { fresh.all[$0] == nil })
+        let previousOrder = table.order
+        var started = 0, changed = 0
+        for id in fresh.order {
+            guard let manifest = fresh.all[id] else { continue }
+            if let existing = table[id] {
+                // An install or update of it is under way: its files are the install's to change,
+                // and it settles the plugin itself (the next rescan sees the outcome).
+                if existing.successor != nil || existing.installAwaitsVerdict {
+                    logger.info("\(id) is being updated; the rescan leaves it to the update", metadata: ["plugin": "\(id)"])
+                    continue
+                }
+                // Changed on disk, or no longer refused (a permission, a dependency fixed without touching it).
+                let cured = previous.unstartable[id] != nil && fresh.unstartable[id] == nil
+                guard existing.manifest.fingerprint != manifest.fingerprint || existing.manifest.bundle != manifest.bundle || cured else { continue }
+                changed += 1
+                existing.manifest = manifest
+                if let reason = fresh.unstartable[id] {
+                    logger.error("\(id) changed on disk and cannot start: \(reason)")
+                    stopPlugin(existing) { [self] in
+                        existing.move(to: .failed(byDependency: false), logger: logger)
+                        existing.problem = reason
+                    }
+                    continue
+                }
+                logger.notice(cured && existing.manifest.fingerprint == manifest.fingerprint
+                              ? "\(id) is no longer refused (\(previous.unstartable[id]!)): starting it"
+                              : "\(id) changed on disk (now \(manifest.version)): restarting it")
+                restartCommand(id) { _ in }
+                continue
+            }
+            let record = PluginRecord(manifest: manifest, phase: .waiting)
+            if let reason = fresh.unstartable[id] {
+                logger.error("\(reason); \(id) will not start")
+                record.move(to: .failed(byDependency: false), logger: logger)
+                record.problem = reason
+            } else {
+                started += 1
+            }
+            table.add(record)
+        }
+        for id in removed {
+            let dependents = table.dependents(of: id).map(\.identifier).filter { !removed.contains($0) }
+            if !dependents.isEmpty {
+                logger.warning("\(id) was removed; \(dependents.sorted().joined(separator: ", ")) still depend\(dependents.count == 1 ? "s" : "") on it and will get unavailable from it")
+            }
+        }
+        stopRemoved(removed)
+        table.reorder(fresh.order + previousOrder.filter { fresh.all[$0] == nil })
+        logger.notice("rescanned plugin folders: \(started) new, \(changed) changed, \(removed.count) removed")
+        startWaitingPlugins()
+        outbox.flush()
+        var summary = ReloadSummary()
+        (summary.new, summary.changed, summary.removed) = (started, changed, removed.count)
+        return summary
+    }
+}

@@ -1,0 +1,353 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Bundles
+import Confinement
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import LinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+import Protocol
+
+extension Lifecycle {
+    /// Spawns the worker that will serve `record` (its first, or the next after a stop or crash).
+    func spawn(_ record: PluginRecord) {
+        loop.preconditionInEventLoop()
+        // One serving worker per plugin, and none once shutdown has begun.
+        guard record.instance == nil, !isShuttingDown else { return }
+        let spawned: SpawnedWorker
+        switch spawnWorker(record.manifest, temp: freeTemporaryFolder(record)) {
+        case .failure(let failure): return fail(record, reason: failure.reason)
+        case .success(let s): spawned = s
+        }
+        record.library = spawned.library
+        record.variant = spawned.variant
+        record.instance = spawned.instance
+        // A plugin that ran before, or is coming back from a crash, is restarting; otherwise starting.
+        record.move(to: record.hasRun || record.phase == .restarting ? .restarting : .starting, logger: logger)
+    }
+
+    /// A worker just spawned, and the library the host chose for it.
+    struct SpawnedWorker {
+        var instance: WorkerInstance
+        var library: String
+        var variant: String?
+    }
+
+    /// Why a worker could not be spawned.
+    struct SpawnFailure: Error {
+        var reason: String
+    }
+
+    /// Spawns a worker for `manifest` (with `temp` as its private temporary folder) and wires its
+    /// socket, output, exit and seccomp channel into the event loop; or says why it could not.
+    /// A `standby` waits, sandboxed, for `adoptStandby` before it loads its plugin, and has no
+    /// start-up deadline until then (Standby.swift).
+    func spawnWorker(_ manifest: Manifest, temp: String, standby: Bool = false) -> Result<SpawnedWorker, SpawnFailure> {
+        let id = manifest.identifier
+        let library: (path: String, variant: String?)
+        do {
+            library = try VariantSelector.choose(manifest, sandbox: config.sandboxEnabled)
+        } catch {
+            return .failure(SpawnFailure(reason: "\(error)"))
+        }
+        let data = config.home + "/data/" + id
+        let live = config.home + "/live/" + id
+        do {
+            try FileSystem.makeDirectories(data)
+            try FileSystem.makeDirectories(live)
+            // A clean private temporary folder for each worker.
+            FileSystem.removeTree(temp)
+            try FileSystem.makeDirectories(temp)
+        } catch {
+            return .failure(SpawnFailure(reason: "cannot create the data folders of \(id) in \(config.home): \(error)"))
+        }
+        let notifier = supervisor.notifier
+        var spec = workerSpec(manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
+        spec.peerLinks = config.peerLinks && notifier != nil ? true : nil
+        spec.spinMicroseconds = config.workerSpinMicroseconds > 0 ? config.workerSpinMicroseconds : nil
+        spec.standby = standby ? true : nil
+        if spec.peerLinks == true, config.maxJSONDepth != Frame.defaultMaxDepth { spec.maxJSONDepth = config.maxJSONDepth }
+        // A control group of its own, made and limited before it exists. On v1 (and without a
+        // notify channel) the worker joins it itself, by moving its one thread (no global lock, no
+        // grace period: CgroupGroup.tasksFiles); on v2 the supervisor's mover puts it there (off
+        // the worker's path until the plugin loads) and says so on the notify channel.
+        var cgroup: CgroupGroup?
+        if let tree = supervisor.cgroups {
+            spawnCount &+= 1
+            do {
+                cgroup = try tree.makeGroup("\(id)-\(spawnCount)", limits: cgroupLimits(manifest))
+                spec.cgroupFolders = cgroup?.limitFolders
+                if notifier != nil && tree.version == .v2 {
+                    spec.cgroupBySupervisor = true
+                } else {
+                    spec.cgroupProcs = cgroup?.procsFiles
+                    spec.cgroupTasks = cgroup?.tasksFiles
+                }
+            } catch {
+                logger.warning("no cgroup for \(id): \(error)", metadata: ["plugin": "\(id)"])
+                spec.cgroupMissing = "could not make its group: \(error)"
+            }
+        } else if config.sandboxEnabled {
+            spec.cgroupMissing = supervisor.cgroupsMissing
+        }
+        let specJSON: String
+        do { specJSON = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self) } catch {
+            return .failure(SpawnFailure(reason: "cannot encode the worker spec: \(error)"))
+        }
+        var spawned: SpawnedChild
+        var startProblem: String?
+        do {
+            // TMPDIR in the exec's environment, not only set by the worker: runtimes that read the
+            // environment the process started with (Go's c-shared runtime) see it too.
+            spawned = try spawnProcess(manifest, environment: ["\(WorkerSpec.environmentVariable)=\(specJSON)", "TMPDIR=\(temp)", "SQLITE_TMPDIR=\(temp)"],
+                                       notify: notifier != nil, problem: &startProblem)
+        } catch {
+            cgroup?.remove()
+            return .failure(SpawnFailure(reason: "cannot start a worker (\(config.workerExecutable)): \(error)"))
+        }
+        let instance = WorkerInstance(process: spawned.process, manifest: manifest, temporaryFolder: temp, now: .now())
+        instance.cgroup = cgroup
+        instance.forked = spawned.forked
+        instance.startProblem = startProblem
+        instance.library = (library.path, FileStamp(path: library.path))
+        do {
+            try supervisor.watcher?.watch(instance.process) { [supervisor] exit in
+                supervisor.loop.execute { supervisor.lifecycle.childExited(instance, exit) }
+            }
+        } catch {
+            // A worker whose end could not be seen must not run: end and reap it now.
+            instance.process.signal(SIGKILL)
+            _ = try? instance.process.wait()
+            cgroup?.remove()
+            return .failure(SpawnFailure(reason: "cannot watch a worker's exit: \(error)"))
+        }
+        if let notifier, let channel = spawned.notify.take() {
+            // Its filter's channel is watched once it is in its group (moved, then told J or F).
+            let raw = channel.release()
+            // The same socket carries its peer links later (the notifier closes its own copy).
+            if spec.peerLinks == true {
+                let copy = fcntl(raw, F_DUPFD_CLOEXEC, 3)
+                if copy >= 0 { instance.linkChannel = copy }
+            }
+            let watchFilter: @Sendable () -> Void = { [supervisor] in
+                do {
+                    try notifier.adopt(channel: OwnedDescriptor(raw), process: instance.process) { call in
+                        SandboxAnswers.answer(call, for: instance, supervisor: supervisor)
+                    }
+                } catch {
+                    // Its filter's calls would wait for an answer forever: it must not run.
+                    supervisor.loop.execute { supervisor.lifecycle.kill(instance, .spawnError, "cannot answer for its seccomp filter: \(error)") }
+                }
+            }
+            if spec.cgroupBySupervisor == true, let tree = supervisor.cgroups, let group = cgroup {
+                tree.admit(instance.pid, to: group) { [supervisor] failure in
+                    var byte: UInt8 = failure == nil ? UInt8(ascii: "J") : UInt8(ascii: "F")
+                    _ = send(raw, &byte, 1, Int32(MSG_NOSIGNAL))
+                    if let failure {
+                        supervisor.loop.execute { supervisor.logger.warning("cannot move \(id) into its cgroup: \(failure)", metadata: ["plugin": "\(id)"]) }
+                    }
+                    watchFilter()
+                }
+            } else {
+                watchFilter()
+            }
+        }
+        table.workerSpawned(instance)
+        logger.debug("spawned worker", metadata: ["plugin": "\(id)", "pid": "\(instance.pid)", "version": "\(manifest.version)"])
+        WorkerChannel.connect(spawned.socket, for: instance, supervisor: supervisor)
+        OutputCapture.attach(spawned.stdout, stream: "stdout", plugin: id, supervisor: supervisor)
+        OutputCapture.attach(spawned.stderr, stream: "stderr", plugin: id, supervisor: supervisor)
+
+        if !standby { armStartupDeadline(instance) }
+        return .success(SpawnedWorker(instance: instance, library: library.path, variant: library.variant))
+    }
+
+    /// A worker must say hello in time (its `startup` has a timeout of its own). Weak: an instance
+    /// that has ended must not live (with its pidfd) until the timeout passes.
+    func armStartupDeadline(_ instance: WorkerInstance) {
+        let startupTimeoutMs = startupTimeout(instance.manifest)
+        instance.startupDeadline?.cancel()
+        instance.startupDeadline = loop.scheduleTask(in: .milliseconds(Int64(startupTimeoutMs))) { [self, weak instance] in
+            if let instance, instance.hello == nil, !instance.phase.stopRequested {
+                kill(instance, .startupTimeout, "no hello within \(startupTimeoutMs) ms")
+            }
+        }
+    }
+
+    /// The seccomp filter (with a listener) for a worker that is pid 1 of its namespace, compiled once
+    /// per distinct policy (with or without `network`) and handed to every worker, which would
+    /// otherwise compile the same rules with libseccomp at each start. Nil if it cannot be compiled
+    /// here: the worker compiles its own (and reports what fails).
+    func seccompProgram(network: Bool) -> Data? {
+        if let known = seccompPrograms[network] { return known }
+        let program: Data?
+        do throws(ConfinementError) {
+            program = Data(try Seccomp.Filter.program(SeccompPolicy.rules(network: network, pid: 1, notify: true)))
+        } catch {
+            logger.warning("the seccomp filter could not be compiled in the supervisor (\(error.message)); each worker compiles its own")
+            program = nil
+        }
+        seccompPrograms[network] = .some(program)
+        return program
+    }
+
+    /// How long a worker of `m` may take to say hello and answer `startup` (a day in debug mode).
+    func startupTimeout(_ m: Manifest) -> Int {
+        config.isDebugged(m.identifier) ? SupervisorConfig.longestTimeoutMs : m.limits.startupTimeoutMs ?? config.startupTimeoutMs
+    }
+
+    /// What the worker needs to know: its plugin, its folders and its sandbox.
+    func workerSpec(_ m: Manifest, library: String, data: String, live: String, temp: String, notify: Bool) -> WorkerSpec {
+        var spec = WorkerSpec(
+            identifier: m.identifier, version: m.version.description, bundle: m.bundle, library: library,
+            dataDirectory: data, liveDirectory: live, tempDirectory: temp, supervisorPID: getpid(), socketFD: 3,
+            uid: getuid(), gid: getgid(), notifyFD: notify ? 4 : nil, maxFrameBytes: config.maxFrameBytes,
+            sandbox: SandboxSpec(enabled: config.sandboxEnabled, memoryMB: m.limits.memoryMB, openFiles: m.limits.openFiles,
+                                 permissions: m.permissions, required: config.requiredSandboxLayers,
+                                 runtimePaths: supervisor.runtimePaths, debuggable: config.isDebugged(m.identifier) ? true : nil,
+                                 seccompProgram: notify ? seccompProgram(network: m.permissions.contains(.network)) : nil))
+        // How the worker tells an empty network namespace the fork server made ahead from the host's.
+        if config.sandboxEnabled { spec.hostNetworkNamespace = supervisor.networkNamespace }
+        return spec
+    }
+
+    /// What its cgroup holds it to: the memory limits the sampler enforces too, at most
+    /// `workerPidsMax` threads, and the manifest's `limits.cpuPercent`.
+    func cgroupLimits(_ m: Manifest) -> CgroupLimits {
+        let memory = MemoryLimits(m)
+        return CgroupLimits(memoryMax: memory.hard, memoryHigh: memory.soft, pidsMax: Self.workerPidsMax, cpuPercent: m.limits.cpuPercent)
+    }
+
+    /// pids.max of a worker's group: threads (and, were they allowed, processes).
+    static let workerPidsMax = 1024
+
+    /// The plugin's private temporary folder: `<home>/tmp/<identifier>`, emptied when it stops.
+    func temporaryFolder(_ identifier: String) -> String { config.home + "/tmp/" + identifier }
+
+    /// A temporary folder for a new worker of `record`: the plugin's, unless one of its workers
+    /// still has it (an update's two versions run side by side), then `<identifier>@<n>`.
+    func freeTemporaryFolder(_ record: PluginRecord) -> String {
+        let folder = temporaryFolder(record.identifier)
+        guard record.workers.contains(where: { $0.temporaryFolder == folder }) else { return folder }
+        folderSerial &+= 1
+        return folder + "@\(folderSerial)"
+    }
+
+    /// Marks a plugin as failed without a worker (it could not be spawned at all).
+    func fail(_ record: PluginRecord, reason: String) {
+        logger.error("\(record.identifier) cannot start: \(reason)")
+        record.move(to: .failed(byDependency: false), logger: logger)
+        record.problem = reason
+        record.lastExit = ExitStatus(reason: .spawnError, message: reason)
+        record.settleWaiters(reason)
+        startWaitingPlugins()
+    }
+
+    /// The worker said `hello`: it is sandboxed and its plugin loaded. It gets `startup` now, or once
+    /// its dependencies are running.
+    func helloReceived(_ instance: WorkerInstance, _ hello: HelloMessage) {
+        guard let record = table[instance.identifier], let role = record.role(of: instance), role != .retiring else { return }
+        // A standby loads its plugin only when told to, and says hello after that.
+        guard role != .standby else { return protocolViolation(instance, "hello from a standby worker before it was told to load") }
+        // Read after its reap (it said hello and died before the loop read that): only its exit
+        // notice matters now.
+        guard !instance.phase.hasExited else { return }
+        guard instance.move(to: .loaded, logger: logger) else { return }
+        instance.hello = HelloFacts(sandbox: hello.sandbox ?? [], sandboxMissing: hello.sandboxMissing ?? [])
+        instance.timings = hello.timings ?? [:]
+        instance.timings["helloUs"] = Int((NIODeadline.now() - instance.spawnedAt).nanoseconds / 1000)
+        if let started = hello.timings?["startedAtUs"] {
+            // The worker's CLOCK_MONOTONIC at its main() against ours at spawn: the exec and load cost.
+            instance.timings["spawnUs"] = max(0, started - Int(instance.spawnedAt.uptimeNanoseconds / 1000))
+            instance.timings["startedAtUs"] = nil
+        }
+        supervisor.health.noteMissingLayers(instance.hello!.sandboxMissing)
+        if table.dependenciesRunning(instance.manifest) {
+            sendStartup(record, instance)
+        } else if role == .successor {
+            // The new version's dependencies were running when the update began; one went down since.
+            let down = instance.manifest.dependencies.map(\.identifier).filter { table[$0]?.phase != .running }
+            kill(instance, .startupFailed, "its dependencies \(down.joined(separator: ", ")) are not running")
+        }
+    }
+
+    /// `startup`, with what the plugin needs to know about itself.
+    func sendStartup(_ record: PluginRecord, _ instance: WorkerInstance) {
+        guard instance.move(to: .startingUp, logger: logger) else { return }
+        let m = instance.manifest
+        let dependencies = m.dependencies.map(\.identifier)
+        let home = config.home
+        let startupTimeoutMs = startupTimeout(m)
+        router.sendEvent(to: instance, .startup, timeoutMs: startupTimeoutMs, payload: { frame in
+            frame.object("payload", [
+                "identifier": .string(m.identifier), "version": .string(m.version.description),
+                "dataDirectory": .string(home + "/data/" + m.identifier), "liveDirectory": .string(home + "/live/" + m.identifier),
+                "bundleDirectory": .string(m.bundle), "dependencies": .strings(dependencies),
+            ])
+        }) { [self] result in
+            // A worker being stopped meanwhile is left to its stop.
+            guard let role = record.role(of: instance), instance.phase == .startingUp else { return }
+            switch result {
+            case .success:
+                if role == .successor { takeOver(record) } else { becameRunning(record) }
+            case .failure(let error) where error.code == ErrorCode.timeout.rawValue:
+                kill(instance, .startupTimeout, "startup not answered within \(startupTimeoutMs) ms")
+            case .failure(let error) where error.code == ExitReason.identifierMismatch.rawValue || error.code == ExitReason.dependencyMismatch.rawValue:
+                // The SDK's check of the library against its manifest: no restart cures it.
+                kill(instance, ExitReason(rawValue: error.code)!, error.message)
+            case .failure(let error):
+                kill(instance, .startupFailed, "startup failed: \(error)")
+            }
+        }
+        outbox.flush()
+    }
+
+    func becameRunning(_ record: PluginRecord) {
+        guard let instance = record.instance, instance.move(to: .running, logger: logger) else { return }
+        let wasRestart = record.hasRun
+        instance.startupDeadline?.cancel()
+        instance.timings["startupUs"] = Int((NIODeadline.now() - instance.spawnedAt).nanoseconds / 1000)
+        record.move(to: .running, logger: logger)
+        record.problem = nil
+        record.hasRun = true
+        logger.info("\(record.identifier) \(record.manifest.version) is running",
+                    metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
+        record.settleWaiters(nil)
+        servesAgain(record, restarted: wasRestart)
+    }
+
+    /// A new worker serves `record`'s calls (after a start, a restart or an update's switch): what
+    /// waited goes to it, it hears `launch` if the others have, and its dependents hear it restarted.
+    func servesAgain(_ record: PluginRecord, restarted: Bool) {
+        router.forwardWaiting(record)
+        // Dependents that could not start only because this plugin was down get another go.
+        for dependent in table.dependents(of: record.identifier) where !isShuttingDown && dependent.instance == nil
+            && dependent.phase == .failed(byDependency: true) {
+            dependent.move(to: .waiting, logger: logger)
+            dependent.problem = nil
+        }
+        if phase == .launched {
+            // Every other plugin has long started: this one (restarted, or added by a rescan) hears so now.
+            router.sendEvent(record, .launch) { _ in }
+            if !restarted { installs.refreshResources(record) }
+        }
+        if restarted {
+            // A restarted plugin lost its state: its dependents hear of it (or restart too).
+            for dependent in table.dependents(of: record.identifier) where dependent.phase == .running {
+                if config.restartDependents, let inst = dependent.instance {
+                    kill(inst, .dependencyRestarted, "\(record.identifier) restarted (restartDependents)")
+                } else {
+                    router.sendEvent(dependent, .dependencyRestarted, payload: { $0.object("payload", ["identifier": .string(record.identifier)]) }) { _ in }
+                }
+            }
+        }
+        startWaitingPlugins()
+        outbox.flush()
+    }
+}

@@ -1,0 +1,129 @@
+import Bundles
+import LinuxSupport
+import Logging
+import NIOCore
+
+/// The fork server (docs/sandbox.md, "The fork server"): started with the supervisor, restarted
+/// when it dies, dropped for exec when it cannot be had. Owned by the event loop like the rest of
+/// Lifecycle; its exit comes from the child watcher through `loop.execute`.
+extension Lifecycle {
+    /// At most this many unasked ends of the fork server in `forkServerEndWindow`, then exec.
+    static let forkServerEndLimit = 3
+    static let forkServerEndWindow = TimeAmount.seconds(60)
+
+    /// Launches the fork server when the configuration asks for one: at start, first of all (it
+    /// loads the worker's code while the supervisor reads its home and plugin folders), and again
+    /// when it died. Its answer is read when the first worker is spawned (`readyForkServer`).
+    func startForkServer() {
+        loop.preconditionInEventLoop()
+        guard config.workerStart == .forkServer, forkServer == nil, forkServerStarting == nil, !isShuttingDown else { return }
+        let server: ForkServerConnection
+        do {
+            // Sandboxed workers without `network` each get a network namespace: it makes two ahead.
+            server = try ForkServerConnection.launch(executable: config.forkServerExecutable, library: config.workerLibrary,
+                                           emptyNetworks: config.sandboxEnabled ? Self.emptyNetworksAhead : 0)
+        } catch {
+            workerStartProblem = "the fork server could not start: \(error); workers are exec'd"
+            logger.warning("\(workerStartProblem!)")
+            return
+        }
+        do {
+            try supervisor.watcher?.watch(server.process) { [supervisor] exit in
+                supervisor.loop.execute { supervisor.lifecycle.forkServerEnded(server, exit) }
+            }
+        } catch {
+            server.stop()
+            _ = try? server.process.wait()
+            workerStartProblem = "the fork server's end could not be watched: \(error); workers are exec'd"
+            logger.warning("\(workerStartProblem!)")
+            return
+        }
+        forkServerStarting = server
+    }
+
+    /// The fork server, ready: a launched one's answer is awaited here (a few milliseconds after its
+    /// launch at most; usually it is already there). Nil when there is none or it cannot serve (it
+    /// is ended then, and `status` says why workers are exec'd).
+    func readyForkServer() -> ForkServerConnection? {
+        if let forkServer { return forkServer }
+        guard let server = forkServerStarting else { return nil }
+        forkServerStarting = nil
+        do {
+            let waitStarted = NIODeadline.now()
+            let preloadUs = try server.awaitReady(timeoutMs: Self.forkServerReadyTimeoutMs)
+            forkServer = server
+            workerStartProblem = nil
+            let waitedUs = (NIODeadline.now() - waitStarted).nanoseconds / 1000
+            logger.debug("fork server ready", metadata: ["pid": "\(server.pid)", "preloadMs": "\(Double(preloadUs) / 1000)",
+                                                         "waitedMs": "\(Double(waitedUs) / 1000)"])
+            return server
+        } catch {
+            // It has been ended: its exit is not one more death to start another after.
+            forkServerGivenUp = server
+            workerStartProblem = "the fork server could not start: \(error); workers are exec'd"
+            logger.warning("\(workerStartProblem!)")
+            return nil
+        }
+    }
+
+    /// Empty network namespaces the fork server keeps made (docs/sandbox.md, "The fork server"):
+    /// enough for a crash's restart and one more, not so many that idle ones cost kernel memory.
+    static let emptyNetworksAhead = 2
+
+    /// How long the first spawn waits for a launched fork server to load the worker's code (it takes
+    /// about 5 ms in a release build, 30 ms in a debug build).
+    static let forkServerReadyTimeoutMs: Int32 = 5_000
+
+    /// The fork server ended: at shutdown (its socket closed, or the supervisor killed it) that is
+    /// all; otherwise another one starts, unless it keeps ending (then workers are exec'd).
+    func forkServerEnded(_ server: ForkServerConnection, _ exit: ChildExit) {
+        if forkServer === server { forkServer = nil }
+        if forkServerStarting === server { forkServerStarting = nil }
+        if forkServerGivenUp === server {
+            forkServerGivenUp = nil
+            return
+        }
+        guard !isShuttingDown, forkServer == nil, forkServerStarting == nil, config.workerStart == .forkServer else { return }
+        let now = NIODeadline.now()
+        forkServerEnds = forkServerEnds.filter { now - $0 < Self.forkServerEndWindow } + [now]
+        let how = exit.signaled ? "signal \(exit.signalName)" : "exit status \(exit.code)"
+        if forkServerEnds.count >= Self.forkServerEndLimit {
+            workerStartProblem = "the fork server ended \(forkServerEnds.count) times within 60 s (last: pid \(exit.pid), \(how)); workers are exec'd"
+            logger.error("\(workerStartProblem!)")
+            return
+        }
+        logger.warning("the fork server (pid \(exit.pid)) ended (\(how)); starting another")
+        startForkServer()
+    }
+
+    /// Spawns a worker by the fork server when there is one, else (or when the fork server fails
+    /// it) by exec (`SpawnedChild.forked` says which). `problem` is set to why a worker was exec'd
+    /// although the fork server was asked for; the worker keeps it for `status`
+    /// (`workerStartProblem`), as it was at its spawn.
+    func spawnProcess(_ manifest: Manifest, environment: [String], notify: Bool, problem: inout String?) throws(SystemError) -> SpawnedChild {
+        let isolated = config.sandboxEnabled
+        // A worker that is to have a network namespace of its own may start in one made ahead.
+        let emptyNetwork = isolated && !manifest.permissions.contains(.network)
+        problem = nil
+        if let server = readyForkServer() {
+            do {
+                return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment,
+                                         notifyChannel: notify, isolated: isolated, emptyNetwork: emptyNetwork, forkServer: server)
+            } catch {
+                if server.isBroken {
+                    // It is ended and reaped by the watcher, which starts another.
+                    problem = "the fork server failed (\(error)); this worker was exec'd"
+                    server.stop()
+                    if forkServer === server { forkServer = nil }
+                } else {
+                    problem = "the fork server could not start this worker (\(error)); it was exec'd"
+                }
+                logger.warning("\(manifest.identifier): \(problem!)")
+            }
+        } else if config.workerStart == .forkServer {
+            // Given up or failed to launch (`workerStartProblem`), or ended and not yet started again.
+            problem = workerStartProblem ?? "no fork server was ready (the last one ended and another is starting); this worker was exec'd"
+        }
+        return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment, notifyChannel: notify, isolated: isolated)
+    }
+}

@@ -1,0 +1,126 @@
+import Logging
+import NIOCore
+import PluginProtocol
+
+/// A request for a plugin that cannot take it yet, kept until it can (SPEC §8: no call is lost to a
+/// planned change). The bytes are a copy of the request as it came; it is forwarded from them.
+struct QueuedRequest {
+    var kind: MessageKind
+    /// The calling plugin, for a request from a plugin.
+    var caller: String?
+    var bytes: [UInt8]
+    var origin: ReplyOrigin
+    /// Its own deadline, counted from when it arrived.
+    var deadline: NIODeadline
+}
+
+extension Router {
+    /// Whether a request to `record` waits instead of failing: the plugin is coming up (waiting for
+    /// its dependencies, starting, restarting after a crash), or its worker is draining for a
+    /// planned stop (a restart, a reload, an update, the shutdown) or not connected yet.
+    func mustWait(_ record: PluginRecord) -> Bool {
+        guard !lifecycle.isShuttingDown else { return false }
+        switch record.phase {
+        case .waiting, .starting, .restarting: return true
+        case .running:
+            guard let instance = record.instance else { return true }
+            return instance.phase == .stopping || instance.channel == nil
+        case .failed, .stopped: return false
+        }
+    }
+
+    /// Queues a request for `record`; an error instead when its queue is full.
+    func enqueue(_ kind: MessageKind, for record: PluginRecord, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
+                 origin: ReplyOrigin) -> ErrorBody? {
+        guard record.waiting.count < config.callQueueLimit else {
+            record.callMetrics?.count(.unavailable)
+            return ErrorBody(.unavailable, "\(record.identifier) is \(record.phase.shown) and \(config.callQueueLimit) requests already wait for it (callQueueLimit)")
+        }
+        let deadline = NIODeadline.now() + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
+        record.waiting.append(QueuedRequest(kind: kind, caller: caller, bytes: Array(bytes), origin: origin, deadline: deadline))
+        return nil
+    }
+
+    /// `record` runs (again): what waited for it is forwarded, in the order it came.
+    func forwardWaiting(_ record: PluginRecord) {
+        guard !record.waiting.isEmpty else { return }
+        let waiting = record.waiting
+        record.waiting = []
+        for request in waiting where !request.callerIsGone {
+            request.bytes.withUnsafeBytes { raw in
+                guard let env = try? Envelope.parse(raw, maxDepth: config.maxJSONDepth) else {
+                    return answer(request.origin, error: ErrorBody(.badRequest, "the request could not be replayed"))
+                }
+                if let error = forward(request.kind, to: record.identifier, from: request.caller, env: env, bytes: raw,
+                                       origin: request.origin, deadline: request.deadline) {
+                    answer(request.origin, error: error)
+                }
+            }
+        }
+        outbox.flush()
+    }
+
+    /// Every 10 ms (with the deadlines of forwarded requests): a waiting request past its deadline
+    /// fails with `timeout`; every request waiting for a plugin that is `failed` or `stopped` for good,
+    /// or at shutdown, fails with `unavailable` at once.
+    func expireWaiting(now: NIODeadline) {
+        for record in table.all where !record.waiting.isEmpty {
+            let reason: String?
+            if lifecycle.isShuttingDown {
+                reason = "the supervisor is shutting down"
+            } else if record.phase.isFailed || record.phase == .stopped {
+                reason = "\(record.identifier) is \(record.phase.shown)" + (record.problem.map { ": \($0)" } ?? "")
+            } else {
+                reason = nil
+            }
+            if let reason {
+                failWaiting(record, because: reason)
+                continue
+            }
+            var kept: [QueuedRequest] = []
+            for request in record.waiting {
+                if request.callerIsGone { continue }
+                if request.deadline <= now {
+                    record.callMetrics?.count(.timeout)
+                    answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) was \(record.phase.shown) for the whole of the request's timeout"))
+                } else {
+                    kept.append(request)
+                }
+            }
+            record.waiting = kept
+        }
+        outbox.flush()
+    }
+}
+
+extension Router {
+    /// A plugin leaves the table (uninstalled, removed by a rescan, a failed first install): what
+    /// waited for it fails now, with `reason`.
+    func forget(_ record: PluginRecord, because reason: String) {
+        failWaiting(record, because: reason)
+        table.remove(record)
+        outbox.flush()
+    }
+
+    /// Everything waiting for `record` fails now with `unavailable: <reason>`.
+    private func failWaiting(_ record: PluginRecord, because reason: String) {
+        let waiting = record.waiting
+        record.waiting = []
+        for request in waiting where !request.callerIsGone {
+            record.callMetrics?.count(.unavailable)
+            answer(request.origin, error: ErrorBody(.unavailable, reason))
+        }
+    }
+}
+
+extension QueuedRequest {
+    /// Its client disconnected, or its calling worker ended: nobody would read the answer.
+    var callerIsGone: Bool {
+        switch origin {
+        case .client(let connection, _): return connection.closed
+        case .plugin(let caller, _): return caller.phase.hasExited || caller.channel == nil
+        case .host(let request): return request.isSettled
+        case .local: return false
+        }
+    }
+}

@@ -1,0 +1,341 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Bundles
+import LinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+import Protocol
+
+/// Everything the supervisor knows of one plugin, across its worker restarts.
+/// Owned by the supervisor's event loop, like every object in State/: created, read and changed only
+/// there. `@unchecked Sendable` because closures the loop runs later (timers, futures) carry it; they
+/// run on the same loop.
+final class PluginRecord: @unchecked Sendable {
+    /// The version that serves calls (the new one's once an update switched to it).
+    var manifest: Manifest
+    private(set) var phase: PluginPhase
+    /// The worker that serves calls (or is coming up to).
+    var instance: WorkerInstance?
+    /// During an update: the new version's worker coming up beside `instance` (Lifecycle/Successor.swift).
+    var successor: Successor?
+    /// Workers of a previous version finishing their calls after an update switched to a new one;
+    /// each leaves once reaped.
+    var retiring: [WorkerInstance] = []
+    /// After its worker crashed: the next one, spawned before the crashed one was reaped and waiting
+    /// sandboxed, before its plugin loads, to be taken for the restart or discarded (Lifecycle/Standby.swift).
+    var standby: Standby?
+    /// Restarts over the plugin's life (what `status` shows).
+    var restarts = 0
+    /// When recent restarts happened, for the intensity limit.
+    var restartHistory: [NIODeadline] = []
+    var lastExit: ExitStatus?
+    /// The library chosen for this host, and the variant's name when `variants` chose it.
+    var library: String?
+    var variant: String?
+    /// Why it is not running, when it is not.
+    var problem: String?
+    /// An install is waiting to see this version run: its first failure settles the waiters at
+    /// once (to roll back) instead of going through restarts.
+    var installAwaitsVerdict = false
+    /// Has reached `running` at least once (so a later start is a restart dependents hear of).
+    var hasRun = false
+    /// Callers waiting for it to be running (restart command, install); called with nil or why it failed.
+    var startWaiters: [(String?) -> Void] = []
+    var pendingRestart: Scheduled<Void>?
+    /// Calls its sandbox refused, by syscall name, over the plugin's life (SPEC §5): each denial
+    /// (EPERM) and each violation.
+    var sandboxDenials: [String: Int] = [:]
+    /// Its `plugin_calls_total` and duration handles, looked up on its first call.
+    var callMetrics: CallMetrics?
+    /// Requests that wait for it to run (Routing/WaitQueue.swift), oldest first.
+    var waiting: [QueuedRequest] = []
+    /// An update that may still be rolled back (Installs/UpdateGrace.swift).
+    var updateGrace: UpdateGrace?
+    /// Why it last failed to start, or failed in a way it recovered from (an update rolled back):
+    /// `status`'s `lastError` when it is not failed now.
+    var lastError: String?
+
+    init(manifest: Manifest, phase: PluginPhase) {
+        self.manifest = manifest
+        self.phase = phase
+    }
+
+    var identifier: String { manifest.identifier }
+    var dependencyIDs: [String] { manifest.dependencies.map(\.identifier) }
+
+    /// Which of its workers `instance` is, or nil for one it no longer has.
+    func role(of instance: WorkerInstance) -> WorkerRole? {
+        if self.instance === instance { return .current }
+        if successor?.instance === instance { return .successor }
+        if retiring.contains(where: { $0 === instance }) { return .retiring }
+        if standby?.instance === instance { return .standby }
+        return nil
+    }
+
+    /// Its live workers: the current one, a new version coming up beside it, old ones draining.
+    var workers: [WorkerInstance] {
+        var all = retiring
+        if let instance { all.append(instance) }
+        if let next = successor?.instance { all.append(next) }
+        if let waiting = standby?.instance { all.append(waiting) }
+        return all
+    }
+
+    /// Moves to `next` if PluginPhase allows it.
+    @discardableResult
+    func move(to next: PluginPhase, logger: Logger) -> Bool {
+        transition(&phase, to: next, of: identifier, logger: logger)
+    }
+
+    /// Tells everyone waiting for this plugin to run how it went.
+    func settleWaiters(_ problem: String?) {
+        let waiters = startWaiters
+        startWaiters = []
+        for w in waiters { w(problem) }
+    }
+}
+
+/// A phase enum whose legal moves are one table.
+protocol Phase: Equatable, CustomStringConvertible {
+    static func allows(from: Self, to: Self) -> Bool
+}
+
+extension PluginPhase: Phase {}
+extension WorkerPhase: Phase {}
+
+/// The one place a phase changes: a move the table does not allow is a bug, which stops a debug
+/// build and is refused (and logged) in a release build.
+private func transition<P: Phase>(_ phase: inout P, to next: P, of what: String, logger: Logger) -> Bool {
+    guard P.allows(from: phase, to: next) else {
+        logger.error("internal error: \(what) cannot go from \(phase) to \(next); refused")
+        assertionFailure("illegal phase change \(phase) → \(next) for \(what)")
+        return false
+    }
+    phase = next
+    return true
+}
+
+/// What a worker is to its plugin.
+enum WorkerRole {
+    /// It serves the plugin's calls (or is coming up to).
+    case current
+    /// A new version coming up beside the current worker during an update.
+    case successor
+    /// A previous version finishing its calls after an update switched away from it.
+    case retiring
+    /// Spawned for a restart before the crashed worker was reaped; its plugin is not loaded yet.
+    case standby
+}
+
+/// One worker process for a plugin, from spawn to its exit being recorded. Owned by the event loop.
+final class WorkerInstance: @unchecked Sendable {
+    let process: ChildProcess
+    let identifier: String
+    /// The version it runs (during an update, the old and the new worker's differ).
+    let manifest: Manifest
+    /// Its private temporary folder (TMPDIR), emptied when it ends.
+    let temporaryFolder: String
+    let spawnedAt: NIODeadline
+    private(set) var phase: WorkerPhase = .spawned
+    /// It answered `startup` (an exit before that is a failed start).
+    private(set) var everRan = false
+    var connection = WorkerConnection.connecting
+    /// What it said in `hello` (nil until then).
+    var hello: HelloFacts?
+    /// Requests sent to it and not yet answered, by the id this supervisor gave them.
+    var pending: [UInt64: PendingRequest] = [:]
+    var nextID: UInt64 = 1
+    /// Requests this plugin made that are being served elsewhere: its id → (the callee, the callee's
+    /// id). Cancelled at the callee if this worker dies first.
+    var outgoing: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
+    var outstandingPing: (id: UInt64, sentAt: NIODeadline)?
+    /// Set when the worker said why it is ending itself.
+    var exitNotice: ExitNotice?
+    /// Set when the supervisor killed it, with why.
+    var killReason: (reason: ExitReason, message: String)?
+    /// The forbidden syscall its filter handed over, for which the notifier killed it.
+    var violation: String?
+    /// Its control group, removed once it has been reaped; and memory.events' `high` when last read.
+    var cgroup: CgroupGroup?
+    var memoryHighEvents = 0
+    /// How the process ended, once reaped.
+    var exit: ChildExit?
+    /// Called once its exit has been recorded (stops, restarts and installs wait on it).
+    var onExit: [() -> Void] = []
+    /// Last memory sample and whether `memoryWarning` was sent for the current excursion.
+    var memory = MemorySample()
+    /// Its `log` messages, rate-limited.
+    var logWindow = RateWindow(limit: Router.logsPerSecond, floodLimit: Router.floodLogsPerSecond)
+    /// Start-up timings for `status`.
+    var timings: [String: Int] = [:]
+    /// Forked by the fork server (else exec'd).
+    var forked = false
+    /// Why it was exec'd although the fork server was asked for (`status`: `workerStartProblem`).
+    var startProblem: String?
+    /// The start-up deadline (hello and startup), cancelled once it runs or ends.
+    var startupDeadline: Scheduled<Void>?
+    /// Its CPU time (µs) already added to `plugin_cpu_seconds_total`.
+    var cpuCounted: Int64 = 0
+    /// The library it loads and how that file looked at spawn (a crash after it changed in place
+    /// is `libraryReplaced`).
+    var library: (path: String, stamp: FileStamp?)?
+    /// The supervisor's end of its descriptor 4, kept for peer links (PeerLinks.swift); closed
+    /// when it ends. Nil: no links for it.
+    var linkChannel: Int32?
+    /// Peer links from it, by callee identifier, and to it (docs/protocol.md "Peer links").
+    var linksOut: [String: PeerLink] = [:]
+    var linksIn: [ObjectIdentifier: PeerLink] = [:]
+    /// The callees it had a link to: whose call counts it may report (`linkCalls`).
+    var linkedCallees: Set<String> = []
+    /// A standby told to load its plugin before its socket was wired into the loop: the order goes
+    /// out as soon as it is (WorkerChannel).
+    var loadOrdered = false
+
+    init(process: ChildProcess, manifest: Manifest, temporaryFolder: String, now: NIODeadline) {
+        self.process = process
+        self.identifier = manifest.identifier
+        self.manifest = manifest
+        self.temporaryFolder = temporaryFolder
+        self.spawnedAt = now
+    }
+
+    var pid: pid_t { process.pid }
+    var channel: Channel? { if case .open(let channel) = connection { return channel } else { return nil } }
+    var socketClosed: Bool { connection == .closed }
+
+    /// Moves to `next` if WorkerPhase allows it (an illegal move is a bug, as for plugins).
+    @discardableResult
+    func move(to next: WorkerPhase, logger: Logger) -> Bool {
+        guard transition(&phase, to: next, of: "the worker of \(identifier) (pid \(pid))", logger: logger) else { return false }
+        if next == .running { everRan = true }
+        return true
+    }
+
+    /// Calls and opens forwarded to it and not yet answered (events and pings aside), and its
+    /// callers' links not yet given back (calls over them may still be inside).
+    var callsInside: Int { pending.values.reduce(0) { $0 + ($1.call == nil ? 0 : 1) } + linksIn.count }
+    var hasCallsInside: Bool { !linksIn.isEmpty || pending.values.contains { $0.call != nil } }
+
+    /// Allocates the id of the next request this supervisor sends it.
+    func takeID() -> UInt64 {
+        defer { nextID += 1 }
+        return nextID
+    }
+}
+
+/// The protocol socket of a worker.
+enum WorkerConnection: Equatable {
+    /// NIO is still making a channel of the socket.
+    case connecting
+    case open(Channel)
+    /// At end of stream (or it never came up).
+    case closed
+
+    static func == (a: WorkerConnection, b: WorkerConnection) -> Bool {
+        switch (a, b) {
+        case (.connecting, .connecting), (.closed, .closed): return true
+        case (.open(let x), .open(let y)): return x === y
+        default: return false
+        }
+    }
+}
+
+/// What a worker said about itself in `hello`.
+struct HelloFacts {
+    var sandbox: [String]
+    var sandboxMissing: [String]
+}
+
+/// A worker's last memory sample (bytes) and whether `memoryWarning` went out for this excursion.
+struct MemorySample {
+    var resident = 0
+    var data = 0
+    var warned = false
+}
+
+/// A request sent to a worker and not yet answered.
+struct PendingRequest {
+    var origin: ReplyOrigin
+    var deadline: NIODeadline
+    var what: String
+    /// For requests from clients and plugins (not the supervisor's events): when it was forwarded,
+    /// the target's call metrics, and the hop's trace context.
+    var call: CallFacts? = nil
+}
+
+/// What the supervisor keeps of a forwarded request to count it and log it once it is answered.
+/// Small on purpose: it is copied into and out of the pending table on every call.
+struct CallFacts {
+    var started: NIODeadline
+    /// Not counted as a reference: every plugin's `CallMetrics` stays in `Metrics` for the
+    /// supervisor's life, and a retain and release on every call showed in the profile.
+    unowned(unsafe) var metrics: CallMetrics
+    /// Only when calls are logged (debug level).
+    var log: CallLog?
+}
+
+/// What the debug-level call log says of a request: `<plugin>.<method>` or the URI, and its trace.
+final class CallLog {
+    let label: String
+    let trace: CallTrace
+
+    init(label: String, trace: CallTrace) {
+        self.label = label
+        self.trace = trace
+    }
+}
+
+/// Where the answer to a request must go. Confined to the event loop like what it refers to.
+enum ReplyOrigin: @unchecked Sendable {
+    /// A CLI client, with the id it used.
+    case client(ControlConnection, id: UInt64)
+    /// A plugin's worker, with the id the plugin used.
+    case plugin(WorkerInstance, id: UInt64)
+    /// The program the supervisor is embedded in (PluginHost).
+    case host(HostRequest)
+    /// The supervisor itself (events, internal calls).
+    case local((Result<[UInt8]?, ErrorBody>) -> Void)
+}
+
+/// A request from the program the supervisor is embedded in (`PluginHost`): settled once, on the
+/// event loop, with the result's JSON or an error; a later answer (the host gave up first) is
+/// dropped. Owned by the event loop.
+final class HostRequest: @unchecked Sendable {
+    private var done: ((Result<[UInt8], ErrorBody>) -> Void)?
+    /// Its call or open forwarded to a worker and not yet answered: the worker is told to `cancel`
+    /// it if the host gives up first.
+    var inFlight: (callee: WorkerInstance, id: UInt64)?
+    /// Where `progress` frames go (installs, updates), if anywhere.
+    let progress: ((ProgressReport) -> Void)?
+
+    init(progress: ((ProgressReport) -> Void)? = nil, _ done: @escaping (Result<[UInt8], ErrorBody>) -> Void) {
+        self.done = done
+        self.progress = progress
+    }
+
+    /// Answered, or given up on.
+    var isSettled: Bool { done == nil }
+
+    func settle(_ result: Result<[UInt8], ErrorBody>) {
+        guard let done else { return }
+        self.done = nil
+        inFlight = nil
+        done(result)
+    }
+}
+
+/// A CLI client on the control socket. Owned by the event loop.
+final class ControlConnection: @unchecked Sendable {
+    let channel: Channel
+    var closed = false
+    /// Requests of this client still waiting for an answer.
+    var outstanding = 0
+    /// Its forwarded calls in flight: its id → (the callee, the callee's id), cancelled if it goes away.
+    var inFlight: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
+
+    init(channel: Channel) {
+        self.channel = channel
+    }
+}
