@@ -19,6 +19,10 @@ let package = Package(
         // A program's connection to a running `supervisor start` (SPEC §12), and the control
         // protocol it speaks: no SwiftNIO, no supervisor.
         .library(name: "SupervisorClient", targets: ["SupervisorClient"]),
+        // The supervisor inside a Swift program (SPEC §12): a swift-service-lifecycle Service.
+        .library(name: "PluginHost", targets: ["PluginHost"]),
+        // The README's PluginHost program (scripts/check-readme.sh runs it).
+        .executable(name: "host-hello", targets: ["HostHello"]),
         // Example plugins: each one is a shared library loaded by a worker.
         .library(name: "Greeter", type: .dynamic, targets: ["Greeter"]),
         .library(name: "Welcome", type: .dynamic, targets: ["Welcome"]),
@@ -42,6 +46,9 @@ let package = Package(
         // about 9 s to a clean build on two cores.
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.1.0"),
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context", from: "1.0.0"),
+        // PluginHost is a `Service` (docs/host.md): with swift-async-algorithms, about 25 s of a
+        // clean build on two cores.
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
     ],
     targets: [
         // The Linux calls Swift cannot make directly (variadic syscall/prctl, posix_spawn, pidfds,
@@ -99,6 +106,16 @@ let package = Package(
             ],
             path: "Sources/SupervisorKit"
         ),
+        // The supervisor as a library for a host program (docs/host.md).
+        .target(
+            name: "PluginHost",
+            dependencies: [
+                "SupervisorKit", "Protocol", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Sources/PluginHost"
+        ),
         // Downloads, archive checks, signatures and preflight: everything that parses untrusted
         // input for installs, run by the supervisor as a separate process (supervisor-installer).
         // It depends on the bundle model, never on the supervisor.
@@ -128,7 +145,8 @@ let package = Package(
         // The benchmark: real supervisor, real workers and plugins, baselines measured in the same run.
         .executableTarget(
             name: "Benchmark",
-            dependencies: ["IPC", "Protocol", .product(name: "PluginProtocol", package: "SDK")],
+            dependencies: ["IPC", "Protocol", "PluginHost", "SupervisorKit", .product(name: "PluginProtocol", package: "SDK"),
+                           .product(name: "Logging", package: "swift-log")],
             path: "Sources/Benchmark"
         ),
 
@@ -136,6 +154,8 @@ let package = Package(
         .target(name: "Greeter", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "examples/Greeter"),
         .target(name: "Welcome", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "examples/Welcome"),
         .target(name: "AsyncWorks", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "examples/AsyncWorks"),
+        // A host program (docs/host.md): the README's twenty lines.
+        .executableTarget(name: "HostHello", dependencies: ["PluginHost", .product(name: "Logging", package: "swift-log")], path: "examples/HostHello"),
 
         .target(name: "TestKit", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Tests/Fixtures/TestKit"),
         .target(name: "NoExport", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Tests/Fixtures/NoExport"),
@@ -149,7 +169,9 @@ let package = Package(
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: [.product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "Protocol", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [.product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "Protocol", "PluginHost",
+                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"), .product(name: "Logging", package: "swift-log"),
+                           .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/IntegrationTests"
         ),
     ],

@@ -24,3 +24,20 @@ if ! bash -euo pipefail -c "$block" >"$out" 2>&1; then
 fi
 grep -q '"Hello from com.example.hello!"' "$out" || { echo "check-readme: no answer from the plugin:" >&2; cat "$out" >&2; exit 1; }
 echo "==> the quick start works as written" >&2
+
+# The README's host program: the same lines as examples/HostHello/main.swift, and it runs.
+program=$(awk '/<!-- host program: begin -->/{on=1; next} /<!-- host program: end -->/{on=0} on' README.md | sed '/^```/d')
+if ! diff <(echo "$program") examples/HostHello/main.swift >&2; then
+  echo "check-readme: the README's host program and examples/HostHello/main.swift differ" >&2; exit 1
+fi
+swift build --product host-hello >/dev/null
+plugins=$(./scripts/assemble-plugins.sh)
+rm -rf /tmp/host-hello
+if ! timeout 120 "$root/.build/debug/host-hello" "$plugins" >"$out" 2>&1; then
+  echo "check-readme: the host program failed:" >&2; cat "$out" >&2; exit 1
+fi
+rm -rf /tmp/host-hello
+for expected in '"Hello, Ada!"' 'exited' 'started' '"Hello, again!"'; do
+  grep -q "$expected" "$out" || { echo "check-readme: the host program did not print $expected:" >&2; cat "$out" >&2; exit 1; }
+done
+echo "==> the host program works as written" >&2

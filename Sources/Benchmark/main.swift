@@ -24,6 +24,9 @@ func note(_ s: String) { FileHandle.standardError.write((s + "\n").data(using: .
 
 do {
     let rig = try Rig()
+    /// Figures the embedded host's rows are set beside (from the calls section, when it ran).
+    var oneHopBaseline: (p50: Double, tput: [Int: Double])?
+    var supervisorThroughput64: Double?
 
     // 1-2. Call latency and throughput, against raw socketpair echoes of the same frame.
     if wanted("calls") {
@@ -38,6 +41,7 @@ do {
         for c in [1, 16, 64] { tput[c] = try throughput(echo.client, inFlight: c, count: calls * 2, frame: frame) }
         echo.stop()
         base[hops] = (lat.median, tput)
+        if hops == 1 { oneHopBaseline = (lat.median, tput) }
         report.add("baseline: socketpair echo, \(hops) hop\(hops == 1 ? "" : "s"), p50", lat.median, "µs")
         report.add("baseline: socketpair echo, \(hops) hop\(hops == 1 ? "" : "s"), 64 in flight", tput[64]!, "/s")
     }
@@ -86,6 +90,7 @@ do {
     try rig.start(plugins: callPlugins, config: peerLinks ? nil : #"{"peerLinks": false}"#)
     let conn = try rig.connect()
     let (lat0, hostThroughput64) = try hostCalls(conn, "")
+    supervisorThroughput64 = hostThroughput64
     // Plugin → plugin: the client asks a caller, which calls bench.callee (over a peer link
     // between the two workers, or through the supervisor with --no-peer-links): bench.caller in
     // Swift, with TestKit's async `call` (its JSONValue params and result go through Foundation's
@@ -122,6 +127,22 @@ do {
         report.add("worker RSS (trivial Swift plugin)", Double(m.rss) / 1_048_576, "MiB")
         report.add("worker PSS (trivial Swift plugin, 2 workers)", Double(m.pss) / 1_048_576, "MiB", target: "< 8 MiB")
     }
+    }
+
+    // 3b. The embedded host (PluginHost in this process): one hop, from a task to the worker's
+    // socket. Against the 1-hop socketpair echo and the host call through the supervisor above.
+    if wanted("host") {
+        note("calls: an embedded PluginHost")
+        rig.stop()
+        let figures = try EmbeddedHostBench.run(rig: rig, calls: calls)
+        report.add("embedded host call p50 (task → worker → back, one hop)", figures.latency.median, "µs",
+                   baseline: ("1-hop echo p50", oneHopBaseline?.p50 ?? .nan))
+        report.add("embedded host call p99", figures.latency.percentile(0.99), "µs")
+        for c in [1, 16, 64] {
+            report.add("embedded host call throughput, \(c) in flight", figures.throughput[c]!, "/s",
+                       baseline: ("host calls through the supervisor", c == 64 ? (supervisorThroughput64 ?? .nan) : .nan))
+        }
+        report.add("embedded host: this process's CPU per call, 64 in flight", figures.hostCPUPerCall64, "µs")
     }
 
     // 4. Crash → serving again, first (immediate) restart: time from the crash request to the first answered call.

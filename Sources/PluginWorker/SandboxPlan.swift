@@ -111,7 +111,7 @@ struct SandboxPlan {
             switch permission {
             case .read(let path): rules.append(.init(path: path, writable: false, required: false))
             case .write(let path): rules.append(.init(path: path, writable: true, required: false))
-            case .network: break
+            case .network, .hostCall: break
             }
         }
         landlockRules = rules

@@ -42,6 +42,10 @@ public final class Supervisor: @unchecked Sendable {
     private(set) var installs: Installs!
     private(set) var control: ControlServer!
     private(set) var metrics: Metrics!
+    /// What happens to plugins, for the programs that listen (SPEC §12 events).
+    let events: EventHub
+    /// The methods the embedding program provides to plugins (`@host`, SPEC §12).
+    private(set) var hostMethods: HostMethods!
     /// systemd's notify protocol, when started by systemd with `Type=notify` (else nil).
     private(set) var systemd: SystemdNotify!
     private(set) var watcher: ChildWatcher?
@@ -52,42 +56,64 @@ public final class Supervisor: @unchecked Sendable {
     private(set) var cgroups: CgroupTree?
     private(set) var cgroupsMissing = "sandbox switched off (--no-sandbox)"
 
-    /// Blocks the lifecycle signals first: every thread created from here on (NIO's included)
-    /// inherits the mask, so the signals reach only the relay thread's sigwaitinfo.
+    /// With `config.handlesSignals`, blocks the lifecycle signals first: every thread created from
+    /// here on (NIO's included) inherits the mask, so the signals reach only the relay thread's
+    /// sigwaitinfo. Without it (an embedded host), the process's signals are left alone.
     public init(config: SupervisorConfig, logger: Logger) {
-        LifecycleSignals.block()
+        if config.handlesSignals { LifecycleSignals.block() }
         self.config = config
         self.logger = logger
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         self.loop = group.next()
         self.table = PluginTable(loop: loop)
         self.runtimePaths = RuntimeFolders.current()
+        events = EventHub(loop: loop)
         router = Router(self)
         lifecycle = Lifecycle(self)
         health = Health(self)
         installs = Installs(self)
         control = ControlServer(self)
         metrics = Metrics(self)
+        hostMethods = HostMethods(self)
         systemd = SystemdNotify(self, endpoint: .from(environment: ProcessEnvironment.all, pid: getpid()))
     }
 
     /// Runs until shut down (SIGTERM, SIGINT, `supervisor stop`). Create the supervisor on the main
     /// thread before any other thread exists, so the lifecycle signals are blocked everywhere.
     /// `onReady` is called once with the line to print when every startable plugin has started.
-    public func run(onReady: @escaping @Sendable (String) -> Void) throws(SupervisorError) {
+    /// With `keepingLoop` (an embedded host) the event loop outlives `run`, so that requests made
+    /// after the end are answered (`unavailable`) rather than dropped, until `close()`.
+    public func run(keepingLoop: Bool = false, onReady: @escaping @Sendable (String) -> Void) throws(SupervisorError) {
         do {
             try serve(onReady: onReady)
         } catch {
-            // Nothing ran: settle the shutdown promise and stop the loop, so the supervisor ends
+            // Nothing ran: settle the shutdown promise (and stop the loop), so the supervisor ends
             // with the error (exit 1) rather than a leaked promise.
-            lifecycle.finished.fail(error)
-            try? group.syncShutdownGracefully()
+            _ = try? loop.submit { [self] in
+                _ = lifecycle.startShutdownPhase()
+                _ = lifecycle.endShutdownPhase()
+                events.finishAll()
+                lifecycle.finished.fail(error)
+            }.wait()
+            if !keepingLoop { try? group.syncShutdownGracefully() }
             throw error
         }
+        if !keepingLoop { try? group.syncShutdownGracefully() }
+    }
+
+    /// Ends the event loop of a supervisor run with `keepingLoop`, once `run` has returned (or
+    /// when it never ran). Does not wait.
+    public func close() {
+        // A supervisor that never ran still holds its unsettled shutdown promise (settling a
+        // settled one does nothing).
+        let finished = lifecycle.finished
+        let error = SupervisorError.home(config.home, "the supervisor was closed")
+        loop.execute { finished.fail(error) }
+        group.shutdownGracefully { _ in }
     }
 
     private func serve(onReady: @escaping @Sendable (String) -> Void) throws(SupervisorError) {
-        LifecycleSignals.block()
+        if config.handlesSignals { LifecycleSignals.block() }
         try? ProcessControl.setNotDumpable()
         // The fork server first of all: it loads the worker's code (~3 ms) while the supervisor
         // takes its home, scans the plugin folders and binds its sockets (Lifecycle/WorkerStart.swift).
@@ -118,11 +144,13 @@ public final class Supervisor: @unchecked Sendable {
         }
         // Every worker has been reaped by the time `serve` returns: their groups are empty.
         defer { cgroups?.removeAll() }
-        LifecycleSignals.startRelay { [self] signal in loop.execute { self.handleSignal(signal) } }
+        if config.handlesSignals {
+            LifecycleSignals.startRelay { [self] signal in loop.execute { self.handleSignal(signal) } }
+        }
         do { try loop.submit { self.lifecycle.loadPlugins() }.wait() } catch {
             throw .home(config.home, "the event loop failed: \(error)")
         }
-        try control.bind()
+        if config.servesControlSocket { try control.bind() }
         let metricsServer = try MetricsServer.start(self)
         defer { metricsServer?.close(promise: nil) }
         do {
@@ -134,7 +162,6 @@ public final class Supervisor: @unchecked Sendable {
         } catch {
             throw .home(config.home, "the event loop failed: \(error)")
         }
-        try? group.syncShutdownGracefully()
     }
 
     func prepareHome() throws(SupervisorError) {
@@ -178,6 +205,7 @@ extension SupervisorComponent {
     var router: Router { supervisor.router }
     var lifecycle: Lifecycle { supervisor.lifecycle }
     var installs: Installs { supervisor.installs }
+    var events: EventHub { supervisor.events }
 }
 
 /// Why the supervisor could not start or keep running: SupervisorKit's one error type (the CLI's

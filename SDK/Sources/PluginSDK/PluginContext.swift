@@ -36,6 +36,21 @@ public struct PluginContext: Sendable {
         try await call(target, method, Empty(), as: Result.self)
     }
 
+    /// Calls `method` of the program that hosts the plugins (SPEC §12: `target: "@host"`), allowed
+    /// only where the manifest lists `host.call:<method>` (or `host.call:*`); otherwise `denied`.
+    /// No host provides it: `notFound`.
+    public func callHost<Params: Encodable, Result: Decodable>(_ method: String, _ params: Params, as: Result.Type = Result.self) async throws -> Result {
+        try await call(Self.hostTarget, method, params, as: Result.self)
+    }
+
+    /// Calls `method` of the host program with no parameters.
+    public func callHost<Result: Decodable>(_ method: String, as: Result.Type = Result.self) async throws -> Result {
+        try await call(Self.hostTarget, method, Empty(), as: Result.self)
+    }
+
+    /// The `target` of a call to the host program.
+    public static let hostTarget = "@host"
+
     /// A typed handle on another plugin's API.
     public func plugin(_ identifier: String) -> PluginClient { PluginClient(context: self, identifier: identifier) }
 

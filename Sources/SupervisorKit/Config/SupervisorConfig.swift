@@ -101,6 +101,13 @@ public struct SupervisorConfig: Sendable {
     /// `start --debug <identifier>`: plugins run for a debugger (docs/debugging.md): no watchdog, no
     /// call or startup timeout, a dumpable worker. Only these; every other plugin as usual.
     public var debugPlugins: Set<String> = []
+    /// Whether the supervisor takes the process's lifecycle signals (SPEC §7: blocks them in every
+    /// thread and waits for them on a thread of its own). `supervisor start` does; an embedded
+    /// `PluginHost` does not unless asked, since the signals belong to the program it runs in.
+    public var handlesSignals = true
+    /// Whether the control socket is served (`supervisor status` and the other client commands
+    /// reach an embedded host through it too).
+    public var servesControlSocket = true
 
     /// Whether `identifier` runs in debug mode.
     public func isDebugged(_ identifier: String) -> Bool { !debugPlugins.isEmpty && debugPlugins.contains(identifier) }
@@ -115,6 +122,15 @@ public struct SupervisorConfig: Sendable {
     /// The control socket a CLI command talks to: `--socket`, else `$SUPERVISOR_SOCKET`, else the home's.
     public static func socketPath(option: String?, home: String?) -> String {
         SupervisorLocation.socketPath(socket: option, home: home, environment: ProcessEnvironment.all)
+    }
+
+    /// Runs the binaries in `folder` (`plugin-worker`, `plugin-forkserver`, `libPluginWorkerCore.so`,
+    /// `supervisor-installer`) instead of those beside this executable.
+    public mutating func useBinaries(in folder: String) {
+        workerExecutable = folder + "/plugin-worker"
+        installerExecutable = folder + "/supervisor-installer"
+        forkServerExecutable = folder + "/plugin-forkserver"
+        workerLibrary = folder + "/libPluginWorkerCore.so"
     }
 
     public init(home: String? = nil, pluginDirectories: [String] = [], socketPath: String? = nil, workerExecutable: String? = nil) {

@@ -57,8 +57,9 @@ final class ControlServer: SupervisorComponent, @unchecked Sendable {
     /// Stops listening and removes the socket file.
     func close() -> EventLoopFuture<Void> {
         let path = config.socketPath
-        let closed = server?.close() ?? loop.makeSucceededVoidFuture()
-        return closed.always { _ in unlink(path) }
+        // Not served (an embedded host without its socket): nothing to close, nothing to remove.
+        guard let server else { return loop.makeSucceededVoidFuture() }
+        return server.close().always { _ in unlink(path) }
     }
 }
 

@@ -197,6 +197,7 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
                 guard let problem else {
                     store.finish(staged)
                     logger.notice("installed \(what)")
+                    events.installed(id, version: "\(staged.version)")
                     return done(.success(what))
                 }
                 try? store.rollBack(staged)

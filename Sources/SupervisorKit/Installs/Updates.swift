@@ -79,6 +79,7 @@ extension Installs {
             }
             router.forget(record, because: "\(record.identifier) was uninstalled")
             logger.notice("uninstalled \(identifier) \(record.manifest.version)")
+            events.uninstalled(identifier, version: record.manifest.version.description)
             router.respond(origin) { try ProtocolJSON.encode(["uninstalled": "\(identifier) \(record.manifest.version)"]) }
             outbox.flush()
         }

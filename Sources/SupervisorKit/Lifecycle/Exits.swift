@@ -67,6 +67,7 @@ extension Lifecycle {
         let outgoing = instance.outgoing
         instance.outgoing = [:]
         router.cancelInFlight(outgoing)
+        supervisor.hostMethods.callerEnded(instance)
         let callbacks = instance.onExit
         instance.onExit = []
         // The kernel's OOM killer in its group: the memory limit, whatever the signal says.
@@ -109,6 +110,7 @@ extension Lifecycle {
         }
         record.instance = nil
         record.lastExit = status
+        events.exited(record, pid: exit.pid, status)
         // A standby spawned on this crash's notice is taken by an immediate restart below (the
         // scheduled restart's `adoptStandby`); whatever else follows has no use for it.
         defer { discardStandby(record, because: "\(record.identifier) is not restarted at once") }
@@ -142,6 +144,7 @@ extension Lifecycle {
             // SPEC §6: a restart cannot cure a missing library or symbol or an ABI mismatch.
             record.move(to: .failed(byDependency: false), logger: logger)
             record.problem = "\(described); a restart cannot cure this: fix the bundle, then `supervisor restart \(record.identifier)`"
+            events.failed(record)
             record.settleWaiters(record.problem)
             startWaitingPlugins()
             return
@@ -149,6 +152,7 @@ extension Lifecycle {
         if record.installAwaitsVerdict {
             record.move(to: .failed(byDependency: false), logger: logger)
             record.problem = described
+            events.failed(record)
             record.settleWaiters(described)
             return
         }
@@ -156,6 +160,7 @@ extension Lifecycle {
         guard policy == .always || (policy == .onFailure && abnormal) else {
             record.move(to: abnormal ? .failed(byDependency: false) : .stopped, logger: logger)
             record.problem = abnormal ? "exited: \(described) (restart policy \(policy.rawValue))" : nil
+            if abnormal { events.failed(record) }
             record.settleWaiters(record.problem ?? "exited cleanly")
             startWaitingPlugins()
             return
@@ -170,12 +175,14 @@ extension Lifecycle {
             record.move(to: .failed(byDependency: false), logger: logger)
             record.problem = "restarted \(count) times in \(config.restartWindowSeconds) s; stays failed until `supervisor restart \(record.identifier)` (last exit: \(described))"
             logger.error("\(record.identifier) failed: \(record.problem!)", metadata: ["plugin": "\(record.identifier)"])
+            events.failed(record)
             record.settleWaiters(record.problem)
             startWaitingPlugins()
         case .restart(let delayMs, _):
             record.restarts += 1
             supervisor.metrics.restarted(record.identifier, reason: reason)
             record.move(to: .restarting, logger: logger)
+            events.restarting(record, delayMs: delayMs)
             logger.info("restarting \(record.identifier) in \(delayMs) ms (restart \(record.restarts))", metadata: ["plugin": "\(record.identifier)"])
             // The ready line waits for each plugin's first start, not for its restarts.
             defer { checkLaunch() }

@@ -130,6 +130,7 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
                     record.move(to: .failed(byDependency: true), logger: logger)
                     record.problem = "dependency \(dead.identifier) is \(dead.phase.shown)"
                     logger.error("\(record.identifier) will not start: \(record.problem!)")
+                    events.failed(record)
                     if record.instance != nil { stopPlugin(record) {} }
                     record.settleWaiters(record.problem)
                     changed = true

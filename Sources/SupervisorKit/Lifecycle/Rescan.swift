@@ -63,6 +63,7 @@ extension Lifecycle {
                     stopPlugin(existing) { [self] in
                         existing.move(to: .failed(byDependency: false), logger: logger)
                         existing.problem = reason
+                        events.failed(existing)
                     }
                     continue
                 }

@@ -245,6 +245,7 @@ extension Lifecycle {
         record.move(to: .failed(byDependency: false), logger: logger)
         record.problem = reason
         record.lastExit = ExitStatus(reason: .spawnError, message: reason)
+        events.failed(record)
         record.settleWaiters(reason)
         startWaitingPlugins()
     }
@@ -318,6 +319,7 @@ extension Lifecycle {
         record.hasRun = true
         logger.info("\(record.identifier) \(record.manifest.version) is running",
                     metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
+        events.started(record, pid: instance.pid)
         record.settleWaiters(nil)
         servesAgain(record, restarted: wasRestart)
     }

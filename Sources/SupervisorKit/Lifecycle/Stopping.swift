@@ -107,6 +107,7 @@ extension Lifecycle {
         supervisor.health.stop()
         supervisor.control.close().whenComplete { [self] _ in
             logger.notice("all plugins stopped; bye")
+            events.finishAll()
             finished.succeed(())
         }
     }

@@ -63,6 +63,8 @@ extension Lifecycle {
         if record.phase != .running { record.move(to: .running, logger: logger) }
         logger.info("\(record.identifier) \(new.manifest.version) is running and takes the calls; \(previous) finishes its own",
                     metadata: ["plugin": "\(record.identifier)", "pid": "\(new.pid)"])
+        events.updated(record, from: previous.description, pid: new.pid)
+        events.started(record, pid: new.pid)
         if let old, !old.phase.hasExited { retire(record, old) }
         successor.done(nil)
         servesAgain(record, restarted: true)

@@ -142,6 +142,10 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         case .failure(let error): return outbox.write(errorFrame(id: id, error, for: channel), to: channel)
         case .success(let t): target = t
         }
+        // A method of the program the supervisor runs in (SPEC §12): its own permission, not a dependency.
+        if kind == .call, target == HostMethods.target {
+            return supervisor.hostMethods.call(from: instance, id: id, env, bytes)
+        }
         // The caller's own version decides (during an update, the old and the new one may differ).
         guard instance.manifest.dependencies.contains(where: { $0.identifier == target }) else {
             if let callee = table[target] { callMetrics(of: callee).count(.denied) }

@@ -150,6 +150,10 @@ final class TestKit: Pluggable {
         api.method("call") { (p: CallParams) async throws -> JSONValue in
             try await self.ctx().call(p.target, p.method, p.params ?? .null, as: JSONValue.self)
         }
+        // A method of the host program (SPEC §12), through the SDK's own call.
+        api.method("callHost") { (p: CallParams) async throws -> JSONValue in
+            try await self.ctx().callHost(p.method, p.params ?? .null, as: JSONValue.self)
+        }
         // The Swift SDK's own plugin → plugin path (benchmarks): a string in, the callee's `ping`
         // as an Int out, both in the SDK's plain coding (no Foundation JSON, unlike `call`'s JSONValue).
         api.method("pingVia") { (target: String) async throws -> Int in

@@ -1,0 +1,79 @@
+import Dispatch
+import Foundation
+import Logging
+import PluginHost
+import SupervisorKit
+import Synchronization
+
+/// The embedded host's calls (SPEC §12, docs/host.md): a `PluginHost` in this process over one
+/// TestKit callee, its calls straight from a task to the worker's socket (one hop).
+struct EmbeddedHostFigures {
+    var latency: Samples
+    /// Calls/s with this many calls in flight (one task each, one after the other on it).
+    var throughput: [Int: Double]
+    /// This process's CPU per call (the host's tasks and the supervisor's loop) at 64 in flight.
+    var hostCPUPerCall64: Double
+}
+
+enum EmbeddedHostBench {
+    /// Runs on tasks of its own; the benchmark's sections are sequential code, so this one waits.
+    static func run(rig: Rig, calls: Int) throws -> EmbeddedHostFigures {
+        let folder = try rig.plugins("host", count: 0, extra: ["bench.callee"])
+        var configuration = PluginHost.Configuration(pluginFolders: [folder], home: rig.root + "/host-home")
+        configuration.binaries = rig.bin
+        configuration.controlSocket = false
+        if let mode = defaultWorkerStart, let start = SupervisorConfig.WorkerStart(rawValue: mode) { configuration.workerStart = start }
+        var logger = Logger(label: "bench-host")
+        logger.logLevel = .error
+        let host = PluginHost(configuration: configuration, logger: logger)
+        let outcome = Mutex<Result<EmbeddedHostFigures, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            let running = Task { try await host.run() }
+            do {
+                try await host.waitUntilReady()
+                let figures = try await measure(host, calls: calls)
+                outcome.withLock { $0 = .success(figures) }
+            } catch {
+                outcome.withLock { $0 = .failure(error) }
+            }
+            await host.shutdown()
+            _ = try? await running.value
+            done.signal()
+        }
+        done.wait()
+        return try outcome.withLock { $0 }!.get()
+    }
+
+    private static func measure(_ host: PluginHost, calls: Int) async throws -> EmbeddedHostFigures {
+        for _ in 0..<500 { _ = try await host.callJSON("bench.callee", "ping", params: nil) }
+        var latency = Samples()
+        latency.values.reserveCapacity(calls)
+        for _ in 0..<calls {
+            let t0 = now()
+            _ = try await host.callJSON("bench.callee", "ping", params: nil)
+            latency.add(now() - t0)
+        }
+        var throughput: [Int: Double] = [:]
+        var cpu64 = 0.0
+        for inFlight in [1, 16, 64] {
+            let count = calls * (inFlight == 1 ? 1 : 3)
+            let cpuBefore = cpuSeconds(getpid())
+            let t0 = now()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for lane in 0..<inFlight {
+                    let share = count / inFlight + (lane < count % inFlight ? 1 : 0)
+                    group.addTask {
+                        for _ in 0..<share { _ = try await host.callJSON("bench.callee", "ping", params: nil) }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            throughput[inFlight] = Double(count) / (Double(now() - t0) / 1e9)
+            if inFlight == 64, let before = cpuBefore, let after = cpuSeconds(getpid()) {
+                cpu64 = (after - before) / Double(count) * 1e6
+            }
+        }
+        return EmbeddedHostFigures(latency: latency, throughput: throughput, hostCPUPerCall64: cpu64)
+    }
+}

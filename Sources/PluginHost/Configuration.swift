@@ -1,0 +1,83 @@
+import LinuxSupport
+import SupervisorKit
+
+extension PluginHost {
+    /// What an embedded supervisor runs: `pluginFolders` and `home` as `supervisor start --plugins
+    /// … --home …`, and every other setting as `supervisor start` has it by default, each one a
+    /// property (`configuration.callTimeoutMs = 2_000`, `configuration.sandboxEnabled = false`: the
+    /// keys of the config file, docs/operations.md), or read from a config file (`apply(configFile:)`).
+    ///
+    /// Unlike `supervisor start`, an embedded host takes no signal (`handlesSignals`, off) and looks
+    /// for the worker's binaries beside the program, else in `$SUPERVISOR_BINARIES`, else beside the
+    /// `supervisor` found on `$PATH` (`binaries` names the folder).
+    @dynamicMemberLookup
+    public struct Configuration: Sendable {
+        /// Every setting of the supervisor.
+        public var settings: SupervisorConfig
+
+        public init(pluginFolders: [String], home: String) {
+            settings = SupervisorConfig(home: home, pluginDirectories: pluginFolders)
+            settings.handlesSignals = false
+            if let folder = Self.binariesFolder() { settings.useBinaries(in: folder) }
+        }
+
+        /// The folders scanned for plugin bundles (`<home>/plugins`, where installs go, is always scanned too).
+        public var pluginFolders: [String] {
+            get { settings.pluginDirectories }
+            set { settings.pluginDirectories = newValue.map(FileSystem.absolute) }
+        }
+
+        public var home: String { settings.home }
+
+        /// Workers sandboxed (the default) or not (`--no-sandbox`).
+        public var sandbox: Bool {
+            get { settings.sandboxEnabled }
+            set { settings.sandboxEnabled = newValue }
+        }
+
+        /// SIGTERM/SIGINT stop the host's plugins, SIGHUP rescans, … (SPEC §7) — only when asked: the
+        /// signals belong to the program. In a `ServiceGroup`, the group's own signal handling stops it.
+        public var handlesSignals: Bool {
+            get { settings.handlesSignals }
+            set { settings.handlesSignals = newValue }
+        }
+
+        /// Whether `<home>/supervisor.sock` is served, so `supervisor status --home <home>` and the
+        /// other client commands reach the embedded host (on by default).
+        public var controlSocket: Bool {
+            get { settings.servesControlSocket }
+            set { settings.servesControlSocket = newValue }
+        }
+
+        /// The folder of `plugin-worker`, `plugin-forkserver`, `libPluginWorkerCore.so` and
+        /// `supervisor-installer` (`swift build` puts them in `.build/debug` of this package).
+        public var binaries: String {
+            get { String(settings.workerExecutable.dropLast("/plugin-worker".count)) }
+            set { settings.useBinaries(in: FileSystem.absolute(newValue)) }
+        }
+
+        /// Any other setting, by its name in `SupervisorConfig` (`callTimeoutMs`, `restartLimit`, …).
+        public subscript<Value>(dynamicMember keyPath: WritableKeyPath<SupervisorConfig, Value>) -> Value {
+            get { settings[keyPath: keyPath] }
+            set { settings[keyPath: keyPath] = newValue }
+        }
+
+        /// Applies a config file (the format of `supervisor start --config`); settings made after it win.
+        public mutating func apply(configFile path: String) throws(SupervisorError) {
+            try settings.apply(configFile: path)
+        }
+
+        /// Where the worker's binaries are: beside this program, else `$SUPERVISOR_BINARIES`, else
+        /// beside a `supervisor` on `$PATH`; nil when none has them (the spawn then says which file
+        /// is missing).
+        static func binariesFolder() -> String? {
+            let env = ProcessEnvironment.all
+            var candidates = [FileSystem.executableDirectory()]
+            if let given = env["SUPERVISOR_BINARIES"], !given.isEmpty { candidates.append(given) }
+            for folder in (env["PATH"] ?? "").split(separator: ":") where FileSystem.exists("\(folder)/supervisor") {
+                candidates.append(String(folder))
+            }
+            return candidates.first { FileSystem.exists($0 + "/plugin-worker") }.map(FileSystem.absolute)
+        }
+    }
+}

@@ -1,0 +1,353 @@
+import LinuxSupport
+import Logging
+import PluginProtocol
+import Protocol
+import ServiceLifecycle
+import SupervisorKit
+import Synchronization
+
+/// The supervisor inside a Swift program (SPEC §12), as go-plugin's host and ELMaestro's supervisor
+/// live inside theirs: the same plugins, sandbox, restarts and installs as `supervisor start`, with
+/// calls that go from the program straight to the plugin's worker (one hop), the plugins' events as
+/// an `AsyncSequence`, and methods the program provides to its plugins (`@host`).
+///
+/// A guest in the program: it installs no signal handler unless asked (`handlesSignals`), prints
+/// nothing, logs through the `Logger` it is given, and is a swift-service-lifecycle `Service`: in a
+/// `ServiceGroup` it starts with the group and stops its plugins in reverse dependency order on the
+/// group's graceful shutdown. Its workers end with the program, whatever ends it.
+///
+/// ```swift
+/// let host = PluginHost(configuration: .init(pluginFolders: ["plugins"], home: "/tmp/home"), logger: logger)
+/// try await withThrowingDiscardingTaskGroup { group in
+///     group.addTask { try await host.run() }
+///     try await host.waitUntilReady()
+///     let greeting = try await host.call("com.example.greeter", "greet", ["name": "Ada"], as: String.self)
+///     await host.shutdown()
+/// }
+/// ```
+public final class PluginHost: Service, Sendable {
+    public let configuration: Configuration
+    private let supervisor: Supervisor
+    private let logger: Logger
+    private let phase = Mutex(Phase.idle)
+    /// Settled when every startable plugin has started (or the host failed or stopped first).
+    private let ready = Signal<Result<Void, ErrorBody>>()
+    /// Settled when `run` has ended (every worker stopped).
+    private let stopped = Signal<Void>()
+
+    private enum Phase {
+        case idle
+        case running
+        case stopped
+    }
+
+    public init(configuration: Configuration, logger: Logger) {
+        self.configuration = configuration
+        self.logger = logger
+        supervisor = Supervisor(config: configuration.settings, logger: logger)
+    }
+
+    deinit {
+        supervisor.close()
+    }
+
+    // MARK: Running
+
+    /// Starts the plugins and serves until `shutdown()`, the group's graceful shutdown, or this
+    /// task's cancellation; returns once every worker has stopped. Throws when the host cannot
+    /// start at all (its home is another supervisor's, its control socket is taken, …).
+    public func run() async throws {
+        let first = phase.withLock { phase in
+            guard case .idle = phase else { return false }
+            phase = .running
+            return true
+        }
+        guard first else { throw ErrorBody(.badRequest, "this PluginHost has run already; make a new one") }
+        let supervisor = self.supervisor
+        try await withGracefulShutdownHandler {
+            try await withTaskCancellationHandler {
+                try await serve()
+            } onCancel: {
+                supervisor.requestShutdown(reason: "the host's task was cancelled")
+            }
+        } onGracefulShutdown: {
+            supervisor.requestShutdown(reason: "the host's service group is shutting down")
+        }
+    }
+
+    /// Runs the supervisor on a thread of its own (`Supervisor.run` blocks until the end).
+    private func serve() async throws {
+        let supervisor = self.supervisor
+        let ready = self.ready
+        let outcome: Result<Void, SupervisorError> = await withCheckedContinuation { continuation in
+            Threads.start(name: "plugin-host") {
+                do throws(SupervisorError) {
+                    try supervisor.run(keepingLoop: true) { _ in ready.settle(.success(())) }
+                    continuation.resume(returning: .success(()))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+        }
+        phase.withLock { $0 = .stopped }
+        switch outcome {
+        case .success:
+            ready.settle(.failure(ErrorBody(.unavailable, "the plugin host stopped before its plugins were ready")))
+        case .failure(let error):
+            ready.settle(.failure(ErrorBody(.unavailable, "the plugin host could not start: \(error)")))
+        }
+        stopped.settle(())
+        try outcome.get()
+    }
+
+    /// Returns once every startable plugin has started (the moment `supervisor start` prints its
+    /// ready line); throws if the host stops or fails first.
+    public func waitUntilReady() async throws {
+        try await ready.value.get()
+    }
+
+    /// Stops every plugin in reverse dependency order (each gets `willTerminate` and a grace
+    /// period) and returns once all have stopped; `run` returns then too. During start-up, during
+    /// an update, twice, or before `run`: it ends cleanly.
+    public func shutdown() async {
+        let wasIdle = phase.withLock { phase in
+            guard case .idle = phase else { return false }
+            phase = .stopped
+            return true
+        }
+        if wasIdle {
+            ready.settle(.failure(ErrorBody(.unavailable, "the plugin host was shut down before it ran")))
+            stopped.settle(())
+            return
+        }
+        supervisor.requestShutdown(reason: "the host program asked (PluginHost.shutdown)")
+        await stopped.value
+    }
+
+    // MARK: Calls (SPEC §12)
+
+    /// Calls `method` of the plugin `target` with `params` and decodes its result. `timeout`
+    /// defaults to the plugin's own (`limits.callTimeoutMs`). A call to a plugin that is starting or
+    /// restarting waits for it; a cancelled task cancels its call (the plugin gets `cancel`).
+    /// Throws the plugin's or the supervisor's `ErrorBody` (`.code`, `.message`).
+    public func call<P: Encodable, R: Decodable>(_ target: String, _ method: String, _ params: P, as: R.Type = R.self,
+                                                 timeout: Duration? = nil) async throws -> R {
+        let json: [UInt8]
+        do { json = try ProtocolJSON.encode(params) } catch {
+            throw ErrorBody(.badRequest, "the params of \(target).\(method) cannot be encoded: \(error)")
+        }
+        return try decode(R.self, try await callJSON(target, method, params: json, timeout: timeout), of: "\(target).\(method)")
+    }
+
+    /// Calls `method` of the plugin `target` without params.
+    public func call<R: Decodable>(_ target: String, _ method: String, as: R.Type = R.self, timeout: Duration? = nil) async throws -> R {
+        try decode(R.self, try await callJSON(target, method, params: nil, timeout: timeout), of: "\(target).\(method)")
+    }
+
+    /// Calls with params and result as raw JSON (no decoding on either side).
+    public func callJSON(_ target: String, _ method: String, params: [UInt8]?, timeout: Duration? = nil) async throws -> [UInt8] {
+        var frame = FrameBuilder(kind: .call, capacity: (params?.count ?? 0) + target.utf8.count + method.utf8.count + 64)
+        frame.uint("id", 0)
+        frame.string("target", target)
+        frame.string("method", method)
+        if let params { frame.raw("params", params) }
+        if let timeout { frame.uint("timeoutMs", Self.milliseconds(timeout)) }
+        return try await request(frame.finish())
+    }
+
+    /// Opens `plugin://<identifier>/<path>?<query>` and decodes what the plugin answers.
+    public func open<R: Decodable>(_ uri: String, as: R.Type = R.self) async throws -> R {
+        try decode(R.self, try await openJSON(uri), of: uri)
+    }
+
+    /// Opens a URI and returns what the plugin answers as raw JSON.
+    public func openJSON(_ uri: String) async throws -> [UInt8] {
+        var frame = FrameBuilder(kind: .open, capacity: uri.utf8.count + 48)
+        frame.uint("id", 0)
+        frame.string("uri", uri)
+        return try await request(frame.finish())
+    }
+
+    /// Sends `memoryWarning`, `background` or `foreground` to every plugin, or to `plugin` alone;
+    /// says which handled it. Throws when `plugin` is not installed or did not handle it.
+    @discardableResult
+    public func send(_ event: LifecycleEvent, to plugin: String? = nil) async throws -> SendOutcome {
+        var frame = FrameBuilder(kind: .send)
+        frame.uint("id", 0)
+        frame.string("name", event.rawValue)
+        if let plugin { frame.string("target", plugin) }
+        let outcome = try decode(SendOutcome.self, try await request(frame.finish()), of: "send")
+        if let plugin, let why = outcome.failed[plugin] { throw ErrorBody(.unavailable, "\(plugin) did not handle \(event.rawValue): \(why)") }
+        return outcome
+    }
+
+    /// Every plugin in start order, as `supervisor status --json` shows it.
+    public func status() async throws -> [PluginStatus] {
+        var frame = FrameBuilder(kind: .status)
+        frame.uint("id", 0)
+        return try decode([PluginStatus].self, try await request(frame.finish()), of: "status")
+    }
+
+    /// What happens to the plugins from now on (`started`, `exited`, `restarting`, `failed`,
+    /// `updated`, `installed`, `uninstalled`; `dropped` when this reader fell behind: the host never
+    /// waits for it), until the host stops. `plugin` keeps one plugin's.
+    public func events(plugin: String? = nil) -> HostEvents {
+        HostEvents(base: supervisor.events(plugin: plugin))
+    }
+
+    /// Provides the host method `name` to plugins whose manifest allows it (`host.call:<name>` or
+    /// `host.call:*`); they call it with `context.callHost(name, params, as:)` (`target: "@host"`).
+    /// What `body` throws reaches the plugin as `pluginError` (an `ErrorBody` as it is); one that
+    /// does not return within the call's timeout is cancelled and answered `timeout`.
+    public func method<P: Decodable & Sendable, R: Encodable & Sendable>(_ name: String, _ body: @escaping @Sendable (P) async throws -> R) {
+        supervisor.provide(method: name) { json in
+            let params: P
+            do { params = try ProtocolJSON.decode(P.self, from: json) } catch {
+                throw ErrorBody(.badRequest, "the params of the host's \(name) do not fit: \(error)")
+            }
+            let result = try await body(params)
+            do { return try ProtocolJSON.encode(result) } catch {
+                throw ErrorBody(.pluginError, "the host's \(name) returned what cannot be encoded: \(error)")
+            }
+        }
+    }
+
+    // MARK: Managing plugins
+
+    /// Stops the plugin if it runs, clears its failure and restart history, starts it; returns its
+    /// status once it runs.
+    @discardableResult
+    public func restart(_ identifier: String) async throws -> PluginStatus? {
+        var frame = FrameBuilder(kind: .restart)
+        frame.uint("id", 0)
+        frame.string("target", identifier)
+        return try decode(PluginStatus?.self, try await request(frame.finish()), of: "restart \(identifier)")
+    }
+
+    /// Installs a signed bundle archive (a path or URL) as `supervisor install` does; returns once
+    /// the new version runs (or was rolled back, which throws).
+    public func install(_ source: String, options: InstallOptions = InstallOptions(),
+                        progress: (@Sendable (ProgressReport) -> Void)? = nil) async throws {
+        var frame = FrameBuilder(kind: .install)
+        frame.uint("id", 0)
+        frame.string("uri", source)
+        frame.raw("params", try ProtocolJSON.encode(options))
+        _ = try await request(frame.finish(), progress: progress)
+    }
+
+    /// Updates every plugin the catalog (the `catalog` setting) has a newer version of.
+    @discardableResult
+    public func update(progress: (@Sendable (ProgressReport) -> Void)? = nil) async throws -> UpdateOutcome {
+        var frame = FrameBuilder(kind: .update)
+        frame.uint("id", 0)
+        return try decode(UpdateOutcome.self, try await request(frame.finish(), progress: progress), of: "update")
+    }
+
+    /// Stops the plugin and removes its installed bundle.
+    public func uninstall(_ identifier: String) async throws {
+        var frame = FrameBuilder(kind: .uninstall)
+        frame.uint("id", 0)
+        frame.string("target", identifier)
+        _ = try await request(frame.finish())
+    }
+
+    /// The Prometheus text of the host's metrics (what `supervisor metrics` prints).
+    public func metrics() async throws -> String {
+        var frame = FrameBuilder(kind: .metrics)
+        frame.uint("id", 0)
+        return try decode(String.self, try await request(frame.finish()), of: "metrics")
+    }
+
+    // MARK: The one way in
+
+    /// One request, answered once; the task's cancellation gives it up (and cancels its call at
+    /// the plugin).
+    private func request(_ frame: [UInt8], progress: (@Sendable (ProgressReport) -> Void)? = nil) async throws -> [UInt8] {
+        let ticket = Mutex<TicketState>(.waiting)
+        let supervisor = self.supervisor
+        let result: Result<[UInt8], ErrorBody> = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let made = supervisor.submit(frame, progress: progress) { continuation.resume(returning: $0) }
+                let cancelled = ticket.withLock { state in
+                    if case .cancelled = state { return true }
+                    state = .submitted(made)
+                    return false
+                }
+                if cancelled { supervisor.cancel(made, with: Self.cancelled) }
+            }
+        } onCancel: {
+            let made: Supervisor.HostTicket? = ticket.withLock { state in
+                defer { state = .cancelled }
+                if case .submitted(let t) = state { return t }
+                return nil
+            }
+            if let made { supervisor.cancel(made, with: Self.cancelled) }
+        }
+        if Task.isCancelled, case .failure(let error) = result, error == Self.cancelled { throw CancellationError() }
+        return try result.get()
+    }
+
+    private enum TicketState {
+        case waiting
+        case submitted(Supervisor.HostTicket)
+        case cancelled
+    }
+
+    private static let cancelled = ErrorBody(.unavailable, "the calling task was cancelled")
+
+    private func decode<R: Decodable>(_ type: R.Type, _ json: [UInt8], of what: String) throws -> R {
+        do { return try ProtocolJSON.decode(R.self, from: json) } catch {
+            throw ErrorBody(.badRequest, "the answer of \(what) is not a \(R.self): \(error)")
+        }
+    }
+
+    static func milliseconds(_ duration: Duration) -> UInt64 {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0 else { return 1 }
+        let ms = UInt64(clamping: seconds) &* 1000 &+ UInt64(attoseconds / 1_000_000_000_000_000)
+        return max(1, ms)
+    }
+}
+
+/// The events of an embedded host (`PluginHost.events()`).
+public struct HostEvents: AsyncSequence, Sendable {
+    public typealias Element = HostEvent
+    public typealias Failure = any Error
+    let base: AsyncStream<HostEvent>
+
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(base: base.makeAsyncIterator()) }
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var base: AsyncStream<HostEvent>.AsyncIterator
+        public mutating func next() async throws -> HostEvent? { await base.next() }
+    }
+}
+
+/// A value set once that any number of tasks wait for.
+final class Signal<Value: Sendable>: Sendable {
+    private let state = Mutex<(value: Value?, waiters: [CheckedContinuation<Value, Never>])>((nil, []))
+
+    /// The first value given wins; later ones are ignored.
+    func settle(_ value: Value) {
+        let waiters: [CheckedContinuation<Value, Never>] = state.withLock { s in
+            guard s.value == nil else { return [] }
+            s.value = value
+            defer { s.waiters = [] }
+            return s.waiters
+        }
+        for waiter in waiters { waiter.resume(returning: value) }
+    }
+
+    var value: Value {
+        get async {
+            await withCheckedContinuation { continuation in
+                let now: Value? = state.withLock { s in
+                    if let value = s.value { return value }
+                    s.waiters.append(continuation)
+                    return nil
+                }
+                if let now { continuation.resume(returning: now) }
+            }
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import NIOCore
+import PluginProtocol
+import Protocol
+
+/// The supervisor inside another program (SPEC §12; `PluginHost` is built on this): requests go
+/// through the same checks as the control socket's and straight to the workers' sockets (one hop),
+/// events and host methods without a socket at all. Callable from any thread: everything is handed
+/// to the event loop.
+extension Supervisor {
+    /// A request in flight from the embedding program, to cancel it.
+    public struct HostTicket: Sendable {
+        fileprivate let request: HostRequest
+    }
+
+    /// Does the control request `frame` (as `FrameBuilder.finish()` makes it: `type` and its fields,
+    /// as a client sends it; the `id` is not used) and calls `done` once, on the event loop, with the result's JSON or the error.
+    /// `progress` hears installs' and updates' progress. A call to a plugin that is starting waits
+    /// for it (SPEC §8), up to its timeout.
+    @discardableResult
+    public func submit(_ frame: [UInt8], progress: (@Sendable (ProgressReport) -> Void)? = nil,
+                       _ done: @escaping @Sendable (Result<[UInt8], ErrorBody>) -> Void) -> HostTicket {
+        let request = HostRequest(progress: progress, done)
+        loop.execute { [self] in
+            frame.withUnsafeBytes { whole in
+                let bytes = UnsafeRawBufferPointer(rebasing: whole[min(whole.count, Frame.headerSize)...])
+                let env: Envelope
+                do { env = try Envelope.parse(bytes, maxDepth: config.maxJSONDepth) } catch {
+                    return request.settle(.failure(ErrorBody(.badRequest, "invalid request: \(error)")))
+                }
+                guard let kind = env.kind else {
+                    return request.settle(.failure(ErrorBody(.badRequest, "unknown request type '\(env.typeName ?? "(none)")'")))
+                }
+                control.handle(kind, env, bytes, origin: .host(request))
+            }
+            outbox.flush()
+        }
+        return HostTicket(request: request)
+    }
+
+    /// Gives up on a request: it fails with `error`, and a call already at its plugin is
+    /// cancelled there (the plugin gets `cancel`). Nothing happens to a request already answered.
+    public func cancel(_ ticket: HostTicket, with error: ErrorBody) {
+        let request = ticket.request
+        loop.execute { [self] in
+            guard !request.isSettled else { return }
+            let inFlight = request.inFlight
+            request.settle(.failure(error))
+            if let (callee, id) = inFlight {
+                router.cancelInFlight([id: (callee, id)])
+            }
+        }
+    }
+
+    /// What happens to plugins from now on (every plugin's, or `plugin`'s alone), until the
+    /// supervisor stops or the stream is dropped. A reader that falls behind hears `dropped`.
+    public func events(plugin: String? = nil) -> AsyncStream<HostEvent> {
+        // Made on the loop so no event published meanwhile is half-seen; a caller on the loop
+        // itself (a host method's handler never is) would deadlock, hence the check.
+        if loop.inEventLoop { return events.listen(plugin: plugin) }
+        return (try? loop.submit { [events] in events.listen(plugin: plugin) }.wait()) ?? AsyncStream { $0.finish() }
+    }
+
+    /// Provides the host method `name` to plugins allowed to call it (`host.call:<name>`); the
+    /// handler gets the call's `params` JSON and returns the result's JSON (or throws).
+    public func provide(method name: String, _ handler: @escaping @Sendable ([UInt8]) async throws -> [UInt8]) {
+        loop.execute { [self] in hostMethods.provide(name, handler) }
+    }
+
+    /// Starts the shutdown (SPEC §7's, in reverse dependency order), as SIGTERM does; `run` returns
+    /// once every worker has ended. Again, or after the end: nothing more happens.
+    public func requestShutdown(reason: String) {
+        loop.execute { [self] in lifecycle.shutdown(reason: reason) }
+    }
+}

@@ -1,0 +1,127 @@
+import Logging
+import NIOCore
+import PluginProtocol
+
+/// The methods the program that embeds the supervisor provides to its plugins (SPEC §12): a
+/// plugin calls one with a `call` whose `target` is `@host`, allowed only where its manifest has
+/// `host.call:<method>` (or `host.call:*`). Each call runs the program's handler on a task of its
+/// own; its answer, its timeout or its caller's end settles it, once, on the event loop.
+///
+/// A plugin cannot grow the host's memory by calling in a loop: at most `inFlightLimit` of its calls
+/// run at once, more are answered `unavailable` at once.
+final class HostMethods: SupervisorComponent, @unchecked Sendable {
+    // @unchecked: used only on the supervisor's event loop (tasks hand their answers back to it).
+    unowned let supervisor: Supervisor
+
+    /// A method's body: the call's `params` JSON in, the result's JSON out (`PluginHost.method`
+    /// decodes and encodes). A thrown `ErrorBody` goes to the plugin as it is; anything else as
+    /// `pluginError`.
+    typealias Handler = @Sendable ([UInt8]) async throws -> [UInt8]
+
+    /// The target a plugin names to call its host.
+    static let target = "@host"
+    /// Calls of one worker running at once.
+    static let inFlightLimit = 64
+
+    private var handlers: [String: Handler] = [:]
+    /// Calls running, by calling worker and the id its plugin gave them.
+    private var running: [ObjectIdentifier: [UInt64: Running]] = [:]
+
+    private final class Running {
+        let method: String
+        let started: NIODeadline
+        var task: Task<Void, Never>?
+        var deadline: Scheduled<Void>?
+
+        init(method: String, started: NIODeadline) {
+            self.method = method
+            self.started = started
+        }
+    }
+
+    init(_ supervisor: Supervisor) {
+        self.supervisor = supervisor
+    }
+
+    /// Provides `name` (replacing an earlier handler of that name).
+    func provide(_ name: String, _ handler: @escaping Handler) {
+        loop.preconditionInEventLoop()
+        handlers[name] = handler
+    }
+
+    /// A plugin's `call` to `@host` (its fields checked by `Router.validateRequest`).
+    func call(from caller: WorkerInstance, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
+        guard let channel = caller.channel, let method = Envelope.string(bytes, env.method) else { return }
+        let metrics = supervisor.metrics.calls(Self.target)
+        func refuse(_ error: ErrorBody, _ outcome: CallOutcome) {
+            metrics.count(outcome)
+            outbox.write(router.errorFrame(id: id, error, for: channel), to: channel)
+        }
+        guard Permission.allowsHostCall(method, in: caller.manifest.permissions) else {
+            return refuse(ErrorBody(.denied, "\(caller.identifier) may not call the host's \(method): its manifest needs the permission host.call:\(method)"), .denied)
+        }
+        guard let handler = handlers[method] else {
+            return refuse(ErrorBody(.notFound, "the host provides no method \(method)"), .unavailable)
+        }
+        let key = ObjectIdentifier(caller)
+        var calls = running[key] ?? [:]
+        guard calls[id] == nil else {
+            return refuse(ErrorBody(.badRequest, "call id \(id) to the host is already in flight"), .error)
+        }
+        guard calls.count < Self.inFlightLimit else {
+            return refuse(ErrorBody(.unavailable, "\(caller.identifier) has \(Self.inFlightLimit) calls to the host in flight; try again when they are answered"), .unavailable)
+        }
+        let params = env.params.map { Array(bytes[$0]) } ?? Array("null".utf8)
+        let requested = env.timeoutMs.flatMap { $0 > 0 ? Router.clampedTimeout($0) : nil }
+        let timeoutMs = config.isDebugged(caller.identifier) ? SupervisorConfig.longestTimeoutMs : requested ?? config.callTimeoutMs
+        let call = Running(method: method, started: .now())
+        calls[id] = call
+        running[key] = calls
+        call.deadline = loop.scheduleTask(in: .milliseconds(Int64(timeoutMs))) { [self] in
+            settle(caller, id, .failure(ErrorBody(.timeout, "the host did not answer \(method) in time")), outcome: .timeout)
+        }
+        let loop = self.loop
+        call.task = Task { [self] in
+            let result: Result<[UInt8], ErrorBody>
+            do {
+                result = .success(try await handler(params))
+            } catch let error as ErrorBody {
+                result = .failure(error)
+            } catch {
+                if Task.isCancelled { return }  // settled already (timed out, or the caller ended)
+                result = .failure(ErrorBody(.pluginError, "the host's \(method) failed: \(error)"))
+            }
+            loop.execute { self.settle(caller, id, result, outcome: (try? result.get()) == nil ? .error : .ok) }
+        }
+    }
+
+    /// Answers a call once: its handler's result, or its timeout (the handler is cancelled then).
+    private func settle(_ caller: WorkerInstance, _ id: UInt64, _ result: Result<[UInt8], ErrorBody>, outcome: CallOutcome) {
+        let key = ObjectIdentifier(caller)
+        guard let call = running[key]?.removeValue(forKey: id) else { return }
+        if running[key]?.isEmpty == true { running[key] = nil }
+        call.deadline?.cancel()
+        if outcome == .timeout { call.task?.cancel() }
+        supervisor.metrics.calls(Self.target).record(outcome, nanoseconds: (NIODeadline.now() - call.started).nanoseconds)
+        guard let channel = caller.channel else { return }
+        switch result {
+        case .success(let json):
+            var frame = outbox.encoder(.reply, for: channel, capacity: json.count + 32)
+            frame.uint("id", id)
+            frame.raw("result", json)
+            outbox.write(frame.finish(), to: channel)
+        case .failure(let error):
+            outbox.write(router.errorFrame(id: id, error, for: channel), to: channel)
+        }
+        outbox.flush()
+    }
+
+    /// The calling worker ended: its calls' handlers are cancelled, nobody reads their answers.
+    func callerEnded(_ caller: WorkerInstance) {
+        guard let calls = running.removeValue(forKey: ObjectIdentifier(caller)) else { return }
+        for call in calls.values {
+            call.deadline?.cancel()
+            call.task?.cancel()
+        }
+    }
+}

@@ -1,0 +1,209 @@
+import Foundation
+import Logging
+import PluginHost
+import PluginProtocol
+import Protocol
+import ServiceLifecycle
+import Synchronization
+import Testing
+
+/// `PluginHost` (SPEC §12, docs/host.md): the supervisor inside this test process, with real
+/// workers and the TestKit plugin.
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct HostTests {
+    /// TestKit's `call` and `callHost` params.
+    struct CallParams<P: Encodable & Sendable>: Encodable, Sendable {
+        var target: String
+        var method: String
+        var params: P?
+    }
+
+    /// A host over `world`'s plugins, running on a task of its own until the test ends.
+    static func start(_ world: TestWorld, _ tune: (inout PluginHost.Configuration) -> Void = { _ in }) async throws -> (PluginHost, Task<Void, any Error>) {
+        var configuration = PluginHost.Configuration(pluginFolders: [world.plugins], home: world.home)
+        tune(&configuration)
+        var logger = Logger(label: "host-test")
+        logger.logLevel = .warning
+        let host = PluginHost(configuration: configuration, logger: logger)
+        let running = Task { try await host.run() }
+        try await host.waitUntilReady()
+        return (host, running)
+    }
+
+    /// Waits for the next event that `matches`, up to `seconds`.
+    static func next(_ events: inout HostEvents.AsyncIterator, within seconds: Double = 15, _ what: String,
+                     _ matches: (HostEvent) -> Bool) async throws -> HostEvent {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while ContinuousClock.now < deadline {
+            guard let event = try await events.next() else { break }
+            if matches(event) { return event }
+        }
+        throw HarnessError("no \(what) event within \(seconds) s")
+    }
+
+    @Test("an embedded host calls, opens, sends and reads status straight from the program; a cancelled task cancels its call in the plugin")
+    func callsFromTheProgram() async throws {
+        let w = try TestWorld()
+        try w.bundle("h.a")
+        try w.bundle("h.b", deps: [Dep("h.a")])
+        let (host, running) = try await Self.start(w)
+        #expect(try await host.call("h.a", "ping", as: Int.self) == 1)
+        #expect(try await host.call("h.b", "echo", ["x": 1], as: [String: Int].self) == ["x": 1])
+        // Plugin → plugin as usual.
+        #expect(try await host.call("h.b", "call", CallParams<Int>(target: "h.a", method: "ping"), as: Int.self) == 1)
+        await #expect(throws: ErrorBody.self) { try await host.call("h.nope", "ping", as: Int.self) }
+        do {
+            _ = try await host.call("h.nope", "ping", as: Int.self)
+        } catch let error as ErrorBody {
+            #expect(error.code == "notFound")
+        }
+        let status = try await host.status()
+        #expect(status.map(\.identifier) == ["h.a", "h.b"])
+        #expect(status.allSatisfy { $0.state == "running" && $0.pid != nil })
+        let sent = try await host.send(.memoryWarning, to: "h.a")
+        #expect(sent.delivered == ["h.a"])
+        // A call whose task is cancelled: the plugin gets `cancel` (TestKit records it).
+        let slow = Task { try await host.call("h.a", "sleep", ["ms": 20_000], as: Int.self, timeout: .seconds(30)) }
+        try await waitUntil("the sleep to start") { try await host.call("h.a", "info", as: KitInfo.self).names.contains("sleeping:20000") }
+        slow.cancel()
+        await #expect(throws: CancellationError.self) { try await slow.value }
+        try await waitUntil("the plugin to hear cancel") { try await host.call("h.a", "info", as: KitInfo.self).names.contains("cancelled:20000") }
+        // The control socket serves the CLI too.
+        let cli = try Shell.run(Build.dir + "/supervisor", ["status", "--json", "--home", w.home])
+        #expect(cli.code == 0 && cli.out.contains("\"h.b\""))
+        await host.shutdown()
+        try await running.value
+        await #expect(throws: ErrorBody.self) { try await host.call("h.a", "ping", as: Int.self) }
+    }
+
+    @Test("host methods: a plugin's @host call gets the program's answer; denied without the permission, notFound with no provider, pluginError when it throws, timeout (and cancelled) when it never returns, unavailable past 64 in flight")
+    func hostMethods() async throws {
+        let w = try TestWorld()
+        try w.bundle("h.allowed", extra: ["permissions": ["host.call:greet", "host.call:fail", "host.call:hang", "host.call:missing"]])
+        try w.bundle("h.all", extra: ["permissions": ["host.call:*"]])
+        try w.bundle("h.none")
+        let (host, running) = try await Self.start(w) { $0.callTimeoutMs = 800 }
+        struct Name: Codable, Sendable { var name: String }
+        struct Broken: Error {}
+        let hung = Atomic<Int>(0)
+        let cancelled = Atomic<Int>(0)
+        host.method("greet") { (p: Name) in "hello \(p.name)" }
+        host.method("fail") { (_: String?) -> String in throw Broken() }
+        host.method("hang") { (_: String?) -> String in
+            hung.add(1, ordering: .relaxed)
+            do { try await Task.sleep(for: .seconds(60)) } catch { cancelled.add(1, ordering: .relaxed) }
+            return "late"
+        }
+        func viaPlugin<P: Encodable & Sendable>(_ plugin: String, _ method: String, _ params: P?, method callName: String = "callHost") async throws -> String {
+            try await host.call(plugin, callName, CallParams(target: "@host", method: method, params: params), as: String.self, timeout: .seconds(10))
+        }
+        func viaPlugin(_ plugin: String, _ method: String) async throws -> String { try await viaPlugin(plugin, method, String?.none) }
+        func code(_ body: () async throws -> String) async -> String? {
+            do {
+                let answer = try await body()
+                return answer.isEmpty ? "" : nil
+            } catch {
+                return (error as? ErrorBody)?.code ?? "\(error)"
+            }
+        }
+        #expect(try await viaPlugin("h.allowed", "greet", Name(name: "Ada")) == "hello Ada")
+        // TestKit's plain `call` with target @host is the same message.
+        #expect(try await viaPlugin("h.all", "greet", Name(name: "Bo"), method: "call") == "hello Bo")
+        #expect(await code { try await viaPlugin("h.none", "greet", Name(name: "x")) } == "denied")
+        #expect(await code { try await viaPlugin("h.allowed", "missing") } == "notFound")
+        #expect(await code { try await viaPlugin("h.allowed", "fail") } == "pluginError")
+        #expect(await code { try await viaPlugin("h.allowed", "greet", "not an object") } == "badRequest")
+        #expect(await code { try await viaPlugin("h.allowed", "hang") } == "timeout")
+        try await waitUntil("the hung handler to be cancelled") { cancelled.load(ordering: .relaxed) == 1 }
+        // 80 at once from one plugin: the host runs at most 64, the rest are refused at once.
+        let codes = await withTaskGroup(of: String?.self) { group in
+            for _ in 0..<80 { group.addTask { await code { try await viaPlugin("h.all", "hang") } } }
+            return await group.reduce(into: [String?]()) { $0.append($1) }
+        }
+        #expect(codes.filter { $0 == "unavailable" }.count == 16)
+        #expect(codes.filter { $0 == "timeout" }.count == 64)
+        #expect(hung.load(ordering: .relaxed) == 65)
+        let metrics = try await host.metrics()
+        #expect(metrics.contains("plugin_calls_total{outcome=\"denied\",plugin=\"@host\"} 1") || metrics.contains("plugin=\"@host\",outcome=\"denied\"} 1"))
+        await host.shutdown()
+        try await running.value
+    }
+
+    @Test("events: a plugin crashed on purpose (SIGSEGV to its pid) is heard as exited, restarting, then started with a new pid")
+    func crashEvents() async throws {
+        let w = try TestWorld()
+        try w.bundle("h.crashy")
+        let (host, running) = try await Self.start(w)
+        var events = host.events(plugin: "h.crashy").makeAsyncIterator()
+        let pid = try #require(try await host.status().first?.pid)
+        kill(pid, SIGSEGV)
+        let exited = try await Self.next(&events, "exited") { $0.event == .exited }
+        #expect(exited.pid == pid && exited.lastExit?.signal == "SIGSEGV")
+        let restarting = try await Self.next(&events, "restarting") { $0.event == .restarting }
+        #expect(restarting.attempt == 1)
+        let started = try await Self.next(&events, "started") { $0.event == .started }
+        #expect(started.pid != nil && started.pid != pid && started.version == "1.0.0")
+        #expect(try await host.call("h.crashy", "ping", as: Int.self) == 1)
+        await host.shutdown()
+        try await running.value
+        // The stream ends with the host, after the stop's own `exited`.
+        var last: HostEvent?
+        while let event = try await events.next() { last = event }
+        #expect(last?.event == .exited && last?.lastExit?.reason == .stopped)
+    }
+
+    @Test("shutdown before run, during start-up and twice ends cleanly; a second run is refused")
+    func shutdownAtOddTimes() async throws {
+        let w = try TestWorld()
+        try w.bundle("h.slow")
+        try "3000".write(toFile: w.plugins + "/h.slow/startup-delay-ms", atomically: true, encoding: .utf8)
+        var configuration = PluginHost.Configuration(pluginFolders: [w.plugins], home: w.home)
+        configuration.controlSocket = false
+        let never = PluginHost(configuration: configuration, logger: Logger(label: "host-test"))
+        await never.shutdown()
+        await #expect(throws: ErrorBody.self) { try await never.waitUntilReady() }
+        let host = PluginHost(configuration: configuration, logger: Logger(label: "host-test"))
+        let running = Task { try await host.run() }
+        try await waitUntil("the slow plugin to be starting") { (try? await host.status())?.first?.state == "starting" }
+        let started = ContinuousClock.now
+        async let first: Void = host.shutdown()
+        async let second: Void = host.shutdown()
+        _ = await (first, second)
+        try await running.value
+        #expect(ContinuousClock.now - started < .seconds(10))
+        await #expect(throws: ErrorBody.self) { try await host.waitUntilReady() }
+        await #expect(throws: ErrorBody.self) { try await host.run() }
+        await host.shutdown()
+    }
+
+    @Test("in a ServiceGroup the host starts with the group and its graceful shutdown stops the plugins in reverse dependency order")
+    func serviceGroup() async throws {
+        let w = try TestWorld()
+        try w.bundle("h.base")
+        try w.bundle("h.top", deps: [Dep("h.base")])
+        var configuration = PluginHost.Configuration(pluginFolders: [w.plugins], home: w.home)
+        configuration.controlSocket = false
+        let host = PluginHost(configuration: configuration, logger: Logger(label: "host-test"))
+        let group = ServiceGroup(configuration: .init(services: [host], logger: Logger(label: "host-test")))
+        let running = Task { try await group.run() }
+        try await host.waitUntilReady()
+        #expect(try await host.call("h.top", "call", CallParams<Int>(target: "h.base", method: "ping"), as: Int.self) == 1)
+        await group.triggerGracefulShutdown()
+        try await running.value
+        func terminated(_ id: String) throws -> UInt64 {
+            let text = try String(contentsOfFile: w.home + "/data/\(id)/terminated", encoding: .utf8)
+            return try #require(UInt64(text.split(separator: "\n").first ?? ""))
+        }
+        #expect(try terminated("h.top") < terminated("h.base"))
+    }
+}
+
+/// Waits for `condition` to hold, up to `seconds`.
+func waitUntil(_ what: String, within seconds: Double = 15, _ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + .seconds(seconds)
+    while ContinuousClock.now < deadline {
+        if (try? await condition()) == true { return }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    throw HarnessError("\(what): not within \(seconds) s")
+}
