@@ -62,23 +62,6 @@ final class PeerLinks: @unchecked Sendable {
         let peerID: UInt64
     }
 
-    /// A caller's counts for one callee, in the supervisor's histogram (CallMetrics).
-    struct Stats {
-        var counts = [Int64](repeating: 0, count: 4)
-        var buckets: [Int64]
-        var sum: Int64 = 0
-        var dirty = false
-
-        mutating func add(_ outcome: Outcome, bucket: Int, ns: Int64) {
-            counts[outcome.rawValue] += 1
-            if bucket < buckets.count { buckets[bucket] += 1 }
-            sum += ns
-            dirty = true
-        }
-    }
-
-    enum Outcome: Int { case ok = 0, error, timeout, unavailable }
-
     struct State {
         var links: [UInt64: Link] = [:]
         /// Caller role: the link each callee's calls go over (absent while it is being unlinked).
@@ -88,7 +71,8 @@ final class PeerLinks: @unchecked Sendable {
         /// Callee role: local id → the link and the caller's id.
         var served: [UInt64: ServedCall] = [:]
         var nextLocal = PeerLinks.localIDs.lowerBound
-        var stats: [String: Stats] = [:]
+        /// Caller role: the calls settled per callee since the last report (`linkCalls`).
+        var stats: [String: CallHop.Tally] = [:]
         var lastReport: Int64 = 0
         /// No call's deadline is earlier (it may be earlier than the earliest left: the links
         /// thread then wakes, finds nothing due and raises it): no scan of `calls` per call.
@@ -118,7 +102,6 @@ final class PeerLinks: @unchecked Sendable {
         let isCaller: Bool
         let fd: Int32
         let timeoutMs: Int
-        let bounds: [Int64]
         let sendLock = SendLock()
         /// Closed (under `sendLock`): a writer that took the link just before must not write to a
         /// descriptor number that may already be another's.
@@ -144,7 +127,6 @@ final class PeerLinks: @unchecked Sendable {
             isCaller = order.kind == .caller
             self.fd = fd
             timeoutMs = order.timeoutMs ?? CallTimeouts.defaultMs
-            bounds = order.bucketBounds ?? []
             decoder = FrameDecoder(maxBody: maxBody)
         }
 
@@ -274,9 +256,7 @@ final class PeerLinks: @unchecked Sendable {
         let now = Self.now()
         let taken: (Link, Bool)? = state.withLock { s in
             guard let link = s.byPeer[target], link.accepting, s.calls[id] == nil else { return nil }
-            // The supervisor's rule (Router.timeout): the call's own timeout, at most a day.
-            let ms = env.timeoutMs.map { Int64(min($0, UInt64(CallTimeouts.longestMs))) }.flatMap { $0 > 0 ? $0 : nil } ?? Int64(link.timeoutMs)
-            let deadline = now + ms * 1_000_000
+            let deadline = now + Int64(CallHop.timeoutMs(requested: env.timeoutMs, otherwise: link.timeoutMs)) * 1_000_000
             s.calls[id] = OutCall(link: link, deadline: deadline, started: now)
             s.earliest = min(s.earliest, deadline)
             link.outstanding += 1
@@ -351,7 +331,7 @@ final class PeerLinks: @unchecked Sendable {
             fds.append(pollfd(fd: channelOpen ? channel : -1, events: Int16(POLLIN), revents: 0))
             fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0))
             let (links, wakeAt) = state.withLock { s in
-                let reportDue = s.stats.values.contains { $0.dirty } ? s.lastReport + Self.reportEveryNs : Int64.max
+                let reportDue = s.stats.values.contains { !$0.isEmpty } ? s.lastReport + Self.reportEveryNs : Int64.max
                 s.plannedWake = min(s.earliest, reportDue)
                 return (Array(s.links.values), s.plannedWake)
             }
@@ -429,7 +409,7 @@ final class PeerLinks: @unchecked Sendable {
             // The supervisor makes one link per caller and callee; an older one is being taken back.
             s.byPeer[link.peer]?.accepting = false
             s.byPeer[link.peer] = link
-            if s.stats[link.peer] == nil { s.stats[link.peer] = Stats(buckets: [Int64](repeating: 0, count: link.bounds.count + 1)) }
+            if s.stats[link.peer] == nil { s.stats[link.peer] = CallHop.Tally() }
             return true
         }
         if known {
@@ -511,15 +491,10 @@ final class PeerLinks: @unchecked Sendable {
                 link.served[id] = local
                 return local
             }
-            // What the supervisor adds when it forwards a call (Router.forward): `from` and the hop's trace.
-            var frame = FrameBuilder(kind: .call, capacity: body.count + 96 + link.peer.utf8.count)
-            frame.uint("id", local)
-            frame.raw("target", UnsafeRawBufferPointer(rebasing: body[env.target!]))
-            frame.raw("method", UnsafeRawBufferPointer(rebasing: body[env.method!]))
-            if let p = env.params { frame.raw("params", UnsafeRawBufferPointer(rebasing: body[p])) }
-            frame.string("from", link.peer)
-            writeTraceHop(parent: env.traceparent.map { UnsafeRawBufferPointer(rebasing: body[$0]) }, into: &frame)
-            host.deliver(frame: frame.finish())
+            // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(CallHop.frameCapacity(forwarding: body.count, from: link.peer) + 32)
+            host.deliver(frame: hop.forward(.call, id: local, from: link.peer, env, in: body, into: bytes).frame)
         case .cancel:
             let local: UInt64? = state.withLock { s in
                 guard let local = link.served.removeValue(forKey: id) else { return nil }
@@ -532,26 +507,9 @@ final class PeerLinks: @unchecked Sendable {
         }
     }
 
-    /// The links thread's trace ids (SPEC §3: a new span id in the caller's trace, or a new trace);
-    /// used on that thread only.
-    private var traceIDs = TraceIDGenerator()
-
-    private func writeTraceHop(parent: UnsafeRawBufferPointer?, into frame: inout FrameBuilder) {
-        var trace: (UInt64, UInt64) = (0, 0)
-        var flags: UInt8 = 0
-        let continued = parent.map { p in withUnsafeMutableBytes(of: &trace) { TraceParentText.parent(inJSON: p, trace: $0, flags: &flags) } } ?? false
-        if !continued {
-            trace = (traceIDs.next(), traceIDs.next())
-            flags = 0
-        }
-        var span = traceIDs.next()
-        withUnsafeTemporaryAllocation(byteCount: TraceParentText.length + 2, alignment: 1) { out in
-            withUnsafeBytes(of: &trace) { t in
-                withUnsafeBytes(of: &span) { s in TraceParentText.writeQuoted(trace: t, span: s, flags: flags, into: out) }
-            }
-            frame.raw("traceparent", UnsafeRawBufferPointer(out))
-        }
-    }
+    /// The links thread's forwarding rules and trace ids (SPEC §3: a new span id in the caller's
+    /// trace, or a new trace); used on that thread only.
+    private var hop = CallHop()
 
     private func deliverCancel(_ local: UInt64) {
         var cancel = FrameBuilder(kind: .cancel)
@@ -654,36 +612,28 @@ final class PeerLinks: @unchecked Sendable {
     }
 
     /// Counts a settled call (under the state lock).
-    private func record(_ s: inout State, _ link: Link, _ outcome: Outcome, started: Int64) {
-        let ns = Self.now() - started
-        var i = 0
-        while i < link.bounds.count && ns > link.bounds[i] { i += 1 }
-        // In place (a copy out and back would copy both arrays on every call).
-        s.stats[link.peer, default: Stats(buckets: [Int64](repeating: 0, count: link.bounds.count + 1))].add(outcome, bucket: i, ns: ns)
+    private func record(_ s: inout State, _ link: Link, _ outcome: CallHop.Outcome, started: Int64) {
+        // In place (a copy out and back would copy the buckets on every call).
+        s.stats[link.peer, default: CallHop.Tally()].record(outcome, nanoseconds: Self.now() - started)
     }
 
     /// Sends the counts gathered since the last report (every `reportEveryNs`, or now), one
     /// `linkCalls` per callee; `ended`'s (a caller's link that ended by itself) says so, even
     /// with nothing to count.
     private func report(now: Int64, force: Bool, ended: Link? = nil) {
-        let due: [(String, Stats)] = state.withLock { s in
+        let due: [CallHop.LinkCalls] = state.withLock { s in
             guard force || now >= s.lastReport + Self.reportEveryNs else { return [] }
-            var out: [(String, Stats)] = []
-            for (peer, stats) in s.stats where stats.dirty || peer == ended?.peer {
-                out.append((peer, stats))
-                s.stats[peer] = Stats(buckets: [Int64](repeating: 0, count: stats.buckets.count))
+            var out: [CallHop.LinkCalls] = []
+            for (peer, calls) in s.stats where !calls.isEmpty || peer == ended?.peer {
+                out.append(CallHop.LinkCalls(target: peer, calls: calls, endedLink: peer == ended?.peer ? ended?.number : nil))
+                s.stats[peer] = CallHop.Tally()
             }
             if !out.isEmpty { s.lastReport = now }
             return out
         }
-        for (peer, stats) in due {
-            var frame = FrameBuilder(kind: .linkCalls, capacity: 64 + 24 * (stats.buckets.count + 5))
-            frame.string("target", peer)
-            frame.raw("counts", Array("[\(stats.counts.map(String.init).joined(separator: ","))]".utf8))
-            frame.raw("buckets", Array("[\(stats.buckets.map(String.init).joined(separator: ","))]".utf8))
-            frame.raw("sumNs", Array(String(stats.sum).utf8))
-            if let ended, ended.peer == peer { frame.uint("endedLink", ended.number) }
-            try? connection.sendFrame(frame.finish())
+        for report in due {
+            guard let frame = try? ProtocolJSON.frame(report) else { continue }
+            try? connection.sendFrame(frame)
         }
     }
 }

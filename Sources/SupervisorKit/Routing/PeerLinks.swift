@@ -48,8 +48,8 @@ extension Router {
         let timeout = timeout(for: record, requested: nil)
         // The callee's end first: a call the caller sends at once waits in the socket until it is read.
         guard sendOrder(PeerLinkOrder(kind: .callee, peer: caller.identifier, link: link.number), with: pair[1], to: callee, calleeChannel),
-              sendOrder(PeerLinkOrder(kind: .caller, peer: callee.identifier, link: link.number, timeoutMs: timeout,
-                                      bucketBounds: Metrics.bucketBounds), with: pair[0], to: caller, callerChannel) else { return }
+              sendOrder(PeerLinkOrder(kind: .caller, peer: callee.identifier, link: link.number, timeoutMs: timeout),
+                        with: pair[0], to: caller, callerChannel) else { return }
         caller.linksOut[callee.identifier] = link
         caller.linkedCallees.insert(callee.identifier)
         callee.linksIn[ObjectIdentifier(link)] = link
@@ -123,18 +123,16 @@ extension Router {
     /// `linkCalls`: a caller's worker reports the calls it sent over its link to `target`, counted
     /// in the callee's call metrics as if they had been forwarded here.
     func linkCallsReported(by instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
-        guard let report = try? ProtocolJSON.decode(LinkCallsReport.self, from: bytes) else {
+        guard let report = try? ProtocolJSON.decode(CallHop.LinkCalls.self, from: bytes) else {
             return lifecycle.protocolViolation(instance, "malformed linkCalls message")
         }
         guard instance.linkedCallees.contains(report.target) else {
             return lifecycle.protocolViolation(instance, "linkCalls for \(report.target), to which it has no link")
         }
-        guard report.counts.count == 4, report.buckets.count == Metrics.bucketBounds.count + 1,
-              (report.counts + report.buckets + [report.sumNs]).allSatisfy({ $0 >= 0 }),
-              report.buckets.reduce(0, +) == report.counts.reduce(0, +) else {
-            return lifecycle.protocolViolation(instance, "linkCalls with counts that do not add up")
+        if let problem = report.calls.problem {
+            return lifecycle.protocolViolation(instance, "linkCalls with \(problem)")
         }
-        supervisor.metrics.calls(report.target).add(counts: report.counts, buckets: report.buckets, sumNs: report.sumNs)
+        supervisor.metrics.calls(report.target).add(report.calls)
         // Its link ended by itself: forgotten, so the next call through here makes a new one.
         if let ended = report.endedLink, let link = instance.linksOut[report.target], link.number == ended {
             settle(link)
