@@ -139,38 +139,17 @@ final class PeerLinks: @unchecked Sendable {
             sendLock.withLock {
                 if closed { return .notSent }
                 var h = header.bigEndian
-                return withUnsafeMutableBytes(of: &h) { hb in
-                    var pair = (iovec(iov_base: hb.baseAddress, iov_len: 4),
-                                iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress), iov_len: body.count))
-                    return withUnsafeMutableBytes(of: &pair) { raw in writeAll(raw.bindMemory(to: iovec.self), total: 4 + body.count, wait: wait) }
+                let outcome = withUnsafeBytes(of: &h) { hb in
+                    SocketWriter.write(fd, hb, body, wait: .polling(milliseconds: PeerLinks.sendWaitMs, beforeFirstByte: wait))
+                }
+                switch outcome {
+                case .written: return .sent
+                case .failed(_, let written): return written == 0 ? .notSent : .broken
+                case .full:
+                    _ = shutdown(fd, Int32(SHUT_RDWR))
+                    return .broken
                 }
             }
-        }
-
-        /// The loop of `send` (under `sendLock`).
-        private func writeAll(_ iov: UnsafeMutableBufferPointer<iovec>, total: Int, wait: Bool) -> Sent {
-            var written = 0
-            var first = 0
-            while written < total {
-                var msg = msghdr()
-                msg.msg_iov = iov.baseAddress! + first
-                msg.msg_iovlen = iov.count - first
-                let n = sendmsg(fd, &msg, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
-                if n < 0 {
-                    let e = errno
-                    if e == EINTR { continue }
-                    guard e == EAGAIN, written > 0 || wait else { return written == 0 ? .notSent : .broken }
-                    var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                    if poll(&p, 1, PeerLinks.sendWaitMs) <= 0 || p.revents & Int16(POLLOUT) == 0 {
-                        _ = shutdown(fd, Int32(SHUT_RDWR))
-                        return .broken
-                    }
-                    continue
-                }
-                written += n
-                advance(iov, first: &first, by: n)
-            }
-            return .sent
         }
 
         func send(frame: [UInt8], wait: Bool) -> Sent {
