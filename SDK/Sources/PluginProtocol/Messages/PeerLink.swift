@@ -6,7 +6,7 @@ import Foundation
 
 /// Peer links (docs/protocol.md "Peer links"): a socket between a calling plugin's worker and the
 /// worker of one of its dependencies, so that calls between them skip the supervisor. The supervisor
-/// makes each one and hands its ends over the workers' second channel (`WorkerSpec.notifyFD`), one
+/// makes each one and hands its ends over the workers' descriptor channel (`WorkerSpec.descriptorChannelFD`), one
 /// order a message: a 4-byte big-endian length, then this object as JSON; a `caller` or `callee`
 /// order carries the link's socket (SCM_RIGHTS) on its first byte.
 public struct PeerLinkOrder: Codable, Sendable, Equatable {
