@@ -145,7 +145,7 @@ extension PeerLinks {
             // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
             var bytes: [UInt8] = []
             bytes.reserveCapacity(CallHop.frameCapacity(forwarding: body.count, from: peer) + 32)
-            host.deliver(frame: hop.forward(.call, id: local, from: peer, env, in: body, into: bytes).frame)
+            host.deliver(frame: hop.forward(.call, id: local, from: peer, env, in: body, into: consume bytes).frame)
         case .cancel:
             if let local = table.withLock({ $0.cancelled(id, on: link.number) }) { deliverCancel(local) }
         default:

@@ -53,7 +53,9 @@ public struct CallHop {
     /// No allocation of its own.
     @inlinable
     public mutating func forward<Sink: FrameSink>(_ kind: MessageKind, id: UInt64, from caller: String?, _ env: Envelope,
-                                                  in bytes: UnsafeRawBufferPointer, into sink: Sink) -> (frame: Sink, trace: Trace) {
+                                                  in bytes: UnsafeRawBufferPointer, into sink: consuming Sink) -> (frame: Sink, trace: Trace) {
+        // `sink` is consumed: the encoder holds the only reference, so its first append does not
+        // copy the buffer (copy on write).
         var frame = FrameEncoder(kind: kind, into: sink)
         frame.uint("id", id)
         if kind == .call {
