@@ -38,7 +38,7 @@
 #endif
 
 int cls_spawn(const char *path, char *const argv[], char *const envp[],
-              int socket_fd, int notify_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
+              int socket_fd, int channel_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     int rc = posix_spawn_file_actions_init(&fa);
@@ -52,9 +52,9 @@ int cls_spawn(const char *path, char *const argv[], char *const envp[],
     if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, stdout_fd, 1);
     if (!rc) rc = posix_spawn_file_actions_adddup2(&fa, stderr_fd, 2);
     if (!rc && socket_fd >= 0) rc = posix_spawn_file_actions_adddup2(&fa, socket_fd, 3);
-    if (!rc && socket_fd >= 0 && notify_fd >= 0) rc = posix_spawn_file_actions_adddup2(&fa, notify_fd, 4);
+    if (!rc && socket_fd >= 0 && channel_fd >= 0) rc = posix_spawn_file_actions_adddup2(&fa, channel_fd, 4);
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-    if (!rc) rc = posix_spawn_file_actions_addclosefrom_np(&fa, socket_fd < 0 ? 3 : (notify_fd >= 0 ? 5 : 4));
+    if (!rc) rc = posix_spawn_file_actions_addclosefrom_np(&fa, socket_fd < 0 ? 3 : (channel_fd >= 0 ? 5 : 4));
 #endif
 
     sigset_t none, all;
@@ -97,7 +97,7 @@ struct isolated_spawn {
     const char *path;
     char *const *argv;
     char *const *envp;
-    int socket_fd, notify_fd, stdout_fd, stderr_fd;
+    int socket_fd, channel_fd, stdout_fd, stderr_fd;
     int report_fd; /* the write end of a close-on-exec pipe: an errno before the exec */
 };
 
@@ -141,9 +141,9 @@ static int isolated_child(void *p) {
     if (null < 0 || syscall(SYS_dup3, (int)null, 0, 0) < 0) goto fail;
     if (syscall(SYS_dup3, a->stdout_fd, 1, 0) < 0 || syscall(SYS_dup3, a->stderr_fd, 2, 0) < 0 ||
         syscall(SYS_dup3, a->socket_fd, 3, 0) < 0) goto fail;
-    if (a->notify_fd >= 0 && syscall(SYS_dup3, a->notify_fd, 4, 0) < 0) goto fail;
+    if (a->channel_fd >= 0 && syscall(SYS_dup3, a->channel_fd, 4, 0) < 0) goto fail;
     /* Everything above 3 (4) goes, but the report pipe, which closes itself at the exec. */
-    unsigned first = a->notify_fd >= 0 ? 5U : 4U;
+    unsigned first = a->channel_fd >= 0 ? 5U : 4U;
     if (a->report_fd > (int)first) syscall(SYS_close_range, first, (unsigned)a->report_fd - 1, 0);
     syscall(SYS_close_range, (unsigned)(a->report_fd >= (int)first ? a->report_fd + 1 : (int)first), ~0U, 0);
     syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, 8);
@@ -168,7 +168,7 @@ static clone_fn real_clone(void) {
 }
 
 int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
-                       int socket_fd, int notify_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
+                       int socket_fd, int channel_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
     int report[2];
     if (pipe2(report, O_CLOEXEC) != 0) return errno;
     /* Above every descriptor the child keeps (0-4). */
@@ -178,7 +178,7 @@ int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
         if (moved < 0) { close(report[0]); return errno; }
         report[1] = moved;
     }
-    struct isolated_spawn a = { path, argv, envp, socket_fd, notify_fd, stdout_fd, stderr_fd, report[1] };
+    struct isolated_spawn a = { path, argv, envp, socket_fd, channel_fd, stdout_fd, stderr_fd, report[1] };
     size_t stack_size = 64 * 1024;
     char *stack = malloc(stack_size);
     if (!stack) { close(report[0]); close(report[1]); return ENOMEM; }
@@ -678,11 +678,11 @@ int cls_forkserver_read(int sock, int timeout_ms, struct fs_reply *out, char *me
     return 0;
 }
 
-int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int notify_fd, int stdout_fd, int stderr_fd,
+int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int channel_fd, int stdout_fd, int stderr_fd,
                          int isolated, int empty_network, int timeout_ms, pid_t *pid, int *pidfd, int64_t *fork_us,
                          char *message, size_t message_len) {
     if (message_len > 0) message[0] = 0;
-    struct fs_request h = { FS_MAGIC, (isolated ? FS_ISOLATED : 0) | (notify_fd >= 0 ? FS_NOTIFY : 0) | (empty_network ? FS_EMPTY_NETWORK : 0), 0, 0 };
+    struct fs_request h = { FS_MAGIC, (isolated ? FS_ISOLATED : 0) | (channel_fd >= 0 ? FS_DESCRIPTOR_CHANNEL : 0) | (empty_network ? FS_EMPTY_NETWORK : 0), 0, 0 };
     size_t bytes = 0;
     for (char *const *e = envp; *e; e++) { bytes += strlen(*e) + 1; h.env_count++; }
     if (bytes + sizeof h > FS_MAX_REQUEST) return EMSGSIZE;
@@ -692,8 +692,8 @@ int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int notify
     memcpy(buf, &h, sizeof h);
     char *p = buf + sizeof h;
     for (char *const *e = envp; *e; e++) { size_t l = strlen(*e) + 1; memcpy(p, *e, l); p += l; }
-    int fds[4] = { socket_fd, stdout_fd, stderr_fd, notify_fd };
-    int nfds = notify_fd >= 0 ? 4 : 3;
+    int fds[4] = { socket_fd, stdout_fd, stderr_fd, channel_fd };
+    int nfds = channel_fd >= 0 ? 4 : 3;
     union { struct cmsghdr align; char bytes[CMSG_SPACE(4 * sizeof(int))]; } control;
     memset(&control, 0, sizeof control);
     struct iovec iov = { buf, sizeof h + bytes };

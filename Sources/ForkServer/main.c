@@ -327,7 +327,7 @@ static int receive(char *buf, struct request *req) {
     int bad = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof h;
     if (!bad) {
         memcpy(&h, buf, sizeof h);
-        int want = (h.flags & FS_NOTIFY) ? 4 : 3;
+        int want = (h.flags & FS_DESCRIPTOR_CHANNEL) ? 4 : 3;
         bad = h.magic != FS_MAGIC || got != want || h.env_bytes != (size_t)n - sizeof h || h.env_count > 4096
               || (h.env_bytes > 0 && buf[n - 1] != 0);
     }

@@ -154,34 +154,13 @@ public final class BlockingConnection: Sendable {
         try write(UnsafeRawBufferPointer(start: lock.pointee.held, count: lock.pointee.held_len), head, tail)
     }
 
-    /// Writes `a`, `b` and `c` (any of them empty) with `sendmsg`, until all are written.
+    /// Writes `a`, `b` and `c` (any of them empty), until all are written (`SocketWriter`; the
+    /// socket blocks).
     private func write(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer, _ c: UnsafeRawBufferPointer) throws(SystemError) {
-        var iov = (iovec(), iovec(), iovec())
-        var count = 0
-        withUnsafeMutableBytes(of: &iov) { raw in
-            let vectors = raw.bindMemory(to: iovec.self)
-            func add(_ part: UnsafeRawBufferPointer) {
-                guard part.count > 0 else { return }
-                vectors[count] = iovec(iov_base: UnsafeMutableRawPointer(mutating: part.baseAddress), iov_len: part.count)
-                count += 1
-            }
-            add(a)
-            add(b)
-            add(c)
-        }
-        var remaining = a.count + b.count + c.count
-        var first = 0
-        while remaining > 0 {
-            let n = try withUnsafeMutableBytes(of: &iov) { (raw) throws(SystemError) in
-                let vectors = raw.bindMemory(to: iovec.self)
-                var msg = msghdr()
-                msg.msg_iov = vectors.baseAddress! + first
-                msg.msg_iovlen = count - first
-                let n = try syscallRetrying("sendmsg", context: "socket \(fd)") { sendmsg(fd, &msg, Int32(MSG_NOSIGNAL)) }
-                advance(UnsafeMutableBufferPointer(rebasing: vectors[0..<count]), first: &first, by: n)
-                return n
-            }
-            remaining -= n
+        switch SocketWriter.write(fd, a, b, c, wait: .blocking) {
+        case .written: return
+        case .failed(let e, _): throw SystemError(call: "sendmsg", errno: e, context: "socket \(fd)")
+        case .full: throw SystemError(call: "sendmsg", errno: EAGAIN, context: "socket \(fd)")  // only when polling
         }
     }
 

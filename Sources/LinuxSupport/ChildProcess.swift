@@ -68,9 +68,10 @@ public final class ChildProcess: Sendable {
     public var socket: OwnedDescriptor
     public var stdout: OwnedDescriptor
     public var stderr: OwnedDescriptor
-    /// The parent's end of the second socketpair (descriptor 4 in the child), when asked for: a
-    /// worker sends its seccomp listener over it.
-    public var notify: OwnedDescriptor?
+    /// The parent's end of the second socketpair, the descriptor channel (descriptor 4 in the
+    /// child), when asked for: a worker sends its seccomp listener over it, the supervisor its
+    /// cgroup word and peer links.
+    public var descriptorChannel: OwnedDescriptor?
     /// Forked by the fork server (else exec'd).
     public var forked = false
 }
@@ -94,7 +95,7 @@ public enum Spawner {
     public static let isolationRefusedVariable = "SP_ISOLATION_REFUSED"
 
     /// `extraEnvironment` entries (`NAME=value`) are added to `baseEnvironment`. With
-    /// `notifyChannel`, the child also gets descriptor 4, a second socket (see `SpawnedChild.notify`).
+    /// `descriptorChannel`, the child also gets descriptor 4, a second socket (see `SpawnedChild.descriptorChannel`).
     /// With `isolated`, it starts in new user and PID namespaces (`cls_spawn_isolated`); a
     /// host that refuses them gets an ordinary spawn, with `isolationRefusedVariable` saying why.
     /// With `forkServer`, the fork server forks it (the same descriptors, environment and
@@ -103,21 +104,21 @@ public enum Spawner {
     /// `isolated` and `forkServer`): the child may start in an empty network namespace the fork
     /// server made ahead (FS_EMPTY_NETWORK); only for a worker that is to have one anyway.
     public static func spawn(executable: String, arguments: [String] = [], extraEnvironment: [String] = [],
-                             notifyChannel: Bool = false, isolated: Bool = false, emptyNetwork: Bool = false,
+                             descriptorChannel: Bool = false, isolated: Bool = false, emptyNetwork: Bool = false,
                              forkServer: ForkServerConnection? = nil) throws(SystemError) -> SpawnedChild {
         let pair = try SocketPair()
         let socket = pair.parent, childSocket = pair.child
-        var notify: OwnedDescriptor? = nil
-        var childNotify: OwnedDescriptor? = nil
-        if notifyChannel {
+        var channel: OwnedDescriptor? = nil
+        var childChannel: OwnedDescriptor? = nil
+        if descriptorChannel {
             let second = try SocketPair()
-            notify = .some(second.parent)
-            childNotify = .some(try lifted(second.child))
+            channel = .some(second.parent)
+            childChannel = .some(try lifted(second.child))
         }
-        let childNotifyFD: Int32
-        switch childNotify {
-        case .some(let fd): childNotifyFD = fd.raw
-        case .none: childNotifyFD = -1
+        let childChannelFD: Int32
+        switch childChannel {
+        case .some(let fd): childChannelFD = fd.raw
+        case .none: childChannelFD = -1
         }
         let out = try Pipe()
         let err = try Pipe()
@@ -134,14 +135,14 @@ public enum Spawner {
         /// Starts the child one way or the other: 0, or an errno value.
         func launch(isolated: Bool) -> Int32 {
             if let forkServer {
-                return forkServer.spawn(environment: environment, socket: childSocketFD.raw, notify: childNotifyFD, stdout: childOut.raw,
+                return forkServer.spawn(environment: environment, socket: childSocketFD.raw, descriptorChannel: childChannelFD, stdout: childOut.raw,
                                         stderr: childErr.raw, isolated: isolated, emptyNetwork: emptyNetwork, pid: &pid, pidfd: &pidfd, message: &said)
             }
             return withCStrings(argv) { cArgs in
                 withCStrings(environment) { cEnv in
                     isolated
-                        ? cls_spawn_isolated(executable, cArgs, cEnv, childSocketFD.raw, childNotifyFD, childOut.raw, childErr.raw, &pid, &pidfd)
-                        : cls_spawn(executable, cArgs, cEnv, childSocketFD.raw, childNotifyFD, childOut.raw, childErr.raw, &pid, &pidfd)
+                        ? cls_spawn_isolated(executable, cArgs, cEnv, childSocketFD.raw, childChannelFD, childOut.raw, childErr.raw, &pid, &pidfd)
+                        : cls_spawn(executable, cArgs, cEnv, childSocketFD.raw, childChannelFD, childOut.raw, childErr.raw, &pid, &pidfd)
                 }
             }
         }
@@ -150,7 +151,7 @@ public enum Spawner {
             rc = launch(isolated: true)
             guard rc != 0 else {
                 return SpawnedChild(process: ChildProcess(pid: pid, pidfd: pidfd), socket: socket, stdout: out.read, stderr: err.read,
-                                    notify: notify, forked: forkServer != nil)
+                                    descriptorChannel: channel, forked: forkServer != nil)
             }
             if let forkServer, forkServer.isBroken { throw SystemError(call: "the fork server", errno: rc, context: said) }
             // The namespaces were refused (not the executable: that would fail below too).
@@ -163,7 +164,7 @@ public enum Spawner {
         }
         // The child's ends close here, as their owners go; the parent keeps its own.
         return SpawnedChild(process: ChildProcess(pid: pid, pidfd: pidfd), socket: socket, stdout: out.read, stderr: err.read,
-                            notify: notify, forked: forkServer != nil)
+                            descriptorChannel: channel, forked: forkServer != nil)
     }
 
     /// A connected pair of close-on-exec stream sockets: the parent's end and the child's.

@@ -16,10 +16,10 @@ enum Sandbox {
         var missing: [String] = []
         /// Microseconds per step, for `status` (`timings.sandbox.*Us`).
         var timings: [String: Int] = [:]
-        /// Descriptor 4 is still open for peer links: the plan keeps it and the listener went over
-        /// it (without one, the supervisor's notifier still reads it, and a plugin could hand it a
-        /// descriptor as if it were the listener).
-        var keptNotifyChannel = false
+        /// The descriptor channel (descriptor 4) is still open for peer links: the plan keeps it and
+        /// the listener went over it (without one, the supervisor's notifier still reads it, and a
+        /// plugin could hand it a descriptor as if it were the listener).
+        var keptDescriptorChannel = false
     }
 
     /// Applies `plan`, step by step. The seccomp filter is compiled first, so a policy libseccomp
@@ -55,14 +55,14 @@ enum Sandbox {
         layer(.pdeathsig)
 
         // 2. Nothing inherited but stdio and the protocol socket.
-        do { try ProcessControl.closeDescriptors(from: 3, except: [plan.socketFD] + (plan.notifyFD.map { [$0] } ?? [])) } catch {
+        do { try ProcessControl.closeDescriptors(from: 3, except: [plan.socketFD] + (plan.descriptorChannelFD.map { [$0] } ?? [])) } catch {
             throw failure(error)
         }
         layer(.descriptors)
 
         guard plan.enabled else {
             if !plan.debuggable { try notDumpable() }
-            if let fd = plan.notifyFD { _ = close(fd) }
+            if let fd = plan.descriptorChannelFD { _ = close(fd) }
             for name: SandboxLayer in [.cgroup, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace,
                                        .pidNamespace, .mountNamespace, .noNewPrivs,
                                        .landlock, .capabilities, .seccomp, .seccompNotify] {
@@ -73,10 +73,10 @@ enum Sandbox {
         // The supervisor's program when it fits (a listener, and pid 1 of a namespace: the rules name
         // the worker's own pid), else compiled here (about a millisecond of libseccomp).
         let filterStarted = ProcessControl.monotonicMicroseconds()
-        let precompiled = plan.seccompProgram != nil && plan.notifyFD != nil && getpid() == 1
+        let precompiled = plan.seccompProgram != nil && plan.descriptorChannelFD != nil && getpid() == 1
         var filter = try confined { () throws(ConfinementError) in
             if precompiled, let program = plan.seccompProgram { return try Seccomp.Filter(program: program) }
-            return try Seccomp.Filter(plan.seccompRules(notify: plan.notifyFD != nil), notify: plan.notifyFD != nil)
+            return try Seccomp.Filter(plan.seccompRules(notify: plan.descriptorChannelFD != nil), notify: plan.descriptorChannelFD != nil)
         }
         // How long the filter took to make: `sandbox.filterUs` when compiled here, `sandbox.filterGivenUs`
         // when the supervisor's program was taken.
@@ -162,7 +162,7 @@ enum Sandbox {
         // goes to the supervisor, which answers (EPERM, counted) or ends the worker (a violation,
         // named even when every signal is blocked): the listener must reach it before the plugin
         // loads, and no copy may stay here.
-        var notifyMissing: String? = plan.notifyFD == nil ? "the supervisor offered no channel for the filter's listener" : nil
+        var notifyMissing: String? = plan.descriptorChannelFD == nil ? "the supervisor offered no channel for the filter's listener" : nil
         var listener: OwnedDescriptor?
         do throws(ConfinementError) {
             listener = try filter.load(reportFD: plan.socketFD, sendLock: sendLock)
@@ -180,7 +180,7 @@ enum Sandbox {
             let rc = Self.fatalSignals.withUnsafeBufferPointer { cws_install_fatal_signal_reporter($0.baseAddress, Int32($0.count)) }
             guard rc == 0 else { throw failure("sigaction(fatal signals)", -rc) }
         }
-        if let channel = plan.notifyFD {
+        if let channel = plan.descriptorChannelFD {
             var sentListener = false
             if let listener {
                 let sent = cls_send_fd(channel, listener.raw)
@@ -196,8 +196,8 @@ enum Sandbox {
                 default: try missing(.cgroup, "the supervisor did not move it into its group within 10 s")
                 }
             }
-            if plan.keepsNotifyChannel && sentListener {
-                applied.keptNotifyChannel = true
+            if plan.keepsDescriptorChannel && sentListener {
+                applied.keptDescriptorChannel = true
             } else {
                 _ = close(channel)
             }

@@ -19,10 +19,11 @@ struct SandboxPlan {
     var enabled: Bool
     var supervisorPID: Int32
     var socketFD: Int32
-    /// Where the seccomp listener goes to the supervisor (nil: the SIGSYS reporter names violations).
-    var notifyFD: Int32?
-    /// `notifyFD` stays open afterwards: the supervisor hands peer links over it (PeerLinks.swift).
-    var keepsNotifyChannel: Bool
+    /// The descriptor channel (`WorkerSpec.descriptorChannelFD`): where the seccomp listener goes
+    /// to the supervisor (nil: the SIGSYS reporter names violations).
+    var descriptorChannelFD: Int32?
+    /// The descriptor channel stays open afterwards: the supervisor hands peer links over it (PeerLinks/).
+    var keepsDescriptorChannel: Bool
     /// The supervisor's (and so its own) uid and gid, for its id maps.
     var uid: uid_t?
     var gid: gid_t?
@@ -33,7 +34,7 @@ struct SandboxPlan {
     /// v1: the same group's `tasks` files, to join by moving its one thread (`WorkerSpec.cgroupTasks`).
     var cgroupTasks: [String]?
     var cgroupMissing: String?
-    /// The supervisor moves it into its group and says so on `notifyFD`.
+    /// The supervisor moves it into its group and says so on the descriptor channel.
     var cgroupBySupervisor: Bool
     /// Layers the operator demands: a missing one is an error instead of a note.
     var required: Set<SandboxLayer>
@@ -58,8 +59,8 @@ struct SandboxPlan {
         enabled = sandbox.enabled
         supervisorPID = spec.supervisorPID
         socketFD = spec.socketFD
-        notifyFD = spec.notifyFD
-        keepsNotifyChannel = spec.peerLinks == true && spec.notifyFD != nil
+        descriptorChannelFD = spec.descriptorChannelFD
+        keepsDescriptorChannel = spec.peerLinks == true && spec.descriptorChannelFD != nil
         hostNetworkNamespace = spec.hostNetworkNamespace
         uid = spec.uid
         gid = spec.gid
@@ -70,7 +71,7 @@ struct SandboxPlan {
         cgroupProcs = spec.cgroupProcs
         cgroupTasks = spec.cgroupTasks
         cgroupMissing = spec.cgroupMissing
-        cgroupBySupervisor = spec.cgroupBySupervisor == true && spec.notifyFD != nil
+        cgroupBySupervisor = spec.cgroupBySupervisor == true && spec.descriptorChannelFD != nil
         debuggable = sandbox.debuggable == true
         seccompProgram = sandbox.seccompProgram.map { Array($0) }
         required = Set(sandbox.required)

@@ -86,8 +86,8 @@ public func workerMain() -> Int32 {
         timings["standbyUs"] = Int(loadFrom - sandboxedAt)
     }
 
-    // Descriptor 4 stays open for peer links when the supervisor offers them (PeerLinks.swift).
-    let links = confinement.keptNotifyChannel ? spec.notifyFD.flatMap { PeerLinks(channel: $0, connection: connection, identifier: spec.identifier, maxBody: spec.maxFrameBytes,
+    // The descriptor channel stays open for peer links when the supervisor offers them (PeerLinks/).
+    let links = confinement.keptDescriptorChannel ? spec.descriptorChannelFD.flatMap { PeerLinks(channel: $0, connection: connection, identifier: spec.identifier, maxBody: spec.maxFrameBytes,
                                                                                         maxDepth: spec.maxJSONDepth ?? Frame.defaultMaxDepth) } : nil
     let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links)
     SignalRelay.start(host: host)

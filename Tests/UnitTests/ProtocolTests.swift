@@ -298,7 +298,7 @@ final class HeldPair {
     @Test func everyFieldAsTheSupervisorWritesIt() throws {
         var full = WorkerSpec(identifier: "com.example.q\"uote", version: "1.2.3-beta+é", bundle: "/b/with space/é", library: "/b/lib.so",
                               dataDirectory: "/h/data/x", liveDirectory: "/h/live/x", tempDirectory: "/h/tmp/x@3", supervisorPID: 4_000_000,
-                              socketFD: 3, uid: 4_294_967_294, gid: 0, notifyFD: 4, maxFrameBytes: 16 << 20,
+                              socketFD: 3, uid: 4_294_967_294, gid: 0, descriptorChannelFD: 4, maxFrameBytes: 16 << 20,
                               sandbox: SandboxSpec(enabled: true, memoryMB: 96, openFiles: 256,
                                                    permissions: [.network, .read("/srv/a b"), .write("/srv/w")],
                                                    required: [.landlock, .seccomp], runtimePaths: ["/opt/swift/usr/lib/swift/linux"],

@@ -10,7 +10,7 @@
 
 /* Flags of a request. */
 #define FS_ISOLATED 1u /* new user and PID namespaces (the worker is PID 1 of its own) */
-#define FS_NOTIFY 2u   /* a fourth descriptor: the worker's seccomp channel, descriptor 4 */
+#define FS_DESCRIPTOR_CHANNEL 2u /* a fourth descriptor: the worker's descriptor channel, descriptor 4 */
 /* With FS_ISOLATED: the worker may start in an empty network namespace the fork server made
    ahead, while idle (SP_FORKSERVER_NETNS of them at most), instead of making one itself. It is
    never the supervisor's and never another worker's; the worker tells by comparing it with the
@@ -19,8 +19,8 @@
 
 /* supervisor -> fork server: start a worker. Followed by `env_bytes` bytes holding `env_count`
    NUL-terminated "NAME=value" strings (its whole environment); SCM_RIGHTS carries the protocol
-   socket (to become descriptor 3), its stdout and stderr (1, 2) and, with FS_NOTIFY, the seccomp
-   channel (4). */
+   socket (to become descriptor 3), its stdout and stderr (1, 2) and, with FS_DESCRIPTOR_CHANNEL,
+   the descriptor channel (4: the seccomp listener, the cgroup word, peer-link orders). */
 struct fs_request {
     uint32_t magic;
     uint32_t flags;

@@ -53,7 +53,7 @@ final class HostMethods: SupervisorComponent, @unchecked Sendable {
     func call(from caller: WorkerInstance, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
         guard let channel = caller.channel, let method = Envelope.string(bytes, env.method) else { return }
         let metrics = supervisor.metrics.calls(Self.target)
-        func refuse(_ error: ErrorBody, _ outcome: CallOutcome) {
+        func refuse(_ error: ErrorBody, _ outcome: CallHop.Outcome) {
             metrics.count(outcome)
             outbox.write(router.errorFrame(id: id, error, for: channel), to: channel)
         }
@@ -72,8 +72,9 @@ final class HostMethods: SupervisorComponent, @unchecked Sendable {
             return refuse(ErrorBody(.unavailable, "\(caller.identifier) has \(Self.inFlightLimit) calls to the host in flight; try again when they are answered"), .unavailable)
         }
         let params = env.params.map { Array(bytes[$0]) } ?? Array("null".utf8)
-        let requested = env.timeoutMs.flatMap { $0 > 0 ? Router.clampedTimeout($0) : nil }
-        let timeoutMs = config.isDebugged(caller.identifier) ? SupervisorConfig.longestTimeoutMs : requested ?? config.callTimeoutMs
+        // The rule of every forwarded call (CallHop): its own timeout, else the host's default.
+        let timeoutMs = config.isDebugged(caller.identifier) ? SupervisorConfig.longestTimeoutMs
+            : CallHop.timeoutMs(requested: env.timeoutMs, otherwise: config.callTimeoutMs)
         let call = Running(method: method, started: .now())
         calls[id] = call
         running[key] = calls
@@ -96,7 +97,7 @@ final class HostMethods: SupervisorComponent, @unchecked Sendable {
     }
 
     /// Answers a call once: its handler's result, or its timeout (the handler is cancelled then).
-    private func settle(_ caller: WorkerInstance, _ id: UInt64, _ result: Result<[UInt8], ErrorBody>, outcome: CallOutcome) {
+    private func settle(_ caller: WorkerInstance, _ id: UInt64, _ result: Result<[UInt8], ErrorBody>, outcome: CallHop.Outcome) {
         let key = ObjectIdentifier(caller)
         guard let call = running[key]?.removeValue(forKey: id) else { return }
         if running[key]?.isEmpty == true { running[key] = nil }

@@ -14,7 +14,7 @@ extension Installs {
         // Settled exactly once: by the install's outcome or by the timeout, whichever comes first.
         final class Once: @unchecked Sendable { var settled = false }  // used only on the event loop
         let once = Once()
-        let waitMs = requested.map(Router.clampedTimeout).flatMap { $0 > 0 ? $0 : nil } ?? config.callTimeoutMs
+        let waitMs = CallHop.timeoutMs(requested: requested, otherwise: config.callTimeoutMs)
         let started = onDemand(target) { [self] failure in
             guard !once.settled else { return }
             once.settled = true

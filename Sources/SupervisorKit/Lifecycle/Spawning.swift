@@ -68,15 +68,15 @@ extension Lifecycle {
             return .failure(SpawnFailure(reason: "cannot create the data folders of \(id) in \(config.home): \(error)"))
         }
         let notifier = supervisor.notifier
-        var spec = workerSpec(manifest, library: library.path, data: data, live: live, temp: temp, notify: notifier != nil)
+        var spec = workerSpec(manifest, library: library.path, data: data, live: live, temp: temp, descriptorChannel: notifier != nil)
         spec.peerLinks = config.peerLinks && notifier != nil ? true : nil
         spec.spinMicroseconds = config.workerSpinMicroseconds > 0 ? config.workerSpinMicroseconds : nil
         spec.standby = standby ? true : nil
         if spec.peerLinks == true, config.maxJSONDepth != Frame.defaultMaxDepth { spec.maxJSONDepth = config.maxJSONDepth }
         // A control group of its own, made and limited before it exists. On v1 (and without a
-        // notify channel) the worker joins it itself, by moving its one thread (no global lock, no
-        // grace period: CgroupGroup.tasksFiles); on v2 the supervisor's mover puts it there (off
-        // the worker's path until the plugin loads) and says so on the notify channel.
+        // descriptor channel) the worker joins it itself, by moving its one thread (no global lock,
+        // no grace period: CgroupGroup.tasksFiles); on v2 the supervisor's mover puts it there (off
+        // the worker's path until the plugin loads) and says so on the descriptor channel.
         var cgroup: CgroupGroup?
         if let tree = supervisor.cgroups {
             spawnCount &+= 1
@@ -106,7 +106,7 @@ extension Lifecycle {
             // TMPDIR in the exec's environment, not only set by the worker: runtimes that read the
             // environment the process started with (Go's c-shared runtime) see it too.
             spawned = try spawnProcess(manifest, environment: ["\(WorkerSpec.environmentVariable)=\(specJSON)", "TMPDIR=\(temp)", "SQLITE_TMPDIR=\(temp)"],
-                                       notify: notifier != nil, problem: &startProblem)
+                                       descriptorChannel: notifier != nil, problem: &startProblem)
         } catch {
             cgroup?.remove()
             return .failure(SpawnFailure(reason: "cannot start a worker (\(config.workerExecutable)): \(error)"))
@@ -127,13 +127,13 @@ extension Lifecycle {
             cgroup?.remove()
             return .failure(SpawnFailure(reason: "cannot watch a worker's exit: \(error)"))
         }
-        if let notifier, let channel = spawned.notify.take() {
+        if let notifier, let channel = spawned.descriptorChannel.take() {
             // Its filter's channel is watched once it is in its group (moved, then told J or F).
             let raw = channel.release()
             // The same socket carries its peer links later (the notifier closes its own copy).
             if spec.peerLinks == true {
                 let copy = fcntl(raw, F_DUPFD_CLOEXEC, 3)
-                if copy >= 0 { instance.linkChannel = copy }
+                if copy >= 0 { instance.descriptorChannel = copy }
             }
             let watchFilter: @Sendable () -> Void = { [supervisor] in
                 do {
@@ -203,15 +203,15 @@ extension Lifecycle {
     }
 
     /// What the worker needs to know: its plugin, its folders and its sandbox.
-    func workerSpec(_ m: Manifest, library: String, data: String, live: String, temp: String, notify: Bool) -> WorkerSpec {
+    func workerSpec(_ m: Manifest, library: String, data: String, live: String, temp: String, descriptorChannel: Bool) -> WorkerSpec {
         var spec = WorkerSpec(
             identifier: m.identifier, version: m.version.description, bundle: m.bundle, library: library,
             dataDirectory: data, liveDirectory: live, tempDirectory: temp, supervisorPID: getpid(), socketFD: 3,
-            uid: getuid(), gid: getgid(), notifyFD: notify ? 4 : nil, maxFrameBytes: config.maxFrameBytes,
+            uid: getuid(), gid: getgid(), descriptorChannelFD: descriptorChannel ? 4 : nil, maxFrameBytes: config.maxFrameBytes,
             sandbox: SandboxSpec(enabled: config.sandboxEnabled, memoryMB: m.limits.memoryMB, openFiles: m.limits.openFiles,
                                  permissions: m.permissions, required: config.requiredSandboxLayers,
                                  runtimePaths: supervisor.runtimePaths, debuggable: config.isDebugged(m.identifier) ? true : nil,
-                                 seccompProgram: notify ? seccompProgram(network: m.permissions.contains(.network)) : nil))
+                                 seccompProgram: descriptorChannel ? seccompProgram(network: m.permissions.contains(.network)) : nil))
         // How the worker tells an empty network namespace the fork server made ahead from the host's.
         if config.sandboxEnabled { spec.hostNetworkNamespace = supervisor.networkNamespace }
         return spec

@@ -100,7 +100,7 @@ extension Lifecycle {
     /// it) by exec (`SpawnedChild.forked` says which). `problem` is set to why a worker was exec'd
     /// although the fork server was asked for; the worker keeps it for `status`
     /// (`workerStartProblem`), as it was at its spawn.
-    func spawnProcess(_ manifest: Manifest, environment: [String], notify: Bool, problem: inout String?) throws(SystemError) -> SpawnedChild {
+    func spawnProcess(_ manifest: Manifest, environment: [String], descriptorChannel: Bool, problem: inout String?) throws(SystemError) -> SpawnedChild {
         let isolated = config.sandboxEnabled
         // A worker that is to have a network namespace of its own may start in one made ahead.
         let emptyNetwork = isolated && !manifest.permissions.contains(.network)
@@ -108,7 +108,7 @@ extension Lifecycle {
         if let server = readyForkServer() {
             do {
                 return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment,
-                                         notifyChannel: notify, isolated: isolated, emptyNetwork: emptyNetwork, forkServer: server)
+                                         descriptorChannel: descriptorChannel, isolated: isolated, emptyNetwork: emptyNetwork, forkServer: server)
             } catch {
                 if server.isBroken {
                     // It is ended and reaped by the watcher, which starts another.
@@ -124,6 +124,6 @@ extension Lifecycle {
             // Given up or failed to launch (`workerStartProblem`), or ended and not yet started again.
             problem = workerStartProblem ?? "no fork server was ready (the last one ended and another is starting); this worker was exec'd"
         }
-        return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment, notifyChannel: notify, isolated: isolated)
+        return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment, descriptorChannel: descriptorChannel, isolated: isolated)
     }
 }

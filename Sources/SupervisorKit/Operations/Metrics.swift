@@ -28,13 +28,6 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
     private var memory: [String: Gauge] = [:]
     private var cpu: [String: Counter] = [:]
 
-    /// Request duration buckets (upper bounds, ns), 50 µs to 10 s: a call through the supervisor takes
-    /// tens of microseconds, a slow plugin seconds.
-    static let bucketBounds: [Int64] = [
-        50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000,
-        50_000_000, 100_000_000, 250_000_000, 500_000_000, 1_000_000_000, 2_500_000_000, 5_000_000_000, 10_000_000_000,
-    ]
-
     /// Nanoseconds as decimal seconds, without exponent or trailing zeros ("0.00005", "2.5", "10").
     static func seconds(_ nanoseconds: Int64) -> String {
         let whole = nanoseconds / 1_000_000_000
@@ -165,42 +158,26 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
     }
 }
 
-/// How a request to a plugin ended, the `outcome` label of `plugin_calls_total`.
-enum CallOutcome: Int, CaseIterable {
-    case ok, error, timeout, unavailable, denied
-
-    var label: String {
-        switch self {
-        case .ok: return "ok"
-        case .error: return "error"
-        case .timeout: return "timeout"
-        case .unavailable: return "unavailable"
-        case .denied: return "denied"
-        }
-    }
-}
-
-/// One plugin's call counts and durations. Counting is the call path's only metrics work, so it is
-/// plain integers owned by the event loop (no atomic, no lock: measured, the library's locked
-/// histogram and atomic counters cost the supervisor 9 % of its CPU per call). A scrape moves the
-/// counts into swift-prometheus's counters and writes the histogram lines itself, in the same
-/// exposition format.
+/// One plugin's call counts and durations (outcomes and buckets as `CallHop` defines them).
+/// Counting is the call path's only metrics work, so it is plain integers owned by the event loop
+/// (no atomic, no lock: measured, the library's locked histogram and atomic counters cost the
+/// supervisor 9 % of its CPU per call). A scrape moves the counts into swift-prometheus's counters
+/// and writes the histogram lines itself, in the same exposition format.
 final class CallMetrics: @unchecked Sendable {
     // @unchecked: used only on the supervisor's event loop.
     let plugin: String
     private let counters: [Counter]
-    private var exported = [Int](repeating: 0, count: CallOutcome.allCases.count)
+    private var exported = [Int](repeating: 0, count: CallHop.Outcome.allCases.count)
 
     /// One allocation for every number the call path touches, so counting is plain stores: no
-    /// array uniqueness or exclusivity checks, no retain of a shared array. Layout: the bucket
-    /// bounds (ns), then the counts by outcome, the observations per bucket (not cumulative, the
-    /// last one past every bound), the sum of durations (ns) and the number of observations.
+    /// array uniqueness or exclusivity checks, no retain of a shared array. Layout: the counts by
+    /// outcome (`Outcome.index`), the observations per bucket (not cumulative, the last one past
+    /// every bound), the sum of durations (ns) and the number of observations.
     private let slots: UnsafeMutablePointer<Int64>
-    private static let bounds = Metrics.bucketBounds.count
-    private static let outcomes = CallOutcome.allCases.count
-    private static let countsAt = bounds
+    private static let outcomes = CallHop.Outcome.allCases.count
+    private static let countsAt = 0
     private static let bucketsAt = countsAt + outcomes
-    private static let sumAt = bucketsAt + bounds + 1
+    private static let sumAt = bucketsAt + CallHop.bucketCount
     private static let observedAt = sumAt + 1
     private static let slotCount = observedAt + 1
 
@@ -208,8 +185,7 @@ final class CallMetrics: @unchecked Sendable {
         self.plugin = plugin
         slots = .allocate(capacity: Self.slotCount)
         slots.initialize(repeating: 0, count: Self.slotCount)
-        for (i, bound) in Metrics.bucketBounds.enumerated() { slots[i] = bound }
-        counters = CallOutcome.allCases.map { outcome in
+        counters = CallHop.Outcome.allCases.map { outcome in
             registry.makeCounter(name: "plugin_calls_total", labels: [("plugin", plugin), ("outcome", outcome.label)],
                                  help: "Requests (call and open) to the plugin, by how they ended.")
         }
@@ -221,28 +197,25 @@ final class CallMetrics: @unchecked Sendable {
 
     /// A request that failed before it was forwarded (not running, full socket, not a dependency).
     @inline(__always)
-    func count(_ outcome: CallOutcome) {
-        slots[Self.countsAt + outcome.rawValue] &+= 1
+    func count(_ outcome: CallHop.Outcome) {
+        slots[Self.countsAt + outcome.index] &+= 1
     }
 
     /// An answered request: counted, and its duration observed.
     @inline(__always)
-    func record(_ outcome: CallOutcome, nanoseconds: Int64) {
-        slots[Self.countsAt + outcome.rawValue] &+= 1
-        var i = 0
-        while i < Self.bounds && nanoseconds > slots[i] { i += 1 }
-        slots[Self.bucketsAt + i] &+= 1
+    func record(_ outcome: CallHop.Outcome, nanoseconds: Int64) {
+        slots[Self.countsAt + outcome.index] &+= 1
+        slots[Self.bucketsAt + CallHop.bucket(ofNanoseconds: nanoseconds)] &+= 1
         slots[Self.sumAt] &+= nanoseconds
         slots[Self.observedAt] &+= 1
     }
 
-    /// Calls a caller's worker counted over a peer link (`linkCalls`): `counts` by outcome (ok,
-    /// error, timeout, unavailable), `buckets` as `record` fills them, `sumNs` their durations.
-    func add(counts: [Int64], buckets: [Int64], sumNs: Int64) {
-        for (i, n) in counts.prefix(4).enumerated() { slots[Self.countsAt + i] &+= n }
-        for (i, n) in buckets.prefix(Self.bounds + 1).enumerated() { slots[Self.bucketsAt + i] &+= n }
-        slots[Self.sumAt] &+= sumNs
-        slots[Self.observedAt] &+= buckets.reduce(0, &+)
+    /// Calls a caller's worker counted over a peer link (`linkCalls`), checked (`Tally.problem`).
+    func add(_ calls: CallHop.Tally) {
+        for outcome in CallHop.Outcome.allCases { slots[Self.countsAt + outcome.index] &+= calls.counts[outcome] }
+        for (i, n) in calls.buckets.prefix(CallHop.bucketCount).enumerated() { slots[Self.bucketsAt + i] &+= n }
+        slots[Self.sumAt] &+= calls.sumNs
+        slots[Self.observedAt] &+= calls.buckets.reduce(0, &+)
     }
 
     /// Moves the counts into the registry's counters.
@@ -260,7 +233,7 @@ final class CallMetrics: @unchecked Sendable {
     func writeHistogram(into out: inout [UInt8]) {
         let labels = "plugin=\"\(plugin)\""
         var cumulative: Int64 = 0
-        for (i, bound) in Metrics.bucketBounds.enumerated() {
+        for (i, bound) in CallHop.bucketBounds.enumerated() {
             cumulative += slots[Self.bucketsAt + i]
             out.append(contentsOf: "plugin_call_duration_seconds_bucket{\(labels),le=\"\(Metrics.seconds(bound))\"} \(cumulative)\n".utf8)
         }

@@ -33,8 +33,8 @@ extension Router {
     /// Not while calls are logged one by one (debug level): those would skip the log.
     func offerLink(from caller: WorkerInstance, to target: String) {
         guard config.peerLinks, !logCalls, caller.linksOut[target] == nil, caller.phase == .running,
-              let callerChannel = caller.linkChannel, let record = table[target], let callee = record.instance, callee.phase == .running,
-              let calleeChannel = callee.linkChannel, !config.isDebugged(record.identifier) else { return }
+              let callerChannel = caller.descriptorChannel, let record = table[target], let callee = record.instance, callee.phase == .running,
+              let calleeChannel = callee.descriptorChannel, !config.isDebugged(record.identifier) else { return }
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
             let why = String(cString: strerror(errno))
@@ -48,21 +48,21 @@ extension Router {
         let timeout = timeout(for: record, requested: nil)
         // The callee's end first: a call the caller sends at once waits in the socket until it is read.
         guard sendOrder(PeerLinkOrder(kind: .callee, peer: caller.identifier, link: link.number), with: pair[1], to: callee, calleeChannel),
-              sendOrder(PeerLinkOrder(kind: .caller, peer: callee.identifier, link: link.number, timeoutMs: timeout,
-                                      bucketBounds: Metrics.bucketBounds), with: pair[0], to: caller, callerChannel) else { return }
+              sendOrder(PeerLinkOrder(kind: .caller, peer: callee.identifier, link: link.number, timeoutMs: timeout),
+                        with: pair[0], to: caller, callerChannel) else { return }
         caller.linksOut[callee.identifier] = link
         caller.linkedCallees.insert(callee.identifier)
         callee.linksIn[ObjectIdentifier(link)] = link
     }
 
-    /// Sends one order on a worker's descriptor 4. A failure ends new links for that worker (its
+    /// Sends one order on a worker's descriptor channel. A failure ends new links for that worker (its
     /// channel may hold half an order): its calls go through the supervisor, as before links; the
     /// links it has go on (they are taken back on the protocol socket).
     private func sendOrder(_ order: PeerLinkOrder, with fd: Int32, to instance: WorkerInstance, _ channel: Int32) -> Bool {
         guard let frame = try? ProtocolJSON.frame(order) else { return false }
         let sent = frame.withUnsafeBytes { cls_send_with_fd(channel, fd, $0.baseAddress, $0.count) }
         if sent == frame.count { return true }
-        closeLinkChannel(instance)
+        closeDescriptorChannel(instance)
         // A worker whose seccomp filter has no listener closed the channel: it takes no links.
         if sent == -Int(EPIPE) || sent == -Int(ECONNRESET) {
             logger.debug("the worker of \(instance.identifier) (pid \(instance.pid)) takes no peer links (it closed their channel)",
@@ -75,9 +75,9 @@ extension Router {
         return false
     }
 
-    private func closeLinkChannel(_ instance: WorkerInstance) {
-        if let fd = instance.linkChannel { close(fd) }
-        instance.linkChannel = nil
+    private func closeDescriptorChannel(_ instance: WorkerInstance) {
+        if let fd = instance.descriptorChannel { close(fd) }
+        instance.descriptorChannel = nil
     }
 
     /// `callee` is about to drain (SPEC §8): every caller linked to it is told to stop using its
@@ -117,24 +117,22 @@ extension Router {
         for link in instance.linksIn.values { settle(link) }
         instance.linksOut = [:]
         instance.linksIn = [:]
-        closeLinkChannel(instance)
+        closeDescriptorChannel(instance)
     }
 
     /// `linkCalls`: a caller's worker reports the calls it sent over its link to `target`, counted
     /// in the callee's call metrics as if they had been forwarded here.
     func linkCallsReported(by instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
-        guard let report = try? ProtocolJSON.decode(LinkCallsReport.self, from: bytes) else {
+        guard let report = try? ProtocolJSON.decode(CallHop.LinkCalls.self, from: bytes) else {
             return lifecycle.protocolViolation(instance, "malformed linkCalls message")
         }
         guard instance.linkedCallees.contains(report.target) else {
             return lifecycle.protocolViolation(instance, "linkCalls for \(report.target), to which it has no link")
         }
-        guard report.counts.count == 4, report.buckets.count == Metrics.bucketBounds.count + 1,
-              (report.counts + report.buckets + [report.sumNs]).allSatisfy({ $0 >= 0 }),
-              report.buckets.reduce(0, +) == report.counts.reduce(0, +) else {
-            return lifecycle.protocolViolation(instance, "linkCalls with counts that do not add up")
+        if let problem = report.calls.problem {
+            return lifecycle.protocolViolation(instance, "linkCalls with \(problem)")
         }
-        supervisor.metrics.calls(report.target).add(counts: report.counts, buckets: report.buckets, sumNs: report.sumNs)
+        supervisor.metrics.calls(report.target).add(report.calls)
         // Its link ended by itself: forgotten, so the next call through here makes a new one.
         if let ended = report.endedLink, let link = instance.linksOut[report.target], link.number == ended {
             settle(link)

@@ -12,8 +12,9 @@ import Protocol
 final class Router: SupervisorComponent, @unchecked Sendable {
     // @unchecked: used only on the supervisor's event loop.
     unowned let supervisor: Supervisor
-    /// Trace context for every forwarded request (SPEC §3).
-    private var tracer = Tracer()
+    /// The rules of a forwarded request (timeout, frame, trace context: SPEC §3), shared with the
+    /// workers that forward over peer links; its trace ids are the loop's.
+    private var hop = CallHop()
     /// Whether each answered request is logged (debug level), with its trace id and duration.
     let logCalls: Bool
     /// The last peer link's number (PeerLinks.swift).
@@ -29,15 +30,12 @@ final class Router: SupervisorComponent, @unchecked Sendable {
 
     // MARK: Requests to plugins
 
-    /// The timeout for a request to `record`: the request's own, else the plugin's, else the default.
+    /// The timeout for a request to `record` (`CallHop.timeoutMs`): the request's own, else the
+    /// plugin's, else the default; a day for a plugin run with `--debug`.
     func timeout(for record: PluginRecord, requested: UInt64?) -> Int {
         if config.isDebugged(record.identifier) { return SupervisorConfig.longestTimeoutMs }
-        if let requested, requested > 0 { return Self.clampedTimeout(requested) }
-        return record.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
+        return CallHop.timeoutMs(requested: requested, otherwise: record.manifest.limits.callTimeoutMs ?? config.callTimeoutMs)
     }
-
-    /// A requested timeout in ms, at most a day.
-    static func clampedTimeout(_ requested: UInt64) -> Int { Int(min(requested, UInt64(SupervisorConfig.longestTimeoutMs))) }
 
     /// Sends a `call` or `open` to the plugin `target`, answering `origin` when it replies.
     /// Returns an error instead when the target cannot take it now.
@@ -64,29 +62,14 @@ final class Router: SupervisorComponent, @unchecked Sendable {
             return ErrorBody(.unavailable, "\(target) is not keeping up: its socket buffer is full")
         }
         let id = instance.takeID()
-        // Room for what is added: the traceparent and `from` (without it, every frame reallocates).
-        var frame = outbox.encoder(kind, for: channel, capacity: bytes.count + 96 + (caller?.utf8.count ?? 0))
-        frame.uint("id", id)
-        let what: String
-        if kind == .call {
-            frame.raw("target", UnsafeRawBufferPointer(rebasing: bytes[env.target!]))
-            frame.raw("method", UnsafeRawBufferPointer(rebasing: bytes[env.method!]))
-            if let p = env.params { frame.raw("params", UnsafeRawBufferPointer(rebasing: bytes[p])) }
-            what = "call"
-        } else {
-            frame.raw("uri", UnsafeRawBufferPointer(rebasing: bytes[env.uri!]))
-            what = "open"
-        }
-        if let caller { frame.string("from", caller) }
-        let trace = tracer.hop(parent: env.traceparent.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) })
-        withUnsafeTemporaryAllocation(byteCount: CallTrace.headerLength + 2, alignment: 1) { header in
-            trace.writeQuotedHeader(header)
-            frame.raw("traceparent", UnsafeRawBufferPointer(header))
-        }
+        // Written straight into the buffer that is sent, the request's bytes copied untouched.
+        let buffer = channel.allocator.buffer(capacity: CallHop.frameCapacity(forwarding: bytes.count, from: caller) + 48)
+        let (frame, trace) = hop.forward(kind, id: id, from: caller, env, in: bytes, into: buffer)
+        let what = kind == .call ? "call" : "open"
         let now = NIODeadline.now()
         let deadline = deadline ?? now + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
         let log = logCalls
-            ? CallLog(label: kind == .call ? "\(target).\(Envelope.string(bytes, env.method) ?? "")" : Envelope.string(bytes, env.uri) ?? "", trace: trace)
+            ? CallLog(label: kind == .call ? "\(target).\(Envelope.string(bytes, env.method) ?? "")" : Envelope.string(bytes, env.uri) ?? "", trace: CallTrace(trace))
             : nil
         instance.pending[id] = PendingRequest(origin: origin, deadline: deadline, what: what,
                                               call: CallFacts(started: now, metrics: metrics, log: log))
@@ -96,7 +79,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         case .host(let request): request.inFlight = (instance, id)
         case .local: break
         }
-        outbox.write(frame.finish(), to: channel)
+        outbox.write(frame, to: channel)
         // A plugin's call has reached its dependency (now, or from the wait queue once it runs):
         // the next ones may go over a peer link.
         if kind == .call, case .plugin(let caller, _) = origin { offerLink(from: caller, to: target) }
@@ -198,7 +181,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
     /// Counts an answered request from a client or plugin, and logs it at debug level with its
     /// trace context (SPEC §10).
     @inline(__always)
-    private func settled(_ request: PendingRequest, _ outcome: CallOutcome, by instance: WorkerInstance) {
+    private func settled(_ request: PendingRequest, _ outcome: CallHop.Outcome, by instance: WorkerInstance) {
         guard let call = request.call else { return }
         let nanoseconds = (NIODeadline.now() - call.started).nanoseconds
         call.metrics.record(outcome, nanoseconds: nanoseconds)

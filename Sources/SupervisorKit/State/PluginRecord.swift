@@ -181,9 +181,9 @@ final class WorkerInstance: @unchecked Sendable {
     /// The library it loads and how that file looked at spawn (a crash after it changed in place
     /// is `libraryReplaced`).
     var library: (path: String, stamp: FileStamp?)?
-    /// The supervisor's end of its descriptor 4, kept for peer links (PeerLinks.swift); closed
-    /// when it ends. Nil: no links for it.
-    var linkChannel: Int32?
+    /// The supervisor's end of its descriptor channel (descriptor 4), kept for peer links
+    /// (PeerLinks.swift); closed when it ends. Nil: no links for it.
+    var descriptorChannel: Int32?
     /// Peer links from it, by callee identifier, and to it (docs/protocol.md "Peer links").
     var linksOut: [String: PeerLink] = [:]
     var linksIn: [ObjectIdentifier: PeerLink] = [:]

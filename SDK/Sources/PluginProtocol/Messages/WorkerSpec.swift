@@ -31,10 +31,13 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     public var gid: UInt32?
     /// The descriptor number of the protocol socket in the worker.
     public var socketFD: Int32
-    /// The descriptor over which the worker hands its seccomp listener to the supervisor (SCM_RIGHTS),
-    /// or nil when the supervisor does not answer for the filter (the worker then names violations
-    /// itself, from a SIGSYS handler).
-    public var notifyFD: Int32?
+    /// The descriptor channel (descriptor 4): a second socket to the supervisor that carries
+    /// descriptors and short words, never frames of the protocol: the worker's seccomp listener
+    /// (worker → supervisor, SCM_RIGHTS), the supervisor's word that the worker joined its cgroup
+    /// (`cgroupBySupervisor`), then peer-link orders with their sockets (`peerLinks`). Nil when the
+    /// supervisor does not answer for the filter (the worker then names violations itself, from a
+    /// SIGSYS handler).
+    public var descriptorChannelFD: Int32?
     /// The `cgroup.procs` files of the worker's own control group: it writes "0" to each, joining
     /// the group before anything else. Nil when the supervisor has none to give (`cgroupMissing` says why).
     public var cgroupProcs: [String]?
@@ -50,7 +53,7 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     /// its sandbox's view, read-only. Nil without a group of its own: the group it starts in.
     public var cgroupFolders: [String]?
     /// The supervisor moves the worker into its group itself and then writes one byte on the
-    /// `notifyFD` socket: `J` (joined) or `F` (it failed; the supervisor logs why). The worker
+    /// descriptor channel (`descriptorChannelFD`): `J` (joined) or `F` (it failed; the supervisor logs why). The worker
     /// waits for it before anything else (and `cgroupProcs` is then nil).
     public var cgroupBySupervisor: Bool?
     /// Largest frame body accepted.
@@ -58,8 +61,8 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     /// The supervisor's JSON nesting limit (`maxJSONDepth`), for what the worker routes itself
     /// (peer links); nil: the default.
     public var maxJSONDepth: Int?
-    /// The supervisor may hand this worker direct links to other plugins' workers over `notifyFD`
-    /// (docs/protocol.md "Peer links"): the worker keeps that descriptor open and serves them.
+    /// The supervisor may hand this worker direct links to other plugins' workers over the descriptor
+    /// channel (docs/protocol.md "Peer links"): the worker keeps that descriptor open and serves them.
     public var peerLinks: Bool?
     /// How long, at most, the worker polls its protocol socket before it sleeps (`workerSpinMicroseconds`
     /// in the configuration; nil or 0: it sleeps at once).
@@ -78,7 +81,7 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
 
     public init(identifier: String, version: String, bundle: String, library: String, dataDirectory: String,
                 liveDirectory: String? = nil, tempDirectory: String? = nil, supervisorPID: Int32, socketFD: Int32 = 3,
-                uid: UInt32? = nil, gid: UInt32? = nil, notifyFD: Int32? = nil, maxFrameBytes: Int = Frame.defaultMaxBody, sandbox: SandboxSpec = SandboxSpec()) {
+                uid: UInt32? = nil, gid: UInt32? = nil, descriptorChannelFD: Int32? = nil, maxFrameBytes: Int = Frame.defaultMaxBody, sandbox: SandboxSpec = SandboxSpec()) {
         self.identifier = identifier
         self.version = version
         self.bundle = bundle
@@ -90,7 +93,7 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
         self.socketFD = socketFD
         self.uid = uid
         self.gid = gid
-        self.notifyFD = notifyFD
+        self.descriptorChannelFD = descriptorChannelFD
         self.maxFrameBytes = maxFrameBytes
         self.sandbox = sandbox
     }

@@ -35,7 +35,7 @@ extension WorkerSpec {
             case "uid": rest.uid = try json.optional(value) { (r) throws(ReadingError) in try json.uint32(r, key) }
             case "gid": rest.gid = try json.optional(value) { (r) throws(ReadingError) in try json.uint32(r, key) }
             case "socketFD": socketFD = try json.int32(value, key)
-            case "notifyFD": rest.notifyFD = try json.optional(value) { (r) throws(ReadingError) in try json.int32(r, key) }
+            case "descriptorChannelFD": rest.descriptorChannelFD = try json.optional(value) { (r) throws(ReadingError) in try json.int32(r, key) }
             case "cgroupProcs": rest.cgroupProcs = try json.optional(value) { (r) throws(ReadingError) in try json.strings(r, key) }
             case "cgroupTasks": rest.cgroupTasks = try json.optional(value) { (r) throws(ReadingError) in try json.strings(r, key) }
             case "cgroupMissing": rest.cgroupMissing = try json.optional(value) { (r) throws(ReadingError) in try json.string(r, key) }

@@ -14,7 +14,7 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     /// Supervisor → CLI, before the reply to a long request: `id`, `stage`, `done`, `total`, `message`.
     case progress
     /// Worker → supervisor: the calls a caller's worker sent over its peer link to `target` since
-    /// its last report, for the callee's metrics (`LinkCallsReport`, docs/protocol.md "Peer links").
+    /// its last report, for the callee's metrics (`CallHop.LinkCalls`, docs/protocol.md "Peer links").
     case linkCalls
     /// Supervisor → worker: take a peer link back (`UnlinkMessage`).
     case unlink

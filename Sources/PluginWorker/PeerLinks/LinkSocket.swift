@@ -1,0 +1,94 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import IPC
+import LinuxSupport
+import PluginProtocol
+
+/// One end of a peer link: its socket, written by any thread (frames whole, under `sendLock`,
+/// with IPC's `SocketWriter`) and read by the links thread. Owns the descriptor: `close()`.
+final class LinkSocket: @unchecked Sendable {
+    // @unchecked: `closed` is read and written under `sendLock`; `decoder`, `scratch` and
+    // `cancelsQueued` are the links thread's alone.
+    let fd: Int32
+    let sendLock = SendLock()
+    /// Closed (under `sendLock`): a writer that took the link just before must not write to a
+    /// descriptor number that may already be another's.
+    private var closed = false
+    /// Frames over the worker's frame limit end the link (as they end a worker at the supervisor).
+    var decoder: FrameDecoder
+    private var scratch = [UInt8](repeating: 0, count: 16 * 1024)
+    /// Caller role: `cancel`s that found the link full, sent when it has room.
+    var cancelsQueued: [UInt64] = []
+
+    /// How long a reply may wait for room on a link before the link is given up.
+    static let sendWaitMs: Int32 = 1000
+
+    init(fd: Int32, maxBody: Int) {
+        self.fd = fd
+        decoder = FrameDecoder(maxBody: maxBody)
+    }
+
+    enum Sent { case sent, notSent, broken }
+
+    /// Writes one frame (`header` + `body`): without waiting when `wait` is false and nothing
+    /// could be written (the caller then routes it another way); once part of it is written,
+    /// waiting up to `sendWaitMs` for room, after which the link is broken (shut down: the links
+    /// thread sees it end).
+    func send(header: UInt32, body: UnsafeRawBufferPointer, wait: Bool) -> Sent {
+        sendLock.withLock {
+            if closed { return .notSent }
+            var h = header.bigEndian
+            let outcome = withUnsafeBytes(of: &h) { hb in
+                SocketWriter.write(fd, hb, body, wait: .polling(milliseconds: Self.sendWaitMs, beforeFirstByte: wait))
+            }
+            switch outcome {
+            case .written: return .sent
+            case .failed(_, let written): return written == 0 ? .notSent : .broken
+            case .full:
+                _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+                return .broken
+            }
+        }
+    }
+
+    func send(frame: [UInt8], wait: Bool) -> Sent {
+        frame.withUnsafeBytes { raw in
+            send(header: UInt32(raw.count - Frame.headerSize), body: UnsafeRawBufferPointer(rebasing: raw[Frame.headerSize...]), wait: wait)
+        }
+    }
+
+    /// Ends the link for its peer too (it then reads an end of stream); the descriptor stays
+    /// until `close`.
+    func shutdown() {
+        _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+    }
+
+    func close() {
+        sendLock.withLock {
+            closed = true
+            _ = Glibc.close(fd)
+        }
+    }
+
+    enum Read {
+        /// Bytes went into `decoder`.
+        case some
+        /// Nothing to read now.
+        case none
+        /// End of stream, or an error: the link is gone.
+        case end
+    }
+
+    /// One read into `decoder` (the links thread).
+    func read() -> Read {
+        while true {
+            let n = scratch.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n < 0, errno == EINTR { continue }
+            if n < 0, errno == EAGAIN { return .none }
+            if n <= 0 { return .end }
+            scratch.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            return .some
+        }
+    }
+}

@@ -1,0 +1,210 @@
+import CLinuxSupport
+import IPC
+import LinuxSupport
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The links thread: one poll over the descriptor channel (the supervisor's link orders), the
+/// wake-up eventfd and every link; what arrives is delivered into the plugin, and after each wake
+/// the deadlines, the settled unlinks and the reports (every 250 ms while there are calls to count).
+extension PeerLinks {
+    func run() -> Never {
+        var channelOpen = true
+        var fds: [pollfd] = []
+        var polled: [LinkTable<LinkSocket>.Polled] = []
+        while true {
+            fds.removeAll(keepingCapacity: true)
+            polled.removeAll(keepingCapacity: true)
+            fds.append(pollfd(fd: channelOpen ? channel : -1, events: Int16(POLLIN), revents: 0))
+            fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0))
+            let wakeAt = table.withLock { $0.waiting(polled: &polled) }
+            for link in polled {
+                fds.append(pollfd(fd: link.socket.fd, events: Int16(link.socket.cancelsQueued.isEmpty ? POLLIN : POLLIN | POLLOUT), revents: 0))
+            }
+            let now = Self.now()
+            let timeout: Int32 = wakeAt == .max ? -1 : Int32(clamping: max(0, (wakeAt - now + 999_999) / 1_000_000))
+            let n = fds.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), timeout) }
+            table.withLock { $0.awake() }
+            if n < 0, errno != EINTR { fatalLinks("poll: \(String(cString: strerror(errno)))") }
+            if n > 0 {
+                if fds[1].revents != 0 {
+                    var count: UInt64 = 0
+                    _ = read(wakeFD, &count, 8)
+                }
+                if fds[0].revents != 0, !readOrder() { channelOpen = false }
+                for (i, link) in polled.enumerated() where fds[i + 2].revents != 0 {
+                    let r = Int32(fds[i + 2].revents)
+                    let ended = r & Int32(POLLHUP | POLLERR | POLLNVAL) != 0
+                    // A caller reads to the end what its callee sent before it ended: answered
+                    // calls stay answered.
+                    if r & Int32(POLLIN) != 0 || ended { readLink(link, toEnd: ended && link.isCaller) }
+                    if ended { gone(link.number) } else if r & Int32(POLLOUT) != 0 { sendQueuedCancels(link.socket) }
+                }
+            }
+            let later = Self.now()
+            expire(now: later)
+            settleUnlinks()
+            report(now: later, force: false)
+        }
+    }
+
+    private func fatalLinks(_ why: String) -> Never {
+        let line = "plugin-worker[\(identifier)]: peer links: \(why)\n"
+        _ = line.withCString { write(2, $0, strlen($0)) }
+        exit(70)
+    }
+
+    /// One order from the supervisor on the descriptor channel; false when the channel has ended
+    /// or broke (it is closed: no more orders; the links made so far go on).
+    private func readOrder() -> Bool {
+        var header = [UInt8](repeating: 0, count: 4)
+        var fd: Int32 = -1
+        let n = header.withUnsafeMutableBytes { cls_receive_with_fd(channel, $0.baseAddress, 4, &fd) }
+        if n == -Int(EAGAIN) || n == -Int(EINTR) { return true }
+        let length = n == 4 ? try? Frame.bodyLength(b0: header[0], b1: header[1], b2: header[2], b3: header[3], limit: PeerLinkOrder.maxBytes) : nil
+        // The supervisor writes an order whole, in one send: the rest is there, or never will be
+        // (it gave up on the channel after a short write).
+        var body = [UInt8](repeating: 0, count: length ?? 0)
+        let got = length.map { length in body.withUnsafeMutableBytes { recv(channel, $0.baseAddress, length, Int32(MSG_DONTWAIT)) } }
+        guard let length, got == length else {
+            // The stream itself is broken (or ended): no more orders. Closing it frees the
+            // sockets of orders still queued in it, whose peers then see their links end, and the
+            // supervisor's next order fails (it stops offering links to this worker).
+            if fd >= 0 { close(fd) }
+            close(channel)
+            return false
+        }
+        guard fd >= 0, let order = try? ProtocolJSON.decode(PeerLinkOrder.self, from: body) else {
+            // This order alone is unusable (its socket did not come: this process is at its
+            // descriptor limit; or it does not decode): dropped. Its peer sees its link end.
+            if fd >= 0 { close(fd) }
+            return true
+        }
+        let socket = LinkSocket(fd: fd, maxBody: maxBody)
+        if table.withLock({ $0.add(order, socket: socket) }) {
+            linkCount.add(1, ordering: .relaxed)
+            if order.kind == .callee { servedEver.store(true, ordering: .relaxed) }
+        } else {
+            socket.close()  // taken back before it arrived
+        }
+        return true
+    }
+
+    /// Frames that arrived on `link`: one read, or with `toEnd` (its peer has closed, so no read
+    /// waits) every read until the end of the stream. At the end, or on an error, the link is gone.
+    private func readLink(_ link: LinkTable<LinkSocket>.Polled, toEnd: Bool) {
+        repeat {
+            switch link.socket.read() {
+            case .none: return
+            case .end: return gone(link.number)
+            case .some: break
+            }
+            do {
+                while try link.socket.decoder.next({ body in
+                    link.isCaller ? replyArrived(link, body) : callArrived(link, body)
+                }) != nil {}
+            } catch {
+                return gone(link.number)
+            }
+        } while toEnd
+    }
+
+    /// Caller role: a reply from the callee's worker.
+    private func replyArrived(_ link: LinkTable<LinkSocket>.Polled, _ body: UnsafeRawBufferPointer) {
+        guard let env = try? Envelope.parse(body, maxDepth: maxDepth), env.kind == .reply, let id = env.id else {
+            return link.socket.shutdown()
+        }
+        let now = Self.now()
+        // Late (it timed out): dropped, as the supervisor drops a late reply.
+        guard table.withLock({ $0.replied(id, on: link.number, env.error == nil ? .ok : .error, now: now) }) else { return }
+        // Rebuilt as the supervisor rebuilds a reply (Router.replyFrame): the plugin gets only
+        // `type`, its id and the answer, whatever else the callee's side wrote.
+        var reply = FrameBuilder(kind: .reply, capacity: body.count + 16)
+        reply.uint("id", id)
+        reply.answer(of: env, in: body)
+        host.deliver(frame: reply.finish())
+    }
+
+    /// Callee role: a call (or a `cancel`) from the caller's worker.
+    private func callArrived(_ link: LinkTable<LinkSocket>.Polled, _ body: UnsafeRawBufferPointer) {
+        guard let env = try? Envelope.parse(body, maxDepth: maxDepth), let id = env.id else {
+            return link.socket.shutdown()
+        }
+        switch env.kind {
+        case .call:
+            guard Envelope.string(body, env.target) == identifier, Envelope.string(body, env.method) != nil else {
+                var reply = FrameBuilder(kind: .reply)
+                reply.uint("id", id)
+                reply.error(.badRequest, "a call over the link to \(identifier) must name it as its target and have a method")
+                _ = link.socket.send(frame: reply.finish(), wait: true)
+                return
+            }
+            guard let (local, peer) = table.withLock({ $0.serve(id, on: link.number) }) else { return }
+            // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(CallHop.frameCapacity(forwarding: body.count, from: peer) + 32)
+            host.deliver(frame: hop.forward(.call, id: local, from: peer, env, in: body, into: consume bytes).frame)
+        case .cancel:
+            if let local = table.withLock({ $0.cancelled(id, on: link.number) }) { deliverCancel(local) }
+        default:
+            link.socket.shutdown()
+        }
+    }
+
+    /// A link that ended (its peer's worker ended, it broke, or it was taken back and its calls
+    /// are settled): its calls are settled as the supervisor settles calls in a worker that ended
+    /// (caller role: `unavailable`; callee role: `cancel` to the plugin), and it is closed.
+    private func gone(_ number: UInt64) {
+        let now = Self.now()
+        // Nil: already closed (a hang-up seen after its end of stream).
+        guard let gone = table.withLock({ $0.remove(number, now: now) }) else { return }
+        linkCount.subtract(1, ordering: .relaxed)
+        gone.socket.close()
+        for id in gone.failed { deliverError(id, .unavailable, "the worker of \(gone.peer) ended before answering call") }
+        for local in gone.cancelled { deliverCancel(local) }
+        if let reply = gone.unlinkReply { answerUnlink(reply) }
+        // A caller's link that ended by itself (not taken back) goes in the report: the supervisor
+        // may offer a new one.
+        report(now: Self.now(), force: true, ended: gone.isCaller && gone.unlinkReply == nil ? (gone.peer, number) : nil)
+    }
+
+    /// Caller role: calls past their deadline fail with `timeout`, and the callee is told to `cancel`.
+    private func expire(now: Int64) {
+        for call in table.withLock({ $0.expire(now: now) }) {
+            deliverError(call.id, .timeout, "\(call.peer) did not answer call in time")
+            call.socket.cancelsQueued.append(call.id)
+            sendQueuedCancels(call.socket)
+        }
+    }
+
+    /// Sends the `cancel`s waiting for room on `socket`, in order, as far as it has room (the rest
+    /// when poll says it has more).
+    private func sendQueuedCancels(_ socket: LinkSocket) {
+        while let id = socket.cancelsQueued.first {
+            var cancel = FrameBuilder(kind: .cancel)
+            cancel.uint("id", id)
+            switch socket.send(frame: cancel.finish(), wait: false) {
+            case .sent: socket.cancelsQueued.removeFirst()
+            case .notSent: return
+            case .broken:
+                socket.cancelsQueued = []
+                return
+            }
+        }
+    }
+
+    /// Links taken back whose calls are all settled: closed, and the supervisor told (by `gone`).
+    private func settleUnlinks() {
+        for number in table.withLock({ $0.unlinksSettled() }) { gone(number) }
+    }
+
+    /// Sends the `linkCalls` reports due (`LinkTable.reports`).
+    private func report(now: Int64, force: Bool, ended: (peer: String, number: UInt64)? = nil) {
+        for report in table.withLock({ $0.reports(now: now, force: force, ended: ended) }) {
+            guard let frame = try? ProtocolJSON.frame(report) else { continue }
+            try? connection.sendFrame(frame)
+        }
+    }
+}

@@ -1,0 +1,184 @@
+import CLinuxSupport
+import IPC
+import LinuxSupport
+import PluginProtocol
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// This worker's direct links to other plugins' workers (docs/protocol.md "Peer links"): a call its
+/// plugin makes to a linked dependency goes straight to that plugin's worker and its reply comes
+/// straight back, instead of two passes through the supervisor each way. The worker does for those
+/// calls what the supervisor does for the others, by the same rules (`CallHop`):
+/// - as the caller's worker: each call's deadline (the call's own `timeoutMs`, else the callee's
+///   timeout the supervisor gave with the link), `timeout` and `cancel` when it passes,
+///   `unavailable` for the calls in flight when the callee's worker ends, and the call metrics
+///   (`linkCalls` reports to the supervisor);
+/// - as the callee's worker: ids (each link's ids are mapped into a range of this worker's own,
+///   `LinkTable.localIDs`), `from`, a `traceparent` hop, and `cancel` for the calls of a caller
+///   that ended.
+/// The supervisor makes every link (only towards a declared dependency), hands its ends over the
+/// descriptor channel, and takes it back before a planned stop of the callee (`unlink`, on the
+/// protocol socket, SPEC §8). Only the caller's worker closes a link on purpose (once it was taken
+/// back and its calls are settled); the callee's worker serves until its end closes, then cancels
+/// what is left (calls whose caller gave up on them).
+///
+/// The state is a `LinkTable` behind one lock; each link's socket is a `LinkSocket`. The plugin's
+/// own threads send calls and replies here (`intercept`); one thread (`links`, LinksThread.swift)
+/// polls the descriptor channel, every link and a wake-up eventfd, delivers what arrives into the
+/// plugin, and keeps the deadlines, unlinks and reports.
+final class PeerLinks: @unchecked Sendable {
+    // @unchecked: `table` is behind its Mutex; `host` is set once before the thread starts (the
+    // thread's creation orders it); `hop` is the links thread's alone.
+    /// The descriptor channel, kept open for the supervisor's orders.
+    let channel: Int32
+    let wakeFD: Int32
+    let connection: BlockingConnection
+    let identifier: String
+    nonisolated(unsafe) var host: WorkerHost!
+    let table = Mutex(LinkTable<LinkSocket>())
+    /// Links open (either role): the send path looks at nothing else when there are none, unless
+    /// calls were ever served over one (a late reply to one must still be caught: its id means
+    /// nothing to the supervisor, which would end this worker for it).
+    let linkCount = Atomic<Int>(0)
+    let servedEver = Atomic<Bool>(false)
+    /// The links thread's forwarding rules and trace ids (SPEC §3: a new span id in the caller's
+    /// trace, or a new trace).
+    var hop = CallHop()
+
+    /// A call larger than this goes through the supervisor (a link's socket buffer is small).
+    static let largestLinkedCall = 64 * 1024
+
+    let maxBody: Int
+    /// The supervisor's JSON depth limit: a call too deep for it is not sent over a link (the
+    /// supervisor then refuses it as it refuses any), and a link that carries one ends.
+    let maxDepth: Int
+
+    /// Nil (and `channel` closed: no links for this worker) without a wake-up eventfd, without
+    /// which deadlines and unlinks would wait for unrelated I/O.
+    init?(channel: Int32, connection: BlockingConnection, identifier: String, maxBody: Int, maxDepth: Int) {
+        let wake = cls_wake_fd()
+        guard wake >= 0 else {
+            close(channel)
+            return nil
+        }
+        wakeFD = wake
+        self.channel = channel
+        self.maxBody = maxBody
+        self.maxDepth = maxDepth
+        self.connection = connection
+        self.identifier = identifier
+    }
+
+    func start(host: WorkerHost) {
+        self.host = host
+        Threads.start(name: "links") { [self] in run() }
+    }
+
+    /// Whether the send path needs to look at a message at all.
+    @inline(__always)
+    var active: Bool { linkCount.load(ordering: .relaxed) > 0 || servedEver.load(ordering: .relaxed) }
+
+    /// CLOCK_MONOTONIC in nanoseconds (the histogram's unit).
+    static func now() -> Int64 { ProcessControl.monotonicNanoseconds() }
+
+    func wake() {
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+    }
+
+    // MARK: The plugin's threads
+
+    /// A message the plugin sends: true when it was taken here (a call sent over a link, or a reply
+    /// to a call that came over one), false when it goes to the supervisor as usual.
+    func intercept(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        // Most of what a plugin sends is replies to the supervisor's ids, which the SDK writes
+        // `{"type":"reply","id":<digits>`: those are known without a parse.
+        if let id = Self.leadingReplyID(bytes), !LinkTable<LinkSocket>.localIDs.contains(id) { return false }
+        guard let env = try? Envelope.parse(bytes, maxDepth: maxDepth), let kind = env.kind, let id = env.id else { return false }
+        switch kind {
+        case .reply where LinkTable<LinkSocket>.localIDs.contains(id): replyOverLink(id, env, bytes); return true
+        case .call: return callOverLink(id, env, bytes)
+        default: return false
+        }
+    }
+
+    private static let replyPrefix = Array(#"{"type":"reply","id":"#.utf8)
+
+    /// The id of a message that starts `{"type":"reply","id":<digits>,` (nil for any other shape).
+    @inline(__always)
+    static func leadingReplyID(_ bytes: UnsafeRawBufferPointer) -> UInt64? {
+        let n = replyPrefix.count
+        guard bytes.count > n + 1, replyPrefix.withUnsafeBytes({ memcmp($0.baseAddress!, bytes.baseAddress!, n) == 0 }) else { return nil }
+        var id: UInt64 = 0
+        var i = n
+        while i < bytes.count, i < n + 19, bytes[i] >= 0x30, bytes[i] <= 0x39 {
+            id = id * 10 + UInt64(bytes[i] - 0x30)
+            i += 1
+        }
+        guard i > n, i < bytes.count, bytes[i] == UInt8(ascii: ",") || bytes[i] == UInt8(ascii: "}") else { return nil }
+        return id
+    }
+
+    private func callOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard bytes.count <= Self.largestLinkedCall, let target = Envelope.string(bytes, env.target) else { return false }
+        let now = Self.now()
+        guard let (socket, wakeNeeded) = table.withLock({ $0.callOut(id, to: target, requestedMs: env.timeoutMs, now: now) }) else { return false }
+        if wakeNeeded { wake() }
+        switch socket.send(header: UInt32(bytes.count), body: bytes, wait: false) {
+        case .sent:
+            return true
+        case .notSent:
+            // Full or closed: nothing of it went, so the supervisor takes it (and its back-pressure),
+            // unless the links thread settled it meanwhile (the link ended, or its deadline passed):
+            // the plugin has its answer then, and must not get a second one.
+            let reroute = table.withLock { $0.unsent(id) }
+            wake()
+            return !reroute
+        case .broken:
+            // Part of it went: the link is gone; the links thread fails the call as `unavailable`.
+            wake()
+            return true
+        }
+    }
+
+    private func replyOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
+        // A reply to a call whose caller went away (cancelled): dropped.
+        guard let served = table.withLock({ $0.answered(id) }) else { return }
+        var frame = FrameBuilder(kind: .reply, capacity: bytes.count + 16)
+        frame.uint("id", served.peerID)
+        frame.answer(of: env, in: bytes)
+        // Not sent: the link is closed or broken (the links thread sees it end).
+        _ = served.socket.send(frame: frame.finish(), wait: true)
+    }
+
+    /// `unlink` from the supervisor (on the I/O thread): no new calls over that link; once the
+    /// calls on it are settled the links thread closes it and answers.
+    func unlink(_ body: UnsafeRawBufferPointer) {
+        guard let message = try? ProtocolJSON.decode(UnlinkMessage.self, from: body) else { return }
+        if table.withLock({ $0.unlink(message) }) { answerUnlink(message.id) } else { wake() }
+    }
+
+    // MARK: Answers
+
+    func answerUnlink(_ id: UInt64) {
+        var reply = FrameBuilder(kind: .reply)
+        reply.uint("id", id)
+        reply.raw("result", Array("null".utf8))
+        try? connection.sendFrame(reply.finish())
+    }
+
+    func deliverCancel(_ local: UInt64) {
+        var cancel = FrameBuilder(kind: .cancel)
+        cancel.uint("id", local)
+        host.deliver(frame: cancel.finish())
+    }
+
+    func deliverError(_ id: UInt64, _ code: ErrorCode, _ message: String) {
+        var reply = FrameBuilder(kind: .reply, capacity: message.utf8.count + 64)
+        reply.uint("id", id)
+        reply.error(code, message)
+        host.deliver(frame: reply.finish())
+    }
+}

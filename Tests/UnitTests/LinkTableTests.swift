@@ -1,0 +1,194 @@
+import PluginProtocol
+import Testing
+@testable import PluginWorker
+
+/// The moves of a worker's peer-link table (`LinkTable`), without sockets. (A move is a mutating
+/// call: made first, then its answer checked, as `#expect` takes no mutating expression.)
+@Suite struct LinkTableTests {
+    final class Socket: Sendable {}
+    typealias Table = LinkTable<Socket>
+
+    static let ms: Int64 = 1_000_000
+
+    /// A table with a caller's link (number 1) to `com.b`, whose timeout is 500 ms.
+    static func caller() -> (Table, Socket) {
+        var table = Table()
+        let socket = Socket()
+        let added = table.add(PeerLinkOrder(kind: .caller, peer: "com.b", link: 1, timeoutMs: 500), socket: socket)
+        #expect(added)
+        return (table, socket)
+    }
+
+    /// Sends call `id` over the table's link to `com.b` (it must take it).
+    static func callOut(_ table: inout Table, _ id: UInt64, requestedMs: UInt64? = nil, now: Int64 = 0) throws -> (socket: Socket, wake: Bool) {
+        let out = table.callOut(id, to: "com.b", requestedMs: requestedMs, now: now)
+        return try #require(out)
+    }
+
+    @Test func aCallGoesOverTheLinkWithItsDeadline() throws {
+        var (table, socket) = Self.caller()
+        let out = try Self.callOut(&table, 7, now: 1_000)
+        #expect(out.socket === socket)
+        #expect(table.calls[7]?.deadline == 1_000 + 500 * Self.ms)
+        #expect(table.earliest == 1_000 + 500 * Self.ms)
+        #expect(table.links[1]?.outstanding == 1)
+        // Its own timeout wins; the same id twice, or another target, goes through the supervisor.
+        _ = try Self.callOut(&table, 8, requestedMs: 20, now: 1_000)
+        #expect(table.earliest == 1_000 + 20 * Self.ms)
+        let again = table.callOut(7, to: "com.b", requestedMs: nil, now: 2_000)
+        let other = table.callOut(9, to: "com.c", requestedMs: nil, now: 2_000)
+        #expect(again == nil && other == nil)
+    }
+
+    @Test func aCallThatCouldNotBeWrittenIsTakenBackOnce() throws {
+        var (table, _) = Self.caller()
+        _ = try Self.callOut(&table, 7)
+        let first = table.unsent(7), second = table.unsent(7)
+        #expect(first && !second)
+        #expect(table.links[1]?.outstanding == 0)
+    }
+
+    @Test func theLinksThreadIsWokenOnlyForAnEarlierDeadlineWhileItWaits() throws {
+        var (table, _) = Self.caller()
+        var polled: [Table.Polled] = []
+        let idle = table.waiting(polled: &polled)
+        #expect(idle == .max)
+        #expect(polled.count == 1 && polled[0].isCaller && polled[0].number == 1)
+        #expect(try Self.callOut(&table, 1, requestedMs: 100).wake)
+        polled = []
+        let planned = table.waiting(polled: &polled)
+        #expect(planned == 100 * Self.ms)
+        #expect(try Self.callOut(&table, 2, requestedMs: 200).wake == false)
+        table.awake()
+        #expect(try Self.callOut(&table, 3, requestedMs: 50).wake == false)
+    }
+
+    @Test func aReplySettlesItsCallOnceAndIsCounted() throws {
+        var (table, _) = Self.caller()
+        _ = try Self.callOut(&table, 7)
+        _ = try Self.callOut(&table, 8)
+        let otherLink = table.replied(7, on: 2, .ok, now: 10)
+        let replied = table.replied(7, on: 1, .ok, now: 60_000)
+        let late = table.replied(7, on: 1, .ok, now: 70_000)
+        let error = table.replied(8, on: 1, .error, now: 40_000)
+        #expect(!otherLink && replied && !late && error)
+        #expect(table.links[1]?.outstanding == 0)
+        let reports = table.reports(now: Table.reportEveryNs, force: false)
+        #expect(reports.count == 1)
+        let report = try #require(reports.first)
+        #expect(report.target == "com.b" && report.endedLink == nil)
+        #expect(report.calls.counts[.ok] == 1 && report.calls.counts[.error] == 1)
+        #expect(report.calls.buckets[0] == 1 && report.calls.buckets[1] == 1 && report.calls.sumNs == 100_000)
+        #expect(report.calls.problem == nil)
+        // Counted once: nothing new, nothing sent; and not again before 250 ms have passed.
+        let nothing = table.reports(now: Table.reportEveryNs + 1, force: false)
+        #expect(nothing.isEmpty)
+        _ = try Self.callOut(&table, 9)
+        _ = table.replied(9, on: 1, .ok, now: 1)
+        let early = table.reports(now: 2 * Table.reportEveryNs - 1, force: false)
+        let forced = table.reports(now: 2 * Table.reportEveryNs - 1, force: true)
+        #expect(early.isEmpty && forced.count == 1)
+    }
+
+    @Test func aCallPastItsDeadlineTimesOutAndItsReplyIsThenLate() throws {
+        var (table, socket) = Self.caller()
+        _ = try Self.callOut(&table, 8, requestedMs: 20)
+        _ = try Self.callOut(&table, 7, requestedMs: 10)
+        _ = try Self.callOut(&table, 9, requestedMs: 30)
+        let none = table.expire(now: 10 * Self.ms - 1)
+        #expect(none.isEmpty)
+        let expired = table.expire(now: 20 * Self.ms)
+        #expect(expired.map(\.id) == [7, 8])
+        #expect(expired.allSatisfy { $0.peer == "com.b" && $0.socket === socket })
+        #expect(table.earliest == 30 * Self.ms)
+        let late = table.replied(7, on: 1, .ok, now: 21 * Self.ms)
+        #expect(!late)
+        #expect(table.links[1]?.outstanding == 1)
+        let report = table.reports(now: Table.reportEveryNs, force: false)
+        #expect(report.first?.calls.counts[.timeout] == 2)
+    }
+
+    @Test func aLinkGoneWithCallsInFlightFailsThemUnavailable() throws {
+        var (table, socket) = Self.caller()
+        _ = try Self.callOut(&table, 9)
+        _ = try Self.callOut(&table, 3)
+        let removed = table.remove(1, now: 5)
+        let gone = try #require(removed)
+        #expect(gone.isCaller && gone.peer == "com.b" && gone.socket === socket)
+        #expect(gone.failed == [3, 9] && gone.cancelled.isEmpty && gone.unlinkReply == nil)
+        let again = table.remove(1, now: 6)
+        #expect(again == nil, "settled once")
+        #expect(table.calls.isEmpty && table.links.isEmpty)
+        let next = table.callOut(4, to: "com.b", requestedMs: nil, now: 7)
+        #expect(next == nil, "the next call goes through the supervisor")
+        let reports = table.reports(now: 8, force: true, ended: ("com.b", 1))
+        let report = try #require(reports.first)
+        #expect(report.calls.counts[.unavailable] == 2 && report.endedLink == 1)
+    }
+
+    @Test func anUnlinkIsAnsweredOnceItsCallsAreSettled() throws {
+        var (table, _) = Self.caller()
+        _ = try Self.callOut(&table, 7)
+        _ = try Self.callOut(&table, 8)
+        let atOnce = table.unlink(UnlinkMessage(id: 40, peer: "com.b", link: 1))
+        #expect(!atOnce, "not at once: calls are out")
+        let more = table.callOut(9, to: "com.b", requestedMs: nil, now: 1)
+        #expect(more == nil, "no new calls over it")
+        let before = table.unlinksSettled()
+        _ = table.replied(7, on: 1, .ok, now: 2)
+        let oneLeft = table.unlinksSettled()
+        #expect(before.isEmpty && oneLeft.isEmpty)
+        let expired = table.expire(now: 600 * Self.ms)
+        #expect(expired.map(\.id) == [8])
+        let settled = table.unlinksSettled()
+        #expect(settled == [1])
+        let removed = table.remove(1, now: 3)
+        #expect(removed?.unlinkReply == 40)
+    }
+
+    @Test func anUnlinkBeforeItsOrderIsAnsweredAtOnceAndTheOrderRefused() {
+        var table = Table()
+        let early = table.unlink(UnlinkMessage(id: 5, peer: "com.b", link: 3))
+        let refused = table.add(PeerLinkOrder(kind: .caller, peer: "com.b", link: 3, timeoutMs: 500), socket: Socket())
+        let next = table.add(PeerLinkOrder(kind: .caller, peer: "com.b", link: 4, timeoutMs: 500), socket: Socket())
+        #expect(early && !refused && next)
+        // An unlink of a link already gone (at or below the last order) is answered, and nothing else.
+        let old = table.unlink(UnlinkMessage(id: 6, peer: "com.b", link: 2))
+        #expect(old)
+        #expect(table.links.keys.sorted() == [4])
+    }
+
+    @Test func aNewerLinkToTheSameCalleeTakesTheCalls() throws {
+        var (table, first) = Self.caller()
+        let second = Socket()
+        let added = table.add(PeerLinkOrder(kind: .caller, peer: "com.b", link: 2, timeoutMs: 500), socket: second)
+        #expect(added)
+        #expect(table.links[1]?.accepting == false)
+        #expect(try Self.callOut(&table, 1).socket === second)
+        #expect(first !== second)
+    }
+
+    @Test func aCalleeMapsCallsToLocalIdsAndBack() throws {
+        var table = Table()
+        let socket = Socket()
+        let added = table.add(PeerLinkOrder(kind: .callee, peer: "com.a", link: 2), socket: socket)
+        #expect(added)
+        let served = (table.serve(7, on: 2), table.serve(8, on: 2), table.serve(9, on: 5))
+        let first = try #require(served.0), second = try #require(served.1)
+        #expect(first.peer == "com.a" && Table.localIDs.contains(first.local) && second.local == first.local + 1)
+        #expect(served.2 == nil, "no such link")
+        // Answered: the reply goes to the caller's id, once.
+        let answers = (table.answered(first.local), table.answered(first.local))
+        let answer = try #require(answers.0)
+        #expect(answer.peerID == 7 && answer.socket === socket && answers.1 == nil)
+        // Cancelled by the caller: the plugin gets the local id; a reply after it is dropped.
+        let cancels = (table.cancelled(8, on: 2), table.cancelled(8, on: 2), table.answered(second.local))
+        #expect(cancels.0 == second.local && cancels.1 == nil && cancels.2 == nil)
+        // The caller's worker ended: what is still served is cancelled.
+        let third = try #require(table.serve(10, on: 2).map { $0 })
+        let removed = table.remove(2, now: 0)
+        let gone = try #require(removed)
+        #expect(!gone.isCaller && gone.cancelled == [third.local] && gone.failed.isEmpty)
+        #expect(table.served.isEmpty)
+    }
+}
