@@ -45,6 +45,9 @@ let package = Package(
         // are swift-metrics handlers) and W3C trace context. With their own dependencies they add
         // about 9 s to a clean build on two cores.
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.1.0"),
+        // swift-metrics (already swift-prometheus's): an embedded host reports through the
+        // program's backend; MetricsTestKit for its test.
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.4.0"),
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context", from: "1.0.0"),
         // PluginHost is a `Service` (docs/host.md): with swift-async-algorithms, about 25 s of a
         // clean build on two cores.
@@ -102,6 +105,7 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
             ],
             path: "Sources/SupervisorKit"
@@ -113,6 +117,7 @@ let package = Package(
                 "SupervisorKit", "Protocol", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ],
             path: "Sources/PluginHost"
         ),
@@ -171,7 +176,7 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [.product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "Protocol", "PluginHost",
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"), .product(name: "Logging", package: "swift-log"),
-                           .product(name: "Crypto", package: "swift-crypto")],
+                           .product(name: "MetricsTestKit", package: "swift-metrics"), .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/IntegrationTests"
         ),
     ],

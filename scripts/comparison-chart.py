@@ -46,12 +46,20 @@ START50 = "start → ready, 50 plugins (wide), sandbox on"
 START50OFF = "start → ready, 50 plugins (wide), sandbox off"
 CRASH = "crash → serving again (first restart), median"
 PSS = "worker PSS with 50 workers, median"
+EMBEDDED = "embedded host call p50 (task → worker → back, one hop)"
+EMBEDDEDT = "embedded host call throughput, 64 in flight"
 
 # (label, ours, theirs or reference, ratio target as (op, value), lower is better)
 rows = [
     ("host call p50 vs go-plugin's one hop", ours(CALL), go("callP50Us"), "µs", ("≤", 0.6)),
     ("64 in flight vs go-plugin", ours(TPUT), go("throughput64"), "/s", ("≥", 3.5)),
 ]
+if all(EMBEDDED in r and EMBEDDEDT in r for r in ours_runs):
+    # PluginHost (SPEC §12): the supervisor in the calling program, one hop like go-plugin's.
+    rows += [
+        ("embedded host (PluginHost) call p50 vs go-plugin's one hop", ours(EMBEDDED), go("callP50Us"), "µs", ("≤", 0.5)),
+        ("embedded host (PluginHost) 64 in flight vs go-plugin", ours(EMBEDDEDT), go("throughput64"), "/s", ("≥", 3.5)),
+    ]
 if all(CALL + POLLING in r and TPUT + POLLING in r for r in ours_runs):
     # Not the default (`workerSpinMicroseconds: 100` in the configuration): what polling buys.
     rows += [

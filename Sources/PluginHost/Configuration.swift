@@ -1,3 +1,4 @@
+import CoreMetrics
 import LinuxSupport
 import SupervisorKit
 
@@ -18,6 +19,7 @@ extension PluginHost {
         public init(pluginFolders: [String], home: String) {
             settings = SupervisorConfig(home: home, pluginDirectories: pluginFolders)
             settings.handlesSignals = false
+            settings.metricsFactory = MetricsSystem.factory
             if let folder = Self.binariesFolder() { settings.useBinaries(in: folder) }
         }
 
@@ -47,6 +49,14 @@ extension PluginHost {
         public var controlSocket: Bool {
             get { settings.servesControlSocket }
             set { settings.servesControlSocket = newValue }
+        }
+
+        /// Where the metrics go besides the host's own registry (`metrics()`): the program's
+        /// swift-metrics backend (`MetricsSystem.factory`, as bootstrapped when the host was made)
+        /// unless set otherwise; nil keeps them in the host's registry alone.
+        public var metricsFactory: (any MetricsFactory)? {
+            get { settings.metricsFactory }
+            set { settings.metricsFactory = newValue }
         }
 
         /// The folder of `plugin-worker`, `plugin-forkserver`, `libPluginWorkerCore.so` and

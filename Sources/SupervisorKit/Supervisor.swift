@@ -27,7 +27,7 @@ public final class Supervisor: @unchecked Sendable {
     let group: MultiThreadedEventLoopGroup
     let loop: EventLoop
     let table: PluginTable
-    let outbox = Outbox()
+    let outbox: Outbox
     /// Preflight workers of installs: refused on the control socket like any worker. Written by the
     /// install queue, read on the loop, hence the lock.
     let preflightPIDs = Locked<Set<pid_t>>([])
@@ -66,6 +66,7 @@ public final class Supervisor: @unchecked Sendable {
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         self.loop = group.next()
         self.table = PluginTable(loop: loop)
+        self.outbox = Outbox(loop: loop)
         self.runtimePaths = RuntimeFolders.current()
         events = EventHub(loop: loop)
         router = Router(self)

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import MetricsTestKit
 import PluginHost
 import PluginProtocol
 import Protocol
@@ -150,6 +151,33 @@ struct HostTests {
         var last: HostEvent?
         while let event = try await events.next() { last = event }
         #expect(last?.event == .exited && last?.lastExit?.reason == .stopped)
+    }
+
+    @Test("an embedded host reports through the program's swift-metrics backend: calls by outcome, their durations, up, memory, CPU time and restarts, under SPEC §10's names")
+    func programMetrics() async throws {
+        let w = try TestWorld()
+        try w.bundle("h.m")
+        let metrics = TestMetrics()
+        let (host, running) = try await Self.start(w) { $0.metricsFactory = metrics }
+        for _ in 0..<5 { _ = try await host.call("h.m", "ping", as: Int.self) }
+        await #expect(throws: ErrorBody.self) { try await host.call("h.m", "fail", as: String.self) }
+        let plugin = ("plugin", "h.m")
+        try await waitUntil("the calls in the program's backend") {
+            try metrics.expectCounter("plugin_calls_total", [plugin, ("outcome", "ok")]).totalValue == 5
+                && metrics.expectCounter("plugin_calls_total", [plugin, ("outcome", "error")]).totalValue == 1
+        }
+        #expect(try metrics.expectTimer("plugin_call_duration_seconds", [plugin]).values.count == 6)
+        #expect(try metrics.expectGauge("plugin_up", [plugin]).lastValue == 1)
+        #expect(try (metrics.expectGauge("plugin_resident_memory_bytes", [plugin]).lastValue ?? 0) > 0)
+        let pid = try #require(try await host.status().first?.pid)
+        kill(pid, SIGSEGV)
+        try await waitUntil("the restart in the program's backend") {
+            try metrics.expectCounter("plugin_restarts_total", [plugin, ("reason", "signaled")]).totalValue == 1
+        }
+        // The host's own registry counts too.
+        #expect(try await host.metrics().contains("plugin_calls_total"))
+        await host.shutdown()
+        try await running.value
     }
 
     @Test("shutdown before run, during start-up and twice ends cleanly; a second run is refused")

@@ -6,6 +6,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import CoreMetrics
 import LinuxSupport
 import PluginProtocol
 import Protocol
@@ -108,6 +109,9 @@ public struct SupervisorConfig: Sendable {
     /// Whether the control socket is served (`supervisor status` and the other client commands
     /// reach an embedded host through it too).
     public var servesControlSocket = true
+    /// Also report the metrics through this swift-metrics factory (an embedded host: the program's
+    /// backend, `MetricsSystem.factory`), besides the supervisor's own Prometheus registry.
+    public var metricsFactory: (any MetricsFactory)?
 
     /// Whether `identifier` runs in debug mode.
     public func isDebugged(_ identifier: String) -> Bool { !debugPlugins.isEmpty && debugPlugins.contains(identifier) }

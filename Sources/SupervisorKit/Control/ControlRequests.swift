@@ -49,7 +49,6 @@ extension ControlServer {
                 } else {
                     router.respond(origin) { try ProtocolJSON.encode(self.statusList().first { $0.identifier == target }) }
                 }
-                outbox.flush()
             }
         case .install:
             guard let source = Envelope.string(bytes, env.uri), !source.isEmpty else {
@@ -69,7 +68,6 @@ extension ControlServer {
                 case .success(let summary): router.respond(origin) { try ProtocolJSON.encode(summary) }
                 case .failure(let error): router.answer(origin, error: error)
                 }
-                outbox.flush()
             }
         case .metrics:
             // The exposition as a JSON string: the CLI prints it as it is.
@@ -78,7 +76,6 @@ extension ControlServer {
             debugWedge(env, origin)
         case .stop:
             router.respond(origin) { Array(#"{"stopping":true}"#.utf8) }
-            outbox.flush()
             lifecycle.shutdown(reason: "supervisor stop")
         default:
             router.answer(origin, error: ErrorBody(.badRequest, "'\(kind.rawValue)' is not a request this socket takes"))
@@ -103,7 +100,6 @@ extension ControlServer {
         #if DEBUG
         let ms = min(env.timeoutMs ?? 1000, 60_000)
         router.respond(origin) { Array(#"{"wedged":true}"#.utf8) }
-        outbox.flush()
         logger.warning("debugWedge: holding the event loop for \(ms) ms")
         loop.execute { usleep(UInt32(ms) * 1000) }
         #else
@@ -134,10 +130,8 @@ extension ControlServer {
     /// Tells a client why, then drops it.
     func drop(_ connection: ControlConnection, _ error: ErrorBody) {
         logger.warning("dropping control client: \(error.message)")
-        outbox.write(router.errorFrame(id: 0, error, for: connection.channel), to: connection.channel)
-        outbox.flush()
         connection.closed = true
-        connection.channel.close(promise: nil)
+        outbox.writeAndClose(router.errorFrame(id: 0, error, for: connection.channel), to: connection.channel)
     }
 
     /// `status`: every plugin in start order (SPEC §6).

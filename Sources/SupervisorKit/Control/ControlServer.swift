@@ -131,10 +131,6 @@ final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
         supervisor.control.request(connection, unwrapInboundIn(data))
     }
 
-    func channelReadComplete(context: ChannelHandlerContext) {
-        supervisor.outbox.flush()
-    }
-
     func channelInactive(context: ChannelHandlerContext) {
         connection.closed = true
         idleCheck?.cancel()

@@ -33,6 +33,10 @@ final class Health: SupervisorComponent, @unchecked Sendable {
             }
         }
         every(.milliseconds(Int64(config.pingIntervalMs))) { [self] in watchdog() }
+        // An embedded supervisor's metrics, moved to the program's swift-metrics backend.
+        if supervisor.metrics.mirror != nil {
+            every(.seconds(1)) { [self] in supervisor.metrics.flushMirror() }
+        }
     }
 
     func stop() {
@@ -62,7 +66,6 @@ final class Health: SupervisorComponent, @unchecked Sendable {
             ping.uint("id", id)
             outbox.write(ping.finish(), to: channel)
         }
-        outbox.flush()
     }
 
     /// Samples every worker's resident and data size (/proc/<pid>/statm). Over the soft limit a
@@ -100,7 +103,6 @@ final class Health: SupervisorComponent, @unchecked Sendable {
                 break
             }
         }
-        outbox.flush()
     }
 
     /// Warns once per missing sandbox layer (a host property: every worker would say the same).

@@ -32,7 +32,6 @@ extension Supervisor {
                 }
                 control.handle(kind, env, bytes, origin: .host(request))
             }
-            outbox.flush()
         }
         return HostTicket(request: request)
     }

@@ -114,7 +114,6 @@ final class HostMethods: SupervisorComponent, @unchecked Sendable {
         case .failure(let error):
             outbox.write(router.errorFrame(id: id, error, for: channel), to: channel)
         }
-        outbox.flush()
     }
 
     /// The calling worker ended: its calls' handlers are cancelled, nobody reads their answers.

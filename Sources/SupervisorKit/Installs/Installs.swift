@@ -112,7 +112,6 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
             case .success(let text): router.respond(origin) { try ProtocolJSON.encode(["installed": text]) }
             case .failure(let error): router.answer(origin, error: error)
             }
-            outbox.flush()
         }
     }
 
@@ -206,7 +205,6 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
             }
             lifecycle.startWaitingPlugins()
         }
-        outbox.flush()
     }
 
     /// An upgrade of a known plugin. A running one gets its new version started beside the old

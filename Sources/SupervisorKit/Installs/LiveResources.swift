@@ -66,7 +66,6 @@ extension Installs {
                 guard let record = table[id], record.phase == .running else { return }
                 logger.info("resource \(name) refreshed", metadata: ["plugin": "\(id)"])
                 router.sendEvent(record, .resourceUpdated, payload: { $0.object("payload", ["name": .string(name), "path": .string(destination)]) }) { _ in }
-                outbox.flush()
             }
         } catch {
             unlink(temp)

@@ -27,14 +27,12 @@ extension Installs {
                     router.answer(origin, error: error)
                 }
             }
-            outbox.flush()
         }
         guard started else { return false }
         loop.scheduleTask(in: .milliseconds(Int64(waitMs))) { [self] in
             guard !once.settled else { return }
             once.settled = true
             router.answer(origin, error: ErrorBody(.timeout, "\(target) was still being installed on demand after \(waitMs) ms"))
-            outbox.flush()
         }
         return true
     }
@@ -52,7 +50,6 @@ extension Installs {
         let settle: @Sendable (ErrorBody?) -> Void = { [self] error in
             let waiters = onDemandWaiters.removeValue(forKey: target) ?? []
             for w in waiters { w(error) }
-            outbox.flush()
         }
         let request = catalogRequest(url)
         let home = config.home

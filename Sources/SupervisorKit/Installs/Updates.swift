@@ -16,7 +16,7 @@ extension Installs {
         queue.async { [self] in
             let loaded: CatalogLoaded
             do throws(InstallError) { loaded = try loadCatalog(request) } catch {
-                loop.execute { self.router.answer(origin, error: error.body); self.outbox.flush() }
+                loop.execute { self.router.answer(origin, error: error.body) }
                 return
             }
             loop.execute { self.offerUpdates(loaded, origin: origin, checkOnly: options.check) }
@@ -32,7 +32,7 @@ extension Installs {
         }
         if checkOnly {
             router.respond(origin) { try ProtocolJSON.encode(UpdateCheck(catalog: loaded.source, updates: updates.map(\.1))) }
-            return outbox.flush()
+            return
         }
         applyUpdates(updates.map(\.0), origin: origin, done: [], failed: [:])
     }
@@ -41,7 +41,7 @@ extension Installs {
     private func applyUpdates(_ remaining: [CatalogEntry], origin: ReplyOrigin, done: [String], failed: [String: String]) {
         guard let entry = remaining.first else {
             router.respond(origin) { try ProtocolJSON.encode(UpdateOutcome(updated: done, failed: failed)) }
-            return outbox.flush()
+            return
         }
         router.sendProgress(origin, stage: "update", done: Int64(done.count + failed.count), total: Int64(done.count + failed.count + remaining.count),
                             message: "\(entry.identifier) \(entry.version)")
@@ -81,7 +81,6 @@ extension Installs {
             logger.notice("uninstalled \(identifier) \(record.manifest.version)")
             events.uninstalled(identifier, version: record.manifest.version.description)
             router.respond(origin) { try ProtocolJSON.encode(["uninstalled": "\(identifier) \(record.manifest.version)"]) }
-            outbox.flush()
         }
     }
 }

@@ -175,7 +175,6 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
                 if remaining == 0 { announce() }
             }
         }
-        outbox.flush()
     }
 
     /// Whether `record`'s first start is over, for the ready line.

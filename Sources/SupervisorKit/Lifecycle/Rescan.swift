@@ -93,7 +93,6 @@ extension Lifecycle {
         table.reorder(fresh.order + previousOrder.filter { fresh.all[$0] == nil })
         logger.notice("rescanned plugin folders: \(started) new, \(changed) changed, \(removed.count) removed")
         startWaitingPlugins()
-        outbox.flush()
         var summary = ReloadSummary()
         (summary.new, summary.changed, summary.removed) = (started, changed, removed.count)
         return summary

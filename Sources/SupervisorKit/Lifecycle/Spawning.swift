@@ -306,7 +306,6 @@ extension Lifecycle {
                 kill(instance, .startupFailed, "startup failed: \(error)")
             }
         }
-        outbox.flush()
     }
 
     func becameRunning(_ record: PluginRecord) {
@@ -350,6 +349,5 @@ extension Lifecycle {
             }
         }
         startWaitingPlugins()
-        outbox.flush()
     }
 }

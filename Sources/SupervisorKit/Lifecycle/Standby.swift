@@ -80,7 +80,6 @@ extension Lifecycle {
         guard instance.loadOrdered, let channel = instance.channel else { return }
         instance.loadOrdered = false
         outbox.write([UInt8].frame(body: Frame.loadBody), to: channel)
-        outbox.flush()
     }
 
     /// Ends `record`'s standby, if it has one that was not taken: it never ran plugin code, so it is

@@ -95,7 +95,6 @@ extension Lifecycle {
             router.sendEvent(to: instance, .willTerminate, timeoutMs: config.shutdownGraceMs) { _ in
                 instance.channel?.close(promise: nil)
             }
-            outbox.flush()
         } else {
             instance.process.signal(SIGKILL)
         }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import LinuxSupport
+import protocol CoreMetrics.TimerHandler
 import NIOCore
 import PluginProtocol
 import Prometheus
@@ -19,6 +20,8 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
     // @unchecked: the caches below are used only on the supervisor's event loop.
     unowned let supervisor: Supervisor
     let registry = PrometheusCollectorRegistry()
+    /// The program's swift-metrics backend, for an embedded supervisor (`config.metricsFactory`).
+    let mirror: MetricsMirror?
 
     private var calls: [String: CallMetrics] = [:]
     private var restarts: [String: Counter] = [:]
@@ -39,6 +42,7 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
 
     init(_ supervisor: Supervisor) {
         self.supervisor = supervisor
+        mirror = supervisor.config.metricsFactory.map(MetricsMirror.init(factory:))
     }
 
     // MARK: Calls
@@ -47,6 +51,7 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
     func calls(_ plugin: String) -> CallMetrics {
         if let known = calls[plugin] { return known }
         let made = CallMetrics(registry: registry, plugin: plugin)
+        made.timer = mirror?.timer(plugin: plugin)
         calls[plugin] = made
         return made
     }
@@ -59,6 +64,7 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
             registry.makeCounter(name: "plugin_restarts_total", labels: [("plugin", plugin), ("reason", reason)],
                                  help: "Worker restarts by the restart policy, by the reason the worker ended.")
         }.increment()
+        mirror?.count("plugin_restarts_total", [("plugin", plugin), ("reason", reason)])
     }
 
     /// The plugin's sandbox refused `syscall` (a denial with EPERM, or a violation).
@@ -67,6 +73,7 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
             registry.makeCounter(name: "plugin_sandbox_denials_total", labels: [("plugin", plugin), ("syscall", syscall)],
                                  help: "System calls a plugin's seccomp filter refused, by system call.")
         }.increment()
+        mirror?.count("plugin_sandbox_denials_total", [("plugin", plugin), ("syscall", syscall)])
     }
 
     /// An install or update ended: `ok`, or its error code (docs/install.md).
@@ -75,6 +82,7 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
             registry.makeCounter(name: "supervisor_installs_total", labels: [("outcome", outcome)],
                                  help: "Installs and updates, by outcome: ok or the error code.")
         }.increment()
+        mirror?.count("supervisor_installs_total", [("outcome", outcome)])
     }
 
     /// The metric cached under `key`, made (and registered) the first time.
@@ -96,6 +104,23 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
             registry.makeCounter(name: "plugin_cpu_seconds_total", labels: [("plugin", instance.identifier)],
                                  help: "CPU time (user and system) used by the plugin's workers, all of them over the supervisor's life.")
         }.increment(by: Double(delta) / 1_000_000)
+        mirror?.addCPU(plugin: instance.identifier, seconds: Double(delta) / 1_000_000)
+    }
+
+    /// Brings the program's backend up to date (`mirror`): every second, from `Health`.
+    func flushMirror() {
+        guard let mirror else { return }
+        for record in table.all {
+            let id = record.identifier
+            mirror.set("plugin_up", [("plugin", id)], to: record.phase == .running ? 1 : 0)
+            var resident = 0
+            if let instance = record.instance, !instance.phase.hasExited {
+                resident = instance.memory.resident
+                if let total = Self.cpuMicroseconds(pid: instance.pid) { addCPU(instance, total: total) }
+            }
+            mirror.set("plugin_resident_memory_bytes", [("plugin", id)], to: Double(resident))
+        }
+        for calls in calls.values { mirror.export(calls) }
     }
 
     static let ticksPerSecond = Int64(sysconf(Int32(_SC_CLK_TCK)))
@@ -167,6 +192,8 @@ final class CallMetrics: @unchecked Sendable {
     // @unchecked: used only on the supervisor's event loop.
     let plugin: String
     private let counters: [Counter]
+    /// The plugin's duration timer in the program's swift-metrics backend (embedded only).
+    var timer: (any TimerHandler)?
     private var exported = [Int](repeating: 0, count: CallHop.Outcome.allCases.count)
 
     /// One allocation for every number the call path touches, so counting is plain stores: no
@@ -208,7 +235,11 @@ final class CallMetrics: @unchecked Sendable {
         slots[Self.bucketsAt + CallHop.bucket(ofNanoseconds: nanoseconds)] &+= 1
         slots[Self.sumAt] &+= nanoseconds
         slots[Self.observedAt] &+= 1
+        timer?.recordNanoseconds(nanoseconds)
     }
+
+    /// Requests counted so far that ended as `outcome`.
+    func count(of outcome: CallHop.Outcome) -> Int64 { slots[Self.countsAt + outcome.index] }
 
     /// Calls a caller's worker counted over a peer link (`linkCalls`), checked (`Tally.problem`).
     func add(_ calls: CallHop.Tally) {

@@ -1,11 +1,19 @@
 import NIOCore
 import PluginProtocol
 
-/// Writes frames to channels and flushes each channel once per read batch (or once per timer
-/// tick), so a burst of routed frames costs one syscall per peer rather than one per frame.
+/// Writes frames to channels and flushes each channel once per turn of the event loop: the first
+/// write of a turn schedules the one flush, which runs after the turn's reads (every channel's read
+/// batch) and timers, so a burst of routed frames costs one syscall per peer rather than one per
+/// frame, and no code path has to remember to flush.
 final class Outbox: @unchecked Sendable {
     // @unchecked: used only on the supervisor's event loop.
+    private let loop: EventLoop
     private var dirty: [ObjectIdentifier: Channel] = [:]
+    private var flushScheduled = false
+
+    init(loop: EventLoop) {
+        self.loop = loop
+    }
 
     /// A frame encoder writing straight into a buffer of `channel`'s allocator: the bytes built are
     /// the bytes sent.
@@ -17,6 +25,10 @@ final class Outbox: @unchecked Sendable {
     func write(_ frame: ByteBuffer, to channel: Channel) {
         channel.write(frame, promise: nil)
         dirty[ObjectIdentifier(channel)] = channel
+        if !flushScheduled {
+            flushScheduled = true
+            loop.execute { self.flush() }
+        }
     }
 
     /// Queues a frame built elsewhere (e.g. by Codable) on `channel`.
@@ -26,7 +38,17 @@ final class Outbox: @unchecked Sendable {
         write(buffer, to: channel)
     }
 
-    func flush() {
+    /// A last frame, then the end: written and flushed now with whatever was queued for `channel`
+    /// (the turn's flush would come after the close), then the channel is closed.
+    func writeAndClose(_ frame: ByteBuffer, to channel: Channel) {
+        dirty[ObjectIdentifier(channel)] = nil
+        channel.writeAndFlush(frame, promise: nil)
+        channel.close(promise: nil)
+    }
+
+    /// The one flush of a turn (scheduled by its first write).
+    private func flush() {
+        flushScheduled = false
         guard !dirty.isEmpty else { return }
         for channel in dirty.values { channel.flush() }
         dirty.removeAll(keepingCapacity: true)

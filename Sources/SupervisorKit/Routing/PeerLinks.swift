@@ -101,7 +101,6 @@ extension Router {
             frame.uint("link", link.number)
             outbox.write(frame.finish(), to: channel)
         }
-        outbox.flush()
     }
 
     /// The caller gave the link back (or cannot any more).

@@ -252,7 +252,6 @@ final class Router: SupervisorComponent, @unchecked Sendable {
             settled(request, .unavailable, by: instance)
             answer(request.origin, error: ErrorBody(.unavailable, "\(reason) before answering \(request.what)"))
         }
-        outbox.flush()
     }
 
     /// Fails requests whose deadline has passed with `timeout`, and tells their plugin to `cancel`.
@@ -269,7 +268,6 @@ final class Router: SupervisorComponent, @unchecked Sendable {
                 if request.what != PeerLink.unlinkRequest { sendCancel(id, to: instance) }
             }
         }
-        outbox.flush()
     }
 
     /// The caller of requests in flight went away (client disconnected, calling worker died):
@@ -278,7 +276,6 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         for (_, entry) in entries where entry.callee.pending.removeValue(forKey: entry.id) != nil {
             sendCancel(entry.id, to: entry.callee)
         }
-        outbox.flush()
     }
 
     private func sendCancel(_ id: UInt64, to instance: WorkerInstance) {
@@ -338,7 +335,6 @@ final class Router: SupervisorComponent, @unchecked Sendable {
                 if remaining == 0 { done(delivered.sorted(), failed) }
             }
         }
-        outbox.flush()
     }
 
     func broadcastFromSignal(_ event: EventName) {
@@ -363,6 +359,5 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         frame.uint("total", UInt64(max(0, total)))
         if let message { frame.string("message", message) }
         outbox.write(frame.finish(), to: connection.channel)
-        outbox.flush()
     }
 }

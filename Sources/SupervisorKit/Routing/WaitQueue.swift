@@ -57,7 +57,6 @@ extension Router {
                 }
             }
         }
-        outbox.flush()
     }
 
     /// Every 10 ms (with the deadlines of forwarded requests): a waiting request past its deadline
@@ -89,7 +88,6 @@ extension Router {
             }
             record.waiting = kept
         }
-        outbox.flush()
     }
 }
 
@@ -99,7 +97,6 @@ extension Router {
     func forget(_ record: PluginRecord, because reason: String) {
         failWaiting(record, because: reason)
         table.remove(record)
-        outbox.flush()
     }
 
     /// Everything waiting for `record` fails now with `unavailable: <reason>`.

@@ -49,10 +49,6 @@ final class WorkerHandler: ChannelInboundHandler {
         supervisor.router.workerFrame(instance, unwrapInboundIn(data))
     }
 
-    func channelReadComplete(context: ChannelHandlerContext) {
-        supervisor.outbox.flush()
-    }
-
     func channelInactive(context: ChannelHandlerContext) {
         supervisor.lifecycle.workerDisconnected(instance)
     }

@@ -1,0 +1,117 @@
+/* Descriptors between processes (SCM_RIGHTS, MSG_CTRUNC checked), the wake-up eventfd, and the
+ * supervisor's side of a seccomp filter's listener. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+/* ---- descriptor passing ---- */
+
+/* One sendmsg of `len` bytes with `fd` attached unless it is -1, retried on EINTR. */
+static long send_with_fd(int sock, int fd, const void *data, size_t len, int flags) {
+    struct iovec iov = { (void *)data, len };
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int))]; } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr msg = { 0 };
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (fd >= 0) {
+        msg.msg_control = control.buf;
+        msg.msg_controllen = sizeof control.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
+    for (;;) {
+        ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL | flags);
+        if (n >= 0) return (long)n;
+        if (errno != EINTR) return -errno;
+    }
+}
+
+/* One recvmsg of up to `len` bytes (retried on EINTR); *fd: the descriptor attached, else -1. */
+static long receive_with_fd(int sock, void *data, size_t len, int *fd, int flags) {
+    *fd = -1;
+    struct iovec iov = { data, len };
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int))]; } control;
+    struct msghdr msg = { 0 };
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof control.buf;
+    ssize_t n;
+    do { n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags); } while (n < 0 && errno == EINTR);
+    if (n < 0) return -errno;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
+            memcpy(fd, CMSG_DATA(c), sizeof(int));
+        }
+    }
+    return (long)n;
+}
+
+int cls_send_fd(int sock, int fd) {
+    char byte = 'L';
+    long n = send_with_fd(sock, fd, &byte, 1, 0);
+    return n == 1 ? 0 : (n < 0 ? (int)n : -EIO);
+}
+
+int cls_receive_fd(int sock, int *fd) {
+    char byte;
+    long n = receive_with_fd(sock, &byte, 1, fd, MSG_DONTWAIT);
+    if (n <= 0) return (int)n;
+    return *fd >= 0 ? 1 : -EBADMSG; /* a byte without a descriptor: not what a worker sends */
+}
+
+long cls_send_with_fd(int sock, int fd, const void *data, size_t len) {
+    return send_with_fd(sock, fd, data, len, MSG_DONTWAIT);
+}
+
+long cls_receive_with_fd(int sock, void *data, size_t len, int *fd) {
+    return receive_with_fd(sock, data, len, fd, 0);
+}
+
+int cls_wake_fd(void) {
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    return fd < 0 ? -errno : fd;
+}
+
+/* ---- seccomp user notification (the supervisor's side) ---- */
+
+int cls_seccomp_listener_state(int fd) {
+    struct pollfd p = { fd, POLLIN, 0 };
+    int n;
+    do { n = poll(&p, 1, 0); } while (n < 0 && errno == EINTR);
+    if (n < 0) return -errno;
+    if (p.revents & POLLIN) return 1;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return -EPIPE;
+    return 0;
+}
+
+int cls_seccomp_receive(int fd, cls_seccomp_notification *out) {
+    static __thread struct seccomp_notif *buffer;
+    static __thread size_t size;
+    if (!buffer) {
+        struct seccomp_notif_sizes sizes;
+        if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sizes) != 0) return -errno;
+        size = sizes.seccomp_notif > sizeof(struct seccomp_notif) ? sizes.seccomp_notif : sizeof(struct seccomp_notif);
+        buffer = calloc(1, size);
+        if (!buffer) return -ENOMEM;
+    }
+    memset(buffer, 0, size);
+    if (ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, buffer) != 0) return -errno;
+    out->id = buffer->id;
+    out->pid = buffer->pid;
+    out->nr = buffer->data.nr;
+    out->arch = buffer->data.arch;
+    for (int i = 0; i < 6; i++) out->args[i] = buffer->data.args[i];
+    return 0;
+}
+
+int cls_seccomp_respond_error(int fd, uint64_t id, int error) {
+    struct seccomp_notif_resp resp;
+    memset(&resp, 0, sizeof resp);
+    resp.id = id;
+    resp.error = -error;
+    return ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp) == 0 ? 0 : -errno;
+}
