@@ -6,6 +6,12 @@ import Protocol
 /// through the same checks as the control socket's and straight to the workers' sockets (one hop),
 /// events and host methods without a socket at all. Callable from any thread: everything is handed
 /// to the event loop.
+/// A request from the embedding program, waiting for the loop to take it.
+struct HostSubmission: Sendable {
+    let frame: [UInt8]
+    let request: HostRequest
+}
+
 extension Supervisor {
     /// A request in flight from the embedding program, to cancel it.
     public struct HostTicket: Sendable {
@@ -20,8 +26,25 @@ extension Supervisor {
     public func submit(_ frame: [UInt8], progress: (@Sendable (ProgressReport) -> Void)? = nil,
                        _ done: @escaping @Sendable (Result<[UInt8], ErrorBody>) -> Void) -> HostTicket {
         let request = HostRequest(progress: progress, done)
-        loop.execute { [self] in
-            frame.withUnsafeBytes { whole in
+        // Requests made while the loop has not yet taken the earlier ones join them: one task on the
+        // loop (and at most one wake-up) per batch, not per request.
+        let first = hostInbox.withLock { inbox in
+            inbox.append(HostSubmission(frame: frame, request: request))
+            return inbox.count == 1
+        }
+        if first { loop.execute { [self] in takeHostRequests() } }
+        return HostTicket(request: request)
+    }
+
+    /// Does the requests the program submitted since the last batch, on the loop.
+    private func takeHostRequests() {
+        let batch = hostInbox.withLock { inbox in
+            defer { inbox.removeAll(keepingCapacity: true) }
+            return inbox
+        }
+        for submission in batch {
+            let request = submission.request
+            submission.frame.withUnsafeBytes { whole in
                 let bytes = UnsafeRawBufferPointer(rebasing: whole[min(whole.count, Frame.headerSize)...])
                 let env: Envelope
                 do { env = try Envelope.parse(bytes, maxDepth: config.maxJSONDepth) } catch {
@@ -33,7 +56,6 @@ extension Supervisor {
                 control.handle(kind, env, bytes, origin: .host(request))
             }
         }
-        return HostTicket(request: request)
     }
 
     /// Gives up on a request: it fails with `error`, and a call already at its plugin is
