@@ -135,12 +135,13 @@ do {
         note("calls: an embedded PluginHost")
         rig.stop()
         let figures = try EmbeddedHostBench.run(rig: rig, calls: calls)
+        // Ratios only against what this run measured (`--only host` has no calls section).
         report.add("embedded host call p50 (task → worker → back, one hop)", figures.latency.median, "µs",
-                   baseline: ("1-hop echo p50", oneHopBaseline?.p50 ?? .nan))
+                   baseline: oneHopBaseline.map { ("1-hop echo p50", $0.p50) })
         report.add("embedded host call p99", figures.latency.percentile(0.99), "µs")
         for c in [1, 16, 64] {
             report.add("embedded host call throughput, \(c) in flight", figures.throughput[c]!, "/s",
-                       baseline: ("host calls through the supervisor", c == 64 ? (supervisorThroughput64 ?? .nan) : .nan))
+                       baseline: c == 64 ? supervisorThroughput64.map { ("host calls through the supervisor", $0) } : nil)
         }
         report.add("embedded host: this process's CPU per call, 64 in flight", figures.hostCPUPerCall64, "µs")
     }
