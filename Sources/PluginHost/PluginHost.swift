@@ -4,7 +4,6 @@ import PluginProtocol
 import Protocol
 import ServiceLifecycle
 import SupervisorKit
-import Synchronization
 
 /// The supervisor inside a Swift program (SPEC §12), as go-plugin's host and ELMaestro's supervisor
 /// live inside theirs: the same plugins, sandbox, restarts and installs as `supervisor start`, with
@@ -29,7 +28,7 @@ public final class PluginHost: Service, Sendable {
     public let configuration: Configuration
     private let supervisor: Supervisor
     private let logger: Logger
-    private let phase = Mutex(Phase.idle)
+    private let phase = Locked(Phase.idle)
     /// Settled when every startable plugin has started (or the host failed or stopped first).
     private let ready = Signal<Result<Void, ErrorBody>>()
     /// Settled when `run` has ended (every worker stopped).
@@ -263,7 +262,7 @@ public final class PluginHost: Service, Sendable {
     /// One request, answered once; the task's cancellation gives it up (and cancels its call at
     /// the plugin).
     private func request(_ frame: [UInt8], progress: (@Sendable (ProgressReport) -> Void)? = nil) async throws -> [UInt8] {
-        let ticket = Mutex<TicketState>(.waiting)
+        let ticket = Locked<TicketState>(.waiting)
         let supervisor = self.supervisor
         let result: Result<[UInt8], ErrorBody> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
@@ -323,9 +322,10 @@ public struct HostEvents: AsyncSequence, Sendable {
     }
 }
 
-/// A value set once that any number of tasks wait for.
+/// A value set once that any number of tasks wait for. Its lock is a pthread mutex (`Locked`), which
+/// the thread sanitizer sees, unlike the contended path of Synchronization's `Mutex`.
 final class Signal<Value: Sendable>: Sendable {
-    private let state = Mutex<(value: Value?, waiters: [CheckedContinuation<Value, Never>])>((nil, []))
+    private let state = Locked<(value: Value?, waiters: [CheckedContinuation<Value, Never>])>((nil, []))
 
     /// The first value given wins; later ones are ignored.
     func settle(_ value: Value) {

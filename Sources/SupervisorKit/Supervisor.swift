@@ -45,7 +45,7 @@ public final class Supervisor: @unchecked Sendable {
     /// What happens to plugins, for the programs that listen (SPEC §12 events).
     let events: EventHub
     /// Requests the embedding program submitted that the loop has not taken yet (Host/Embedding.swift).
-    let hostInbox = Mutex<[HostSubmission]>([])
+    let hostInbox = Locked<[HostSubmission]>([])
     /// The methods the embedding program provides to plugins (`@host`, SPEC §12).
     private(set) var hostMethods: HostMethods!
     /// systemd's notify protocol, when started by systemd with `Type=notify` (else nil).

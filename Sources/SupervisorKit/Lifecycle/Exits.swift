@@ -76,11 +76,12 @@ extension Lifecycle {
             instance.killReason = (.memoryLimit, "the kernel's OOM killer ended it at its cgroup's memory limit of \(hardLimit >> 20) MiB")
         }
         // Its group goes once whatever follows (a restart) is under way: removing a v1 memory
-        // group can hold the loop for a millisecond, and nothing below needs it gone.
-        if let group = instance.cgroup {
-            instance.cgroup = nil
-            loop.execute { group.remove() }
-        }
+        // group can hold the loop for a millisecond, and nothing below needs it gone. Scheduled as
+        // this function ends, so the turn's flush (the restart's `load` to a standby, scheduled by
+        // its write below) goes first.
+        let group = instance.cgroup
+        instance.cgroup = nil
+        defer { if let group { loop.execute { group.remove() } } }
         // SPEC §5: the worker's private temporary folder is emptied when it ends.
         FileSystem.removeTree(instance.temporaryFolder)
         // A standby that ended before it was taken (its sandbox failed, say): the restart, if one
