@@ -1,32 +1,16 @@
 /* plugin-forkserver: the thread ids its main thread keeps in memory, found after the preload
    and cleared in each child (see main.c for the server itself). */
 #define _GNU_SOURCE
-#include "fork_server_protocol.h"
-#include "linux_support.h"
+#include "thread_ids.h"
 #include <dlfcn.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
-#include <sched.h>
-#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <poll.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
-#include <time.h>
+#include <sys/types.h>
 #include <unistd.h>
-
-#ifndef CLONE_NEWUSER
-#define CLONE_NEWUSER 0x10000000
-#endif
-#ifndef CLONE_NEWPID
-#define CLONE_NEWPID 0x20000000
-#endif
-#include "thread_ids.h"
 
 /* ---- thread ids kept in memory ----
 
