@@ -38,6 +38,8 @@ public final class PluginHost: Service, Sendable {
         case idle
         case running
         case stopped
+        /// `shutdown()` came first: `run` returns at once.
+        case stoppedBeforeRun
     }
 
     public init(configuration: Configuration, logger: Logger) {
@@ -53,15 +55,19 @@ public final class PluginHost: Service, Sendable {
     // MARK: Running
 
     /// Starts the plugins and serves until `shutdown()`, the group's graceful shutdown, or this
-    /// task's cancellation; returns once every worker has stopped. Throws when the host cannot
-    /// start at all (its home is another supervisor's, its control socket is taken, …).
+    /// task's cancellation; returns once every worker has stopped (at once when `shutdown()` came
+    /// first). Throws when the host cannot start at all (its home is another supervisor's, its
+    /// control socket is taken, …), or when it has run already.
     public func run() async throws {
-        let first = phase.withLock { phase in
-            guard case .idle = phase else { return false }
-            phase = .running
-            return true
+        let before = phase.withLock { phase in
+            defer { if case .idle = phase { phase = .running } }
+            return phase
         }
-        guard first else { throw ErrorBody(.badRequest, "this PluginHost has run already; make a new one") }
+        switch before {
+        case .idle: break
+        case .stoppedBeforeRun: return
+        case .running, .stopped: throw ErrorBody(.badRequest, "this PluginHost has run already; make a new one")
+        }
         let supervisor = self.supervisor
         try await withGracefulShutdownHandler {
             try await withTaskCancellationHandler {
@@ -111,7 +117,7 @@ public final class PluginHost: Service, Sendable {
     public func shutdown() async {
         let wasIdle = phase.withLock { phase in
             guard case .idle = phase else { return false }
-            phase = .stopped
+            phase = .stoppedBeforeRun
             return true
         }
         if wasIdle {

@@ -165,6 +165,9 @@ public final class Supervisor: @unchecked Sendable {
         } catch {
             throw .home(config.home, "the event loop failed: \(error)")
         }
+        // A shutdown asked for before the socket was bound (an embedded host stopped right after
+        // `run`) finished without it: the socket closes, and its file goes, here.
+        _ = try? loop.flatSubmit { self.control.close() }.wait()
     }
 
     func prepareHome() throws(SupervisorError) {

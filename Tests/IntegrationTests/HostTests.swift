@@ -190,6 +190,7 @@ struct HostTests {
         let never = PluginHost(configuration: configuration, logger: Logger(label: "host-test"))
         await never.shutdown()
         await #expect(throws: ErrorBody.self) { try await never.waitUntilReady() }
+        try await never.run()  // returns at once: it was shut down first
         let host = PluginHost(configuration: configuration, logger: Logger(label: "host-test"))
         let running = Task { try await host.run() }
         try await waitUntil("the slow plugin to be starting") { (try? await host.status())?.first?.state == "starting" }
@@ -202,6 +203,24 @@ struct HostTests {
         await #expect(throws: ErrorBody.self) { try await host.waitUntilReady() }
         await #expect(throws: ErrorBody.self) { try await host.run() }
         await host.shutdown()
+    }
+
+    @Test("a shutdown right after run starts (before any plugin was loaded) ends run cleanly: no worker and no socket file left")
+    func shutdownRightAway() async throws {
+        let w = try TestWorld()
+        try w.bundle("h.quick")
+        let host = PluginHost(configuration: .init(pluginFolders: [w.plugins], home: w.home), logger: Logger(label: "host-test"))
+        let running = Task { try await host.run() }
+        await host.shutdown()
+        try await running.value
+        #expect(!FileManager.default.fileExists(atPath: w.home + "/supervisor.sock"))
+        // Whatever started meanwhile has stopped: a new host on the same home starts and stops.
+        let again = PluginHost(configuration: .init(pluginFolders: [w.plugins], home: w.home), logger: Logger(label: "host-test"))
+        let second = Task { try await again.run() }
+        try await again.waitUntilReady()
+        #expect(try await again.call("h.quick", "ping", as: Int.self) == 1)
+        await again.shutdown()
+        try await second.value
     }
 
     @Test("in a ServiceGroup the host starts with the group and its graceful shutdown stops the plugins in reverse dependency order")

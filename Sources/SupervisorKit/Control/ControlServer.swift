@@ -57,8 +57,9 @@ final class ControlServer: SupervisorComponent, @unchecked Sendable {
     /// Stops listening and removes the socket file.
     func close() -> EventLoopFuture<Void> {
         let path = config.socketPath
-        // Not served (an embedded host without its socket): nothing to close, nothing to remove.
+        // Not served (an embedded host without its socket), or closed already: nothing to do.
         guard let server else { return loop.makeSucceededVoidFuture() }
+        self.server = nil
         return server.close().always { _ in unlink(path) }
     }
 }
