@@ -120,8 +120,9 @@ struct ZeroDropTests {
         #expect(reload.code == 0 && reload.out.contains(#""changed":1"#), "\(reload.out)\(reload.err)")
         #expect(try sv.plugin("z.one").version == "1.0.1")
         try sv.waitUntil("calls after the reload") { callers.tally.seen.ok > before + 50 }
+        // Calls flowed throughout: 50 more were answered after each step (the waits above). A total
+        // count is no measure of it: the faster the restarts, the fewer calls fit in the test.
         try callers.stopExpectingNoFailure(sv)
-        #expect(callers.tally.seen.ok > 400)
     }
 
     @Test("an update under load starts the new version beside the old one, which serves every call until the new one runs; no call is lost, through the supervisor or over a dependent's peer link")

@@ -74,7 +74,6 @@ final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
     let connection: ControlConnection
     static let idleTimeout = TimeAmount.seconds(10)
     var idleCheck: Scheduled<Void>?
-    var lastRead = NIODeadline.now()
 
     init(supervisor: Supervisor, connection: ControlConnection) {
         self.supervisor = supervisor
@@ -116,7 +115,7 @@ final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
 
     private func scheduleIdleCheck(_ loop: EventLoop, _ channel: Channel) {
         idleCheck = loop.scheduleTask(in: Self.idleTimeout) { [self] in
-            if NIODeadline.now() - lastRead >= Self.idleTimeout, connection.outstanding == 0, !connection.closed {
+            if NIODeadline.now() - connection.lastActivity >= Self.idleTimeout, connection.outstanding == 0, !connection.closed {
                 supervisor.logger.debug("dropping an idle control client")
                 Self.refuse(connection)
             } else if !connection.closed {
@@ -127,7 +126,7 @@ final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         // Only whole frames count as activity: a client trickling half a frame is still idle.
-        lastRead = .now()
+        connection.lastActivity = .now()
         guard !connection.closed else { return }
         supervisor.control.request(connection, unwrapInboundIn(data))
     }

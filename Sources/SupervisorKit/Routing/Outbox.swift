@@ -50,8 +50,12 @@ final class Outbox: @unchecked Sendable {
     private func flush() {
         flushScheduled = false
         guard !dirty.isEmpty else { return }
-        for channel in dirty.values { channel.flush() }
-        dirty.removeAll(keepingCapacity: true)
+        // Taken out before flushing: a flush can run handlers at once (a client's socket becomes
+        // writable again, the handler reads, a request is routed and written), and what they write
+        // goes into a fresh set with a flush of its own, instead of being wiped with this one.
+        let channels = dirty
+        dirty = [:]
+        for channel in channels.values { channel.flush() }
     }
 
     /// Outbound buffering per channel before it counts as not writable (back-pressure).

@@ -148,7 +148,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         settled(request, env.error == nil ? .ok : .error, by: instance)
         switch request.origin {
         case .client(let connection, let clientID):
-            connection.outstanding -= 1
+            connection.answered()
             connection.inFlight[clientID] = nil
             guard !connection.closed else { return true }
             outbox.write(replyFrame(id: clientID, env, bytes, for: connection.channel), to: connection.channel)
@@ -205,7 +205,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
     func answer(_ origin: ReplyOrigin, error: ErrorBody) {
         switch origin {
         case .client(let connection, let id):
-            connection.outstanding -= 1
+            connection.answered()
             connection.inFlight[id] = nil
             guard !connection.closed else { return }
             outbox.write(errorFrame(id: id, error, for: connection.channel), to: connection.channel)
@@ -226,7 +226,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
             let result = try make()
             if case .host(let request) = origin { return request.settle(.success(result)) }
             guard case .client(let connection, let id) = origin else { return }
-            connection.outstanding -= 1
+            connection.answered()
             guard !connection.closed else { return }
             var frame = outbox.encoder(.reply, for: connection.channel, capacity: result.count)
             frame.uint("id", id)

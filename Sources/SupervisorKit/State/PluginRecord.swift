@@ -332,6 +332,16 @@ final class ControlConnection: @unchecked Sendable {
     var closed = false
     /// Requests of this client still waiting for an answer.
     var outstanding = 0
+    /// When it last sent a whole frame or was last answered: a client is idle only when neither
+    /// happened for the idle timeout (an answer written in the same turn as the idle check must
+    /// not be dropped with the connection).
+    var lastActivity = NIODeadline.now()
+
+    /// One of its requests was answered.
+    func answered() {
+        outstanding -= 1
+        lastActivity = .now()
+    }
     /// Its forwarded calls in flight: its id → (the callee, the callee's id), cancelled if it goes away.
     var inFlight: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
 
