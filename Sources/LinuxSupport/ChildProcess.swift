@@ -213,32 +213,32 @@ public enum Spawner {
 /// polling, no SIGCHLD, no wait for "any child"), reaping each with waitid(P_PIDFD) and its rusage.
 /// The callback runs on that thread; the supervisor hands it straight to its event loop.
 public final class ChildWatcher: Sendable {
-    private let epoll: Int32
+    private let epoll: EpollSet
     private let watched = Locked<[Int32: (ChildProcess, @Sendable (ChildExit) -> Void)]>([:])
 
     public init() throws(SystemError) {
-        let fd = cls_epoll_create()
-        if fd < 0 { throw SystemError(call: "epoll_create1", errno: -fd) }
-        epoll = fd
+        epoll = try EpollSet()
         Threads.start(name: "child-watcher") { [self] in run() }
     }
+
+    /// Ends the watching thread (the supervisor has stopped; children not reaped by then are
+    /// reported no more).
+    public func stop() { epoll.stop() }
 
     /// Calls `onExit` once `child` has ended and been reaped.
     public func watch(_ child: ChildProcess, onExit: @escaping @Sendable (ChildExit) -> Void) throws(SystemError) {
         watched.withLock { $0[child.pidfd] = (child, onExit) }
-        let rc = cls_epoll_add(epoll, child.pidfd)
+        let rc = epoll.add(child.pidfd)
         if rc < 0 {
             watched.withLock { _ = $0.removeValue(forKey: child.pidfd) }
             throw SystemError(call: "epoll_ctl(EPOLL_CTL_ADD)", errno: -rc, context: "pid \(child.pid)")
         }
     }
 
-    private func run() -> Never {
+    private func run() {
         var ready = [Int32](repeating: -1, count: 16)
-        while true {
-            let n = ready.withUnsafeMutableBufferPointer { cls_epoll_wait(epoll, $0.baseAddress, Int32($0.count)) }
-            guard n > 0 else { continue }
-            for i in 0..<Int(n) {
+        while let n = epoll.wait(into: &ready) {
+            for i in 0..<n {
                 let fd = ready[i]
                 guard let (child, onExit) = watched.withLock({ $0[fd] }) else { continue }
                 let exit: ChildExit
@@ -249,7 +249,7 @@ public final class ChildWatcher: Sendable {
                     // Reaped by someone else (it cannot be by us): report it ended, cause unknown.
                     exit = ChildExit(pid: child.pid, code: 255, signaled: false)
                 }
-                _ = cls_epoll_remove(epoll, fd)
+                epoll.remove(fd)
                 watched.withLock { _ = $0.removeValue(forKey: fd) }
                 onExit(exit)
             }

@@ -44,15 +44,17 @@ public final class SeccompNotifier: Sendable {
         let isListener: Bool
     }
 
-    private let epoll: Int32
+    private let epoll: EpollSet
     private let registered = Locked<[Int32: Registration]>([:])
 
     public init() throws(SystemError) {
-        let fd = cls_epoll_create()
-        if fd < 0 { throw SystemError(call: "epoll_create1", errno: -fd) }
-        epoll = fd
+        epoll = try EpollSet()
         Threads.start(name: "seccomp-notify") { [self] in run() }
     }
+
+    /// Ends the answering thread and closes what it still holds (the supervisor has stopped: every
+    /// worker has been reaped).
+    public func stop() { epoll.stop() }
 
     /// Takes `channel` (the parent's end of the socket the worker sends its listener on) and answers
     /// the calls of `process`'s filter with `answer`.
@@ -64,7 +66,7 @@ public final class SeccompNotifier: Sendable {
 
     private func add(_ fd: Int32, _ registration: Registration) throws(SystemError) {
         registered.withLock { $0[fd] = registration }
-        let rc = cls_epoll_add(epoll, fd)
+        let rc = epoll.add(fd)
         if rc < 0 {
             drop(fd)
             throw SystemError(call: "epoll_ctl(EPOLL_CTL_ADD)", errno: -rc, context: "pid \(registration.process.pid)")
@@ -72,18 +74,16 @@ public final class SeccompNotifier: Sendable {
     }
 
     private func drop(_ fd: Int32) {
-        _ = cls_epoll_remove(epoll, fd)
+        epoll.remove(fd)
         registered.withLock { _ = $0.removeValue(forKey: fd) }
         _ = Glibc.close(fd)
     }
 
-    private func run() -> Never {
+    private func run() {
         var ready = [Int32](repeating: -1, count: 32)
         var notification = cls_seccomp_notification()
-        while true {
-            let n = ready.withUnsafeMutableBufferPointer { cls_epoll_wait(epoll, $0.baseAddress, Int32($0.count)) }
-            guard n > 0 else { continue }
-            for i in 0..<Int(n) {
+        while let n = epoll.wait(into: &ready) {
+            for i in 0..<n {
                 let fd = ready[i]
                 guard let registration = registered.withLock({ $0[fd] }) else { continue }
                 if registration.isListener {
@@ -93,6 +93,8 @@ public final class SeccompNotifier: Sendable {
                 }
             }
         }
+        let left = registered.withLock { r in defer { r = [:] }; return Array(r.keys) }
+        for fd in left { _ = Glibc.close(fd) }
     }
 
     /// The channel is readable: the listener (or the end of the stream: a worker without one, or

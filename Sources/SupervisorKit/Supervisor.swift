@@ -113,6 +113,8 @@ public final class Supervisor: @unchecked Sendable {
         let error = SupervisorError.home(config.home, "the supervisor was closed")
         loop.execute { finished.fail(error) }
         group.shutdownGracefully { _ in }
+        // By now the fork server has ended too (it ends with its socket) and been reaped.
+        watcher?.stop()
     }
 
     private func serve(onReady: @escaping @Sendable (String) -> Void) throws(SupervisorError) {
@@ -145,8 +147,12 @@ public final class Supervisor: @unchecked Sendable {
                 logger.warning("cannot answer for the workers' seccomp filters (\(error)): violations are named by the workers, denials are not counted")
             }
         }
-        // Every worker has been reaped by the time `serve` returns: their groups are empty.
-        defer { cgroups?.removeAll() }
+        // Every worker has been reaped by the time `serve` returns: their groups are empty, and the
+        // watcher threads have nothing left to watch (an embedded host's program goes on without them).
+        defer {
+            cgroups?.removeAll()
+            notifier?.stop()
+        }
         if config.handlesSignals {
             LifecycleSignals.startRelay { [self] signal in loop.execute { self.handleSignal(signal) } }
         }

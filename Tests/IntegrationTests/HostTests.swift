@@ -223,6 +223,26 @@ struct HostTests {
         try await second.value
     }
 
+    @Test("a host that has stopped and is released leaves none of its threads in the program (child watcher, seccomp answers, event loop)")
+    func nothingLeftBehind() async throws {
+        func threads() -> [String] {
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+            return tasks.compactMap { try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8) }
+                .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+                .filter { ["child-watcher", "seccomp-notify"].contains($0) || $0.hasPrefix("NIO-ELT") }
+        }
+        let before = threads().count
+        do {
+            let w = try TestWorld()
+            try w.bundle("h.gone")
+            let (host, running) = try await Self.start(w)
+            #expect(threads().count > before)
+            await host.shutdown()
+            try await running.value
+        }
+        try await waitUntil("the host's threads to end") { threads().count == before }
+    }
+
     @Test("in a ServiceGroup the host starts with the group and its graceful shutdown stops the plugins in reverse dependency order")
     func serviceGroup() async throws {
         let w = try TestWorld()
