@@ -83,12 +83,16 @@ struct HostTests {
         try w.bundle("h.allowed", extra: ["permissions": ["host.call:greet", "host.call:fail", "host.call:hang", "host.call:missing"]])
         try w.bundle("h.all", extra: ["permissions": ["host.call:*"]])
         try w.bundle("h.none")
-        let (host, running) = try await Self.start(w) { $0.callTimeoutMs = 800 }
+        let (host, running) = try await Self.start(w) {
+            $0.callTimeoutMs = 800
+            $0.maxFrameBytes = 1 << 20
+        }
         struct Name: Codable, Sendable { var name: String }
         struct Broken: Error {}
         let hung = Atomic<Int>(0)
         let cancelled = Atomic<Int>(0)
         host.method("greet") { (p: Name) in "hello \(p.name)" }
+        host.method("huge") { (_: String?) in String(repeating: "x", count: 2 << 20) }
         host.method("fail") { (_: String?) -> String in throw Broken() }
         host.method("hang") { (_: String?) -> String in
             hung.add(1, ordering: .relaxed)
@@ -115,6 +119,11 @@ struct HostTests {
         #expect(await code { try await viaPlugin("h.allowed", "fail") } == "pluginError")
         #expect(await code { try await viaPlugin("h.allowed", "greet", "not an object") } == "badRequest")
         #expect(await code { try await viaPlugin("h.allowed", "hang") } == "timeout")
+        // An answer over the frame limit is the host method's error; the plugin's worker lives on.
+        let pid = try await host.status().first { $0.identifier == "h.all" }?.pid
+        #expect(await code { try await viaPlugin("h.all", "huge") } == "pluginError")
+        #expect(try await host.status().first { $0.identifier == "h.all" }?.pid == pid)
+        #expect(try await viaPlugin("h.all", "greet", Name(name: "still")) == "hello still")
         try await waitUntil("the hung handler to be cancelled") { cancelled.load(ordering: .relaxed) == 1 }
         // 80 at once from one plugin: the host runs at most 64, the rest are refused at once.
         let codes = await withTaskGroup(of: String?.self) { group in

@@ -105,6 +105,12 @@ final class HostMethods: SupervisorComponent, @unchecked Sendable {
         if outcome == .timeout { call.task?.cancel() }
         supervisor.metrics.calls(Self.target).record(outcome, nanoseconds: (NIODeadline.now() - call.started).nanoseconds)
         guard let channel = caller.channel else { return }
+        // The program's answer must fit in one frame to the worker (which would take a larger one
+        // as a protocol violation and end): too large is the host method's error, not the plugin's end.
+        var result = result
+        if case .success(let json) = result, json.count + 64 > config.maxFrameBytes {
+            result = .failure(ErrorBody(.pluginError, "the host's \(call.method) answered \(json.count) bytes, over the frame limit of \(config.maxFrameBytes) (maxFrameBytes)"))
+        }
         switch result {
         case .success(let json):
             var frame = outbox.encoder(.reply, for: channel, capacity: json.count + 32)
