@@ -43,7 +43,7 @@ public enum Threads {
             cls_set_thread_name(name)
             run()
         }
-        final class Box: @unchecked Sendable {  // handed to exactly one new thread, read once there
+        final class Box: Sendable {  // handed to exactly one new thread, read once there
             let body: @Sendable () -> Void
             init(_ body: @escaping @Sendable () -> Void) { self.body = body }
         }

@@ -67,32 +67,35 @@ extension SupervisorClient.Failure {
     var isUnreachable: Bool { if case .unreachable = self { return true } else { return false } }
 }
 
-/// Shows install progress: a bar redrawn in place on a terminal, plain lines otherwise.
-final class ProgressDisplay: @unchecked Sendable {
+/// Shows install progress: a bar redrawn in place on a terminal, plain lines otherwise. Called from
+/// the client's reading thread; the last stage shown is behind a lock.
+final class ProgressDisplay: Sendable {
     let terminal = isatty(2) == 1
-    var lastStage = ""
+    private let lastStage = Locked("")
 
     func show(_ p: ProgressReport) {
         let label = p.message.map { "\(p.stage) \($0)" } ?? p.stage
-        if terminal {
-            var line = label
-            if p.total > 0 {
-                let width = 30
-                let filled = Int(Double(width) * Double(p.done) / Double(p.total))
-                line += " [" + String(repeating: "#", count: min(width, filled)) + String(repeating: " ", count: max(0, width - filled)) + "]"
-                line += " \(p.done >> 10)/\(p.total >> 10) KiB"
-            } else if p.done > 0 {
-                line += " \(p.done >> 10) KiB"
+        lastStage.withLock { lastStage in
+            if terminal {
+                var line = label
+                if p.total > 0 {
+                    let width = 30
+                    let filled = Int(Double(width) * Double(p.done) / Double(p.total))
+                    line += " [" + String(repeating: "#", count: min(width, filled)) + String(repeating: " ", count: max(0, width - filled)) + "]"
+                    line += " \(p.done >> 10)/\(p.total >> 10) KiB"
+                } else if p.done > 0 {
+                    line += " \(p.done >> 10) KiB"
+                }
+                StandardError.write("\r\u{1B}[K" + line)
+            } else if label != lastStage {
+                StandardError.write(label + "\n")
             }
-            StandardError.write("\r\u{1B}[K" + line)
-        } else if label != lastStage {
-            StandardError.write(label + "\n")
+            lastStage = label
         }
-        lastStage = label
     }
 
     func finish() {
-        if terminal && !lastStage.isEmpty { StandardError.write("\r\u{1B}[K") }
+        if terminal && !lastStage.withLock({ $0 }).isEmpty { StandardError.write("\r\u{1B}[K") }
     }
 }
 

@@ -14,49 +14,25 @@ import Synchronization
 /// events between the CLI and the plugins and between plugins, restarts crashed workers and shuts
 /// everything down in reverse order (docs/architecture.md).
 ///
-/// It is made of components, each a file or folder here, that share one event loop (`loop`):
-/// `PluginTable` (State/) owns the plugins and their workers; `Lifecycle` starts, restarts and stops
-/// them; `Router` moves frames; `Health` runs the timers; `Installs` talks to the installer
-/// process; `ControlServer` serves the CLI. Everything they mutate is confined to that loop; other
-/// threads (the child watcher, the seccomp notifier, the signal thread, the install queue) hand their results to it with
-/// `loop.execute`. That keeps the routing path free of locks.
-public final class Supervisor: @unchecked Sendable {
-    // @unchecked: the `let`s are immutable; everything mutable belongs to `loop` (see above).
+/// This is its public face, callable from any thread: it holds only values that are `Sendable`
+/// (the configuration, the event loop, two locked inboxes) and the `Engine`, the loop's own part,
+/// in a `NIOLoopBound` that only the loop can open. Whatever the program asks is handed to the loop;
+/// the routing path has no lock.
+public final class Supervisor: Sendable {
     public let config: SupervisorConfig
     let logger: Logger
     let group: MultiThreadedEventLoopGroup
     let loop: EventLoop
-    let table: PluginTable
-    let outbox: Outbox
-    /// Preflight workers of installs: refused on the control socket like any worker. Written by the
-    /// install queue, read on the loop, hence the lock.
+    /// The components and the state they change (Engine.swift).
+    let engine: NIOLoopBound<Engine>
+    /// Preflight workers of installs (shared with the engine, which reads it on the loop).
     let preflightPIDs = Locked<Set<pid_t>>([])
-    /// Folders of the Swift runtime the workers map (read-only in their sandbox).
-    let runtimePaths: [String]
-    /// This process's network namespace (WorkerSpec.hostNetworkNamespace).
-    let networkNamespace = ProcessControl.networkNamespace()
-
-    private(set) var router: Router!
-    private(set) var lifecycle: Lifecycle!
-    private(set) var health: Health!
-    private(set) var installs: Installs!
-    private(set) var control: ControlServer!
-    private(set) var metrics: Metrics!
-    /// What happens to plugins, for the programs that listen (SPEC §12 events).
-    let events: EventHub
     /// Requests the embedding program submitted that the loop has not taken yet (Host/Embedding.swift).
     let hostInbox = Locked<[HostSubmission]>([])
-    /// The methods the embedding program provides to plugins (`@host`, SPEC §12).
-    private(set) var hostMethods: HostMethods!
-    /// systemd's notify protocol, when started by systemd with `Type=notify` (else nil).
-    private(set) var systemd: SystemdNotify!
-    private(set) var watcher: ChildWatcher?
-    /// Answers for the workers' seccomp filters (nil where it could not start: workers then name
-    /// violations themselves, and denials go uncounted).
-    private(set) var notifier: SeccompNotifier?
-    /// Where each worker gets a control group of its own (nil without one: `cgroupsMissing` says why).
-    private(set) var cgroups: CgroupTree?
-    private(set) var cgroupsMissing = "sandbox switched off (--no-sandbox)"
+    /// Set while `run` serves: `close` stops it.
+    private let watcher = Locked<ChildWatcher?>(nil)
+    /// The shutdown promise's future: `run` waits on it.
+    private let finished: EventLoopFuture<Void>
 
     /// With `config.handlesSignals`, blocks the lifecycle signals first: every thread created from
     /// here on (NIO's included) inherits the mask, so the signals reach only the relay thread's
@@ -65,20 +41,20 @@ public final class Supervisor: @unchecked Sendable {
         if config.handlesSignals { LifecycleSignals.block() }
         self.config = config
         self.logger = logger
-        self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        self.group = group
         self.loop = group.next()
-        self.table = PluginTable(loop: loop)
-        self.outbox = Outbox(loop: loop)
-        self.runtimePaths = RuntimeFolders.current()
-        events = EventHub(loop: loop)
-        router = Router(self)
-        lifecycle = Lifecycle(self)
-        health = Health(self)
-        installs = Installs(self)
-        control = ControlServer(self)
-        metrics = Metrics(self)
-        hostMethods = HostMethods(self)
-        systemd = SystemdNotify(self, endpoint: .from(environment: ProcessEnvironment.all, pid: getpid()))
+        let paths = RuntimeFolders.current()
+        let namespace = ProcessControl.networkNamespace()
+        let preflight = preflightPIDs
+        // Made on its loop, where it stays.
+        let made = try! loop.submit {
+            let engine = Engine(config: config, logger: logger, group: group, preflightPIDs: preflight,
+                                runtimePaths: paths, networkNamespace: namespace)
+            return (engine.handOff(engine), engine.lifecycle.finished.futureResult)
+        }.wait()
+        engine = made.0
+        finished = made.1
     }
 
     /// Runs until shut down (SIGTERM, SIGINT, `supervisor stop`). Create the supervisor on the main
@@ -92,10 +68,11 @@ public final class Supervisor: @unchecked Sendable {
         } catch {
             // Nothing ran: settle the shutdown promise (and stop the loop), so the supervisor ends
             // with the error (exit 1) rather than a leaked promise.
-            _ = try? loop.submit { [self] in
+            _ = try? loop.submit { [engine] in
+                let lifecycle = engine.value.lifecycle!
                 _ = lifecycle.startShutdownPhase()
                 _ = lifecycle.endShutdownPhase()
-                events.finishAll()
+                engine.value.events.finishAll()
                 lifecycle.finished.fail(error)
             }.wait()
             if !keepingLoop { try? group.syncShutdownGracefully() }
@@ -109,12 +86,11 @@ public final class Supervisor: @unchecked Sendable {
     public func close() {
         // A supervisor that never ran still holds its unsettled shutdown promise (settling a
         // settled one does nothing).
-        let finished = lifecycle.finished
         let error = SupervisorError.home(config.home, "the supervisor was closed")
-        loop.execute { finished.fail(error) }
+        engine.execute { $0.lifecycle.finished.fail(error) }
         group.shutdownGracefully { _ in }
         // By now the fork server has ended too (it ends with its socket) and been reaped.
-        watcher?.stop()
+        watcher.withLock { $0 }?.stop()
     }
 
     private func serve(onReady: @escaping @Sendable (String) -> Void) throws(SupervisorError) {
@@ -123,8 +99,13 @@ public final class Supervisor: @unchecked Sendable {
         // The fork server first of all: it loads the worker's code (~3 ms) while the supervisor
         // takes its home, scans the plugin folders and binds its sockets (Lifecycle/WorkerStart.swift).
         // Should the home turn out to be another supervisor's, it ends with this process.
-        do { watcher = try ChildWatcher() } catch { throw .home(config.home, "cannot watch workers: \(error)") }
-        _ = try? loop.submit { self.lifecycle.startForkServer() }.wait()
+        let childWatcher: ChildWatcher
+        do { childWatcher = try ChildWatcher() } catch { throw .home(config.home, "cannot watch workers: \(error)") }
+        watcher.withLock { $0 = childWatcher }
+        onLoop {
+            $0.watcher = childWatcher
+            $0.lifecycle.startForkServer()
+        }
         try prepareHome()
         let lock: HomeLock
         do { lock = try HomeLock(home: config.home) } catch {
@@ -135,16 +116,22 @@ public final class Supervisor: @unchecked Sendable {
         }
         defer { withExtendedLifetime(lock) {} }
         // An install interrupted by a crash left its staging folder; the bundles are complete.
-        installs.store.cleanLeftovers()
+        onLoop { $0.installs.store.cleanLeftovers() }
+        var cgroups: CgroupTree?
+        var notifier: SeccompNotifier?
         if config.sandboxEnabled {
+            var missing = "switched off in the configuration (workerCgroups: false)"
             if config.workerCgroups {
-                (cgroups, cgroupsMissing) = CgroupTree.detect()
-            } else {
-                cgroupsMissing = "switched off in the configuration (workerCgroups: false)"
+                (cgroups, missing) = CgroupTree.detect()
             }
             if let cgroups { logger.debug("a cgroup \(cgroups.version.rawValue) group for each worker") }
             do { notifier = try SeccompNotifier() } catch {
                 logger.warning("cannot answer for the workers' seccomp filters (\(error)): violations are named by the workers, denials are not counted")
+            }
+            onLoop { [cgroups, notifier, missing] in
+                $0.cgroups = cgroups
+                $0.cgroupsMissing = missing
+                $0.notifier = notifier
             }
         }
         // Every worker has been reaped by the time `serve` returns: their groups are empty, and the
@@ -154,26 +141,32 @@ public final class Supervisor: @unchecked Sendable {
             notifier?.stop()
         }
         if config.handlesSignals {
-            LifecycleSignals.startRelay { [self] signal in loop.execute { self.handleSignal(signal) } }
+            LifecycleSignals.startRelay { [engine] signal in engine.execute { $0.handleSignal(signal) } }
         }
-        do { try loop.submit { self.lifecycle.loadPlugins() }.wait() } catch {
-            throw .home(config.home, "the event loop failed: \(error)")
+        onLoop { $0.lifecycle.loadPlugins() }
+        if config.servesControlSocket {
+            let server = try ControlServer.bind(config: config, group: group, engine: engine)
+            onLoop { $0.control.listening(on: server) }
         }
-        if config.servesControlSocket { try control.bind() }
-        let metricsServer = try MetricsServer.start(self)
+        let metricsServer = try MetricsServer.start(config: config, logger: logger, engine: engine)
         defer { metricsServer?.close(promise: nil) }
         do {
-            try loop.submit {
-                self.systemd.start()
-                self.lifecycle.startAll(onReady: onReady)
-            }.wait()
-            try lifecycle.finished.futureResult.wait()
+            onLoop {
+                $0.systemd.start()
+                $0.lifecycle.startAll(onReady: onReady)
+            }
+            try finished.wait()
         } catch {
             throw .home(config.home, "the event loop failed: \(error)")
         }
         // A shutdown asked for before the socket was bound (an embedded host stopped right after
         // `run`) finished without it: the socket closes, and its file goes, here.
-        _ = try? loop.flatSubmit { self.control.close() }.wait()
+        _ = try? loop.flatSubmit { [engine] in engine.value.control.close() }.wait()
+    }
+
+    /// Runs `body` on the loop with the engine and waits for it (only from another thread).
+    private func onLoop(_ body: @escaping @Sendable (Engine) -> Void) {
+        _ = try? loop.submit { [engine] in body(engine.value) }.wait()
     }
 
     func prepareHome() throws(SupervisorError) {
@@ -183,41 +176,6 @@ public final class Supervisor: @unchecked Sendable {
             throw .home(config.home, "\(error)")
         }
     }
-
-    /// SPEC §7: the signals sent to the supervisor's pid.
-    func handleSignal(_ signal: Int32) {
-        loop.preconditionInEventLoop()
-        switch signal {
-        case SIGTERM, SIGINT: lifecycle.shutdown(reason: LifecycleSignals.name(signal))
-        case SIGUSR1: router.broadcastFromSignal(.memoryWarning)
-        case SIGTSTP: router.broadcastFromSignal(.background)
-        case SIGCONT: router.broadcastFromSignal(.foreground)
-        case SIGHUP: lifecycle.reload { _ in }
-        default: break
-        }
-    }
-
-    /// Whether `pid` is one of our workers (they may never use the control socket).
-    func isWorker(pid: Int32) -> Bool { table.worker(pid: pid) != nil || preflightPIDs.withLock { $0.contains(pid) } }
-}
-
-/// A part of the supervisor. Components are created by `Supervisor.init`, live as long as it, and
-/// run only on its event loop (hence `@unchecked Sendable` on each: closures scheduled on the loop
-/// carry them back to it).
-protocol SupervisorComponent: AnyObject {
-    var supervisor: Supervisor { get }
-}
-
-extension SupervisorComponent {
-    var config: SupervisorConfig { supervisor.config }
-    var logger: Logger { supervisor.logger }
-    var loop: EventLoop { supervisor.loop }
-    var table: PluginTable { supervisor.table }
-    var outbox: Outbox { supervisor.outbox }
-    var router: Router { supervisor.router }
-    var lifecycle: Lifecycle { supervisor.lifecycle }
-    var installs: Installs { supervisor.installs }
-    var events: EventHub { supervisor.events }
 }
 
 /// Why the supervisor could not start or keep running: SupervisorKit's one error type (the CLI's

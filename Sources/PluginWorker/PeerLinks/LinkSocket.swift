@@ -4,29 +4,24 @@ import Glibc
 import IPC
 import LinuxSupport
 import PluginProtocol
+import Synchronization
 
 /// One end of a peer link: its socket, written by any thread (frames whole, under `sendLock`,
-/// with IPC's `SocketWriter`) and read by the links thread. Owns the descriptor: `close()`.
-final class LinkSocket: @unchecked Sendable {
-    // @unchecked: `closed` is read and written under `sendLock`; `decoder`, `scratch` and
-    // `cancelsQueued` are the links thread's alone.
+/// with IPC's `SocketWriter`) and read by the links thread (with its `LinkReader`). Owns the
+/// descriptor: `close()`.
+final class LinkSocket: Sendable {
     let fd: Int32
     let sendLock = SendLock()
-    /// Closed (under `sendLock`): a writer that took the link just before must not write to a
-    /// descriptor number that may already be another's.
-    private var closed = false
-    /// Frames over the worker's frame limit end the link (as they end a worker at the supervisor).
-    var decoder: FrameDecoder
-    private var scratch = [UInt8](repeating: 0, count: 16 * 1024)
-    /// Caller role: `cancel`s that found the link full, sent when it has room.
-    var cancelsQueued: [UInt64] = []
+    /// Closed (set under `sendLock`, read under it): a writer that took the link just before must
+    /// not write to a descriptor number that may already be another's. Atomic only so the compiler
+    /// can see it is safe to share; the lock orders it.
+    private let closed = Atomic<Bool>(false)
 
     /// How long a reply may wait for room on a link before the link is given up.
     static let sendWaitMs: Int32 = 1000
 
-    init(fd: Int32, maxBody: Int) {
+    init(fd: Int32) {
         self.fd = fd
-        decoder = FrameDecoder(maxBody: maxBody)
     }
 
     enum Sent { case sent, notSent, broken }
@@ -37,7 +32,7 @@ final class LinkSocket: @unchecked Sendable {
     /// thread sees it end).
     func send(header: UInt32, body: UnsafeRawBufferPointer, wait: Bool) -> Sent {
         sendLock.withLock {
-            if closed { return .notSent }
+            if closed.load(ordering: .relaxed) { return .notSent }
             var h = header.bigEndian
             let outcome = withUnsafeBytes(of: &h) { hb in
                 SocketWriter.write(fd, hb, body, wait: .polling(milliseconds: Self.sendWaitMs, beforeFirstByte: wait))
@@ -66,9 +61,25 @@ final class LinkSocket: @unchecked Sendable {
 
     func close() {
         sendLock.withLock {
-            closed = true
+            closed.store(true, ordering: .relaxed)
             _ = Glibc.close(fd)
         }
+    }
+}
+
+/// The links thread's side of one link: what it has read and not yet decoded, and the `cancel`s
+/// that found the link full. Not `Sendable`: only the links thread has it (`LinksThread.readers`).
+final class LinkReader {
+    let socket: LinkSocket
+    /// Frames over the worker's frame limit end the link (as they end a worker at the supervisor).
+    var decoder: FrameDecoder
+    private var scratch = [UInt8](repeating: 0, count: 16 * 1024)
+    /// Caller role: `cancel`s that found the link full, sent when it has room.
+    var cancelsQueued: [UInt64] = []
+
+    init(_ socket: LinkSocket, maxBody: Int) {
+        self.socket = socket
+        decoder = FrameDecoder(maxBody: maxBody)
     }
 
     enum Read {
@@ -83,7 +94,7 @@ final class LinkSocket: @unchecked Sendable {
     /// One read into `decoder` (the links thread).
     func read() -> Read {
         while true {
-            let n = scratch.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            let n = scratch.withUnsafeMutableBytes { Glibc.read(socket.fd, $0.baseAddress, $0.count) }
             if n < 0, errno == EINTR { continue }
             if n < 0, errno == EAGAIN { return .none }
             if n <= 0 { return .end }

@@ -2,6 +2,7 @@ import CLinuxSupport
 import IPC
 import LinuxSupport
 import PluginProtocol
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -9,7 +10,35 @@ import Glibc
 /// The links thread: one poll over the descriptor channel (the supervisor's link orders), the
 /// wake-up eventfd and every link; what arrives is delivered into the plugin, and after each wake
 /// the deadlines, the settled unlinks and the reports (every 250 ms while there are calls to count).
-extension PeerLinks {
+///
+/// What only this thread uses is its own, and not `Sendable`: the plugin's side (`host`, into which
+/// it delivers), the forwarding rules (`hop`) and each link's reader. What the plugin's threads
+/// share with it is in `PeerLinks` (the table behind its lock, the sockets).
+final class LinksThread {
+    let links: PeerLinks
+    let host: WorkerHost
+    /// The forwarding rules and trace ids (SPEC §3: a new span id in the caller's trace, or a new trace).
+    var hop = CallHop()
+    /// Each open link's reader, by its socket.
+    var readers: [ObjectIdentifier: LinkReader] = [:]
+
+    init(links: PeerLinks, host: WorkerHost) {
+        self.links = links
+        self.host = host
+    }
+
+    private var channel: Int32 { links.channel }
+    private var identifier: String { links.identifier }
+    private var maxDepth: Int { links.maxDepth }
+    private static func now() -> Int64 { PeerLinks.now() }
+
+    private func reader(_ socket: LinkSocket) -> LinkReader {
+        if let reader = readers[ObjectIdentifier(socket)] { return reader }
+        let reader = LinkReader(socket, maxBody: links.maxBody)
+        readers[ObjectIdentifier(socket)] = reader
+        return reader
+    }
+
     func run() -> Never {
         var channelOpen = true
         var fds: [pollfd] = []
@@ -18,20 +47,20 @@ extension PeerLinks {
             fds.removeAll(keepingCapacity: true)
             polled.removeAll(keepingCapacity: true)
             fds.append(pollfd(fd: channelOpen ? channel : -1, events: Int16(POLLIN), revents: 0))
-            fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0))
-            let wakeAt = table.withLock { $0.waiting(polled: &polled) }
+            fds.append(pollfd(fd: links.wakeFD, events: Int16(POLLIN), revents: 0))
+            let wakeAt = links.table.withLock { $0.waiting(polled: &polled) }
             for link in polled {
-                fds.append(pollfd(fd: link.socket.fd, events: Int16(link.socket.cancelsQueued.isEmpty ? POLLIN : POLLIN | POLLOUT), revents: 0))
+                fds.append(pollfd(fd: link.socket.fd, events: Int16(reader(link.socket).cancelsQueued.isEmpty ? POLLIN : POLLIN | POLLOUT), revents: 0))
             }
             let now = Self.now()
             let timeout: Int32 = wakeAt == .max ? -1 : Int32(clamping: max(0, (wakeAt - now + 999_999) / 1_000_000))
             let n = fds.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), timeout) }
-            table.withLock { $0.awake() }
+            links.table.withLock { $0.awake() }
             if n < 0, errno != EINTR { fatalLinks("poll: \(String(cString: strerror(errno)))") }
             if n > 0 {
                 if fds[1].revents != 0 {
                     var count: UInt64 = 0
-                    _ = read(wakeFD, &count, 8)
+                    _ = read(links.wakeFD, &count, 8)
                 }
                 if fds[0].revents != 0, !readOrder() { channelOpen = false }
                 for (i, link) in polled.enumerated() where fds[i + 2].revents != 0 {
@@ -40,7 +69,7 @@ extension PeerLinks {
                     // A caller reads to the end what its callee sent before it ended: answered
                     // calls stay answered.
                     if r & Int32(POLLIN) != 0 || ended { readLink(link, toEnd: ended && link.isCaller) }
-                    if ended { gone(link.number) } else if r & Int32(POLLOUT) != 0 { sendQueuedCancels(link.socket) }
+                    if ended { gone(link.number) } else if r & Int32(POLLOUT) != 0 { sendQueuedCancels(reader(link.socket)) }
                 }
             }
             let later = Self.now()
@@ -82,10 +111,11 @@ extension PeerLinks {
             if fd >= 0 { close(fd) }
             return true
         }
-        let socket = LinkSocket(fd: fd, maxBody: maxBody)
-        if table.withLock({ $0.add(order, socket: socket) }) {
-            linkCount.add(1, ordering: .relaxed)
-            if order.kind == .callee { servedEver.store(true, ordering: .relaxed) }
+        let socket = LinkSocket(fd: fd)
+        if links.table.withLock({ $0.add(order, socket: socket) }) {
+            readers[ObjectIdentifier(socket)] = LinkReader(socket, maxBody: links.maxBody)
+            links.linkCount.add(1, ordering: .relaxed)
+            if order.kind == .callee { links.servedEver.store(true, ordering: .relaxed) }
         } else {
             socket.close()  // taken back before it arrived
         }
@@ -95,14 +125,15 @@ extension PeerLinks {
     /// Frames that arrived on `link`: one read, or with `toEnd` (its peer has closed, so no read
     /// waits) every read until the end of the stream. At the end, or on an error, the link is gone.
     private func readLink(_ link: LinkTable<LinkSocket>.Polled, toEnd: Bool) {
+        let reader = reader(link.socket)
         repeat {
-            switch link.socket.read() {
+            switch reader.read() {
             case .none: return
             case .end: return gone(link.number)
             case .some: break
             }
             do {
-                while try link.socket.decoder.next({ body in
+                while try reader.decoder.next({ body in
                     link.isCaller ? replyArrived(link, body) : callArrived(link, body)
                 }) != nil {}
             } catch {
@@ -118,7 +149,7 @@ extension PeerLinks {
         }
         let now = Self.now()
         // Late (it timed out): dropped, as the supervisor drops a late reply.
-        guard table.withLock({ $0.replied(id, on: link.number, env.error == nil ? .ok : .error, now: now) }) else { return }
+        guard links.table.withLock({ $0.replied(id, on: link.number, env.error == nil ? .ok : .error, now: now) }) else { return }
         // Rebuilt as the supervisor rebuilds a reply (Router.replyFrame): the plugin gets only
         // `type`, its id and the answer, whatever else the callee's side wrote.
         var reply = FrameBuilder(kind: .reply, capacity: body.count + 16)
@@ -141,13 +172,13 @@ extension PeerLinks {
                 _ = link.socket.send(frame: reply.finish(), wait: true)
                 return
             }
-            guard let (local, peer) = table.withLock({ $0.serve(id, on: link.number) }) else { return }
+            guard let (local, peer) = links.table.withLock({ $0.serve(id, on: link.number) }) else { return }
             // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
             var bytes: [UInt8] = []
             bytes.reserveCapacity(CallHop.frameCapacity(forwarding: body.count, from: peer) + 32)
             host.deliver(frame: hop.forward(.call, id: local, from: peer, env, in: body, into: consume bytes).frame)
         case .cancel:
-            if let local = table.withLock({ $0.cancelled(id, on: link.number) }) { deliverCancel(local) }
+            if let local = links.table.withLock({ $0.cancelled(id, on: link.number) }) { deliverCancel(local) }
         default:
             link.socket.shutdown()
         }
@@ -159,12 +190,13 @@ extension PeerLinks {
     private func gone(_ number: UInt64) {
         let now = Self.now()
         // Nil: already closed (a hang-up seen after its end of stream).
-        guard let gone = table.withLock({ $0.remove(number, now: now) }) else { return }
-        linkCount.subtract(1, ordering: .relaxed)
+        guard let gone = links.table.withLock({ $0.remove(number, now: now) }) else { return }
+        links.linkCount.subtract(1, ordering: .relaxed)
+        readers[ObjectIdentifier(gone.socket)] = nil
         gone.socket.close()
         for id in gone.failed { deliverError(id, .unavailable, "the worker of \(gone.peer) ended before answering call") }
         for local in gone.cancelled { deliverCancel(local) }
-        if let reply = gone.unlinkReply { answerUnlink(reply) }
+        if let reply = gone.unlinkReply { links.answerUnlink(reply) }
         // A caller's link that ended by itself (not taken back) goes in the report: the supervisor
         // may offer a new one.
         report(now: Self.now(), force: true, ended: gone.isCaller && gone.unlinkReply == nil ? (gone.peer, number) : nil)
@@ -172,24 +204,26 @@ extension PeerLinks {
 
     /// Caller role: calls past their deadline fail with `timeout`, and the callee is told to `cancel`.
     private func expire(now: Int64) {
-        for call in table.withLock({ $0.expire(now: now) }) {
+        for call in links.table.withLock({ $0.expire(now: now) }) {
             deliverError(call.id, .timeout, "\(call.peer) did not answer call in time")
-            call.socket.cancelsQueued.append(call.id)
-            sendQueuedCancels(call.socket)
+            let reader = reader(call.socket)
+            reader.cancelsQueued.append(call.id)
+            sendQueuedCancels(reader)
         }
     }
 
     /// Sends the `cancel`s waiting for room on `socket`, in order, as far as it has room (the rest
     /// when poll says it has more).
-    private func sendQueuedCancels(_ socket: LinkSocket) {
-        while let id = socket.cancelsQueued.first {
+    private func sendQueuedCancels(_ reader: LinkReader) {
+        let socket = reader.socket
+        while let id = reader.cancelsQueued.first {
             var cancel = FrameBuilder(kind: .cancel)
             cancel.uint("id", id)
             switch socket.send(frame: cancel.finish(), wait: false) {
-            case .sent: socket.cancelsQueued.removeFirst()
+            case .sent: reader.cancelsQueued.removeFirst()
             case .notSent: return
             case .broken:
-                socket.cancelsQueued = []
+                reader.cancelsQueued = []
                 return
             }
         }
@@ -197,14 +231,27 @@ extension PeerLinks {
 
     /// Links taken back whose calls are all settled: closed, and the supervisor told (by `gone`).
     private func settleUnlinks() {
-        for number in table.withLock({ $0.unlinksSettled() }) { gone(number) }
+        for number in links.table.withLock({ $0.unlinksSettled() }) { gone(number) }
     }
 
     /// Sends the `linkCalls` reports due (`LinkTable.reports`).
     private func report(now: Int64, force: Bool, ended: (peer: String, number: UInt64)? = nil) {
-        for report in table.withLock({ $0.reports(now: now, force: force, ended: ended) }) {
+        for report in links.table.withLock({ $0.reports(now: now, force: force, ended: ended) }) {
             guard let frame = try? ProtocolJSON.frame(report) else { continue }
-            try? connection.sendFrame(frame)
+            try? links.connection.sendFrame(frame)
         }
+    }
+
+    func deliverCancel(_ local: UInt64) {
+        var cancel = FrameBuilder(kind: .cancel)
+        cancel.uint("id", local)
+        host.deliver(frame: cancel.finish())
+    }
+
+    func deliverError(_ id: UInt64, _ code: ErrorCode, _ message: String) {
+        var reply = FrameBuilder(kind: .reply, capacity: message.utf8.count + 64)
+        reply.uint("id", id)
+        reply.error(code, message)
+        host.deliver(frame: reply.finish())
     }
 }

@@ -28,24 +28,18 @@ import Glibc
 /// own threads send calls and replies here (`intercept`); one thread (`links`, LinksThread.swift)
 /// polls the descriptor channel, every link and a wake-up eventfd, delivers what arrives into the
 /// plugin, and keeps the deadlines, unlinks and reports.
-final class PeerLinks: @unchecked Sendable {
-    // @unchecked: `table` is behind its Mutex; `host` is set once before the thread starts (the
-    // thread's creation orders it); `hop` is the links thread's alone.
+final class PeerLinks: Sendable {
     /// The descriptor channel, kept open for the supervisor's orders.
     let channel: Int32
     let wakeFD: Int32
     let connection: BlockingConnection
     let identifier: String
-    nonisolated(unsafe) var host: WorkerHost!
     let table = Mutex(LinkTable<LinkSocket>())
     /// Links open (either role): the send path looks at nothing else when there are none, unless
     /// calls were ever served over one (a late reply to one must still be caught: its id means
     /// nothing to the supervisor, which would end this worker for it).
     let linkCount = Atomic<Int>(0)
     let servedEver = Atomic<Bool>(false)
-    /// The links thread's forwarding rules and trace ids (SPEC §3: a new span id in the caller's
-    /// trace, or a new trace).
-    var hop = CallHop()
 
     /// A call larger than this goes through the supervisor (a link's socket buffer is small).
     static let largestLinkedCall = 64 * 1024
@@ -71,9 +65,9 @@ final class PeerLinks: @unchecked Sendable {
         self.identifier = identifier
     }
 
+    /// Starts the links thread, which delivers into `host`.
     func start(host: WorkerHost) {
-        self.host = host
-        Threads.start(name: "links") { [self] in run() }
+        Threads.start(name: "links") { [self] in LinksThread(links: self, host: host).run() }
     }
 
     /// Whether the send path needs to look at a message at all.
@@ -167,18 +161,5 @@ final class PeerLinks: @unchecked Sendable {
         reply.uint("id", id)
         reply.raw("result", Array("null".utf8))
         try? connection.sendFrame(reply.finish())
-    }
-
-    func deliverCancel(_ local: UInt64) {
-        var cancel = FrameBuilder(kind: .cancel)
-        cancel.uint("id", local)
-        host.deliver(frame: cancel.finish())
-    }
-
-    func deliverError(_ id: UInt64, _ code: ErrorCode, _ message: String) {
-        var reply = FrameBuilder(kind: .reply, capacity: message.utf8.count + 64)
-        reply.uint("id", id)
-        reply.error(code, message)
-        host.deliver(frame: reply.finish())
     }
 }

@@ -71,7 +71,7 @@ extension ControlServer {
             }
         case .metrics:
             // The exposition as a JSON string: the CLI prints it as it is.
-            router.respond(origin) { try ProtocolJSON.encode(String(decoding: supervisor.metrics.exposition(), as: UTF8.self)) }
+            router.respond(origin) { try ProtocolJSON.encode(String(decoding: engine.metrics.exposition(), as: UTF8.self)) }
         case .debugWedge:
             debugWedge(env, origin)
         case .stop:

@@ -10,16 +10,17 @@ import PluginProtocol
 
 /// The control socket the CLI talks to (`<home>/supervisor.sock`, mode 0600): one connection per
 /// command; requests are in ControlRequests.swift.
-final class ControlServer: SupervisorComponent, @unchecked Sendable {
-    // @unchecked: `server` is set once before the loop serves anything and read only on the loop.
-    unowned let supervisor: Supervisor
+final class ControlServer: SupervisorComponent {
+    unowned let engine: Engine
     private var server: Channel?
 
-    init(_ supervisor: Supervisor) {
-        self.supervisor = supervisor
+    init(_ engine: Engine) {
+        self.engine = engine
     }
 
-    func bind() throws(SupervisorError) {
+    /// Binds the control socket, from the thread that runs the supervisor (it waits for the bind);
+    /// the engine takes the listener with `listening(on:)`.
+    static func bind(config: SupervisorConfig, group: EventLoopGroup, engine: NIOLoopBound<Engine>) throws(SupervisorError) -> Channel {
         let path = config.socketPath
         if let slash = path.lastIndex(of: "/") {
             try? FileSystem.makeDirectories(String(path[..<slash]))
@@ -35,23 +36,30 @@ final class ControlServer: SupervisorComponent, @unchecked Sendable {
         }
         let old = umask(0o077)
         defer { umask(old) }
-        let supervisor = self.supervisor
-        let bootstrap = ServerBootstrap(group: supervisor.group)
+        let maxBody = config.maxFrameBytes
+        let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 128)
             .childChannelOption(ChannelOptions.writeBufferWaterMark, value: Outbox.waterMark)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let connection = ControlConnection(channel: channel)
-                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: supervisor.config.maxFrameBytes)))
-                    try channel.pipeline.syncOperations.addHandler(ControlHandler(supervisor: supervisor, connection: connection))
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: maxBody)))
+                    try channel.pipeline.syncOperations.addHandler(ControlHandler(engine: engine.value, connection: connection))
                 }
             }
+        let server: Channel
         do {
             server = try bootstrap.bind(unixDomainSocketPath: path).wait()
         } catch {
             throw .controlSocket(path, "\(error)")
         }
         chmod(path, 0o600)
+        return server
+    }
+
+    /// The listener `bind` made (closed by `close`).
+    func listening(on server: Channel) {
+        self.server = server
     }
 
     /// Stops listening and removes the socket file.
@@ -67,16 +75,15 @@ final class ControlServer: SupervisorComponent, @unchecked Sendable {
 /// Requests from one CLI client on the control socket. Only the supervisor's own user (or root)
 /// may talk to it: checked with SO_PEERCRED on connect. A client that sends nothing for
 /// `idleTimeout` while nothing of it is in flight is dropped.
-final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
-    // @unchecked: a channel handler, used only on its channel's event loop (the supervisor's).
+final class ControlHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
-    let supervisor: Supervisor
+    let engine: Engine
     let connection: ControlConnection
     static let idleTimeout = TimeAmount.seconds(10)
     var idleCheck: Scheduled<Void>?
 
-    init(supervisor: Supervisor, connection: ControlConnection) {
-        self.supervisor = supervisor
+    init(engine: Engine, connection: ControlConnection) {
+        self.engine = engine
         self.connection = connection
     }
 
@@ -85,21 +92,21 @@ final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
         if let provider = channel as? SocketOptionProvider {
             let future: EventLoopFuture<PeerCredentials> = provider.unsafeGetSocketOption(
                 level: SocketOptionLevel(SOL_SOCKET), name: SocketOptionName(PeerCredentials.socketOption))
-            future.whenComplete { [supervisor, connection] result in
+            future.assumeIsolated().whenComplete { [engine, connection] result in
                 switch result {
                 case .success(let cred):
                     let me = geteuid()
-                    if supervisor.isWorker(pid: cred.pid) {
+                    if engine.isWorker(pid: cred.pid) {
                         // Workers run as our uid: without this a plugin could drive the supervisor.
-                        let name = supervisor.table.worker(pid: cred.pid)?.identifier ?? "an install's preflight"
-                        supervisor.logger.warning("refused a control connection from the worker of \(name) (pid \(cred.pid))")
+                        let name = engine.table.worker(pid: cred.pid)?.identifier ?? "an install's preflight"
+                        engine.logger.warning("refused a control connection from the worker of \(name) (pid \(cred.pid))")
                         Self.refuse(connection)
                     } else if cred.uid != me && cred.uid != 0 {
-                        supervisor.logger.warning("refused a control client of uid \(cred.uid) (pid \(cred.pid)); only uid \(me) may connect")
+                        engine.logger.warning("refused a control client of uid \(cred.uid) (pid \(cred.pid)); only uid \(me) may connect")
                         Self.refuse(connection)
                     }
                 case .failure(let error):
-                    supervisor.logger.warning("refused a control client: cannot read its credentials: \(error)")
+                    engine.logger.warning("refused a control client: cannot read its credentials: \(error)")
                     Self.refuse(connection)
                 }
             }
@@ -114,9 +121,9 @@ final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
     }
 
     private func scheduleIdleCheck(_ loop: EventLoop, _ channel: Channel) {
-        idleCheck = loop.scheduleTask(in: Self.idleTimeout) { [self] in
+        idleCheck = loop.assumeIsolated().scheduleTask(in: Self.idleTimeout) { [self] in
             if NIODeadline.now() - connection.lastActivity >= Self.idleTimeout, connection.outstanding == 0, !connection.closed {
-                supervisor.logger.debug("dropping an idle control client")
+                engine.logger.debug("dropping an idle control client")
                 Self.refuse(connection)
             } else if !connection.closed {
                 scheduleIdleCheck(loop, channel)
@@ -128,7 +135,7 @@ final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
         // Only whole frames count as activity: a client trickling half a frame is still idle.
         connection.lastActivity = .now()
         guard !connection.closed else { return }
-        supervisor.control.request(connection, unwrapInboundIn(data))
+        engine.control.request(connection, unwrapInboundIn(data))
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -137,7 +144,7 @@ final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
         // Whatever it was still waiting for is no longer wanted.
         let inFlight = connection.inFlight
         connection.inFlight = [:]
-        supervisor.router.cancelInFlight(inFlight)
+        engine.router.cancelInFlight(inFlight)
     }
 
     /// A client that does not read its replies is not read from either.
@@ -148,7 +155,7 @@ final class ControlHandler: ChannelInboundHandler, @unchecked Sendable {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if let header = error as? Frame.HeaderError {
-            supervisor.control.drop(connection, ErrorBody(.protocolViolation, "\(header)"))
+            engine.control.drop(connection, ErrorBody(.protocolViolation, "\(header)"))
         } else {
             connection.closed = true
             context.close(promise: nil)

@@ -6,15 +6,14 @@ import PluginProtocol
 
 /// The supervisor's timers: request deadlines, the watchdog's pings, memory limits, daily resource
 /// refreshes. Each tick runs on the event loop.
-final class Health: SupervisorComponent, @unchecked Sendable {
-    // @unchecked: used only on the supervisor's event loop.
-    unowned let supervisor: Supervisor
+final class Health: SupervisorComponent {
+    unowned let engine: Engine
     private var timers: [RepeatedTask] = []
     /// Missing sandbox layers already warned about (once each).
     private var warnedMissingLayers = Set<String>()
 
-    init(_ supervisor: Supervisor) {
-        self.supervisor = supervisor
+    init(_ engine: Engine) {
+        self.engine = engine
     }
 
     func start() {
@@ -34,8 +33,8 @@ final class Health: SupervisorComponent, @unchecked Sendable {
         }
         every(.milliseconds(Int64(config.pingIntervalMs))) { [self] in watchdog() }
         // An embedded supervisor's metrics, moved to the program's swift-metrics backend.
-        if supervisor.metrics.mirror != nil {
-            every(.seconds(1)) { [self] in supervisor.metrics.flushMirror() }
+        if engine.metrics.mirror != nil {
+            every(.seconds(1)) { [self] in engine.metrics.flushMirror() }
         }
     }
 
@@ -44,8 +43,9 @@ final class Health: SupervisorComponent, @unchecked Sendable {
         timers = []
     }
 
-    private func every(_ interval: TimeAmount, _ body: @escaping @Sendable () -> Void) {
-        timers.append(loop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in body() })
+    private func every(_ interval: TimeAmount, _ body: @escaping () -> Void) {
+        let body = engine.handOff(body)
+        timers.append(loop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in body.value() })
     }
 
     /// Pings every running worker; one whose previous ping is unanswered past `pingTimeoutMs` is killed.

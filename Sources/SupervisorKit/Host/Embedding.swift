@@ -1,3 +1,4 @@
+import LinuxSupport
 import NIOCore
 import PluginProtocol
 import Protocol
@@ -25,19 +26,19 @@ extension Supervisor {
     @discardableResult
     public func submit(_ frame: [UInt8], progress: (@Sendable (ProgressReport) -> Void)? = nil,
                        _ done: @escaping @Sendable (Result<[UInt8], ErrorBody>) -> Void) -> HostTicket {
-        let request = HostRequest(progress: progress, done)
+        let request = HostRequest(on: loop, progress: progress, done)
         // Requests made while the loop has not yet taken the earlier ones join them: one task on the
         // loop (and at most one wake-up) per batch, not per request.
         let first = hostInbox.withLock { inbox in
             inbox.append(HostSubmission(frame: frame, request: request))
             return inbox.count == 1
         }
-        if first { loop.execute { [self] in takeHostRequests() } }
+        if first { engine.execute { [hostInbox] in Self.take(hostInbox, into: $0) } }
         return HostTicket(request: request)
     }
 
     /// Does the requests the program submitted since the last batch, on the loop.
-    private func takeHostRequests() {
+    private static func take(_ hostInbox: Locked<[HostSubmission]>, into engine: Engine) {
         let batch = hostInbox.withLock { inbox in
             defer { inbox.removeAll(keepingCapacity: true) }
             return inbox
@@ -47,13 +48,13 @@ extension Supervisor {
             submission.frame.withUnsafeBytes { whole in
                 let bytes = UnsafeRawBufferPointer(rebasing: whole[min(whole.count, Frame.headerSize)...])
                 let env: Envelope
-                do { env = try Envelope.parse(bytes, maxDepth: config.maxJSONDepth) } catch {
+                do { env = try Envelope.parse(bytes, maxDepth: engine.config.maxJSONDepth) } catch {
                     return request.settle(.failure(ErrorBody(.badRequest, "invalid request: \(error)")))
                 }
                 guard let kind = env.kind else {
                     return request.settle(.failure(ErrorBody(.badRequest, "unknown request type '\(env.typeName ?? "(none)")'")))
                 }
-                control.handle(kind, env, bytes, origin: .host(request))
+                engine.control.handle(kind, env, bytes, origin: .host(request))
             }
         }
     }
@@ -62,12 +63,12 @@ extension Supervisor {
     /// cancelled there (the plugin gets `cancel`). Nothing happens to a request already answered.
     public func cancel(_ ticket: HostTicket, with error: ErrorBody) {
         let request = ticket.request
-        loop.execute { [self] in
+        engine.execute { engine in
             guard !request.isSettled else { return }
             let inFlight = request.inFlight
             request.settle(.failure(error))
             if let (callee, id) = inFlight {
-                router.cancelInFlight([id: (callee, id)])
+                engine.router.cancelInFlight([id: (callee, id)])
             }
         }
     }
@@ -77,19 +78,19 @@ extension Supervisor {
     public func events(plugin: String? = nil) -> AsyncStream<HostEvent> {
         // Made on the loop so no event published meanwhile is half-seen; a caller on the loop
         // itself (a host method's handler never is) would deadlock, hence the check.
-        if loop.inEventLoop { return events.listen(plugin: plugin) }
-        return (try? loop.submit { [events] in events.listen(plugin: plugin) }.wait()) ?? AsyncStream { $0.finish() }
+        if loop.inEventLoop { return engine.value.events.listen(plugin: plugin) }
+        return (try? loop.submit { [engine] in engine.value.events.listen(plugin: plugin) }.wait()) ?? AsyncStream { $0.finish() }
     }
 
     /// Provides the host method `name` to plugins allowed to call it (`host.call:<name>`); the
     /// handler gets the call's `params` JSON and returns the result's JSON (or throws).
     public func provide(method name: String, _ handler: @escaping @Sendable ([UInt8]) async throws -> [UInt8]) {
-        loop.execute { [self] in hostMethods.provide(name, handler) }
+        engine.execute { $0.hostMethods.provide(name, handler) }
     }
 
     /// Starts the shutdown (SPEC §7's, in reverse dependency order), as SIGTERM does; `run` returns
     /// once every worker has ended. Again, or after the end: nothing more happens.
     public func requestShutdown(reason: String) {
-        loop.execute { [self] in lifecycle.shutdown(reason: reason) }
+        engine.execute { $0.lifecycle.shutdown(reason: reason) }
     }
 }

@@ -9,9 +9,8 @@ import PluginProtocol
 ///
 /// A plugin cannot grow the host's memory by calling in a loop: at most `inFlightLimit` of its calls
 /// run at once, more are answered `unavailable` at once.
-final class HostMethods: SupervisorComponent, @unchecked Sendable {
-    // @unchecked: used only on the supervisor's event loop (tasks hand their answers back to it).
-    unowned let supervisor: Supervisor
+final class HostMethods: SupervisorComponent {
+    unowned let engine: Engine
 
     /// A method's body: the call's `params` JSON in, the result's JSON out (`PluginHost.method`
     /// decodes and encodes). A thrown `ErrorBody` goes to the plugin as it is; anything else as
@@ -39,8 +38,8 @@ final class HostMethods: SupervisorComponent, @unchecked Sendable {
         }
     }
 
-    init(_ supervisor: Supervisor) {
-        self.supervisor = supervisor
+    init(_ engine: Engine) {
+        self.engine = engine
     }
 
     /// Provides `name` (replacing an earlier handler of that name).
@@ -52,7 +51,7 @@ final class HostMethods: SupervisorComponent, @unchecked Sendable {
     /// A plugin's `call` to `@host` (its fields checked by `Router.validateRequest`).
     func call(from caller: WorkerInstance, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
         guard let channel = caller.channel, let method = Envelope.string(bytes, env.method) else { return }
-        let metrics = supervisor.metrics.calls(Self.target)
+        let metrics = engine.metrics.calls(Self.target)
         func refuse(_ error: ErrorBody, _ outcome: CallHop.Outcome) {
             metrics.count(outcome)
             outbox.write(router.errorFrame(id: id, error, for: channel), to: channel)
@@ -78,11 +77,11 @@ final class HostMethods: SupervisorComponent, @unchecked Sendable {
         let call = Running(method: method, started: .now())
         calls[id] = call
         running[key] = calls
-        call.deadline = loop.scheduleTask(in: .milliseconds(Int64(timeoutMs))) { [self] in
+        call.deadline = loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(timeoutMs))) { [self] in
             settle(caller, id, .failure(ErrorBody(.timeout, "the host did not answer \(method) in time")), outcome: .timeout)
         }
-        let loop = self.loop
-        call.task = Task { [self] in
+        let back = engine.handOff((methods: self, caller: caller))
+        call.task = Task {
             let result: Result<[UInt8], ErrorBody>
             do {
                 result = .success(try await handler(params))
@@ -92,7 +91,7 @@ final class HostMethods: SupervisorComponent, @unchecked Sendable {
                 if Task.isCancelled { return }  // settled already (timed out, or the caller ended)
                 result = .failure(ErrorBody(.pluginError, "the host's \(method) failed: \(error)"))
             }
-            loop.execute { self.settle(caller, id, result, outcome: (try? result.get()) == nil ? .error : .ok) }
+            back.execute { $0.methods.settle($0.caller, id, result, outcome: (try? result.get()) == nil ? .error : .ok) }
         }
     }
 
@@ -103,7 +102,7 @@ final class HostMethods: SupervisorComponent, @unchecked Sendable {
         if running[key]?.isEmpty == true { running[key] = nil }
         call.deadline?.cancel()
         if outcome == .timeout { call.task?.cancel() }
-        supervisor.metrics.calls(Self.target).record(outcome, nanoseconds: (NIODeadline.now() - call.started).nanoseconds)
+        engine.metrics.calls(Self.target).record(outcome, nanoseconds: (NIODeadline.now() - call.started).nanoseconds)
         guard let channel = caller.channel else { return }
         // The program's answer must fit in one frame to the worker (which would take a larger one
         // as a protocol violation and end): too large is the host method's error, not the plugin's end.

@@ -1,4 +1,7 @@
 import Bundles
+import Dispatch
+import Logging
+import NIOCore
 import LinuxSupport
 import PluginProtocol
 #if canImport(Glibc)
@@ -68,5 +71,43 @@ public struct InstallerProcess: Sendable {
             }
         }
         return answer
+    }
+}
+
+/// What the supervisor's install queue works with: values only, so nothing of the event loop's
+/// state can be touched from the queue (`Installs.offLoop`). Runs one installer at a time.
+struct InstallerRunner: Sendable {
+    let queue = DispatchQueue(label: "supervisor.installs")
+    let executable: String
+    let logger: Logger
+    /// Preflight workers of installs, refused on the control socket while they live.
+    let preflightPIDs: Locked<Set<pid_t>>
+    /// Hears the installer's missing sandbox layers, on the loop.
+    let health: NIOLoopBound<Health>
+
+    /// Runs the installer (on `queue`, never on the loop). Its preflight workers are refused on the
+    /// control socket while they live.
+    func runInstaller(_ request: InstallRequest, progress: (InstallerLine.Progress) -> Void = { _ in }) throws(InstallError) -> InstallerLine {
+        dispatchPrecondition(condition: .onQueue(queue))
+        var started: [pid_t] = []
+        // The installer reaps its preflight workers: forget them when it is done (a pid is reused).
+        defer { preflightPIDs.withLock { set in for pid in started { set.remove(pid) } } }
+        return try InstallerProcess(executable: executable).run(request, progress: progress, preflight: { pid in
+            started.append(pid)
+            preflightPIDs.withLock { _ = $0.insert(pid) }
+        }, confined: { layers, missing in
+            // Said on the loop, once per distinct missing layer, like the workers' (docs/install.md).
+            health.execute { $0.noteMissingLayers(missing, who: "the installer") }
+            logger.debug("installer confined: \(layers.joined(separator: " "))")
+        })
+    }
+
+    /// Fetches the catalog through the installer (conditional GET, cached copy when the server fails).
+    func loadCatalog(_ request: InstallRequest) throws(InstallError) -> CatalogLoaded {
+        let line = try runInstaller(request)
+        if let e = line.error { throw InstallError(body: e) }
+        guard let catalog = line.catalog else { throw InstallError(.internalError, "the installer gave no catalog") }
+        if let warning = catalog.warning { logger.warning("\(warning)") }
+        return catalog
     }
 }

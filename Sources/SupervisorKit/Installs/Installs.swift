@@ -14,21 +14,27 @@ import Protocol
 /// driven from `queue`; the swap, the restart and the rollback run on the event loop.
 ///
 /// Ownership: everything the installer needs is copied into an `InstallRequest` on the loop before
-/// the work goes to `queue`; the queue touches no supervisor state and hands its result back with
-/// `loop.execute`.
-final class Installs: SupervisorComponent, @unchecked Sendable {
-    // @unchecked: the mutable state (`onDemandWaiters`) is used only on the event loop; `queue` and
-    // the `let`s are safe to use from any thread.
-    unowned let supervisor: Supervisor
-    /// Installer runs, one at a time, off the event loop.
-    let queue = DispatchQueue(label: "supervisor.installs")
+/// the work goes to the queue; the queue has only the `InstallerRunner` (values), and what its
+/// result goes back to travels in a `NIOLoopBound` made on the loop (`Engine.handOff`).
+final class Installs: SupervisorComponent {
+    unowned let engine: Engine
+    /// What the install queue may use.
+    let runner: InstallerRunner
     let store: BundleStore
     /// Callers waiting for an on-demand install, by plugin.
     var onDemandWaiters: [String: [(ErrorBody?) -> Void]] = [:]
 
-    init(_ supervisor: Supervisor) {
-        self.supervisor = supervisor
-        store = BundleStore(home: supervisor.config.home)
+    init(_ engine: Engine) {
+        self.engine = engine
+        store = BundleStore(home: engine.config.home)
+        runner = InstallerRunner(executable: engine.config.installerExecutable, logger: engine.logger,
+                                 preflightPIDs: engine.preflightPIDs, health: engine.handOff(engine.health))
+    }
+
+    /// Runs `work` on the install queue (installer runs, one at a time, off the event loop).
+    func offLoop(_ work: @escaping @Sendable (InstallerRunner) -> Void) {
+        let runner = runner
+        runner.queue.async { work(runner) }
     }
 
     var catalogURL: String? { config.updatesEnabled ? config.catalogURL : nil }
@@ -45,7 +51,7 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
         request.catalogSignaturesOptional = config.catalogSignaturesOptional
         request.sandbox = config.sandboxEnabled
         request.workerExecutable = config.workerExecutable
-        request.runtimePaths = supervisor.runtimePaths
+        request.runtimePaths = engine.runtimePaths
         var others: [String: String] = [:]
         for record in table.all where !isInstalledHere(record) { others[record.identifier] = record.manifest.bundle }
         request.otherBundles = others
@@ -59,33 +65,6 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
 
     var pluginsFolder: String { FileSystem.realPath(config.home + "/plugins") ?? config.home + "/plugins" }
 
-    /// Runs the installer (on `queue`, never on the loop). Its preflight workers are refused on the
-    /// control socket while they live.
-    func runInstaller(_ request: InstallRequest, progress: @escaping @Sendable (InstallerLine.Progress) -> Void = { _ in }) throws(InstallError) -> InstallerLine {
-        dispatchPrecondition(condition: .onQueue(queue))
-        let supervisor = self.supervisor
-        var started: [pid_t] = []
-        // The installer reaps its preflight workers: forget them when it is done (a pid is reused).
-        defer { supervisor.preflightPIDs.withLock { set in for pid in started { set.remove(pid) } } }
-        return try InstallerProcess(executable: config.installerExecutable).run(request, progress: progress, preflight: { pid in
-            started.append(pid)
-            supervisor.preflightPIDs.withLock { _ = $0.insert(pid) }
-        }, confined: { layers, missing in
-            // Said on the loop, once per distinct missing layer, like the workers' (docs/install.md).
-            supervisor.loop.execute { supervisor.health.noteMissingLayers(missing, who: "the installer") }
-            supervisor.logger.debug("installer confined: \(layers.joined(separator: " "))")
-        })
-    }
-
-    /// Fetches the catalog through the installer (conditional GET, cached copy when the server fails).
-    func loadCatalog(_ request: InstallRequest) throws(InstallError) -> CatalogLoaded {
-        let line = try runInstaller(request)
-        if let e = line.error { throw InstallError(body: e) }
-        guard let catalog = line.catalog else { throw InstallError(.internalError, "the installer gave no catalog") }
-        if let warning = catalog.warning { logger.warning("\(warning)") }
-        return catalog
-    }
-
     /// A catalog request for `url`, made on the loop.
     func catalogRequest(_ url: String) -> InstallRequest {
         var request = request(.catalog)
@@ -98,8 +77,8 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
     func warmCatalog() {
         guard let url = catalogURL else { return }
         let request = catalogRequest(url)
-        queue.async { [self] in
-            do throws(InstallError) { _ = try loadCatalog(request) } catch { logger.warning("catalog not refreshed: \(error)") }
+        offLoop { runner in
+            do throws(InstallError) { _ = try runner.loadCatalog(request) } catch { runner.logger.warning("catalog not refreshed: \(error)") }
         }
     }
 
@@ -118,11 +97,11 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
     /// Stages with `supervisor-installer` on `queue`, then swaps in and (re)starts on the loop.
     /// `done` runs on the loop.
     func install(source: String, entry: CatalogEntry?, options: InstallOptions, origin: ReplyOrigin?,
-                 _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
-        let done: @Sendable (Result<String, ErrorBody>) -> Void = { [self] result in
+                 _ done: @escaping (Result<String, ErrorBody>) -> Void) {
+        let done: (Result<String, ErrorBody>) -> Void = { [self] result in
             switch result {
-            case .success: supervisor.metrics.installed(outcome: "ok")
-            case .failure(let error): supervisor.metrics.installed(outcome: error.code)
+            case .success: engine.metrics.installed(outcome: "ok")
+            case .failure(let error): engine.metrics.installed(outcome: error.code)
             }
             done(result)
         }
@@ -132,28 +111,31 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
         staging.force = options.force
         staging.allowUnsigned = options.allowUnsigned
         let request = staging
-        queue.async { [self] in
+        let back = engine.handOff((self, done, origin))
+        offLoop { runner in
             let line: InstallerLine
             do throws(InstallError) {
-                line = try runInstaller(request) { [self] p in
-                    if let origin { loop.execute { self.router.sendProgress(origin, stage: p.stage, done: p.done, total: p.total) } }
+                line = try runner.runInstaller(request) { p in
+                    back.execute { installs, _, origin in
+                        if let origin { installs.router.sendProgress(origin, stage: p.stage, done: p.done, total: p.total) }
+                    }
                 }
             } catch {
-                loop.execute { done(.failure(error.body)) }
+                back.execute { _, done, _ in done(.failure(error.body)) }
                 return
             }
             guard let staged = line.staged else {
                 let error = line.error ?? InstallError(.internalError, "the installer gave no answer").body
-                logger.error("install of \(source) failed: \(error.message)")
-                loop.execute { done(.failure(error)) }
+                runner.logger.error("install of \(source) failed: \(error.message)")
+                back.execute { _, done, _ in done(.failure(error)) }
                 return
             }
-            loop.execute { self.apply(staged, done) }
+            back.execute { installs, done, _ in installs.apply(staged, done) }
         }
     }
 
     /// Swaps the staged version in and starts it; on failure swaps the old one back and restarts it.
-    private func apply(_ staged: BundleStore.Staged, _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
+    private func apply(_ staged: BundleStore.Staged, _ done: @escaping (Result<String, ErrorBody>) -> Void) {
         loop.preconditionInEventLoop()
         // One update of a plugin at a time: the files of one still starting must stay as they are.
         if let record = table[staged.identifier], record.successor != nil || record.installAwaitsVerdict {
@@ -214,7 +196,7 @@ final class Installs: SupervisorComponent, @unchecked Sendable {
     /// dependencies are not) is stopped and started as the new version; if that fails, the old
     /// version goes back and starts again.
     private func replace(_ record: PluginRecord, with manifest: Manifest, staged: BundleStore.Staged, what: String,
-                         _ done: @escaping @Sendable (Result<String, ErrorBody>) -> Void) {
+                         _ done: @escaping (Result<String, ErrorBody>) -> Void) {
         let old = record.manifest
         let id = record.identifier
         // How the update ends, whichever way it started: kept for the grace period, or rolled back

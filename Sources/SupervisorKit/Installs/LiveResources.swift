@@ -27,18 +27,21 @@ extension Installs {
         let id = record.identifier
         let live = config.home + "/live/" + id
         let base = request(.fetch)
-        queue.async { [self] in
+        let back = engine.handOff(self)
+        offLoop { runner in
             let meta = live + "/.meta"
             try? FileSystem.makeDirectories(meta)
             for name in resources.files {
-                refresh(name, of: id, baseURL: resources.baseURL, into: live, meta: meta, daily: resources.daily, force: force, base: base)
+                Self.refresh(name, of: id, baseURL: resources.baseURL, into: live, meta: meta, daily: resources.daily, force: force,
+                             base: base, runner: runner, announce: back)
             }
         }
     }
 
-    /// One file (on `queue`).
-    private func refresh(_ name: String, of id: String, baseURL: String, into live: String, meta: String, daily: Bool, force: Bool,
-                         base: InstallRequest) {
+    /// One file (on the install queue).
+    private static func refresh(_ name: String, of id: String, baseURL: String, into live: String, meta: String, daily: Bool, force: Bool,
+                         base: InstallRequest, runner: InstallerRunner, announce: NIOLoopBound<Installs>) {
+        let logger = runner.logger
         let metaFile = meta + "/" + name.replacing("%", with: "%25").replacing("/", with: "%2F") + ".json"
         let previous = (try? FileSystem.readFile(metaFile, limit: 1 << 16)).flatMap { try? JSONDecoder().decode(Validators.self, from: Data($0)) }
         let destination = live + "/" + name
@@ -53,7 +56,7 @@ extension Installs {
             request.destination = temp
             request.etag = known?.etag
             request.lastModified = known?.lastModified
-            let line = try runInstaller(request)
+            let line = try runner.runInstaller(request)
             if let e = line.error { throw InstallError(body: e) }
             guard let fetched = line.fetched else { throw InstallError(.internalError, "the installer gave no answer") }
             if fetched.notModified {
@@ -62,10 +65,10 @@ extension Installs {
             }
             do { try FileSystem.rename(temp, to: destination) } catch { throw InstallError(.fileSystem, "cannot replace \(destination): \(error)") }
             save(Validators(etag: fetched.etag, lastModified: fetched.lastModified, checked: now), to: metaFile)
-            loop.execute { [self] in
-                guard let record = table[id], record.phase == .running else { return }
-                logger.info("resource \(name) refreshed", metadata: ["plugin": "\(id)"])
-                router.sendEvent(record, .resourceUpdated, payload: { $0.object("payload", ["name": .string(name), "path": .string(destination)]) }) { _ in }
+            announce.execute { installs in
+                guard let record = installs.table[id], record.phase == .running else { return }
+                installs.logger.info("resource \(name) refreshed", metadata: ["plugin": "\(id)"])
+                installs.router.sendEvent(record, .resourceUpdated, payload: { $0.object("payload", ["name": .string(name), "path": .string(destination)]) }) { _ in }
             }
         } catch {
             unlink(temp)
@@ -73,7 +76,7 @@ extension Installs {
         }
     }
 
-    private func save(_ validators: Validators, to file: String) {
+    private static func save(_ validators: Validators, to file: String) {
         guard let bytes = try? JSONEncoder().encode(validators) else { return }
         try? bytes.write(to: URL(fileURLWithPath: file))
     }

@@ -12,7 +12,7 @@ extension Installs {
                          origin: ReplyOrigin) -> Bool {
         let copy = Array(bytes)
         // Settled exactly once: by the install's outcome or by the timeout, whichever comes first.
-        final class Once: @unchecked Sendable { var settled = false }  // used only on the event loop
+        final class Once { var settled = false }
         let once = Once()
         let waitMs = CallHop.timeoutMs(requested: requested, otherwise: config.callTimeoutMs)
         let started = onDemand(target) { [self] failure in
@@ -29,7 +29,7 @@ extension Installs {
             }
         }
         guard started else { return false }
-        loop.scheduleTask(in: .milliseconds(Int64(waitMs))) { [self] in
+        loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(waitMs))) { [self] in
             guard !once.settled else { return }
             once.settled = true
             router.answer(origin, error: ErrorBody(.timeout, "\(target) was still being installed on demand after \(waitMs) ms"))
@@ -47,28 +47,34 @@ extension Installs {
             return true
         }
         onDemandWaiters[target] = [replay]
-        let settle: @Sendable (ErrorBody?) -> Void = { [self] error in
+        let settle: (ErrorBody?) -> Void = { [self] error in
             let waiters = onDemandWaiters.removeValue(forKey: target) ?? []
             for w in waiters { w(error) }
         }
         let request = catalogRequest(url)
         let home = config.home
-        queue.async { [self] in
+        let back = engine.handOff((self, settle))
+        offLoop { runner in
             let cached = CatalogCache.entries(home: home, url: url).first { $0.identifier == target }
-            let entry = cached ?? (try? loadCatalog(request))?.entries.first { $0.identifier == target }
-            loop.execute { [self] in
-                guard let entry, entry.onDemand == true else {
-                    return settle(ErrorBody(.notFound, "no plugin \(target) is installed" + (entry == nil ? "" : "; the catalog has it, but not on demand: `supervisor install` it")))
-                }
-                logger.notice("installing \(target) \(entry.version) on demand")
-                install(source: entry.url, entry: entry, options: InstallOptions(), origin: nil) { result in
-                    switch result {
-                    case .success: settle(nil)
-                    case .failure(let e): settle(ErrorBody(.unavailable, "on-demand install of \(target) failed: \(e.message)"))
-                    }
-                }
+            let entry = cached ?? (try? runner.loadCatalog(request))?.entries.first { $0.identifier == target }
+            back.execute { installs, settle in
+                installs.installOnDemand(target, entry: entry, settle)
             }
         }
         return true
+    }
+
+    /// The catalog's answer for an on-demand install, back on the loop.
+    private func installOnDemand(_ target: String, entry: CatalogEntry?, _ settle: @escaping (ErrorBody?) -> Void) {
+        guard let entry, entry.onDemand == true else {
+            return settle(ErrorBody(.notFound, "no plugin \(target) is installed" + (entry == nil ? "" : "; the catalog has it, but not on demand: `supervisor install` it")))
+        }
+        logger.notice("installing \(target) \(entry.version) on demand")
+        install(source: entry.url, entry: entry, options: InstallOptions(), origin: nil) { result in
+            switch result {
+            case .success: settle(nil)
+            case .failure(let e): settle(ErrorBody(.unavailable, "on-demand install of \(target) failed: \(e.message)"))
+            }
+        }
     }
 }

@@ -21,7 +21,7 @@ extension Installs {
     func beginGrace(_ record: PluginRecord, staged: BundleStore.Staged, previous: Manifest, what: String) {
         let seconds = config.updateGraceSeconds
         var grace = UpdateGrace(staged: staged, previous: previous, what: what, until: .now() + .seconds(Int64(seconds)))
-        grace.timer = loop.scheduleTask(in: .seconds(Int64(seconds))) { [self] in endGrace(record) }
+        grace.timer = loop.assumeIsolated().scheduleTask(in: .seconds(Int64(seconds))) { [self] in endGrace(record) }
         record.updateGrace = grace
         logger.notice("installed \(what); the previous version is kept for \(seconds) s in case the new one crashes",
                       metadata: ["plugin": "\(record.identifier)"])
@@ -54,7 +54,7 @@ extension Installs {
         record.lastError = "the update to \(failed) was rolled back to \(grace.previous.version): it crashed within \(config.updateGraceSeconds) s (\(described))"
         logger.error("\(id) \(failed) crashed within \(config.updateGraceSeconds) s of its update (\(described)); rolled back to \(grace.previous.version)",
                      metadata: ["plugin": "\(id)"])
-        supervisor.metrics.installed(outcome: "rolledBack")
+        engine.metrics.installed(outcome: "rolledBack")
         lifecycle.startAgain(record) { [self] problem in
             if let problem { logger.error("\(id) \(grace.previous.version) did not start again after the rollback: \(problem)", metadata: ["plugin": "\(id)"]) }
         }

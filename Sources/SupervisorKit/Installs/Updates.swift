@@ -13,13 +13,14 @@ extension Installs {
             return router.answer(origin, error: ErrorBody(.badRequest, "no catalog is configured (config key catalog)"))
         }
         let request = catalogRequest(url)
-        queue.async { [self] in
+        let back = engine.handOff((self, origin))
+        offLoop { runner in
             let loaded: CatalogLoaded
-            do throws(InstallError) { loaded = try loadCatalog(request) } catch {
-                loop.execute { self.router.answer(origin, error: error.body) }
+            do throws(InstallError) { loaded = try runner.loadCatalog(request) } catch {
+                back.execute { installs, origin in installs.router.answer(origin, error: error.body) }
                 return
             }
-            loop.execute { self.offerUpdates(loaded, origin: origin, checkOnly: options.check) }
+            back.execute { installs, origin in installs.offerUpdates(loaded, origin: origin, checkOnly: options.check) }
         }
     }
 

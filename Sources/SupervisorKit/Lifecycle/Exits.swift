@@ -35,7 +35,7 @@ extension Lifecycle {
         if instance.socketClosed {
             finalizeExit(instance)
         } else {
-            loop.scheduleTask(in: .milliseconds(250)) { [self] in finalizeExit(instance) }
+            loop.assumeIsolated().scheduleTask(in: .milliseconds(250)) { [self] in finalizeExit(instance) }
         }
     }
 
@@ -49,7 +49,7 @@ extension Lifecycle {
         // lingers without a socket is useless, so it gets a moment to exit and is then killed.
         guard !instance.phase.stopRequested else { return }
         prepareStandby(after: instance)
-        loop.scheduleTask(in: .milliseconds(500)) { [self, weak instance] in
+        loop.assumeIsolated().scheduleTask(in: .milliseconds(500)) { [self, weak instance] in
             if let instance, !instance.phase.hasExited {
                 kill(instance, .disconnected, "the worker closed its protocol socket but did not exit")
             }
@@ -60,14 +60,14 @@ extension Lifecycle {
     func finalizeExit(_ instance: WorkerInstance) {
         guard case .exited(let afterStop) = instance.phase, let exit = instance.exit else { return }
         instance.move(to: .finalized, logger: logger)
-        supervisor.metrics.addCPU(instance, total: exit.cpuMicroseconds)
+        engine.metrics.addCPU(instance, total: exit.cpuMicroseconds)
         instance.channel?.close(promise: nil)
         router.failPending(instance, because: "\(instance.identifier) exited")
         router.forgetLinks(instance)
         let outgoing = instance.outgoing
         instance.outgoing = [:]
         router.cancelInFlight(outgoing)
-        supervisor.hostMethods.callerEnded(instance)
+        engine.hostMethods.callerEnded(instance)
         let callbacks = instance.onExit
         instance.onExit = []
         // The kernel's OOM killer in its group: the memory limit, whatever the signal says.
@@ -181,13 +181,13 @@ extension Lifecycle {
             startWaitingPlugins()
         case .restart(let delayMs, _):
             record.restarts += 1
-            supervisor.metrics.restarted(record.identifier, reason: reason)
+            engine.metrics.restarted(record.identifier, reason: reason)
             record.move(to: .restarting, logger: logger)
             events.restarting(record, delayMs: delayMs)
             logger.info("restarting \(record.identifier) in \(delayMs) ms (restart \(record.restarts))", metadata: ["plugin": "\(record.identifier)"])
             // The ready line waits for each plugin's first start, not for its restarts.
             defer { checkLaunch() }
-            let go: @Sendable () -> Void = { [self] in
+            let go: () -> Void = { [self] in
                 record.pendingRestart = nil
                 guard record.phase == .restarting, record.instance == nil, !isShuttingDown else { return }
                 if table.dependenciesRunning(record) {
@@ -198,7 +198,7 @@ extension Lifecycle {
                 }
             }
             if delayMs == 0 { go() } else {
-                record.pendingRestart = loop.scheduleTask(in: .milliseconds(Int64(delayMs))) { go() }
+                record.pendingRestart = loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(delayMs))) { go() }
             }
         }
     }

@@ -12,9 +12,8 @@ import PluginProtocol
 /// Brings plugins up in dependency order, restarts them by policy, and stops them (Lifecycle/*.swift:
 /// starting here, spawning and start-up in Spawning.swift, exits and restarts in Exits.swift,
 /// stopping and shutdown in Stopping.swift, SIGHUP in Rescan.swift).
-final class Lifecycle: SupervisorComponent, @unchecked Sendable {
-    // @unchecked: used only on the supervisor's event loop.
-    unowned let supervisor: Supervisor
+final class Lifecycle: SupervisorComponent {
+    unowned let engine: Engine
 
     /// The supervisor as a whole.
     enum Phase: Equatable {
@@ -48,10 +47,10 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
     /// When the fork server ended unasked, recently: too many and workers are exec'd from then on.
     var forkServerEnds: [NIODeadline] = []
 
-    init(_ supervisor: Supervisor) {
-        self.supervisor = supervisor
-        finished = supervisor.loop.makePromise()
-        let c = supervisor.config
+    init(_ engine: Engine) {
+        self.engine = engine
+        finished = engine.loop.makePromise()
+        let c = engine.config
         restartPolicy = RestartPolicy(limit: c.restartLimit, windowSeconds: c.restartWindowSeconds,
                                       backoffBaseMs: c.restartBackoffBaseMs, backoffMaxMs: c.restartBackoffMaxMs)
     }
@@ -110,7 +109,7 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
     func startAll(onReady: @escaping (String) -> Void) {
         loop.preconditionInEventLoop()
         self.onReady = onReady
-        supervisor.health.start()
+        engine.health.start()
         startWaitingPlugins()
     }
 
@@ -164,7 +163,7 @@ final class Lifecycle: SupervisorComponent, @unchecked Sendable {
             onReady?(line)
             onReady = nil
             // After the line is out: whoever reads either sees the same moment.
-            supervisor.systemd.ready()
+            engine.systemd.ready()
         }
         for record in running { installs.refreshResources(record) }
         installs.warmCatalog()

@@ -8,22 +8,22 @@ extension Lifecycle {
     /// SIGHUP and `supervisor reload`: systemd hears RELOADING=1, the folders are rescanned, and once
     /// nothing the rescan started is still starting, READY=1; `done` gets the summary then (or why
     /// there was no reload).
-    func reload(_ done: @escaping @Sendable (Result<ReloadSummary, ErrorBody>) -> Void) {
+    func reload(_ done: @escaping (Result<ReloadSummary, ErrorBody>) -> Void) {
         loop.preconditionInEventLoop()
         guard !isShuttingDown else { return done(.failure(ErrorBody(.unavailable, "the supervisor is shutting down"))) }
-        supervisor.systemd.reloadBegan()
+        engine.systemd.reloadBegan()
         let found = rescan()
         settleReload(found, by: .now() + .milliseconds(Int64(config.startupTimeoutMs) + 5_000), done)
     }
 
     /// Checks every 10 ms until nothing is waiting or starting (or `deadline` passes).
-    private func settleReload(_ found: ReloadSummary, by deadline: NIODeadline, _ done: @escaping @Sendable (Result<ReloadSummary, ErrorBody>) -> Void) {
+    private func settleReload(_ found: ReloadSummary, by deadline: NIODeadline, _ done: @escaping (Result<ReloadSummary, ErrorBody>) -> Void) {
         let busy = table.all.contains { $0.phase == .waiting || $0.phase.isStarting }
         if busy, !isShuttingDown, NIODeadline.now() < deadline {
-            loop.scheduleTask(in: .milliseconds(10)) { [self] in settleReload(found, by: deadline, done) }
+            loop.assumeIsolated().scheduleTask(in: .milliseconds(10)) { [self] in settleReload(found, by: deadline, done) }
             return
         }
-        supervisor.systemd.reloadEnded()
+        engine.systemd.reloadEnded()
         var summary = found
         summary.running = table.all.filter { $0.phase == .running }.count
         summary.failed = table.all.filter { $0.phase.isFailed }.count

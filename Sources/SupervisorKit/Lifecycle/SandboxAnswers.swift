@@ -4,6 +4,7 @@ import Glibc
 import CSeccomp
 import LinuxSupport
 import Logging
+import NIOCore
 import PluginProtocol
 
 /// The supervisor's answers to the calls a worker's seccomp filter hands over (SPEC §5): a call the
@@ -15,12 +16,12 @@ enum SandboxAnswers {
     static let auditArchAArch64: UInt32 = 0xC000_00B7
     static let x32Bit: Int32 = 0x4000_0000
 
-    static func answer(_ call: SeccompCall, for instance: WorkerInstance, supervisor: Supervisor) -> SeccompAnswer {
+    static func answer(_ call: SeccompCall, for worker: NIOLoopBound<(lifecycle: Lifecycle, instance: WorkerInstance)>) -> SeccompAnswer {
         let (name, foreign) = self.name(call)
         let fatal = foreign || SeccompPolicy.isFatal(name, args: call.args)
         // Queued before the kill below, so the loop records the violation before it sees the exit.
         let args = call.args.prefix(3).map { "0x" + String($0, radix: 16) }.joined(separator: ", ")
-        supervisor.loop.execute { supervisor.lifecycle.sandboxRefused(instance, syscall: name, arguments: args, fatal: fatal) }
+        worker.execute { $0.lifecycle.sandboxRefused($0.instance, syscall: name, arguments: args, fatal: fatal) }
         return fatal ? .kill : .fail(errno: EPERM)
     }
 
@@ -43,7 +44,7 @@ extension Lifecycle {
         loop.preconditionInEventLoop()
         if let record = table[instance.identifier], record.role(of: instance) != nil {
             record.sandboxDenials[syscall, default: 0] += 1
-            supervisor.metrics.denied(record.identifier, syscall: syscall)
+            engine.metrics.denied(record.identifier, syscall: syscall)
         }
         let meta: Logger.Metadata = ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)", "syscall": "\(syscall)"]
         if fatal {

@@ -67,7 +67,7 @@ extension Lifecycle {
         } catch {
             return .failure(SpawnFailure(reason: "cannot create the data folders of \(id) in \(config.home): \(error)"))
         }
-        let notifier = supervisor.notifier
+        let notifier = engine.notifier
         var spec = workerSpec(manifest, library: library.path, data: data, live: live, temp: temp, descriptorChannel: notifier != nil)
         spec.peerLinks = config.peerLinks && notifier != nil ? true : nil
         spec.spinMicroseconds = config.workerSpinMicroseconds > 0 ? config.workerSpinMicroseconds : nil
@@ -78,7 +78,7 @@ extension Lifecycle {
         // no grace period: CgroupGroup.tasksFiles); on v2 the supervisor's mover puts it there (off
         // the worker's path until the plugin loads) and says so on the descriptor channel.
         var cgroup: CgroupGroup?
-        if let tree = supervisor.cgroups {
+        if let tree = engine.cgroups {
             spawnCount &+= 1
             do {
                 cgroup = try tree.makeGroup("\(id)-\(spawnCount)", limits: cgroupLimits(manifest))
@@ -94,7 +94,7 @@ extension Lifecycle {
                 spec.cgroupMissing = "could not make its group: \(error)"
             }
         } else if config.sandboxEnabled {
-            spec.cgroupMissing = supervisor.cgroupsMissing
+            spec.cgroupMissing = engine.cgroupsMissing
         }
         let specJSON: String
         do { specJSON = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self) } catch {
@@ -116,9 +116,11 @@ extension Lifecycle {
         instance.forked = spawned.forked
         instance.startProblem = startProblem
         instance.library = (library.path, FileStamp(path: library.path))
+        // The watcher's and the notifier's threads reach the worker's record only on the loop.
+        let back = engine.handOff((lifecycle: self, instance: instance))
         do {
-            try supervisor.watcher?.watch(instance.process) { [supervisor] exit in
-                supervisor.loop.execute { supervisor.lifecycle.childExited(instance, exit) }
+            try engine.watcher?.watch(instance.process) { exit in
+                back.execute { $0.lifecycle.childExited($0.instance, exit) }
             }
         } catch {
             // A worker whose end could not be seen must not run: end and reap it now.
@@ -135,22 +137,24 @@ extension Lifecycle {
                 let copy = fcntl(raw, F_DUPFD_CLOEXEC, 3)
                 if copy >= 0 { instance.descriptorChannel = copy }
             }
-            let watchFilter: @Sendable () -> Void = { [supervisor] in
+            let process = instance.process
+            let logger = logger
+            let watchFilter: @Sendable () -> Void = {
                 do {
-                    try notifier.adopt(channel: OwnedDescriptor(raw), process: instance.process) { call in
-                        SandboxAnswers.answer(call, for: instance, supervisor: supervisor)
+                    try notifier.adopt(channel: OwnedDescriptor(raw), process: process) { call in
+                        SandboxAnswers.answer(call, for: back)
                     }
                 } catch {
                     // Its filter's calls would wait for an answer forever: it must not run.
-                    supervisor.loop.execute { supervisor.lifecycle.kill(instance, .spawnError, "cannot answer for its seccomp filter: \(error)") }
+                    back.execute { $0.lifecycle.kill($0.instance, .spawnError, "cannot answer for its seccomp filter: \(error)") }
                 }
             }
-            if spec.cgroupBySupervisor == true, let tree = supervisor.cgroups, let group = cgroup {
-                tree.admit(instance.pid, to: group) { [supervisor] failure in
+            if spec.cgroupBySupervisor == true, let tree = engine.cgroups, let group = cgroup {
+                tree.admit(instance.pid, to: group) { failure in
                     var byte: UInt8 = failure == nil ? UInt8(ascii: "J") : UInt8(ascii: "F")
                     _ = send(raw, &byte, 1, Int32(MSG_NOSIGNAL))
                     if let failure {
-                        supervisor.loop.execute { supervisor.logger.warning("cannot move \(id) into its cgroup: \(failure)", metadata: ["plugin": "\(id)"]) }
+                        logger.warning("cannot move \(id) into its cgroup: \(failure)", metadata: ["plugin": "\(id)"])
                     }
                     watchFilter()
                 }
@@ -160,9 +164,9 @@ extension Lifecycle {
         }
         table.workerSpawned(instance)
         logger.debug("spawned worker", metadata: ["plugin": "\(id)", "pid": "\(instance.pid)", "version": "\(manifest.version)"])
-        WorkerChannel.connect(spawned.socket, for: instance, supervisor: supervisor)
-        OutputCapture.attach(spawned.stdout, stream: "stdout", plugin: id, supervisor: supervisor)
-        OutputCapture.attach(spawned.stderr, stream: "stderr", plugin: id, supervisor: supervisor)
+        WorkerChannel.connect(spawned.socket, for: instance, engine: engine)
+        OutputCapture.attach(spawned.stdout, stream: "stdout", plugin: id, engine: engine)
+        OutputCapture.attach(spawned.stderr, stream: "stderr", plugin: id, engine: engine)
 
         if !standby { armStartupDeadline(instance) }
         return .success(SpawnedWorker(instance: instance, library: library.path, variant: library.variant))
@@ -173,7 +177,7 @@ extension Lifecycle {
     func armStartupDeadline(_ instance: WorkerInstance) {
         let startupTimeoutMs = startupTimeout(instance.manifest)
         instance.startupDeadline?.cancel()
-        instance.startupDeadline = loop.scheduleTask(in: .milliseconds(Int64(startupTimeoutMs))) { [self, weak instance] in
+        instance.startupDeadline = loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(startupTimeoutMs))) { [self, weak instance] in
             if let instance, instance.hello == nil, !instance.phase.stopRequested {
                 kill(instance, .startupTimeout, "no hello within \(startupTimeoutMs) ms")
             }
@@ -210,10 +214,10 @@ extension Lifecycle {
             uid: getuid(), gid: getgid(), descriptorChannelFD: descriptorChannel ? 4 : nil, maxFrameBytes: config.maxFrameBytes,
             sandbox: SandboxSpec(enabled: config.sandboxEnabled, memoryMB: m.limits.memoryMB, openFiles: m.limits.openFiles,
                                  permissions: m.permissions, required: config.requiredSandboxLayers,
-                                 runtimePaths: supervisor.runtimePaths, debuggable: config.isDebugged(m.identifier) ? true : nil,
+                                 runtimePaths: engine.runtimePaths, debuggable: config.isDebugged(m.identifier) ? true : nil,
                                  seccompProgram: descriptorChannel ? seccompProgram(network: m.permissions.contains(.network)) : nil))
         // How the worker tells an empty network namespace the fork server made ahead from the host's.
-        if config.sandboxEnabled { spec.hostNetworkNamespace = supervisor.networkNamespace }
+        if config.sandboxEnabled { spec.hostNetworkNamespace = engine.networkNamespace }
         return spec
     }
 
@@ -268,7 +272,7 @@ extension Lifecycle {
             instance.timings["spawnUs"] = max(0, started - Int(instance.spawnedAt.uptimeNanoseconds / 1000))
             instance.timings["startedAtUs"] = nil
         }
-        supervisor.health.noteMissingLayers(instance.hello!.sandboxMissing)
+        engine.health.noteMissingLayers(instance.hello!.sandboxMissing)
         if table.dependenciesRunning(instance.manifest) {
             sendStartup(record, instance)
         } else if role == .successor {

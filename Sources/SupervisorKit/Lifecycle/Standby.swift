@@ -42,7 +42,7 @@ extension Lifecycle {
             return logger.debug("no standby worker: \(failure.reason)", metadata: ["plugin": "\(record.identifier)"])
         }
         let timeoutMs = startupTimeout(record.manifest)
-        let expiry = loop.scheduleTask(in: .milliseconds(Int64(timeoutMs))) { [self, weak record] in
+        let expiry = loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(timeoutMs))) { [self, weak record] in
             if let record { discardStandby(record, because: "not needed within \(timeoutMs) ms") }
         }
         record.standby = Standby(instance: spawned.instance, library: spawned.library, variant: spawned.variant, expiry: expiry)

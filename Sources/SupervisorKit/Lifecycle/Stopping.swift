@@ -13,7 +13,7 @@ extension Lifecycle {
         loop.preconditionInEventLoop()
         guard startShutdownPhase() else { return }
         logger.notice("shutting down (\(reason))")
-        supervisor.systemd.stopping()
+        engine.systemd.stopping()
         for record in table.all {
             record.pendingRestart?.cancel()
             abandonSuccessor(record, because: "the supervisor is shutting down")
@@ -77,14 +77,14 @@ extension Lifecycle {
             }
             return terminate(record, instance)
         }
-        loop.scheduleTask(in: .milliseconds(5)) { [self] in drain(record, instance, until: deadline) }
+        loop.assumeIsolated().scheduleTask(in: .milliseconds(5)) { [self] in drain(record, instance, until: deadline) }
     }
 
     /// `willTerminate` and the grace period (or SIGKILL for a worker that never said hello).
     private func terminate(_ record: PluginRecord, _ instance: WorkerInstance) {
         let saidHello = instance.hello != nil
         let grace = TimeAmount.milliseconds(Int64(config.shutdownGraceMs))
-        let hardStop = loop.scheduleTask(in: grace) { [self] in
+        let hardStop = loop.assumeIsolated().scheduleTask(in: grace) { [self] in
             if !instance.phase.hasExited {
                 instance.killReason = (.stopped, "did not exit within the \(config.shutdownGraceMs) ms grace period")
                 instance.process.signal(SIGKILL)
@@ -103,8 +103,8 @@ extension Lifecycle {
     /// Every worker has stopped: the control socket closes and `run` returns.
     private func finish() {
         guard endShutdownPhase() else { return }
-        supervisor.health.stop()
-        supervisor.control.close().whenComplete { [self] _ in
+        engine.health.stop()
+        engine.control.close().assumeIsolated().whenComplete { [self] _ in
             logger.notice("all plugins stopped; bye")
             events.finishAll()
             finished.succeed(())

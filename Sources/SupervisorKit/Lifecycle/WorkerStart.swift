@@ -28,8 +28,9 @@ extension Lifecycle {
             return
         }
         do {
-            try supervisor.watcher?.watch(server.process) { [supervisor] exit in
-                supervisor.loop.execute { supervisor.lifecycle.forkServerEnded(server, exit) }
+            let back = engine.handOff(self)
+            try engine.watcher?.watch(server.process) { exit in
+                back.execute { $0.forkServerEnded(server, exit) }
             }
         } catch {
             server.stop()

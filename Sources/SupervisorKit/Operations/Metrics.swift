@@ -16,9 +16,8 @@ import Prometheus
 /// someone scrapes. Confined to the event loop like the rest of the supervisor; the registry itself
 /// is thread-safe, so the HTTP endpoint could emit from anywhere, but it asks the loop for
 /// `exposition()` so the gauges are fresh.
-final class Metrics: SupervisorComponent, @unchecked Sendable {
-    // @unchecked: the caches below are used only on the supervisor's event loop.
-    unowned let supervisor: Supervisor
+final class Metrics: SupervisorComponent {
+    unowned let engine: Engine
     let registry = PrometheusCollectorRegistry()
     /// The program's swift-metrics backend, for an embedded supervisor (`config.metricsFactory`).
     let mirror: MetricsMirror?
@@ -40,9 +39,9 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
         return fraction.isEmpty ? "\(whole)" : "\(whole).\(fraction)"
     }
 
-    init(_ supervisor: Supervisor) {
-        self.supervisor = supervisor
-        mirror = supervisor.config.metricsFactory.map(MetricsMirror.init(factory:))
+    init(_ engine: Engine) {
+        self.engine = engine
+        mirror = engine.config.metricsFactory.map(MetricsMirror.init(factory:))
     }
 
     // MARK: Calls
@@ -188,8 +187,7 @@ final class Metrics: SupervisorComponent, @unchecked Sendable {
 /// (no atomic, no lock: measured, the library's locked histogram and atomic counters cost the
 /// supervisor 9 % of its CPU per call). A scrape moves the counts into swift-prometheus's counters
 /// and writes the histogram lines itself, in the same exposition format.
-final class CallMetrics: @unchecked Sendable {
-    // @unchecked: used only on the supervisor's event loop.
+final class CallMetrics {
     let plugin: String
     private let counters: [Counter]
     /// The plugin's duration timer in the program's swift-metrics backend (embedded only).

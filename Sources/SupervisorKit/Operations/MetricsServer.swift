@@ -39,24 +39,24 @@ struct MetricsEndpoint: Equatable {
 /// supervisor's own event loop: a scrape reads the same state the loop owns, without a lock.
 enum MetricsServer {
     /// Binds `config.metricsListen` if set; nil when not. A bind failure stops the start with the reason.
-    static func start(_ supervisor: Supervisor) throws(SupervisorError) -> Channel? {
-        guard let listen = supervisor.config.metricsListen else { return nil }
+    static func start(config: SupervisorConfig, logger: Logger, engine: NIOLoopBound<Engine>) throws(SupervisorError) -> Channel? {
+        guard let listen = config.metricsListen else { return nil }
         let endpoint: MetricsEndpoint
         do { endpoint = try MetricsEndpoint(listen) } catch {
             throw .config(file: "metrics.listen", reason: error.reason)
         }
-        let bootstrap = ServerBootstrap(group: supervisor.loop)
+        let bootstrap = ServerBootstrap(group: engine.eventLoop)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                    try channel.pipeline.syncOperations.addHandler(MetricsHandler(supervisor))
+                    try channel.pipeline.syncOperations.addHandler(MetricsHandler(engine.value))
                 }
             }
         do {
             let channel = try bootstrap.bind(host: endpoint.host, port: endpoint.port).wait()
             let shown = endpoint.host.contains(":") ? "[\(endpoint.host)]:\(endpoint.port)" : "\(endpoint.host):\(endpoint.port)"
-            supervisor.logger.info("metrics: GET http://\(shown)/metrics")
+            logger.info("metrics: GET http://\(shown)/metrics")
             return channel
         } catch {
             throw .config(file: "metrics.listen", reason: "cannot listen on \(listen): \(error)")
@@ -65,16 +65,15 @@ enum MetricsServer {
 }
 
 /// One HTTP connection of a scraper.
-final class MetricsHandler: ChannelInboundHandler, @unchecked Sendable {
-    // @unchecked: NIO calls it only on its channel's loop, which is the supervisor's.
+final class MetricsHandler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
-    unowned let supervisor: Supervisor
+    unowned let engine: Engine
     private var request: HTTPRequestHead?
 
-    init(_ supervisor: Supervisor) {
-        self.supervisor = supervisor
+    init(_ engine: Engine) {
+        self.engine = engine
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -104,7 +103,7 @@ final class MetricsHandler: ChannelInboundHandler, @unchecked Sendable {
             headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
         } else {
             status = .ok
-            body = supervisor.metrics.exposition()
+            body = engine.metrics.exposition()
             headers.add(name: "Content-Type", value: "text/plain; version=0.0.4; charset=utf-8")
         }
         headers.add(name: "Content-Length", value: "\(body.count)")

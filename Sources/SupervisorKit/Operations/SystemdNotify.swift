@@ -9,9 +9,8 @@ import NIOCore
 /// `$NOTIFY_SOCKET` (a path, or `@name` for an abstract socket). Every message is sent from the event
 /// loop, WATCHDOG=1 included, so a wedged loop stops the keep-alives and systemd restarts the service.
 /// Inert (every method returns at once) when the supervisor was not started with `NOTIFY_SOCKET`.
-final class SystemdNotify: SupervisorComponent, @unchecked Sendable {
-    // @unchecked: used only on the supervisor's event loop.
-    unowned let supervisor: Supervisor
+final class SystemdNotify: SupervisorComponent {
+    unowned let engine: Engine
     private let endpoint: Endpoint?
     /// The datagram socket (close-on-exec), open for the supervisor's life once `start` ran.
     private var socketFD: Int32 = -1
@@ -40,8 +39,8 @@ final class SystemdNotify: SupervisorComponent, @unchecked Sendable {
         }
     }
 
-    init(_ supervisor: Supervisor, endpoint: Endpoint?) {
-        self.supervisor = supervisor
+    init(_ engine: Engine, endpoint: Endpoint?) {
+        self.engine = engine
         self.endpoint = endpoint
     }
 
@@ -60,9 +59,11 @@ final class SystemdNotify: SupervisorComponent, @unchecked Sendable {
         if let interval = endpoint.watchdogInterval {
             logger.info("systemd watchdog: WATCHDOG=1 every \(interval.nanoseconds / 1_000_000) ms")
             send("WATCHDOG=1")
-            timers.append(loop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { [self] _ in send("WATCHDOG=1") })
+            let me = engine.handOff(self)
+            timers.append(loop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in me.value.send("WATCHDOG=1") })
         }
-        timers.append(loop.scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { [self] _ in updateStatus() })
+        let me = engine.handOff(self)
+        timers.append(loop.scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in me.value.updateStatus() })
     }
 
     /// Every startable plugin has started (the ready line).

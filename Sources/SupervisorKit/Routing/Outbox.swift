@@ -5,8 +5,7 @@ import PluginProtocol
 /// write of a turn schedules the one flush, which runs after the turn's reads (every channel's read
 /// batch) and timers, so a burst of routed frames costs one syscall per peer rather than one per
 /// frame, and no code path has to remember to flush.
-final class Outbox: @unchecked Sendable {
-    // @unchecked: used only on the supervisor's event loop.
+final class Outbox {
     private let loop: EventLoop
     private var dirty: [ObjectIdentifier: Channel] = [:]
     private var flushScheduled = false
@@ -27,7 +26,7 @@ final class Outbox: @unchecked Sendable {
         dirty[ObjectIdentifier(channel)] = channel
         if !flushScheduled {
             flushScheduled = true
-            loop.execute { self.flush() }
+            loop.assumeIsolated().execute { self.flush() }
         }
     }
 

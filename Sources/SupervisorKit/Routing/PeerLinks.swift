@@ -131,7 +131,7 @@ extension Router {
         if let problem = report.calls.problem {
             return lifecycle.protocolViolation(instance, "linkCalls with \(problem)")
         }
-        supervisor.metrics.calls(report.target).add(report.calls)
+        engine.metrics.calls(report.target).add(report.calls)
         // Its link ended by itself: forgotten, so the next call through here makes a new one.
         if let ended = report.endedLink, let link = instance.linksOut[report.target], link.number == ended {
             settle(link)

@@ -9,9 +9,8 @@ import Protocol
 /// Every request sent to a worker is in that worker's `pending` table until exactly one of these
 /// settles it: its reply (`deliverReply`), its deadline (`expire`), its worker's end (`failPending`),
 /// or its caller going away (`cancelInFlight`).
-final class Router: SupervisorComponent, @unchecked Sendable {
-    // @unchecked: used only on the supervisor's event loop.
-    unowned let supervisor: Supervisor
+final class Router: SupervisorComponent {
+    unowned let engine: Engine
     /// The rules of a forwarded request (timeout, frame, trace context: SPEC §3), shared with the
     /// workers that forward over peer links; its trace ids are the loop's.
     private var hop = CallHop()
@@ -20,9 +19,9 @@ final class Router: SupervisorComponent, @unchecked Sendable {
     /// The last peer link's number (PeerLinks.swift).
     var nextLinkNumber: UInt64 = 0
 
-    init(_ supervisor: Supervisor) {
-        self.supervisor = supervisor
-        logCalls = supervisor.logger.logLevel <= .debug
+    init(_ engine: Engine) {
+        self.engine = engine
+        logCalls = engine.logger.logLevel <= .debug
     }
 
     static let logsPerSecond = 200
@@ -91,7 +90,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
     @inline(__always)
     private func callMetrics(of record: PluginRecord) -> CallMetrics {
         if let known = record.callMetrics { return known }
-        let made = supervisor.metrics.calls(record.identifier)
+        let made = engine.metrics.calls(record.identifier)
         record.callMetrics = made
         return made
     }
@@ -127,7 +126,7 @@ final class Router: SupervisorComponent, @unchecked Sendable {
         }
         // A method of the program the supervisor runs in (SPEC §12): its own permission, not a dependency.
         if kind == .call, target == HostMethods.target {
-            return supervisor.hostMethods.call(from: instance, id: id, env, bytes)
+            return engine.hostMethods.call(from: instance, id: id, env, bytes)
         }
         // The caller's own version decides (during an update, the old and the new one may differ).
         guard instance.manifest.dependencies.contains(where: { $0.identifier == target }) else {

@@ -6,29 +6,32 @@ import PluginProtocol
 
 /// Wires a freshly spawned worker's protocol socket into the event loop.
 enum WorkerChannel {
-    static func connect(_ socket: consuming OwnedDescriptor, for instance: WorkerInstance, supervisor: Supervisor) {
-        ClientBootstrap(group: supervisor.loop)
+    static func connect(_ socket: consuming OwnedDescriptor, for instance: WorkerInstance, engine: Engine) {
+        // The channel is made on the engine's loop (its only one): the initializer runs there.
+        let back = engine.handOff((engine: engine, instance: instance))
+        let maxBody = engine.config.maxFrameBytes
+        ClientBootstrap(group: engine.loop)
             .channelOption(ChannelOptions.autoRead, value: true)
             .channelOption(ChannelOptions.writeBufferWaterMark, value: Outbox.waterMark)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: supervisor.config.maxFrameBytes)))
-                    try channel.pipeline.syncOperations.addHandler(WorkerHandler(supervisor: supervisor, instance: instance))
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: maxBody)))
+                    try channel.pipeline.syncOperations.addHandler(WorkerHandler(engine: back.value.engine, instance: back.value.instance))
                 }
             }
             .withConnectedSocket(socket.release())
-            .whenComplete { result in
+            .assumeIsolated().whenComplete { result in
                 switch result {
                 case .success(let channel):
                     if instance.phase.hasExited { channel.close(promise: nil) } else {
                         instance.connection = .open(channel)
                         // A standby told to load before its socket was wired in.
-                        supervisor.lifecycle.sendLoad(instance)
+                        engine.lifecycle.sendLoad(instance)
                     }
                 case .failure(let error):
                     // NIO closes the descriptor once it has made a channel of it.
                     instance.connection = .closed
-                    supervisor.lifecycle.kill(instance, .spawnError, "cannot watch the worker's socket: \(error)")
+                    engine.lifecycle.kill(instance, .spawnError, "cannot watch the worker's socket: \(error)")
                 }
             }
     }
@@ -37,20 +40,20 @@ enum WorkerChannel {
 /// Frames from one worker's socket, into the router.
 final class WorkerHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
-    let supervisor: Supervisor
+    let engine: Engine
     let instance: WorkerInstance
 
-    init(supervisor: Supervisor, instance: WorkerInstance) {
-        self.supervisor = supervisor
+    init(engine: Engine, instance: WorkerInstance) {
+        self.engine = engine
         self.instance = instance
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        supervisor.router.workerFrame(instance, unwrapInboundIn(data))
+        engine.router.workerFrame(instance, unwrapInboundIn(data))
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        supervisor.lifecycle.workerDisconnected(instance)
+        engine.lifecycle.workerDisconnected(instance)
     }
 
     // No read back-pressure on workers: a worker that answers on its I/O thread blocks in send when
@@ -59,14 +62,14 @@ final class WorkerHandler: ChannelInboundHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if let header = error as? Frame.HeaderError {
-            supervisor.lifecycle.protocolViolation(instance, "\(header)")
+            engine.lifecycle.protocolViolation(instance, "\(header)")
         } else if error is ByteToMessageDecoderError {
-            supervisor.lifecycle.protocolViolation(instance, "undecodable stream: \(error)")
+            engine.lifecycle.protocolViolation(instance, "undecodable stream: \(error)")
         } else if error is ChannelError || (error as? IOError)?.errnoCode == ECONNRESET {
             // EOF and resets are reported through channelInactive (a worker that dies with a frame
             // of ours unread resets its socket: its crash is logged once, by its exit's line).
         } else {
-            supervisor.logger.warning("worker socket error: \(error)", metadata: ["plugin": "\(instance.identifier)"])
+            engine.logger.warning("worker socket error: \(error)", metadata: ["plugin": "\(instance.identifier)"])
         }
         context.close(promise: nil)
     }
@@ -92,10 +95,10 @@ final class OutputCapture: ChannelInboundHandler {
         self.stream = stream
     }
 
-    static func attach(_ descriptor: consuming OwnedDescriptor, stream: String, plugin: String, supervisor: Supervisor) {
+    static func attach(_ descriptor: consuming OwnedDescriptor, stream: String, plugin: String, engine: Engine) {
         let fd = descriptor.release()
-        let logger = supervisor.logger
-        NIOPipeBootstrap(group: supervisor.loop)
+        let logger = engine.logger
+        NIOPipeBootstrap(group: engine.loop)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(OutputCapture(logger: logger, plugin: plugin, stream: stream))

@@ -10,9 +10,8 @@ import Protocol
 
 /// Everything the supervisor knows of one plugin, across its worker restarts.
 /// Owned by the supervisor's event loop, like every object in State/: created, read and changed only
-/// there. `@unchecked Sendable` because closures the loop runs later (timers, futures) carry it; they
-/// run on the same loop.
-final class PluginRecord: @unchecked Sendable {
+/// there (not `Sendable`: the compiler keeps it there).
+final class PluginRecord {
     /// The version that serves calls (the new one's once an update switched to it).
     var manifest: Manifest
     private(set) var phase: PluginPhase
@@ -130,7 +129,7 @@ enum WorkerRole {
 }
 
 /// One worker process for a plugin, from spawn to its exit being recorded. Owned by the event loop.
-final class WorkerInstance: @unchecked Sendable {
+final class WorkerInstance {
     let process: ChildProcess
     let identifier: String
     /// The version it runs (during an update, the old and the new worker's differ).
@@ -288,7 +287,7 @@ final class CallLog {
 }
 
 /// Where the answer to a request must go. Confined to the event loop like what it refers to.
-enum ReplyOrigin: @unchecked Sendable {
+enum ReplyOrigin {
     /// A CLI client, with the id it used.
     case client(ControlConnection, id: UInt64)
     /// A plugin's worker, with the id the plugin used.
@@ -301,33 +300,42 @@ enum ReplyOrigin: @unchecked Sendable {
 
 /// A request from the program the supervisor is embedded in (`PluginHost`): settled once, on the
 /// event loop, with the result's JSON or an error; a later answer (the host gave up first) is
-/// dropped. Owned by the event loop.
-final class HostRequest: @unchecked Sendable {
-    private var done: ((Result<[UInt8], ErrorBody>) -> Void)?
-    /// Its call or open forwarded to a worker and not yet answered: the worker is told to `cancel`
-    /// it if the host gives up first.
-    var inFlight: (callee: WorkerInstance, id: UInt64)?
-    /// Where `progress` frames go (installs, updates), if anywhere.
-    let progress: ((ProgressReport) -> Void)?
+/// dropped. Made on the program's thread, then used only on the loop: its state is in a
+/// `NIOLoopBoundBox`, which only the loop can open.
+final class HostRequest: Sendable {
+    private struct State {
+        var done: (@Sendable (Result<[UInt8], ErrorBody>) -> Void)?
+        /// Its call or open forwarded to a worker and not yet answered: the worker is told to
+        /// `cancel` it if the host gives up first.
+        var inFlight: (callee: WorkerInstance, id: UInt64)?
+    }
 
-    init(progress: ((ProgressReport) -> Void)? = nil, _ done: @escaping (Result<[UInt8], ErrorBody>) -> Void) {
-        self.done = done
+    private let state: NIOLoopBoundBox<State>
+    /// Where `progress` frames go (installs, updates), if anywhere.
+    let progress: (@Sendable (ProgressReport) -> Void)?
+
+    init(on loop: EventLoop, progress: (@Sendable (ProgressReport) -> Void)? = nil, _ done: @escaping @Sendable (Result<[UInt8], ErrorBody>) -> Void) {
+        state = .makeBoxSendingValue(State(done: done), eventLoop: loop)
         self.progress = progress
     }
 
     /// Answered, or given up on.
-    var isSettled: Bool { done == nil }
+    var isSettled: Bool { state.value.done == nil }
+
+    var inFlight: (callee: WorkerInstance, id: UInt64)? {
+        get { state.value.inFlight }
+        set { state.value.inFlight = newValue }
+    }
 
     func settle(_ result: Result<[UInt8], ErrorBody>) {
-        guard let done else { return }
-        self.done = nil
-        inFlight = nil
+        guard let done = state.value.done else { return }
+        state.value = State()
         done(result)
     }
 }
 
 /// A CLI client on the control socket. Owned by the event loop.
-final class ControlConnection: @unchecked Sendable {
+final class ControlConnection {
     let channel: Channel
     var closed = false
     /// Requests of this client still waiting for an answer.

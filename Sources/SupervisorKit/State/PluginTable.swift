@@ -6,8 +6,7 @@ import NIOCore
 
 /// The plugins the supervisor knows, in start order, and their live workers by pid: the one owner
 /// of that state. Every access asserts it is on the supervisor's event loop.
-final class PluginTable: @unchecked Sendable {
-    // @unchecked: confined to `loop` (asserted on every access in debug builds).
+final class PluginTable {
     let loop: EventLoop
     private var records: [String: PluginRecord] = [:]
     /// Start order (dependencies first).
