@@ -102,7 +102,6 @@ extension Lifecycle {
                                          stopRequested: afterStop, lastDataBytes: instance.memory.data, hardLimitBytes: hardLimit,
                                          libraryChanged: instance.library.flatMap { FileStamp(path: $0.path) != $0.stamp ? $0.path : nil })
         let status = ExitClassifier.classify(facts)
-        let meta: Logger.Metadata = ["plugin": "\(record.identifier)", "pid": "\(exit.pid)"]
         let described = ExitClassifier.describe(status)
         if role == .successor {
             // A new version that ended before it took over: the update fails, the old one serves on.
@@ -110,95 +109,68 @@ extension Lifecycle {
             return successorEnded(record, instance, described)
         }
         record.instance = nil
-        record.lastExit = status
-        events.exited(record, pid: exit.pid, status)
-        // A standby spawned on this crash's notice is taken by an immediate restart below (the
-        // scheduled restart's `adoptStandby`); whatever else follows has no use for it.
-        defer { discardStandby(record, because: "\(record.identifier) is not restarted at once") }
-        if record.phase == .failed(byDependency: true) {
-            logger.info("\(record.identifier) stopped: \(record.problem ?? "a dependency failed")", metadata: meta)
-            callbacks.forEach { $0() }
-            return
-        }
-        if afterStop || isShuttingDown {
-            record.move(to: .stopped, logger: logger)
-            logger.info("\(record.identifier) stopped (\(described))", metadata: meta)
-            // Whoever waited for this worker to run hears it stopped, before the stop's own
-            // callbacks (a restart, an install) queue waiters for the next one.
-            record.settleWaiters("stopped")
-            callbacks.forEach { $0() }
-            return
-        }
-        let abnormal = ExitClassifier.isAbnormal(facts)
-        if abnormal, !instance.everRan { record.lastError = "failed to start: \(described)" }
-        logger.log(level: abnormal ? .error : .notice, "\(record.identifier) exited: \(described)", metadata: meta)
-        callbacks.forEach { $0() }
-        // A new version that crashes soon after its update: the previous one comes back.
-        if abnormal, installs.rollBackWithinGrace(record, crash: described) { return }
-        if record.successor != nil {
-            // An update's new version is coming up beside it: it takes over once it answers
-            // `startup` (calls wait for it); if it does not, the update puts this version back.
-            record.move(to: .restarting, logger: logger)
-            return
-        }
-        if status.reason.isPermanent {
-            // SPEC §6: a restart cannot cure a missing library or symbol or an ABI mismatch.
-            record.move(to: .failed(byDependency: false), logger: logger)
-            record.problem = "\(described); a restart cannot cure this: fix the bundle, then `supervisor restart \(record.identifier)`"
-            events.failed(record)
-            record.settleWaiters(record.problem)
-            startWaitingPlugins()
-            return
-        }
-        if record.installAwaitsVerdict {
-            record.move(to: .failed(byDependency: false), logger: logger)
-            record.problem = described
-            events.failed(record)
-            record.settleWaiters(described)
-            return
-        }
-        let policy = record.manifest.restart
-        guard policy == .always || (policy == .onFailure && abnormal) else {
-            record.move(to: abnormal ? .failed(byDependency: false) : .stopped, logger: logger)
-            record.problem = abnormal ? "exited: \(described) (restart policy \(policy.rawValue))" : nil
-            if abnormal { events.failed(record) }
-            record.settleWaiters(record.problem ?? "exited cleanly")
-            startWaitingPlugins()
-            return
-        }
-        scheduleRestart(record, after: described, reason: status.reason.rawValue)
+        // What the exit means for the plugin is its life's to decide (State/PluginLife.swift).
+        let ending = PluginLife.Ending(status: status, described: described, abnormal: ExitClassifier.isAbnormal(facts),
+                                       afterStop: afterStop, everRan: instance.everRan)
+        let exited = Exited(pid: exit.pid, ending: ending, context: circumstances(record), callbacks: callbacks)
+        carryOut(record.life.workerEnded(ending, exited.context, restartPolicy: restartPolicy, now: .now(), jitter: Self.jitter()), record, exited)
     }
 
-    /// Restarts by `restartPolicy` (backoff with jitter, the first at once, within the intensity limit).
-    func scheduleRestart(_ record: PluginRecord, after described: String, reason: String) {
-        switch restartPolicy.decide(history: &record.restartHistory, now: .now(), jitter: Double.random(in: 0.8...1.2)) {
-        case .giveUp(let count):
-            record.move(to: .failed(byDependency: false), logger: logger)
-            record.problem = "restarted \(count) times in \(config.restartWindowSeconds) s; stays failed until `supervisor restart \(record.identifier)` (last exit: \(described))"
-            logger.error("\(record.identifier) failed: \(record.problem!)", metadata: ["plugin": "\(record.identifier)"])
-            events.failed(record)
-            record.settleWaiters(record.problem)
-            startWaitingPlugins()
-        case .restart(let delayMs, _):
-            record.restarts += 1
-            engine.metrics.restarted(record.identifier, reason: reason)
-            record.move(to: .restarting, logger: logger)
-            events.restarting(record, delayMs: delayMs)
-            logger.info("restarting \(record.identifier) in \(delayMs) ms (restart \(record.restarts))", metadata: ["plugin": "\(record.identifier)"])
-            // The ready line waits for each plugin's first start, not for its restarts.
-            defer { checkLaunch() }
-            let go: () -> Void = { [self] in
-                record.pendingRestart = nil
-                guard record.phase == .restarting, record.instance == nil, !isShuttingDown else { return }
-                if table.dependenciesRunning(record) {
-                    if !adoptStandby(record) { spawn(record) }
-                } else {
-                    record.move(to: .waiting, logger: logger)
-                    startWaitingPlugins()
+    /// A worker's end, for the actions that need it.
+    struct Exited {
+        var pid: Int32
+        var ending: PluginLife.Ending
+        var context: PluginLife.Circumstances
+        var callbacks: [() -> Void]
+    }
+
+    /// What the supervisor knows of `record` beside its life, for its decisions.
+    func circumstances(_ record: PluginRecord) -> PluginLife.Circumstances {
+        PluginLife.Circumstances(identifier: record.identifier, restartPolicy: record.manifest.restart, shuttingDown: isShuttingDown,
+                                 successorComing: record.successor != nil, updateGraceOpen: record.updateGrace.map { NIODeadline.now() < $0.until } ?? false)
+    }
+
+    static func jitter() -> Double { Double.random(in: 0.8...1.2) }
+
+    /// The driver of `PluginLife`: does what it decided, in order.
+    func carryOut(_ actions: [PluginLife.Action], _ record: PluginRecord, _ exited: Exited? = nil) {
+        let meta: Logger.Metadata = exited.map { ["plugin": "\(record.identifier)", "pid": "\($0.pid)"] } ?? ["plugin": "\(record.identifier)"]
+        for action in actions {
+            switch action {
+            case .announceExit(let status):
+                if let exited { events.exited(record, pid: exited.pid, status) }
+            case .log(let level, let message):
+                logger.log(level: level, "\(message)", metadata: meta)
+            case .runExitCallbacks:
+                exited?.callbacks.forEach { $0() }
+            case .settleWaiters(let problem):
+                record.settleWaiters(problem)
+            case .announceFailed:
+                events.failed(record)
+            case .startWaitingPlugins:
+                startWaitingPlugins()
+            case .rollBackUpdate(let crash):
+                if !installs.rollBackWithinGrace(record, crash: crash), let exited {
+                    carryOut(record.life.rollBackFailed(exited.ending, exited.context, restartPolicy: restartPolicy, now: .now(), jitter: Self.jitter()),
+                             record, exited)
                 }
-            }
-            if delayMs == 0 { go() } else {
-                record.pendingRestart = loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(delayMs))) { go() }
+            case .scheduleRestart(let delayMs, let reason):
+                engine.metrics.restarted(record.identifier, reason: reason)
+                events.restarting(record, delayMs: delayMs)
+                let due: () -> Void = { [self] in
+                    record.pendingRestart = nil
+                    carryOut(record.life.restartDue(dependenciesRunning: table.dependenciesRunning(record), hasWorker: record.instance != nil,
+                                                    shuttingDown: isShuttingDown), record)
+                }
+                if delayMs == 0 { due() } else {
+                    record.pendingRestart = loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(delayMs))) { due() }
+                }
+            case .checkLaunch:
+                checkLaunch()
+            case .discardStandby(let reason):
+                discardStandby(record, because: reason)
+            case .spawn(let takingStandby):
+                if !takingStandby || !adoptStandby(record) { spawn(record) }
             }
         }
     }

@@ -196,16 +196,8 @@ final class Lifecycle: SupervisorComponent {
     /// its dependencies run. `done` hears nil when it runs, or why it did not start.
     func startAgain(_ record: PluginRecord, _ done: @escaping (String?) -> Void) {
         guard !isShuttingDown else { return done("the supervisor is shutting down") }
-        record.restartHistory = []
-        record.problem = nil
         record.startWaiters.append(done)
-        if table.dependenciesRunning(record) {
-            if record.hasRun { record.restarts += 1 }
-            spawn(record)
-        } else {
-            record.move(to: .waiting, logger: logger)
-            startWaitingPlugins()
-        }
+        carryOut(record.life.startRequested(dependenciesRunning: table.dependenciesRunning(record)), record)
     }
 
     /// `supervisor restart <id>`: stop it if running, clear its failure and restart history, start it.

@@ -245,13 +245,7 @@ extension Lifecycle {
 
     /// Marks a plugin as failed without a worker (it could not be spawned at all).
     func fail(_ record: PluginRecord, reason: String) {
-        logger.error("\(record.identifier) cannot start: \(reason)")
-        record.move(to: .failed(byDependency: false), logger: logger)
-        record.problem = reason
-        record.lastExit = ExitStatus(reason: .spawnError, message: reason)
-        events.failed(record)
-        record.settleWaiters(reason)
-        startWaitingPlugins()
+        carryOut(record.life.spawnFailed(record.identifier, reason: reason), record)
     }
 
     /// The worker said `hello`: it is sandboxed and its plugin loaded. It gets `startup` now, or once
@@ -263,6 +257,8 @@ extension Lifecycle {
         // Read after its reap (it said hello and died before the loop read that): only its exit
         // notice matters now.
         guard !instance.phase.hasExited else { return }
+        // Told to stop before its hello was read (a shutdown during start-up): its stop goes on.
+        guard !instance.phase.stopRequested else { return }
         guard instance.move(to: .loaded, logger: logger) else { return }
         instance.hello = HelloFacts(sandbox: hello.sandbox ?? [], sandboxMissing: hello.sandboxMissing ?? [])
         instance.timings = hello.timings ?? [:]

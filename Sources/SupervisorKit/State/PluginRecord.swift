@@ -14,7 +14,8 @@ import Protocol
 final class PluginRecord {
     /// The version that serves calls (the new one's once an update switched to it).
     var manifest: Manifest
-    private(set) var phase: PluginPhase
+    /// Its phase, restarts and problems, and the rules for its workers' ends (State/PluginLife.swift).
+    var life: PluginLife
     /// The worker that serves calls (or is coming up to).
     var instance: WorkerInstance?
     /// During an update: the new version's worker coming up beside `instance` (Lifecycle/Successor.swift).
@@ -25,21 +26,9 @@ final class PluginRecord {
     /// After its worker crashed: the next one, spawned before the crashed one was reaped and waiting
     /// sandboxed, before its plugin loads, to be taken for the restart or discarded (Lifecycle/Standby.swift).
     var standby: Standby?
-    /// Restarts over the plugin's life (what `status` shows).
-    var restarts = 0
-    /// When recent restarts happened, for the intensity limit.
-    var restartHistory: [NIODeadline] = []
-    var lastExit: ExitStatus?
     /// The library chosen for this host, and the variant's name when `variants` chose it.
     var library: String?
     var variant: String?
-    /// Why it is not running, when it is not.
-    var problem: String?
-    /// An install is waiting to see this version run: its first failure settles the waiters at
-    /// once (to roll back) instead of going through restarts.
-    var installAwaitsVerdict = false
-    /// Has reached `running` at least once (so a later start is a restart dependents hear of).
-    var hasRun = false
     /// Callers waiting for it to be running (restart command, install); called with nil or why it failed.
     var startWaiters: [(String?) -> Void] = []
     var pendingRestart: Scheduled<Void>?
@@ -52,13 +41,31 @@ final class PluginRecord {
     var waiting: [QueuedRequest] = []
     /// An update that may still be rolled back (Installs/UpdateGrace.swift).
     var updateGrace: UpdateGrace?
-    /// Why it last failed to start, or failed in a way it recovered from (an update rolled back):
-    /// `status`'s `lastError` when it is not failed now.
-    var lastError: String?
 
     init(manifest: Manifest, phase: PluginPhase) {
         self.manifest = manifest
-        self.phase = phase
+        self.life = PluginLife(phase: phase)
+    }
+
+    var phase: PluginPhase { life.phase }
+    var restarts: Int { life.restarts }
+    var restartHistory: [NIODeadline] { life.restartHistory }
+    var lastExit: ExitStatus? { life.lastExit }
+    var problem: String? {
+        get { life.problem }
+        set { life.problem = newValue }
+    }
+    var lastError: String? {
+        get { life.lastError }
+        set { life.lastError = newValue }
+    }
+    var installAwaitsVerdict: Bool {
+        get { life.installAwaitsVerdict }
+        set { life.installAwaitsVerdict = newValue }
+    }
+    var hasRun: Bool {
+        get { life.hasRun }
+        set { life.hasRun = newValue }
     }
 
     var identifier: String { manifest.identifier }
@@ -85,7 +92,11 @@ final class PluginRecord {
     /// Moves to `next` if PluginPhase allows it.
     @discardableResult
     func move(to next: PluginPhase, logger: Logger) -> Bool {
-        transition(&phase, to: next, of: identifier, logger: logger)
+        guard life.move(to: next) else {
+            refused(phase, next, of: identifier, logger: logger)
+            return false
+        }
+        return true
     }
 
     /// Tells everyone waiting for this plugin to run how it went.
@@ -108,12 +119,16 @@ extension WorkerPhase: Phase {}
 /// build and is refused (and logged) in a release build.
 private func transition<P: Phase>(_ phase: inout P, to next: P, of what: String, logger: Logger) -> Bool {
     guard P.allows(from: phase, to: next) else {
-        logger.error("internal error: \(what) cannot go from \(phase) to \(next); refused")
-        assertionFailure("illegal phase change \(phase) → \(next) for \(what)")
+        refused(phase, next, of: what, logger: logger)
         return false
     }
     phase = next
     return true
+}
+
+private func refused<P: Phase>(_ phase: P, _ next: P, of what: String, logger: Logger) {
+    logger.error("internal error: \(what) cannot go from \(phase) to \(next); refused")
+    assertionFailure("illegal phase change \(phase) → \(next) for \(what)")
 }
 
 /// What a worker is to its plugin.

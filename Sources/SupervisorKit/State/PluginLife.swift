@@ -1,0 +1,208 @@
+import Bundles
+import Logging
+import NIOCore
+import PluginProtocol
+import Protocol
+
+/// A plugin's life across its workers, as values: its phase, its restarts and the reasons it is not
+/// running, and the rules for what a worker's end means. It decides; it does nothing. Each input is
+/// a mutating method that changes the values and returns the `Action`s for the driver
+/// (`Lifecycle`, Lifecycle/Exits.swift) to carry out, in order, so every rule here is tested
+/// without a process or a socket (Tests/UnitTests/PluginLifeTests.swift).
+///
+/// Inputs so far: a serving worker's end (`workerEnded`, and `rollBackFailed` when the update it
+/// asked to roll back could not be), and a scheduled restart coming due (`restartDue`). The other
+/// inputs (start, stop, install, update) still move the phase themselves with `move(to:)`, which
+/// keeps `PluginPhase`'s table of legal moves; they come here one by one.
+struct PluginLife: Sendable {
+    private(set) var phase: PluginPhase
+    /// Restarts over the plugin's life (what `status` shows).
+    private(set) var restarts = 0
+    /// When recent restarts happened, for the intensity limit.
+    var restartHistory: [NIODeadline] = []
+    var lastExit: ExitStatus?
+    /// Why it is not running, when it is not.
+    var problem: String?
+    /// Why it last failed to start, or failed in a way it recovered from (an update rolled back):
+    /// `status`'s `lastError` when it is not failed now.
+    var lastError: String?
+    /// An install is waiting to see this version run: its first failure settles the waiters at
+    /// once (to roll back) instead of going through restarts.
+    var installAwaitsVerdict = false
+    /// Has reached `running` at least once (so a later start is a restart dependents hear of).
+    var hasRun = false
+
+    init(phase: PluginPhase) {
+        self.phase = phase
+    }
+
+    /// Moves to `next` if `PluginPhase` allows it; false (and nothing changes) if not.
+    mutating func move(to next: PluginPhase) -> Bool {
+        guard PluginPhase.allows(from: phase, to: next) else { return false }
+        phase = next
+        return true
+    }
+
+    // MARK: Inputs
+
+    /// How a worker that served the plugin ended (its exit classified, ExitClassifier).
+    struct Ending: Sendable {
+        var status: ExitStatus
+        /// The exit as the log and `lastError` say it.
+        var described: String
+        /// A crash, a kill or a failing exit code (not a clean exit, not a stop).
+        var abnormal: Bool
+        /// It was being stopped on purpose.
+        var afterStop: Bool
+        /// It had answered `startup`.
+        var everRan: Bool
+    }
+
+    /// What else the supervisor knows at that moment.
+    struct Circumstances: Sendable {
+        var identifier: String
+        var restartPolicy: Manifest.RestartPolicy
+        var shuttingDown = false
+        /// A new version (an update) is coming up beside the worker that ended.
+        var successorComing = false
+        /// An update of this plugin is within its grace period (it can be rolled back).
+        var updateGraceOpen = false
+    }
+
+    /// What the driver does, in the order given.
+    enum Action: Equatable, Sendable {
+        /// Tell the programs that listen (the `exited` host event); the plugin has no worker now.
+        case announceExit(ExitStatus)
+        case log(Logger.Level, String)
+        /// Run the callbacks of whoever stopped the worker or waited for its end.
+        case runExitCallbacks
+        /// Tell whoever waits for the plugin to run how it went (nil: it runs).
+        case settleWaiters(String?)
+        /// Tell the programs that listen it failed (`problem` or `lastError` says why).
+        case announceFailed
+        /// Plugins waiting for this one may now start, or be failed.
+        case startWaitingPlugins
+        /// Put the previous version back (the update's grace period is open); if that cannot be
+        /// done, the driver gives `rollBackFailed` and the restart policy decides.
+        case rollBackUpdate(crash: String)
+        /// Count the restart, tell the listeners, and arm a timer for `restartDue` (0: at once).
+        case scheduleRestart(delayMs: Int, reason: String)
+        /// The ready line may be printed (it waits for first starts, not restarts).
+        case checkLaunch
+        /// A standby worker spawned ahead of a restart is not needed.
+        case discardStandby(because: String)
+        /// Start its next worker; after a crash, a standby spawned ahead of the restart is taken if one waits.
+        case spawn(takingStandby: Bool)
+    }
+
+    /// A worker in the current role ended (not a standby, a retiring old version or an update's
+    /// new version: their ends do not change the plugin's life). `jitter` scales the backoff
+    /// (0.8...1.2).
+    mutating func workerEnded(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: NIODeadline,
+                              jitter: Double) -> [Action] {
+        lastExit = ending.status
+        var actions: [Action] = [.announceExit(ending.status)]
+        // A standby spawned on this crash's notice is taken by an immediate restart only.
+        let discard = Action.discardStandby(because: "\(context.identifier) is not restarted at once")
+        if phase == .failed(byDependency: true) {
+            actions += [.log(.info, "\(context.identifier) stopped: \(problem ?? "a dependency failed")"), .runExitCallbacks, discard]
+            return actions
+        }
+        if ending.afterStop || context.shuttingDown {
+            _ = move(to: .stopped)
+            // Whoever waited for this worker to run hears it stopped before the stop's own
+            // callbacks (a restart, an install) queue waiters for the next one.
+            actions += [.log(.info, "\(context.identifier) stopped (\(ending.described))"), .settleWaiters("stopped"), .runExitCallbacks, discard]
+            return actions
+        }
+        if ending.abnormal, !ending.everRan { lastError = "failed to start: \(ending.described)" }
+        actions += [.log(ending.abnormal ? .error : .notice, "\(context.identifier) exited: \(ending.described)"), .runExitCallbacks]
+        // A new version that crashes soon after its update: the previous one comes back.
+        if ending.abnormal, context.updateGraceOpen {
+            return actions + [.rollBackUpdate(crash: ending.described), discard]
+        }
+        return actions + afterCrash(ending, context, restartPolicy: restartPolicy, now: now, jitter: jitter) + [discard]
+    }
+
+    /// The rollback `workerEnded` asked for could not be done: the restart policy decides.
+    mutating func rollBackFailed(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: NIODeadline,
+                                 jitter: Double) -> [Action] {
+        afterCrash(ending, context, restartPolicy: restartPolicy, now: now, jitter: jitter)
+    }
+
+    /// A restart's delay has passed (or was 0). `hasWorker`: something else started a worker meanwhile.
+    mutating func restartDue(dependenciesRunning: Bool, hasWorker: Bool, shuttingDown: Bool) -> [Action] {
+        guard phase == .restarting, !hasWorker, !shuttingDown else { return [] }
+        if dependenciesRunning { return [.spawn(takingStandby: true)] }
+        _ = move(to: .waiting)
+        return [.startWaitingPlugins]
+    }
+
+    /// Asked to start from a clean slate (`supervisor restart`, an install, a rollback): the
+    /// restart history and the failure are cleared; it starts now, or once its dependencies run.
+    mutating func startRequested(dependenciesRunning: Bool) -> [Action] {
+        restartHistory = []
+        problem = nil
+        if dependenciesRunning {
+            if hasRun { restarts += 1 }
+            return [.spawn(takingStandby: false)]
+        }
+        _ = move(to: .waiting)
+        return [.startWaitingPlugins]
+    }
+
+    /// No worker could be spawned for it at all: failed, with the reason as its last exit.
+    mutating func spawnFailed(_ identifier: String, reason: String) -> [Action] {
+        lastExit = ExitStatus(reason: .spawnError, message: reason)
+        return [.log(.error, "\(identifier) cannot start: \(reason)")] + fail(reason)
+    }
+
+    // MARK: Rules
+
+    private mutating func afterCrash(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: NIODeadline,
+                                     jitter: Double) -> [Action] {
+        let id = context.identifier
+        if context.successorComing {
+            // An update's new version is coming up beside it: it takes over once it answers
+            // `startup` (calls wait for it); if it does not, the update puts this version back.
+            _ = move(to: .restarting)
+            return []
+        }
+        if ending.status.reason.isPermanent {
+            // SPEC §6: a restart cannot cure a missing library or symbol or an ABI mismatch.
+            return fail("\(ending.described); a restart cannot cure this: fix the bundle, then `supervisor restart \(id)`")
+        }
+        if installAwaitsVerdict {
+            // The install rolls back at once: no restarts for a version not yet accepted.
+            _ = move(to: .failed(byDependency: false))
+            problem = ending.described
+            return [.announceFailed, .settleWaiters(ending.described)]
+        }
+        let policy = context.restartPolicy
+        guard policy == .always || (policy == .onFailure && ending.abnormal) else {
+            if ending.abnormal {
+                return fail("exited: \(ending.described) (restart policy \(policy.rawValue))")
+            }
+            _ = move(to: .stopped)
+            problem = nil
+            return [.settleWaiters("exited cleanly"), .startWaitingPlugins]
+        }
+        switch restartPolicy.decide(history: &restartHistory, now: now, jitter: jitter) {
+        case .giveUp(let count):
+            let why = "restarted \(count) times in \(restartPolicy.windowSeconds) s; stays failed until `supervisor restart \(id)` (last exit: \(ending.described))"
+            return [.log(.error, "\(id) failed: \(why)")] + fail(why)
+        case .restart(let delayMs, _):
+            restarts += 1
+            _ = move(to: .restarting)
+            return [.log(.info, "restarting \(id) in \(delayMs) ms (restart \(restarts))"),
+                    .scheduleRestart(delayMs: delayMs, reason: ending.status.reason.rawValue), .checkLaunch]
+        }
+    }
+
+    /// Failed until asked again: said, and whoever waits hears why; dependents may now fail too.
+    private mutating func fail(_ why: String) -> [Action] {
+        _ = move(to: .failed(byDependency: false))
+        problem = why
+        return [.announceFailed, .settleWaiters(why), .startWaitingPlugins]
+    }
+}

@@ -1,0 +1,220 @@
+import Bundles
+import NIOCore
+import PluginProtocol
+import Protocol
+import Testing
+@testable import SupervisorKit
+
+/// A plugin's life as values (State/PluginLife.swift): each input with its facts, and the actions
+/// and phase that come out, without a process, a socket or an event loop.
+@Suite struct PluginLifeTests {
+    static let policy = RestartPolicy(limit: 3, windowSeconds: 60, backoffBaseMs: 100, backoffMaxMs: 1_000)
+    static let now = NIODeadline.uptimeNanoseconds(1_000_000_000_000)
+
+    static func crash(everRan: Bool = true) -> PluginLife.Ending {
+        .init(status: ExitStatus(signal: "SIGSEGV", reason: .signaled), described: "killed by SIGSEGV", abnormal: true, afterStop: false, everRan: everRan)
+    }
+
+    static let clean = PluginLife.Ending(status: ExitStatus(code: 0, reason: .exited), described: "exited with code 0", abnormal: false,
+                                         afterStop: false, everRan: true)
+
+    static func context(_ policy: Manifest.RestartPolicy = .onFailure, shuttingDown: Bool = false, successorComing: Bool = false,
+                        updateGraceOpen: Bool = false) -> PluginLife.Circumstances {
+        .init(identifier: "p", restartPolicy: policy, shuttingDown: shuttingDown, successorComing: successorComing, updateGraceOpen: updateGraceOpen)
+    }
+
+    static func running() -> PluginLife {
+        var life = PluginLife(phase: .starting)
+        _ = life.move(to: .running)
+        life.hasRun = true
+        return life
+    }
+
+    func ended(_ life: inout PluginLife, _ ending: PluginLife.Ending = crash(), _ context: PluginLife.Circumstances = context(),
+               at now: NIODeadline = now) -> [PluginLife.Action] {
+        life.workerEnded(ending, context, restartPolicy: Self.policy, now: now, jitter: 1)
+    }
+
+    static func restarted(_ delayMs: Int) -> PluginLife.Action { .scheduleRestart(delayMs: delayMs, reason: "signaled") }
+
+    // MARK: Crashes and restarts
+
+    @Test func aCrashIsRestartedAtOnceThenWithBackoffThenGivenUp() {
+        var life = Self.running()
+        let first = ended(&life)
+        #expect(first.first == .announceExit(Self.crash().status))
+        #expect(first.contains(Self.restarted(0)))
+        #expect(first.contains(.checkLaunch))
+        #expect(life.phase == .restarting && life.restarts == 1)
+        // The standby goes last, once the restart had its chance to take it.
+        #expect(first.last == .discardStandby(because: "p is not restarted at once"))
+        #expect(life.restartDue(dependenciesRunning: true, hasWorker: false, shuttingDown: false) == [.spawn(takingStandby: true)])
+
+        _ = life.move(to: .running)
+        #expect(ended(&life, at: Self.now + .seconds(1)).contains(Self.restarted(100)))
+        _ = life.move(to: .running)
+        #expect(ended(&life, at: Self.now + .seconds(2)).contains(Self.restarted(200)))
+        _ = life.move(to: .running)
+        let last = ended(&life, at: Self.now + .seconds(3))
+        #expect(life.phase == .failed(byDependency: false))
+        #expect(life.problem?.hasPrefix("restarted 3 times in 60 s") == true)
+        #expect(last.contains(.announceFailed) && last.contains(.startWaitingPlugins))
+        #expect(!last.contains { if case .scheduleRestart = $0 { return true } else { return false } })
+        #expect(life.restarts == 3)
+    }
+
+    @Test func restartsOutsideTheWindowDoNotCount() {
+        var life = Self.running()
+        for second in [0, 61, 122, 183] {
+            _ = life.move(to: .running)
+            #expect(ended(&life, at: Self.now + .seconds(Int64(second))).contains(Self.restarted(0)))
+        }
+        #expect(life.restarts == 4)
+    }
+
+    @Test func aFailedStartIsTheLastError() {
+        var life = PluginLife(phase: .starting)
+        _ = ended(&life, Self.crash(everRan: false))
+        #expect(life.lastError == "failed to start: killed by SIGSEGV")
+    }
+
+    @Test func aPermanentReasonIsNotRestarted() {
+        var life = Self.running()
+        let ending = PluginLife.Ending(status: ExitStatus(code: 78, reason: .missingSymbol), described: "missing symbol sp_plugin_create",
+                                       abnormal: true, afterStop: false, everRan: false)
+        let actions = ended(&life, ending, Self.context(.always))
+        #expect(life.phase == .failed(byDependency: false))
+        #expect(life.problem?.contains("a restart cannot cure this") == true)
+        #expect(actions.contains(.settleWaiters(life.problem)))
+        #expect(life.restarts == 0)
+    }
+
+    @Test(arguments: [Manifest.RestartPolicy.never, .onFailure])
+    func aCleanExitStopsUnlessAlways(_ policy: Manifest.RestartPolicy) {
+        var life = Self.running()
+        life.problem = "old"
+        let actions = ended(&life, Self.clean, Self.context(policy))
+        #expect(life.phase == .stopped && life.problem == nil)
+        #expect(actions.contains(.settleWaiters("exited cleanly")))
+        var always = Self.running()
+        #expect(ended(&always, Self.clean, Self.context(.always)).contains(.scheduleRestart(delayMs: 0, reason: "exited")))
+    }
+
+    @Test func aCrashUnderNeverFails() {
+        var life = Self.running()
+        let actions = ended(&life, Self.crash(), Self.context(.never))
+        #expect(life.phase == .failed(byDependency: false))
+        #expect(life.problem == "exited: killed by SIGSEGV (restart policy never)")
+        #expect(actions.contains(.announceFailed))
+    }
+
+    @Test func aRestartWaitsForItsDependencies() {
+        var life = Self.running()
+        _ = ended(&life)
+        #expect(life.restartDue(dependenciesRunning: false, hasWorker: false, shuttingDown: false) == [.startWaitingPlugins])
+        #expect(life.phase == .waiting)
+    }
+
+    @Test func aRestartThatIsNoLongerWantedDoesNothing() {
+        var life = Self.running()
+        _ = ended(&life)
+        #expect(life.restartDue(dependenciesRunning: true, hasWorker: true, shuttingDown: false).isEmpty)
+        #expect(life.restartDue(dependenciesRunning: true, hasWorker: false, shuttingDown: true).isEmpty)
+        _ = life.move(to: .stopped)
+        #expect(life.restartDue(dependenciesRunning: true, hasWorker: false, shuttingDown: false).isEmpty)
+        #expect(life.phase == .stopped)
+    }
+
+    // MARK: Stops
+
+    @Test func anExitAfterAStopIsAStop() {
+        var life = Self.running()
+        let ending = PluginLife.Ending(status: ExitStatus(reason: .stopped), described: "stopped", abnormal: false, afterStop: true, everRan: true)
+        let actions = ended(&life, ending)
+        #expect(life.phase == .stopped)
+        // Waiters hear it stopped before the stop's callbacks queue new ones.
+        let settle = actions.firstIndex(of: .settleWaiters("stopped")), callbacks = actions.firstIndex(of: .runExitCallbacks)
+        #expect(settle != nil && callbacks != nil && settle! < callbacks!)
+        #expect(life.restarts == 0)
+    }
+
+    @Test func aCrashDuringShutdownIsNotRestarted() {
+        var life = Self.running()
+        _ = ended(&life, Self.crash(), Self.context(.always, shuttingDown: true))
+        #expect(life.phase == .stopped && life.restarts == 0)
+    }
+
+    @Test func theEndOfAPluginFailedByItsDependencyChangesNothing() {
+        var life = Self.running()
+        _ = life.move(to: .failed(byDependency: true))
+        life.problem = "its dependency q failed"
+        let actions = ended(&life)
+        #expect(life.phase == .failed(byDependency: true))
+        #expect(actions.contains(.runExitCallbacks))
+        #expect(!actions.contains(.settleWaiters("stopped")))
+    }
+
+    // MARK: Mixed cases
+
+    @Test func aCrashDuringAnUpdateWaitsForTheNewVersion() {
+        var life = Self.running()
+        let actions = ended(&life, Self.crash(), Self.context(.always, successorComing: true))
+        #expect(life.phase == .restarting)
+        #expect(life.restarts == 0)
+        #expect(!actions.contains { if case .scheduleRestart = $0 { return true } else { return false } })
+        #expect(!actions.contains(.announceFailed))
+    }
+
+    @Test func aCrashWithinAnUpdatesGraceRollsBackAndOnlyThenRestarts() {
+        var life = Self.running()
+        let actions = ended(&life, Self.crash(), Self.context(updateGraceOpen: true))
+        #expect(actions.contains(.rollBackUpdate(crash: "killed by SIGSEGV")))
+        #expect(life.phase == .running && life.restarts == 0)  // the rollback starts it again
+        // The rollback could not be done: the restart policy decides, as for any crash.
+        let after = life.rollBackFailed(Self.crash(), Self.context(), restartPolicy: Self.policy, now: Self.now, jitter: 1)
+        #expect(after.contains(Self.restarted(0)))
+        #expect(life.phase == .restarting)
+    }
+
+    @Test func aCleanExitWithinTheGraceIsNotRolledBack() {
+        var life = Self.running()
+        let actions = ended(&life, Self.clean, Self.context(updateGraceOpen: true))
+        #expect(!actions.contains { if case .rollBackUpdate = $0 { return true } else { return false } })
+    }
+
+    @Test func anInstallAwaitingItsVerdictFailsAtOnce() {
+        var life = PluginLife(phase: .starting)
+        life.installAwaitsVerdict = true
+        let actions = ended(&life, Self.crash(everRan: false), Self.context(.always))
+        #expect(life.phase == .failed(byDependency: false))
+        #expect(actions.contains(.settleWaiters("killed by SIGSEGV")))
+        #expect(life.restarts == 0)
+        // No other plugin is told: the install rolls back and puts the old one in service.
+        #expect(!actions.contains(.startWaitingPlugins))
+    }
+
+    // MARK: Starting on request
+
+    @Test func aStartOnRequestClearsTheSlate() {
+        var life = Self.running()
+        for second in 0..<4 {
+            _ = life.move(to: .running)
+            _ = ended(&life, at: Self.now + .seconds(Int64(second)))
+        }
+        #expect(life.phase == .failed(byDependency: false))
+        #expect(life.startRequested(dependenciesRunning: true) == [.spawn(takingStandby: false)])
+        #expect(life.problem == nil && life.restartHistory.isEmpty)
+        #expect(life.restarts == 4)  // three restarts by policy, the fourth on request
+        var waiting = PluginLife(phase: .stopped)
+        #expect(waiting.startRequested(dependenciesRunning: false) == [.startWaitingPlugins])
+        #expect(waiting.phase == .waiting && waiting.restarts == 0)
+    }
+
+    @Test func aSpawnThatFailsIsTheLastExit() {
+        var life = PluginLife(phase: .waiting)
+        let actions = life.spawnFailed("p", reason: "no such file")
+        #expect(life.phase == .failed(byDependency: false))
+        #expect(life.lastExit == ExitStatus(reason: .spawnError, message: "no such file"))
+        #expect(actions == [.log(.error, "p cannot start: no such file"), .announceFailed, .settleWaiters("no such file"), .startWaitingPlugins])
+    }
+}
