@@ -50,12 +50,15 @@ import Testing
 }
 
 @Suite struct WorkerPhaseTests {
-    static let all: [WorkerPhase] = [.spawned, .loaded, .startingUp, .running, .stopping, .exited(afterStop: false), .exited(afterStop: true), .finalized]
+    static let all: [WorkerPhase] = [.spawned, .loaded, .startingUp, .running, .draining(until: .uptimeNanoseconds(1)), .stopping,
+                                     .exited(afterStop: false), .exited(afterStop: true), .finalized]
 
     static let legal: Set<String> = [
         "spawned→loaded", "loaded→startingUp", "startingUp→running",  // hello, startup sent, startup answered
         "spawned→stopping", "loaded→stopping", "startingUp→stopping", "running→stopping",  // a stop at any point before the exit
-        "stopping→exited (stopped)",  // reaped after a stop
+        "loaded→draining", "startingUp→draining", "running→draining",  // a stop that waits for the calls inside
+        "draining→stopping",  // the last call was answered (or the drain time is up): willTerminate
+        "stopping→exited (stopped)", "draining→exited (stopped)",  // reaped after a stop
         "spawned→exited", "loaded→exited", "startingUp→exited", "running→exited",  // reaped: a crash or a kill
         "exited→finalized", "exited (stopped)→finalized",  // recorded
     ]
@@ -69,6 +72,7 @@ import Testing
 
     @Test func derivedFacts() {
         #expect(WorkerPhase.stopping.stopRequested)
+        #expect(WorkerPhase.draining(until: .now()).stopRequested)
         #expect(WorkerPhase.exited(afterStop: true).stopRequested)
         #expect(!WorkerPhase.exited(afterStop: false).stopRequested)
         #expect(WorkerPhase.finalized.hasExited && WorkerPhase.exited(afterStop: false).hasExited)

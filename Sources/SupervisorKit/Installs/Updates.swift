@@ -72,7 +72,7 @@ extension Installs {
         endGrace(record)
         record.pendingRestart?.cancel()
         record.pendingRestart = nil
-        record.move(to: .stopped, logger: logger)
+        lifecycle.move(record, to: .stopped)
         lifecycle.stopPlugin(record) { [self] in
             let folder = String(record.manifest.bundle.split(separator: "/").last ?? "")
             do throws(InstallError) { try store.remove(folder) } catch {

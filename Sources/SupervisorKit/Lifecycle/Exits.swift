@@ -45,6 +45,8 @@ extension Lifecycle {
         router.failPending(instance, because: "\(instance.identifier) closed its connection")
         router.forgetLinks(instance)
         if instance.phase.hasExited { return finalizeExit(instance) }
+        // Draining, it can answer nothing more: its stop goes on (SIGKILL: it has no socket).
+        drained(instance)
         // A worker that closed its socket is on its way out (its own SIGTERM, a crash); one that
         // lingers without a socket is useless, so it gets a moment to exit and is then killed.
         guard !instance.phase.stopRequested else { return }
@@ -134,6 +136,8 @@ extension Lifecycle {
 
     /// The driver of `PluginLife`: does what it decided, in order.
     func carryOut(_ actions: [PluginLife.Action], _ record: PluginRecord, _ exited: Exited? = nil) {
+        // Its phase may have changed: a reload waiting for it may be settled.
+        defer { settleReloads() }
         let meta: Logger.Metadata = exited.map { ["plugin": "\(record.identifier)", "pid": "\($0.pid)"] } ?? ["plugin": "\(record.identifier)"]
         for action in actions {
             switch action {

@@ -46,6 +46,8 @@ final class Lifecycle: SupervisorComponent {
     var workerStartProblem: String?
     /// When the fork server ended unasked, recently: too many and workers are exec'd from then on.
     var forkServerEnds: [NIODeadline] = []
+    /// Reloads waiting for the plugins they started (Rescan.swift).
+    var reloadsUnderWay: [ReloadUnderWay] = []
 
     init(_ engine: Engine) {
         self.engine = engine
@@ -87,7 +89,7 @@ final class Lifecycle: SupervisorComponent {
         for id in catalog.order {
             let record = PluginRecord(manifest: catalog.all[id]!, phase: .waiting)
             if let reason = catalog.unstartable[id] {
-                record.move(to: .failed(byDependency: false), logger: logger)
+                move(record, to: .failed(byDependency: false))
                 record.problem = reason
                 logger.error("\(reason); \(id) will not start")
             }
@@ -126,7 +128,7 @@ final class Lifecycle: SupervisorComponent {
                 guard record.phase == .waiting || (record.phase.isStarting && parked) else { continue }
                 let deps = record.dependencyIDs.compactMap { table[$0] }
                 if let dead = deps.first(where: { $0.phase.isFailed || ($0.phase == .stopped && !isShuttingDown) }) {
-                    record.move(to: .failed(byDependency: true), logger: logger)
+                    move(record, to: .failed(byDependency: true))
                     record.problem = "dependency \(dead.identifier) is \(dead.phase.shown)"
                     logger.error("\(record.identifier) will not start: \(record.problem!)")
                     events.failed(record)

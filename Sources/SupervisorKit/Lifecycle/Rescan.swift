@@ -13,21 +13,41 @@ extension Lifecycle {
         guard !isShuttingDown else { return done(.failure(ErrorBody(.unavailable, "the supervisor is shutting down"))) }
         engine.systemd.reloadBegan()
         let found = rescan()
-        settleReload(found, by: .now() + .milliseconds(Int64(config.startupTimeoutMs) + 5_000), done)
+        // Settled when nothing is waiting or starting (`settleReloads`, after every phase change),
+        // or at this deadline.
+        let limit = TimeAmount.milliseconds(Int64(config.startupTimeoutMs) + 5_000)
+        let deadline = loop.assumeIsolated().scheduleTask(in: limit) { [self] in settleReloads(force: true) }
+        reloadsUnderWay.append(ReloadUnderWay(found: found, deadline: deadline, done: done))
+        settleReloads()
     }
 
-    /// Checks every 10 ms until nothing is waiting or starting (or `deadline` passes).
-    private func settleReload(_ found: ReloadSummary, by deadline: NIODeadline, _ done: @escaping (Result<ReloadSummary, ErrorBody>) -> Void) {
+    /// Answers the reloads under way once nothing is waiting or starting (or when `force`d: the
+    /// deadline passed, the supervisor is shutting down).
+    func settleReloads(force: Bool = false) {
+        guard !reloadsUnderWay.isEmpty else { return }
         let busy = table.all.contains { $0.phase == .waiting || $0.phase.isStarting }
-        if busy, !isShuttingDown, NIODeadline.now() < deadline {
-            loop.assumeIsolated().scheduleTask(in: .milliseconds(10)) { [self] in settleReload(found, by: deadline, done) }
-            return
-        }
-        engine.systemd.reloadEnded()
-        var summary = found
+        guard !busy || force || isShuttingDown else { return }
+        let settled = reloadsUnderWay
+        reloadsUnderWay = []
+        var summary = ReloadSummary()
         summary.running = table.all.filter { $0.phase == .running }.count
         summary.failed = table.all.filter { $0.phase.isFailed }.count
-        done(.success(summary))
+        for reload in settled {
+            reload.deadline.cancel()
+            engine.systemd.reloadEnded()
+            var answer = reload.found
+            answer.running = summary.running
+            answer.failed = summary.failed
+            reload.done(.success(answer))
+        }
+    }
+
+    /// Moves `record` to `next` (a move the phase table refuses is a bug: logged, refused), and
+    /// settles the reloads that waited for it.
+    @discardableResult
+    func move(_ record: PluginRecord, to next: PluginPhase) -> Bool {
+        defer { settleReloads() }
+        return record.move(to: next, logger: logger)
     }
 
     /// Reads the plugin folders again. New plugins start; removed ones stop (dependents
@@ -61,7 +81,7 @@ extension Lifecycle {
                 if let reason = fresh.unstartable[id] {
                     logger.error("\(id) changed on disk and cannot start: \(reason)")
                     stopPlugin(existing) { [self] in
-                        existing.move(to: .failed(byDependency: false), logger: logger)
+                        move(existing, to: .failed(byDependency: false))
                         existing.problem = reason
                         events.failed(existing)
                     }
@@ -76,7 +96,7 @@ extension Lifecycle {
             let record = PluginRecord(manifest: manifest, phase: .waiting)
             if let reason = fresh.unstartable[id] {
                 logger.error("\(reason); \(id) will not start")
-                record.move(to: .failed(byDependency: false), logger: logger)
+                move(record, to: .failed(byDependency: false))
                 record.problem = reason
             } else {
                 started += 1
@@ -97,4 +117,11 @@ extension Lifecycle {
         (summary.new, summary.changed, summary.removed) = (started, changed, removed.count)
         return summary
     }
+}
+
+/// A reload waiting for what it started to settle.
+struct ReloadUnderWay {
+    var found: ReloadSummary
+    var deadline: Scheduled<Void>
+    var done: (Result<ReloadSummary, ErrorBody>) -> Void
 }

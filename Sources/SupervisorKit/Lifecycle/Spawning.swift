@@ -29,7 +29,7 @@ extension Lifecycle {
         record.variant = spawned.variant
         record.instance = spawned.instance
         // A plugin that ran before, or is coming back from a crash, is restarting; otherwise starting.
-        record.move(to: record.hasRun || record.phase == .restarting ? .restarting : .starting, logger: logger)
+        move(record, to: record.hasRun || record.phase == .restarting ? .restarting : .starting)
     }
 
     /// A worker just spawned, and the library the host chose for it.
@@ -313,7 +313,7 @@ extension Lifecycle {
         let wasRestart = record.hasRun
         instance.startupDeadline?.cancel()
         instance.timings["startupUs"] = Int((NIODeadline.now() - instance.spawnedAt).nanoseconds / 1000)
-        record.move(to: .running, logger: logger)
+        move(record, to: .running)
         record.problem = nil
         record.hasRun = true
         logger.info("\(record.identifier) \(record.manifest.version) is running",
@@ -330,7 +330,7 @@ extension Lifecycle {
         // Dependents that could not start only because this plugin was down get another go.
         for dependent in table.dependents(of: record.identifier) where !isShuttingDown && dependent.instance == nil
             && dependent.phase == .failed(byDependency: true) {
-            dependent.move(to: .waiting, logger: logger)
+            move(dependent, to: .waiting)
             dependent.problem = nil
         }
         if phase == .launched {

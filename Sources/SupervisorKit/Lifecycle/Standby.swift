@@ -67,7 +67,7 @@ extension Lifecycle {
         record.instance = instance
         record.library = standby.library
         record.variant = standby.variant
-        record.move(to: .restarting, logger: logger)
+        move(record, to: .restarting)
         armStartupDeadline(instance)
         instance.loadOrdered = true
         sendLoad(instance)

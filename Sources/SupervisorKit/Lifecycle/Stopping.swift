@@ -18,9 +18,10 @@ extension Lifecycle {
             record.pendingRestart?.cancel()
             abandonSuccessor(record, because: "the supervisor is shutting down")
             discardStandby(record, because: "the supervisor is shutting down")
-            if record.phase == .waiting || record.phase == .restarting, record.instance == nil { record.move(to: .stopped, logger: logger) }
+            if record.phase == .waiting || record.phase == .restarting, record.instance == nil { move(record, to: .stopped) }
             record.settleWaiters("the supervisor is shutting down")
         }
+        settleReloads()
         stopNextWave()
     }
 
@@ -56,32 +57,38 @@ extension Lifecycle {
     func stopWorker(_ record: PluginRecord, _ instance: WorkerInstance, _ done: @escaping () -> Void) {
         instance.onExit.append(done)
         // Already reaped, not yet finalized: `done` runs when it is (calling it now would loop).
-        if instance.phase.hasExited || instance.phase == .stopping { return }
-        let saidHello = instance.hello != nil
-        instance.move(to: .stopping, logger: logger)
+        if instance.phase.hasExited || instance.phase.stopRequested { return }
+        guard instance.hello != nil, instance.channel != nil else {
+            instance.move(to: .stopping, logger: logger)
+            router.unlinkCallers(of: instance)
+            return terminate(instance)
+        }
+        // Draining: the router says when its last call is settled (`drained`); the deadline ends
+        // the wait otherwise. Its callers' links are taken back first (each counts as inside).
+        let drainMs = config.drainTimeoutMs
+        instance.move(to: .draining(until: .now() + .milliseconds(Int64(drainMs))), logger: logger)
         router.unlinkCallers(of: instance)
-        guard saidHello, instance.channel != nil, instance.hasCallsInside else { return terminate(record, instance) }
-        let drainUntil = NIODeadline.now() + .milliseconds(Int64(config.drainTimeoutMs))
+        guard instance.hasCallsInside else { return drained(instance) }
         logger.info("\(record.identifier): waiting for \(instance.callsInside) call(s) inside the worker before stopping it",
                     metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
-        drain(record, instance, until: drainUntil)
+        loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(drainMs))) { [self, weak instance] in
+            guard let instance, case .draining = instance.phase else { return }
+            logger.warning("\(instance.identifier): \(instance.callsInside) call(s) still unanswered after the \(drainMs) ms drain; stopping it",
+                           metadata: ["plugin": "\(instance.identifier)"])
+            drained(instance)
+        }
     }
 
-    /// Checks every 5 ms until the worker has answered its calls, has ended, or the drain time is up.
-    private func drain(_ record: PluginRecord, _ instance: WorkerInstance, until deadline: NIODeadline) {
-        if instance.phase.hasExited { return }
-        if !instance.hasCallsInside || instance.channel == nil || NIODeadline.now() >= deadline {
-            if instance.hasCallsInside {
-                logger.warning("\(record.identifier): \(instance.callsInside) call(s) still unanswered after the \(config.drainTimeoutMs) ms drain; stopping it",
-                               metadata: ["plugin": "\(record.identifier)"])
-            }
-            return terminate(record, instance)
-        }
-        loop.assumeIsolated().scheduleTask(in: .milliseconds(5)) { [self] in drain(record, instance, until: deadline) }
+    /// A draining worker has no call inside any more, its socket closed, or its drain time is up:
+    /// its stop goes on.
+    func drained(_ instance: WorkerInstance) {
+        guard case .draining = instance.phase else { return }
+        instance.move(to: .stopping, logger: logger)
+        terminate(instance)
     }
 
     /// `willTerminate` and the grace period (or SIGKILL for a worker that never said hello).
-    private func terminate(_ record: PluginRecord, _ instance: WorkerInstance) {
+    private func terminate(_ instance: WorkerInstance) {
         let saidHello = instance.hello != nil
         let grace = TimeAmount.milliseconds(Int64(config.shutdownGraceMs))
         let hardStop = loop.assumeIsolated().scheduleTask(in: grace) { [self] in

@@ -60,7 +60,7 @@ extension Lifecycle {
         record.instance = new
         record.problem = nil
         // The old worker may have crashed meanwhile (calls waited for this one).
-        if record.phase != .running { record.move(to: .running, logger: logger) }
+        if record.phase != .running { move(record, to: .running) }
         logger.info("\(record.identifier) \(new.manifest.version) is running and takes the calls; \(previous) finishes its own",
                     metadata: ["plugin": "\(record.identifier)", "pid": "\(new.pid)"])
         events.updated(record, from: previous.description, pid: new.pid)

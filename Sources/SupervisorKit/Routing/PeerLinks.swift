@@ -14,8 +14,6 @@ final class PeerLink {
     let number: UInt64
     let caller: WorkerInstance
     let callee: WorkerInstance
-    /// `PendingRequest.what` of an unlink order.
-    static let unlinkRequest = "unlink"
     /// The caller was told to stop using it (the callee is draining) and has not answered yet.
     var unlinking = false
 
@@ -93,7 +91,7 @@ extension Router {
             guard let channel = caller.channel else { settle(link); continue }
             let id = caller.takeID()
             caller.pending[id] = PendingRequest(origin: .local({ [self] _ in settle(link) }),
-                                                deadline: .now() + .milliseconds(Int64(config.drainTimeoutMs)), what: PeerLink.unlinkRequest)
+                                                deadline: .now() + .milliseconds(Int64(config.drainTimeoutMs)), what: .unlink)
             // `UnlinkMessage`, written as the worker reads it.
             var frame = outbox.encoder(.unlink, for: channel)
             frame.uint("id", id)
@@ -107,6 +105,7 @@ extension Router {
     private func settle(_ link: PeerLink) {
         link.callee.linksIn[ObjectIdentifier(link)] = nil
         if link.caller.linksOut[link.callee.identifier] === link { link.caller.linksOut[link.callee.identifier] = nil }
+        callLeft(link.callee)
     }
 
     /// `instance` ended: its links are gone with its descriptors (the workers at their other ends

@@ -46,7 +46,7 @@ final class Router: SupervisorComponent {
             return ErrorBody(.notFound, "no plugin \(target) is installed")
         }
         let metrics = callMetrics(of: record)
-        guard record.phase == .running, let instance = record.instance, instance.phase != .stopping, let channel = instance.channel else {
+        guard record.phase == .running, let instance = record.instance, !instance.phase.stopRequested, let channel = instance.channel else {
             // Not now: coming up or draining, it waits; failed or stopped, it fails.
             if mustWait(record) {
                 return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin)
@@ -64,13 +64,12 @@ final class Router: SupervisorComponent {
         // Written straight into the buffer that is sent, the request's bytes copied untouched.
         let buffer = channel.allocator.buffer(capacity: CallHop.frameCapacity(forwarding: bytes.count, from: caller) + 48)
         let (frame, trace) = hop.forward(kind, id: id, from: caller, env, in: bytes, into: buffer)
-        let what = kind == .call ? "call" : "open"
         let now = NIODeadline.now()
         let deadline = deadline ?? now + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
         let log = logCalls
             ? CallLog(label: kind == .call ? "\(target).\(Envelope.string(bytes, env.method) ?? "")" : Envelope.string(bytes, env.uri) ?? "", trace: CallTrace(trace))
             : nil
-        instance.pending[id] = PendingRequest(origin: origin, deadline: deadline, what: what,
+        instance.pending[id] = PendingRequest(origin: origin, deadline: deadline, what: kind == .call ? .call : .open,
                                               call: CallFacts(started: now, metrics: metrics, log: log))
         switch origin {
         case .client(let connection, let clientID): connection.inFlight[clientID] = (instance, id)
@@ -144,6 +143,7 @@ final class Router: SupervisorComponent {
     /// A worker answered request `id`: the answer goes to whoever asked.
     func deliverReply(from instance: WorkerInstance, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Bool {
         guard let request = instance.pending.removeValue(forKey: id) else { return false }
+        defer { callLeft(instance) }
         settled(request, env.error == nil ? .ok : .error, by: instance)
         switch request.origin {
         case .client(let connection, let clientID):
@@ -264,8 +264,9 @@ final class Router: SupervisorComponent {
                 settled(request, .timeout, by: instance)
                 answer(request.origin, error: ErrorBody(.timeout, "\(instance.identifier) did not answer \(request.what) in time"))
                 // An unlink is the worker's own business, not its plugin's: nothing to cancel there.
-                if request.what != PeerLink.unlinkRequest { sendCancel(id, to: instance) }
+                if request.what.cancelledOnTimeout { sendCancel(id, to: instance) }
             }
+            if !expired.isEmpty { callLeft(instance) }
         }
     }
 
@@ -274,7 +275,15 @@ final class Router: SupervisorComponent {
     func cancelInFlight(_ entries: [UInt64: (callee: WorkerInstance, id: UInt64)]) {
         for (_, entry) in entries where entry.callee.pending.removeValue(forKey: entry.id) != nil {
             sendCancel(entry.id, to: entry.callee)
+            callLeft(entry.callee)
         }
+    }
+
+    /// A call inside `instance` was settled (answered, timed out, given up by its caller) or a
+    /// link to it given back: a worker draining for its stop goes on once the last one is.
+    @inline(__always)
+    func callLeft(_ instance: WorkerInstance) {
+        if case .draining = instance.phase, !instance.hasCallsInside { lifecycle.drained(instance) }
     }
 
     private func sendCancel(_ id: UInt64, to instance: WorkerInstance) {
@@ -313,7 +322,7 @@ final class Router: SupervisorComponent {
         payload?(&frame)
         let ms = config.isDebugged(instance.identifier) ? SupervisorConfig.longestTimeoutMs
             : timeoutMs ?? instance.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
-        instance.pending[id] = PendingRequest(origin: .local(done), deadline: .now() + .milliseconds(Int64(ms)), what: "event \(name.rawValue)")
+        instance.pending[id] = PendingRequest(origin: .local(done), deadline: .now() + .milliseconds(Int64(ms)), what: .event(name))
         outbox.write(frame.finish(), to: channel)
     }
 

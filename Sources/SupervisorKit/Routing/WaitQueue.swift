@@ -24,7 +24,7 @@ extension Router {
         case .waiting, .starting, .restarting: return true
         case .running:
             guard let instance = record.instance else { return true }
-            return instance.phase == .stopping || instance.channel == nil
+            return instance.phase.stopRequested || instance.channel == nil
         case .failed, .stopped: return false
         }
     }
@@ -97,6 +97,7 @@ extension Router {
     func forget(_ record: PluginRecord, because reason: String) {
         failWaiting(record, because: reason)
         table.remove(record)
+        lifecycle.settleReloads()
     }
 
     /// Everything waiting for `record` fails now with `unavailable: <reason>`.

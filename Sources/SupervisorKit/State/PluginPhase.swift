@@ -1,3 +1,5 @@
+import NIOCore
+
 /// Where a plugin is in its life, across its workers (SPEC §6's states, plus `waiting`).
 /// Every change goes through `PluginRecord.move(to:)`, which refuses a move this table does not allow.
 enum PluginPhase: Equatable, Sendable, CustomStringConvertible {
@@ -70,6 +72,9 @@ enum WorkerPhase: Equatable, Sendable, CustomStringConvertible {
     case startingUp
     /// It answered `startup`.
     case running
+    /// The supervisor is stopping it and waits, until the deadline at most, for the calls inside it
+    /// to be answered (SPEC §8); new calls wait for its successor meanwhile.
+    case draining(until: NIODeadline)
     /// The supervisor is stopping it on purpose (willTerminate, or SIGKILL before hello).
     case stopping
     /// Reaped. Its last frames (an `exit` notice) may still be unread in its socket.
@@ -84,6 +89,7 @@ enum WorkerPhase: Equatable, Sendable, CustomStringConvertible {
         case .loaded: return "loaded"
         case .startingUp: return "startingUp"
         case .running: return "running"
+        case .draining: return "draining"
         case .stopping: return "stopping"
         case .exited(let afterStop): return afterStop ? "exited (stopped)" : "exited"
         case .finalized: return "finalized"
@@ -99,13 +105,20 @@ enum WorkerPhase: Equatable, Sendable, CustomStringConvertible {
     }
 
     /// Being stopped on purpose, or ended that way.
-    var stopRequested: Bool { self == .stopping || self == .exited(afterStop: true) }
+    var stopRequested: Bool {
+        switch self {
+        case .draining, .stopping, .exited(afterStop: true): return true
+        default: return false
+        }
+    }
 
     static func allows(from: WorkerPhase, to: WorkerPhase) -> Bool {
         switch (from, to) {
         case (.spawned, .loaded), (.loaded, .startingUp), (.startingUp, .running): return true
         case (.spawned, .stopping), (.loaded, .stopping), (.startingUp, .stopping), (.running, .stopping): return true
-        case (.stopping, .exited(afterStop: true)): return true
+        // Only a worker with calls inside drains (it said hello, so it has a socket to answer on).
+        case (.loaded, .draining), (.startingUp, .draining), (.running, .draining), (.draining, .stopping): return true
+        case (.stopping, .exited(afterStop: true)), (.draining, .exited(afterStop: true)): return true
         case (.spawned, .exited(afterStop: false)), (.loaded, .exited(afterStop: false)),
              (.startingUp, .exited(afterStop: false)), (.running, .exited(afterStop: false)): return true
         case (.exited, .finalized): return true

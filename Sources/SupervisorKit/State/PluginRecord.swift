@@ -273,7 +273,29 @@ struct MemorySample {
 struct PendingRequest {
     var origin: ReplyOrigin
     var deadline: NIODeadline
-    var what: String
+    var what: Kind
+
+    /// What was sent.
+    enum Kind: Equatable, CustomStringConvertible {
+        case call, open
+        /// A lifecycle event (`startup`, `willTerminate`, ...).
+        case event(EventName)
+        /// A peer link taken back from a caller's worker (Routing/PeerLinks.swift).
+        case unlink
+
+        var description: String {
+            switch self {
+            case .call: return "call"
+            case .open: return "open"
+            case .event(let name): return "event \(name.rawValue)"
+            case .unlink: return "unlink"
+            }
+        }
+
+        /// Whether its plugin is told to `cancel` it when it times out: an unlink is the worker's
+        /// own business, not its plugin's.
+        var cancelledOnTimeout: Bool { self != .unlink }
+    }
     /// For requests from clients and plugins (not the supervisor's events): when it was forwarded,
     /// the target's call metrics, and the hop's trace context.
     var call: CallFacts? = nil
