@@ -70,8 +70,7 @@ extension Installs {
             return router.answer(origin, error: ErrorBody(.denied, "\(identifier) is needed by \(needed.joined(separator: ", ")); uninstall those first"))
         }
         endGrace(record)
-        record.pendingRestart?.cancel()
-        record.pendingRestart = nil
+        record.cancelRestart()
         lifecycle.move(record, to: .stopped)
         lifecycle.stopPlugin(record) { [self] in
             let folder = String(record.manifest.bundle.split(separator: "/").last ?? "")

@@ -92,7 +92,7 @@ extension Lifecycle {
             logger.debug("standby worker ended: \(ExitClassifier.describe(ExitClassifier.classify(.init(exit: exit, notice: instance.exitNotice, killed: instance.killReason))))",
                          metadata: ["plugin": "\(instance.identifier)", "pid": "\(exit.pid)"])
             record.standby?.expiry.cancel()
-            record.standby = nil
+            record.next = .none
         }
         // An old version that drained after an update, a discarded standby, or a worker of a plugin
         // no longer known: whoever stopped it hears it ended, nothing more.
@@ -162,12 +162,14 @@ extension Lifecycle {
                 engine.metrics.restarted(record.identifier, reason: reason)
                 events.restarting(record, delayMs: delayMs)
                 let due: () -> Void = { [self] in
-                    record.pendingRestart = nil
+                    if case .restart = record.next { record.next = .none }
                     carryOut(record.life.restartDue(dependenciesRunning: table.dependenciesRunning(record), hasWorker: record.instance != nil,
                                                     shuttingDown: isShuttingDown), record)
                 }
                 if delayMs == 0 { due() } else {
-                    record.pendingRestart = loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(delayMs))) { due() }
+                    // A standby is for an immediate restart only.
+                    discardStandby(record, because: "\(record.identifier) is restarted after \(delayMs) ms")
+                    record.next = .restart(loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(delayMs))) { due() })
                 }
             case .checkLaunch:
                 checkLaunch()

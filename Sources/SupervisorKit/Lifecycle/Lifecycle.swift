@@ -207,8 +207,7 @@ final class Lifecycle: SupervisorComponent {
         guard let record = table[id] else { return done("no plugin \(id) is installed") }
         if let problem = table.catalog.unstartable[id] { return done(problem) }
         guard !isShuttingDown else { return done("the supervisor is shutting down") }
-        record.pendingRestart?.cancel()
-        record.pendingRestart = nil
+        record.cancelRestart()
         if record.instance != nil {
             stopPlugin(record) { [self] in startAgain(record, done) }
         } else {

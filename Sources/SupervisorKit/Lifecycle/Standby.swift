@@ -28,7 +28,7 @@ extension Lifecycle {
     /// closed): if the restart that follows will be immediate, its successor is spawned now.
     func prepareStandby(after instance: WorkerInstance) {
         loop.preconditionInEventLoop()
-        guard !isShuttingDown, let record = table[instance.identifier], record.instance === instance, record.standby == nil,
+        guard !isShuttingDown, let record = table[instance.identifier], record.instance === instance, record.next.isNone,
               record.phase == .running, instance.everRan, !instance.phase.hasExited, !instance.phase.stopRequested,
               !(instance.killReason?.reason.isPermanent ?? false),
               record.successor == nil, record.updateGrace == nil, !record.installAwaitsVerdict,
@@ -45,7 +45,7 @@ extension Lifecycle {
         let expiry = loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(timeoutMs))) { [self, weak record] in
             if let record { discardStandby(record, because: "not needed within \(timeoutMs) ms") }
         }
-        record.standby = Standby(instance: spawned.instance, library: spawned.library, variant: spawned.variant, expiry: expiry)
+        record.next = .standby(Standby(instance: spawned.instance, library: spawned.library, variant: spawned.variant, expiry: expiry))
         logger.debug("standby worker spawned", metadata: ["plugin": "\(record.identifier)", "pid": "\(spawned.instance.pid)",
                                                           "replacing": "\(instance.pid)"])
     }
@@ -63,7 +63,7 @@ extension Lifecycle {
             return false
         }
         standby.expiry.cancel()
-        record.standby = nil
+        record.next = .none
         record.instance = instance
         record.library = standby.library
         record.variant = standby.variant
@@ -86,7 +86,7 @@ extension Lifecycle {
     /// killed at once; it stays among the plugin's workers until reaped (a shutdown waits for it).
     func discardStandby(_ record: PluginRecord, because reason: String) {
         guard let standby = record.standby else { return }
-        record.standby = nil
+        record.next = .none
         standby.expiry.cancel()
         logger.debug("standby worker discarded: \(reason)", metadata: ["plugin": "\(record.identifier)", "pid": "\(standby.instance.pid)"])
         retire(record, standby.instance)

@@ -15,7 +15,7 @@ extension Lifecycle {
         logger.notice("shutting down (\(reason))")
         engine.systemd.stopping()
         for record in table.all {
-            record.pendingRestart?.cancel()
+            record.cancelRestart()
             abandonSuccessor(record, because: "the supervisor is shutting down")
             discardStandby(record, because: "the supervisor is shutting down")
             if record.phase == .waiting || record.phase == .restarting, record.instance == nil { move(record, to: .stopped) }
@@ -127,7 +127,7 @@ extension Lifecycle {
         var left = wave.count
         for id in (wave.isEmpty ? remaining : wave) {
             guard let record = table[id] else { continue }
-            record.pendingRestart?.cancel()
+            record.cancelRestart()
             stopPlugin(record) { [self] in
                 router.forget(record, because: "\(record.identifier) was removed from the plugin folders")
                 left -= 1

@@ -25,7 +25,7 @@ extension Lifecycle {
     /// Whether an update of `record` to `manifest` can start beside its running worker: it runs, no
     /// other update is coming up, and the new version's dependencies run.
     func canStartBeside(_ record: PluginRecord, _ manifest: Manifest) -> Bool {
-        guard !isShuttingDown, record.phase == .running, record.successor == nil,
+        guard !isShuttingDown, record.phase == .running, record.next.isNone,
               let current = record.instance, current.phase == .running else { return false }
         return table.dependenciesRunning(manifest)
     }
@@ -39,7 +39,7 @@ extension Lifecycle {
         case .failure(let failure):
             done(failure.reason)
         case .success(let spawned):
-            record.successor = Successor(instance: spawned.instance, library: spawned.library, variant: spawned.variant, done: done)
+            record.next = .successor(Successor(instance: spawned.instance, library: spawned.library, variant: spawned.variant, done: done))
             logger.info("starting \(record.identifier) \(manifest.version) beside \(record.manifest.version) (pid \(spawned.instance.pid))",
                         metadata: ["plugin": "\(record.identifier)", "pid": "\(spawned.instance.pid)"])
         }
@@ -49,7 +49,7 @@ extension Lifecycle {
     func takeOver(_ record: PluginRecord) {
         guard let successor = record.successor, successor.instance.move(to: .running, logger: logger) else { return }
         let new = successor.instance
-        record.successor = nil
+        record.next = .none
         new.startupDeadline?.cancel()
         new.timings["startupUs"] = Int((NIODeadline.now() - new.spawnedAt).nanoseconds / 1000)
         let previous = record.manifest.version
@@ -89,7 +89,7 @@ extension Lifecycle {
     /// update's owner decides what runs next (Installs rolls back and starts the old version again).
     func successorEnded(_ record: PluginRecord, _ instance: WorkerInstance, _ described: String) {
         guard let successor = record.successor, successor.instance === instance else { return }
-        record.successor = nil
+        record.next = .none
         logger.error("\(record.identifier) \(instance.manifest.version) did not take over: \(described); \(record.manifest.version) serves on",
                      metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
         successor.done(described)
@@ -101,7 +101,7 @@ extension Lifecycle {
     /// meanwhile.
     func abandonSuccessor(_ record: PluginRecord, because reason: String) {
         guard let successor = record.successor else { return }
-        record.successor = nil
+        record.next = .none
         logger.notice("\(record.identifier) \(successor.instance.manifest.version) is stopped before it took over: \(reason)",
                       metadata: ["plugin": "\(record.identifier)"])
         retire(record, successor.instance)

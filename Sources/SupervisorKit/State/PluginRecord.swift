@@ -18,20 +18,16 @@ final class PluginRecord {
     var life: PluginLife
     /// The worker that serves calls (or is coming up to).
     var instance: WorkerInstance?
-    /// During an update: the new version's worker coming up beside `instance` (Lifecycle/Successor.swift).
-    var successor: Successor?
+    /// What comes after the worker that serves, if anything (at most one at a time).
+    var next = NextWorker.none
     /// Workers of a previous version finishing their calls after an update switched to a new one;
     /// each leaves once reaped.
     var retiring: [WorkerInstance] = []
-    /// After its worker crashed: the next one, spawned before the crashed one was reaped and waiting
-    /// sandboxed, before its plugin loads, to be taken for the restart or discarded (Lifecycle/Standby.swift).
-    var standby: Standby?
     /// The library chosen for this host, and the variant's name when `variants` chose it.
     var library: String?
     var variant: String?
     /// Callers waiting for it to be running (restart command, install); called with nil or why it failed.
     var startWaiters: [(String?) -> Void] = []
-    var pendingRestart: Scheduled<Void>?
     /// Calls its sandbox refused, by syscall name, over the plugin's life (SPEC §5): each denial
     /// (EPERM) and each violation.
     var sandboxDenials: [String: Int] = [:]
@@ -66,6 +62,18 @@ final class PluginRecord {
     var hasRun: Bool {
         get { life.hasRun }
         set { life.hasRun = newValue }
+    }
+
+    /// During an update: the new version's worker coming up beside `instance`.
+    var successor: Successor? { if case .successor(let s) = next { s } else { nil } }
+    /// A crashed worker's replacement waiting to be taken for the restart.
+    var standby: Standby? { if case .standby(let s) = next { s } else { nil } }
+
+    /// A restart waiting for its delay is called off.
+    func cancelRestart() {
+        guard case .restart(let timer) = next else { return }
+        timer.cancel()
+        next = .none
     }
 
     var identifier: String { manifest.identifier }
@@ -129,6 +137,24 @@ private func transition<P: Phase>(_ phase: inout P, to next: P, of what: String,
 private func refused<P: Phase>(_ phase: P, _ next: P, of what: String, logger: Logger) {
     logger.error("internal error: \(what) cannot go from \(phase) to \(next); refused")
     assertionFailure("illegal phase change \(phase) → \(next) for \(what)")
+}
+
+/// What comes after a plugin's serving worker. One at a time: a standby is spawned only when no
+/// update is under way and is taken or discarded when the crashed worker's exit is recorded; a
+/// restart is scheduled only once that exit is recorded (the standby is gone by then); an update
+/// starts beside a worker only when nothing else is next.
+enum NextWorker {
+    case none
+    /// An update's new version coming up beside the serving worker (Lifecycle/Successor.swift).
+    case successor(Successor)
+    /// After the serving worker crashed: the next one, spawned before the crashed one was reaped and
+    /// waiting sandboxed, before its plugin loads, to be taken for the restart or discarded
+    /// (Lifecycle/Standby.swift).
+    case standby(Standby)
+    /// A restart waiting for its backoff delay (Lifecycle/Exits.swift).
+    case restart(Scheduled<Void>)
+
+    var isNone: Bool { if case .none = self { true } else { false } }
 }
 
 /// What a worker is to its plugin.
