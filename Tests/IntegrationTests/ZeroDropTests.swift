@@ -201,6 +201,8 @@ struct ZeroDropTests {
         let oldPID = try #require(try sv.plugin("z.app").pid)
         let install = Background { try sv.cli("install", archives["2.0.0"]!) }
         let next = try startingBeside(sv, install: install)
+        // Its startup has begun (so it said hello and will hear willTerminate, not a bare SIGKILL).
+        try sv.waitUntil("2.0.0 at its startup gate") { access(w.home + "/data/z.app/at-gate", F_OK) == 0 }
         sv.signal(SIGTERM)
         #expect(try sv.waitForExit() == 0)
         // willTerminate reached both workers: the new version's startup (held at its gate) was
@@ -337,6 +339,10 @@ struct ZeroDropTests {
         try restarter.sendFrame(restart.finish())
         // The restart is draining the one call inside the worker: calls made now must wait.
         try sv.waitUntil("the drain") { sv.log.contains("waiting for 1 call(s) inside the worker") }
+        // A second restart asked during the drain joins the first: one new worker, one restart.
+        let second = try rawControl(sv.socket)
+        defer { second.close() }
+        try second.sendFrame(restart.finish())
         try conn.sendFrame(callFrame(id: 2, target: "z.one", method: "info"))
         var answers: [UInt64: String] = [:]
         for _ in 0..<2 {
@@ -347,6 +353,9 @@ struct ZeroDropTests {
         let info = try #require(answers[2])
         #expect(info.contains("\"pid\"") && !info.contains("\"pid\":\(pid!)"), "the call made during the drain went to the old worker: \(info)")
         #expect(String(decoding: try #require(try restarter.receiveFrame()), as: UTF8.self).contains("running"))
+        #expect(String(decoding: try #require(try second.receiveFrame()), as: UTF8.self).contains("running"))
+        let after = try sv.plugin("z.one")
+        #expect(after.restarts == 1 && after.state == "running", "\(after)")
     }
 
     @Test("an update whose new version fails or crashes in its startup leaves the old worker serving with 0 failed calls; one that crashes within its grace period is rolled back, failing only the calls inside it")

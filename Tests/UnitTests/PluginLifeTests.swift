@@ -210,6 +210,18 @@ import Testing
         #expect(waiting.phase == .waiting && waiting.restarts == 0)
     }
 
+    /// Two restarts asked while the worker drains: the first one's worker comes up once the old
+    /// one has ended; the second finds it coming up and waits for it. One restart, counted once.
+    @Test func aSecondRestartDuringTheDrainJoinsTheFirst() {
+        var life = Self.running()
+        let stopped = PluginLife.Ending(status: ExitStatus(reason: .stopped), described: "stopped", abnormal: false, afterStop: true, everRan: true)
+        _ = ended(&life, stopped)
+        #expect(life.startRequested(dependenciesRunning: true) == [.spawn(takingStandby: false)])
+        _ = life.move(to: .restarting)
+        #expect(life.startRequested(dependenciesRunning: true, hasWorker: true).isEmpty)
+        #expect(life.restarts == 1 && life.phase == .restarting)
+    }
+
     @Test func aSpawnThatFailsIsTheLastExit() {
         var life = PluginLife(phase: .waiting)
         let actions = life.spawnFailed("p", reason: "no such file")

@@ -6,7 +6,7 @@ import PluginProtocol
 /// After an update of a running plugin, the previous version stays on disk for `updateGraceSeconds`
 /// (SPEC §8, §9): if the new version crashes within that time, it is rolled back on disk and the
 /// previous version runs again, with the reason in the log and in `status` (`lastError`). What
-/// waited for the plugin meanwhile waits on (Routing/WaitQueue.swift); only the calls inside the
+/// waited for the plugin meanwhile waits on (Routing/Queueing.swift); only the calls inside the
 /// crashed worker fail.
 struct UpdateGrace {
     var staged: BundleStore.Staged

@@ -199,7 +199,7 @@ final class Lifecycle: SupervisorComponent {
     func startAgain(_ record: PluginRecord, _ done: @escaping (String?) -> Void) {
         guard !isShuttingDown else { return done("the supervisor is shutting down") }
         record.startWaiters.append(done)
-        carryOut(record.life.startRequested(dependenciesRunning: table.dependenciesRunning(record)), record)
+        carryOut(record.life.startRequested(dependenciesRunning: table.dependenciesRunning(record), hasWorker: record.instance != nil), record)
     }
 
     /// `supervisor restart <id>`: stop it if running, clear its failure and restart history, start it.

@@ -61,47 +61,49 @@ extension Lifecycle {
         for problem in fresh.problems { logger.error("\(problem)") }
         let previous = table.catalog
         table.catalog = fresh
-        let removed = Set(table.identifiers.filter { fresh.all[$0] == nil })
+        var known: [String: RescanPlan.Known] = [:]
+        for record in table.all {
+            known[record.identifier] = .init(fingerprint: record.manifest.fingerprint, bundle: record.manifest.bundle,
+                                             installUnderWay: record.successor != nil || record.installAwaitsVerdict)
+        }
+        let plan = RescanPlan(known: known, before: previous, now: fresh)
+        let removed = plan.removed
         let previousOrder = table.order
         var started = 0, changed = 0
-        for id in fresh.order {
-            guard let manifest = fresh.all[id] else { continue }
-            if let existing = table[id] {
-                // An install or update of it is under way: its files are the install's to change,
-                // and it settles the plugin itself (the next rescan sees the outcome).
-                if existing.successor != nil || existing.installAwaitsVerdict {
-                    logger.info("\(id) is being updated; the rescan leaves it to the update", metadata: ["plugin": "\(id)"])
-                    continue
-                }
-                // Changed on disk, or no longer refused (a permission, a dependency fixed without touching it).
-                let cured = previous.unstartable[id] != nil && fresh.unstartable[id] == nil
-                guard existing.manifest.fingerprint != manifest.fingerprint || existing.manifest.bundle != manifest.bundle || cured else { continue }
+        for (id, step) in plan.steps {
+            switch step {
+            case .leftToItsInstall:
+                logger.info("\(id) is being updated; the rescan leaves it to the update", metadata: ["plugin": "\(id)"])
+            case .refuse(let manifest, let reason):
+                guard let existing = table[id] else { continue }
                 changed += 1
                 existing.manifest = manifest
-                if let reason = fresh.unstartable[id] {
-                    logger.error("\(id) changed on disk and cannot start: \(reason)")
-                    stopPlugin(existing) { [self] in
-                        move(existing, to: .failed(byDependency: false))
-                        existing.problem = reason
-                        events.failed(existing)
-                    }
-                    continue
+                logger.error("\(id) changed on disk and cannot start: \(reason)")
+                stopPlugin(existing) { [self] in
+                    move(existing, to: .failed(byDependency: false))
+                    existing.problem = reason
+                    events.failed(existing)
                 }
-                logger.notice(cured && existing.manifest.fingerprint == manifest.fingerprint
-                              ? "\(id) is no longer refused (\(previous.unstartable[id]!)): starting it"
-                              : "\(id) changed on disk (now \(manifest.version)): restarting it")
+            case .restart(let manifest, let cured):
+                guard let existing = table[id] else { continue }
+                changed += 1
+                existing.manifest = manifest
+                logger.notice(cured ? "\(id) is no longer refused (\(previous.unstartable[id] ?? "")): starting it"
+                                    : "\(id) changed on disk (now \(manifest.version)): restarting it")
                 restartCommand(id) { _ in }
-                continue
+            case .add(let manifest, let refused):
+                let record = PluginRecord(manifest: manifest, phase: .waiting)
+                if let refused {
+                    logger.error("\(refused); \(id) will not start")
+                    move(record, to: .failed(byDependency: false))
+                    record.problem = refused
+                } else {
+                    started += 1
+                }
+                table.add(record)
+            case .remove:
+                break
             }
-            let record = PluginRecord(manifest: manifest, phase: .waiting)
-            if let reason = fresh.unstartable[id] {
-                logger.error("\(reason); \(id) will not start")
-                move(record, to: .failed(byDependency: false))
-                record.problem = reason
-            } else {
-                started += 1
-            }
-            table.add(record)
         }
         for id in removed {
             let dependents = table.dependents(of: id).map(\.identifier).filter { !removed.contains($0) }

@@ -38,7 +38,7 @@ final class Router: SupervisorComponent {
 
     /// Sends a `call` or `open` to the plugin `target`, answering `origin` when it replies.
     /// Returns an error instead when the target cannot take it now.
-    /// A plugin that is coming up or draining for a planned stop gets it later (WaitQueue.swift).
+    /// A plugin that is coming up or draining for a planned stop gets it later (Routing/Queueing.swift, State/WaitQueue.swift).
     /// `deadline`: a queued request's own, when it is finally forwarded.
     func forward(_ kind: MessageKind, to target: String, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
                  origin: ReplyOrigin, deadline: NIODeadline? = nil) -> ErrorBody? {

@@ -140,9 +140,12 @@ struct PluginLife: Sendable {
 
     /// Asked to start from a clean slate (`supervisor restart`, an install, a rollback): the
     /// restart history and the failure are cleared; it starts now, or once its dependencies run.
-    mutating func startRequested(dependenciesRunning: Bool) -> [Action] {
+    /// `hasWorker`: another request's worker is already coming up (two restarts asked during one
+    /// drain): this one waits for it, and it counts once.
+    mutating func startRequested(dependenciesRunning: Bool, hasWorker: Bool = false) -> [Action] {
         restartHistory = []
         problem = nil
+        if hasWorker { return [] }
         if dependenciesRunning {
             if hasRun { restarts += 1 }
             return [.spawn(takingStandby: false)]

@@ -33,8 +33,8 @@ final class PluginRecord {
     var sandboxDenials: [String: Int] = [:]
     /// Its `plugin_calls_total` and duration handles, looked up on its first call.
     var callMetrics: CallMetrics?
-    /// Requests that wait for it to run (Routing/WaitQueue.swift), oldest first.
-    var waiting: [QueuedRequest] = []
+    /// Requests that wait for it to run (Routing/Queueing.swift), oldest first.
+    var waiting = WaitQueue<QueuedRequest>()
     /// An update that may still be rolled back (Installs/UpdateGrace.swift).
     var updateGrace: UpdateGrace?
 

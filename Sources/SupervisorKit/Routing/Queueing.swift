@@ -4,7 +4,7 @@ import PluginProtocol
 
 /// A request for a plugin that cannot take it yet, kept until it can (SPEC §8: no call is lost to a
 /// planned change). The bytes are a copy of the request as it came; it is forwarded from them.
-struct QueuedRequest {
+struct QueuedRequest: WaitingRequest {
     var kind: MessageKind
     /// The calling plugin, for a request from a plugin.
     var caller: String?
@@ -32,21 +32,19 @@ extension Router {
     /// Queues a request for `record`; an error instead when its queue is full.
     func enqueue(_ kind: MessageKind, for record: PluginRecord, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
                  origin: ReplyOrigin) -> ErrorBody? {
-        guard record.waiting.count < config.callQueueLimit else {
+        let deadline = NIODeadline.now() + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
+        let request = QueuedRequest(kind: kind, caller: caller, bytes: Array(bytes), origin: origin, deadline: deadline)
+        guard record.waiting.add(request, limit: config.callQueueLimit) else {
             record.callMetrics?.count(.unavailable)
             return ErrorBody(.unavailable, "\(record.identifier) is \(record.phase.shown) and \(config.callQueueLimit) requests already wait for it (callQueueLimit)")
         }
-        let deadline = NIODeadline.now() + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
-        record.waiting.append(QueuedRequest(kind: kind, caller: caller, bytes: Array(bytes), origin: origin, deadline: deadline))
         return nil
     }
 
     /// `record` runs (again): what waited for it is forwarded, in the order it came.
     func forwardWaiting(_ record: PluginRecord) {
         guard !record.waiting.isEmpty else { return }
-        let waiting = record.waiting
-        record.waiting = []
-        for request in waiting where !request.callerIsGone {
+        for request in record.waiting.release() {
             request.bytes.withUnsafeBytes { raw in
                 guard let env = try? Envelope.parse(raw, maxDepth: config.maxJSONDepth) else {
                     return answer(request.origin, error: ErrorBody(.badRequest, "the request could not be replayed"))
@@ -76,17 +74,10 @@ extension Router {
                 failWaiting(record, because: reason)
                 continue
             }
-            var kept: [QueuedRequest] = []
-            for request in record.waiting {
-                if request.callerIsGone { continue }
-                if request.deadline <= now {
-                    record.callMetrics?.count(.timeout)
-                    answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) was \(record.phase.shown) for the whole of the request's timeout"))
-                } else {
-                    kept.append(request)
-                }
+            for request in record.waiting.expire(now: now) {
+                record.callMetrics?.count(.timeout)
+                answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) was \(record.phase.shown) for the whole of the request's timeout"))
             }
-            record.waiting = kept
         }
     }
 }
@@ -102,9 +93,7 @@ extension Router {
 
     /// Everything waiting for `record` fails now with `unavailable: <reason>`.
     private func failWaiting(_ record: PluginRecord, because reason: String) {
-        let waiting = record.waiting
-        record.waiting = []
-        for request in waiting where !request.callerIsGone {
+        for request in record.waiting.abandon() {
             record.callMetrics?.count(.unavailable)
             answer(request.origin, error: ErrorBody(.unavailable, reason))
         }

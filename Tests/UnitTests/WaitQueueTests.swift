@@ -1,0 +1,85 @@
+import NIOCore
+import Testing
+@testable import SupervisorKit
+
+/// The requests waiting for a plugin (State/WaitQueue.swift), without a plugin: which leave how.
+@Suite struct WaitQueueTests {
+    /// A request whose caller can give up (a client disconnecting, the host cancelling).
+    final class Caller {
+        var gone = false
+    }
+
+    struct Request: WaitingRequest, Equatable {
+        var name: String
+        var deadline: NIODeadline
+        var caller: Caller
+        var callerIsGone: Bool { caller.gone }
+
+        static func == (a: Request, b: Request) -> Bool { a.name == b.name }
+    }
+
+    static let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
+
+    static func request(_ name: String, afterMs ms: Int64 = 1_000, caller: Caller = Caller()) -> Request {
+        Request(name: name, deadline: start + .milliseconds(ms), caller: caller)
+    }
+
+    @Test func releasedInTheOrderTheyCame() {
+        var queue = WaitQueue<Request>()
+        for name in ["a", "b", "c"] {
+            let added = queue.add(Self.request(name), limit: 10)
+            #expect(added)
+        }
+        let released = queue.release()
+        #expect(released.map(\.name) == ["a", "b", "c"])
+        #expect(queue.isEmpty)
+    }
+
+    @Test func aFullQueueRefusesWithoutLosingWhatWaits() {
+        var queue = WaitQueue<Request>()
+        let added = [queue.add(Self.request("a"), limit: 2), queue.add(Self.request("b"), limit: 2), queue.add(Self.request("c"), limit: 2)]
+        #expect(added == [true, true, false])
+        let released = queue.release()
+        #expect(released.map(\.name) == ["a", "b"])
+    }
+
+    /// The host cancels a call still waiting (never sent to a worker): it is dropped, and the
+    /// plugin never sees it when it runs; the others go on in order.
+    @Test func aCallCancelledBeforeItWasSentIsNeverSent() {
+        var queue = WaitQueue<Request>()
+        let cancelling = Caller()
+        _ = queue.add(Self.request("a"), limit: 10)
+        _ = queue.add(Self.request("cancelled", caller: cancelling), limit: 10)
+        _ = queue.add(Self.request("c"), limit: 10)
+        cancelling.gone = true
+        let released = queue.release()
+        #expect(released.map(\.name) == ["a", "c"])
+    }
+
+    @Test func deadlinesExpireEachRequestOnItsOwn() {
+        var queue = WaitQueue<Request>()
+        let gone = Caller()
+        gone.gone = true
+        _ = queue.add(Self.request("short", afterMs: 10), limit: 10)
+        _ = queue.add(Self.request("long", afterMs: 5_000), limit: 10)
+        _ = queue.add(Self.request("abandoned", afterMs: 5_000, caller: gone), limit: 10)
+        let early = queue.expire(now: Self.start + .milliseconds(9))
+        #expect(early.isEmpty)
+        #expect(queue.count == 2)  // the one nobody waits for has left, unanswered
+        let due = queue.expire(now: Self.start + .milliseconds(10))
+        #expect(due.map(\.name) == ["short"])
+        let released = queue.release()
+        #expect(released.map(\.name) == ["long"])
+    }
+
+    @Test func abandonedWhenThePluginWillNotRun() {
+        var queue = WaitQueue<Request>()
+        let gone = Caller()
+        _ = queue.add(Self.request("a"), limit: 10)
+        _ = queue.add(Self.request("b", caller: gone), limit: 10)
+        gone.gone = true
+        let abandoned = queue.abandon()
+        #expect(abandoned.map(\.name) == ["a"])
+        #expect(queue.isEmpty)
+    }
+}
