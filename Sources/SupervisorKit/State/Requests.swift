@@ -1,0 +1,130 @@
+import LinuxSupport
+import NIOCore
+import PluginProtocol
+import Protocol
+
+/// A request sent to a worker and not yet answered.
+struct PendingRequest {
+    var origin: ReplyOrigin
+    var deadline: NIODeadline
+    var what: Kind
+
+    /// What was sent.
+    enum Kind: Equatable, CustomStringConvertible {
+        case call, open
+        /// A lifecycle event (`startup`, `willTerminate`, ...).
+        case event(EventName)
+        /// A peer link taken back from a caller's worker (Routing/PeerLinks.swift).
+        case unlink
+
+        var description: String {
+            switch self {
+            case .call: return "call"
+            case .open: return "open"
+            case .event(let name): return "event \(name.rawValue)"
+            case .unlink: return "unlink"
+            }
+        }
+
+        /// Whether its plugin is told to `cancel` it when it times out: an unlink is the worker's
+        /// own business, not its plugin's.
+        var cancelledOnTimeout: Bool { self != .unlink }
+    }
+    /// For requests from clients and plugins (not the supervisor's events): when it was forwarded,
+    /// the target's call metrics, and the hop's trace context.
+    var call: CallFacts? = nil
+}
+
+/// What the supervisor keeps of a forwarded request to count it and log it once it is answered.
+/// Small on purpose: it is copied into and out of the pending table on every call.
+struct CallFacts {
+    var started: NIODeadline
+    /// Not counted as a reference: every plugin's `CallMetrics` stays in `Metrics` for the
+    /// supervisor's life, and a retain and release on every call showed in the profile.
+    unowned(unsafe) var metrics: CallMetrics
+    /// Only when calls are logged (debug level).
+    var log: CallLog?
+}
+
+/// What the debug-level call log says of a request: `<plugin>.<method>` or the URI, and its trace.
+final class CallLog {
+    let label: String
+    let trace: CallTrace
+
+    init(label: String, trace: CallTrace) {
+        self.label = label
+        self.trace = trace
+    }
+}
+
+/// Where the answer to a request must go. Confined to the event loop like what it refers to.
+enum ReplyOrigin {
+    /// A CLI client, with the id it used.
+    case client(ControlConnection, id: UInt64)
+    /// A plugin's worker, with the id the plugin used.
+    case plugin(WorkerInstance, id: UInt64)
+    /// The program the supervisor is embedded in (PluginHost).
+    case host(HostRequest)
+    /// The supervisor itself (events, internal calls).
+    case local((Result<[UInt8]?, ErrorBody>) -> Void)
+}
+
+/// A request from the program the supervisor is embedded in (`PluginHost`): settled once, on the
+/// event loop, with the result's JSON or an error; a later answer (the host gave up first) is
+/// dropped. Made on the program's thread, then used only on the loop: its state is in a
+/// `NIOLoopBoundBox`, which only the loop can open.
+final class HostRequest: Sendable {
+    private struct State {
+        var done: (@Sendable (Result<[UInt8], ErrorBody>) -> Void)?
+        /// Its call or open forwarded to a worker and not yet answered: the worker is told to
+        /// `cancel` it if the host gives up first.
+        var inFlight: (callee: WorkerInstance, id: UInt64)?
+    }
+
+    private let state: NIOLoopBoundBox<State>
+    /// Where `progress` frames go (installs, updates), if anywhere.
+    let progress: (@Sendable (ProgressReport) -> Void)?
+
+    init(on loop: EventLoop, progress: (@Sendable (ProgressReport) -> Void)? = nil, _ done: @escaping @Sendable (Result<[UInt8], ErrorBody>) -> Void) {
+        state = .makeBoxSendingValue(State(done: done), eventLoop: loop)
+        self.progress = progress
+    }
+
+    /// Answered, or given up on.
+    var isSettled: Bool { state.value.done == nil }
+
+    var inFlight: (callee: WorkerInstance, id: UInt64)? {
+        get { state.value.inFlight }
+        set { state.value.inFlight = newValue }
+    }
+
+    func settle(_ result: Result<[UInt8], ErrorBody>) {
+        guard let done = state.value.done else { return }
+        state.value = State()
+        done(result)
+    }
+}
+
+/// A CLI client on the control socket. Owned by the event loop.
+final class ControlConnection {
+    let channel: Channel
+    var closed = false
+    /// Requests of this client still waiting for an answer.
+    var outstanding = 0
+    /// When it last sent a whole frame or was last answered: a client is idle only when neither
+    /// happened for the idle timeout (an answer written in the same turn as the idle check must
+    /// not be dropped with the connection).
+    var lastActivity = NIODeadline.now()
+
+    /// One of its requests was answered.
+    func answered() {
+        outstanding -= 1
+        lastActivity = .now()
+    }
+    /// Its forwarded calls in flight: its id → (the callee, the callee's id), cancelled if it goes away.
+    var inFlight: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
+
+    init(channel: Channel) {
+        self.channel = channel
+    }
+}
