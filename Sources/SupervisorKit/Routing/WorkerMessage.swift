@@ -1,0 +1,61 @@
+import PluginProtocol
+
+/// What a worker said (SPEC §3), read from one frame's body and checked against what a worker may
+/// say at that point: pure, tested without a worker (`WorkerMessageTests`). `Router.workerFrame`
+/// (WorkerInbound.swift) acts on it; anything a worker may not say is a `violation`, for which that
+/// worker alone is killed.
+enum WorkerMessage: Equatable {
+    case hello(HelloMessage)
+    /// An answer to request `id` of the supervisor's.
+    case reply(id: UInt64)
+    case pong(id: UInt64?)
+    /// A call or an open its plugin makes to another plugin (or to the host).
+    case request(MessageKind)
+    case log
+    /// Its peer links' call counts (docs/protocol.md "Peer links").
+    case linkCalls
+    /// It is ending itself, and says why (nil: the notice did not decode; its exit code decides).
+    case exit(ExitNotice?)
+    /// Something a worker may not say: it is killed, with this as the reason.
+    case violation(String)
+
+    /// Reads one frame's body from the worker of `plugin`; `saidHello`: it has said hello already.
+    /// The envelope (the routing fields) comes with it for the messages that are routed on.
+    static func read(_ bytes: UnsafeRawBufferPointer, maxDepth: Int, saidHello: Bool, plugin: String) -> (WorkerMessage, Envelope?) {
+        let env: Envelope
+        do { env = try Envelope.parse(bytes, maxDepth: maxDepth) } catch {
+            return (.violation("invalid frame: \(error)"), nil)
+        }
+        guard let kind = env.kind else {
+            return (.violation("unknown message type '\(env.typeName ?? "(none)")'"), env)
+        }
+        if env.badID { return (.violation("\(kind.rawValue) with an id that is not an unsigned integer"), env) }
+        if !saidHello, kind != .hello, kind != .exit, kind != .log {
+            return (.violation("\(kind.rawValue) before hello"), env)
+        }
+        switch kind {
+        case .hello:
+            guard !saidHello else { return (.violation("a second hello"), env) }
+            let hello: HelloMessage
+            do { hello = try ProtocolJSON.decode(HelloMessage.self, from: bytes) } catch {
+                return (.violation("malformed hello: \(error)"), env)
+            }
+            guard hello.protocol == Frame.protocolVersion else {
+                return (.violation("hello speaks protocol \(hello.protocol), this supervisor speaks \(Frame.protocolVersion)"), env)
+            }
+            guard hello.plugin == plugin else {
+                return (.violation("hello names plugin \(hello.plugin), expected \(plugin)"), env)
+            }
+            return (.hello(hello), env)
+        case .reply:
+            guard let id = env.id else { return (.violation("reply without an id"), env) }
+            return (.reply(id: id), env)
+        case .pong: return (.pong(id: env.id), env)
+        case .call, .open: return (.request(kind), env)
+        case .log: return (.log, env)
+        case .linkCalls: return (.linkCalls, env)
+        case .exit: return (.exit(try? ProtocolJSON.decode(ExitNotice.self, from: bytes)), env)
+        default: return (.violation("a worker may not send \(kind.rawValue)"), env)
+        }
+    }
+}
