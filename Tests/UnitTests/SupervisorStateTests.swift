@@ -51,7 +51,8 @@ import Testing
 
 @Suite struct WorkerPhaseTests {
     static let all: [WorkerPhase] = [.spawned, .loaded, .startingUp, .running, .draining(until: .uptimeNanoseconds(1)), .stopping,
-                                     .exited(afterStop: false), .exited(afterStop: true), .finalized]
+                                     .exited(afterStop: false, exit), .exited(afterStop: true, exit), .finalized]
+    static let exit = ChildExit(pid: 7, code: 0, signaled: false)
 
     static let legal: Set<String> = [
         "spawned→loaded", "loaded→startingUp", "startingUp→running",  // hello, startup sent, startup answered
@@ -73,9 +74,9 @@ import Testing
     @Test func derivedFacts() {
         #expect(WorkerPhase.stopping.stopRequested)
         #expect(WorkerPhase.draining(until: .now()).stopRequested)
-        #expect(WorkerPhase.exited(afterStop: true).stopRequested)
-        #expect(!WorkerPhase.exited(afterStop: false).stopRequested)
-        #expect(WorkerPhase.finalized.hasExited && WorkerPhase.exited(afterStop: false).hasExited)
+        #expect(WorkerPhase.exited(afterStop: true, Self.exit).stopRequested)
+        #expect(!WorkerPhase.exited(afterStop: false, Self.exit).stopRequested)
+        #expect(WorkerPhase.finalized.hasExited && WorkerPhase.exited(afterStop: false, Self.exit).hasExited)
         #expect(!WorkerPhase.running.hasExited)
     }
 }

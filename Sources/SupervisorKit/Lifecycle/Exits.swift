@@ -29,8 +29,7 @@ extension Lifecycle {
     func childExited(_ instance: WorkerInstance, _ exit: ChildExit) {
         loop.preconditionInEventLoop()
         table.workerReaped(instance)
-        guard instance.move(to: .exited(afterStop: instance.phase.stopRequested), logger: logger) else { return }
-        instance.exit = exit
+        guard instance.move(to: .exited(afterStop: instance.phase.stopRequested, exit), logger: logger) else { return }
         instance.startupDeadline?.cancel()
         if instance.socketClosed {
             finalizeExit(instance)
@@ -60,7 +59,7 @@ extension Lifecycle {
 
     /// Records the exit and acts on it: a stop completes, a crash is restarted by policy.
     func finalizeExit(_ instance: WorkerInstance) {
-        guard case .exited(let afterStop) = instance.phase, let exit = instance.exit else { return }
+        guard case .exited(let afterStop, let exit) = instance.phase else { return }
         instance.move(to: .finalized, logger: logger)
         engine.metrics.addCPU(instance, total: exit.cpuMicroseconds)
         instance.channel?.close(promise: nil)

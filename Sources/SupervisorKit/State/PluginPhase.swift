@@ -1,3 +1,4 @@
+import LinuxSupport
 import NIOCore
 
 /// Where a plugin is in its life, across its workers (SPEC §6's states, plus `waiting`).
@@ -77,9 +78,9 @@ enum WorkerPhase: Equatable, Sendable, CustomStringConvertible {
     case draining(until: NIODeadline)
     /// The supervisor is stopping it on purpose (willTerminate, or SIGKILL before hello).
     case stopping
-    /// Reaped. Its last frames (an `exit` notice) may still be unread in its socket.
-    /// `afterStop`: it was being stopped on purpose.
-    case exited(afterStop: Bool)
+    /// Reaped, with how it ended. Its last frames (an `exit` notice) may still be unread in its
+    /// socket. `afterStop`: it was being stopped on purpose.
+    case exited(afterStop: Bool, ChildExit)
     /// Its exit has been recorded and acted on.
     case finalized
 
@@ -91,7 +92,7 @@ enum WorkerPhase: Equatable, Sendable, CustomStringConvertible {
         case .running: return "running"
         case .draining: return "draining"
         case .stopping: return "stopping"
-        case .exited(let afterStop): return afterStop ? "exited (stopped)" : "exited"
+        case .exited(let afterStop, _): return afterStop ? "exited (stopped)" : "exited"
         case .finalized: return "finalized"
         }
     }
@@ -107,7 +108,7 @@ enum WorkerPhase: Equatable, Sendable, CustomStringConvertible {
     /// Being stopped on purpose, or ended that way.
     var stopRequested: Bool {
         switch self {
-        case .draining, .stopping, .exited(afterStop: true): return true
+        case .draining, .stopping, .exited(afterStop: true, _): return true
         default: return false
         }
     }
@@ -118,9 +119,9 @@ enum WorkerPhase: Equatable, Sendable, CustomStringConvertible {
         case (.spawned, .stopping), (.loaded, .stopping), (.startingUp, .stopping), (.running, .stopping): return true
         // Only a worker with calls inside drains (it said hello, so it has a socket to answer on).
         case (.loaded, .draining), (.startingUp, .draining), (.running, .draining), (.draining, .stopping): return true
-        case (.stopping, .exited(afterStop: true)), (.draining, .exited(afterStop: true)): return true
-        case (.spawned, .exited(afterStop: false)), (.loaded, .exited(afterStop: false)),
-             (.startingUp, .exited(afterStop: false)), (.running, .exited(afterStop: false)): return true
+        case (.stopping, .exited(afterStop: true, _)), (.draining, .exited(afterStop: true, _)): return true
+        case (.spawned, .exited(afterStop: false, _)), (.loaded, .exited(afterStop: false, _)),
+             (.startingUp, .exited(afterStop: false, _)), (.running, .exited(afterStop: false, _)): return true
         case (.exited, .finalized): return true
         default: return false
         }

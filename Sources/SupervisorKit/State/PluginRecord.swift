@@ -200,8 +200,6 @@ final class WorkerInstance {
     /// Its control group, removed once it has been reaped; and memory.events' `high` when last read.
     var cgroup: CgroupGroup?
     var memoryHighEvents = 0
-    /// How the process ended, once reaped.
-    var exit: ChildExit?
     /// Called once its exit has been recorded (stops, restarts and installs wait on it).
     var onExit: [() -> Void] = []
     /// Last memory sample and whether `memoryWarning` was sent for the current excursion.
