@@ -193,6 +193,41 @@ import Testing
         #expect(!actions.contains(.startWaitingPlugins))
     }
 
+    // MARK: Standby
+
+    func wantsStandby(_ life: PluginLife, _ context: PluginLife.Circumstances = context(), workerRan: Bool = true,
+                      permanentCause: Bool = false, nothingNext: Bool = true, dependenciesRunning: Bool = true,
+                      at now: NIODeadline = now) -> Bool {
+        life.wantsStandby(context, workerRan: workerRan, permanentCause: permanentCause, nothingNext: nothingNext,
+                          dependenciesRunning: dependenciesRunning, restartPolicy: Self.policy, now: now)
+    }
+
+    /// A standby worker is spawned ahead of a restart only when that restart will be immediate.
+    @Test func aStandbyOnlyForAnImmediateRestart() {
+        let life = Self.running()
+        #expect(wantsStandby(life))
+        #expect(!wantsStandby(life, workerRan: false))  // a failed start: its exit decides
+        #expect(!wantsStandby(life, permanentCause: true))
+        #expect(!wantsStandby(life, nothingNext: false))  // an update's new version, a standby already
+        #expect(!wantsStandby(life, dependenciesRunning: false))
+        #expect(!wantsStandby(life, Self.context(.never)))
+        #expect(!wantsStandby(life, Self.context(shuttingDown: true)))
+        #expect(!wantsStandby(life, Self.context(successorComing: true)))
+        #expect(!wantsStandby(life, Self.context(updateGraceOpen: true)))  // a crash may roll back
+        var verdict = life
+        verdict.installAwaitsVerdict = true
+        #expect(!wantsStandby(verdict))
+        // After a restart in the window, the next would wait for its backoff: no standby.
+        var restarted = Self.running()
+        _ = ended(&restarted)
+        _ = restarted.move(to: .running)
+        #expect(!wantsStandby(restarted, at: Self.now + .seconds(1)))
+        #expect(wantsStandby(restarted, at: Self.now + .seconds(61)))
+        var failed = life
+        _ = failed.move(to: .failed(byDependency: false))
+        #expect(!wantsStandby(failed))
+    }
+
     // MARK: Starting on request
 
     @Test func aStartOnRequestClearsTheSlate() {

@@ -28,12 +28,15 @@ extension Lifecycle {
     /// closed): if the restart that follows will be immediate, its successor is spawned now.
     func prepareStandby(after instance: WorkerInstance) {
         loop.preconditionInEventLoop()
-        guard !isShuttingDown, let record = table[instance.identifier], record.instance === instance, record.next.isNone,
-              record.phase == .running, instance.everRan, !instance.phase.hasExited, !instance.phase.stopRequested,
-              !(instance.killReason?.reason.isPermanent ?? false),
-              record.successor == nil, record.updateGrace == nil, !record.installAwaitsVerdict,
-              record.manifest.restart != .never, restartPolicy.restartsAtOnce(history: record.restartHistory, now: .now()),
-              table.dependenciesRunning(record) else { return }
+        // The serving worker, ending by itself (not reaped, not being stopped).
+        guard let record = table[instance.identifier], record.instance === instance,
+              !instance.phase.hasExited, !instance.phase.stopRequested else { return }
+        var context = circumstances(record)
+        // Any update grace, open or not yet ended, rules out a standby (a crash may roll back).
+        context.updateGraceOpen = record.updateGrace != nil
+        guard record.life.wantsStandby(context, workerRan: instance.everRan, permanentCause: instance.killReason?.reason.isPermanent ?? false,
+                                       nothingNext: record.next.isNone, dependenciesRunning: table.dependenciesRunning(record),
+                                       restartPolicy: restartPolicy, now: .now()) else { return }
         let spawned: SpawnedWorker
         switch spawnWorker(record.manifest, temp: freeTemporaryFolder(record), standby: true) {
         case .success(let s): spawned = s

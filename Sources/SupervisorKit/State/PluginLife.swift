@@ -160,6 +160,20 @@ struct PluginLife: Sendable {
         return [.log(.error, "\(identifier) cannot start: \(reason)")] + fail(reason)
     }
 
+    /// Its serving worker is ending without being asked (it said why, or its socket closed), and
+    /// has not been reaped yet: whether the restart that follows will be immediate, so that its
+    /// next worker is worth spawning now, before the reap (a standby, Lifecycle/Standby.swift).
+    /// Only then: it ran, nothing else is next or under way (an update, its grace, an install's
+    /// verdict), the policy restarts and the window allows a restart at once, and its
+    /// dependencies run. A cause no restart cures (`permanentCause`) gets none.
+    func wantsStandby(_ context: Circumstances, workerRan: Bool, permanentCause: Bool, nothingNext: Bool,
+                      dependenciesRunning: Bool, restartPolicy: RestartPolicy, now: NIODeadline) -> Bool {
+        phase == .running && workerRan && !permanentCause && nothingNext && !context.shuttingDown
+            && !context.successorComing && !context.updateGraceOpen && !installAwaitsVerdict
+            && context.restartPolicy != .never && dependenciesRunning
+            && restartPolicy.restartsAtOnce(history: restartHistory, now: now)
+    }
+
     // MARK: Rules
 
     private mutating func afterCrash(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: NIODeadline,
