@@ -193,6 +193,29 @@ import Testing
         #expect(!actions.contains(.startWaitingPlugins))
     }
 
+    // MARK: Running, and dependencies
+
+    @Test func itRunsAndWhatWaitedGoesToIt() {
+        var life = PluginLife(phase: .starting)
+        life.problem = "an old problem"
+        #expect(life.workerRuns("p", version: "1.0.0") == [.log(.info, "p 1.0.0 is running"), .announceStarted, .settleWaiters(nil),
+                                                         .serveAgain(restarted: false)])
+        #expect(life.phase == .running && life.hasRun && life.problem == nil)
+        // The next time it is a restart: its dependents hear of it.
+        _ = ended(&life)
+        #expect(life.workerRuns("p", version: "1.0.0").last == .serveAgain(restarted: true))
+    }
+
+    @Test func aFailedDependencyFailsItAndStopsItsWorker() {
+        var life = PluginLife(phase: .starting)
+        let actions = life.dependencyFailed("p", dependency: "q", dependencyPhase: .failed(byDependency: false), hasWorker: true)
+        #expect(life.phase == .failed(byDependency: true))
+        #expect(life.problem == "dependency q is failed")
+        #expect(actions == [.log(.error, "p will not start: dependency q is failed"), .announceFailed, .stop, .settleWaiters("dependency q is failed")])
+        var waiting = PluginLife(phase: .waiting)
+        #expect(!waiting.dependencyFailed("p", dependency: "q", dependencyPhase: .stopped, hasWorker: false).contains(.stop))
+    }
+
     // MARK: Standby
 
     func wantsStandby(_ life: PluginLife, _ context: PluginLife.Circumstances = context(), workerRan: Bool = true,

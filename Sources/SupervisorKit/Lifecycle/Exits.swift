@@ -137,7 +137,8 @@ extension Lifecycle {
     func carryOut(_ actions: [PluginLife.Action], _ record: PluginRecord, _ exited: Exited? = nil) {
         // Its phase may have changed: a reload waiting for it may be settled.
         defer { settleReloads() }
-        let meta: Logger.Metadata = exited.map { ["plugin": "\(record.identifier)", "pid": "\($0.pid)"] } ?? ["plugin": "\(record.identifier)"]
+        let pid = exited?.pid ?? record.instance?.pid
+        let meta: Logger.Metadata = pid.map { ["plugin": "\(record.identifier)", "pid": "\($0)"] } ?? ["plugin": "\(record.identifier)"]
         for action in actions {
             switch action {
             case .announceExit(let status):
@@ -176,6 +177,12 @@ extension Lifecycle {
                 discardStandby(record, because: reason)
             case .spawn(let takingStandby):
                 if !takingStandby || !adoptStandby(record) { spawn(record) }
+            case .announceStarted:
+                if let pid = record.instance?.pid { events.started(record, pid: pid) }
+            case .serveAgain(let restarted):
+                servesAgain(record, restarted: restarted)
+            case .stop:
+                if record.instance != nil { stopPlugin(record) {} }
             }
         }
     }

@@ -128,12 +128,8 @@ final class Lifecycle: SupervisorComponent {
                 guard record.phase == .waiting || (record.phase.isStarting && parked) else { continue }
                 let deps = record.dependencyIDs.compactMap { table[$0] }
                 if let dead = deps.first(where: { $0.phase.isFailed || ($0.phase == .stopped && !isShuttingDown) }) {
-                    move(record, to: .failed(byDependency: true))
-                    record.problem = "dependency \(dead.identifier) is \(dead.phase.shown)"
-                    logger.error("\(record.identifier) will not start: \(record.problem!)")
-                    events.failed(record)
-                    if record.instance != nil { stopPlugin(record) {} }
-                    record.settleWaiters(record.problem)
+                    carryOut(record.life.dependencyFailed(record.identifier, dependency: dead.identifier, dependencyPhase: dead.phase,
+                                                          hasWorker: record.instance != nil), record)
                     changed = true
                     continue
                 }

@@ -310,17 +310,9 @@ extension Lifecycle {
 
     func becameRunning(_ record: PluginRecord) {
         guard let instance = record.instance, instance.move(to: .running, logger: logger) else { return }
-        let wasRestart = record.hasRun
         instance.startupDeadline?.cancel()
         instance.timings["startupUs"] = Int((NIODeadline.now() - instance.spawnedAt).nanoseconds / 1000)
-        move(record, to: .running)
-        record.problem = nil
-        record.hasRun = true
-        logger.info("\(record.identifier) \(record.manifest.version) is running",
-                    metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
-        events.started(record, pid: instance.pid)
-        record.settleWaiters(nil)
-        servesAgain(record, restarted: wasRestart)
+        carryOut(record.life.workerRuns(record.identifier, version: record.manifest.version.description), record)
     }
 
     /// A new worker serves `record`'s calls (after a start, a restart or an update's switch): what

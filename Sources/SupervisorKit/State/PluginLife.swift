@@ -93,6 +93,12 @@ struct PluginLife: Sendable {
         case discardStandby(because: String)
         /// Start its next worker; after a crash, a standby spawned ahead of the restart is taken if one waits.
         case spawn(takingStandby: Bool)
+        /// Tell the programs that listen it started (the `started` host event, with its worker's pid).
+        case announceStarted
+        /// Its new worker takes what waited for it; `restarted`: its dependents hear it restarted.
+        case serveAgain(restarted: Bool)
+        /// Stop its worker (a plugin failed by its dependency has no use for one).
+        case stop
     }
 
     /// A worker in the current role ended (not a standby, a retiring old version or an update's
@@ -158,6 +164,24 @@ struct PluginLife: Sendable {
     mutating func spawnFailed(_ identifier: String, reason: String) -> [Action] {
         lastExit = ExitStatus(reason: .spawnError, message: reason)
         return [.log(.error, "\(identifier) cannot start: \(reason)")] + fail(reason)
+    }
+
+    /// Its worker answered `startup`: it runs; whoever waited hears so, and what waited goes to it.
+    mutating func workerRuns(_ identifier: String, version: String) -> [Action] {
+        let wasRestart = hasRun
+        _ = move(to: .running)
+        problem = nil
+        hasRun = true
+        return [.log(.info, "\(identifier) \(version) is running"), .announceStarted, .settleWaiters(nil), .serveAgain(restarted: wasRestart)]
+    }
+
+    /// A dependency it needs has failed, or stopped for good: it fails too (`byDependency`: it is
+    /// tried again when that dependency runs), and its worker, if it has one, is stopped.
+    mutating func dependencyFailed(_ identifier: String, dependency: String, dependencyPhase: PluginPhase, hasWorker: Bool) -> [Action] {
+        _ = move(to: .failed(byDependency: true))
+        let why = "dependency \(dependency) is \(dependencyPhase.shown)"
+        problem = why
+        return [.log(.error, "\(identifier) will not start: \(why)"), .announceFailed] + (hasWorker ? [.stop] : []) + [.settleWaiters(why)]
     }
 
     /// Its serving worker is ending without being asked (it said why, or its socket closed), and
