@@ -242,6 +242,16 @@ final class RunningSupervisor: @unchecked Sendable {
         try waitUntil(timeout: timeout, "the ready line") { stdout.contains("ready") }
     }
 
+    /// Until the control socket takes connections: its file appears at `bind`, a moment before
+    /// `listen`, when a connection is still refused.
+    func waitUntilListening() throws {
+        try waitUntil("the control socket to listen") {
+            guard let probe = try? BlockingConnection.connect(path: socket) else { return false }
+            probe.close()
+            return true
+        }
+    }
+
     func waitUntil(timeout: TimeInterval = 10, _ what: String, _ condition: () throws -> Bool) throws {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {

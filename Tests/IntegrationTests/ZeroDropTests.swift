@@ -255,7 +255,7 @@ struct ZeroDropTests {
         let bundle = try w.bundle("z.slow")
         try "400".write(toFile: bundle + "/startup-delay-ms", atomically: true, encoding: .utf8)
         let sv = try RunningSupervisor(w, waitForReady: false)
-        try sv.waitUntil("the control socket") { FileManager.default.fileExists(atPath: sv.socket) }
+        try sv.waitUntilListening()
         let readyBefore = sv.stdout.contains("ready")
         let r = try sv.cli("call", "z.slow", "echo", "[7]")
         #expect(!readyBefore, "the plugin was already running when the call was made")
@@ -274,7 +274,7 @@ struct ZeroDropTests {
         try #"{"callQueueLimit": 2, "restartLimit": 3, "restartWindowSeconds": 60, "restartBackoffBaseMs": 100}"#
             .write(toFile: config, atomically: true, encoding: .utf8)
         let sv = try RunningSupervisor(w, args: ["--config", config], waitForReady: false)
-        try sv.waitUntil("the control socket") { FileManager.default.fileExists(atPath: sv.socket) }
+        try sv.waitUntilListening()
         let conn = try rawControl(sv.socket)
         defer { conn.close() }
         func send(_ id: UInt64, _ target: String, timeoutMs: UInt64 = 20_000) throws {

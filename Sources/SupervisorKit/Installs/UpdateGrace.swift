@@ -37,8 +37,9 @@ extension Installs {
         logger.info("\(record.identifier): the previous version (\(grace.previous.version)) is deleted", metadata: ["plugin": "\(record.identifier)"])
     }
 
-    /// The new version crashed within its grace period: the previous one goes back on disk and starts.
-    /// Returns false when there is no grace period running (the restart policy decides, as usual).
+    /// The new version crashed within its grace period: the previous one goes back on disk (the
+    /// caller starts it). Returns false when there is no grace period running, or the files could
+    /// not be put back (the restart policy decides, as usual).
     func rollBackWithinGrace(_ record: PluginRecord, crash described: String) -> Bool {
         guard let grace = record.updateGrace, NIODeadline.now() < grace.until else { return false }
         grace.timer?.cancel()
@@ -55,9 +56,6 @@ extension Installs {
         logger.error("\(id) \(failed) crashed within \(config.updateGraceSeconds) s of its update (\(described)); rolled back to \(grace.previous.version)",
                      metadata: ["plugin": "\(id)"])
         engine.metrics.installed(outcome: "rolledBack")
-        lifecycle.startAgain(record) { [self] problem in
-            if let problem { logger.error("\(id) \(grace.previous.version) did not start again after the rollback: \(problem)", metadata: ["plugin": "\(id)"]) }
-        }
         return true
     }
 }

@@ -154,7 +154,15 @@ extension Lifecycle {
             case .startWaitingPlugins:
                 startWaitingPlugins()
             case .rollBackUpdate(let crash):
-                if !installs.rollBackWithinGrace(record, crash: crash), let exited {
+                if installs.rollBackWithinGrace(record, crash: crash) {
+                    // The previous version, back on disk, starts again.
+                    let version = record.manifest.version
+                    startAgain(record) { [self] problem in
+                        if let problem {
+                            logger.error("\(record.identifier) \(version) did not start again after the rollback: \(problem)", metadata: meta)
+                        }
+                    }
+                } else if let exited {
                     carryOut(record.life.rollBackFailed(exited.ending, exited.context, restartPolicy: restartPolicy, now: .now(), jitter: Self.jitter()),
                              record, exited)
                 }
