@@ -216,6 +216,21 @@ import Testing
         #expect(!waiting.dependencyFailed("p", dependency: "q", dependencyPhase: .stopped, hasWorker: false).contains(.stop))
     }
 
+    @Test func anUpdateTakesOverEvenAfterTheOldWorkerCrashed() {
+        var life = Self.running()
+        life.problem = "an old problem"
+        #expect(life.updateTookOver("p", from: "1.0.0", to: "2.0.0") == [.log(.info, "p 2.0.0 is running and takes the calls; 1.0.0 finishes its own"),
+                                                                          .announceUpdated(from: "1.0.0"), .announceStarted])
+        #expect(life.phase == .running && life.problem == nil)
+        // The old worker crashed while the new version started: restarting, no restart scheduled;
+        // the new version's take-over makes it run again.
+        var crashed = Self.running()
+        _ = ended(&crashed, Self.crash(), Self.context(successorComing: true))
+        #expect(crashed.phase == .restarting)
+        _ = crashed.updateTookOver("p", from: "1.0.0", to: "2.0.0")
+        #expect(crashed.phase == .running && crashed.restarts == 0)
+    }
+
     // MARK: Standby
 
     func wantsStandby(_ life: PluginLife, _ context: PluginLife.Circumstances = context(), workerRan: Bool = true,

@@ -191,6 +191,8 @@ extension Lifecycle {
                 servesAgain(record, restarted: restarted)
             case .stop:
                 if record.instance != nil { stopPlugin(record) {} }
+            case .announceUpdated(let previous):
+                if let pid = record.instance?.pid { events.updated(record, from: previous, pid: pid) }
             }
         }
     }

@@ -58,13 +58,7 @@ extension Lifecycle {
         record.library = successor.library
         record.variant = successor.variant
         record.instance = new
-        record.problem = nil
-        // The old worker may have crashed meanwhile (calls waited for this one).
-        if record.phase != .running { move(record, to: .running) }
-        logger.info("\(record.identifier) \(new.manifest.version) is running and takes the calls; \(previous) finishes its own",
-                    metadata: ["plugin": "\(record.identifier)", "pid": "\(new.pid)"])
-        events.updated(record, from: previous.description, pid: new.pid)
-        events.started(record, pid: new.pid)
+        carryOut(record.life.updateTookOver(record.identifier, from: previous.description, to: new.manifest.version.description), record)
         if let old, !old.phase.hasExited { retire(record, old) }
         successor.done(nil)
         servesAgain(record, restarted: true)

@@ -99,6 +99,8 @@ struct PluginLife: Sendable {
         case serveAgain(restarted: Bool)
         /// Stop its worker (a plugin failed by its dependency has no use for one).
         case stop
+        /// Tell the programs that listen it was updated (the `updated` host event), from this version.
+        case announceUpdated(from: String)
     }
 
     /// A worker in the current role ended (not a standby, a retiring old version or an update's
@@ -173,6 +175,16 @@ struct PluginLife: Sendable {
         problem = nil
         hasRun = true
         return [.log(.info, "\(identifier) \(version) is running"), .announceStarted, .settleWaiters(nil), .serveAgain(restarted: wasRestart)]
+    }
+
+    /// An update's new version answered `startup` and serves from now on (the previous version's
+    /// worker drains). The old worker may have crashed meanwhile (its calls waited for this one):
+    /// it runs again either way.
+    mutating func updateTookOver(_ identifier: String, from previous: String, to version: String) -> [Action] {
+        problem = nil
+        if phase != .running { _ = move(to: .running) }
+        return [.log(.info, "\(identifier) \(version) is running and takes the calls; \(previous) finishes its own"),
+                .announceUpdated(from: previous), .announceStarted]
     }
 
     /// A dependency it needs has failed, or stopped for good: it fails too (`byDependency`: it is
