@@ -50,7 +50,7 @@ import Testing
 }
 
 @Suite struct WorkerPhaseTests {
-    static let all: [WorkerPhase] = [.spawned, .loaded, .startingUp, .running, .draining(until: .uptimeNanoseconds(1)), .stopping,
+    static let all: [WorkerPhase] = [.spawned, .loaded, .startingUp, .running, .draining, .stopping,
                                      .exited(afterStop: false, exit), .exited(afterStop: true, exit), .finalized]
     static let exit = ChildExit(pid: 7, code: 0, signaled: false)
 
@@ -73,7 +73,7 @@ import Testing
 
     @Test func derivedFacts() {
         #expect(WorkerPhase.stopping.stopRequested)
-        #expect(WorkerPhase.draining(until: .now()).stopRequested)
+        #expect(WorkerPhase.draining.stopRequested)
         #expect(WorkerPhase.exited(afterStop: true, Self.exit).stopRequested)
         #expect(!WorkerPhase.exited(afterStop: false, Self.exit).stopRequested)
         #expect(WorkerPhase.finalized.hasExited && WorkerPhase.exited(afterStop: false, Self.exit).hasExited)

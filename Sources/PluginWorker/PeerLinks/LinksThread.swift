@@ -19,7 +19,7 @@ final class LinksThread {
     let host: WorkerHost
     /// The forwarding rules and trace ids (SPEC §3: a new span id in the caller's trace, or a new trace).
     var hop = CallHop()
-    /// Each open link's reader, by its socket.
+    /// Each open link's reader, by its socket: made on the link's first poll (`reader`), dropped when it is gone.
     var readers: [ObjectIdentifier: LinkReader] = [:]
 
     init(links: PeerLinks, host: WorkerHost) {
@@ -113,7 +113,6 @@ final class LinksThread {
         }
         let socket = LinkSocket(fd: fd)
         if links.table.withLock({ $0.add(order, socket: socket) }) {
-            readers[ObjectIdentifier(socket)] = LinkReader(socket, maxBody: links.maxBody)
             links.linkCount.add(1, ordering: .relaxed)
             if order.kind == .callee { links.servedEver.store(true, ordering: .relaxed) }
         } else {

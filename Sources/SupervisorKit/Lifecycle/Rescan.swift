@@ -16,28 +16,31 @@ extension Lifecycle {
         // Settled when nothing is waiting or starting (`settleReloads`, after every phase change),
         // or at this deadline.
         let limit = TimeAmount.milliseconds(Int64(config.startupTimeoutMs) + 5_000)
-        let deadline = loop.assumeIsolated().scheduleTask(in: limit) { [self] in settleReloads(force: true) }
-        reloadsUnderWay.append(ReloadUnderWay(found: found, deadline: deadline, done: done))
+        let until = NIODeadline.now() + limit
+        let deadline = loop.assumeIsolated().scheduleTask(deadline: until) { [self] in settleReloads() }
+        reloadsUnderWay.append(ReloadUnderWay(found: found, until: until, deadline: deadline, done: done))
         settleReloads()
     }
 
-    /// Answers the reloads under way once nothing is waiting or starting (or when `force`d: the
-    /// deadline passed, the supervisor is shutting down).
-    func settleReloads(force: Bool = false) {
+    /// Answers the reloads under way once nothing is waiting or starting; a reload whose own
+    /// deadline has passed, or any at shutdown, is answered as things stand.
+    func settleReloads() {
         guard !reloadsUnderWay.isEmpty else { return }
         let busy = table.all.contains { $0.phase == .waiting || $0.phase.isStarting }
-        guard !busy || force || isShuttingDown else { return }
-        let settled = reloadsUnderWay
-        reloadsUnderWay = []
-        var summary = ReloadSummary()
-        summary.running = table.all.filter { $0.phase == .running }.count
-        summary.failed = table.all.filter { $0.phase.isFailed }.count
-        for reload in settled {
+        let now = NIODeadline.now()
+        let shuttingDown = isShuttingDown
+        let isDue = { (reload: ReloadUnderWay) in !busy || shuttingDown || now >= reload.until }
+        let due = reloadsUnderWay.filter(isDue)
+        guard !due.isEmpty else { return }
+        reloadsUnderWay.removeAll(where: isDue)
+        let running = table.all.filter { $0.phase == .running }.count
+        let failed = table.all.filter { $0.phase.isFailed }.count
+        for reload in due {
             reload.deadline.cancel()
             engine.systemd.reloadEnded()
             var answer = reload.found
-            answer.running = summary.running
-            answer.failed = summary.failed
+            answer.running = running
+            answer.failed = failed
             reload.done(.success(answer))
         }
     }
@@ -124,6 +127,8 @@ extension Lifecycle {
 /// A reload waiting for what it started to settle.
 struct ReloadUnderWay {
     var found: ReloadSummary
+    /// Answered by then, settled or not.
+    var until: NIODeadline
     var deadline: Scheduled<Void>
     var done: (Result<ReloadSummary, ErrorBody>) -> Void
 }

@@ -66,7 +66,7 @@ extension Lifecycle {
         // Draining: the router says when its last call is settled (`drained`); the deadline ends
         // the wait otherwise. Its callers' links are taken back first (each counts as inside).
         let drainMs = config.drainTimeoutMs
-        instance.move(to: .draining(until: .now() + .milliseconds(Int64(drainMs))), logger: logger)
+        instance.move(to: .draining, logger: logger)
         router.unlinkCallers(of: instance)
         guard instance.hasCallsInside else { return drained(instance) }
         logger.info("\(record.identifier): waiting for \(instance.callsInside) call(s) inside the worker before stopping it",

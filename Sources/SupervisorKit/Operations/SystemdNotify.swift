@@ -56,13 +56,12 @@ final class SystemdNotify: SupervisorComponent {
             return
         }
         socketFD = fd
+        let me = engine.handOff(self)
         if let interval = endpoint.watchdogInterval {
             logger.info("systemd watchdog: WATCHDOG=1 every \(interval.nanoseconds / 1_000_000) ms")
             send("WATCHDOG=1")
-            let me = engine.handOff(self)
             timers.append(loop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in me.value.send("WATCHDOG=1") })
         }
-        let me = engine.handOff(self)
         timers.append(loop.scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in me.value.updateStatus() })
     }
 

@@ -1,5 +1,4 @@
 import LinuxSupport
-import NIOCore
 
 /// Where a plugin is in its life, across its workers (SPEC §6's states, plus `waiting`).
 /// Every change goes through `PluginRecord.move(to:)`, which refuses a move this table does not allow.
@@ -73,9 +72,9 @@ enum WorkerPhase: Equatable, Sendable, CustomStringConvertible {
     case startingUp
     /// It answered `startup`.
     case running
-    /// The supervisor is stopping it and waits, until the deadline at most, for the calls inside it
-    /// to be answered (SPEC §8); new calls wait for its successor meanwhile.
-    case draining(until: NIODeadline)
+    /// The supervisor is stopping it and waits, up to `drainTimeoutMs`, for the calls inside it to
+    /// be answered (SPEC §8); new calls wait for its successor meanwhile.
+    case draining
     /// The supervisor is stopping it on purpose (willTerminate, or SIGKILL before hello).
     case stopping
     /// Reaped, with how it ended. Its last frames (an `exit` notice) may still be unread in its
