@@ -69,7 +69,7 @@ public final class Supervisor: Sendable {
             // Nothing ran: settle the shutdown promise (and stop the loop), so the supervisor ends
             // with the error (exit 1) rather than a leaked promise.
             _ = try? loop.submit { [engine] in
-                let lifecycle = engine.value.lifecycle!
+                let lifecycle = engine.value.lifecycle
                 _ = lifecycle.startShutdownPhase()
                 _ = lifecycle.endShutdownPhase()
                 engine.value.events.finishAll()
@@ -103,7 +103,7 @@ public final class Supervisor: Sendable {
         do { childWatcher = try ChildWatcher() } catch { throw .home(config.home, "cannot watch workers: \(error)") }
         watcher.withLock { $0 = childWatcher }
         onLoop {
-            $0.watcher = childWatcher
+            $0.shared.watcher = childWatcher
             $0.lifecycle.startForkServer()
         }
         try prepareHome()
@@ -129,9 +129,9 @@ public final class Supervisor: Sendable {
                 logger.warning("cannot answer for the workers' seccomp filters (\(error)): violations are named by the workers, denials are not counted")
             }
             onLoop { [cgroups, notifier, missing] in
-                $0.cgroups = cgroups
-                $0.cgroupsMissing = missing
-                $0.notifier = notifier
+                $0.shared.cgroups = cgroups
+                $0.shared.cgroupsMissing = missing
+                $0.shared.notifier = notifier
             }
         }
         // Every worker has been reaped by the time `serve` returns: their groups are empty, and the

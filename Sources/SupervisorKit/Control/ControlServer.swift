@@ -9,57 +9,25 @@ import NIOPosix
 import PluginProtocol
 
 /// The control socket the CLI talks to (`<home>/supervisor.sock`, mode 0600): one connection per
-/// command; requests are in ControlRequests.swift.
+/// command; the engine takes its requests (Driver/ControlRequests.swift).
 final class ControlServer: SupervisorComponent {
-    unowned let engine: Engine
+    let shared: Shared
     private var server: Channel?
 
-    init(_ engine: Engine) {
-        self.engine = engine
-    }
-
-    /// Binds the control socket, from the thread that runs the supervisor (it waits for the bind);
-    /// the engine takes the listener with `listening(on:)`.
-    static func bind(config: SupervisorConfig, group: EventLoopGroup, engine: NIOLoopBound<Engine>) throws(SupervisorError) -> Channel {
-        let path = config.socketPath
-        if let slash = path.lastIndex(of: "/") {
-            try? FileSystem.makeDirectories(String(path[..<slash]))
-        }
-        // We hold the home's lock, so a socket file left in the home is stale; one elsewhere may belong
-        // to a supervisor with another home: refuse rather than take it over.
-        if FileSystem.exists(path) {
-            if let probe = try? BlockingConnection.connect(path: path) {
-                probe.close()
-                throw .controlSocket(path, "another supervisor is listening there; give this one another --socket")
-            }
-            unlink(path)
-        }
-        let old = umask(0o077)
-        defer { umask(old) }
-        let maxBody = config.maxFrameBytes
-        let bootstrap = ServerBootstrap(group: group)
-            .serverChannelOption(ChannelOptions.backlog, value: 128)
-            .childChannelOption(ChannelOptions.writeBufferWaterMark, value: Outbox.waterMark)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let connection = ControlConnection(channel: channel)
-                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: maxBody)))
-                    try channel.pipeline.syncOperations.addHandler(ControlHandler(engine: engine.value, connection: connection))
-                }
-            }
-        let server: Channel
-        do {
-            server = try bootstrap.bind(unixDomainSocketPath: path).wait()
-        } catch {
-            throw .controlSocket(path, "\(error)")
-        }
-        chmod(path, 0o600)
-        return server
+    init(_ shared: Shared) {
+        self.shared = shared
     }
 
     /// The listener `bind` made (closed by `close`).
     func listening(on server: Channel) {
         self.server = server
+    }
+
+    /// Tells a client why, then drops it.
+    func drop(_ connection: ControlConnection, _ error: ErrorBody) {
+        logger.warning("dropping control client: \(error.message)")
+        connection.closed = true
+        outbox.writeAndClose(outbox.errorFrame(id: 0, error, for: connection.channel), to: connection.channel)
     }
 
     /// Stops listening and removes the socket file.
@@ -69,96 +37,5 @@ final class ControlServer: SupervisorComponent {
         guard let server else { return loop.makeSucceededVoidFuture() }
         self.server = nil
         return server.close().always { _ in unlink(path) }
-    }
-}
-
-/// Requests from one CLI client on the control socket. Only the supervisor's own user (or root)
-/// may talk to it: checked with SO_PEERCRED on connect. A client that sends nothing for
-/// `idleTimeout` while nothing of it is in flight is dropped.
-final class ControlHandler: ChannelInboundHandler {
-    typealias InboundIn = ByteBuffer
-    let engine: Engine
-    let connection: ControlConnection
-    static let idleTimeout = TimeAmount.seconds(10)
-    var idleCheck: Scheduled<Void>?
-
-    init(engine: Engine, connection: ControlConnection) {
-        self.engine = engine
-        self.connection = connection
-    }
-
-    func channelActive(context: ChannelHandlerContext) {
-        let channel = context.channel
-        if let provider = channel as? SocketOptionProvider {
-            let future: EventLoopFuture<PeerCredentials> = provider.unsafeGetSocketOption(
-                level: SocketOptionLevel(SOL_SOCKET), name: SocketOptionName(PeerCredentials.socketOption))
-            future.assumeIsolated().whenComplete { [engine, connection] result in
-                switch result {
-                case .success(let cred):
-                    let me = geteuid()
-                    if engine.isWorker(pid: cred.pid) {
-                        // Workers run as our uid: without this a plugin could drive the supervisor.
-                        let name = engine.table.worker(pid: cred.pid)?.identifier ?? "an install's preflight"
-                        engine.logger.warning("refused a control connection from the worker of \(name) (pid \(cred.pid))")
-                        Self.refuse(connection)
-                    } else if cred.uid != me && cred.uid != 0 {
-                        engine.logger.warning("refused a control client of uid \(cred.uid) (pid \(cred.pid)); only uid \(me) may connect")
-                        Self.refuse(connection)
-                    }
-                case .failure(let error):
-                    engine.logger.warning("refused a control client: cannot read its credentials: \(error)")
-                    Self.refuse(connection)
-                }
-            }
-        }
-        scheduleIdleCheck(context.eventLoop, channel)
-        context.fireChannelActive()
-    }
-
-    private static func refuse(_ connection: ControlConnection) {
-        connection.closed = true
-        connection.channel.close(promise: nil)
-    }
-
-    private func scheduleIdleCheck(_ loop: EventLoop, _ channel: Channel) {
-        idleCheck = loop.assumeIsolated().scheduleTask(in: Self.idleTimeout) { [self] in
-            if NIODeadline.now() - connection.lastActivity >= Self.idleTimeout, connection.outstanding == 0, !connection.closed {
-                engine.logger.debug("dropping an idle control client")
-                Self.refuse(connection)
-            } else if !connection.closed {
-                scheduleIdleCheck(loop, channel)
-            }
-        }
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        // Only whole frames count as activity: a client trickling half a frame is still idle.
-        connection.lastActivity = .now()
-        guard !connection.closed else { return }
-        engine.control.request(connection, unwrapInboundIn(data))
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        connection.closed = true
-        idleCheck?.cancel()
-        // Whatever it was still waiting for is no longer wanted.
-        let inFlight = connection.inFlight
-        connection.inFlight = [:]
-        engine.router.cancelInFlight(inFlight)
-    }
-
-    /// A client that does not read its replies is not read from either.
-    func channelWritabilityChanged(context: ChannelHandlerContext) {
-        context.channel.setOption(ChannelOptions.autoRead, value: context.channel.isWritable).whenFailure { _ in }
-        if context.channel.isWritable { context.read() }
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if let header = error as? Frame.HeaderError {
-            engine.control.drop(connection, ErrorBody(.protocolViolation, "\(header)"))
-        } else {
-            connection.closed = true
-            context.close(promise: nil)
-        }
     }
 }

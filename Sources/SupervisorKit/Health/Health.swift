@@ -4,37 +4,30 @@ import Logging
 import NIOCore
 import PluginProtocol
 
-/// The supervisor's timers: request deadlines, the watchdog's pings, memory limits, daily resource
-/// refreshes. Each tick runs on the event loop.
+/// The supervisor's health timers: the watchdog's pings, memory limits, daily resource refreshes.
+/// Each tick runs on the event loop; what it finds (a worker to kill, resources to refresh) it
+/// posts as effects.
 final class Health: SupervisorComponent {
-    unowned let engine: Engine
+    let shared: Shared
     private var timers: [RepeatedTask] = []
-    /// Missing sandbox layers already warned about (once each).
-    private var warnedMissingLayers = Set<String>()
 
-    init(_ engine: Engine) {
-        self.engine = engine
+    init(_ shared: Shared) {
+        self.shared = shared
     }
 
     func start() {
-        // Call and event deadlines, checked every 10 ms.
-        every(.milliseconds(10)) { [self] in
-            let now = NIODeadline.now()
-            router.expire(now: now)
-            router.expireWaiting(now: now)
-        }
         // Memory: soft limit → memoryWarning, hard limit → memoryLimit.
         every(.milliseconds(250)) { [self] in checkMemory() }
         // Daily live resources: checked hourly, each refreshed when a day old.
         every(.hours(1)) { [self] in
             for record in table.all where record.phase == .running && record.manifest.resources?.daily == true {
-                installs.refreshResources(record)
+                effects.post(.refreshResources(record))
             }
         }
         every(.milliseconds(Int64(config.pingIntervalMs))) { [self] in watchdog() }
         // An embedded supervisor's metrics, moved to the program's swift-metrics backend.
-        if engine.metrics.mirror != nil {
-            every(.seconds(1)) { [self] in engine.metrics.flushMirror() }
+        if metrics.mirror != nil {
+            every(.seconds(1)) { [self] in metrics.flushMirror() }
         }
     }
 
@@ -44,7 +37,7 @@ final class Health: SupervisorComponent {
     }
 
     private func every(_ interval: TimeAmount, _ body: @escaping () -> Void) {
-        let body = engine.handOff(body)
+        let body = handOff(body)
         timers.append(loop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in body.value() })
     }
 
@@ -56,7 +49,7 @@ final class Health: SupervisorComponent {
             guard let instance = record.instance, let channel = instance.channel else { continue }
             if let ping = instance.outstandingPing {
                 if now - ping.sentAt > .milliseconds(Int64(config.pingTimeoutMs)) {
-                    lifecycle.kill(instance, .watchdog, "no pong within \(config.pingTimeoutMs) ms")
+                    effects.post(.kill(instance, .watchdog, "no pong within \(config.pingTimeoutMs) ms"))
                 }
                 continue
             }
@@ -85,31 +78,23 @@ final class Health: SupervisorComponent {
                     instance.memory.warned = true
                     logger.warning("\(record.identifier) reached its cgroup's memory.high (\(limits.soft >> 20) MiB): sending memoryWarning",
                                    metadata: ["plugin": "\(record.identifier)"])
-                    router.sendEvent(record, .memoryWarning) { _ in }
+                    shared.sendEvent(record, .memoryWarning) { _ in }
                     continue
                 }
             }
             switch limits.verdict(resident: sample.resident, warned: instance.memory.warned) {
             case .overHard:
-                lifecycle.kill(instance, .memoryLimit, "resident memory \(sample.resident >> 20) MiB is over the limit of \(limits.hard >> 20) MiB")
+                effects.post(.kill(instance, .memoryLimit, "resident memory \(sample.resident >> 20) MiB is over the limit of \(limits.hard >> 20) MiB"))
             case .overSoft where record.phase == .running:
                 instance.memory.warned = true
                 logger.warning("\(record.identifier) uses \(sample.resident >> 20) MiB, over its soft limit of \(limits.soft >> 20) MiB: sending memoryWarning",
                                metadata: ["plugin": "\(record.identifier)"])
-                router.sendEvent(record, .memoryWarning) { _ in }
+                shared.sendEvent(record, .memoryWarning) { _ in }
             case .backUnderSoft:
                 instance.memory.warned = false
             default:
                 break
             }
-        }
-    }
-
-    /// Warns once per missing sandbox layer (a host property: every worker would say the same).
-    /// `who`: "workers" or "the installer", for the log line.
-    func noteMissingLayers(_ missing: [String], who: String = "workers") {
-        for layer in missing where warnedMissingLayers.insert(who + layer).inserted {
-            logger.warning("sandbox layer missing on this host: \(layer); \(who) run\(who == "workers" ? "" : "s") without it")
         }
     }
 }

@@ -54,7 +54,7 @@ extension Supervisor {
                 guard let kind = env.kind else {
                     return request.settle(.failure(ErrorBody(.badRequest, "unknown request type '\(env.typeName ?? "(none)")'")))
                 }
-                engine.control.handle(kind, env, bytes, origin: .host(request))
+                engine.handle(kind, env, bytes, origin: .host(request))
             }
         }
     }
@@ -68,7 +68,7 @@ extension Supervisor {
             let inFlight = request.inFlight
             request.settle(.failure(error))
             if let (callee, id) = inFlight {
-                engine.router.cancelInFlight([id: (callee, id)])
+                engine.shared.cancelInFlight([id: (callee, id)])
             }
         }
     }

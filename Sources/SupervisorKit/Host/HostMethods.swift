@@ -10,7 +10,7 @@ import PluginProtocol
 /// A plugin cannot grow the host's memory by calling in a loop: at most `inFlightLimit` of its calls
 /// run at once, more are answered `unavailable` at once.
 final class HostMethods: SupervisorComponent {
-    unowned let engine: Engine
+    let shared: Shared
 
     /// A method's body: the call's `params` JSON in, the result's JSON out (`PluginHost.method`
     /// decodes and encodes). A thrown `ErrorBody` goes to the plugin as it is; anything else as
@@ -38,8 +38,8 @@ final class HostMethods: SupervisorComponent {
         }
     }
 
-    init(_ engine: Engine) {
-        self.engine = engine
+    init(_ shared: Shared) {
+        self.shared = shared
     }
 
     /// Provides `name` (replacing an earlier handler of that name).
@@ -51,10 +51,10 @@ final class HostMethods: SupervisorComponent {
     /// A plugin's `call` to `@host` (its fields checked by `Router.validateRequest`).
     func call(from caller: WorkerInstance, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
         guard let channel = caller.channel, let method = Envelope.string(bytes, env.method) else { return }
-        let metrics = engine.metrics.calls(Self.target)
+        let metrics = shared.metrics.calls(Self.target)
         func refuse(_ error: ErrorBody, _ outcome: CallHop.Outcome) {
             metrics.count(outcome)
-            outbox.write(router.errorFrame(id: id, error, for: channel), to: channel)
+            outbox.write(outbox.errorFrame(id: id, error, for: channel), to: channel)
         }
         guard Permission.allowsHostCall(method, in: caller.manifest.permissions) else {
             return refuse(ErrorBody(.denied, "\(caller.identifier) may not call the host's \(method): its manifest needs the permission host.call:\(method)"), .denied)
@@ -80,7 +80,7 @@ final class HostMethods: SupervisorComponent {
         call.deadline = loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(timeoutMs))) { [self] in
             settle(caller, id, .failure(ErrorBody(.timeout, "the host did not answer \(method) in time")), outcome: .timeout)
         }
-        let back = engine.handOff((methods: self, caller: caller))
+        let back = handOff((methods: self, caller: caller))
         call.task = Task {
             let result: Result<[UInt8], ErrorBody>
             do {
@@ -102,7 +102,7 @@ final class HostMethods: SupervisorComponent {
         if running[key]?.isEmpty == true { running[key] = nil }
         call.deadline?.cancel()
         if outcome == .timeout { call.task?.cancel() }
-        engine.metrics.calls(Self.target).record(outcome, nanoseconds: (NIODeadline.now() - call.started).nanoseconds)
+        shared.metrics.calls(Self.target).record(outcome, nanoseconds: (NIODeadline.now() - call.started).nanoseconds)
         guard let channel = caller.channel else { return }
         // The program's answer must fit in one frame to the worker (which would take a larger one
         // as a protocol violation and end): too large is the host method's error, not the plugin's end.
@@ -117,7 +117,7 @@ final class HostMethods: SupervisorComponent {
             frame.raw("result", json)
             outbox.write(frame.finish(), to: channel)
         case .failure(let error):
-            outbox.write(router.errorFrame(id: id, error, for: channel), to: channel)
+            outbox.write(outbox.errorFrame(id: id, error, for: channel), to: channel)
         }
     }
 

@@ -83,7 +83,7 @@ struct InstallerRunner: Sendable {
     /// Preflight workers of installs, refused on the control socket while they live.
     let preflightPIDs: Locked<Set<pid_t>>
     /// Hears the installer's missing sandbox layers, on the loop.
-    let health: NIOLoopBound<Health>
+    let shared: NIOLoopBound<Shared>
 
     /// Runs the installer (on `queue`, never on the loop). Its preflight workers are refused on the
     /// control socket while they live.
@@ -97,7 +97,7 @@ struct InstallerRunner: Sendable {
             preflightPIDs.withLock { _ = $0.insert(pid) }
         }, confined: { layers, missing in
             // Said on the loop, once per distinct missing layer, like the workers' (docs/install.md).
-            health.execute { $0.noteMissingLayers(missing, who: "the installer") }
+            shared.execute { $0.noteMissingLayers(missing, who: "the installer") }
             logger.debug("installer confined: \(layers.joined(separator: " "))")
         })
     }

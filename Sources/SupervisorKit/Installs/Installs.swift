@@ -17,18 +17,18 @@ import Protocol
 /// the work goes to the queue; the queue has only the `InstallerRunner` (values), and what its
 /// result goes back to travels in a `NIOLoopBound` made on the loop (`Engine.handOff`).
 final class Installs: SupervisorComponent {
-    unowned let engine: Engine
+    let shared: Shared
     /// What the install queue may use.
     let runner: InstallerRunner
     let store: BundleStore
     /// Callers waiting for an on-demand install, by plugin.
     var onDemandWaiters: [String: [(ErrorBody?) -> Void]] = [:]
 
-    init(_ engine: Engine) {
-        self.engine = engine
-        store = BundleStore(home: engine.config.home)
-        runner = InstallerRunner(executable: engine.config.installerExecutable, logger: engine.logger,
-                                 preflightPIDs: engine.preflightPIDs, health: engine.handOff(engine.health))
+    init(_ shared: Shared) {
+        self.shared = shared
+        store = BundleStore(home: shared.config.home)
+        runner = InstallerRunner(executable: shared.config.installerExecutable, logger: shared.logger,
+                                 preflightPIDs: shared.preflightPIDs, shared: shared.handOff(shared))
     }
 
     /// Runs `work` on the install queue (installer runs, one at a time, off the event loop).
@@ -51,7 +51,7 @@ final class Installs: SupervisorComponent {
         request.catalogSignaturesOptional = config.catalogSignaturesOptional
         request.sandbox = config.sandboxEnabled
         request.workerExecutable = config.workerExecutable
-        request.runtimePaths = engine.runtimePaths
+        request.runtimePaths = shared.runtimePaths
         var others: [String: String] = [:]
         for record in table.all where !isInstalledHere(record) { others[record.identifier] = record.manifest.bundle }
         request.otherBundles = others
@@ -88,8 +88,8 @@ final class Installs: SupervisorComponent {
     func installCommand(_ origin: ReplyOrigin, source: String, options: InstallOptions) {
         install(source: source, entry: nil, options: options, origin: origin) { [self] result in
             switch result {
-            case .success(let text): router.respond(origin) { try ProtocolJSON.encode(["installed": text]) }
-            case .failure(let error): router.answer(origin, error: error)
+            case .success(let text): outbox.respond(origin) { try ProtocolJSON.encode(["installed": text]) }
+            case .failure(let error): outbox.answer(origin, error: error)
             }
         }
     }
@@ -100,8 +100,8 @@ final class Installs: SupervisorComponent {
                  _ done: @escaping (Result<String, ErrorBody>) -> Void) {
         let done: (Result<String, ErrorBody>) -> Void = { [self] result in
             switch result {
-            case .success: engine.metrics.installed(outcome: "ok")
-            case .failure(let error): engine.metrics.installed(outcome: error.code)
+            case .success: shared.metrics.installed(outcome: "ok")
+            case .failure(let error): shared.metrics.installed(outcome: error.code)
             }
             done(result)
         }
@@ -111,13 +111,13 @@ final class Installs: SupervisorComponent {
         staging.force = options.force
         staging.allowUnsigned = options.allowUnsigned
         let request = staging
-        let back = engine.handOff((self, done, origin))
+        let back = handOff((self, done, origin))
         offLoop { runner in
             let line: InstallerLine
             do throws(InstallError) {
                 line = try runner.runInstaller(request) { p in
                     back.execute { installs, _, origin in
-                        if let origin { installs.router.sendProgress(origin, stage: p.stage, done: p.done, total: p.total) }
+                        if let origin { installs.outbox.sendProgress(origin, stage: p.stage, done: p.done, total: p.total) }
                     }
                 }
             } catch {
@@ -163,7 +163,7 @@ final class Installs: SupervisorComponent {
             try? store.rollBack(staged)
             return done(.failure(InstallError(.conflict, "\(id) \(staged.version) cannot start here: \(problem); not installed").body))
         }
-        guard !lifecycle.isShuttingDown else {
+        guard !isShuttingDown else {
             store.finish(staged)
             return done(.success(what + "; it starts with the supervisor"))
         }
@@ -182,10 +182,10 @@ final class Installs: SupervisorComponent {
                     return done(.success(what))
                 }
                 try? store.rollBack(staged)
-                router.forget(record, because: "\(id) \(staged.version) failed to start: \(problem); not installed")
+                effects.post(.forget(record, because: "\(id) \(staged.version) failed to start: \(problem); not installed"))
                 done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); not installed").body))
             }
-            lifecycle.startWaitingPlugins()
+            effects.post(.startWaitingPlugins)
         }
     }
 
@@ -213,29 +213,29 @@ final class Installs: SupervisorComponent {
             restoreOld()
             done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); rolled back to \(old.version)").body))
         }
-        if lifecycle.canStartBeside(record, manifest) {
-            lifecycle.startBeside(record, manifest) { [self] problem in
+        if shared.canStartBeside(record, manifest) {
+            effects.post(.startBeside(record, manifest) { [self] problem in
                 verdict(problem) {
                     // The old worker serves on; if it crashed meanwhile, the old version starts again.
                     guard record.instance == nil, record.phase == .restarting, table[id] === record else { return }
-                    lifecycle.startAgain(record) { [self] problem in
+                    effects.post(.startAgain(record) { [self] problem in
                         if let problem { logger.error("\(id) \(old.version) did not start again: \(problem)", metadata: ["plugin": "\(id)"]) }
-                    }
+                    })
                 }
-            }
+            })
             return
         }
         let begin: () -> Void = { [self] in
             record.manifest = manifest
             record.installAwaitsVerdict = true
-            lifecycle.startAgain(record) { [self] problem in
+            effects.post(.startAgain(record) { [self] problem in
                 record.installAwaitsVerdict = false
                 verdict(problem) {
                     record.manifest = old
-                    lifecycle.restartCommand(id) { _ in }
+                    effects.post(.restart(id) { _ in })
                 }
-            }
+            })
         }
-        if record.instance != nil { lifecycle.stopPlugin(record) { begin() } } else { begin() }
+        if record.instance != nil { effects.post(.stopPlugin(record, then: begin)) } else { begin() }
     }
 }

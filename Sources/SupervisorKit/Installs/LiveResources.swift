@@ -27,7 +27,7 @@ extension Installs {
         let id = record.identifier
         let live = config.home + "/live/" + id
         let base = request(.fetch)
-        let back = engine.handOff(self)
+        let back = handOff(self)
         offLoop { runner in
             let meta = live + "/.meta"
             try? FileSystem.makeDirectories(meta)
@@ -68,7 +68,7 @@ extension Installs {
             announce.execute { installs in
                 guard let record = installs.table[id], record.phase == .running else { return }
                 installs.logger.info("resource \(name) refreshed", metadata: ["plugin": "\(id)"])
-                installs.router.sendEvent(record, .resourceUpdated, payload: { $0.object("payload", ["name": .string(name), "path": .string(destination)]) }) { _ in }
+                installs.shared.sendEvent(record, .resourceUpdated, payload: { $0.object("payload", ["name": .string(name), "path": .string(destination)]) }) { _ in }
             }
         } catch {
             unlink(temp)

@@ -18,21 +18,14 @@ extension Installs {
         let started = onDemand(target) { [self] failure in
             guard !once.settled else { return }
             once.settled = true
-            if let failure { return router.answer(origin, error: failure) }
-            copy.withUnsafeBytes { raw in
-                guard let env = try? Envelope.parse(raw, maxDepth: config.maxJSONDepth) else {
-                    return router.answer(origin, error: ErrorBody(.badRequest, "the request could not be replayed"))
-                }
-                if let error = router.forward(kind, to: target, from: nil, env: env, bytes: raw, origin: origin) {
-                    router.answer(origin, error: error)
-                }
-            }
+            if let failure { return outbox.answer(origin, error: failure) }
+            effects.post(.replay(kind, target: target, frame: copy, origin: origin))
         }
         guard started else { return false }
         loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(waitMs))) { [self] in
             guard !once.settled else { return }
             once.settled = true
-            router.answer(origin, error: ErrorBody(.timeout, "\(target) was still being installed on demand after \(waitMs) ms"))
+            outbox.answer(origin, error: ErrorBody(.timeout, "\(target) was still being installed on demand after \(waitMs) ms"))
         }
         return true
     }
@@ -53,7 +46,7 @@ extension Installs {
         }
         let request = catalogRequest(url)
         let home = config.home
-        let back = engine.handOff((self, settle))
+        let back = handOff((self, settle))
         offLoop { runner in
             let cached = CatalogCache.entries(home: home, url: url).first { $0.identifier == target }
             let entry = cached ?? (try? runner.loadCatalog(request))?.entries.first { $0.identifier == target }

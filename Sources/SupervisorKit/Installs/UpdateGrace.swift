@@ -55,7 +55,7 @@ extension Installs {
         record.lastError = "the update to \(failed) was rolled back to \(grace.previous.version): it crashed within \(config.updateGraceSeconds) s (\(described))"
         logger.error("\(id) \(failed) crashed within \(config.updateGraceSeconds) s of its update (\(described)); rolled back to \(grace.previous.version)",
                      metadata: ["plugin": "\(id)"])
-        engine.metrics.installed(outcome: "rolledBack")
+        shared.metrics.installed(outcome: "rolledBack")
         return true
     }
 }

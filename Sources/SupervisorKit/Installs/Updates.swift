@@ -8,16 +8,16 @@ import Protocol
 extension Installs {
     /// Control request `update` (`check`: only list what is newer).
     func updateCommand(_ origin: ReplyOrigin, options: InstallOptions) {
-        guard config.updatesEnabled else { return router.answer(origin, error: ErrorBody(.denied, "updates are switched off in the config (updates: false)")) }
+        guard config.updatesEnabled else { return outbox.answer(origin, error: ErrorBody(.denied, "updates are switched off in the config (updates: false)")) }
         guard let url = catalogURL else {
-            return router.answer(origin, error: ErrorBody(.badRequest, "no catalog is configured (config key catalog)"))
+            return outbox.answer(origin, error: ErrorBody(.badRequest, "no catalog is configured (config key catalog)"))
         }
         let request = catalogRequest(url)
-        let back = engine.handOff((self, origin))
+        let back = handOff((self, origin))
         offLoop { runner in
             let loaded: CatalogLoaded
             do throws(InstallError) { loaded = try runner.loadCatalog(request) } catch {
-                back.execute { installs, origin in installs.router.answer(origin, error: error.body) }
+                back.execute { installs, origin in installs.outbox.answer(origin, error: error.body) }
                 return
             }
             back.execute { installs, origin in installs.offerUpdates(loaded, origin: origin, checkOnly: options.check) }
@@ -32,7 +32,7 @@ extension Installs {
             updates.append((entry, UpdateCheck.Available(identifier: entry.identifier, installed: record.manifest.version.description, available: entry.version)))
         }
         if checkOnly {
-            router.respond(origin) { try ProtocolJSON.encode(UpdateCheck(catalog: loaded.source, updates: updates.map(\.1))) }
+            outbox.respond(origin) { try ProtocolJSON.encode(UpdateCheck(catalog: loaded.source, updates: updates.map(\.1))) }
             return
         }
         applyUpdates(updates.map(\.0), origin: origin, done: [], failed: [:])
@@ -41,10 +41,10 @@ extension Installs {
     /// Installs catalog entries one after the other, then answers.
     private func applyUpdates(_ remaining: [CatalogEntry], origin: ReplyOrigin, done: [String], failed: [String: String]) {
         guard let entry = remaining.first else {
-            router.respond(origin) { try ProtocolJSON.encode(UpdateOutcome(updated: done, failed: failed)) }
+            outbox.respond(origin) { try ProtocolJSON.encode(UpdateOutcome(updated: done, failed: failed)) }
             return
         }
-        router.sendProgress(origin, stage: "update", done: Int64(done.count + failed.count), total: Int64(done.count + failed.count + remaining.count),
+        outbox.sendProgress(origin, stage: "update", done: Int64(done.count + failed.count), total: Int64(done.count + failed.count + remaining.count),
                             message: "\(entry.identifier) \(entry.version)")
         install(source: entry.url, entry: entry, options: InstallOptions(), origin: origin) { [self] result in
             var done = done, failed = failed
@@ -58,29 +58,29 @@ extension Installs {
 
     /// Control request `uninstall`: stop the plugin, remove its bundle from `<home>/plugins`.
     func uninstallCommand(_ origin: ReplyOrigin, identifier: String) {
-        guard let record = table[identifier] else { return router.answer(origin, error: ErrorBody(.notFound, "no plugin \(identifier) is installed")) }
+        guard let record = table[identifier] else { return outbox.answer(origin, error: ErrorBody(.notFound, "no plugin \(identifier) is installed")) }
         guard isInstalledHere(record) else {
-            return router.answer(origin, error: ErrorBody(.denied, "\(identifier) is not installed in \(pluginsFolder) (it comes from \(record.manifest.bundle)); remove its bundle there"))
+            return outbox.answer(origin, error: ErrorBody(.denied, "\(identifier) is not installed in \(pluginsFolder) (it comes from \(record.manifest.bundle)); remove its bundle there"))
         }
         guard record.successor == nil, !record.installAwaitsVerdict else {
-            return router.answer(origin, error: InstallError(.conflict, "\(identifier) is being updated; try again once that is done").body)
+            return outbox.answer(origin, error: InstallError(.conflict, "\(identifier) is being updated; try again once that is done").body)
         }
         let needed = table.dependents(of: identifier).map(\.identifier).sorted()
         guard needed.isEmpty else {
-            return router.answer(origin, error: ErrorBody(.denied, "\(identifier) is needed by \(needed.joined(separator: ", ")); uninstall those first"))
+            return outbox.answer(origin, error: ErrorBody(.denied, "\(identifier) is needed by \(needed.joined(separator: ", ")); uninstall those first"))
         }
         endGrace(record)
         record.cancelRestart()
-        lifecycle.move(record, to: .stopped)
-        lifecycle.stopPlugin(record) { [self] in
+        effects.post(.move(record, .stopped))
+        effects.post(.stopPlugin(record) { [self] in
             let folder = String(record.manifest.bundle.split(separator: "/").last ?? "")
             do throws(InstallError) { try store.remove(folder) } catch {
-                return router.answer(origin, error: error.body)
+                return outbox.answer(origin, error: error.body)
             }
-            router.forget(record, because: "\(record.identifier) was uninstalled")
+            effects.post(.forget(record, because: "\(record.identifier) was uninstalled"))
             logger.notice("uninstalled \(identifier) \(record.manifest.version)")
             events.uninstalled(identifier, version: record.manifest.version.description)
-            router.respond(origin) { try ProtocolJSON.encode(["uninstalled": "\(identifier) \(record.manifest.version)"]) }
-        }
+            outbox.respond(origin) { try ProtocolJSON.encode(["uninstalled": "\(identifier) \(record.manifest.version)"]) }
+        })
     }
 }

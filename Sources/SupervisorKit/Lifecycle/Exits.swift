@@ -41,8 +41,8 @@ extension Lifecycle {
     /// The worker's socket reached end of stream.
     func workerDisconnected(_ instance: WorkerInstance) {
         instance.connection = .closed
-        router.failPending(instance, because: "\(instance.identifier) closed its connection")
-        router.forgetLinks(instance)
+        shared.failPending(instance, because: "\(instance.identifier) closed its connection")
+        effects.post(.forgetLinks(instance))
         if instance.phase.hasExited { return finalizeExit(instance) }
         // Draining, it can answer nothing more: its stop goes on (SIGKILL: it has no socket).
         drained(instance)
@@ -61,14 +61,14 @@ extension Lifecycle {
     func finalizeExit(_ instance: WorkerInstance) {
         guard case .exited(let afterStop, let exit) = instance.phase else { return }
         instance.move(to: .finalized, logger: logger)
-        engine.metrics.addCPU(instance, total: exit.cpuMicroseconds)
+        shared.metrics.addCPU(instance, total: exit.cpuMicroseconds)
         instance.channel?.close(promise: nil)
-        router.failPending(instance, because: "\(instance.identifier) exited")
-        router.forgetLinks(instance)
+        shared.failPending(instance, because: "\(instance.identifier) exited")
+        effects.post(.forgetLinks(instance))
         let outgoing = instance.outgoing
         instance.outgoing = [:]
-        router.cancelInFlight(outgoing)
-        engine.hostMethods.callerEnded(instance)
+        shared.cancelInFlight(outgoing)
+        effects.post(.hostCallerEnded(instance))
         let callbacks = instance.onExit
         instance.onExit = []
         // The kernel's OOM killer in its group: the memory limit, whatever the signal says.
@@ -154,20 +154,23 @@ extension Lifecycle {
             case .startWaitingPlugins:
                 startWaitingPlugins()
             case .rollBackUpdate(let crash):
-                if installs.rollBackWithinGrace(record, crash: crash) {
-                    // The previous version, back on disk, starts again.
-                    let version = record.manifest.version
-                    startAgain(record) { [self] problem in
-                        if let problem {
-                            logger.error("\(record.identifier) \(version) did not start again after the rollback: \(problem)", metadata: meta)
+                // Installs puts the previous version back, if it can; then it starts again, or the
+                // crash counts as any other.
+                effects.post(.rollBack(record, crash: crash) { [self] rolledBack in
+                    if rolledBack {
+                        let version = record.manifest.version
+                        startAgain(record) { [self] problem in
+                            if let problem {
+                                logger.error("\(record.identifier) \(version) did not start again after the rollback: \(problem)", metadata: meta)
+                            }
                         }
+                    } else if let exited {
+                        carryOut(record.life.rollBackFailed(exited.ending, exited.context, restartPolicy: restartPolicy, now: .now(), jitter: Self.jitter()),
+                                 record, exited)
                     }
-                } else if let exited {
-                    carryOut(record.life.rollBackFailed(exited.ending, exited.context, restartPolicy: restartPolicy, now: .now(), jitter: Self.jitter()),
-                             record, exited)
-                }
+                })
             case .scheduleRestart(let delayMs, let reason):
-                engine.metrics.restarted(record.identifier, reason: reason)
+                shared.metrics.restarted(record.identifier, reason: reason)
                 events.restarting(record, delayMs: delayMs)
                 let due: () -> Void = { [self] in
                     if case .restart = record.next { record.next = .none }

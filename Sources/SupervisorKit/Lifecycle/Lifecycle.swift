@@ -13,20 +13,13 @@ import PluginProtocol
 /// starting here, spawning and start-up in Spawning.swift, exits and restarts in Exits.swift,
 /// stopping and shutdown in Stopping.swift, SIGHUP in Rescan.swift).
 final class Lifecycle: SupervisorComponent {
-    unowned let engine: Engine
+    let shared: Shared
 
-    /// The supervisor as a whole.
-    enum Phase: Equatable {
-        /// Plugins are coming up; the ready line has not been printed.
-        case starting
-        /// Every startable plugin started once; `launch` went out.
-        case launched
-        case shuttingDown
-        /// Every worker has ended; the control socket is closing.
-        case finished
+    /// The supervisor as a whole (kept in `Shared`, where every component reads it).
+    var phase: SupervisorPhase {
+        get { shared.phase }
+        set { shared.phase = newValue }
     }
-
-    private(set) var phase = Phase.starting
     /// Succeeds once shutdown is complete.
     let finished: EventLoopPromise<Void>
     private var onReady: ((String) -> Void)?
@@ -49,15 +42,13 @@ final class Lifecycle: SupervisorComponent {
     /// Reloads waiting for the plugins they started (Rescan.swift).
     var reloadsUnderWay: [ReloadUnderWay] = []
 
-    init(_ engine: Engine) {
-        self.engine = engine
-        finished = engine.loop.makePromise()
-        let c = engine.config
+    init(_ shared: Shared) {
+        self.shared = shared
+        finished = shared.loop.makePromise()
+        let c = shared.config
         restartPolicy = RestartPolicy(limit: c.restartLimit, windowSeconds: c.restartWindowSeconds,
                                       backoffBaseMs: c.restartBackoffBaseMs, backoffMaxMs: c.restartBackoffMaxMs)
     }
-
-    var isShuttingDown: Bool { phase == .shuttingDown || phase == .finished }
 
     func startShutdownPhase() -> Bool {
         guard !isShuttingDown else { return false }
@@ -111,7 +102,7 @@ final class Lifecycle: SupervisorComponent {
     func startAll(onReady: @escaping (String) -> Void) {
         loop.preconditionInEventLoop()
         self.onReady = onReady
-        engine.health.start()
+        effects.post(.startTimers)
         startWaitingPlugins()
     }
 
@@ -161,13 +152,13 @@ final class Lifecycle: SupervisorComponent {
             onReady?(line)
             onReady = nil
             // After the line is out: whoever reads either sees the same moment.
-            engine.systemd.ready()
+            shared.systemd.ready()
         }
-        for record in running { installs.refreshResources(record) }
-        installs.warmCatalog()
+        for record in running { effects.post(.refreshResources(record)) }
+        effects.post(.warmCatalog)
         if remaining == 0 { announce(); return }
         for record in running {
-            router.sendEvent(record, .launch) { _ in
+            shared.sendEvent(record, .launch) { _ in
                 remaining -= 1
                 if remaining == 0 { announce() }
             }

@@ -11,7 +11,7 @@ extension Lifecycle {
     func reload(_ done: @escaping (Result<ReloadSummary, ErrorBody>) -> Void) {
         loop.preconditionInEventLoop()
         guard !isShuttingDown else { return done(.failure(ErrorBody(.unavailable, "the supervisor is shutting down"))) }
-        engine.systemd.reloadBegan()
+        shared.systemd.reloadBegan()
         let found = rescan()
         // Settled when nothing is waiting or starting (`settleReloads`, after every phase change),
         // or at this deadline.
@@ -37,7 +37,7 @@ extension Lifecycle {
         let failed = table.all.filter { $0.phase.isFailed }.count
         for reload in due {
             reload.deadline.cancel()
-            engine.systemd.reloadEnded()
+            shared.systemd.reloadEnded()
             var answer = reload.found
             answer.running = running
             answer.failed = failed

@@ -44,7 +44,7 @@ extension Lifecycle {
         loop.preconditionInEventLoop()
         if let record = table[instance.identifier], record.role(of: instance) != nil {
             record.sandboxDenials[syscall, default: 0] += 1
-            engine.metrics.denied(record.identifier, syscall: syscall)
+            shared.metrics.denied(record.identifier, syscall: syscall)
         }
         let meta: Logger.Metadata = ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)", "syscall": "\(syscall)"]
         if fatal {

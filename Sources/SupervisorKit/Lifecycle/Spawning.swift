@@ -67,7 +67,7 @@ extension Lifecycle {
         } catch {
             return .failure(SpawnFailure(reason: "cannot create the data folders of \(id) in \(config.home): \(error)"))
         }
-        let notifier = engine.notifier
+        let notifier = shared.notifier
         var spec = workerSpec(manifest, library: library.path, data: data, live: live, temp: temp, descriptorChannel: notifier != nil)
         spec.peerLinks = config.peerLinks && notifier != nil ? true : nil
         spec.spinMicroseconds = config.workerSpinMicroseconds > 0 ? config.workerSpinMicroseconds : nil
@@ -78,7 +78,7 @@ extension Lifecycle {
         // no grace period: CgroupGroup.tasksFiles); on v2 the supervisor's mover puts it there (off
         // the worker's path until the plugin loads) and says so on the descriptor channel.
         var cgroup: CgroupGroup?
-        if let tree = engine.cgroups {
+        if let tree = shared.cgroups {
             spawnCount &+= 1
             do {
                 cgroup = try tree.makeGroup("\(id)-\(spawnCount)", limits: cgroupLimits(manifest))
@@ -94,7 +94,7 @@ extension Lifecycle {
                 spec.cgroupMissing = "could not make its group: \(error)"
             }
         } else if config.sandboxEnabled {
-            spec.cgroupMissing = engine.cgroupsMissing
+            spec.cgroupMissing = shared.cgroupsMissing
         }
         let specJSON: String
         do { specJSON = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self) } catch {
@@ -117,9 +117,9 @@ extension Lifecycle {
         instance.startProblem = startProblem
         instance.library = (library.path, FileStamp(path: library.path))
         // The watcher's and the notifier's threads reach the worker's record only on the loop.
-        let back = engine.handOff((lifecycle: self, instance: instance))
+        let back = handOff((lifecycle: self, instance: instance))
         do {
-            try engine.watcher?.watch(instance.process) { exit in
+            try shared.watcher?.watch(instance.process) { exit in
                 back.execute { $0.lifecycle.childExited($0.instance, exit) }
             }
         } catch {
@@ -149,7 +149,7 @@ extension Lifecycle {
                     back.execute { $0.lifecycle.kill($0.instance, .spawnError, "cannot answer for its seccomp filter: \(error)") }
                 }
             }
-            if spec.cgroupBySupervisor == true, let tree = engine.cgroups, let group = cgroup {
+            if spec.cgroupBySupervisor == true, let tree = shared.cgroups, let group = cgroup {
                 tree.admit(instance.pid, to: group) { failure in
                     var byte: UInt8 = failure == nil ? UInt8(ascii: "J") : UInt8(ascii: "F")
                     _ = send(raw, &byte, 1, Int32(MSG_NOSIGNAL))
@@ -164,9 +164,9 @@ extension Lifecycle {
         }
         table.workerSpawned(instance)
         logger.debug("spawned worker", metadata: ["plugin": "\(id)", "pid": "\(instance.pid)", "version": "\(manifest.version)"])
-        WorkerChannel.connect(spawned.socket, for: instance, engine: engine)
-        OutputCapture.attach(spawned.stdout, stream: "stdout", plugin: id, engine: engine)
-        OutputCapture.attach(spawned.stderr, stream: "stderr", plugin: id, engine: engine)
+        effects.post(.connect(instance, socket: spawned.socket.release()))
+        OutputCapture.attach(spawned.stdout, stream: "stdout", plugin: id, shared: shared)
+        OutputCapture.attach(spawned.stderr, stream: "stderr", plugin: id, shared: shared)
 
         if !standby { armStartupDeadline(instance) }
         return .success(SpawnedWorker(instance: instance, library: library.path, variant: library.variant))
@@ -214,10 +214,10 @@ extension Lifecycle {
             uid: getuid(), gid: getgid(), descriptorChannelFD: descriptorChannel ? 4 : nil, maxFrameBytes: config.maxFrameBytes,
             sandbox: SandboxSpec(enabled: config.sandboxEnabled, memoryMB: m.limits.memoryMB, openFiles: m.limits.openFiles,
                                  permissions: m.permissions, required: config.requiredSandboxLayers,
-                                 runtimePaths: engine.runtimePaths, debuggable: config.isDebugged(m.identifier) ? true : nil,
+                                 runtimePaths: shared.runtimePaths, debuggable: config.isDebugged(m.identifier) ? true : nil,
                                  seccompProgram: descriptorChannel ? seccompProgram(network: m.permissions.contains(.network)) : nil))
         // How the worker tells an empty network namespace the fork server made ahead from the host's.
-        if config.sandboxEnabled { spec.hostNetworkNamespace = engine.networkNamespace }
+        if config.sandboxEnabled { spec.hostNetworkNamespace = shared.networkNamespace }
         return spec
     }
 
@@ -268,7 +268,7 @@ extension Lifecycle {
             instance.timings["spawnUs"] = max(0, started - Int(instance.spawnedAt.uptimeNanoseconds / 1000))
             instance.timings["startedAtUs"] = nil
         }
-        engine.health.noteMissingLayers(instance.hello!.sandboxMissing)
+        shared.noteMissingLayers(instance.hello!.sandboxMissing)
         if table.dependenciesRunning(instance.manifest) {
             sendStartup(record, instance)
         } else if role == .successor {
@@ -285,7 +285,7 @@ extension Lifecycle {
         let dependencies = m.dependencies.map(\.identifier)
         let home = config.home
         let startupTimeoutMs = startupTimeout(m)
-        router.sendEvent(to: instance, .startup, timeoutMs: startupTimeoutMs, payload: { frame in
+        shared.sendEvent(to: instance, .startup, timeoutMs: startupTimeoutMs, payload: { frame in
             frame.object("payload", [
                 "identifier": .string(m.identifier), "version": .string(m.version.description),
                 "dataDirectory": .string(home + "/data/" + m.identifier), "liveDirectory": .string(home + "/live/" + m.identifier),
@@ -318,7 +318,7 @@ extension Lifecycle {
     /// A new worker serves `record`'s calls (after a start, a restart or an update's switch): what
     /// waited goes to it, it hears `launch` if the others have, and its dependents hear it restarted.
     func servesAgain(_ record: PluginRecord, restarted: Bool) {
-        router.forwardWaiting(record)
+        effects.post(.forwardWaiting(record))
         // Dependents that could not start only because this plugin was down get another go.
         for dependent in table.dependents(of: record.identifier) where !isShuttingDown && dependent.instance == nil
             && dependent.phase == .failed(byDependency: true) {
@@ -327,8 +327,8 @@ extension Lifecycle {
         }
         if phase == .launched {
             // Every other plugin has long started: this one (restarted, or added by a rescan) hears so now.
-            router.sendEvent(record, .launch) { _ in }
-            if !restarted { installs.refreshResources(record) }
+            shared.sendEvent(record, .launch) { _ in }
+            if !restarted { effects.post(.refreshResources(record)) }
         }
         if restarted {
             // A restarted plugin lost its state: its dependents hear of it (or restart too).
@@ -336,7 +336,7 @@ extension Lifecycle {
                 if config.restartDependents, let inst = dependent.instance {
                     kill(inst, .dependencyRestarted, "\(record.identifier) restarted (restartDependents)")
                 } else {
-                    router.sendEvent(dependent, .dependencyRestarted, payload: { $0.object("payload", ["identifier": .string(record.identifier)]) }) { _ in }
+                    shared.sendEvent(dependent, .dependencyRestarted, payload: { $0.object("payload", ["identifier": .string(record.identifier)]) }) { _ in }
                 }
             }
         }

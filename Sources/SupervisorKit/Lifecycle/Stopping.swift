@@ -13,7 +13,7 @@ extension Lifecycle {
         loop.preconditionInEventLoop()
         guard startShutdownPhase() else { return }
         logger.notice("shutting down (\(reason))")
-        engine.systemd.stopping()
+        shared.systemd.stopping()
         for record in table.all {
             record.cancelRestart()
             abandonSuccessor(record, because: "the supervisor is shutting down")
@@ -60,14 +60,14 @@ extension Lifecycle {
         if instance.phase.hasExited || instance.phase.stopRequested { return }
         guard instance.hello != nil, instance.channel != nil else {
             instance.move(to: .stopping, logger: logger)
-            router.unlinkCallers(of: instance)
+            effects.post(.unlinkCallers(of: instance))
             return terminate(instance)
         }
         // Draining: the router says when its last call is settled (`drained`); the deadline ends
         // the wait otherwise. Its callers' links are taken back first (each counts as inside).
         let drainMs = config.drainTimeoutMs
         instance.move(to: .draining, logger: logger)
-        router.unlinkCallers(of: instance)
+        effects.post(.unlinkCallers(of: instance))
         guard instance.hasCallsInside else { return drained(instance) }
         logger.info("\(record.identifier): waiting for \(instance.callsInside) call(s) inside the worker before stopping it",
                     metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
@@ -99,7 +99,7 @@ extension Lifecycle {
         }
         instance.onExit.append { hardStop.cancel() }
         if saidHello, instance.channel != nil {
-            router.sendEvent(to: instance, .willTerminate, timeoutMs: config.shutdownGraceMs) { _ in
+            shared.sendEvent(to: instance, .willTerminate, timeoutMs: config.shutdownGraceMs) { _ in
                 instance.channel?.close(promise: nil)
             }
         } else {
@@ -110,12 +110,12 @@ extension Lifecycle {
     /// Every worker has stopped: the control socket closes and `run` returns.
     private func finish() {
         guard endShutdownPhase() else { return }
-        engine.health.stop()
-        engine.control.close().assumeIsolated().whenComplete { [self] _ in
+        effects.post(.stopTimers)
+        effects.post(.closeControlSocket { [self] in
             logger.notice("all plugins stopped; bye")
             events.finishAll()
             finished.succeed(())
-        }
+        })
     }
 
     /// Stops removed plugins in waves, dependents before what they depend on, as shutdown does.
@@ -129,7 +129,7 @@ extension Lifecycle {
             guard let record = table[id] else { continue }
             record.cancelRestart()
             stopPlugin(record) { [self] in
-                router.forget(record, because: "\(record.identifier) was removed from the plugin folders")
+                effects.post(.forget(record, because: "\(record.identifier) was removed from the plugin folders"))
                 left -= 1
                 if left == 0 { stopRemoved(remaining.subtracting(wave)) }
             }

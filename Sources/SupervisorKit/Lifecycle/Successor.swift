@@ -24,17 +24,12 @@ struct Successor {
 extension Lifecycle {
     /// Whether an update of `record` to `manifest` can start beside its running worker: it runs, no
     /// other update is coming up, and the new version's dependencies run.
-    func canStartBeside(_ record: PluginRecord, _ manifest: Manifest) -> Bool {
-        guard !isShuttingDown, record.phase == .running, record.next.isNone,
-              let current = record.instance, current.phase == .running else { return false }
-        return table.dependenciesRunning(manifest)
-    }
 
     /// Starts `manifest`'s worker beside `record`'s running one; `done` hears nil once it has taken
     /// over, or why it did not (the old worker serves on, untouched).
     func startBeside(_ record: PluginRecord, _ manifest: Manifest, _ done: @escaping (String?) -> Void) {
         loop.preconditionInEventLoop()
-        guard canStartBeside(record, manifest) else { return done("\(record.identifier) is not running") }
+        guard shared.canStartBeside(record, manifest) else { return done("\(record.identifier) is not running") }
         switch spawnWorker(manifest, temp: freeTemporaryFolder(record)) {
         case .failure(let failure):
             done(failure.reason)
@@ -100,5 +95,16 @@ extension Lifecycle {
                       metadata: ["plugin": "\(record.identifier)"])
         retire(record, successor.instance)
         successor.done(reason)
+    }
+}
+
+extension Shared {
+    /// Whether an update of `record` to `manifest` can start beside its running worker (and take
+    /// over with no call dropped): it runs, nothing else is next for it, and the new version's
+    /// dependencies run. Otherwise it is stopped and started as the new version.
+    func canStartBeside(_ record: PluginRecord, _ manifest: Manifest) -> Bool {
+        guard !isShuttingDown, record.phase == .running, record.next.isNone,
+              let current = record.instance, current.phase == .running else { return false }
+        return table.dependenciesRunning(manifest)
     }
 }

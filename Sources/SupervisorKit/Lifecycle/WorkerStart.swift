@@ -28,8 +28,8 @@ extension Lifecycle {
             return
         }
         do {
-            let back = engine.handOff(self)
-            try engine.watcher?.watch(server.process) { exit in
+            let back = handOff(self)
+            try shared.watcher?.watch(server.process) { exit in
                 back.execute { $0.forkServerEnded(server, exit) }
             }
         } catch {

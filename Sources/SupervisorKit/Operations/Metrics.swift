@@ -17,7 +17,7 @@ import Prometheus
 /// is thread-safe, so the HTTP endpoint could emit from anywhere, but it asks the loop for
 /// `exposition()` so the gauges are fresh.
 final class Metrics: SupervisorComponent {
-    unowned let engine: Engine
+    unowned let shared: Shared
     let registry = PrometheusCollectorRegistry()
     /// The program's swift-metrics backend, for an embedded supervisor (`config.metricsFactory`).
     let mirror: MetricsMirror?
@@ -39,9 +39,9 @@ final class Metrics: SupervisorComponent {
         return fraction.isEmpty ? "\(whole)" : "\(whole).\(fraction)"
     }
 
-    init(_ engine: Engine) {
-        self.engine = engine
-        mirror = engine.config.metricsFactory.map(MetricsMirror.init(factory:))
+    init(_ shared: Shared) {
+        self.shared = shared
+        mirror = shared.config.metricsFactory.map(MetricsMirror.init(factory:))
     }
 
     // MARK: Calls

@@ -50,7 +50,7 @@ enum MetricsServer {
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                    try channel.pipeline.syncOperations.addHandler(MetricsHandler(engine.value))
+                    try channel.pipeline.syncOperations.addHandler(MetricsHandler(engine.value.shared))
                 }
             }
         do {
@@ -69,11 +69,11 @@ final class MetricsHandler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
-    unowned let engine: Engine
+    let shared: Shared
     private var request: HTTPRequestHead?
 
-    init(_ engine: Engine) {
-        self.engine = engine
+    init(_ shared: Shared) {
+        self.shared = shared
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -103,7 +103,7 @@ final class MetricsHandler: ChannelInboundHandler {
             headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
         } else {
             status = .ok
-            body = engine.metrics.exposition()
+            body = shared.metrics.exposition()
             headers.add(name: "Content-Type", value: "text/plain; version=0.0.4; charset=utf-8")
         }
         headers.add(name: "Content-Length", value: "\(body.count)")

@@ -10,7 +10,7 @@ import NIOCore
 /// loop, WATCHDOG=1 included, so a wedged loop stops the keep-alives and systemd restarts the service.
 /// Inert (every method returns at once) when the supervisor was not started with `NOTIFY_SOCKET`.
 final class SystemdNotify: SupervisorComponent {
-    unowned let engine: Engine
+    unowned let shared: Shared
     private let endpoint: Endpoint?
     /// The datagram socket (close-on-exec), open for the supervisor's life once `start` ran.
     private var socketFD: Int32 = -1
@@ -39,8 +39,8 @@ final class SystemdNotify: SupervisorComponent {
         }
     }
 
-    init(_ engine: Engine, endpoint: Endpoint?) {
-        self.engine = engine
+    init(_ shared: Shared, endpoint: Endpoint?) {
+        self.shared = shared
         self.endpoint = endpoint
     }
 
@@ -56,7 +56,7 @@ final class SystemdNotify: SupervisorComponent {
             return
         }
         socketFD = fd
-        let me = engine.handOff(self)
+        let me = handOff(self)
         if let interval = endpoint.watchdogInterval {
             logger.info("systemd watchdog: WATCHDOG=1 every \(interval.nanoseconds / 1_000_000) ms")
             send("WATCHDOG=1")
@@ -95,7 +95,7 @@ final class SystemdNotify: SupervisorComponent {
 
     /// STATUS= when the summary changed since it was last sent.
     func updateStatus() {
-        guard isActive, lifecycle.phase == .launched, reloadsRunning == 0 else { return }
+        guard isActive, shared.phase == .launched, reloadsRunning == 0 else { return }
         let now = summary()
         guard now != lastStatus else { return }
         lastStatus = now

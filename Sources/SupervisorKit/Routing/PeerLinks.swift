@@ -30,7 +30,7 @@ extension Router {
     /// (a declared dependency); a link lives as long as both workers, or until the callee drains.
     /// Not while calls are logged one by one (debug level): those would skip the log.
     func offerLink(from caller: WorkerInstance, to target: String) {
-        guard config.peerLinks, !logCalls, caller.linksOut[target] == nil, caller.phase == .running,
+        guard config.peerLinks, !shared.logCalls, caller.linksOut[target] == nil, caller.phase == .running,
               let callerChannel = caller.descriptorChannel, let record = table[target], let callee = record.instance, callee.phase == .running,
               let calleeChannel = callee.descriptorChannel, !config.isDebugged(record.identifier) else { return }
         var pair: [Int32] = [-1, -1]
@@ -105,7 +105,7 @@ extension Router {
     private func settle(_ link: PeerLink) {
         link.callee.linksIn[ObjectIdentifier(link)] = nil
         if link.caller.linksOut[link.callee.identifier] === link { link.caller.linksOut[link.callee.identifier] = nil }
-        callLeft(link.callee)
+        shared.callLeft(link.callee)
     }
 
     /// `instance` ended: its links are gone with its descriptors (the workers at their other ends
@@ -122,15 +122,15 @@ extension Router {
     /// in the callee's call metrics as if they had been forwarded here.
     func linkCallsReported(by instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
         guard let report = try? ProtocolJSON.decode(CallHop.LinkCalls.self, from: bytes) else {
-            return lifecycle.protocolViolation(instance, "malformed linkCalls message")
+            return effects.post(.protocolViolation(instance, "malformed linkCalls message"))
         }
         guard instance.linkedCallees.contains(report.target) else {
-            return lifecycle.protocolViolation(instance, "linkCalls for \(report.target), to which it has no link")
+            return effects.post(.protocolViolation(instance, "linkCalls for \(report.target), to which it has no link"))
         }
         if let problem = report.calls.problem {
-            return lifecycle.protocolViolation(instance, "linkCalls with \(problem)")
+            return effects.post(.protocolViolation(instance, "linkCalls with \(problem)"))
         }
-        engine.metrics.calls(report.target).add(report.calls)
+        metrics.calls(report.target).add(report.calls)
         // Its link ended by itself: forgotten, so the next call through here makes a new one.
         if let ended = report.endedLink, let link = instance.linksOut[report.target], link.number == ended {
             settle(link)

@@ -19,7 +19,7 @@ extension Router {
     /// its dependencies, starting, restarting after a crash), or its worker is draining for a
     /// planned stop (a restart, a reload, an update, the shutdown) or not connected yet.
     func mustWait(_ record: PluginRecord) -> Bool {
-        guard !lifecycle.isShuttingDown else { return false }
+        guard !isShuttingDown else { return false }
         switch record.phase {
         case .waiting, .starting, .restarting: return true
         case .running:
@@ -47,11 +47,11 @@ extension Router {
         for request in record.waiting.release() {
             request.bytes.withUnsafeBytes { raw in
                 guard let env = try? Envelope.parse(raw, maxDepth: config.maxJSONDepth) else {
-                    return answer(request.origin, error: ErrorBody(.badRequest, "the request could not be replayed"))
+                    return outbox.answer(request.origin, error: ErrorBody(.badRequest, "the request could not be replayed"))
                 }
                 if let error = forward(request.kind, to: record.identifier, from: request.caller, env: env, bytes: raw,
                                        origin: request.origin, deadline: request.deadline) {
-                    answer(request.origin, error: error)
+                    outbox.answer(request.origin, error: error)
                 }
             }
         }
@@ -63,7 +63,7 @@ extension Router {
     func expireWaiting(now: NIODeadline) {
         for record in table.all where !record.waiting.isEmpty {
             let reason: String?
-            if lifecycle.isShuttingDown {
+            if isShuttingDown {
                 reason = "the supervisor is shutting down"
             } else if record.phase.isFailed || record.phase == .stopped {
                 reason = "\(record.identifier) is \(record.phase.shown)" + (record.problem.map { ": \($0)" } ?? "")
@@ -76,7 +76,7 @@ extension Router {
             }
             for request in record.waiting.expire(now: now) {
                 record.callMetrics?.count(.timeout)
-                answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) was \(record.phase.shown) for the whole of the request's timeout"))
+                outbox.answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) was \(record.phase.shown) for the whole of the request's timeout"))
             }
         }
     }
@@ -88,14 +88,14 @@ extension Router {
     func forget(_ record: PluginRecord, because reason: String) {
         failWaiting(record, because: reason)
         table.remove(record)
-        lifecycle.settleReloads()
+        effects.post(.settleReloads)
     }
 
     /// Everything waiting for `record` fails now with `unavailable: <reason>`.
     private func failWaiting(_ record: PluginRecord, because reason: String) {
         for request in record.waiting.abandon() {
             record.callMetrics?.count(.unavailable)
-            answer(request.origin, error: ErrorBody(.unavailable, reason))
+            outbox.answer(request.origin, error: ErrorBody(.unavailable, reason))
         }
     }
 }

@@ -5,27 +5,28 @@ import PluginProtocol
 extension Router {
     /// One frame from a worker: read once (`WorkerMessage`, the routing fields only), then handed to
     /// whoever owns what it is about. Anything a worker may not say is a protocol violation that
-    /// ends that worker.
-    func workerFrame(_ instance: WorkerInstance, _ frame: ByteBuffer) {
+    /// ends that worker. What is the lifecycle's (a hello, a violation, an exit notice) is posted to
+    /// it; a call to the program's own methods (`@host`) is handed back to the engine.
+    func workerFrame(_ instance: WorkerInstance, _ frame: ByteBuffer) -> HostCall? {
         // A worker being killed (protocol violation, watchdog, ...) has nothing more to say.
-        guard instance.killReason == nil || instance.phase.stopRequested else { return }
-        frame.withUnsafeReadableBytes { bytes in
+        guard instance.killReason == nil || instance.phase.stopRequested else { return nil }
+        return frame.withUnsafeReadableBytes { bytes -> HostCall? in
             let (message, env) = WorkerMessage.read(bytes, maxDepth: config.maxJSONDepth, saidHello: instance.hello != nil,
                                                     plugin: instance.identifier)
             switch message {
             case .violation(let why):
-                lifecycle.protocolViolation(instance, why)
+                effects.post(.protocolViolation(instance, why))
             case .hello(let hello):
-                lifecycle.helloReceived(instance, hello)
+                effects.post(.hello(instance, hello))
             case .reply(let id):
                 // Late replies to requests that timed out or were cancelled are expected; others are not.
                 if let env, !deliverReply(from: instance, id: id, env, bytes), id >= instance.nextID {
-                    lifecycle.protocolViolation(instance, "reply to id \(id), which was never asked")
+                    effects.post(.protocolViolation(instance, "reply to id \(id), which was never asked"))
                 }
             case .pong(let id):
                 if let ping = instance.outstandingPing, ping.id == id { instance.outstandingPing = nil }
             case .request(let kind):
-                if let env { pluginRequest(instance, kind, env, bytes) }
+                if let env { return pluginRequest(instance, kind, env, bytes) }
             case .log:
                 log(from: instance, bytes)
             case .linkCalls:
@@ -33,7 +34,7 @@ extension Router {
             case .exit(let notice):
                 instance.exitNotice = notice
                 // It is ending: its restart, if immediate, can start now (Lifecycle/Standby.swift).
-                lifecycle.prepareStandby(after: instance)
+                effects.post(.ending(instance))
                 // Debug only: the exit's own line, once the process has ended, carries the message
                 // (if the exit code confirms the notice).
                 if let notice {
@@ -41,6 +42,7 @@ extension Router {
                                  metadata: ["plugin": "\(instance.identifier)", "reason": "\(notice.reason.rawValue)"])
                 }
             }
+            return nil
         }
     }
 
@@ -49,7 +51,7 @@ extension Router {
     private func log(from instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
         switch instance.logWindow.admit(now: .now()) {
         case .flood:
-            return lifecycle.protocolViolation(instance, "flooding: more than \(Self.floodLogsPerSecond) log messages in one second")
+            return effects.post(.protocolViolation(instance, "flooding: more than \(Self.floodLogsPerSecond) log messages in one second"))
         case .drop:
             return
         case .admit(let droppedBefore):
@@ -58,7 +60,7 @@ extension Router {
             }
         }
         guard let log = try? ProtocolJSON.decode(LogMessage.self, from: bytes) else {
-            return lifecycle.protocolViolation(instance, "malformed log message")
+            return effects.post(.protocolViolation(instance, "malformed log message"))
         }
         var meta: Logger.Metadata = ["plugin": "\(instance.identifier)"]
         for (k, v) in log.metadata ?? [:] { meta[k] = "\(v)" }

@@ -7,22 +7,22 @@ import NIOCore
 import PluginProtocol
 import Protocol
 
-/// What the control socket takes (SPEC §6): each request is checked here and handed to the
-/// component that does it.
-extension ControlServer {
-    func request(_ connection: ControlConnection, _ frame: ByteBuffer) {
+/// What the control socket takes (SPEC §6), one of the engine's inputs: each request is checked
+/// here and handed to the component that does it.
+extension Engine {
+    func controlRequest(_ connection: ControlConnection, _ frame: ByteBuffer) {
         frame.withUnsafeReadableBytes { bytes in
             let env: Envelope
             do {
                 env = try Envelope.parse(bytes, maxDepth: config.maxJSONDepth)
             } catch {
-                return drop(connection, ErrorBody(.protocolViolation, "invalid frame: \(error)"))
+                return control.drop(connection, ErrorBody(.protocolViolation, "invalid frame: \(error)"))
             }
             guard let kind = env.kind else {
-                return drop(connection, ErrorBody(.protocolViolation, "unknown message type '\(env.typeName ?? "(none)")'"))
+                return control.drop(connection, ErrorBody(.protocolViolation, "unknown message type '\(env.typeName ?? "(none)")'"))
             }
             guard let id = env.id else {
-                return drop(connection, ErrorBody(.protocolViolation, "\(kind.rawValue) without an unsigned integer id"))
+                return control.drop(connection, ErrorBody(.protocolViolation, "\(kind.rawValue) without an unsigned integer id"))
             }
             connection.outstanding += 1
             handle(kind, env, bytes, origin: .client(connection, id: id))
@@ -34,64 +34,64 @@ extension ControlServer {
     func handle(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, origin: ReplyOrigin) {
         switch kind {
         case .call, .open: callOrOpen(kind, env, bytes, origin)
-        case .status: router.respond(origin) { try ProtocolJSON.encode(self.statusList()) }
+        case .status: outbox.respond(origin) { try ProtocolJSON.encode(self.statusList()) }
         case .send: send(env, bytes, origin)
         case .restart:
             guard let target = Envelope.string(bytes, env.target) else {
-                return router.answer(origin, error: ErrorBody(.badRequest, "restart needs a \"target\""))
+                return outbox.answer(origin, error: ErrorBody(.badRequest, "restart needs a \"target\""))
             }
             guard table[target] != nil else {
-                return router.answer(origin, error: ErrorBody(.notFound, "no plugin \(target) is installed"))
+                return outbox.answer(origin, error: ErrorBody(.notFound, "no plugin \(target) is installed"))
             }
             lifecycle.restartCommand(target) { [self] problem in
                 if let problem {
-                    router.answer(origin, error: ErrorBody(.unavailable, problem))
+                    outbox.answer(origin, error: ErrorBody(.unavailable, problem))
                 } else {
-                    router.respond(origin) { try ProtocolJSON.encode(self.statusList().first { $0.identifier == target }) }
+                    outbox.respond(origin) { try ProtocolJSON.encode(self.statusList().first { $0.identifier == target }) }
                 }
             }
         case .install:
             guard let source = Envelope.string(bytes, env.uri), !source.isEmpty else {
-                return router.answer(origin, error: ErrorBody(.badRequest, "install needs a \"uri\": an archive path or URL"))
+                return outbox.answer(origin, error: ErrorBody(.badRequest, "install needs a \"uri\": an archive path or URL"))
             }
             installs.installCommand(origin, source: source, options: installOptions(env, bytes))
         case .update:
             installs.updateCommand(origin, options: installOptions(env, bytes))
         case .uninstall:
             guard let target = Envelope.string(bytes, env.target) else {
-                return router.answer(origin, error: ErrorBody(.badRequest, "uninstall needs a \"target\""))
+                return outbox.answer(origin, error: ErrorBody(.badRequest, "uninstall needs a \"target\""))
             }
             installs.uninstallCommand(origin, identifier: target)
         case .reload:
             lifecycle.reload { [self] (result: Result<ReloadSummary, ErrorBody>) in
                 switch result {
-                case .success(let summary): router.respond(origin) { try ProtocolJSON.encode(summary) }
-                case .failure(let error): router.answer(origin, error: error)
+                case .success(let summary): outbox.respond(origin) { try ProtocolJSON.encode(summary) }
+                case .failure(let error): outbox.answer(origin, error: error)
                 }
             }
         case .metrics:
             // The exposition as a JSON string: the CLI prints it as it is.
-            router.respond(origin) { try ProtocolJSON.encode(String(decoding: engine.metrics.exposition(), as: UTF8.self)) }
+            outbox.respond(origin) { try ProtocolJSON.encode(String(decoding: shared.metrics.exposition(), as: UTF8.self)) }
         case .debugWedge:
             debugWedge(env, origin)
         case .stop:
-            router.respond(origin) { Array(#"{"stopping":true}"#.utf8) }
+            outbox.respond(origin) { Array(#"{"stopping":true}"#.utf8) }
             lifecycle.shutdown(reason: "supervisor stop")
         default:
-            router.answer(origin, error: ErrorBody(.badRequest, "'\(kind.rawValue)' is not a request this socket takes"))
+            outbox.answer(origin, error: ErrorBody(.badRequest, "'\(kind.rawValue)' is not a request this socket takes"))
         }
     }
 
     private func callOrOpen(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ origin: ReplyOrigin) {
         let target: String
         switch router.validateRequest(kind, env, bytes) {
-        case .failure(let error): return router.answer(origin, error: error)
+        case .failure(let error): return outbox.answer(origin, error: error)
         case .success(let t): target = t
         }
         guard let error = router.forward(kind, to: target, from: nil, env: env, bytes: bytes, origin: origin) else { return }
         // Not installed: maybe the catalog offers it on demand.
         if table[target] == nil, installs.forwardOnDemand(kind, to: target, request: bytes, timeoutMs: env.timeoutMs, origin: origin) { return }
-        router.answer(origin, error: error)
+        outbox.answer(origin, error: error)
     }
 
     /// Debug builds: holds the event loop for `timeoutMs` (at most 60 s), as a wedged loop would,
@@ -99,11 +99,11 @@ extension ControlServer {
     private func debugWedge(_ env: Envelope, _ origin: ReplyOrigin) {
         #if DEBUG
         let ms = min(env.timeoutMs ?? 1000, 60_000)
-        router.respond(origin) { Array(#"{"wedged":true}"#.utf8) }
+        outbox.respond(origin) { Array(#"{"wedged":true}"#.utf8) }
         logger.warning("debugWedge: holding the event loop for \(ms) ms")
         loop.execute { usleep(UInt32(ms) * 1000) }
         #else
-        router.answer(origin, error: ErrorBody(.badRequest, "debugWedge exists only in debug builds"))
+        outbox.answer(origin, error: ErrorBody(.badRequest, "debugWedge exists only in debug builds"))
         #endif
     }
 
@@ -111,27 +111,20 @@ extension ControlServer {
         let name = Envelope.string(bytes, env.name) ?? ""
         let allowed: [EventName] = [.memoryWarning, .background, .foreground]
         guard let event = EventName(rawValue: name), allowed.contains(event) else {
-            return router.answer(origin, error: ErrorBody(.badRequest, "cannot send '\(name)'; events that can be sent: \(allowed.map(\.rawValue).joined(separator: ", "))"))
+            return outbox.answer(origin, error: ErrorBody(.badRequest, "cannot send '\(name)'; events that can be sent: \(allowed.map(\.rawValue).joined(separator: ", "))"))
         }
         let only = Envelope.string(bytes, env.target)
         if let only, table[only] == nil {
-            return router.answer(origin, error: ErrorBody(.notFound, "no plugin \(only) is installed"))
+            return outbox.answer(origin, error: ErrorBody(.notFound, "no plugin \(only) is installed"))
         }
-        router.broadcast(event, only: only) { [self] delivered, failed in
-            router.respond(origin) { try ProtocolJSON.encode(SendOutcome(event: name, delivered: delivered, failed: failed)) }
+        shared.broadcast(event, only: only) { [self] delivered, failed in
+            outbox.respond(origin) { try ProtocolJSON.encode(SendOutcome(event: name, delivered: delivered, failed: failed)) }
         }
     }
 
     private func installOptions(_ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> InstallOptions {
         guard let p = env.params else { return InstallOptions() }
         return (try? ProtocolJSON.decode(InstallOptions.self, from: UnsafeRawBufferPointer(rebasing: bytes[p]))) ?? InstallOptions()
-    }
-
-    /// Tells a client why, then drops it.
-    func drop(_ connection: ControlConnection, _ error: ErrorBody) {
-        logger.warning("dropping control client: \(error.message)")
-        connection.closed = true
-        outbox.writeAndClose(router.errorFrame(id: 0, error, for: connection.channel), to: connection.channel)
     }
 
     /// `status`: every plugin in start order (SPEC §6).

@@ -37,7 +37,7 @@ enum WorkerChannel {
     }
 }
 
-/// Frames from one worker's socket, into the router.
+/// Frames from one worker's socket, into the engine (the driver): one of its inputs.
 final class WorkerHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     let engine: Engine
@@ -49,7 +49,7 @@ final class WorkerHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        engine.router.workerFrame(instance, unwrapInboundIn(data))
+        engine.workerFrame(instance, unwrapInboundIn(data))
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -95,10 +95,10 @@ final class OutputCapture: ChannelInboundHandler {
         self.stream = stream
     }
 
-    static func attach(_ descriptor: consuming OwnedDescriptor, stream: String, plugin: String, engine: Engine) {
+    static func attach(_ descriptor: consuming OwnedDescriptor, stream: String, plugin: String, shared: Shared) {
         let fd = descriptor.release()
-        let logger = engine.logger
-        NIOPipeBootstrap(group: engine.loop)
+        let logger = shared.logger
+        NIOPipeBootstrap(group: shared.loop)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(OutputCapture(logger: logger, plugin: plugin, stream: stream))

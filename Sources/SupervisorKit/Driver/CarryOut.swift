@@ -1,0 +1,57 @@
+import LinuxSupport
+import NIOCore
+import PluginProtocol
+
+extension Engine {
+    /// Carries out what one component asked of another: the one place where the components meet.
+    func carryOut(_ effect: Effect) {
+        switch effect {
+        // The lifecycle's.
+        case .protocolViolation(let instance, let why): lifecycle.protocolViolation(instance, why)
+        case .hello(let instance, let hello): lifecycle.helloReceived(instance, hello)
+        case .ending(let instance): lifecycle.prepareStandby(after: instance)
+        case .drained(let instance): lifecycle.drained(instance)
+        case .kill(let instance, let reason, let message): lifecycle.kill(instance, reason, message)
+        case .settleReloads: lifecycle.settleReloads()
+        case .startWaitingPlugins: lifecycle.startWaitingPlugins()
+        case .startAgain(let record, let done): lifecycle.startAgain(record, done)
+        case .startBeside(let record, let manifest, let done): lifecycle.startBeside(record, manifest, done)
+        case .stopPlugin(let record, let then): lifecycle.stopPlugin(record, then)
+        case .restart(let id, let done): lifecycle.restartCommand(id, done)
+        case .move(let record, let phase): lifecycle.move(record, to: phase)
+
+        // Routing's.
+        case .forgetLinks(let instance): router.forgetLinks(instance)
+        case .unlinkCallers(let callee): router.unlinkCallers(of: callee)
+        case .forwardWaiting(let record): router.forwardWaiting(record)
+        case .forget(let record, let reason): router.forget(record, because: reason)
+        case .replay(let kind, let target, let frame, let origin): replay(kind, to: target, frame, origin)
+
+        // Installs'.
+        case .refreshResources(let record, let force): installs.refreshResources(record, force: force)
+        case .warmCatalog: installs.warmCatalog()
+        case .rollBack(let record, let crash, let then): then(installs.rollBackWithinGrace(record, crash: crash))
+
+        // The host's methods'.
+        case .hostCallerEnded(let instance): hostMethods.callerEnded(instance)
+
+        // The engine's own.
+        case .connect(let instance, let socket): WorkerChannel.connect(OwnedDescriptor(socket), for: instance, engine: self)
+        case .startTimers: startTimers()
+        case .stopTimers: stopTimers()
+        case .closeControlSocket(let then): control.close().assumeIsolated().whenComplete { _ in then() }
+        }
+    }
+
+    /// A request held while its target was installed on demand, routed now as the client wrote it.
+    private func replay(_ kind: MessageKind, to target: String, _ frame: [UInt8], _ origin: ReplyOrigin) {
+        frame.withUnsafeBytes { raw in
+            guard let env = try? Envelope.parse(raw, maxDepth: config.maxJSONDepth) else {
+                return outbox.answer(origin, error: ErrorBody(.badRequest, "the request could not be replayed"))
+            }
+            if let error = router.forward(kind, to: target, from: nil, env: env, bytes: raw, origin: origin) {
+                outbox.answer(origin, error: error)
+            }
+        }
+    }
+}

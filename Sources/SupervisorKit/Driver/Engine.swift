@@ -1,0 +1,112 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import LinuxSupport
+import Logging
+import NIOCore
+import NIOPosix
+
+/// The supervisor's one driver: it holds the components and carries out what they ask of each
+/// other (`Effect`, Driver/CarryOut.swift), and it is where inputs come in: frames from workers
+/// and control clients, children's exits, timers, signals. Confined to the supervisor's event loop,
+/// and not `Sendable`, so the compiler refuses to let any of it leave the loop. The public
+/// `Supervisor` holds it in a `NIOLoopBound` (checked on every access from outside); other threads
+/// (the child watcher, the seccomp notifier, the install queue) reach the loop the same way, with a
+/// `NIOLoopBound` made on the loop before the work left it (`Shared.handOff`).
+///
+/// The components (`Router`, `Lifecycle`, `Health`, `Installs`, `ControlServer`, `HostMethods`)
+/// see `Shared` and never each other.
+final class Engine {
+    let shared: Shared
+    let group: MultiThreadedEventLoopGroup
+
+    let router: Router
+    let lifecycle: Lifecycle
+    let health: Health
+    let installs: Installs
+    let control: ControlServer
+    /// The methods the embedding program provides to plugins (`@host`, SPEC §12).
+    let hostMethods: HostMethods
+    /// The request deadlines' timer (`startTimers`).
+    private var deadlines: RepeatedTask?
+
+    var config: SupervisorConfig { shared.config }
+    var logger: Logger { shared.logger }
+    var loop: EventLoop { shared.loop }
+    var table: PluginTable { shared.table }
+    var outbox: Outbox { shared.outbox }
+    var events: EventHub { shared.events }
+    var metrics: Metrics { shared.metrics }
+    var systemd: SystemdNotify { shared.systemd }
+
+    init(config: SupervisorConfig, logger: Logger, group: MultiThreadedEventLoopGroup, preflightPIDs: Locked<Set<pid_t>>,
+         runtimePaths: [String], networkNamespace: UInt64?) {
+        let shared = Shared(config: config, logger: logger, loop: group.next(), preflightPIDs: preflightPIDs,
+                            runtimePaths: runtimePaths, networkNamespace: networkNamespace)
+        self.shared = shared
+        self.group = group
+        router = Router(shared)
+        lifecycle = Lifecycle(shared)
+        health = Health(shared)
+        installs = Installs(shared)
+        control = ControlServer(shared)
+        hostMethods = HostMethods(shared)
+        shared.effects.carryOut = { [unowned self] in carryOut($0) }
+    }
+
+    /// `values` made ready to travel to another thread and back: only the loop can open them.
+    func handOff<T>(_ values: T) -> NIOLoopBound<T> { shared.handOff(values) }
+
+    /// SPEC §7: the signals sent to the supervisor's pid.
+    func handleSignal(_ signal: Int32) {
+        loop.preconditionInEventLoop()
+        switch signal {
+        case SIGTERM, SIGINT: lifecycle.shutdown(reason: LifecycleSignals.name(signal))
+        case SIGUSR1: shared.broadcastFromSignal(.memoryWarning)
+        case SIGTSTP: shared.broadcastFromSignal(.background)
+        case SIGCONT: shared.broadcastFromSignal(.foreground)
+        case SIGHUP: lifecycle.reload { _ in }
+        default: break
+        }
+    }
+
+    /// Whether `pid` is one of our workers (they may never use the control socket).
+    func isWorker(pid: Int32) -> Bool { shared.isWorker(pid: pid) }
+
+    // MARK: Inputs
+
+    /// One frame from a worker's socket.
+    func workerFrame(_ instance: WorkerInstance, _ frame: ByteBuffer) {
+        // A call to the program's own methods (`@host`) is the one thing routing hands back at once:
+        // its parameters are read from the frame while it is at hand.
+        if let hostCall = router.workerFrame(instance, frame) {
+            frame.withUnsafeReadableBytes { bytes in
+                hostMethods.call(from: instance, id: hostCall.id, hostCall.env, bytes)
+            }
+        }
+    }
+
+    /// Call and event deadlines, checked every 10 ms while plugins run.
+    func startTimers() {
+        health.start()
+        let me = handOff(self)
+        deadlines = loop.scheduleRepeatedTask(initialDelay: .milliseconds(10), delay: .milliseconds(10)) { _ in
+            let now = NIODeadline.now()
+            me.value.shared.expire(now: now)
+            me.value.router.expireWaiting(now: now)
+        }
+    }
+
+    func stopTimers() {
+        health.stop()
+        deadlines?.cancel()
+        deadlines = nil
+    }
+}
+
+extension NIOLoopBound {
+    /// Runs `body` on the value's loop, from any thread.
+    func execute(_ body: @escaping @Sendable (Value) -> Void) {
+        eventLoop.execute { body(self.value) }
+    }
+}

@@ -1,0 +1,118 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import LinuxSupport
+import Logging
+import NIOCore
+
+/// What every component may use, and nothing that decides: the state they all read (the plugin
+/// table, the supervisor's phase), the devices they write to (the outbox, the event hub, metrics,
+/// systemd's notify socket, the log), the host's facilities (child watcher, seccomp notifier,
+/// cgroups), and the queue of what they ask of each other (`effects`). No component is in it: a
+/// component reaches another only by posting an `Effect`, which the engine (the one driver) carries out.
+///
+/// Confined to the supervisor's event loop like everything it holds; not `Sendable`.
+final class Shared {
+    let config: SupervisorConfig
+    let logger: Logger
+    let loop: EventLoop
+    let table: PluginTable
+    let outbox: Outbox
+    /// What happens to plugins, for the programs that listen (SPEC §12 events).
+    let events: EventHub
+    /// The supervisor's metrics (they read the table when scraped).
+    private(set) lazy var metrics = Metrics(self)
+    /// systemd's notify protocol, when started by systemd with `Type=notify` (its status reads the table).
+    private(set) lazy var systemd = SystemdNotify(self, endpoint: .from(environment: ProcessEnvironment.all, pid: getpid()))
+    /// What components ask of each other, carried out by the engine (Effects.swift).
+    let effects: Effects
+    /// Preflight workers of installs: refused on the control socket like any worker. Written by the
+    /// install queue, read on the loop, hence the lock (shared with `Supervisor`).
+    let preflightPIDs: Locked<Set<pid_t>>
+    /// Folders of the Swift runtime the workers map (read-only in their sandbox).
+    let runtimePaths: [String]
+    /// This process's network namespace (WorkerSpec.hostNetworkNamespace).
+    let networkNamespace: UInt64?
+
+    /// Whether each answered request is logged (debug level), with its trace id and duration.
+    let logCalls: Bool
+
+    /// The supervisor as a whole: written by `Lifecycle` only, read by all.
+    var phase = SupervisorPhase.starting
+    var isShuttingDown: Bool { phase == .shuttingDown || phase == .finished }
+
+    /// Set by `Supervisor.serve` before any worker starts.
+    var watcher: ChildWatcher?
+    /// Answers for the workers' seccomp filters (nil where it could not start: workers then name
+    /// violations themselves, and denials go uncounted).
+    var notifier: SeccompNotifier?
+    /// Where each worker gets a control group of its own (nil without one: `cgroupsMissing` says why).
+    var cgroups: CgroupTree?
+    var cgroupsMissing = "sandbox switched off (--no-sandbox)"
+    /// Missing sandbox layers already warned about (once each).
+    private var warnedMissingLayers = Set<String>()
+
+    init(config: SupervisorConfig, logger: Logger, loop: EventLoop, preflightPIDs: Locked<Set<pid_t>>,
+         runtimePaths: [String], networkNamespace: UInt64?) {
+        loop.preconditionInEventLoop()
+        self.config = config
+        self.logger = logger
+        self.loop = loop
+        self.preflightPIDs = preflightPIDs
+        self.runtimePaths = runtimePaths
+        self.networkNamespace = networkNamespace
+        logCalls = logger.logLevel <= .debug
+        table = PluginTable(loop: loop)
+        outbox = Outbox(loop: loop)
+        events = EventHub(loop: loop)
+        effects = Effects(loop: loop)
+    }
+
+    /// `values` made ready to travel to another thread and back: only the loop can open them.
+    /// Call it on the loop, before the work leaves it.
+    func handOff<T>(_ values: T) -> NIOLoopBound<T> {
+        NIOLoopBound(values, eventLoop: loop)
+    }
+
+    /// Whether `pid` is one of our workers (they may never use the control socket).
+    func isWorker(pid: Int32) -> Bool { table.worker(pid: pid) != nil || preflightPIDs.withLock { $0.contains(pid) } }
+
+    /// Warns once per missing sandbox layer (a host property: every worker would say the same).
+    /// `who`: "workers" or "the installer", for the log line.
+    func noteMissingLayers(_ missing: [String], who: String = "workers") {
+        for layer in missing where warnedMissingLayers.insert(who + layer).inserted {
+            logger.warning("sandbox layer missing on this host: \(layer); \(who) run\(who == "workers" ? "" : "s") without it")
+        }
+    }
+}
+
+/// The supervisor as a whole.
+enum SupervisorPhase: Equatable {
+    /// Plugins are coming up; the ready line has not been printed.
+    case starting
+    /// Every startable plugin started once; `launch` went out.
+    case launched
+    case shuttingDown
+    /// Every worker has ended; the control socket is closing.
+    case finished
+}
+
+/// A part of the supervisor. Components are created by `Engine.init`, live as long as it, and run
+/// only on its event loop (none is `Sendable`). Each sees `Shared` and no other component: what it
+/// needs of another, it posts as an `Effect`.
+protocol SupervisorComponent: AnyObject {
+    var shared: Shared { get }
+}
+
+extension SupervisorComponent {
+    var config: SupervisorConfig { shared.config }
+    var logger: Logger { shared.logger }
+    var loop: EventLoop { shared.loop }
+    var table: PluginTable { shared.table }
+    var outbox: Outbox { shared.outbox }
+    var events: EventHub { shared.events }
+    var metrics: Metrics { shared.metrics }
+    var effects: Effects { shared.effects }
+    var isShuttingDown: Bool { shared.isShuttingDown }
+    func handOff<T>(_ values: T) -> NIOLoopBound<T> { shared.handOff(values) }
+}

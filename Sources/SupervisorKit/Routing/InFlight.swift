@@ -1,0 +1,138 @@
+import Logging
+import NIOCore
+import PluginProtocol
+
+/// The requests in flight to each worker (its `pending` table), and how each is settled: its reply
+/// (Router.deliverReply), its deadline (`expire`), its worker's end (`failPending`), or its caller
+/// going away (`cancelInFlight`). Lifecycle events are requests too (`sendEvent`). Every component
+/// sends and settles requests through these; a worker draining for its stop is told when its last
+/// call is settled (`Effect.drained`).
+extension Shared {
+
+    /// Counts an answered request from a client or plugin, and logs it at debug level with its
+    /// trace context (SPEC §10).
+    @inline(__always)
+    func settled(_ request: PendingRequest, _ outcome: CallHop.Outcome, by instance: WorkerInstance) {
+        guard let call = request.call else { return }
+        let nanoseconds = (NIODeadline.now() - call.started).nanoseconds
+        call.metrics.record(outcome, nanoseconds: nanoseconds)
+        if let log = call.log {
+            let ms = Double(nanoseconds) / 1_000_000
+            logger.debug("\(request.what) \(log.label): \(outcome.label) in \(ms) ms", metadata: [
+                "plugin": "\(instance.identifier)", "trace_id": "\(log.trace.traceIDText)",
+                "span_id": "\(log.trace.spanIDText)", "duration_ms": "\(ms)",
+            ])
+        }
+    }
+
+
+    /// Fails every request in flight to `instance` with `unavailable`.
+    func failPending(_ instance: WorkerInstance, because reason: String) {
+        let pending = instance.pending
+        instance.pending = [:]
+        for (_, request) in pending.sorted(by: { $0.key < $1.key }) {
+            settled(request, .unavailable, by: instance)
+            outbox.answer(request.origin, error: ErrorBody(.unavailable, "\(reason) before answering \(request.what)"))
+        }
+    }
+
+    /// Fails requests whose deadline has passed with `timeout`, and tells their plugin to `cancel`.
+    /// Every live worker counts, whatever its role (an update's new version answering `startup`,
+    /// an old one draining).
+    func expire(now: NIODeadline) {
+        for instance in table.liveWorkers where !instance.pending.isEmpty {
+            let expired = instance.pending.filter { $0.value.deadline <= now }.keys.sorted()
+            for id in expired {
+                guard let request = instance.pending.removeValue(forKey: id) else { continue }
+                settled(request, .timeout, by: instance)
+                outbox.answer(request.origin, error: ErrorBody(.timeout, "\(instance.identifier) did not answer \(request.what) in time"))
+                // An unlink is the worker's own business, not its plugin's: nothing to cancel there.
+                if request.what.cancelledOnTimeout { sendCancel(id, to: instance) }
+            }
+            if !expired.isEmpty { callLeft(instance) }
+        }
+    }
+
+    /// The caller of requests in flight went away (client disconnected, calling worker died):
+    /// drop them at their callees and tell each callee to `cancel`.
+    func cancelInFlight(_ entries: [UInt64: (callee: WorkerInstance, id: UInt64)]) {
+        for (_, entry) in entries where entry.callee.pending.removeValue(forKey: entry.id) != nil {
+            sendCancel(entry.id, to: entry.callee)
+            callLeft(entry.callee)
+        }
+    }
+
+    /// A call inside `instance` was settled (answered, timed out, given up by its caller) or a
+    /// link to it given back: a worker draining for its stop goes on once the last one is.
+    @inline(__always)
+    func callLeft(_ instance: WorkerInstance) {
+        if case .draining = instance.phase, !instance.hasCallsInside { effects.post(.drained(instance)) }
+    }
+
+    func sendCancel(_ id: UInt64, to instance: WorkerInstance) {
+        guard let channel = instance.channel else { return }
+        var frame = outbox.encoder(.cancel, for: channel)
+        frame.uint("id", id)
+        outbox.write(frame.finish(), to: channel)
+    }
+
+    // MARK: Events
+
+    /// Sends a lifecycle event; `done` gets the plugin's answer (or a timeout / unavailable).
+    /// `payload` fills in the event's `payload` member, if any.
+    func sendEvent(_ record: PluginRecord, _ name: EventName, timeoutMs: Int? = nil,
+                   payload: ((inout FrameEncoder<ByteBuffer>) -> Void)? = nil,
+                   _ done: @escaping (Result<[UInt8]?, ErrorBody>) -> Void) {
+        guard let instance = record.instance, instance.channel != nil, instance.hello != nil else {
+            done(.failure(ErrorBody(.unavailable, "\(record.identifier) is \(record.phase.shown)")))
+            return
+        }
+        sendEvent(to: instance, name, timeoutMs: timeoutMs, payload: payload, done)
+    }
+
+    /// Sends a lifecycle event to one worker (an update's new or old version, or the current one).
+    func sendEvent(to instance: WorkerInstance, _ name: EventName, timeoutMs: Int? = nil,
+                   payload: ((inout FrameEncoder<ByteBuffer>) -> Void)? = nil,
+                   _ done: @escaping (Result<[UInt8]?, ErrorBody>) -> Void) {
+        guard let channel = instance.channel, instance.hello != nil else {
+            done(.failure(ErrorBody(.unavailable, "the worker of \(instance.identifier) (pid \(instance.pid)) is not connected")))
+            return
+        }
+        let id = instance.takeID()
+        var frame = outbox.encoder(.event, for: channel)
+        frame.uint("id", id)
+        frame.string("name", name.rawValue)
+        payload?(&frame)
+        let ms = config.isDebugged(instance.identifier) ? SupervisorConfig.longestTimeoutMs
+            : timeoutMs ?? instance.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
+        instance.pending[id] = PendingRequest(origin: .local(done), deadline: .now() + .milliseconds(Int64(ms)), what: .event(name))
+        outbox.write(frame.finish(), to: channel)
+    }
+
+    /// Sends `name` to every running plugin (or one); `done` gets who acknowledged and who did not.
+    func broadcast(_ name: EventName, only: String? = nil, _ done: @escaping ([String], [String: String]) -> Void) {
+        let targets = table.inOrder.filter { $0.phase == .running && (only == nil || $0.identifier == only) }
+        var delivered: [String] = []
+        var failed: [String: String] = [:]
+        var remaining = targets.count
+        if remaining == 0 { done([], [:]); return }
+        for record in targets {
+            sendEvent(record, name) { result in
+                switch result {
+                case .success: delivered.append(record.identifier)
+                case .failure(let e): failed[record.identifier] = e.description
+                }
+                remaining -= 1
+                if remaining == 0 { done(delivered.sorted(), failed) }
+            }
+        }
+    }
+
+    func broadcastFromSignal(_ event: EventName) {
+        guard !isShuttingDown else { return }
+        broadcast(event) { [self] delivered, failed in
+            let missing = failed.isEmpty ? "" : "; not by \(failed.keys.sorted().joined(separator: ", "))"
+            logger.info("\(event.rawValue) acknowledged by \(delivered.count) plugin(s)\(missing)")
+        }
+    }
+}
