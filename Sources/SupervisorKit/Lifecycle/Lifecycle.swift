@@ -30,15 +30,9 @@ final class Lifecycle: SupervisorComponent {
     var folderSerial = 0
     /// The workers' seccomp programs, by `network` permission, compiled once (Spawning.swift).
     var seccompPrograms: [Bool: Data?] = [:]
-    /// The fork server workers are forked from (`workerStart: "fork-server"`; WorkerStart.swift), or
-    /// nil: workers are exec'd, and `workerStartProblem` says why when the fork server was asked for.
-    var forkServer: ForkServerConnection?
-    /// Launched, its answer not read yet (`readyForkServer`); one that refused at start, ended.
-    var forkServerStarting: ForkServerConnection?
-    var forkServerGivenUp: ForkServerConnection?
-    var workerStartProblem: String?
-    /// When the fork server ended unasked, recently: too many and workers are exec'd from then on.
-    var forkServerEnds: [NIODeadline] = []
+    /// The fork server workers are forked from (`workerStart: "fork-server"`; WorkerStart.swift):
+    /// none, launching, ready, or given up for exec with the reason `status` shows.
+    var forkServer = ForkServerState<ForkServerConnection>()
     /// Reloads waiting for the plugins they started (Rescan.swift).
     var reloadsUnderWay: [ReloadUnderWay] = []
 
@@ -54,10 +48,7 @@ final class Lifecycle: SupervisorComponent {
         guard !isShuttingDown else { return false }
         phase = .shuttingDown
         // No worker starts from here on.
-        forkServer?.stop()
-        forkServerStarting?.stop()
-        forkServer = nil
-        forkServerStarting = nil
+        forkServer.shutdown()?.stop()
         return true
     }
 

@@ -7,24 +7,20 @@ import NIOCore
 /// when it dies, dropped for exec when it cannot be had. Owned by the event loop like the rest of
 /// Lifecycle; its exit comes from the child watcher through `loop.execute`.
 extension Lifecycle {
-    /// At most this many unasked ends of the fork server in `forkServerEndWindow`, then exec.
-    static let forkServerEndLimit = 3
-    static let forkServerEndWindow = TimeAmount.seconds(60)
-
     /// Launches the fork server when the configuration asks for one: at start, first of all (it
     /// loads the worker's code while the supervisor reads its home and plugin folders), and again
     /// when it died. Its answer is read when the first worker is spawned (`readyForkServer`).
     func startForkServer() {
         loop.preconditionInEventLoop()
-        guard config.workerStart == .forkServer, forkServer == nil, forkServerStarting == nil, !isShuttingDown else { return }
+        guard config.workerStart == .forkServer, !forkServer.isRunningOrComing, !isShuttingDown else { return }
         let server: ForkServerConnection
         do {
             // Sandboxed workers without `network` each get a network namespace: it makes two ahead.
             server = try ForkServerConnection.launch(executable: config.forkServerExecutable, library: config.workerLibrary,
                                            emptyNetworks: config.sandboxEnabled ? Self.emptyNetworksAhead : 0)
         } catch {
-            workerStartProblem = "the fork server could not start: \(error); workers are exec'd"
-            logger.warning("\(workerStartProblem!)")
+            forkServer.launchFailed("the fork server could not start: \(error); workers are exec'd")
+            logger.warning("\(forkServer.problem ?? "")")
             return
         }
         do {
@@ -35,34 +31,31 @@ extension Lifecycle {
         } catch {
             server.stop()
             _ = try? server.process.wait()
-            workerStartProblem = "the fork server's end could not be watched: \(error); workers are exec'd"
-            logger.warning("\(workerStartProblem!)")
+            forkServer.launchFailed("the fork server's end could not be watched: \(error); workers are exec'd")
+            logger.warning("\(forkServer.problem ?? "")")
             return
         }
-        forkServerStarting = server
+        forkServer.launched(server)
     }
 
     /// The fork server, ready: a launched one's answer is awaited here (a few milliseconds after its
     /// launch at most; usually it is already there). Nil when there is none or it cannot serve (it
     /// is ended then, and `status` says why workers are exec'd).
     func readyForkServer() -> ForkServerConnection? {
-        if let forkServer { return forkServer }
-        guard let server = forkServerStarting else { return nil }
-        forkServerStarting = nil
+        if let server = forkServer.ready { return server }
+        guard let server = forkServer.launching else { return nil }
         do {
             let waitStarted = NIODeadline.now()
             let preloadUs = try server.awaitReady(timeoutMs: Self.forkServerReadyTimeoutMs)
-            forkServer = server
-            workerStartProblem = nil
+            forkServer.answered(server)
             let waitedUs = (NIODeadline.now() - waitStarted).nanoseconds / 1000
             logger.debug("fork server ready", metadata: ["pid": "\(server.pid)", "preloadMs": "\(Double(preloadUs) / 1000)",
                                                          "waitedMs": "\(Double(waitedUs) / 1000)"])
             return server
         } catch {
             // It has been ended: its exit is not one more death to start another after.
-            forkServerGivenUp = server
-            workerStartProblem = "the fork server could not start: \(error); workers are exec'd"
-            logger.warning("\(workerStartProblem!)")
+            forkServer.refused(server, "the fork server could not start: \(error); workers are exec'd")
+            logger.warning("\(forkServer.problem ?? "")")
             return nil
         }
     }
@@ -78,23 +71,14 @@ extension Lifecycle {
     /// The fork server ended: at shutdown (its socket closed, or the supervisor killed it) that is
     /// all; otherwise another one starts, unless it keeps ending (then workers are exec'd).
     func forkServerEnded(_ server: ForkServerConnection, _ exit: ChildExit) {
-        if forkServer === server { forkServer = nil }
-        if forkServerStarting === server { forkServerStarting = nil }
-        if forkServerGivenUp === server {
-            forkServerGivenUp = nil
-            return
-        }
-        guard !isShuttingDown, forkServer == nil, forkServerStarting == nil, config.workerStart == .forkServer else { return }
-        let now = NIODeadline.now()
-        forkServerEnds = forkServerEnds.filter { now - $0 < Self.forkServerEndWindow } + [now]
         let how = exit.signaled ? "signal \(exit.signalName)" : "exit status \(exit.code)"
-        if forkServerEnds.count >= Self.forkServerEndLimit {
-            workerStartProblem = "the fork server ended \(forkServerEnds.count) times within 60 s (last: pid \(exit.pid), \(how)); workers are exec'd"
-            logger.error("\(workerStartProblem!)")
-            return
+        switch forkServer.ended(server, pid: exit.pid, how: how, now: .now(), shuttingDown: isShuttingDown) {
+        case .nothing: break
+        case .gaveUp(let reason): logger.error("\(reason)")
+        case .startAnother:
+            logger.warning("the fork server (pid \(exit.pid)) ended (\(how)); starting another")
+            startForkServer()
         }
-        logger.warning("the fork server (pid \(exit.pid)) ended (\(how)); starting another")
-        startForkServer()
     }
 
     /// Spawns a worker by the fork server when there is one, else (or when the fork server fails
@@ -115,15 +99,15 @@ extension Lifecycle {
                     // It is ended and reaped by the watcher, which starts another.
                     problem = "the fork server failed (\(error)); this worker was exec'd"
                     server.stop()
-                    if forkServer === server { forkServer = nil }
+                    forkServer.broke(server)
                 } else {
                     problem = "the fork server could not start this worker (\(error)); it was exec'd"
                 }
                 logger.warning("\(manifest.identifier): \(problem!)")
             }
         } else if config.workerStart == .forkServer {
-            // Given up or failed to launch (`workerStartProblem`), or ended and not yet started again.
-            problem = workerStartProblem ?? "no fork server was ready (the last one ended and another is starting); this worker was exec'd"
+            // Given up or failed to launch (`forkServer.problem`), or ended and not yet started again.
+            problem = forkServer.problem ?? "no fork server was ready (the last one ended and another is starting); this worker was exec'd"
         }
         return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment, descriptorChannel: descriptorChannel, isolated: isolated)
     }
