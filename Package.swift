@@ -150,7 +150,7 @@ let package = Package(
         // The benchmark: real supervisor, real workers and plugins, baselines measured in the same run.
         .executableTarget(
             name: "Benchmark",
-            dependencies: ["IPC", "Protocol", "PluginHost", "SupervisorKit", .product(name: "PluginProtocol", package: "SDK"),
+            dependencies: ["IPC", "Protocol", "PluginHost", "SupervisorClient", "SupervisorKit", .product(name: "PluginProtocol", package: "SDK"),
                            .product(name: "Logging", package: "swift-log")],
             path: "Sources/Benchmark"
         ),
@@ -174,7 +174,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: [.product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "Protocol", "PluginHost",
+            dependencies: [.product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "Protocol", "PluginHost", "SupervisorClient",
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"), .product(name: "Logging", package: "swift-log"),
                            .product(name: "MetricsTestKit", package: "swift-metrics"), .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/IntegrationTests"

@@ -20,6 +20,8 @@ if [ "${1:-}" = "--tests" ]; then
   command -v rustc >/dev/null || { need+=(rustc); extra+=(rustc); }
   command -v cargo >/dev/null || { need+=(cargo); extra+=(cargo); }   # examples/RustHello
   command -v go >/dev/null || { need+=(go); extra+=(golang-go); }
+  # The Python client's suite runs in a virtual environment (scripts/test-python.sh).
+  python3 -c "import venv, ensurepip" 2>/dev/null || { need+=(python3-venv); extra+=(python3-venv python3-pip); }
 fi
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 echo "installing build dependencies (missing: ${need[*]})" >&2

@@ -10,7 +10,7 @@ let arguments = CommandLine.arguments
 let asJSON = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 let calls = quick ? 2_000 : 20_000
-/// `--only calls|crash|startup` runs one section.
+/// `--only calls|client|host|crash|startup` runs one section.
 let only: String? = arguments.firstIndex(of: "--only").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
 func wanted(_ section: String) -> Bool { only == nil || only == section }
 /// `--worker-start exec|fork-server`: how the workers of every section start (default: the
@@ -127,6 +127,23 @@ do {
         report.add("worker RSS (trivial Swift plugin)", Double(m.rss) / 1_048_576, "MiB")
         report.add("worker PSS (trivial Swift plugin, 2 workers)", Double(m.pss) / 1_048_576, "MiB", target: "< 8 MiB")
     }
+    }
+
+    // 3a. A program's SupervisorClient: its tasks' calls on one connection to the supervisor above.
+    if wanted("client") {
+        note("calls: a SupervisorClient")
+        if !wanted("calls") {
+            try rig.start(plugins: try rig.plugins("client", count: 0, extra: ["bench.callee"]))
+        }
+        let figures = try ClientBench.run(socket: rig.socket, calls: calls, supervisorPID: rig.supervisorPID)
+        report.add("SupervisorClient call p50 (task → supervisor → worker → back)", figures.latency.median, "µs",
+                   baseline: oneHopBaseline.map { ("1-hop echo p50", $0.p50) })
+        report.add("SupervisorClient call p99", figures.latency.percentile(0.99), "µs")
+        for c in [1, 16, 64] {
+            report.add("SupervisorClient call throughput, \(c) in flight", figures.throughput[c]!, "/s",
+                       baseline: c == 64 ? supervisorThroughput64.map { ("host calls through the supervisor (blocking client)", $0) } : nil)
+        }
+        report.add("SupervisorClient: the supervisor's CPU per call, 64 in flight", figures.hostCPUPerCall64, "µs")
     }
 
     // 3b. The embedded host (PluginHost in this process): one hop, from a task to the worker's

@@ -22,7 +22,7 @@ struct ClientOptions: ParsableArguments {
         if let wait, !(wait >= 0 && wait <= 3600) { throw ValidationError("--wait must be between 0 and 3600 seconds") }
     }
 
-    var socketPath: String { SupervisorClient.socketPath(home: home, socket: socket) }
+    var socketPath: String { SupervisorConnection.socketPath(home: home, socket: socket) }
 
     /// Runs one request and prints its result; errors go to stderr as `code: message`.
     func run(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in }, print format: (([UInt8]) -> String)? = nil,
@@ -39,9 +39,9 @@ struct ClientOptions: ParsableArguments {
     }
 
     private func request(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void,
-                         _ progress: (ProgressReport) -> Void) -> Result<[UInt8], SupervisorClient.Failure> {
-        do throws(SupervisorClient.Failure) {
-            let client = try SupervisorClient(socketPath: socketPath, startingWait: wait ?? 5, waitForAny: wait != nil)
+                         _ progress: (ProgressReport) -> Void) -> Result<[UInt8], SupervisorConnection.Failure> {
+        do throws(SupervisorConnection.Failure) {
+            let client = try SupervisorConnection(socketPath: socketPath, startingWait: wait ?? 5, waitForAny: wait != nil)
             defer { client.close() }
             return .success(try client.request(kind, fill, progress: progress))
         } catch {
@@ -62,7 +62,7 @@ struct PluginArgument: ParsableArguments {
     }
 }
 
-extension SupervisorClient.Failure {
+extension SupervisorConnection.Failure {
     var isRemote: Bool { if case .remote = self { return true } else { return false } }
     var isUnreachable: Bool { if case .unreachable = self { return true } else { return false } }
 }

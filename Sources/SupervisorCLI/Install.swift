@@ -37,7 +37,7 @@ struct Install: ParsableCommand {
         let display = ProgressDisplay()
         let source = archive.contains("://") ? archive : (FileSystem.realPath(archive) ?? archive)
         // No supervisor listening: install offline into the home.
-        if case .failure(let failure) = Result(catching: { () throws(SupervisorClient.Failure) in try SupervisorClient(socketPath: options.socketPath) }),
+        if case .failure(let failure) = Result(catching: { () throws(SupervisorConnection.Failure) in try SupervisorConnection(socketPath: options.socketPath) }),
            failure.isUnreachable {
             return try offline(source)
         }

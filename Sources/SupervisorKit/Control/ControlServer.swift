@@ -25,6 +25,7 @@ final class ControlServer: SupervisorComponent {
 
     /// Tells a client why, then drops it.
     func drop(_ connection: ControlConnection, _ error: ErrorBody) {
+        metrics.controlClientDropped(reason: error.code)
         logger.warning("dropping control client: \(error.message)")
         connection.closed = true
         outbox.writeAndClose(outbox.errorFrame(id: 0, error, for: connection.channel), to: connection.channel)

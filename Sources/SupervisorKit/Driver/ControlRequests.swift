@@ -24,8 +24,16 @@ extension Engine {
             guard let id = env.id else {
                 return control.drop(connection, ErrorBody(.protocolViolation, "\(kind.rawValue) without an unsigned integer id"))
             }
-            connection.outstanding += 1
-            handle(kind, env, bytes, origin: .client(connection, id: id))
+            switch kind {
+            case .reply:
+                // A providing client's answer to a plugin's `@host` call (HostMethods).
+                hostMethods.clientReplied(connection, id: id, env, bytes)
+            case .cancel:
+                cancel(connection, id)
+            default:
+                connection.outstanding += 1
+                handle(kind, env, bytes, origin: .client(connection, id: id))
+            }
         }
     }
 
@@ -74,11 +82,37 @@ extension Engine {
             outbox.respond(origin) { try ProtocolJSON.encode(String(decoding: shared.metrics.exposition(), as: UTF8.self)) }
         case .debugWedge:
             debugWedge(env, origin)
+        case .events:
+            guard case .client(let connection, let id) = origin else {
+                return outbox.answer(origin, error: ErrorBody(.badRequest, "an embedded host follows events with PluginHost.events()"))
+            }
+            events.follow(connection, id: id, plugin: Envelope.string(bytes, env.target))
+            outbox.respond(origin) { Array(#"{"following":true}"#.utf8) }
+        case .provide:
+            guard case .client(let connection, _) = origin else {
+                return outbox.answer(origin, error: ErrorBody(.badRequest, "an embedded host provides methods with PluginHost.method(_:_:)"))
+            }
+            guard let name = Envelope.string(bytes, env.method), !name.isEmpty else {
+                return outbox.answer(origin, error: ErrorBody(.badRequest, "provide needs a \"method\" string"))
+            }
+            hostMethods.provide(name, by: connection)
+            outbox.respond(origin) { try ProtocolJSON.encode(["provided": name]) }
         case .stop:
             outbox.respond(origin) { Array(#"{"stopping":true}"#.utf8) }
             lifecycle.shutdown(reason: "supervisor stop")
         default:
             outbox.answer(origin, error: ErrorBody(.badRequest, "'\(kind.rawValue)' is not a request this socket takes"))
+        }
+    }
+
+    /// A client gives up a request (its task was cancelled): a call or open in flight is dropped at
+    /// its plugin, which gets `cancel`; an `events` request stops. Nothing is answered.
+    private func cancel(_ connection: ControlConnection, _ id: UInt64) {
+        if let entry = connection.inFlight.removeValue(forKey: id) {
+            connection.answered()
+            shared.cancelInFlight([id: entry])
+        } else if connection.following.contains(id) {
+            events.unfollow(connection, id: id)
         }
     }
 

@@ -53,7 +53,8 @@ extension ControlServer {
 
 /// Requests from one CLI client on the control socket. Only the supervisor's own user (or root)
 /// may talk to it: checked with SO_PEERCRED on connect. A client that sends nothing for
-/// `idleTimeout` while nothing of it is in flight is dropped.
+/// `idleTimeout` while nothing of it is in flight, and that neither follows events nor provides
+/// host methods, is dropped.
 final class ControlHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     let engine: Engine
@@ -80,13 +81,16 @@ final class ControlHandler: ChannelInboundHandler {
                         let name = engine.table.worker(pid: cred.pid)?.identifier ?? "an install's preflight"
                         engine.logger.warning("refused a control connection from the worker of \(name) (pid \(cred.pid))")
                         Self.refuse(connection)
+                        engine.metrics.controlClientDropped(reason: "refused")
                     } else if cred.uid != me && cred.uid != 0 {
                         engine.logger.warning("refused a control client of uid \(cred.uid) (pid \(cred.pid)); only uid \(me) may connect")
                         Self.refuse(connection)
+                        engine.metrics.controlClientDropped(reason: "refused")
                     }
                 case .failure(let error):
                     engine.logger.warning("refused a control client: cannot read its credentials: \(error)")
                     Self.refuse(connection)
+                    engine.metrics.controlClientDropped(reason: "refused")
                 }
             }
         }
@@ -101,9 +105,10 @@ final class ControlHandler: ChannelInboundHandler {
 
     private func scheduleIdleCheck(_ loop: EventLoop, _ channel: Channel) {
         idleCheck = loop.assumeIsolated().scheduleTask(in: Self.idleTimeout) { [self] in
-            if NIODeadline.now() - connection.lastActivity >= Self.idleTimeout, connection.outstanding == 0, !connection.closed {
+            if NIODeadline.now() - connection.lastActivity >= Self.idleTimeout, connection.outstanding == 0, !connection.listens, !connection.closed {
                 engine.logger.debug("dropping an idle control client")
                 Self.refuse(connection)
+                engine.metrics.controlClientDropped(reason: "idle")
             } else if !connection.closed {
                 scheduleIdleCheck(loop, channel)
             }
@@ -124,6 +129,9 @@ final class ControlHandler: ChannelInboundHandler {
         let inFlight = connection.inFlight
         connection.inFlight = [:]
         engine.shared.cancelInFlight(inFlight)
+        // Its events stop; the host methods it provided fail their calls and fall back.
+        engine.events.unfollow(connection)
+        engine.hostMethods.providerGone(connection)
     }
 
     /// A client that does not read its replies is not read from either.

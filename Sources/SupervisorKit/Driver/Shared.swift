@@ -64,7 +64,7 @@ final class Shared {
         logCalls = logger.logLevel <= .debug
         table = PluginTable(loop: loop)
         outbox = Outbox(loop: loop)
-        events = EventHub(loop: loop)
+        events = EventHub(loop: loop, outbox: outbox)
         effects = Effects(loop: loop)
     }
 

@@ -6,11 +6,17 @@ import Protocol
 /// (`PluginHost.events()`, a client's `events` request). Confined to the supervisor's event loop.
 ///
 /// A listener that does not keep up loses events, never the supervisor's time: each has a bounded
-/// buffer (`bufferLimit`); what does not fit is counted, and the listener hears `dropped` with the
-/// count as soon as there is room again.
+/// buffer (`bufferLimit` events for the embedding program's streams; a control client's socket
+/// buffer, up to the outbox's high water mark); what does not fit is counted, and the listener
+/// hears `dropped` with the count as soon as there is room again.
 final class EventHub {
     private let loop: EventLoop
+    private let outbox: Outbox
     private var listeners: [UInt64: Listener] = [:]
+    /// Control clients following events, by connection and their `events` request's id.
+    private var followers: [ObjectIdentifier: [UInt64: Follower]] = [:]
+    /// Events a reader missed, in all (the `supervisor_host_events_dropped_total` counter reads it).
+    private(set) var droppedTotal = 0
     private var nextListener: UInt64 = 0
     /// The supervisor has stopped: a new listener's stream ends at once.
     private var closed = false
@@ -31,12 +37,50 @@ final class EventHub {
         }
     }
 
-    init(loop: EventLoop) {
+    private final class Follower {
+        let connection: ControlConnection
+        let id: UInt64
+        let plugin: String?
+        var missed = 0
+
+        init(_ connection: ControlConnection, id: UInt64, plugin: String?) {
+            self.connection = connection
+            self.id = id
+            self.plugin = plugin
+        }
+    }
+
+    init(loop: EventLoop, outbox: Outbox) {
         self.loop = loop
+        self.outbox = outbox
     }
 
     /// Whether anyone listens: events are not even made otherwise.
-    var isHeard: Bool { !listeners.isEmpty }
+    var isHeard: Bool { !listeners.isEmpty || !followers.isEmpty }
+    /// How many listen: the embedding program's streams and control clients' `events` requests.
+    var listenerCount: Int { listeners.count + followers.values.reduce(0) { $0 + $1.count } }
+
+    /// A control client's `events` request (`id`): its events come as `hostEvent` frames with that
+    /// id until it cancels it or goes away.
+    func follow(_ connection: ControlConnection, id: UInt64, plugin: String?) {
+        loop.preconditionInEventLoop()
+        guard !closed, !connection.closed else { return }
+        followers[ObjectIdentifier(connection), default: [:]][id] = Follower(connection, id: id, plugin: plugin)
+        connection.following.insert(id)
+    }
+
+    /// Stops one `events` request of a client (its `cancel`), or all of them (it went away).
+    func unfollow(_ connection: ControlConnection, id: UInt64? = nil) {
+        let key = ObjectIdentifier(connection)
+        if let id {
+            followers[key]?[id] = nil
+            connection.following.remove(id)
+            if followers[key]?.isEmpty == true { followers[key] = nil }
+        } else {
+            followers[key] = nil
+            connection.following = []
+        }
+    }
 
     /// A new listener's events, from the next one on. Ends when the listener stops reading (its
     /// stream is dropped or cancelled) or `finishAll` is called at shutdown.
@@ -65,6 +109,7 @@ final class EventHub {
         let all = listeners.values
         listeners = [:]
         for listener in all { listener.continuation.finish() }
+        followers = [:]
     }
 
     func publish(_ event: HostEvent) {
@@ -79,8 +124,45 @@ final class EventHub {
                 }
                 listener.missed = 0
             }
-            if case .dropped = listener.continuation.yield(event) { listener.missed += 1 }
+            if case .dropped = listener.continuation.yield(event) {
+                listener.missed += 1
+                droppedTotal += 1
+            }
         }
+        guard !followers.isEmpty else { return }
+        // One encoding for every client (the members after `{`), spliced after `type` and `id`.
+        guard let encoded = try? ProtocolJSON.encode(event), encoded.count > 2 else { return }
+        for (key, byID) in followers {
+            for follower in byID.values {
+                let connection = follower.connection
+                if connection.closed {
+                    followers[key] = nil
+                    break
+                }
+                if let only = follower.plugin, only != event.plugin { continue }
+                // The supervisor never waits for a reader: a socket that is full misses events.
+                guard connection.channel.isWritable else {
+                    follower.missed += 1
+                    droppedTotal += 1
+                    continue
+                }
+                if follower.missed > 0 {
+                    let notice = HostEvent(event: .dropped, plugin: nil, time: event.time, count: follower.missed)
+                    if let bytes = try? ProtocolJSON.encode(notice) { write(bytes, to: follower) }
+                    follower.missed = 0
+                }
+                write(encoded, to: follower)
+            }
+        }
+    }
+
+    private func write(_ encoded: [UInt8], to follower: Follower) {
+        let channel = follower.connection.channel
+        var frame = outbox.encoder(.hostEvent, for: channel, capacity: encoded.count + 16)
+        frame.uint("id", follower.id)
+        // The event's own members, as they are: everything after its opening brace.
+        encoded.withUnsafeBytes { frame.members(UnsafeRawBufferPointer(rebasing: $0[1..<($0.count - 1)])) }
+        outbox.write(frame.finish(), to: channel)
     }
 
     // MARK: The events, made where they happen

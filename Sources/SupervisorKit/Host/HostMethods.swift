@@ -2,10 +2,13 @@ import Logging
 import NIOCore
 import PluginProtocol
 
-/// The methods the program that embeds the supervisor provides to its plugins (SPEC §12): a
-/// plugin calls one with a `call` whose `target` is `@host`, allowed only where its manifest has
-/// `host.call:<method>` (or `host.call:*`). Each call runs the program's handler on a task of its
-/// own; its answer, its timeout or its caller's end settles it, once, on the event loop.
+/// The methods a host provides to its plugins (SPEC §12): the program that embeds the supervisor
+/// (`PluginHost.method`) or a control client (`provide`). A plugin calls one with a `call` whose
+/// `target` is `@host`, allowed only where its manifest has `host.call:<method>` (or
+/// `host.call:*`). The most recent provider of a method still there gets its calls: the program's
+/// handler runs on a task of its own; a client gets a `call` frame on its connection and answers
+/// with `reply`. The answer, the timeout or the caller's end settles each call, once, on the event
+/// loop; a client that goes away fails its calls `unavailable` at once.
 ///
 /// A plugin cannot grow the host's memory by calling in a loop: at most `inFlightLimit` of its calls
 /// run at once, more are answered `unavailable` at once.
@@ -22,7 +25,17 @@ final class HostMethods: SupervisorComponent {
     /// Calls of one worker running at once.
     static let inFlightLimit = 64
 
-    private var handlers: [String: Handler] = [:]
+    /// Who provides each method, oldest first: the last one gets its calls.
+    private var providers: [String: [Provider]] = [:]
+
+    private enum Provider {
+        case program(Handler)
+        case client(ControlConnection)
+
+        func isClient(_ connection: ControlConnection) -> Bool {
+            if case .client(let c) = self { c === connection } else { false }
+        }
+    }
     /// Calls running, by calling worker and the id its plugin gave them.
     private var running: [ObjectIdentifier: [UInt64: Running]] = [:]
 
@@ -31,6 +44,8 @@ final class HostMethods: SupervisorComponent {
         let started: NIODeadline
         var task: Task<Void, Never>?
         var deadline: Scheduled<Void>?
+        /// A client's call: its connection and the id the supervisor gave it there.
+        var client: (connection: ControlConnection, id: UInt64)?
 
         init(method: String, started: NIODeadline) {
             self.method = method
@@ -42,10 +57,64 @@ final class HostMethods: SupervisorComponent {
         self.shared = shared
     }
 
-    /// Provides `name` (replacing an earlier handler of that name).
+    /// The embedding program provides `name` (replacing its earlier handler of that name).
     func provide(_ name: String, _ handler: @escaping Handler) {
         loop.preconditionInEventLoop()
-        handlers[name] = handler
+        var stack = providers[name] ?? []
+        stack.removeAll { if case .program = $0 { true } else { false } }
+        stack.append(.program(handler))
+        providers[name] = stack
+        countProviders()
+    }
+
+    private func countProviders() {
+        metrics.hostMethodProviders = providers.values.reduce(0) { $0 + $1.count }
+    }
+
+    /// A control client provides `name` (its `provide` request): from now on it gets the calls.
+    func provide(_ name: String, by connection: ControlConnection) {
+        var stack = providers[name] ?? []
+        stack.removeAll { $0.isClient(connection) }
+        stack.append(.client(connection))
+        providers[name] = stack
+        connection.provides.insert(name)
+        countProviders()
+    }
+
+    /// A providing client went away: its calls in flight fail `unavailable` now, and the methods
+    /// fall back to their previous provider, if any.
+    func providerGone(_ connection: ControlConnection) {
+        guard !connection.provides.isEmpty else { return }
+        for name in connection.provides {
+            providers[name]?.removeAll { $0.isClient(connection) }
+            if providers[name]?.isEmpty == true { providers[name] = nil }
+        }
+        connection.provides = []
+        countProviders()
+        let calls = connection.hostCalls
+        connection.hostCalls = [:]
+        for (_, call) in calls.sorted(by: { $0.key < $1.key }) {
+            settle(call.caller, call.id, .failure(ErrorBody(.unavailable, "the client that provides this host method went away")), outcome: .unavailable)
+        }
+    }
+
+    /// A client answered the call it got as `id` on its connection.
+    func clientReplied(_ connection: ControlConnection, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
+        guard let call = connection.hostCalls.removeValue(forKey: id) else {
+            // Answered after its timeout or its caller's end: dropped, as a worker's late reply is.
+            // One never asked is the client's mistake.
+            if id == 0 || id >= connection.nextHostCallID {
+                logger.warning("a control client answered host call \(id), which it was never sent")
+            }
+            return
+        }
+        let result: Result<[UInt8], ErrorBody>
+        if let e = env.error {
+            result = .failure(Router.errorBody(bytes[e]))
+        } else {
+            result = .success(env.result.map { Array(bytes[$0]) } ?? Array("null".utf8))
+        }
+        settle(call.caller, call.id, result, outcome: env.error == nil ? .ok : .error)
     }
 
     /// A plugin's `call` to `@host` (its fields checked by `Router.validateRequest`).
@@ -59,7 +128,7 @@ final class HostMethods: SupervisorComponent {
         guard Permission.allowsHostCall(method, in: caller.manifest.permissions) else {
             return refuse(ErrorBody(.denied, "\(caller.identifier) may not call the host's \(method): its manifest needs the permission host.call:\(method)"), .denied)
         }
-        guard let handler = handlers[method] else {
+        guard let provider = providers[method]?.last else {
             return refuse(ErrorBody(.notFound, "the host provides no method \(method)"), .unavailable)
         }
         let key = ObjectIdentifier(caller)
@@ -79,6 +148,25 @@ final class HostMethods: SupervisorComponent {
         running[key] = calls
         call.deadline = loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(timeoutMs))) { [self] in
             settle(caller, id, .failure(ErrorBody(.timeout, "the host did not answer \(method) in time")), outcome: .timeout)
+        }
+        let handler: Handler
+        switch provider {
+        case .client(let connection):
+            let clientID = connection.nextHostCallID
+            connection.nextHostCallID += 1
+            connection.hostCalls[clientID] = (caller, id)
+            call.client = (connection, clientID)
+            var frame = outbox.encoder(.call, for: connection.channel, capacity: params.count + method.utf8.count + 96)
+            frame.uint("id", clientID)
+            frame.string("target", Self.target)
+            frame.string("method", method)
+            frame.raw("params", params)
+            frame.string("from", caller.identifier)
+            frame.uint("timeoutMs", UInt64(timeoutMs))
+            outbox.write(frame.finish(), to: connection.channel)
+            return
+        case .program(let h):
+            handler = h
         }
         let back = handOff((methods: self, caller: caller))
         call.task = Task {
@@ -102,6 +190,9 @@ final class HostMethods: SupervisorComponent {
         if running[key]?.isEmpty == true { running[key] = nil }
         call.deadline?.cancel()
         if outcome == .timeout { call.task?.cancel() }
+        if let client = call.client, client.connection.hostCalls.removeValue(forKey: client.id) != nil, outcome == .timeout {
+            cancelAtClient(client.connection, client.id)
+        }
         shared.metrics.calls(Self.target).record(outcome, nanoseconds: (NIODeadline.now() - call.started).nanoseconds)
         guard let channel = caller.channel else { return }
         // The program's answer must fit in one frame to the worker (which would take a larger one
@@ -127,6 +218,20 @@ final class HostMethods: SupervisorComponent {
         for call in calls.values {
             call.deadline?.cancel()
             call.task?.cancel()
+            if let client = call.client, client.connection.hostCalls.removeValue(forKey: client.id) != nil {
+                cancelAtClient(client.connection, client.id)
+            }
         }
     }
+
+    /// Tells a providing client that nobody waits for its answer to `id` any more.
+    private func cancelAtClient(_ connection: ControlConnection, _ id: UInt64) {
+        guard !connection.closed else { return }
+        var frame = outbox.encoder(.cancel, for: connection.channel)
+        frame.uint("id", id)
+        outbox.write(frame.finish(), to: connection.channel)
+    }
+
+    /// How many host method calls run now (the `supervisor_host_calls_in_flight` gauge).
+    var inFlight: Int { running.values.reduce(0) { $0 + $1.count } }
 }

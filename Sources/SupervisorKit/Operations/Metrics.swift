@@ -84,6 +84,17 @@ final class Metrics: SupervisorComponent {
         mirror?.count("supervisor_installs_total", [("outcome", outcome)])
     }
 
+    private var controlDrops: [String: Counter] = [:]
+
+    /// A control client was dropped: `protocolViolation` (garbage, a bad frame), `idle`, or
+    /// `refused` (a worker, another uid, unreadable credentials).
+    func controlClientDropped(reason: String) {
+        cached(&controlDrops, reason) {
+            registry.makeCounter(name: "supervisor_control_clients_dropped_total", labels: [("reason", reason)],
+                                 help: "Control clients the supervisor dropped, by reason: protocolViolation, idle or refused.")
+        }.increment()
+    }
+
     /// The metric cached under `key`, made (and registered) the first time.
     private func cached<Metric>(_ cache: inout [String: Metric], _ key: String, _ make: () -> Metric) -> Metric {
         if let known = cache[key] { return known }
@@ -97,13 +108,48 @@ final class Metrics: SupervisorComponent {
     /// Adds what a worker used since it was last counted. `total`: its CPU time so far (µs).
     func addCPU(_ instance: WorkerInstance, total: Int64) {
         let delta = total - instance.cpuCounted
+        let counter = cpuCounter(instance.identifier)
         guard delta > 0 else { return }
         instance.cpuCounted = total
-        cached(&cpu, instance.identifier) {
-            registry.makeCounter(name: "plugin_cpu_seconds_total", labels: [("plugin", instance.identifier)],
-                                 help: "CPU time (user and system) used by the plugin's workers, all of them over the supervisor's life.")
-        }.increment(by: Double(delta) / 1_000_000)
+        counter.increment(by: Double(delta) / 1_000_000)
         mirror?.addCPU(plugin: instance.identifier, seconds: Double(delta) / 1_000_000)
+    }
+
+    /// A plugin's CPU counter, there (at 0) from its first scrape on.
+    private func cpuCounter(_ plugin: String) -> Counter {
+        cached(&cpu, plugin) {
+            registry.makeCounter(name: "plugin_cpu_seconds_total", labels: [("plugin", plugin)],
+                                 help: "CPU time (user and system) used by the plugin's workers, all of them over the supervisor's life.")
+        }
+    }
+
+    // MARK: Host programs (SPEC §12)
+
+    private var hostListeners: Gauge?
+    private var hostDropped: Counter?
+    private var hostDroppedExported = 0
+    private var hostProviders: Gauge?
+    /// Methods provided by the program and its clients, counted by `HostMethods`.
+    var hostMethodProviders = 0
+
+    /// The host families, brought up to date at a scrape.
+    private func exportHost() {
+        let listeners = hostListeners ?? registry.makeGauge(name: "supervisor_host_event_listeners", labels: [],
+                                                            help: "Readers following the host events: an embedded host's streams and control clients' events requests.")
+        hostListeners = listeners
+        listeners.set(to: Double(shared.events.listenerCount))
+        let dropped = hostDropped ?? registry.makeCounter(name: "supervisor_host_events_dropped_total", labels: [],
+                                                          help: "Host events a reader missed because it did not keep up (it heard dropped with the count).")
+        hostDropped = dropped
+        let total = shared.events.droppedTotal
+        if total > hostDroppedExported {
+            dropped.increment(by: Double(total - hostDroppedExported))
+            hostDroppedExported = total
+        }
+        let providers = hostProviders ?? registry.makeGauge(name: "supervisor_host_method_providers", labels: [],
+                                                            help: "Host methods provided, by the embedding program and by control clients (one per method and provider).")
+        hostProviders = providers
+        providers.set(to: Double(hostMethodProviders))
     }
 
     /// Brings the program's backend up to date (`mirror`): every second, from `Health`.
@@ -124,8 +170,14 @@ final class Metrics: SupervisorComponent {
 
     static let ticksPerSecond = Int64(sysconf(Int32(_SC_CLK_TCK)))
 
-    /// utime + stime of a live process, in µs, from /proc/<pid>/stat.
+    /// The CPU time (user and system, every thread) of a live process, in µs: from its CPU-time
+    /// clock (`clock_getcpuclockid`, nanoseconds), else from /proc/<pid>/stat (clock ticks: 10 ms).
     static func cpuMicroseconds(pid: pid_t) -> Int64? {
+        var clock = clockid_t()
+        var now = timespec()
+        if clock_getcpuclockid(pid, &clock) == 0, clock_gettime(clock, &now) == 0 {
+            return Int64(now.tv_sec) * 1_000_000 + Int64(now.tv_nsec) / 1_000
+        }
         guard let bytes = try? FileSystem.readFile("/proc/\(pid)/stat", limit: 1024) else { return nil }
         return parseStatCPU(bytes)
     }
@@ -160,6 +212,7 @@ final class Metrics: SupervisorComponent {
                     ?? instance.memory.resident
                 if let total = Self.cpuMicroseconds(pid: instance.pid) { addCPU(instance, total: total) }
             }
+            _ = cpuCounter(id)
             cached(&memory, id) {
                 registry.makeGauge(name: "plugin_resident_memory_bytes", labels: [("plugin", id)],
                                    help: "Resident memory of the plugin's worker (0 when it has none).")
@@ -170,6 +223,7 @@ final class Metrics: SupervisorComponent {
             if let g = up.removeValue(forKey: gone) { registry.unregisterGauge(g) }
             if let g = memory.removeValue(forKey: gone) { registry.unregisterGauge(g) }
         }
+        exportHost()
         let plugins = calls.keys.sorted()
         for plugin in plugins { calls[plugin]!.export() }
         var out = registry.emitToBuffer()

@@ -123,6 +123,15 @@ final class ControlConnection {
     }
     /// Its forwarded calls in flight: its id → (the callee, the callee's id), cancelled if it goes away.
     var inFlight: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
+    /// Its `events` requests being followed (EventHub), by id.
+    var following: Set<UInt64> = []
+    /// The host methods it provides (HostMethods), and the plugins' calls of them it has not answered,
+    /// by the id the supervisor gave them on this connection.
+    var provides: Set<String> = []
+    var hostCalls: [UInt64: (caller: WorkerInstance, id: UInt64)] = [:]
+    var nextHostCallID: UInt64 = 1
+    /// It listens (events, host methods): it is never dropped as idle.
+    var listens: Bool { !following.isEmpty || !provides.isEmpty }
 
     init(channel: Channel) {
         self.channel = channel

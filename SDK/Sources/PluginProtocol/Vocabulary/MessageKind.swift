@@ -21,6 +21,14 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     /// Supervisor → a standby worker (`WorkerSpec.standby`): load the plugin now. The whole frame
     /// body is `Frame.loadBody`.
     case load
+    /// Client → supervisor: follow the host events (optional `target`: one plugin's); answered, then
+    /// each event arrives as a `hostEvent` frame with the request's id (docs/protocol.md, "Host programs").
+    case events
+    /// Client → supervisor: provide the host method `method`; plugins' `@host` calls of it then come
+    /// to this connection as `call` frames, which the client answers with `reply`.
+    case provide
+    /// Supervisor → client: one host event (`HostEvent`'s members beside `type` and `id`).
+    case hostEvent
 }
 
 /// Lifecycle event names (SPEC §3).

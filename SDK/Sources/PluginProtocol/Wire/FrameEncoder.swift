@@ -186,6 +186,14 @@ public struct FrameEncoder<Sink: FrameSink> {
 }
 
 extension FrameEncoder {
+    /// Appends the members of an encoded JSON object, given without its braces (`"a":1,"b":2`), as
+    /// they are (a host event's members after `type` and `id`).
+    public mutating func members(_ raw: UnsafeRawBufferPointer) {
+        guard raw.count > 0 else { return }
+        if first { first = false } else { sink.append(byte: UInt8(ascii: ",")) }
+        sink.append(bytes: raw)
+    }
+
     /// What a forwarded `reply` carries of the reply `env` (in `bytes`): its raw `error` if it has
     /// one, else its raw `result`, else `"result": null`.
     public mutating func answer(of env: Envelope, in bytes: UnsafeRawBufferPointer) {

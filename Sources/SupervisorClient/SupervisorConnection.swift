@@ -1,0 +1,119 @@
+import IPC
+import LinuxSupport
+import PluginProtocol
+import Protocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A blocking connection to a running supervisor's control socket (SPEC §6): one request at a time,
+/// answered before the next. The CLI's one-shot commands use it; a program that makes many calls,
+/// follows events or provides host methods uses `SupervisorClient`. Links neither SwiftNIO nor the
+/// supervisor.
+public struct SupervisorConnection {
+    public let socketPath: String
+    let connection: BlockingConnection
+
+    /// What a request can end in, besides a result.
+    public enum Failure: Error, CustomStringConvertible {
+        case unreachable(String, SystemError)
+        case remote(ErrorBody)
+        case broken(String)
+
+        public var description: String {
+            switch self {
+            case .unreachable(let path, let error):
+                return "cannot reach the supervisor at \(path) (\(error)); is `supervisor start` running with this --home or --socket?"
+            case .remote(let body): return "\(body.code): \(body.message)"
+            case .broken(let why): return "the supervisor's answer was unusable: \(why)"
+            }
+        }
+    }
+
+    /// Connects. A supervisor that holds its home's lock but has no socket yet is starting (`start &`
+    /// then a command at once): its socket is waited for, up to `startingWait` seconds. With
+    /// `waitForAny` (`--wait`), a missing socket is waited for even before any supervisor holds the
+    /// lock (one just launched may not have made its home yet).
+    public init(socketPath: String, startingWait: Double = 5, waitForAny: Bool = false) throws(Failure) {
+        self.socketPath = socketPath
+        let home = SupervisorLocation.home(ofSocket: socketPath)
+        let deadline = ProcessControl.monotonicMicroseconds() + Int64(startingWait * 1_000_000)
+        while true {
+            do {
+                connection = try BlockingConnection.connect(path: socketPath)
+                return
+            } catch {
+                let notYet = error.errno == ENOENT || error.errno == ECONNREFUSED
+                guard notYet, ProcessControl.monotonicMicroseconds() < deadline, waitForAny || HomeLock.isHeld(home: home) else {
+                    throw .unreachable(socketPath, error)
+                }
+                usleep(20_000)
+            }
+        }
+    }
+
+    /// The control socket as the CLI finds it: `socket`, else `$SUPERVISOR_SOCKET`, else the home's
+    /// (`home`, else `$SUPERVISOR_HOME`, `$XDG_DATA_HOME/sandboxed-plugins`, `~/.local/share/sandboxed-plugins`).
+    public static func socketPath(home: String? = nil, socket: String? = nil) -> String {
+        SupervisorLocation.socketPath(socket: socket, home: home, environment: ProcessEnvironment.all)
+    }
+
+    /// Sends a request of `kind` with the given fields and waits for its reply; returns the raw
+    /// result JSON. `progress` gets each `progress` frame the supervisor sends before its reply.
+    public func request(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in },
+                        progress: (ProgressReport) -> Void = { _ in }) throws(Failure) -> [UInt8] {
+        var b = FrameBuilder(kind: kind)
+        b.uint("id", 1)
+        fill(&b)
+        do { try connection.sendFrame(b.finish()) } catch { throw .unreachable(socketPath, error) }
+        var reply: [UInt8]?
+        while true {
+            do { reply = try connection.receiveFrame() } catch { throw .broken("\(error)") }
+            guard let frame = reply, let p = try? ProtocolJSON.decode(ProgressFrame.self, from: frame), p.type == .progress else { break }
+            progress(ProgressReport(stage: p.stage, done: p.done, total: p.total, message: p.message))
+        }
+        guard let reply else { throw .broken("the supervisor closed the connection without answering") }
+        let outcome: Result<[UInt8], Failure> = reply.withUnsafeBytes { bytes in
+            let env: Envelope
+            do { env = try Envelope.parse(bytes) } catch { return .failure(.broken("\(error)")) }
+            if let e = env.error {
+                let body = (try? ProtocolJSON.decode(ErrorBody.self, from: UnsafeRawBufferPointer(rebasing: bytes[e])))
+                    ?? ErrorBody(.pluginError, String(decoding: bytes[e], as: UTF8.self))
+                return .failure(.remote(body))
+            }
+            return .success(env.result.map { Array(bytes[$0]) } ?? Array("null".utf8))
+        }
+        return try outcome.get()
+    }
+
+    /// Follows the host events (`events`, SPEC §12): `each` gets every one, in order, until the
+    /// supervisor goes away (then it returns) or `each` returns false.
+    public func followEvents(plugin: String?, _ each: (HostEvent) -> Bool) throws(Failure) {
+        _ = try request(.events) { b in if let plugin { b.string("target", plugin) } }
+        while true {
+            let frame: [UInt8]?
+            do { frame = try connection.receiveFrame() } catch { throw .broken("\(error)") }
+            guard let frame else { return }
+            guard let event = try? ProtocolJSON.decode(HostEvent.self, from: frame) else {
+                // A frame that is not an event (an error frame before the supervisor drops us).
+                if let reply = try? ProtocolJSON.decode(ErrorReply.self, from: frame) { throw .remote(reply.error) }
+                continue
+            }
+            if !each(event) { return }
+        }
+    }
+
+    private struct ErrorReply: Decodable {
+        var error: ErrorBody
+    }
+
+    public func close() { connection.close() }
+
+    private struct ProgressFrame: Decodable {
+        var type: MessageKind
+        var stage: String
+        var done: Int64
+        var total: Int64
+        var message: String?
+    }
+}

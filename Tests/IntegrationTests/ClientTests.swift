@@ -1,0 +1,300 @@
+import Foundation
+import PluginProtocol
+import Protocol
+import Synchronization
+import SupervisorClient
+import Testing
+
+/// `SupervisorClient` (SPEC §12, docs/host.md) against a real `supervisor start` and TestKit
+/// plugins, and `supervisor events`.
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct ClientTests {
+    struct CallParams<P: Encodable & Sendable>: Encodable, Sendable {
+        var target: String
+        var method: String
+        var params: P?
+    }
+
+    static func code(_ body: () async throws -> String) async -> String? {
+        do {
+            _ = try await body()
+            return nil
+        } catch {
+            return (error as? ErrorBody)?.code ?? "\(error)"
+        }
+    }
+
+    /// The next event that `matches`, up to `seconds`.
+    static func next(_ events: inout AsyncThrowingStream<HostEvent, any Error>.AsyncIterator, within seconds: Double = 15, _ what: String,
+                     _ matches: (HostEvent) -> Bool) async throws -> HostEvent {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while ContinuousClock.now < deadline {
+            guard let event = try await events.next() else { break }
+            if matches(event) { return event }
+        }
+        throw HarnessError("no \(what) event within \(seconds) s")
+    }
+
+    @Test("a client calls, opens, sends and reads status over the control socket, 64 calls in flight on one connection; a cancelled task cancels its call in the plugin")
+    func calls() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.a")
+        try w.bundle("c.b", deps: [Dep("c.a")])
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        #expect(try await client.call("c.a", "ping", as: Int.self) == 1)
+        #expect(try await client.call("c.b", "echo", ["x": 1], as: [String: Int].self) == ["x": 1])
+        #expect(try await client.call("c.b", "call", CallParams<Int>(target: "c.a", method: "ping"), as: Int.self) == 1)
+        #expect(await Self.code { try await client.call("c.nope", "ping", as: String.self) } == "notFound")
+        #expect(await Self.code { try await client.call("c.a", "fail", as: String.self) } == "custom")
+        let status = try await client.status()
+        #expect(status.map(\.identifier) == ["c.a", "c.b"])
+        #expect(status.allSatisfy { $0.state == "running" && $0.pid != nil })
+        #expect(try await client.send(.memoryWarning, to: "c.a").delivered == ["c.a"])
+        #expect(try await client.open("plugin://c.a/echo?q=1", as: [String: String].self) == ["q": "1"])
+        // Many at once on the one connection, each answered with its own result.
+        let echoed = try await withThrowingTaskGroup(of: Int.self) { group in
+            for i in 0..<64 { group.addTask { try await client.call("c.a", "echo", i, as: Int.self) } }
+            return try await group.reduce(into: [Int]()) { $0.append($1) }
+        }
+        #expect(echoed.sorted() == Array(0..<64))
+        // A cancelled task: the plugin gets `cancel` (TestKit records it); the connection goes on.
+        let slow = Task { try await client.call("c.a", "sleep", ["ms": 20_000], as: Int.self, timeout: .seconds(30)) }
+        try await waitUntil("the sleep to start") { try await client.call("c.a", "info", as: KitInfo.self).names.contains("sleeping:20000") }
+        slow.cancel()
+        await #expect(throws: CancellationError.self) { try await slow.value }
+        try await waitUntil("the plugin to hear cancel") { try await client.call("c.a", "info", as: KitInfo.self).names.contains("cancelled:20000") }
+        #expect(try await client.call("c.a", "ping", as: Int.self) == 1)
+    }
+
+    @Test("events: a client hears a crash as exited, restarting, started; `supervisor events --json` prints the same, one object a line, and --plugin keeps one plugin's")
+    func events() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.crashy")
+        try w.bundle("c.calm")
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        var events = try await client.followEvents(plugin: "c.crashy").makeAsyncIterator()
+        var all = try await client.followEvents().makeAsyncIterator()
+        // The CLI, following every plugin's events in JSON, and only c.calm's as text.
+        let jsonOut = w.root + "/events.json", textOut = w.root + "/events.txt"
+        let cli = try Self.follow(sup, ["--json"], to: jsonOut)
+        let calmOnly = try Self.follow(sup, ["--plugin", "c.calm"], to: textOut)
+        defer { cli.terminate(); calmOnly.terminate() }
+        try await waitUntil("the CLI to follow") { try await Self.followers(client) >= 4 }
+        let pid = try #require(try await client.status().first { $0.identifier == "c.crashy" }?.pid)
+        kill(pid, SIGSEGV)
+        let exited = try await Self.next(&events, "exited") { $0.event == .exited }
+        #expect(exited.pid == pid && exited.lastExit?.signal == "SIGSEGV" && exited.plugin == "c.crashy")
+        #expect(try await Self.next(&events, "restarting") { $0.event == .restarting }.attempt == 1)
+        let started = try await Self.next(&events, "started") { $0.event == .started }
+        #expect(started.pid != nil && started.pid != pid)
+        _ = try await Self.next(&all, "started (every plugin's stream)") { $0.event == .started && $0.plugin == "c.crashy" }
+        try await waitUntil("the CLI's lines") {
+            let lines = ((try? String(contentsOfFile: jsonOut, encoding: .utf8)) ?? "").split(separator: "\n")
+            return lines.contains { $0.contains("\"event\":\"started\"") && $0.contains("c.crashy") }
+        }
+        let lines = try String(contentsOfFile: jsonOut, encoding: .utf8).split(separator: "\n")
+        let decoded = try lines.map { try JSONDecoder().decode(HostEvent.self, from: Data($0.utf8)) }
+        #expect(decoded.map(\.event) == [.exited, .restarting, .started])
+        #expect(decoded[0].pid == pid && decoded[0].lastExit?.signal == "SIGSEGV")
+        // c.calm's follower heard nothing of c.crashy; a restart of c.calm it hears.
+        _ = try await client.restart("c.calm")
+        try await waitUntil("c.calm's restart in the text follower") {
+            ((try? String(contentsOfFile: textOut, encoding: .utf8)) ?? "").contains("started  c.calm")
+        }
+        #expect(try !String(contentsOfFile: textOut, encoding: .utf8).contains("c.crashy"))
+    }
+
+    /// `supervisor events` with `args`, its output into `file`.
+    static func follow(_ sup: RunningSupervisor, _ args: [String], to file: String) throws -> Process {
+        FileManager.default.createFile(atPath: file, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Build.supervisor)
+        process.arguments = ["events", "--socket", sup.socket] + args
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: file))
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    /// How many follow events now (`supervisor_host_event_listeners`).
+    static func followers(_ client: SupervisorClient) async throws -> Int {
+        let text = try await client.callMetrics()
+        for line in text.split(separator: "\n") where line.hasPrefix("supervisor_host_event_listeners ") {
+            return Int(Double(line.split(separator: " ").last ?? "0") ?? 0)
+        }
+        return 0
+    }
+
+    @Test("host methods from a client: a plugin's @host call gets its answer; denied without the permission, notFound with no provider, pluginError when it throws, timeout (the client hears cancel) when it never answers; the newest provider wins, and its going away fails its call in flight at once and falls back")
+    func hostMethods() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.allowed", extra: ["permissions": ["host.call:greet", "host.call:fail", "host.call:hang", "host.call:missing"]])
+        try w.bundle("c.none")
+        let sup = try RunningSupervisor(w, args: ["--config", try Self.config(w, callTimeoutMs: 1_000)])
+        let first = try await SupervisorClient.connect(socket: sup.socket)
+        defer { first.close() }
+        struct Name: Codable, Sendable { var name: String }
+        struct Broken: Error {}
+        let cancelled = Atomic<Int>(0)
+        try await first.method("greet") { (p: Name) in "hello \(p.name)" }
+        try await first.method("fail") { (_: String?) -> String in throw Broken() }
+        try await first.method("hang") { (_: String?) -> String in
+            do { try await Task.sleep(for: .seconds(60)) } catch { cancelled.add(1, ordering: .relaxed) }
+            return "late"
+        }
+        func viaPlugin<P: Encodable & Sendable>(_ plugin: String, _ method: String, _ params: P?) async throws -> String {
+            try await first.call(plugin, "callHost", CallParams(target: "@host", method: method, params: params), as: String.self, timeout: .seconds(10))
+        }
+        #expect(try await viaPlugin("c.allowed", "greet", Name(name: "Ada")) == "hello Ada")
+        #expect(await Self.code { try await viaPlugin("c.none", "greet", Name(name: "x")) } == "denied")
+        #expect(await Self.code { try await viaPlugin("c.allowed", "missing", String?.none) } == "notFound")
+        #expect(await Self.code { try await viaPlugin("c.allowed", "fail", String?.none) } == "pluginError")
+        #expect(await Self.code { try await viaPlugin("c.allowed", "hang", String?.none) } == "timeout")
+        try await waitUntil("the client to hear cancel") { cancelled.load(ordering: .relaxed) == 1 }
+
+        // A second client provides greet too: it gets the calls; when it goes, the first does again.
+        let second = try await SupervisorClient.connect(socket: sup.socket)
+        try await second.method("greet") { (p: Name) in "bonjour \(p.name)" }
+        #expect(try await viaPlugin("c.allowed", "greet", Name(name: "Bo")) == "bonjour Bo")
+        let waiting = Atomic<Int>(0)
+        try await second.method("hang") { (_: String?) -> String in
+            waiting.add(1, ordering: .relaxed)
+            try await Task.sleep(for: .seconds(60))
+            return "late"
+        }
+        let inFlight = Task { await Self.code { try await viaPlugin("c.allowed", "hang", String?.none) } }
+        try await waitUntil("the second client to get the call") { waiting.load(ordering: .relaxed) == 1 }
+        let closedAt = ContinuousClock.now
+        second.close()
+        #expect(await inFlight.value == "unavailable")
+        #expect(ContinuousClock.now - closedAt < .milliseconds(900), "unavailable at once, not at the call's timeout")
+        #expect(try await viaPlugin("c.allowed", "greet", Name(name: "Cy")) == "hello Cy")
+        first.close()
+        let third = try await SupervisorClient.connect(socket: sup.socket)
+        defer { third.close() }
+        try await waitUntil("no provider of greet") {
+            await Self.code { try await third.call("c.allowed", "callHost", CallParams(target: "@host", method: "greet", params: Name(name: "x")), as: String.self) } == "notFound"
+        }
+    }
+
+    /// A C plugin whose `ask` calls its host's `greet` (`target: "@host"`, as docs/abi.md shows it)
+    /// and answers with the host's answer, as it came.
+    static let cAsker = #"""
+    #define _GNU_SOURCE
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <string.h>
+    #include "sp_plugin.h"
+    static const sp_host *host;
+    static unsigned long long asked_by = 0;
+    static unsigned long long id_of(const char *json, size_t len) {
+        const char *p = memmem(json, len, "\"id\":", 5);
+        return p ? strtoull(p + 5, NULL, 10) : 0;
+    }
+    static void say(const char *frame, int n) { host->send(host->ctx, (const uint8_t *)frame, (size_t)n); }
+    static void receive(void *ctx, const uint8_t *bytes, size_t len) {
+        (void)ctx;
+        const char *json = (const char *)bytes;
+        unsigned long long id = id_of(json, len);
+        char frame[512];
+        if (memmem(json, len, "\"type\":\"reply\"", 14) && id == 1000000) {
+            const char *member = memmem(json, len, "\"result\":", 9);
+            if (!member) member = memmem(json, len, "\"error\":", 8);
+            int rest = (int)(json + len - member) - 1;
+            int n = snprintf(frame, sizeof frame, "{\"type\":\"reply\",\"id\":%llu,%.*s}", asked_by, rest, member);
+            say(frame, n);
+        } else if (memmem(json, len, "\"type\":\"call\"", 13)) {
+            asked_by = id;
+            int n = snprintf(frame, sizeof frame, "{\"type\":\"call\",\"id\":1000000,\"target\":\"@host\",\"method\":\"greet\",\"params\":\"C\",\"timeoutMs\":5000}");
+            say(frame, n);
+        } else if (memmem(json, len, "\"type\":\"event\"", 14)) {
+            int n = snprintf(frame, sizeof frame, "{\"type\":\"reply\",\"id\":%llu,\"result\":null}", id);
+            say(frame, n);
+        }
+    }
+    static void destroy(void *ctx) { (void)ctx; }
+    static const sp_plugin plugin = { SP_ABI_VERSION, NULL, receive, destroy };
+    const sp_plugin *sp_plugin_create(const sp_host *h) { host = h; return &plugin; }
+    """#
+
+    @Test("a C plugin calls a method a client provides, with the message docs/abi.md shows")
+    func cPluginCallsTheClient() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.asker", library: try Build.cLibrary("casker", source: Self.cAsker), extra: ["permissions": ["host.call:greet"]])
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        #expect(await Self.code { try await client.call("c.asker", "ask", as: String.self) } == "notFound")
+        try await client.method("greet") { (who: String) in "hello \(who)" }
+        #expect(try await client.call("c.asker", "ask", as: String.self) == "hello C")
+    }
+
+    @Test("a client outlives a supervisor's restart: a call made while none runs waits for the next one, and the methods it provided are provided again")
+    func reconnects() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.r", extra: ["permissions": ["host.call:greet"]])
+        var sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket, wait: .seconds(20))
+        defer { client.close() }
+        try await client.method("greet") { (p: String) in "hello \(p)" }
+        #expect(try await client.call("c.r", "ping", as: Int.self) == 1)
+        _ = try sup.cli("stop")
+        let stopping = sup
+        try await waitUntil("the supervisor to stop") { !stopping.process.isRunning }
+        let waiting = Task { try await client.call("c.r", "ping", as: Int.self, timeout: .seconds(20)) }
+        sup = try RunningSupervisor(w)
+        #expect(try await waiting.value == 1)
+        try await waitUntil("greet to be provided again") {
+            (try? await client.call("c.r", "callHost", CallParams(target: "@host", method: "greet", params: "Ada"), as: String.self)) == "hello Ada"
+        }
+        _ = sup
+    }
+
+    @Test("a client sending garbage is dropped alone and counted; 1,000 clients that connect and vanish mid-call leave the supervisor's descriptors and memory where they were")
+    func badClients() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.g")
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        #expect(try await client.call("c.g", "ping", as: Int.self) == 1)
+        let garbage = try rawControl(sup.socket)
+        try garbage.sendFrame([UInt8].frame(body: Array("this is not json".utf8)))
+        let last = try #require(try garbage.receiveFrame())
+        #expect(String(decoding: last, as: UTF8.self).contains("protocolViolation"))
+        #expect(try garbage.receiveFrame() == nil)
+        garbage.close()
+        #expect(try await client.call("c.g", "ping", as: Int.self) == 1)
+        #expect(try await client.callMetrics().contains(#"supervisor_control_clients_dropped_total{reason="protocolViolation"} 1"#))
+
+        let fds = try openFDs(sup.pid), memory = try rss(sup.pid)
+        for i in 0..<1_000 {
+            let vanishing = try rawControl(sup.socket)
+            try vanishing.sendFrame(callFrame(id: 1, target: "c.g", method: "sleep", params: #"{"ms":\#(5_000 + i)}"#))
+            vanishing.close()
+        }
+        try await waitUntil("the vanished clients' descriptors to be closed", within: 30) { try openFDs(sup.pid) <= fds }
+        #expect(try rss(sup.pid) - memory < 16 << 20)
+        #expect(try await client.call("c.g", "ping", as: Int.self) == 1)
+    }
+
+    static func config(_ w: TestWorld, callTimeoutMs: Int) throws -> String {
+        let path = w.root + "/config.json"
+        try #"{"callTimeoutMs": \#(callTimeoutMs)}"#.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+}
+
+extension SupervisorClient {
+    /// The Prometheus text, through a raw request (tests only).
+    func callMetrics() async throws -> String {
+        let connection = try SupervisorConnection(socketPath: socketPath)
+        defer { connection.close() }
+        let raw = try connection.request(.metrics)
+        return try JSONDecoder().decode(String.self, from: Data(raw))
+    }
+}

@@ -1,0 +1,13 @@
+"""Talk to a running sandboxed-plugins supervisor from Python (SPEC §12, docs/host.md).
+
+``Client`` blocks; ``AsyncClient`` is its asyncio twin. Both call plugins (``call``, ``open``),
+send them lifecycle events (``send``), read ``status``, follow ``events`` and provide host methods
+(``method``). Failures raise ``PluginError`` with the protocol's ``code``. Standard library only.
+"""
+from .aio import AsyncClient, AsyncEventStream
+from .client import SENDABLE_EVENTS, Client, EventStream
+from .errors import PluginError
+from ._wire import default_home, socket_path
+
+__all__ = ["Client", "AsyncClient", "EventStream", "AsyncEventStream", "PluginError", "SENDABLE_EVENTS",
+           "default_home", "socket_path"]

@@ -1,0 +1,64 @@
+"""The control socket's framing and where the socket is (docs/protocol.md).
+
+A frame is a 4-byte big-endian length, then that many bytes of one UTF-8 JSON object.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Any, Mapping, Optional
+
+#: The supervisor's default frame limit (``maxFrameBytes``).
+MAX_FRAME = 16 * 1024 * 1024
+
+
+def default_home(environ: Mapping[str, str] = os.environ) -> str:
+    """``$SUPERVISOR_HOME``, else ``$XDG_DATA_HOME/sandboxed-plugins``, else ``~/.local/share/sandboxed-plugins``."""
+    home = environ.get("SUPERVISOR_HOME")
+    if home:
+        return home
+    xdg = environ.get("XDG_DATA_HOME")
+    if xdg:
+        return xdg + "/sandboxed-plugins"
+    return environ.get("HOME", "/tmp") + "/.local/share/sandboxed-plugins"
+
+
+def socket_path(home: Optional[str] = None, socket: Optional[str] = None,
+                environ: Mapping[str, str] = os.environ) -> str:
+    """The control socket as the CLI finds it: ``socket``, else ``$SUPERVISOR_SOCKET``, else ``<home>/supervisor.sock``."""
+    if socket:
+        return socket
+    env_socket = environ.get("SUPERVISOR_SOCKET")
+    if env_socket:
+        return env_socket
+    return (home or default_home(environ)) + "/supervisor.sock"
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if not body or len(body) > MAX_FRAME:
+        raise ValueError(f"a frame of {len(body)} bytes is over the limit of {MAX_FRAME}")
+    return struct.pack(">I", len(body)) + body
+
+
+class FrameBuffer:
+    """Cuts frames out of bytes as they arrive."""
+
+    def __init__(self, max_body: int = MAX_FRAME) -> None:
+        self._buffer = bytearray()
+        self._max = max_body
+
+    def feed(self, data: bytes) -> list:
+        self._buffer += data
+        frames = []
+        while len(self._buffer) >= 4:
+            (length,) = struct.unpack_from(">I", self._buffer, 0)
+            if length == 0 or length > self._max:
+                raise ValueError(f"frame header announces {length} bytes (limit {self._max})")
+            if len(self._buffer) < 4 + length:
+                break
+            body = bytes(self._buffer[4:4 + length])
+            del self._buffer[:4 + length]
+            frames.append(json.loads(body.decode("utf-8")))
+        return frames

@@ -1,0 +1,273 @@
+"""The asyncio twin of ``Client``: the same calls, awaited, many in flight on one connection."""
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+import time
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Union
+
+from . import _wire
+from .errors import PluginError, unreachable
+
+_END = object()
+
+
+class AsyncEventStream:
+    """Host events as they happen: ``async for event in stream``, or ``await stream.next(timeout)``
+    and ``await stream.wait_for(predicate, timeout)``."""
+
+    def __init__(self, client: "AsyncClient", request_id: int) -> None:
+        self._client = client
+        self._id = request_id
+        self._queue: "asyncio.Queue[Any]" = asyncio.Queue()
+        self._ended = False
+
+    def __aiter__(self) -> AsyncIterator[dict]:
+        return self
+
+    async def __anext__(self) -> dict:
+        try:
+            return await self.next()
+        except PluginError:
+            raise StopAsyncIteration from None
+
+    async def next(self, timeout: Optional[float] = None) -> dict:
+        if self._ended:
+            raise PluginError("unavailable", "the event stream has ended")
+        try:
+            item = await asyncio.wait_for(self._queue.get(), timeout)
+        except asyncio.TimeoutError:
+            raise PluginError("timeout", f"no event within {timeout} s") from None
+        if item is _END:
+            self._ended = True
+            raise PluginError("unavailable", "the event stream has ended (the supervisor went away or it was closed)")
+        return item
+
+    async def wait_for(self, predicate: Callable[[dict], bool], timeout: float = 10.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PluginError("timeout", f"no matching event within {timeout} s")
+            event = await self.next(timeout=left)
+            if predicate(event):
+                return event
+
+    async def close(self) -> None:
+        if self._client._streams.pop(self._id, None) is not None:
+            await self._client._send_quietly({"type": "cancel", "id": self._id})
+            self._queue.put_nowait(_END)
+
+
+class AsyncClient:
+    """``await AsyncClient.connect(home=None, socket=None)``; then ``call``, ``open``, ``send``,
+    ``status``, ``events`` and ``method`` as ``Client`` has them. A cancelled task's call is
+    cancelled at the plugin (the supervisor sends it ``cancel``)."""
+
+    def __init__(self, socket_path: str, connect_timeout: float) -> None:
+        self.socket_path = socket_path
+        self.connect_timeout = connect_timeout
+        self._ids = itertools.count(1)
+        self._writer: Optional[asyncio.StreamWriter] = None
+        self._reader_task: Optional[asyncio.Task] = None
+        self._waiting: Dict[int, asyncio.Future] = {}
+        self._streams: Dict[int, AsyncEventStream] = {}
+        self._methods: Dict[str, Callable[[Any], Union[Any, Awaitable[Any]]]] = {}
+        self._host_calls: Dict[int, asyncio.Task] = {}
+        self._closed = False
+
+    @classmethod
+    async def connect(cls, home: Optional[str] = None, socket: Optional[str] = None, *, connect_timeout: float = 5.0) -> "AsyncClient":
+        client = cls(_wire.socket_path(home, socket), connect_timeout)
+        await client._connect()
+        return client
+
+    async def call(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> Any:
+        message: Dict[str, Any] = {"type": "call", "target": target, "method": method}
+        if params is not None:
+            message["params"] = params
+        if timeout is not None:
+            message["timeoutMs"] = max(1, int(timeout * 1000))
+        return await self._request(message, timeout)
+
+    async def open(self, uri: str, timeout: Optional[float] = None) -> Any:
+        message: Dict[str, Any] = {"type": "open", "uri": uri}
+        if timeout is not None:
+            message["timeoutMs"] = max(1, int(timeout * 1000))
+        return await self._request(message, timeout)
+
+    async def send(self, event: str, plugin: Optional[str] = None) -> dict:
+        message: Dict[str, Any] = {"type": "send", "name": event}
+        if plugin is not None:
+            message["target"] = plugin
+        return await self._request(message)
+
+    async def status(self) -> list:
+        return await self._request({"type": "status"})
+
+    async def restart(self, plugin: str) -> dict:
+        return await self._request({"type": "restart", "target": plugin})
+
+    async def events(self, plugin: Optional[str] = None) -> AsyncEventStream:
+        request_id = next(self._ids)
+        stream = AsyncEventStream(self, request_id)
+        self._streams[request_id] = stream
+        message: Dict[str, Any] = {"type": "events"}
+        if plugin is not None:
+            message["target"] = plugin
+        try:
+            await self._request(message, request_id=request_id)
+        except BaseException:
+            self._streams.pop(request_id, None)
+            raise
+        return stream
+
+    async def method(self, name: str, handler: Callable[[Any], Union[Any, Awaitable[Any]]]) -> None:
+        """Provides the host method ``name``; ``handler(params)`` may be a coroutine function."""
+        self._methods[name] = handler
+        await self._request({"type": "provide", "method": name})
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._writer is not None:
+            self._writer.close()
+        if self._reader_task is not None:
+            await asyncio.gather(self._reader_task, return_exceptions=True)
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # -- the connection ----------------------------------------------------------
+
+    async def _connect(self) -> None:
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            try:
+                reader, writer = await asyncio.open_unix_connection(self.socket_path)
+                break
+            except OSError as error:
+                if error.errno in (errno.ENOENT, errno.ECONNREFUSED) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)
+                    continue
+                raise unreachable(self.socket_path, error) from None
+        self._writer = writer
+        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader, writer))
+        for name in list(self._methods):
+            await self._send_quietly({"type": "provide", "id": next(self._ids), "method": name})
+
+    async def _send(self, message: Dict[str, Any]) -> None:
+        writer = self._writer
+        if writer is None:
+            raise PluginError("unavailable", "the connection to the supervisor was lost")
+        writer.write(_wire.encode(message))
+        await writer.drain()
+
+    async def _send_quietly(self, message: Dict[str, Any]) -> None:
+        try:
+            await self._send(message)
+        except (OSError, PluginError, ConnectionError):
+            pass
+
+    async def _request(self, message: Dict[str, Any], timeout: Optional[float] = None, request_id: Optional[int] = None) -> Any:
+        if self._closed:
+            raise PluginError("unavailable", "the client is closed")
+        if self._writer is None:
+            await self._connect()
+        if request_id is None:
+            request_id = next(self._ids)
+        message["id"] = request_id
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        try:
+            await self._send(message)
+            reply = await asyncio.wait_for(future, None if timeout is None else timeout + 5.0)
+        except asyncio.TimeoutError:
+            await self._send_quietly({"type": "cancel", "id": request_id})
+            raise PluginError("timeout", f"no answer from the supervisor within {timeout} s") from None
+        except asyncio.CancelledError:
+            # The task was cancelled: so is its call, at the plugin.
+            await asyncio.shield(self._send_quietly({"type": "cancel", "id": request_id}))
+            raise
+        except (OSError, ConnectionError) as error:
+            raise PluginError("unavailable", f"the connection to the supervisor was lost ({error})") from None
+        finally:
+            self._waiting.pop(request_id, None)
+        if reply is None:
+            raise PluginError("unavailable", "the connection to the supervisor was lost before it answered")
+        if "error" in reply:
+            raise PluginError.from_body(reply["error"])
+        return reply.get("result")
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = _wire.FrameBuffer()
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                for frame in frames.feed(data):
+                    self._dispatch(frame)
+        except (OSError, ValueError, ConnectionError):
+            pass
+        if self._writer is writer:
+            self._writer = None
+        writer.close()
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_result(None)
+        streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            stream._queue.put_nowait(_END)
+        for task in self._host_calls.values():
+            task.cancel()
+        self._host_calls.clear()
+
+    def _dispatch(self, frame: dict) -> None:
+        kind = frame.get("type")
+        frame_id = frame.get("id")
+        if kind == "reply":
+            future = self._waiting.get(frame_id)
+            if future is not None and not future.done():
+                future.set_result(frame)
+        elif kind == "hostEvent":
+            stream = self._streams.get(frame_id)
+            if stream is not None:
+                stream._queue.put_nowait({k: v for k, v in frame.items() if k not in ("type", "id")})
+        elif kind == "call":
+            task = asyncio.get_running_loop().create_task(self._host_call(frame))
+            self._host_calls[frame_id] = task
+        elif kind == "cancel":
+            task = self._host_calls.pop(frame_id, None)
+            if task is not None:
+                task.cancel()
+
+    async def _host_call(self, frame: dict) -> None:
+        call_id = frame.get("id")
+        handler = self._methods.get(frame.get("method", ""))
+        try:
+            if handler is None:
+                raise PluginError("notFound", f"this client provides no method {frame.get('method')}")
+            result = handler(frame.get("params"))
+            if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+                result = await result
+            reply: Dict[str, Any] = {"type": "reply", "id": call_id, "result": result}
+        except asyncio.CancelledError:
+            return
+        except PluginError as error:
+            reply = {"type": "reply", "id": call_id, "error": error.body()}
+        except Exception as error:
+            reply = {"type": "reply", "id": call_id,
+                     "error": {"code": "pluginError", "message": f"the host's {frame.get('method')} failed: {error}"}}
+        finally:
+            self._host_calls.pop(call_id, None)
+        try:
+            await self._send(reply)
+        except (TypeError, ValueError) as error:
+            await self._send_quietly({"type": "reply", "id": call_id,
+                                      "error": {"code": "pluginError", "message": f"the host's answer is not JSON: {error}"}})
+        except (OSError, PluginError, ConnectionError):
+            pass

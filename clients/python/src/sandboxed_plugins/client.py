@@ -1,0 +1,343 @@
+"""The blocking client: one connection to a running supervisor's control socket, usable from
+many threads at once (SPEC §12, docs/host.md)."""
+from __future__ import annotations
+
+import errno
+import itertools
+import queue
+import socket as _socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, Iterator, Optional
+
+from . import _wire
+from .errors import PluginError, unreachable
+
+#: Events a plugin can be sent (``send``).
+SENDABLE_EVENTS = ("memoryWarning", "background", "foreground")
+
+_END = object()
+
+
+class _Waiting:
+    __slots__ = ("done", "reply", "progress")
+
+    def __init__(self, progress: Optional[Callable[[dict], None]]) -> None:
+        self.done = threading.Event()
+        self.reply: Optional[dict] = None
+        self.progress = progress
+
+
+class EventStream:
+    """Host events as they happen: iterate it, or wait for one with ``next(timeout=...)`` or
+    ``wait_for(predicate, timeout=...)``. Ends when closed or when the supervisor goes away."""
+
+    def __init__(self, client: "Client", request_id: int) -> None:
+        self._client = client
+        self._id = request_id
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+        self._ended = False
+
+    def _put(self, item: Any) -> None:
+        self._queue.put(item)
+
+    def __iter__(self) -> Iterator[dict]:
+        return self
+
+    def __next__(self) -> dict:
+        try:
+            return self.next()
+        except PluginError:
+            raise StopIteration from None
+
+    def next(self, timeout: Optional[float] = None) -> dict:
+        """The next event; ``PluginError("timeout")`` if none came within ``timeout`` seconds,
+        ``PluginError("unavailable")`` once the stream has ended."""
+        if self._ended:
+            raise PluginError("unavailable", "the event stream has ended")
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise PluginError("timeout", f"no event within {timeout} s") from None
+        if item is _END:
+            self._ended = True
+            raise PluginError("unavailable", "the event stream has ended (the supervisor went away or it was closed)")
+        return item
+
+    def wait_for(self, predicate: Callable[[dict], bool], timeout: float = 10.0) -> dict:
+        """The first event for which ``predicate`` is true, within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PluginError("timeout", f"no matching event within {timeout} s")
+            event = self.next(timeout=left)
+            if predicate(event):
+                return event
+
+    def close(self) -> None:
+        """Stops following (the supervisor gets ``cancel``)."""
+        if self._client._streams.pop(self._id, None) is not None:
+            self._client._send_quietly({"type": "cancel", "id": self._id})
+            self._queue.put(_END)
+
+    def __enter__(self) -> "EventStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Client:
+    """A connection to a running ``supervisor start``, found as the CLI finds it (``socket``,
+    else ``$SUPERVISOR_SOCKET``, else ``<home>/supervisor.sock``). Calls may be made from many
+    threads at once; each waits for its own reply. If the supervisor restarts, the next request
+    connects again (waiting up to ``connect_timeout`` seconds for it)."""
+
+    def __init__(self, home: Optional[str] = None, socket: Optional[str] = None, *, connect_timeout: float = 5.0) -> None:
+        self.socket_path = _wire.socket_path(home, socket)
+        self.connect_timeout = connect_timeout
+        self._ids = itertools.count(1)
+        self._send_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._sock: Optional[_socket.socket] = None
+        self._waiting: Dict[int, _Waiting] = {}
+        self._streams: Dict[int, EventStream] = {}
+        self._methods: Dict[str, Callable[[Any], Any]] = {}
+        self._host_calls: Dict[int, bool] = {}  # the supervisor's id -> cancelled
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._closed = False
+        self._connect()
+
+    # -- the calls of SPEC §12 -------------------------------------------------
+
+    def call(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> Any:
+        """Calls ``method`` of plugin ``target``; returns its result (decoded JSON). ``timeout``
+        in seconds defaults to the plugin's own."""
+        message: Dict[str, Any] = {"type": "call", "target": target, "method": method}
+        if params is not None:
+            message["params"] = params
+        if timeout is not None:
+            message["timeoutMs"] = max(1, int(timeout * 1000))
+        return self._request(message, timeout)
+
+    def open(self, uri: str, timeout: Optional[float] = None) -> Any:
+        """Opens a ``plugin://<identifier>/<path>?<query>`` URI."""
+        message: Dict[str, Any] = {"type": "open", "uri": uri}
+        if timeout is not None:
+            message["timeoutMs"] = max(1, int(timeout * 1000))
+        return self._request(message, timeout)
+
+    def send(self, event: str, plugin: Optional[str] = None) -> dict:
+        """Sends ``memoryWarning``, ``background`` or ``foreground`` to every running plugin (or one)."""
+        message: Dict[str, Any] = {"type": "send", "name": event}
+        if plugin is not None:
+            message["target"] = plugin
+        return self._request(message)
+
+    def status(self) -> list:
+        """Every plugin's status, as ``supervisor status --json`` prints it."""
+        return self._request({"type": "status"})
+
+    def restart(self, plugin: str) -> dict:
+        return self._request({"type": "restart", "target": plugin})
+
+    def events(self, plugin: Optional[str] = None) -> EventStream:
+        """Follows the host events (``started``, ``exited``, ``restarting``, ``failed``,
+        ``updated``, ``installed``, ``uninstalled``, ``dropped``) from now on, each a dict as
+        ``supervisor events --json`` prints it."""
+        request_id = next(self._ids)
+        stream = EventStream(self, request_id)
+        self._streams[request_id] = stream
+        message: Dict[str, Any] = {"type": "events", "id": request_id}
+        if plugin is not None:
+            message["target"] = plugin
+        try:
+            self._request(message, request_id=request_id)
+        except BaseException:
+            self._streams.pop(request_id, None)
+            raise
+        return stream
+
+    def method(self, name: str, handler: Callable[[Any], Any]) -> None:
+        """Provides the host method ``name`` to plugins (their ``@host`` calls, allowed by
+        ``host.call:<name>``): ``handler(params)`` runs on a thread of the client's and returns
+        the result; raising ``PluginError`` answers with its code, anything else ``pluginError``."""
+        self._methods[name] = handler
+        self._request({"type": "provide", "method": name})
+
+    def close(self) -> None:
+        self._closed = True
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(_socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- the connection ----------------------------------------------------------
+
+    def _connect(self) -> None:
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            try:
+                sock.connect(self.socket_path)
+                break
+            except OSError as error:
+                sock.close()
+                if error.errno in (errno.ENOENT, errno.ECONNREFUSED) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    continue
+                raise unreachable(self.socket_path, error) from None
+        self._sock = sock
+        threading.Thread(target=self._read, args=(sock,), name="sandboxed-plugins-reader", daemon=True).start()
+        # What this client provided is provided again by the new connection.
+        for name in list(self._methods):
+            self._send_quietly({"type": "provide", "id": next(self._ids), "method": name})
+
+    def _ensure_connected(self) -> None:
+        with self._state_lock:
+            if self._closed:
+                raise PluginError("unavailable", "the client is closed")
+            if self._sock is None:
+                self._connect()
+
+    def _send(self, message: Dict[str, Any]) -> None:
+        frame = _wire.encode(message)
+        with self._send_lock:
+            sock = self._sock
+            if sock is None:
+                raise PluginError("unavailable", "the connection to the supervisor was lost")
+            sock.sendall(frame)
+
+    def _send_quietly(self, message: Dict[str, Any]) -> None:
+        try:
+            self._send(message)
+        except (OSError, PluginError):
+            pass
+
+    def _request(self, message: Dict[str, Any], timeout: Optional[float] = None, request_id: Optional[int] = None,
+                 progress: Optional[Callable[[dict], None]] = None) -> Any:
+        self._ensure_connected()
+        if request_id is None:
+            request_id = next(self._ids)
+        message["id"] = request_id
+        waiting = _Waiting(progress)
+        self._waiting[request_id] = waiting
+        try:
+            self._send(message)
+        except PluginError:
+            self._waiting.pop(request_id, None)
+            raise
+        except OSError as error:
+            self._waiting.pop(request_id, None)
+            self._lost(self._sock)
+            raise PluginError("unavailable", f"the connection to the supervisor was lost ({error})") from None
+        # The supervisor answers by the call's deadline itself; the margin covers a wedged one.
+        if not waiting.done.wait(None if timeout is None else timeout + 5.0):
+            self._waiting.pop(request_id, None)
+            self._send_quietly({"type": "cancel", "id": request_id})
+            raise PluginError("timeout", f"no answer from the supervisor within {timeout} s")
+        reply = waiting.reply
+        if reply is None:
+            raise PluginError("unavailable", "the connection to the supervisor was lost before it answered")
+        if "error" in reply:
+            raise PluginError.from_body(reply["error"])
+        return reply.get("result")
+
+    def _read(self, sock: _socket.socket) -> None:
+        frames = _wire.FrameBuffer()
+        try:
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                for frame in frames.feed(data):
+                    self._dispatch(frame)
+        except (OSError, ValueError):
+            pass
+        self._lost(sock)
+
+    def _lost(self, sock: Optional[_socket.socket]) -> None:
+        with self._state_lock:
+            if sock is None or self._sock is not sock:
+                return
+            self._sock = None
+        try:
+            sock.close()
+        except OSError:
+            pass
+        waiting, self._waiting = self._waiting, {}
+        for slot in waiting.values():
+            slot.done.set()
+        streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            stream._put(_END)
+        self._host_calls.clear()
+
+    def _dispatch(self, frame: dict) -> None:
+        kind = frame.get("type")
+        frame_id = frame.get("id")
+        if kind == "reply":
+            slot = self._waiting.pop(frame_id, None)
+            if slot is not None:
+                slot.reply = frame
+                slot.done.set()
+            elif frame_id == 0 and "error" in frame:
+                # The supervisor dropped this connection, saying why.
+                self._lost(self._sock)
+        elif kind == "progress":
+            slot = self._waiting.get(frame_id)
+            if slot is not None and slot.progress is not None:
+                slot.progress(frame)
+        elif kind == "hostEvent":
+            stream = self._streams.get(frame_id)
+            if stream is not None:
+                event = {k: v for k, v in frame.items() if k not in ("type", "id")}
+                stream._put(event)
+        elif kind == "call":
+            self._host_call(frame)
+        elif kind == "cancel":
+            if frame_id in self._host_calls:
+                self._host_calls[frame_id] = True
+
+    def _host_call(self, frame: dict) -> None:
+        call_id = frame.get("id")
+        handler = self._methods.get(frame.get("method", ""))
+        if handler is None:
+            self._send_quietly({"type": "reply", "id": call_id,
+                                "error": {"code": "notFound", "message": f"this client provides no method {frame.get('method')}"}})
+            return
+        self._host_calls[call_id] = False
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="sandboxed-plugins-method")
+
+        def run() -> None:
+            try:
+                reply: Dict[str, Any] = {"type": "reply", "id": call_id, "result": handler(frame.get("params"))}
+            except PluginError as error:
+                reply = {"type": "reply", "id": call_id, "error": error.body()}
+            except Exception as error:  # the plugin hears it as the host method's failure
+                reply = {"type": "reply", "id": call_id,
+                         "error": {"code": "pluginError", "message": f"the host's {frame.get('method')} failed: {error}"}}
+            if self._host_calls.pop(call_id, True):
+                return  # cancelled (timed out, or its plugin ended): nobody waits for it
+            try:
+                self._send(reply)
+            except (TypeError, ValueError) as error:
+                self._send_quietly({"type": "reply", "id": call_id,
+                                    "error": {"code": "pluginError", "message": f"the host's answer is not JSON: {error}"}})
+            except (OSError, PluginError):
+                pass
+
+        self._pool.submit(run)

@@ -1,0 +1,155 @@
+"""The Python client against a real supervisor and the TestKit plugin."""
+import asyncio
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from sandboxed_plugins import AsyncClient, Client, PluginError
+
+
+def test_calls_status_send_and_open(plugin_supervisor, bundles):
+    bundles("py.a")
+    folder = bundles("py.b", dependencies=["py.a"])
+    sup = plugin_supervisor([folder])
+    client = sup.client
+    assert client.call("py.a", "ping") == 1
+    assert client.call("py.b", "echo", {"x": [1, 2]}) == {"x": [1, 2]}
+    assert client.call("py.b", "call", {"target": "py.a", "method": "ping"}) == 1
+    status = client.status()
+    assert [p["identifier"] for p in status] == ["py.a", "py.b"]
+    assert all(p["state"] == "running" and p["pid"] for p in status)
+    sent = client.send("memoryWarning", plugin="py.a")
+    assert sent["delivered"] == ["py.a"]
+    assert client.open("plugin://py.a/echo?q=1") == {"q": "1"}
+
+
+def test_errors_carry_the_protocols_code(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.e")])
+    with pytest.raises(PluginError) as missing:
+        sup.client.call("py.nope", "ping")
+    assert missing.value.code == "notFound"
+    with pytest.raises(PluginError) as failed:
+        sup.client.call("py.e", "fail")
+    assert failed.value.code == "custom" and "on purpose" in failed.value.message
+    with pytest.raises(PluginError) as bad:
+        sup.client.open("not-a-uri")
+    assert bad.value.code == "badRequest"
+    with pytest.raises(PluginError) as slow:
+        sup.client.call("py.e", "sleep", {"ms": 2000}, timeout=0.2)
+    assert slow.value.code == "timeout"
+    with pytest.raises(PluginError) as unreachable:
+        Client(socket=sup.home + "/nothing.sock", connect_timeout=0.1)
+    assert unreachable.value.code == "unreachable"
+
+
+def test_a_crash_is_heard_and_the_plugin_serves_again(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.crashy")])
+    with sup.client.events("py.crashy") as events:
+        pid = sup.crash("py.crashy")
+        exited = events.wait_for(lambda e: e["event"] == "exited")
+        assert exited["pid"] == pid and exited["lastExit"]["signal"] == "SIGSEGV"
+        restarting = events.wait_for(lambda e: e["event"] == "restarting")
+        assert restarting["attempt"] == 1
+        started = events.wait_for(lambda e: e["event"] == "started")
+        assert started["pid"] != pid
+    assert sup.client.call("py.crashy", "ping") == 1
+    assert sup.status("py.crashy")["restarts"] == 1
+
+
+def test_host_methods(plugin_supervisor, bundles):
+    bundles("py.allowed", permissions=["host.call:*"])
+    folder = bundles("py.none")
+    sup = plugin_supervisor([folder])
+    client = sup.client
+
+    def greet(params):
+        return f"hello {params['name']}"
+
+    def refuse(params):
+        raise PluginError("custom", "not today")
+
+    def broken(params):
+        raise ValueError("broken on purpose")
+
+    client.method("greet", greet)
+    client.method("refuse", refuse)
+    client.method("broken", broken)
+
+    def via(plugin, method, params=None):
+        return client.call(plugin, "callHost", {"target": "@host", "method": method, "params": params}, timeout=10)
+
+    assert via("py.allowed", "greet", {"name": "Ada"}) == "hello Ada"
+    for plugin, method, code in [("py.none", "greet", "denied"), ("py.allowed", "missing", "notFound"),
+                                 ("py.allowed", "refuse", "custom"), ("py.allowed", "broken", "pluginError")]:
+        with pytest.raises(PluginError) as error:
+            via(plugin, method, {"name": "x"})
+        assert error.value.code == code, (plugin, method)
+
+
+def test_one_client_many_threads(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.t")])
+    client = sup.client
+    results = {}
+
+    def worker(n):
+        results[n] = [client.call("py.t", "echo", n * 100 + i) for i in range(20)]
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(results[n] == [n * 100 + i for i in range(20)] for n in range(8))
+
+
+def test_the_asyncio_twin(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.async", permissions=["host.call:*"])])
+
+    async def main():
+        async with await AsyncClient.connect(socket=sup.socket) as client:
+            answers = await asyncio.gather(*[client.call("py.async", "echo", i) for i in range(64)])
+            assert answers == list(range(64))
+
+            async def greet(params):
+                await asyncio.sleep(0)
+                return f"hi {params}"
+
+            await client.method("greet", greet)
+            assert await client.call("py.async", "callHost", {"target": "@host", "method": "greet", "params": "Bo"}) == "hi Bo"
+            # A cancelled task cancels its call in the plugin (TestKit records it).
+            slow = asyncio.ensure_future(client.call("py.async", "sleep", {"ms": 20000}, timeout=30))
+            await _until(lambda: client.call("py.async", "info"), lambda info: "sleeping:20000" in [e["event"] for e in info["events"]])
+            slow.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await slow
+            await _until(lambda: client.call("py.async", "info"), lambda info: "cancelled:20000" in [e["event"] for e in info["events"]])
+            events = await client.events("py.async")
+            os.kill((await client.status())[0]["pid"], signal.SIGSEGV)
+            exited = await events.wait_for(lambda e: e["event"] == "exited")
+            assert exited["lastExit"]["signal"] == "SIGSEGV"
+            await events.wait_for(lambda e: e["event"] == "started")
+            await events.close()
+
+    asyncio.run(main())
+
+
+async def _until(ask, holds, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        if holds(await ask()):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("the condition did not hold in time")
+        await asyncio.sleep(0.01)
+
+
+def test_the_fixture_stops_the_supervisor(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.s")])
+    pid = sup.pid("py.s")
+    assert "ready" in sup.ready_line
+    assert sup.stop() == 0
+    with pytest.raises(OSError):
+        os.kill(pid, 0)
