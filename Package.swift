@@ -83,7 +83,7 @@ let package = Package(
         // installer; links no SwiftNIO.
         .target(name: "Bundles", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "LinuxSupport"], path: "Sources/Bundles"),
         // The control socket's client (the CLI's, and a host program's): over IPC, speaks Protocol.
-        .target(name: "SupervisorClient", dependencies: ["IPC", "Protocol", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/SupervisorClient"),
+        .target(name: "SupervisorClient", dependencies: ["IPC", "Protocol", "LinuxSupport", "CLinuxSupport", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/SupervisorClient"),
         // Landlock and seccomp filters in Swift, for the worker and the installer.
         .target(name: "Confinement", dependencies: ["CSandboxSupport", "CSeccomp", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/Confinement"),
         // The worker's code, entered at `sp_worker_main`: linked into `plugin-worker`, and loaded as

@@ -48,6 +48,8 @@ CRASH = "crash → serving again (first restart), median"
 PSS = "worker PSS with 50 workers, median"
 EMBEDDED = "embedded host call p50 (task → worker → back, one hop)"
 EMBEDDEDT = "embedded host call throughput, 64 in flight"
+CLIENT = "SupervisorClient call p50 (task → worker over its direct link → back)"
+CLIENTT = "SupervisorClient call throughput, 64 in flight"
 
 # (label, ours, theirs or reference, ratio target as (op, value), lower is better)
 rows = [
@@ -59,6 +61,12 @@ if all(EMBEDDED in r and EMBEDDEDT in r for r in ours_runs):
     rows += [
         ("embedded host (PluginHost) call p50 vs go-plugin's one hop", ours(EMBEDDED), go("callP50Us"), "µs", ("≤", 0.5)),
         ("embedded host (PluginHost) 64 in flight vs go-plugin", ours(EMBEDDEDT), go("throughput64"), "/s", ("≥", 3.5)),
+    ]
+if all(CLIENT in r and CLIENTT in r for r in ours_runs):
+    # SupervisorClient (SPEC §12): a program beside a running supervisor, over its direct link.
+    rows += [
+        ("SupervisorClient call p50 (direct link) vs go-plugin's one hop", ours(CLIENT), go("callP50Us"), "µs", ("≤", 0.6)),
+        ("SupervisorClient 64 in flight (direct link) vs go-plugin", ours(CLIENTT), go("throughput64"), "/s", ("≥", 3.5)),
     ]
 if all(CALL + POLLING in r and TPUT + POLLING in r for r in ours_runs):
     # Not the default (`workerSpinMicroseconds: 100` in the configuration): what polling buys.

@@ -136,7 +136,7 @@ do {
             try rig.start(plugins: try rig.plugins("client", count: 0, extra: ["bench.callee"]))
         }
         let figures = try ClientBench.run(socket: rig.socket, calls: calls, supervisorPID: rig.supervisorPID)
-        report.add("SupervisorClient call p50 (task → supervisor → worker → back)", figures.latency.median, "µs",
+        report.add("SupervisorClient call p50 (task → worker over its direct link → back)", figures.latency.median, "µs",
                    baseline: oneHopBaseline.map { ("1-hop echo p50", $0.p50) })
         report.add("SupervisorClient call p99", figures.latency.percentile(0.99), "µs")
         for c in [1, 16, 64] {

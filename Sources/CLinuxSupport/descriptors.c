@@ -47,6 +47,12 @@ static long receive_with_fd(int sock, void *data, size_t len, int *fd, int flags
             memcpy(fd, CMSG_DATA(c), sizeof(int));
         }
     }
+    /* Descriptors dropped for want of room: the message is not the one that was sent. */
+    if (msg.msg_flags & MSG_CTRUNC) {
+        if (*fd >= 0) close(*fd);
+        *fd = -1;
+        return -EBADMSG;
+    }
     return (long)n;
 }
 
@@ -69,6 +75,22 @@ long cls_send_with_fd(int sock, int fd, const void *data, size_t len) {
 
 long cls_receive_with_fd(int sock, void *data, size_t len, int *fd) {
     return receive_with_fd(sock, data, len, fd, 0);
+}
+
+int cls_accept_cloexec(int listener) {
+    for (;;) {
+        int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0) return fd;
+        if (errno != EINTR && errno != ECONNABORTED) return -errno;
+    }
+}
+
+int cls_peer_uid(int sock, unsigned int *uid) {
+    struct ucred credentials;
+    socklen_t length = sizeof credentials;
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -errno;
+    *uid = credentials.uid;
+    return 0;
 }
 
 int cls_wake_fd(void) {

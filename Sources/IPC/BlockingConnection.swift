@@ -215,6 +215,10 @@ public final class BlockingConnection: Sendable {
         return n
     }
 
+    /// Bytes read from the socket and not yet handed out as frames (reader state: read it on the
+    /// reading thread): a reader that polls the socket first must not wait for data already here.
+    public var bufferedByteCount: Int { decoder.bufferedCount }
+
     /// Receives one frame as an array.
     public func receiveFrame() throws -> [UInt8]? {
         try receive { Array($0) }

@@ -1,3 +1,4 @@
+import CLinuxSupport
 import IPC
 import LinuxSupport
 import PluginProtocol
@@ -27,14 +28,18 @@ public final class SupervisorClient: Sendable {
     public let socketPath: String
     /// How long a request waits for a supervisor that is not there (not started yet, restarting).
     public let reconnectWait: Duration
-    private let state = Mutex(State())
+    /// Whether calls to a plugin go over a direct link to its worker once the supervisor has
+    /// checked one (one hop; docs/protocol.md "Direct links for clients").
+    public let directLinks: Bool
+    /// Behind a pthread mutex (`Locked`), which the thread sanitizer sees (it does not see `Mutex`'s futex on Linux).
+    private let state = Locked(State())
 
     /// A host method's body: the call's `params` JSON in, the result's JSON out.
     public typealias Handler = @Sendable ([UInt8]) async throws -> [UInt8]
 
     private struct State {
         var link: Link?
-        var links: UInt64 = 0
+        var connections: UInt64 = 0
         var nextID: UInt64 = 1
         var waiting: [UInt64: Waiter] = [:]
         var streams: [UInt64: Follower] = [:]
@@ -44,6 +49,15 @@ public final class SupervisorClient: Sendable {
         var hostCalls: [UInt64: Task<Void, Never>?] = [:]
         var closed = false
         var reproviding = false
+        /// Direct links, by target.
+        var links: [String: LinkSlot] = [:]
+    }
+
+    private enum LinkSlot {
+        case asking
+        case ready(DirectLink)
+        /// Refused or failed: not asked again before this (monotonic ns).
+        case refused(until: Int64)
     }
 
     private struct Waiter {
@@ -67,33 +81,39 @@ public final class SupervisorClient: Sendable {
         }
     }
 
-    init(socketPath: String, reconnectWait: Duration) {
+    init(socketPath: String, reconnectWait: Duration, directLinks: Bool) {
         self.socketPath = socketPath
         self.reconnectWait = reconnectWait
+        self.directLinks = directLinks
     }
 
     deinit {
-        let link = state.withLock { $0.link }
+        let (link, direct) = state.withLock { s in (s.link, s.links.values.compactMap { if case .ready(let l) = $0 { l } else { nil } }) }
         link?.connection.shutdown()
+        for l in direct { l.close() }
     }
 
     /// Connects to the supervisor whose control socket is `socket`, else `$SUPERVISOR_SOCKET`, else
     /// `<home>/supervisor.sock` (`home`, else `$SUPERVISOR_HOME`, else the default home), waiting
     /// up to `wait` for one that is starting.
-    public static func connect(home: String? = nil, socket: String? = nil, wait: Duration = .seconds(5)) async throws -> SupervisorClient {
+    public static func connect(home: String? = nil, socket: String? = nil, wait: Duration = .seconds(5),
+                               directLinks: Bool = true) async throws -> SupervisorClient {
         let path = SupervisorLocation.socketPath(socket: socket, home: home, environment: ProcessEnvironment.all)
-        let client = SupervisorClient(socketPath: path, reconnectWait: wait)
+        let client = SupervisorClient(socketPath: path, reconnectWait: wait, directLinks: directLinks)
         _ = try await client.currentLink(waiting: wait)
         return client
     }
 
     /// Closes the connection: calls in flight fail `unavailable`, event streams end.
     public func close() {
-        let link = state.withLock { s -> Link? in
+        let (link, direct) = state.withLock { s -> (Link?, [DirectLink]) in
             s.closed = true
-            return s.link
+            let direct = s.links.values.compactMap { if case .ready(let l) = $0 { l } else { nil } }
+            s.links = [:]
+            return (s.link, direct)
         }
         link?.connection.shutdown()
+        for l in direct { l.close() }
     }
 
     // MARK: The calls of SPEC §12
@@ -114,14 +134,20 @@ public final class SupervisorClient: Sendable {
         try Self.decode(R.self, try await callJSON(target, method, params: nil, timeout: timeout), of: "\(target).\(method)")
     }
 
-    /// Calls with params and result as raw JSON.
+    /// Calls with params and result as raw JSON: over the direct link to the plugin's worker when
+    /// there is one, else through the supervisor (and then a link is asked for, for the next calls).
     public func callJSON(_ target: String, _ method: String, params: [UInt8]?, timeout: Duration? = nil) async throws -> [UInt8] {
-        try await request(.call, timeout: timeout) { b in
+        if let link = directLink(to: target), let answer = try await link.call(method: method, params: params, timeout: timeout) {
+            return answer
+        }
+        let answer = try await request(.call, timeout: timeout) { b in
             b.string("target", target)
             b.string("method", method)
             if let params { b.raw("params", params) }
             if let timeout { b.uint("timeoutMs", Self.milliseconds(timeout)) }
         }
+        askForLink(to: target)
+        return answer
     }
 
     /// Opens `plugin://<identifier>/<path>?<query>` and decodes what the plugin answers.
@@ -306,8 +332,8 @@ public final class SupervisorClient: Sendable {
     private func adopt(_ connection: BlockingConnection) -> Link {
         let (link, made, methods) = state.withLock { s -> (Link, Bool, [String]) in
             if let existing = s.link { return (existing, false, []) }
-            s.links += 1
-            let link = Link(number: s.links, connection: connection)
+            s.connections += 1
+            let link = Link(number: s.connections, connection: connection)
             s.link = link
             return (link, true, Array(s.methods.keys))
         }
@@ -386,6 +412,9 @@ public final class SupervisorClient: Sendable {
                 let method = Envelope.string(bytes, env.method) ?? ""
                 let params = env.params.map { Array(bytes[$0]) } ?? Array("null".utf8)
                 hostCall(id, method, params, on: link)
+            case .unlink:
+                guard let id = env.id, let number = try? ProtocolJSON.decode(UnlinkOrder.self, from: bytes).link else { return }
+                unlink(number, answering: id, on: link)
             case .cancel:
                 guard let id = env.id else { return }
                 state.withLock { $0.hostCalls.removeValue(forKey: id) }??.cancel()
@@ -429,6 +458,124 @@ public final class SupervisorClient: Sendable {
             // Still awaited (not answered nor cancelled already): its task can be cancelled.
             if s.hostCalls[id] != nil { s.hostCalls[id] = task }
         }
+    }
+
+    // MARK: Direct links
+
+    /// The plugins this client calls over a direct link now.
+    public var linkedPlugins: [String] {
+        state.withLock { s in s.links.compactMap { if case .ready = $0.value { $0.key } else { nil } }.sorted() }
+    }
+
+    private func directLink(to target: String) -> DirectLink? {
+        state.withLock { s in if case .ready(let link) = s.links[target] { link } else { nil } }
+    }
+
+    /// After a call went through the supervisor (so it has checked it): a direct link for the next
+    /// ones, asked for in the background, once.
+    private func askForLink(to target: String) {
+        guard directLinks else { return }
+        let now = ProcessControl.monotonicNanoseconds()
+        let ask = state.withLock { s -> Bool in
+            switch s.links[target] {
+            case .asking?, .ready?: return false
+            case .refused(let until)? where until > now: return false
+            default:
+                guard !s.closed else { return false }
+                s.links[target] = .asking
+                return true
+            }
+        }
+        guard ask else { return }
+        Task { [weak self] in await self?.establishLink(to: target) }
+    }
+
+    private func establishLink(to target: String) async {
+        do {
+            let grant = try Self.decode(LinkGrant.self, try await request(.link) { $0.string("target", target) }, of: "link")
+            let fd = try Self.pickUp(grant)
+            let link = DirectLink(number: grant.link, target: target, timeoutMs: grant.timeoutMs, fd: fd,
+                                  report: { [weak self] report in self?.sendControl(report) },
+                                  ended: { [weak self] link in self?.linkEnded(link) })
+            let kept = state.withLock { s -> Bool in
+                guard !s.closed, case .asking? = s.links[target] else { return false }
+                s.links[target] = .ready(link)
+                return true
+            }
+            if !kept { link.close() }
+        } catch {
+            // Not now (switched off, not running, debugged): asked again later.
+            state.withLock { s in
+                if case .asking? = s.links[target] { s.links[target] = .refused(until: ProcessControl.monotonicNanoseconds() + 5_000_000_000) }
+            }
+        }
+    }
+
+    /// Picks the link's descriptor up where the grant says (a one-time token for it).
+    private static func pickUp(_ grant: LinkGrant) throws -> Int32 {
+        let handoff = try BlockingConnection.connect(path: grant.socket)
+        defer { handoff.close() }
+        var limit = timeval(tv_sec: 2, tv_usec: 0)
+        setsockopt(handoff.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        try handoff.sendFrame(ProtocolJSON.frame(["token": grant.token]))
+        var buffer = [UInt8](repeating: 0, count: 512)
+        var fd: Int32 = -1
+        let n = buffer.withUnsafeMutableBytes { cls_receive_with_fd(handoff.fd, $0.baseAddress, $0.count, &fd) }
+        guard n > 4, fd >= 0 else {
+            if fd >= 0 { Glibc.close(fd) }
+            throw ErrorBody(.unavailable, "the link's descriptor was not handed over: \(String(decoding: buffer.prefix(max(0, n)).dropFirst(4), as: UTF8.self))")
+        }
+        // A received descriptor is checked before it is used: a stream socket, nothing else.
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK else {
+            Glibc.close(fd)
+            throw ErrorBody(.unavailable, "the link's descriptor is not a socket")
+        }
+        return fd
+    }
+
+    /// A link's counts (`linkCalls`), on the control connection.
+    private func sendControl(_ report: CallHop.LinkCalls) {
+        guard let link = state.withLock({ $0.link }), let frame = try? ProtocolJSON.frame(report) else { return }
+        try? link.connection.sendFrame(frame)
+    }
+
+    private func linkEnded(_ link: DirectLink) {
+        state.withLock { s in
+            if case .ready(let current)? = s.links[link.target], current === link { s.links[link.target] = nil }
+        }
+    }
+
+    /// The supervisor takes link `number` back (its worker is stopping): calls go through the
+    /// supervisor from now on, and the link is given back once its calls are settled.
+    private func unlink(_ number: UInt64, answering id: UInt64, on control: Link) {
+        let link = state.withLock { s -> DirectLink? in
+            for (target, slot) in s.links {
+                if case .ready(let l) = slot, l.number == number {
+                    s.links[target] = nil
+                    return l
+                }
+            }
+            return nil
+        }
+        let answer: @Sendable () -> Void = {
+            var reply = FrameBuilder(kind: .reply)
+            reply.uint("id", id)
+            reply.raw("result", Array("null".utf8))
+            try? control.connection.sendFrame(reply.finish())
+        }
+        if let link { link.unlink(answer) } else { answer() }
+    }
+
+    private struct UnlinkOrder: Decodable {
+        var link: UInt64
+    }
+
+    private struct LinkGrant: Decodable {
+        var link: UInt64
+        var token: String
+        var socket: String
+        var timeoutMs: Int
     }
 
     // MARK: Coding

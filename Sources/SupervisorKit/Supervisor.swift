@@ -147,6 +147,14 @@ public final class Supervisor: Sendable {
         if config.servesControlSocket {
             let server = try ControlServer.bind(config: config, group: group, engine: engine)
             onLoop { $0.control.listening(on: server) }
+            if config.peerLinks {
+                do {
+                    let handoff = try LinkHandoff.start(controlSocket: config.socketPath)
+                    onLoop { $0.handoff = handoff }
+                } catch {
+                    logger.warning("cannot serve clients' direct links (\(error)): their calls go through the supervisor")
+                }
+            }
         }
         let metricsServer = try MetricsServer.start(config: config, logger: logger, engine: engine)
         defer { metricsServer?.close(promise: nil) }
@@ -161,7 +169,10 @@ public final class Supervisor: Sendable {
         }
         // A shutdown asked for before the socket was bound (an embedded host stopped right after
         // `run`) finished without it: the socket closes, and its file goes, here.
-        _ = try? loop.flatSubmit { [engine] in engine.value.control.close() }.wait()
+        _ = try? loop.flatSubmit { [engine] in
+            engine.value.handoff?.stop()
+            return engine.value.control.close()
+        }.wait()
     }
 
     /// Runs `body` on the loop with the engine and waits for it (only from another thread).

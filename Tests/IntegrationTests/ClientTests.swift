@@ -15,7 +15,7 @@ struct ClientTests {
         var params: P?
     }
 
-    static func code(_ body: () async throws -> String) async -> String? {
+    static func code<T>(_ body: () async throws -> T) async -> String? {
         do {
             _ = try await body()
             return nil
@@ -280,6 +280,88 @@ struct ClientTests {
         try await waitUntil("the vanished clients' descriptors to be closed", within: 30) { try openFDs(sup.pid) <= fds }
         #expect(try rss(sup.pid) - memory < 16 << 20)
         #expect(try await client.call("c.g", "ping", as: Int.self) == 1)
+    }
+
+    @Test("one hop: after its first call a client's calls go over a direct link to the worker (answered while the supervisor's loop is held), counted in the supervisor's metrics; a call that times out on the link is cancelled in the plugin")
+    func directLink() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.d")
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        #expect(try await client.call("c.d", "ping", as: Int.self) == 1)
+        try await waitUntil("the direct link") { client.linkedPlugins == ["c.d"] }
+        // The supervisor's loop held for 1.5 s: a call over the link does not notice.
+        let wedge = try rawControl(sup.socket)
+        var frame = FrameBuilder(kind: .debugWedge)
+        frame.uint("id", 1)
+        frame.uint("timeoutMs", 1_500)
+        try wedge.sendFrame(frame.finish())
+        _ = try wedge.receiveFrame()
+        let started = ContinuousClock.now
+        #expect(try await client.call("c.d", "echo", "past the supervisor", as: String.self) == "past the supervisor")
+        #expect(ContinuousClock.now - started < .milliseconds(1_000), "answered over the link while the supervisor's loop was held")
+        wedge.close()
+        for _ in 0..<100 { _ = try await client.call("c.d", "ping", as: Int.self) }
+        #expect(await Self.code { try await client.call("c.d", "fail", as: String.self) } == "custom")
+        // Counted as if forwarded by the supervisor (the link reports at most a second later).
+        try await waitUntil("the link's counts in the metrics") {
+            let text = try await client.callMetrics()
+            return text.contains(#"plugin_calls_total{plugin="c.d",outcome="ok"} 102"#) && text.contains(#"plugin_calls_total{plugin="c.d",outcome="error"} 1"#)
+        }
+        #expect(await Self.code { try await client.call("c.d", "sleep", ["ms": 5_000], as: Int.self, timeout: .milliseconds(300)) } == "timeout")
+        try await waitUntil("the plugin to hear cancel") { try await client.call("c.d", "info", as: KitInfo.self).names.contains("cancelled:5000") }
+        #expect(client.linkedPlugins == ["c.d"])
+    }
+
+    @Test("a client's direct link to a worker that crashes: the call in flight fails unavailable, the next waits for the restart and succeeds, and a new link follows; a restart of the plugin (its worker drains) loses no call")
+    func directLinkFaults() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.f")
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        #expect(try await client.call("c.f", "ping", as: Int.self) == 1)
+        try await waitUntil("the direct link") { client.linkedPlugins == ["c.f"] }
+        let slow = Task { await Self.code { try await client.call("c.f", "sleep", ["ms": 20_000], as: Int.self, timeout: .seconds(30)) } }
+        try await waitUntil("the sleep to start") { try await client.call("c.f", "info", as: KitInfo.self).names.contains("sleeping:20000") }
+        let pid = try #require(try await client.status().first?.pid)
+        kill(pid, SIGSEGV)
+        #expect(await slow.value == "unavailable")
+        #expect(try await client.call("c.f", "ping", as: Int.self) == 1)
+        try await waitUntil("a new direct link") { client.linkedPlugins == ["c.f"] }
+        #expect(try await client.status().first?.pid != pid)
+
+        // Calls over the link in four lanes while the plugin is restarted: none fails.
+        final class Tally: Sendable {
+            let stop = Atomic<Bool>(false)
+            let failures = Atomic<Int>(0)
+            let answered = Atomic<Int>(0)
+        }
+        let tally = Tally()
+        let stop = tally, failures = tally, answered = tally
+        let lanes = (0..<4).map { lane in
+            Task {
+                var n = 0
+                while !stop.stop.load(ordering: .relaxed) {
+                    n += 1
+                    do {
+                        let echoed = try await client.call("c.f", "echo", lane * 1_000_000 + n, as: Int.self, timeout: .seconds(10))
+                        if echoed == lane * 1_000_000 + n { answered.answered.add(1, ordering: .relaxed) } else { failures.failures.add(1, ordering: .relaxed) }
+                    } catch {
+                        failures.failures.add(1, ordering: .relaxed)
+                    }
+                }
+            }
+        }
+        try await waitUntil("calls to flow") { answered.answered.load(ordering: .relaxed) > 200 }
+        _ = try await client.restart("c.f")
+        let after = answered.answered.load(ordering: .relaxed)
+        try await waitUntil("calls to flow after the restart") { answered.answered.load(ordering: .relaxed) > after + 200 }
+        stop.stop.store(true, ordering: .relaxed)
+        for lane in lanes { await lane.value }
+        #expect(failures.failures.load(ordering: .relaxed) == 0)
+        try await waitUntil("a link to the new worker") { client.linkedPlugins == ["c.f"] }
     }
 
     static func config(_ w: TestWorld, callTimeoutMs: Int) throws -> String {

@@ -126,6 +126,12 @@ long cls_receive_with_fd(int sock, void *data, size_t len, int *fd);
 /* An eventfd (close-on-exec, non-blocking) to wake a thread waiting in poll, or -errno. */
 int cls_wake_fd(void);
 
+/* accept4 with SOCK_CLOEXEC, retried on EINTR: the connection, or -errno. */
+int cls_accept_cloexec(int listener);
+
+/* The uid of a Unix socket's peer (SO_PEERCRED): 0 and *uid set, or -errno. */
+int cls_peer_uid(int sock, unsigned int *uid);
+
 /* ---- seccomp user notification: the supervisor answers for its workers' filters ---- */
 
 typedef struct cls_seccomp_notification {

@@ -175,7 +175,8 @@ final class LinksThread {
             // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
             var bytes: [UInt8] = []
             bytes.reserveCapacity(CallHop.frameCapacity(forwarding: body.count, from: peer) + 32)
-            host.deliver(frame: hop.forward(.call, id: local, from: peer, env, in: body, into: consume bytes).frame)
+            // A control client's link has no peer plugin: its calls carry no `from`, as through the supervisor.
+            host.deliver(frame: hop.forward(.call, id: local, from: peer.isEmpty ? nil : peer, env, in: body, into: consume bytes).frame)
         case .cancel:
             if let local = links.table.withLock({ $0.cancelled(id, on: link.number) }) { deliverCancel(local) }
         default:

@@ -39,7 +39,9 @@ extension Engine {
         case .connect(let instance, let socket): WorkerChannel.connect(OwnedDescriptor(socket), for: instance, engine: self)
         case .startTimers: startTimers()
         case .stopTimers: stopTimers()
-        case .closeControlSocket(let then): control.close().assumeIsolated().whenComplete { _ in then() }
+        case .closeControlSocket(let then):
+            handoff?.stop()
+            control.close().assumeIsolated().whenComplete { _ in then() }
         }
     }
 

@@ -21,13 +21,18 @@ extension Engine {
             guard let kind = env.kind else {
                 return control.drop(connection, ErrorBody(.protocolViolation, "unknown message type '\(env.typeName ?? "(none)")'"))
             }
+            // A client's counts of the calls it sent over its direct links: no answer, no id needed.
+            if kind == .linkCalls {
+                if let error = router.linkCallsReported(by: connection, bytes) { control.drop(connection, error) }
+                return
+            }
             guard let id = env.id else {
                 return control.drop(connection, ErrorBody(.protocolViolation, "\(kind.rawValue) without an unsigned integer id"))
             }
             switch kind {
             case .reply:
-                // A providing client's answer to a plugin's `@host` call (HostMethods).
-                hostMethods.clientReplied(connection, id: id, env, bytes)
+                // A client gives a link back (`unlink`), or answers a plugin's `@host` call (HostMethods).
+                if !router.clientUnlinked(connection, id: id) { hostMethods.clientReplied(connection, id: id, env, bytes) }
             case .cancel:
                 cancel(connection, id)
             default:
@@ -88,6 +93,14 @@ extension Engine {
             }
             events.follow(connection, id: id, plugin: Envelope.string(bytes, env.target))
             outbox.respond(origin) { Array(#"{"following":true}"#.utf8) }
+        case .link:
+            guard case .client(let connection, _) = origin else {
+                return outbox.answer(origin, error: ErrorBody(.badRequest, "an embedded host's calls go straight to the worker already"))
+            }
+            guard let target = Envelope.string(bytes, env.target), !target.isEmpty else {
+                return outbox.answer(origin, error: ErrorBody(.badRequest, "link needs a \"target\""))
+            }
+            router.linkClient(connection, to: target, origin, handoff: handoff)
         case .provide:
             guard case .client(let connection, _) = origin else {
                 return outbox.answer(origin, error: ErrorBody(.badRequest, "an embedded host provides methods with PluginHost.method(_:_:)"))

@@ -132,6 +132,7 @@ final class ControlHandler: ChannelInboundHandler {
         // Its events stop; the host methods it provided fail their calls and fall back.
         engine.events.unfollow(connection)
         engine.hostMethods.providerGone(connection)
+        engine.router.clientGone(connection)
     }
 
     /// A client that does not read its replies is not read from either.

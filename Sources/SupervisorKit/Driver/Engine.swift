@@ -27,6 +27,8 @@ final class Engine {
     let control: ControlServer
     /// The methods the embedding program provides to plugins (`@host`, SPEC §12).
     let hostMethods: HostMethods
+    /// Where control clients pick up their direct links (nil: no control socket, or links off).
+    var handoff: LinkHandoff?
     /// The request deadlines' timer (`startTimers`).
     private var deadlines: RepeatedTask?
 

@@ -12,15 +12,37 @@ import PluginProtocol
 /// Sources/PluginWorker/PeerLinks.swift).
 final class PeerLink {
     let number: UInt64
-    let caller: WorkerInstance
+    let caller: Caller
     let callee: WorkerInstance
     /// The caller was told to stop using it (the callee is draining) and has not answered yet.
     var unlinking = false
 
-    init(number: UInt64, caller: WorkerInstance, callee: WorkerInstance) {
+    /// Who calls over it: a plugin's worker, or a control client (ClientLinks.swift).
+    enum Caller {
+        case worker(WorkerInstance)
+        case client(ControlConnection)
+    }
+
+    init(number: UInt64, caller: Caller, callee: WorkerInstance) {
         self.number = number
         self.caller = caller
         self.callee = callee
+    }
+
+    /// The caller's links by callee identifier, where this one is kept.
+    var callerKeepsIt: Bool {
+        switch caller {
+        case .worker(let w): w.linksOut[callee.identifier] === self
+        case .client(let c): c.linksOut[callee.identifier] === self
+        }
+    }
+
+    func forgetAtCaller() {
+        guard callerKeepsIt else { return }
+        switch caller {
+        case .worker(let w): w.linksOut[callee.identifier] = nil
+        case .client(let c): c.linksOut[callee.identifier] = nil
+        }
     }
 }
 
@@ -42,7 +64,7 @@ extension Router {
         }
         defer { close(pair[0]); close(pair[1]) }
         nextLinkNumber += 1
-        let link = PeerLink(number: nextLinkNumber, caller: caller, callee: callee)
+        let link = PeerLink(number: nextLinkNumber, caller: .worker(caller), callee: callee)
         let timeout = timeout(for: record, requested: nil)
         // The callee's end first: a call the caller sends at once waits in the socket until it is read.
         guard sendOrder(PeerLinkOrder(kind: .callee, peer: caller.identifier, link: link.number), with: pair[1], to: callee, calleeChannel),
@@ -56,7 +78,7 @@ extension Router {
     /// Sends one order on a worker's descriptor channel. A failure ends new links for that worker (its
     /// channel may hold half an order): its calls go through the supervisor, as before links; the
     /// links it has go on (they are taken back on the protocol socket).
-    private func sendOrder(_ order: PeerLinkOrder, with fd: Int32, to instance: WorkerInstance, _ channel: Int32) -> Bool {
+    func sendOrder(_ order: PeerLinkOrder, with fd: Int32, to instance: WorkerInstance, _ channel: Int32) -> Bool {
         guard let frame = try? ProtocolJSON.frame(order) else { return false }
         let sent = frame.withUnsafeBytes { cls_send_with_fd(channel, fd, $0.baseAddress, $0.count) }
         if sent == frame.count { return true }
@@ -73,7 +95,7 @@ extension Router {
         return false
     }
 
-    private func closeDescriptorChannel(_ instance: WorkerInstance) {
+    func closeDescriptorChannel(_ instance: WorkerInstance) {
         if let fd = instance.descriptorChannel { close(fd) }
         instance.descriptorChannel = nil
     }
@@ -86,8 +108,14 @@ extension Router {
     func unlinkCallers(of callee: WorkerInstance) {
         for link in callee.linksIn.values.sorted(by: { $0.number < $1.number }) where !link.unlinking {
             link.unlinking = true
-            let caller = link.caller
-            if caller.linksOut[callee.identifier] === link { caller.linksOut[callee.identifier] = nil }
+            link.forgetAtCaller()
+            let caller: WorkerInstance
+            switch link.caller {
+            case .worker(let w): caller = w
+            case .client(let connection):
+                unlinkClient(connection, link)
+                continue
+            }
             guard let channel = caller.channel else { settle(link); continue }
             let id = caller.takeID()
             caller.pending[id] = PendingRequest(origin: .local({ [self] _ in settle(link) }),
@@ -102,9 +130,9 @@ extension Router {
     }
 
     /// The caller gave the link back (or cannot any more).
-    private func settle(_ link: PeerLink) {
+    func settle(_ link: PeerLink) {
         link.callee.linksIn[ObjectIdentifier(link)] = nil
-        if link.caller.linksOut[link.callee.identifier] === link { link.caller.linksOut[link.callee.identifier] = nil }
+        link.forgetAtCaller()
         shared.callLeft(link.callee)
     }
 

@@ -130,8 +130,12 @@ final class ControlConnection {
     var provides: Set<String> = []
     var hostCalls: [UInt64: (caller: WorkerInstance, id: UInt64)] = [:]
     var nextHostCallID: UInt64 = 1
-    /// It listens (events, host methods): it is never dropped as idle.
-    var listens: Bool { !following.isEmpty || !provides.isEmpty }
+    /// Its direct links to workers, by callee identifier (Routing/ClientLinks.swift), and the
+    /// `unlink`s it was sent and has not answered, by the supervisor's id on this connection.
+    var linksOut: [String: PeerLink] = [:]
+    var unlinks: [UInt64: (link: PeerLink, deadline: Scheduled<Void>)] = [:]
+    /// It listens (events, host methods) or holds links: it is never dropped as idle.
+    var listens: Bool { !following.isEmpty || !provides.isEmpty || !linksOut.isEmpty }
 
     init(channel: Channel) {
         self.channel = channel

@@ -27,6 +27,9 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     /// Client → supervisor: provide the host method `method`; plugins' `@host` calls of it then come
     /// to this connection as `call` frames, which the client answers with `reply`.
     case provide
+    /// Client → supervisor: a direct link to `target`'s worker (`LinkGrant` in the answer; docs/protocol.md
+    /// "Direct links for clients").
+    case link
     /// Supervisor → client: one host event (`HostEvent`'s members beside `type` and `id`).
     case hostEvent
 }

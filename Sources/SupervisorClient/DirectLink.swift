@@ -1,0 +1,241 @@
+import CLinuxSupport
+import IPC
+import LinuxSupport
+import PluginProtocol
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A client's direct link to one plugin's worker (docs/protocol.md, "Direct links for clients"):
+/// calls go over it straight to the worker and back, one hop. The client keeps what the supervisor
+/// would: each call's deadline (a late call fails `timeout` and the worker gets `cancel`), and the
+/// counts of the calls, reported to the supervisor (`linkCalls`) so its metrics count every call.
+/// A link that ends (its worker ended) fails its calls in flight `unavailable`; one the supervisor
+/// takes back (`unlink`: the worker is stopping) takes no new calls, and is given back once its calls
+/// are settled. Either way the next calls go through the supervisor again.
+final class DirectLink: Sendable {
+    let number: UInt64
+    let target: String
+    /// The callee's call timeout, for calls that name none.
+    let timeoutMs: Int
+    private let connection: BlockingConnection
+    private let state: Locked<State>
+    /// Sends a counts report on the control connection.
+    private let report: @Sendable (CallHop.LinkCalls) -> Void
+    /// Called once the link has ended (the client forgets it).
+    private let ended: @Sendable (DirectLink) -> Void
+
+    private struct State {
+        var nextID: UInt64 = 1
+        var waiting: [UInt64: Call] = [:]
+        var tally = CallHop.Tally()
+        var lastReport: Int64
+        /// Told to stop (`unlink`): no new calls; `answerUnlink` runs once the last is settled.
+        var answerUnlink: (@Sendable () -> Void)?
+        var unlinked = false
+        var closed = false
+    }
+
+    private struct Call {
+        let continuation: CheckedContinuation<[UInt8], any Error>
+        let started: Int64
+        let deadline: Int64
+    }
+
+    static let reportIntervalNanoseconds: Int64 = 1_000_000_000
+
+    init(number: UInt64, target: String, timeoutMs: Int, fd: Int32,
+         report: @escaping @Sendable (CallHop.LinkCalls) -> Void, ended: @escaping @Sendable (DirectLink) -> Void) {
+        self.number = number
+        self.target = target
+        self.timeoutMs = timeoutMs
+        connection = BlockingConnection(fd: fd)
+        state = Locked(State(lastReport: ProcessControl.monotonicNanoseconds()))
+        self.report = report
+        self.ended = ended
+        Threads.start(name: "client-link") { [self] in run() }
+    }
+
+    /// Sends a call over the link and waits for its answer; nil when the link takes no calls any
+    /// more (the call was not sent: the caller goes through the supervisor).
+    func call(method: String, params: [UInt8]?, timeout: Duration?) async throws -> [UInt8]? {
+        let ms = timeout.map { Int(SupervisorClient.milliseconds($0)) } ?? timeoutMs
+        let started = ProcessControl.monotonicNanoseconds()
+        let id: UInt64? = state.withLock { s in
+            guard !s.closed else { return nil }
+            defer { s.nextID += 1 }
+            return s.nextID
+        }
+        guard let id else { return nil }
+        var frame = FrameBuilder(kind: .call, capacity: (params?.count ?? 0) + target.utf8.count + method.utf8.count + 64)
+        frame.uint("id", id)
+        frame.string("target", target)
+        frame.string("method", method)
+        if let params { frame.raw("params", params) }
+        frame.uint("timeoutMs", UInt64(ms))
+        let bytes = frame.finish()
+        do {
+            return try await send(bytes, id: id, started: started, ms: ms)
+        } catch is NotTaken {
+            return nil
+        }
+    }
+
+    private func send(_ bytes: [UInt8], id: UInt64, started: Int64, ms: Int) async throws -> [UInt8] {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8], any Error>) in
+                let registered = state.withLock { s -> Bool in
+                    guard !s.closed else { return false }
+                    s.waiting[id] = Call(continuation: continuation, started: started, deadline: started + Int64(ms) * 1_000_000)
+                    return true
+                }
+                guard registered else { return continuation.resume(throwing: NotTaken()) }
+                if Task.isCancelled { return giveUp(id) }
+                do {
+                    try connection.sendFrame(bytes)
+                } catch {
+                    // Never reached the worker: it goes through the supervisor instead.
+                    if let call = state.withLock({ $0.waiting.removeValue(forKey: id) }) { call.continuation.resume(throwing: NotTaken()) }
+                }
+            }
+        } onCancel: {
+            giveUp(id)
+        }
+    }
+
+    /// The link had stopped taking calls when this one came (thrown inside, returned as nil).
+    struct NotTaken: Error {}
+
+    private func giveUp(_ id: UInt64) {
+        guard let call = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
+        call.continuation.resume(throwing: CancellationError())
+        sendCancel(id)
+    }
+
+    private func sendCancel(_ id: UInt64) {
+        var cancel = FrameBuilder(kind: .cancel)
+        cancel.uint("id", id)
+        try? connection.sendFrame(cancel.finish())
+    }
+
+    /// The supervisor takes the link back: no new calls; `answer` runs once the calls in flight
+    /// are settled (now, if there are none).
+    func unlink(_ answer: @escaping @Sendable () -> Void) {
+        let now = state.withLock { s -> Bool in
+            s.closed = true
+            s.unlinked = true
+            if s.waiting.isEmpty { return true }
+            s.answerUnlink = answer
+            return false
+        }
+        if now { finishUnlink(answer) }
+    }
+
+    private func finishUnlink(_ answer: @Sendable () -> Void) {
+        sendReport(force: true, endedLink: nil)
+        answer()
+        connection.shutdown()
+    }
+
+    /// Closes the link (the client is closing).
+    func close() {
+        state.withLock { $0.closed = true }
+        connection.shutdown()
+    }
+
+    // MARK: The link's thread
+
+    private func run() {
+        var pollSet = pollfd(fd: connection.fd, events: Int16(POLLIN), revents: 0)
+        while true {
+            let now = ProcessControl.monotonicNanoseconds()
+            expire(now: now)
+            sendReport(force: false, endedLink: nil)
+            if connection.bufferedByteCount == 0 {
+                let next = state.withLock { s in s.waiting.values.map(\.deadline).min() ?? now + Self.reportIntervalNanoseconds }
+                let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
+                let ready = poll(&pollSet, 1, waitMs)
+                if ready == 0 || (ready < 0 && errno == EINTR) { continue }
+            }
+            guard let frame = try? connection.receiveFrame() else { break }
+            replied(frame)
+        }
+        end()
+    }
+
+    private func replied(_ frame: [UInt8]) {
+        frame.withUnsafeBytes { bytes in
+            guard let env = try? Envelope.parse(bytes), env.kind == .reply, let id = env.id else { return }
+            let now = ProcessControl.monotonicNanoseconds()
+            let (call, unlinkAnswer) = state.withLock { s -> (Call?, (@Sendable () -> Void)?) in
+                guard let call = s.waiting.removeValue(forKey: id) else { return (nil, nil) }
+                s.tally.record(env.error == nil ? .ok : .error, nanoseconds: now - call.started)
+                guard s.waiting.isEmpty, let answer = s.answerUnlink else { return (call, nil) }
+                s.answerUnlink = nil
+                return (call, answer)
+            }
+            // Late (it timed out): dropped, as the supervisor drops a late reply.
+            guard let call else { return }
+            if let e = env.error {
+                call.continuation.resume(throwing: (try? ProtocolJSON.decode(ErrorBody.self, from: UnsafeRawBufferPointer(rebasing: bytes[e])))
+                                         ?? ErrorBody(.pluginError, String(decoding: bytes[e], as: UTF8.self)))
+            } else {
+                call.continuation.resume(returning: env.result.map { Array(bytes[$0]) } ?? Array("null".utf8))
+            }
+            if let unlinkAnswer { finishUnlink(unlinkAnswer) }
+        }
+    }
+
+    /// Calls past their deadline fail with `timeout`, and the worker is told to `cancel`.
+    private func expire(now: Int64) {
+        let (late, unlinkAnswer) = state.withLock { s -> ([(UInt64, Call)], (@Sendable () -> Void)?) in
+            let late = s.waiting.filter { $0.value.deadline <= now }
+            for (id, call) in late {
+                s.waiting[id] = nil
+                s.tally.record(.timeout, nanoseconds: now - call.started)
+            }
+            guard !late.isEmpty, s.waiting.isEmpty, let answer = s.answerUnlink else { return (Array(late), nil) }
+            s.answerUnlink = nil
+            return (Array(late), answer)
+        }
+        for (id, call) in late {
+            call.continuation.resume(throwing: ErrorBody(.timeout, "\(target) did not answer call in time"))
+            sendCancel(id)
+        }
+        if let unlinkAnswer { finishUnlink(unlinkAnswer) }
+    }
+
+    private func sendReport(force: Bool, endedLink: UInt64?) {
+        let now = ProcessControl.monotonicNanoseconds()
+        let tally = state.withLock { s -> CallHop.Tally? in
+            guard force || now - s.lastReport >= Self.reportIntervalNanoseconds else { return nil }
+            s.lastReport = now
+            guard !s.tally.isEmpty || endedLink != nil else { return nil }
+            defer { s.tally = CallHop.Tally() }
+            return s.tally
+        }
+        if let tally { report(CallHop.LinkCalls(target: target, calls: tally, endedLink: endedLink)) }
+    }
+
+    /// The link ended: its calls in flight fail `unavailable` (the worker ended before answering),
+    /// the last counts go to the supervisor, and the client forgets it.
+    private func end() {
+        let now = ProcessControl.monotonicNanoseconds()
+        let (calls, unlinked, answer) = state.withLock { s -> ([Call], Bool, (@Sendable () -> Void)?) in
+            s.closed = true
+            let calls = Array(s.waiting.values)
+            s.waiting = [:]
+            for call in calls { s.tally.record(.unavailable, nanoseconds: now - call.started) }
+            defer { s.answerUnlink = nil }
+            return (calls, s.unlinked, s.answerUnlink)
+        }
+        for call in calls {
+            call.continuation.resume(throwing: ErrorBody(.unavailable, "the worker of \(target) ended before answering call"))
+        }
+        sendReport(force: true, endedLink: unlinked ? nil : number)
+        answer?()
+        connection.close()
+        ended(self)
+    }
+}

@@ -1,0 +1,116 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Logging
+import NIOCore
+import PluginProtocol
+
+/// Direct links for control clients (SPEC §12 "one hop", docs/protocol.md "Direct links for
+/// clients"): after the supervisor has checked a client's call (the target exists and runs), the
+/// client may ask for a link to the target's worker, as a plugin's worker gets one to its
+/// dependency, and send its later calls over it. The callee's worker serves them as it serves a
+/// peer link (`peer` is empty: a client's calls have no `from`); the client keeps their deadlines,
+/// reports their counts (`linkCalls`, so metrics count every call), gives the link back when told
+/// (`unlink`, the callee drains), and calls through the supervisor again when the link ends.
+extension Router {
+    /// `link`: a link from `connection` to `target`'s worker; answered with where to pick it up.
+    func linkClient(_ connection: ControlConnection, to target: String, _ origin: ReplyOrigin, handoff: LinkHandoff?) {
+        guard config.peerLinks, let handoff else {
+            return outbox.answer(origin, error: ErrorBody(.unavailable, "direct links are switched off here (peerLinks: false, or no control socket); calls go through the supervisor"))
+        }
+        guard let record = table[target] else {
+            return outbox.answer(origin, error: ErrorBody(.notFound, "no plugin \(target) is installed"))
+        }
+        guard !shared.logCalls, !config.isDebugged(target) else {
+            return outbox.answer(origin, error: ErrorBody(.unavailable, "calls to \(target) are logged or debugged one by one: they go through the supervisor"))
+        }
+        guard record.phase == .running, let callee = record.instance, callee.phase == .running, let calleeChannel = callee.descriptorChannel else {
+            return outbox.answer(origin, error: ErrorBody(.unavailable, "\(target) cannot take a direct link now (\(record.phase.shown)); call through the supervisor"))
+        }
+        if let existing = connection.linksOut[target] {
+            return outbox.answer(origin, error: ErrorBody(.badRequest, "this client holds link \(existing.number) to \(target) already"))
+        }
+        var pair: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            return outbox.answer(origin, error: ErrorBody(.unavailable, "socketpair: \(String(cString: strerror(errno)))"))
+        }
+        defer { close(pair[1]) }
+        nextLinkNumber += 1
+        let link = PeerLink(number: nextLinkNumber, caller: .client(connection), callee: callee)
+        guard sendOrder(PeerLinkOrder(kind: .callee, peer: "", link: link.number), with: pair[1], to: callee, calleeChannel) else {
+            close(pair[0])
+            return outbox.answer(origin, error: ErrorBody(.unavailable, "\(target)'s worker takes no links"))
+        }
+        let token = handoff.offer(pair[0], link: link.number)
+        connection.linksOut[target] = link
+        callee.linksIn[ObjectIdentifier(link)] = link
+        let timeoutMs = timeout(for: record, requested: nil)
+        outbox.respond(origin) {
+            try ProtocolJSON.encode(LinkGrant(link: link.number, token: token, socket: handoff.path, timeoutMs: timeoutMs))
+        }
+    }
+
+    /// The callee drains: the client is told to stop using the link and answers once the calls it
+    /// sent over it are settled (at the latest at the drain's deadline).
+    func unlinkClient(_ connection: ControlConnection, _ link: PeerLink) {
+        guard !connection.closed else { return settle(link) }
+        let id = connection.nextHostCallID
+        connection.nextHostCallID += 1
+        let deadline = loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(config.drainTimeoutMs))) { [self] in
+            if connection.unlinks.removeValue(forKey: id) != nil { settle(link) }
+        }
+        connection.unlinks[id] = (link, deadline)
+        var frame = outbox.encoder(.unlink, for: connection.channel)
+        frame.uint("id", id)
+        frame.string("peer", link.callee.identifier)
+        frame.uint("link", link.number)
+        outbox.write(frame.finish(), to: connection.channel)
+    }
+
+    /// A client's `reply` to an `unlink`: true if it was one.
+    func clientUnlinked(_ connection: ControlConnection, id: UInt64) -> Bool {
+        guard let unlink = connection.unlinks.removeValue(forKey: id) else { return false }
+        unlink.deadline.cancel()
+        settle(unlink.link)
+        return true
+    }
+
+    /// A client went away: its links are settled (the callees see their ends close by themselves).
+    func clientGone(_ connection: ControlConnection) {
+        for unlink in connection.unlinks.values {
+            unlink.deadline.cancel()
+            settle(unlink.link)
+        }
+        connection.unlinks = [:]
+        for link in connection.linksOut.values { settle(link) }
+        connection.linksOut = [:]
+    }
+
+    /// A client's `linkCalls` report: counted as if the calls had been forwarded here. A report
+    /// for a target it holds no link to is a protocol violation.
+    func linkCallsReported(by connection: ControlConnection, _ bytes: UnsafeRawBufferPointer) -> ErrorBody? {
+        guard let report = try? ProtocolJSON.decode(CallHop.LinkCalls.self, from: bytes) else {
+            return ErrorBody(.protocolViolation, "malformed linkCalls message")
+        }
+        let link = connection.linksOut[report.target] ?? connection.unlinks.values.first { $0.link.callee.identifier == report.target }?.link
+        guard link != nil || report.endedLink != nil else {
+            return ErrorBody(.protocolViolation, "linkCalls for \(report.target), to which it holds no link")
+        }
+        if let problem = report.calls.problem { return ErrorBody(.protocolViolation, "linkCalls with \(problem)") }
+        metrics.calls(report.target).add(report.calls)
+        if let ended = report.endedLink, let link = connection.linksOut[report.target], link.number == ended {
+            settle(link)
+        }
+        return nil
+    }
+}
+
+/// The answer to a client's `link` request.
+struct LinkGrant: Codable {
+    var link: UInt64
+    var token: String
+    /// Where to pick the link's descriptor up (`LinkHandoff`).
+    var socket: String
+    /// The callee's call timeout, for calls that name none.
+    var timeoutMs: Int
+}

@@ -1,0 +1,148 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinuxSupport
+import IPC
+import LinuxSupport
+import PluginProtocol
+
+/// Where a control client picks up its end of a direct link to a worker (docs/protocol.md,
+/// "Direct links for clients"): a second Unix socket beside the control socket
+/// (`<control socket>.links`, mode 0600), served by a thread of its own, because SwiftNIO cannot
+/// pass a descriptor on the control connection. The client asked for the link on its control
+/// connection and got a one-time token; it connects here, sends `{"token":"…"}`, and gets one frame
+/// `{"link":n}` with the descriptor attached (SCM_RIGHTS). A token is good once, for `tokenLifetime`;
+/// a peer of another uid, or a token that is unknown or expired, gets `{"error":…}` and nothing else.
+///
+/// Values only (`Sendable`): the loop offers a descriptor (`offer`), the thread hands it over.
+final class LinkHandoff: Sendable {
+    let path: String
+    private let listener: Int32
+    private let offers = Locked<[String: Offer]>([:])
+    private let stopped = Locked(false)
+
+    static let tokenLifetimeNanoseconds: Int64 = 10_000_000_000
+
+    private struct Offer {
+        let fd: Int32
+        let link: UInt64
+        let until: Int64
+    }
+
+    /// Binds `<controlSocket>.links` and starts serving it; nil (logged by the caller) when it
+    /// cannot: clients' calls then go through the supervisor.
+    static func start(controlSocket: String) throws(SystemError) -> LinkHandoff {
+        let path = controlSocket + ".links"
+        unlink(path)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SystemError(call: "socket", errno: errno, context: path) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            close(fd)
+            throw SystemError(call: "bind", errno: ENAMETOOLONG, context: path)
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { out in
+            for (i, b) in bytes.enumerated() { out[i] = b }
+        }
+        let old = umask(0o077)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        umask(old)
+        guard bound == 0, listen(fd, 64) == 0 else {
+            let e = errno
+            close(fd)
+            throw SystemError(call: "bind", errno: e, context: path)
+        }
+        chmod(path, 0o600)
+        let handoff = LinkHandoff(path: path, listener: fd)
+        Threads.start(name: "link-handoff") { handoff.serve() }
+        return handoff
+    }
+
+    private init(path: String, listener: Int32) {
+        self.path = path
+        self.listener = listener
+    }
+
+    /// Keeps `fd` (the client's end of link `link`, now owned here) for the client that brings the
+    /// returned token. Expired offers are closed on the way.
+    func offer(_ fd: Int32, link: UInt64) -> String {
+        let token = Self.token()
+        let now = ProcessControl.monotonicNanoseconds()
+        let expired = offers.withLock { offers -> [Int32] in
+            let gone = offers.filter { $0.value.until < now }
+            for key in gone.keys { offers[key] = nil }
+            offers[token] = Offer(fd: fd, link: link, until: now + Self.tokenLifetimeNanoseconds)
+            return gone.values.map(\.fd)
+        }
+        for fd in expired { close(fd) }
+        return token
+    }
+
+    /// Stops serving (the thread ends at its next accept), closes what was not picked up and
+    /// removes the socket file.
+    func stop() {
+        guard !stopped.withLock({ s in defer { s = true }; return s }) else { return }
+        Glibc.shutdown(listener, Int32(SHUT_RDWR))
+        let left = offers.withLock { offers in defer { offers = [:] }; return offers.values.map(\.fd) }
+        for fd in left { close(fd) }
+        unlink(path)
+    }
+
+    private func serve() {
+        while !stopped.withLock({ $0 }) {
+            let client = cls_accept_cloexec(listener)
+            if client < 0 { break }
+            handOver(to: client)
+            close(client)
+        }
+        close(listener)
+    }
+
+    /// One client: its credentials, its token, then the descriptor with `{"link":n}` (or an error).
+    private func handOver(to client: Int32) {
+        // A client that sends nothing is not waited for long.
+        var limit = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        var uid: UInt32 = 0
+        guard cls_peer_uid(client, &uid) == 0, uid == geteuid() || uid == 0 else {
+            return refuse(client, "only the supervisor's own user may take a link")
+        }
+        let connection = BlockingConnection(fd: dup(client), maxBody: 4096)
+        defer { connection.close() }
+        guard let frame = try? connection.receiveFrame(), let request = try? ProtocolJSON.decode(Request.self, from: frame) else {
+            return refuse(client, "expected {\"token\": \"...\"}")
+        }
+        let now = ProcessControl.monotonicNanoseconds()
+        guard let offer = offers.withLock({ $0.removeValue(forKey: request.token) }) else {
+            return refuse(client, "unknown token (each is good once)")
+        }
+        defer { close(offer.fd) }
+        guard offer.until >= now else { return refuse(client, "the token expired") }
+        let answer = [UInt8].frame(body: Array(#"{"link":\#(offer.link)}"#.utf8))
+        _ = answer.withUnsafeBytes { cls_send_with_fd(client, offer.fd, $0.baseAddress, $0.count) }
+    }
+
+    private func refuse(_ client: Int32, _ why: String) {
+        guard let body = try? ProtocolJSON.encode(["error": why]) else { return }
+        let frame = [UInt8].frame(body: body)
+        _ = frame.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+    }
+
+    private struct Request: Decodable {
+        var token: String
+    }
+
+    /// 128 random bits, as hex.
+    private static func token() -> String {
+        var random = SystemRandomNumberGenerator()
+        return [random.next(), random.next()].map { (word: UInt64) in
+            let hex = String(word, radix: 16)
+            return String(repeating: "0", count: 16 - hex.count) + hex
+        }.joined()
+    }
+}
