@@ -114,6 +114,7 @@ let package = Package(
         .target(
             name: "PluginHost",
             dependencies: [
+                "SupervisorClient",
                 "SupervisorKit", "Protocol", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -14,9 +14,9 @@ import Glibc
 /// A link that ends (its worker ended) fails its calls in flight `unavailable`; one the supervisor
 /// takes back (`unlink`: the worker is stopping) takes no new calls, and is given back once its calls
 /// are settled. Either way the next calls go through the supervisor again.
-final class DirectLink: Sendable {
-    let number: UInt64
-    let target: String
+package final class DirectLink: Sendable {
+    package let number: UInt64
+    package let target: String
     /// The callee's call timeout, for calls that name none.
     let timeoutMs: Int
     private let connection: BlockingConnection
@@ -25,6 +25,9 @@ final class DirectLink: Sendable {
     private let report: @Sendable (CallHop.LinkCalls) -> Void
     /// Called once the link has ended (the client forgets it).
     private let ended: @Sendable (DirectLink) -> Void
+    /// Hears each settled call's outcome and duration as it is settled (an embedded host's
+    /// swift-metrics timer), beside the counts reported to the supervisor.
+    private let answered: (@Sendable (CallHop.Outcome, Int64) -> Void)?
 
     private struct State {
         var nextID: UInt64 = 1
@@ -45,8 +48,9 @@ final class DirectLink: Sendable {
 
     static let reportIntervalNanoseconds: Int64 = 1_000_000_000
 
-    init(number: UInt64, target: String, timeoutMs: Int, fd: Int32,
-         report: @escaping @Sendable (CallHop.LinkCalls) -> Void, ended: @escaping @Sendable (DirectLink) -> Void) {
+    package init(number: UInt64, target: String, timeoutMs: Int, fd: Int32,
+         report: @escaping @Sendable (CallHop.LinkCalls) -> Void, ended: @escaping @Sendable (DirectLink) -> Void,
+         answered: (@Sendable (CallHop.Outcome, Int64) -> Void)? = nil) {
         self.number = number
         self.target = target
         self.timeoutMs = timeoutMs
@@ -54,12 +58,13 @@ final class DirectLink: Sendable {
         state = Locked(State(lastReport: ProcessControl.monotonicNanoseconds()))
         self.report = report
         self.ended = ended
+        self.answered = answered
         Threads.start(name: "client-link") { [self] in run() }
     }
 
     /// Sends a call over the link and waits for its answer; nil when the link takes no calls any
     /// more (the call was not sent: the caller goes through the supervisor).
-    func call(method: String, params: [UInt8]?, timeout: Duration?) async throws -> [UInt8]? {
+    package func call(method: String, params: [UInt8]?, timeout: Duration?) async throws -> [UInt8]? {
         let ms = timeout.map { Int(SupervisorClient.milliseconds($0)) } ?? timeoutMs
         let started = ProcessControl.monotonicNanoseconds()
         let id: UInt64? = state.withLock { s in
@@ -121,7 +126,7 @@ final class DirectLink: Sendable {
 
     /// The supervisor takes the link back: no new calls; `answer` runs once the calls in flight
     /// are settled (now, if there are none).
-    func unlink(_ answer: @escaping @Sendable () -> Void) {
+    package func unlink(_ answer: @escaping @Sendable () -> Void) {
         let now = state.withLock { s -> Bool in
             s.closed = true
             s.unlinked = true
@@ -139,29 +144,53 @@ final class DirectLink: Sendable {
     }
 
     /// Closes the link (the client is closing).
-    func close() {
+    package func close() {
         state.withLock { $0.closed = true }
         connection.shutdown()
     }
 
     // MARK: The link's thread
 
+    /// How long the link's thread polls for a reply before it sleeps, while calls are in flight
+    /// (adapted as `SpinWindow` adapts a worker's): a reply caught polling costs no wake-up of a
+    /// sleeping thread, the largest part of a call's time on a machine whose idle CPUs halt.
+    static let spinNanoseconds = 50_000
+    static let spinWhileInFlight = 2
+
     private func run() {
         var pollSet = pollfd(fd: connection.fd, events: Int16(POLLIN), revents: 0)
+        var spin = SpinWindow(maxNanoseconds: Self.spinNanoseconds)
         while true {
             let now = ProcessControl.monotonicNanoseconds()
             expire(now: now)
             sendReport(force: false, endedLink: nil)
             if connection.bufferedByteCount == 0 {
-                let next = state.withLock { s in s.waiting.values.map(\.deadline).min() ?? now + Self.reportIntervalNanoseconds }
-                let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
-                let ready = poll(&pollSet, 1, waitMs)
-                if ready == 0 || (ready < 0 && errno == EINTR) { continue }
+                let (next, inFlight) = state.withLock { s in
+                    (s.waiting.values.map(\.deadline).min() ?? now + Self.reportIntervalNanoseconds, s.waiting.count)
+                }
+                // Only with few calls in flight: with many, replies keep coming, and a polling
+                // thread would take the CPU the worker and the callers need (two cores here).
+                if inFlight > 0, inFlight <= Self.spinWhileInFlight, spin.currentNanoseconds > 0, Self.caughtPolling(&pollSet, until: now + Int64(spin.currentNanoseconds)) {
+                    // Caught while polling: the window stays as it is.
+                } else {
+                    let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
+                    let ready = poll(&pollSet, 1, waitMs)
+                    if inFlight > 0, inFlight <= Self.spinWhileInFlight { spin.slept(waited: Int(ProcessControl.monotonicNanoseconds() - now)) }
+                    if ready == 0 || (ready < 0 && errno == EINTR) { continue }
+                }
             }
             guard let frame = try? connection.receiveFrame() else { break }
             replied(frame)
         }
         end()
+    }
+
+    /// Polls without sleeping until `until`; whether the socket became readable meanwhile.
+    private static func caughtPolling(_ pollSet: inout pollfd, until: Int64) -> Bool {
+        repeat {
+            if poll(&pollSet, 1, 0) > 0 { return true }
+        } while ProcessControl.monotonicNanoseconds() < until
+        return false
     }
 
     private func replied(_ frame: [UInt8]) {
@@ -177,6 +206,7 @@ final class DirectLink: Sendable {
             }
             // Late (it timed out): dropped, as the supervisor drops a late reply.
             guard let call else { return }
+            answered?(env.error == nil ? .ok : .error, now - call.started)
             if let e = env.error {
                 call.continuation.resume(throwing: (try? ProtocolJSON.decode(ErrorBody.self, from: UnsafeRawBufferPointer(rebasing: bytes[e])))
                                          ?? ErrorBody(.pluginError, String(decoding: bytes[e], as: UTF8.self)))
@@ -200,6 +230,7 @@ final class DirectLink: Sendable {
             return (Array(late), answer)
         }
         for (id, call) in late {
+            answered?(.timeout, now - call.started)
             call.continuation.resume(throwing: ErrorBody(.timeout, "\(target) did not answer call in time"))
             sendCancel(id)
         }
@@ -231,6 +262,7 @@ final class DirectLink: Sendable {
             return (calls, s.unlinked, s.answerUnlink)
         }
         for call in calls {
+            answered?(.unavailable, now - call.started)
             call.continuation.resume(throwing: ErrorBody(.unavailable, "the worker of \(target) ended before answering call"))
         }
         sendReport(force: true, endedLink: unlinked ? nil : number)

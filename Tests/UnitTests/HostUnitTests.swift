@@ -46,6 +46,37 @@ import Testing
         #expect(await only.next() == nil)
     }
 
+    @Test("a control client that does not read its events misses them (the hub never waits for its socket), counted; it hears `dropped` with the count once its socket takes frames again")
+    func aClientThatDoesNotReadMissesEvents() throws {
+        let loop = EmbeddedEventLoop()
+        let channel = EmbeddedChannel(loop: loop)
+        let hub = EventHub(loop: loop, outbox: Outbox(loop: loop))
+        let connection = ControlConnection(channel: channel)
+        hub.follow(connection, id: 7, plugin: nil)
+        #expect(hub.listenerCount == 1 && connection.listens)
+        hub.publish(Self.event(1))
+        loop.run()
+        channel.isWritable = false
+        for n in 2...4 { hub.publish(Self.event(n)) }
+        loop.run()
+        #expect(hub.droppedTotal == 3)
+        channel.isWritable = true
+        hub.publish(Self.event(5))
+        loop.run()
+        var frames: [String] = []
+        while var buffer = try channel.readOutbound(as: ByteBuffer.self) {
+            buffer.moveReaderIndex(forwardBy: Frame.headerSize)
+            frames.append(buffer.readString(length: buffer.readableBytes) ?? "")
+        }
+        #expect(frames.count == 3)
+        #expect(frames[0].hasPrefix(#"{"type":"hostEvent","id":7,"attempt":1,"#))
+        #expect(frames[1].contains(#""count":3"#) && frames[1].contains(#""event":"dropped""#))
+        #expect(frames[2].contains(#""attempt":5"#))
+        hub.unfollow(connection)
+        #expect(hub.listenerCount == 0 && !connection.listens)
+        _ = try channel.finish()
+    }
+
     @Test("host.call permissions: by name or *, parsed from the manifest's text and written back the same")
     func hostCallPermission() {
         let named = Permission("host.call:lookup")

@@ -29,6 +29,16 @@ final class Engine {
     let hostMethods: HostMethods
     /// Where control clients pick up their direct links (nil: no control socket, or links off).
     var handoff: LinkHandoff?
+    /// The embedding program's direct links (`Supervisor.linkForHost`), once it asked for one.
+    private(set) var hostLinks: HostCaller?
+
+    func hostCaller(_ unlink: @escaping @Sendable (UInt64, @escaping @Sendable () -> Void) -> Void) -> HostCaller {
+        if let known = hostLinks { return known }
+        let made = HostCaller(unlink: unlink)
+        hostLinks = made
+        return made
+    }
+
     /// The request deadlines' timer (`startTimers`).
     private var deadlines: RepeatedTask?
 

@@ -88,6 +88,37 @@ extension Supervisor {
         engine.execute { $0.hostMethods.provide(name, handler) }
     }
 
+    /// The embedding program's end of a direct link to `target`'s worker (one hop, as a client's:
+    /// docs/protocol.md "Direct links for clients"), or nil when there can be none now. `unlink`
+    /// is called (on any thread) when the worker is to stop: the program stops sending over link
+    /// `number` and calls `given` once the calls over it are settled. The descriptor is the
+    /// caller's to close.
+    public func linkForHost(to target: String,
+                            unlink: @escaping @Sendable (_ number: UInt64, _ given: @escaping @Sendable () -> Void) -> Void) async -> HostLink? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<HostLink?, Never>) in
+            engine.execute { engine in
+                let caller = engine.hostCaller(unlink)
+                continuation.resume(returning: engine.router.linkHost(caller, to: target).map { HostLink(fd: $0.fd, number: $0.link, timeoutMs: $0.timeoutMs) })
+            }
+        }
+    }
+
+    /// The counts of the calls the program sent over its direct links, for the metrics.
+    public func reportLinkCalls(_ report: CallHop.LinkCalls) {
+        engine.execute { engine in
+            guard let caller = engine.hostLinks else { return }
+            engine.router.hostLinkCalls(caller, report)
+        }
+    }
+
+    /// A direct link handed to the embedding program.
+    public struct HostLink: Sendable {
+        public let fd: Int32
+        public let number: UInt64
+        /// The plugin's call timeout, for calls that name none.
+        public let timeoutMs: Int
+    }
+
     /// Starts the shutdown (SPEC §7's, in reverse dependency order), as SIGTERM does; `run` returns
     /// once every worker has ended. Again, or after the end: nothing more happens.
     public func requestShutdown(reason: String) {

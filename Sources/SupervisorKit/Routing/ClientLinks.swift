@@ -114,3 +114,43 @@ struct LinkGrant: Codable {
     /// The callee's call timeout, for calls that name none.
     var timeoutMs: Int
 }
+
+/// The embedding program as a caller over direct links (`Supervisor.linkForHost`): its links by
+/// callee, and how to take one back (the program answers once the calls over it are settled).
+final class HostCaller {
+    var linksOut: [String: PeerLink] = [:]
+    let unlink: (_ link: UInt64, _ given: @escaping @Sendable () -> Void) -> Void
+
+    init(unlink: @escaping (_ link: UInt64, _ given: @escaping @Sendable () -> Void) -> Void) {
+        self.unlink = unlink
+    }
+}
+
+extension Router {
+    /// A direct link from the embedding program to `target`'s worker: the program's end, or nil
+    /// when there can be none now (the call goes through the loop).
+    func linkHost(_ host: HostCaller, to target: String) -> (fd: Int32, link: UInt64, timeoutMs: Int)? {
+        guard config.peerLinks, !shared.logCalls, !config.isDebugged(target), host.linksOut[target] == nil,
+              let record = table[target], record.phase == .running, let callee = record.instance, callee.phase == .running,
+              let calleeChannel = callee.descriptorChannel else { return nil }
+        var pair: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else { return nil }
+        defer { close(pair[1]) }
+        nextLinkNumber += 1
+        let link = PeerLink(number: nextLinkNumber, caller: .host(host), callee: callee)
+        guard sendOrder(PeerLinkOrder(kind: .callee, peer: "", link: link.number), with: pair[1], to: callee, calleeChannel) else {
+            close(pair[0])
+            return nil
+        }
+        host.linksOut[target] = link
+        callee.linksIn[ObjectIdentifier(link)] = link
+        return (pair[0], link.number, timeout(for: record, requested: nil))
+    }
+
+    /// The program's counts of the calls it sent over its links (`linkCalls`, as a client's).
+    func hostLinkCalls(_ host: HostCaller, _ report: CallHop.LinkCalls) {
+        guard report.calls.problem == nil else { return }
+        metrics.calls(report.target).add(report.calls)
+        if let ended = report.endedLink, let link = host.linksOut[report.target], link.number == ended { settle(link) }
+    }
+}

@@ -21,6 +21,8 @@ final class PeerLink {
     enum Caller {
         case worker(WorkerInstance)
         case client(ControlConnection)
+        /// The program the supervisor is embedded in (`Supervisor.linkForHost`).
+        case host(HostCaller)
     }
 
     init(number: UInt64, caller: Caller, callee: WorkerInstance) {
@@ -34,6 +36,7 @@ final class PeerLink {
         switch caller {
         case .worker(let w): w.linksOut[callee.identifier] === self
         case .client(let c): c.linksOut[callee.identifier] === self
+        case .host(let h): h.linksOut[callee.identifier] === self
         }
     }
 
@@ -42,6 +45,7 @@ final class PeerLink {
         switch caller {
         case .worker(let w): w.linksOut[callee.identifier] = nil
         case .client(let c): c.linksOut[callee.identifier] = nil
+        case .host(let h): h.linksOut[callee.identifier] = nil
         }
     }
 }
@@ -114,6 +118,11 @@ extension Router {
             case .worker(let w): caller = w
             case .client(let connection):
                 unlinkClient(connection, link)
+                continue
+            case .host(let host):
+                // The program gives it back once its calls over it are settled.
+                let back = handOff((router: self, link: link))
+                host.unlink(link.number) { back.execute { $0.router.settle($0.link) } }
                 continue
             }
             guard let channel = caller.channel else { settle(link); continue }
