@@ -97,15 +97,64 @@ package final class DirectLink: Sendable {
                 }
                 guard registered else { return continuation.resume(throwing: NotTaken()) }
                 if Task.isCancelled { return giveUp(id) }
-                do {
-                    try connection.sendFrame(bytes)
-                } catch {
+                if !write(bytes) {
                     // Never reached the worker: it goes through the supervisor instead.
                     if let call = state.withLock({ $0.waiting.removeValue(forKey: id) }) { call.continuation.resume(throwing: NotTaken()) }
                 }
             }
         } onCancel: {
             giveUp(id)
+        }
+    }
+
+    /// Frames waiting for the task that is writing now (`write`).
+    private let outgoing = Locked(Outgoing())
+
+    private struct Outgoing {
+        var bytes: [UInt8] = []
+        var writing = false
+        var broken = false
+    }
+
+    /// Writes `frame`, or leaves it to the task writing now, which takes it with its next write:
+    /// with many calls at once, one system call carries many frames (as the supervisor's one flush
+    /// per turn does). False when the link is broken (nothing of this frame was written).
+    private func write(_ frame: [UInt8]) -> Bool {
+        var batch: [UInt8]? = outgoing.withLock { o -> [UInt8]? in
+            guard !o.broken else { return nil }
+            o.bytes += frame
+            if o.writing { return [] }
+            o.writing = true
+            defer { o.bytes = [] }
+            return o.bytes
+        }
+        guard var next = batch else { return false }
+        if next.isEmpty { return true }  // the writing task takes it
+        var first = true
+        while true {
+            do {
+                try connection.sendFrame(next)
+            } catch {
+                outgoing.withLock { o in
+                    o.broken = true
+                    o.writing = false
+                    o.bytes = []
+                }
+                // This call's own frame (the first batch) was not sent: it goes through the supervisor.
+                // Others' frames in a later batch: their calls end with the link (`unavailable`).
+                return !first
+            }
+            first = false
+            batch = outgoing.withLock { o -> [UInt8]? in
+                if o.bytes.isEmpty {
+                    o.writing = false
+                    return nil
+                }
+                defer { o.bytes = [] }
+                return o.bytes
+            }
+            guard let more = batch else { return true }
+            next = more
         }
     }
 
@@ -151,46 +200,22 @@ package final class DirectLink: Sendable {
 
     // MARK: The link's thread
 
-    /// How long the link's thread polls for a reply before it sleeps, while calls are in flight
-    /// (adapted as `SpinWindow` adapts a worker's): a reply caught polling costs no wake-up of a
-    /// sleeping thread, the largest part of a call's time on a machine whose idle CPUs halt.
-    static let spinNanoseconds = 50_000
-    static let spinWhileInFlight = 2
-
     private func run() {
         var pollSet = pollfd(fd: connection.fd, events: Int16(POLLIN), revents: 0)
-        var spin = SpinWindow(maxNanoseconds: Self.spinNanoseconds)
         while true {
             let now = ProcessControl.monotonicNanoseconds()
             expire(now: now)
             sendReport(force: false, endedLink: nil)
             if connection.bufferedByteCount == 0 {
-                let (next, inFlight) = state.withLock { s in
-                    (s.waiting.values.map(\.deadline).min() ?? now + Self.reportIntervalNanoseconds, s.waiting.count)
-                }
-                // Only with few calls in flight: with many, replies keep coming, and a polling
-                // thread would take the CPU the worker and the callers need (two cores here).
-                if inFlight > 0, inFlight <= Self.spinWhileInFlight, spin.currentNanoseconds > 0, Self.caughtPolling(&pollSet, until: now + Int64(spin.currentNanoseconds)) {
-                    // Caught while polling: the window stays as it is.
-                } else {
-                    let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
-                    let ready = poll(&pollSet, 1, waitMs)
-                    if inFlight > 0, inFlight <= Self.spinWhileInFlight { spin.slept(waited: Int(ProcessControl.monotonicNanoseconds() - now)) }
-                    if ready == 0 || (ready < 0 && errno == EINTR) { continue }
-                }
+                let next = state.withLock { s in s.waiting.values.map(\.deadline).min() ?? now + Self.reportIntervalNanoseconds }
+                let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
+                let ready = poll(&pollSet, 1, waitMs)
+                if ready == 0 || (ready < 0 && errno == EINTR) { continue }
             }
             guard let frame = try? connection.receiveFrame() else { break }
             replied(frame)
         }
         end()
-    }
-
-    /// Polls without sleeping until `until`; whether the socket became readable meanwhile.
-    private static func caughtPolling(_ pollSet: inout pollfd, until: Int64) -> Bool {
-        repeat {
-            if poll(&pollSet, 1, 0) > 0 { return true }
-        } while ProcessControl.monotonicNanoseconds() < until
-        return false
     }
 
     private func replied(_ frame: [UInt8]) {

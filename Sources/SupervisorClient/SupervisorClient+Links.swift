@@ -1,0 +1,132 @@
+import CLinuxSupport
+import IPC
+import LinuxSupport
+import PluginProtocol
+import Protocol
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+
+/// A `SupervisorClient`'s direct links to workers (one hop: docs/protocol.md, "Direct links for
+/// clients").
+extension SupervisorClient {
+    // MARK: Direct links
+
+    /// The plugins this client calls over a direct link now.
+    public var linkedPlugins: [String] {
+        state.withLock { s in s.links.compactMap { if case .ready = $0.value { $0.key } else { nil } }.sorted() }
+    }
+
+    func directLink(to target: String) -> DirectLink? {
+        state.withLock { s in if case .ready(let link) = s.links[target] { link } else { nil } }
+    }
+
+    /// After a call went through the supervisor (so it has checked it): a direct link for the next
+    /// ones, asked for in the background, once.
+    func askForLink(to target: String) {
+        guard directLinks else { return }
+        let now = ProcessControl.monotonicNanoseconds()
+        let ask = state.withLock { s -> Bool in
+            switch s.links[target] {
+            case .asking?, .ready?: return false
+            case .refused(let until)? where until > now: return false
+            default:
+                guard !s.closed else { return false }
+                s.links[target] = .asking
+                return true
+            }
+        }
+        guard ask else { return }
+        Task { [weak self] in await self?.establishLink(to: target) }
+    }
+
+    func establishLink(to target: String) async {
+        do {
+            let grant = try Self.decode(LinkGrant.self, try await request(.link) { $0.string("target", target) }, of: "link")
+            let fd = try Self.pickUp(grant)
+            let link = DirectLink(number: grant.link, target: target, timeoutMs: grant.timeoutMs, fd: fd,
+                                  report: { [weak self] report in self?.sendControl(report) },
+                                  ended: { [weak self] link in self?.linkEnded(link) })
+            let kept = state.withLock { s -> Bool in
+                guard !s.closed, case .asking? = s.links[target] else { return false }
+                s.links[target] = .ready(link)
+                return true
+            }
+            if !kept { link.close() }
+        } catch {
+            // Not now (switched off, not running, debugged): asked again later.
+            state.withLock { s in
+                if case .asking? = s.links[target] { s.links[target] = .refused(until: ProcessControl.monotonicNanoseconds() + 5_000_000_000) }
+            }
+        }
+    }
+
+    /// Picks the link's descriptor up where the grant says (a one-time token for it).
+    static func pickUp(_ grant: LinkGrant) throws -> Int32 {
+        let handoff = try BlockingConnection.connect(path: grant.socket)
+        defer { handoff.close() }
+        var limit = timeval(tv_sec: 2, tv_usec: 0)
+        setsockopt(handoff.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        try handoff.sendFrame(ProtocolJSON.frame(["token": grant.token]))
+        var buffer = [UInt8](repeating: 0, count: 512)
+        var fd: Int32 = -1
+        let n = buffer.withUnsafeMutableBytes { cls_receive_with_fd(handoff.fd, $0.baseAddress, $0.count, &fd) }
+        guard n > 4, fd >= 0 else {
+            if fd >= 0 { Glibc.close(fd) }
+            throw ErrorBody(.unavailable, "the link's descriptor was not handed over: \(String(decoding: buffer.prefix(max(0, n)).dropFirst(4), as: UTF8.self))")
+        }
+        // A received descriptor is checked before it is used: a stream socket, nothing else.
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK else {
+            Glibc.close(fd)
+            throw ErrorBody(.unavailable, "the link's descriptor is not a socket")
+        }
+        return fd
+    }
+
+    /// A link's counts (`linkCalls`), on the control connection.
+    func sendControl(_ report: CallHop.LinkCalls) {
+        guard let link = state.withLock({ $0.link }), let frame = try? ProtocolJSON.frame(report) else { return }
+        try? link.connection.sendFrame(frame)
+    }
+
+    func linkEnded(_ link: DirectLink) {
+        state.withLock { s in
+            if case .ready(let current)? = s.links[link.target], current === link { s.links[link.target] = nil }
+        }
+    }
+
+    /// The supervisor takes link `number` back (its worker is stopping): calls go through the
+    /// supervisor from now on, and the link is given back once its calls are settled.
+    func unlink(_ number: UInt64, answering id: UInt64, on control: Link) {
+        let link = state.withLock { s -> DirectLink? in
+            for (target, slot) in s.links {
+                if case .ready(let l) = slot, l.number == number {
+                    s.links[target] = nil
+                    return l
+                }
+            }
+            return nil
+        }
+        let answer: @Sendable () -> Void = {
+            var reply = FrameBuilder(kind: .reply)
+            reply.uint("id", id)
+            reply.raw("result", Array("null".utf8))
+            try? control.connection.sendFrame(reply.finish())
+        }
+        if let link { link.unlink(answer) } else { answer() }
+    }
+
+    struct UnlinkOrder: Decodable {
+        var link: UInt64
+    }
+
+    struct LinkGrant: Decodable {
+        var link: UInt64
+        var token: String
+        var socket: String
+        var timeoutMs: Int
+    }
+}
