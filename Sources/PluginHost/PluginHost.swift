@@ -156,12 +156,12 @@ public final class PluginHost: Service, Sendable {
         do { json = try ProtocolJSON.encode(params) } catch {
             throw ErrorBody(.badRequest, "the params of \(target).\(method) cannot be encoded: \(error)")
         }
-        return try decode(R.self, try await callJSON(target, method, params: json, timeout: timeout), of: "\(target).\(method)")
+        return try HostCoding.decode(R.self, try await callJSON(target, method, params: json, timeout: timeout), of: "\(target).\(method)")
     }
 
     /// Calls `method` of the plugin `target` without params.
     public func call<R: Decodable>(_ target: String, _ method: String, as: R.Type = R.self, timeout: Duration? = nil) async throws -> R {
-        try decode(R.self, try await callJSON(target, method, params: nil, timeout: timeout), of: "\(target).\(method)")
+        try HostCoding.decode(R.self, try await callJSON(target, method, params: nil, timeout: timeout), of: "\(target).\(method)")
     }
 
     /// Calls with params and result as raw JSON (no decoding on either side).
@@ -174,7 +174,7 @@ public final class PluginHost: Service, Sendable {
         frame.string("target", target)
         frame.string("method", method)
         if let params { frame.raw("params", params) }
-        if let timeout { frame.uint("timeoutMs", Self.milliseconds(timeout)) }
+        if let timeout { frame.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
         let answer = try await request(frame.finish())
         askForLink(to: target)
         return answer
@@ -182,7 +182,7 @@ public final class PluginHost: Service, Sendable {
 
     /// Opens `plugin://<identifier>/<path>?<query>` and decodes what the plugin answers.
     public func open<R: Decodable>(_ uri: String, as: R.Type = R.self) async throws -> R {
-        try decode(R.self, try await openJSON(uri), of: uri)
+        try HostCoding.decode(R.self, try await openJSON(uri), of: uri)
     }
 
     /// Opens a URI and returns what the plugin answers as raw JSON.
@@ -201,7 +201,7 @@ public final class PluginHost: Service, Sendable {
         frame.uint("id", 0)
         frame.string("name", event.rawValue)
         if let plugin { frame.string("target", plugin) }
-        let outcome = try decode(SendOutcome.self, try await request(frame.finish()), of: "send")
+        let outcome = try HostCoding.decode(SendOutcome.self, try await request(frame.finish()), of: "send")
         if let plugin, let why = outcome.failed[plugin] { throw ErrorBody(.unavailable, "\(plugin) did not handle \(event.rawValue): \(why)") }
         return outcome
     }
@@ -210,7 +210,7 @@ public final class PluginHost: Service, Sendable {
     public func status() async throws -> [PluginStatus] {
         var frame = FrameBuilder(kind: .status)
         frame.uint("id", 0)
-        return try decode([PluginStatus].self, try await request(frame.finish()), of: "status")
+        return try HostCoding.decode([PluginStatus].self, try await request(frame.finish()), of: "status")
     }
 
     /// What happens to the plugins from now on (`started`, `exited`, `restarting`, `failed`,
@@ -225,16 +225,7 @@ public final class PluginHost: Service, Sendable {
     /// What `body` throws reaches the plugin as `pluginError` (an `ErrorBody` as it is); one that
     /// does not return within the call's timeout is cancelled and answered `timeout`.
     public func method<P: Decodable & Sendable, R: Encodable & Sendable>(_ name: String, _ body: @escaping @Sendable (P) async throws -> R) {
-        supervisor.provide(method: name) { json in
-            let params: P
-            do { params = try ProtocolJSON.decode(P.self, from: json) } catch {
-                throw ErrorBody(.badRequest, "the params of the host's \(name) do not fit: \(error)")
-            }
-            let result = try await body(params)
-            do { return try ProtocolJSON.encode(result) } catch {
-                throw ErrorBody(.pluginError, "the host's \(name) returned what cannot be encoded: \(error)")
-            }
-        }
+        supervisor.provide(method: name, HostCoding.method(name, body))
     }
 
     // MARK: Managing plugins
@@ -246,7 +237,7 @@ public final class PluginHost: Service, Sendable {
         var frame = FrameBuilder(kind: .restart)
         frame.uint("id", 0)
         frame.string("target", identifier)
-        return try decode(PluginStatus?.self, try await request(frame.finish()), of: "restart \(identifier)")
+        return try HostCoding.decode(PluginStatus?.self, try await request(frame.finish()), of: "restart \(identifier)")
     }
 
     /// Installs a signed bundle archive (a path or URL) as `supervisor install` does; returns once
@@ -265,7 +256,7 @@ public final class PluginHost: Service, Sendable {
     public func update(progress: (@Sendable (ProgressReport) -> Void)? = nil) async throws -> UpdateOutcome {
         var frame = FrameBuilder(kind: .update)
         frame.uint("id", 0)
-        return try decode(UpdateOutcome.self, try await request(frame.finish(), progress: progress), of: "update")
+        return try HostCoding.decode(UpdateOutcome.self, try await request(frame.finish(), progress: progress), of: "update")
     }
 
     /// Stops the plugin and removes its installed bundle.
@@ -280,7 +271,7 @@ public final class PluginHost: Service, Sendable {
     public func metrics() async throws -> String {
         var frame = FrameBuilder(kind: .metrics)
         frame.uint("id", 0)
-        return try decode(String.self, try await request(frame.finish()), of: "metrics")
+        return try HostCoding.decode(String.self, try await request(frame.finish()), of: "metrics")
     }
 
     // MARK: The one way in
@@ -320,18 +311,6 @@ public final class PluginHost: Service, Sendable {
 
     private static let cancelled = ErrorBody(.unavailable, "the calling task was cancelled")
 
-    private func decode<R: Decodable>(_ type: R.Type, _ json: [UInt8], of what: String) throws -> R {
-        do { return try ProtocolJSON.decode(R.self, from: json) } catch {
-            throw ErrorBody(.badRequest, "the answer of \(what) is not a \(R.self): \(error)")
-        }
-    }
-
-    static func milliseconds(_ duration: Duration) -> UInt64 {
-        let (seconds, attoseconds) = duration.components
-        guard seconds >= 0 else { return 1 }
-        let ms = UInt64(clamping: seconds) &* 1000 &+ UInt64(attoseconds / 1_000_000_000_000_000)
-        return max(1, ms)
-    }
 }
 
 /// The events of an embedded host (`PluginHost.events()`).

@@ -2,6 +2,7 @@ import CLinuxSupport
 import IPC
 import LinuxSupport
 import PluginProtocol
+import Protocol
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -65,7 +66,7 @@ package final class DirectLink: Sendable {
     /// Sends a call over the link and waits for its answer; nil when the link takes no calls any
     /// more (the call was not sent: the caller goes through the supervisor).
     package func call(method: String, params: [UInt8]?, timeout: Duration?) async throws -> [UInt8]? {
-        let ms = timeout.map { Int(SupervisorClient.milliseconds($0)) } ?? timeoutMs
+        let ms = timeout.map { Int(HostCoding.milliseconds($0)) } ?? timeoutMs
         let started = ProcessControl.monotonicNanoseconds()
         let id: UInt64? = state.withLock { s in
             guard !s.closed else { return nil }

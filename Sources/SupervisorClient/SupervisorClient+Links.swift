@@ -44,7 +44,7 @@ extension SupervisorClient {
 
     func establishLink(to target: String) async {
         do {
-            let grant = try Self.decode(LinkGrant.self, try await request(.link) { $0.string("target", target) }, of: "link")
+            let grant = try HostCoding.decode(LinkGrant.self, try await request(.link) { $0.string("target", target) }, of: "link")
             let fd = try Self.pickUp(grant)
             let link = DirectLink(number: grant.link, target: target, timeoutMs: grant.timeoutMs, fd: fd,
                                   report: { [weak self] report in self?.sendControl(report) },

@@ -126,12 +126,12 @@ public final class SupervisorClient: Sendable {
         do { json = try ProtocolJSON.encode(params) } catch {
             throw ErrorBody(.badRequest, "the params of \(target).\(method) cannot be encoded: \(error)")
         }
-        return try Self.decode(R.self, try await callJSON(target, method, params: json, timeout: timeout), of: "\(target).\(method)")
+        return try HostCoding.decode(R.self, try await callJSON(target, method, params: json, timeout: timeout), of: "\(target).\(method)")
     }
 
     /// Calls `method` of the plugin `target` without params.
     public func call<R: Decodable>(_ target: String, _ method: String, as: R.Type = R.self, timeout: Duration? = nil) async throws -> R {
-        try Self.decode(R.self, try await callJSON(target, method, params: nil, timeout: timeout), of: "\(target).\(method)")
+        try HostCoding.decode(R.self, try await callJSON(target, method, params: nil, timeout: timeout), of: "\(target).\(method)")
     }
 
     /// Calls with params and result as raw JSON: over the direct link to the plugin's worker when
@@ -144,7 +144,7 @@ public final class SupervisorClient: Sendable {
             b.string("target", target)
             b.string("method", method)
             if let params { b.raw("params", params) }
-            if let timeout { b.uint("timeoutMs", Self.milliseconds(timeout)) }
+            if let timeout { b.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
         }
         askForLink(to: target)
         return answer
@@ -152,7 +152,7 @@ public final class SupervisorClient: Sendable {
 
     /// Opens `plugin://<identifier>/<path>?<query>` and decodes what the plugin answers.
     public func open<R: Decodable>(_ uri: String, as: R.Type = R.self) async throws -> R {
-        try Self.decode(R.self, try await openJSON(uri), of: uri)
+        try HostCoding.decode(R.self, try await openJSON(uri), of: uri)
     }
 
     public func openJSON(_ uri: String) async throws -> [UInt8] {
@@ -163,7 +163,7 @@ public final class SupervisorClient: Sendable {
     /// says which handled it. Throws when `plugin` is not installed or did not handle it.
     @discardableResult
     public func send(_ event: LifecycleEvent, to plugin: String? = nil) async throws -> SendOutcome {
-        let outcome = try Self.decode(SendOutcome.self, try await request(.send) { b in
+        let outcome = try HostCoding.decode(SendOutcome.self, try await request(.send) { b in
             b.string("name", event.rawValue)
             if let plugin { b.string("target", plugin) }
         }, of: "send")
@@ -173,14 +173,14 @@ public final class SupervisorClient: Sendable {
 
     /// Every plugin in start order, as `supervisor status --json` shows it.
     public func status() async throws -> [PluginStatus] {
-        try Self.decode([PluginStatus].self, try await request(.status) { _ in }, of: "status")
+        try HostCoding.decode([PluginStatus].self, try await request(.status) { _ in }, of: "status")
     }
 
     /// Stops the plugin if it runs, clears its failure and restart history, starts it; returns its
     /// status once it runs.
     @discardableResult
     public func restart(_ identifier: String) async throws -> PluginStatus? {
-        try Self.decode(PluginStatus?.self, try await request(.restart) { $0.string("target", identifier) }, of: "restart \(identifier)")
+        try HostCoding.decode(PluginStatus?.self, try await request(.restart) { $0.string("target", identifier) }, of: "restart \(identifier)")
     }
 
     /// What happens to the plugins from now on (`started`, `exited`, `restarting`, `failed`,
@@ -227,16 +227,7 @@ public final class SupervisorClient: Sendable {
     /// call's timeout is cancelled and answered `timeout`. The most recent provider of a name gets
     /// its calls (docs/protocol.md, "Host programs").
     public func method<P: Decodable & Sendable, R: Encodable & Sendable>(_ name: String, _ body: @escaping @Sendable (P) async throws -> R) async throws {
-        try await methodJSON(name) { json in
-            let params: P
-            do { params = try ProtocolJSON.decode(P.self, from: json) } catch {
-                throw ErrorBody(.badRequest, "the params of the host's \(name) do not fit: \(error)")
-            }
-            let result = try await body(params)
-            do { return try ProtocolJSON.encode(result) } catch {
-                throw ErrorBody(.pluginError, "the host's \(name) returned what cannot be encoded: \(error)")
-            }
-        }
+        try await methodJSON(name, HostCoding.method(name, body))
     }
 
     /// Provides a host method with params and result as raw JSON.
@@ -247,14 +238,5 @@ public final class SupervisorClient: Sendable {
 
     // MARK: Coding
 
-    static func decode<R: Decodable>(_ type: R.Type, _ json: [UInt8], of what: String) throws -> R {
-        do { return try ProtocolJSON.decode(R.self, from: json) } catch {
-            throw ErrorBody(.badRequest, "the answer of \(what) is not a \(R.self): \(error)")
-        }
-    }
 
-    static func milliseconds(_ duration: Duration) -> UInt64 {
-        let (seconds, attoseconds) = duration.components
-        return UInt64(max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000))
-    }
 }

@@ -24,17 +24,6 @@ struct ClientTests {
         }
     }
 
-    /// The next event that `matches`, up to `seconds`.
-    static func next(_ events: inout AsyncThrowingStream<HostEvent, any Error>.AsyncIterator, within seconds: Double = 15, _ what: String,
-                     _ matches: (HostEvent) -> Bool) async throws -> HostEvent {
-        let deadline = ContinuousClock.now + .seconds(seconds)
-        while ContinuousClock.now < deadline {
-            guard let event = try await events.next() else { break }
-            if matches(event) { return event }
-        }
-        throw HarnessError("no \(what) event within \(seconds) s")
-    }
-
     @Test("a client calls, opens, sends and reads status over the control socket, 64 calls in flight on one connection; a cancelled task cancels its call in the plugin")
     func calls() async throws {
         let w = try TestWorld()
@@ -86,12 +75,12 @@ struct ClientTests {
         try await waitUntil("the CLI to follow") { try await Self.followers(client) >= 4 }
         let pid = try #require(try await client.status().first { $0.identifier == "c.crashy" }?.pid)
         kill(pid, SIGSEGV)
-        let exited = try await Self.next(&events, "exited") { $0.event == .exited }
+        let exited = try await nextEvent(&events, "exited") { $0.event == .exited }
         #expect(exited.pid == pid && exited.lastExit?.signal == "SIGSEGV" && exited.plugin == "c.crashy")
-        #expect(try await Self.next(&events, "restarting") { $0.event == .restarting }.attempt == 1)
-        let started = try await Self.next(&events, "started") { $0.event == .started }
+        #expect(try await nextEvent(&events, "restarting") { $0.event == .restarting }.attempt == 1)
+        let started = try await nextEvent(&events, "started") { $0.event == .started }
         #expect(started.pid != nil && started.pid != pid)
-        _ = try await Self.next(&all, "started (every plugin's stream)") { $0.event == .started && $0.plugin == "c.crashy" }
+        _ = try await nextEvent(&all, "started (every plugin's stream)") { $0.event == .started && $0.plugin == "c.crashy" }
         try await waitUntil("the CLI's lines") {
             let lines = ((try? String(contentsOfFile: jsonOut, encoding: .utf8)) ?? "").split(separator: "\n")
             return lines.contains { $0.contains("\"event\":\"started\"") && $0.contains("c.crashy") }

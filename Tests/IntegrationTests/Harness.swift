@@ -454,3 +454,15 @@ final class Background<T: Sendable>: @unchecked Sendable {
         throw HarnessError("the background work did not finish within \(timeout) s")
     }
 }
+
+/// The next host event that `matches` from `events` (an embedded host's or a client's), up to
+/// `seconds`.
+func nextEvent<Events: AsyncIteratorProtocol>(_ events: inout Events, within seconds: Double = 15, _ what: String,
+                                               _ matches: (HostEvent) -> Bool) async throws -> HostEvent where Events.Element == HostEvent {
+    let deadline = ContinuousClock.now + .seconds(seconds)
+    while ContinuousClock.now < deadline {
+        guard let event = try await events.next() else { break }
+        if matches(event) { return event }
+    }
+    throw HarnessError("no \(what) event within \(seconds) s")
+}

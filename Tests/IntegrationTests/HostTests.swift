@@ -31,17 +31,6 @@ struct HostTests {
         return (host, running)
     }
 
-    /// Waits for the next event that `matches`, up to `seconds`.
-    static func next(_ events: inout HostEvents.AsyncIterator, within seconds: Double = 15, _ what: String,
-                     _ matches: (HostEvent) -> Bool) async throws -> HostEvent {
-        let deadline = ContinuousClock.now + .seconds(seconds)
-        while ContinuousClock.now < deadline {
-            guard let event = try await events.next() else { break }
-            if matches(event) { return event }
-        }
-        throw HarnessError("no \(what) event within \(seconds) s")
-    }
-
     @Test("an embedded host calls, opens, sends and reads status straight from the program; a cancelled task cancels its call in the plugin")
     func callsFromTheProgram() async throws {
         let w = try TestWorld()
@@ -147,11 +136,11 @@ struct HostTests {
         var events = host.events(plugin: "h.crashy").makeAsyncIterator()
         let pid = try #require(try await host.status().first?.pid)
         kill(pid, SIGSEGV)
-        let exited = try await Self.next(&events, "exited") { $0.event == .exited }
+        let exited = try await nextEvent(&events, "exited") { $0.event == .exited }
         #expect(exited.pid == pid && exited.lastExit?.signal == "SIGSEGV")
-        let restarting = try await Self.next(&events, "restarting") { $0.event == .restarting }
+        let restarting = try await nextEvent(&events, "restarting") { $0.event == .restarting }
         #expect(restarting.attempt == 1)
-        let started = try await Self.next(&events, "started") { $0.event == .started }
+        let started = try await nextEvent(&events, "started") { $0.event == .started }
         #expect(started.pid != nil && started.pid != pid && started.version == "1.0.0")
         #expect(try await host.call("h.crashy", "ping", as: Int.self) == 1)
         await host.shutdown()

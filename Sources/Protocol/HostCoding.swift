@@ -1,0 +1,36 @@
+import PluginProtocol
+
+/// The typed surface of SPEC §12's host API over raw JSON, shared by `PluginHost` and
+/// `SupervisorClient`: one way to decode an answer, to turn a typed host method into the JSON
+/// handler both keep, and to write a timeout.
+public enum HostCoding {
+    /// `json` as `R`, or `badRequest` naming `what` was answered.
+    public static func decode<R: Decodable>(_ type: R.Type, _ json: [UInt8], of what: String) throws -> R {
+        do { return try ProtocolJSON.decode(R.self, from: json) } catch {
+            throw ErrorBody(.badRequest, "the answer of \(what) is not a \(R.self): \(error)")
+        }
+    }
+
+    /// A typed host method as a JSON handler: params that do not decode are `badRequest`, a result
+    /// that does not encode is `pluginError`; what `body` throws goes on as it is.
+    public static func method<P: Decodable & Sendable, R: Encodable & Sendable>(
+        _ name: String, _ body: @escaping @Sendable (P) async throws -> R
+    ) -> @Sendable ([UInt8]) async throws -> [UInt8] {
+        { json in
+            let params: P
+            do { params = try ProtocolJSON.decode(P.self, from: json) } catch {
+                throw ErrorBody(.badRequest, "the params of the host's \(name) do not fit: \(error)")
+            }
+            let result = try await body(params)
+            do { return try ProtocolJSON.encode(result) } catch {
+                throw ErrorBody(.pluginError, "the host's \(name) returned what cannot be encoded: \(error)")
+            }
+        }
+    }
+
+    /// A timeout in whole milliseconds, at least 1 (`timeoutMs`).
+    public static func milliseconds(_ duration: Duration) -> UInt64 {
+        let (seconds, attoseconds) = duration.components
+        return UInt64(max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000))
+    }
+}
