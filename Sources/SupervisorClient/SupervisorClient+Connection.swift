@@ -117,13 +117,16 @@ extension SupervisorClient {
             link.connection.close()
         }
         // What this client provided is provided again (after a supervisor's restart).
-        for name in methods.sorted() {
-            var provide = FrameBuilder(kind: .provide)
-            provide.uint("id", takeID())
-            provide.string("method", name)
-            try? link.connection.sendFrame(provide.finish())
-        }
+        for name in methods.sorted() { provide(name, on: link) }
         return link
+    }
+
+    /// Sends `provide` for `name` (its answer is not waited for: a refusal can only be a bad name).
+    func provide(_ name: String, on link: Link) {
+        var provide = FrameBuilder(kind: .provide)
+        provide.uint("id", takeID())
+        provide.string("method", name)
+        try? link.connection.sendFrame(provide.finish())
     }
 
     /// The connection ended: what waited on it fails, its event streams end, and a client that

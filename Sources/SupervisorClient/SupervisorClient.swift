@@ -226,14 +226,21 @@ public final class SupervisorClient: Sendable {
     /// plugin as `pluginError` (an `ErrorBody` as it is); one that does not return within the
     /// call's timeout is cancelled and answered `timeout`. The most recent provider of a name gets
     /// its calls (docs/protocol.md, "Host programs").
-    public func method<P: Decodable & Sendable, R: Encodable & Sendable>(_ name: String, _ body: @escaping @Sendable (P) async throws -> R) async throws {
-        try await methodJSON(name, HostCoding.method(name, body))
+    ///
+    /// On a connected client the `provide` goes out at once, before anything this client asks
+    /// afterwards; otherwise it goes out when the client connects (again).
+    public func method<P: Decodable & Sendable, R: Encodable & Sendable>(_ name: String, _ body: @escaping @Sendable (P) async throws -> R) {
+        methodJSON(name, HostCoding.method(name, body))
     }
 
     /// Provides a host method with params and result as raw JSON.
-    public func methodJSON(_ name: String, _ handler: @escaping Handler) async throws {
-        state.withLock { $0.methods[name] = handler }
-        _ = try await request(.provide) { $0.string("method", name) }
+    public func methodJSON(_ name: String, _ handler: @escaping Handler) {
+        let link = state.withLock { s -> Link? in
+            s.methods[name] = handler
+            return s.link
+        }
+        // A connection made from now on provides it (`adopt`); this one is told now.
+        if let link { provide(name, on: link) }
     }
 
     // MARK: Coding

@@ -129,9 +129,9 @@ struct ClientTests {
         struct Name: Codable, Sendable { var name: String }
         struct Broken: Error {}
         let cancelled = Atomic<Int>(0)
-        try await first.method("greet") { (p: Name) in "hello \(p.name)" }
-        try await first.method("fail") { (_: String?) -> String in throw Broken() }
-        try await first.method("hang") { (_: String?) -> String in
+        first.method("greet") { (p: Name) in "hello \(p.name)" }
+        first.method("fail") { (_: String?) -> String in throw Broken() }
+        first.method("hang") { (_: String?) -> String in
             do { try await Task.sleep(for: .seconds(60)) } catch { cancelled.add(1, ordering: .relaxed) }
             return "late"
         }
@@ -147,14 +147,17 @@ struct ClientTests {
 
         // A second client provides greet too: it gets the calls; when it goes, the first does again.
         let second = try await SupervisorClient.connect(socket: sup.socket)
-        try await second.method("greet") { (p: Name) in "bonjour \(p.name)" }
+        second.method("greet") { (p: Name) in "bonjour \(p.name)" }
+        // Its `provide` is read before anything it asks afterwards.
+        _ = try await second.status()
         #expect(try await viaPlugin("c.allowed", "greet", Name(name: "Bo")) == "bonjour Bo")
         let waiting = Atomic<Int>(0)
-        try await second.method("hang") { (_: String?) -> String in
+        second.method("hang") { (_: String?) -> String in
             waiting.add(1, ordering: .relaxed)
             try await Task.sleep(for: .seconds(60))
             return "late"
         }
+        _ = try await second.status()
         let inFlight = Task { await Self.code { try await viaPlugin("c.allowed", "hang", String?.none) } }
         try await waitUntil("the second client to get the call") { waiting.load(ordering: .relaxed) == 1 }
         let closedAt = ContinuousClock.now
@@ -218,7 +221,7 @@ struct ClientTests {
         let client = try await SupervisorClient.connect(socket: sup.socket)
         defer { client.close() }
         #expect(await Self.code { try await client.call("c.asker", "ask", as: String.self) } == "notFound")
-        try await client.method("greet") { (who: String) in "hello \(who)" }
+        client.method("greet") { (who: String) in "hello \(who)" }
         #expect(try await client.call("c.asker", "ask", as: String.self) == "hello C")
     }
 
@@ -229,7 +232,7 @@ struct ClientTests {
         var sup = try RunningSupervisor(w)
         let client = try await SupervisorClient.connect(socket: sup.socket, wait: .seconds(20))
         defer { client.close() }
-        try await client.method("greet") { (p: String) in "hello \(p)" }
+        client.method("greet") { (p: String) in "hello \(p)" }
         #expect(try await client.call("c.r", "ping", as: Int.self) == 1)
         _ = try sup.cli("stop")
         let stopping = sup
