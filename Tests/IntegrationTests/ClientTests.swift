@@ -1,4 +1,6 @@
+import CLinuxSupport
 import Foundation
+import IPC
 import PluginProtocol
 import Protocol
 import Synchronization
@@ -304,6 +306,45 @@ struct ClientTests {
         #expect(await Self.code { try await client.call("c.d", "sleep", ["ms": 5_000], as: Int.self, timeout: .milliseconds(300)) } == "timeout")
         try await waitUntil("the plugin to hear cancel") { try await client.call("c.d", "info", as: KitInfo.self).names.contains("cancelled:5000") }
         #expect(client.linkedPlugins == ["c.d"])
+    }
+
+    @Test("a link's descriptor is handed only for a token the supervisor gave, once: an unknown token gets an error and nothing else")
+    func linkTokens() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.t")
+        let sup = try RunningSupervisor(w)
+        let handoff = try BlockingConnection.connect(path: sup.socket + ".links")
+        try handoff.sendFrame(ProtocolJSON.frame(["token": "00000000000000000000000000000000"]))
+        let answer = try #require(try handoff.receiveFrame())
+        #expect(String(decoding: answer, as: UTF8.self).contains("unknown token"))
+        #expect(try handoff.receiveFrame() == nil)
+        handoff.close()
+        // Asked on the control socket, a token works once.
+        let control = try rawControl(sup.socket)
+        _ = try control.sendFrame(callFrame(id: 1, target: "c.t", method: "ping"))
+        _ = try control.receiveFrame()
+        var link = FrameBuilder(kind: .link)
+        link.uint("id", 2)
+        link.string("target", "c.t")
+        try control.sendFrame(link.finish())
+        let grant = try #require(try control.receiveFrame())
+        struct Grant: Decodable { struct Result: Decodable { var token: String; var socket: String }; var result: Result }
+        let granted = try JSONDecoder().decode(Grant.self, from: Data(grant)).result
+        for attempt in 0..<2 {
+            let pickUp = try BlockingConnection.connect(path: granted.socket)
+            try pickUp.sendFrame(ProtocolJSON.frame(["token": granted.token]))
+            var buffer = [UInt8](repeating: 0, count: 256)
+            var fd: Int32 = -1
+            let n = buffer.withUnsafeMutableBytes { cls_receive_with_fd(pickUp.fd, $0.baseAddress, $0.count, &fd) }
+            if attempt == 0 {
+                #expect(n > 4 && fd >= 0 && String(decoding: buffer[4..<n], as: UTF8.self).contains("\"link\""))
+            } else {
+                #expect(fd == -1 && String(decoding: buffer[4..<max(4, n)], as: UTF8.self).contains("unknown token"))
+            }
+            if fd >= 0 { close(fd) }
+            pickUp.close()
+        }
+        control.close()
     }
 
     @Test("a client's direct link to a worker that crashes: the call in flight fails unavailable, the next waits for the restart and succeeds, and a new link follows; a restart of the plugin (its worker drains) loses no call")

@@ -128,6 +128,58 @@ struct HostTests {
         try await running.value
     }
 
+    @Test("the host's calls go over a direct link after the first (answered while the supervisor's loop is held); a restart of the plugin with four lanes of calls over it loses none, and a new link follows")
+    func directLink() async throws {
+        let w = try TestWorld()
+        try w.bundle("h.l")
+        let (host, running) = try await Self.start(w)
+        #expect(try await host.call("h.l", "ping", as: Int.self) == 1)
+        try await waitUntil("the direct link") { host.linkedPlugins == ["h.l"] }
+        // The loop held for 1.5 s (debugWedge, through the host's control socket): a call over the link does not notice.
+        let wedge = try rawControl(w.home + "/supervisor.sock")
+        var frame = FrameBuilder(kind: .debugWedge)
+        frame.uint("id", 1)
+        frame.uint("timeoutMs", 1_500)
+        try wedge.sendFrame(frame.finish())
+        _ = try wedge.receiveFrame()
+        let started = ContinuousClock.now
+        #expect(try await host.call("h.l", "echo", "past the loop", as: String.self) == "past the loop")
+        #expect(ContinuousClock.now - started < .milliseconds(1_000))
+        wedge.close()
+        final class Tally: Sendable {
+            let stop = Atomic<Bool>(false)
+            let failures = Atomic<Int>(0)
+            let answered = Atomic<Int>(0)
+        }
+        let tally = Tally()
+        let lanes = (0..<4).map { lane in
+            Task {
+                var n = 0
+                while !tally.stop.load(ordering: .relaxed) {
+                    n += 1
+                    do {
+                        let echoed = try await host.call("h.l", "echo", lane * 1_000_000 + n, as: Int.self, timeout: .seconds(10))
+                        if echoed == lane * 1_000_000 + n { tally.answered.add(1, ordering: .relaxed) } else { tally.failures.add(1, ordering: .relaxed) }
+                    } catch {
+                        tally.failures.add(1, ordering: .relaxed)
+                    }
+                }
+            }
+        }
+        try await waitUntil("calls to flow") { tally.answered.load(ordering: .relaxed) > 200 }
+        let pid = try await host.status().first?.pid
+        _ = try await host.restart("h.l")
+        let after = tally.answered.load(ordering: .relaxed)
+        try await waitUntil("calls to flow after the restart") { tally.answered.load(ordering: .relaxed) > after + 200 }
+        tally.stop.store(true, ordering: .relaxed)
+        for lane in lanes { await lane.value }
+        #expect(tally.failures.load(ordering: .relaxed) == 0)
+        #expect(try await host.status().first?.pid != pid)
+        try await waitUntil("a link to the new worker") { host.linkedPlugins == ["h.l"] }
+        await host.shutdown()
+        try await running.value
+    }
+
     @Test("events: a plugin crashed on purpose (SIGSEGV to its pid) is heard as exited, restarting, then started with a new pid")
     func crashEvents() async throws {
         let w = try TestWorld()
