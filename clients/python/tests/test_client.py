@@ -153,3 +153,50 @@ def test_the_fixture_stops_the_supervisor(plugin_supervisor, bundles):
     assert sup.stop() == 0
     with pytest.raises(OSError):
         os.kill(pid, 0)
+
+
+def test_calls_go_over_a_direct_link_after_the_first(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.link")])
+    client = sup.client
+    assert client.call("py.link", "ping") == 1
+    sup.wait_until(lambda: client.linked_plugins == ["py.link"], what="the direct link")
+    for i in range(50):
+        assert client.call("py.link", "echo", i) == i
+    with pytest.raises(PluginError) as failed:
+        client.call("py.link", "fail")
+    assert failed.value.code == "custom"
+    with pytest.raises(PluginError) as slow:
+        client.call("py.link", "sleep", {"ms": 3000}, timeout=0.2)
+    assert slow.value.code == "timeout"
+
+    def counted():
+        return 'plugin_calls_total{plugin="py.link",outcome="ok"} 51' in sup_metrics(sup)
+    sup.wait_until(counted, what="the link's counts in the metrics")
+    # A restart: the link is taken back, calls go on through the supervisor, then a new link.
+    sup.client.restart("py.link")
+    assert client.call("py.link", "ping") == 1
+    sup.wait_until(lambda: client.linked_plugins == ["py.link"], what="a new link")
+    # The worker crashes with a call on the link: it fails unavailable, the next call waits for the restart.
+    results = {}
+    slow_call = threading.Thread(target=lambda: results.update(code=_code(lambda: client.call("py.link", "sleep", {"ms": 20000}, timeout=30))))
+    slow_call.start()
+    sup.wait_until(lambda: "sleeping:20000" in [e["event"] for e in client.call("py.link", "info")["events"]], what="the sleep")
+    old = sup.crash("py.link")
+    slow_call.join(10)
+    assert results.get("code") == "unavailable"
+    # Once the supervisor has seen the end, the next call waits for the restarted worker.
+    sup.wait_until(lambda: sup.status("py.link").get("pid") != old, what="the supervisor to see the crash")
+    assert client.call("py.link", "ping") == 1
+
+
+def sup_metrics(sup):
+    with Client(socket=sup.socket, direct_links=False) as other:
+        return other._request({"type": "metrics"})
+
+
+def _code(body):
+    try:
+        body()
+        return None
+    except PluginError as error:
+        return error.code

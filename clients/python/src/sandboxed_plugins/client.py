@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterator, Optional
 
 from . import _wire
+from ._link import DirectLink, NotTaken, pick_up
 from .errors import PluginError, unreachable
 
 #: Events a plugin can be sent (``send``).
@@ -95,9 +96,14 @@ class Client:
     threads at once; each waits for its own reply. If the supervisor restarts, the next request
     connects again (waiting up to ``connect_timeout`` seconds for it)."""
 
-    def __init__(self, home: Optional[str] = None, socket: Optional[str] = None, *, connect_timeout: float = 5.0) -> None:
+    def __init__(self, home: Optional[str] = None, socket: Optional[str] = None, *, connect_timeout: float = 5.0,
+                 direct_links: bool = True) -> None:
         self.socket_path = _wire.socket_path(home, socket)
         self.connect_timeout = connect_timeout
+        #: After a call has gone through the supervisor, the next ones to that plugin go over a
+        #: direct link to its worker (one hop).
+        self.direct_links = direct_links
+        self._links: Dict[str, Any] = {}  # target -> DirectLink, "asking", or the time to ask again
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -115,12 +121,25 @@ class Client:
     def call(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> Any:
         """Calls ``method`` of plugin ``target``; returns its result (decoded JSON). ``timeout``
         in seconds defaults to the plugin's own."""
+        link = self._links.get(target)
+        if isinstance(link, DirectLink):
+            try:
+                return link.call(method, params, timeout)
+            except NotTaken:
+                pass
         message: Dict[str, Any] = {"type": "call", "target": target, "method": method}
         if params is not None:
             message["params"] = params
         if timeout is not None:
             message["timeoutMs"] = max(1, int(timeout * 1000))
-        return self._request(message, timeout)
+        result = self._request(message, timeout)
+        self._ask_for_link(target)
+        return result
+
+    @property
+    def linked_plugins(self) -> list:
+        """The plugins called over a direct link now."""
+        return sorted(t for t, link in list(self._links.items()) if isinstance(link, DirectLink))
 
     def open(self, uri: str, timeout: Optional[float] = None) -> Any:
         """Opens a ``plugin://<identifier>/<path>?<query>`` URI."""
@@ -169,6 +188,10 @@ class Client:
 
     def close(self) -> None:
         self._closed = True
+        for link in list(self._links.values()):
+            if isinstance(link, DirectLink):
+                link.close()
+        self._links.clear()
         sock = self._sock
         if sock is not None:
             try:
@@ -310,6 +333,55 @@ class Client:
         elif kind == "cancel":
             if frame_id in self._host_calls:
                 self._host_calls[frame_id] = True
+        elif kind == "unlink":
+            self._unlink(frame.get("link"), frame_id)
+
+    # -- direct links ------------------------------------------------------------
+
+    def _ask_for_link(self, target: str) -> None:
+        if not self.direct_links or self._closed:
+            return
+        with self._state_lock:
+            known = self._links.get(target)
+            if isinstance(known, DirectLink) or known == "asking" or (isinstance(known, float) and known > time.monotonic()):
+                return
+            self._links[target] = "asking"
+        threading.Thread(target=self._establish, args=(target,), name="sandboxed-plugins-link-ask", daemon=True).start()
+
+    def _establish(self, target: str) -> None:
+        try:
+            grant = self._request({"type": "link", "target": target})
+            link = DirectLink(grant, target, pick_up(grant), report=self._send_quietly, ended=self._link_ended)
+        except (PluginError, OSError, KeyError, ValueError, TypeError):
+            with self._state_lock:
+                if self._links.get(target) == "asking":
+                    self._links[target] = time.monotonic() + 5.0
+            return
+        with self._state_lock:
+            kept = self._links.get(target) == "asking" and not self._closed
+            if kept:
+                self._links[target] = link
+        if not kept:
+            link.close()
+
+    def _link_ended(self, link: DirectLink) -> None:
+        with self._state_lock:
+            if self._links.get(link.target) is link:
+                del self._links[link.target]
+
+    def _unlink(self, number: Any, unlink_id: Any) -> None:
+        """The supervisor takes a link back (its worker is stopping)."""
+        with self._state_lock:
+            found = None
+            for target, link in list(self._links.items()):
+                if isinstance(link, DirectLink) and link.number == number:
+                    found = link
+                    del self._links[target]
+        answer = lambda: self._send_quietly({"type": "reply", "id": unlink_id, "result": None})  # noqa: E731
+        if found is not None:
+            found.unlink(answer)
+        else:
+            answer()
 
     def _host_call(self, frame: dict) -> None:
         call_id = frame.get("id")

@@ -1,0 +1,229 @@
+"""A blocking client's direct link to one plugin's worker (docs/protocol.md, "Direct links for
+clients"): calls go over it straight to the worker, one hop. The client keeps each call's deadline
+(a late call fails ``timeout`` and the worker gets ``cancel``) and reports the calls' counts to the
+supervisor (``linkCalls``), so its metrics count every call. A link that ends fails its calls in
+flight ``unavailable``; one the supervisor takes back (``unlink``) takes no new calls and is given
+back once its calls are settled."""
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+import socket as _socket
+import stat
+import threading
+import time
+from typing import Any, Callable, Dict, Optional
+
+from . import _wire
+from .errors import PluginError
+
+#: The call-duration histogram's bucket bounds (ns), as the supervisor's (`CallHop.bucketBounds`).
+BUCKET_BOUNDS = [50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 25_000_000,
+                 50_000_000, 100_000_000, 250_000_000, 500_000_000, 1_000_000_000, 2_500_000_000, 5_000_000_000,
+                 10_000_000_000]
+REPORT_INTERVAL = 1.0
+
+
+class _Call:
+    __slots__ = ("done", "reply", "started")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.reply: Optional[dict] = None
+        self.started = time.monotonic_ns()
+
+
+class NotTaken(Exception):
+    """The link took no more calls when this one came: it goes through the supervisor."""
+
+
+def pick_up(grant: dict) -> _socket.socket:
+    """The link's descriptor, picked up where the grant says with its one-time token."""
+    with _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM) as handoff:
+        handoff.settimeout(2.0)
+        handoff.connect(grant["socket"])
+        handoff.sendall(_wire.encode({"token": grant["token"]}))
+        message, fds, flags, _ = _socket.recv_fds(handoff, 512, 1)
+    if flags & getattr(_socket, "MSG_CTRUNC", 0):
+        for fd in fds:
+            os.close(fd)
+        raise PluginError("unavailable", "the link's descriptor was cut off in transit")
+    if len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        raise PluginError("unavailable", f"the link's descriptor was not handed over: {message[4:]!r}")
+    # A received descriptor is checked before it is used: a stream socket, nothing else.
+    if not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
+        os.close(fds[0])
+        raise PluginError("unavailable", "the link's descriptor is not a socket")
+    return _socket.socket(fileno=fds[0])
+
+
+class DirectLink:
+    def __init__(self, grant: dict, target: str, sock: _socket.socket, report: Callable[[dict], None],
+                 ended: Callable[["DirectLink"], None]) -> None:
+        self.number = int(grant["link"])
+        self.timeout_ms = int(grant["timeoutMs"])
+        self.target = target
+        self._sock = sock
+        self._report = report
+        self._ended = ended
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._waiting: Dict[int, _Call] = {}
+        self._closed = False
+        self._unlinked = False
+        self._answer_unlink: Optional[Callable[[], None]] = None
+        self._reset_tally()
+        self._last_report = time.monotonic()
+        threading.Thread(target=self._read, name="sandboxed-plugins-link", daemon=True).start()
+
+    def _reset_tally(self) -> None:
+        self._counts = {"ok": 0, "error": 0, "timeout": 0, "unavailable": 0}
+        self._buckets = [0] * (len(BUCKET_BOUNDS) + 1)
+        self._sum_ns = 0
+
+    def _record(self, outcome: str, started: int) -> None:
+        ns = time.monotonic_ns() - started
+        self._counts[outcome] += 1
+        self._buckets[bisect.bisect_left(BUCKET_BOUNDS, ns)] += 1
+        self._sum_ns += ns
+
+    def call(self, method: str, params: Any, timeout: Optional[float]) -> Any:
+        """The call's result; raises ``NotTaken`` when the link takes no more calls."""
+        ms = max(1, int(timeout * 1000)) if timeout is not None else self.timeout_ms
+        with self._lock:
+            if self._closed:
+                raise NotTaken()
+            call_id = next(self._ids)
+            call = _Call()
+            self._waiting[call_id] = call
+        message: Dict[str, Any] = {"type": "call", "id": call_id, "target": self.target, "method": method, "timeoutMs": ms}
+        if params is not None:
+            message["params"] = params
+        try:
+            frame = _wire.encode(message)
+            with self._send_lock:
+                self._sock.sendall(frame)
+        except (OSError, ValueError, TypeError):
+            with self._lock:
+                self._waiting.pop(call_id, None)
+            raise NotTaken() from None
+        if not call.done.wait(ms / 1000):
+            with self._lock:
+                late = self._waiting.pop(call_id, None)
+                if late is not None:
+                    self._record("timeout", late.started)
+            if late is not None:
+                self._send_quietly({"type": "cancel", "id": call_id})
+                self._settled_maybe_unlink()
+                raise PluginError("timeout", f"{self.target} did not answer call in time")
+        reply = call.reply
+        if reply is None:
+            raise PluginError("unavailable", f"the worker of {self.target} ended before answering call")
+        if "error" in reply:
+            raise PluginError.from_body(reply["error"])
+        return reply.get("result")
+
+    def unlink(self, answer: Callable[[], None]) -> None:
+        """The supervisor takes the link back: no new calls; ``answer`` once the last is settled."""
+        with self._lock:
+            self._closed = True
+            self._unlinked = True
+            if self._waiting:
+                self._answer_unlink = answer
+                return
+        self._finish_unlink(answer)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        try:
+            self._sock.shutdown(_socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _finish_unlink(self, answer: Callable[[], None]) -> None:
+        self._send_report(force=True, ended_link=None)
+        answer()
+        self.close()
+
+    def _settled_maybe_unlink(self) -> None:
+        with self._lock:
+            answer = self._answer_unlink if not self._waiting else None
+            if answer is not None:
+                self._answer_unlink = None
+        if answer is not None:
+            self._finish_unlink(answer)
+
+    def _send_quietly(self, message: dict) -> None:
+        try:
+            with self._send_lock:
+                self._sock.sendall(_wire.encode(message))
+        except OSError:
+            pass
+
+    def _send_report(self, force: bool, ended_link: Optional[int]) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if not force and now - self._last_report < REPORT_INTERVAL:
+                return
+            self._last_report = now
+            if not any(self._counts.values()) and ended_link is None:
+                return
+            report = {"type": "linkCalls", "target": self.target, "counts": dict(self._counts),
+                      "buckets": list(self._buckets), "sumNs": self._sum_ns}
+            if ended_link is not None:
+                report["endedLink"] = ended_link
+            self._reset_tally()
+        self._report(report)
+
+    def _read(self) -> None:
+        frames = _wire.FrameBuffer()
+        self._sock.settimeout(REPORT_INTERVAL)
+        try:
+            while True:
+                try:
+                    data = self._sock.recv(65536)
+                except _socket.timeout:
+                    self._send_report(force=False, ended_link=None)
+                    continue
+                if not data:
+                    break
+                for frame in frames.feed(data):
+                    if frame.get("type") != "reply":
+                        continue
+                    with self._lock:
+                        call = self._waiting.pop(frame.get("id"), None)
+                        if call is not None:
+                            self._record("error" if "error" in frame else "ok", call.started)
+                    if call is not None:
+                        call.reply = frame
+                        call.done.set()
+                        self._settled_maybe_unlink()
+                self._send_report(force=False, ended_link=None)
+        except (OSError, ValueError):
+            pass
+        self._end()
+
+    def _end(self) -> None:
+        with self._lock:
+            self._closed = True
+            calls = list(self._waiting.values())
+            self._waiting = {}
+            for call in calls:
+                self._record("unavailable", call.started)
+            unlinked, answer = self._unlinked, self._answer_unlink
+            self._answer_unlink = None
+        for call in calls:
+            call.done.set()
+        self._send_report(force=True, ended_link=None if unlinked else self.number)
+        if answer is not None:
+            answer()
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        self._ended(self)
