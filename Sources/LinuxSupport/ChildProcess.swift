@@ -41,6 +41,12 @@ public final class ChildProcess: Sendable {
     @discardableResult
     public func signal(_ sig: Int32) -> Bool { cls_pidfd_signal(pidfd, sig) == 0 }
 
+    /// Whether the process has ended (its pidfd is readable), reaped or not. One poll, no wait.
+    public var hasEnded: Bool {
+        var entry = pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)
+        return poll(&entry, 1, 0) > 0
+    }
+
     /// Blocks until the process ends and reaps it (waitid on the pidfd).
     public func wait() throws(SystemError) -> ChildExit {
         guard let exit = try reap(blocking: true) else {

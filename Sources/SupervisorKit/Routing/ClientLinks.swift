@@ -99,6 +99,7 @@ extension Router {
         if let problem = report.calls.problem { return ErrorBody(.protocolViolation, "linkCalls with \(problem)") }
         metrics.calls(report.target).add(report.calls)
         if let ended = report.endedLink, let link = connection.linksOut[report.target], link.number == ended {
+            link.callee.mayHaveEnded = true
             settle(link)
         }
         return nil
@@ -151,6 +152,9 @@ extension Router {
     func hostLinkCalls(_ host: HostCaller, _ report: CallHop.LinkCalls) {
         guard report.calls.problem == nil else { return }
         metrics.calls(report.target).add(report.calls)
-        if let ended = report.endedLink, let link = host.linksOut[report.target], link.number == ended { settle(link) }
+        if let ended = report.endedLink, let link = host.linksOut[report.target], link.number == ended {
+            link.callee.mayHaveEnded = true
+            settle(link)
+        }
     }
 }

@@ -170,6 +170,7 @@ extension Router {
         metrics.calls(report.target).add(report.calls)
         // Its link ended by itself: forgotten, so the next call through here makes a new one.
         if let ended = report.endedLink, let link = instance.linksOut[report.target], link.number == ended {
+            link.callee.mayHaveEnded = true
             settle(link)
         }
     }

@@ -24,7 +24,7 @@ extension Router {
         case .waiting, .starting, .restarting: return true
         case .running:
             guard let instance = record.instance else { return true }
-            return instance.phase.stopRequested || instance.channel == nil
+            return instance.phase.stopRequested || instance.channel == nil || instance.hasEndedUnseen
         case .failed, .stopped: return false
         }
     }

@@ -43,7 +43,8 @@ final class Router: SupervisorComponent {
             return ErrorBody(.notFound, "no plugin \(target) is installed")
         }
         let metrics = callMetrics(of: record)
-        guard record.phase == .running, let instance = record.instance, !instance.phase.stopRequested, let channel = instance.channel else {
+        guard record.phase == .running, let instance = record.instance, !instance.phase.stopRequested, let channel = instance.channel,
+              !instance.hasEndedUnseen else {
             // Not now: coming up or draining, it waits; failed or stopped, it fails.
             if mustWait(record) {
                 return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin)

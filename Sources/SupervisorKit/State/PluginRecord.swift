@@ -225,6 +225,10 @@ final class WorkerInstance {
     /// Peer links from it, by callee identifier, and to it (docs/protocol.md "Peer links").
     var linksOut: [String: PeerLink] = [:]
     var linksIn: [ObjectIdentifier: PeerLink] = [:]
+    /// A link to it ended by itself (its caller said so): it may have ended before the supervisor
+    /// read its socket's end. Until that is checked, a request for it looks at its process first
+    /// (`Router.mustWait`), so one made at that moment waits for the restart instead of failing.
+    var mayHaveEnded = false
     /// The callees it had a link to: whose call counts it may report (`linkCalls`).
     var linkedCallees: Set<String> = []
     /// A standby told to load its plugin before its socket was wired into the loop: the order goes
@@ -255,6 +259,16 @@ final class WorkerInstance {
     /// callers' links not yet given back (calls over them may still be inside).
     var callsInside: Int { pending.values.reduce(0) { $0 + ($1.call == nil ? 0 : 1) } + linksIn.count }
     var hasCallsInside: Bool { !linksIn.isEmpty || pending.values.contains { $0.call != nil } }
+
+    /// Its process has ended though its exit has not been seen yet (only checked, with one poll of
+    /// its pidfd, after a link to it ended by itself: `mayHaveEnded`). False again once it is
+    /// found alive.
+    var hasEndedUnseen: Bool {
+        guard mayHaveEnded else { return false }
+        if process.hasEnded { return true }
+        mayHaveEnded = false
+        return false
+    }
 
     /// Allocates the id of the next request this supervisor sends it.
     func takeID() -> UInt64 {

@@ -181,11 +181,10 @@ def test_calls_go_over_a_direct_link_after_the_first(plugin_supervisor, bundles)
     slow_call = threading.Thread(target=lambda: results.update(code=_code(lambda: client.call("py.link", "sleep", {"ms": 20000}, timeout=30))))
     slow_call.start()
     sup.wait_until(lambda: "sleeping:20000" in [e["event"] for e in client.call("py.link", "info")["events"]], what="the sleep")
-    old = sup.crash("py.link")
+    sup.crash("py.link")
     slow_call.join(10)
     assert results.get("code") == "unavailable"
-    # Once the supervisor has seen the end, the next call waits for the restarted worker.
-    sup.wait_until(lambda: sup.status("py.link").get("pid") != old, what="the supervisor to see the crash")
+    # The next call waits for the restarted worker, even if the link saw the end first.
     assert client.call("py.link", "ping") == 1
 
 
