@@ -199,3 +199,36 @@ def _code(body):
         return None
     except PluginError as error:
         return error.code
+
+
+def test_the_asyncio_client_takes_a_direct_link_too(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.alink")])
+
+    async def main():
+        async with await AsyncClient.connect(socket=sup.socket) as client:
+            assert await client.call("py.alink", "ping") == 1
+            await _until(lambda: _now(client.linked_plugins), lambda linked: linked == ["py.alink"])
+            answers = await asyncio.gather(*[client.call("py.alink", "echo", i) for i in range(64)])
+            assert answers == list(range(64))
+            with pytest.raises(PluginError) as slow:
+                await client.call("py.alink", "sleep", {"ms": 3000}, timeout=0.2)
+            assert slow.value.code == "timeout"
+            await _until(lambda: _now(sup_metrics(sup)), lambda text: 'plugin_calls_total{plugin="py.alink",outcome="ok"} 65' in text)
+            # A restart takes the link back; calls go on; a new link follows.
+            await client.restart("py.alink")
+            assert await client.call("py.alink", "ping") == 1
+            await _until(lambda: _now(client.linked_plugins), lambda linked: linked == ["py.alink"])
+            # A crash with a call on the link: that call fails unavailable, the next waits for the restart.
+            slow_call = asyncio.ensure_future(client.call("py.alink", "sleep", {"ms": 20000}, timeout=30))
+            await _until(lambda: client.call("py.alink", "info"), lambda info: "sleeping:20000" in [e["event"] for e in info["events"]])
+            sup.crash("py.alink")
+            with pytest.raises(PluginError) as crashed:
+                await slow_call
+            assert crashed.value.code == "unavailable"
+            assert await client.call("py.alink", "ping") == 1
+
+    asyncio.run(main())
+
+
+async def _now(value):
+    return value

@@ -8,6 +8,8 @@ import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Union
 
 from . import _wire
+from ._alink import AsyncDirectLink, open_link
+from ._link import NotTaken
 from .errors import PluginError, unreachable
 
 _END = object()
@@ -65,9 +67,13 @@ class AsyncClient:
     ``status``, ``events`` and ``method`` as ``Client`` has them. A cancelled task's call is
     cancelled at the plugin (the supervisor sends it ``cancel``)."""
 
-    def __init__(self, socket_path: str, connect_timeout: float) -> None:
+    def __init__(self, socket_path: str, connect_timeout: float, direct_links: bool = True) -> None:
         self.socket_path = socket_path
         self.connect_timeout = connect_timeout
+        #: After a call has gone through the supervisor, the next ones to that plugin go over a
+        #: direct link to its worker (one hop).
+        self.direct_links = direct_links
+        self._links: Dict[str, Any] = {}  # target -> AsyncDirectLink, "asking", or the time to ask again
         self._ids = itertools.count(1)
         self._writer: Optional[asyncio.StreamWriter] = None
         self._reader_task: Optional[asyncio.Task] = None
@@ -78,18 +84,73 @@ class AsyncClient:
         self._closed = False
 
     @classmethod
-    async def connect(cls, home: Optional[str] = None, socket: Optional[str] = None, *, connect_timeout: float = 5.0) -> "AsyncClient":
-        client = cls(_wire.socket_path(home, socket), connect_timeout)
+    async def connect(cls, home: Optional[str] = None, socket: Optional[str] = None, *, connect_timeout: float = 5.0,
+                      direct_links: bool = True) -> "AsyncClient":
+        client = cls(_wire.socket_path(home, socket), connect_timeout, direct_links)
         await client._connect()
         return client
 
     async def call(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> Any:
+        link = self._links.get(target)
+        if isinstance(link, AsyncDirectLink):
+            try:
+                return await link.call(method, params, timeout)
+            except NotTaken:
+                pass
         message: Dict[str, Any] = {"type": "call", "target": target, "method": method}
         if params is not None:
             message["params"] = params
         if timeout is not None:
             message["timeoutMs"] = max(1, int(timeout * 1000))
-        return await self._request(message, timeout)
+        result = await self._request(message, timeout)
+        self._ask_for_link(target)
+        return result
+
+    @property
+    def linked_plugins(self) -> list:
+        """The plugins called over a direct link now."""
+        return sorted(t for t, link in self._links.items() if isinstance(link, AsyncDirectLink))
+
+    def _ask_for_link(self, target: str) -> None:
+        if not self.direct_links or self._closed:
+            return
+        known = self._links.get(target)
+        if isinstance(known, AsyncDirectLink) or known == "asking" or (isinstance(known, float) and known > time.monotonic()):
+            return
+        self._links[target] = "asking"
+        asyncio.get_running_loop().create_task(self._establish(target))
+
+    async def _establish(self, target: str) -> None:
+        try:
+            grant = await self._request({"type": "link", "target": target})
+            link = await open_link(grant, target, report=self._send_quietly, ended=self._link_ended)
+        except (PluginError, OSError, KeyError, ValueError, TypeError):
+            if self._links.get(target) == "asking":
+                self._links[target] = time.monotonic() + 5.0
+            return
+        if self._links.get(target) == "asking" and not self._closed:
+            self._links[target] = link
+        else:
+            link.close()
+
+    def _link_ended(self, link: AsyncDirectLink) -> None:
+        if self._links.get(link.target) is link:
+            del self._links[link.target]
+
+    async def _unlink(self, number: Any, unlink_id: Any) -> None:
+        found = None
+        for target, link in list(self._links.items()):
+            if isinstance(link, AsyncDirectLink) and link.number == number:
+                found = link
+                del self._links[target]
+
+        async def answer() -> None:
+            await self._send_quietly({"type": "reply", "id": unlink_id, "result": None})
+
+        if found is not None:
+            await found.unlink(answer)
+        else:
+            await answer()
 
     async def open(self, uri: str, timeout: Optional[float] = None) -> Any:
         message: Dict[str, Any] = {"type": "open", "uri": uri}
@@ -130,6 +191,10 @@ class AsyncClient:
 
     async def close(self) -> None:
         self._closed = True
+        for link in list(self._links.values()):
+            if isinstance(link, AsyncDirectLink):
+                link.close()
+        self._links.clear()
         if self._writer is not None:
             self._writer.close()
         if self._reader_task is not None:
@@ -244,6 +309,8 @@ class AsyncClient:
             task = self._host_calls.pop(frame_id, None)
             if task is not None:
                 task.cancel()
+        elif kind == "unlink":
+            asyncio.get_running_loop().create_task(self._unlink(frame.get("link"), frame_id))
 
     async def _host_call(self, frame: dict) -> None:
         call_id = frame.get("id")
