@@ -347,6 +347,60 @@ struct ClientTests {
         control.close()
     }
 
+    @Test("hostile clients of the new requests: link and provide without what they need, a reply to a call never sent, linkCalls malformed or for no link, a token frame that is too large or not JSON: each gets a clear error, the bad ones are dropped and counted, and the supervisor serves on")
+    func hostileRequests() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.h")
+        let sup = try RunningSupervisor(w)
+        func ask(_ connection: BlockingConnection, _ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in }) throws -> String {
+            var frame = FrameBuilder(kind: kind)
+            frame.uint("id", 5)
+            fill(&frame)
+            try connection.sendFrame(frame.finish())
+            return String(decoding: try #require(try connection.receiveFrame()), as: UTF8.self)
+        }
+        let polite = try rawControl(sup.socket)
+        #expect(try ask(polite, .link).contains(#""code":"badRequest""#))
+        #expect(try ask(polite, .link) { $0.string("target", "c.nope") }.contains(#""code":"notFound""#))
+        #expect(try ask(polite, .provide).contains(#""code":"badRequest""#))
+        // Dropped, each with its reason: a reply to a host call it was never sent, bad linkCalls.
+        let dropped: [(String, (BlockingConnection) throws -> Void)] = [
+            ("reply to id 99", { c in
+                var reply = FrameBuilder(kind: .reply)
+                reply.uint("id", 99)
+                reply.raw("result", Array("1".utf8))
+                try c.sendFrame(reply.finish())
+            }),
+            ("malformed linkCalls", { c in try c.sendFrame([UInt8].frame(body: Array(#"{"type":"linkCalls","target":"c.h"}"#.utf8))) }),
+            ("linkCalls for c.h, to which it holds no link", { c in
+                try c.sendFrame(ProtocolJSON.frame(CallHop.LinkCalls(target: "c.h", calls: CallHop.Tally())))
+            }),
+        ]
+        for (why, send) in dropped {
+            let bad = try rawControl(sup.socket)
+            try send(bad)
+            let last = String(decoding: try #require(try bad.receiveFrame()), as: UTF8.self)
+            #expect(last.contains("protocolViolation") && last.contains(why), "\(last)")
+            #expect(try bad.receiveFrame() == nil)
+            bad.close()
+        }
+        // The link socket: a token frame over its limit, or not JSON, gets an error and nothing else.
+        for frame in [[UInt8].frame(body: Array(repeating: UInt8(ascii: "x"), count: 5_000)), [UInt8].frame(body: Array("not json".utf8))] {
+            let handoff = try BlockingConnection.connect(path: sup.socket + ".links")
+            try handoff.sendFrame(frame)
+            var buffer = [UInt8](repeating: 0, count: 256)
+            var fd: Int32 = -1
+            let n = buffer.withUnsafeMutableBytes { cls_receive_with_fd(handoff.fd, $0.baseAddress, $0.count, &fd) }
+            #expect(fd == -1 && n > 4 && String(decoding: buffer[4..<n], as: UTF8.self).contains(#"expected {\"token\""#))
+            handoff.close()
+        }
+        #expect(try ask(polite, .call) { $0.string("target", "c.h"); $0.string("method", "ping") }.contains(#""result":1"#))
+        polite.close()
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        #expect(try await client.callMetrics().contains(#"supervisor_control_clients_dropped_total{reason="protocolViolation"} 3"#))
+    }
+
     @Test("a client's direct link to a worker that crashes: the call in flight fails unavailable, the next waits for the restart and succeeds, and a new link follows; a restart of the plugin (its worker drains) loses no call")
     func directLinkFaults() async throws {
         let w = try TestWorld()

@@ -32,7 +32,9 @@ extension Engine {
             switch kind {
             case .reply:
                 // A client gives a link back (`unlink`), or answers a plugin's `@host` call (HostMethods).
-                if !router.clientUnlinked(connection, id: id) { hostMethods.clientReplied(connection, id: id, env, bytes) }
+                if !router.clientUnlinked(connection, id: id), let error = hostMethods.clientReplied(connection, id: id, env, bytes) {
+                    control.drop(connection, error)
+                }
             case .cancel:
                 cancel(connection, id)
             default:

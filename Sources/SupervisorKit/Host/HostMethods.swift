@@ -98,15 +98,13 @@ final class HostMethods: SupervisorComponent {
         }
     }
 
-    /// A client answered the call it got as `id` on its connection.
-    func clientReplied(_ connection: ControlConnection, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
+    /// A client answered the call it got as `id` on its connection. A `reply` to an id it was
+    /// never sent is a protocol violation (returned: the client is dropped with it).
+    func clientReplied(_ connection: ControlConnection, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> ErrorBody? {
         guard let call = connection.hostCalls.removeValue(forKey: id) else {
             // Answered after its timeout or its caller's end: dropped, as a worker's late reply is.
-            // One never asked is the client's mistake.
-            if id == 0 || id >= connection.nextHostCallID {
-                logger.warning("a control client answered host call \(id), which it was never sent")
-            }
-            return
+            guard id == 0 || id >= connection.nextHostCallID else { return nil }
+            return ErrorBody(.protocolViolation, "reply to id \(id), which this connection was never sent")
         }
         let result: Result<[UInt8], ErrorBody>
         if let e = env.error {
@@ -115,6 +113,7 @@ final class HostMethods: SupervisorComponent {
             result = .success(env.result.map { Array(bytes[$0]) } ?? Array("null".utf8))
         }
         settle(call.caller, call.id, result, outcome: env.error == nil ? .ok : .error)
+        return nil
     }
 
     /// A plugin's `call` to `@host` (its fields checked by `Router.validateRequest`).
