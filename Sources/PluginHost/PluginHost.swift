@@ -39,14 +39,7 @@ public final class PluginHost: Service, Sendable {
     private let stopped = Signal<Void>()
     /// Direct links to workers, by plugin: after a call through the supervisor's checks, the next
     /// calls go from the calling task straight to the worker's link (no event loop in between).
-    let links = Locked<[String: LinkSlot]>([:])
-
-    enum LinkSlot {
-        case asking
-        case ready(DirectLink)
-        /// None could be had: not asked again before this (monotonic ns).
-        case refused(until: Int64)
-    }
+    let links = DirectLinks(retryAfterNanoseconds: 1_000_000_000)
 
     private enum Phase {
         case idle
@@ -63,7 +56,7 @@ public final class PluginHost: Service, Sendable {
     }
 
     deinit {
-        for slot in links.withLock({ $0.values }) { if case .ready(let link) = slot { link.close() } }
+        links.closeAll()
         supervisor.close()
     }
 
@@ -166,7 +159,7 @@ public final class PluginHost: Service, Sendable {
 
     /// Calls with params and result as raw JSON (no decoding on either side).
     public func callJSON(_ target: String, _ method: String, params: [UInt8]?, timeout: Duration? = nil) async throws -> [UInt8] {
-        if let link = directLink(to: target), let answer = try await link.call(method: method, params: params, timeout: timeout) {
+        if let link = links.link(to: target), let answer = try await link.call(method: method, params: params, timeout: timeout) {
             return answer
         }
         var frame = FrameBuilder(kind: .call, capacity: (params?.count ?? 0) + target.utf8.count + method.utf8.count + 64)

@@ -11,6 +11,16 @@ public enum HostCoding {
         }
     }
 
+    /// What a `reply` (`env`, over `bytes`) answers: its `result` JSON (`null` when it has none),
+    /// or its `error` (one that is not an error object is the plugin's error, with its text).
+    public static func answer(of env: Envelope, in bytes: UnsafeRawBufferPointer) -> Result<[UInt8], ErrorBody> {
+        if let e = env.error {
+            return .failure((try? ProtocolJSON.decode(ErrorBody.self, from: UnsafeRawBufferPointer(rebasing: bytes[e])))
+                            ?? ErrorBody(.pluginError, String(decoding: bytes[e], as: UTF8.self)))
+        }
+        return .success(env.result.map { Array(bytes[$0]) } ?? Array("null".utf8))
+    }
+
     /// A typed host method as a JSON handler: params that do not decode are `badRequest`, a result
     /// that does not encode is `pluginError`; what `body` throws goes on as it is.
     public static func method<P: Decodable & Sendable, R: Encodable & Sendable>(

@@ -233,12 +233,7 @@ package final class DirectLink: Sendable {
             // Late (it timed out): dropped, as the supervisor drops a late reply.
             guard let call else { return }
             answered?(env.error == nil ? .ok : .error, now - call.started)
-            if let e = env.error {
-                call.continuation.resume(throwing: (try? ProtocolJSON.decode(ErrorBody.self, from: UnsafeRawBufferPointer(rebasing: bytes[e])))
-                                         ?? ErrorBody(.pluginError, String(decoding: bytes[e], as: UTF8.self)))
-            } else {
-                call.continuation.resume(returning: env.result.map { Array(bytes[$0]) } ?? Array("null".utf8))
-            }
+            call.continuation.resume(with: HostCoding.answer(of: env, in: bytes).mapError { $0 as any Error })
             if let unlinkAnswer { finishUnlink(unlinkAnswer) }
         }
     }

@@ -8,7 +8,6 @@ import Synchronization
 import Glibc
 #endif
 
-
 /// The control connection of a `SupervisorClient`: requests and their answers, the reader thread,
 /// reconnecting, and the calls of the methods it provides.
 extension SupervisorClient {
@@ -166,13 +165,7 @@ extension SupervisorClient {
             switch kind {
             case .reply:
                 guard let id = env.id, let waiter = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
-                if let e = env.error {
-                    let body = (try? ProtocolJSON.decode(ErrorBody.self, from: UnsafeRawBufferPointer(rebasing: bytes[e])))
-                        ?? ErrorBody(.pluginError, String(decoding: bytes[e], as: UTF8.self))
-                    waiter.continuation.resume(throwing: body)
-                } else {
-                    waiter.continuation.resume(returning: env.result.map { Array(bytes[$0]) } ?? Array("null".utf8))
-                }
+                waiter.continuation.resume(with: HostCoding.answer(of: env, in: bytes).mapError { $0 as any Error })
             case .hostEvent:
                 guard let id = env.id, let follower = state.withLock({ $0.streams[id] }),
                       let event = try? ProtocolJSON.decode(HostEvent.self, from: bytes) else { return }

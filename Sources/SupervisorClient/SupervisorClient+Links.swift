@@ -8,37 +8,18 @@ import Synchronization
 import Glibc
 #endif
 
-
 /// A `SupervisorClient`'s direct links to workers (one hop: docs/protocol.md, "Direct links for
 /// clients").
 extension SupervisorClient {
     // MARK: Direct links
 
     /// The plugins this client calls over a direct link now.
-    public var linkedPlugins: [String] {
-        state.withLock { s in s.links.compactMap { if case .ready = $0.value { $0.key } else { nil } }.sorted() }
-    }
-
-    func directLink(to target: String) -> DirectLink? {
-        state.withLock { s in if case .ready(let link) = s.links[target] { link } else { nil } }
-    }
+    public var linkedPlugins: [String] { links.plugins }
 
     /// After a call went through the supervisor (so it has checked it): a direct link for the next
     /// ones, asked for in the background, once.
     func askForLink(to target: String) {
-        guard directLinks else { return }
-        let now = ProcessControl.monotonicNanoseconds()
-        let ask = state.withLock { s -> Bool in
-            switch s.links[target] {
-            case .asking?, .ready?: return false
-            case .refused(let until)? where until > now: return false
-            default:
-                guard !s.closed else { return false }
-                s.links[target] = .asking
-                return true
-            }
-        }
-        guard ask else { return }
+        guard directLinks, links.shouldAsk(for: target) else { return }
         Task { [weak self] in await self?.establishLink(to: target) }
     }
 
@@ -48,18 +29,11 @@ extension SupervisorClient {
             let fd = try Self.pickUp(grant)
             let link = DirectLink(number: grant.link, target: target, timeoutMs: grant.timeoutMs, fd: fd,
                                   report: { [weak self] report in self?.sendControl(report) },
-                                  ended: { [weak self] link in self?.linkEnded(link) })
-            let kept = state.withLock { s -> Bool in
-                guard !s.closed, case .asking? = s.links[target] else { return false }
-                s.links[target] = .ready(link)
-                return true
-            }
-            if !kept { link.close() }
+                                  ended: { [weak self] link in self?.links.ended(link) })
+            links.granted(link)
         } catch {
             // Not now (switched off, not running, debugged): asked again later.
-            state.withLock { s in
-                if case .asking? = s.links[target] { s.links[target] = .refused(until: ProcessControl.monotonicNanoseconds() + 5_000_000_000) }
-            }
+            links.refused(target)
         }
     }
 
@@ -92,31 +66,15 @@ extension SupervisorClient {
         try? link.connection.sendFrame(frame)
     }
 
-    func linkEnded(_ link: DirectLink) {
-        state.withLock { s in
-            if case .ready(let current)? = s.links[link.target], current === link { s.links[link.target] = nil }
-        }
-    }
-
     /// The supervisor takes link `number` back (its worker is stopping): calls go through the
     /// supervisor from now on, and the link is given back once its calls are settled.
     func unlink(_ number: UInt64, answering id: UInt64, on control: Link) {
-        let link = state.withLock { s -> DirectLink? in
-            for (target, slot) in s.links {
-                if case .ready(let l) = slot, l.number == number {
-                    s.links[target] = nil
-                    return l
-                }
-            }
-            return nil
-        }
-        let answer: @Sendable () -> Void = {
+        links.unlink(number) {
             var reply = FrameBuilder(kind: .reply)
             reply.uint("id", id)
             reply.raw("result", Array("null".utf8))
             try? control.connection.sendFrame(reply.finish())
         }
-        if let link { link.unlink(answer) } else { answer() }
     }
 
     struct UnlinkOrder: Decodable {

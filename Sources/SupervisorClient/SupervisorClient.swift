@@ -33,6 +33,8 @@ public final class SupervisorClient: Sendable {
     public let directLinks: Bool
     /// Behind a pthread mutex (`Locked`), which the thread sanitizer sees (it does not see `Mutex`'s futex on Linux).
     let state = Locked(State())
+    /// Its direct links, by plugin (DirectLinks.swift).
+    let links = DirectLinks(retryAfterNanoseconds: 5_000_000_000)
 
     /// A host method's body: the call's `params` JSON in, the result's JSON out.
     public typealias Handler = @Sendable ([UInt8]) async throws -> [UInt8]
@@ -49,15 +51,6 @@ public final class SupervisorClient: Sendable {
         var hostCalls: [UInt64: Task<Void, Never>?] = [:]
         var closed = false
         var reproviding = false
-        /// Direct links, by target.
-        var links: [String: LinkSlot] = [:]
-    }
-
-    enum LinkSlot {
-        case asking
-        case ready(DirectLink)
-        /// Refused or failed: not asked again before this (monotonic ns).
-        case refused(until: Int64)
     }
 
     struct Waiter {
@@ -88,9 +81,8 @@ public final class SupervisorClient: Sendable {
     }
 
     deinit {
-        let (link, direct) = state.withLock { s in (s.link, s.links.values.compactMap { if case .ready(let l) = $0 { l } else { nil } }) }
-        link?.connection.shutdown()
-        for l in direct { l.close() }
+        state.withLock { $0.link }?.connection.shutdown()
+        links.closeAll()
     }
 
     /// Connects to the supervisor whose control socket is `socket`, else `$SUPERVISOR_SOCKET`, else
@@ -106,14 +98,12 @@ public final class SupervisorClient: Sendable {
 
     /// Closes the connection: calls in flight fail `unavailable`, event streams end.
     public func close() {
-        let (link, direct) = state.withLock { s -> (Link?, [DirectLink]) in
+        let link = state.withLock { s -> Link? in
             s.closed = true
-            let direct = s.links.values.compactMap { if case .ready(let l) = $0 { l } else { nil } }
-            s.links = [:]
-            return (s.link, direct)
+            return s.link
         }
         link?.connection.shutdown()
-        for l in direct { l.close() }
+        links.closeAll()
     }
 
     // MARK: The calls of SPEC §12
@@ -137,7 +127,7 @@ public final class SupervisorClient: Sendable {
     /// Calls with params and result as raw JSON: over the direct link to the plugin's worker when
     /// there is one, else through the supervisor (and then a link is asked for, for the next calls).
     public func callJSON(_ target: String, _ method: String, params: [UInt8]?, timeout: Duration? = nil) async throws -> [UInt8] {
-        if let link = directLink(to: target), let answer = try await link.call(method: method, params: params, timeout: timeout) {
+        if let link = links.link(to: target), let answer = try await link.call(method: method, params: params, timeout: timeout) {
             return answer
         }
         let answer = try await request(.call, timeout: timeout) { b in

@@ -76,12 +76,7 @@ public struct SupervisorConnection {
         let outcome: Result<[UInt8], Failure> = reply.withUnsafeBytes { bytes in
             let env: Envelope
             do { env = try Envelope.parse(bytes) } catch { return .failure(.broken("\(error)")) }
-            if let e = env.error {
-                let body = (try? ProtocolJSON.decode(ErrorBody.self, from: UnsafeRawBufferPointer(rebasing: bytes[e])))
-                    ?? ErrorBody(.pluginError, String(decoding: bytes[e], as: UTF8.self))
-                return .failure(.remote(body))
-            }
-            return .success(env.result.map { Array(bytes[$0]) } ?? Array("null".utf8))
+            return HostCoding.answer(of: env, in: bytes).mapError { .remote($0) }
         }
         return try outcome.get()
     }
