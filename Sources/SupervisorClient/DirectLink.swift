@@ -168,10 +168,12 @@ package final class DirectLink: Sendable {
         sendCancel(id)
     }
 
+    /// Through `write`, behind the call's own frame if that is still queued: a `cancel` never
+    /// reaches the worker before the call it cancels.
     private func sendCancel(_ id: UInt64) {
         var cancel = FrameBuilder(kind: .cancel)
         cancel.uint("id", id)
-        try? connection.sendFrame(cancel.finish())
+        _ = write(cancel.finish())
     }
 
     /// The supervisor takes the link back: no new calls; `answer` runs once the calls in flight
