@@ -16,7 +16,7 @@ import NIOPosix
 ///
 /// The components (`Router`, `Lifecycle`, `Health`, `Installs`, `ControlServer`, `HostMethods`)
 /// see `Shared` and never each other.
-final class Engine {
+final class Engine: SeesShared {
     let shared: Shared
     let group: MultiThreadedEventLoopGroup
 
@@ -42,14 +42,6 @@ final class Engine {
     /// The request deadlines' timer (`startTimers`).
     private var deadlines: RepeatedTask?
 
-    var config: SupervisorConfig { shared.config }
-    var logger: Logger { shared.logger }
-    var loop: EventLoop { shared.loop }
-    var table: PluginTable { shared.table }
-    var outbox: Outbox { shared.outbox }
-    var events: EventHub { shared.events }
-    var metrics: Metrics { shared.metrics }
-    var systemd: SystemdNotify { shared.systemd }
 
     init(config: SupervisorConfig, logger: Logger, group: MultiThreadedEventLoopGroup, preflightPIDs: Locked<Set<pid_t>>,
          runtimePaths: [String], networkNamespace: UInt64?) {
@@ -65,9 +57,6 @@ final class Engine {
         hostMethods = HostMethods(shared)
         shared.effects.carryOut = { [unowned self] in carryOut($0) }
     }
-
-    /// `values` made ready to travel to another thread and back: only the loop can open them.
-    func handOff<T>(_ values: T) -> NIOLoopBound<T> { shared.handOff(values) }
 
     /// SPEC §7: the signals sent to the supervisor's pid.
     func handleSignal(_ signal: Int32) {

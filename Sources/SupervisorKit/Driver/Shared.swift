@@ -97,14 +97,17 @@ enum SupervisorPhase: Equatable {
     case finished
 }
 
-/// A part of the supervisor. Components are created by `Engine.init`, live as long as it, and run
-/// only on its event loop (none is `Sendable`). Each sees `Shared` and no other component: what it
-/// needs of another, it posts as an `Effect`.
-protocol SupervisorComponent: AnyObject {
+/// What sees `Shared`: the engine, and every component.
+protocol SeesShared: AnyObject {
     var shared: Shared { get }
 }
 
-extension SupervisorComponent {
+/// A part of the supervisor. Components are created by `Engine.init`, live as long as it, and run
+/// only on its event loop (none is `Sendable`). Each sees `Shared` and no other component: what it
+/// needs of another, it posts as an `Effect`.
+protocol SupervisorComponent: SeesShared {}
+
+extension SeesShared {
     var config: SupervisorConfig { shared.config }
     var logger: Logger { shared.logger }
     var loop: EventLoop { shared.loop }
@@ -113,6 +116,7 @@ extension SupervisorComponent {
     var events: EventHub { shared.events }
     var metrics: Metrics { shared.metrics }
     var effects: Effects { shared.effects }
+    var systemd: SystemdNotify { shared.systemd }
     var isShuttingDown: Bool { shared.isShuttingDown }
     func handOff<T>(_ values: T) -> NIOLoopBound<T> { shared.handOff(values) }
 }
