@@ -3,13 +3,12 @@ worker (docs/protocol.md, "Direct links for clients")."""
 from __future__ import annotations
 
 import asyncio
-import bisect
 import itertools
 import time
 from typing import Any, Awaitable, Callable, Dict, Optional, Tuple
 
 from . import _wire
-from ._link import BUCKET_BOUNDS, REPORT_INTERVAL, NotTaken, pick_up
+from ._link import REPORT_INTERVAL, NotTaken, Tally, pick_up
 from .errors import PluginError
 
 
@@ -36,20 +35,9 @@ class AsyncDirectLink:
         self._closed = False
         self._unlinked = False
         self._answer_unlink: Optional[Callable[[], Awaitable[None]]] = None
-        self._reset_tally()
+        self._tally = Tally()
         self._last_report = time.monotonic()
         self._task = asyncio.get_running_loop().create_task(self._read())
-
-    def _reset_tally(self) -> None:
-        self._counts = {"ok": 0, "error": 0, "timeout": 0, "unavailable": 0}
-        self._buckets = [0] * (len(BUCKET_BOUNDS) + 1)
-        self._sum_ns = 0
-
-    def _record(self, outcome: str, started: int) -> None:
-        ns = time.monotonic_ns() - started
-        self._counts[outcome] += 1
-        self._buckets[bisect.bisect_left(BUCKET_BOUNDS, ns)] += 1
-        self._sum_ns += ns
 
     async def call(self, method: str, params: Any, timeout: Optional[float]) -> Any:
         """The call's result; raises ``NotTaken`` when the link takes no more calls."""
@@ -73,7 +61,7 @@ class AsyncDirectLink:
             reply = await asyncio.wait_for(asyncio.shield(future), ms / 1000)
         except asyncio.TimeoutError:
             if self._waiting.pop(call_id, None) is not None:
-                self._record("timeout", started)
+                self._tally.record("timeout", started)
                 self._send_quietly({"type": "cancel", "id": call_id})
                 await self._settled_maybe_unlink()
             raise PluginError("timeout", f"{self.target} did not answer call in time") from None
@@ -121,13 +109,10 @@ class AsyncDirectLink:
         if not force and now - self._last_report < REPORT_INTERVAL:
             return
         self._last_report = now
-        if not any(self._counts.values()) and ended_link is None:
+        if self._tally.empty and ended_link is None:
             return
-        report = {"type": "linkCalls", "target": self.target, "counts": dict(self._counts),
-                  "buckets": list(self._buckets), "sumNs": self._sum_ns}
-        if ended_link is not None:
-            report["endedLink"] = ended_link
-        self._reset_tally()
+        report = self._tally.report(self.target, ended_link)
+        self._tally = Tally()
         await self._report(report)
 
     async def _read(self) -> None:
@@ -148,7 +133,7 @@ class AsyncDirectLink:
                     if entry is None:
                         continue
                     future, started = entry
-                    self._record("error" if "error" in frame else "ok", started)
+                    self._tally.record("error" if "error" in frame else "ok", started)
                     if not future.done():
                         future.set_result(frame)
                     await self._settled_maybe_unlink()
@@ -161,7 +146,7 @@ class AsyncDirectLink:
         self._closed = True
         waiting, self._waiting = self._waiting, {}
         for future, started in waiting.values():
-            self._record("unavailable", started)
+            self._tally.record("unavailable", started)
             if not future.done():
                 future.set_result(None)
         await self._send_report(force=True, ended_link=None if self._unlinked else self.number)

@@ -25,6 +25,99 @@ BUCKET_BOUNDS = [50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_
 REPORT_INTERVAL = 1.0
 
 
+class Tally:
+    """The calls a link sent since its last report: counts by outcome, durations per bucket and
+    their sum, as the supervisor's `linkCalls` reads them."""
+
+    def __init__(self) -> None:
+        self.counts = {"ok": 0, "error": 0, "timeout": 0, "unavailable": 0}
+        self.buckets = [0] * (len(BUCKET_BOUNDS) + 1)
+        self.sum_ns = 0
+
+    def record(self, outcome: str, started: int) -> None:
+        ns = time.monotonic_ns() - started
+        self.counts[outcome] += 1
+        self.buckets[bisect.bisect_left(BUCKET_BOUNDS, ns)] += 1
+        self.sum_ns += ns
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.counts.values())
+
+    def report(self, target: str, ended_link: Optional[int]) -> dict:
+        report = {"type": "linkCalls", "target": target, "counts": dict(self.counts), "buckets": list(self.buckets),
+                  "sumNs": self.sum_ns}
+        if ended_link is not None:
+            report["endedLink"] = ended_link
+        return report
+
+
+class LinkSlots:
+    """One client's direct links, by plugin (the blocking and the asyncio client's alike): which are
+    there, which are being asked for, which were refused lately (not asked again for ``retry``
+    seconds). Thread-safe."""
+
+    _ASKING = object()
+
+    def __init__(self, retry: float = 5.0) -> None:
+        self._lock = threading.Lock()
+        self._slots: Dict[str, Any] = {}  # plugin -> a link, _ASKING, or the time to ask again
+        self._retry = retry
+        self._closed = False
+
+    def link(self, target: str) -> Any:
+        slot = self._slots.get(target)
+        return slot if hasattr(slot, "call") else None
+
+    @property
+    def plugins(self) -> list:
+        return sorted(t for t, slot in list(self._slots.items()) if hasattr(slot, "call"))
+
+    def should_ask(self, target: str) -> bool:
+        """Whether to ask for a link to ``target`` now; True marks it as asked for."""
+        with self._lock:
+            slot = self._slots.get(target)
+            if self._closed or hasattr(slot, "call") or slot is self._ASKING or (isinstance(slot, float) and slot > time.monotonic()):
+                return False
+            self._slots[target] = self._ASKING
+            return True
+
+    def granted(self, link: Any) -> bool:
+        """Keeps the link asked for; False (the caller closes it) when it is no longer wanted."""
+        with self._lock:
+            if self._closed or self._slots.get(link.target) is not self._ASKING:
+                return False
+            self._slots[link.target] = link
+            return True
+
+    def refused(self, target: str) -> None:
+        with self._lock:
+            if self._slots.get(target) is self._ASKING:
+                self._slots[target] = time.monotonic() + self._retry
+
+    def ended(self, link: Any) -> None:
+        with self._lock:
+            if self._slots.get(link.target) is link:
+                del self._slots[link.target]
+
+    def take(self, number: Any) -> Any:
+        """The link numbered ``number``, no longer used for calls (``unlink``); None if none is."""
+        with self._lock:
+            for target, slot in list(self._slots.items()):
+                if hasattr(slot, "call") and slot.number == number:
+                    del self._slots[target]
+                    return slot
+        return None
+
+    def close_all(self) -> list:
+        """Every link (to close); none is kept from now on."""
+        with self._lock:
+            self._closed = True
+            links = [slot for slot in self._slots.values() if hasattr(slot, "call")]
+            self._slots.clear()
+        return links
+
+
 class _Call:
     __slots__ = ("done", "reply", "started")
 
@@ -76,20 +169,9 @@ class DirectLink:
         self._closed = False
         self._unlinked = False
         self._answer_unlink: Optional[Callable[[], None]] = None
-        self._reset_tally()
+        self._tally = Tally()
         self._last_report = time.monotonic()
         threading.Thread(target=self._read, name="sandboxed-plugins-link", daemon=True).start()
-
-    def _reset_tally(self) -> None:
-        self._counts = {"ok": 0, "error": 0, "timeout": 0, "unavailable": 0}
-        self._buckets = [0] * (len(BUCKET_BOUNDS) + 1)
-        self._sum_ns = 0
-
-    def _record(self, outcome: str, started: int) -> None:
-        ns = time.monotonic_ns() - started
-        self._counts[outcome] += 1
-        self._buckets[bisect.bisect_left(BUCKET_BOUNDS, ns)] += 1
-        self._sum_ns += ns
 
     def call(self, method: str, params: Any, timeout: Optional[float]) -> Any:
         """The call's result; raises ``NotTaken`` when the link takes no more calls."""
@@ -115,7 +197,7 @@ class DirectLink:
             with self._lock:
                 late = self._waiting.pop(call_id, None)
                 if late is not None:
-                    self._record("timeout", late.started)
+                    self._tally.record("timeout", late.started)
             if late is not None:
                 self._send_quietly({"type": "cancel", "id": call_id})
                 self._settled_maybe_unlink()
@@ -171,13 +253,10 @@ class DirectLink:
             if not force and now - self._last_report < REPORT_INTERVAL:
                 return
             self._last_report = now
-            if not any(self._counts.values()) and ended_link is None:
+            if self._tally.empty and ended_link is None:
                 return
-            report = {"type": "linkCalls", "target": self.target, "counts": dict(self._counts),
-                      "buckets": list(self._buckets), "sumNs": self._sum_ns}
-            if ended_link is not None:
-                report["endedLink"] = ended_link
-            self._reset_tally()
+            report = self._tally.report(self.target, ended_link)
+            self._tally = Tally()
         self._report(report)
 
     def _read(self) -> None:
@@ -198,7 +277,7 @@ class DirectLink:
                     with self._lock:
                         call = self._waiting.pop(frame.get("id"), None)
                         if call is not None:
-                            self._record("error" if "error" in frame else "ok", call.started)
+                            self._tally.record("error" if "error" in frame else "ok", call.started)
                     if call is not None:
                         call.reply = frame
                         call.done.set()
@@ -214,7 +293,7 @@ class DirectLink:
             calls = list(self._waiting.values())
             self._waiting = {}
             for call in calls:
-                self._record("unavailable", call.started)
+                self._tally.record("unavailable", call.started)
             unlinked, answer = self._unlinked, self._answer_unlink
             self._answer_unlink = None
         for call in calls:

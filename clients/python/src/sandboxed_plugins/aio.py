@@ -8,8 +8,8 @@ import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Union
 
 from . import _wire
-from ._alink import AsyncDirectLink, open_link
-from ._link import NotTaken
+from ._alink import open_link
+from ._link import LinkSlots, NotTaken
 from .errors import PluginError, unreachable
 
 _END = object()
@@ -73,7 +73,7 @@ class AsyncClient:
         #: After a call has gone through the supervisor, the next ones to that plugin go over a
         #: direct link to its worker (one hop).
         self.direct_links = direct_links
-        self._links: Dict[str, Any] = {}  # target -> AsyncDirectLink, "asking", or the time to ask again
+        self._links = LinkSlots()
         self._ids = itertools.count(1)
         self._writer: Optional[asyncio.StreamWriter] = None
         self._reader_task: Optional[asyncio.Task] = None
@@ -91,8 +91,8 @@ class AsyncClient:
         return client
 
     async def call(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> Any:
-        link = self._links.get(target)
-        if isinstance(link, AsyncDirectLink):
+        link = self._links.link(target)
+        if link is not None:
             try:
                 return await link.call(method, params, timeout)
             except NotTaken:
@@ -109,46 +109,29 @@ class AsyncClient:
     @property
     def linked_plugins(self) -> list:
         """The plugins called over a direct link now."""
-        return sorted(t for t, link in self._links.items() if isinstance(link, AsyncDirectLink))
+        return self._links.plugins
 
     def _ask_for_link(self, target: str) -> None:
-        if not self.direct_links or self._closed:
-            return
-        known = self._links.get(target)
-        if isinstance(known, AsyncDirectLink) or known == "asking" or (isinstance(known, float) and known > time.monotonic()):
-            return
-        self._links[target] = "asking"
-        asyncio.get_running_loop().create_task(self._establish(target))
+        if self.direct_links and self._links.should_ask(target):
+            asyncio.get_running_loop().create_task(self._establish(target))
 
     async def _establish(self, target: str) -> None:
         try:
             grant = await self._request({"type": "link", "target": target})
-            link = await open_link(grant, target, report=self._send_quietly, ended=self._link_ended)
+            link = await open_link(grant, target, report=self._send_quietly, ended=self._links.ended)
         except (PluginError, OSError, KeyError, ValueError, TypeError):
-            if self._links.get(target) == "asking":
-                self._links[target] = time.monotonic() + 5.0
+            self._links.refused(target)
             return
-        if self._links.get(target) == "asking" and not self._closed:
-            self._links[target] = link
-        else:
+        if not self._links.granted(link):
             link.close()
 
-    def _link_ended(self, link: AsyncDirectLink) -> None:
-        if self._links.get(link.target) is link:
-            del self._links[link.target]
-
     async def _unlink(self, number: Any, unlink_id: Any) -> None:
-        found = None
-        for target, link in list(self._links.items()):
-            if isinstance(link, AsyncDirectLink) and link.number == number:
-                found = link
-                del self._links[target]
-
         async def answer() -> None:
             await self._send_quietly({"type": "reply", "id": unlink_id, "result": None})
 
-        if found is not None:
-            await found.unlink(answer)
+        link = self._links.take(number)
+        if link is not None:
+            await link.unlink(answer)
         else:
             await answer()
 
@@ -191,10 +174,8 @@ class AsyncClient:
 
     async def close(self) -> None:
         self._closed = True
-        for link in list(self._links.values()):
-            if isinstance(link, AsyncDirectLink):
-                link.close()
-        self._links.clear()
+        for link in self._links.close_all():
+            link.close()
         if self._writer is not None:
             self._writer.close()
         if self._reader_task is not None:

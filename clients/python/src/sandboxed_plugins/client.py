@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterator, Optional
 
 from . import _wire
-from ._link import DirectLink, NotTaken, pick_up
+from ._link import DirectLink, LinkSlots, NotTaken, pick_up
 from .errors import PluginError, unreachable
 
 #: Events a plugin can be sent (``send``).
@@ -103,7 +103,7 @@ class Client:
         #: After a call has gone through the supervisor, the next ones to that plugin go over a
         #: direct link to its worker (one hop).
         self.direct_links = direct_links
-        self._links: Dict[str, Any] = {}  # target -> DirectLink, "asking", or the time to ask again
+        self._links = LinkSlots()
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -121,8 +121,8 @@ class Client:
     def call(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> Any:
         """Calls ``method`` of plugin ``target``; returns its result (decoded JSON). ``timeout``
         in seconds defaults to the plugin's own."""
-        link = self._links.get(target)
-        if isinstance(link, DirectLink):
+        link = self._links.link(target)
+        if link is not None:
             try:
                 return link.call(method, params, timeout)
             except NotTaken:
@@ -139,7 +139,7 @@ class Client:
     @property
     def linked_plugins(self) -> list:
         """The plugins called over a direct link now."""
-        return sorted(t for t, link in list(self._links.items()) if isinstance(link, DirectLink))
+        return self._links.plugins
 
     def open(self, uri: str, timeout: Optional[float] = None) -> Any:
         """Opens a ``plugin://<identifier>/<path>?<query>`` URI."""
@@ -188,10 +188,8 @@ class Client:
 
     def close(self) -> None:
         self._closed = True
-        for link in list(self._links.values()):
-            if isinstance(link, DirectLink):
-                link.close()
-        self._links.clear()
+        for link in self._links.close_all():
+            link.close()
         sock = self._sock
         if sock is not None:
             try:
@@ -339,47 +337,25 @@ class Client:
     # -- direct links ------------------------------------------------------------
 
     def _ask_for_link(self, target: str) -> None:
-        if not self.direct_links or self._closed:
-            return
-        with self._state_lock:
-            known = self._links.get(target)
-            if isinstance(known, DirectLink) or known == "asking" or (isinstance(known, float) and known > time.monotonic()):
-                return
-            self._links[target] = "asking"
-        threading.Thread(target=self._establish, args=(target,), name="sandboxed-plugins-link-ask", daemon=True).start()
+        if self.direct_links and self._links.should_ask(target):
+            threading.Thread(target=self._establish, args=(target,), name="sandboxed-plugins-link-ask", daemon=True).start()
 
     def _establish(self, target: str) -> None:
         try:
             grant = self._request({"type": "link", "target": target})
-            link = DirectLink(grant, target, pick_up(grant), report=self._send_quietly, ended=self._link_ended)
+            link = DirectLink(grant, target, pick_up(grant), report=self._send_quietly, ended=self._links.ended)
         except (PluginError, OSError, KeyError, ValueError, TypeError):
-            with self._state_lock:
-                if self._links.get(target) == "asking":
-                    self._links[target] = time.monotonic() + 5.0
+            self._links.refused(target)
             return
-        with self._state_lock:
-            kept = self._links.get(target) == "asking" and not self._closed
-            if kept:
-                self._links[target] = link
-        if not kept:
+        if not self._links.granted(link):
             link.close()
-
-    def _link_ended(self, link: DirectLink) -> None:
-        with self._state_lock:
-            if self._links.get(link.target) is link:
-                del self._links[link.target]
 
     def _unlink(self, number: Any, unlink_id: Any) -> None:
         """The supervisor takes a link back (its worker is stopping)."""
-        with self._state_lock:
-            found = None
-            for target, link in list(self._links.items()):
-                if isinstance(link, DirectLink) and link.number == number:
-                    found = link
-                    del self._links[target]
         answer = lambda: self._send_quietly({"type": "reply", "id": unlink_id, "result": None})  # noqa: E731
-        if found is not None:
-            found.unlink(answer)
+        link = self._links.take(number)
+        if link is not None:
+            link.unlink(answer)
         else:
             answer()
 
