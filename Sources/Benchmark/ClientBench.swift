@@ -31,34 +31,8 @@ enum ClientBench {
         let deadline = ContinuousClock.now + .seconds(5)
         while client.linkedPlugins.isEmpty, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
         if client.linkedPlugins.isEmpty { note("client: no direct link to bench.callee; its calls go through the supervisor") }
-        for _ in 0..<500 { _ = try await client.callJSON("bench.callee", "ping", params: nil) }
-        var latency = Samples()
-        latency.values.reserveCapacity(calls)
-        for _ in 0..<calls {
-            let t0 = now()
+        return try await EmbeddedHostBench.measureCalls(calls, cpuOf: supervisorPID) {
             _ = try await client.callJSON("bench.callee", "ping", params: nil)
-            latency.add(now() - t0)
         }
-        var throughput: [Int: Double] = [:]
-        var supervisorCPU64 = 0.0
-        for inFlight in [1, 16, 64] {
-            let count = calls * (inFlight == 1 ? 1 : 3)
-            let cpuBefore = cpuSeconds(supervisorPID)
-            let t0 = now()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for lane in 0..<inFlight {
-                    let share = count / inFlight + (lane < count % inFlight ? 1 : 0)
-                    group.addTask {
-                        for _ in 0..<share { _ = try await client.callJSON("bench.callee", "ping", params: nil) }
-                    }
-                }
-                try await group.waitForAll()
-            }
-            throughput[inFlight] = Double(count) / (Double(now() - t0) / 1e9)
-            if inFlight == 64, let before = cpuBefore, let after = cpuSeconds(supervisorPID) {
-                supervisorCPU64 = (after - before) / Double(count) * 1e6
-            }
-        }
-        return EmbeddedHostFigures(latency: latency, throughput: throughput, hostCPUPerCall64: supervisorCPU64)
     }
 }

@@ -46,31 +46,37 @@ enum EmbeddedHostBench {
     }
 
     private static func measure(_ host: PluginHost, calls: Int) async throws -> EmbeddedHostFigures {
-        for _ in 0..<500 { _ = try await host.callJSON("bench.callee", "ping", params: nil) }
+        try await measureCalls(calls, cpuOf: getpid()) { _ = try await host.callJSON("bench.callee", "ping", params: nil) }
+    }
+
+    /// A program's calls (`call`): 500 to warm up, then `calls` one at a time for the latency, then
+    /// 1, 16 and 64 tasks each calling in a loop; `cpuOf`'s CPU per call at 64 in flight.
+    static func measureCalls(_ calls: Int, cpuOf pid: Int32, _ call: @escaping @Sendable () async throws -> Void) async throws -> EmbeddedHostFigures {
+        for _ in 0..<500 { try await call() }
         var latency = Samples()
         latency.values.reserveCapacity(calls)
         for _ in 0..<calls {
             let t0 = now()
-            _ = try await host.callJSON("bench.callee", "ping", params: nil)
+            try await call()
             latency.add(now() - t0)
         }
         var throughput: [Int: Double] = [:]
         var cpu64 = 0.0
         for inFlight in [1, 16, 64] {
             let count = calls * (inFlight == 1 ? 1 : 3)
-            let cpuBefore = cpuSeconds(getpid())
+            let cpuBefore = cpuSeconds(pid)
             let t0 = now()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for lane in 0..<inFlight {
                     let share = count / inFlight + (lane < count % inFlight ? 1 : 0)
                     group.addTask {
-                        for _ in 0..<share { _ = try await host.callJSON("bench.callee", "ping", params: nil) }
+                        for _ in 0..<share { try await call() }
                     }
                 }
                 try await group.waitForAll()
             }
             throughput[inFlight] = Double(count) / (Double(now() - t0) / 1e9)
-            if inFlight == 64, let before = cpuBefore, let after = cpuSeconds(getpid()) {
+            if inFlight == 64, let before = cpuBefore, let after = cpuSeconds(pid) {
                 cpu64 = (after - before) / Double(count) * 1e6
             }
         }

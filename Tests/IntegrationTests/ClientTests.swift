@@ -422,34 +422,9 @@ struct ClientTests {
         #expect(try await client.status().first?.pid != pid)
 
         // Calls over the link in four lanes while the plugin is restarted: none fails.
-        final class Tally: Sendable {
-            let stop = Atomic<Bool>(false)
-            let failures = Atomic<Int>(0)
-            let answered = Atomic<Int>(0)
-        }
-        let tally = Tally()
-        let stop = tally, failures = tally, answered = tally
-        let lanes = (0..<4).map { lane in
-            Task {
-                var n = 0
-                while !stop.stop.load(ordering: .relaxed) {
-                    n += 1
-                    do {
-                        let echoed = try await client.call("c.f", "echo", lane * 1_000_000 + n, as: Int.self, timeout: .seconds(10))
-                        if echoed == lane * 1_000_000 + n { answered.answered.add(1, ordering: .relaxed) } else { failures.failures.add(1, ordering: .relaxed) }
-                    } catch {
-                        failures.failures.add(1, ordering: .relaxed)
-                    }
-                }
-            }
-        }
-        try await waitUntil("calls to flow") { answered.answered.load(ordering: .relaxed) > 200 }
-        _ = try await client.restart("c.f")
-        let after = answered.answered.load(ordering: .relaxed)
-        try await waitUntil("calls to flow after the restart") { answered.answered.load(ordering: .relaxed) > after + 200 }
-        stop.stop.store(true, ordering: .relaxed)
-        for lane in lanes { await lane.value }
-        #expect(failures.failures.load(ordering: .relaxed) == 0)
+        #expect(try await failedCalls({ try await client.call("c.f", "echo", $0, as: Int.self, timeout: .seconds(10)) }) {
+            _ = try await client.restart("c.f")
+        } == 0)
         try await waitUntil("a link to the new worker") { client.linkedPlugins == ["c.f"] }
     }
 

@@ -4,6 +4,7 @@ import IPC
 import LinuxSupport
 import PluginProtocol
 import Protocol
+import Synchronization
 import Testing
 
 /// Where the package's build products are: beside this test binary.
@@ -465,4 +466,32 @@ func nextEvent<Events: AsyncIteratorProtocol>(_ events: inout Events, within sec
         if matches(event) { return event }
     }
     throw HarnessError("no \(what) event within \(seconds) s")
+}
+
+/// Calls from four lanes, each checking its answer, while `work` runs (a restart, an update): once
+/// calls flow, `work`, then until calls flow again. Returns how many failed or came back wrong.
+func failedCalls(lanes: Int = 4, _ echo: @escaping @Sendable (Int) async throws -> Int, during work: () async throws -> Void) async throws -> Int {
+    final class Tally: Sendable {
+        let stop = Atomic<Bool>(false)
+        let failures = Atomic<Int>(0)
+        let answered = Atomic<Int>(0)
+    }
+    let tally = Tally()
+    let running = (0..<lanes).map { lane in
+        Task {
+            var n = 0
+            while !tally.stop.load(ordering: .relaxed) {
+                n += 1
+                let sent = lane * 1_000_000 + n
+                if (try? await echo(sent)) == sent { tally.answered.add(1, ordering: .relaxed) } else { tally.failures.add(1, ordering: .relaxed) }
+            }
+        }
+    }
+    try await waitUntil("calls to flow") { tally.answered.load(ordering: .relaxed) > 200 }
+    try await work()
+    let after = tally.answered.load(ordering: .relaxed)
+    try await waitUntil("calls to flow after it") { tally.answered.load(ordering: .relaxed) > after + 200 }
+    tally.stop.store(true, ordering: .relaxed)
+    for lane in running { await lane.value }
+    return tally.failures.load(ordering: .relaxed)
 }
