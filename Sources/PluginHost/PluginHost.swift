@@ -145,10 +145,7 @@ public final class PluginHost: Service, Sendable {
     /// Throws the plugin's or the supervisor's `ErrorBody` (`.code`, `.message`).
     public func call<P: Encodable, R: Decodable>(_ target: String, _ method: String, _ params: P, as: R.Type = R.self,
                                                  timeout: Duration? = nil) async throws -> R {
-        let json: [UInt8]
-        do { json = try ProtocolJSON.encode(params) } catch {
-            throw ErrorBody(.badRequest, "the params of \(target).\(method) cannot be encoded: \(error)")
-        }
+        let json = try HostCoding.encode(params, for: "\(target).\(method)")
         return try HostCoding.decode(R.self, try await callJSON(target, method, params: json, timeout: timeout), of: "\(target).\(method)")
     }
 

@@ -11,6 +11,13 @@ public enum HostCoding {
         }
     }
 
+    /// `params` as JSON, or `badRequest` naming what they were for.
+    public static func encode<P: Encodable>(_ params: P, for what: String) throws -> [UInt8] {
+        do { return try ProtocolJSON.encode(params) } catch {
+            throw ErrorBody(.badRequest, "the params of \(what) cannot be encoded: \(error)")
+        }
+    }
+
     /// What a `reply` (`env`, over `bytes`) answers: its `result` JSON (`null` when it has none),
     /// or its `error` (one that is not an error object is the plugin's error, with its text).
     public static func answer(of env: Envelope, in bytes: UnsafeRawBufferPointer) -> Result<[UInt8], ErrorBody> {

@@ -286,16 +286,10 @@ struct ClientTests {
         #expect(try await client.call("c.d", "ping", as: Int.self) == 1)
         try await waitUntil("the direct link") { client.linkedPlugins == ["c.d"] }
         // The supervisor's loop held for 1.5 s: a call over the link does not notice.
-        let wedge = try rawControl(sup.socket)
-        var frame = FrameBuilder(kind: .debugWedge)
-        frame.uint("id", 1)
-        frame.uint("timeoutMs", 1_500)
-        try wedge.sendFrame(frame.finish())
-        _ = try wedge.receiveFrame()
+        try holdLoop(sup.socket, milliseconds: 1_500)
         let started = ContinuousClock.now
         #expect(try await client.call("c.d", "echo", "past the supervisor", as: String.self) == "past the supervisor")
         #expect(ContinuousClock.now - started < .milliseconds(1_000), "answered over the link while the supervisor's loop was held")
-        wedge.close()
         for _ in 0..<100 { _ = try await client.call("c.d", "ping", as: Int.self) }
         #expect(await Self.code { try await client.call("c.d", "fail", as: String.self) } == "custom")
         // Counted as if forwarded by the supervisor (the link reports at most a second later).

@@ -495,3 +495,15 @@ func failedCalls(lanes: Int = 4, _ echo: @escaping @Sendable (Int) async throws 
     for lane in running { await lane.value }
     return tally.failures.load(ordering: .relaxed)
 }
+
+/// Holds the supervisor's event loop for `milliseconds` (`debugWedge`, debug builds), once it has
+/// answered: what goes over a direct link meanwhile does not pass through it.
+func holdLoop(_ socket: String, milliseconds: UInt64) throws {
+    let wedge = try rawControl(socket)
+    defer { wedge.close() }
+    var frame = FrameBuilder(kind: .debugWedge)
+    frame.uint("id", 1)
+    frame.uint("timeoutMs", milliseconds)
+    try wedge.sendFrame(frame.finish())
+    _ = try wedge.receiveFrame()
+}

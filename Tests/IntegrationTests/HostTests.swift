@@ -136,16 +136,10 @@ struct HostTests {
         #expect(try await host.call("h.l", "ping", as: Int.self) == 1)
         try await waitUntil("the direct link") { host.linkedPlugins == ["h.l"] }
         // The loop held for 1.5 s (debugWedge, through the host's control socket): a call over the link does not notice.
-        let wedge = try rawControl(w.home + "/supervisor.sock")
-        var frame = FrameBuilder(kind: .debugWedge)
-        frame.uint("id", 1)
-        frame.uint("timeoutMs", 1_500)
-        try wedge.sendFrame(frame.finish())
-        _ = try wedge.receiveFrame()
+        try holdLoop(w.home + "/supervisor.sock", milliseconds: 1_500)
         let started = ContinuousClock.now
         #expect(try await host.call("h.l", "echo", "past the loop", as: String.self) == "past the loop")
         #expect(ContinuousClock.now - started < .milliseconds(1_000))
-        wedge.close()
         let pid = try await host.status().first?.pid
         #expect(try await failedCalls({ try await host.call("h.l", "echo", $0, as: Int.self, timeout: .seconds(10)) }) {
             _ = try await host.restart("h.l")
