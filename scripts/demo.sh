@@ -35,6 +35,8 @@ run call com.example.welcome welcome
 run open 'plugin://com.example.greeter/hello?name=Grace'
 run call com.example.chello add '[40, 2]'
 run call com.example.asyncworks work
+run call --stream com.example.asyncworks rows '{"count":4}'
+run call --stream com.example.chello count '{"n":3}'
 run send memoryWarning
 run stop
 if wait $pid; then rc=0; else rc=$?; fi

@@ -29,6 +29,9 @@ public struct Manifest: Sendable {
         public var cpuPercent: Int? = nil
         /// How long `startup` may take (hello included); the supervisor's `startupTimeoutMs` otherwise.
         public var startupTimeoutMs: Int? = nil
+        /// How long a stream to or from the plugin may go without a chunk (SPEC §13); the
+        /// supervisor's `streamIdleTimeoutMs` otherwise.
+        public var streamIdleTimeoutMs: Int? = nil
     }
 
     /// Live resources (LiveBundle): files refreshed from `baseURL` at launch or daily.
@@ -122,6 +125,7 @@ extension Manifest {
         var callTimeoutMs: Int?
         var cpuPercent: Int?
         var startupTimeoutMs: Int?
+        var streamIdleTimeoutMs: Int?
     }
 
     /// Why `bytes` is not one strict JSON object, with its line and column (1-based), or nil.
@@ -254,12 +258,14 @@ extension Manifest {
         }
         let l = raw.limits
         for (name, value) in [("memoryMB", l?.memoryMB), ("softMemoryMB", l?.softMemoryMB), ("openFiles", l?.openFiles),
-                              ("callTimeoutMs", l?.callTimeoutMs), ("cpuPercent", l?.cpuPercent), ("startupTimeoutMs", l?.startupTimeoutMs)] {
+                              ("callTimeoutMs", l?.callTimeoutMs), ("cpuPercent", l?.cpuPercent), ("startupTimeoutMs", l?.startupTimeoutMs),
+                              ("streamIdleTimeoutMs", l?.streamIdleTimeoutMs)] {
             if let value, value <= 0 { throw fail("limits.\(name)", "must be a positive number, got \(value)") }
         }
         // Bounded so a cgroup quota (percent × 1000 µs) and a timer cannot overflow.
         if let cpu = l?.cpuPercent, cpu > 100_000 { throw fail("limits.cpuPercent", "\(cpu) is over 100000 (a thousand CPUs)") }
         if let t = l?.startupTimeoutMs, t > 86_400_000 { throw fail("limits.startupTimeoutMs", "\(t) is over a day") }
+        if let t = l?.streamIdleTimeoutMs, t > 86_400_000 { throw fail("limits.streamIdleTimeoutMs", "\(t) is over a day") }
         var resources: Resources?
         if let r = raw.resources {
             guard let base = r.baseURL, let scheme = ["http://", "https://", "file://"].first(where: { r.baseURL?.hasPrefix($0) == true }) else {
@@ -285,7 +291,7 @@ extension Manifest {
             identifier: identifier, version: version, dependencies: dependencies, library: raw.library,
             variants: variants, permissions: permissions, restart: restart,
             limits: Limits(memoryMB: l?.memoryMB, softMemoryMB: l?.softMemoryMB, openFiles: l?.openFiles, callTimeoutMs: l?.callTimeoutMs,
-                           cpuPercent: l?.cpuPercent, startupTimeoutMs: l?.startupTimeoutMs),
+                           cpuPercent: l?.cpuPercent, startupTimeoutMs: l?.startupTimeoutMs, streamIdleTimeoutMs: l?.streamIdleTimeoutMs),
             resources: resources, bundle: bundle, file: file)
     }
 

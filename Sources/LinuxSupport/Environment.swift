@@ -22,6 +22,19 @@ public enum ProcessEnvironment {
 }
 
 /// Standard error without Foundation's FileHandle.
+/// Standard output, written at once (no stdio buffer): a stream's lines reach a pipe as they come.
+public enum StandardOutput {
+    public static func write(_ bytes: UnsafeRawBufferPointer) {
+        var done = 0
+        while done < bytes.count {
+            let n = Glibc.write(1, bytes.baseAddress! + done, bytes.count - done)
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return }
+            done += n
+        }
+    }
+}
+
 public enum StandardError {
     public static func write(_ s: String) {
         _ = s.withCString { Glibc.write(2, $0, strlen($0)) }

@@ -18,6 +18,23 @@ public enum HostCoding {
         }
     }
 
+    /// How a host library sends a stream call's input: `send` takes one element's JSON, once the
+    /// plugin has room for it.
+    public typealias InputFeed = @Sendable (_ send: @Sendable ([UInt8]) async throws -> Void) async throws -> Void
+
+    /// The input feed of `input`'s elements, each encoded (or `badRequest` naming `what`).
+    public static func feed<Input: AsyncSequence & Sendable>(_ input: Input, for what: String) -> InputFeed where Input.Element: Encodable {
+        { send in
+            for try await element in input { try await send(try encode(element, for: what)) }
+        }
+    }
+
+    /// A stream call's answer (`receiver`'s chunks), each decoded as `Element`.
+    public static func stream<Element: Decodable & Sendable>(_ receiver: ChunkReceiver, of what: String,
+                                                            as: Element.Type = Element.self) -> PluginStream<Element> {
+        PluginStream(receiver) { try decode(Element.self, $0, of: what) }
+    }
+
     /// What a `reply` (`env`, over `bytes`) answers: its `result` JSON (`null` when it has none),
     /// or its `error` (one that is not an error object is the plugin's error, with its text).
     public static func answer(of env: Envelope, in bytes: UnsafeRawBufferPointer) -> Result<[UInt8], ErrorBody> {

@@ -131,9 +131,11 @@ extension SupervisorClient {
     /// The connection ended: what waited on it fails, its event streams end, and a client that
     /// provides methods connects again in the background to keep providing them.
     func ended(_ link: Link) {
-        let (waiters, followers, calls, reconnect) = state.withLock { s -> ([Waiter], [Follower], [Task<Void, Never>], Bool) in
-            guard s.link === link else { return ([], [], [], false) }
+        let (waiters, followers, calls, reconnect, streamCalls) = state.withLock { s -> ([Waiter], [Follower], [Task<Void, Never>], Bool, [StreamCall]) in
+            guard s.link === link else { return ([], [], [], false, []) }
             s.link = nil
+            let streamCalls = s.streamCalls.values.filter { $0.link == link.number }
+            s.streamCalls = s.streamCalls.filter { $0.value.link != link.number }
             let waiters = s.waiting.values.filter { $0.link == link.number }
             s.waiting = s.waiting.filter { $0.value.link != link.number }
             let followers = s.streams.values.filter { $0.link == link.number }
@@ -142,10 +144,15 @@ extension SupervisorClient {
             s.hostCalls = [:]
             let reconnect = !s.closed && !s.methods.isEmpty && !s.reproviding
             if reconnect { s.reproviding = true }
-            return (waiters, followers, calls, reconnect)
+            return (waiters, followers, calls, reconnect, streamCalls)
         }
         let gone = ErrorBody(.unavailable, "the connection to the supervisor was lost")
         for waiter in waiters { waiter.continuation.resume(throwing: gone) }
+        for call in streamCalls {
+            call.feeder?.cancel()
+            call.input?.fail(gone)
+            call.receiver.finish(.failure(gone))
+        }
         for follower in followers { follower.continuation.finish(throwing: gone) }
         for call in calls { call.cancel() }
         guard reconnect else { return }
@@ -164,8 +171,11 @@ extension SupervisorClient {
             guard let env = try? Envelope.parse(bytes), let kind = env.kind else { return }
             switch kind {
             case .reply:
-                guard let id = env.id, let waiter = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
+                guard let id = env.id else { return }
+                guard let waiter = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return streamEnded(id, env, bytes) }
                 waiter.continuation.resume(with: HostCoding.answer(of: env, in: bytes).mapError { $0 as any Error })
+            case .chunk, .credit:
+                streamFrame(kind, env, bytes)
             case .hostEvent:
                 guard let id = env.id, let follower = state.withLock({ $0.streams[id] }),
                       let event = try? ProtocolJSON.decode(HostEvent.self, from: bytes) else { return }

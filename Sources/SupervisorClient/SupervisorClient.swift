@@ -45,6 +45,8 @@ public final class SupervisorClient: Sendable {
         var nextID: UInt64 = 1
         var waiting: [UInt64: Waiter] = [:]
         var streams: [UInt64: Follower] = [:]
+        /// Its calls answered with a stream (SupervisorClient+Streams.swift), by id.
+        var streamCalls: [UInt64: StreamCall] = [:]
         var methods: [String: Handler] = [:]
         /// Plugins' calls of this client's methods still awaited by the supervisor, by its id, with
         /// their tasks once made (a call cancelled or answered leaves).

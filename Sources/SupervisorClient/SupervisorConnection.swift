@@ -81,6 +81,45 @@ public struct SupervisorConnection {
         return try outcome.get()
     }
 
+    /// Sends a call answered with a stream (SPEC §13; `fill` writes its fields, `stream` is added)
+    /// and hands `each` every chunk's `data` as it arrives, granting credit as it takes them (so a
+    /// slow `each` slows the plugin); returns the final reply's result.
+    public func stream(_ fill: (inout FrameBuilder) -> Void, _ each: (UnsafeRawBufferPointer) -> Void) throws(Failure) -> [UInt8] {
+        var b = FrameBuilder(kind: .call)
+        b.uint("id", 1)
+        fill(&b)
+        b.flag("stream")
+        do { try connection.sendFrame(b.finish()) } catch { throw .unreachable(socketPath, error) }
+        var taken = 0
+        while true {
+            let outcome: Result<[UInt8], Failure>?
+            do {
+                outcome = try connection.receive { bytes -> Result<[UInt8], Failure>? in
+                    let env: Envelope
+                    do { env = try Envelope.parse(bytes) } catch { return .failure(.broken("\(error)")) }
+                    switch env.kind {
+                    case .chunk?:
+                        guard env.id == 1, let data = env.data else { return nil }
+                        each(UnsafeRawBufferPointer(rebasing: bytes[data]))
+                        taken += 1
+                        if taken == StreamFrames.grantEvery {
+                            taken = 0
+                            try? connection.sendFrame(StreamFrames.credit(id: 1, n: UInt64(StreamFrames.grantEvery), into: [UInt8]()))
+                        }
+                        return nil
+                    case .reply?:
+                        return HostCoding.answer(of: env, in: bytes).mapError { .remote($0) }
+                    default:
+                        return nil
+                    }
+                } ?? .failure(.broken("the supervisor closed the connection before the stream ended"))
+            } catch {
+                throw .broken("\(error)")
+            }
+            if let outcome { return try outcome.get() }
+        }
+    }
+
     /// Follows the host events (`events`, SPEC §12): `each` gets every one, in order, until the
     /// supervisor goes away (then it returns) or `each` returns false.
     public func followEvents(plugin: String?, _ each: (HostEvent) -> Bool) throws(Failure) {

@@ -16,6 +16,12 @@ final class AsyncWorks: Pluggable {
         var dataFileBytes: Int
     }
 
+    struct RowsParams: Codable, Sendable { var count: Int }
+    struct Row: Codable, Sendable {
+        var n: Int
+        var square: Int
+    }
+
     private let dataDirectory = LockedValue("")
 
     func startup(_ context: PluginContext) async throws {
@@ -27,6 +33,11 @@ final class AsyncWorks: Pluggable {
         api.method("sleep") { (p: SleepParams) async throws -> Int in
             try await Task.sleep(nanoseconds: UInt64(max(0, p.ms)) * 1_000_000)
             return p.ms
+        }
+        // Answers with a stream: `supervisor call --stream com.example.asyncworks rows '{"count":5}'`
+        // prints one row a line as it comes. `send` waits while the reader has no room.
+        api.stream("rows") { (p: RowsParams, out: StreamOutput<Row>) in
+            for n in 0..<max(0, p.count) { try await out.send(Row(n: n, square: n * n)) }
         }
         // Exercises a task group, Dispatch, Foundation's formatters and file I/O in the data folder.
         api.method("work") { () async throws -> Report in

@@ -2,8 +2,11 @@
  * A plugin in plain C against sp_plugin.h, to prove the ABI needs nothing from Swift.
  * Build: cc -shared -fPIC -O2 -I Sources/CPluginABI/include -o libchello.so examples/CHello/chello.c
  *
- * Methods: "hello" → "hello from C"; "add" with params [a, b] → a + b; "pid" → the worker's pid.
- * It answers every event with a null result. The JSON handling is deliberately minimal (the
+ * Methods: "hello" → "hello from C"; "add" with params [a, b] → a + b; "pid" → the worker's pid;
+ * "count" with params {"n": N}, called with "stream": true (supervisor call --stream), answers with
+ * the stream {"i": 0} … {"i": N-1} (docs/abi.md, "Streams"): chunks go out as the reader's credit
+ * allows, from `receive` itself, so the plugin needs no thread. It answers every event with a null
+ * result. The JSON handling is deliberately minimal (the
  * supervisor only ever sends well-formed messages); a real plugin would use a JSON library.
  */
 #define _GNU_SOURCE
@@ -50,12 +53,50 @@ static void reply_error(unsigned long long id, const char *code, const char *mes
     g_host->send(g_host->ctx, (const uint8_t *)buf, (size_t)n);
 }
 
+/* The streams being answered: the call's id, the next element, how many in all, and the credit
+   the reader has left (16 to start with; each `credit` message adds its "n"). Only `receive` touches
+   them, and the worker calls it one message at a time. */
+#define MAX_STREAMS 64
+static struct { unsigned long long id, next, count, credit; int used; } streams[MAX_STREAMS];
+
+/* Sends what the credit allows of stream `s`; its final reply once every element went. */
+static void pump(int s) {
+    char buf[128];
+    while (streams[s].credit > 0 && streams[s].next < streams[s].count) {
+        int n = snprintf(buf, sizeof buf, "{\"type\":\"chunk\",\"id\":%llu,\"seq\":%llu,\"data\":{\"i\":%llu}}",
+                         streams[s].id, streams[s].next, streams[s].next);
+        g_host->send(g_host->ctx, (const uint8_t *)buf, (size_t)n);
+        streams[s].next++;
+        streams[s].credit--;
+    }
+    if (streams[s].next == streams[s].count) {
+        reply(streams[s].id, "null");
+        streams[s].used = 0;
+    }
+}
+
+static int find_stream(unsigned long long id) {
+    for (int s = 0; s < MAX_STREAMS; s++) if (streams[s].used && streams[s].id == id) return s;
+    return -1;
+}
+
 static void receive(void *ctx, const uint8_t *bytes, size_t len) {
     (void)ctx;
     const char *json = (const char *)bytes;
     char type[32], method[64];
     unsigned long long id;
     if (!find_string(json, len, "type", type, sizeof type) || !find_uint(json, len, "id", &id)) return;
+    if (strcmp(type, "credit") == 0) {
+        unsigned long long n = 0;
+        int s = find_stream(id);
+        if (s >= 0 && find_uint(json, len, "n", &n)) { streams[s].credit += n; pump(s); }
+        return;
+    }
+    if (strcmp(type, "cancel") == 0) {
+        int s = find_stream(id);
+        if (s >= 0) streams[s].used = 0;  /* the caller gave up: the supervisor answered it */
+        return;
+    }
     if (strcmp(type, "event") == 0) {
         reply(id, "null");
     } else if (strcmp(type, "call") == 0) {
@@ -69,12 +110,21 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
             char result[32];
             snprintf(result, sizeof result, "%lld", a + b);
             reply(id, result);
+        } else if (strcmp(method, "count") == 0) {
+            unsigned long long count = 0;
+            if (!memmem(json, len, "\"stream\":true", 13)) { reply_error(id, "badRequest", "count answers with a stream: call it with --stream"); return; }
+            if (!find_uint(json, len, "n", &count)) { reply_error(id, "badRequest", "count takes {\"n\": N}"); return; }
+            int s = find_stream(0xFFFFFFFFFFFFFFFFull);  /* never found: look for a free slot */
+            for (s = 0; s < MAX_STREAMS && streams[s].used; s++) {}
+            if (s == MAX_STREAMS) { reply_error(id, "unavailable", "too many streams at once"); return; }
+            streams[s].id = id; streams[s].next = 0; streams[s].count = count; streams[s].credit = 16; streams[s].used = 1;
+            pump(s);
         } else if (strcmp(method, "pid") == 0) {
             char result[32];
             snprintf(result, sizeof result, "%d", (int)getpid());
             reply(id, result);
         } else {
-            reply_error(id, "notFound", "no such method; try hello, add or pid");
+            reply_error(id, "notFound", "no such method; try hello, add, count or pid");
         }
     } else if (strcmp(type, "open") == 0) {
         reply_error(id, "notFound", "this plugin has no routes");

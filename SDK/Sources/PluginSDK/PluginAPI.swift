@@ -26,6 +26,13 @@ public final class PluginAPI: Sendable {
     enum Handler: Sendable {
         case sync(@Sendable (UnsafeRawBufferPointer?) throws -> [UInt8])
         case async(@Sendable ([UInt8]?) async throws -> [UInt8], MethodExecution)
+        /// A method answering with a stream (Streams.swift): the params, the call's input (empty
+        /// unless the caller sends one), where the answer goes.
+        case stream(@Sendable ([UInt8]?, ChunkReceiver, StreamSender) async throws -> Void)
+    }
+
+    func register(_ name: String, _ handler: Handler) {
+        methods.withLock { $0[name] = handler }
     }
 
     private let methods = Guarded<[String: Handler]>([:])

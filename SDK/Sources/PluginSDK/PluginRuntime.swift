@@ -20,6 +20,8 @@ final class PluginRuntime: Sendable {
     private let nextID = Atomic<UInt64>(1)
     private let pending = Guarded<[UInt64: CheckedContinuation<[UInt8]?, any Error>]>([:])
     private let running = Guarded<[UInt64: Task<Void, Never>]>([:])
+    /// The streams in flight (SPEC §13), both ways.
+    private let streams = Guarded(StreamTables())
     private let events: AsyncStream<EventWork>.Continuation
     /// The plugin's `startup` while it runs: a `willTerminate` cancels it (the plugin is being
     /// stopped; its stop should not wait for a start nobody needs any more).
@@ -45,6 +47,17 @@ final class PluginRuntime: Sendable {
         guard let raw = pthread_getspecific(syncTraceKey) else { return nil }
         let bytes = raw.assumingMemoryBound(to: UnsafeRawBufferPointer.self).pointee
         return Envelope.string(bytes, 0..<bytes.count)
+    }
+
+    struct StreamTables {
+        /// Calls to this plugin answered with a stream, by the supervisor's id: where credit goes.
+        var answering: [UInt64: StreamSender] = [:]
+        /// The input of calls to this plugin that came with one, by the supervisor's id.
+        var reading: [UInt64: ChunkReceiver] = [:]
+        /// This plugin's own stream calls, by its id: where their chunks go.
+        var awaiting: [UInt64: ChunkReceiver] = [:]
+        /// The input this plugin sends with its own stream calls, and the task sending it.
+        var feeding: [UInt64: (sender: StreamSender, task: Task<Void, Never>?)] = [:]
     }
 
     struct EventWork: Sendable {
@@ -103,7 +116,7 @@ final class PluginRuntime: Sendable {
         case .reply:
             guard let id = env.id else { return }
             let continuation = pending.withLock { $0.removeValue(forKey: id) }
-            guard let continuation else { return }
+            guard let continuation else { return streamEnded(id, env, bytes) }
             if let errorRange = env.error {
                 let body = (try? ProtocolJSON.decode(ErrorBody.self, from: UnsafeRawBufferPointer(rebasing: bytes[errorRange])))
                     ?? ErrorBody(.pluginError, "malformed error")
@@ -114,6 +127,22 @@ final class PluginRuntime: Sendable {
         case .cancel:
             guard let id = env.id else { return }
             running.withLock { $0.removeValue(forKey: id) }?.cancel()
+        case .chunk:
+            guard let id = env.id else { return }
+            let data = env.data.map { Array(bytes[$0]) } ?? Array("null".utf8)
+            if env.input {
+                guard let receiver = streams.withLock({ $0.reading[id] }) else { return }
+                if env.end { receiver.finish(.success(())) } else { receiver.received(data) }
+            } else {
+                streams.withLock { $0.awaiting[id] }?.received(data)
+            }
+        case .credit:
+            guard let id = env.id, let n = env.n else { return }
+            if env.input {
+                streams.withLock { $0.feeding[id]?.sender }?.gate.grant(n)
+            } else {
+                streams.withLock { $0.answering[id] }?.gate.grant(n)
+            }
         default:
             break
         }
@@ -148,6 +177,49 @@ final class PluginRuntime: Sendable {
         case .async(let body, let execution):
             let params = env.params.map { Array(bytes[$0]) }
             run(id, Envelope.string(bytes, env.traceparent), execution) { try await body(params) }
+        case .stream(let body):
+            guard env.stream else {
+                return reply(id, error: PluginError.badRequest("\(method) answers with a stream: call it with \"stream\": true (supervisor call --stream, stream(...) in the host libraries, context.stream in a plugin)"))
+            }
+            let sender = StreamSender(id: id, runtime: self)
+            let input = ChunkReceiver(grant: { [weak self] n in
+                _ = self?.send(StreamFrames.credit(id: id, n: UInt64(n), input: true, into: [UInt8]()))
+            }, giveUp: {})
+            streams.withLock { s in
+                s.answering[id] = sender
+                if env.input { s.reading[id] = input }
+            }
+            // The input's first window is the reader's to grant (the caller sends nothing before it).
+            if env.input {
+                _ = send(StreamFrames.credit(id: id, n: UInt64(StreamFrames.initialCredit), input: true, into: [UInt8]()))
+            } else {
+                input.finish(.success(()))
+            }
+            let params = env.params.map { Array(bytes[$0]) }
+            run(id, Envelope.string(bytes, env.traceparent), .task) { [self] in
+                defer {
+                    streams.withLock { s in
+                        s.answering[id] = nil
+                        s.reading[id] = nil
+                    }
+                }
+                try await body(params, input, sender)
+                return Array("null".utf8)
+            }
+        }
+    }
+
+    /// The final reply of one of this plugin's stream calls: its stream ends.
+    private func streamEnded(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
+        let (receiver, feeder) = streams.withLock { s in (s.awaiting.removeValue(forKey: id), s.feeding.removeValue(forKey: id)) }
+        feeder?.task?.cancel()
+        guard let receiver else { return }
+        if let errorRange = env.error {
+            let body = (try? ProtocolJSON.decode(ErrorBody.self, from: UnsafeRawBufferPointer(rebasing: bytes[errorRange])))
+                ?? ErrorBody(.pluginError, "malformed error")
+            receiver.finish(.failure(PluginError(code: body.code, message: body.message)))
+        } else {
+            receiver.finish(.success(()))
         }
     }
 
@@ -287,6 +359,71 @@ final class PluginRuntime: Sendable {
         }
     }
 
+    /// Calls the stream method `method` of `target`: its chunks arrive in the receiver returned.
+    /// `input`, when given, sends the call's input as the callee grants room for it.
+    func requestStream(target: String, method: String, params: Result<[UInt8], any Error>,
+                       input: (@Sendable (StreamSender) async throws -> Void)?) -> ChunkReceiver {
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        let receiver = ChunkReceiver(grant: { [weak self] n in
+            _ = self?.send(StreamFrames.credit(id: id, n: UInt64(n), into: [UInt8]()))
+        }, giveUp: { [weak self] in self?.giveUpStream(id) })
+        let encoded: [UInt8]
+        switch params {
+        case .failure(let error):
+            receiver.finish(.failure(error))
+            return receiver
+        case .success(let json): encoded = json
+        }
+        var b = FrameBuilder(kind: .call)
+        b.uint("id", id)
+        b.string("target", target)
+        b.string("method", method)
+        b.raw("params", encoded)
+        b.flag("stream")
+        if input != nil { b.flag("input") }
+        if let trace = Self.taskTraceparent { b.string("traceparent", trace) }
+        let feeder = input.map { _ in StreamSender(id: id, input: true, runtime: self) }
+        streams.withLock { s in
+            s.awaiting[id] = receiver
+            if let feeder { s.feeding[id] = (feeder, nil) }
+        }
+        let rc = send(b.finish())
+        if rc != 0 {
+            _ = streams.withLock { s in (s.awaiting.removeValue(forKey: id), s.feeding.removeValue(forKey: id)) }
+            receiver.finish(.failure(PluginError(.unavailable, "cannot reach the supervisor: \(String(cString: strerror(-rc)))")))
+            return receiver
+        }
+        if let input, let feeder {
+            let task = Task { [weak self] in
+                do {
+                    try await input(feeder)
+                    feeder.end()
+                } catch is CancellationError {
+                    // The call ended (or was given up) first.
+                } catch {
+                    // The input itself failed: the call is given up, with the input's error.
+                    self?.giveUpStream(id)
+                    receiver.finish(.failure(error))
+                }
+            }
+            streams.withLock { s in
+                if s.feeding[id] != nil { s.feeding[id]?.task = task } else { task.cancel() }
+            }
+        }
+        return receiver
+    }
+
+    /// This plugin stops reading one of its streams before the end: the call is cancelled.
+    private func giveUpStream(_ id: UInt64) {
+        let (receiver, feeder) = streams.withLock { s in (s.awaiting.removeValue(forKey: id), s.feeding.removeValue(forKey: id)) }
+        feeder?.task?.cancel()
+        feeder?.sender.gate.fail(CancellationError())
+        guard receiver != nil else { return }
+        var cancel = FrameBuilder(kind: .cancel)
+        cancel.uint("id", id)
+        _ = send(cancel.finish())
+    }
+
     func reply(_ id: UInt64, result: [UInt8]) {
         var b = FrameBuilder(kind: .reply, capacity: result.count + 32)
         b.uint("id", id)
@@ -311,7 +448,7 @@ final class PluginRuntime: Sendable {
     }
 
     /// Sends a whole frame (the host takes the body without its length prefix).
-    private func send(_ frame: [UInt8]) -> Int32 {
+    func send(_ frame: [UInt8]) -> Int32 {
         frame.withUnsafeBufferPointer { p in
             host.pointee.send(host.pointee.ctx, p.baseAddress! + Frame.headerSize, p.count - Frame.headerSize)
         }
@@ -326,5 +463,10 @@ final class PluginRuntime: Sendable {
             return Array(table.values)
         }
         for c in waiting { c.resume(throwing: PluginError(.unavailable, "the plugin is shutting down")) }
+        let awaiting = streams.withLock { s in
+            defer { s.awaiting.removeAll() }
+            return Array(s.awaiting.values)
+        }
+        for receiver in awaiting { receiver.finish(.failure(PluginError(.unavailable, "the plugin is shutting down"))) }
     }
 }

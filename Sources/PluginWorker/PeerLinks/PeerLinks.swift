@@ -116,7 +116,8 @@ final class PeerLinks: Sendable {
     }
 
     private func callOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Bool {
-        guard bytes.count <= Self.largestLinkedCall, let target = Envelope.string(bytes, env.target) else { return false }
+        // Streams (SPEC §13) go through the supervisor, which keeps their credit and idle timeout.
+        guard bytes.count <= Self.largestLinkedCall, !env.stream, !env.input, let target = Envelope.string(bytes, env.target) else { return false }
         let now = Self.now()
         guard let (socket, wakeNeeded) = table.withLock({ $0.callOut(id, to: target, requestedMs: env.timeoutMs, now: now) }) else { return false }
         if wakeNeeded { wake() }

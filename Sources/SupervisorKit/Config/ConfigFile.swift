@@ -40,6 +40,7 @@ extension SupervisorConfig {
         "maxFrameBytes": positive(\.maxFrameBytes),
         "startupTimeoutMs": positive(\.startupTimeoutMs),
         "callTimeoutMs": positive(\.callTimeoutMs),
+        "streamIdleTimeoutMs": positive(\.streamIdleTimeoutMs),
         "shutdownGraceMs": positive(\.shutdownGraceMs),
         "callQueueLimit": positive(\.callQueueLimit),
         "drainTimeoutMs": positive(\.drainTimeoutMs),

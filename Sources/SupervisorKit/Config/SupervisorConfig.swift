@@ -55,6 +55,9 @@ public struct SupervisorConfig: Sendable {
     public var startupTimeoutMs = 10_000
     /// Default per-call timeout; a manifest's `limits.callTimeoutMs` and a call's `timeoutMs` override it.
     public var callTimeoutMs = CallTimeouts.defaultMs
+    /// Default longest gap between two chunks of a stream (SPEC §13); a manifest's
+    /// `limits.streamIdleTimeoutMs` overrides it. The whole stream is a call: its timeout holds too.
+    public var streamIdleTimeoutMs = CallTimeouts.defaultMs
     /// How long `willTerminate` may take before the worker is killed.
     public var shutdownGraceMs = 5_000
     /// At most this many restarts in `restartWindowSeconds`, then `failed`.

@@ -37,6 +37,12 @@ extension Engine {
                 }
             case .cancel:
                 cancel(connection, id)
+            case .chunk, .credit:
+                // Its call's input, or credit for its answer (Routing/Streams.swift); a call that
+                // ended meanwhile is past caring.
+                if let entry = connection.inFlight[id], let why = router.fromCaller(kind, entry, env, bytes) {
+                    control.drop(connection, ErrorBody(.protocolViolation, why))
+                }
             default:
                 connection.outstanding += 1
                 handle(kind, env, bytes, origin: .client(connection, id: id))

@@ -24,9 +24,9 @@ extension Supervisor {
     /// `progress` hears installs' and updates' progress. A call to a plugin that is starting waits
     /// for it (SPEC §8), up to its timeout.
     @discardableResult
-    public func submit(_ frame: [UInt8], progress: (@Sendable (ProgressReport) -> Void)? = nil,
+    public func submit(_ frame: [UInt8], progress: (@Sendable (ProgressReport) -> Void)? = nil, stream: HostStreamHandlers? = nil,
                        _ done: @escaping @Sendable (Result<[UInt8], ErrorBody>) -> Void) -> HostTicket {
-        let request = HostRequest(on: loop, progress: progress, done)
+        let request = HostRequest(on: loop, progress: progress, stream: stream, done)
         // Requests made while the loop has not yet taken the earlier ones join them: one task on the
         // loop (and at most one wake-up) per batch, not per request.
         let first = hostInbox.withLock { inbox in
@@ -69,6 +69,38 @@ extension Supervisor {
             request.settle(.failure(error))
             if let (callee, id) = inFlight {
                 engine.shared.cancelInFlight([id: (callee, id)])
+            }
+        }
+    }
+
+    /// Where the chunks of a stream call's answer and the credit for its input go (SPEC §13), on
+    /// the event loop: hand them on, never wait there.
+    public struct HostStreamHandlers: Sendable {
+        public var chunk: @Sendable ([UInt8]) -> Void
+        public var inputCredit: @Sendable (UInt64) -> Void
+
+        public init(chunk: @escaping @Sendable ([UInt8]) -> Void, inputCredit: @escaping @Sendable (UInt64) -> Void = { _ in }) {
+            self.chunk = chunk
+            self.inputCredit = inputCredit
+        }
+    }
+
+    /// The program's side of a stream call in flight (`submit(_:stream:_:)`): a `credit` for its
+    /// answer or a `chunk` of its input, as `StreamFrames` writes them (the `id` is not used). One
+    /// the protocol does not allow (more input than its credit, say) fails the call with
+    /// `protocolViolation` and cancels it at the plugin. Nothing happens once the call is settled.
+    public func streamFrame(_ ticket: HostTicket, _ frame: [UInt8]) {
+        let request = ticket.request
+        engine.execute { engine in
+            guard !request.isSettled, let entry = request.inFlight else { return }
+            frame.withUnsafeBytes { whole in
+                let bytes = UnsafeRawBufferPointer(rebasing: whole[min(whole.count, Frame.headerSize)...])
+                guard let env = try? Envelope.parse(bytes), let kind = env.kind, kind == .chunk || kind == .credit else {
+                    return request.settle(.failure(ErrorBody(.badRequest, "not a chunk or credit frame")))
+                }
+                guard let why = engine.router.fromCaller(kind, entry, env, bytes) else { return }
+                request.settle(.failure(ErrorBody(.protocolViolation, why)))
+                engine.shared.cancelInFlight([entry.id: entry])
             }
         }
     }

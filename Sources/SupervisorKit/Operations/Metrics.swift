@@ -55,6 +55,21 @@ final class Metrics: SupervisorComponent {
         return made
     }
 
+    /// The stream counters of `plugin` (SPEC §13), made the first time it streams.
+    func streams(_ plugin: String) -> StreamCounters {
+        if let known = streamCounters[plugin] { return known }
+        let made = StreamCounters(
+            opened: registry.makeCounter(name: "plugin_streams_total", labels: [("plugin", plugin)],
+                                         help: "Calls to the plugin with a stream (an answer of chunks, an input of chunks, or both)."),
+            answer: registry.makeCounter(name: "plugin_stream_chunks_total", labels: [("plugin", plugin), ("direction", "answer")],
+                                         help: "Chunks of streams to and from the plugin, by direction: answer (from the plugin) or input (to it)."),
+            input: registry.makeCounter(name: "plugin_stream_chunks_total", labels: [("plugin", plugin), ("direction", "input")],
+                                        help: "Chunks of streams to and from the plugin, by direction: answer (from the plugin) or input (to it)."))
+        streamCounters[plugin] = made
+        return made
+    }
+    private var streamCounters: [String: StreamCounters] = [:]
+
     // MARK: Events counted where they happen
 
     /// A restart was scheduled after an exit for `reason` (an ExitReason's name).
@@ -241,6 +256,13 @@ final class Metrics: SupervisorComponent {
 /// (no atomic, no lock: measured, the library's locked histogram and atomic counters cost the
 /// supervisor 9 % of its CPU per call). A scrape moves the counts into swift-prometheus's counters
 /// and writes the histogram lines itself, in the same exposition format.
+/// A plugin's stream counters (Metrics.streams).
+struct StreamCounters {
+    let opened: Counter
+    let answer: Counter
+    let input: Counter
+}
+
 final class CallMetrics {
     let plugin: String
     private let counters: [Counter]

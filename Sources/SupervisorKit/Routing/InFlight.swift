@@ -45,7 +45,9 @@ extension Shared {
             for id in expired {
                 guard let request = instance.pending.removeValue(forKey: id) else { continue }
                 settled(request, .timeout, by: instance)
-                outbox.answer(request.origin, error: ErrorBody(.timeout, "\(instance.identifier) did not answer \(request.what) in time"))
+                let why = request.stream?.timeoutReason(request.deadline, plugin: instance.identifier)
+                    ?? "\(instance.identifier) did not answer \(request.what) in time"
+                outbox.answer(request.origin, error: ErrorBody(.timeout, why))
                 // An unlink is the worker's own business, not its plugin's: nothing to cancel there.
                 if request.what.cancelledOnTimeout { sendCancel(id, to: instance) }
             }

@@ -67,8 +67,9 @@ final class Router: SupervisorComponent {
         let log = shared.logCalls
             ? CallLog(label: kind == .call ? "\(target).\(Envelope.string(bytes, env.method) ?? "")" : Envelope.string(bytes, env.uri) ?? "", trace: CallTrace(trace))
             : nil
-        instance.pending[id] = PendingRequest(origin: origin, deadline: deadline, what: kind == .call ? .call : .open,
-                                              call: CallFacts(started: now, metrics: metrics, log: log))
+        let flow = streamFlow(kind, env, to: record, callDeadline: deadline)
+        instance.pending[id] = PendingRequest(origin: origin, deadline: flow?.deadline(after: now) ?? deadline, what: kind == .call ? .call : .open,
+                                              call: CallFacts(started: now, metrics: metrics, log: log), stream: flow)
         switch origin {
         case .client(let connection, let clientID): connection.inFlight[clientID] = (instance, id)
         case .plugin(let caller, let callerID): caller.outgoing[callerID] = (instance, id)

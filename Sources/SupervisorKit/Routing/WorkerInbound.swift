@@ -27,6 +27,12 @@ extension Router {
                 if let ping = instance.outstandingPing, ping.id == id { instance.outstandingPing = nil }
             case .request(let kind):
                 if let env { return pluginRequest(instance, kind, env, bytes) }
+            case .stream(let kind):
+                if let env, let why = streamMessage(from: instance, kind, env, bytes) {
+                    effects.post(.protocolViolation(instance, why))
+                }
+            case .cancel(let id):
+                if let entry = instance.outgoing.removeValue(forKey: id) { shared.cancelInFlight([id: entry]) }
             case .log:
                 log(from: instance, bytes)
             case .linkCalls:

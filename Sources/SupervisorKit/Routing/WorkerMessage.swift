@@ -11,6 +11,10 @@ enum WorkerMessage: Equatable {
     case pong(id: UInt64?)
     /// A call or an open its plugin makes to another plugin (or to the host).
     case request(MessageKind)
+    /// A stream's chunk or credit (docs/protocol.md "Streams"), either role.
+    case stream(MessageKind)
+    /// Its plugin gives up a call it made (`id`: the plugin's): a stream it stops reading.
+    case cancel(id: UInt64)
     case log
     /// Its peer links' call counts (docs/protocol.md "Peer links").
     case linkCalls
@@ -52,6 +56,12 @@ enum WorkerMessage: Equatable {
             return (.reply(id: id), env)
         case .pong: return (.pong(id: env.id), env)
         case .call, .open: return (.request(kind), env)
+        case .chunk, .credit:
+            guard env.id != nil else { return (.violation("\(kind.rawValue) without an id"), env) }
+            return (.stream(kind), env)
+        case .cancel:
+            guard let id = env.id else { return (.violation("cancel without an id"), env) }
+            return (.cancel(id: id), env)
         case .log: return (.log, env)
         case .linkCalls: return (.linkCalls, env)
         case .exit: return (.exit(try? ProtocolJSON.decode(ExitNotice.self, from: bytes)), env)

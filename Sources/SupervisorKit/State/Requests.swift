@@ -33,6 +33,8 @@ struct PendingRequest {
     /// For requests from clients and plugins (not the supervisor's events): when it was forwarded,
     /// the target's call metrics, and the hop's trace context.
     var call: CallFacts? = nil
+    /// A call with a stream either way (Routing/Streams.swift).
+    var stream: StreamFlow? = nil
 }
 
 /// What the supervisor keeps of a forwarded request to count it and log it once it is answered.
@@ -84,10 +86,26 @@ final class HostRequest: Sendable {
     private let state: NIOLoopBoundBox<State>
     /// Where `progress` frames go (installs, updates), if anywhere.
     let progress: (@Sendable (ProgressReport) -> Void)?
+    /// Where a stream call's chunks and input credit go (SPEC §13), if it is one.
+    let stream: Supervisor.HostStreamHandlers?
 
-    init(on loop: EventLoop, progress: (@Sendable (ProgressReport) -> Void)? = nil, _ done: @escaping @Sendable (Result<[UInt8], ErrorBody>) -> Void) {
+    init(on loop: EventLoop, progress: (@Sendable (ProgressReport) -> Void)? = nil, stream: Supervisor.HostStreamHandlers? = nil,
+         _ done: @escaping @Sendable (Result<[UInt8], ErrorBody>) -> Void) {
         state = .makeBoxSendingValue(State(done: done), eventLoop: loop)
         self.progress = progress
+        self.stream = stream
+    }
+
+    /// A chunk of the answer arrived (dropped once the request is settled).
+    func chunk(_ data: [UInt8]) {
+        guard !isSettled else { return }
+        stream?.chunk(data)
+    }
+
+    /// The callee has room for `n` more chunks of the input.
+    func inputCredit(_ n: UInt64) {
+        guard !isSettled else { return }
+        stream?.inputCredit(n)
     }
 
     /// Answered, or given up on.

@@ -337,6 +337,20 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
         reply(id, count);
         return;
     }
+    /* Streams that break the rules (StreamTests): 40 chunks at once, ignoring the reader's credit
+       of 16; or a first chunk numbered 5; or a chunk for an id the supervisor never used. Each is
+       a protocol violation, for which this worker alone is ended. */
+    if (!strcmp(method, "streamFlood") || !strcmp(method, "streamBadSeq") || !strcmp(method, "streamStray")) {
+        char buf[160];
+        int count = !strcmp(method, "streamFlood") ? 40 : 1;
+        unsigned long long first = !strcmp(method, "streamBadSeq") ? 5 : 0;
+        unsigned long long target = !strcmp(method, "streamStray") ? id + 1000000 : id;
+        for (int i = 0; i < count; i++) {
+            int n = snprintf(buf, sizeof buf, "{\"type\":\"chunk\",\"id\":%llu,\"seq\":%llu,\"data\":%d}", target, first + i, i);
+            g_host->send(g_host->ctx, (const uint8_t *)buf, (size_t)n);
+        }
+        return;
+    }
     if (!strcmp(method, "noReplies")) {
         char count[32];
         snprintf(count, sizeof count, "%d", no_replies);

@@ -133,7 +133,63 @@ final class TestKit: Pluggable {
         return c
     }
 
+    struct RowsParams: Codable, Sendable {
+        var count: Int
+        var delayMs: Int?
+        /// Throw a pluginError, or crash the worker, after sending this many rows.
+        var failAt: Int?
+        var crashAt: Int?
+    }
+    struct Row: Codable, Sendable, Equatable { var row: Int }
+    struct RelayParams: Codable, Sendable { var target: String; var count: Int; var takeOnly: Int? }
+    /// What the stream methods did, for the tests: rows sent, streams ended by cancellation,
+    /// streams completed, and the last stream's row count when it ended.
+    struct StreamReport: Codable, Sendable { var sent: Int; var cancelled: Int; var completed: Int }
+    private let streams = Mutex(StreamReport(sent: 0, cancelled: 0, completed: 0))
+
+    private func exportStreams(_ api: PluginAPI) {
+        // Rows {"row": i} for i in 0..<count, as fast as the reader takes them (or `delayMs` apart).
+        api.stream("rows") { [self] (p: RowsParams, out: StreamOutput<Row>) in
+            do {
+                for i in 0..<p.count {
+                    if p.failAt == i { throw PluginError(.pluginError, "failed on purpose after \(i) rows") }
+                    if p.crashAt == i { raise(SIGSEGV) }
+                    if let ms = p.delayMs { try await Task.sleep(for: .milliseconds(ms)) }
+                    try await out.send(Row(row: i))
+                    streams.withLock { $0.sent += 1 }
+                }
+                streams.withLock { $0.completed += 1 }
+            } catch is CancellationError {
+                streams.withLock { $0.cancelled += 1 }
+                throw CancellationError()
+            }
+        }
+        api.method("streamReport") { [self] () -> StreamReport in streams.withLock { $0 } }
+        // The sum of an input of integers, then each running total as an element.
+        api.stream("sum", input: Int.self) { (_: Empty, input: StreamInput<Int>, out: StreamOutput<Int>) in
+            var total = 0
+            var totals: [Int] = []
+            for try await n in input {
+                total += n
+                totals.append(total)
+            }
+            for t in totals { try await out.send(t) }
+        }
+        // Another plugin's rows, passed on (plugin → plugin through the supervisor); `takeOnly`
+        // stops reading early (the producer must be cancelled).
+        api.stream("relay") { [weak self] (p: RelayParams, out: StreamOutput<Row>) in
+            guard let self else { return }
+            var taken = 0
+            for try await row in try ctx().stream(p.target, "rows", RowsParams(count: p.count), as: Row.self) {
+                try await out.send(row)
+                taken += 1
+                if let only = p.takeOnly, taken >= only { break }
+            }
+        }
+    }
+
     func exports(_ api: PluginAPI) {
+        exportStreams(api)
         api.method("echo") { (value: JSONValue) in value }
         // The cheapest call: no parameters, a constant result (benchmarks).
         api.method("ping") { () -> Int in 1 }

@@ -62,6 +62,9 @@ public struct CallHop {
             frame.raw("target", UnsafeRawBufferPointer(rebasing: bytes[env.target!]))
             frame.raw("method", UnsafeRawBufferPointer(rebasing: bytes[env.method!]))
             if let p = env.params { frame.raw("params", UnsafeRawBufferPointer(rebasing: bytes[p])) }
+            // A stream's flags (docs/protocol.md "Streams").
+            if env.stream { frame.flag("stream") }
+            if env.input { frame.flag("input") }
         } else {
             frame.raw("uri", UnsafeRawBufferPointer(rebasing: bytes[env.uri!]))
         }

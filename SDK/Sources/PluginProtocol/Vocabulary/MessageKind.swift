@@ -32,6 +32,14 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     case link
     /// Supervisor → client: one host event (`HostEvent`'s members beside `type` and `id`).
     case hostEvent
+    /// One element of a stream (SPEC §13, docs/protocol.md "Streams"): `id` of the call, `seq` from
+    /// 0, `data` (any JSON). From the callee, an element of the answer to a call made with
+    /// `"stream": true`; with `"input": true`, from the caller, an element of the call's input
+    /// (`"end": true` and no `data` ends the input).
+    case chunk
+    /// Credit for `n` more chunks of the stream of call `id`: from the caller for the answer's
+    /// chunks; with `"input": true`, from the callee for the input's.
+    case credit
 }
 
 /// Lifecycle event names (SPEC §3).

@@ -20,6 +20,15 @@ public struct Envelope: Sendable {
     public var timeoutMs: UInt64?
     /// A W3C trace context (`call`, `open`).
     public var traceparent: Range<Int>?
+    /// Streams (docs/protocol.md "Streams"): a `call`'s `"stream": true` (answer with chunks) and
+    /// `"input": true` (input chunks follow); a `chunk`'s `seq`, `data` and `"end": true`; a
+    /// `credit`'s `n`. The flags are true only for the literal `true`.
+    public var stream = false
+    public var input = false
+    public var end = false
+    public var seq: UInt64?
+    public var data: Range<Int>?
+    public var n: UInt64?
 
     public init() {}
 
@@ -30,21 +39,27 @@ public struct Envelope: Sendable {
         var scanner = JSONScanner(bytes, maxDepth: maxDepth)
         try scanner.scanObject { (key, value) throws(JSONScanner.Failure) in
             switch key.count {
+            case 1 where bytes[key.lowerBound] == UInt8(ascii: "n"): env.n = JSONScanner.decodeUInt(bytes, value)
             case 2 where Self.matches(bytes, key, "id"):
                 env.id = JSONScanner.decodeUInt(bytes, value)
                 env.badID = env.id == nil
             case 3 where Self.matches(bytes, key, "uri"): env.uri = value
+            case 3 where Self.matches(bytes, key, "seq"): env.seq = JSONScanner.decodeUInt(bytes, value)
+            case 3 where Self.matches(bytes, key, "end"): env.end = Self.isTrue(bytes, value)
             case 4 where Self.matches(bytes, key, "type"):
                 let name = JSONScanner.decodeString(bytes, value)
                 env.typeName = name
                 env.kind = name.flatMap(MessageKind.init(rawValue:))
             case 4 where Self.matches(bytes, key, "from"): env.from = value
             case 4 where Self.matches(bytes, key, "name"): env.name = value
+            case 4 where Self.matches(bytes, key, "data"): env.data = value
             case 5 where Self.matches(bytes, key, "error"): env.error = value
+            case 5 where Self.matches(bytes, key, "input"): env.input = Self.isTrue(bytes, value)
             case 6 where Self.matches(bytes, key, "target"): env.target = value
             case 6 where Self.matches(bytes, key, "method"): env.method = value
             case 6 where Self.matches(bytes, key, "params"): env.params = value
             case 6 where Self.matches(bytes, key, "result"): env.result = value
+            case 6 where Self.matches(bytes, key, "stream"): env.stream = Self.isTrue(bytes, value)
             case 7 where Self.matches(bytes, key, "payload"): env.payload = value
             case 9 where Self.matches(bytes, key, "timeoutMs"): env.timeoutMs = JSONScanner.decodeUInt(bytes, value)
             case 11 where Self.matches(bytes, key, "traceparent"): env.traceparent = value
@@ -63,6 +78,12 @@ public struct Envelope: Sendable {
             i += 1
         }
         return true
+    }
+
+    /// Whether the value at `value` is the literal `true`.
+    @inline(__always)
+    static func isTrue(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) -> Bool {
+        value.count == 4 && bytes[value.lowerBound] == UInt8(ascii: "t")
     }
 
     /// Decodes the string at `range` of `bytes`, or nil when absent or not a string.

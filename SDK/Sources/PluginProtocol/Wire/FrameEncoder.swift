@@ -54,6 +54,13 @@ public struct FrameEncoder<Sink: FrameSink> {
         appendUInt(value)
     }
 
+    /// Appends `"key": true` (a flag: `stream`, `input`, `end`).
+    @inlinable
+    public mutating func flag(_ key: StaticString) {
+        appendKey(key)
+        appendLiteral("true")
+    }
+
     /// Appends `"key": <value>`, negative or not.
     @inlinable
     public mutating func int(_ key: StaticString, _ value: Int) {

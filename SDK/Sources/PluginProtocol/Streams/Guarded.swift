@@ -2,22 +2,22 @@
 import Glibc
 #endif
 
-/// A value behind a pthread mutex, for the SDK's state that several threads share (the worker's
-/// delivering threads, the global executor's, timers'). Not Synchronization's `Mutex`: its
+/// A value behind a pthread mutex, for state that several threads share (the SDK's runtime: the
+/// worker's delivering threads, the global executor's, timers'; a stream's two ends). Not Synchronization's `Mutex`: its
 /// contended path (a futex in an uninstrumented library) is invisible to the thread sanitizer,
 /// which then reports the guarded state as raced when the runtime is tested under it
 /// (`InlineMethodTests`); the supervisor's `Locked` is the same for the same reason.
-final class Guarded<Value>: @unchecked Sendable {
+public final class Guarded<Value>: @unchecked Sendable {
     // @unchecked: `value` is only touched with `mutex` held.
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private var value: Value
 
-    init(_ value: Value) {
+    public init(_ value: Value) {
         self.value = value
         pthread_mutex_init(mutex, nil)
     }
 
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+    public func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value)

@@ -1,0 +1,117 @@
+import LinuxSupport
+import PluginProtocol
+import Protocol
+import SupervisorClient
+import SupervisorKit
+
+/// Calls answered with a stream (SPEC §13) from the program the supervisor runs in: the chunks come
+/// from the event loop into the stream's `ChunkReceiver` (at most its window), and credit goes back
+/// to the loop as the program reads them.
+extension PluginHost {
+    /// Calls the stream method `method` of `target`: its elements, decoded as `Element`, as they
+    /// come. Reading slowly slows the plugin; leaving the loop early, or cancelling the task,
+    /// cancels the call. A plugin that is starting or restarting is waited for, as for `call`.
+    public func stream<P: Encodable, Element: Decodable & Sendable>(_ target: String, _ method: String, _ params: P,
+                                                                   as: Element.Type = Element.self, timeout: Duration? = nil) -> PluginStream<Element> {
+        let what = "\(target).\(method)"
+        return HostCoding.stream(streamCall(target, method, params: Result { try HostCoding.encode(params, for: what) }, input: nil, timeout: timeout), of: what)
+    }
+
+    /// Calls the stream method `method` of `target` with a stream of `input` elements, sent as the
+    /// plugin reads them.
+    public func stream<P: Encodable, Input: AsyncSequence & Sendable, Element: Decodable & Sendable>(
+        _ target: String, _ method: String, _ params: P, input: Input, as: Element.Type = Element.self, timeout: Duration? = nil
+    ) -> PluginStream<Element> where Input.Element: Encodable {
+        let what = "\(target).\(method)"
+        return HostCoding.stream(streamCall(target, method, params: Result { try HostCoding.encode(params, for: what) },
+                                            input: HostCoding.feed(input, for: what), timeout: timeout), of: what)
+    }
+
+    private func streamCall(_ target: String, _ method: String, params: Result<[UInt8], any Error>,
+                            input: HostCoding.InputFeed?, timeout: Duration?) -> ChunkReceiver {
+        let supervisor = self.supervisor
+        let call = HostStreamCall(supervisor)
+        let receiver = ChunkReceiver(grant: { n in call.send(StreamFrames.credit(id: 0, n: UInt64(n), into: [UInt8]())) },
+                                     giveUp: { call.giveUp() })
+        let json: [UInt8]
+        switch params {
+        case .failure(let error):
+            receiver.finish(.failure(error))
+            return receiver
+        case .success(let p): json = p
+        }
+        let gate = input.map { _ in CreditGate(initial: 0) }
+        var frame = FrameBuilder(kind: .call, capacity: json.count + target.utf8.count + method.utf8.count + 64)
+        frame.uint("id", 0)
+        frame.string("target", target)
+        frame.string("method", method)
+        frame.raw("params", json)
+        frame.flag("stream")
+        if input != nil { frame.flag("input") }
+        if let timeout { frame.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
+        let handlers = Supervisor.HostStreamHandlers(chunk: { receiver.received($0) }, inputCredit: { gate?.grant($0) })
+        let ticket = supervisor.submit(frame.finish(), stream: handlers) { result in
+            gate?.fail(CancellationError())
+            receiver.finish(result.map { _ in () }.mapError { $0 as any Error })
+        }
+        call.submitted(ticket)
+        if let input, let gate {
+            Task {
+                let seq = Locked<UInt64>(0)
+                do {
+                    try await input { data in
+                        try await gate.take()
+                        seq.withLock { next in
+                            call.send(data.withUnsafeBytes { StreamFrames.chunk(id: 0, seq: next, data: $0, input: true, into: [UInt8]()) })
+                            next += 1
+                        }
+                    }
+                    seq.withLock { call.send(StreamFrames.inputEnd(id: 0, count: $0, into: [UInt8]())) }
+                } catch is CancellationError {
+                    // The call ended, or was given up, first.
+                } catch {
+                    call.giveUp()
+                    receiver.finish(.failure(error))
+                }
+            }
+        }
+        return receiver
+    }
+}
+
+/// One stream call's way back to the loop: credit and input frames made before the ticket exists
+/// (a chunk can be read on the loop before `submit` returns) are sent once it does.
+final class HostStreamCall: Sendable {
+    private let supervisor: Supervisor
+    private let state = Locked<(ticket: Supervisor.HostTicket?, owed: [[UInt8]], gaveUp: Bool)>((nil, [], false))
+
+    init(_ supervisor: Supervisor) {
+        self.supervisor = supervisor
+    }
+
+    func submitted(_ ticket: Supervisor.HostTicket) {
+        let (owed, gaveUp) = state.withLock { s in
+            s.ticket = ticket
+            defer { s.owed = [] }
+            return (s.owed, s.gaveUp)
+        }
+        for frame in owed { supervisor.streamFrame(ticket, frame) }
+        if gaveUp { supervisor.cancel(ticket, with: ErrorBody(.unavailable, "the stream's reader stopped")) }
+    }
+
+    func send(_ frame: [UInt8]) {
+        guard let ticket = state.withLock({ s -> Supervisor.HostTicket? in
+            if s.ticket == nil { s.owed.append(frame) }
+            return s.ticket
+        }) else { return }
+        supervisor.streamFrame(ticket, frame)
+    }
+
+    func giveUp() {
+        guard let ticket = state.withLock({ s -> Supervisor.HostTicket? in
+            if s.ticket == nil { s.gaveUp = true }
+            return s.ticket
+        }) else { return }
+        supervisor.cancel(ticket, with: ErrorBody(.unavailable, "the stream's reader stopped"))
+    }
+}

@@ -1,0 +1,176 @@
+import NIOCore
+import PluginProtocol
+
+/// A call with a stream, as the supervisor passes it on (SPEC §13; docs/protocol.md "Streams").
+/// Chunks and credit go through with their ids rewritten, as replies do, and `data` is copied
+/// untouched. The supervisor counts each side's credit, so a producer that sends more than its
+/// reader granted is stopped here (a worker: protocol violation; a client: dropped) instead of
+/// growing a buffer: what is queued for a reader is at most its window. It also keeps the idle
+/// timeout: the call's deadline moves with each chunk, never past the whole call's. Confined to
+/// the event loop with the pending table that holds it.
+final class StreamFlow {
+    /// Whether the call asked for an answer of chunks.
+    let answers: Bool
+    /// Chunks the callee may still send: the initial window, plus what the caller granted, minus
+    /// the chunks passed on.
+    var credit = StreamFrames.initialCredit
+    /// The next answer chunk's `seq`.
+    var seq: UInt64 = 0
+    /// The caller's input, when the call came with one.
+    var input: Input?
+    let idle: TimeAmount
+    let callDeadline: NIODeadline
+    let counters: StreamCounters
+
+    /// The input side: the callee grants the first window itself (an input waits until its reader
+    /// runs, which keeps it out of the supervisor while the call waits for a plugin to start).
+    struct Input {
+        var credit = 0
+        var seq: UInt64 = 0
+        var ended = false
+    }
+
+    init(answers: Bool, input: Bool, idle: TimeAmount, callDeadline: NIODeadline, counters: StreamCounters) {
+        self.answers = answers
+        self.input = input ? Input() : nil
+        self.idle = idle
+        self.callDeadline = callDeadline
+        self.counters = counters
+    }
+
+    /// The request's deadline after a chunk went by at `now`.
+    func deadline(after now: NIODeadline) -> NIODeadline { min(callDeadline, now + idle) }
+
+    /// Why the request timed out when its deadline `deadline` passed.
+    func timeoutReason(_ deadline: NIODeadline, plugin: String) -> String {
+        guard deadline < callDeadline else { return "the stream of \(plugin) did not end within the call's timeout" }
+        return "the stream of \(plugin) moved no chunk for \(idle.nanoseconds / 1_000_000) ms (streamIdleTimeoutMs): its reader took none or its producer sent none"
+    }
+}
+
+extension Router {
+    /// The stream of a call being forwarded to `record`, if it has one (`"stream"` or `"input"`).
+    func streamFlow(_ kind: MessageKind, _ env: Envelope, to record: PluginRecord, callDeadline: NIODeadline) -> StreamFlow? {
+        guard kind == .call, env.stream || env.input else { return nil }
+        let ms = config.isDebugged(record.identifier) ? SupervisorConfig.longestTimeoutMs
+            : record.manifest.limits.streamIdleTimeoutMs ?? config.streamIdleTimeoutMs
+        let counters = metrics.streams(record.identifier)
+        counters.opened.increment()
+        return StreamFlow(answers: env.stream, input: env.input, idle: .milliseconds(Int64(ms)), callDeadline: callDeadline, counters: counters)
+    }
+
+    /// A worker's `chunk` or `credit`, in either role; the reason when it may not send it (a
+    /// protocol violation).
+    func streamMessage(from instance: WorkerInstance, _ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> String? {
+        guard let id = env.id else { return "\(kind.rawValue) without an id" }
+        switch (kind, env.input) {
+        case (.chunk, false): return answerChunk(from: instance, id: id, env, bytes)
+        case (.credit, true): return inputCredit(from: instance, id: id, env)
+        default:
+            // About a call this worker made: an input chunk, credit for the answer. One that ended
+            // meanwhile (answered, timed out) is past caring.
+            guard let entry = instance.outgoing[id] else { return nil }
+            return fromCaller(kind, entry, env, bytes)
+        }
+    }
+
+    /// From a caller (a worker, a control client, the embedding program) about its call `entry`
+    /// in flight: an input chunk or its end, or credit for the answer. The reason when it may not.
+    func fromCaller(_ kind: MessageKind, _ entry: (callee: WorkerInstance, id: UInt64), _ env: Envelope,
+                    _ bytes: UnsafeRawBufferPointer) -> String? {
+        let callee = entry.callee
+        guard let request = callee.pending[entry.id] else { return nil }
+        guard let flow = request.stream else { return "\(kind.rawValue) for a call made without a stream" }
+        guard let channel = callee.channel else { return nil }
+        if kind == .credit {
+            guard !env.input else { return "input credit from the caller (the callee grants it)" }
+            guard flow.answers else { return "credit for a call that did not ask for a stream (\"stream\": true)" }
+            guard let n = env.n, n > 0, UInt64(flow.credit) + n <= StreamFrames.largestCredit else {
+                return "credit \(env.n.map { "\($0)" } ?? "without n"): n is from 1 to what keeps the window within \(StreamFrames.largestCredit) chunks"
+            }
+            flow.credit += Int(n)
+            outbox.write(StreamFrames.credit(id: entry.id, n: n, into: channel.allocator.buffer(capacity: 48)), to: channel)
+            return nil
+        }
+        guard env.input else { return "an answer chunk from the caller (input chunks carry \"input\": true)" }
+        guard var input = flow.input else { return "an input chunk for a call made without \"input\": true" }
+        guard !input.ended else { return "an input chunk after the input's end" }
+        guard env.seq == input.seq else { return "input chunk \(env.seq.map { "\($0)" } ?? "without seq"), expected \(input.seq)" }
+        if env.end {
+            input.ended = true
+            flow.input = input
+            outbox.write(StreamFrames.inputEnd(id: entry.id, count: input.seq, into: channel.allocator.buffer(capacity: 64)), to: channel)
+            return nil
+        }
+        guard let data = env.data else { return "an input chunk without data" }
+        guard input.credit > 0 else { return "input chunk \(input.seq) beyond the credit its reader granted" }
+        input.credit -= 1
+        input.seq += 1
+        flow.input = input
+        flow.counters.input.increment()
+        callee.pending[entry.id]?.deadline = flow.deadline(after: .now())
+        let raw = UnsafeRawBufferPointer(rebasing: bytes[data])
+        outbox.write(StreamFrames.chunk(id: entry.id, seq: input.seq - 1, data: raw, input: true,
+                                        into: channel.allocator.buffer(capacity: raw.count + 64)), to: channel)
+        return nil
+    }
+
+    /// A chunk of the answer to request `id` of the supervisor's, passed on to whoever asked.
+    private func answerChunk(from instance: WorkerInstance, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> String? {
+        guard let request = instance.pending[id] else {
+            // Late chunks of a call that ended (timed out, cancelled) are expected; others are not.
+            return id >= instance.nextID ? "chunk for id \(id), which was never asked" : nil
+        }
+        guard let flow = request.stream, flow.answers else { return "chunk for \(request.what) \(id), which did not ask for a stream" }
+        guard env.seq == flow.seq else { return "chunk \(env.seq.map { "\($0)" } ?? "without seq") of call \(id), expected \(flow.seq)" }
+        guard let data = env.data else { return "chunk of call \(id) without data" }
+        guard flow.credit > 0 else { return "chunk \(flow.seq) of call \(id) beyond the credit its reader granted" }
+        flow.credit -= 1
+        flow.seq += 1
+        flow.counters.answer.increment()
+        instance.pending[id]?.deadline = flow.deadline(after: .now())
+        let raw = UnsafeRawBufferPointer(rebasing: bytes[data])
+        let seq = flow.seq - 1
+        switch request.origin {
+        case .client(let connection, let clientID):
+            guard !connection.closed else { return nil }
+            connection.lastActivity = .now()
+            outbox.write(StreamFrames.chunk(id: clientID, seq: seq, data: raw, into: connection.channel.allocator.buffer(capacity: raw.count + 64)),
+                         to: connection.channel)
+        case .plugin(let caller, let callerID):
+            guard let channel = caller.channel else { return nil }
+            outbox.write(StreamFrames.chunk(id: callerID, seq: seq, data: raw, into: channel.allocator.buffer(capacity: raw.count + 64)), to: channel)
+        case .host(let host):
+            host.chunk(Array(raw))
+        case .local:
+            break
+        }
+        return nil
+    }
+
+    /// The callee grants room for more of a call's input: passed on to the caller.
+    private func inputCredit(from instance: WorkerInstance, id: UInt64, _ env: Envelope) -> String? {
+        guard let request = instance.pending[id] else {
+            return id >= instance.nextID ? "credit for id \(id), which was never asked" : nil
+        }
+        guard let flow = request.stream, var input = flow.input else { return "input credit for \(request.what) \(id), which came without input" }
+        guard let n = env.n, n > 0, UInt64(input.credit) + n <= StreamFrames.largestCredit else {
+            return "input credit \(env.n.map { "\($0)" } ?? "without n"): n is from 1 to what keeps the window within \(StreamFrames.largestCredit) chunks"
+        }
+        input.credit += Int(n)
+        flow.input = input
+        switch request.origin {
+        case .client(let connection, let clientID):
+            guard !connection.closed else { return nil }
+            outbox.write(StreamFrames.credit(id: clientID, n: n, input: true, into: connection.channel.allocator.buffer(capacity: 48)), to: connection.channel)
+        case .plugin(let caller, let callerID):
+            guard let channel = caller.channel else { return nil }
+            outbox.write(StreamFrames.credit(id: callerID, n: n, input: true, into: channel.allocator.buffer(capacity: 48)), to: channel)
+        case .host(let host):
+            host.inputCredit(n)
+        case .local:
+            break
+        }
+        return nil
+    }
+}

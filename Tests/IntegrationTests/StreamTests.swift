@@ -1,0 +1,237 @@
+import Foundation
+import IPC
+import PluginHost
+import PluginProtocol
+import Protocol
+import SupervisorClient
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Streams (SPEC §13, docs/protocol.md "Streams") through a real `supervisor start`: the CLI, the
+/// client library, an embedded host and plugin → plugin; credit end to end, cancellation either way,
+/// the idle and whole-call timeouts, a producer that dies, and producers that break the rules.
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct StreamTests {
+    struct Row: Codable, Sendable, Equatable { var row: Int }
+    struct Report: Decodable, Sendable { var sent: Int; var cancelled: Int; var completed: Int }
+    struct Relay: Encodable, Sendable { var target: String; var count: Int; var takeOnly: Int? }
+
+    static func report(_ client: SupervisorClient, _ id: String) async throws -> Report {
+        try await client.call(id, "streamReport", as: Report.self)
+    }
+
+    static func code(_ body: () async throws -> Void) async -> String? {
+        do {
+            try await body()
+            return nil
+        } catch {
+            return (error as? ErrorBody)?.code ?? "\(error)"
+        }
+    }
+
+    @Test("supervisor call --stream prints one JSON line per element, from a Swift and a C plugin; an ordinary call of a stream method is refused")
+    func cli() throws {
+        let w = try TestWorld()
+        try w.bundle("s.kit")
+        try w.bundle("s.c", library: try Build.cHello())
+        let sup = try RunningSupervisor(w)
+        let rows = try sup.cli("call", "--stream", "s.kit", "rows", #"{"count":3}"#)
+        #expect(rows.code == 0, "\(rows.err)")
+        #expect(rows.out.split(separator: "\n") == [#"{"row":0}"#, #"{"row":1}"#, #"{"row":2}"#])
+        // 100 elements from C: more than one window, so the reader's credit goes to C too.
+        let counted = try sup.cli("call", "--stream", "s.c", "count", #"{"n":100}"#)
+        #expect(counted.code == 0, "\(counted.err)")
+        #expect(counted.out.split(separator: "\n").map(String.init) == (0..<100).map { #"{"i":\#($0)}"# })
+        let plain = try sup.cli("call", "s.kit", "rows", #"{"count":3}"#)
+        #expect(plain.code == 1 && plain.err.contains("badRequest") && plain.err.contains("stream"))
+        let failed = try sup.cli("call", "--stream", "s.kit", "rows", #"{"count":5,"failAt":2}"#)
+        #expect(failed.code == 1 && failed.out.split(separator: "\n").count == 2 && failed.err.contains("failed on purpose"))
+    }
+
+    @Test("a client reads a stream in order; an input stream goes to the plugin as it reads; a plugin relays another's stream; metrics count streams and chunks")
+    func client() async throws {
+        let w = try TestWorld()
+        try w.bundle("s.kit")
+        try w.bundle("s.relay", deps: [Dep("s.kit")])
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        var seen: [Int] = []
+        for try await row in client.stream("s.kit", "rows", ["count": 1000], as: Row.self) { seen.append(row.row) }
+        #expect(seen == Array(0..<1000))
+        // An input of 100 integers, more than its window: the plugin grants room as it reads.
+        let input = AsyncStream<Int> { c in
+            for i in 1...100 { c.yield(i) }
+            c.finish()
+        }
+        var totals: [Int] = []
+        for try await t in client.stream("s.kit", "sum", [String: Int](), input: input, as: Int.self) { totals.append(t) }
+        #expect(totals.count == 100 && totals.last == 5050)
+        // Plugin → plugin, through the supervisor, with the credit of both hops.
+        var relayed = 0
+        for try await row in client.stream("s.relay", "relay", Relay(target: "s.kit", count: 200), as: Row.self) {
+            #expect(row.row == relayed)
+            relayed += 1
+        }
+        #expect(relayed == 200)
+        let metrics = try sup.cli("metrics").out
+        #expect(metrics.contains(#"plugin_streams_total{plugin="s.kit"} 3"#))
+        #expect(metrics.contains(#"plugin_stream_chunks_total{plugin="s.kit",direction="answer"} 1300"#))
+        #expect(metrics.contains(#"plugin_stream_chunks_total{plugin="s.kit",direction="input"} 100"#))
+        #expect(metrics.contains(#"plugin_streams_total{plugin="s.relay"} 1"#))
+    }
+
+    @Test("credit end to end: a producer runs exactly as far as its reader's window, and on when the reader reads; a reader that stops reading gets timeout after streamIdleTimeoutMs and the producer is freed")
+    func credit() async throws {
+        let w = try TestWorld()
+        try w.bundle("s.kit", extra: ["limits": ["streamIdleTimeoutMs": 1500]])
+        let sup = try RunningSupervisor(w)
+        // By hand, to hold the credit: a raw control connection that grants nothing at first.
+        let raw = try rawControl(sup.socket)
+        defer { raw.close() }
+        try raw.sendFrame([UInt8].frame(body: Array(#"{"type":"call","id":7,"target":"s.kit","method":"rows","params":{"count":100},"stream":true}"#.utf8)))
+        var chunks = 0
+        while chunks < StreamFrames.initialCredit {
+            let frame = try #require(try raw.receiveFrame())
+            let env = try frame.withUnsafeBytes { try Envelope.parse($0) }
+            #expect(env.kind == .chunk && env.id == 7 && env.seq == UInt64(chunks))
+            chunks += 1
+        }
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        // The 17th waits in `send` for credit: the producer has sent the window and no more.
+        try await waitUntil("the producer to send its window") { try await Self.report(client, "s.kit").sent == 16 }
+        try raw.sendFrame(StreamFrames.credit(id: 7, n: 8, into: [UInt8]()))
+        for _ in 0..<8 {
+            let frame = try #require(try raw.receiveFrame())
+            #expect(frame.withUnsafeBytes { (try? Envelope.parse($0))?.kind } == .chunk)
+        }
+        try await waitUntil("the producer to use the new credit") { try await Self.report(client, "s.kit").sent == 24 }
+        // Now the reader stops: after the idle timeout the call fails with timeout, and the
+        // producer's `send` is cancelled.
+        let reply = try #require(try raw.receiveFrame())
+        let text = String(decoding: reply, as: UTF8.self)
+        #expect(text.contains(#""code":"timeout""#) && text.contains("streamIdleTimeoutMs"), "\(text)")
+        try await waitUntil("the producer to be cancelled") { try await Self.report(client, "s.kit").cancelled == 1 }
+        #expect(try await Self.report(client, "s.kit").sent == 24)
+    }
+
+    @Test("cancellation both ways: a client that stops reading cancels the producer; a plugin that stops reading another's stream cancels it; the whole-call timeout holds for a stream that keeps moving")
+    func cancellation() async throws {
+        let w = try TestWorld()
+        try w.bundle("s.kit")
+        try w.bundle("s.relay", deps: [Dep("s.kit")])
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        var taken = 0
+        for try await _ in client.stream("s.kit", "rows", ["count": 100_000], as: Row.self) {
+            taken += 1
+            if taken == 5 { break }
+        }
+        try await waitUntil("the producer to hear cancel") { try await Self.report(client, "s.kit").cancelled == 1 }
+        // A plugin that stops reading (relay takes 3 of 100,000) cancels its producer too.
+        var relayed = 0
+        for try await _ in client.stream("s.relay", "relay", Relay(target: "s.kit", count: 100_000, takeOnly: 3), as: Row.self) {
+            relayed += 1
+        }
+        #expect(relayed == 3)
+        try await waitUntil("the relay's producer to hear cancel") { try await Self.report(client, "s.kit").cancelled == 2 }
+        // A stream that keeps moving, slower than its call's timeout allows.
+        let slow = await Self.code {
+            for try await _ in client.stream("s.kit", "rows", ["count": 100, "delayMs": 50], as: Row.self, timeout: .milliseconds(600)) {}
+        }
+        #expect(slow == "timeout")
+        try await waitUntil("the slow producer to hear cancel") { try await Self.report(client, "s.kit").cancelled == 3 }
+        // A task cancelled while it reads.
+        let reading = Task {
+            for try await _ in client.stream("s.kit", "rows", ["count": 100_000, "delayMs": 5], as: Row.self) {}
+        }
+        try await waitUntil("the fourth stream to run") { try await Self.report(client, "s.kit").sent > 2_000 + 3 + 16 }
+        reading.cancel()
+        await #expect(throws: CancellationError.self) { try await reading.value }
+        try await waitUntil("the fourth producer to hear cancel") { try await Self.report(client, "s.kit").cancelled == 4 }
+    }
+
+    @Test("a producer that dies mid-stream ends it with unavailable, and the next stream works; streams to and from an embedded host")
+    func faultsAndHost() async throws {
+        let w = try TestWorld()
+        try w.bundle("s.kit")
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        var got = 0
+        let crashed = await Self.code {
+            for try await _ in client.stream("s.kit", "rows", ["count": 10, "crashAt": 4], as: Row.self) { got += 1 }
+        }
+        #expect(crashed == "unavailable" && got == 4)
+        try await waitUntil("s.kit to serve again", within: 20) {
+            var n = 0
+            for try await _ in client.stream("s.kit", "rows", ["count": 3], as: Row.self) { n += 1 }
+            return n == 3
+        }
+        client.close()
+        sup.signal(SIGTERM)
+        _ = try sup.waitForExit()
+
+        let (host, running) = try await HostTests.start(w)
+        var rows: [Int] = []
+        for try await row in host.stream("s.kit", "rows", ["count": 300], as: Row.self) { rows.append(row.row) }
+        #expect(rows == Array(0..<300))
+        let input = AsyncStream<Int> { c in
+            for i in 1...40 { c.yield(i) }
+            c.finish()
+        }
+        var last = 0
+        for try await t in host.stream("s.kit", "sum", [String: Int](), input: input, as: Int.self) { last = t }
+        #expect(last == 820)
+        var taken = 0
+        for try await _ in host.stream("s.kit", "rows", ["count": 100_000], as: Row.self) {
+            taken += 1
+            if taken == 2 { break }
+        }
+        try await waitUntil("the host's producer to hear cancel") {
+            try await host.call("s.kit", "streamReport", as: Report.self).cancelled == 1
+        }
+        await host.shutdown()
+        try await running.value
+    }
+
+    @Test("producers that break the rules (more chunks than their credit, a chunk out of order, a chunk for an id never used) are ended alone as protocol violations; 2,000 streams opened and abandoned leave the supervisor's descriptors and memory where they were")
+    func hostileAndAbandoned() async throws {
+        let w = try TestWorld()
+        let lib = try SandboxTests.hostileLibrary()
+        for name in ["streamFlood", "streamBadSeq", "streamStray"] {
+            try w.bundle("s.\(name.lowercased())", library: lib, extra: ["restart": "never"])
+        }
+        try w.bundle("s.kit")
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        for name in ["streamFlood", "streamBadSeq", "streamStray"] {
+            let id = "s.\(name.lowercased())"
+            let code = await Self.code { for try await _ in client.streamJSON(id, name, params: nil) {} }
+            #expect(code == "unavailable", "\(id)")
+            try sup.waitUntil("\(id) ended") { try sup.plugin(id).lastExit != nil }
+            let exit = try #require(try sup.plugin(id).lastExit)
+            #expect(exit.reason == .protocolViolation, "\(id): \(exit)")
+        }
+        #expect(try sup.plugin("s.kit").state == "running")
+        // Open and abandon streams: each reads one element and leaves.
+        func abandon(_ count: Int) async throws {
+            for _ in 0..<count {
+                for try await _ in client.stream("s.kit", "rows", ["count": 1_000], as: Row.self) { break }
+            }
+        }
+        try await abandon(200)
+        try await waitUntil("200 producers cancelled", within: 30) { try await Self.report(client, "s.kit").cancelled == 200 }
+        let fdsBefore = try openFDs(sup.pid)
+        let rssBefore = try rss(sup.pid)
+        try await abandon(2_000)
+        try await waitUntil("all 2,200 producers cancelled", within: 60) { try await Self.report(client, "s.kit").cancelled == 2_200 }
+        #expect(try openFDs(sup.pid) <= fdsBefore)
+        let grown = try rss(sup.pid) - rssBefore
+        #expect(grown < 4 << 20, "the supervisor grew \(grown >> 10) KiB over 2,000 abandoned streams")
+    }
+}

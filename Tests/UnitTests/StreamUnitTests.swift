@@ -1,0 +1,103 @@
+import PluginProtocol
+import Synchronization
+import Testing
+@testable import SupervisorKit
+
+/// The parts of streams (SPEC §13) that need no process: the frames and their fields, what a worker
+/// may send, the reader's window (`ChunkReceiver`) and the producer's (`CreditGate`).
+@Suite struct StreamUnitTests {
+    static func env(_ frame: [UInt8]) throws -> Envelope {
+        try frame.withUnsafeBytes { try Envelope.parse(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
+    }
+
+    @Test func framesCarryTheirFields() throws {
+        let chunk = try Self.env(Array("{\"x\":1}".utf8).withUnsafeBytes { StreamFrames.chunk(id: 9, seq: 3, data: $0, into: [UInt8]()) })
+        #expect(chunk.kind == .chunk && chunk.id == 9 && chunk.seq == 3 && !chunk.input && !chunk.end && chunk.data != nil)
+        let input = try Self.env(Array("2".utf8).withUnsafeBytes { StreamFrames.chunk(id: 9, seq: 0, data: $0, input: true, into: [UInt8]()) })
+        #expect(input.input && input.seq == 0)
+        let end = try Self.env(StreamFrames.inputEnd(id: 9, count: 4, into: [UInt8]()))
+        #expect(end.input && end.end && end.seq == 4 && end.data == nil)
+        let credit = try Self.env(StreamFrames.credit(id: 9, n: 8, input: true, into: [UInt8]()))
+        #expect(credit.kind == .credit && credit.n == 8 && credit.input)
+        // Flags are true only for the literal true.
+        let odd = try Array(#"{"type":"call","id":1,"stream":"true","input":1,"end":false}"#.utf8).withUnsafeBytes { try Envelope.parse($0) }
+        #expect(!odd.stream && !odd.input && !odd.end)
+    }
+
+    @Test func aForwardedCallKeepsItsStreamFlags() throws {
+        let request = Array(#"{"type":"call","id":1,"target":"q","method":"m","stream":true,"input":true,"junk":true}"#.utf8)
+        var hop = CallHop()
+        let frame = try request.withUnsafeBytes { raw in
+            let env = try Envelope.parse(raw)
+            return hop.forward(.call, id: 5, from: "p", env, in: raw, into: [UInt8]()).frame
+        }
+        let forwarded = try Self.env(frame)
+        #expect(forwarded.stream && forwarded.input && forwarded.id == 5)
+        #expect(!String(decoding: frame, as: UTF8.self).contains("junk"))
+    }
+
+    @Test func aWorkerMaySendChunksCreditAndCancel() {
+        #expect(WorkerMessageTests.read(#"{"type":"chunk","id":3,"seq":0,"data":1}"#) == .stream(.chunk))
+        #expect(WorkerMessageTests.read(#"{"type":"credit","id":3,"n":8}"#) == .stream(.credit))
+        #expect(WorkerMessageTests.read(#"{"type":"cancel","id":3}"#) == .cancel(id: 3))
+        #expect(WorkerMessageTests.read(#"{"type":"chunk","seq":0,"data":1}"#) == .violation("chunk without an id"))
+        #expect(WorkerMessageTests.read(#"{"type":"cancel"}"#) == .violation("cancel without an id"))
+        #expect(WorkerMessageTests.read(#"{"type":"chunk","id":3,"seq":0,"data":1}"#, saidHello: false) == .violation("chunk before hello"))
+    }
+
+    @Test func aReceiverHoldsItsWindowAndGrantsAsItIsRead() async throws {
+        let granted = Mutex<[Int]>([])
+        let gaveUp = Mutex(0)
+        let receiver = ChunkReceiver(grant: { n in granted.withLock { $0.append(n) } }, giveUp: { gaveUp.withLock { $0 += 1 } })
+        for i in 0..<16 { #expect(receiver.received([UInt8(i)]) == .kept) }
+        // A 17th before anything was read is more than the producer's credit.
+        #expect(receiver.received([99]) == .overCredit)
+        for i in 0..<8 { #expect(try await receiver.next() == [UInt8(i)]) }
+        #expect(granted.withLock { $0 } == [8])
+        for i in 16..<24 { #expect(receiver.received([UInt8(i)]) == .kept) }
+        #expect(receiver.received([99]) == .overCredit)
+        receiver.finish(.success(()))
+        var rest: [UInt8] = []
+        while let chunk = try await receiver.next() { rest += chunk }
+        // What was buffered is read before the end.
+        #expect(rest == Array(8..<24).map(UInt8.init))
+        receiver.close()
+        #expect(gaveUp.withLock { $0 } == 0)
+        #expect(receiver.received([1]) == .dropped)
+    }
+
+    @Test func closingEarlyGivesUpAndWakesTheReader() async throws {
+        let gaveUp = Mutex(0)
+        let receiver = ChunkReceiver(grant: { _ in }, giveUp: { gaveUp.withLock { $0 += 1 } })
+        let reading = Task { try await receiver.next() }
+        // The reader is waiting (or about to); closing wakes it with CancellationError.
+        receiver.close()
+        await #expect(throws: CancellationError.self) { try await reading.value }
+        #expect(gaveUp.withLock { $0 } == 1)
+        receiver.close()
+        #expect(gaveUp.withLock { $0 } == 1)
+        // An error ends the stream for a reader.
+        let failing = ChunkReceiver(grant: { _ in }, giveUp: {})
+        failing.finish(.failure(ErrorBody(.unavailable, "gone")))
+        await #expect(throws: ErrorBody.self) { try await failing.next() }
+    }
+
+    @Test func aGateLetsThroughItsCreditAndWaitsForMore() async throws {
+        let gate = CreditGate(initial: 2)
+        try await gate.take()
+        try await gate.take()
+        let third = Task { try await gate.take() }
+        #expect(gate.grant(1))
+        try await third.value
+        #expect(!gate.grant(StreamFrames.largestCredit + 1))
+        let waiting = Task { try await gate.take() }
+        gate.fail(ErrorBody(.unavailable, "the reader went away"))
+        await #expect(throws: ErrorBody.self) { try await waiting.value }
+        await #expect(throws: ErrorBody.self) { try await gate.take() }
+        // A cancelled task stops waiting.
+        let idle = CreditGate(initial: 0)
+        let cancelled = Task { try await idle.take() }
+        cancelled.cancel()
+        await #expect(throws: CancellationError.self) { try await cancelled.value }
+    }
+}
