@@ -232,3 +232,32 @@ def test_the_asyncio_client_takes_a_direct_link_too(plugin_supervisor, bundles):
 
 async def _now(value):
     return value
+
+
+def test_streams_blocking_and_asyncio(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.rows")])
+    with sup.client.stream("py.rows", "rows", {"count": 100}) as rows:
+        assert [r["row"] for r in rows] == list(range(100))
+    # Leaving early cancels the producer.
+    with sup.client.stream("py.rows", "rows", {"count": 100000}) as rows:
+        assert next(rows) == {"row": 0}
+    deadline = time.monotonic() + 10
+    while sup.client.call("py.rows", "streamReport")["cancelled"] < 1:
+        assert time.monotonic() < deadline, "the producer was not cancelled"
+        time.sleep(0.02)
+    with pytest.raises(PluginError) as failed:
+        list(sup.client.stream("py.rows", "rows", {"count": 10, "failAt": 3}))
+    assert failed.value.code == "pluginError"
+    with pytest.raises(PluginError) as plain:
+        sup.client.call("py.rows", "rows", {"count": 1})
+    assert plain.value.code == "badRequest"
+
+    async def main():
+        async with await AsyncClient.connect(socket=sup.socket) as client:
+            got = [r["row"] async for r in await client.stream("py.rows", "rows", {"count": 50})]
+            assert got == list(range(50))
+            async with await client.stream("py.rows", "rows", {"count": 100000}) as rows:
+                assert (await rows.__anext__()) == {"row": 0}
+            await _until(lambda: client.call("py.rows", "streamReport"), lambda r: r["cancelled"] >= 2)
+
+    asyncio.run(main())

@@ -2,12 +2,12 @@
 
 ``Client`` blocks; ``AsyncClient`` is its asyncio twin. Both call plugins (``call``, ``open``),
 send them lifecycle events (``send``), read ``status``, follow ``events`` and provide host methods
-(``method``). Failures raise ``PluginError`` with the protocol's ``code``. Standard library only.
+(``method``) and read stream methods' answers (``stream``). Failures raise ``PluginError`` with the protocol's ``code``. Standard library only.
 """
-from .aio import AsyncClient, AsyncEventStream
-from .client import SENDABLE_EVENTS, Client, EventStream
+from .aio import AsyncChunkStream, AsyncClient, AsyncEventStream
+from .client import SENDABLE_EVENTS, ChunkStream, Client, EventStream
 from .errors import PluginError
 from ._wire import default_home, socket_path
 
-__all__ = ["Client", "AsyncClient", "EventStream", "AsyncEventStream", "PluginError", "SENDABLE_EVENTS",
+__all__ = ["Client", "AsyncClient", "EventStream", "AsyncEventStream", "ChunkStream", "AsyncChunkStream", "PluginError", "SENDABLE_EVENTS",
            "default_home", "socket_path"]

@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Unio
 from . import _wire
 from ._alink import open_link
 from ._link import LinkSlots, NotTaken
+from .client import _GRANT_EVERY
 from .errors import PluginError, unreachable
 
 _END = object()
@@ -62,6 +63,56 @@ class AsyncEventStream:
             self._queue.put_nowait(_END)
 
 
+class AsyncChunkStream:
+    """``ChunkStream``'s asyncio twin: ``async for element in stream``; ``await stream.close()``
+    (or leaving an ``async with`` block) before the end cancels the call at the plugin."""
+
+    def __init__(self, client: "AsyncClient", request_id: int) -> None:
+        self._client = client
+        self._id = request_id
+        self._queue: "asyncio.Queue[Any]" = asyncio.Queue()
+        self._taken = 0
+        self._ended = False
+        self.result: Any = None
+
+    def __aiter__(self) -> "AsyncChunkStream":
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._ended:
+            raise StopAsyncIteration
+        try:
+            item = await self._queue.get()
+        except asyncio.CancelledError:
+            await asyncio.shield(self.close())
+            raise
+        if isinstance(item, dict) and item.get("type") == "reply":
+            self._ended = True
+            if "error" in item:
+                raise PluginError.from_body(item["error"])
+            self.result = item.get("result")
+            raise StopAsyncIteration
+        if item is _END:
+            self._ended = True
+            raise PluginError("unavailable", "the connection to the supervisor was lost before the stream ended")
+        self._taken += 1
+        if self._taken == _GRANT_EVERY:
+            self._taken = 0
+            await self._client._send_quietly({"type": "credit", "id": self._id, "n": _GRANT_EVERY})
+        return item
+
+    async def close(self) -> None:
+        if self._client._chunk_streams.pop(self._id, None) is not None:
+            await self._client._send_quietly({"type": "cancel", "id": self._id})
+        self._ended = True
+
+    async def __aenter__(self) -> "AsyncChunkStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
 class AsyncClient:
     """``await AsyncClient.connect(home=None, socket=None)``; then ``call``, ``open``, ``send``,
     ``status``, ``events`` and ``method`` as ``Client`` has them. A cancelled task's call is
@@ -79,6 +130,7 @@ class AsyncClient:
         self._reader_task: Optional[asyncio.Task] = None
         self._waiting: Dict[int, asyncio.Future] = {}
         self._streams: Dict[int, AsyncEventStream] = {}
+        self._chunk_streams: Dict[int, AsyncChunkStream] = {}
         self._methods: Dict[str, Callable[[Any], Union[Any, Awaitable[Any]]]] = {}
         self._host_calls: Dict[int, asyncio.Task] = {}
         self._closed = False
@@ -105,6 +157,27 @@ class AsyncClient:
         result = await self._request(message, timeout)
         self._ask_for_link(target)
         return result
+
+    async def stream(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> AsyncChunkStream:
+        """Calls the stream method ``method`` of ``target`` (SPEC §13): its elements as they come."""
+        if self._closed:
+            raise PluginError("unavailable", "the client is closed")
+        if self._writer is None:
+            await self._connect()
+        request_id = next(self._ids)
+        stream = AsyncChunkStream(self, request_id)
+        self._chunk_streams[request_id] = stream
+        message: Dict[str, Any] = {"type": "call", "id": request_id, "target": target, "method": method, "stream": True}
+        if params is not None:
+            message["params"] = params
+        if timeout is not None:
+            message["timeoutMs"] = max(1, int(timeout * 1000))
+        try:
+            await self._send(message)
+        except (OSError, PluginError, ConnectionError) as error:
+            self._chunk_streams.pop(request_id, None)
+            raise PluginError("unavailable", f"the connection to the supervisor was lost ({error})") from None
+        return stream
 
     @property
     def linked_plugins(self) -> list:
@@ -268,6 +341,9 @@ class AsyncClient:
         streams, self._streams = self._streams, {}
         for stream in streams.values():
             stream._queue.put_nowait(_END)
+        chunk_streams, self._chunk_streams = self._chunk_streams, {}
+        for chunks in chunk_streams.values():
+            chunks._queue.put_nowait(_END)
         for task in self._host_calls.values():
             task.cancel()
         self._host_calls.clear()
@@ -275,10 +351,18 @@ class AsyncClient:
     def _dispatch(self, frame: dict) -> None:
         kind = frame.get("type")
         frame_id = frame.get("id")
-        if kind == "reply":
+        if kind == "chunk":
+            chunks = self._chunk_streams.get(frame_id)
+            if chunks is not None and not frame.get("input"):
+                chunks._queue.put_nowait(frame.get("data"))
+        elif kind == "reply":
             future = self._waiting.get(frame_id)
             if future is not None and not future.done():
                 future.set_result(frame)
+            elif future is None:
+                chunks = self._chunk_streams.pop(frame_id, None)
+                if chunks is not None:
+                    chunks._queue.put_nowait(frame)
         elif kind == "hostEvent":
             stream = self._streams.get(frame_id)
             if stream is not None:

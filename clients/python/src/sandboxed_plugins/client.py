@@ -90,6 +90,67 @@ class EventStream:
         self.close()
 
 
+#: The window of a stream (SPEC §13): at most this many elements wait in the client; credit for
+#: half of it goes back each time half was read.
+STREAM_WINDOW = 16
+_GRANT_EVERY = STREAM_WINDOW // 2
+
+
+class ChunkStream:
+    """The elements of a stream method's answer (SPEC §13), as they come: iterate it. At most 16
+    wait here; the plugin is granted room as they are read, so a slow reader slows the plugin.
+    Iteration ends at the plugin's final reply, or raises its ``PluginError`` (``unavailable``
+    when the plugin died mid-stream, ``timeout`` when it moved nothing for its
+    ``limits.streamIdleTimeoutMs``). ``close()`` (or leaving a ``with`` block) before the end
+    cancels the call at the plugin."""
+
+    def __init__(self, client: "Client", request_id: int) -> None:
+        self._client = client
+        self._id = request_id
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+        self._taken = 0
+        self._ended = False
+        #: The final reply's result, once the stream has ended.
+        self.result: Any = None
+
+    def _put(self, item: Any) -> None:
+        self._queue.put(item)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        item = self._queue.get()
+        if isinstance(item, dict) and item.get("type") == "reply":
+            self._ended = True
+            if "error" in item:
+                raise PluginError.from_body(item["error"])
+            self.result = item.get("result")
+            raise StopIteration
+        if item is _END:
+            self._ended = True
+            raise PluginError("unavailable", "the connection to the supervisor was lost before the stream ended")
+        self._taken += 1
+        if self._taken == _GRANT_EVERY:
+            self._taken = 0
+            self._client._send_quietly({"type": "credit", "id": self._id, "n": _GRANT_EVERY})
+        return item
+
+    def close(self) -> None:
+        """Stops reading: a stream not yet ended is cancelled at the plugin."""
+        if self._client._chunk_streams.pop(self._id, None) is not None:
+            self._client._send_quietly({"type": "cancel", "id": self._id})
+        self._ended = True
+
+    def __enter__(self) -> "ChunkStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 class Client:
     """A connection to a running ``supervisor start``, found as the CLI finds it (``socket``,
     else ``$SUPERVISOR_SOCKET``, else ``<home>/supervisor.sock``). Calls may be made from many
@@ -110,6 +171,7 @@ class Client:
         self._sock: Optional[_socket.socket] = None
         self._waiting: Dict[int, _Waiting] = {}
         self._streams: Dict[int, EventStream] = {}
+        self._chunk_streams: Dict[int, ChunkStream] = {}
         self._methods: Dict[str, Callable[[Any], Any]] = {}
         self._host_calls: Dict[int, bool] = {}  # the supervisor's id -> cancelled
         self._pool: Optional[ThreadPoolExecutor] = None
@@ -135,6 +197,25 @@ class Client:
         result = self._request(message, timeout)
         self._ask_for_link(target)
         return result
+
+    def stream(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> ChunkStream:
+        """Calls the stream method ``method`` of ``target`` (SPEC §13): a ``ChunkStream`` of its
+        elements (decoded JSON), read as they come. ``timeout`` bounds the whole stream."""
+        self._ensure_connected()
+        request_id = next(self._ids)
+        stream = ChunkStream(self, request_id)
+        self._chunk_streams[request_id] = stream
+        message: Dict[str, Any] = {"type": "call", "id": request_id, "target": target, "method": method, "stream": True}
+        if params is not None:
+            message["params"] = params
+        if timeout is not None:
+            message["timeoutMs"] = max(1, int(timeout * 1000))
+        try:
+            self._send(message)
+        except (OSError, PluginError) as error:
+            self._chunk_streams.pop(request_id, None)
+            raise PluginError("unavailable", f"the connection to the supervisor was lost ({error})") from None
+        return stream
 
     @property
     def linked_plugins(self) -> list:
@@ -304,16 +385,26 @@ class Client:
         streams, self._streams = self._streams, {}
         for stream in streams.values():
             stream._put(_END)
+        chunk_streams, self._chunk_streams = self._chunk_streams, {}
+        for chunks in chunk_streams.values():
+            chunks._put(_END)
         self._host_calls.clear()
 
     def _dispatch(self, frame: dict) -> None:
         kind = frame.get("type")
         frame_id = frame.get("id")
-        if kind == "reply":
+        if kind == "chunk":
+            chunks = self._chunk_streams.get(frame_id)
+            if chunks is not None and not frame.get("input"):
+                chunks._put(frame.get("data"))
+        elif kind == "reply":
             slot = self._waiting.pop(frame_id, None)
+            chunks = self._chunk_streams.pop(frame_id, None) if slot is None else None
             if slot is not None:
                 slot.reply = frame
                 slot.done.set()
+            elif chunks is not None:
+                chunks._put(frame)
             elif frame_id == 0 and "error" in frame:
                 # The supervisor dropped this connection, saying why.
                 self._lost(self._sock)
