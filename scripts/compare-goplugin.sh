@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The published comparison with HashiCorp go-plugin (issue 14; docs/benchmarks.md#against-go-plugin):
 # builds a go-plugin peer from Debian's golang-github-hashicorp-go-plugin-dev (net/rpc over a Unix
-# socket, a trivial plugin and a host: Benchmarks/goplugin), runs it and supervisor-bench in
+# socket, a trivial plugin and a host; a gRPC plugin with a server stream: Benchmarks/goplugin), runs it and supervisor-bench in
 # alternating rounds on this machine, and writes the medians, the ratios and a chart:
 #   docs/benchmarks/comparison.json, docs/benchmarks/comparison.svg
 # Usage: scripts/compare-goplugin.sh [--runs N] (default 3). Takes a few minutes; not part of CI.
@@ -29,14 +29,14 @@ out="$root/.build/compare"
 mkdir -p "$out"
 echo "==> building the go-plugin peer and the release build" >&2
 (cd Benchmarks/goplugin && export GOPATH=/usr/share/gocode GO111MODULE=off GOFLAGS= GOCACHE="$out/gocache" &&
-  go build -o "$out/goplugin-host" ./host && go build -o "$out/goplugin-plugin" ./plugin)
+  go build -o "$out/goplugin-host" ./host && go build -o "$out/goplugin-plugin" ./plugin && go build -o "$out/goplugin-stream" ./streamplugin)
 swift build -c release >"$out/build.log" 2>&1 || { cat "$out/build.log" >&2; exit 1; }
 go_version=$(dpkg-query -W -f '${Version}' golang-github-hashicorp-go-plugin-dev)
 
 for i in $(seq 1 "$runs"); do
   echo "==> round $i of $runs: supervisor-bench, then go-plugin" >&2
   .build/release/supervisor-bench --json >"$out/ours-$i.json"
-  "$out/goplugin-host" -plugin "$out/goplugin-plugin" >"$out/go-$i.json" 2>"$out/go-$i.log"
+  "$out/goplugin-host" -plugin "$out/goplugin-plugin" -stream-plugin "$out/goplugin-stream" >"$out/go-$i.json" 2>"$out/go-$i.log"
 done
 mkdir -p docs/benchmarks
 python3 scripts/comparison-chart.py --runs "$runs" --dir "$out" --go-plugin-version "$go_version" \

@@ -50,6 +50,7 @@ EMBEDDED = "embedded host call p50 (task → worker → back, one hop)"
 EMBEDDEDT = "embedded host call throughput, 64 in flight"
 CLIENT = "SupervisorClient call p50 (task → worker over its direct link → back)"
 CLIENTT = "SupervisorClient call throughput, 64 in flight"
+STREAM = "stream throughput, 64 KiB elements, plugin → SupervisorClient"
 
 # (label, ours, theirs or reference, ratio target as (op, value), lower is better)
 rows = [
@@ -67,6 +68,11 @@ if all(CLIENT in r and CLIENTT in r for r in ours_runs):
     rows += [
         ("SupervisorClient call p50 (direct link) vs go-plugin's one hop", ours(CLIENT), go("callP50Us"), "µs", ("≤", 0.6)),
         ("SupervisorClient 64 in flight (direct link) vs go-plugin", ours(CLIENTT), go("throughput64"), "/s", ("≥", 3.5)),
+    ]
+if all(STREAM in r for r in ours_runs) and all("streamMBps" in r for r in go_runs):
+    # SPEC §13: a stream of 64 KiB elements, against go-plugin's gRPC server stream of 64 KiB messages.
+    rows += [
+        ("stream of 64 KiB elements, plugin → program, vs go-plugin's gRPC stream", ours(STREAM), go("streamMBps"), "MB/s", ("≥", 2.0)),
     ]
 if all(CALL + POLLING in r and TPUT + POLLING in r for r in ours_runs):
     # Not the default (`workerSpinMicroseconds: 100` in the configuration): what polling buys.

@@ -8,21 +8,11 @@ import Synchronization
 /// supervisor's CPU per call shows it is out of the path.
 enum ClientBench {
     static func run(socket: String, calls: Int, supervisorPID: Int32) throws -> EmbeddedHostFigures {
-        let outcome = Mutex<Result<EmbeddedHostFigures, any Error>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            do {
-                let client = try await SupervisorClient.connect(socket: socket)
-                defer { client.close() }
-                let figures = try await measure(client, calls: calls, supervisorPID: supervisorPID)
-                outcome.withLock { $0 = .success(figures) }
-            } catch {
-                outcome.withLock { $0 = .failure(error) }
-            }
-            done.signal()
+        try waitFor {
+            let client = try await SupervisorClient.connect(socket: socket)
+            defer { client.close() }
+            return try await measure(client, calls: calls, supervisorPID: supervisorPID)
         }
-        done.wait()
-        return try outcome.withLock { $0 }!.get()
     }
 
     private static func measure(_ client: SupervisorClient, calls: Int, supervisorPID: Int32) async throws -> EmbeddedHostFigures {

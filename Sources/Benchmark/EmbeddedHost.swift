@@ -26,23 +26,19 @@ enum EmbeddedHostBench {
         var logger = Logger(label: "bench-host")
         logger.logLevel = .error
         let host = PluginHost(configuration: configuration, logger: logger)
-        let outcome = Mutex<Result<EmbeddedHostFigures, any Error>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
+        return try waitFor {
             let running = Task { try await host.run() }
+            let figures: Result<EmbeddedHostFigures, any Error>
             do {
                 try await host.waitUntilReady()
-                let figures = try await measure(host, calls: calls)
-                outcome.withLock { $0 = .success(figures) }
+                figures = .success(try await measure(host, calls: calls))
             } catch {
-                outcome.withLock { $0 = .failure(error) }
+                figures = .failure(error)
             }
             await host.shutdown()
             _ = try? await running.value
-            done.signal()
+            return try figures.get()
         }
-        done.wait()
-        return try outcome.withLock { $0 }!.get()
     }
 
     private static func measure(_ host: PluginHost, calls: Int) async throws -> EmbeddedHostFigures {

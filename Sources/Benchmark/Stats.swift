@@ -1,3 +1,5 @@
+import Dispatch
+import Synchronization
 import Foundation
 
 /// Latency samples in nanoseconds.
@@ -54,4 +56,22 @@ final class Report {
 
 extension String {
     func leftPad(_ n: Int) -> String { count >= n ? self : String(repeating: " ", count: n - count) + self }
+}
+
+/// Runs `body` on a task and waits for it on this (the bench's main) thread: the sections are
+/// sequential, the programs they measure are async.
+func waitFor<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    let outcome = Mutex<Result<T, any Error>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        do {
+            let value = try await body()
+            outcome.withLock { $0 = .success(value) }
+        } catch {
+            outcome.withLock { $0 = .failure(error) }
+        }
+        done.signal()
+    }
+    done.wait()
+    return try outcome.withLock { $0 }!.get()
 }

@@ -10,7 +10,7 @@ let arguments = CommandLine.arguments
 let asJSON = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 let calls = quick ? 2_000 : 20_000
-/// `--only calls|client|host|crash|startup` runs one section.
+/// `--only calls|client|host|streams|crash|startup` runs one section.
 let only: String? = arguments.firstIndex(of: "--only").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
 func wanted(_ section: String) -> Bool { only == nil || only == section }
 /// `--worker-start exec|fork-server`: how the workers of every section start (default: the
@@ -161,6 +161,23 @@ do {
                        baseline: c == 64 ? supervisorThroughput64.map { ("host calls through the supervisor", $0) } : nil)
         }
         report.add("embedded host: this process's CPU per call, 64 in flight", figures.hostCPUPerCall64, "µs")
+    }
+
+    // 3c. Streams (SPEC §13): 64 KiB elements from a plugin to a program through the supervisor,
+    // and a slow reader of a fast producer.
+    if wanted("streams") {
+        note("streams: plugin → SupervisorClient")
+        rig.stop()
+        try rig.start(plugins: try rig.plugins("streams", count: 0, extra: ["bench.callee"]))
+        let worker = try rig.status().first { $0.identifier == "bench.callee" }?.pid ?? 0
+        let figures = try StreamBench.run(socket: rig.socket, supervisorPID: rig.supervisorPID, workerPID: worker, quick: quick)
+        report.add("stream throughput, 64 KiB elements, plugin → SupervisorClient", figures.megabytesPerSecond, "MB/s")
+        report.add("  stream: the supervisor's CPU per MB", figures.supervisorCPUPerMB, "ms")
+        report.add("  stream: the worker's CPU per MB", figures.workerCPUPerMB, "ms")
+        let slow = figures.slowReader
+        report.add("slow reader (1 MiB/s for \(Int(slow.seconds)) s, \(Int(slow.megabytesRead)) MB read): supervisor RSS growth", Double(slow.supervisorKiB) / 1024, "MiB", target: "< 8 MiB")
+        report.add("slow reader: worker RSS growth", Double(slow.workerKiB) / 1024, "MiB", target: "< 8 MiB")
+        report.add("slow reader: reader (this process) RSS growth", Double(slow.readerKiB) / 1024, "MiB", target: "< 8 MiB")
     }
 
     // 4. Crash → serving again, first (immediate) restart: time from the crash request to the first answered call.

@@ -155,6 +155,58 @@ struct StreamTests {
         try await waitUntil("the fourth producer to hear cancel") { try await Self.report(client, "s.kit").cancelled == 4 }
     }
 
+    struct Via: Encodable, Sendable { var target: String; var method: String? = nil; var count: Int? = nil; var sleepMs: Int? = nil }
+    struct Nested: Encodable, Sendable { var target: String; var method: String }
+
+    @Test("streams over a peer link: a plugin reads a dependency's stream and sends it input worker to worker, with the same credit, cancel, idle timeout and metrics; a producer that breaks the rules over the link ends the link, not the worker")
+    func overPeerLinks() async throws {
+        let w = try TestWorld()
+        try w.bundle("s.kit", extra: ["limits": ["streamIdleTimeoutMs": 700]])
+        try w.bundle("s.hostile", library: try SandboxTests.hostileLibrary())
+        try w.bundle("s.relay", deps: [Dep("s.kit"), Dep("s.hostile")])
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        // The first calls go through the supervisor and make the links.
+        #expect(try await client.call("s.relay", "call", Nested(target: "s.kit", method: "ping"), as: Int.self) == 1)
+        _ = try await client.callJSON("s.relay", "call", params: Array(#"{"target":"s.hostile","method":"noReplies"}"#.utf8))
+        try sup.waitUntil("links from s.relay") { try sup.plugin("s.relay").links == ["s.hostile", "s.kit"] }
+        let before = try Prometheus(sup.cli("metrics").out)
+        // Over the link: 500 rows in order (more than a window, so credit flows worker to worker),
+        // and an input of 100 numbers.
+        var relayed = 0
+        for try await row in client.stream("s.relay", "relay", Relay(target: "s.kit", count: 500), as: Row.self) {
+            #expect(row.row == relayed)
+            relayed += 1
+        }
+        #expect(relayed == 500)
+        #expect(try await client.call("s.relay", "sumVia", Via(target: "s.kit", count: 100), as: Int.self) == 5050)
+        // A reader that stops early cancels its producer over the link.
+        var taken = 0
+        for try await _ in client.stream("s.relay", "relay", Relay(target: "s.kit", count: 100_000, takeOnly: 3), as: Row.self) { taken += 1 }
+        #expect(taken == 3)
+        try await waitUntil("the producer to hear cancel over the link") { try await Self.report(client, "s.kit").cancelled == 1 }
+        // A reader that stalls past s.kit's idle timeout (700 ms) gets timeout, and the producer is freed.
+        #expect(try await client.call("s.relay", "stallVia", Via(target: "s.kit", sleepMs: 1_500), as: String.self) == "timeout")
+        try await waitUntil("the stalled producer to hear cancel") { try await Self.report(client, "s.kit").cancelled == 2 }
+        // The caller's worker reports the link's streams: the supervisor counts them as its own.
+        try sup.waitUntil("the link's streams in the metrics") {
+            let now = try Prometheus(sup.cli("metrics").out)
+            let opened = (now["plugin_streams_total", ["plugin": "s.kit"]] ?? 0) - (before["plugin_streams_total", ["plugin": "s.kit"]] ?? 0)
+            let input = (now["plugin_stream_chunks_total", ["plugin": "s.kit", "direction": "input"]] ?? 0)
+                - (before["plugin_stream_chunks_total", ["plugin": "s.kit", "direction": "input"]] ?? 0)
+            return opened == 4 && input == 100
+        }
+        #expect(try sup.plugin("s.relay").links?.contains("s.kit") == true)
+        // Over a link a flood beyond the window ends that link (the caller's worker checks what it
+        // receives): the call fails unavailable, and the callee's worker runs on.
+        let hostilePID = try sup.plugin("s.hostile").pid
+        let flooded = try await client.call("s.relay", "countVia", Via(target: "s.hostile", method: "streamFlood"), as: String.self)
+        #expect(flooded == "unavailable after 16", "\(flooded)")
+        #expect(try sup.plugin("s.hostile").pid == hostilePID && sup.plugin("s.hostile").lastExit == nil)
+        try sup.waitUntil("the broken link's reason in the log") { sup.log.contains("beyond the credit its reader granted") }
+    }
+
     @Test("a producer that dies mid-stream ends it with unavailable, and the next stream works; streams to and from an embedded host")
     func faultsAndHost() async throws {
         let w = try TestWorld()

@@ -191,4 +191,76 @@ import Testing
         #expect(!gone.isCaller && gone.cancelled == [third.local] && gone.failed.isEmpty)
         #expect(table.served.isEmpty)
     }
+
+    // MARK: Streams over a link (docs/protocol.md "Streams")
+
+    @Test func aStreamsAnswerIsCheckedAgainstItsWindowAndItsIdleTimeoutMoves() throws {
+        var table = Table()
+        let added = table.add(PeerLinkOrder(kind: .caller, peer: "com.b", link: 1, timeoutMs: 5_000, streamIdleTimeoutMs: 100), socket: Socket())
+        #expect(added)
+        let out = table.callOut(7, to: "com.b", requestedMs: nil, now: 0, stream: true)
+        #expect(out != nil)
+        // The idle timeout (100 ms) is sooner than the call's (5 s).
+        #expect(table.calls[7]?.deadline == 100 * Self.ms)
+        for seq in 0..<UInt64(StreamFrames.initialCredit) {
+            let arrival = table.answerChunk(7, seq: seq, hasData: true, on: 1, now: Int64(seq + 1) * Self.ms)
+            #expect(arrival == .deliver(7))
+        }
+        #expect(table.calls[7]?.deadline == (16 + 100) * Self.ms)
+        let over = table.answerChunk(7, seq: 16, hasData: true, on: 1, now: 20 * Self.ms)
+        #expect(over == .violation("chunk 16 of call 7 beyond the credit its reader granted"))
+        let room = table.grantAnswer(7, n: 8)
+        #expect(room != nil)
+        let granted = table.answerChunk(7, seq: 16, hasData: true, on: 1, now: 20 * Self.ms)
+        let outOfOrder = table.answerChunk(7, seq: 30, hasData: true, on: 1, now: 20 * Self.ms)
+        let wrongLink = table.answerChunk(7, seq: 17, hasData: true, on: 2, now: 20 * Self.ms)
+        #expect(granted == .deliver(7) && wrongLink == .late)
+        #expect(outOfOrder == .violation("chunk 30 of call 7, expected 17"))
+        // A call without a stream may not get chunks; an id never sent is late.
+        let plain = table.callOut(8, to: "com.b", requestedMs: nil, now: 0)
+        #expect(plain != nil)
+        let unasked = table.answerChunk(8, seq: 0, hasData: true, on: 1, now: 0)
+        let unknown = table.answerChunk(99, seq: 0, hasData: true, on: 1, now: 0)
+        #expect(unasked == .violation("chunk for call 8, which did not ask for a stream") && unknown == .late)
+        // Past the idle deadline the stream expires as idle, not as a call out of time.
+        let expired = table.expire(now: 200 * Self.ms)
+        #expect(expired.map(\.id) == [7] && expired.first?.idleMs == 100)
+        let reports = table.reports(now: Int64.max / 2, force: true)
+        #expect(reports.first?.streams == CallHop.StreamTally(opened: 1, answer: 17, input: 0))
+    }
+
+    @Test func aServedCallsInputIsCheckedAgainstTheWindowItsPluginGranted() throws {
+        var table = Table()
+        let added = table.add(PeerLinkOrder(kind: .callee, peer: "com.a", link: 3), socket: Socket())
+        #expect(added)
+        let served = table.serve(5, on: 3, input: true)
+        let local = try #require(served).local
+        // Nothing may come before the plugin grants its first window.
+        let early = table.inputChunk(5, seq: 0, end: false, hasData: true, on: 3)
+        #expect(early == .violation("input chunk 0 of call 5 beyond the credit its reader granted"))
+        let grant = table.streamOut(local, inputCredit: 2)
+        #expect(grant?.peerID == 5)
+        let first = table.inputChunk(5, seq: 0, end: false, hasData: true, on: 3)
+        let second = table.inputChunk(5, seq: 1, end: false, hasData: true, on: 3)
+        let third = table.inputChunk(5, seq: 2, end: false, hasData: true, on: 3)
+        #expect(first == .deliver(local) && second == .deliver(local))
+        #expect(third == .violation("input chunk 2 of call 5 beyond the credit its reader granted"))
+        let end = table.inputChunk(5, seq: 2, end: true, hasData: false, on: 3)
+        let after = table.inputChunk(5, seq: 3, end: false, hasData: true, on: 3)
+        #expect(end == .deliver(local) && after == .violation("an input chunk of call 5 after its end"))
+        // The caller's credit for the answer reaches the plugin under the local id; once answered, nothing does.
+        #expect(table.answerCredit(5, on: 3) == local)
+        _ = table.answered(local)
+        #expect(table.answerCredit(5, on: 3) == nil)
+        let late = table.inputChunk(5, seq: 3, end: false, hasData: true, on: 3)
+        #expect(late == .late)
+    }
+
+    @Test func aCallerThatCancelsSettlesItsCallOnTheLink() throws {
+        var (table, socket) = Self.caller()
+        let out = table.callOut(7, to: "com.b", requestedMs: nil, now: 0, stream: true)
+        let cancelled = table.cancelOut(7), again = table.cancelOut(7)
+        #expect(out != nil && cancelled === socket && again == nil)
+        #expect(table.calls[7] == nil && table.links[1]?.outstanding == 0)
+    }
 }

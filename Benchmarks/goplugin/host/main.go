@@ -5,12 +5,15 @@
 //	throughput64           calls per second with 64 in flight on one client
 //	start1Ms, start50Ms    from launching 1 (50, in parallel) plugin processes to all answering
 //	start50SequentialMs    50 started one after the other, as a host usually does
+//	streamMBps             with -stream-plugin: a gRPC server stream of 64 KiB messages read by the host (MB/s)
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"io/ioutil"
 	"log"
 	"net/rpc"
@@ -20,9 +23,79 @@ import (
 	"sync"
 	"time"
 
+	"github.com/golang/protobuf/ptypes/wrappers"
 	hclog "github.com/hashicorp/go-hclog"
 	plugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 )
+
+// The stream peer's plugin, over gRPC: the client side hands out the connection itself.
+type streamPlugin struct{ plugin.Plugin }
+
+func (streamPlugin) GRPCServer(*plugin.GRPCBroker, *grpc.Server) error {
+	return fmt.Errorf("host only")
+}
+func (streamPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
+	return c, nil
+}
+
+var blobsDesc = grpc.StreamDesc{StreamName: "Blobs", ServerStreams: true}
+
+// streamMBps reads `count` messages of `size` bytes from the stream plugin's bench.Stream/Blobs,
+// `rounds` times, and returns the median MB/s (10^6 bytes of payload a second).
+func streamMBps(path string, count, size int64, rounds int) float64 {
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  handshake,
+		Plugins:          map[string]plugin.Plugin{"stream": streamPlugin{}},
+		Cmd:              exec.Command(path),
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Logger:           hclog.New(&hclog.LoggerOptions{Output: ioutil.Discard, Level: hclog.Error}),
+	})
+	defer client.Kill()
+	protocol, err := client.Client()
+	if err != nil {
+		log.Fatalf("starting %s: %v", path, err)
+	}
+	raw, err := protocol.Dispense("stream")
+	if err != nil {
+		log.Fatalf("dispense: %v", err)
+	}
+	conn := raw.(*grpc.ClientConn)
+	read := func(n int64) {
+		stream, err := conn.NewStream(context.Background(), &blobsDesc, "/bench.Stream/Blobs")
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := stream.SendMsg(&wrappers.Int64Value{Value: n<<32 | size}); err != nil {
+			log.Fatal(err)
+		}
+		if err := stream.CloseSend(); err != nil {
+			log.Fatal(err)
+		}
+		var got int64
+		for {
+			var m wrappers.BytesValue
+			if err := stream.RecvMsg(&m); err == io.EOF {
+				break
+			} else if err != nil {
+				log.Fatal(err)
+			}
+			got += int64(len(m.Value))
+		}
+		if got != n*size {
+			log.Fatalf("read %d bytes, expected %d", got, n*size)
+		}
+	}
+	read(count / 10) // warm up
+	rates := make([]float64, rounds)
+	for i := range rates {
+		began := time.Now()
+		read(count)
+		rates[i] = float64(count*size) / 1e6 / time.Since(began).Seconds()
+	}
+	sort.Float64s(rates)
+	return rates[len(rates)/2]
+}
 
 type echoPlugin struct{}
 
@@ -75,6 +148,7 @@ func startMany(path string, n int) float64 {
 
 func main() {
 	path := flag.String("plugin", "", "the plugin executable")
+	streamPath := flag.String("stream-plugin", "", "the gRPC stream plugin executable (streamMBps)")
 	calls := flag.Int("calls", 20000, "calls for the latency and throughput figures")
 	flag.Parse()
 	if *path == "" {
@@ -139,6 +213,9 @@ func main() {
 	out["start50SequentialMs"] = float64(time.Since(began).Microseconds()) / 1000
 	for _, c := range sequential {
 		c.Kill()
+	}
+	if *streamPath != "" {
+		out["streamMBps"] = streamMBps(*streamPath, 4096, 64<<10, 5)
 	}
 	json.NewEncoder(os.Stdout).Encode(out)
 }

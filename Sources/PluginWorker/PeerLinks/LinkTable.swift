@@ -15,6 +15,8 @@ struct LinkTable<Socket: AnyObject & Sendable> {
         let isCaller: Bool
         /// Caller role: the callee's timeout, for calls that name none (from the order).
         let timeoutMs: Int
+        /// Caller role: the callee's stream idle timeout (from the order).
+        let streamIdleMs: Int
         let socket: Socket
         /// Caller role: still takes new calls (false once unlinked, or replaced by a newer link).
         var accepting = true
@@ -29,8 +31,22 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// Caller role: a call the plugin sent over a link.
     struct OutCall {
         let link: UInt64
-        let deadline: Int64
+        var deadline: Int64
         let started: Int64
+        /// A call with a stream: what this side keeps of it (docs/protocol.md "Streams").
+        var stream: OutStream?
+    }
+
+    /// Caller role: a stream's answer as this worker receives it, checked as the supervisor checks
+    /// it (the callee's worker is not trusted): its window, its order, its idle timeout.
+    struct OutStream {
+        /// Chunks the callee may still send: the initial window plus what the plugin granted.
+        var credit = StreamFrames.initialCredit
+        var seq: UInt64 = 0
+        /// Whether it asked for an answer of chunks (else only its input is a stream).
+        let answers: Bool
+        let idleNs: Int64
+        let callDeadline: Int64
     }
 
     /// Callee role: a call that came over a link, under its local id.
@@ -38,6 +54,26 @@ struct LinkTable<Socket: AnyObject & Sendable> {
         let link: UInt64
         let peerID: UInt64
         let socket: Socket
+        /// Its input, when it came with one: checked as the supervisor checks a caller's.
+        var input: InStream?
+    }
+
+    /// Callee role: a call's input as this worker receives it from the caller's.
+    struct InStream {
+        /// Chunks the caller may still send: what the plugin granted (none at first).
+        var credit = 0
+        var seq: UInt64 = 0
+        var ended = false
+    }
+
+    /// What became of a stream frame that came over a link.
+    enum StreamArrival: Equatable {
+        /// Deliver it to the plugin, under this id.
+        case deliver(UInt64)
+        /// Its call ended (answered, timed out, cancelled): dropped.
+        case late
+        /// It breaks the rules: the link ends (its calls fail as the supervisor fails them).
+        case violation(String)
     }
 
     /// Ids of calls that came over links, as the plugin sees them: [2^61, 2^62) (the supervisor's
@@ -56,6 +92,8 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     private var nextLocal = localIDs.lowerBound
     /// Caller role: the calls settled per callee since the last report.
     private(set) var stats: [String: CallHop.Tally] = [:]
+    /// Caller role: the streams per callee since the last report.
+    private(set) var streamStats: [String: CallHop.StreamTally] = [:]
     private var lastReport: Int64 = 0
     /// No call's deadline is earlier (it may be earlier than the earliest left: the links thread
     /// then wakes, finds nothing due and raises it): no scan of `calls` per call.
@@ -82,7 +120,8 @@ struct LinkTable<Socket: AnyObject & Sendable> {
         guard !early else { return false }
         let isCaller = order.kind == .caller
         links[order.link] = Link(number: order.link, peer: order.peer, isCaller: isCaller,
-                                 timeoutMs: order.timeoutMs ?? CallTimeouts.defaultMs, socket: socket)
+                                 timeoutMs: order.timeoutMs ?? CallTimeouts.defaultMs,
+                                 streamIdleMs: order.streamIdleTimeoutMs ?? CallTimeouts.defaultMs, socket: socket)
         guard isCaller else { return true }
         // The supervisor makes one link per caller and callee; an older one is being taken back.
         if let older = byPeer[order.peer] { links[older]?.accepting = false }
@@ -152,13 +191,66 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// The plugin calls `target` with its id `id`: over a link when there is one that takes calls
     /// and no call of that id is on one, with its deadline (`CallHop.timeoutMs`). Nil: through the
     /// supervisor. `wake`: the links thread must be woken for the new deadline.
-    mutating func callOut(_ id: UInt64, to target: String, requestedMs: UInt64?, now: Int64) -> (socket: Socket, wake: Bool)? {
+    /// A call with a stream (`stream`: it asks for an answer of chunks; `input`: it sends input)
+    /// also gets the idle timeout: its deadline is the sooner of the two.
+    mutating func callOut(_ id: UInt64, to target: String, requestedMs: UInt64?, now: Int64,
+                          stream: Bool = false, input: Bool = false) -> (socket: Socket, wake: Bool)? {
         guard let number = byPeer[target], calls[id] == nil, let i = links.index(forKey: number), links.values[i].accepting else { return nil }
         links.values[i].outstanding += 1
-        let deadline = now + Int64(CallHop.timeoutMs(requested: requestedMs, otherwise: links.values[i].timeoutMs)) * 1_000_000
-        calls[id] = OutCall(link: number, deadline: deadline, started: now)
+        var deadline = now + Int64(CallHop.timeoutMs(requested: requestedMs, otherwise: links.values[i].timeoutMs)) * 1_000_000
+        var flow: OutStream?
+        if stream || input {
+            let made = OutStream(answers: stream, idleNs: Int64(links.values[i].streamIdleMs) * 1_000_000, callDeadline: deadline)
+            deadline = min(deadline, now + made.idleNs)
+            flow = made
+            streamStats[links.values[i].peer, default: CallHop.StreamTally()].opened += 1
+        }
+        calls[id] = OutCall(link: number, deadline: deadline, started: now, stream: flow)
         earliest = min(earliest, deadline)
         return (links.values[i].socket, deadline < plannedWake)
+    }
+
+    /// A chunk of the answer to call `id` came over link `number` (caller role): checked against
+    /// the window the plugin granted and the order; the call's idle deadline moves.
+    mutating func answerChunk(_ id: UInt64, seq: UInt64?, hasData: Bool, on number: UInt64, now: Int64) -> StreamArrival {
+        guard let call = calls[id], call.link == number else { return .late }
+        guard var flow = call.stream, flow.answers else { return .violation("chunk for call \(id), which did not ask for a stream") }
+        guard seq == flow.seq else { return .violation("chunk \(seq.map { "\($0)" } ?? "without seq") of call \(id), expected \(flow.seq)") }
+        guard hasData else { return .violation("chunk of call \(id) without data") }
+        guard flow.credit > 0 else { return .violation("chunk \(flow.seq) of call \(id) beyond the credit its reader granted") }
+        flow.credit -= 1
+        flow.seq += 1
+        calls[id]?.stream = flow
+        calls[id]?.deadline = min(flow.callDeadline, now + flow.idleNs)
+        if let peer = links[number]?.peer { streamStats[peer, default: CallHop.StreamTally()].answer += 1 }
+        return .deliver(id)
+    }
+
+    /// The plugin grants `n` more chunks of the answer to its call `id` (caller role): where the
+    /// `credit` goes, or nil (not a call over a link: it goes to the supervisor).
+    mutating func grantAnswer(_ id: UInt64, n: UInt64) -> Socket? {
+        guard let call = calls[id], var flow = call.stream, let link = links[call.link] else { return nil }
+        flow.credit = Int(min(UInt64(flow.credit) + n, StreamFrames.largestCredit))
+        calls[id]?.stream = flow
+        return link.socket
+    }
+
+    /// The plugin sends a chunk of its call `id`'s input (caller role): where it goes, or nil. The
+    /// callee's worker checks it against the window its plugin granted; the idle deadline moves.
+    mutating func inputOut(_ id: UInt64, end: Bool = false, now: Int64) -> Socket? {
+        guard let call = calls[id], let flow = call.stream, let link = links[call.link] else { return nil }
+        calls[id]?.deadline = min(flow.callDeadline, now + flow.idleNs)
+        if !end { streamStats[link.peer, default: CallHop.StreamTally()].input += 1 }
+        return link.socket
+    }
+
+    /// The plugin gives up its call `id` (it stopped reading its stream): settled here, and the
+    /// `cancel` goes over the link. Nil: not a call over a link.
+    mutating func cancelOut(_ id: UInt64) -> Socket? {
+        guard let call = calls.removeValue(forKey: id), let i = links.index(forKey: call.link) else { return nil }
+        links.values[i].outstanding -= 1
+        if !links.values[i].accepting { settling = true }
+        return links.values[i].socket
     }
 
     /// The call `id` could not be written at all (the link is full or closed). True: it is taken
@@ -187,6 +279,8 @@ struct LinkTable<Socket: AnyObject & Sendable> {
         let id: UInt64
         let peer: String
         let socket: Socket
+        /// A stream that moved no chunk for its idle timeout (ms), rather than a call out of time.
+        var idleMs: Int64? = nil
     }
 
     /// Settles the calls whose deadline has passed (counted as `timeout`), in id order.
@@ -205,7 +299,8 @@ struct LinkTable<Socket: AnyObject & Sendable> {
             links.values[i].outstanding -= 1
             if !links.values[i].accepting { settling = true }
             record(links.values[i].peer, .timeout, started: call.started, now: now)
-            out.append(Expired(id: id, peer: links.values[i].peer, socket: links.values[i].socket))
+            let idle = call.stream.flatMap { $0.callDeadline > call.deadline ? $0.idleNs / 1_000_000 : nil }
+            out.append(Expired(id: id, peer: links.values[i].peer, socket: links.values[i].socket, idleMs: idle))
         }
         return out
     }
@@ -214,11 +309,11 @@ struct LinkTable<Socket: AnyObject & Sendable> {
 
     /// A call came over link `number` with the caller's id: the local id the plugin gets it under,
     /// and the caller (its `from`). Nil when the link is gone.
-    mutating func serve(_ callerID: UInt64, on number: UInt64) -> (local: UInt64, peer: String)? {
+    mutating func serve(_ callerID: UInt64, on number: UInt64, input: Bool = false) -> (local: UInt64, peer: String)? {
         guard let i = links.index(forKey: number) else { return nil }
         let local = nextLocal
         nextLocal = local + 1 < Self.localIDs.upperBound ? local + 1 : Self.localIDs.lowerBound
-        served[local] = ServedCall(link: number, peerID: callerID, socket: links.values[i].socket)
+        served[local] = ServedCall(link: number, peerID: callerID, socket: links.values[i].socket, input: input ? InStream() : nil)
         links.values[i].served[callerID] = local
         return (local, links.values[i].peer)
     }
@@ -229,6 +324,44 @@ struct LinkTable<Socket: AnyObject & Sendable> {
         guard let local = links[number]?.served.removeValue(forKey: callerID) else { return nil }
         served[local] = nil
         return local
+    }
+
+    /// A chunk of the input of the caller's call `callerID` came over link `number` (callee role):
+    /// checked against the window the plugin granted, its order and its end.
+    mutating func inputChunk(_ callerID: UInt64, seq: UInt64?, end: Bool, hasData: Bool, on number: UInt64) -> StreamArrival {
+        guard let local = links[number]?.served[callerID], let call = served[local] else { return .late }
+        guard var input = call.input else { return .violation("an input chunk for call \(callerID), made without \"input\": true") }
+        guard !input.ended else { return .violation("an input chunk of call \(callerID) after its end") }
+        guard seq == input.seq else { return .violation("input chunk \(seq.map { "\($0)" } ?? "without seq") of call \(callerID), expected \(input.seq)") }
+        if end {
+            input.ended = true
+        } else {
+            guard hasData else { return .violation("an input chunk of call \(callerID) without data") }
+            guard input.credit > 0 else { return .violation("input chunk \(input.seq) of call \(callerID) beyond the credit its reader granted") }
+            input.credit -= 1
+            input.seq += 1
+        }
+        served[local]?.input = input
+        return .deliver(local)
+    }
+
+    /// The caller grants its call `callerID` more chunks of the answer (callee role): the local id
+    /// to deliver the `credit` under, or nil (the call ended).
+    func answerCredit(_ callerID: UInt64, on number: UInt64) -> UInt64? {
+        links[number]?.served[callerID]
+    }
+
+    /// The plugin sends a chunk of its answer to local id `local`, or grants room for `n` more
+    /// chunks of its input (callee role): where it goes, under the caller's id. Nil: its caller went
+    /// away, and it is dropped.
+    mutating func streamOut(_ local: UInt64, inputCredit n: UInt64? = nil) -> ServedCall? {
+        guard var call = served[local] else { return nil }
+        if let n, var input = call.input {
+            input.credit = Int(min(UInt64(input.credit) + n, StreamFrames.largestCredit))
+            call.input = input
+            served[local] = call
+        }
+        return call
     }
 
     /// The plugin answered local id `local`: where the reply goes, under the caller's id. Nil: its
@@ -247,8 +380,10 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     mutating func reports(now: Int64, force: Bool, ended: (peer: String, number: UInt64)? = nil) -> [CallHop.LinkCalls] {
         guard force || now >= lastReport + Self.reportEveryNs else { return [] }
         var out: [CallHop.LinkCalls] = []
-        for (peer, calls) in stats where !calls.isEmpty || peer == ended?.peer {
-            out.append(CallHop.LinkCalls(target: peer, calls: calls, endedLink: peer == ended?.peer ? ended?.number : nil))
+        for (peer, calls) in stats where !calls.isEmpty || peer == ended?.peer || streamStats[peer].map({ !$0.isEmpty }) == true {
+            let streams = streamStats.removeValue(forKey: peer)
+            out.append(CallHop.LinkCalls(target: peer, calls: calls, endedLink: peer == ended?.peer ? ended?.number : nil,
+                                         streams: streams?.isEmpty == false ? streams : nil))
             stats[peer] = CallHop.Tally()
         }
         if !out.isEmpty { lastReport = now }
@@ -261,7 +396,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// The links thread is about to wait: the links to poll (into `polled`) and when it must wake
     /// by itself (.max: only for I/O), for a deadline or a report.
     mutating func waiting(polled: inout [Polled]) -> Int64 {
-        let reportDue = stats.values.contains { !$0.isEmpty } ? lastReport + Self.reportEveryNs : Int64.max
+        let reportDue = stats.values.contains { !$0.isEmpty } || streamStats.values.contains { !$0.isEmpty } ? lastReport + Self.reportEveryNs : Int64.max
         plannedWake = min(earliest, reportDue)
         for link in links.values { polled.append((link.number, link.isCaller, link.socket)) }
         return plannedWake

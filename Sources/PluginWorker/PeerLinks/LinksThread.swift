@@ -141,9 +141,29 @@ final class LinksThread {
         } while toEnd
     }
 
-    /// Caller role: a reply from the callee's worker.
+    /// Caller role: a reply from the callee's worker, or a stream frame of a call over the link.
     private func replyArrived(_ link: LinkTable<LinkSocket>.Polled, _ body: UnsafeRawBufferPointer) {
-        guard let env = try? Envelope.parse(body, maxDepth: maxDepth), env.kind == .reply, let id = env.id else {
+        guard let env = try? Envelope.parse(body, maxDepth: maxDepth), let id = env.id else {
+            return link.socket.shutdown()
+        }
+        switch env.kind {
+        case .reply: break
+        case .chunk where !env.input:
+            // Checked as the supervisor checks a worker's chunk; one that breaks the rules ends the link.
+            let now = Self.now()
+            switch links.table.withLock({ $0.answerChunk(id, seq: env.seq, hasData: env.data != nil, on: link.number, now: now) }) {
+            case .deliver:
+                host.deliver(frame: StreamFrames.chunk(id: id, seq: env.seq ?? 0, data: UnsafeRawBufferPointer(rebasing: body[env.data!]), into: [UInt8]()))
+            case .late: break
+            case .violation(let why): linkBroken(link, why)
+            }
+            return
+        case .credit where env.input:
+            // Room for more of its input: the plugin's to use (the callee's worker checks it).
+            guard let n = env.n, links.table.withLock({ $0.calls[id]?.link == link.number }) else { return }
+            host.deliver(frame: StreamFrames.credit(id: id, n: n, input: true, into: [UInt8]()))
+            return
+        default:
             return link.socket.shutdown()
         }
         let now = Self.now()
@@ -171,7 +191,7 @@ final class LinksThread {
                 _ = link.socket.send(frame: reply.finish(), wait: true)
                 return
             }
-            guard let (local, peer) = links.table.withLock({ $0.serve(id, on: link.number) }) else { return }
+            guard let (local, peer) = links.table.withLock({ $0.serve(id, on: link.number, input: env.input) }) else { return }
             // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
             var bytes: [UInt8] = []
             bytes.reserveCapacity(CallHop.frameCapacity(forwarding: body.count, from: peer) + 32)
@@ -179,9 +199,32 @@ final class LinksThread {
             host.deliver(frame: hop.forward(.call, id: local, from: peer.isEmpty ? nil : peer, env, in: body, into: consume bytes).frame)
         case .cancel:
             if let local = links.table.withLock({ $0.cancelled(id, on: link.number) }) { deliverCancel(local) }
+        case .credit where !env.input:
+            guard let n = env.n, let local = links.table.withLock({ $0.answerCredit(id, on: link.number) }) else { return }
+            host.deliver(frame: StreamFrames.credit(id: local, n: n, into: [UInt8]()))
+        case .chunk where env.input:
+            switch links.table.withLock({ $0.inputChunk(id, seq: env.seq, end: env.end, hasData: env.data != nil, on: link.number) }) {
+            case .deliver(let local):
+                if env.end {
+                    host.deliver(frame: StreamFrames.inputEnd(id: local, count: env.seq ?? 0, into: [UInt8]()))
+                } else {
+                    host.deliver(frame: StreamFrames.chunk(id: local, seq: env.seq ?? 0, data: UnsafeRawBufferPointer(rebasing: body[env.data!]),
+                                                           input: true, into: [UInt8]()))
+                }
+            case .late: break
+            case .violation(let why): linkBroken(link, why)
+            }
         default:
             link.socket.shutdown()
         }
+    }
+
+    /// A link whose other end broke the rules of streams: it ends (its calls are settled as for
+    /// any link that ends), and the supervisor's log says why.
+    private func linkBroken(_ link: LinkTable<LinkSocket>.Polled, _ why: String) {
+        link.socket.shutdown()
+        guard let frame = try? ProtocolJSON.frame(LogMessage(level: "warning", message: "peer link \(link.number) ended: \(why)", metadata: nil)) else { return }
+        try? links.connection.sendFrame(frame)
     }
 
     /// A link that ended (its peer's worker ended, it broke, or it was taken back and its calls
@@ -205,7 +248,8 @@ final class LinksThread {
     /// Caller role: calls past their deadline fail with `timeout`, and the callee is told to `cancel`.
     private func expire(now: Int64) {
         for call in links.table.withLock({ $0.expire(now: now) }) {
-            deliverError(call.id, .timeout, "\(call.peer) did not answer call in time")
+            deliverError(call.id, .timeout, call.idleMs.map { "the stream of \(call.peer) moved no chunk for \($0) ms (streamIdleTimeoutMs): its reader took none or its producer sent none" }
+                ?? "\(call.peer) did not answer call in time")
             let reader = reader(call.socket)
             reader.cancelsQueued.append(call.id)
             sendQueuedCancels(reader)

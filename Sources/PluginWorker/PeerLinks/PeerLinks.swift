@@ -94,8 +94,46 @@ final class PeerLinks: Sendable {
         switch kind {
         case .reply where LinkTable<LinkSocket>.localIDs.contains(id): replyOverLink(id, env, bytes); return true
         case .call: return callOverLink(id, env, bytes)
+        case .chunk, .credit, .cancel: return streamOverLink(kind, id, env, bytes)
         default: return false
         }
+    }
+
+    /// A stream frame of a call over a link (docs/protocol.md "Streams"): as the callee, a chunk of
+    /// an answer or credit for an input (local ids, rewritten to the caller's); as the caller,
+    /// credit for an answer, a chunk of an input, or a `cancel`. False: not a call over a link
+    /// (it goes to the supervisor).
+    private func streamOverLink(_ kind: MessageKind, _ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        if LinkTable<LinkSocket>.localIDs.contains(id) {
+            let grant = kind == .credit && env.input ? env.n : nil
+            guard kind == .chunk && !env.input || grant != nil else { return true }  // nothing else is the callee's to send
+            // Its caller went away: dropped.
+            guard let call = table.withLock({ $0.streamOut(id, inputCredit: grant) }) else { return true }
+            let frame: [UInt8]
+            if let grant {
+                frame = StreamFrames.credit(id: call.peerID, n: grant, input: true, into: [UInt8]())
+            } else {
+                guard let data = env.data else { return true }
+                frame = StreamFrames.chunk(id: call.peerID, seq: env.seq ?? 0, data: UnsafeRawBufferPointer(rebasing: bytes[data]), into: [UInt8]())
+            }
+            _ = call.socket.send(frame: frame, wait: true)
+            return true
+        }
+        let now = Self.now()
+        let socket: LinkSocket? = table.withLock { t in
+            switch kind {
+            case .credit where !env.input: return env.n.flatMap { t.grantAnswer(id, n: $0) }
+            case .chunk where env.input: return t.inputOut(id, end: env.end, now: now)
+            case .cancel: return t.cancelOut(id)
+            default: return nil
+            }
+        }
+        guard let socket else { return false }
+        if kind == .cancel { wake() }  // an unlink may be waiting for this call
+        // Sent as the plugin wrote it: the ids on a link are the caller's. Not sent: the link is
+        // closed or broken (the links thread sees it end and fails the call).
+        _ = socket.send(header: UInt32(bytes.count), body: bytes, wait: true)
+        return true
     }
 
     private static let replyPrefix = Array(#"{"type":"reply","id":"#.utf8)
@@ -116,10 +154,11 @@ final class PeerLinks: Sendable {
     }
 
     private func callOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Bool {
-        // Streams (SPEC §13) go through the supervisor, which keeps their credit and idle timeout.
-        guard bytes.count <= Self.largestLinkedCall, !env.stream, !env.input, let target = Envelope.string(bytes, env.target) else { return false }
+        guard bytes.count <= Self.largestLinkedCall, let target = Envelope.string(bytes, env.target) else { return false }
         let now = Self.now()
-        guard let (socket, wakeNeeded) = table.withLock({ $0.callOut(id, to: target, requestedMs: env.timeoutMs, now: now) }) else { return false }
+        guard let (socket, wakeNeeded) = table.withLock({
+            $0.callOut(id, to: target, requestedMs: env.timeoutMs, now: now, stream: env.stream, input: env.input)
+        }) else { return false }
         if wakeNeeded { wake() }
         switch socket.send(header: UInt32(bytes.count), body: bytes, wait: false) {
         case .sent:

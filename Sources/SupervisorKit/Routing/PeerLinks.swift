@@ -72,7 +72,8 @@ extension Router {
         let timeout = timeout(for: record, requested: nil)
         // The callee's end first: a call the caller sends at once waits in the socket until it is read.
         guard sendOrder(PeerLinkOrder(kind: .callee, peer: caller.identifier, link: link.number), with: pair[1], to: callee, calleeChannel),
-              sendOrder(PeerLinkOrder(kind: .caller, peer: callee.identifier, link: link.number, timeoutMs: timeout),
+              sendOrder(PeerLinkOrder(kind: .caller, peer: callee.identifier, link: link.number, timeoutMs: timeout,
+                                      streamIdleTimeoutMs: streamIdleTimeout(for: record)),
                         with: pair[0], to: caller, callerChannel) else { return }
         caller.linksOut[callee.identifier] = link
         caller.linkedCallees.insert(callee.identifier)
@@ -167,7 +168,16 @@ extension Router {
         if let problem = report.calls.problem {
             return effects.post(.protocolViolation(instance, "linkCalls with \(problem)"))
         }
+        if let problem = report.streams?.problem {
+            return effects.post(.protocolViolation(instance, "linkCalls with \(problem)"))
+        }
         metrics.calls(report.target).add(report.calls)
+        if let streams = report.streams {
+            let counters = metrics.streams(report.target)
+            counters.opened.increment(by: streams.opened)
+            counters.answer.increment(by: streams.answer)
+            counters.input.increment(by: streams.input)
+        }
         // Its link ended by itself: forgotten, so the next call through here makes a new one.
         if let ended = report.endedLink, let link = instance.linksOut[report.target], link.number == ended {
             link.callee.mayHaveEnded = true

@@ -49,11 +49,17 @@ final class StreamFlow {
 }
 
 extension Router {
+    /// The longest a stream to or from `record` may move no chunk: its `limits.streamIdleTimeoutMs`,
+    /// else the configuration's; a day for a plugin run with `--debug`.
+    func streamIdleTimeout(for record: PluginRecord) -> Int {
+        config.isDebugged(record.identifier) ? SupervisorConfig.longestTimeoutMs
+            : record.manifest.limits.streamIdleTimeoutMs ?? config.streamIdleTimeoutMs
+    }
+
     /// The stream of a call being forwarded to `record`, if it has one (`"stream"` or `"input"`).
     func streamFlow(_ kind: MessageKind, _ env: Envelope, to record: PluginRecord, callDeadline: NIODeadline) -> StreamFlow? {
         guard kind == .call, env.stream || env.input else { return nil }
-        let ms = config.isDebugged(record.identifier) ? SupervisorConfig.longestTimeoutMs
-            : record.manifest.limits.streamIdleTimeoutMs ?? config.streamIdleTimeoutMs
+        let ms = streamIdleTimeout(for: record)
         let counters = metrics.streams(record.identifier)
         counters.opened.increment()
         return StreamFlow(answers: env.stream, input: env.input, idle: .milliseconds(Int64(ms)), callDeadline: callDeadline, counters: counters)

@@ -141,6 +141,7 @@ final class TestKit: Pluggable {
         var crashAt: Int?
     }
     struct Row: Codable, Sendable, Equatable { var row: Int }
+    struct BlobParams: Codable, Sendable { var count: Int; var size: Int }
     struct RelayParams: Codable, Sendable { var target: String; var count: Int; var takeOnly: Int? }
     /// What the stream methods did, for the tests: rows sent, streams ended by cancellation,
     /// streams completed, and the last stream's row count when it ended.
@@ -163,6 +164,12 @@ final class TestKit: Pluggable {
                 streams.withLock { $0.cancelled += 1 }
                 throw CancellationError()
             }
+        }
+        // `count` strings of `size` bytes ('x'), as fast as the reader takes them (supervisor-bench's
+        // stream throughput; the same 64 KiB payloads as the go-plugin peer's gRPC stream).
+        api.stream("blob") { (p: BlobParams, out: StreamOutput<String>) in
+            let text = String(repeating: "x", count: max(0, p.size))
+            for _ in 0..<max(0, p.count) { try await out.send(text) }
         }
         api.method("streamReport") { [self] () -> StreamReport in streams.withLock { $0 } }
         // The sum of an input of integers, then each running total as an element.
@@ -188,8 +195,51 @@ final class TestKit: Pluggable {
         }
     }
 
+    struct ViaParams: Codable, Sendable { var target: String; var method: String?; var count: Int?; var sleepMs: Int? }
+
+    /// Streams this plugin reads from a dependency (over a peer link once there is one).
+    private func exportStreamReaders(_ api: PluginAPI) {
+        // `count` integers 1… as the input of `target`'s `sum`; its last running total.
+        api.method("sumVia") { [weak self] (p: ViaParams) async throws -> Int in
+            guard let self else { return 0 }
+            let numbers = AsyncStream<Int> { c in
+                for i in 1...max(1, p.count ?? 1) { c.yield(i) }
+                c.finish()
+            }
+            var last = 0
+            for try await total in try ctx().stream(p.target, "sum", Empty(), input: numbers, as: Int.self) { last = total }
+            return last
+        }
+        // Reads one row of `target`'s endless stream, then stops reading for `sleepMs` and reads on:
+        // the error code that ends it (a reader that stalls past the idle timeout gets `timeout`).
+        api.method("stallVia") { [weak self] (p: ViaParams) async throws -> String in
+            guard let self else { return "" }
+            var iterator = try ctx().stream(p.target, "rows", RowsParams(count: 1_000_000), as: Row.self).makeAsyncIterator()
+            _ = try await iterator.next()
+            try await Task.sleep(for: .milliseconds(p.sleepMs ?? 0))
+            do {
+                while try await iterator.next() != nil {}
+                return "ended"
+            } catch let error as PluginError {
+                return error.code
+            }
+        }
+        // Reads `target`'s stream `method` to its end: how many elements, or the error code.
+        api.method("countVia") { [weak self] (p: ViaParams) async throws -> String in
+            guard let self else { return "" }
+            var n = 0
+            do {
+                for try await _ in try ctx().stream(p.target, p.method ?? "rows", RowsParams(count: p.count ?? 0), as: JSONValue.self) { n += 1 }
+                return "\(n)"
+            } catch let error as PluginError {
+                return "\(error.code) after \(n)"
+            }
+        }
+    }
+
     func exports(_ api: PluginAPI) {
         exportStreams(api)
+        exportStreamReaders(api)
         api.method("echo") { (value: JSONValue) in value }
         // The cheapest call: no parameters, a constant result (benchmarks).
         api.method("ping") { () -> Int in 1 }

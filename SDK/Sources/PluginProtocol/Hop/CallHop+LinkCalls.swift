@@ -13,15 +13,19 @@ extension CallHop {
         /// The link to `target` with this number ended by itself (its other end closed, or it broke):
         /// the supervisor may make a new one.
         public var endedLink: UInt64?
+        /// Streams over the link since the last report (`plugin_streams_total`,
+        /// `plugin_stream_chunks_total`); absent when there were none.
+        public var streams: StreamTally?
 
-        public init(target: String, calls: Tally, endedLink: UInt64? = nil) {
+        public init(target: String, calls: Tally, endedLink: UInt64? = nil, streams: StreamTally? = nil) {
             self.target = target
             self.calls = calls
             self.endedLink = endedLink
+            self.streams = streams
         }
 
         enum CodingKeys: String, CodingKey {
-            case type, target, counts, buckets, sumNs, endedLink
+            case type, target, counts, buckets, sumNs, endedLink, streams
         }
 
         public init(from decoder: Decoder) throws {
@@ -31,6 +35,7 @@ extension CallHop {
             calls = Tally(counts: try c.decode(Counts.self, forKey: .counts), buckets: try c.decode([Int64].self, forKey: .buckets),
                           sumNs: try c.decode(Int64.self, forKey: .sumNs))
             endedLink = try c.decodeIfPresent(UInt64.self, forKey: .endedLink)
+            streams = try c.decodeIfPresent(StreamTally.self, forKey: .streams)
         }
 
         public func encode(to encoder: Encoder) throws {
@@ -41,6 +46,25 @@ extension CallHop {
             try c.encode(calls.buckets, forKey: .buckets)
             try c.encode(calls.sumNs, forKey: .sumNs)
             try c.encodeIfPresent(endedLink, forKey: .endedLink)
+            try c.encodeIfPresent(streams, forKey: .streams)
         }
+    }
+
+    /// What a caller's worker counted of the streams over one link: calls with a stream, chunks
+    /// of their answers (from the callee) and of their input (to it).
+    public struct StreamTally: Codable, Sendable, Equatable {
+        public var opened: Int64 = 0
+        public var answer: Int64 = 0
+        public var input: Int64 = 0
+
+        public init(opened: Int64 = 0, answer: Int64 = 0, input: Int64 = 0) {
+            self.opened = opened
+            self.answer = answer
+            self.input = input
+        }
+
+        public var isEmpty: Bool { opened == 0 && answer == 0 && input == 0 }
+        /// Why a report's counts cannot be true (negative), or nil.
+        public var problem: String? { opened < 0 || answer < 0 || input < 0 ? "negative stream counts" : nil }
     }
 }

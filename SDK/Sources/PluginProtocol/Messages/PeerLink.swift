@@ -24,12 +24,16 @@ public struct PeerLinkOrder: Codable, Sendable, Equatable {
     public var link: UInt64
     /// `caller`: the callee's call timeout, for calls that name none (`CallHop.timeoutMs`).
     public var timeoutMs: Int?
+    /// `caller`: the callee's stream idle timeout (`limits.streamIdleTimeoutMs`, else the
+    /// supervisor's), for streams over the link (docs/protocol.md "Streams").
+    public var streamIdleTimeoutMs: Int?
 
-    public init(kind: Kind, peer: String, link: UInt64, timeoutMs: Int? = nil) {
+    public init(kind: Kind, peer: String, link: UInt64, timeoutMs: Int? = nil, streamIdleTimeoutMs: Int? = nil) {
         self.kind = kind
         self.peer = peer
         self.link = link
         self.timeoutMs = timeoutMs
+        self.streamIdleTimeoutMs = streamIdleTimeoutMs
     }
 
     /// Largest order accepted (they are small; anything larger is not from the supervisor).
