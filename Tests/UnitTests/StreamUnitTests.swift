@@ -100,4 +100,37 @@ import Testing
         cancelled.cancel()
         await #expect(throws: CancellationError.self) { try await cancelled.value }
     }
+
+    @Test func theWordAtATimeScanFindsWhatTheByteLoopFinds() {
+        // Every special byte at every offset around the word boundaries, and none at all.
+        for length in [0, 1, 7, 8, 9, 15, 16, 17, 31, 64, 100] {
+            let plain = [UInt8](repeating: UInt8(ascii: "x"), count: length)
+            #expect(plain.withUnsafeBytes { JSONScanner.firstSpecial($0, from: 0) } == length)
+            for at in 0..<length {
+                for special: UInt8 in [0x00, 0x0A, 0x1F, 0x22, 0x5C] {
+                    var bytes = plain
+                    bytes[at] = special
+                    // Bytes that are not special around it: high ones (UTF-8), 0x20, 0x21, 0x23, 0x5B, 0x5D.
+                    if at + 1 < length { bytes[at + 1] = 0xE2 }
+                    if at > 0 { bytes[at - 1] = [0x20, 0x21, 0x23, 0x5B, 0x5D, 0xFF][at % 6] }
+                    let found = bytes.withUnsafeBytes { JSONScanner.firstSpecial($0, from: 0) }
+                    #expect(found == at, "length \(length), \(special) at \(at)")
+                    if at > 0 { #expect(bytes.withUnsafeBytes { JSONScanner.firstSpecial($0, from: at) } == at) }
+                }
+            }
+        }
+        // UTF-8 and DEL are not special.
+        let text = Array("héllo wörld \u{7F} 日本語 and more text".utf8)
+        #expect(text.withUnsafeBytes { JSONScanner.firstSpecial($0, from: 0) } == text.count)
+    }
+
+    @Test func aRelayedChunkIsItsHeadTheDataAndTheTail() throws {
+        let data = Array(#"{"x":[1,2,3]}"#.utf8)
+        var whole = StreamFrames.chunkHead(id: 4, seq: 9, dataCount: data.count, into: [UInt8]())
+        whole += data
+        whole += StreamFrames.chunkTail
+        #expect(whole == data.withUnsafeBytes { StreamFrames.chunk(id: 4, seq: 9, data: $0, into: [UInt8]()) })
+        let env = try Self.env(whole)
+        #expect(env.kind == .chunk && env.id == 4 && env.seq == 9)
+    }
 }

@@ -200,14 +200,21 @@ enum Plain {
         if T.self == Int.self { return Array(String(value as! Int).utf8) }
         if T.self == Bool.self { return Array(((value as! Bool) ? "true" : "false").utf8) }
         if T.self == String.self {
-            let text = value as! String
+            var text = value as! String
             // Quotes, backslashes and control characters need escapes: JSONEncoder writes those.
-            guard !text.utf8.contains(where: { $0 == 0x22 || $0 == 0x5C || $0 < 0x20 }) else { return nil }
-            var out: [UInt8] = [0x22]
-            out.reserveCapacity(text.utf8.count + 2)
-            out.append(contentsOf: text.utf8)
-            out.append(0x22)
-            return out
+            // Scanned and copied from the string's contiguous UTF-8 (a native string's own storage).
+            return text.withUTF8 { utf8 -> [UInt8]? in
+                let raw = UnsafeRawBufferPointer(utf8)
+                guard JSONScanner.firstSpecial(raw, from: 0) == raw.count else { return nil }
+                return [UInt8](unsafeUninitializedCapacity: raw.count + 2) { out, count in
+                    out[0] = 0x22
+                    if let source = raw.baseAddress, raw.count > 0 {
+                        UnsafeMutableRawPointer(out.baseAddress! + 1).copyMemory(from: source, byteCount: raw.count)
+                    }
+                    out[raw.count + 1] = 0x22
+                    count = raw.count + 2
+                }
+            }
         }
         return nil
     }
@@ -224,7 +231,7 @@ enum Plain {
             let bytes = trimmed(raw)
             guard bytes.count >= 2, bytes.first == 0x22, bytes.last == 0x22 else { return nil }
             let inner = bytes.dropFirst().dropLast()
-            guard !inner.contains(where: { $0 == 0x22 || $0 == 0x5C || $0 < 0x20 }) else { return nil }
+            guard JSONScanner.firstSpecial(UnsafeRawBufferPointer(rebasing: inner), from: 0) == inner.count else { return nil }
             // Invalid UTF-8 is JSONDecoder's to refuse.
             guard let text = String(validating: inner, as: UTF8.self) else { return nil }
             return (text as! T)
@@ -250,10 +257,12 @@ enum Plain {
         return value
     }
 
-    private static func trimmed(_ raw: UnsafeRawBufferPointer) -> ArraySlice<UInt8> {
-        var bytes = Array(raw)[...]
-        while let first = bytes.first, first == 0x20 || first == 0x0A || first == 0x0D || first == 0x09 { bytes = bytes.dropFirst() }
-        while let last = bytes.last, last == 0x20 || last == 0x0A || last == 0x0D || last == 0x09 { bytes = bytes.dropLast() }
-        return bytes
+    /// `raw` without the whitespace around it (no copy).
+    private static func trimmed(_ raw: UnsafeRawBufferPointer) -> Slice<UnsafeRawBufferPointer> {
+        func isSpace(_ c: UInt8) -> Bool { c == 0x20 || c == 0x0A || c == 0x0D || c == 0x09 }
+        var lo = 0, hi = raw.count
+        while lo < hi, isSpace(raw[lo]) { lo += 1 }
+        while hi > lo, isSpace(raw[hi - 1]) { hi -= 1 }
+        return raw[lo..<hi]
     }
 }

@@ -28,7 +28,7 @@ extension Router {
             case .request(let kind):
                 if let env { return pluginRequest(instance, kind, env, bytes) }
             case .stream(let kind):
-                if let env, let why = streamMessage(from: instance, kind, env, bytes) {
+                if let env, let why = streamMessage(from: instance, kind, env, bytes, frame: frame) {
                     effects.post(.protocolViolation(instance, why))
                 }
             case .cancel(let id):

@@ -33,6 +33,26 @@ public enum StreamFrames {
         return frame.finish()
     }
 
+    /// Writes a chunk's length prefix and every member up to `"data":`, for a frame whose `data`
+    /// (`dataCount` bytes of raw JSON) is written after it as it is, then `chunkTail`: a relay
+    /// passes a large element on without copying it into a new frame.
+    @inlinable
+    public static func chunkHead<Sink: FrameSink>(id: UInt64, seq: UInt64, dataCount: Int, input: Bool = false,
+                                                  into sink: consuming Sink) -> Sink {
+        var frame = FrameEncoder(kind: .chunk, into: sink)
+        frame.uint("id", id)
+        if input { frame.flag("input") }
+        frame.uint("seq", seq)
+        frame.appendKey("data")
+        // The prefix covers what follows too: the data and the tail.
+        let body = frame.sink.writtenCount - frame.start - Frame.headerSize + dataCount + chunkTail.count
+        frame.sink.setLengthPrefix(UInt32(body), at: frame.start)
+        return frame.sink
+    }
+
+    /// What follows a chunk's data after `chunkHead`.
+    public static let chunkTail: [UInt8] = [UInt8(ascii: "}")]
+
     /// Writes the end of a call's input, after `count` chunks.
     @inlinable
     public static func inputEnd<Sink: FrameSink>(id: UInt64, count: UInt64, into sink: consuming Sink) -> Sink {
