@@ -108,10 +108,12 @@ extension SupervisorClient {
             return link
         }
         Threads.start(name: "supervisor-client") { [weak self] in
-            while let frame = try? link.connection.receiveFrame() {
-                guard let self else { break }
-                self.received(frame, on: link)
-            }
+            // Each frame is read where the connection's decoder holds it (no copy of a large one).
+            while let more = try? link.connection.receive({ body -> Bool in
+                guard let self else { return false }
+                self.received(body, on: link)
+                return true
+            }), more {}
             self?.ended(link)
             link.connection.close()
         }
@@ -166,34 +168,32 @@ extension SupervisorClient {
     }
 
     /// One frame from the supervisor.
-    func received(_ frame: [UInt8], on link: Link) {
-        frame.withUnsafeBytes { bytes in
-            guard let env = try? Envelope.parse(bytes), let kind = env.kind else { return }
-            switch kind {
-            case .reply:
-                guard let id = env.id else { return }
-                guard let waiter = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return streamEnded(id, env, bytes) }
-                waiter.continuation.resume(with: HostCoding.answer(of: env, in: bytes).mapError { $0 as any Error })
-            case .chunk, .credit:
-                streamFrame(kind, env, bytes)
-            case .hostEvent:
-                guard let id = env.id, let follower = state.withLock({ $0.streams[id] }),
-                      let event = try? ProtocolJSON.decode(HostEvent.self, from: bytes) else { return }
-                follower.continuation.yield(event)
-            case .call:
-                guard let id = env.id else { return }
-                let method = Envelope.string(bytes, env.method) ?? ""
-                let params = env.params.map { Array(bytes[$0]) } ?? Array("null".utf8)
-                hostCall(id, method, params, on: link)
-            case .unlink:
-                guard let id = env.id, let number = try? ProtocolJSON.decode(UnlinkOrder.self, from: bytes).link else { return }
-                unlink(number, answering: id, on: link)
-            case .cancel:
-                guard let id = env.id else { return }
-                state.withLock { $0.hostCalls.removeValue(forKey: id) }??.cancel()
-            default:
-                break  // `progress`: this client asks for nothing long.
-            }
+    func received(_ bytes: UnsafeRawBufferPointer, on link: Link) {
+        guard let env = try? Envelope.parse(bytes), let kind = env.kind else { return }
+        switch kind {
+        case .reply:
+            guard let id = env.id else { return }
+            guard let waiter = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return streamEnded(id, env, bytes) }
+            waiter.continuation.resume(with: HostCoding.answer(of: env, in: bytes).mapError { $0 as any Error })
+        case .chunk, .credit:
+            streamFrame(kind, env, bytes)
+        case .hostEvent:
+            guard let id = env.id, let follower = state.withLock({ $0.streams[id] }),
+                  let event = try? ProtocolJSON.decode(HostEvent.self, from: bytes) else { return }
+            follower.continuation.yield(event)
+        case .call:
+            guard let id = env.id else { return }
+            let method = Envelope.string(bytes, env.method) ?? ""
+            let params = env.params.map { Array(bytes[$0]) } ?? Array("null".utf8)
+            hostCall(id, method, params, on: link)
+        case .unlink:
+            guard let id = env.id, let number = try? ProtocolJSON.decode(UnlinkOrder.self, from: bytes).link else { return }
+            unlink(number, answering: id, on: link)
+        case .cancel:
+            guard let id = env.id else { return }
+            state.withLock { $0.hostCalls.removeValue(forKey: id) }??.cancel()
+        default:
+            break  // `progress`: this client asks for nothing long.
         }
     }
 

@@ -210,11 +210,12 @@ final class TestKit: Pluggable {
             for try await total in try ctx().stream(p.target, "sum", Empty(), input: numbers, as: Int.self) { last = total }
             return last
         }
-        // Reads one row of `target`'s endless stream, then stops reading for `sleepMs` and reads on:
+        // Reads one element of `target`'s endless stream (`method`, else `rows`), then stops reading
+        // for `sleepMs` and reads on:
         // the error code that ends it (a reader that stalls past the idle timeout gets `timeout`).
         api.method("stallVia") { [weak self] (p: ViaParams) async throws -> String in
             guard let self else { return "" }
-            var iterator = try ctx().stream(p.target, "rows", RowsParams(count: 1_000_000), as: Row.self).makeAsyncIterator()
+            var iterator = try ctx().stream(p.target, p.method ?? "rows", RowsParams(count: 1_000_000), as: JSONValue.self).makeAsyncIterator()
             _ = try await iterator.next()
             try await Task.sleep(for: .milliseconds(p.sleepMs ?? 0))
             do {
