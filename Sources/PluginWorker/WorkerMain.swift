@@ -92,6 +92,8 @@ public func workerMain() -> Int32 {
     let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links)
     SignalRelay.start(host: host)
 
+    // Before any plugin code runs (its constructors): a stray profiling tick must not end it.
+    Sandbox.ignoreProfilingSignal()
     let plugin: UnsafePointer<sp_plugin>
     do { plugin = try PluginLoader.load(library: spec.library, host: host.host) } catch { fail(error, connection: connection) }
     host.attach(plugin)
