@@ -83,7 +83,8 @@ let package = Package(
         // installer; links no SwiftNIO.
         .target(name: "Bundles", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "LinuxSupport"], path: "Sources/Bundles"),
         // The control socket's client (the CLI's, and a host program's): over IPC, speaks Protocol.
-        .target(name: "SupervisorClient", dependencies: ["IPC", "Protocol", "LinuxSupport", "CLinuxSupport", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/SupervisorClient"),
+        .target(name: "SupervisorClient", dependencies: ["IPC", "Protocol", "LinuxSupport", "CLinuxSupport", .product(name: "PluginProtocol", package: "SDK"),
+                                                         .product(name: "CPluginABI", package: "SDK")], path: "Sources/SupervisorClient"),
         // Landlock and seccomp filters in Swift, for the worker and the installer.
         .target(name: "Confinement", dependencies: ["CSandboxSupport", "CSeccomp", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/Confinement"),
         // The worker's code, entered at `sp_worker_main`: linked into `plugin-worker`, and loaded as
@@ -99,7 +100,7 @@ let package = Package(
         .target(
             name: "SupervisorKit",
             dependencies: [
-                .product(name: "PluginProtocol", package: "SDK"), "Protocol", "IPC", "LinuxSupport", "Bundles", "CSeccomp", "Confinement",
+                .product(name: "PluginProtocol", package: "SDK"), .product(name: "CPluginABI", package: "SDK"), "Protocol", "IPC", "LinuxSupport", "Bundles", "CSeccomp", "Confinement",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

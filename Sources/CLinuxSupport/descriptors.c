@@ -69,6 +69,67 @@ int cls_receive_fd(int sock, int *fd) {
     return *fd >= 0 ? 1 : -EBADMSG; /* a byte without a descriptor: not what a worker sends */
 }
 
+const void *cls_find(const void *haystack, size_t length, const void *needle, size_t needle_length) {
+    return memmem(haystack, length, needle, needle_length);
+}
+
+long cls_send_fds(int sock, const int *fds, int count, const void *data, size_t len) {
+    if (count < 0 || count > CLS_MAX_PASSED_FDS) return -EINVAL;
+    struct iovec iov = { (void *)data, len };
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int) * CLS_MAX_PASSED_FDS)]; } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr msg = { 0 };
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (count > 0) {
+        msg.msg_control = control.buf;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)count);
+    }
+    for (;;) {
+        ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+        if (n >= 0) return (long)n;
+        if (errno != EINTR) return -errno;
+    }
+}
+
+long cls_receive_fds(int sock, void *data, size_t len, int *fds, int max, int *count) {
+    *count = 0;
+    struct iovec iov = { data, len };
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int) * CLS_MAX_PASSED_FDS)]; } control;
+    struct msghdr msg = { 0 };
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof control.buf;
+    ssize_t n;
+    do { n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT); } while (n < 0 && errno == EINTR);
+    if (n < 0) return -errno;
+    int got = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + sizeof(int) * (size_t)i, sizeof(int));
+            /* More than the caller takes: closed, and the message counts as wrong (below). */
+            if (got < max) fds[got++] = fd; else { close(fd); got = max + 1; }
+        }
+    }
+    /* Descriptors dropped for want of room (or more than expected): not the message that was
+       sent; whatever came is closed. */
+    if ((msg.msg_flags & MSG_CTRUNC) || got > max) {
+        for (int i = 0; i < got && i < max; i++) close(fds[i]);
+        return -EBADMSG;
+    }
+    *count = got;
+    return (long)n;
+}
+
 long cls_send_with_fd(int sock, int fd, const void *data, size_t len) {
     return send_with_fd(sock, fd, data, len, MSG_DONTWAIT);
 }

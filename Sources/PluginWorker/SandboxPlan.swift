@@ -60,7 +60,8 @@ struct SandboxPlan {
         supervisorPID = spec.supervisorPID
         socketFD = spec.socketFD
         descriptorChannelFD = spec.descriptorChannelFD
-        keepsDescriptorChannel = spec.peerLinks == true && spec.descriptorChannelFD != nil
+        // Kept for bytes passed as descriptors (the worker sends them there) and for peer links.
+        keepsDescriptorChannel = spec.descriptorChannelFD != nil
         hostNetworkNamespace = spec.hostNetworkNamespace
         uid = spec.uid
         gid = spec.gid

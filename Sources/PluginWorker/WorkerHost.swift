@@ -1,6 +1,8 @@
+import CLinuxSupport
 import CPluginABI
 import CSandboxSupport
 import IPC
+import LinuxSupport
 import PluginProtocol
 import Synchronization
 #if canImport(Glibc)
@@ -23,11 +25,19 @@ final class WorkerHost: Sendable {
     nonisolated(unsafe) let host: UnsafeMutablePointer<sp_host>
     /// Direct links to other plugins' workers, when the supervisor offers them (PeerLinks.swift).
     let links: PeerLinks?
+    /// The descriptor channel (this worker's copy), where the descriptors of a message's
+    /// attachments go just before the message itself (docs/protocol.md "Bytes"); nil without one
+    /// (no sandbox): bytes then travel inline only.
+    let payloadChannel: Int32?
+    /// Held across a message's descriptors and the message, so the supervisor reads them in the
+    /// same order on the two sockets.
+    private let payloadOrder = Mutex(())
 
-    init(connection: BlockingConnection, maxBody: Int, links: PeerLinks?) {
+    init(connection: BlockingConnection, maxBody: Int, links: PeerLinks?, payloadChannel: Int32? = nil) {
         self.connection = connection
         self.maxBody = maxBody
         self.links = links
+        self.payloadChannel = payloadChannel
         host = UnsafeMutablePointer<sp_host>.allocate(capacity: 1)
         host.initialize(to: sp_host(abi_version: UInt32(SP_ABI_VERSION), ctx: nil, send: workerHostSend))
         host.pointee.ctx = Unmanaged.passUnretained(self).toOpaque()
@@ -74,12 +84,64 @@ final class WorkerHost: Sendable {
         if bytes.isEmpty { return -EINVAL }
         if bytes.count > maxBody { return -EMSGSIZE }
         if localPending.load(ordering: .acquiring) > 0, interceptLocalReply(bytes) { return 0 }
-        if let links, links.active, links.intercept(bytes) { return 0 }
+        let attached = Self.mayHaveAttachments(bytes)
+        if let links, links.active, links.intercept(bytes, attachments: attached) { return 0 }
+        if attached { return sendWithAttachments(bytes) }
         do {
             try connection.sendBody(bytes)
             return 0
         } catch {
             return -error.errno
+        }
+    }
+
+    private static let attachmentsKey = Array(#""attachments""#.utf8)
+
+    /// Whether the message may list attachments: a search for the member's name (memmem), before
+    /// any parse (most messages have none).
+    @inline(__always)
+    static func mayHaveAttachments(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        bytes.count > attachmentsKey.count
+            && attachmentsKey.withUnsafeBytes { key in cls_find(bytes.baseAddress, bytes.count, key.baseAddress, key.count) != nil }
+    }
+
+    /// A message with bytes attached (docs/abi.md "Bytes"): its inline bytes must be what it says,
+    /// each descriptor a sealed memfd of the length it says (`sp_bytes_check`); the descriptors go
+    /// on the descriptor channel, then the message. A message that breaks these is not sent:
+    /// -EINVAL (shape, lengths), -EBADF or -EPERM (a descriptor), -EOPNOTSUPP (descriptors without
+    /// a channel: no sandbox).
+    private func sendWithAttachments(_ bytes: UnsafeRawBufferPointer) -> Int32 {
+        guard let env = try? Envelope.parse(bytes), let range = env.attachments,
+              let list = try? Attachments.read(bytes, range) else { return -EINVAL }
+        guard Attachments.inlineCount(list) == env.tail?.count ?? 0 else { return -EINVAL }
+        var fds: [Int32] = []
+        for a in list {
+            switch a.place {
+            case .inline: continue
+            case .token: return -EINVAL
+            case .descriptor(let fd):
+                guard fd >= 0 else { return -EBADF }
+                let rc = sp_bytes_check(fd, UInt64(a.length))
+                if rc != 0 { return rc }
+                fds.append(fd)
+            }
+        }
+        guard !fds.isEmpty else {
+            do { try connection.sendBody(bytes); return 0 } catch { return -error.errno }
+        }
+        guard let channel = payloadChannel else { return -EOPNOTSUPP }
+        return payloadOrder.withLock { _ -> Int32 in
+            var marker = UInt8(ascii: "P")
+            let sent = fds.withUnsafeBufferPointer { cls_send_fds(channel, $0.baseAddress, Int32($0.count), &marker, 1) }
+            guard sent == 1 else { return sent < 0 ? Int32(sent) : -EIO }
+            do {
+                try connection.sendBody(bytes)
+                return 0
+            } catch let error as SystemError {
+                return -error.errno
+            } catch {
+                return -EIO
+            }
         }
     }
 

@@ -87,9 +87,13 @@ public func workerMain() -> Int32 {
     }
 
     // The descriptor channel stays open for peer links when the supervisor offers them (PeerLinks/).
-    let links = confinement.keptDescriptorChannel ? spec.descriptorChannelFD.flatMap { PeerLinks(channel: $0, connection: connection, identifier: spec.identifier, maxBody: spec.maxFrameBytes,
-                                                                                        maxDepth: spec.maxJSONDepth ?? Frame.defaultMaxDepth) } : nil
-    let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links)
+    let channel = confinement.keptDescriptorChannel ? spec.descriptorChannelFD : nil
+    let links = spec.peerLinks == true ? channel.flatMap { PeerLinks(channel: $0, connection: connection, identifier: spec.identifier, maxBody: spec.maxFrameBytes,
+                                                                     maxDepth: spec.maxJSONDepth ?? Frame.defaultMaxDepth) } : nil
+    // Its own copy for bytes passed as descriptors: the links thread closes its copy if the
+    // channel breaks, and a number closed under the other's feet could be reused.
+    let payloadChannel = channel.map { fcntl($0, F_DUPFD_CLOEXEC, 3) }.flatMap { $0 >= 0 ? $0 : nil }
+    let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links, payloadChannel: payloadChannel)
     SignalRelay.start(host: host)
 
     // Before any plugin code runs (its constructors): a stray profiling tick must not end it.

@@ -1,4 +1,7 @@
 import ArgumentParser
+#if canImport(Glibc)
+import Glibc
+#endif
 import LinuxSupport
 import Protocol
 import SupervisorClient
@@ -23,12 +26,16 @@ struct Call: ParsableCommand {
     @Flag(help: "Call a method that answers with a stream: print each element as one JSON line as it arrives (then the final result, unless it is null).")
     var stream = false
 
+    @Option(help: "Write the bytes the answer carries (a method that answers with raw bytes) to this file instead of printing them; prints {\"bytes\": N, \"output\": FILE}.")
+    var output: String?
+
     func validate() throws {
         if let params { try JSONArgument.check(params, name: "<json-params>") }
     }
 
     func run() throws {
         if stream { return try runStream() }
+        if let output { return try runWithOutput(output) }
         try options.run(.call) { b in
             b.string("target", plugin.identifier)
             b.string("method", method)
@@ -40,6 +47,49 @@ struct Call: ParsableCommand {
 }
 
 extension Call {
+    /// `--output FILE`: the answer's bytes (`{"$bytes": i}`, else its first attachment) go to the
+    /// file, the kernel copying a memfd's pages (`sendfile`); without any, the result is printed.
+    private func runWithOutput(_ path: String) throws {
+        let answer: (result: [UInt8], bytes: [AttachedBytes])
+        do throws(SupervisorConnection.Failure) {
+            let client = try SupervisorConnection(socketPath: options.socketPath, startingWait: options.wait ?? 5, waitForAny: options.wait != nil)
+            defer { client.close() }
+            answer = try client.requestWithBytes(.call) { b in
+                b.string("target", plugin.identifier)
+                b.string("method", method)
+                if let params { b.raw("params", Array(params.utf8)) }
+                if let timeout { b.uint("timeoutMs", timeout) }
+                if let traceparent = trace.traceparent { b.string("traceparent", traceparent) }
+            }
+        } catch {
+            StandardError.write("\(error)\n")
+            throw ExitCode(error.isRemote ? 1 : 2)
+        }
+        defer { for b in answer.bytes { b.close() } }
+        let index = Self.bytesIndex(answer.result) ?? 0
+        guard index < answer.bytes.count else {
+            StandardError.write("the answer carries no bytes (its result: \(String(decoding: answer.result.prefix(200), as: UTF8.self)))\n")
+            throw ExitCode(1)
+        }
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            StandardError.write("cannot write \(path): \(String(cString: strerror(errno)))\n")
+            throw ExitCode(2)
+        }
+        defer { close(fd) }
+        do { try answer.bytes[index].write(to: fd) } catch {
+            StandardError.write("cannot write \(path): \(error)\n")
+            throw ExitCode(2)
+        }
+        print(#"{"bytes":\#(answer.bytes[index].count),"output":"\#(path)"}"#)
+    }
+
+    /// `i` of a result that is exactly `{"$bytes": i}`.
+    static func bytesIndex(_ result: [UInt8]) -> Int? {
+        struct Placeholder: Decodable { var index: Int; enum CodingKeys: String, CodingKey { case index = "$bytes" } }
+        return (try? ProtocolJSON.decode(Placeholder.self, from: result))?.index
+    }
+
     /// `--stream`: one line per element, written as it arrives; the process's stdout is a pipe
     /// more often than not, so each line is flushed (a reader sees it at once).
     private func runStream() throws {

@@ -62,6 +62,18 @@ public struct SupervisorConnection {
     /// result JSON. `progress` gets each `progress` frame the supervisor sends before its reply.
     public func request(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in },
                         progress: (ProgressReport) -> Void = { _ in }) throws(Failure) -> [UInt8] {
+        let reply = try requestFrame(kind, fill, progress: progress)
+        let outcome: Result<[UInt8], Failure> = reply.withUnsafeBytes { bytes in
+            let env: Envelope
+            do { env = try Envelope.parse(bytes) } catch { return .failure(.broken("\(error)")) }
+            return HostCoding.answer(of: env, in: bytes).mapError { .remote($0) }
+        }
+        return try outcome.get()
+    }
+
+    /// Sends a request and returns its reply frame's body, whole.
+    func requestFrame(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void,
+                      progress: (ProgressReport) -> Void = { _ in }) throws(Failure) -> [UInt8] {
         var b = FrameBuilder(kind: kind)
         b.uint("id", 1)
         fill(&b)
@@ -73,12 +85,7 @@ public struct SupervisorConnection {
             progress(ProgressReport(stage: p.stage, done: p.done, total: p.total, message: p.message))
         }
         guard let reply else { throw .broken("the supervisor closed the connection without answering") }
-        let outcome: Result<[UInt8], Failure> = reply.withUnsafeBytes { bytes in
-            let env: Envelope
-            do { env = try Envelope.parse(bytes) } catch { return .failure(.broken("\(error)")) }
-            return HostCoding.answer(of: env, in: bytes).mapError { .remote($0) }
-        }
-        return try outcome.get()
+        return reply
     }
 
     /// Sends a call answered with a stream (SPEC §13; `fill` writes its fields, `stream` is added)

@@ -3,7 +3,8 @@
  * Build: cc -shared -fPIC -O2 -I Sources/CPluginABI/include -o libchello.so examples/CHello/chello.c
  *
  * Methods: "hello" → "hello from C"; "add" with params [a, b] → a + b; "pid" → the worker's pid;
- * "count" with params {"n": N}, called with "stream": true (supervisor call --stream), answers with
+ * "bytes" with params {"n": N} answers with N raw bytes, a file's worth (supervisor call --output FILE;
+ * docs/abi.md "Bytes"); "count" with params {"n": N}, called with "stream": true (supervisor call --stream), answers with
  * the stream {"i": 0} … {"i": N-1} (docs/abi.md, "Streams"): chunks go out as the reader's credit
  * allows, from `receive` itself, so the plugin needs no thread. It answers every event with a null
  * result. The JSON handling is deliberately minimal (the
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "sp_plugin.h"
+#include "sp_bytes.h"
 
 static const sp_host *g_host;
 
@@ -119,12 +121,39 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
             if (s == MAX_STREAMS) { reply_error(id, "unavailable", "too many streams at once"); return; }
             streams[s].id = id; streams[s].next = 0; streams[s].count = count; streams[s].credit = 16; streams[s].used = 1;
             pump(s);
+        } else if (strcmp(method, "bytes") == 0) {
+            /* {"n": N} → N raw bytes ('a' + i % 26), a file's worth: inline up to 64 KiB, else a
+               sealed memfd (sp_bytes.h). The result names them: {"$bytes": 0}. */
+            unsigned long long n = 0;
+            if (!find_uint(json, len, "n", &n) || n > (1ULL << 31)) { reply_error(id, "badRequest", "bytes takes {\"n\": N}, N up to 2 GiB"); return; }
+            char *data = malloc(n ? n : 1);
+            if (!data) { reply_error(id, "pluginError", "out of memory"); return; }
+            for (unsigned long long i = 0; i < n; i++) data[i] = (char)('a' + i % 26);
+            char head[160];
+            if (n <= SP_BYTES_INLINE_LIMIT) {
+                /* The JSON, one NUL, then the bytes: one message. */
+                int h = snprintf(head, sizeof head, "{\"type\":\"reply\",\"id\":%llu,\"result\":{\"$bytes\":0},\"attachments\":[{\"length\":%llu}]}", id, n);
+                char *message = malloc((size_t)h + 1 + n);
+                if (!message) { free(data); reply_error(id, "pluginError", "out of memory"); return; }
+                memcpy(message, head, (size_t)h);
+                message[h] = 0;
+                memcpy(message + h + 1, data, n);
+                g_host->send(g_host->ctx, (const uint8_t *)message, (size_t)h + 1 + n);
+                free(message);
+            } else {
+                int fd = sp_bytes_create(data, n);
+                if (fd < 0) { free(data); reply_error(id, "pluginError", "memfd_create failed"); return; }
+                int h = snprintf(head, sizeof head, "{\"type\":\"reply\",\"id\":%llu,\"result\":{\"$bytes\":0},\"attachments\":[{\"length\":%llu,\"fd\":%d}]}", id, n, fd);
+                g_host->send(g_host->ctx, (const uint8_t *)head, (size_t)h);
+                close(fd); /* the worker sent its own copy on */
+            }
+            free(data);
         } else if (strcmp(method, "pid") == 0) {
             char result[32];
             snprintf(result, sizeof result, "%d", (int)getpid());
             reply(id, result);
         } else {
-            reply_error(id, "notFound", "no such method; try hello, add, count or pid");
+            reply_error(id, "notFound", "no such method; try hello, add, count, bytes or pid");
         }
     } else if (strcmp(type, "open") == 0) {
         reply_error(id, "notFound", "this plugin has no routes");

@@ -29,6 +29,8 @@ public final class PluginAPI: Sendable {
         /// A method answering with a stream (Streams.swift): the params, the call's input (empty
         /// unless the caller sends one), where the answer goes.
         case stream(@Sendable ([UInt8]?, ChunkReceiver, StreamSender) async throws -> Void)
+        /// A method answering with raw bytes (Bytes.swift).
+        case bytes(@Sendable ([UInt8]?) async throws -> Bytes)
     }
 
     func register(_ name: String, _ handler: Handler) {

@@ -177,6 +177,8 @@ final class PluginRuntime: Sendable {
         case .async(let body, let execution):
             let params = env.params.map { Array(bytes[$0]) }
             run(id, Envelope.string(bytes, env.traceparent), execution) { try await body(params) }
+        case .bytes(let body):
+            runBytes(id, env, bytes, body)
         case .stream(let body):
             guard env.stream else {
                 return reply(id, error: PluginError.badRequest("\(method) answers with a stream: call it with \"stream\": true (supervisor call --stream, stream(...) in the host libraries, context.stream in a plugin)"))
@@ -205,6 +207,27 @@ final class PluginRuntime: Sendable {
                 }
                 try await body(params, input, sender)
                 return Array("null".utf8)
+            }
+        }
+    }
+
+    /// A bytes method's call: run as an async method is, answered with the bytes attached.
+    private func runBytes(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer,
+                          _ body: @escaping @Sendable ([UInt8]?) async throws -> Bytes) {
+        let params = env.params.map { Array(bytes[$0]) }
+        let trace = Envelope.string(bytes, env.traceparent)
+        // Inserted under the lock the task's own clean-up takes, so clean-up never runs first.
+        running.withLock { table in
+            table[id] = Task { [self] in
+                let outcome: Result<Bytes, any Error>
+                do { outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await body(params) }) } catch { outcome = .failure(error) }
+                running.withLock { _ = $0.removeValue(forKey: id) }
+                // A cancelled call was already answered by the supervisor (timeout, caller gone).
+                if Task.isCancelled { return }
+                switch outcome {
+                case .success(let result): reply(id, bytes: result)
+                case .failure(let error): reply(id, error: error)
+                }
             }
         }
     }

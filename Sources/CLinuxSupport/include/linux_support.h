@@ -120,6 +120,19 @@ int cls_receive_fd(int sock, int *fd);
 /* Peer links (docs/protocol.md): sends `len` bytes with `fd` attached unless it is -1, without
    waiting (MSG_DONTWAIT | MSG_NOSIGNAL): the bytes sent, or -errno (-EAGAIN: the socket is full). */
 long cls_send_with_fd(int sock, int fd, const void *data, size_t len);
+
+/* memmem (a GNU extension Swift's Glibc module leaves out). */
+const void *cls_find(const void *haystack, size_t length, const void *needle, size_t needle_length);
+
+/* The most descriptors one message carries (a frame's attachments, docs/protocol.md "Bytes"). */
+#define CLS_MAX_PASSED_FDS 16
+/* One sendmsg (blocking, EINTR retried, no SIGPIPE) of `len` bytes with `count` descriptors
+   attached: the bytes sent, or -errno. */
+long cls_send_fds(int sock, const int *fds, int count, const void *data, size_t len);
+/* One non-blocking recvmsg of up to `len` bytes and up to `max` descriptors (close-on-exec):
+   the bytes read (0: end of stream), *count the descriptors received; -EBADMSG when some were
+   dropped (MSG_CTRUNC) or more than `max` came (all closed), -EAGAIN when nothing waits. */
+long cls_receive_fds(int sock, void *data, size_t len, int *fds, int max, int *count);
 /* Reads up to `len` bytes (waiting for some), and the descriptor attached to them if any (*fd, made
    close-on-exec; else -1): the bytes read, 0 at end of stream, -errno. */
 long cls_receive_with_fd(int sock, void *data, size_t len, int *fd);

@@ -86,11 +86,19 @@ final class PeerLinks: Sendable {
 
     /// A message the plugin sends: true when it was taken here (a call sent over a link, or a reply
     /// to a call that came over one), false when it goes to the supervisor as usual.
-    func intercept(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    /// `attachments`: the message may carry bytes (docs/protocol.md "Bytes"): a call with them goes
+    /// through the supervisor, which passes descriptors on; an answer with them to a call that
+    /// came over a link is refused (a link carries no descriptors yet).
+    func intercept(_ bytes: UnsafeRawBufferPointer, attachments: Bool = false) -> Bool {
         // Most of what a plugin sends is replies to the supervisor's ids, which the SDK writes
         // `{"type":"reply","id":<digits>`: those are known without a parse.
         if let id = Self.leadingReplyID(bytes), !LinkTable<LinkSocket>.localIDs.contains(id) { return false }
         guard let env = try? Envelope.parse(bytes, maxDepth: maxDepth), let kind = env.kind, let id = env.id else { return false }
+        if attachments, env.attachments != nil {
+            guard LinkTable<LinkSocket>.localIDs.contains(id) else { return false }
+            if kind == .reply { refuseBytesOverLink(id) }
+            return true
+        }
         switch kind {
         case .reply where LinkTable<LinkSocket>.localIDs.contains(id): replyOverLink(id, env, bytes); return true
         case .call: return callOverLink(id, env, bytes)
@@ -175,6 +183,16 @@ final class PeerLinks: Sendable {
             wake()
             return true
         }
+    }
+
+    /// A plugin answered a call that came over a link with bytes: the caller gets `unavailable`,
+    /// saying why, instead (the link carries JSON only).
+    private func refuseBytesOverLink(_ id: UInt64) {
+        guard let served = table.withLock({ $0.answered(id) }) else { return }
+        var frame = FrameBuilder(kind: .reply)
+        frame.uint("id", served.peerID)
+        frame.error(.unavailable, "\(identifier) answered with bytes, which a peer link does not carry yet (peerLinks: false sends every call through the supervisor)")
+        _ = served.socket.send(frame: frame.finish(), wait: true)
     }
 
     private func replyOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {

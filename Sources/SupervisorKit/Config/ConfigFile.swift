@@ -38,6 +38,7 @@ extension SupervisorConfig {
         "plugins": { $0.pluginDirectories = try $1.strings() },
         "socket": { $0.socketPath = try $1.string() },
         "maxFrameBytes": positive(\.maxFrameBytes),
+        "maxPayloadMB": positive(\.maxPayloadMB),
         "startupTimeoutMs": positive(\.startupTimeoutMs),
         "callTimeoutMs": positive(\.callTimeoutMs),
         "streamIdleTimeoutMs": positive(\.streamIdleTimeoutMs),

@@ -50,6 +50,9 @@ public struct SupervisorConfig: Sendable {
     /// The `supervisor-installer` executable (default: beside the running supervisor).
     public var installerExecutable: String
     public var maxFrameBytes = Frame.defaultMaxBody
+    /// The largest bytes one attachment may carry (SPEC §13), in MiB; larger ones are refused with
+    /// `badRequest` before anything maps them.
+    public var maxPayloadMB = Attachments.defaultMaxPayloadMB
     public var maxJSONDepth = Frame.defaultMaxDepth
     /// A worker must say hello and answer `startup` within this.
     public var startupTimeoutMs = 10_000

@@ -28,7 +28,10 @@ final class Engine: SeesShared {
     /// The methods the embedding program provides to plugins (`@host`, SPEC §12).
     let hostMethods: HostMethods
     /// Where control clients pick up their direct links (nil: no control socket, or links off).
-    var handoff: LinkHandoff?
+    var handoff: LinkHandoff? {
+        get { shared.handoff }
+        set { shared.handoff = newValue }
+    }
     /// The embedding program's direct links (`Supervisor.linkForHost`), once it asked for one.
     private(set) var hostLinks: HostCaller?
 

@@ -49,6 +49,9 @@ final class Shared {
     /// Where each worker gets a control group of its own (nil without one: `cgroupsMissing` says why).
     var cgroups: CgroupTree?
     var cgroupsMissing = "sandbox switched off (--no-sandbox)"
+    /// Where control clients pick up descriptors: their direct links' ends and the bytes of
+    /// answers passed as descriptors (Routing/LinkHandoff.swift; nil without a control socket).
+    var handoff: LinkHandoff?
     /// Missing sandbox layers already warned about (once each).
     private var warnedMissingLayers = Set<String>()
 

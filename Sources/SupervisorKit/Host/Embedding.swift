@@ -25,8 +25,9 @@ extension Supervisor {
     /// for it (SPEC §8), up to its timeout.
     @discardableResult
     public func submit(_ frame: [UInt8], progress: (@Sendable (ProgressReport) -> Void)? = nil, stream: HostStreamHandlers? = nil,
+                       bytes: (@Sendable (HostBytes) -> Void)? = nil,
                        _ done: @escaping @Sendable (Result<[UInt8], ErrorBody>) -> Void) -> HostTicket {
-        let request = HostRequest(on: loop, progress: progress, stream: stream, done)
+        let request = HostRequest(on: loop, progress: progress, stream: stream, bytes: bytes, done)
         // Requests made while the loop has not yet taken the earlier ones join them: one task on the
         // loop (and at most one wake-up) per batch, not per request.
         let first = hostInbox.withLock { inbox in
@@ -71,6 +72,16 @@ extension Supervisor {
                 engine.shared.cancelInFlight([id: (callee, id)])
             }
         }
+    }
+
+    /// The bytes attached to an answer (SPEC §13), handed to the program just before the answer
+    /// itself: the attachments as the answer lists them (its `{"$bytes": i}` values refer to them
+    /// by index), the descriptors of those passed as sealed memfds (in their order; the program's
+    /// to map and close), and the inline ones' bytes, concatenated in their order.
+    public struct HostBytes: Sendable {
+        public let attachments: [Attachment]
+        public let descriptors: [Int32]
+        public let inline: [UInt8]
     }
 
     /// Where the chunks of a stream call's answer and the credit for its input go (SPEC §13), on

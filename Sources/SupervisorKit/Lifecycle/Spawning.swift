@@ -137,6 +137,9 @@ extension Lifecycle {
                 let copy = fcntl(raw, F_DUPFD_CLOEXEC, 3)
                 if copy >= 0 { instance.descriptorChannel = copy }
             }
+            // And the descriptors of the bytes it attaches to its messages (Routing/Payloads.swift).
+            let payloads = fcntl(raw, F_DUPFD_CLOEXEC, 3)
+            if payloads >= 0 { instance.payloadChannel = payloads }
             let process = instance.process
             let logger = logger
             let watchFilter: @Sendable () -> Void = {

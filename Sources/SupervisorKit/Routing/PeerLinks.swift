@@ -154,6 +154,8 @@ extension Router {
         instance.linksOut = [:]
         instance.linksIn = [:]
         closeDescriptorChannel(instance)
+        if let fd = instance.payloadChannel { close(fd) }
+        instance.payloadChannel = nil
     }
 
     /// `linkCalls`: a caller's worker reports the calls it sent over its link to `target`, counted

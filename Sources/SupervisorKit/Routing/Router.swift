@@ -153,19 +153,54 @@ final class Router: SupervisorComponent {
     // MARK: Settling requests
 
     /// A worker answered request `id`: the answer goes to whoever asked.
-    func deliverReply(from instance: WorkerInstance, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Bool {
+    /// `payload`: the bytes the reply carries (Routing/Payloads.swift), passed on to whoever asked:
+    /// a control client picks its descriptors up by token, the embedding program gets them as they
+    /// are; a plugin gets inline bytes only, for now.
+    func deliverReply(from instance: WorkerInstance, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, payload: Payload? = nil) -> Bool {
         guard let request = instance.pending.removeValue(forKey: id) else { return false }
         defer { shared.callLeft(instance) }
         shared.settled(request, env.error == nil ? .ok : .error, by: instance)
+        let refused = payload.flatMap { oversized($0) }
         switch request.origin {
         case .client(let connection, let clientID):
             connection.answered()
             connection.inFlight[clientID] = nil
             guard !connection.closed else { return true }
-            outbox.write(replyFrame(id: clientID, env, bytes, for: connection.channel), to: connection.channel)
+            let channel = connection.channel
+            if let refused {
+                outbox.write(outbox.errorFrame(id: clientID, refused, for: channel), to: channel)
+                return true
+            }
+            guard let payload else {
+                outbox.write(replyFrame(id: clientID, env, bytes, for: channel), to: channel)
+                return true
+            }
+            var frame = outbox.encoder(.reply, for: channel, capacity: bytes.count)
+            frame.uint("id", clientID)
+            frame.answer(of: env, in: bytes)
+            guard let written = attach(payload, to: frame, bytes) else {
+                let none = ErrorBody(.unavailable, "the answer's bytes are passed as descriptors, and this supervisor has no handoff socket for them")
+                outbox.write(outbox.errorFrame(id: clientID, none, for: channel), to: channel)
+                return true
+            }
+            outbox.write(written, to: channel)
         case .plugin(let caller, let callerID):
             caller.outgoing[callerID] = nil
             guard let channel = caller.channel else { return true }
+            if let payload {
+                let error = refused ?? (payload.hasDescriptors
+                    ? ErrorBody(.unavailable, "\(instance.identifier) answered with bytes of more than \(Attachments.inlineLimit >> 10) KiB, which cannot reach a plugin yet (docs/protocol.md \"Bytes\")")
+                    : nil)
+                if let error {
+                    outbox.write(outbox.errorFrame(id: callerID, error, for: channel), to: channel)
+                    return true
+                }
+                var frame = outbox.encoder(.reply, for: channel, capacity: bytes.count)
+                frame.uint("id", callerID)
+                frame.answer(of: env, in: bytes)
+                if let written = attach(payload, to: frame, bytes) { outbox.write(written, to: channel) }
+                return true
+            }
             outbox.write(replyFrame(id: callerID, env, bytes, for: channel), to: channel)
         case .local(let done):
             if let e = env.error {
@@ -176,7 +211,13 @@ final class Router: SupervisorComponent {
         case .host(let request):
             if let e = env.error {
                 request.settle(.failure(Self.errorBody(bytes[e])))
+            } else if let refused {
+                request.settle(.failure(refused))
             } else {
+                if let payload {
+                    request.attached(Supervisor.HostBytes(attachments: payload.list, descriptors: payload.take(),
+                                                          inline: payload.tail.map { Array(bytes[$0]) } ?? []))
+                }
                 request.settle(.success(env.result.map { Array(bytes[$0]) } ?? Array("null".utf8)))
             }
         }

@@ -19,16 +19,43 @@ extension Router {
             case .hello(let hello):
                 effects.post(.hello(instance, hello))
             case .reply(let id):
+                guard let env else { return nil }
+                // Its bytes, if it has any, are taken (and checked) whether or not anyone waits for it.
+                let payload: Payload?
+                switch receivePayload(from: instance, env, bytes) {
+                case .failure(let violation):
+                    effects.post(.protocolViolation(instance, violation.reason))
+                    return nil
+                case .success(let p): payload = p
+                }
                 // Late replies to requests that timed out or were cancelled are expected; others are not.
-                if let env, !deliverReply(from: instance, id: id, env, bytes), id >= instance.nextID {
+                if !deliverReply(from: instance, id: id, env, bytes, payload: payload), id >= instance.nextID {
                     effects.post(.protocolViolation(instance, "reply to id \(id), which was never asked"))
                 }
             case .pong(let id):
                 if let ping = instance.outstandingPing, ping.id == id { instance.outstandingPing = nil }
             case .request(let kind):
-                if let env { return pluginRequest(instance, kind, env, bytes) }
+                guard let env else { return nil }
+                switch receivePayload(from: instance, env, bytes) {
+                case .failure(let violation): effects.post(.protocolViolation(instance, violation.reason))
+                case .success(let payload?) where payload.hasDescriptors:
+                    // Bytes above 64 KiB go to programs; to a plugin they come in the next step.
+                    if let id = env.id, let channel = instance.channel {
+                        let refused = ErrorBody(.badRequest, "bytes of more than \(Attachments.inlineLimit >> 10) KiB cannot be sent to a plugin yet (docs/protocol.md \"Bytes\")")
+                        outbox.write(outbox.errorFrame(id: id, refused, for: channel), to: channel)
+                    }
+                case .success: return pluginRequest(instance, kind, env, bytes)
+                }
             case .stream(let kind):
-                if let env, let why = streamMessage(from: instance, kind, env, bytes, frame: frame) {
+                guard let env else { return nil }
+                if env.attachments != nil || env.tail != nil {
+                    // A stream's elements carry JSON; bytes in them come in the next step.
+                    if case .failure(let violation) = receivePayload(from: instance, env, bytes) {
+                        effects.post(.protocolViolation(instance, violation.reason))
+                    } else {
+                        effects.post(.protocolViolation(instance, "a stream's \(kind.rawValue) with attachments (streams carry JSON only)"))
+                    }
+                } else if let why = streamMessage(from: instance, kind, env, bytes, frame: frame) {
                     effects.post(.protocolViolation(instance, why))
                 }
             case .cancel(let id):

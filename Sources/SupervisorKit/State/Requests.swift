@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import LinuxSupport
 import NIOCore
 import PluginProtocol
@@ -88,12 +91,25 @@ final class HostRequest: Sendable {
     let progress: (@Sendable (ProgressReport) -> Void)?
     /// Where a stream call's chunks and input credit go (SPEC §13), if it is one.
     let stream: Supervisor.HostStreamHandlers?
+    /// Where the bytes attached to its answer go, just before it is settled (SPEC §13); without
+    /// one, their descriptors are closed.
+    let bytes: (@Sendable (Supervisor.HostBytes) -> Void)?
 
     init(on loop: EventLoop, progress: (@Sendable (ProgressReport) -> Void)? = nil, stream: Supervisor.HostStreamHandlers? = nil,
-         _ done: @escaping @Sendable (Result<[UInt8], ErrorBody>) -> Void) {
+         bytes: (@Sendable (Supervisor.HostBytes) -> Void)? = nil, _ done: @escaping @Sendable (Result<[UInt8], ErrorBody>) -> Void) {
         state = .makeBoxSendingValue(State(done: done), eventLoop: loop)
         self.progress = progress
         self.stream = stream
+        self.bytes = bytes
+    }
+
+    /// The answer's bytes (before `settle`): the program's now.
+    func attached(_ received: Supervisor.HostBytes) {
+        guard !isSettled, let bytes else {
+            for fd in received.descriptors { close(fd) }
+            return
+        }
+        bytes(received)
     }
 
     /// A chunk of the answer arrived (dropped once the request is settled).

@@ -171,6 +171,10 @@ final class TestKit: Pluggable {
             let text = String(repeating: "x", count: max(0, p.size))
             for _ in 0..<max(0, p.count) { try await out.send(text) }
         }
+        // `size` bytes: byte i is i % 251 (raw bytes: inline up to 64 KiB, else a sealed memfd).
+        api.bytes("bytes") { (p: BlobParams) async throws -> Bytes in
+            Bytes((0..<max(0, p.size)).map { UInt8($0 % 251) })
+        }
         api.method("streamReport") { [self] () -> StreamReport in streams.withLock { $0 } }
         // The sum of an input of integers, then each running total as an element.
         api.stream("sum", input: Int.self) { (_: Empty, input: StreamInput<Int>, out: StreamOutput<Int>) in

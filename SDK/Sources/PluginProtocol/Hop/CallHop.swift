@@ -74,6 +74,11 @@ public struct CallHop {
             trace.writeQuoted(into: out)
             frame.raw("traceparent", UnsafeRawBufferPointer(out))
         }
+        // Bytes attached inline (docs/protocol.md "Bytes") go on with it, as they came.
+        if let a = env.attachments {
+            frame.raw("attachments", UnsafeRawBufferPointer(rebasing: bytes[a]))
+            return (frame.finish(tail: env.tail.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) } ?? UnsafeRawBufferPointer(start: nil, count: 0)), trace)
+        }
         return (frame.finish(), trace)
     }
 

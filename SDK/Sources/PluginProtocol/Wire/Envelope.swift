@@ -29,6 +29,10 @@ public struct Envelope: Sendable {
     public var seq: UInt64?
     public var data: Range<Int>?
     public var n: UInt64?
+    /// Bytes (docs/protocol.md "Bytes"): the `attachments` array, and the bytes after the JSON's
+    /// NUL (the inline attachments, in order).
+    public var attachments: Range<Int>?
+    public var tail: Range<Int>?
 
     public init() {}
 
@@ -63,13 +67,15 @@ public struct Envelope: Sendable {
             case 7 where Self.matches(bytes, key, "payload"): env.payload = value
             case 9 where Self.matches(bytes, key, "timeoutMs"): env.timeoutMs = JSONScanner.decodeUInt(bytes, value)
             case 11 where Self.matches(bytes, key, "traceparent"): env.traceparent = value
+            case 11 where Self.matches(bytes, key, "attachments"): env.attachments = value
             default: break
             }
         }
+        if let start = scanner.tailStart { env.tail = start..<bytes.count }
         return env
     }
 
-    @inline(__always)
+    @usableFromInline @inline(__always)
     static func matches(_ bytes: UnsafeRawBufferPointer, _ key: Range<Int>, _ word: StaticString) -> Bool {
         let w = word.utf8Start
         var i = 0

@@ -183,6 +183,17 @@ public struct FrameEncoder<Sink: FrameSink> {
         sink.append(byte: UInt8(ascii: "\""))
     }
 
+    /// Closes the object, writes one NUL and `tail` (the inline attachments' bytes, docs/protocol.md
+    /// "Bytes") after it, writes the length prefix and returns the sink holding the whole frame.
+    @inlinable
+    public consuming func finish(tail: UnsafeRawBufferPointer) -> Sink {
+        sink.append(byte: UInt8(ascii: "}"))
+        sink.append(byte: 0)
+        sink.append(bytes: tail)
+        sink.setLengthPrefix(UInt32(sink.writtenCount - start - Frame.headerSize), at: start)
+        return sink
+    }
+
     /// Closes the object, writes the length prefix and returns the sink holding the whole frame.
     @inlinable
     public consuming func finish() -> Sink {

@@ -65,8 +65,17 @@ public struct JSONScanner {
             }
         }
         skipSpace()
+        // Bytes attached inline (docs/protocol.md "Bytes") follow the object after one NUL, which
+        // JSON text cannot hold: where they start is `tailStart`.
+        if index < bytes.count, bytes[index] == 0 {
+            tailStart = index + 1
+            return
+        }
         if index != bytes.count { throw .trailingData(offset: index) }
     }
+
+    /// After `scanObject`: where the bytes after the object's NUL start, if it had one.
+    public var tailStart: Int?
 
     /// Scans a whole document whose top level is an array, calling `element` with the range of each
     /// of its values.

@@ -1,0 +1,140 @@
+/// Bytes attached to a message (SPEC §13, docs/protocol.md "Bytes"): raw bytes that travel without
+/// base64. A message lists them in its top-level `"attachments"` array, and a value in its
+/// `params`, `result` or `data` refers to one as `{"$bytes": <index>}`. An attachment's bytes are:
+/// - **inline**: in the frame itself, after its JSON and one NUL byte, in order (at most
+///   `inlineLimit` each): `{"length": N}`;
+/// - **a descriptor**: a memfd sealed against writes, shrinking and growing, passed with the
+///   frame: `{"length": N, "fd": true}` between processes, `{"length": N, "fd": <number>}` inside
+///   one (between a worker and its plugin);
+/// - **a token**: for a control client, which picks the descriptor up at the supervisor's handoff
+///   socket: `{"length": N, "token": "…"}`.
+public struct Attachment: Equatable, Sendable {
+    public enum Place: Equatable, Sendable {
+        case inline
+        /// A descriptor passed with the frame: its number in this process, or -1 on the wire.
+        case descriptor(Int32)
+        case token(String)
+    }
+
+    public var length: Int
+    public var place: Place
+
+    public init(length: Int, place: Place) {
+        self.length = length
+        self.place = place
+    }
+
+    public var isInline: Bool { place == .inline }
+    public var isDescriptor: Bool { if case .descriptor = place { return true } else { return false } }
+}
+
+public enum Attachments {
+    /// Bytes up to this size travel in the frame; larger ones as a sealed memfd.
+    public static let inlineLimit = 64 * 1024
+    /// The most descriptors one message may carry.
+    public static let maxDescriptors = 16
+    /// The default largest payload (`limits.maxPayloadMB`), in MiB.
+    public static let defaultMaxPayloadMB = 1024
+
+    /// Why an `attachments` member cannot be used.
+    public struct Problem: Error, Equatable, CustomStringConvertible, Sendable {
+        public let description: String
+        public init(_ description: String) { self.description = description }
+    }
+
+    /// Reads the `attachments` array at `range` of `bytes`, checked for shape: each an object
+    /// with a `length` (an unsigned integer), inline ones within `inlineLimit`, at most
+    /// `maxDescriptors` descriptors or tokens.
+    public static func read(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) throws(Problem) -> [Attachment] {
+        var list: [Attachment] = []
+        var scanner = JSONScanner(UnsafeRawBufferPointer(rebasing: bytes[range]))
+        var problem: Problem?
+        do {
+            try scanner.scanArray { (value) throws(JSONScanner.Failure) in
+                let element = UnsafeRawBufferPointer(rebasing: bytes[range][(range.lowerBound + value.lowerBound)..<(range.lowerBound + value.upperBound)])
+                var length: UInt64?
+                var place = Attachment.Place.inline
+                var inner = JSONScanner(element)
+                do {
+                    try inner.scanObject { (key, v) throws(JSONScanner.Failure) in
+                        let name = String(decoding: element[key], as: UTF8.self)
+                        switch name {
+                        case "length": length = JSONScanner.decodeUInt(element, v)
+                        case "fd":
+                            if v.count == 4, element[v.lowerBound] == UInt8(ascii: "t") { place = .descriptor(-1) }
+                            else if let n = JSONScanner.decodeUInt(element, v), n <= UInt64(Int32.max) { place = .descriptor(Int32(n)) }
+                            else { problem = Problem("an attachment's fd is neither true nor a descriptor number") }
+                        case "token":
+                            if let t = JSONScanner.decodeString(element, v) { place = .token(t) } else { problem = Problem("an attachment's token is not a string") }
+                        default: break
+                        }
+                    }
+                } catch {
+                    problem = problem ?? Problem("an attachment is not a JSON object")
+                    return
+                }
+                guard let length, length <= UInt64(Int.max / 2) else {
+                    problem = problem ?? Problem("an attachment without a length (an unsigned integer)")
+                    return
+                }
+                if place == .inline, length > UInt64(inlineLimit) {
+                    problem = problem ?? Problem("an inline attachment of \(length) bytes, over \(inlineLimit)")
+                }
+                list.append(Attachment(length: Int(length), place: place))
+            }
+        } catch {
+            throw Problem("attachments is not a JSON array: \(error)")
+        }
+        if let problem { throw problem }
+        if list.filter({ !$0.isInline }).count > maxDescriptors {
+            throw Problem("more than \(maxDescriptors) attachments passed as descriptors")
+        }
+        return list
+    }
+
+    /// The inline bytes the list announces.
+    public static func inlineCount(_ list: [Attachment]) -> Int {
+        list.reduce(0) { $0 + ($1.isInline ? $1.length : 0) }
+    }
+}
+
+extension FrameEncoder {
+    /// Writes `"attachments": [...]` for `list` (a descriptor with a number below 0 as `true`).
+    @inlinable
+    public mutating func attachments(_ list: [Attachment]) {
+        appendKey("attachments")
+        sink.append(byte: UInt8(ascii: "["))
+        for (i, a) in list.enumerated() {
+            if i > 0 { sink.append(byte: UInt8(ascii: ",")) }
+            appendLiteral("{\"length\":")
+            appendUInt(UInt64(a.length))
+            switch a.place {
+            case .inline: break
+            case .descriptor(let fd):
+                appendLiteral(",\"fd\":")
+                if fd < 0 { appendLiteral("true") } else { appendUInt(UInt64(fd)) }
+            case .token(let token):
+                appendLiteral(",\"token\":")
+                appendString(token)
+            }
+            sink.append(byte: UInt8(ascii: "}"))
+        }
+        sink.append(byte: UInt8(ascii: "]"))
+    }
+
+    /// Copies every top-level member of the JSON object `object` but those named in `except`
+    /// (a message rewritten with new ids or attachments).
+    @inlinable
+    public mutating func members(of object: UnsafeRawBufferPointer, except: [StaticString]) {
+        var scanner = JSONScanner(object)
+        try? scanner.scanObject { (key, value) throws(JSONScanner.Failure) in
+            for name in except where key.count == name.utf8CodeUnitCount && Envelope.matches(object, key, name) { return }
+            if first { first = false } else { sink.append(byte: UInt8(ascii: ",")) }
+            sink.append(byte: UInt8(ascii: "\""))
+            sink.append(bytes: UnsafeRawBufferPointer(rebasing: object[key]))
+            sink.append(byte: UInt8(ascii: "\""))
+            sink.append(byte: UInt8(ascii: ":"))
+            sink.append(bytes: UnsafeRawBufferPointer(rebasing: object[value]))
+        }
+    }
+}

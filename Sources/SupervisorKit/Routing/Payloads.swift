@@ -1,0 +1,120 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinuxSupport
+import CPluginABI
+import NIOCore
+import PluginProtocol
+
+/// Bytes attached to a worker's message (SPEC §13, docs/protocol.md "Bytes"): inline after its
+/// JSON, or sealed memfds the worker sent on its descriptor channel just before the message. The
+/// supervisor checks them as it takes them and passes the descriptors on without reading them.
+/// Confined to the event loop with the message it came with.
+final class Payload {
+    let list: [Attachment]
+    /// The received descriptors, in the order of the list's descriptor attachments; owned here
+    /// until handed on (`take`) or closed (`deinit`).
+    private(set) var descriptors: [Int32]
+    /// The inline bytes' range in the message.
+    let tail: Range<Int>?
+
+    init(list: [Attachment], descriptors: [Int32], tail: Range<Int>?) {
+        self.list = list
+        self.descriptors = descriptors
+        self.tail = tail
+    }
+
+    var hasDescriptors: Bool { !descriptors.isEmpty }
+
+    /// The descriptors, now the caller's to close or hand on.
+    func take() -> [Int32] {
+        defer { descriptors = [] }
+        return descriptors
+    }
+
+    deinit {
+        for fd in descriptors { close(fd) }
+    }
+}
+
+extension Router {
+    /// The largest payload one attachment may carry (`maxPayloadMB`).
+    var maxPayloadBytes: Int { config.maxPayloadMB << 20 }
+
+    /// The bytes `env` announces, taken and checked: nil when it has none; the reason (a protocol
+    /// violation) when it breaks the rules: a tail without attachments, inline bytes other than
+    /// announced, descriptors that did not come, came in other numbers, or are not sealed memfds
+    /// of the announced lengths. Whatever came is closed then.
+    func receivePayload(from instance: WorkerInstance, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Result<Payload?, PayloadViolation> {
+        guard let range = env.attachments else {
+            if env.tail != nil { return .failure(PayloadViolation("data after the JSON object of a message without attachments")) }
+            return .success(nil)
+        }
+        let list: [Attachment]
+        do { list = try Attachments.read(bytes, range) } catch { return .failure(PayloadViolation("\(error)")) }
+        let inline = Attachments.inlineCount(list)
+        guard inline == env.tail?.count ?? 0 else {
+            return .failure(PayloadViolation("its attachments announce \(inline) inline bytes and \(env.tail?.count ?? 0) came"))
+        }
+        let expected = list.filter(\.isDescriptor).count
+        guard list.allSatisfy({ if case .token = $0.place { return false } else { return true } }) else {
+            return .failure(PayloadViolation("a worker's attachment with a token"))
+        }
+        guard expected > 0 else { return .success(Payload(list: list, descriptors: [], tail: env.tail)) }
+        guard let channel = instance.payloadChannel else {
+            return .failure(PayloadViolation("\(expected) descriptors announced, and it has no descriptor channel"))
+        }
+        var marker: UInt8 = 0
+        var fds = [Int32](repeating: -1, count: Attachments.maxDescriptors)
+        var count: Int32 = 0
+        let n = fds.withUnsafeMutableBufferPointer { cls_receive_fds(channel, &marker, 1, $0.baseAddress, Int32(Attachments.maxDescriptors), &count) }
+        let received = Array(fds.prefix(Int(count)))
+        func fail(_ why: String) -> Result<Payload?, PayloadViolation> {
+            for fd in received { close(fd) }
+            return .failure(PayloadViolation(why))
+        }
+        if n == -Int(EAGAIN) { return fail("\(expected) descriptors announced, none came on its descriptor channel") }
+        if n == -Int(EBADMSG) { return fail("descriptors dropped on its descriptor channel (more than \(Attachments.maxDescriptors), or truncated)") }
+        guard n == 1 else { return fail("its descriptor channel failed: \(n < 0 ? String(cString: strerror(Int32(-n))) : "end of stream")") }
+        guard received.count == expected else { return fail("\(expected) descriptors announced, \(received.count) came") }
+        var next = 0
+        for a in list where a.isDescriptor {
+            let rc = sp_bytes_check(received[next], UInt64(a.length))
+            if rc != 0 {
+                let why = rc == -EBADF ? "not a memfd (a regular file)" : rc == -EPERM ? "not sealed against writes, shrinking and growing" : "not of the announced \(a.length) bytes"
+                return fail("attachment descriptor \(next) is \(why)")
+            }
+            next += 1
+        }
+        return .success(Payload(list: list, descriptors: received, tail: env.tail))
+    }
+
+    /// Why bytes over `maxPayloadMB` are refused (not the worker's fault: the caller is answered).
+    func oversized(_ payload: Payload) -> ErrorBody? {
+        guard let big = payload.list.first(where: { $0.length > maxPayloadBytes }) else { return nil }
+        return ErrorBody(.badRequest, "bytes of \(big.length >> 20) MiB, over the \(config.maxPayloadMB) MiB limit (maxPayloadMB)")
+    }
+
+    /// Writes `frame`'s attachments and inline bytes to a control client: each descriptor becomes
+    /// a token for the handoff socket (`LinkHandoff.offer`, the same one-time pick-up as a link's
+    /// end). False when there is no handoff socket (the descriptors are closed).
+    func attach(_ payload: Payload, to frame: consuming FrameEncoder<ByteBuffer>, _ bytes: UnsafeRawBufferPointer) -> ByteBuffer? {
+        var list = payload.list
+        if payload.hasDescriptors {
+            guard let handoff = shared.handoff else { return nil }
+            var fds = payload.take()[...]
+            for i in list.indices where list[i].isDescriptor {
+                list[i].place = .token(handoff.offer(fds.removeFirst(), link: 0))
+            }
+        }
+        frame.attachments(list)
+        let tail = payload.tail.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) } ?? UnsafeRawBufferPointer(start: nil, count: 0)
+        return frame.finish(tail: tail)
+    }
+}
+
+/// A protocol violation's reason, from the bytes of a worker's message.
+struct PayloadViolation: Error {
+    let reason: String
+    init(_ reason: String) { self.reason = reason }
+}
