@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import LinuxSupport
 import PluginProtocol
 import Protocol
@@ -113,5 +116,43 @@ final class HostStreamCall: Sendable {
             return s.ticket
         }) else { return }
         supervisor.cancel(ticket, with: ErrorBody(.unavailable, "the stream's reader stopped"))
+    }
+}
+
+extension PluginHost {
+    /// Calls `method` of `target`, which answers with raw bytes (SPEC §13, as
+    /// `SupervisorClient.callBytes`): inline ones as an array, larger ones as the plugin's sealed
+    /// memfd itself, handed over in this process (the caller owns it). Through the loop: a direct
+    /// link carries no descriptors.
+    public func callBytes<P: Encodable>(_ target: String, _ method: String, _ params: P, timeout: Duration? = nil) async throws -> AttachedBytes {
+        let json = try HostCoding.encode(params, for: "\(target).\(method)")
+        var frame = FrameBuilder(kind: .call, capacity: json.count + target.utf8.count + method.utf8.count + 64)
+        frame.uint("id", 0)
+        frame.string("target", target)
+        frame.string("method", method)
+        frame.raw("params", json)
+        if let timeout { frame.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
+        let received = Locked<Supervisor.HostBytes?>(nil)
+        let result: [UInt8]
+        do {
+            result = try await request(frame.finish(), bytes: { bytes in received.withLock { $0 = bytes } })
+        } catch {
+            for fd in received.withLock({ $0 })?.descriptors ?? [] { close(fd) }
+            throw error
+        }
+        var attached: [AttachedBytes] = []
+        if let bytes = received.withLock({ $0 }) {
+            var inline = bytes.inline[...]
+            var fds = bytes.descriptors[...]
+            for a in bytes.attachments {
+                if a.isInline {
+                    attached.append(.inline(Array(inline.prefix(a.length))))
+                    inline = inline.dropFirst(a.length)
+                } else if let fd = fds.popFirst() {
+                    attached.append(.descriptor(fd, length: a.length))
+                }
+            }
+        }
+        return try AttachedBytes.pick(attached, for: result, of: "\(target).\(method)")
     }
 }

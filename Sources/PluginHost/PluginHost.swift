@@ -268,12 +268,13 @@ public final class PluginHost: Service, Sendable {
 
     /// One request, answered once; the task's cancellation gives it up (and cancels its call at
     /// the plugin).
-    private func request(_ frame: [UInt8], progress: (@Sendable (ProgressReport) -> Void)? = nil) async throws -> [UInt8] {
+    func request(_ frame: [UInt8], progress: (@Sendable (ProgressReport) -> Void)? = nil,
+                 bytes: (@Sendable (Supervisor.HostBytes) -> Void)? = nil) async throws -> [UInt8] {
         let ticket = Locked<TicketState>(.waiting)
         let supervisor = self.supervisor
         let result: Result<[UInt8], ErrorBody> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let made = supervisor.submit(frame, progress: progress) { continuation.resume(returning: $0) }
+                let made = supervisor.submit(frame, progress: progress, bytes: bytes) { continuation.resume(returning: $0) }
                 let cancelled = ticket.withLock { state in
                     if case .cancelled = state { return true }
                     state = .submitted(made)

@@ -64,6 +64,18 @@ public enum AttachedBytes: Sendable {
         }
     }
 
+    /// The attachment an answer's `result` names (`{"$bytes": i}`, else the first); the others
+    /// are closed. `unavailable` when there is none.
+    public static func pick(_ attached: [AttachedBytes], for result: [UInt8], of what: String) throws -> AttachedBytes {
+        struct Placeholder: Decodable { var index: Int; enum CodingKeys: String, CodingKey { case index = "$bytes" } }
+        let index = (try? ProtocolJSON.decode(Placeholder.self, from: result))?.index ?? 0
+        for (i, other) in attached.enumerated() where i != index { other.close() }
+        guard index >= 0, index < attached.count else {
+            throw ErrorBody(.unavailable, "\(what) answered \(String(decoding: result.prefix(120), as: UTF8.self)) with no bytes attached")
+        }
+        return attached[index]
+    }
+
     /// The attachments of the message `env` (over `bytes`), in order: inline ones sliced from its
     /// tail, tokens redeemed at `<socketPath>.links`. Throws `unavailable` when one cannot be
     /// taken (what was taken is closed).

@@ -174,6 +174,15 @@ extension SupervisorClient {
         case .reply:
             guard let id = env.id else { return }
             guard let waiter = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return streamEnded(id, env, bytes) }
+            if env.attachments != nil {
+                // Its bytes, taken now (tokens are good once, and for seconds): `callBytes` picks them up.
+                do {
+                    let collected = try AttachedBytes.collect(env, bytes, socketPath: socketPath)
+                    state.withLock { $0.attached[id] = collected }
+                } catch {
+                    return waiter.continuation.resume(throwing: error)
+                }
+            }
             waiter.continuation.resume(with: HostCoding.answer(of: env, in: bytes).mapError { $0 as any Error })
         case .chunk, .credit:
             streamFrame(kind, env, bytes)

@@ -47,6 +47,8 @@ public final class SupervisorClient: Sendable {
         var streams: [UInt64: Follower] = [:]
         /// Its calls answered with a stream (SupervisorClient+Streams.swift), by id.
         var streamCalls: [UInt64: StreamCall] = [:]
+        /// The bytes attached to answers, by request id, taken by `callBytes` once it is resumed.
+        var attached: [UInt64: [AttachedBytes]] = [:]
         var methods: [String: Handler] = [:]
         /// Plugins' calls of this client's methods still awaited by the supervisor, by its id, with
         /// their tasks once made (a call cancelled or answered leaves).
@@ -137,6 +139,30 @@ public final class SupervisorClient: Sendable {
         }
         askForLink(to: target)
         return answer
+    }
+
+    /// Calls `method` of `target`, which answers with raw bytes (SPEC §13: `api.bytes` in the Swift
+    /// SDK; a result `{"$bytes": i}` with the bytes attached): inline ones as an array, larger ones
+    /// as the sealed memfd the plugin made, picked up from the supervisor and checked. The caller
+    /// owns a descriptor (`close()` it, or `write(to:)`/`copy()` it first). Through the supervisor:
+    /// a direct link carries no descriptors.
+    public func callBytes<P: Encodable>(_ target: String, _ method: String, _ params: P, timeout: Duration? = nil) async throws -> AttachedBytes {
+        let json = try HostCoding.encode(params, for: "\(target).\(method)")
+        let id = takeID()
+        let result: [UInt8]
+        do {
+            result = try await request(.call, id: id, timeout: timeout) { b in
+                b.string("target", target)
+                b.string("method", method)
+                b.raw("params", json)
+                if let timeout { b.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
+            }
+        } catch {
+            for bytes in state.withLock({ $0.attached.removeValue(forKey: id) }) ?? [] { bytes.close() }
+            throw error
+        }
+        let attached = state.withLock { $0.attached.removeValue(forKey: id) } ?? []
+        return try AttachedBytes.pick(attached, for: result, of: "\(target).\(method)")
     }
 
     /// Opens `plugin://<identifier>/<path>?<query>` and decodes what the plugin answers.

@@ -98,6 +98,7 @@ final class Engine: SeesShared {
             let now = NIODeadline.now()
             me.value.shared.expire(now: now)
             me.value.router.expireWaiting(now: now)
+            me.value.shared.handoff?.sweep()
         }
     }
 

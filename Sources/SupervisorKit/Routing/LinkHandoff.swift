@@ -11,7 +11,8 @@ import PluginProtocol
 /// (`<control socket>.links`, mode 0600), served by a thread of its own, because SwiftNIO cannot
 /// pass a descriptor on the control connection. The client asked for the link on its control
 /// connection and got a one-time token; it connects here, sends `{"token":"…"}`, and gets one frame
-/// `{"link":n}` with the descriptor attached (SCM_RIGHTS). A token is good once, for `tokenLifetime`;
+/// `{"link":n}` with the descriptor attached (SCM_RIGHTS). The bytes of an answer passed as a
+/// memfd are picked up the same way (`link` 0; docs/protocol.md "Bytes"). A token is good once, for `tokenLifetime`;
 /// a peer of another uid, or a token that is unknown or expired, gets `{"error":…}` and nothing else.
 ///
 /// Values only (`Sendable`): the loop offers a descriptor (`offer`), the thread hands it over.
@@ -80,6 +81,20 @@ final class LinkHandoff: Sendable {
         }
         for fd in expired { close(fd) }
         return token
+    }
+
+    /// Closes the offers nobody picked up in time (a client that went away: an answer's memfd is
+    /// not held longer than `tokenLifetime`). Cheap when there are none; the loop calls it with
+    /// its deadlines.
+    func sweep() {
+        let now = ProcessControl.monotonicNanoseconds()
+        let expired = offers.withLock { offers -> [Int32] in
+            guard !offers.isEmpty else { return [] }
+            let gone = offers.filter { $0.value.until < now }
+            for key in gone.keys { offers[key] = nil }
+            return gone.values.map(\.fd)
+        }
+        for fd in expired { close(fd) }
     }
 
     /// Stops serving (the thread ends at its next accept), closes what was not picked up and

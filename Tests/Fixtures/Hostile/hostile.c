@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "sp_plugin.h"
+#include "sp_bytes.h"
 #include "fixture_json.h"
 
 static const sp_host *g_host;
@@ -349,6 +350,63 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
             int n = snprintf(buf, sizeof buf, "{\"type\":\"chunk\",\"id\":%llu,\"seq\":%llu,\"data\":%d}", target, first + i, i);
             g_host->send(g_host->ctx, (const uint8_t *)buf, (size_t)n);
         }
+        return;
+    }
+    /* Bytes that break the rules (BytesTests, docs/protocol.md "Bytes"): a memfd left unsealed,
+       one sealed but still writable, a socket, a memfd of another length than announced, two
+       descriptors for a message that announces one, and one announced that never comes. Each is a
+       protocol violation: the worker is ended alone, and the descriptors it sent are closed. */
+    if (!strncmp(method, "bytes", 5)) {
+        int fd = -1;
+        unsigned long long announced = 4096;
+        char data[4096];
+        memset(data, 'h', sizeof data);
+        if (!strcmp(method, "bytesUnsealed") || !strcmp(method, "bytesWritable")) {
+            fd = memfd_create("hostile", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+            if (write(fd, data, sizeof data) != (ssize_t)sizeof data) { reply(id, "null"); return; }
+            if (!strcmp(method, "bytesWritable")) fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+        } else if (!strcmp(method, "bytesSocket")) {
+            int pair[2];
+            socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair);
+            fd = pair[0];
+        } else if (!strcmp(method, "bytesLength")) {
+            fd = sp_bytes_create(data, sizeof data);
+            announced = 8192;
+        } else if (!strcmp(method, "bytesMore")) {
+            /* Straight onto the descriptor channel (4): two descriptors in one message before the
+               worker sends the one the reply announces. */
+            int two[2] = { sp_bytes_create(data, sizeof data), sp_bytes_create(data, sizeof data) };
+            char byte = 'P';
+            struct iovec iov = { &byte, 1 };
+            union { struct cmsghdr align; char buf[CMSG_SPACE(2 * sizeof(int))]; } control;
+            memset(&control, 0, sizeof control);
+            struct msghdr msg = { 0 };
+            msg.msg_iov = &iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.buf;
+            msg.msg_controllen = sizeof control.buf;
+            struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SCM_RIGHTS;
+            c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+            memcpy(CMSG_DATA(c), two, sizeof two);
+            sendmsg(4, &msg, MSG_NOSIGNAL);
+            fd = sp_bytes_create(data, sizeof data);
+        } else if (!strcmp(method, "bytesMissing")) {
+            /* A reply announcing a descriptor, written straight onto the protocol socket (3): none comes. */
+            char frame[200];
+            int n = snprintf(frame + 4, sizeof frame - 4, "{\"type\":\"reply\",\"id\":%llu,\"result\":{\"$bytes\":0},\"attachments\":[{\"length\":4096,\"fd\":true}]}", id);
+            frame[0] = 0; frame[1] = 0; frame[2] = (char)(n >> 8); frame[3] = (char)n;
+            if (write(3, frame, (size_t)n + 4) < 0) { /* the worker is ending anyway */ }
+            return;
+        } else {
+            fd = sp_bytes_create(data, sizeof data);
+        }
+        char head[200];
+        int h = snprintf(head, sizeof head, "{\"type\":\"reply\",\"id\":%llu,\"result\":{\"$bytes\":0},\"attachments\":[{\"length\":%llu,\"fd\":%d}]}",
+                         id, announced, fd);
+        g_host->send(g_host->ctx, (const uint8_t *)head, (size_t)h);
+        close(fd);
         return;
     }
     if (!strcmp(method, "noReplies")) {

@@ -142,6 +142,7 @@ final class TestKit: Pluggable {
     }
     struct Row: Codable, Sendable, Equatable { var row: Int }
     struct BlobParams: Codable, Sendable { var count: Int; var size: Int }
+    struct SizeParams: Codable, Sendable { var size: Int }
     struct RelayParams: Codable, Sendable { var target: String; var count: Int; var takeOnly: Int? }
     /// What the stream methods did, for the tests: rows sent, streams ended by cancellation,
     /// streams completed, and the last stream's row count when it ended.
@@ -172,7 +173,7 @@ final class TestKit: Pluggable {
             for _ in 0..<max(0, p.count) { try await out.send(text) }
         }
         // `size` bytes: byte i is i % 251 (raw bytes: inline up to 64 KiB, else a sealed memfd).
-        api.bytes("bytes") { (p: BlobParams) async throws -> Bytes in
+        api.bytes("bytes") { (p: SizeParams) async throws -> Bytes in
             Bytes((0..<max(0, p.size)).map { UInt8($0 % 251) })
         }
         api.method("streamReport") { [self] () -> StreamReport in streams.withLock { $0 } }

@@ -1,0 +1,104 @@
+import CPluginABI
+import Foundation
+import Logging
+import PluginHost
+import PluginProtocol
+import Protocol
+import SupervisorClient
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Raw bytes (SPEC §13, docs/protocol.md "Bytes"): inline up to 64 KiB, above that a sealed memfd
+/// the supervisor passes on without reading, to the CLI (`--output`), a `SupervisorClient` and an
+/// embedded host; and every way a plugin can break the rules of descriptors.
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct BytesTests {
+    struct Size: Encodable, Sendable { var size: Int }
+
+    /// TestKit's pattern: byte i is i % 251.
+    static func pattern(_ count: Int) -> [UInt8] { (0..<count).map { UInt8($0 % 251) } }
+
+    @Test("supervisor call --output writes a Swift and a C plugin's bytes to a file, inline (1 KiB) and as a sealed memfd (3 MB, 5 MB); a client and an embedded host get the same bytes; the supervisor holds no descriptor afterwards")
+    func toProgramsAndFiles() async throws {
+        let w = try TestWorld()
+        try w.bundle("b.kit")
+        try w.bundle("b.c", library: try Build.cHello())
+        let sup = try RunningSupervisor(w)
+        let fdsBefore = try openFDs(sup.pid)
+        for (id, method, params, count) in [("b.kit", "bytes", #"{"size":1000}"#, 1000), ("b.kit", "bytes", #"{"size":3000000}"#, 3_000_000),
+                                            ("b.c", "bytes", #"{"n":5000000}"#, 5_000_000), ("b.c", "bytes", #"{"n":100}"#, 100)] {
+            let out = w.root + "/\(id)-\(count).bin"
+            let r = try sup.cli("call", "--output", out, id, method, params)
+            #expect(r.code == 0 && r.out.contains(#""bytes":\#(count)"#), "\(id) \(count): \(r.err)")
+            let data: [UInt8] = try [UInt8](Data(contentsOf: URL(fileURLWithPath: out)))
+            let expected: [UInt8] = id == "b.kit" ? Self.pattern(count) : (0..<count).map { UInt8(ascii: "a") + UInt8($0 % 26) }
+            #expect(data == expected, "\(id): \(data.count) bytes")
+        }
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        let small = try await client.callBytes("b.kit", "bytes", Size(size: 10))
+        #expect(try small.copy() == Self.pattern(10))
+        let big = try await client.callBytes("b.kit", "bytes", Size(size: 2_000_000))
+        guard case .descriptor(let fd, let length) = big else { Issue.record("2 MB came inline"); return }
+        #expect(length == 2_000_000 && sp_bytes_check(fd, 2_000_000) == 0)
+        #expect(try big.copy() == Self.pattern(2_000_000))
+        big.close()
+        client.close()
+        // Every descriptor it took was handed on and closed (tokens picked up).
+        try sup.waitUntil("the supervisor's descriptors back where they were") { try openFDs(sup.pid) <= fdsBefore }
+        sup.signal(SIGTERM)
+        _ = try sup.waitForExit()
+
+        let (host, running) = try await HostTests.start(w)
+        let hosted = try await host.callBytes("b.kit", "bytes", Size(size: 1_500_000))
+        #expect(try hosted.copy() == Self.pattern(1_500_000))
+        hosted.close()
+        let inline = try await host.callBytes("b.c", "bytes", ["n": 26])
+        #expect(try inline.copy() == [UInt8]("abcdefghijklmnopqrstuvwxyz".utf8))
+        await host.shutdown()
+        try await running.value
+    }
+
+    @Test("a plugin that sends an unsealed or writable memfd, a socket, a memfd of another length, more descriptors than its message announces, or announces one that never comes, is ended alone as a protocol violation; what it sent is closed, and the others run on")
+    func hostileDescriptors() throws {
+        let w = try TestWorld()
+        let lib = try SandboxTests.hostileLibrary()
+        let attacks = ["bytesUnsealed", "bytesWritable", "bytesSocket", "bytesLength", "bytesMore", "bytesMissing"]
+        for name in attacks { try w.bundle("b.\(name.lowercased())", library: lib, extra: ["restart": "never"]) }
+        try w.bundle("b.kit")
+        let sup = try RunningSupervisor(w)
+        let fdsBefore = try openFDs(sup.pid)
+        for name in attacks {
+            let id = "b.\(name.lowercased())"
+            let r = try sup.cli("call", "--timeout", "5000", "--output", w.root + "/x.bin", id, name)
+            #expect(r.code != 0 && r.err.contains("unavailable"), "\(id): \(r.out) \(r.err)")
+            try sup.waitUntil("\(id) ended") { try sup.plugin(id).lastExit != nil }
+            let exit = try #require(try sup.plugin(id).lastExit)
+            #expect(exit.reason == .protocolViolation, "\(id): \(exit)")
+        }
+        let reasons = try attacks.map { try sup.plugin("b.\($0.lowercased())").lastExit?.message ?? "" }
+        #expect(reasons[0].contains("not sealed") && reasons[1].contains("not sealed"), "\(reasons)")
+        #expect(reasons[2].contains("not a memfd"), "\(reasons[2])")
+        #expect(reasons[3].contains("not of the announced 8192 bytes"), "\(reasons[3])")
+        #expect(reasons[4].contains("1 descriptors announced, 2 came"), "\(reasons[4])")
+        #expect(reasons[5].contains("none came"), "\(reasons[5])")
+        #expect(try sup.plugin("b.kit").state == "running")
+        #expect(try sup.cli("call", "--output", w.root + "/ok.bin", "b.kit", "bytes", #"{"size":100000}"#).code == 0)
+        // Nothing they sent is left open in the supervisor (a worker's leftover message on its
+        // channel closes with the channel when it ends).
+        try sup.waitUntil("the supervisor's descriptors back where they were") { try openFDs(sup.pid) <= fdsBefore }
+    }
+
+    @Test("bytes over maxPayloadMB are refused with badRequest before anything maps them; a plain call of a bytes method shows the placeholder")
+    func overTheLimit() throws {
+        let w = try TestWorld()
+        try w.bundle("b.kit")
+        try #"{"maxPayloadMB": 1}"#.write(toFile: w.root + "/config.json", atomically: true, encoding: .utf8)
+        let sup = try RunningSupervisor(w, args: ["--config", w.root + "/config.json"])
+        let big = try sup.cli("call", "--output", w.root + "/big.bin", "b.kit", "bytes", #"{"size":2000000}"#)
+        #expect(big.code == 1 && big.err.contains("badRequest") && big.err.contains("maxPayloadMB"), "\(big.err)")
+        #expect(try sup.cli("call", "--output", w.root + "/ok.bin", "b.kit", "bytes", #"{"size":1000000}"#).code == 0)
+        #expect(try sup.cli("call", "b.kit", "bytes", #"{"size":10}"#).out.contains(#"{"$bytes":0}"#))
+    }
+}
