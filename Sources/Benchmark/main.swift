@@ -10,7 +10,7 @@ let arguments = CommandLine.arguments
 let asJSON = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 let calls = quick ? 2_000 : 20_000
-/// `--only calls|client|host|streams|crash|startup` runs one section.
+/// `--only calls|client|host|streams|bytes|crash|startup` runs one section.
 let only: String? = arguments.firstIndex(of: "--only").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
 func wanted(_ section: String) -> Bool { only == nil || only == section }
 /// `--worker-start exec|fork-server`: how the workers of every section start (default: the
@@ -178,6 +178,22 @@ do {
         report.add("slow reader (1 MiB/s for \(Int(slow.seconds)) s, \(Int(slow.megabytesRead)) MB read): supervisor RSS growth", Double(slow.supervisorKiB) / 1024, "MiB", target: "< 8 MiB")
         report.add("slow reader: worker RSS growth", Double(slow.workerKiB) / 1024, "MiB", target: "< 8 MiB")
         report.add("slow reader: reader (this process) RSS growth", Double(slow.readerKiB) / 1024, "MiB", target: "< 8 MiB")
+    }
+
+    // 3d. Bytes (SPEC §13): a 1 MiB and a 256 MiB result passed as a sealed memfd to a program.
+    if wanted("bytes") {
+        note("bytes: plugin → SupervisorClient")
+        rig.stop()
+        try rig.start(plugins: try rig.plugins("bytes", count: 0, extra: ["bench.callee"]))
+        let worker = try rig.status().first { $0.identifier == "bench.callee" }?.pid ?? 0
+        let figures = try BytesBench.run(socket: rig.socket, supervisorPID: rig.supervisorPID, workerPID: worker, quick: quick)
+        report.add("1 MiB bytes result, call p50 (plugin → SupervisorClient, memfd)", figures.oneMiB.median / 1000, "µs")
+        report.add("1 MiB bytes result, call p99", figures.oneMiB.percentile(0.99) / 1000, "µs")
+        let big = figures.big
+        report.add("256 MiB bytes result, call time", big.ns / 1e6, "ms", baseline: ("one memcpy of 256 MiB", big.memcpyNs / 1e6), target: "≤ 2×")
+        report.add("  256 MiB result: supervisor peak RSS growth", Double(big.supervisorKiB) / 1024, "MiB", target: "< 4 MiB")
+        report.add("  256 MiB result: worker peak RSS growth", Double(big.workerKiB) / 1024, "MiB")
+        report.add("  256 MiB result: reader (this process) RSS growth, mapped and read", Double(big.readerKiB) / 1024, "MiB")
     }
 
     // 4. Crash → serving again, first (immediate) restart: time from the crash request to the first answered call.

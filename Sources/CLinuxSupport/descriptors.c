@@ -5,22 +5,23 @@
 
 /* ---- descriptor passing ---- */
 
-/* One sendmsg of `len` bytes with `fd` attached unless it is -1, retried on EINTR. */
-static long send_with_fd(int sock, int fd, const void *data, size_t len, int flags) {
+/* One sendmsg of `len` bytes with `count` descriptors attached (none for 0), retried on EINTR. */
+static long send_fds(int sock, const int *fds, int count, const void *data, size_t len, int flags) {
+    if (count < 0 || count > CLS_MAX_PASSED_FDS) return -EINVAL;
     struct iovec iov = { (void *)data, len };
-    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int))]; } control;
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int) * CLS_MAX_PASSED_FDS)]; } control;
     memset(&control, 0, sizeof control);
     struct msghdr msg = { 0 };
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    if (fd >= 0) {
+    if (count > 0) {
         msg.msg_control = control.buf;
-        msg.msg_controllen = sizeof control.buf;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count);
         struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)count);
     }
     for (;;) {
         ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL | flags);
@@ -29,11 +30,18 @@ static long send_with_fd(int sock, int fd, const void *data, size_t len, int fla
     }
 }
 
-/* One recvmsg of up to `len` bytes (retried on EINTR); *fd: the descriptor attached, else -1. */
-static long receive_with_fd(int sock, void *data, size_t len, int *fd, int flags) {
-    *fd = -1;
+/* One sendmsg of `len` bytes with `fd` attached unless it is -1, retried on EINTR. */
+static long send_with_fd(int sock, int fd, const void *data, size_t len, int flags) {
+    return send_fds(sock, &fd, fd >= 0 ? 1 : 0, data, len, flags);
+}
+
+/* One recvmsg of up to `len` bytes (retried on EINTR) with up to `max` descriptors (close-on-exec)
+   into `fds`, *count how many came; -EBADMSG when some were dropped (MSG_CTRUNC) or more than
+   `max` came: everything that came is closed. */
+static long receive_fds(int sock, void *data, size_t len, int *fds, int max, int *count, int flags) {
+    *count = 0;
     struct iovec iov = { data, len };
-    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int))]; } control;
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int) * CLS_MAX_PASSED_FDS)]; } control;
     struct msghdr msg = { 0 };
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
@@ -42,18 +50,31 @@ static long receive_with_fd(int sock, void *data, size_t len, int *fd, int flags
     ssize_t n;
     do { n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags); } while (n < 0 && errno == EINTR);
     if (n < 0) return -errno;
+    int got = 0, extra = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
-            memcpy(fd, CMSG_DATA(c), sizeof(int));
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + sizeof(int) * (size_t)i, sizeof(int));
+            if (got < max) fds[got++] = fd; else { close(fd); extra = 1; }
         }
     }
-    /* Descriptors dropped for want of room: the message is not the one that was sent. */
-    if (msg.msg_flags & MSG_CTRUNC) {
-        if (*fd >= 0) close(*fd);
-        *fd = -1;
+    /* Descriptors dropped for want of room, or more than expected: not the message that was sent. */
+    if ((msg.msg_flags & MSG_CTRUNC) || extra) {
+        for (int i = 0; i < got; i++) close(fds[i]);
         return -EBADMSG;
     }
+    *count = got;
     return (long)n;
+}
+
+/* One recvmsg of up to `len` bytes (retried on EINTR); *fd: the descriptor attached, else -1. */
+static long receive_with_fd(int sock, void *data, size_t len, int *fd, int flags) {
+    int count = 0;
+    long n = receive_fds(sock, data, len, fd, 1, &count, flags);
+    if (count == 0) *fd = -1;
+    return n;
 }
 
 int cls_send_fd(int sock, int fd) {
@@ -74,60 +95,11 @@ const void *cls_find(const void *haystack, size_t length, const void *needle, si
 }
 
 long cls_send_fds(int sock, const int *fds, int count, const void *data, size_t len) {
-    if (count < 0 || count > CLS_MAX_PASSED_FDS) return -EINVAL;
-    struct iovec iov = { (void *)data, len };
-    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int) * CLS_MAX_PASSED_FDS)]; } control;
-    memset(&control, 0, sizeof control);
-    struct msghdr msg = { 0 };
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    if (count > 0) {
-        msg.msg_control = control.buf;
-        msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
-        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)count);
-    }
-    for (;;) {
-        ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
-        if (n >= 0) return (long)n;
-        if (errno != EINTR) return -errno;
-    }
+    return send_fds(sock, fds, count, data, len, 0);
 }
 
 long cls_receive_fds(int sock, void *data, size_t len, int *fds, int max, int *count) {
-    *count = 0;
-    struct iovec iov = { data, len };
-    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int) * CLS_MAX_PASSED_FDS)]; } control;
-    struct msghdr msg = { 0 };
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.buf;
-    msg.msg_controllen = sizeof control.buf;
-    ssize_t n;
-    do { n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT); } while (n < 0 && errno == EINTR);
-    if (n < 0) return -errno;
-    int got = 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-        for (int i = 0; i < k; i++) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(c) + sizeof(int) * (size_t)i, sizeof(int));
-            /* More than the caller takes: closed, and the message counts as wrong (below). */
-            if (got < max) fds[got++] = fd; else { close(fd); got = max + 1; }
-        }
-    }
-    /* Descriptors dropped for want of room (or more than expected): not the message that was
-       sent; whatever came is closed. */
-    if ((msg.msg_flags & MSG_CTRUNC) || got > max) {
-        for (int i = 0; i < got && i < max; i++) close(fds[i]);
-        return -EBADMSG;
-    }
-    *count = got;
-    return (long)n;
+    return receive_fds(sock, data, len, fds, max, count, MSG_DONTWAIT);
 }
 
 long cls_send_with_fd(int sock, int fd, const void *data, size_t len) {

@@ -106,6 +106,24 @@ public enum AttachedBytes: Sendable {
 
     /// Redeems `token` at the handoff socket: the memfd, checked (sealed, `length` bytes).
     static func pickUp(_ token: String, length: Int, at path: String) throws -> Int32 {
+        let fd = try Handoff.redeem(token, at: path, what: "the answer's bytes")
+        // A received descriptor is checked before it is used: a sealed memfd of the length announced.
+        let rc = sp_bytes_check(fd, UInt64(length))
+        guard rc == 0 else {
+            Glibc.close(fd)
+            throw ErrorBody(.unavailable, "the answer's bytes are not a sealed memfd of \(length) bytes (\(String(cString: strerror(-rc))))")
+        }
+        return fd
+    }
+}
+
+/// The supervisor's handoff socket (`<control socket>.links`): a one-time token in, the
+/// descriptor it stands for out.
+enum Handoff {
+    /// Connects to `path`, sends `{"token": token}` and returns the descriptor that comes back,
+    /// unchecked (the caller checks its kind). `unavailable`, saying what was not handed over, when
+    /// none comes.
+    static func redeem(_ token: String, at path: String, what: String) throws -> Int32 {
         let handoff = try BlockingConnection.connect(path: path)
         defer { handoff.close() }
         var limit = timeval(tv_sec: 2, tv_usec: 0)
@@ -116,13 +134,7 @@ public enum AttachedBytes: Sendable {
         let n = buffer.withUnsafeMutableBytes { cls_receive_with_fd(handoff.fd, $0.baseAddress, $0.count, &fd) }
         guard n > 4, fd >= 0 else {
             if fd >= 0 { Glibc.close(fd) }
-            throw ErrorBody(.unavailable, "the answer's bytes were not handed over: \(String(decoding: buffer.prefix(max(0, n)).dropFirst(4), as: UTF8.self))")
-        }
-        // A received descriptor is checked before it is used: a sealed memfd of the length announced.
-        let rc = sp_bytes_check(fd, UInt64(length))
-        guard rc == 0 else {
-            Glibc.close(fd)
-            throw ErrorBody(.unavailable, "the answer's bytes are not a sealed memfd of \(length) bytes (\(String(cString: strerror(-rc))))")
+            throw ErrorBody(.unavailable, "\(what) was not handed over: \(String(decoding: buffer.prefix(max(0, n)).dropFirst(4), as: UTF8.self))")
         }
         return fd
     }

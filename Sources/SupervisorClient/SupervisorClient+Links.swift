@@ -39,18 +39,7 @@ extension SupervisorClient {
 
     /// Picks the link's descriptor up where the grant says (a one-time token for it).
     static func pickUp(_ grant: LinkGrant) throws -> Int32 {
-        let handoff = try BlockingConnection.connect(path: grant.socket)
-        defer { handoff.close() }
-        var limit = timeval(tv_sec: 2, tv_usec: 0)
-        setsockopt(handoff.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-        try handoff.sendFrame(ProtocolJSON.frame(["token": grant.token]))
-        var buffer = [UInt8](repeating: 0, count: 512)
-        var fd: Int32 = -1
-        let n = buffer.withUnsafeMutableBytes { cls_receive_with_fd(handoff.fd, $0.baseAddress, $0.count, &fd) }
-        guard n > 4, fd >= 0 else {
-            if fd >= 0 { Glibc.close(fd) }
-            throw ErrorBody(.unavailable, "the link's descriptor was not handed over: \(String(decoding: buffer.prefix(max(0, n)).dropFirst(4), as: UTF8.self))")
-        }
+        let fd = try Handoff.redeem(grant.token, at: grant.socket, what: "the link's descriptor")
         // A received descriptor is checked before it is used: a stream socket, nothing else.
         var info = stat()
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK else {

@@ -62,12 +62,13 @@ struct SandboxTests {
         #expect(try attack(sv, "h.bad", "streamPair").rc == 0)
         // Its own data folder is writable.
         #expect(try attack(sv, "h.bad", "writeData", path: w.home + "/data/h.bad/mine").rc >= 0)
-        // Nothing inherited: the protocol socket and the supervisor's channel for peer links (4)
-        // above stdio, and the links thread's wake-up eventfd (5, made by the worker); and an
+        // Nothing inherited: the protocol socket and the supervisor's descriptor channel (4)
+        // above stdio, the links thread's wake-up eventfd (5, made by the worker) and the worker's
+        // own copy of the channel for the memfds of its plugin's bytes (6); and an
         // environment of the worker's own (PATH, SWIFT_BACKTRACE, LIBDISPATCH_LOG, and TMPDIR and
         // SQLITE_TMPDIR naming its private temporary folder, SPEC §5): nothing of the supervisor's.
         struct FDs: Decodable { var fds: [Int] }
-        #expect(try sv.call("h.bad", "fds", "{}", as: FDs.self).fds == [3, 4, 5])
+        #expect(try sv.call("h.bad", "fds", "{}", as: FDs.self).fds == [3, 4, 5, 6])
         struct Env: Decodable { var count: Int; var home: Bool }
         let env = try sv.call("h.bad", "env", "{}", as: Env.self)
         #expect(env.count <= 5 && !env.home, "\(env.count) variables")

@@ -142,7 +142,8 @@ final class TestKit: Pluggable {
     }
     struct Row: Codable, Sendable, Equatable { var row: Int }
     struct BlobParams: Codable, Sendable { var count: Int; var size: Int }
-    struct SizeParams: Codable, Sendable { var size: Int }
+    /// `fill`: every byte 7 (made at memset's speed, for supervisor-bench), else the pattern.
+    struct SizeParams: Codable, Sendable { var size: Int; var fill: Bool? }
     struct RelayParams: Codable, Sendable { var target: String; var count: Int; var takeOnly: Int? }
     /// What the stream methods did, for the tests: rows sent, streams ended by cancellation,
     /// streams completed, and the last stream's row count when it ended.
@@ -174,7 +175,8 @@ final class TestKit: Pluggable {
         }
         // `size` bytes: byte i is i % 251 (raw bytes: inline up to 64 KiB, else a sealed memfd).
         api.bytes("bytes") { (p: SizeParams) async throws -> Bytes in
-            Bytes((0..<max(0, p.size)).map { UInt8($0 % 251) })
+            if p.fill == true { return Bytes([UInt8](repeating: 7, count: max(0, p.size))) }
+            return Bytes((0..<max(0, p.size)).map { UInt8($0 % 251) })
         }
         api.method("streamReport") { [self] () -> StreamReport in streams.withLock { $0 } }
         // The sum of an input of integers, then each running total as an element.
