@@ -187,8 +187,8 @@ do {
         try rig.start(plugins: try rig.plugins("bytes", count: 0, extra: ["bench.callee"]))
         let worker = try rig.status().first { $0.identifier == "bench.callee" }?.pid ?? 0
         let figures = try BytesBench.run(socket: rig.socket, supervisorPID: rig.supervisorPID, workerPID: worker, quick: quick)
-        report.add("1 MiB bytes result, call p50 (plugin → SupervisorClient, memfd)", figures.oneMiB.median / 1000, "µs")
-        report.add("1 MiB bytes result, call p99", figures.oneMiB.percentile(0.99) / 1000, "µs")
+        report.add("1 MiB bytes result, call p50 (plugin → SupervisorClient, memfd)", figures.oneMiB.median, "µs")
+        report.add("1 MiB bytes result, call p99", figures.oneMiB.percentile(0.99), "µs")
         let big = figures.big
         report.add("256 MiB bytes result, call time", big.ns / 1e6, "ms", baseline: ("one memcpy of 256 MiB", big.memcpyNs / 1e6), target: "≤ 2×")
         report.add("  256 MiB result: supervisor peak RSS growth", Double(big.supervisorKiB) / 1024, "MiB", target: "< 4 MiB")

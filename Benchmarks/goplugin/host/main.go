@@ -41,6 +41,13 @@ func (streamPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.
 
 var blobsDesc = grpc.StreamDesc{StreamName: "Blobs", ServerStreams: true}
 
+// blobUs, once streamMBps has connected: n calls of bench.Stream/Blob answering size bytes, their
+// durations sorted (µs). gRPC's receive limit (4 MiB by default) is raised for the call.
+var blobUs func(size int64, n int) []float64
+
+// The stream plugin's client, killed once every figure of it is taken.
+var streamClient *plugin.Client
+
 // streamMBps reads `count` messages of `size` bytes from the stream plugin's bench.Stream/Blobs,
 // `rounds` times, and returns the median MB/s (10^6 bytes of payload a second).
 func streamMBps(path string, count, size int64, rounds int) float64 {
@@ -51,7 +58,7 @@ func streamMBps(path string, count, size int64, rounds int) float64 {
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           hclog.New(&hclog.LoggerOptions{Output: ioutil.Discard, Level: hclog.Error}),
 	})
-	defer client.Kill()
+	streamClient = client
 	protocol, err := client.Client()
 	if err != nil {
 		log.Fatalf("starting %s: %v", path, err)
@@ -85,6 +92,23 @@ func streamMBps(path string, count, size int64, rounds int) float64 {
 		if got != n*size {
 			log.Fatalf("read %d bytes, expected %d", got, n*size)
 		}
+	}
+	blobUs = func(size int64, n int) []float64 {
+		out := make([]float64, n)
+		for i := range out {
+			var m wrappers.BytesValue
+			t := time.Now()
+			if err := conn.Invoke(context.Background(), "/bench.Stream/Blob", &wrappers.Int64Value{Value: size}, &m,
+				grpc.MaxCallRecvMsgSize(1<<30)); err != nil {
+				log.Fatal(err)
+			}
+			out[i] = float64(time.Since(t).Nanoseconds()) / 1000
+			if int64(len(m.Value)) != size {
+				log.Fatalf("blob of %d bytes, expected %d", len(m.Value), size)
+			}
+		}
+		sort.Float64s(out)
+		return out
 	}
 	read(count / 10) // warm up
 	rates := make([]float64, rounds)
@@ -216,6 +240,12 @@ func main() {
 	}
 	if *streamPath != "" {
 		out["streamMBps"] = streamMBps(*streamPath, 4096, 64<<10, 5)
+		for range blobUs(1<<20, 20) { // warm up
+		}
+		oneMiB := blobUs(1<<20, 300)
+		out["blob1MiBP50Us"] = oneMiB[len(oneMiB)/2]
+		out["blob256MiBMs"] = blobUs(256<<20, 1)[0] / 1000
+		streamClient.Kill()
 	}
 	json.NewEncoder(os.Stdout).Encode(out)
 }

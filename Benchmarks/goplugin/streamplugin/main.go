@@ -32,10 +32,25 @@ func blobs(_ interface{}, stream grpc.ServerStream) error {
 	return nil
 }
 
-// ServiceDesc is bench.Stream, shared with the host (which calls it with grpc.ClientConn.NewStream).
+// blob answers one message of Int64Value.Value bytes (TestKit's `bytes` for this project).
+func blob(_ interface{}, ctx context.Context, decode func(interface{}) error, _ grpc.UnaryServerInterceptor) (interface{}, error) {
+	var request wrappers.Int64Value
+	if err := decode(&request); err != nil {
+		return nil, err
+	}
+	out := &wrappers.BytesValue{Value: make([]byte, request.Value)}
+	for i := range out.Value {
+		out.Value[i] = 7
+	}
+	return out, nil
+}
+
+// ServiceDesc is bench.Stream, shared with the host (which calls it with grpc.ClientConn.NewStream
+// and Invoke).
 var serviceDesc = grpc.ServiceDesc{
 	ServiceName: "bench.Stream",
 	HandlerType: (*interface{})(nil),
+	Methods:     []grpc.MethodDesc{{MethodName: "Blob", Handler: blob}},
 	Streams:     []grpc.StreamDesc{{StreamName: "Blobs", Handler: blobs, ServerStreams: true}},
 	Metadata:    "bench.proto",
 }
@@ -55,6 +70,10 @@ func main() {
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: plugin.HandshakeConfig{ProtocolVersion: 1, MagicCookieKey: "SP_BENCH", MagicCookieValue: "go-plugin"},
 		Plugins:         map[string]plugin.Plugin{"stream": streamPlugin{}},
-		GRPCServer:      plugin.DefaultGRPCServer,
+		// The send limit raised for bench.Stream/Blob's 256 MiB answer (gRPC's default is max int
+		// to send, 4 MiB to receive: the host raises its own).
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return plugin.DefaultGRPCServer(append(opts, grpc.MaxSendMsgSize(1<<30), grpc.MaxRecvMsgSize(1<<30)))
+		},
 	})
 }

@@ -70,6 +70,25 @@ static inline int sp_bytes_create(const void *data, size_t len) {
     return fd;
 }
 
+/** A memfd of `len` zero bytes, to be written (through a shared writable mapping, or pwrite) and
+    then sealed with sp_bytes_seal: the descriptor, or -errno. No copy of the bytes is made. */
+static inline int sp_bytes_writable(size_t len) {
+    int fd = memfd_create("sp-bytes", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return -errno;
+    if (ftruncate(fd, (off_t)len) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+/** Seals a memfd made by sp_bytes_writable once it is written (and every writable mapping of it
+    is gone: the kernel refuses F_SEAL_WRITE while one exists): 0, or -errno. */
+static inline int sp_bytes_seal(int fd) {
+    return fcntl(fd, F_ADD_SEALS, SP_BYTES_SEALS | F_SEAL_SEAL) == 0 ? 0 : -errno;
+}
+
 /** 0 when `fd` is a regular file (a memfd) sealed against writes, shrinking and growing, holding
     exactly `length` bytes; else -EBADF (not a regular file), -EPERM (a seal missing) or -EINVAL
     (another length). Check every received descriptor before mapping it: an unsealed one could
