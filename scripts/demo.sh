@@ -37,6 +37,7 @@ run call com.example.chello add '[40, 2]'
 run call com.example.asyncworks work
 run call --stream com.example.asyncworks rows '{"count":4}'
 run call --stream com.example.chello count '{"n":3}'
+run call --output "$SUPERVISOR_HOME/chello.bin" com.example.chello bytes '{"n":1000000}'
 run send memoryWarning
 run stop
 if wait $pid; then rc=0; else rc=$?; fi
