@@ -261,3 +261,14 @@ def test_streams_blocking_and_asyncio(plugin_supervisor, bundles):
             await _until(lambda: client.call("py.rows", "streamReport"), lambda r: r["cancelled"] >= 2)
 
     asyncio.run(main())
+
+
+def test_bytes_inline_and_as_a_memfd(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.bytes")])
+    pattern = lambda n: bytes(i % 251 for i in range(n))  # noqa: E731
+    assert sup.client.call_bytes("py.bytes", "bytes", {"size": 1000}) == pattern(1000)
+    assert sup.client.call_bytes("py.bytes", "bytes", {"size": 300000}) == pattern(300000)
+    # A plain call shows the placeholder, and the connection goes on (the inline bytes after it
+    # are read, not taken for JSON).
+    assert sup.client.call("py.bytes", "bytes", {"size": 10}) == {"$bytes": 0}
+    assert sup.client.call("py.bytes", "ping") == 1

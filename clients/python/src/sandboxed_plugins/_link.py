@@ -131,26 +131,63 @@ class NotTaken(Exception):
     """The link took no more calls when this one came: it goes through the supervisor."""
 
 
-def pick_up(grant: dict) -> _socket.socket:
-    """The link's descriptor, picked up where the grant says with its one-time token."""
+def redeem(path: str, token: str, what: str) -> int:
+    """The descriptor a one-time token stands for, from the supervisor's handoff socket (unchecked)."""
     with _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM) as handoff:
         handoff.settimeout(2.0)
-        handoff.connect(grant["socket"])
-        handoff.sendall(_wire.encode({"token": grant["token"]}))
+        handoff.connect(path)
+        handoff.sendall(_wire.encode({"token": token}))
         message, fds, flags, _ = _socket.recv_fds(handoff, 512, 1)
     if flags & getattr(_socket, "MSG_CTRUNC", 0):
         for fd in fds:
             os.close(fd)
-        raise PluginError("unavailable", "the link's descriptor was cut off in transit")
+        raise PluginError("unavailable", f"{what} was cut off in transit")
     if len(fds) != 1:
         for fd in fds:
             os.close(fd)
-        raise PluginError("unavailable", f"the link's descriptor was not handed over: {message[4:]!r}")
+        raise PluginError("unavailable", f"{what} was not handed over: {message[4:]!r}")
+    return fds[0]
+
+
+def attached_bytes(reply: dict, socket_path: str) -> list:
+    """The bytes attached to a reply (docs/protocol.md "Bytes"), in order: inline ones from its
+    frame, larger ones read from the sealed memfd picked up at the handoff socket (checked: a
+    regular file, sealed against writes, shrinking and growing, of the announced length)."""
+    import fcntl
+    import mmap
+    out = []
+    tail = reply.get(_wire.TAIL, b"")
+    at = 0
+    for a in reply.get("attachments", []):
+        length = int(a["length"])
+        if "token" in a:
+            fd = redeem(socket_path + ".links", a["token"], "the answer's bytes")
+            try:
+                seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+                needed = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                if not stat.S_ISREG(os.fstat(fd).st_mode) or seals & needed != needed or os.fstat(fd).st_size != length:
+                    raise PluginError("unavailable", f"the answer's bytes are not a sealed memfd of {length} bytes")
+                if length == 0:
+                    out.append(b"")
+                else:
+                    with mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ) as mapped:
+                        out.append(bytes(mapped))
+            finally:
+                os.close(fd)
+        else:
+            out.append(tail[at:at + length])
+            at += length
+    return out
+
+
+def pick_up(grant: dict) -> _socket.socket:
+    """The link's descriptor, picked up where the grant says with its one-time token."""
+    fd = redeem(grant["socket"], grant["token"], "the link's descriptor")
     # A received descriptor is checked before it is used: a stream socket, nothing else.
-    if not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
-        os.close(fds[0])
+    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+        os.close(fd)
         raise PluginError("unavailable", "the link's descriptor is not a socket")
-    return _socket.socket(fileno=fds[0])
+    return _socket.socket(fileno=fd)
 
 
 class DirectLink:

@@ -60,5 +60,21 @@ class FrameBuffer:
                 break
             body = bytes(self._buffer[4:4 + length])
             del self._buffer[:4 + length]
-            frames.append(json.loads(body.decode("utf-8")))
+            frames.append(decode(body))
         return frames
+
+
+def decode(body: bytes) -> dict:
+    """One frame's body: its JSON object, and the raw bytes after the object's NUL, if any (the
+    inline attachments, docs/protocol.md "Bytes"), under ``TAIL``."""
+    nul = body.find(b"\0")
+    if nul < 0:
+        return json.loads(body.decode("utf-8"))
+    message = json.loads(body[:nul].decode("utf-8"))
+    message[TAIL] = body[nul + 1:]
+    return message
+
+
+#: Where `decode` puts a frame's inline bytes.
+TAIL = "\0tail"
+

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterator, Optional
 
 from . import _wire
-from ._link import DirectLink, LinkSlots, NotTaken, pick_up
+from ._link import DirectLink, LinkSlots, NotTaken, attached_bytes, pick_up
 from .errors import PluginError, unreachable
 
 #: Events a plugin can be sent (``send``).
@@ -198,6 +198,23 @@ class Client:
         self._ask_for_link(target)
         return result
 
+    def call_bytes(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> bytes:
+        """Calls ``method`` of ``target``, which answers with raw bytes (SPEC §13): the bytes its
+        result names (``{"$bytes": i}``), inline or read from the sealed memfd the supervisor hands
+        over. Through the supervisor (a direct link carries no descriptors)."""
+        message: Dict[str, Any] = {"type": "call", "target": target, "method": method}
+        if params is not None:
+            message["params"] = params
+        if timeout is not None:
+            message["timeoutMs"] = max(1, int(timeout * 1000))
+        reply = self._request(message, timeout, whole=True)
+        attached = attached_bytes(reply, self.socket_path)
+        result = reply.get("result")
+        index = result.get("$bytes", 0) if isinstance(result, dict) else 0
+        if not 0 <= index < len(attached):
+            raise PluginError("unavailable", f"{target}.{method} answered {result!r} with no bytes attached")
+        return attached[index]
+
     def stream(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> ChunkStream:
         """Calls the stream method ``method`` of ``target`` (SPEC §13): a ``ChunkStream`` of its
         elements (decoded JSON), read as they come. ``timeout`` bounds the whole stream."""
@@ -329,7 +346,7 @@ class Client:
             pass
 
     def _request(self, message: Dict[str, Any], timeout: Optional[float] = None, request_id: Optional[int] = None,
-                 progress: Optional[Callable[[dict], None]] = None) -> Any:
+                 progress: Optional[Callable[[dict], None]] = None, whole: bool = False) -> Any:
         self._ensure_connected()
         if request_id is None:
             request_id = next(self._ids)
@@ -355,7 +372,7 @@ class Client:
             raise PluginError("unavailable", "the connection to the supervisor was lost before it answered")
         if "error" in reply:
             raise PluginError.from_body(reply["error"])
-        return reply.get("result")
+        return reply if whole else reply.get("result")
 
     def _read(self, sock: _socket.socket) -> None:
         frames = _wire.FrameBuffer()
