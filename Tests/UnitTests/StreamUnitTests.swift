@@ -45,6 +45,12 @@ import Testing
         #expect(WorkerMessageTests.read(#"{"type":"chunk","id":3,"seq":0,"data":1}"#, saidHello: false) == .violation("chunk before hello"))
     }
 
+    @Test func onlyMessagesThatCarryAValueMayCarryBytes() {
+        #expect(WorkerMessageTests.read(#"{"type":"log","level":"info","message":"m","attachments":[{"length":1}]}"#)
+                == .violation("a log message with attachments"))
+        #expect(WorkerMessageTests.read(#"{"type":"reply","id":3,"result":{"$bytes":0},"attachments":[{"length":1}]}"#) == .reply(id: 3))
+    }
+
     @Test func aReceiverHoldsItsWindowAndGrantsAsItIsRead() async throws {
         let granted = Mutex<[Int]>([])
         let gaveUp = Mutex(0)
