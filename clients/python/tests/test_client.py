@@ -272,3 +272,10 @@ def test_bytes_inline_and_as_a_memfd(plugin_supervisor, bundles):
     # are read, not taken for JSON).
     assert sup.client.call("py.bytes", "bytes", {"size": 10}) == {"$bytes": 0}
     assert sup.client.call("py.bytes", "ping") == 1
+
+    async def main():
+        async with await AsyncClient.connect(socket=sup.socket) as client:
+            assert await client.call_bytes("py.bytes", "bytes", {"size": 200000}) == pattern(200000)
+            assert await client.call_bytes("py.bytes", "bytes", {"size": 7}) == pattern(7)
+
+    asyncio.run(main())

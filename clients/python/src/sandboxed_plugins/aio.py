@@ -9,7 +9,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Unio
 
 from . import _wire
 from ._alink import open_link
-from ._link import LinkSlots, NotTaken
+from ._link import LinkSlots, NotTaken, attached_bytes
 from .client import _GRANT_EVERY
 from .errors import PluginError, unreachable
 
@@ -158,6 +158,22 @@ class AsyncClient:
         self._ask_for_link(target)
         return result
 
+    async def call_bytes(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> bytes:
+        """``Client.call_bytes``'s twin: the raw bytes a bytes method answers with."""
+        message: Dict[str, Any] = {"type": "call", "target": target, "method": method}
+        if params is not None:
+            message["params"] = params
+        if timeout is not None:
+            message["timeoutMs"] = max(1, int(timeout * 1000))
+        reply = await self._request(message, timeout, whole=True)
+        # The pick-up blocks for a moment (a local socket and a mapping): off the loop.
+        attached = await asyncio.get_running_loop().run_in_executor(None, attached_bytes, reply, self.socket_path)
+        result = reply.get("result")
+        index = result.get("$bytes", 0) if isinstance(result, dict) else 0
+        if not 0 <= index < len(attached):
+            raise PluginError("unavailable", f"{target}.{method} answered {result!r} with no bytes attached")
+        return attached[index]
+
     async def stream(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> AsyncChunkStream:
         """Calls the stream method ``method`` of ``target`` (SPEC §13): its elements as they come."""
         if self._closed:
@@ -291,7 +307,8 @@ class AsyncClient:
         except (OSError, PluginError, ConnectionError):
             pass
 
-    async def _request(self, message: Dict[str, Any], timeout: Optional[float] = None, request_id: Optional[int] = None) -> Any:
+    async def _request(self, message: Dict[str, Any], timeout: Optional[float] = None, request_id: Optional[int] = None,
+                       whole: bool = False) -> Any:
         if self._closed:
             raise PluginError("unavailable", "the client is closed")
         if self._writer is None:
@@ -319,7 +336,7 @@ class AsyncClient:
             raise PluginError("unavailable", "the connection to the supervisor was lost before it answered")
         if "error" in reply:
             raise PluginError.from_body(reply["error"])
-        return reply.get("result")
+        return reply if whole else reply.get("result")
 
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         frames = _wire.FrameBuffer()
