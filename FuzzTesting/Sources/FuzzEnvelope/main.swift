@@ -37,7 +37,8 @@ func checkEnvelope(_ bytes: UnsafeRawBufferPointer) {
     if let shallow { precondition(sameFields(shallow, env), "depth limit changed what was parsed") }
 
     // Every range lies in the buffer and is one complete JSON value.
-    let ranges: [Range<Int>?] = [env.target, env.method, env.params, env.result, env.error, env.from, env.uri, env.name, env.payload]
+    let ranges: [Range<Int>?] = [env.target, env.method, env.params, env.result, env.error, env.from, env.uri, env.name, env.payload,
+                                 env.data, env.attachments]
     for case let range? in ranges {
         precondition(range.lowerBound >= 0 && range.upperBound <= bytes.count && !range.isEmpty,
                      "range \(range) outside a buffer of \(bytes.count) bytes")
@@ -55,6 +56,23 @@ func checkEnvelope(_ bytes: UnsafeRawBufferPointer) {
         precondition(env.kind == nil, "a kind without a type name")
     }
     precondition(!(env.badID && env.id != nil), "id both valid and bad")
+
+    // Bytes (docs/protocol.md "Bytes"): the tail lies after the object's NUL, to the end; the
+    // attachments, when they read, write back to a list that reads the same.
+    if let tail = env.tail {
+        precondition(tail.upperBound == bytes.count && tail.lowerBound >= 1 && bytes[tail.lowerBound - 1] == 0, "tail \(tail) not after a NUL")
+    }
+    if let range = env.attachments, let list = try? Attachments.read(bytes, range) {
+        precondition(list.allSatisfy { $0.length >= 0 && (!$0.isInline || $0.length <= Attachments.inlineLimit) }, "an attachment out of bounds")
+        var builder = FrameBuilder(kind: .reply)
+        builder.attachments(list)
+        let frame = builder.finish()
+        frame.withUnsafeBytes { all in
+            let body = UnsafeRawBufferPointer(rebasing: all[Frame.headerSize...])
+            guard let again = try? Envelope.parse(body), let written = again.attachments else { preconditionFailure("written attachments do not parse") }
+            precondition((try? Attachments.read(body, written)) == list, "attachments changed on the way back")
+        }
+    }
 
     // A reply built around this message's id and result (or error) parses back to the same values.
     guard let id = env.id else { return }
