@@ -180,6 +180,16 @@ def attached_bytes(reply: dict, socket_path: str) -> list:
     return out
 
 
+def named_bytes(reply: dict, socket_path: str, what: str) -> bytes:
+    """The bytes a reply's result names (``{"$bytes": i}``, else the first attachment)."""
+    attached = attached_bytes(reply, socket_path)
+    result = reply.get("result")
+    index = result.get("$bytes", 0) if isinstance(result, dict) else 0
+    if not 0 <= index < len(attached):
+        raise PluginError("unavailable", f"{what} answered {result!r} with no bytes attached")
+    return attached[index]
+
+
 def pick_up(grant: dict) -> _socket.socket:
     """The link's descriptor, picked up where the grant says with its one-time token."""
     fd = redeem(grant["socket"], grant["token"], "the link's descriptor")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 #: The supervisor's default frame limit (``maxFrameBytes``).
 MAX_FRAME = 16 * 1024 * 1024
@@ -33,6 +33,17 @@ def socket_path(home: Optional[str] = None, socket: Optional[str] = None,
     if env_socket:
         return env_socket
     return (home or default_home(environ)) + "/supervisor.sock"
+
+
+def call_message(target: str, method: str, params: Any, timeout: Optional[float], **flags: Any) -> Dict[str, Any]:
+    """A ``call`` to ``target``'s ``method`` (``params`` only when given, ``timeoutMs`` from
+    ``timeout`` in seconds), with ``flags`` (``stream=True``, an ``id``) added."""
+    message: Dict[str, Any] = {"type": "call", "target": target, "method": method, **flags}
+    if params is not None:
+        message["params"] = params
+    if timeout is not None:
+        message["timeoutMs"] = max(1, int(timeout * 1000))
+    return message
 
 
 def encode(message: Mapping[str, Any]) -> bytes:

@@ -9,8 +9,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Unio
 
 from . import _wire
 from ._alink import open_link
-from ._link import LinkSlots, NotTaken, attached_bytes
-from .client import _GRANT_EVERY
+from ._link import LinkSlots, NotTaken, named_bytes
+from .client import _StreamReading
 from .errors import PluginError, unreachable
 
 _END = object()
@@ -63,17 +63,14 @@ class AsyncEventStream:
             self._queue.put_nowait(_END)
 
 
-class AsyncChunkStream:
+class AsyncChunkStream(_StreamReading):
     """``ChunkStream``'s asyncio twin: ``async for element in stream``; ``await stream.close()``
     (or leaving an ``async with`` block) before the end cancels the call at the plugin."""
 
     def __init__(self, client: "AsyncClient", request_id: int) -> None:
+        super().__init__(request_id)
         self._client = client
-        self._id = request_id
         self._queue: "asyncio.Queue[Any]" = asyncio.Queue()
-        self._taken = 0
-        self._ended = False
-        self.result: Any = None
 
     def __aiter__(self) -> "AsyncChunkStream":
         return self
@@ -86,20 +83,13 @@ class AsyncChunkStream:
         except asyncio.CancelledError:
             await asyncio.shield(self.close())
             raise
-        if isinstance(item, dict) and item.get("type") == "reply":
-            self._ended = True
-            if "error" in item:
-                raise PluginError.from_body(item["error"])
-            self.result = item.get("result")
+        ended, element = self._element(item)
+        if ended:
             raise StopAsyncIteration
-        if item is _END:
-            self._ended = True
-            raise PluginError("unavailable", "the connection to the supervisor was lost before the stream ended")
-        self._taken += 1
-        if self._taken == _GRANT_EVERY:
-            self._taken = 0
-            await self._client._send_quietly({"type": "credit", "id": self._id, "n": _GRANT_EVERY})
-        return item
+        credit = self._credit_due()
+        if credit is not None:
+            await self._client._send_quietly(credit)
+        return element
 
     async def close(self) -> None:
         if self._client._chunk_streams.pop(self._id, None) is not None:
@@ -149,30 +139,15 @@ class AsyncClient:
                 return await link.call(method, params, timeout)
             except NotTaken:
                 pass
-        message: Dict[str, Any] = {"type": "call", "target": target, "method": method}
-        if params is not None:
-            message["params"] = params
-        if timeout is not None:
-            message["timeoutMs"] = max(1, int(timeout * 1000))
-        result = await self._request(message, timeout)
+        result = await self._request(_wire.call_message(target, method, params, timeout), timeout)
         self._ask_for_link(target)
         return result
 
     async def call_bytes(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> bytes:
         """``Client.call_bytes``'s twin: the raw bytes a bytes method answers with."""
-        message: Dict[str, Any] = {"type": "call", "target": target, "method": method}
-        if params is not None:
-            message["params"] = params
-        if timeout is not None:
-            message["timeoutMs"] = max(1, int(timeout * 1000))
-        reply = await self._request(message, timeout, whole=True)
+        reply = await self._request(_wire.call_message(target, method, params, timeout), timeout, whole=True)
         # The pick-up blocks for a moment (a local socket and a mapping): off the loop.
-        attached = await asyncio.get_running_loop().run_in_executor(None, attached_bytes, reply, self.socket_path)
-        result = reply.get("result")
-        index = result.get("$bytes", 0) if isinstance(result, dict) else 0
-        if not 0 <= index < len(attached):
-            raise PluginError("unavailable", f"{target}.{method} answered {result!r} with no bytes attached")
-        return attached[index]
+        return await asyncio.get_running_loop().run_in_executor(None, named_bytes, reply, self.socket_path, f"{target}.{method}")
 
     async def stream(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> AsyncChunkStream:
         """Calls the stream method ``method`` of ``target`` (SPEC §13): its elements as they come."""
@@ -183,13 +158,8 @@ class AsyncClient:
         request_id = next(self._ids)
         stream = AsyncChunkStream(self, request_id)
         self._chunk_streams[request_id] = stream
-        message: Dict[str, Any] = {"type": "call", "id": request_id, "target": target, "method": method, "stream": True}
-        if params is not None:
-            message["params"] = params
-        if timeout is not None:
-            message["timeoutMs"] = max(1, int(timeout * 1000))
         try:
-            await self._send(message)
+            await self._send(_wire.call_message(target, method, params, timeout, id=request_id, stream=True))
         except (OSError, PluginError, ConnectionError) as error:
             self._chunk_streams.pop(request_id, None)
             raise PluginError("unavailable", f"the connection to the supervisor was lost ({error})") from None

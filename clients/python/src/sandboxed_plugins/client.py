@@ -9,10 +9,10 @@ import socket as _socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from . import _wire
-from ._link import DirectLink, LinkSlots, NotTaken, attached_bytes, pick_up
+from ._link import DirectLink, LinkSlots, NotTaken, named_bytes, pick_up
 from .errors import PluginError, unreachable
 
 #: Events a plugin can be sent (``send``).
@@ -96,7 +96,41 @@ STREAM_WINDOW = 16
 _GRANT_EVERY = STREAM_WINDOW // 2
 
 
-class ChunkStream:
+class _StreamReading:
+    """What both clients' streams keep while they are read: the call's id, the elements taken
+    since credit last went back, whether it ended and its final result."""
+
+    def __init__(self, request_id: int) -> None:
+        self._id = request_id
+        self._taken = 0
+        self._ended = False
+        #: The final reply's result, once the stream has ended.
+        self.result: Any = None
+
+    def _element(self, item: Any) -> Tuple[bool, Any]:
+        """What came off the queue: ``(True, None)`` at the end, else ``(False, element)``; raises
+        the stream's error, or ``unavailable`` when the connection was lost first."""
+        if isinstance(item, dict) and item.get("type") == "reply":
+            self._ended = True
+            if "error" in item:
+                raise PluginError.from_body(item["error"])
+            self.result = item.get("result")
+            return True, None
+        if item is _END:
+            self._ended = True
+            raise PluginError("unavailable", "the connection to the supervisor was lost before the stream ended")
+        return False, item
+
+    def _credit_due(self) -> Optional[dict]:
+        """The ``credit`` to send once an element was taken (every ``_GRANT_EVERY``), if due."""
+        self._taken += 1
+        if self._taken < _GRANT_EVERY:
+            return None
+        self._taken = 0
+        return {"type": "credit", "id": self._id, "n": _GRANT_EVERY}
+
+
+class ChunkStream(_StreamReading):
     """The elements of a stream method's answer (SPEC §13), as they come: iterate it. At most 16
     wait here; the plugin is granted room as they are read, so a slow reader slows the plugin.
     Iteration ends at the plugin's final reply, or raises its ``PluginError`` (``unavailable``
@@ -105,13 +139,9 @@ class ChunkStream:
     cancels the call at the plugin."""
 
     def __init__(self, client: "Client", request_id: int) -> None:
+        super().__init__(request_id)
         self._client = client
-        self._id = request_id
         self._queue: "queue.Queue[Any]" = queue.Queue()
-        self._taken = 0
-        self._ended = False
-        #: The final reply's result, once the stream has ended.
-        self.result: Any = None
 
     def _put(self, item: Any) -> None:
         self._queue.put(item)
@@ -122,21 +152,13 @@ class ChunkStream:
     def __next__(self) -> Any:
         if self._ended:
             raise StopIteration
-        item = self._queue.get()
-        if isinstance(item, dict) and item.get("type") == "reply":
-            self._ended = True
-            if "error" in item:
-                raise PluginError.from_body(item["error"])
-            self.result = item.get("result")
+        ended, element = self._element(self._queue.get())
+        if ended:
             raise StopIteration
-        if item is _END:
-            self._ended = True
-            raise PluginError("unavailable", "the connection to the supervisor was lost before the stream ended")
-        self._taken += 1
-        if self._taken == _GRANT_EVERY:
-            self._taken = 0
-            self._client._send_quietly({"type": "credit", "id": self._id, "n": _GRANT_EVERY})
-        return item
+        credit = self._credit_due()
+        if credit is not None:
+            self._client._send_quietly(credit)
+        return element
 
     def close(self) -> None:
         """Stops reading: a stream not yet ended is cancelled at the plugin."""
@@ -189,12 +211,7 @@ class Client:
                 return link.call(method, params, timeout)
             except NotTaken:
                 pass
-        message: Dict[str, Any] = {"type": "call", "target": target, "method": method}
-        if params is not None:
-            message["params"] = params
-        if timeout is not None:
-            message["timeoutMs"] = max(1, int(timeout * 1000))
-        result = self._request(message, timeout)
+        result = self._request(_wire.call_message(target, method, params, timeout), timeout)
         self._ask_for_link(target)
         return result
 
@@ -202,18 +219,8 @@ class Client:
         """Calls ``method`` of ``target``, which answers with raw bytes (SPEC §13): the bytes its
         result names (``{"$bytes": i}``), inline or read from the sealed memfd the supervisor hands
         over. Through the supervisor (a direct link carries no descriptors)."""
-        message: Dict[str, Any] = {"type": "call", "target": target, "method": method}
-        if params is not None:
-            message["params"] = params
-        if timeout is not None:
-            message["timeoutMs"] = max(1, int(timeout * 1000))
-        reply = self._request(message, timeout, whole=True)
-        attached = attached_bytes(reply, self.socket_path)
-        result = reply.get("result")
-        index = result.get("$bytes", 0) if isinstance(result, dict) else 0
-        if not 0 <= index < len(attached):
-            raise PluginError("unavailable", f"{target}.{method} answered {result!r} with no bytes attached")
-        return attached[index]
+        reply = self._request(_wire.call_message(target, method, params, timeout), timeout, whole=True)
+        return named_bytes(reply, self.socket_path, f"{target}.{method}")
 
     def stream(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> ChunkStream:
         """Calls the stream method ``method`` of ``target`` (SPEC §13): a ``ChunkStream`` of its
@@ -222,13 +229,8 @@ class Client:
         request_id = next(self._ids)
         stream = ChunkStream(self, request_id)
         self._chunk_streams[request_id] = stream
-        message: Dict[str, Any] = {"type": "call", "id": request_id, "target": target, "method": method, "stream": True}
-        if params is not None:
-            message["params"] = params
-        if timeout is not None:
-            message["timeoutMs"] = max(1, int(timeout * 1000))
         try:
-            self._send(message)
+            self._send(_wire.call_message(target, method, params, timeout, id=request_id, stream=True))
         except (OSError, PluginError) as error:
             self._chunk_streams.pop(request_id, None)
             raise PluginError("unavailable", f"the connection to the supervisor was lost ({error})") from None
