@@ -47,6 +47,13 @@ final class Rig {
         return dir
     }
 
+    /// A supervisor again, with `bench.callee` alone (in folder `name`): its worker's pid.
+    func restartWithCallee(_ name: String) throws -> Int32 {
+        stop()
+        try start(plugins: try plugins(name, count: 0, extra: ["bench.callee"]))
+        return try status().first { $0.identifier == "bench.callee" }?.pid ?? 0
+    }
+
     /// Starts `supervisor start` (`workerStart`: its `--worker-start`, else the default, the fork
     /// server) and returns the nanoseconds from launch to its ready line.
     @discardableResult

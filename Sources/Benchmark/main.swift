@@ -167,9 +167,7 @@ do {
     // and a slow reader of a fast producer.
     if wanted("streams") {
         note("streams: plugin → SupervisorClient")
-        rig.stop()
-        try rig.start(plugins: try rig.plugins("streams", count: 0, extra: ["bench.callee"]))
-        let worker = try rig.status().first { $0.identifier == "bench.callee" }?.pid ?? 0
+        let worker = try rig.restartWithCallee("streams")
         let figures = try StreamBench.run(socket: rig.socket, supervisorPID: rig.supervisorPID, workerPID: worker, quick: quick)
         report.add("stream throughput, 64 KiB elements, plugin → SupervisorClient", figures.megabytesPerSecond, "MB/s")
         report.add("  stream: the supervisor's CPU per MB", figures.supervisorCPUPerMB, "ms")
@@ -183,9 +181,7 @@ do {
     // 3d. Bytes (SPEC §13): a 1 MiB and a 256 MiB result passed as a sealed memfd to a program.
     if wanted("bytes") {
         note("bytes: plugin → SupervisorClient")
-        rig.stop()
-        try rig.start(plugins: try rig.plugins("bytes", count: 0, extra: ["bench.callee"]))
-        let worker = try rig.status().first { $0.identifier == "bench.callee" }?.pid ?? 0
+        let worker = try rig.restartWithCallee("bytes")
         let figures = try BytesBench.run(socket: rig.socket, supervisorPID: rig.supervisorPID, workerPID: worker, quick: quick)
         report.add("1 MiB bytes result, call p50 (plugin → SupervisorClient, memfd)", figures.oneMiB.median, "µs")
         report.add("1 MiB bytes result, call p99", figures.oneMiB.percentile(0.99), "µs")

@@ -48,6 +48,8 @@ import Testing
     @Test func onlyMessagesThatCarryAValueMayCarryBytes() {
         #expect(WorkerMessageTests.read(#"{"type":"log","level":"info","message":"m","attachments":[{"length":1}]}"#)
                 == .violation("a log message with attachments"))
+        #expect(WorkerMessageTests.read(#"{"type":"chunk","id":3,"seq":0,"data":{"$bytes":0},"attachments":[{"length":1}]}"#)
+                == .violation("a chunk message with attachments"))
         #expect(WorkerMessageTests.read(#"{"type":"reply","id":3,"result":{"$bytes":0},"attachments":[{"length":1}]}"#) == .reply(id: 3))
     }
 

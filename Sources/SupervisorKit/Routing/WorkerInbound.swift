@@ -47,15 +47,7 @@ extension Router {
                 case .success: return pluginRequest(instance, kind, env, bytes)
                 }
             case .stream(let kind):
-                guard let env else { return nil }
-                if env.attachments != nil || env.tail != nil {
-                    // A stream's elements carry JSON; bytes in them come in the next step.
-                    if case .failure(let violation) = receivePayload(from: instance, env, bytes) {
-                        effects.post(.protocolViolation(instance, violation.reason))
-                    } else {
-                        effects.post(.protocolViolation(instance, "a stream's \(kind.rawValue) with attachments (streams carry JSON only)"))
-                    }
-                } else if let why = streamMessage(from: instance, kind, env, bytes, frame: frame) {
+                if let env, let why = streamMessage(from: instance, kind, env, bytes, frame: frame) {
                     effects.post(.protocolViolation(instance, why))
                 }
             case .cancel(let id):

@@ -37,9 +37,10 @@ enum WorkerMessage: Equatable {
         if !saidHello, kind != .hello, kind != .exit, kind != .log {
             return (.violation("\(kind.rawValue) before hello"), env)
         }
-        // Bytes ride only on what carries a value (docs/protocol.md "Bytes"): anything else with
-        // attachments could leave descriptors on the channel for the next message to be read with.
-        if env.attachments != nil || env.tail != nil, ![.reply, .call, .open, .chunk].contains(kind) {
+        // Bytes ride only on a call's params and an answer (docs/protocol.md "Bytes"; a stream's
+        // chunks carry JSON only): anything else with attachments could leave descriptors on the
+        // channel for the next message to be read with.
+        if env.attachments != nil || env.tail != nil, ![.reply, .call, .open].contains(kind) {
             return (.violation("a \(kind.rawValue) message with attachments"), env)
         }
         switch kind {

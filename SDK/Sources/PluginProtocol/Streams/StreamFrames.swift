@@ -25,12 +25,10 @@ public enum StreamFrames {
     @inlinable
     public static func chunk<Sink: FrameSink>(id: UInt64, seq: UInt64, data: UnsafeRawBufferPointer, input: Bool = false,
                                               into sink: consuming Sink) -> Sink {
-        var frame = FrameEncoder(kind: .chunk, into: sink)
-        frame.uint("id", id)
-        if input { frame.flag("input") }
-        frame.uint("seq", seq)
-        frame.raw("data", data)
-        return frame.finish()
+        var frame = chunkHead(id: id, seq: seq, dataCount: data.count, input: input, into: sink)
+        frame.append(bytes: data)
+        chunkTail.withUnsafeBytes { frame.append(bytes: $0) }
+        return frame
     }
 
     /// Writes a chunk's length prefix and every member up to `"data":`, for a frame whose `data`
