@@ -155,6 +155,48 @@ struct StreamTests {
         try await waitUntil("the fourth producer to hear cancel") { try await Self.report(client, "s.kit").cancelled == 4 }
     }
 
+    @Test("a client that breaks the rules of a stream (credit of 0 or too much, an answer chunk from the caller, input for a call without input) is dropped with protocolViolation, naming what; credit for a call not in flight is ignored; a call whose bytes are not what it announces is refused with badRequest; the plugin and other clients run on")
+    func hostileClients() throws {
+        let w = try TestWorld()
+        try w.bundle("s.kit")
+        let sup = try RunningSupervisor(w)
+        let call = [UInt8].frame(body: Array(#"{"type":"call","id":7,"target":"s.kit","method":"rows","params":{"count":100},"stream":true}"#.utf8))
+        for (frame, reason) in [(#"{"type":"credit","id":7,"n":0}"#, "credit 0"),
+                                (#"{"type":"credit","id":7,"n":99999999}"#, "within 1048576 chunks"),
+                                (#"{"type":"chunk","id":7,"seq":0,"data":1}"#, "an answer chunk from the caller"),
+                                (#"{"type":"chunk","id":7,"input":true,"seq":0,"data":1}"#, "an input chunk for a call made without")] {
+            let raw = try rawControl(sup.socket)
+            defer { raw.close() }
+            try raw.sendFrame(call)
+            // The first chunk shows the call is in flight; then the hostile frame.
+            let first = try #require(try raw.receiveFrame())
+            #expect(first.withUnsafeBytes { (try? Envelope.parse($0))?.kind } == .chunk)
+            try raw.sendFrame([UInt8].frame(body: Array(frame.utf8)))
+            var dropped: String?
+            while let reply = try raw.receiveFrame() {
+                let text = String(decoding: reply, as: UTF8.self)
+                if text.contains("protocolViolation") { dropped = text; break }
+            }
+            #expect(dropped?.contains(reason) == true, "\(frame): \(dropped ?? "not dropped")")
+        }
+        // Credit for an id not in flight: nothing happens to the connection.
+        let quiet = try rawControl(sup.socket)
+        defer { quiet.close() }
+        try quiet.sendFrame([UInt8].frame(body: Array(#"{"type":"credit","id":99,"n":8}"#.utf8)))
+        try quiet.sendFrame([UInt8].frame(body: Array(#"{"type":"call","id":1,"target":"s.kit","method":"ping"}"#.utf8)))
+        #expect(String(decoding: try #require(try quiet.receiveFrame()), as: UTF8.self).contains(#""result":1"#))
+        // Bytes that are not what the call announces.
+        for (body, reason) in [(Array(#"{"type":"call","id":2,"target":"s.kit","method":"echo","params":1,"attachments":[{"length":5}]}"#.utf8) + [0, 1, 2], "announce 5 inline bytes and 2 came"),
+                               (Array(#"{"type":"call","id":3,"target":"s.kit","method":"echo","params":1,"attachments":[{"length":5,"fd":true}]}"#.utf8), "travel inline"),
+                               (Array(#"{"type":"call","id":4,"target":"s.kit","method":"echo","params":1}"#.utf8) + [0, 9], "no attachments announce it")] {
+            try quiet.sendFrame([UInt8].frame(body: body))
+            let answer = String(decoding: try #require(try quiet.receiveFrame()), as: UTF8.self)
+            #expect(answer.contains("badRequest") && answer.contains(reason), "\(answer)")
+        }
+        #expect(try sup.plugin("s.kit").state == "running" && sup.plugin("s.kit").restarts == 0)
+        #expect(try sup.cli("call", "s.kit", "ping").out.contains("1"))
+    }
+
     struct Via: Encodable, Sendable { var target: String; var method: String? = nil; var count: Int? = nil; var sleepMs: Int? = nil }
     struct Nested: Encodable, Sendable { var target: String; var method: String }
 

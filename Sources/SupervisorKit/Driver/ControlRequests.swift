@@ -143,10 +143,30 @@ extension Engine {
         case .failure(let error): return outbox.answer(origin, error: error)
         case .success(let t): target = t
         }
+        if let refused = Self.clientBytesProblem(env, bytes) { return outbox.answer(origin, error: refused) }
         guard let error = router.forward(kind, to: target, from: nil, env: env, bytes: bytes, origin: origin) else { return }
         // Not installed: maybe the catalog offers it on demand.
         if table[target] == nil, installs.forwardOnDemand(kind, to: target, request: bytes, timeoutMs: env.timeoutMs, origin: origin) { return }
         outbox.answer(origin, error: error)
+    }
+
+    /// Why a client's (or the embedding program's) call cannot carry the bytes it announces
+    /// (docs/protocol.md "Bytes"): only inline ones, exactly as many as announced, go to a plugin
+    /// for now; nil when it carries none or they are fine.
+    static func clientBytesProblem(_ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> ErrorBody? {
+        guard let range = env.attachments else {
+            return env.tail == nil ? nil : ErrorBody(.badRequest, "data after the request's JSON object, and no attachments announce it")
+        }
+        let list: [Attachment]
+        do { list = try Attachments.read(bytes, range) } catch { return ErrorBody(.badRequest, "the request's attachments: \(error)") }
+        guard list.allSatisfy(\.isInline) else {
+            return ErrorBody(.badRequest, "a request's bytes travel inline (up to \(Attachments.inlineLimit >> 10) KiB each) for now; none passed as a descriptor or token")
+        }
+        let inline = Attachments.inlineCount(list)
+        guard inline == env.tail?.count ?? 0 else {
+            return ErrorBody(.badRequest, "the request's attachments announce \(inline) inline bytes and \(env.tail?.count ?? 0) came")
+        }
+        return nil
     }
 
     /// Debug builds: holds the event loop for `timeoutMs` (at most 60 s), as a wedged loop would,
