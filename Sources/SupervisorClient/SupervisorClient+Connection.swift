@@ -174,11 +174,17 @@ extension SupervisorClient {
         case .reply:
             guard let id = env.id else { return }
             guard let waiter = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return streamEnded(id, env, bytes) }
-            if env.attachments != nil {
-                // Its bytes, taken now (tokens are good once, and for seconds): `callBytes` picks them up.
+            if env.attachments != nil, state.withLock({ $0.attached[id] != nil }) {
+                // The bytes a `callBytes` waits for, taken now (tokens are good once, and for
+                // seconds); kept only while it still waits (else closed here).
                 do {
                     let collected = try AttachedBytes.collect(env, bytes, socketPath: socketPath)
-                    state.withLock { $0.attached[id] = collected }
+                    let kept = state.withLock { s -> Bool in
+                        guard s.attached[id] != nil else { return false }
+                        s.attached[id] = collected
+                        return true
+                    }
+                    if !kept { for taken in collected { taken.close() } }
                 } catch {
                     return waiter.continuation.resume(throwing: error)
                 }

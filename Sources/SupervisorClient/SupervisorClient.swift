@@ -47,7 +47,9 @@ public final class SupervisorClient: Sendable {
         var streams: [UInt64: Follower] = [:]
         /// Its calls answered with a stream (SupervisorClient+Streams.swift), by id.
         var streamCalls: [UInt64: StreamCall] = [:]
-        /// The bytes attached to answers, by request id, taken by `callBytes` once it is resumed.
+        /// The requests of `callBytes` (an entry from before the request is sent), with the bytes
+        /// attached to their answers once they came; other answers' bytes are not taken (their
+        /// tokens expire at the supervisor).
         var attached: [UInt64: [AttachedBytes]] = [:]
         var methods: [String: Handler] = [:]
         /// Plugins' calls of this client's methods still awaited by the supervisor, by its id, with
@@ -149,6 +151,7 @@ public final class SupervisorClient: Sendable {
     public func callBytes<P: Encodable>(_ target: String, _ method: String, _ params: P, timeout: Duration? = nil) async throws -> AttachedBytes {
         let json = try HostCoding.encode(params, for: "\(target).\(method)")
         let id = takeID()
+        state.withLock { $0.attached[id] = [] }
         let result: [UInt8]
         do {
             result = try await request(.call, id: id, timeout: timeout) { b in

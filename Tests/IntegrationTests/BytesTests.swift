@@ -45,8 +45,18 @@ struct BytesTests {
         #expect(try big.copy() == Self.pattern(2_000_000))
         big.close()
         client.close()
-        // Every descriptor it took was handed on and closed (tokens picked up).
-        try sup.waitUntil("the supervisor's descriptors back where they were") { try openFDs(sup.pid) <= fdsBefore }
+        // A plain call of a bytes method shows the placeholder and takes none of the bytes: no
+        // descriptor stays open in this process (the supervisor closes the unredeemed ones).
+        let plain = try await SupervisorClient.connect(socket: sup.socket, directLinks: false)
+        let mine = try openFDs(getpid())
+        for _ in 0..<5 {
+            let answer = try await plain.callJSON("b.kit", "bytes", params: Array(#"{"size":200000}"#.utf8))
+            #expect(answer == Array(#"{"$bytes":0}"#.utf8))
+        }
+        #expect(try openFDs(getpid()) <= mine)
+        plain.close()
+        // Every descriptor it took was handed on and closed (tokens picked up, or swept once they expired).
+        try sup.waitUntil(timeout: 20, "the supervisor's descriptors back where they were") { try openFDs(sup.pid) <= fdsBefore }
         sup.signal(SIGTERM)
         _ = try sup.waitForExit()
 
