@@ -102,6 +102,23 @@ long cls_receive_fds(int sock, void *data, size_t len, int *fds, int max, int *c
     return receive_fds(sock, data, len, fds, max, count, MSG_DONTWAIT);
 }
 
+long cls_send_fds_now(int sock, const int *fds, int count, const void *data, size_t len) {
+    return send_fds(sock, fds, count, data, len, MSG_DONTWAIT);
+}
+
+long cls_receive_fds_within(int sock, void *data, size_t len, int *fds, int max, int *count, int timeout_ms) {
+    struct pollfd p = { sock, POLLIN, 0 };
+    int64_t until = cls_monotonic_us() + (int64_t)timeout_ms * 1000;
+    for (;;) {
+        int64_t left = (until - cls_monotonic_us() + 999) / 1000;
+        int n = poll(&p, 1, left > 0 ? (int)left : 0);
+        if (n > 0) break;
+        if (n == 0) return -ETIMEDOUT;
+        if (errno != EINTR) return -errno;
+    }
+    return receive_fds(sock, data, len, fds, max, count, MSG_DONTWAIT);
+}
+
 long cls_send_with_fd(int sock, int fd, const void *data, size_t len) {
     return send_with_fd(sock, fd, data, len, MSG_DONTWAIT);
 }

@@ -78,6 +78,10 @@ public final class ChildProcess: Sendable {
     /// child), when asked for: a worker sends its seccomp listener over it, the supervisor its
     /// cgroup word and peer links.
     public var descriptorChannel: OwnedDescriptor?
+    /// The parent's end of the third socketpair, the payload channel (descriptor 5 in the child),
+    /// when asked for: the sealed memfds of bytes attached to messages, both ways (docs/protocol.md
+    /// "Bytes"), one `sendmsg` of one byte with its descriptors just before the message.
+    public var payloadChannel: OwnedDescriptor?
     /// Forked by the fork server (else exec'd).
     public var forked = false
 }
@@ -101,7 +105,8 @@ public enum Spawner {
     public static let isolationRefusedVariable = "SP_ISOLATION_REFUSED"
 
     /// `extraEnvironment` entries (`NAME=value`) are added to `baseEnvironment`. With
-    /// `descriptorChannel`, the child also gets descriptor 4, a second socket (see `SpawnedChild.descriptorChannel`).
+    /// `descriptorChannel`, the child also gets descriptor 4, a second socket (see `SpawnedChild.descriptorChannel`);
+    /// with `payloadChannel`, descriptor 5, a third (`SpawnedChild.payloadChannel`).
     /// With `isolated`, it starts in new user and PID namespaces (`cls_spawn_isolated`); a
     /// host that refuses them gets an ordinary spawn, with `isolationRefusedVariable` saying why.
     /// With `forkServer`, the fork server forks it (the same descriptors, environment and
@@ -110,7 +115,7 @@ public enum Spawner {
     /// `isolated` and `forkServer`): the child may start in an empty network namespace the fork
     /// server made ahead (FS_EMPTY_NETWORK); only for a worker that is to have one anyway.
     public static func spawn(executable: String, arguments: [String] = [], extraEnvironment: [String] = [],
-                             descriptorChannel: Bool = false, isolated: Bool = false, emptyNetwork: Bool = false,
+                             descriptorChannel: Bool = false, payloadChannel: Bool = false, isolated: Bool = false, emptyNetwork: Bool = false,
                              forkServer: ForkServerConnection? = nil) throws(SystemError) -> SpawnedChild {
         let pair = try SocketPair()
         let socket = pair.parent, childSocket = pair.child
@@ -126,9 +131,22 @@ public enum Spawner {
         case .some(let fd): childChannelFD = fd.raw
         case .none: childChannelFD = -1
         }
+        var payloads: OwnedDescriptor? = nil
+        var childPayloads: OwnedDescriptor? = nil
+        if payloadChannel {
+            let third = try SocketPair()
+            payloads = .some(third.parent)
+            childPayloads = .some(try lifted(third.child))
+        }
+        let childPayloadFD: Int32
+        switch childPayloads {
+        case .some(let fd): childPayloadFD = fd.raw
+        case .none: childPayloadFD = -1
+        }
         let out = try Pipe()
         let err = try Pipe()
-        // The child's ends must not already sit on 0-3, or dup2 would keep them close-on-exec.
+        // The child's ends must not already sit on 0-5, or dup2 would keep them close-on-exec (or
+        // write one over another).
         let childSocketFD = try lifted(childSocket)
         let childOut = try lifted(out.write)
         let childErr = try lifted(err.write)
@@ -141,14 +159,15 @@ public enum Spawner {
         /// Starts the child one way or the other: 0, or an errno value.
         func launch(isolated: Bool) -> Int32 {
             if let forkServer {
-                return forkServer.spawn(environment: environment, socket: childSocketFD.raw, descriptorChannel: childChannelFD, stdout: childOut.raw,
+                return forkServer.spawn(environment: environment, socket: childSocketFD.raw, descriptorChannel: childChannelFD,
+                                        payloadChannel: childPayloadFD, stdout: childOut.raw,
                                         stderr: childErr.raw, isolated: isolated, emptyNetwork: emptyNetwork, pid: &pid, pidfd: &pidfd, message: &said)
             }
             return withCStrings(argv) { cArgs in
                 withCStrings(environment) { cEnv in
                     isolated
-                        ? cls_spawn_isolated(executable, cArgs, cEnv, childSocketFD.raw, childChannelFD, childOut.raw, childErr.raw, &pid, &pidfd)
-                        : cls_spawn(executable, cArgs, cEnv, childSocketFD.raw, childChannelFD, childOut.raw, childErr.raw, &pid, &pidfd)
+                        ? cls_spawn_isolated(executable, cArgs, cEnv, childSocketFD.raw, childChannelFD, childPayloadFD, childOut.raw, childErr.raw, &pid, &pidfd)
+                        : cls_spawn(executable, cArgs, cEnv, childSocketFD.raw, childChannelFD, childPayloadFD, childOut.raw, childErr.raw, &pid, &pidfd)
                 }
             }
         }
@@ -157,7 +176,7 @@ public enum Spawner {
             rc = launch(isolated: true)
             guard rc != 0 else {
                 return SpawnedChild(process: ChildProcess(pid: pid, pidfd: pidfd), socket: socket, stdout: out.read, stderr: err.read,
-                                    descriptorChannel: channel, forked: forkServer != nil)
+                                    descriptorChannel: channel, payloadChannel: payloads, forked: forkServer != nil)
             }
             if let forkServer, forkServer.isBroken { throw SystemError(call: "the fork server", errno: rc, context: said) }
             // The namespaces were refused (not the executable: that would fail below too).
@@ -170,7 +189,7 @@ public enum Spawner {
         }
         // The child's ends close here, as their owners go; the parent keeps its own.
         return SpawnedChild(process: ChildProcess(pid: pid, pidfd: pidfd), socket: socket, stdout: out.read, stderr: err.read,
-                            descriptorChannel: channel, forked: forkServer != nil)
+                            descriptorChannel: channel, payloadChannel: payloads, forked: forkServer != nil)
     }
 
     /// A connected pair of close-on-exec stream sockets: the parent's end and the child's.
@@ -202,7 +221,7 @@ public enum Spawner {
     }
 
     static func lifted(_ fd: consuming OwnedDescriptor) throws(SystemError) -> OwnedDescriptor {
-        if fd.raw > 3 { return fd }
+        if fd.raw > 5 { return fd }
         let raw = fd.raw
         return OwnedDescriptor(try syscallRetrying("fcntl(F_DUPFD_CLOEXEC)") { fcntl(raw, F_DUPFD_CLOEXEC, 10) })
     }

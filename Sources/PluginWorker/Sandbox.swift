@@ -54,8 +54,9 @@ enum Sandbox {
         }
         layer(.pdeathsig)
 
-        // 2. Nothing inherited but stdio and the protocol socket.
-        do { try ProcessControl.closeDescriptors(from: 3, except: [plan.socketFD] + (plan.descriptorChannelFD.map { [$0] } ?? [])) } catch {
+        // 2. Nothing inherited but stdio, the protocol socket and the two channels.
+        let channels = [plan.descriptorChannelFD, plan.payloadChannelFD].compactMap { $0 }
+        do { try ProcessControl.closeDescriptors(from: 3, except: [plan.socketFD] + channels) } catch {
             throw failure(error)
         }
         layer(.descriptors)

@@ -24,6 +24,9 @@ struct SandboxPlan {
     var descriptorChannelFD: Int32?
     /// The descriptor channel stays open afterwards: the supervisor hands peer links over it (PeerLinks/).
     var keepsDescriptorChannel: Bool
+    /// The payload channel (`WorkerSpec.payloadChannelFD`), kept open: the memfds of bytes attached
+    /// to messages travel on it.
+    var payloadChannelFD: Int32?
     /// The supervisor's (and so its own) uid and gid, for its id maps.
     var uid: uid_t?
     var gid: gid_t?
@@ -60,8 +63,9 @@ struct SandboxPlan {
         supervisorPID = spec.supervisorPID
         socketFD = spec.socketFD
         descriptorChannelFD = spec.descriptorChannelFD
-        // Kept for bytes passed as descriptors (the worker sends them there) and for peer links.
-        keepsDescriptorChannel = spec.descriptorChannelFD != nil
+        // Kept for peer links.
+        keepsDescriptorChannel = spec.descriptorChannelFD != nil && spec.peerLinks == true
+        payloadChannelFD = spec.payloadChannelFD
         hostNetworkNamespace = spec.hostNetworkNamespace
         uid = spec.uid
         gid = spec.gid

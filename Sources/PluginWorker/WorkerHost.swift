@@ -25,9 +25,9 @@ final class WorkerHost: Sendable {
     nonisolated(unsafe) let host: UnsafeMutablePointer<sp_host>
     /// Direct links to other plugins' workers, when the supervisor offers them (PeerLinks.swift).
     let links: PeerLinks?
-    /// The descriptor channel (this worker's copy), where the descriptors of a message's
-    /// attachments go just before the message itself (docs/protocol.md "Bytes"); nil without one
-    /// (no sandbox): bytes then travel inline only.
+    /// The payload channel (descriptor 5), where the descriptors of a message's attachments go
+    /// just before the message itself, both ways (docs/protocol.md "Bytes"); nil when the
+    /// supervisor gave none (bytes then travel inline only).
     let payloadChannel: Int32?
     /// Held across a message's descriptors and the message, so the supervisor reads them in the
     /// same order on the two sockets.
@@ -52,6 +52,60 @@ final class WorkerHost: Sendable {
         pluginLock.withLock { bits in
             guard let plugin = UnsafePointer<sp_plugin>(bitPattern: bits), let receive = plugin.pointee.receive else { return }
             receive(plugin.pointee.ctx, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+        }
+    }
+
+    /// Hands one message from the supervisor to the plugin, with the descriptors of its attachments
+    /// if it lists any (docs/abi.md "Bytes"): they were sent on the payload channel just before it.
+    /// Each is checked (a sealed memfd of the announced length) and the message reaches the plugin
+    /// with this process's descriptor numbers in place of `true`; the plugin owns them from then on.
+    func deliverFromSupervisor(_ body: UnsafeRawBufferPointer) {
+        guard Self.mayHaveAttachments(body), let env = try? Envelope.parse(body), let range = env.attachments,
+              var list = try? Attachments.read(body, range), list.contains(where: \.isDescriptor) else { return deliver(body) }
+        let expected = list.filter(\.isDescriptor).count
+        var fds = [Int32](repeating: -1, count: Attachments.maxDescriptors)
+        var count: Int32 = 0
+        var marker: UInt8 = 0
+        let n: Int = payloadChannel.map { channel in
+            fds.withUnsafeMutableBufferPointer {
+                cls_receive_fds_within(channel, &marker, 1, $0.baseAddress, Int32(Attachments.maxDescriptors), &count, 5_000)
+            }
+        } ?? -Int(EOPNOTSUPP)
+        let received = Array(fds.prefix(Int(count)))
+        var problem: String?
+        if n != 1 {
+            problem = n == 0 ? "the payload channel ended" : "the payload channel: \(String(cString: strerror(Int32(-n))))"
+        } else if received.count != expected {
+            problem = "\(expected) descriptors announced, \(received.count) came"
+        } else {
+            var next = 0
+            for i in list.indices where list[i].isDescriptor {
+                if sp_bytes_check(received[next], UInt64(list[i].length)) != 0 {
+                    problem = "attachment \(i) is not a sealed memfd of \(list[i].length) bytes"
+                    break
+                }
+                list[i].place = .descriptor(received[next])
+                next += 1
+            }
+        }
+        if let problem {
+            for fd in received { close(fd) }
+            return undeliverable(env, "its bytes did not arrive: \(problem)")
+        }
+        deliver(frame: Attachments.replacing(in: body, env, with: list))
+    }
+
+    /// A message whose bytes could not be taken: a call is answered `unavailable` (to the
+    /// supervisor), a reply reaches the plugin as that error; anything else is dropped.
+    private func undeliverable(_ env: Envelope, _ why: String) {
+        guard let id = env.id else { return }
+        var reply = FrameBuilder(kind: .reply)
+        reply.uint("id", id)
+        reply.error(.unavailable, why)
+        switch env.kind {
+        case .call?, .open?: try? connection.sendFrame(reply.finish())
+        case .reply?: deliver(frame: reply.finish())
+        default: break
         }
     }
 
@@ -106,11 +160,11 @@ final class WorkerHost: Sendable {
     }
 
     /// A message with bytes attached (docs/abi.md "Bytes"): the descriptors it names go on the
-    /// descriptor channel, then the message. The supervisor checks them (sealed memfds of the
+    /// payload channel, then the message. The supervisor checks them (sealed memfds of the
     /// lengths announced, as many as announced) and ends a worker that breaks the rules; here a
     /// message whose attachments do not even parse goes as it is, for the supervisor to refuse.
     /// -EBADF: a number that is no descriptor (nothing sent); -EOPNOTSUPP: descriptors without a
-    /// channel (no sandbox).
+    /// payload channel.
     private func sendWithAttachments(_ bytes: UnsafeRawBufferPointer) -> Int32 {
         var fds: [Int32] = []
         if let env = try? Envelope.parse(bytes), let range = env.attachments, let list = try? Attachments.read(bytes, range) {

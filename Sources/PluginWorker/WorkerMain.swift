@@ -90,9 +90,10 @@ public func workerMain() -> Int32 {
     let channel = confinement.keptDescriptorChannel ? spec.descriptorChannelFD : nil
     let links = spec.peerLinks == true ? channel.flatMap { PeerLinks(channel: $0, connection: connection, identifier: spec.identifier, maxBody: spec.maxFrameBytes,
                                                                      maxDepth: spec.maxJSONDepth ?? Frame.defaultMaxDepth) } : nil
-    // Its own copy for bytes passed as descriptors: the links thread closes its copy if the
-    // channel breaks, and a number closed under the other's feet could be reused.
-    let payloadChannel = channel.map { fcntl($0, F_DUPFD_CLOEXEC, 3) }.flatMap { $0 >= 0 ? $0 : nil }
+    // The memfds of bytes attached to messages, both ways (docs/protocol.md "Bytes"); not inherited
+    // by anything the plugin might start.
+    let payloadChannel = spec.payloadChannelFD
+    if let payloadChannel { _ = fcntl(payloadChannel, F_SETFD, FD_CLOEXEC) }
     let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links, payloadChannel: payloadChannel)
     SignalRelay.start(host: host)
 
@@ -128,7 +129,7 @@ public func workerMain() -> Int32 {
                 links.unlink(body)
                 return true
             }
-            host.deliver(body)
+            host.deliverFromSupervisor(body)
             return true
         }) != nil {}
     } catch {

@@ -100,6 +100,25 @@ struct BytesTests {
         try sup.waitUntil("the supervisor's descriptors back where they were") { try openFDs(sup.pid) <= fdsBefore }
     }
 
+    @Test("bytes into plugins: a plugin takes bytes as a parameter and hands a memfd it received on to another plugin's parameter (3 MB, through the supervisor both ways, and 1 KiB inline); a sync C method reads a memfd it was given; nothing stays open in the supervisor")
+    func intoPlugins() throws {
+        let w = try TestWorld()
+        try w.bundle("b.callee")
+        try w.bundle("b.caller", deps: [Dep("b.callee")])
+        let sup = try RunningSupervisor(w)
+        let fdsBefore = try openFDs(sup.pid)
+        for size in [1000, 3_000_000, 65_536, 65_537] {
+            let r = try sup.cli("call", "b.caller", "bytesRelay", #"{"target":"b.callee","size":\#(size)}"#)
+            #expect(r.code == 0, "\(size): \(r.err)")
+            let digests = try JSONDecoder().decode([Digest].self, from: Data(r.out.utf8))
+            let sum = (0..<size).reduce(UInt64(0)) { $0 + UInt64($1 % 251) }
+            #expect(digests == [Digest(count: size, sum: sum, pattern: true), Digest(count: size, sum: sum, pattern: true)], "\(size): \(r.out)")
+        }
+        try sup.waitUntil("the supervisor's descriptors back where they were") { try openFDs(sup.pid) <= fdsBefore }
+    }
+
+    struct Digest: Codable, Equatable { var count: Int; var sum: UInt64; var pattern: Bool }
+
     @Test("bytes over maxPayloadMB are refused with badRequest before anything maps them; a plain call of a bytes method shows the placeholder")
     func overTheLimit() throws {
         let w = try TestWorld()

@@ -4,13 +4,17 @@ import PluginProtocol
 import Glibc
 #endif
 
-/// Raw bytes a method answers with (SPEC §13, docs/abi.md "Bytes"): they travel without base64,
-/// in the message itself up to 64 KiB and above that as a sealed memfd, which the supervisor
-/// passes on without reading it. `api.bytes(name) { … }` exports such a method.
+/// Raw bytes (SPEC §13, docs/abi.md "Bytes"): they travel without base64, in the message itself
+/// up to 64 KiB and above that as a sealed memfd, which the supervisor passes on without reading
+/// it. `Bytes` is `Codable`: a member of a method's parameters, of a call's parameters
+/// (`context.call`), or what a call answers (`as: Bytes.self`); `api.bytes(name) { … }` exports a
+/// method that answers with bytes. On the wire a value is `{"$bytes": <index>}` into the message's
+/// attachments.
 ///
 /// `Bytes(array)` copies an array into the memfd when it is sent; `Bytes(count:) { buffer in … }`
 /// lets the method write its bytes straight into the memfd (no copy at all on the way to the
-/// program that reads them).
+/// program that reads them). Received bytes above 64 KiB are read in place: `withUnsafeBytes`
+/// maps the sealed memfd read-only (no copy).
 public struct Bytes: Sendable {
     enum Storage: Sendable {
         case array([UInt8])
@@ -61,6 +65,117 @@ public struct Bytes: Sendable {
         guard rc == 0 else { throw PluginError(.pluginError, "cannot seal a memfd: \(String(cString: strerror(-rc)))") }
         storage = .memfd(owned)
     }
+
+    /// A received memfd (the worker checked its seals and length), owned from now on.
+    init(received fd: Int32, count: Int) {
+        storage = .memfd(Owned(fd))
+        self.count = count
+    }
+
+    /// The bytes, read in place: an array's own storage, or a memfd mapped read-only for the
+    /// body's duration.
+    public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
+        switch storage {
+        case .array(let array): return try array.withUnsafeBytes(body)
+        case .memfd(let owned):
+            guard count > 0 else { return try body(UnsafeRawBufferPointer(start: nil, count: 0)) }
+            guard let mapping = mmap(nil, count, PROT_READ, MAP_SHARED, owned.fd, 0), mapping != MAP_FAILED else {
+                throw PluginError(.pluginError, "cannot map \(count) received bytes: \(String(cString: strerror(errno)))")
+            }
+            defer { munmap(mapping, count) }
+            return try body(UnsafeRawBufferPointer(start: mapping, count: count))
+        }
+    }
+
+    /// A copy of the bytes as an array.
+    public func array() throws -> [UInt8] {
+        if case .array(let array) = storage { return array }
+        return try withUnsafeBytes { Array($0) }
+    }
+}
+
+extension Bytes: Codable {
+    /// Where an encoder collects the `Bytes` it met, in order (`Coding.encodeAttached`).
+    static let collectorKey = CodingUserInfoKey(rawValue: "sandboxed-plugins.attachments")!
+
+    enum Key: String, CodingKey { case bytes = "$bytes" }
+
+    public func encode(to encoder: any Encoder) throws {
+        guard let collector = encoder.userInfo[Self.collectorKey] as? Guarded<[Bytes]> else {
+            throw EncodingError.invalidValue(self, EncodingError.Context(codingPath: encoder.codingPath, debugDescription:
+                "Bytes travel in a call's parameters (context.call) or as the answer of a bytes method (api.bytes), not in another method's result"))
+        }
+        let index = collector.withLock { list in
+            list.append(self)
+            return list.count - 1
+        }
+        var container = encoder.container(keyedBy: Key.self)
+        try container.encode(index, forKey: .bytes)
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: Key.self)
+        let index = try container.decode(Int.self, forKey: .bytes)
+        guard let list = PluginRuntime.attachments, list.indices.contains(index) else {
+            throw DecodingError.dataCorruptedError(forKey: .bytes, in: container, debugDescription:
+                "{\"$bytes\": \(index)} names bytes the message did not bring (it has \(PluginRuntime.attachments?.count ?? 0))")
+        }
+        self = list[index]
+    }
+}
+
+/// A message's attachments, both ways (docs/abi.md "Bytes").
+enum Attached {
+    /// The bytes `env` lists, from its inline tail or the descriptors the worker put in (each now
+    /// owned by its `Bytes`); nil when it lists none.
+    static func read(_ env: Envelope, in bytes: UnsafeRawBufferPointer) -> [Bytes]? {
+        guard let range = env.attachments, let list = try? Attachments.read(bytes, range) else { return nil }
+        var offset = env.tail?.lowerBound ?? bytes.count
+        return list.map { a in
+            switch a.place {
+            case .inline:
+                let end = min(offset + a.length, bytes.count)
+                defer { offset = end }
+                return Bytes(Array(bytes[offset..<end]))
+            case .descriptor(let fd) where fd >= 0:
+                return Bytes(received: fd, count: a.length)
+            default:
+                return Bytes([])
+            }
+        }
+    }
+
+    /// Writes `list` as `frame`'s attachments: inline up to 64 KiB, else as a sealed memfd (made
+    /// here from an array). Returns the inline bytes (the frame's tail) and the memfds made here,
+    /// to keep open until the frame is sent.
+    static func write(_ list: [Bytes], to frame: inout FrameBuilder) throws -> (tail: [UInt8], made: [Bytes.Owned]) {
+        var tail: [UInt8] = []
+        var made: [Bytes.Owned] = []
+        var announced: [Attachment] = []
+        for bytes in list {
+            switch bytes.storage {
+            case .array(let array) where array.count <= Attachments.inlineLimit:
+                tail.append(contentsOf: array)
+                announced.append(Attachment(length: array.count, place: .inline))
+            case .array(let array):
+                let fd = array.withUnsafeBytes { sp_bytes_create($0.baseAddress, $0.count) }
+                guard fd >= 0 else { throw PluginError(.pluginError, "cannot make a memfd for \(array.count) bytes: \(String(cString: strerror(-fd)))") }
+                made.append(Bytes.Owned(fd))
+                announced.append(Attachment(length: array.count, place: .descriptor(fd)))
+            case .memfd(let owned):
+                announced.append(Attachment(length: bytes.count, place: .descriptor(owned.fd)))
+            }
+        }
+        frame.attachments(announced)
+        return (tail, made)
+    }
+
+    /// Why `host->send` refused a message with bytes (`rc`, a negative errno value).
+    static func sendFailure(_ rc: Int32, count: Int) -> PluginError {
+        rc == -EOPNOTSUPP
+            ? PluginError(.unavailable, "bytes of more than 64 KiB travel as a memfd on the worker's payload channel, which this worker does not have")
+            : PluginError(.pluginError, "cannot send \(count) bytes: \(String(cString: strerror(-rc)))")
+    }
 }
 
 extension PluginAPI {
@@ -80,30 +195,14 @@ extension PluginRuntime {
         var b = FrameBuilder(kind: .reply, capacity: min(bytes.count, Attachments.inlineLimit) + 96)
         b.uint("id", id)
         b.raw("result", Array(#"{"$bytes":0}"#.utf8))
-        let fd: Int32
-        var made: Bytes.Owned?
-        switch bytes.storage {
-        case .array(let array) where array.count <= Attachments.inlineLimit:
-            b.attachments([Attachment(length: array.count, place: .inline)])
-            _ = array.withUnsafeBytes { send(b.finish(tail: $0)) }
-            return
-        case .array(let array):
-            let created = array.withUnsafeBytes { sp_bytes_create($0.baseAddress, $0.count) }
-            guard created >= 0 else {
-                return reply(id, error: PluginError(.pluginError, "cannot make a memfd for \(array.count) bytes: \(String(cString: strerror(-created)))"))
-            }
-            made = Bytes.Owned(created)
-            fd = created
-        case .memfd(let owned):
-            fd = owned.fd
+        let rc: Int32
+        do {
+            let (tail, made) = try Attached.write([bytes], to: &b)
+            rc = tail.withUnsafeBytes { send(b.finish(tail: $0)) }
+            withExtendedLifetime(made) {}
+        } catch {
+            return reply(id, error: error)
         }
-        b.attachments([Attachment(length: bytes.count, place: .descriptor(fd))])
-        let rc = send(b.finish())
-        withExtendedLifetime(made) {}
-        if rc == -EOPNOTSUPP {
-            reply(id, error: PluginError(.unavailable, "bytes of more than 64 KiB travel as a memfd on the worker's descriptor channel, which a worker without the sandbox does not have"))
-        } else if rc != 0 {
-            reply(id, error: PluginError(.pluginError, "cannot send \(bytes.count) bytes: \(String(cString: strerror(-rc)))"))
-        }
+        if rc != 0 { reply(id, error: Attached.sendFailure(rc, count: bytes.count)) }
     }
 }

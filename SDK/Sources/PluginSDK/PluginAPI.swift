@@ -162,6 +162,19 @@ enum Coding {
         }
     }
 
+    /// `value` as JSON, and the `Bytes` it holds (each written as `{"$bytes": i}`), in order.
+    static func encodeAttached<T: Encodable>(_ value: T) throws -> ([UInt8], [Bytes]) {
+        if T.self == Empty.self { return (Array("null".utf8), []) }
+        if let plain = Plain.encode(value) { return (plain, []) }
+        if let bytes = value as? Bytes { return (Array(#"{"$bytes":0}"#.utf8), [bytes]) }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        let collector = Guarded<[Bytes]>([])
+        encoder.userInfo[Bytes.collectorKey] = collector
+        let json = Array(try encoder.encode(value))
+        return (json, collector.withLock { $0 })
+    }
+
     static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
         if T.self == Empty.self { return Array("null".utf8) }
         if let plain = Plain.encode(value) { return plain }

@@ -23,12 +23,16 @@ public struct PluginContext: Sendable {
     /// from here carry it on by themselves; it is here for a plugin's own logs or spans.
     public var traceparent: String? { PluginRuntime.traceparent }
 
-    /// Calls `method` of plugin `target` (which must be one of this plugin's dependencies).
+    /// Calls `method` of plugin `target` (which must be one of this plugin's dependencies). `Bytes`
+    /// in the params travel as attachments, without base64; an answer with bytes is read `as:
+    /// Bytes.self` (or a type with `Bytes` members).
     public func call<Params: Encodable, Result: Decodable>(
         _ target: String, _ method: String, _ params: Params, as: Result.Type = Result.self
     ) async throws -> Result {
-        let raw = try await runtime.request(kind: .call, target: target, method: method, params: try Coding.encode(params))
-        return try Coding.decodeResult(Result.self, raw, of: "\(target).\(method)")
+        let (json, attached) = try Coding.encodeAttached(params)
+        let answer = try await runtime.request(kind: .call, target: target, method: method, params: json, attachments: attached)
+        guard let bytes = answer.attachments else { return try Coding.decodeResult(Result.self, answer.result, of: "\(target).\(method)") }
+        return try PluginRuntime.$attachments.withValue(bytes) { try Coding.decodeResult(Result.self, answer.result, of: "\(target).\(method)") }
     }
 
     /// Calls `method` of plugin `target` with no parameters.
@@ -56,8 +60,8 @@ public struct PluginContext: Sendable {
 
     /// Opens a `plugin://<identifier>/<path>?<query>` URI through the supervisor.
     public func open<Result: Decodable>(_ uri: String, as: Result.Type = Result.self) async throws -> Result {
-        let raw = try await runtime.request(kind: .open, uri: uri)
-        return try Coding.decodeResult(Result.self, raw, of: uri)
+        let answer = try await runtime.request(kind: .open, uri: uri)
+        return try Coding.decodeResult(Result.self, answer.result, of: uri)
     }
 
     /// The current path of a resource: the refreshed copy in the live folder once one was downloaded,

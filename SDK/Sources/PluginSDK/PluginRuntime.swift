@@ -18,7 +18,7 @@ final class PluginRuntime: Sendable {
     /// The worker's host table; valid, and safe to call from any thread, for the process's life.
     private nonisolated(unsafe) let host: UnsafePointer<sp_host>
     private let nextID = Atomic<UInt64>(1)
-    private let pending = Guarded<[UInt64: CheckedContinuation<[UInt8]?, any Error>]>([:])
+    private let pending = Guarded<[UInt64: CheckedContinuation<Answer, any Error>]>([:])
     private let running = Guarded<[UInt64: Task<Void, Never>]>([:])
     /// The streams in flight (SPEC §13), both ways.
     private let streams = Guarded(StreamTables())
@@ -31,6 +31,16 @@ final class PluginRuntime: Sendable {
     /// plugin makes while handling it carries it on, so the trace follows the request through every
     /// plugin it touches.
     @TaskLocal static var taskTraceparent: String?
+
+    /// The bytes attached to the message being decoded (`Bytes.init(from:)`): a call's, while its
+    /// handler runs; an answer's, while it is decoded.
+    @TaskLocal static var attachments: [Bytes]?
+
+    /// An answer to one of this plugin's calls: its result and the bytes it brought.
+    struct Answer: Sendable {
+        var result: [UInt8]?
+        var attachments: [Bytes]?
+    }
 
     /// A sync handler runs on the worker's I/O thread while the message's bytes are valid: its
     /// traceparent is those bytes, found through a thread-specific pointer and decoded only if the
@@ -122,7 +132,8 @@ final class PluginRuntime: Sendable {
                     ?? ErrorBody(.pluginError, "malformed error")
                 continuation.resume(throwing: PluginError(code: body.code, message: body.message))
             } else {
-                continuation.resume(returning: env.result.map { Array(bytes[$0]) })
+                continuation.resume(returning: Answer(result: env.result.map { Array(bytes[$0]) },
+                                                      attachments: env.attachments == nil ? nil : Attached.read(env, in: bytes)))
             }
         case .cancel:
             guard let id = env.id else { return }
@@ -159,10 +170,13 @@ final class PluginRuntime: Sendable {
             reply(id, error: PluginError.notFound("no method '\(method)'; this plugin exports: \(known.isEmpty ? "nothing" : known)"))
             return
         }
+        // Bytes it brought (owned by their `Bytes` values: closed when the last one goes).
+        let attached = env.attachments == nil ? nil : Attached.read(env, in: bytes)
         switch handler {
         case .sync(let body):
             do {
                 let params = env.params.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) }
+                if let attached { return reply(id, result: try Self.$attachments.withValue(attached) { try body(params) }) }
                 guard let t = env.traceparent else { return reply(id, result: try body(params)) }
                 var trace = UnsafeRawBufferPointer(rebasing: bytes[t])
                 let result = try withUnsafePointer(to: &trace) { pointer in
@@ -176,9 +190,9 @@ final class PluginRuntime: Sendable {
             }
         case .async(let body, let execution):
             let params = env.params.map { Array(bytes[$0]) }
-            run(id, Envelope.string(bytes, env.traceparent), execution) { try await body(params) }
+            run(id, Envelope.string(bytes, env.traceparent), execution, attached) { try await body(params) }
         case .bytes(let body):
-            runBytes(id, env, bytes, body)
+            runBytes(id, env, bytes, attached, body)
         case .stream(let body):
             guard env.stream else {
                 return reply(id, error: PluginError.badRequest("\(method) answers with a stream: call it with \"stream\": true (supervisor call --stream, stream(...) in the host libraries, context.stream in a plugin)"))
@@ -198,7 +212,7 @@ final class PluginRuntime: Sendable {
                 input.finish(.success(()))
             }
             let params = env.params.map { Array(bytes[$0]) }
-            run(id, Envelope.string(bytes, env.traceparent), .task) { [self] in
+            run(id, Envelope.string(bytes, env.traceparent), .task, attached) { [self] in
                 defer {
                     streams.withLock { s in
                         s.answering[id] = nil
@@ -212,7 +226,7 @@ final class PluginRuntime: Sendable {
     }
 
     /// A bytes method's call: run as an async method is, answered with the bytes attached.
-    private func runBytes(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer,
+    private func runBytes(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ attached: [Bytes]?,
                           _ body: @escaping @Sendable ([UInt8]?) async throws -> Bytes) {
         let params = env.params.map { Array(bytes[$0]) }
         let trace = Envelope.string(bytes, env.traceparent)
@@ -220,7 +234,11 @@ final class PluginRuntime: Sendable {
         running.withLock { table in
             table[id] = Task { [self] in
                 let outcome: Result<Bytes, any Error>
-                do { outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await body(params) }) } catch { outcome = .failure(error) }
+                do {
+                    outcome = .success(try await Self.$taskTraceparent.withValue(trace) {
+                        try await Self.$attachments.withValue(attached) { try await body(params) }
+                    })
+                } catch { outcome = .failure(error) }
                 running.withLock { _ = $0.removeValue(forKey: id) }
                 // A cancelled call was already answered by the supervisor (timeout, caller gone).
                 if Task.isCancelled { return }
@@ -263,12 +281,19 @@ final class PluginRuntime: Sendable {
 
     /// Runs an async handler on its own task, tracked by call id so a `cancel` can reach it; an
     /// inline one prefers the delivering thread (`DeliveryExecutor`).
-    private func run(_ id: UInt64, _ trace: String?, _ execution: MethodExecution, _ work: @escaping @Sendable () async throws -> [UInt8]) {
+    private func run(_ id: UInt64, _ trace: String?, _ execution: MethodExecution, _ attached: [Bytes]? = nil,
+                     _ work: @escaping @Sendable () async throws -> [UInt8]) {
         // `finished` runs once the call is settled, before its reply goes (an inline method gives
         // the executor back there: the next call may arrive as soon as the reply is written).
         let body: @Sendable (_ finished: () -> Void) async -> Void = { [self] finished in
             let outcome: Result<[UInt8], any Error>
-            do { outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await work() }) } catch { outcome = .failure(error) }
+            do {
+                if let attached {
+                    outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await Self.$attachments.withValue(attached) { try await work() } })
+                } else {
+                    outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await work() })
+                }
+            } catch { outcome = .failure(error) }
             running.withLock { _ = $0.removeValue(forKey: id) }
             finished()
             // A cancelled call was already answered by the supervisor (timeout, caller gone).
@@ -361,7 +386,9 @@ final class PluginRuntime: Sendable {
 
     // MARK: Outgoing
 
-    func request(kind: MessageKind, target: String? = nil, method: String? = nil, params: [UInt8]? = nil, uri: String? = nil) async throws -> [UInt8]? {
+    /// `attachments`: bytes the params refer to (`{"$bytes": i}`), sent with the request.
+    func request(kind: MessageKind, target: String? = nil, method: String? = nil, params: [UInt8]? = nil, uri: String? = nil,
+                 attachments: [Bytes] = []) async throws -> Answer {
         let id = nextID.add(1, ordering: .relaxed).newValue
         var b = FrameBuilder(kind: kind)
         b.uint("id", id)
@@ -370,13 +397,25 @@ final class PluginRuntime: Sendable {
         if let params { b.raw("params", params) }
         if let uri { b.string("uri", uri) }
         if let trace = Self.taskTraceparent { b.string("traceparent", trace) }
-        let frame = b.finish()
+        var made: [Bytes.Owned] = []
+        let frame: [UInt8]
+        if attachments.isEmpty {
+            frame = b.finish()
+        } else {
+            let (tail, memfds) = try Attached.write(attachments, to: &b)
+            made = memfds
+            frame = tail.withUnsafeBytes { b.finish(tail: $0) }
+        }
         return try await withCheckedThrowingContinuation { continuation in
             pending.withLock { $0[id] = continuation }
             let rc = send(frame)
+            // The memfds made here are the worker's to pass on once `send` returns.
+            withExtendedLifetime(made) {}
             if rc != 0 {
                 if let c = pending.withLock({ $0.removeValue(forKey: id) }) {
-                    c.resume(throwing: PluginError(.unavailable, "cannot reach the supervisor: \(String(cString: strerror(-rc)))"))
+                    c.resume(throwing: attachments.isEmpty
+                        ? PluginError(.unavailable, "cannot reach the supervisor: \(String(cString: strerror(-rc)))")
+                        : Attached.sendFailure(rc, count: attachments.reduce(0) { $0 + $1.count }))
                 }
             }
         }

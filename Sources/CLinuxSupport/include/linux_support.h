@@ -9,13 +9,13 @@
 /* ---- processes ---- */
 
 /* Spawns `path` with posix_spawn: `socket_fd` becomes descriptor 3, `channel_fd` (if >= 0, the
-   descriptor channel) descriptor 4, `stdout_fd`/`stderr_fd` become 1 and 2, stdin is /dev/null, every other descriptor is closed, the child gets a new session
+   descriptor channel) descriptor 4, `payload_fd` (if >= 0, the payload channel) descriptor 5, `stdout_fd`/`stderr_fd` become 1 and 2, stdin is /dev/null, every other descriptor is closed, the child gets a new session
    (setsid), an empty signal mask and default dispositions. No code of ours runs in the child.
    On success sets *pid and *pidfd (a pidfd_open descriptor, close-on-exec) and returns 0; returns an
    errno value otherwise. The pidfd is opened before anyone can reap the child (this process never
    waits for "any child"), so it always names the process just spawned. */
 int cls_spawn(const char *path, char *const argv[], char *const envp[],
-              int socket_fd, int channel_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
+              int socket_fd, int channel_fd, int payload_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
 
 /* The same, but the child starts in new user and PID namespaces (clone with CLONE_VM |
    CLONE_VFORK, as posix_spawn does, plus CLONE_NEWUSER | CLONE_NEWPID | CLONE_PIDFD; the worker
@@ -26,7 +26,7 @@ int cls_spawn(const char *path, char *const argv[], char *const envp[],
    Returns an errno value when the host refuses the namespaces (EPERM, ENOSPC, EINVAL), the child's
    set-up fails, or the exec fails. */
 int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
-                       int socket_fd, int channel_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
+                       int socket_fd, int channel_fd, int payload_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
 
 /* ---- the fork server's channel (fork_server_protocol.h, Sources/ForkServer) ---- */
 
@@ -41,7 +41,7 @@ int cls_forkserver_read(int sock, int timeout_ms, struct fs_reply *out, char *me
    0 with *pid, *pidfd and *fork_us set; a positive errno value when this one request failed (the
    fork server said why in `message`, or the request did not fit: EMSGSIZE); a negative errno value
    when the channel failed (-ETIMEDOUT, -EPIPE, -EPROTO): the fork server must not be used again. */
-int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int channel_fd, int stdout_fd, int stderr_fd,
+int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int channel_fd, int payload_fd, int stdout_fd, int stderr_fd,
                          int isolated, int empty_network, int timeout_ms, pid_t *pid, int *pidfd, int64_t *fork_us,
                          char *message, size_t message_len);
 
@@ -129,6 +129,10 @@ const void *cls_find(const void *haystack, size_t length, const void *needle, si
 /* One sendmsg (blocking, EINTR retried, no SIGPIPE) of `len` bytes with `count` descriptors
    attached: the bytes sent, or -errno. */
 long cls_send_fds(int sock, const int *fds, int count, const void *data, size_t len);
+/* The same without waiting (MSG_DONTWAIT): -EAGAIN when the socket has no room. */
+long cls_send_fds_now(int sock, const int *fds, int count, const void *data, size_t len);
+/* cls_receive_fds, but waiting up to `timeout_ms` for the message (poll): -ETIMEDOUT if none came. */
+long cls_receive_fds_within(int sock, void *data, size_t len, int *fds, int max, int *count, int timeout_ms);
 /* One non-blocking recvmsg of up to `len` bytes and up to `max` descriptors (close-on-exec):
    the bytes read (0: end of stream), *count the descriptors received; -EBADMSG when some were
    dropped (MSG_CTRUNC) or more than `max` came (all closed), -EAGAIN when nothing waits. */

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CLinuxSupport
 import IPC
 import LinuxSupport
 import PluginProtocol
@@ -47,6 +48,38 @@ final class LinkSocket: Sendable {
         }
     }
 
+    /// Writes one frame with `descriptors` passed along (SCM_RIGHTS, on its length prefix): the
+    /// reader takes them with the frame that announces them (docs/protocol.md "Bytes"). Waits for
+    /// room as a reply does; the descriptors stay the caller's.
+    func send(frame: [UInt8], descriptors: [Int32]) -> Sent {
+        guard !descriptors.isEmpty else { return send(frame: frame, wait: true) }
+        return sendLock.withLock {
+            if closed.load(ordering: .relaxed) { return .notSent }
+            return frame.withUnsafeBytes { raw -> Sent in
+                func prefix() -> Int {
+                    descriptors.withUnsafeBufferPointer { cls_send_fds_now(fd, $0.baseAddress, Int32($0.count), raw.baseAddress, Frame.headerSize) }
+                }
+                var n = prefix()
+                if n == -Int(EAGAIN) {
+                    var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                    if poll(&p, 1, Self.sendWaitMs) > 0 { n = prefix() }
+                }
+                guard n == Frame.headerSize else {
+                    if n <= 0 { return .notSent }
+                    _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+                    return .broken
+                }
+                let rest = UnsafeRawBufferPointer(rebasing: raw[Frame.headerSize...])
+                switch SocketWriter.write(fd, rest, UnsafeRawBufferPointer(start: nil, count: 0), wait: .polling(milliseconds: Self.sendWaitMs, beforeFirstByte: true)) {
+                case .written: return .sent
+                default:
+                    _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+                    return .broken
+                }
+            }
+        }
+    }
+
     func send(frame: [UInt8], wait: Bool) -> Sent {
         frame.withUnsafeBytes { raw in
             send(header: UInt32(raw.count - Frame.headerSize), body: UnsafeRawBufferPointer(rebasing: raw[Frame.headerSize...]), wait: wait)
@@ -76,10 +109,25 @@ final class LinkReader {
     private var scratch = [UInt8](repeating: 0, count: 16 * 1024)
     /// Caller role: `cancel`s that found the link full, sent when it has room.
     var cancelsQueued: [UInt64] = []
+    /// Descriptors that came with the frames read so far (docs/protocol.md "Bytes"), in order, not
+    /// yet taken by the frame that announces them; closed with the reader.
+    private var descriptors: [Int32] = []
+    private var received = [Int32](repeating: -1, count: Int(CLS_MAX_PASSED_FDS))
 
     init(_ socket: LinkSocket, maxBody: Int) {
         self.socket = socket
         decoder = FrameDecoder(maxBody: maxBody)
+    }
+
+    deinit {
+        for fd in descriptors { Glibc.close(fd) }
+    }
+
+    /// The next `count` descriptors that came, now the caller's; nil (none taken) when fewer came.
+    func take(_ count: Int) -> [Int32]? {
+        guard count <= descriptors.count else { return nil }
+        defer { descriptors.removeFirst(count) }
+        return Array(descriptors.prefix(count))
     }
 
     enum Read {
@@ -94,9 +142,16 @@ final class LinkReader {
     /// One read into `decoder` (the links thread).
     func read() -> Read {
         while true {
-            let n = scratch.withUnsafeMutableBytes { Glibc.read(socket.fd, $0.baseAddress, $0.count) }
-            if n < 0, errno == EINTR { continue }
-            if n < 0, errno == EAGAIN { return .none }
+            // recvmsg, not read: a frame's descriptors ride on its first bytes (a read would close them).
+            var count: Int32 = 0
+            let fd = socket.fd
+            let n = scratch.withUnsafeMutableBytes { s in
+                received.withUnsafeMutableBufferPointer { cls_receive_fds(fd, s.baseAddress, s.count, $0.baseAddress, CLS_MAX_PASSED_FDS, &count) }
+            }
+            if count > 0 { descriptors.append(contentsOf: received.prefix(Int(count))) }
+            if n == -Int(EINTR) { continue }
+            if n == -Int(EAGAIN) { return .none }
+            // An end, an error, or descriptors dropped (-EBADMSG): the link is gone.
             if n <= 0 { return .end }
             scratch.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
             return .some

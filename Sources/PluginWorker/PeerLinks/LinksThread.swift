@@ -1,4 +1,5 @@
 import CLinuxSupport
+import CPluginABI
 import IPC
 import LinuxSupport
 import PluginProtocol
@@ -166,15 +167,54 @@ final class LinksThread {
         default:
             return link.socket.shutdown()
         }
+        // Its bytes are taken (and checked) whether or not the call still waits.
+        var attached: [Attachment]?
+        switch attachments(env, body, link) {
+        case .failure(let why): return linkBroken(link, why)
+        case .success(let list): attached = list
+        }
         let now = Self.now()
         // Late (it timed out): dropped, as the supervisor drops a late reply.
-        guard links.table.withLock({ $0.replied(id, on: link.number, env.error == nil ? .ok : .error, now: now) }) else { return }
+        guard links.table.withLock({ $0.replied(id, on: link.number, env.error == nil ? .ok : .error, now: now) }) else {
+            for fd in Attachments.descriptors(attached ?? []) { close(fd) }
+            return
+        }
         // Rebuilt as the supervisor rebuilds a reply (Router.replyFrame): the plugin gets only
-        // `type`, its id and the answer, whatever else the callee's side wrote.
+        // `type`, its id, the answer and its bytes, whatever else the callee's side wrote.
         var reply = FrameBuilder(kind: .reply, capacity: body.count + 16)
         reply.uint("id", id)
         reply.answer(of: env, in: body)
-        host.deliver(frame: reply.finish())
+        guard let attached else { return host.deliver(frame: reply.finish()) }
+        reply.attachments(attached)
+        host.deliver(frame: env.tail.map { reply.finish(tail: UnsafeRawBufferPointer(rebasing: body[$0])) } ?? reply.finish(tail: UnsafeRawBufferPointer(start: nil, count: 0)))
+    }
+
+    /// The bytes a frame over `link` lists (docs/protocol.md "Bytes"), checked as the supervisor
+    /// checks a worker's: inline ones as many as announced; descriptors those that came with it on
+    /// the link, each a sealed memfd of its announced length, now this process's (the list holds
+    /// their numbers). Nil: it lists none. A failure (what came is closed) ends the link.
+    private func attachments(_ env: Envelope, _ body: UnsafeRawBufferPointer, _ link: LinkTable<LinkSocket>.Polled) -> Result<[Attachment]?, LinkBreach> {
+        guard let range = env.attachments else {
+            return env.tail == nil ? .success(nil) : .failure(LinkBreach("data after the JSON object of a message without attachments"))
+        }
+        var list: [Attachment]
+        do { list = try Attachments.read(body, range) } catch { return .failure(LinkBreach("\(error)")) }
+        let inline = Attachments.inlineCount(list)
+        guard inline == env.tail?.count ?? 0 else { return .failure(LinkBreach("attachments announce \(inline) inline bytes and \(env.tail?.count ?? 0) came")) }
+        let expected = list.filter(\.isDescriptor).count
+        guard list.allSatisfy({ if case .token = $0.place { return false } else { return true } }) else { return .failure(LinkBreach("an attachment with a token")) }
+        guard expected > 0 else { return .success(list) }
+        guard let fds = reader(link.socket).take(expected) else { return .failure(LinkBreach("\(expected) descriptors announced, fewer came")) }
+        var next = 0
+        for i in list.indices where list[i].isDescriptor {
+            guard sp_bytes_check(fds[next], UInt64(list[i].length)) == 0 else {
+                for fd in fds { close(fd) }
+                return .failure(LinkBreach("attachment \(i) is not a sealed memfd of \(list[i].length) bytes"))
+            }
+            list[i].place = .descriptor(fds[next])
+            next += 1
+        }
+        return .success(list)
     }
 
     /// Callee role: a call (or a `cancel`) from the caller's worker.
@@ -191,12 +231,27 @@ final class LinksThread {
                 _ = link.socket.send(frame: reply.finish(), wait: true)
                 return
             }
-            guard let (local, peer) = links.table.withLock({ $0.serve(id, on: link.number, input: env.input) }) else { return }
+            var attached: [Attachment]?
+            switch attachments(env, body, link) {
+            case .failure(let why): return linkBroken(link, why)
+            case .success(let list): attached = list
+            }
+            guard let (local, peer) = links.table.withLock({ $0.serve(id, on: link.number, input: env.input) }) else {
+                for fd in Attachments.descriptors(attached ?? []) { close(fd) }
+                return
+            }
             // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
             var bytes: [UInt8] = []
             bytes.reserveCapacity(CallHop.frameCapacity(forwarding: body.count, from: peer) + 32)
             // A control client's link has no peer plugin: its calls carry no `from`, as through the supervisor.
-            host.deliver(frame: hop.forward(.call, id: local, from: peer.isEmpty ? nil : peer, env, in: body, into: consume bytes).frame)
+            let frame = hop.forward(.call, id: local, from: peer.isEmpty ? nil : peer, env, in: body, into: consume bytes).frame
+            guard let attached else { return host.deliver(frame: frame) }
+            // Its bytes with this process's descriptor numbers.
+            frame.withUnsafeBytes { raw in
+                let forwarded = UnsafeRawBufferPointer(rebasing: raw[Frame.headerSize...])
+                guard let again = try? Envelope.parse(forwarded, maxDepth: maxDepth) else { return }
+                host.deliver(frame: Attachments.replacing(in: forwarded, again, with: attached))
+            }
         case .cancel:
             if let local = links.table.withLock({ $0.cancelled(id, on: link.number) }) { deliverCancel(local) }
         case .credit where !env.input:
@@ -217,6 +272,16 @@ final class LinksThread {
         default:
             link.socket.shutdown()
         }
+    }
+
+    /// Why a frame over a link cannot be taken (the link ends, its log line says why).
+    struct LinkBreach: Error {
+        let reason: String
+        init(_ reason: String) { self.reason = reason }
+    }
+
+    private func linkBroken(_ link: LinkTable<LinkSocket>.Polled, _ why: LinkBreach) {
+        linkBroken(link, why.reason)
     }
 
     /// A link whose other end broke the rules of streams: it ends (its calls are settled as for

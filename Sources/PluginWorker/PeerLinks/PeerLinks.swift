@@ -88,7 +88,8 @@ final class PeerLinks: Sendable {
     /// to a call that came over one), false when it goes to the supervisor as usual.
     /// `attachments`: the message may carry bytes (docs/protocol.md "Bytes"): a call with them goes
     /// through the supervisor, which passes descriptors on; an answer with them to a call that
-    /// came over a link is refused (a link carries no descriptors yet).
+    /// came over a link goes back over the link, its descriptors passed along (a stream's chunk
+    /// with bytes is not sent: chunks carry JSON).
     func intercept(_ bytes: UnsafeRawBufferPointer, attachments: Bool = false) -> Bool {
         // Most of what a plugin sends is replies to the supervisor's ids, which the SDK writes
         // `{"type":"reply","id":<digits>`: those are known without a parse.
@@ -96,7 +97,7 @@ final class PeerLinks: Sendable {
         guard let env = try? Envelope.parse(bytes, maxDepth: maxDepth), let kind = env.kind, let id = env.id else { return false }
         if attachments, env.attachments != nil {
             guard LinkTable<LinkSocket>.localIDs.contains(id) else { return false }
-            if kind == .reply { refuseBytesOverLink(id) }
+            if kind == .reply { replyWithBytesOverLink(id, env, bytes) }
             return true
         }
         switch kind {
@@ -185,14 +186,28 @@ final class PeerLinks: Sendable {
         }
     }
 
-    /// A plugin answered a call that came over a link with bytes: the caller gets `unavailable`,
-    /// saying why, instead (the link carries JSON only).
-    private func refuseBytesOverLink(_ id: UInt64) {
+    /// A plugin answered a call that came over a link with bytes: the reply goes back over the
+    /// link with its inline bytes and its descriptors passed along (the plugin keeps its copies,
+    /// as with `host->send`). Attachments that do not parse, or a number that is no descriptor,
+    /// answer the caller `pluginError` instead, saying why.
+    private func replyWithBytesOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
         guard let served = table.withLock({ $0.answered(id) }) else { return }
-        var frame = FrameBuilder(kind: .reply)
+        var frame = FrameBuilder(kind: .reply, capacity: bytes.count + 64)
         frame.uint("id", served.peerID)
-        frame.error(.unavailable, "\(identifier) answered with bytes, which a peer link does not carry yet (peerLinks: false sends every call through the supervisor)")
-        _ = served.socket.send(frame: frame.finish(), wait: true)
+        guard let range = env.attachments, let list = try? Attachments.read(bytes, range), Attachments.inlineCount(list) == env.tail?.count ?? 0 else {
+            frame.error(.pluginError, "\(identifier) answered with attachments that do not match its bytes")
+            _ = served.socket.send(frame: frame.finish(), wait: true)
+            return
+        }
+        frame.answer(of: env, in: bytes)
+        frame.attachments(Attachments.onTheWire(list))
+        let tail = env.tail.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) } ?? UnsafeRawBufferPointer(start: nil, count: 0)
+        if served.socket.send(frame: frame.finish(tail: tail), descriptors: Attachments.descriptors(list)) == .notSent {
+            var refused = FrameBuilder(kind: .reply)
+            refused.uint("id", served.peerID)
+            refused.error(.pluginError, "\(identifier) answered with bytes whose descriptors could not be passed on")
+            _ = served.socket.send(frame: refused.finish(), wait: true)
+        }
     }
 
     private func replyOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {

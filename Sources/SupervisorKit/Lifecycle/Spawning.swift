@@ -116,6 +116,8 @@ extension Lifecycle {
         instance.forked = spawned.forked
         instance.startProblem = startProblem
         instance.library = (library.path, FileStamp(path: library.path))
+        // The descriptors of the bytes attached to its messages, both ways (Routing/Payloads.swift).
+        if let payloads = spawned.payloadChannel.take() { instance.payloadChannel = payloads.release() }
         // The watcher's and the notifier's threads reach the worker's record only on the loop.
         let back = handOff((lifecycle: self, instance: instance))
         do {
@@ -137,9 +139,6 @@ extension Lifecycle {
                 let copy = fcntl(raw, F_DUPFD_CLOEXEC, 3)
                 if copy >= 0 { instance.descriptorChannel = copy }
             }
-            // And the descriptors of the bytes it attaches to its messages (Routing/Payloads.swift).
-            let payloads = fcntl(raw, F_DUPFD_CLOEXEC, 3)
-            if payloads >= 0 { instance.payloadChannel = payloads }
             let process = instance.process
             let logger = logger
             let watchFilter: @Sendable () -> Void = {
@@ -221,6 +220,8 @@ extension Lifecycle {
                                  seccompProgram: descriptorChannel ? seccompProgram(network: m.permissions.contains(.network)) : nil))
         // How the worker tells an empty network namespace the fork server made ahead from the host's.
         if config.sandboxEnabled { spec.hostNetworkNamespace = shared.networkNamespace }
+        // Every worker, sandboxed or not, has one (Routing/Payloads.swift).
+        spec.payloadChannelFD = 5
         return spec
     }
 

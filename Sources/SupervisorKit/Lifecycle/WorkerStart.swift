@@ -93,7 +93,8 @@ extension Lifecycle {
         if let server = readyForkServer() {
             do {
                 return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment,
-                                         descriptorChannel: descriptorChannel, isolated: isolated, emptyNetwork: emptyNetwork, forkServer: server)
+                                         descriptorChannel: descriptorChannel, payloadChannel: true, isolated: isolated, emptyNetwork: emptyNetwork,
+                                         forkServer: server)
             } catch {
                 if server.isBroken {
                     // It is ended and reaped by the watcher, which starts another.
@@ -109,6 +110,7 @@ extension Lifecycle {
             // Given up or failed to launch (`forkServer.problem`), or ended and not yet started again.
             problem = forkServer.problem ?? "no fork server was ready (the last one ended and another is starting); this worker was exec'd"
         }
-        return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment, descriptorChannel: descriptorChannel, isolated: isolated)
+        return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment, descriptorChannel: descriptorChannel,
+                                 payloadChannel: true, isolated: isolated)
     }
 }

@@ -89,6 +89,35 @@ extension Router {
         return .success(Payload(list: list, descriptors: received, tail: env.tail))
     }
 
+    /// Hands `payload`'s descriptors to `instance`'s worker: one byte with them on its payload
+    /// channel, where the worker takes them when it reads the message the caller writes next (on
+    /// the loop, right after). This process's copies are closed either way. The reason it failed
+    /// (the caller is answered with it): no channel, or no room in it (a worker that does not read).
+    func handOver(_ payload: Payload, to instance: WorkerInstance) -> ErrorBody? {
+        let fds = payload.take()
+        defer { for fd in fds { close(fd) } }
+        guard !fds.isEmpty else { return nil }
+        guard let channel = instance.payloadChannel else {
+            return ErrorBody(.unavailable, "\(instance.identifier)'s worker has no payload channel for bytes of more than \(Attachments.inlineLimit >> 10) KiB")
+        }
+        var marker = UInt8(ascii: "P")
+        let n = fds.withUnsafeBufferPointer { cls_send_fds_now(channel, $0.baseAddress, Int32($0.count), &marker, 1) }
+        guard n == 1 else {
+            return ErrorBody(.unavailable, n == -Int(EAGAIN)
+                ? "\(instance.identifier) is not keeping up: its payload channel is full"
+                : "\(instance.identifier)'s payload channel failed: \(n < 0 ? String(cString: strerror(Int32(-n))) : "short write")")
+        }
+        return nil
+    }
+
+    /// Writes `payload`'s attachments and inline bytes into `frame` for a worker: descriptors as
+    /// `"fd": true` (the worker puts its own numbers in).
+    func attachForWorker(_ payload: Payload, to frame: consuming FrameEncoder<ByteBuffer>, _ bytes: UnsafeRawBufferPointer) -> ByteBuffer {
+        frame.attachments(payload.list.map { $0.isDescriptor ? Attachment(length: $0.length, place: .descriptor(-1)) : $0 })
+        let tail = payload.tail.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) } ?? UnsafeRawBufferPointer(start: nil, count: 0)
+        return frame.finish(tail: tail)
+    }
+
     /// Why bytes over `maxPayloadMB` are refused (not the worker's fault: the caller is answered).
     func oversized(_ payload: Payload) -> ErrorBody? {
         guard let big = payload.list.first(where: { $0.length > maxPayloadBytes }) else { return nil }

@@ -12,6 +12,8 @@ struct QueuedRequest: WaitingRequest {
     var origin: ReplyOrigin
     /// Its own deadline, counted from when it arrived.
     var deadline: NIODeadline
+    /// The descriptors of the bytes it carries, kept until it is forwarded (closed if it never is).
+    var payload: Payload?
 }
 
 extension Router {
@@ -31,9 +33,9 @@ extension Router {
 
     /// Queues a request for `record`; an error instead when its queue is full.
     func enqueue(_ kind: MessageKind, for record: PluginRecord, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
-                 origin: ReplyOrigin) -> ErrorBody? {
+                 origin: ReplyOrigin, payload: Payload? = nil) -> ErrorBody? {
         let deadline = NIODeadline.now() + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
-        let request = QueuedRequest(kind: kind, caller: caller, bytes: Array(bytes), origin: origin, deadline: deadline)
+        let request = QueuedRequest(kind: kind, caller: caller, bytes: Array(bytes), origin: origin, deadline: deadline, payload: payload)
         guard record.waiting.add(request, limit: config.callQueueLimit) else {
             record.callMetrics?.count(.unavailable)
             return ErrorBody(.unavailable, "\(record.identifier) is \(record.phase.shown) and \(config.callQueueLimit) requests already wait for it (callQueueLimit)")
@@ -50,7 +52,7 @@ extension Router {
                     return outbox.answer(request.origin, error: ErrorBody(.badRequest, "the request could not be replayed"))
                 }
                 if let error = forward(request.kind, to: record.identifier, from: request.caller, env: env, bytes: raw,
-                                       origin: request.origin, deadline: request.deadline) {
+                                       origin: request.origin, deadline: request.deadline, payload: request.payload) {
                     outbox.answer(request.origin, error: error)
                 }
             }

@@ -37,8 +37,10 @@ final class Router: SupervisorComponent {
     /// Returns an error instead when the target cannot take it now.
     /// A plugin that is coming up or draining for a planned stop gets it later (Routing/Queueing.swift, State/WaitQueue.swift).
     /// `deadline`: a queued request's own, when it is finally forwarded.
+    /// `payload`: the descriptors of bytes the request carries (Routing/Payloads.swift), handed to
+    /// the target's worker just before the request (or kept with it while it waits).
     func forward(_ kind: MessageKind, to target: String, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
-                 origin: ReplyOrigin, deadline: NIODeadline? = nil) -> ErrorBody? {
+                 origin: ReplyOrigin, deadline: NIODeadline? = nil, payload: Payload? = nil) -> ErrorBody? {
         guard let record = table[target] else {
             return ErrorBody(.notFound, "no plugin \(target) is installed")
         }
@@ -47,7 +49,7 @@ final class Router: SupervisorComponent {
               !instance.hasEndedUnseen else {
             // Not now: coming up or draining, it waits; failed or stopped, it fails.
             if mustWait(record) {
-                return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin)
+                return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload)
             }
             metrics.count(.unavailable)
             if isShuttingDown { return ErrorBody(.unavailable, "\(target) is stopping: the supervisor is shutting down") }
@@ -57,6 +59,10 @@ final class Router: SupervisorComponent {
         guard channel.isWritable else {
             metrics.count(.unavailable)
             return ErrorBody(.unavailable, "\(target) is not keeping up: its socket buffer is full")
+        }
+        if let payload, payload.hasDescriptors, let refused = handOver(payload, to: instance) {
+            metrics.count(.unavailable)
+            return refused
         }
         let id = instance.takeID()
         // Written straight into the buffer that is sent, the request's bytes copied untouched.
@@ -115,7 +121,8 @@ final class Router: SupervisorComponent {
 
     /// A plugin calls another plugin or opens a URI: allowed only towards its declared dependencies.
     /// A call to `@host` is returned: the engine hands it to the program's methods.
-    func pluginRequest(_ instance: WorkerInstance, _ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> HostCall? {
+    func pluginRequest(_ instance: WorkerInstance, _ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer,
+                       payload: Payload? = nil) -> HostCall? {
         guard let id = env.id else {
             effects.post(.protocolViolation(instance, "\(kind.rawValue) without an id"))
             return nil
@@ -129,7 +136,14 @@ final class Router: SupervisorComponent {
         case .success(let t): target = t
         }
         // A method of the program the supervisor runs in (SPEC §12): its own permission, not a dependency.
-        if kind == .call, target == HostMethods.target { return HostCall(id: id, env: env) }
+        if kind == .call, target == HostMethods.target {
+            guard payload?.hasDescriptors != true else {
+                let refused = ErrorBody(.badRequest, "bytes of more than \(Attachments.inlineLimit >> 10) KiB cannot be sent to the host's methods (docs/protocol.md \"Bytes\")")
+                outbox.write(outbox.errorFrame(id: id, refused, for: channel), to: channel)
+                return nil
+            }
+            return HostCall(id: id, env: env)
+        }
         // The caller's own version decides (during an update, the old and the new one may differ).
         guard instance.manifest.dependencies.contains(where: { $0.identifier == target }) else {
             if let callee = table[target] { callMetrics(of: callee).count(.denied) }
@@ -137,7 +151,11 @@ final class Router: SupervisorComponent {
             outbox.write(outbox.errorFrame(id: id, denied, for: channel), to: channel)
             return nil
         }
-        if let error = forward(kind, to: target, from: instance.identifier, env: env, bytes: bytes, origin: .plugin(instance, id: id)) {
+        if let refused = payload.flatMap({ oversized($0) }) {
+            outbox.write(outbox.errorFrame(id: id, refused, for: channel), to: channel)
+            return nil
+        }
+        if let error = forward(kind, to: target, from: instance.identifier, env: env, bytes: bytes, origin: .plugin(instance, id: id), payload: payload) {
             outbox.write(outbox.errorFrame(id: id, error, for: channel), to: channel)
         }
         return nil
@@ -155,7 +173,7 @@ final class Router: SupervisorComponent {
     /// A worker answered request `id`: the answer goes to whoever asked.
     /// `payload`: the bytes the reply carries (Routing/Payloads.swift), passed on to whoever asked:
     /// a control client picks its descriptors up by token, the embedding program gets them as they
-    /// are; a plugin gets inline bytes only, for now.
+    /// are, a plugin's worker gets them on its payload channel.
     func deliverReply(from instance: WorkerInstance, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, payload: Payload? = nil) -> Bool {
         guard let request = instance.pending.removeValue(forKey: id) else { return false }
         defer { shared.callLeft(instance) }
@@ -188,17 +206,14 @@ final class Router: SupervisorComponent {
             caller.outgoing[callerID] = nil
             guard let channel = caller.channel else { return true }
             if let payload {
-                let error = refused ?? (payload.hasDescriptors
-                    ? ErrorBody(.unavailable, "\(instance.identifier) answered with bytes of more than \(Attachments.inlineLimit >> 10) KiB, which cannot reach a plugin yet (docs/protocol.md \"Bytes\")")
-                    : nil)
-                if let error {
+                if let error = refused ?? handOver(payload, to: caller) {
                     outbox.write(outbox.errorFrame(id: callerID, error, for: channel), to: channel)
                     return true
                 }
                 var frame = outbox.encoder(.reply, for: channel, capacity: bytes.count)
                 frame.uint("id", callerID)
                 frame.answer(of: env, in: bytes)
-                if let written = attach(payload, to: frame, bytes) { outbox.write(written, to: channel) }
+                outbox.write(attachForWorker(payload, to: frame, bytes), to: channel)
                 return true
             }
             outbox.write(replyFrame(id: callerID, env, bytes, for: channel), to: channel)

@@ -38,13 +38,7 @@ extension Router {
                 guard let env else { return nil }
                 switch receivePayload(from: instance, env, bytes) {
                 case .failure(let violation): effects.post(.protocolViolation(instance, violation.reason))
-                case .success(let payload?) where payload.hasDescriptors:
-                    // Bytes above 64 KiB go to programs; to a plugin they come in the next step.
-                    if let id = env.id, let channel = instance.channel {
-                        let refused = ErrorBody(.badRequest, "bytes of more than \(Attachments.inlineLimit >> 10) KiB cannot be sent to a plugin yet (docs/protocol.md \"Bytes\")")
-                        outbox.write(outbox.errorFrame(id: id, refused, for: channel), to: channel)
-                    }
-                case .success: return pluginRequest(instance, kind, env, bytes)
+                case .success(let payload): return pluginRequest(instance, kind, env, bytes, payload: payload)
                 }
             case .stream(let kind):
                 if let env, let why = streamMessage(from: instance, kind, env, bytes, frame: frame) {

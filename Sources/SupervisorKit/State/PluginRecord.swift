@@ -222,9 +222,9 @@ final class WorkerInstance {
     /// The supervisor's end of its descriptor channel (descriptor 4), kept for peer links
     /// (PeerLinks.swift); closed when it ends. Nil: no links for it.
     var descriptorChannel: Int32?
-    /// Another copy of that end, where the worker sends the descriptors of the bytes it attaches
-    /// to its messages (Routing/Payloads.swift); closed when the instance goes. Nil: no channel
-    /// (no sandbox), so its bytes travel inline only.
+    /// The supervisor's end of the worker's payload channel (its descriptor 5): the sealed memfds
+    /// of the bytes attached to messages, both ways (Routing/Payloads.swift); closed when the
+    /// instance goes. Nil: the channel failed to be made or is closed.
     var payloadChannel: Int32?
     /// Peer links from it, by callee identifier, and to it (docs/protocol.md "Peer links").
     var linksOut: [String: PeerLink] = [:]

@@ -325,11 +325,12 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
        other message above: a late reply (PeerLinkTests). */
     if (!strcmp(method, "noReply")) { no_replies++; return; }
     if (!strcmp(method, "breakLinks")) {
-        /* Straight onto every socket above the protocol socket and the order channel (its peer
-           links): a frame header announcing 2 GiB, which ends each link at its other end. */
+        /* Straight onto every socket above the protocol socket, the order channel and the payload
+           channel (its peer links): a frame header announcing 2 GiB, which ends each link at its
+           other end. */
         unsigned char header[4] = { 0x7f, 0xff, 0xff, 0xff };
         int broken = 0;
-        for (int fd = 5; fd < 256; fd++) {
+        for (int fd = 6; fd < 256; fd++) {
             struct stat st;
             if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && write(fd, header, 4) == 4) broken++;
         }
@@ -373,7 +374,7 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
             fd = sp_bytes_create(data, sizeof data);
             announced = 8192;
         } else if (!strcmp(method, "bytesMore")) {
-            /* Straight onto the descriptor channel (4): two descriptors in one message before the
+            /* Straight onto the payload channel (5): two descriptors in one message before the
                worker sends the one the reply announces. */
             int two[2] = { sp_bytes_create(data, sizeof data), sp_bytes_create(data, sizeof data) };
             char byte = 'P';
@@ -390,7 +391,7 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
             c->cmsg_type = SCM_RIGHTS;
             c->cmsg_len = CMSG_LEN(2 * sizeof(int));
             memcpy(CMSG_DATA(c), two, sizeof two);
-            sendmsg(4, &msg, MSG_NOSIGNAL);
+            sendmsg(5, &msg, MSG_NOSIGNAL);
             fd = sp_bytes_create(data, sizeof data);
         } else if (!strcmp(method, "bytesMissing")) {
             /* A reply announcing a descriptor, written straight onto the protocol socket (3): none comes. */

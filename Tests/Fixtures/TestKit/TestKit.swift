@@ -147,6 +147,24 @@ final class TestKit: Pluggable {
     struct RelayParams: Codable, Sendable { var target: String; var count: Int; var takeOnly: Int? }
     /// What the stream methods did, for the tests: rows sent, streams ended by cancellation,
     /// streams completed, and the last stream's row count when it ended.
+    struct DigestParams: Codable, Sendable { var data: Bytes }
+    struct BytesRelayParams: Codable, Sendable { var target: String; var size: Int }
+    struct Digest: Codable, Sendable, Equatable {
+        var count: Int
+        var sum: UInt64
+        var pattern: Bool
+        init(_ bytes: Bytes) throws {
+            (count, sum, pattern) = try bytes.withUnsafeBytes { raw in
+                var sum: UInt64 = 0
+                var pattern = true
+                for (i, b) in raw.enumerated() {
+                    sum &+= UInt64(b)
+                    if pattern, b != UInt8(i % 251) { pattern = false }
+                }
+                return (raw.count, sum, pattern)
+            }
+        }
+    }
     struct StreamReport: Codable, Sendable { var sent: Int; var cancelled: Int; var completed: Int }
     private let streams = Mutex(StreamReport(sent: 0, cancelled: 0, completed: 0))
 
@@ -180,6 +198,17 @@ final class TestKit: Pluggable {
             return Bytes((0..<max(0, p.size)).map { UInt8($0 % 251) })
         }
         api.method("streamReport") { [self] () -> StreamReport in streams.withLock { $0 } }
+        // Bytes into a plugin: their length, a checksum, and whether they follow `bytes`'s pattern
+        // (a sync method: decoded on the worker's thread, a memfd read in place).
+        api.method("digest") { (p: DigestParams) throws -> Digest in try Digest(p.data) }
+        // Bytes both ways between plugins: `size` bytes from `target`'s `bytes`, handed back to its
+        // `digest` (through the supervisor, as memfds above 64 KiB), and the digest of both ends.
+        api.method("bytesRelay") { [weak self] (p: BytesRelayParams) async throws -> [Digest] in
+            guard let self else { return [] }
+            let got = try await ctx().call(p.target, "bytes", SizeParams(size: p.size), as: Bytes.self)
+            let theirs = try await ctx().call(p.target, "digest", DigestParams(data: got), as: Digest.self)
+            return [try Digest(got), theirs]
+        }
         // The sum of an input of integers, then each running total as an element.
         api.stream("sum", input: Int.self) { (_: Empty, input: StreamInput<Int>, out: StreamOutput<Int>) in
             var total = 0

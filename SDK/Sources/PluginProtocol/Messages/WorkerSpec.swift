@@ -38,6 +38,11 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     /// supervisor does not answer for the filter (the worker then names violations itself, from a
     /// SIGSYS handler).
     public var descriptorChannelFD: Int32?
+    /// The payload channel (5): the sealed memfds of bytes attached to messages, in both directions
+    /// (docs/protocol.md "Bytes"). Whoever sends a message with descriptor attachments first sends
+    /// one byte with those descriptors here; whoever reads the message takes them from here. Nil
+    /// (a supervisor before it): bytes above 64 KiB cannot reach or leave this worker.
+    public var payloadChannelFD: Int32?
     /// The `cgroup.procs` files of the worker's own control group: it writes "0" to each, joining
     /// the group before anything else. Nil when the supervisor has none to give (`cgroupMissing` says why).
     public var cgroupProcs: [String]?

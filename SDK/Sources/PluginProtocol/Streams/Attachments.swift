@@ -98,6 +98,30 @@ public enum Attachments {
     }
 }
 
+extension Attachments {
+    /// The message `body` (which lists attachments, `env` its reading) with `list` in place of its
+    /// own attachments, every other member and the inline bytes as they were: a whole frame,
+    /// length prefix included. How a receiver puts its own descriptor numbers in.
+    public static func replacing(in body: UnsafeRawBufferPointer, _ env: Envelope, with list: [Attachment]) -> [UInt8] {
+        var frame = FrameBuilder(kind: env.kind ?? .reply, capacity: body.count + 32 * list.count)
+        let json = env.tail.map { UnsafeRawBufferPointer(rebasing: body[..<($0.lowerBound - 1)]) } ?? body
+        frame.members(of: json, except: ["type", "attachments"])
+        frame.attachments(list)
+        let tail = env.tail.map { UnsafeRawBufferPointer(rebasing: body[$0]) } ?? UnsafeRawBufferPointer(start: nil, count: 0)
+        return frame.finish(tail: tail)
+    }
+
+    /// `list` as it goes between processes: each descriptor's number replaced by `true`.
+    public static func onTheWire(_ list: [Attachment]) -> [Attachment] {
+        list.map { $0.isDescriptor ? Attachment(length: $0.length, place: .descriptor(-1)) : $0 }
+    }
+
+    /// The descriptor numbers `list` names, in order.
+    public static func descriptors(_ list: [Attachment]) -> [Int32] {
+        list.compactMap { if case .descriptor(let fd) = $0.place { return fd } else { return nil } }
+    }
+}
+
 extension FrameEncoder {
     /// Writes `"attachments": [...]` for `list` (a descriptor with a number below 0 as `true`).
     @inlinable
