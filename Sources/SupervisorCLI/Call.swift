@@ -29,13 +29,17 @@ struct Call: ParsableCommand {
     @Option(help: "Write the bytes the answer carries (a method that answers with raw bytes) to this file instead of printing them; prints {\"bytes\": N, \"output\": FILE}.")
     var output: String?
 
+    @Option(help: "Send this file's bytes with the call, without base64 (a sealed memfd above 64 KiB): the params name them {\"$bytes\": 0}; without params they are {\"data\": {\"$bytes\": 0}}.")
+    var input: String?
+
     func validate() throws {
         if let params { try JSONArgument.check(params, name: "<json-params>") }
+        if stream, input != nil || output != nil { throw ValidationError("--stream takes neither --input nor --output") }
     }
 
     func run() throws {
         if stream { return try runStream() }
-        if let output { return try runWithOutput(output) }
+        if input != nil || output != nil { return try runWithBytes() }
         try options.run(.call) { b in
             b.string("target", plugin.identifier)
             b.string("method", method)
@@ -47,14 +51,25 @@ struct Call: ParsableCommand {
 }
 
 extension Call {
-    /// `--output FILE`: the answer's bytes (`{"$bytes": i}`, else its first attachment) go to the
-    /// file, the kernel copying a memfd's pages (`sendfile`); without any, the result is printed.
-    private func runWithOutput(_ path: String) throws {
+    /// `--input FILE`: the file's bytes go with the call (inline up to 64 KiB, else a sealed memfd
+    /// the kernel fills from the file, handed in at the supervisor's handoff socket). `--output
+    /// FILE`: the answer's bytes (`{"$bytes": i}`, else its first attachment) go to the file, the
+    /// kernel copying a memfd's pages (`sendfile`); without `--output` the result is printed.
+    private func runWithBytes() throws {
+        var sending: [AttachedBytes] = []
+        if let input {
+            do { sending = [try AttachedBytes.file(input)] } catch {
+                StandardError.write("--input: \(error)\n")
+                throw ExitCode(2)
+            }
+        }
+        defer { for b in sending { b.close() } }
         let answer: (result: [UInt8], bytes: [AttachedBytes])
         do throws(SupervisorConnection.Failure) {
             let client = try SupervisorConnection(socketPath: options.socketPath, startingWait: options.wait ?? 5, waitForAny: options.wait != nil)
             defer { client.close() }
-            answer = try client.requestWithBytes(.call) { b in
+            let params = params ?? (input != nil ? #"{"data":{"$bytes":0}}"# : nil)
+            answer = try client.requestWithBytes(.call, sending: sending) { b in
                 b.string("target", plugin.identifier)
                 b.string("method", method)
                 if let params { b.raw("params", Array(params.utf8)) }
@@ -66,6 +81,12 @@ extension Call {
             throw ExitCode(error.isRemote ? 1 : 2)
         }
         defer { for b in answer.bytes { b.close() } }
+        guard let path = output else {
+            var line = answer.result
+            line.append(0x0A)
+            line.withUnsafeBytes { StandardOutput.write($0) }
+            return
+        }
         let index = Self.bytesIndex(answer.result) ?? 0
         guard index < answer.bytes.count else {
             StandardError.write("the answer carries no bytes (its result: \(String(decoding: answer.result.prefix(200), as: UTF8.self)))\n")

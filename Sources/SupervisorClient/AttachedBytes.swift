@@ -117,9 +117,104 @@ public enum AttachedBytes: Sendable {
     }
 }
 
+extension AttachedBytes {
+    /// `bytes` to send with a call: inline up to 64 KiB, else copied once into a sealed memfd.
+    public static func from(_ bytes: [UInt8]) throws -> AttachedBytes {
+        guard bytes.count > Attachments.inlineLimit else { return .inline(bytes) }
+        let fd = bytes.withUnsafeBytes { sp_bytes_create($0.baseAddress, $0.count) }
+        guard fd >= 0 else { throw ErrorBody(.unavailable, "cannot make a memfd for \(bytes.count) bytes: \(String(cString: strerror(-fd)))") }
+        return .descriptor(fd, length: bytes.count)
+    }
+
+    /// The bytes of the file at `path`, to send with a call: inline up to 64 KiB, else a sealed
+    /// memfd the kernel fills from the file (`copy_file_range`, or `sendfile` where the kernel
+    /// refuses a copy across file systems: no copy through this process).
+    public static func file(_ path: String) throws -> AttachedBytes {
+        let input = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        guard input >= 0 else { throw ErrorBody(.badRequest, "cannot read \(path): \(String(cString: strerror(errno)))") }
+        defer { Glibc.close(input) }
+        var st = stat()
+        guard fstat(input, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { throw ErrorBody(.badRequest, "\(path) is not a regular file") }
+        let length = Int(st.st_size)
+        guard length > Attachments.inlineLimit else {
+            var bytes = [UInt8](repeating: 0, count: length)
+            let n = bytes.withUnsafeMutableBytes { Glibc.pread(input, $0.baseAddress, length, 0) }
+            guard n == length else { throw ErrorBody(.badRequest, "cannot read \(path): \(n < 0 ? String(cString: strerror(errno)) : "it changed while read")") }
+            return .inline(bytes)
+        }
+        let fd = sp_bytes_writable(length)
+        guard fd >= 0 else { throw ErrorBody(.unavailable, "cannot make a memfd for \(length) bytes: \(String(cString: strerror(-fd)))") }
+        var inOffset: off_t = 0, outOffset: off_t = 0
+        var crossDevice = false
+        while Int(outOffset) < length {
+            var n: Int
+            if crossDevice {
+                n = sendfile(fd, input, &inOffset, length - Int(outOffset))
+                if n > 0 { outOffset += off_t(n) }
+            } else {
+                n = copy_file_range(input, &inOffset, fd, &outOffset, length - Int(outOffset), 0)
+                if n < 0, errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP {
+                    crossDevice = true
+                    continue
+                }
+            }
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else {
+                let why = n < 0 ? String(cString: strerror(errno)) : "it is shorter than it was"
+                Glibc.close(fd)
+                throw ErrorBody(.badRequest, "cannot read \(path): \(why)")
+            }
+        }
+        let rc = sp_bytes_seal(fd)
+        guard rc == 0 else {
+            Glibc.close(fd)
+            throw ErrorBody(.unavailable, "cannot seal the memfd: \(String(cString: strerror(-rc)))")
+        }
+        return .descriptor(fd, length: length)
+    }
+
+    /// What a request announces for `list` (SPEC §13): inline ones in the returned tail,
+    /// descriptors handed in at the handoff socket (`<socketPath>.links`, a `put`) and named by
+    /// their token. The descriptors stay the caller's.
+    static func announce(_ list: [AttachedBytes], socketPath: String) throws -> (attachments: [Attachment], tail: [UInt8]) {
+        var tail: [UInt8] = []
+        var announced: [Attachment] = []
+        for bytes in list {
+            switch bytes {
+            case .inline(let array):
+                guard array.count <= Attachments.inlineLimit else { throw ErrorBody(.badRequest, "inline bytes of more than \(Attachments.inlineLimit >> 10) KiB: use AttachedBytes.from") }
+                tail.append(contentsOf: array)
+                announced.append(Attachment(length: array.count, place: .inline))
+            case .descriptor(let fd, let length):
+                announced.append(Attachment(length: length, place: .token(try Handoff.deposit(fd, length: length, at: socketPath + ".links"))))
+            }
+        }
+        return (announced, tail)
+    }
+}
+
 /// The supervisor's handoff socket (`<control socket>.links`): a one-time token in, the
-/// descriptor it stands for out.
+/// descriptor it stands for out; or bytes in (`put`), their token out.
 enum Handoff {
+    /// Hands the sealed memfd `fd` of `length` bytes in at `path` (`{"put": length}` with it
+    /// attached) and returns the token a call names it by (good once, for 10 s).
+    static func deposit(_ fd: Int32, length: Int, at path: String) throws -> String {
+        let handoff = try BlockingConnection.connect(path: path)
+        defer { handoff.close() }
+        var limit = timeval(tv_sec: 2, tv_usec: 0)
+        setsockopt(handoff.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        let request = try ProtocolJSON.frame(["put": length])
+        var descriptor = fd
+        let sent = request.withUnsafeBytes { cls_send_fds(handoff.fd, &descriptor, 1, $0.baseAddress, $0.count) }
+        guard sent == request.count else { throw ErrorBody(.unavailable, "cannot hand \(length) bytes to the supervisor: \(sent < 0 ? String(cString: strerror(Int32(-sent))) : "short write")") }
+        struct Answer: Decodable { var token: String?; var error: String? }
+        guard let frame = try handoff.receiveFrame(), let answer = try? ProtocolJSON.decode(Answer.self, from: frame) else {
+            throw ErrorBody(.unavailable, "the supervisor did not answer the hand-in of \(length) bytes")
+        }
+        guard let token = answer.token else { throw ErrorBody(.badRequest, "the supervisor refused \(length) bytes: \(answer.error ?? "no reason given")") }
+        return token
+    }
+
     /// Connects to `path`, sends `{"token": token}` and returns the descriptor that comes back,
     /// unchecked (the caller checks its kind). `unavailable`, saying what was not handed over, when
     /// none comes.
@@ -141,9 +236,31 @@ enum Handoff {
 }
 
 extension SupervisorConnection {
-    /// Sends a request and waits for its reply: its result and the bytes attached to it.
-    public func requestWithBytes(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void) throws(Failure) -> (result: [UInt8], bytes: [AttachedBytes]) {
+    /// Sends a request with `sending` attached (SPEC §13: the params name them `{"$bytes": i}`) and
+    /// waits for its reply: its result and the bytes attached to it.
+    public func requestWithBytes(_ kind: MessageKind, sending: [AttachedBytes] = [],
+                                 _ fill: (inout FrameBuilder) -> Void) throws(Failure) -> (result: [UInt8], bytes: [AttachedBytes]) {
+        if !sending.isEmpty {
+            let announced: (attachments: [Attachment], tail: [UInt8])
+            do { announced = try AttachedBytes.announce(sending, socketPath: socketPath) } catch let error as ErrorBody {
+                throw .remote(error)
+            } catch let error as SystemError {
+                throw .unreachable(socketPath + ".links", error)
+            } catch {
+                throw .broken("\(error)")
+            }
+            let reply = try requestFrame(kind, { b in
+                fill(&b)
+                b.attachments(announced.attachments)
+            }, tail: announced.tail)
+            return try Self.answerWithBytes(reply, socketPath: socketPath)
+        }
         let reply = try requestFrame(kind, fill)
+        return try Self.answerWithBytes(reply, socketPath: socketPath)
+    }
+
+    /// A reply frame's result and the bytes attached to it.
+    private static func answerWithBytes(_ reply: [UInt8], socketPath: String) throws(Failure) -> (result: [UInt8], bytes: [AttachedBytes]) {
         let outcome: Result<(result: [UInt8], bytes: [AttachedBytes]), Failure> = reply.withUnsafeBytes { bytes in
             let env: Envelope
             do { env = try Envelope.parse(bytes) } catch { return .failure(.broken("\(error)")) }

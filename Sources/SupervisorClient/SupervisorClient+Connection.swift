@@ -22,14 +22,15 @@ extension SupervisorClient {
 
     /// One request, answered once; the task's cancellation gives it up (and cancels its call at
     /// the plugin).
-    func request(_ kind: MessageKind, id: UInt64? = nil, timeout: Duration? = nil,
+    /// `tail`: inline bytes the request's attachments announce.
+    func request(_ kind: MessageKind, id: UInt64? = nil, timeout: Duration? = nil, tail: [UInt8]? = nil,
                          _ fill: (inout FrameBuilder) -> Void) async throws -> [UInt8] {
         let link = try await currentLink(waiting: timeout ?? reconnectWait)
         let id = id ?? takeID()
         var builder = FrameBuilder(kind: kind)
         builder.uint("id", id)
         fill(&builder)
-        let frame = builder.finish()
+        let frame = tail.map { t in t.withUnsafeBytes { builder.finish(tail: $0) } } ?? builder.finish()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8], any Error>) in
                 let live = state.withLock { s -> Bool in

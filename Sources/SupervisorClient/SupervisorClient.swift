@@ -143,6 +143,28 @@ public final class SupervisorClient: Sendable {
         return answer
     }
 
+    /// Calls `method` of `target` with raw bytes (SPEC §13): `params` name them `{"$bytes": i}`,
+    /// `i` their index in `sending` (`AttachedBytes.from(array)`, `.file(path)`; inline up to 64
+    /// KiB, else a sealed memfd handed in at the supervisor's handoff socket: no base64, and the
+    /// supervisor never reads them). The descriptors stay the caller's. Through the supervisor.
+    public func callJSON(_ target: String, _ method: String, params: [UInt8]?, sending: [AttachedBytes], timeout: Duration? = nil) async throws -> [UInt8] {
+        let announced = try AttachedBytes.announce(sending, socketPath: socketPath)
+        return try await request(.call, timeout: timeout, tail: announced.tail) { b in
+            b.string("target", target)
+            b.string("method", method)
+            if let params { b.raw("params", params) }
+            if let timeout { b.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
+            b.attachments(announced.attachments)
+        }
+    }
+
+    /// Calls `method` of `target` with raw bytes and decodes its result (see `callJSON(_:_:params:sending:timeout:)`).
+    public func call<P: Encodable, R: Decodable>(_ target: String, _ method: String, _ params: P, sending: [AttachedBytes],
+                                                 as: R.Type = R.self, timeout: Duration? = nil) async throws -> R {
+        let json = try HostCoding.encode(params, for: "\(target).\(method)")
+        return try HostCoding.decode(R.self, try await callJSON(target, method, params: json, sending: sending, timeout: timeout), of: "\(target).\(method)")
+    }
+
     /// Calls `method` of `target`, which answers with raw bytes (SPEC §13: `api.bytes` in the Swift
     /// SDK; a result `{"$bytes": i}` with the bytes attached): inline ones as an array, larger ones
     /// as the sealed memfd the plugin made, picked up from the supervisor and checked. The caller

@@ -72,12 +72,14 @@ public struct SupervisorConnection {
     }
 
     /// Sends a request and returns its reply frame's body, whole.
+    /// `tail`: inline bytes the request's attachments announce, after its JSON and a NUL.
     func requestFrame(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void,
-                      progress: (ProgressReport) -> Void = { _ in }) throws(Failure) -> [UInt8] {
+                      progress: (ProgressReport) -> Void = { _ in }, tail: [UInt8]? = nil) throws(Failure) -> [UInt8] {
         var b = FrameBuilder(kind: kind)
         b.uint("id", 1)
         fill(&b)
-        do { try connection.sendFrame(b.finish()) } catch { throw .unreachable(socketPath, error) }
+        let frame = tail.map { t in t.withUnsafeBytes { b.finish(tail: $0) } } ?? b.finish()
+        do { try connection.sendFrame(frame) } catch { throw .unreachable(socketPath, error) }
         var reply: [UInt8]?
         while true {
             do { reply = try connection.receiveFrame() } catch { throw .broken("\(error)") }

@@ -149,7 +149,7 @@ public final class Supervisor: Sendable {
             onLoop { $0.control.listening(on: server) }
             if config.peerLinks {
                 do {
-                    let handoff = try LinkHandoff.start(controlSocket: config.socketPath)
+                    let handoff = try LinkHandoff.start(controlSocket: config.socketPath, maxPayloadBytes: config.maxPayloadMB << 20)
                     onLoop { $0.handoff = handoff }
                 } catch {
                     logger.warning("cannot serve clients' direct links (\(error)): their calls go through the supervisor")

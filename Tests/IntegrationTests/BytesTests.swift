@@ -1,5 +1,7 @@
+import CLinuxSupport
 import CPluginABI
 import Foundation
+import IPC
 import Logging
 import PluginHost
 import PluginProtocol
@@ -100,7 +102,7 @@ struct BytesTests {
         try sup.waitUntil("the supervisor's descriptors back where they were") { try openFDs(sup.pid) <= fdsBefore }
     }
 
-    @Test("bytes into plugins: a plugin takes bytes as a parameter and hands a memfd it received on to another plugin's parameter (3 MB, through the supervisor both ways, and 1 KiB inline); a sync C method reads a memfd it was given; nothing stays open in the supervisor")
+    @Test("bytes into plugins: a plugin takes bytes as a parameter and hands a memfd it received on to another plugin's parameter (64 KiB and 64 KiB + 1 byte, 3 MB: through the supervisor as calls, over the peer link as answers; and 1 KB inline); nothing stays open in the supervisor")
     func intoPlugins() throws {
         let w = try TestWorld()
         try w.bundle("b.callee")
@@ -118,6 +120,93 @@ struct BytesTests {
     }
 
     struct Digest: Codable, Equatable { var count: Int; var sum: UInt64; var pattern: Bool }
+    struct CDigest: Codable, Equatable { var length: Int; var sum: UInt64 }
+
+    static func digest(_ bytes: [UInt8]) -> Digest {
+        Digest(count: bytes.count, sum: bytes.reduce(0) { $0 + UInt64($1) }, pattern: bytes.enumerated().allSatisfy { $0.element == UInt8($0.offset % 251) })
+    }
+
+    @Test("bytes from programs into plugins: supervisor call --input FILE (1 KB inline, 3 MB as a memfd) to a Swift and a C plugin, a SupervisorClient's call sending bytes; bad hand-ins (unsealed, a socket, another length, over maxPayloadMB, two descriptors) and unknown tokens are refused naming why; nothing stays open")
+    func fromPrograms() async throws {
+        let w = try TestWorld()
+        try w.bundle("b.kit")
+        try w.bundle("b.c", library: try Build.cHello())
+        try #"{"maxPayloadMB": 8}"#.write(toFile: w.root + "/config.json", atomically: true, encoding: .utf8)
+        let sup = try RunningSupervisor(w, args: ["--config", w.root + "/config.json"])
+        let fdsBefore = try openFDs(sup.pid)
+        for size in [1000, 3_000_000] {
+            let data = Self.pattern(size)
+            let file = w.root + "/in-\(size).bin"
+            try Data(data).write(to: URL(fileURLWithPath: file))
+            let kit = try sup.cli("call", "--input", file, "b.kit", "digest")
+            #expect(kit.code == 0, "\(size): \(kit.err)")
+            #expect(try JSONDecoder().decode(Digest.self, from: Data(kit.out.utf8)) == Self.digest(data), "\(kit.out)")
+            let c = try sup.cli("call", "--input", file, "b.c", "digest")
+            #expect(c.code == 0, "\(size): \(c.err)")
+            #expect(try JSONDecoder().decode(CDigest.self, from: Data(c.out.utf8)) == CDigest(length: size, sum: Self.digest(data).sum), "\(c.out)")
+            // In and out in one call: the bytes come back as they went.
+            let out = w.root + "/echo-\(size).bin"
+            let echo = try sup.cli("call", "--input", file, "--output", out, "b.kit", "echoBytes")
+            #expect(echo.code == 0 && (try? Data(contentsOf: URL(fileURLWithPath: out))) == Data(data), "\(size): \(echo.err)")
+        }
+        let tooBig = w.root + "/big.bin"
+        try Data(count: 9 << 20).write(to: URL(fileURLWithPath: tooBig))
+        let refused = try sup.cli("call", "--input", tooBig, "b.kit", "digest")
+        #expect(refused.code != 0 && refused.err.contains("maxPayloadMB"), "\(refused.err)")
+        let missing = try sup.cli("call", "--input", w.root + "/nothing.bin", "b.kit", "digest")
+        #expect(missing.code == 2 && missing.err.contains("nothing.bin"), "\(missing.err)")
+
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        let big = try AttachedBytes.from(Self.pattern(2_000_000))
+        defer { big.close() }
+        struct DigestParams: Encodable { var data: [String: Int] }
+        let got = try await client.call("b.kit", "digest", DigestParams(data: ["$bytes": 0]), sending: [big], as: Digest.self)
+        #expect(got == Self.digest(Self.pattern(2_000_000)))
+        let small = try await client.call("b.c", "digest", DigestParams(data: ["$bytes": 0]), sending: [.inline([1, 2, 3])], as: CDigest.self)
+        #expect(small == CDigest(length: 3, sum: 6))
+        // A token nobody handed in.
+        do {
+            let none = try await client.callJSON("b.kit", "digest", params: Array(#"{"data":{"$bytes":0}}"#.utf8), sending: [])
+            Issue.record("a call naming no bytes answered \(none)")
+        } catch let error as ErrorBody {
+            #expect(error.code == ErrorCode.badRequest.rawValue || error.code == ErrorCode.pluginError.rawValue, "\(error)")
+        }
+        client.close()
+
+        // Hand-ins that break the rules, straight at the handoff socket.
+        let handoff = sup.socket + ".links"
+        func put(_ fd: Int32, _ length: Int, extra: Int32? = nil) throws -> String {
+            let connection = try BlockingConnection.connect(path: handoff)
+            defer { connection.close() }
+            let request = try ProtocolJSON.frame(["put": length])
+            var fds = [fd] + (extra.map { [$0] } ?? [])
+            _ = request.withUnsafeBytes { raw in fds.withUnsafeMutableBufferPointer { cls_send_fds(connection.fd, $0.baseAddress, Int32($0.count), raw.baseAddress, raw.count) } }
+            return String(decoding: try connection.receiveFrame() ?? [], as: UTF8.self)
+        }
+        let unsealed = memfd_create("x", UInt32(MFD_CLOEXEC))
+        _ = ftruncate(unsealed, 4096)
+        #expect(try put(unsealed, 4096).contains("not sealed"))
+        var pair: [Int32] = [-1, -1]
+        _ = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair)
+        #expect(try put(pair[0], 4096).contains("not a memfd"))
+        let sealed = Self.pattern(100_000).withUnsafeBytes { sp_bytes_create($0.baseAddress, $0.count) }
+        #expect(try put(sealed, 5000).contains("not of the announced 5000 bytes"))
+        #expect(try put(sealed, 100_000, extra: sealed).contains("exactly one descriptor"))
+        #expect(try put(sealed, 100_000).contains("token"))
+        for fd in [unsealed, pair[0], pair[1], sealed] { close(fd) }
+        // A token for bytes of another length than the call announces is refused (and used up).
+        let other = Self.pattern(70_000).withUnsafeBytes { sp_bytes_create($0.baseAddress, $0.count) }
+        let handedIn = try put(other, 70_000)
+        close(other)
+        let token = try #require(try? JSONDecoder().decode([String: String].self, from: Data(handedIn.utf8))["token"])
+        let raw = try BlockingConnection.connect(path: sup.socket)
+        try raw.sendFrame([UInt8].frame(body: Array(#"{"type":"call","id":1,"target":"b.kit","method":"digest","params":{"data":{"$bytes":0}},"attachments":[{"length":1,"token":"\#(token)"}]}"#.utf8)))
+        let answer = String(decoding: try raw.receiveFrame() ?? [], as: UTF8.self)
+        #expect(answer.contains("badRequest") && answer.contains("no bytes of 1"), "\(answer)")
+        raw.close()
+        // The hand-in nobody called with expires (10 s) and is closed.
+        try sup.waitUntil(timeout: 20, "the supervisor's descriptors back where they were") { try openFDs(sup.pid) <= fdsBefore }
+    }
 
     @Test("bytes over maxPayloadMB are refused with badRequest before anything maps them; a plain call of a bytes method shows the placeholder")
     func overTheLimit() throws {

@@ -4,7 +4,8 @@
  *
  * Methods: "hello" → "hello from C"; "add" with params [a, b] → a + b; "pid" → the worker's pid;
  * "bytes" with params {"n": N} answers with N raw bytes, a file's worth (supervisor call --output FILE;
- * docs/abi.md "Bytes"); "count" with params {"n": N}, called with "stream": true (supervisor call --stream), answers with
+ * docs/abi.md "Bytes"); "digest" with params {"data": {"$bytes": 0}} and bytes attached (supervisor
+ * call --input FILE) answers {"length": N, "sum": S}, S the sum of the bytes, read in place; "count" with params {"n": N}, called with "stream": true (supervisor call --stream), answers with
  * the stream {"i": 0} … {"i": N-1} (docs/abi.md, "Streams"): chunks go out as the reader's credit
  * allows, from `receive` itself, so the plugin needs no thread. It answers every event with a null
  * result. The JSON handling is deliberately minimal (the
@@ -148,12 +149,38 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
                 close(fd); /* the worker sent its own copy on */
             }
             free(data);
+        } else if (strcmp(method, "digest") == 0) {
+            /* The one attachment: {"length": N} (inline, after the NUL that ends the JSON) or
+               {"length": N, "fd": D} (a sealed memfd, this plugin's to check, map and close). */
+            const char *nul = memchr(json, 0, len);
+            const char *list = memmem(json, nul ? (size_t)(nul - json) : len, "\"attachments\":[{", 16);
+            unsigned long long n = 0, fd = 0;
+            if (!list || !find_uint(list, len - (size_t)(list - json), "length", &n)) {
+                reply_error(id, "badRequest", "digest takes {\"data\": {\"$bytes\": 0}} with the bytes attached (supervisor call --input FILE)");
+                return;
+            }
+            const unsigned char *data;
+            int has_fd = find_uint(list, (size_t)((nul ? nul : json + len) - list), "fd", &fd);
+            if (has_fd) {
+                if (sp_bytes_check((int)fd, n) != 0) { close((int)fd); reply_error(id, "badRequest", "the attached descriptor is not a sealed memfd of its length"); return; }
+                data = sp_bytes_map((int)fd, n);
+                if (!data) { close((int)fd); reply_error(id, "pluginError", "cannot map the bytes"); return; }
+            } else {
+                if (!nul || (size_t)(json + len - nul - 1) != n) { reply_error(id, "badRequest", "the inline bytes are not of the announced length"); return; }
+                data = (const unsigned char *)nul + 1;
+            }
+            unsigned long long sum = 0;
+            for (unsigned long long i = 0; i < n; i++) sum += data[i];
+            if (has_fd) { sp_bytes_unmap(data, n); close((int)fd); }
+            char result[96];
+            snprintf(result, sizeof result, "{\"length\":%llu,\"sum\":%llu}", n, sum);
+            reply(id, result);
         } else if (strcmp(method, "pid") == 0) {
             char result[32];
             snprintf(result, sizeof result, "%d", (int)getpid());
             reply(id, result);
         } else {
-            reply_error(id, "notFound", "no such method; try hello, add, count, bytes or pid");
+            reply_error(id, "notFound", "no such method; try hello, add, count, bytes, digest or pid");
         }
     } else if (strcmp(type, "open") == 0) {
         reply_error(id, "notFound", "this plugin has no routes");

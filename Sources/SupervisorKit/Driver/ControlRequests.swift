@@ -143,30 +143,68 @@ extension Engine {
         case .failure(let error): return outbox.answer(origin, error: error)
         case .success(let t): target = t
         }
-        if let refused = Self.clientBytesProblem(env, bytes) { return outbox.answer(origin, error: refused) }
+        if env.attachments != nil || env.tail != nil {
+            return callWithBytes(kind, to: target, env, bytes, origin)
+        }
         guard let error = router.forward(kind, to: target, from: nil, env: env, bytes: bytes, origin: origin) else { return }
         // Not installed: maybe the catalog offers it on demand.
         if table[target] == nil, installs.forwardOnDemand(kind, to: target, request: bytes, timeoutMs: env.timeoutMs, origin: origin) { return }
         outbox.answer(origin, error: error)
     }
 
-    /// Why a client's (or the embedding program's) call cannot carry the bytes it announces
-    /// (docs/protocol.md "Bytes"): only inline ones, exactly as many as announced, go to a plugin
-    /// for now; nil when it carries none or they are fine.
-    static func clientBytesProblem(_ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> ErrorBody? {
+    /// A client's call (or open) with bytes (docs/protocol.md "Bytes"): inline ones exactly as
+    /// announced; larger ones named by the token of a `put` at the handoff socket, redeemed here
+    /// and handed to the plugin's worker as descriptors. Refused with `badRequest`, naming why,
+    /// when they are not what the request announces.
+    private func callWithBytes(_ kind: MessageKind, to target: String, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ origin: ReplyOrigin) {
+        let payload: Payload
+        switch Self.clientPayload(env, bytes, handoff: handoff) {
+        case .failure(let refused): return outbox.answer(origin, error: refused)
+        case .success(let p): payload = p
+        }
+        if let refused = router.oversized(payload) { return outbox.answer(origin, error: refused) }
+        // As its plugin's worker reads it: descriptors as `"fd": true`, no tokens.
+        let request = Attachments.replacing(in: bytes, env, with: Attachments.onTheWire(payload.list))
+        request.withUnsafeBytes { raw in
+            let body = UnsafeRawBufferPointer(rebasing: raw[Frame.headerSize...])
+            guard let again = try? Envelope.parse(body, maxDepth: config.maxJSONDepth) else {
+                return outbox.answer(origin, error: ErrorBody(.badRequest, "the request could not be read again with its bytes"))
+            }
+            let moved = Payload(list: payload.list, descriptors: payload.take(), tail: again.tail)
+            guard let error = router.forward(kind, to: target, from: nil, env: again, bytes: body, origin: origin, payload: moved) else { return }
+            outbox.answer(origin, error: error)
+        }
+    }
+
+    /// The bytes a client's request announces, checked and taken: inline ones from its tail, tokens
+    /// redeemed at `handoff` (each good once). What was taken is closed when one fails.
+    static func clientPayload(_ env: Envelope, _ bytes: UnsafeRawBufferPointer, handoff: LinkHandoff?) -> Result<Payload, ErrorBody> {
         guard let range = env.attachments else {
-            return env.tail == nil ? nil : ErrorBody(.badRequest, "data after the request's JSON object, and no attachments announce it")
+            return .failure(ErrorBody(.badRequest, "data after the request's JSON object, and no attachments announce it"))
         }
-        let list: [Attachment]
-        do { list = try Attachments.read(bytes, range) } catch { return ErrorBody(.badRequest, "the request's attachments: \(error)") }
-        guard list.allSatisfy(\.isInline) else {
-            return ErrorBody(.badRequest, "a request's bytes travel inline (up to \(Attachments.inlineLimit >> 10) KiB each) for now; none passed as a descriptor or token")
-        }
+        var list: [Attachment]
+        do { list = try Attachments.read(bytes, range) } catch { return .failure(ErrorBody(.badRequest, "the request's attachments: \(error)")) }
         let inline = Attachments.inlineCount(list)
         guard inline == env.tail?.count ?? 0 else {
-            return ErrorBody(.badRequest, "the request's attachments announce \(inline) inline bytes and \(env.tail?.count ?? 0) came")
+            return .failure(ErrorBody(.badRequest, "the request's attachments announce \(inline) inline bytes and \(env.tail?.count ?? 0) came"))
         }
-        return nil
+        var taken: [Int32] = []
+        for i in list.indices {
+            switch list[i].place {
+            case .inline: continue
+            case .descriptor:
+                for fd in taken { close(fd) }
+                return .failure(ErrorBody(.badRequest, "attachment \(i) is passed as a descriptor, which the control socket cannot carry: hand the bytes in with {\"put\": <length>} at the handoff socket and name its token"))
+            case .token(let token):
+                guard let handoff, let fd = handoff.take(token, length: list[i].length) else {
+                    for fd in taken { close(fd) }
+                    return .failure(ErrorBody(.badRequest, "attachment \(i): no bytes of \(list[i].length) were handed in with that token (unknown, already used, expired after \(LinkHandoff.tokenLifetimeNanoseconds / 1_000_000_000) s, or of another length)"))
+                }
+                taken.append(fd)
+                list[i].place = .descriptor(fd)
+            }
+        }
+        return .success(Payload(list: list, descriptors: taken, tail: env.tail))
     }
 
     /// Debug builds: holds the event loop for `timeoutMs` (at most 60 s), as a wedged loop would,

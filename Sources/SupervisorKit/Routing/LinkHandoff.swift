@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CLinuxSupport
+import CPluginABI
 import IPC
 import LinuxSupport
 import PluginProtocol
@@ -15,24 +16,35 @@ import PluginProtocol
 /// memfd are picked up the same way (`link` 0; docs/protocol.md "Bytes"). A token is good once, for `tokenLifetime`;
 /// a peer of another uid, or a token that is unknown or expired, gets `{"error":…}` and nothing else.
 ///
+/// The other way, a client hands bytes in (`put`): it sends `{"put": <length>}` with a sealed memfd
+/// attached, and gets `{"token":"…"}`, which its call names in an attachment
+/// (`{"length": N, "token": "…"}`); the loop redeems it (`take`) when the call comes. Checked here
+/// first: one descriptor, a sealed memfd of that length, within `maxPayloadMB`.
+///
 /// Values only (`Sendable`): the loop offers a descriptor (`offer`), the thread hands it over.
 final class LinkHandoff: Sendable {
     let path: String
     private let listener: Int32
     private let offers = Locked<[String: Offer]>([:])
+    /// Bytes clients handed in, by token, until their call takes them (or they expire).
+    private let deposits = Locked<[String: Offer]>([:])
     private let stopped = Locked(false)
+    /// The largest bytes a client may hand in (`maxPayloadMB`).
+    private let maxPayloadBytes: Int
 
     static let tokenLifetimeNanoseconds: Int64 = 10_000_000_000
 
+    /// A descriptor kept for a token: a link's end or an answer's memfd (`tag`: the link's number,
+    /// 0 for bytes), or bytes a client handed in (`tag`: their length).
     private struct Offer {
         let fd: Int32
-        let link: UInt64
+        let tag: UInt64
         let until: Int64
     }
 
     /// Binds `<controlSocket>.links` and starts serving it; nil (logged by the caller) when it
     /// cannot: clients' calls then go through the supervisor.
-    static func start(controlSocket: String) throws(SystemError) -> LinkHandoff {
+    static func start(controlSocket: String, maxPayloadBytes: Int = Attachments.defaultMaxPayloadMB << 20) throws(SystemError) -> LinkHandoff {
         let path = controlSocket + ".links"
         unlink(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -58,14 +70,27 @@ final class LinkHandoff: Sendable {
             throw SystemError(call: "bind", errno: e, context: path)
         }
         chmod(path, 0o600)
-        let handoff = LinkHandoff(path: path, listener: fd)
+        let handoff = LinkHandoff(path: path, listener: fd, maxPayloadBytes: maxPayloadBytes)
         Threads.start(name: "link-handoff") { handoff.serve() }
         return handoff
     }
 
-    private init(path: String, listener: Int32) {
+    private init(path: String, listener: Int32, maxPayloadBytes: Int) {
         self.path = path
         self.listener = listener
+        self.maxPayloadBytes = maxPayloadBytes
+    }
+
+    /// The memfd a client handed in with `token`, if it is `length` bytes long, now the caller's;
+    /// nil when the token is unknown, expired, already used or of another length (closed then).
+    func take(_ token: String, length: Int) -> Int32? {
+        let now = ProcessControl.monotonicNanoseconds()
+        guard let deposit = deposits.withLock({ $0.removeValue(forKey: token) }) else { return nil }
+        guard deposit.until >= now, Int(deposit.tag) == length else {
+            close(deposit.fd)
+            return nil
+        }
+        return deposit.fd
     }
 
     /// Keeps `fd` (the client's end of link `link`, now owned here) for the client that brings the
@@ -76,7 +101,7 @@ final class LinkHandoff: Sendable {
         let expired = offers.withLock { offers -> [Int32] in
             let gone = offers.filter { $0.value.until < now }
             for key in gone.keys { offers[key] = nil }
-            offers[token] = Offer(fd: fd, link: link, until: now + Self.tokenLifetimeNanoseconds)
+            offers[token] = Offer(fd: fd, tag: link, until: now + Self.tokenLifetimeNanoseconds)
             return gone.values.map(\.fd)
         }
         for fd in expired { close(fd) }
@@ -88,13 +113,15 @@ final class LinkHandoff: Sendable {
     /// its deadlines.
     func sweep() {
         let now = ProcessControl.monotonicNanoseconds()
-        let expired = offers.withLock { offers -> [Int32] in
-            guard !offers.isEmpty else { return [] }
-            let gone = offers.filter { $0.value.until < now }
-            for key in gone.keys { offers[key] = nil }
-            return gone.values.map(\.fd)
+        for table in [offers, deposits] {
+            let expired = table.withLock { offers -> [Int32] in
+                guard !offers.isEmpty else { return [] }
+                let gone = offers.filter { $0.value.until < now }
+                for key in gone.keys { offers[key] = nil }
+                return gone.values.map(\.fd)
+            }
+            for fd in expired { close(fd) }
         }
-        for fd in expired { close(fd) }
     }
 
     /// Stops serving (the thread ends at its next accept), closes what was not picked up and
@@ -102,8 +129,10 @@ final class LinkHandoff: Sendable {
     func stop() {
         guard !stopped.withLock({ s in defer { s = true }; return s }) else { return }
         Glibc.shutdown(listener, Int32(SHUT_RDWR))
-        let left = offers.withLock { offers in defer { offers = [:] }; return offers.values.map(\.fd) }
-        for fd in left { close(fd) }
+        for table in [offers, deposits] {
+            let left = table.withLock { offers in defer { offers = [:] }; return offers.values.map(\.fd) }
+            for fd in left { close(fd) }
+        }
         unlink(path)
     }
 
@@ -117,7 +146,8 @@ final class LinkHandoff: Sendable {
         close(listener)
     }
 
-    /// One client: its credentials, its token, then the descriptor with `{"link":n}` (or an error).
+    /// One client: its credentials, then its request: a token, answered with the descriptor and
+    /// `{"link":n}`; or bytes handed in (`put`), answered with a token. Else an error.
     private func handOver(to client: Int32) {
         // A client that sends nothing is not waited for long.
         var limit = timeval(tv_sec: 1, tv_usec: 0)
@@ -127,18 +157,47 @@ final class LinkHandoff: Sendable {
         guard cls_peer_uid(client, &uid) == 0, uid == geteuid() || uid == 0 else {
             return refuse(client, "only the supervisor's own user may take a link")
         }
-        let connection = BlockingConnection(fd: dup(client), maxBody: 4096)
-        defer { connection.close() }
-        guard let frame = try? connection.receiveFrame(), let request = try? ProtocolJSON.decode(Request.self, from: frame) else {
-            return refuse(client, "expected {\"token\": \"...\"}")
+        // One request, read with recvmsg: a `put` brings its descriptor on the frame's first bytes.
+        var frame = [UInt8](repeating: 0, count: 4096)
+        var fds = [Int32](repeating: -1, count: Int(CLS_MAX_PASSED_FDS))
+        var count: Int32 = 0
+        var n = frame.withUnsafeMutableBytes { f in
+            fds.withUnsafeMutableBufferPointer { cls_receive_fds_within(client, f.baseAddress, f.count, $0.baseAddress, CLS_MAX_PASSED_FDS, &count, 1000) }
         }
+        var received = Array(fds.prefix(Int(count)))
+        defer { for fd in received { close(fd) } }
+        let length = n >= 4 ? (try? Frame.bodyLength(b0: frame[0], b1: frame[1], b2: frame[2], b3: frame[3], limit: 4092)) : nil
+        // The rest of a request split across reads (no more descriptors come with it).
+        while let length, n >= 4, n < 4 + length {
+            let more = frame.withUnsafeMutableBytes { recv(client, $0.baseAddress! + n, 4 + length - n, 0) }
+            guard more > 0 else { break }
+            n += more
+        }
+        guard let length, n == 4 + length, let request = try? ProtocolJSON.decode(Request.self, from: Array(frame[4..<n])) else {
+            return refuse(client, "expected {\"token\": \"...\"} or {\"put\": <length>} with a sealed memfd")
+        }
+        if let size = request.put {
+            guard received.count == 1 else { return refuse(client, "a put brings exactly one descriptor, and \(received.count) came") }
+            guard size <= UInt64(maxPayloadBytes) else { return refuse(client, "bytes of \(size >> 20) MiB, over the \(maxPayloadBytes >> 20) MiB limit (maxPayloadMB)") }
+            let rc = sp_bytes_check(received[0], size)
+            guard rc == 0 else {
+                return refuse(client, rc == -EBADF ? "the descriptor is not a memfd" : rc == -EPERM ? "the memfd is not sealed against writes, shrinking and growing" : "the memfd is not of the announced \(size) bytes")
+            }
+            let token = Self.token()
+            let now = ProcessControl.monotonicNanoseconds()
+            deposits.withLock { $0[token] = Offer(fd: received.removeFirst(), tag: size, until: now + Self.tokenLifetimeNanoseconds) }
+            let answer = [UInt8].frame(body: Array(#"{"token":"\#(token)"}"#.utf8))
+            _ = answer.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            return
+        }
+        guard received.isEmpty, let wanted = request.token else { return refuse(client, "a token request brings no descriptor") }
         let now = ProcessControl.monotonicNanoseconds()
-        guard let offer = offers.withLock({ $0.removeValue(forKey: request.token) }) else {
+        guard let offer = offers.withLock({ $0.removeValue(forKey: wanted) }) else {
             return refuse(client, "unknown token (each is good once)")
         }
         defer { close(offer.fd) }
         guard offer.until >= now else { return refuse(client, "the token expired") }
-        let answer = [UInt8].frame(body: Array(#"{"link":\#(offer.link)}"#.utf8))
+        let answer = [UInt8].frame(body: Array(#"{"link":\#(offer.tag)}"#.utf8))
         _ = answer.withUnsafeBytes { cls_send_with_fd(client, offer.fd, $0.baseAddress, $0.count) }
     }
 
@@ -149,7 +208,8 @@ final class LinkHandoff: Sendable {
     }
 
     private struct Request: Decodable {
-        var token: String
+        var token: String?
+        var put: UInt64?
     }
 
     /// 128 random bits, as hex.

@@ -201,6 +201,8 @@ final class TestKit: Pluggable {
         // Bytes into a plugin: their length, a checksum, and whether they follow `bytes`'s pattern
         // (a sync method: decoded on the worker's thread, a memfd read in place).
         api.method("digest") { (p: DigestParams) throws -> Digest in try Digest(p.data) }
+        // The bytes it was given, given back (a memfd above 64 KiB passed on as it came: no copy).
+        api.bytes("echoBytes") { (p: DigestParams) async throws -> Bytes in p.data }
         // Bytes both ways between plugins: `size` bytes from `target`'s `bytes`, handed back to its
         // `digest` (through the supervisor, as memfds above 64 KiB), and the digest of both ends.
         api.method("bytesRelay") { [weak self] (p: BytesRelayParams) async throws -> [Digest] in
