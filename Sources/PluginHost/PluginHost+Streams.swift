@@ -155,4 +155,35 @@ extension PluginHost {
         }
         return try AttachedBytes.pick(attached, for: result, of: "\(target).\(method)")
     }
+
+    /// Calls `method` of `target` with raw bytes (SPEC §13, as `SupervisorClient.callJSON(_:_:params:sending:)`):
+    /// `params` name them `{"$bytes": i}`; inline ones travel in the request, memfds are handed over
+    /// in this process (the supervisor takes its own copy: they stay the caller's). Through the
+    /// loop: a direct link carries no descriptors.
+    public func callJSON(_ target: String, _ method: String, params: [UInt8]?, sending: [AttachedBytes], timeout: Duration? = nil) async throws -> [UInt8] {
+        var frame = FrameBuilder(kind: .call, capacity: (params?.count ?? 0) + target.utf8.count + method.utf8.count + 64)
+        frame.uint("id", 0)
+        frame.string("target", target)
+        frame.string("method", method)
+        if let params { frame.raw("params", params) }
+        if let timeout { frame.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
+        var tail: [UInt8] = []
+        frame.attachments(sending.map { bytes in
+            switch bytes {
+            case .inline(let array):
+                tail.append(contentsOf: array)
+                return Attachment(length: array.count, place: .inline)
+            case .descriptor(let fd, let length):
+                return Attachment(length: length, place: .descriptor(fd))
+            }
+        })
+        return try await request(tail.withUnsafeBytes { frame.finish(tail: $0) })
+    }
+
+    /// Calls `method` of `target` with raw bytes and decodes its result.
+    public func call<P: Encodable, R: Decodable>(_ target: String, _ method: String, _ params: P, sending: [AttachedBytes],
+                                                 as: R.Type = R.self, timeout: Duration? = nil) async throws -> R {
+        let json = try HostCoding.encode(params, for: "\(target).\(method)")
+        return try HostCoding.decode(R.self, try await callJSON(target, method, params: json, sending: sending, timeout: timeout), of: "\(target).\(method)")
+    }
 }

@@ -22,7 +22,7 @@ struct BytesTests {
     /// TestKit's pattern: byte i is i % 251.
     static func pattern(_ count: Int) -> [UInt8] { (0..<count).map { UInt8($0 % 251) } }
 
-    @Test("supervisor call --output writes a Swift and a C plugin's bytes to a file, inline (1 KiB) and as a sealed memfd (3 MB, 5 MB); a client and an embedded host get the same bytes; the supervisor holds no descriptor afterwards")
+    @Test("supervisor call --output writes a Swift and a C plugin's bytes to a file, inline (1 KiB) and as a sealed memfd (3 MB, 5 MB); a client and an embedded host get the same bytes, and an embedded host sends its own (1.2 MB); the supervisor holds no descriptor afterwards")
     func toProgramsAndFiles() async throws {
         let w = try TestWorld()
         try w.bundle("b.kit")
@@ -68,6 +68,14 @@ struct BytesTests {
         hosted.close()
         let inline = try await host.callBytes("b.c", "bytes", ["n": 26])
         #expect(try inline.copy() == [UInt8]("abcdefghijklmnopqrstuvwxyz".utf8))
+        // And bytes into a plugin: the program's memfd handed over in the process (it keeps its own).
+        let sending = try AttachedBytes.from(Self.pattern(1_200_000))
+        let digest = try await host.call("b.kit", "digest", ["data": ["$bytes": 0]], sending: [sending], as: Digest.self)
+        #expect(digest == Self.digest(Self.pattern(1_200_000)))
+        #expect(sp_bytes_check(Int32(truncatingIfNeeded: { if case .descriptor(let fd, _) = sending { return Int(fd) } else { return -1 } }()), 1_200_000) == 0)
+        sending.close()
+        let echoed = try await host.call("b.c", "digest", ["data": ["$bytes": 0]], sending: [.inline([7, 8])], as: CDigest.self)
+        #expect(echoed == CDigest(length: 2, sum: 15))
         await host.shutdown()
         try await running.value
     }

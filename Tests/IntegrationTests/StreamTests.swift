@@ -187,7 +187,8 @@ struct StreamTests {
         #expect(String(decoding: try #require(try quiet.receiveFrame()), as: UTF8.self).contains(#""result":1"#))
         // Bytes that are not what the call announces.
         for (body, reason) in [(Array(#"{"type":"call","id":2,"target":"s.kit","method":"echo","params":1,"attachments":[{"length":5}]}"#.utf8) + [0, 1, 2], "announce 5 inline bytes and 2 came"),
-                               (Array(#"{"type":"call","id":3,"target":"s.kit","method":"echo","params":1,"attachments":[{"length":5,"fd":true}]}"#.utf8), "travel inline"),
+                               (Array(#"{"type":"call","id":3,"target":"s.kit","method":"echo","params":1,"attachments":[{"length":5,"fd":true}]}"#.utf8), "control socket cannot carry"),
+                               (Array(#"{"type":"call","id":5,"target":"s.kit","method":"echo","params":1,"attachments":[{"length":5,"token":"nope"}]}"#.utf8), "no bytes of 5 were handed in"),
                                (Array(#"{"type":"call","id":4,"target":"s.kit","method":"echo","params":1}"#.utf8) + [0, 9], "no attachments announce it")] {
             try quiet.sendFrame([UInt8].frame(body: body))
             let answer = String(decoding: try #require(try quiet.receiveFrame()), as: UTF8.self)

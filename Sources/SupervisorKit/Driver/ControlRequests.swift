@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Bundles
 import Logging
+import CPluginABI
 import NIOCore
 import PluginProtocol
 import Protocol
@@ -158,7 +159,9 @@ extension Engine {
     /// when they are not what the request announces.
     private func callWithBytes(_ kind: MessageKind, to target: String, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ origin: ReplyOrigin) {
         let payload: Payload
-        switch Self.clientPayload(env, bytes, handoff: handoff) {
+        var inProcess = false
+        if case .host = origin { inProcess = true }
+        switch Self.clientPayload(env, bytes, handoff: handoff, inProcess: inProcess) {
         case .failure(let refused): return outbox.answer(origin, error: refused)
         case .success(let p): payload = p
         }
@@ -177,8 +180,9 @@ extension Engine {
     }
 
     /// The bytes a client's request announces, checked and taken: inline ones from its tail, tokens
-    /// redeemed at `handoff` (each good once). What was taken is closed when one fails.
-    static func clientPayload(_ env: Envelope, _ bytes: UnsafeRawBufferPointer, handoff: LinkHandoff?) -> Result<Payload, ErrorBody> {
+    /// redeemed at `handoff` (each good once); `inProcess` (the embedding program): descriptors by
+    /// their number in this process, a copy taken and checked. What was taken is closed when one fails.
+    static func clientPayload(_ env: Envelope, _ bytes: UnsafeRawBufferPointer, handoff: LinkHandoff?, inProcess: Bool = false) -> Result<Payload, ErrorBody> {
         guard let range = env.attachments else {
             return .failure(ErrorBody(.badRequest, "data after the request's JSON object, and no attachments announce it"))
         }
@@ -192,6 +196,15 @@ extension Engine {
         for i in list.indices {
             switch list[i].place {
             case .inline: continue
+            case .descriptor(let fd) where inProcess && fd >= 0:
+                let copy = fcntl(fd, F_DUPFD_CLOEXEC, 3)
+                guard copy >= 0, sp_bytes_check(copy, UInt64(list[i].length)) == 0 else {
+                    if copy >= 0 { close(copy) }
+                    for fd in taken { close(fd) }
+                    return .failure(ErrorBody(.badRequest, "attachment \(i) (descriptor \(fd)) is not a sealed memfd of \(list[i].length) bytes"))
+                }
+                taken.append(copy)
+                list[i].place = .descriptor(copy)
             case .descriptor:
                 for fd in taken { close(fd) }
                 return .failure(ErrorBody(.badRequest, "attachment \(i) is passed as a descriptor, which the control socket cannot carry: hand the bytes in with {\"put\": <length>} at the handoff socket and name its token"))
