@@ -7,7 +7,7 @@ import NIOCore
 import PluginProtocol
 
 /// Bytes attached to a worker's message (SPEC §13, docs/protocol.md "Bytes"): inline after its
-/// JSON, or sealed memfds the worker sent on its descriptor channel just before the message. The
+/// JSON, or sealed memfds the worker sent on its payload channel just before the message. The
 /// supervisor checks them as it takes them and passes the descriptors on without reading them.
 /// Confined to the event loop with the message it came with.
 final class Payload {
@@ -62,7 +62,7 @@ extension Router {
         }
         guard expected > 0 else { return .success(Payload(list: list, descriptors: [], tail: env.tail)) }
         guard let channel = instance.payloadChannel else {
-            return .failure(PayloadViolation("\(expected) descriptors announced, and it has no descriptor channel"))
+            return .failure(PayloadViolation("\(expected) descriptors announced, and it has no payload channel"))
         }
         var marker: UInt8 = 0
         var fds = [Int32](repeating: -1, count: Attachments.maxDescriptors)
@@ -73,9 +73,9 @@ extension Router {
             for fd in received { close(fd) }
             return .failure(PayloadViolation(why))
         }
-        if n == -Int(EAGAIN) { return fail("\(expected) descriptors announced, none came on its descriptor channel") }
-        if n == -Int(EBADMSG) { return fail("descriptors dropped on its descriptor channel (more than \(Attachments.maxDescriptors), or truncated)") }
-        guard n == 1 else { return fail("its descriptor channel failed: \(n < 0 ? String(cString: strerror(Int32(-n))) : "end of stream")") }
+        if n == -Int(EAGAIN) { return fail("\(expected) descriptors announced, none came on its payload channel") }
+        if n == -Int(EBADMSG) { return fail("descriptors dropped on its payload channel (more than \(Attachments.maxDescriptors), or truncated)") }
+        guard n == 1 else { return fail("its payload channel failed: \(n < 0 ? String(cString: strerror(Int32(-n))) : "end of stream")") }
         guard received.count == expected else { return fail("\(expected) descriptors announced, \(received.count) came") }
         var next = 0
         for a in list where a.isDescriptor {
