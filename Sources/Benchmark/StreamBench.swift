@@ -10,6 +10,8 @@ enum StreamBench {
     struct Figures {
         /// Payload MB/s (10^6 bytes of the elements' JSON strings a second), median of the rounds.
         var megabytesPerSecond: Double
+        /// The same with elements of raw bytes (`StreamOutput<Bytes>`, `streamBytes`), median.
+        var bytesMegabytesPerSecond: Double
         /// The supervisor's and the worker's CPU per MB of payload, in ms.
         var supervisorCPUPerMB: Double
         var workerCPUPerMB: Double
@@ -41,6 +43,15 @@ enum StreamBench {
         return bytes
     }
 
+    /// Reads `count` elements of raw bytes (`blobBytesSame`); returns their payload bytes.
+    static func readBytes(_ client: SupervisorClient, count: Int) async throws -> Int {
+        var bytes = 0
+        for try await element in client.streamBytes("bench.callee", "blobBytesSame", ["count": count, "size": chunk], timeout: .seconds(600)) {
+            bytes += element.count
+        }
+        return bytes
+    }
+
     private static func measure(_ client: SupervisorClient, _ supervisorPID: Int32, _ workerPID: Int32, _ quick: Bool) async throws -> Figures {
         _ = try await read(client, count: 200)
         let count = quick ? 1_000 : 4_096
@@ -58,12 +69,21 @@ enum StreamBench {
         }
         rates.sort()
         let megabytes = Double(payload) / 1e6
+        _ = try await readBytes(client, count: 200)
+        var bytesRates: [Double] = []
+        for _ in 0..<(quick ? 2 : 5) {
+            let t0 = ContinuousClock.now
+            let bytes = try await readBytes(client, count: count)
+            let elapsed = ContinuousClock.now - t0
+            bytesRates.append(Double(bytes) / 1e6 / (Double(elapsed.components.attoseconds) / 1e18 + Double(elapsed.components.seconds)))
+        }
+        bytesRates.sort()
         // A slow reader: 16 elements (1 MiB) a second of a producer that could send hundreds.
         let seconds = quick ? 5.0 : 30.0
         let before = (rss(supervisorPID), rss(workerPID), rss(getpid()))
         let bytes = try await read(client, count: Int(seconds * 16), pace: .milliseconds(1000 / 16))
         let after = (rss(supervisorPID), rss(workerPID), rss(getpid()))
-        return Figures(megabytesPerSecond: rates[rates.count / 2],
+        return Figures(megabytesPerSecond: rates[rates.count / 2], bytesMegabytesPerSecond: bytesRates[bytesRates.count / 2],
                        supervisorCPUPerMB: supervisorCPU * 1000 / megabytes, workerCPUPerMB: workerCPU * 1000 / megabytes,
                        slowReader: (seconds, Double(bytes) / 1e6, (after.0 - before.0) >> 10, (after.1 - before.1) >> 10, (after.2 - before.2) >> 10))
     }

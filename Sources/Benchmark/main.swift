@@ -170,6 +170,7 @@ do {
         let worker = try rig.restartWithCallee("streams")
         let figures = try StreamBench.run(socket: rig.socket, supervisorPID: rig.supervisorPID, workerPID: worker, quick: quick)
         report.add("stream throughput, 64 KiB elements, plugin → SupervisorClient", figures.megabytesPerSecond, "MB/s")
+        report.add("stream throughput, 64 KiB elements of raw bytes, plugin → SupervisorClient", figures.bytesMegabytesPerSecond, "MB/s")
         report.add("  stream: the supervisor's CPU per MB", figures.supervisorCPUPerMB, "ms")
         report.add("  stream: the worker's CPU per MB", figures.workerCPUPerMB, "ms")
         let slow = figures.slowReader

@@ -30,6 +30,13 @@ extension PluginHost {
                                             input: HostCoding.feed(input, for: what), timeout: timeout), of: what)
     }
 
+    /// Calls a stream method whose elements are raw bytes (SPEC §13: the Swift SDK's
+    /// `StreamOutput<Bytes>`, at most 64 KiB each, inline in their chunks), as `SupervisorClient.streamBytes`.
+    public func streamBytes<P: Encodable>(_ target: String, _ method: String, _ params: P, timeout: Duration? = nil) -> PluginStream<[UInt8]> {
+        let what = "\(target).\(method)"
+        return PluginStream(streamCall(target, method, params: Result { try HostCoding.encode(params, for: what) }, input: nil, timeout: timeout)) { $0 }
+    }
+
     private func streamCall(_ target: String, _ method: String, params: Result<[UInt8], any Error>,
                             input: HostCoding.InputFeed?, timeout: Duration?) -> ChunkReceiver {
         let supervisor = self.supervisor

@@ -23,7 +23,7 @@ struct Call: ParsableCommand {
 
     @OptionGroup var trace: TraceOption
 
-    @Flag(help: "Call a method that answers with a stream: print each element as one JSON line as it arrives (then the final result, unless it is null).")
+    @Flag(help: "Call a method that answers with a stream: print each element as one JSON line as it arrives (then the final result, unless it is null); an element of raw bytes prints {\"bytes\": N} and goes to --output FILE, if given.")
     var stream = false
 
     @Option(help: "Write the bytes the answer carries (a method that answers with raw bytes) to this file instead of printing them; prints {\"bytes\": N, \"output\": FILE}.")
@@ -34,7 +34,7 @@ struct Call: ParsableCommand {
 
     func validate() throws {
         if let params { try JSONArgument.check(params, name: "<json-params>") }
-        if stream, input != nil || output != nil { throw ValidationError("--stream takes neither --input nor --output") }
+        if stream, input != nil { throw ValidationError("--stream does not take --input") }
     }
 
     func run() throws {
@@ -112,9 +112,20 @@ extension Call {
     }
 
     /// `--stream`: one line per element, written as it arrives; the process's stdout is a pipe
-    /// more often than not, so each line is flushed (a reader sees it at once).
+    /// more often than not, so each line is flushed (a reader sees it at once). Elements of raw
+    /// bytes are appended to `--output FILE`, if given.
     private func runStream() throws {
         let result: [UInt8]
+        var file: Int32 = -1
+        if let output {
+            file = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            guard file >= 0 else {
+                StandardError.write("cannot write \(output): \(String(cString: strerror(errno)))\n")
+                throw ExitCode(2)
+            }
+        }
+        defer { if file >= 0 { close(file) } }
+        var failedWrite: String?
         do throws(SupervisorConnection.Failure) {
             let client = try SupervisorConnection(socketPath: options.socketPath, startingWait: options.wait ?? 5, waitForAny: options.wait != nil)
             defer { client.close() }
@@ -124,14 +135,26 @@ extension Call {
                 if let params { b.raw("params", Array(params.utf8)) }
                 if let timeout { b.uint("timeoutMs", timeout) }
                 if let traceparent = trace.traceparent { b.string("traceparent", traceparent) }
-            }, { data in
-                var line = Array(data)
+            }, { data, isBytes in
+                var line = isBytes ? Array(#"{"bytes":\#(data.count)}"#.utf8) : Array(data)
                 line.append(0x0A)
                 line.withUnsafeBytes { StandardOutput.write($0) }
+                if isBytes, file >= 0, failedWrite == nil {
+                    var done = 0
+                    while done < data.count {
+                        let n = write(file, data.baseAddress! + done, data.count - done)
+                        if n < 0 { if errno == EINTR { continue }; failedWrite = String(cString: strerror(errno)); break }
+                        done += n
+                    }
+                }
             })
         } catch {
             StandardError.write("\(error)\n")
             throw ExitCode(error.isRemote ? 1 : 2)
+        }
+        if let failedWrite, let output {
+            StandardError.write("cannot write \(output): \(failedWrite)\n")
+            throw ExitCode(2)
         }
         if result != Array("null".utf8) {
             var line = result

@@ -35,6 +35,13 @@ extension SupervisorClient {
                                             input: HostCoding.feed(input, for: what), timeout: timeout), of: what)
     }
 
+    /// Calls a stream method whose elements are raw bytes (SPEC §13: the Swift SDK's
+    /// `StreamOutput<Bytes>`, at most 64 KiB each, inline in their chunks: no JSON, no base64).
+    public func streamBytes<P: Encodable>(_ target: String, _ method: String, _ params: P, timeout: Duration? = nil) -> PluginStream<[UInt8]> {
+        let what = "\(target).\(method)"
+        return PluginStream(streamCall(target, method, params: Result { try HostCoding.encode(params, for: what) }, input: nil, timeout: timeout)) { $0 }
+    }
+
     /// A stream call with params and elements as raw JSON.
     public func streamJSON(_ target: String, _ method: String, params: [UInt8]?, timeout: Duration? = nil) -> PluginStream<[UInt8]> {
         PluginStream(streamCall(target, method, params: .success(params), input: nil, timeout: timeout)) { $0 }
@@ -131,8 +138,8 @@ extension SupervisorClient {
     /// A stream frame from the supervisor: a chunk of an answer, credit for an input.
     func streamFrame(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
         guard let id = env.id, let call = state.withLock({ $0.streamCalls[id] }) else { return }
-        if kind == .chunk, !env.input, let data = env.data {
-            call.receiver.received(Array(bytes[data]))
+        if kind == .chunk, !env.input, let (element, _) = StreamFrames.element(of: env) {
+            call.receiver.received(Array(bytes[element]))
         } else if kind == .credit, env.input, let n = env.n {
             call.input?.grant(n)
         }

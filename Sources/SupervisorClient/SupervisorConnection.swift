@@ -93,7 +93,8 @@ public struct SupervisorConnection {
     /// Sends a call answered with a stream (SPEC §13; `fill` writes its fields, `stream` is added)
     /// and hands `each` every chunk's `data` as it arrives, granting credit as it takes them (so a
     /// slow `each` slows the plugin); returns the final reply's result.
-    public func stream(_ fill: (inout FrameBuilder) -> Void, _ each: (UnsafeRawBufferPointer) -> Void) throws(Failure) -> [UInt8] {
+    /// `each` gets an element's raw JSON, or (its second argument true) its raw bytes.
+    public func stream(_ fill: (inout FrameBuilder) -> Void, _ each: (UnsafeRawBufferPointer, Bool) -> Void) throws(Failure) -> [UInt8] {
         var b = FrameBuilder(kind: .call)
         b.uint("id", 1)
         fill(&b)
@@ -108,8 +109,8 @@ public struct SupervisorConnection {
                     do { env = try Envelope.parse(bytes) } catch { return .failure(.broken("\(error)")) }
                     switch env.kind {
                     case .chunk?:
-                        guard env.id == 1, let data = env.data else { return nil }
-                        each(UnsafeRawBufferPointer(rebasing: bytes[data]))
+                        guard env.id == 1, let (element, isBytes) = StreamFrames.element(of: env) else { return nil }
+                        each(UnsafeRawBufferPointer(rebasing: bytes[element]), isBytes)
                         taken += 1
                         if taken == StreamFrames.grantEvery {
                             taken = 0

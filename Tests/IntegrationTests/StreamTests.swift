@@ -251,6 +251,49 @@ struct StreamTests {
         try sup.waitUntil("the broken link's reason in the log") { sup.log.contains("beyond the credit its reader granted") }
     }
 
+    @Test("a stream of raw bytes (StreamOutput<Bytes>, inline in its chunks): to a client (streamBytes), to the CLI (--stream --output FILE), to an embedded host, and plugin to plugin through the supervisor and over the peer link, every element as it was sent")
+    func bytesElements() async throws {
+        let w = try TestWorld()
+        try w.bundle("s.kit")
+        try w.bundle("s.relay", deps: [Dep("s.kit")])
+        let sup = try RunningSupervisor(w)
+        func expected(_ k: Int, _ size: Int) -> [UInt8] { (0..<size).map { UInt8((k + $0) % 251) } }
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        var k = 0
+        for try await element in client.streamBytes("s.kit", "blobBytes", ["count": 40, "size": 65_536]) {
+            #expect(element == expected(k, 65_536), "element \(k)")
+            k += 1
+        }
+        #expect(k == 40)
+        // An element over 64 KiB is the producer's error, and the stream ends with it.
+        let tooBig = await Self.code { for try await _ in client.streamBytes("s.kit", "blobBytes", ["count": 1, "size": 65_537]) {} }
+        #expect(tooBig == "badRequest")
+        // Plugin to plugin: the first through the supervisor (and the link made), then over the link.
+        for round in 0..<3 {
+            struct RelayBytes: Encodable { var target: String; var count: Int; var size: Int }
+            let wrong = try await client.call("s.relay", "bytesStreamRelay", RelayBytes(target: "s.kit", count: 50, size: 1000 + round * 30_000), as: Int.self)
+            #expect(wrong == 0, "round \(round)")
+            if round == 0 { try sup.waitUntil("a link from s.relay") { try sup.plugin("s.relay").links == ["s.kit"] } }
+        }
+        client.close()
+        let out = w.root + "/stream.bin"
+        let cli = try sup.cli("call", "--stream", "--output", out, "s.kit", "blobBytes", #"{"count":3,"size":1000}"#)
+        #expect(cli.code == 0 && cli.out.split(separator: "\n") == [#"{"bytes":1000}"#, #"{"bytes":1000}"#, #"{"bytes":1000}"#], "\(cli.out) \(cli.err)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: out)) == Data(expected(0, 1000) + expected(1, 1000) + expected(2, 1000)))
+        sup.signal(SIGTERM)
+        _ = try sup.waitForExit()
+
+        let (host, running) = try await HostTests.start(w)
+        k = 0
+        for try await element in host.streamBytes("s.kit", "blobBytes", ["count": 20, "size": 4000]) {
+            #expect(element == expected(k, 4000))
+            k += 1
+        }
+        #expect(k == 20)
+        await host.shutdown()
+        try await running.value
+    }
+
     @Test("a producer that dies mid-stream ends it with unavailable, and the next stream works; streams to and from an embedded host")
     func faultsAndHost() async throws {
         let w = try TestWorld()
@@ -294,18 +337,20 @@ struct StreamTests {
         try await running.value
     }
 
-    @Test("producers that break the rules (more chunks than their credit, a chunk out of order, a chunk for an id never used) are ended alone as protocol violations; 10,000 streams opened and abandoned leave the supervisor's descriptors and memory where they were")
+    static let hostileProducers = ["streamFlood", "streamBadSeq", "streamStray", "streamBytesShort", "streamBytesFd"]
+
+    @Test("producers that break the rules (more chunks than their credit, a chunk out of order, a chunk for an id never used, a chunk's bytes other than announced or passed as a memfd) are ended alone as protocol violations; 10,000 streams opened and abandoned leave the supervisor's descriptors and memory where they were")
     func hostileAndAbandoned() async throws {
         let w = try TestWorld()
         let lib = try SandboxTests.hostileLibrary()
-        for name in ["streamFlood", "streamBadSeq", "streamStray"] {
+        for name in Self.hostileProducers {
             try w.bundle("s.\(name.lowercased())", library: lib, extra: ["restart": "never"])
         }
         try w.bundle("s.kit")
         let sup = try RunningSupervisor(w)
         let client = try await SupervisorClient.connect(socket: sup.socket)
         defer { client.close() }
-        for name in ["streamFlood", "streamBadSeq", "streamStray"] {
+        for name in Self.hostileProducers {
             let id = "s.\(name.lowercased())"
             let code = await Self.code { for try await _ in client.streamJSON(id, name, params: nil) {} }
             #expect(code == "unavailable", "\(id)")
@@ -313,6 +358,8 @@ struct StreamTests {
             let exit = try #require(try sup.plugin(id).lastExit)
             #expect(exit.reason == .protocolViolation, "\(id): \(exit)")
         }
+        #expect(try sup.plugin("s.streambytesshort").lastExit?.message?.contains("announces 10 inline bytes and 5 came") == true)
+        #expect(try sup.plugin("s.streambytesfd").lastExit?.message?.contains("inline") == true)
         #expect(try sup.plugin("s.kit").state == "running")
         // Open and abandon streams: each reads one element and leaves.
         func abandon(_ count: Int) async throws {

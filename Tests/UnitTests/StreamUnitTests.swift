@@ -48,8 +48,15 @@ import Testing
     @Test func onlyMessagesThatCarryAValueMayCarryBytes() {
         #expect(WorkerMessageTests.read(#"{"type":"log","level":"info","message":"m","attachments":[{"length":1}]}"#)
                 == .violation("a log message with attachments"))
-        #expect(WorkerMessageTests.read(#"{"type":"chunk","id":3,"seq":0,"data":{"$bytes":0},"attachments":[{"length":1}]}"#)
-                == .violation("a chunk message with attachments"))
+        // A chunk's element of raw bytes: one inline attachment, exactly as announced.
+        func chunk(_ attachments: String, _ tail: [UInt8]?) -> WorkerMessage {
+            let bytes = Array(#"{"type":"chunk","id":3,"seq":0,"data":{"$bytes":0},"attachments":\#(attachments)}"#.utf8) + (tail.map { [0] + $0 } ?? [])
+            return bytes.withUnsafeBytes { WorkerMessage.read($0, maxDepth: 64, saidHello: true, plugin: "p").0 }
+        }
+        #expect(chunk(#"[{"length":2}]"#, [7, 8]) == .stream(.chunk))
+        #expect(chunk(#"[{"length":1}]"#, nil) == .violation("a chunk's attachment announces 1 inline bytes and 0 came"))
+        #expect(chunk(#"[{"length":1,"fd":true}]"#, []) == .violation("a chunk carries one element of bytes, inline (at most 64 KiB): 1 attachments, 1 of them descriptors"))
+        #expect(chunk(#"[{"length":1},{"length":1}]"#, [1, 2]) == .violation("a chunk carries one element of bytes, inline (at most 64 KiB): 2 attachments, 0 of them descriptors"))
         #expect(WorkerMessageTests.read(#"{"type":"reply","id":3,"result":{"$bytes":0},"attachments":[{"length":1}]}"#) == .reply(id: 3))
     }
 

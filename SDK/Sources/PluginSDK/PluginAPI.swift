@@ -175,6 +175,12 @@ enum Coding {
         return (json, collector.withLock { $0 })
     }
 
+    /// One element of a stream: raw bytes as they came for `Bytes` (a chunk of bytes), else its JSON.
+    static func streamElement<T: Decodable>(_ type: T.Type, _ raw: [UInt8], of what: String) throws -> T {
+        if T.self == Bytes.self { return Bytes(raw) as! T }
+        return try decodeResult(T.self, raw, of: what)
+    }
+
     static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
         if T.self == Empty.self { return Array("null".utf8) }
         if let plain = Plain.encode(value) { return plain }

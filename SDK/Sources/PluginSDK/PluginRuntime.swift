@@ -140,7 +140,8 @@ final class PluginRuntime: Sendable {
             running.withLock { $0.removeValue(forKey: id) }?.cancel()
         case .chunk:
             guard let id = env.id else { return }
-            let data = env.data.map { Array(bytes[$0]) } ?? Array("null".utf8)
+            // Its element: raw bytes (an element of `Bytes`), or its JSON.
+            let data = StreamFrames.element(of: env).map { Array(bytes[$0.range]) } ?? Array("null".utf8)
             if env.input {
                 guard let receiver = streams.withLock({ $0.reading[id] }) else { return }
                 if env.end { receiver.finish(.success(())) } else { receiver.received(data) }

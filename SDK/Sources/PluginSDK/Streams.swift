@@ -10,8 +10,10 @@ import Glibc
 public struct StreamOutput<Element: MethodResult>: Sendable {
     let sender: StreamSender
 
-    /// Sends one element, once the reader has room for it.
+    /// Sends one element, once the reader has room for it. An element of `Bytes` (at most 64
+    /// KiB) travels as raw bytes in its chunk, with no JSON around it.
     public func send(_ value: Element) async throws {
+        if let bytes = value as? Bytes { return try await sender.send(bytes) }
         try await sender.send(try Coding.encode(value))
     }
 }
@@ -50,6 +52,22 @@ final class StreamSender: Sendable {
         if rc != 0 { throw PluginError(.unavailable, "cannot reach the supervisor: \(String(cString: strerror(-rc)))") }
     }
 
+    /// Sends `bytes` as one element of raw bytes, inline in its chunk.
+    func send(_ bytes: Bytes) async throws {
+        guard bytes.count <= Attachments.inlineLimit else {
+            throw PluginError(.badRequest, "a stream's element of bytes is at most \(Attachments.inlineLimit >> 10) KiB (this one is \(bytes.count) bytes): send it in pieces")
+        }
+        let array = try bytes.array()
+        try await gate.take()
+        let rc = array.withUnsafeBytes { raw in
+            seq.withLock { next -> Int32 in
+                defer { next += 1 }
+                return runtime.send(StreamFrames.bytesChunk(id: id, seq: next, bytes: raw, input: input, into: [UInt8]()))
+            }
+        }
+        if rc != 0 { throw PluginError(.unavailable, "cannot reach the supervisor: \(String(cString: strerror(-rc)))") }
+    }
+
     /// The input is complete.
     func end() {
         seq.withLock { count in _ = runtime.send(StreamFrames.inputEnd(id: id, count: count, into: [UInt8]())) }
@@ -77,7 +95,7 @@ extension PluginAPI {
     ) {
         register(name, .stream { raw, receiver, sender in
             let params = try raw.withUnsafeBytesOrNil { try Coding.decode(Params.self, $0) }
-            let input = PluginStream(receiver) { try Coding.decode(Input.self, $0) }
+            let input = PluginStream(receiver) { try Coding.streamElement(Input.self, $0, of: "\(name)'s input") }
             try await body(params, input, StreamOutput(sender: sender))
         })
     }
@@ -92,7 +110,7 @@ extension PluginContext {
     ) -> PluginStream<Element> {
         let what = "\(target).\(method)"
         return PluginStream(runtime.requestStream(target: target, method: method, params: Result { try Coding.encode(params) }, input: nil)) {
-            try Coding.decodeResult(Element.self, $0, of: what)
+            try Coding.streamElement(Element.self, $0, of: what)
         }
     }
 
@@ -103,10 +121,12 @@ extension PluginContext {
     ) -> PluginStream<Element> where Input.Element: Encodable {
         let what = "\(target).\(method)"
         let send: @Sendable (StreamSender) async throws -> Void = { sender in
-            for try await element in input { try await sender.send(try Coding.encode(element)) }
+            for try await element in input {
+                if let bytes = element as? Bytes { try await sender.send(bytes) } else { try await sender.send(try Coding.encode(element)) }
+            }
         }
         return PluginStream(runtime.requestStream(target: target, method: method, params: Result { try Coding.encode(params) }, input: send)) {
-            try Coding.decodeResult(Element.self, $0, of: what)
+            try Coding.streamElement(Element.self, $0, of: what)
         }
     }
 }

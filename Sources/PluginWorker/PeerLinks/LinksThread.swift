@@ -151,10 +151,15 @@ final class LinksThread {
         case .reply: break
         case .chunk where !env.input:
             // Checked as the supervisor checks a worker's chunk; one that breaks the rules ends the link.
+            if let why = StreamFrames.bytesProblem(of: env, in: body) { return linkBroken(link, why) }
+            let element = StreamFrames.element(of: env)
             let now = Self.now()
-            switch links.table.withLock({ $0.answerChunk(id, seq: env.seq, hasData: env.data != nil, on: link.number, now: now) }) {
+            switch links.table.withLock({ $0.answerChunk(id, seq: env.seq, hasData: element != nil, on: link.number, now: now) }) {
             case .deliver:
-                host.deliver(frame: StreamFrames.chunk(id: id, seq: env.seq ?? 0, data: UnsafeRawBufferPointer(rebasing: body[env.data!]), into: [UInt8]()))
+                guard let (range, isBytes) = element else { return }
+                let raw = UnsafeRawBufferPointer(rebasing: body[range])
+                host.deliver(frame: isBytes ? StreamFrames.bytesChunk(id: id, seq: env.seq ?? 0, bytes: raw, into: [UInt8]())
+                                            : StreamFrames.chunk(id: id, seq: env.seq ?? 0, data: raw, into: [UInt8]()))
             case .late: break
             case .violation(let why): linkBroken(link, why)
             }
@@ -258,13 +263,16 @@ final class LinksThread {
             guard let n = env.n, let local = links.table.withLock({ $0.answerCredit(id, on: link.number) }) else { return }
             host.deliver(frame: StreamFrames.credit(id: local, n: n, into: [UInt8]()))
         case .chunk where env.input:
-            switch links.table.withLock({ $0.inputChunk(id, seq: env.seq, end: env.end, hasData: env.data != nil, on: link.number) }) {
+            if let why = StreamFrames.bytesProblem(of: env, in: body) { return linkBroken(link, why) }
+            let element = StreamFrames.element(of: env)
+            switch links.table.withLock({ $0.inputChunk(id, seq: env.seq, end: env.end, hasData: element != nil, on: link.number) }) {
             case .deliver(let local):
                 if env.end {
                     host.deliver(frame: StreamFrames.inputEnd(id: local, count: env.seq ?? 0, into: [UInt8]()))
-                } else {
-                    host.deliver(frame: StreamFrames.chunk(id: local, seq: env.seq ?? 0, data: UnsafeRawBufferPointer(rebasing: body[env.data!]),
-                                                           input: true, into: [UInt8]()))
+                } else if let (range, isBytes) = element {
+                    let raw = UnsafeRawBufferPointer(rebasing: body[range])
+                    host.deliver(frame: isBytes ? StreamFrames.bytesChunk(id: local, seq: env.seq ?? 0, bytes: raw, input: true, into: [UInt8]())
+                                                : StreamFrames.chunk(id: local, seq: env.seq ?? 0, data: raw, input: true, into: [UInt8]()))
                 }
             case .late: break
             case .violation(let why): linkBroken(link, why)

@@ -88,14 +88,14 @@ final class PeerLinks: Sendable {
     /// to a call that came over one), false when it goes to the supervisor as usual.
     /// `attachments`: the message may carry bytes (docs/protocol.md "Bytes"): a call with them goes
     /// through the supervisor, which passes descriptors on; an answer with them to a call that
-    /// came over a link goes back over the link, its descriptors passed along (a stream's chunk
-    /// with bytes is not sent: chunks carry JSON).
+    /// came over a link goes back over the link, its descriptors passed along; a stream's chunk
+    /// with its inline bytes goes as any chunk does.
     func intercept(_ bytes: UnsafeRawBufferPointer, attachments: Bool = false) -> Bool {
         // Most of what a plugin sends is replies to the supervisor's ids, which the SDK writes
         // `{"type":"reply","id":<digits>`: those are known without a parse.
         if let id = Self.leadingReplyID(bytes), !LinkTable<LinkSocket>.localIDs.contains(id) { return false }
         guard let env = try? Envelope.parse(bytes, maxDepth: maxDepth), let kind = env.kind, let id = env.id else { return false }
-        if attachments, env.attachments != nil {
+        if attachments, env.attachments != nil, kind != .chunk {
             guard LinkTable<LinkSocket>.localIDs.contains(id) else { return false }
             if kind == .reply { replyWithBytesOverLink(id, env, bytes) }
             return true
@@ -122,8 +122,10 @@ final class PeerLinks: Sendable {
             if let grant {
                 frame = StreamFrames.credit(id: call.peerID, n: grant, input: true, into: [UInt8]())
             } else {
-                guard let data = env.data else { return true }
-                frame = StreamFrames.chunk(id: call.peerID, seq: env.seq ?? 0, data: UnsafeRawBufferPointer(rebasing: bytes[data]), into: [UInt8]())
+                guard let (element, isBytes) = StreamFrames.element(of: env) else { return true }
+                let raw = UnsafeRawBufferPointer(rebasing: bytes[element])
+                frame = isBytes ? StreamFrames.bytesChunk(id: call.peerID, seq: env.seq ?? 0, bytes: raw, into: [UInt8]())
+                                : StreamFrames.chunk(id: call.peerID, seq: env.seq ?? 0, data: raw, into: [UInt8]())
             }
             _ = call.socket.send(frame: frame, wait: true)
             return true

@@ -86,6 +86,7 @@ extension Router {
     /// in flight: an input chunk or its end, or credit for the answer. The reason when it may not.
     func fromCaller(_ kind: MessageKind, _ entry: (callee: WorkerInstance, id: UInt64), _ env: Envelope,
                     _ bytes: UnsafeRawBufferPointer) -> String? {
+        if kind == .chunk, let why = StreamFrames.bytesProblem(of: env, in: bytes) { return why }
         let callee = entry.callee
         guard let request = callee.pending[entry.id] else { return nil }
         guard let flow = request.stream else { return "\(kind.rawValue) for a call made without a stream" }
@@ -110,7 +111,7 @@ extension Router {
             outbox.write(StreamFrames.inputEnd(id: entry.id, count: input.seq, into: channel.allocator.buffer(capacity: 64)), to: channel)
             return nil
         }
-        guard let data = env.data else { return "an input chunk without data" }
+        guard let (data, isBytes) = StreamFrames.element(of: env) else { return "an input chunk without data" }
         guard input.credit > 0 else { return "input chunk \(input.seq) beyond the credit its reader granted" }
         input.credit -= 1
         input.seq += 1
@@ -118,8 +119,9 @@ extension Router {
         flow.counters.input.increment()
         callee.pending[entry.id]?.deadline = flow.deadline(after: .now())
         let raw = UnsafeRawBufferPointer(rebasing: bytes[data])
-        outbox.write(StreamFrames.chunk(id: entry.id, seq: input.seq - 1, data: raw, input: true,
-                                        into: channel.allocator.buffer(capacity: raw.count + 64)), to: channel)
+        let buffer = channel.allocator.buffer(capacity: raw.count + 96)
+        outbox.write(isBytes ? StreamFrames.bytesChunk(id: entry.id, seq: input.seq - 1, bytes: raw, input: true, into: buffer)
+                             : StreamFrames.chunk(id: entry.id, seq: input.seq - 1, data: raw, input: true, into: buffer), to: channel)
         return nil
     }
 
@@ -132,7 +134,7 @@ extension Router {
         }
         guard let flow = request.stream, flow.answers else { return "chunk for \(request.what) \(id), which did not ask for a stream" }
         guard env.seq == flow.seq else { return "chunk \(env.seq.map { "\($0)" } ?? "without seq") of call \(id), expected \(flow.seq)" }
-        guard let data = env.data else { return "chunk of call \(id) without data" }
+        guard let (data, isBytes) = StreamFrames.element(of: env) else { return "chunk of call \(id) without data" }
         guard flow.credit > 0 else { return "chunk \(flow.seq) of call \(id) beyond the credit its reader granted" }
         flow.credit -= 1
         flow.seq += 1
@@ -144,11 +146,12 @@ extension Router {
         case .client(let connection, let clientID):
             guard !connection.closed else { return nil }
             connection.lastActivity = .now()
-            passOn(id: clientID, seq: seq, data, raw, of: frame, to: connection.channel)
+            passOn(id: clientID, seq: seq, data, raw, isBytes: isBytes, of: frame, to: connection.channel)
         case .plugin(let caller, let callerID):
             guard let channel = caller.channel else { return nil }
-            passOn(id: callerID, seq: seq, data, raw, of: frame, to: channel)
+            passOn(id: callerID, seq: seq, data, raw, isBytes: isBytes, of: frame, to: channel)
         case .host(let host):
+            // The element: its raw bytes, or its JSON.
             host.chunk(Array(raw))
         case .local:
             break
@@ -160,11 +163,18 @@ extension Router {
     /// buffers in one `writev`), not copied into a new one.
     static let sliceAbove = 4096
 
-    /// Writes an answer's chunk, `data` (the range `range` of `frame`, read as `raw`), to `channel`
-    /// under the caller's `id`.
-    private func passOn(id: UInt64, seq: UInt64, _ range: Range<Int>, _ raw: UnsafeRawBufferPointer, of frame: ByteBuffer?, to channel: Channel) {
+    /// Writes an answer's chunk, its element (the range `range` of `frame`, read as `raw`: raw JSON
+    /// `data`, or with `isBytes` its inline bytes), to `channel` under the caller's `id`.
+    private func passOn(id: UInt64, seq: UInt64, _ range: Range<Int>, _ raw: UnsafeRawBufferPointer, isBytes: Bool = false,
+                        of frame: ByteBuffer?, to channel: Channel) {
         guard raw.count >= Self.sliceAbove, let frame, let slice = frame.getSlice(at: frame.readerIndex + range.lowerBound, length: range.count) else {
-            return outbox.write(StreamFrames.chunk(id: id, seq: seq, data: raw, into: channel.allocator.buffer(capacity: raw.count + 64)), to: channel)
+            let buffer = channel.allocator.buffer(capacity: raw.count + 96)
+            return outbox.write(isBytes ? StreamFrames.bytesChunk(id: id, seq: seq, bytes: raw, into: buffer)
+                                        : StreamFrames.chunk(id: id, seq: seq, data: raw, into: buffer), to: channel)
+        }
+        if isBytes {
+            outbox.write(StreamFrames.bytesChunkHead(id: id, seq: seq, count: raw.count, into: channel.allocator.buffer(capacity: 96)), to: channel)
+            return outbox.write(slice, to: channel)
         }
         outbox.write(StreamFrames.chunkHead(id: id, seq: seq, dataCount: raw.count, into: channel.allocator.buffer(capacity: 64)), to: channel)
         outbox.write(slice, to: channel)

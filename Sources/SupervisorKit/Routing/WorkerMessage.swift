@@ -37,12 +37,13 @@ enum WorkerMessage: Equatable {
         if !saidHello, kind != .hello, kind != .exit, kind != .log {
             return (.violation("\(kind.rawValue) before hello"), env)
         }
-        // Bytes ride only on a call's params and an answer (docs/protocol.md "Bytes"; a stream's
-        // chunks carry JSON only): anything else with attachments could leave descriptors on the
-        // channel for the next message to be read with.
-        if env.attachments != nil || env.tail != nil, ![.reply, .call, .open].contains(kind) {
+        // Bytes ride only on a call's params, an answer, and a stream's chunk (docs/protocol.md
+        // "Bytes"; a chunk's inline only): anything else with attachments could leave descriptors
+        // on the channel for the next message to be read with.
+        if env.attachments != nil || env.tail != nil, ![.reply, .call, .open, .chunk].contains(kind) {
             return (.violation("a \(kind.rawValue) message with attachments"), env)
         }
+        if kind == .chunk, let why = StreamFrames.bytesProblem(of: env, in: bytes) { return (.violation(why), env) }
         switch kind {
         case .hello:
             guard !saidHello else { return (.violation("a second hello"), env) }

@@ -353,6 +353,24 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
         }
         return;
     }
+    /* A chunk's bytes that break the rules (StreamTests): an inline element announced as 10 bytes
+       with 5 after the NUL, or an element passed as a memfd (a chunk's bytes travel inline). */
+    if (!strcmp(method, "streamBytesShort") || !strcmp(method, "streamBytesFd")) {
+        char buf[200];
+        int n;
+        if (!strcmp(method, "streamBytesShort")) {
+            n = snprintf(buf, sizeof buf, "{\"type\":\"chunk\",\"id\":%llu,\"seq\":0,\"data\":{\"$bytes\":0},\"attachments\":[{\"length\":10}]}", id);
+            memcpy(buf + n + 1, "12345", 5);
+            g_host->send(g_host->ctx, (const uint8_t *)buf, (size_t)n + 6);
+        } else {
+            static const char data[100000];
+            int fd = sp_bytes_create(data, sizeof data);
+            n = snprintf(buf, sizeof buf, "{\"type\":\"chunk\",\"id\":%llu,\"seq\":0,\"data\":{\"$bytes\":0},\"attachments\":[{\"length\":100000,\"fd\":%d}]}", id, fd);
+            g_host->send(g_host->ctx, (const uint8_t *)buf, (size_t)n);
+            close(fd);
+        }
+        return;
+    }
     /* Bytes that break the rules (BytesTests, docs/protocol.md "Bytes"): a memfd left unsealed,
        one sealed but still writable, a socket, a memfd of another length than announced, two
        descriptors for a message that announces one, and one announced that never comes. Each is a

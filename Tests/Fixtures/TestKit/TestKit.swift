@@ -148,6 +148,7 @@ final class TestKit: Pluggable {
     /// What the stream methods did, for the tests: rows sent, streams ended by cancellation,
     /// streams completed, and the last stream's row count when it ended.
     struct DigestParams: Codable, Sendable { var data: Bytes }
+    struct BytesStreamRelayParams: Codable, Sendable { var target: String; var count: Int; var size: Int }
     struct BytesRelayParams: Codable, Sendable { var target: String; var size: Int }
     struct Digest: Codable, Sendable, Equatable {
         var count: Int
@@ -190,6 +191,33 @@ final class TestKit: Pluggable {
         api.stream("blob") { (p: BlobParams, out: StreamOutput<String>) in
             let text = String(repeating: "x", count: max(0, p.size))
             for _ in 0..<max(0, p.count) { try await out.send(text) }
+        }
+        // The same as raw bytes: `count` elements of `size` bytes (at most 64 KiB), element k's
+        // byte i being (k + i) % 251, inline in their chunks (no JSON around them).
+        api.stream("blobBytes") { (p: BlobParams, out: StreamOutput<Bytes>) in
+            for k in 0..<max(0, p.count) {
+                try await out.send(Bytes((0..<max(0, p.size)).map { UInt8((k + $0) % 251) }))
+            }
+        }
+        // `count` elements of `size` bytes ('x'), one buffer sent again and again (the bench's
+        // bytes stream: what it measures is the trip, not making the bytes).
+        api.stream("blobBytesSame") { (p: BlobParams, out: StreamOutput<Bytes>) in
+            let element = Bytes([UInt8](repeating: UInt8(ascii: "x"), count: max(0, p.size)))
+            for _ in 0..<max(0, p.count) { try await out.send(element) }
+        }
+        // Another plugin's bytes stream, passed on element by element (through the supervisor, or
+        // over the peer link once there is one), with each element's checksum checked against the
+        // pattern: the count of elements that were not what was sent.
+        api.method("bytesStreamRelay") { [weak self] (p: BytesStreamRelayParams) async throws -> Int in
+            guard let self else { return -1 }
+            var wrong = 0
+            var k = 0
+            for try await element in try ctx().stream(p.target, "blobBytes", BlobParams(count: p.count, size: p.size), as: Bytes.self) {
+                let ok = try element.withUnsafeBytes { raw in raw.count == p.size && raw.enumerated().allSatisfy { $0.element == UInt8((k + $0.offset) % 251) } }
+                if !ok { wrong += 1 }
+                k += 1
+            }
+            return k == p.count ? wrong : -1
         }
         // `size` bytes: byte i is i % 251 (raw bytes: inline up to 64 KiB, else a sealed memfd).
         api.bytes("bytes") { (p: SizeParams) async throws -> Bytes in

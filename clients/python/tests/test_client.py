@@ -273,9 +273,25 @@ def test_bytes_inline_and_as_a_memfd(plugin_supervisor, bundles):
     assert sup.client.call("py.bytes", "bytes", {"size": 10}) == {"$bytes": 0}
     assert sup.client.call("py.bytes", "ping") == 1
 
+    # A stream of raw bytes: each element as bytes.
+    elements = list(sup.client.stream("py.bytes", "blobBytes", {"count": 5, "size": 3000}))
+    assert elements == [bytes((k + i) % 251 for i in range(3000)) for k in range(5)]
+    # Bytes the other way: inline, and a sealed memfd handed in at the handoff socket.
+    for n in (1000, 300000):
+        data = pattern(n)
+        assert sup.client.call("py.bytes", "digest", {"data": {"$bytes": 0}}, sending=[data]) == {
+            "count": n, "sum": sum(data), "pattern": True}
+    # Bytes nobody handed in: refused, naming why.
+    with pytest.raises(PluginError) as refused:
+        sup.client._request({"type": "call", "target": "py.bytes", "method": "digest", "params": {"data": {"$bytes": 0}},
+                             "attachments": [{"length": 70000, "token": "0" * 32}]})
+    assert refused.value.code == "badRequest" and "handed in" in str(refused.value)
+
     async def main():
         async with await AsyncClient.connect(socket=sup.socket) as client:
             assert await client.call_bytes("py.bytes", "bytes", {"size": 200000}) == pattern(200000)
             assert await client.call_bytes("py.bytes", "bytes", {"size": 7}) == pattern(7)
+            digest = await client.call("py.bytes", "digest", {"data": {"$bytes": 0}}, sending=[pattern(100000)])
+            assert digest == {"count": 100000, "sum": sum(pattern(100000)), "pattern": True}
 
     asyncio.run(main())

@@ -8,6 +8,10 @@
 /// - `{"type":"credit","id":I,"n":N}`: the reader of the answer may take `N` more chunks; with
 ///   `"input":true`, the reader of the input (the callee).
 ///
+/// - `{"type":"chunk","id":I,"seq":S,"data":{"$bytes":0},"attachments":[{"length":N}]}`, then one
+///   NUL and `N` raw bytes: an element of raw bytes (at most `Attachments.inlineLimit`), inline in
+///   the chunk (docs/protocol.md "Bytes"): no JSON to scan or escape on the way.
+///
 /// An answer starts with `initialCredit` chunks of credit; an input with none: the callee grants
 /// its first window (`initialCredit`) when it starts reading, so an input waits for its reader
 /// rather than at the supervisor. A sender never sends more chunks than it was granted.
@@ -60,6 +64,60 @@ public enum StreamFrames {
         frame.uint("seq", count)
         frame.flag("end")
         return frame.finish()
+    }
+
+    /// Writes one chunk whose element is the raw `bytes` (inline, at most `Attachments.inlineLimit`).
+    @inlinable
+    public static func bytesChunk<Sink: FrameSink>(id: UInt64, seq: UInt64, bytes: UnsafeRawBufferPointer, input: Bool = false,
+                                                   into sink: consuming Sink) -> Sink {
+        var frame = bytesChunkHead(id: id, seq: seq, count: bytes.count, input: input, into: sink)
+        frame.append(bytes: bytes)
+        return frame
+    }
+
+    /// Writes a bytes chunk's length prefix, its JSON and the NUL that ends it, for a frame whose
+    /// `count` raw bytes are written after it as they are (a relay passes them on without a copy).
+    @inlinable
+    public static func bytesChunkHead<Sink: FrameSink>(id: UInt64, seq: UInt64, count: Int, input: Bool = false,
+                                                       into sink: consuming Sink) -> Sink {
+        var frame = FrameEncoder(kind: .chunk, into: sink)
+        frame.uint("id", id)
+        if input { frame.flag("input") }
+        frame.uint("seq", seq)
+        frame.raw("data", bytesPlaceholder)
+        frame.attachments([Attachment(length: count, place: .inline)])
+        frame.sink.append(byte: UInt8(ascii: "}"))
+        frame.sink.append(byte: 0)
+        let body = frame.sink.writtenCount - frame.start - Frame.headerSize + count
+        frame.sink.setLengthPrefix(UInt32(body), at: frame.start)
+        return frame.sink
+    }
+
+    public static let bytesPlaceholder: [UInt8] = Array(#"{"$bytes":0}"#.utf8)
+
+    /// Where a chunk's element is in `bytes`: its raw bytes (the inline tail) when it carries
+    /// them, else its `data` (raw JSON); nil without either.
+    @inlinable
+    public static func element(of env: Envelope) -> (range: Range<Int>, isBytes: Bool)? {
+        if env.attachments != nil, let tail = env.tail { return (tail, true) }
+        return env.data.map { ($0, false) }
+    }
+
+    /// Why a chunk's attachments cannot be passed on: a chunk carries at most one element of
+    /// bytes, inline, exactly as announced. Nil when they are fine (or it has none).
+    public static func bytesProblem(of env: Envelope, in bytes: UnsafeRawBufferPointer) -> String? {
+        guard let range = env.attachments else {
+            return env.tail == nil ? nil : "data after the JSON object of a chunk without attachments"
+        }
+        let list: [Attachment]
+        do { list = try Attachments.read(bytes, range) } catch { return "a chunk's attachments: \(error)" }
+        guard list.count == 1, list[0].isInline else {
+            return "a chunk carries one element of bytes, inline (at most \(Attachments.inlineLimit >> 10) KiB): \(list.count) attachments, \(list.filter { !$0.isInline }.count) of them descriptors"
+        }
+        guard list[0].length == env.tail?.count ?? 0 else {
+            return "a chunk's attachment announces \(list[0].length) inline bytes and \(env.tail?.count ?? 0) came"
+        }
+        return nil
     }
 
     /// Writes a grant of `n` more chunks.

@@ -149,6 +149,68 @@ def redeem(path: str, token: str, what: str) -> int:
     return fds[0]
 
 
+#: Bytes up to this size travel in the frame; larger ones as a sealed memfd.
+INLINE_LIMIT = 64 * 1024
+
+
+def sealed_memfd(data: bytes) -> int:
+    """A memfd holding ``data``, sealed against writes, shrinking, growing and new seals."""
+    import fcntl
+    fd = os.memfd_create("sp-bytes", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def deposit(path: str, fd: int, length: int) -> str:
+    """Hands the sealed memfd ``fd`` in at the supervisor's handoff socket (``{"put": length}``
+    with it attached) and returns the one-time token a call names it by."""
+    with _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM) as handoff:
+        handoff.settimeout(2.0)
+        handoff.connect(path)
+        _socket.send_fds(handoff, [_wire.encode({"put": length})], [fd])
+        buffer = _wire.FrameBuffer(4096)
+        while True:
+            data = handoff.recv(4096)
+            if not data:
+                raise PluginError("unavailable", f"the supervisor did not answer the hand-in of {length} bytes")
+            frames = buffer.feed(data)
+            if frames:
+                answer = frames[0]
+                break
+    if "token" not in answer:
+        raise PluginError("badRequest", f"the supervisor refused {length} bytes: {answer.get('error', 'no reason given')}")
+    return answer["token"]
+
+
+def attach(message: Dict[str, Any], sending: list, socket_path: str) -> Dict[str, Any]:
+    """``message`` carrying ``sending`` (bytes-like values; its params name them ``{"$bytes": i}``):
+    up to 64 KiB inline, larger ones copied once into a sealed memfd handed in at the handoff
+    socket and named by token (docs/protocol.md "Bytes")."""
+    attachments = []
+    tail = bytearray()
+    for data in sending:
+        data = bytes(data)
+        if len(data) <= INLINE_LIMIT:
+            attachments.append({"length": len(data)})
+            tail += data
+            continue
+        fd = sealed_memfd(data)
+        try:
+            attachments.append({"length": len(data), "token": deposit(socket_path + ".links", fd, len(data))})
+        finally:
+            os.close(fd)
+    message["attachments"] = attachments
+    message[_wire.TAIL] = bytes(tail)
+    return message
+
+
 def attached_bytes(reply: dict, socket_path: str) -> list:
     """The bytes attached to a reply (docs/protocol.md "Bytes"), in order: inline ones from its
     frame, larger ones read from the sealed memfd picked up at the handoff socket (checked: a

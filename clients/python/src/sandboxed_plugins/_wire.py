@@ -47,7 +47,14 @@ def call_message(target: str, method: str, params: Any, timeout: Optional[float]
 
 
 def encode(message: Mapping[str, Any]) -> bytes:
+    """One frame: the message's JSON, then (when it has ``TAIL``, the inline bytes its
+    attachments announce) one NUL and those bytes."""
+    tail = message.get(TAIL)
+    if tail is not None:
+        message = {k: v for k, v in message.items() if k != TAIL}
     body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if tail is not None:
+        body += b"\0" + bytes(tail)
     if not body or len(body) > MAX_FRAME:
         raise ValueError(f"a frame of {len(body)} bytes is over the limit of {MAX_FRAME}")
     return struct.pack(">I", len(body)) + body
@@ -88,4 +95,12 @@ def decode(body: bytes) -> dict:
 
 #: Where `decode` puts a frame's inline bytes.
 TAIL = "\0tail"
+
+
+def element(chunk: dict) -> Any:
+    """A stream chunk's element: its raw bytes (``bytes``) when it carries them (an element of
+    raw bytes, inline in the chunk), else its ``data`` (decoded JSON)."""
+    if "attachments" in chunk and TAIL in chunk:
+        return chunk[TAIL]
+    return chunk.get("data")
 
