@@ -16,7 +16,8 @@ public final class BlockingConnection: Sendable {
     public let sendLock = SendLock()
     /// Reader state: used by one reading thread at a time (documented on `receive`).
     private nonisolated(unsafe) var decoder: FrameDecoder
-    private nonisolated(unsafe) var scratch = [UInt8](repeating: 0, count: 256 * 1024)
+    /// How much room a read gets (straight into the decoder's buffer: no copy through a scratch array).
+    private static let readSize = 256 * 1024
     /// How long `receive` polls before it sleeps (reader state too): see `pollBeforeSleeping`.
     private nonisolated(unsafe) var spin = SpinWindow(maxNanoseconds: 0)
     private let closed = Atomic<Bool>(false)
@@ -188,7 +189,6 @@ public final class BlockingConnection: Sendable {
                 if decoder.bufferedCount > 0 { throw SystemError(call: "read", errno: EPIPE, context: "truncated frame on socket \(fd)") }
                 return nil
             }
-            scratch.withUnsafeBytes { raw in decoder.append(UnsafeRawBufferPointer(rebasing: raw[0..<n])) }
         }
     }
 
@@ -202,13 +202,15 @@ public final class BlockingConnection: Sendable {
             let deadline = started + Int64(spin.currentNanoseconds)
             repeat {
                 // Caught while polling: the window stays as it is.
-                let n = scratch.withUnsafeMutableBytes { raw in recv(fd, raw.baseAddress, raw.count, Int32(MSG_DONTWAIT)) }
+                let fd = fd
+                let n = decoder.fill(atLeast: Self.readSize) { raw in recv(fd, raw.baseAddress, raw.count, Int32(MSG_DONTWAIT)) }
                 if n >= 0 { return n }
                 let e = errno
                 guard e == EAGAIN || e == EWOULDBLOCK || e == EINTR else { throw SystemError(call: "recv", errno: e, context: "socket \(fd)") }
             } while ProcessControl.monotonicNanoseconds() < deadline
         }
-        let n = try scratch.withUnsafeMutableBytes { raw in
+        let fd = fd
+        let n = try decoder.fill(atLeast: Self.readSize) { raw in
             try syscallRetrying("read", context: "socket \(fd)") { read(fd, raw.baseAddress, raw.count) }
         }
         if polls { spin.slept(waited: Int(ProcessControl.monotonicNanoseconds() - started)) }

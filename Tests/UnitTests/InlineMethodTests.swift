@@ -10,7 +10,7 @@ import Testing
 /// `.task` method does neither. Driven through a PluginRuntime with a host that records what is
 /// sent and on which thread, two "worker" threads delivering one at a time as the ABI promises.
 /// Under the thread sanitizer (`scripts/test.sh --tsan`) this is also the executor's race check.
-@Suite struct InlineMethodTests {
+@Suite(.serialized) struct InlineMethodTests {  // serialized: both use the one DeliveryExecutor
     /// What the plugin sent, and whether the thread delivering at that moment was the sender.
     final class Wire: @unchecked Sendable {
         // @unchecked: every field is behind `lock`.
@@ -60,6 +60,19 @@ import Testing
 
     struct HarnessFailure: Error, CustomStringConvertible { var description: String; init(_ d: String) { description = d } }
 
+    /// Runs `body` on a thread of its own and waits for it: these tests deliver and wait on their
+    /// own thread, as the worker's I/O thread does, and must not hold one of the few threads of
+    /// Swift's global executor (two on a 2-core machine), which the runtime's tasks need meanwhile.
+    static func onOwnThread(_ body: @escaping @Sendable () throws -> Void) async throws {
+        try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, any Error>) in
+            let thread = Thread {
+                do { try body(); done.resume() } catch { done.resume(throwing: error) }
+            }
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
+    }
+
     final class Relay: Pluggable {
         private let context = Mutex<PluginContext?>(nil)
         init() {}
@@ -100,7 +113,11 @@ import Testing
     }
 
     @Test("an inline method sends its call on the thread that delivered it and answers on the thread that delivered the reply, each before receive returned; a task's method does neither")
-    func inlineRunsOnTheDeliveringThreads() throws {
+    func inlineRunsOnTheDeliveringThreads() async throws {
+        try await Self.onOwnThread { try self.inlineRunsOnTheDeliveringThreadsBody() }
+    }
+
+    func inlineRunsOnTheDeliveringThreadsBody() throws {
         let wire = Wire()
         let runtime = try started(wire)
         let links = DispatchQueue(label: "links")
@@ -120,7 +137,11 @@ import Testing
     }
 
     @Test("inline methods that overlap (200 calls, replies delivered on two threads in any order) are each answered once, with their own result")
-    func overlappingInlineCalls() throws {
+    func overlappingInlineCalls() async throws {
+        try await Self.onOwnThread { try self.overlappingInlineCallsBody() }
+    }
+
+    func overlappingInlineCallsBody() throws {
         let wire = Wire()
         let runtime = try started(wire)
         let count = 200
@@ -156,7 +177,11 @@ import Testing
     }
 
     @Test("willTerminate during startup: startup ends at once with an error saying why, then willTerminate is answered")
-    func willTerminateCancelsStartup() throws {
+    func willTerminateCancelsStartup() async throws {
+        try await InlineMethodTests.onOwnThread { try self.willTerminateCancelsStartupBody() }
+    }
+
+    func willTerminateCancelsStartupBody() throws {
         let wire = InlineMethodTests.Wire()
         let runtime = wire.runtime(SlowStart())
         wire.deliver(runtime, #"{"type":"event","id":1,"name":"startup","payload":{"identifier":"s","version":"1.0.0","dataDirectory":"/tmp","bundleDirectory":"/tmp"}}"#)

@@ -33,6 +33,7 @@ extension ControlServer {
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 128)
             .childChannelOption(ChannelOptions.writeBufferWaterMark, value: Outbox.waterMark)
+            .childChannelOption(ChannelOptions.recvAllocator, value: Outbox.receiveBuffers)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let connection = ControlConnection(channel: channel)

@@ -13,6 +13,7 @@ enum WorkerChannel {
         ClientBootstrap(group: engine.loop)
             .channelOption(ChannelOptions.autoRead, value: true)
             .channelOption(ChannelOptions.writeBufferWaterMark, value: Outbox.waterMark)
+            .channelOption(ChannelOptions.recvAllocator, value: Outbox.receiveBuffers)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: maxBody)))

@@ -88,6 +88,14 @@ extension ByteBuffer: FrameInput {
     @inlinable public mutating func skip(_ count: Int) { moveReaderIndex(forwardBy: count) }
 }
 
+extension Outbox {
+    /// How much a socket's read takes at once: NIO's adaptive sizes, but up to 1 MiB instead of
+    /// 64 KiB, so a large frame (a 64 KiB stream element with its JSON, inline bytes) is read in
+    /// one `read` rather than cut across two and put together again in a copy (docs/benchmarks.md
+    /// "Streams"). Buffers shrink back after small reads.
+    static let receiveBuffers = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048, maximum: 1 << 20)
+}
+
 /// NIO's side of the protocol's frames: `FrameParser` over the channel's buffer, each body yielded
 /// as a slice of it (no copy).
 struct FrameCodec: ByteToMessageDecoder {

@@ -67,6 +67,13 @@ public struct FrameDecoder: Sendable {
         buffer.append(bytes)
     }
 
+    /// Reads straight into the buffer (no copy through a scratch array): `read` gets room for at
+    /// least `atLeast` bytes and returns how many it wrote there (0 at the end of the stream, or
+    /// negative: nothing), which this returns.
+    public mutating func fill(atLeast: Int, _ read: (UnsafeMutableRawBufferPointer) throws -> Int) rethrows -> Int {
+        try buffer.fill(atLeast: atLeast, read)
+    }
+
     /// Calls `body` with the next complete frame's bytes, if there is one; returns what it returned.
     /// Throws when the next header is invalid; the stream is unusable after that.
     public mutating func next<R>(_ body: (UnsafeRawBufferPointer) throws -> R) throws -> R? {
@@ -75,24 +82,53 @@ public struct FrameDecoder: Sendable {
     }
 }
 
-/// A growable byte buffer with a read position, compacted as it is consumed.
+/// A growable byte buffer with a read position, compacted as it is consumed. `bytes` is all
+/// allocated room; what was written ends at `writeIndex`.
 struct ByteAccumulator: FrameInput, Sendable {
     private var bytes: [UInt8] = []
     private var readIndex = 0
+    private var writeIndex = 0
 
-    var readableCount: Int { bytes.count - readIndex }
+    var readableCount: Int { writeIndex - readIndex }
     func peek(at offset: Int) -> UInt8 { bytes[readIndex + offset] }
     mutating func skip(_ count: Int) { readIndex += count }
 
-    mutating func append(_ more: UnsafeRawBufferPointer) {
-        if readIndex > 0, readIndex == bytes.count {
-            bytes.removeAll(keepingCapacity: true)
+    /// Makes room for `count` more bytes after `writeIndex`: what was read goes first.
+    private mutating func reserve(_ count: Int) {
+        if readIndex > 0, readIndex == writeIndex {
             readIndex = 0
-        } else if readIndex > 65536, readIndex * 2 > bytes.count {
-            bytes.removeFirst(readIndex)
+            writeIndex = 0
+        } else if readIndex > 65536, readIndex * 2 > writeIndex {
+            let live = writeIndex - readIndex
+            let from = readIndex
+            bytes.withUnsafeMutableBytes { all in
+                guard let base = all.baseAddress else { return }
+                base.copyMemory(from: base + from, byteCount: live)  // overlapping: a memmove
+            }
             readIndex = 0
+            writeIndex = live
         }
-        bytes.append(contentsOf: more)
+        if bytes.count - writeIndex < count {
+            bytes.append(contentsOf: repeatElement(0, count: max(count - (bytes.count - writeIndex), bytes.count)))
+        }
+    }
+
+    mutating func append(_ more: UnsafeRawBufferPointer) {
+        guard more.count > 0 else { return }
+        reserve(more.count)
+        let at = writeIndex
+        bytes.withUnsafeMutableBytes { all in
+            UnsafeMutableRawBufferPointer(rebasing: all[at..<(at + more.count)]).copyMemory(from: more)
+        }
+        writeIndex += more.count
+    }
+
+    mutating func fill(atLeast: Int, _ read: (UnsafeMutableRawBufferPointer) throws -> Int) rethrows -> Int {
+        reserve(atLeast)
+        let at = writeIndex
+        let n = try bytes.withUnsafeMutableBytes { all in try read(UnsafeMutableRawBufferPointer(rebasing: all[at...])) }
+        if n > 0 { writeIndex += n }
+        return n
     }
 
     /// Calls `body` with the next `count` bytes and consumes them.
