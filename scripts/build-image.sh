@@ -76,11 +76,14 @@ buildah build "${runtime[@]}" "${limits[@]}" --network host --build-arg RUNTIME_
 [ "$run" = 1 ] || exit 0
 
 # 4. Start it as the DaemonSet does (dist/kubernetes/daemonset.yaml): its user, no capabilities, no
-# new privileges, the runtime's seccomp profile left off and /proc unmasked; call the examples.
+# new privileges, a read-only root, the home a host folder owned by uid 10001, the runtime's seccomp
+# profile left off and /proc unmasked; call the examples.
 name=sandboxed-plugins-check-$$
-trap 'podman "${runtime[@]}" rm -f "$name" >/dev/null 2>&1 || true' EXIT
+home=$(mktemp -d)
+chown 10001:10001 "$home"
+trap 'podman "${runtime[@]}" rm -f "$name" >/dev/null 2>&1 || true; rm -rf "$home"' EXIT
 podman "${runtime[@]}" run -d --name "$name" "${limits[@]}" --cap-drop=all --security-opt no-new-privileges \
-  --security-opt seccomp=unconfined --security-opt unmask=ALL "$tag" \
+  --read-only -v "$home:/var/lib/sandboxed-plugins" --security-opt seccomp=unconfined --security-opt unmask=ALL "$tag" \
   start --config /etc/sandboxed-plugins/config.json --plugins /usr/lib/sandboxed-plugins/examples >/dev/null
 # (Its output read whole, not piped into grep -q: with pipefail, podman's SIGPIPE would fail the test.)
 ready() { local log; log=$(podman logs "$name" 2>&1); [[ "$log" == *"supervisor ready"* ]]; }
