@@ -18,7 +18,8 @@ import Glibc
 /// Nothing is half-written: the archive and each file are written to a temporary name and renamed;
 /// the catalog's `.sig` first gets the new signature beside the old one, then the catalog is
 /// renamed into place, then the old signature is dropped, so that at every moment the catalog on disk
-/// verifies against its `.sig` (a host fetching in between sees the old catalog or the new one).
+/// verifies against its `.sig`, and an interrupted publish leaves a pair that hosts and the next
+/// publish accept.
 public struct CatalogPublisher {
     /// The catalog file (`catalog.json`); the archives go into its folder.
     public var catalog: String
