@@ -55,8 +55,6 @@ public struct CatalogPublisher {
         public var plugins: Int
     }
 
-    static func refusal(_ code: InstallError.Code, _ message: String) -> InstallError { InstallError(code, message) }
-
     /// The private key in `keyFile`.
     func loadKey() throws -> Curve25519.Signing.PrivateKey {
         let text: [UInt8]
