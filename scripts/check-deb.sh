@@ -24,16 +24,21 @@ fi
 log=$(mktemp)
 out=$(mktemp)
 sv_pid=""
+user_before=0
+getent passwd "$pkg" >/dev/null && user_before=1
+# Also after a failure: the package purged, and the user gone if the package made it.
 cleanup() {
   [ -n "$sv_pid" ] && kill -9 "$sv_pid" 2>/dev/null || true
   if dpkg -s "$pkg" >/dev/null 2>&1; then apt-get purge -y -qq "$pkg" >/dev/null 2>&1 || true; fi
+  if [ "$user_before" = 0 ] && getent passwd "$pkg" >/dev/null; then
+    deluser --system --quiet "$pkg" >/dev/null 2>&1 || true
+    delgroup --system --quiet "$pkg" >/dev/null 2>&1 || true
+  fi
   rm -f "$log" "$out"
 }
 trap cleanup EXIT
 fail() { echo "check-deb: $*" >&2; [ -s "$log" ] && { echo "--- the supervisor's log:" >&2; tail -50 "$log" >&2; }; exit 1; }
 
-user_before=0
-getent passwd "$pkg" >/dev/null && user_before=1
 echo "==> apt-get install $deb" >&2
 apt-get install -y -qq --no-install-recommends "$deb" >/dev/null || fail "apt-get install failed"
 [ "$(readlink -f "$(command -v supervisor)")" = "$lib/supervisor" ] || fail "supervisor on PATH is not $lib/supervisor"
@@ -100,11 +105,7 @@ for path in "$lib" /usr/bin/supervisor /usr/bin/supervisor-installer "/lib/syste
 done
 pgrep -u "$pkg" >/dev/null && fail "processes of $pkg are left after the purge"
 # The system user stays, as Debian leaves system users (docs/operations.md); when the package made
-# it, it goes here, so that the next run on this machine starts as on a new one.
+# it, cleanup removes it, so that the next run on this machine starts as on a new one.
 getent passwd "$pkg" >/dev/null || fail "the purge removed the $pkg user (Debian leaves system users)"
-if [ "$user_before" = 0 ]; then
-  deluser --system --quiet "$pkg" >/dev/null 2>&1 || true
-  delgroup --system --quiet "$pkg" >/dev/null 2>&1 || true
-fi
 t3=$(date +%s)
 echo "check-deb: $(basename "$deb") ($(du -h "$deb" | cut -f1)): built and linted in $((t1 - t0)) s, installed and run in $((t2 - t1)) s, purged in $((t3 - t2)) s; nothing left" >&2
