@@ -51,14 +51,9 @@ extension PluginHost {
         case .success(let p): json = p
         }
         let gate = input.map { _ in CreditGate(initial: 0) }
-        var frame = FrameBuilder(kind: .call, capacity: json.count + target.utf8.count + method.utf8.count + 64)
-        frame.uint("id", 0)
-        frame.string("target", target)
-        frame.string("method", method)
-        frame.raw("params", json)
+        var frame = Self.callFrame(target, method, params: json, timeout: timeout)
         frame.flag("stream")
         if input != nil { frame.flag("input") }
-        if let timeout { frame.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
         let handlers = Supervisor.HostStreamHandlers(chunk: { receiver.received($0) }, inputCredit: { gate?.grant($0) })
         let ticket = supervisor.submit(frame.finish(), stream: handlers) { result in
             gate?.fail(CancellationError())
@@ -133,12 +128,7 @@ extension PluginHost {
     /// link carries no descriptors.
     public func callBytes<P: Encodable>(_ target: String, _ method: String, _ params: P, timeout: Duration? = nil) async throws -> AttachedBytes {
         let json = try HostCoding.encode(params, for: "\(target).\(method)")
-        var frame = FrameBuilder(kind: .call, capacity: json.count + target.utf8.count + method.utf8.count + 64)
-        frame.uint("id", 0)
-        frame.string("target", target)
-        frame.string("method", method)
-        frame.raw("params", json)
-        if let timeout { frame.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
+        let frame = Self.callFrame(target, method, params: json, timeout: timeout)
         let received = Locked<Supervisor.HostBytes?>(nil)
         let result: [UInt8]
         do {
@@ -168,12 +158,7 @@ extension PluginHost {
     /// in this process (the supervisor takes its own copy: they stay the caller's). Through the
     /// loop: a direct link carries no descriptors.
     public func callJSON(_ target: String, _ method: String, params: [UInt8]?, sending: [AttachedBytes], timeout: Duration? = nil) async throws -> [UInt8] {
-        var frame = FrameBuilder(kind: .call, capacity: (params?.count ?? 0) + target.utf8.count + method.utf8.count + 64)
-        frame.uint("id", 0)
-        frame.string("target", target)
-        frame.string("method", method)
-        if let params { frame.raw("params", params) }
-        if let timeout { frame.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
+        var frame = Self.callFrame(target, method, params: params, timeout: timeout)
         var tail: [UInt8] = []
         frame.attachments(sending.map { bytes in
             switch bytes {

@@ -159,15 +159,20 @@ public final class PluginHost: Service, Sendable {
         if let link = links.link(to: target), let answer = try await link.call(method: method, params: params, timeout: timeout) {
             return answer
         }
+        let answer = try await request(Self.callFrame(target, method, params: params, timeout: timeout).finish())
+        askForLink(to: target)
+        return answer
+    }
+
+    /// A `call` request's fields, for the loop (`request`).
+    static func callFrame(_ target: String, _ method: String, params: [UInt8]?, timeout: Duration?) -> FrameBuilder {
         var frame = FrameBuilder(kind: .call, capacity: (params?.count ?? 0) + target.utf8.count + method.utf8.count + 64)
         frame.uint("id", 0)
         frame.string("target", target)
         frame.string("method", method)
         if let params { frame.raw("params", params) }
         if let timeout { frame.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
-        let answer = try await request(frame.finish())
-        askForLink(to: target)
-        return answer
+        return frame
     }
 
     /// Opens `plugin://<identifier>/<path>?<query>` and decodes what the plugin answers.

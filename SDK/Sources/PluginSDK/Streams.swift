@@ -41,15 +41,9 @@ final class StreamSender: Sendable {
         gate = CreditGate(initial: input ? 0 : StreamFrames.initialCredit)
     }
 
-    func send(_ data: [UInt8]) async throws {
-        try await gate.take()
-        let rc = data.withUnsafeBytes { raw in
-            seq.withLock { next -> Int32 in
-                defer { next += 1 }
-                return runtime.send(StreamFrames.chunk(id: id, seq: next, data: raw, input: input, into: [UInt8]()))
-            }
-        }
-        if rc != 0 { throw PluginError(.unavailable, "cannot reach the supervisor: \(String(cString: strerror(-rc)))") }
+    /// Sends one element whose `data` is `json`.
+    func send(_ json: [UInt8]) async throws {
+        try await send(json, isBytes: false)
     }
 
     /// Sends `bytes` as one element of raw bytes, inline in its chunk.
@@ -57,12 +51,17 @@ final class StreamSender: Sendable {
         guard bytes.count <= Attachments.inlineLimit else {
             throw PluginError(.badRequest, "a stream's element of bytes is at most \(Attachments.inlineLimit >> 10) KiB (this one is \(bytes.count) bytes): send it in pieces")
         }
-        let array = try bytes.array()
+        try await send(try bytes.array(), isBytes: true)
+    }
+
+    /// Once the reader has room: the next chunk, numbered under the lock it is sent under.
+    private func send(_ element: [UInt8], isBytes: Bool) async throws {
         try await gate.take()
-        let rc = array.withUnsafeBytes { raw in
+        let rc = element.withUnsafeBytes { raw in
             seq.withLock { next -> Int32 in
                 defer { next += 1 }
-                return runtime.send(StreamFrames.bytesChunk(id: id, seq: next, bytes: raw, input: input, into: [UInt8]()))
+                return runtime.send(isBytes ? StreamFrames.bytesChunk(id: id, seq: next, bytes: raw, input: input, into: [UInt8]())
+                                            : StreamFrames.chunk(id: id, seq: next, data: raw, input: input, into: [UInt8]()))
             }
         }
         if rc != 0 { throw PluginError(.unavailable, "cannot reach the supervisor: \(String(cString: strerror(-rc)))") }
