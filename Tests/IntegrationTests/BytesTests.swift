@@ -136,6 +136,19 @@ struct BytesTests {
     }
 
     struct Digest: Codable, Equatable { var count: Int; var sum: UInt64; var pattern: Bool }
+
+    @Test("a worker without the sandbox (--no-sandbox) passes bytes over 64 KiB both ways too: its payload channel does not depend on the sandbox's descriptor channel")
+    func withoutTheSandbox() throws {
+        let w = try TestWorld()
+        try w.bundle("b.kit")
+        let sup = try RunningSupervisor(w, args: ["--no-sandbox"])
+        let out = w.root + "/out.bin"
+        let r = try sup.cli("call", "--output", out, "b.kit", "bytes", #"{"size":3000000}"#)
+        #expect(r.code == 0 && (try? Data(contentsOf: URL(fileURLWithPath: out))) == Data(Self.pattern(3_000_000)), "\(r.err)")
+        let echo = w.root + "/echo.bin"
+        let e = try sup.cli("call", "--input", out, "--output", echo, "b.kit", "echoBytes")
+        #expect(e.code == 0 && (try? Data(contentsOf: URL(fileURLWithPath: echo))) == Data(Self.pattern(3_000_000)), "\(e.err)")
+    }
     struct CDigest: Codable, Equatable { var length: Int; var sum: UInt64 }
 
     static func digest(_ bytes: [UInt8]) -> Digest {
