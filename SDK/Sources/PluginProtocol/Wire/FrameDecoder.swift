@@ -109,7 +109,15 @@ struct ByteAccumulator: FrameInput, Sendable {
             writeIndex = live
         }
         if bytes.count - writeIndex < count {
-            bytes.append(contentsOf: repeatElement(0, count: max(count - (bytes.count - writeIndex), bytes.count)))
+            // A new array (a memset, fast in every build) and one copy of what is held: appending
+            // a repeated element walks it generically, element by element, which unoptimised and
+            // thread-sanitised builds take seconds over for 256 KiB.
+            var grown = [UInt8](repeating: 0, count: max(writeIndex + count, bytes.count * 2))
+            let held = writeIndex
+            if held > 0 {
+                grown.withUnsafeMutableBytes { to in bytes.withUnsafeBytes { from in to.copyMemory(from: UnsafeRawBufferPointer(rebasing: from[0..<held])) } }
+            }
+            bytes = grown
         }
     }
 
