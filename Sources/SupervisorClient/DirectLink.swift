@@ -284,11 +284,13 @@ package final class DirectLink: Sendable {
             defer { s.answerUnlink = nil }
             return (calls, s.unlinked, s.answerUnlink)
         }
+        // The supervisor hears that the link ended before any caller can make its next call: that
+        // call then waits for the plugin's restart instead of reaching a worker that is ending.
+        sendReport(force: true, endedLink: unlinked ? nil : number)
         for call in calls {
             answered?(.unavailable, now - call.started)
             call.continuation.resume(throwing: ErrorBody(.unavailable, "the worker of \(target) ended before answering call"))
         }
-        sendReport(force: true, endedLink: unlinked ? nil : number)
         answer?()
         connection.close()
         ended(self)

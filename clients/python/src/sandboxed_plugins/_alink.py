@@ -147,9 +147,12 @@ class AsyncDirectLink:
         waiting, self._waiting = self._waiting, {}
         for future, started in waiting.values():
             self._tally.record("unavailable", started)
+        # The supervisor hears that the link ended before any caller can make its next call: that
+        # call then waits for the plugin's restart instead of reaching a worker that is ending.
+        await self._send_report(force=True, ended_link=None if self._unlinked else self.number)
+        for future, _ in waiting.values():
             if not future.done():
                 future.set_result(None)
-        await self._send_report(force=True, ended_link=None if self._unlinked else self.number)
         if self._answer_unlink is not None:
             answer, self._answer_unlink = self._answer_unlink, None
             await answer()

@@ -405,9 +405,11 @@ class DirectLink:
                 self._tally.record("unavailable", call.started)
             unlinked, answer = self._unlinked, self._answer_unlink
             self._answer_unlink = None
+        # The supervisor hears that the link ended before any caller can make its next call: that
+        # call then waits for the plugin's restart instead of reaching a worker that is ending.
+        self._send_report(force=True, ended_link=None if unlinked else self.number)
         for call in calls:
             call.done.set()
-        self._send_report(force=True, ended_link=None if unlinked else self.number)
         if answer is not None:
             answer()
         try:
