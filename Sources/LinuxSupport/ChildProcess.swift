@@ -42,9 +42,12 @@ public final class ChildProcess: Sendable {
     public func signal(_ sig: Int32) -> Bool { cls_pidfd_signal(pidfd, sig) == 0 }
 
     /// Whether the process has ended (its pidfd is readable), reaped or not. One poll, no wait.
-    public var hasEnded: Bool {
+    public var hasEnded: Bool { hasEnded(within: 0) }
+
+    /// Whether it has ended, waiting up to `milliseconds` for it to (poll on the pidfd).
+    public func hasEnded(within milliseconds: Int32) -> Bool {
         var entry = pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)
-        return poll(&entry, 1, 0) > 0
+        return poll(&entry, 1, milliseconds) > 0
     }
 
     /// Blocks until the process ends and reaps it (waitid on the pidfd).

@@ -269,7 +269,10 @@ final class WorkerInstance {
     /// found alive.
     var hasEndedUnseen: Bool {
         guard mayHaveEnded else { return false }
-        if process.hasEnded { return true }
+        // A link ends when the dying worker's descriptors close, a moment (microseconds) before its
+        // pidfd says it has ended: a request right behind the link's end waits that moment out
+        // (at most 2 ms, once per ended link) rather than go to a worker that is ending.
+        if process.hasEnded(within: 2) { return true }
         mayHaveEnded = false
         return false
     }
