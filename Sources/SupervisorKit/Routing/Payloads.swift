@@ -113,7 +113,7 @@ extension Router {
     /// Writes `payload`'s attachments and inline bytes into `frame` for a worker: descriptors as
     /// `"fd": true` (the worker puts its own numbers in).
     func attachForWorker(_ payload: Payload, to frame: consuming FrameEncoder<ByteBuffer>, _ bytes: UnsafeRawBufferPointer) -> ByteBuffer {
-        frame.attachments(payload.list.map { $0.isDescriptor ? Attachment(length: $0.length, place: .descriptor(-1)) : $0 })
+        frame.attachments(Attachments.onTheWire(payload.list))
         let tail = payload.tail.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) } ?? UnsafeRawBufferPointer(start: nil, count: 0)
         return frame.finish(tail: tail)
     }
