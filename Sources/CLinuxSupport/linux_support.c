@@ -137,6 +137,25 @@ int cls_block_lifecycle_signals(void) {
     return rc == 0 ? 0 : -rc;
 }
 
+int cls_block_signal(int sig) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    int rc = pthread_sigmask(SIG_BLOCK, &set, NULL);
+    return rc == 0 ? 0 : -rc;
+}
+
+int cls_wait_lifecycle_signal_or(int extra) {
+    sigset_t set;
+    lifecycle_set(&set);
+    if (extra > 0) sigaddset(&set, extra);
+    for (;;) {
+        int sig = sigwaitinfo(&set, NULL);
+        if (sig >= 0) return sig;
+        if (errno != EINTR) return -errno;
+    }
+}
+
 int cls_wait_lifecycle_signal(void) {
     sigset_t set;
     lifecycle_set(&set);

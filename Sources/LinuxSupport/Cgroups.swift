@@ -245,7 +245,14 @@ public final class CgroupTree: Sendable {
 /// One worker's control group: a folder per controller (v1) or one folder (v2).
 public struct CgroupGroup: Sendable {
     public let version: CgroupTree.Version
-    let folders: [String: String]
+    /// Its folder for each controller ("" on v2).
+    public let folders: [String: String]
+
+    /// A group the previous binary made, named by its folders (an upgrade in place).
+    public init(version: CgroupTree.Version, folders: [String: String]) {
+        self.version = version
+        self.folders = folders
+    }
 
     /// The `cgroup.procs` files the worker writes "0" to, to join the group itself (before it
     /// loads any plugin code, so everything it allocates is charged there).

@@ -37,6 +37,15 @@ public final class ChildProcess: Sendable {
         self.pidfd = pidfd
     }
 
+    /// A child this process made before it exec'd a new binary in place (an upgrade): its pid and
+    /// the pidfd handed over, which still names it whatever happened to the pid.
+    public static func adopt(pid: pid_t, pidfd: consuming OwnedDescriptor) -> ChildProcess {
+        ChildProcess(pid: pid, pidfd: pidfd.release())
+    }
+
+    /// The pidfd, to hand to the binary an upgrade execs (it stays open: this object keeps it).
+    public var descriptor: Int32 { pidfd }
+
     /// pidfd_send_signal. False when the process has already been reaped.
     @discardableResult
     public func signal(_ sig: Int32) -> Bool { cls_pidfd_signal(pidfd, sig) == 0 }

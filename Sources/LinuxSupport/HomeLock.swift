@@ -40,6 +40,15 @@ public final class HomeLock {
         self.fd = fd
     }
 
+    /// The lock the previous binary held, handed over by an upgrade in place (the same open file,
+    /// so the same lock: there is no moment another supervisor could take the home).
+    public init(adopting descriptor: consuming OwnedDescriptor) {
+        fd = descriptor
+    }
+
+    /// The locked file's descriptor, to hand to the binary an upgrade execs.
+    public var descriptor: Int32 { fd.raw }
+
     deinit { _ = ftruncate(fd.raw, 0) }
 
     /// Whether a supervisor holds `<home>/supervisor.lock` now (it may still be starting).

@@ -48,6 +48,9 @@ public enum ProcessControl {
     /// CLOCK_MONOTONIC in nanoseconds.
     public static func monotonicNanoseconds() -> Int64 { cls_monotonic_ns() }
 
+    /// Whether the caller is the process's main thread (its thread id is the pid).
+    public static var isMainThread: Bool { cls_thread_id() == getpid() }
+
     /// How many threads this process has (/proc/self/stat).
     public static func threadCount() throws(SystemError) -> Int {
         let n = cls_thread_count()

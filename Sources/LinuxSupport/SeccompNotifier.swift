@@ -1,4 +1,5 @@
 import CLinuxSupport
+import Dispatch
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -46,6 +47,8 @@ public final class SeccompNotifier: Sendable {
 
     private let epoll: EpollSet
     private let registered = Locked<[Int32: Registration]>([:])
+    /// Set by `handOver`: the thread ends without closing what it holds, and says so.
+    private let handingOver = Locked<DispatchSemaphore?>(nil)
 
     public init() throws(SystemError) {
         epoll = try EpollSet()
@@ -62,6 +65,36 @@ public final class SeccompNotifier: Sendable {
                       answer: @escaping @Sendable (SeccompCall) -> SeccompAnswer) throws(SystemError) {
         let fd = channel.release()
         try add(fd, Registration(process: process, answer: answer, isListener: false))
+    }
+
+    /// Answers `process`'s filter on `listener`, a listener handed over by the previous binary
+    /// (`handOver`) after an upgrade in place.
+    public func adopt(listener: consuming OwnedDescriptor, process: ChildProcess,
+                      answer: @escaping @Sendable (SeccompCall) -> SeccompAnswer) throws(SystemError) {
+        let fd = listener.release()
+        try add(fd, Registration(process: process, answer: answer, isListener: true))
+    }
+
+    /// One descriptor this notifier holds for a worker, for the binary that takes over.
+    public struct Held: Sendable {
+        public var pid: pid_t
+        public var fd: Int32
+        /// The filter's listener (else the channel the listener has yet to come on).
+        public var isListener: Bool
+    }
+
+    /// Ends the answering thread between two answers, without closing anything, and returns what
+    /// it held, for an upgrade in place: no call is left received and unanswered (the worker would
+    /// wait forever), and the listeners stay open for the next binary. The notifier is done after.
+    public func handOver() -> [Held] {
+        let done = DispatchSemaphore(value: 0)
+        handingOver.withLock { $0 = done }
+        epoll.stop()
+        done.wait()
+        return registered.withLock { r in
+            defer { r = [:] }
+            return r.map { Held(pid: $0.value.process.pid, fd: $0.key, isListener: $0.value.isListener) }
+        }
     }
 
     private func add(_ fd: Int32, _ registration: Registration) throws(SystemError) {
@@ -92,6 +125,10 @@ public final class SeccompNotifier: Sendable {
                     takeListener(fd, registration)
                 }
             }
+        }
+        if let handOver = handingOver.withLock({ $0 }) {
+            handOver.signal()
+            return
         }
         let left = registered.withLock { r in defer { r = [:] }; return Array(r.keys) }
         for fd in left { _ = Glibc.close(fd) }

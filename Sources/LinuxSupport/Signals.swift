@@ -14,11 +14,18 @@ public enum LifecycleSignals {
         _ = cls_block_lifecycle_signals()
     }
 
-    /// Starts a thread that waits for them and calls `handler` with each (on that thread).
-    public static func startRelay(_ handler: @escaping @Sendable (Int32) -> Void) {
+    /// Blocks `sig` too (the supervisor's SIGUSR2, which workers leave alone), in the calling
+    /// thread and the threads it makes after.
+    public static func blockAlso(_ sig: Int32) {
+        _ = cls_block_signal(sig)
+    }
+
+    /// Starts a thread that waits for them (and `also`, if not 0) and calls `handler` with each
+    /// (on that thread).
+    public static func startRelay(also: Int32 = 0, _ handler: @escaping @Sendable (Int32) -> Void) {
         Threads.start(name: "signals") {
             while true {
-                let sig = cls_wait_lifecycle_signal()
+                let sig = cls_wait_lifecycle_signal_or(also)
                 if sig > 0 { handler(sig) }
             }
         }

@@ -37,6 +37,8 @@ public struct PluginStatus: Codable, Sendable, Equatable {
     /// The dependencies its worker has a direct link to (docs/protocol.md "Peer links"): its calls
     /// to them skip the supervisor.
     public var links: [String]?
+    /// The version of the supervisor that serves it (after an upgrade in place, the new one's).
+    public var supervisorVersion: String?
 
     /// The new version of an update and its worker.
     public struct Updating: Codable, Sendable, Equatable {

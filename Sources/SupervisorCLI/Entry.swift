@@ -12,5 +12,5 @@ struct SupervisorCommand: ParsableCommand {
         abstract: "Run native plugins, each in its own sandboxed worker process.",
         version: ProductVersion.current,
         subcommands: [Start.self, Status.self, Call.self, Open.self, Send.self, Restart.self, Reload.self, Metrics.self, Events.self, Stop.self,
-                      Install.self, Update.self, Uninstall.self, New.self])
+                      Install.self, Update.self, Uninstall.self, New.self, Upgrade.self, UpgradeProbeCommand.self])
 }

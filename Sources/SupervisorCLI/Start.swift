@@ -2,6 +2,7 @@ import ArgumentParser
 import Logging
 import Bundles
 import LinuxSupport
+import Protocol
 import SupervisorKit
 #if canImport(Glibc)
 import Glibc
@@ -56,6 +57,21 @@ struct Start: ParsableCommand {
     }
 
     func run() throws {
+        // Exec'd by an upgrade in place: until this binary has taken over, a crash or a stall
+        // brings the previous one back with the same handover (docs/operations.md).
+        if let fds = UpgradeHandover.descriptorsFromEnvironment(), !UpgradeHandover.isRescue {
+            try? InPlaceExec.armRescue(previous: fds.previousBinary, seconds: 5)
+            if ProcessEnvironment["SP_TEST_CRASH_ON_TAKEOVER"] == ProductVersion.current {
+                // Tests of the rescue only: this build crashes where a faulty one would.
+                fatalError("SP_TEST_CRASH_ON_TAKEOVER")
+            }
+        }
+        let handover: UpgradeHandover?
+        do { handover = try UpgradeHandover.fromEnvironment() } catch {
+            InPlaceExec.fireRescue("the new binary refused the snapshot: \(error)")
+            StandardError.write("supervisor: \(error)\n")
+            throw ExitCode(1)
+        }
         let level = Logger.Level(rawValue: logLevel)!
         let json = logFormat == "json"
         LoggingSystem.bootstrap { label in
@@ -80,7 +96,7 @@ struct Start: ParsableCommand {
         if noSandbox { settings.sandboxEnabled = false }
         if let mode = workerStart.flatMap(SupervisorConfig.WorkerStart.init(rawValue:)) { settings.workerStart = mode }
         settings.debugPlugins = Set(debug)
-        let supervisor = Supervisor(config: settings, logger: Logger(label: "supervisor"))
+        let supervisor = Supervisor(config: settings, logger: Logger(label: "supervisor"), handover: handover)
         do {
             try supervisor.run { line in
                 print(line)

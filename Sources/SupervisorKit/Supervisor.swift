@@ -33,12 +33,23 @@ public final class Supervisor: Sendable {
     private let watcher = Locked<ChildWatcher?>(nil)
     /// The shutdown promise's future: `run` waits on it.
     private let finished: EventLoopFuture<Void>
+    /// What the previous binary handed over, when this one was exec'd by an upgrade in place.
+    private let handover: UpgradeHandover?
+    /// The main thread's job queue while `run` serves (`supervisor start` only: SpawnerThread).
+    private let spawner = Locked<SpawnerThread?>(nil)
 
     /// With `config.handlesSignals`, blocks the lifecycle signals first: every thread created from
     /// here on (NIO's included) inherits the mask, so the signals reach only the relay thread's
     /// sigwaitinfo. Without it (an embedded host), the process's signals are left alone.
-    public init(config: SupervisorConfig, logger: Logger) {
-        if config.handlesSignals { LifecycleSignals.block() }
+    /// `handover`: what the previous binary handed over, when an upgrade exec'd this one
+    /// (`UpgradeHandover.fromEnvironment`); the supervisor then takes over its workers, sockets and
+    /// state instead of starting plugins.
+    public init(config: SupervisorConfig, logger: Logger, handover: UpgradeHandover? = nil) {
+        if config.handlesSignals {
+            LifecycleSignals.block()
+            LifecycleSignals.blockAlso(SIGUSR2)
+        }
+        self.handover = handover
         self.config = config
         self.logger = logger
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
@@ -94,7 +105,10 @@ public final class Supervisor: Sendable {
     }
 
     private func serve(onReady: @escaping @Sendable (String) -> Void) throws(SupervisorError) {
-        if config.handlesSignals { LifecycleSignals.block() }
+        if config.handlesSignals {
+            LifecycleSignals.block()
+            LifecycleSignals.blockAlso(SIGUSR2)
+        }
         try? ProcessControl.setNotDumpable()
         // The fork server first of all: it loads the worker's code (~3 ms) while the supervisor
         // takes its home, scans the plugin folders and binds its sockets (Lifecycle/WorkerStart.swift).
@@ -102,19 +116,29 @@ public final class Supervisor: Sendable {
         let childWatcher: ChildWatcher
         do { childWatcher = try ChildWatcher() } catch { throw .home(config.home, "cannot watch workers: \(error)") }
         watcher.withLock { $0 = childWatcher }
+        // `supervisor start` makes its children on its main thread, the one an upgrade execs from.
+        let spawnerThread: SpawnerThread? = config.handlesSignals && ProcessControl.isMainThread ? SpawnerThread() : nil
+        spawner.withLock { $0 = spawnerThread }
         onLoop {
             $0.shared.watcher = childWatcher
+            $0.shared.spawner = spawnerThread
             $0.lifecycle.startForkServer()
         }
         try prepareHome()
         let lock: HomeLock
-        do { lock = try HomeLock(home: config.home) } catch {
-            switch error {
-            case .held(_, let pid): throw .alreadyRunning(home: config.home, pid: pid)
-            case .cannotOpen: throw .home(config.home, "\(error)")
+        if let handover {
+            lock = HomeLock(adopting: OwnedDescriptor(handover.snapshot.homeLock))
+        } else {
+            do { lock = try HomeLock(home: config.home) } catch {
+                switch error {
+                case .held(_, let pid): throw .alreadyRunning(home: config.home, pid: pid)
+                case .cannotOpen: throw .home(config.home, "\(error)")
+                }
             }
         }
         defer { withExtendedLifetime(lock) {} }
+        let lockFD = lock.descriptor
+        onLoop { $0.shared.homeLockFD = lockFD }
         // An install interrupted by a crash left its staging folder; the bundles are complete.
         onLoop { $0.installs.store.cleanLeftovers() }
         var cgroups: CgroupTree?
@@ -141,13 +165,23 @@ public final class Supervisor: Sendable {
             notifier?.stop()
         }
         if config.handlesSignals {
-            LifecycleSignals.startRelay { [engine] signal in engine.execute { $0.handleSignal(signal) } }
+            LifecycleSignals.startRelay(also: SIGUSR2) { [engine] signal in engine.execute { $0.handleSignal(signal) } }
         }
         onLoop { $0.lifecycle.loadPlugins() }
+        let snapshot = handover?.snapshot
         if config.servesControlSocket {
-            let server = try ControlServer.bind(config: config, group: group, engine: engine)
+            let server: Channel
+            if let fd = snapshot?.controlListener {
+                server = try ControlServer.adopt(listener: fd, config: config, group: group, engine: engine)
+            } else {
+                server = try ControlServer.bind(config: config, group: group, engine: engine)
+            }
             onLoop { $0.control.listening(on: server) }
-            if config.peerLinks {
+            if let kept = snapshot?.handoff {
+                let handoff = LinkHandoff.adopt(controlSocket: config.socketPath, listener: kept.listener, offers: kept.offers,
+                                                deposits: kept.deposits, maxPayloadBytes: config.maxPayloadMB << 20)
+                onLoop { $0.handoff = handoff }
+            } else if config.peerLinks {
                 do {
                     let handoff = try LinkHandoff.start(controlSocket: config.socketPath, maxPayloadBytes: config.maxPayloadMB << 20)
                     onLoop { $0.handoff = handoff }
@@ -156,14 +190,15 @@ public final class Supervisor: Sendable {
                 }
             }
         }
-        let metricsServer = try MetricsServer.start(config: config, logger: logger, engine: engine)
+        let metricsServer = try MetricsServer.start(config: config, logger: logger, engine: engine, adopting: snapshot?.metricsListener)
         defer { metricsServer?.close(promise: nil) }
         do {
-            onLoop {
+            onLoop { [handover] in
+                $0.metricsListener = metricsServer
                 $0.systemd.start()
-                $0.lifecycle.startAll(onReady: onReady)
+                if let handover { $0.resume(handover) } else { $0.lifecycle.startAll(onReady: onReady) }
             }
-            try finished.wait()
+            try wait(for: finished)
         } catch {
             throw .home(config.home, "the event loop failed: \(error)")
         }
@@ -177,7 +212,21 @@ public final class Supervisor: Sendable {
 
     /// Runs `body` on the loop with the engine and waits for it (only from another thread).
     private func onLoop(_ body: @escaping @Sendable (Engine) -> Void) {
-        _ = try? loop.submit { [engine] in body(engine.value) }.wait()
+        _ = try? wait(for: loop.submit { [engine] in body(engine.value) })
+    }
+
+    /// Waits for `future`; on the main thread of `supervisor start`, serving the spawner's jobs
+    /// meanwhile (the loop may need a child made while the main thread waits for it).
+    private func wait<T: Sendable>(for future: EventLoopFuture<T>) throws -> T {
+        if let spawner = spawner.withLock({ $0 }), spawner.isCurrent {
+            let done = Locked(false)
+            future.whenComplete { _ in
+                done.withLock { $0 = true }
+                spawner.finish()
+            }
+            spawner.serve(until: { done.withLock { $0 } })
+        }
+        return try future.wait()
     }
 
     func prepareHome() throws(SupervisorError) {

@@ -93,6 +93,10 @@ size_t cls_loaded_objects(char *buf, size_t len);
    created later inherit the mask, and ignores SIGPIPE. */
 int cls_block_lifecycle_signals(void);
 /* Waits for one of the lifecycle signals; returns its number, or -errno. */
+/* Blocks `sig` in the calling thread (threads made after inherit it). */
+int cls_block_signal(int sig);
+/* cls_wait_lifecycle_signal, also waiting for `extra` (the supervisor's SIGUSR2; 0: none). */
+int cls_wait_lifecycle_signal_or(int extra);
 int cls_wait_lifecycle_signal(void);
 /* The kernel's name of a signal ("SIGSEGV"), or NULL. */
 const char *cls_signal_name(int sig);
@@ -203,4 +207,23 @@ void cls_send_lock_free_held(cls_send_lock *lock);
 void cls_send_lock_flush_at_exit(cls_send_lock *lock, int fd);
 /* Forgets `lock` for the exit handler above (it is going away). */
 void cls_send_lock_forget_at_exit(cls_send_lock *lock);
+
+/* ---- upgrading in place (upgrade.c) ---- */
+/* Sets (on != 0) or clears FD_CLOEXEC on `fd`: a descriptor handed to the new binary loses it. */
+int cls_set_cloexec(int fd, int on);
+/* execveat(fd, "", AT_EMPTY_PATH): runs the binary opened as `fd` (the file that was checked, even
+   if its path has been replaced since). Returns -errno when it fails (it does not return otherwise). */
+int cls_exec_fd(int fd, char *const argv[], char *const envp[]);
+/* Until cls_rescue_disarm: a fatal signal, or `seconds` passing, execs `previous_binary` with `argv`
+   and `envp` plus SP_UPGRADE_FAILED=<why>, from the main thread (another thread hands it there). */
+int cls_rescue_arm(int previous_binary, char *const argv[], char *const envp[], unsigned seconds);
+/* The rescue, now, with `reason` (the new binary refused what it was handed). Does not return
+   unless the rescue is not armed (-EBADF) or the exec fails. */
+int cls_rescue_fire(const char *reason);
+void cls_rescue_disarm(void);
+/* A memfd named `name` holding `len` bytes of `data`, sealed against any change (F_SEAL_SEAL too),
+   close-on-exec; or -errno. */
+int cls_memfd_sealed(const char *name, const void *data, size_t len);
+/* SO_COOKIE of a socket (unique while the system runs), or 0 when it has none. */
+uint64_t cls_socket_cookie(int fd);
 #endif

@@ -12,7 +12,9 @@ import PluginProtocol
 /// command; the engine takes its requests (Driver/ControlRequests.swift).
 final class ControlServer: SupervisorComponent {
     let shared: Shared
-    private var server: Channel?
+    private(set) var server: Channel?
+    /// The clients connected now (an upgrade hands them over).
+    private(set) var connections: [ObjectIdentifier: ControlConnection] = [:]
 
     init(_ shared: Shared) {
         self.shared = shared
@@ -22,6 +24,9 @@ final class ControlServer: SupervisorComponent {
     func listening(on server: Channel) {
         self.server = server
     }
+
+    func opened(_ connection: ControlConnection) { connections[ObjectIdentifier(connection)] = connection }
+    func gone(_ connection: ControlConnection) { connections[ObjectIdentifier(connection)] = nil }
 
     /// Tells a client why, then drops it.
     func drop(_ connection: ControlConnection, _ error: ErrorBody) {

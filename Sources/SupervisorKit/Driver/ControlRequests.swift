@@ -119,6 +119,20 @@ extension Engine {
             }
             hostMethods.provide(name, by: connection)
             outbox.respond(origin) { try ProtocolJSON.encode(["provided": name]) }
+        case .upgrade:
+            struct Params: Decodable { var binary: String? }
+            var binary: String?
+            if let p = env.params {
+                do {
+                    binary = try ProtocolJSON.decode(Params.self, from: UnsafeRawBufferPointer(rebasing: bytes[p])).binary
+                } catch {
+                    return outbox.answer(origin, error: ErrorBody(.badRequest, "upgrade's params must be {\"binary\": \"<absolute path>\"}: \(error)"))
+                }
+            }
+            if let binary, !binary.hasPrefix("/") {
+                return outbox.answer(origin, error: ErrorBody(.badRequest, "upgrade's binary must be an absolute path, not '\(binary)'"))
+            }
+            upgradeCommand(binary: binary, origin: origin)
         case .stop:
             outbox.respond(origin) { Array(#"{"stopping":true}"#.utf8) }
             lifecycle.shutdown(reason: "supervisor stop")
@@ -256,7 +270,7 @@ extension Engine {
     /// `status`: every plugin in start order (SPEC §6).
     func statusList() -> [PluginStatus] {
         table.inOrder.map { r in
-            PluginStatus(
+            var status = PluginStatus(
                 identifier: r.identifier, version: r.manifest.version.description, state: r.phase.shown,
                 pid: r.instance?.pid, restarts: r.restarts, lastExit: r.lastExit, dependencies: r.dependencyIDs,
                 variant: r.variant ?? r.library, sandbox: r.instance?.hello?.sandbox ?? [],
@@ -267,6 +281,8 @@ extension Engine {
                 workerStart: r.instance.map { $0.forked ? "fork-server" : "exec" },
                 workerStartProblem: r.instance.flatMap { $0.startProblem },
                 links: r.instance.flatMap { $0.linksOut.isEmpty ? nil : $0.linksOut.keys.sorted() })
+            status.supervisorVersion = ProductVersion.current
+            return status
         }
     }
 }

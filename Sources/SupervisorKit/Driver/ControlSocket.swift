@@ -29,26 +29,44 @@ extension ControlServer {
         }
         let old = umask(0o077)
         defer { umask(old) }
-        let maxBody = config.maxFrameBytes
-        let bootstrap = ServerBootstrap(group: group)
-            .serverChannelOption(ChannelOptions.backlog, value: 128)
-            .childChannelOption(ChannelOptions.writeBufferWaterMark, value: Outbox.waterMark)
-            .childChannelOption(ChannelOptions.recvAllocator, value: Outbox.receiveBuffers)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let connection = ControlConnection(channel: channel)
-                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: maxBody)))
-                    try channel.pipeline.syncOperations.addHandler(ControlHandler(engine: engine.value, connection: connection))
-                }
-            }
         let server: Channel
         do {
-            server = try bootstrap.bind(unixDomainSocketPath: path).wait()
+            server = try bootstrap(config: config, group: group, engine: engine).bind(unixDomainSocketPath: path).wait()
         } catch {
             throw .controlSocket(path, "\(error)")
         }
         chmod(path, 0o600)
         return server
+    }
+
+    /// Serves the listener the previous binary handed over in an upgrade (it never closed: a
+    /// client connecting meanwhile waited in its backlog).
+    static func adopt(listener: Int32, config: SupervisorConfig, group: EventLoopGroup, engine: NIOLoopBound<Engine>) throws(SupervisorError) -> Channel {
+        do {
+            return try bootstrap(config: config, group: group, engine: engine).withBoundSocket(listener).wait()
+        } catch {
+            throw .controlSocket(config.socketPath, "cannot take over the listener (descriptor \(listener)): \(error)")
+        }
+    }
+
+    private static func bootstrap(config: SupervisorConfig, group: EventLoopGroup, engine: NIOLoopBound<Engine>) -> ServerBootstrap {
+        let maxBody = config.maxFrameBytes
+        return ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.backlog, value: 128)
+            .childChannelOption(ChannelOptions.writeBufferWaterMark, value: Outbox.waterMark)
+            .childChannelOption(ChannelOptions.recvAllocator, value: Outbox.receiveBuffers)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try Self.addHandlers(channel, connection: ControlConnection(channel: channel), maxBody: maxBody, engine: engine.value)
+                }
+            }
+    }
+
+    /// A client's pipeline: the frame codec (named, with its leftovers kept for an upgrade), then its handler.
+    static func addHandlers(_ channel: Channel, connection: ControlConnection, maxBody: Int, engine: Engine) throws {
+        try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: maxBody, leftovers: connection.leftovers)),
+                                                       name: FrameCodec.handlerName)
+        try channel.pipeline.syncOperations.addHandler(ControlHandler(engine: engine, connection: connection))
     }
 }
 
@@ -95,6 +113,7 @@ final class ControlHandler: ChannelInboundHandler {
                 }
             }
         }
+        engine.control.opened(connection)
         scheduleIdleCheck(context.eventLoop, channel)
         context.fireChannelActive()
     }
@@ -125,6 +144,7 @@ final class ControlHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         connection.closed = true
+        engine.control.gone(connection)
         idleCheck?.cancel()
         // Whatever it was still waiting for is no longer wanted.
         let inFlight = connection.inFlight

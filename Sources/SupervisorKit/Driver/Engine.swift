@@ -44,6 +44,12 @@ final class Engine: SeesShared {
 
     /// The request deadlines' timer (`startTimers`).
     private var deadlines: RepeatedTask?
+    /// An upgrade in place, from its check to its exec (Upgrade/Upgrade.swift).
+    var upgrade = UpgradePhase.idle
+    /// Upgrades this process has been through (the snapshot carries the count on).
+    var upgrades = 0
+    /// The metrics listener (`metricsListen`), handed over in an upgrade.
+    var metricsListener: Channel?
 
 
     init(config: SupervisorConfig, logger: Logger, group: MultiThreadedEventLoopGroup, preflightPIDs: Locked<Set<pid_t>>,
@@ -70,6 +76,7 @@ final class Engine: SeesShared {
         case SIGTSTP: shared.broadcastFromSignal(.background)
         case SIGCONT: shared.broadcastFromSignal(.foreground)
         case SIGHUP: lifecycle.reload { _ in }
+        case SIGUSR2: upgradeCommand(binary: nil, origin: nil)
         default: break
         }
     }

@@ -43,6 +43,11 @@ final class Shared {
 
     /// Set by `Supervisor.serve` before any worker starts.
     var watcher: ChildWatcher?
+    /// The home's lock file, held (handed over in an upgrade).
+    var homeLockFD: Int32?
+    /// The thread that makes children and execs an upgrade (`supervisor start`'s main thread; nil
+    /// for an embedded supervisor, whose children the loop makes).
+    var spawner: SpawnerThread?
     /// Answers for the workers' seccomp filters (nil where it could not start: workers then name
     /// violations themselves, and denials go uncounted).
     var notifier: SeccompNotifier?
@@ -75,6 +80,11 @@ final class Shared {
     /// Call it on the loop, before the work leaves it.
     func handOff<T>(_ values: T) -> NIOLoopBound<T> {
         NIOLoopBound(values, eventLoop: loop)
+    }
+
+    /// Runs `body` on the spawner thread (and waits), or here without one: children are made there.
+    func onSpawnerThread(_ body: () -> Void) {
+        if let spawner { spawner.sync(body) } else { body() }
     }
 
     /// Whether `pid` is one of our workers (they may never use the control socket).

@@ -6,17 +6,22 @@ import PluginProtocol
 
 /// Wires a freshly spawned worker's protocol socket into the event loop.
 enum WorkerChannel {
-    static func connect(_ socket: consuming OwnedDescriptor, for instance: WorkerInstance, engine: Engine) {
+    /// `leftover`: bytes of a frame the previous binary had read from it before an upgrade.
+    static func connect(_ socket: consuming OwnedDescriptor, for instance: WorkerInstance, engine: Engine, leftover: [UInt8] = []) {
         // The channel is made on the engine's loop (its only one): the initializer runs there.
         let back = engine.handOff((engine: engine, instance: instance))
         let maxBody = engine.config.maxFrameBytes
+        let leftovers = FrameCodec.Leftovers()
+        instance.frameLeftovers = leftovers
+        instance.socketFD = socket.raw
         ClientBootstrap(group: engine.loop)
             .channelOption(ChannelOptions.autoRead, value: true)
             .channelOption(ChannelOptions.writeBufferWaterMark, value: Outbox.waterMark)
             .channelOption(ChannelOptions.recvAllocator, value: Outbox.receiveBuffers)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: maxBody)))
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: maxBody, leftovers: leftovers)),
+                                                                   name: FrameCodec.handlerName)
                     try channel.pipeline.syncOperations.addHandler(WorkerHandler(engine: back.value.engine, instance: back.value.instance))
                 }
             }
@@ -26,6 +31,12 @@ enum WorkerChannel {
                 case .success(let channel):
                     if instance.phase.hasExited { channel.close(promise: nil) } else {
                         instance.connection = .open(channel)
+                        if !leftover.isEmpty { Upgrade.feed(leftover, to: channel) }
+                        // A worker taken over in an upgrade runs already: calls that came before its
+                        // socket was wired in waited for this.
+                        if instance.phase == .running, let record = engine.table[instance.identifier], record.instance === instance {
+                            engine.router.forwardWaiting(record)
+                        }
                         // A standby told to load before its socket was wired in.
                         engine.lifecycle.sendLoad(instance)
                     }
@@ -96,7 +107,9 @@ final class OutputCapture: ChannelInboundHandler {
         self.stream = stream
     }
 
-    static func attach(_ descriptor: consuming OwnedDescriptor, stream: String, plugin: String, shared: Shared) {
+    /// Returns the descriptor's number (NIO owns it now), for an upgrade to hand over.
+    @discardableResult
+    static func attach(_ descriptor: consuming OwnedDescriptor, stream: String, plugin: String, shared: Shared) -> Int32 {
         let fd = descriptor.release()
         let logger = shared.logger
         NIOPipeBootstrap(group: shared.loop)
@@ -110,6 +123,7 @@ final class OutputCapture: ChannelInboundHandler {
                 _ = OwnedDescriptor(fd)  // NIO did not take it: close it
                 logger.warning("cannot capture \(stream): \(error)", metadata: ["plugin": "\(plugin)"])
             }
+        return fd
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

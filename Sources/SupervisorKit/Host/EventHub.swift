@@ -69,6 +69,11 @@ final class EventHub {
         connection.following.insert(id)
     }
 
+    /// A client's `events` requests being followed, with their plugin (an upgrade hands them over).
+    func following(_ connection: ControlConnection) -> [(id: UInt64, plugin: String?)] {
+        (followers[ObjectIdentifier(connection)] ?? [:]).map { ($0.key, $0.value.plugin) }.sorted { $0.id < $1.id }
+    }
+
     /// Stops one `events` request of a client (its `cancel`), or all of them (it went away).
     func unfollow(_ connection: ControlConnection, id: UInt64? = nil) {
         let key = ObjectIdentifier(connection)

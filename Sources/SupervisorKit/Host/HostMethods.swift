@@ -71,6 +71,9 @@ final class HostMethods: SupervisorComponent {
         metrics.hostMethodProviders = providers.values.reduce(0) { $0 + $1.count }
     }
 
+    /// No plugin's call of a host method is being served (an upgrade waits for that).
+    var isIdle: Bool { running.values.allSatisfy(\.isEmpty) }
+
     /// A control client provides `name` (its `provide` request): from now on it gets the calls.
     func provide(_ name: String, by connection: ControlConnection) {
         var stack = providers[name] ?? []

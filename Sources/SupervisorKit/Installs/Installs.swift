@@ -21,6 +21,8 @@ final class Installs: SupervisorComponent {
     /// What the install queue may use.
     let runner: InstallerRunner
     let store: BundleStore
+    /// Installs and updates between their request and their outcome (an upgrade waits for none).
+    var inFlight = 0
     /// Callers waiting for an on-demand install, by plugin.
     var onDemandWaiters: [String: [(ErrorBody?) -> Void]] = [:]
 
@@ -98,7 +100,9 @@ final class Installs: SupervisorComponent {
     /// `done` runs on the loop.
     func install(source: String, entry: CatalogEntry?, options: InstallOptions, origin: ReplyOrigin?,
                  _ done: @escaping (Result<String, ErrorBody>) -> Void) {
+        inFlight += 1
         let done: (Result<String, ErrorBody>) -> Void = { [self] result in
+            inFlight -= 1
             switch result {
             case .success: shared.metrics.installed(outcome: "ok")
             case .failure(let error): shared.metrics.installed(outcome: error.code)

@@ -34,6 +34,9 @@ struct ForkServerState<Server: AnyObject> {
     /// A server launched and not yet answered.
     var launching: Server? { if case .launching(let s) = phase { s } else { nil } }
     /// Whether one is running or coming (so none is to be launched).
+    /// The one launched or ready, if any.
+    var current: Server? { ready ?? launching }
+
     var isRunningOrComing: Bool {
         switch phase {
         case .ready, .launching: true

@@ -167,8 +167,9 @@ extension Lifecycle {
         table.workerSpawned(instance)
         logger.debug("spawned worker", metadata: ["plugin": "\(id)", "pid": "\(instance.pid)", "version": "\(manifest.version)"])
         effects.post(.connect(instance, socket: spawned.socket.release()))
-        OutputCapture.attach(spawned.stdout, stream: "stdout", plugin: id, shared: shared)
-        OutputCapture.attach(spawned.stderr, stream: "stderr", plugin: id, shared: shared)
+        let out = OutputCapture.attach(spawned.stdout, stream: "stdout", plugin: id, shared: shared)
+        let err = OutputCapture.attach(spawned.stderr, stream: "stderr", plugin: id, shared: shared)
+        instance.outputFDs = (out, err)
 
         if !standby { armStartupDeadline(instance) }
         return .success(SpawnedWorker(instance: instance, library: library.path, variant: library.variant))

@@ -13,11 +13,18 @@ extension Lifecycle {
     func startForkServer() {
         loop.preconditionInEventLoop()
         guard config.workerStart == .forkServer, !forkServer.isRunningOrComing, !isShuttingDown else { return }
+        var launched: Result<ForkServerConnection, ForkServerError>?
+        // Made by the spawner thread: its workers' parent is the thread that made it (CLONE_PARENT).
+        shared.onSpawnerThread {
+            // Sandboxed workers without `network` each get a network namespace: it makes two ahead.
+            launched = Result { () throws(ForkServerError) in
+                try ForkServerConnection.launch(executable: config.forkServerExecutable, library: config.workerLibrary,
+                                                emptyNetworks: config.sandboxEnabled ? Self.emptyNetworksAhead : 0)
+            }
+        }
         let server: ForkServerConnection
         do {
-            // Sandboxed workers without `network` each get a network namespace: it makes two ahead.
-            server = try ForkServerConnection.launch(executable: config.forkServerExecutable, library: config.workerLibrary,
-                                           emptyNetworks: config.sandboxEnabled ? Self.emptyNetworksAhead : 0)
+            server = try launched!.get()
         } catch {
             forkServer.launchFailed("the fork server could not start: \(error); workers are exec'd")
             logger.warning("\(forkServer.problem ?? "")")
@@ -110,7 +117,17 @@ extension Lifecycle {
             // Given up or failed to launch (`forkServer.problem`), or ended and not yet started again.
             problem = forkServer.problem ?? "no fork server was ready (the last one ended and another is starting); this worker was exec'd"
         }
-        return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment, descriptorChannel: descriptorChannel,
-                                 payloadChannel: true, isolated: isolated)
+        var made: SpawnedChild? = nil
+        var failure: SystemError?
+        shared.onSpawnerThread {
+            do throws(SystemError) {
+                made = try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment, descriptorChannel: descriptorChannel,
+                                         payloadChannel: true, isolated: isolated)
+            } catch {
+                failure = error
+            }
+        }
+        if let failure { throw failure }
+        return made.take()!
     }
 }

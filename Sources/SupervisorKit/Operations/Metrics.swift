@@ -99,6 +99,18 @@ final class Metrics: SupervisorComponent {
         mirror?.count("supervisor_installs_total", [("outcome", outcome)])
     }
 
+    private var upgrades: [String: Counter] = [:]
+
+    /// An upgrade in place that did not happen (its error code); the one that did is counted by
+    /// the new binary (`ok`), whose counters start from zero.
+    func upgraded(outcome: String) {
+        cached(&upgrades, outcome) {
+            registry.makeCounter(name: "supervisor_upgrades_total", labels: [("outcome", outcome)],
+                                 help: "Upgrades of the supervisor in place, by outcome: ok (counted by the new binary) or the error code.")
+        }.increment()
+        mirror?.count("supervisor_upgrades_total", [("outcome", outcome)])
+    }
+
     private var controlDrops: [String: Counter] = [:]
 
     /// A control client was dropped: `protocolViolation` (garbage, a bad frame), `idle`, or

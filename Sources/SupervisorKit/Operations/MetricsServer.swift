@@ -39,7 +39,8 @@ struct MetricsEndpoint: Equatable {
 /// supervisor's own event loop: a scrape reads the same state the loop owns, without a lock.
 enum MetricsServer {
     /// Binds `config.metricsListen` if set; nil when not. A bind failure stops the start with the reason.
-    static func start(config: SupervisorConfig, logger: Logger, engine: NIOLoopBound<Engine>) throws(SupervisorError) -> Channel? {
+    /// `adopting`: the listener the previous binary handed over in an upgrade (bound already).
+    static func start(config: SupervisorConfig, logger: Logger, engine: NIOLoopBound<Engine>, adopting: Int32? = nil) throws(SupervisorError) -> Channel? {
         guard let listen = config.metricsListen else { return nil }
         let endpoint: MetricsEndpoint
         do { endpoint = try MetricsEndpoint(listen) } catch {
@@ -53,6 +54,11 @@ enum MetricsServer {
                     try channel.pipeline.syncOperations.addHandler(MetricsHandler(engine.value.shared))
                 }
             }
+        if let adopting {
+            do { return try bootstrap.withBoundSocket(adopting).wait() } catch {
+                throw .config(file: "metrics.listen", reason: "cannot take over the listener of \(listen) (descriptor \(adopting)): \(error)")
+            }
+        }
         do {
             let channel = try bootstrap.bind(host: endpoint.host, port: endpoint.port).wait()
             let shown = endpoint.host.contains(":") ? "[\(endpoint.host)]:\(endpoint.port)" : "\(endpoint.host):\(endpoint.port)"

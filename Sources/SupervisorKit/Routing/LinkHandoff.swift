@@ -42,6 +42,41 @@ final class LinkHandoff: Sendable {
         let until: Int64
     }
 
+    /// A descriptor kept for a token, as an upgrade hands it to the next binary.
+    struct Kept: Codable, Sendable {
+        var token: String
+        var fd: Int32
+        var tag: UInt64
+        var until: Int64
+    }
+
+    /// The listener and what is kept for tokens, for the binary an upgrade execs (the serving
+    /// thread goes on until the exec ends it: a client picking up at that moment sees the end of
+    /// its connection, and its call goes through the supervisor).
+    func handOver() -> (listener: Int32, offers: [Kept], deposits: [Kept]) {
+        func kept(_ table: Locked<[String: Offer]>) -> [Kept] {
+            table.withLock { $0.map { Kept(token: $0.key, fd: $0.value.fd, tag: $0.value.tag, until: $0.value.until) } }
+        }
+        return (listener, kept(offers), kept(deposits))
+    }
+
+    /// Serves the listener the previous binary handed over, with what it kept.
+    static func adopt(controlSocket: String, listener: Int32, offers: [Kept], deposits: [Kept],
+                      maxPayloadBytes: Int) -> LinkHandoff {
+        _ = cls_set_cloexec(listener, 1)
+        let handoff = LinkHandoff(path: controlSocket + ".links", listener: listener, maxPayloadBytes: maxPayloadBytes)
+        for (table, list) in [(handoff.offers, offers), (handoff.deposits, deposits)] {
+            table.withLock { t in
+                for k in list {
+                    _ = cls_set_cloexec(k.fd, 1)
+                    t[k.token] = Offer(fd: k.fd, tag: k.tag, until: k.until)
+                }
+            }
+        }
+        Threads.start(name: "link-handoff") { handoff.serve() }
+        return handoff
+    }
+
     /// Binds `<controlSocket>.links` and starts serving it; nil (logged by the caller) when it
     /// cannot: clients' calls then go through the supervisor.
     static func start(controlSocket: String, maxPayloadBytes: Int = Attachments.defaultMaxPayloadMB << 20) throws(SystemError) -> LinkHandoff {

@@ -101,9 +101,24 @@ extension Outbox {
 struct FrameCodec: ByteToMessageDecoder {
     typealias InboundOut = ByteBuffer
     var parser: FrameParser
+    /// Where the bytes of a frame not yet whole go when the codec is taken out of its pipeline for
+    /// an upgrade (Upgrade/Quiesce.swift); nil for a connection that is never handed over.
+    let leftovers: Leftovers?
 
-    init(maxBody: Int) {
+    init(maxBody: Int, leftovers: Leftovers? = nil) {
         parser = FrameParser(maxBody: maxBody)
+        self.leftovers = leftovers
+    }
+
+    /// The name the codec has in a pipeline (an upgrade removes it by that name).
+    static let handlerName = "frames"
+
+    /// The bytes a codec held when it was removed: what the next binary reads first.
+    final class Leftovers {
+        /// Set just before the codec is removed: only then are the bytes it holds kept (at the
+        /// end of a stream they are an incomplete frame, as always).
+        var collecting = false
+        var bytes: [UInt8] = []
     }
 
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
@@ -114,6 +129,9 @@ struct FrameCodec: ByteToMessageDecoder {
 
     mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
         while try decode(context: context, buffer: &buffer) == .continue {}
+        if let leftovers, leftovers.collecting, !seenEOF {
+            leftovers.bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
+        }
         return .needMoreData
     }
 }

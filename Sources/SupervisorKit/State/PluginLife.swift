@@ -36,6 +36,12 @@ struct PluginLife: Sendable {
         self.phase = phase
     }
 
+    /// The counts the previous binary kept, after an upgrade in place (Upgrade/Resume.swift).
+    mutating func restore(restarts: Int, hasRun: Bool) {
+        self.restarts = restarts
+        self.hasRun = hasRun
+    }
+
     /// Moves to `next` if `PluginPhase` allows it; false (and nothing changes) if not.
     mutating func move(to next: PluginPhase) -> Bool {
         guard PluginPhase.allows(from: phase, to: next) else { return false }

@@ -238,6 +238,11 @@ final class WorkerInstance {
     /// A standby told to load its plugin before its socket was wired into the loop: the order goes
     /// out as soon as it is (WorkerChannel).
     var loadOrdered = false
+    /// The descriptors NIO holds for it (its socket, stdout, stderr) and its frame codec's
+    /// leftovers: what an upgrade hands to the next binary (Upgrade/).
+    var socketFD: Int32 = -1
+    var outputFDs: (stdout: Int32, stderr: Int32)?
+    var frameLeftovers: FrameCodec.Leftovers?
 
     init(process: ChildProcess, manifest: Manifest, temporaryFolder: String, now: NIODeadline) {
         self.process = process

@@ -40,6 +40,10 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     /// Credit for `n` more chunks of the stream of call `id`: from the caller for the answer's
     /// chunks; with `"input": true`, from the callee for the input's.
     case credit
+    /// Client → supervisor: replace the supervisor's binary in place (SPEC §14), optional
+    /// `params` `{"binary": "<absolute path>"}` (default: the path the running binary was started
+    /// from); answered by whichever binary carries on (docs/protocol.md, "Upgrading in place").
+    case upgrade
 }
 
 /// Lifecycle event names (SPEC §3).

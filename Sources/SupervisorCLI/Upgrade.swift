@@ -1,0 +1,53 @@
+import ArgumentParser
+import LinuxSupport
+import Protocol
+import SupervisorClient
+import SupervisorKit
+
+struct Upgrade: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "upgrade",
+        abstract: "Replace the running supervisor with a new binary in place, without stopping a plugin (as SIGUSR2 does).",
+        discussion: """
+            The supervisor checks the binary (an executable of this architecture that reads its state), waits until no call \
+            passes through it, and execs it with the same pid: workers keep their pids, state and restart counts, calls over \
+            direct links go on, and control clients keep their connections. A binary that crashes, refuses the state or does \
+            not take over within 5 s leaves the old one serving, unchanged. Prints {"upgraded": {"from", "to", "pid", \
+            "workers", "pauseMs"}}; refused: the reason on stderr, exit 1.
+            """)
+
+    @Option(help: "The new binary (default: the path the running supervisor was started from, e.g. after a package upgrade replaced it).")
+    var binary: String?
+
+    @OptionGroup var options: ClientOptions
+
+    func run() throws {
+        let path = binary.map(FileSystem.absolute)
+        try options.run(.upgrade) { b in
+            if let path { b.raw("params", Array(#"{"binary":\#(jsonString(path))}"#.utf8)) }
+        }
+    }
+
+    private func jsonString(_ s: String) -> String {
+        var out = "\""
+        for scalar in s.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case _ where scalar.value < 0x20: out += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+}
+
+/// Asked by a running supervisor before it execs this binary in place of itself: which version
+/// this is and which snapshot formats it reads (one JSON line). Not for people.
+struct UpgradeProbeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "upgrade-probe", shouldDisplay: false)
+
+    func run() throws {
+        print(UpgradeHandover.probeAnswer)
+    }
+}

@@ -1,0 +1,216 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Bundles
+import LinuxSupport
+import Logging
+import NIOCore
+import NIOPosix
+import PluginProtocol
+import Protocol
+
+/// The new binary's side of an upgrade in place (Upgrade.swift has the old one's): the plugins the
+/// folders hold are read as at any start, then each worker of the snapshot is taken over as it
+/// runs (its pid, pidfd, sockets, cgroup, sandbox facts, restarts), and so are the control
+/// clients (with what they follow, provide and hold), the links between them and the notifier's
+/// listeners. Plugins that were waiting for a restart start now; nothing else is spawned, and no
+/// plugin hears anything.
+extension Engine {
+    func resume(_ handover: UpgradeHandover) {
+        loop.preconditionInEventLoop()
+        let s = handover.snapshot
+        // Close-on-exec again: the next exec hands over only what the next snapshot names.
+        try? InPlaceExec.keepAcrossExec(s.descriptors, false)
+        upgrades = s.upgrades + (handover.failure == nil ? 1 : 0)
+        router.nextLinkNumber = s.nextLinkNumber
+        if let old = s.oldForkServer {
+            // Its socket closed with the exec: it is ending. Reaped here; this binary has its own.
+            let process = ChildProcess.adopt(pid: old.pid, pidfd: OwnedDescriptor(old.pidfd))
+            try? shared.watcher?.watch(process) { _ in }
+        }
+        shared.phase = s.launched ? .launched : .starting
+        for saved in s.plugins {
+            guard let record = table[saved.identifier] else {
+                // Its folder is gone: the running worker goes as a removed plugin's would.
+                if let w = saved.worker { endOrphan(w, saved.identifier) }
+                continue
+            }
+            record.life.restore(restarts: saved.restarts, hasRun: saved.hasRun)
+            record.problem = saved.problem
+            record.lastError = saved.lastError
+            record.life.lastExit = saved.lastExit
+            record.sandboxDenials = saved.sandboxDenials
+            switch saved.phase {
+            case "running":
+                guard let w = saved.worker else { continue }
+                adoptWorker(record, w)
+            case "failed":
+                if record.phase != .failed(byDependency: false) { _ = record.move(to: .failed(byDependency: false), logger: logger) }
+                record.problem = saved.problem
+            case "stopped":
+                _ = record.move(to: .stopped, logger: logger)
+            default:
+                // A restart was waiting for its delay: it starts now (startWaitingPlugins).
+                break
+            }
+        }
+        for held in s.notifier { watchFilter(pid: held.pid, fd: held.fd, isListener: held.isListener) }
+        for link in s.links {
+            guard let callerID = link.callerPlugin, let caller = table[callerID]?.instance, let callee = table[link.callee]?.instance else { continue }
+            let restored = PeerLink(number: link.number, caller: .worker(caller), callee: callee)
+            caller.linksOut[callee.identifier] = restored
+            callee.linksIn[ObjectIdentifier(restored)] = restored
+        }
+        for (index, saved) in s.connections.enumerated() {
+            adoptConnection(saved) { [self] connection in
+                connection.nextHostCallID = saved.nextHostCallID
+                for follow in saved.following { events.follow(connection, id: follow.id, plugin: follow.plugin) }
+                for name in saved.provides { hostMethods.provide(name, by: connection) }
+                for link in s.links where link.callerConnection == index {
+                    guard let callee = table[link.callee]?.instance else { continue }
+                    let restored = PeerLink(number: link.number, caller: .client(connection), callee: callee)
+                    connection.linksOut[callee.identifier] = restored
+                    callee.linksIn[ObjectIdentifier(restored)] = restored
+                }
+                if let requester = s.requester, requester.connection == index {
+                    connection.outstanding += 1
+                    answerUpgrade(handover, to: .client(connection, id: requester.id))
+                }
+            }
+        }
+        if s.systemdReady { systemd.ready() }
+        lifecycle.startAll { _ in }
+        // Taken over: a crash from here on is this binary's own.
+        handover.tookOver()
+        let pauseMs = Double(ProcessControl.monotonicNanoseconds() - s.pausedAtNs) / 1e6
+        if let failure = handover.failure {
+            logger.error("upgrade failed (\(failure)); \(ProductVersion.current) carries on with every plugin as it was")
+            metrics.upgraded(outcome: ErrorCode.unavailable.rawValue)
+        } else {
+            logger.notice("upgraded from \(s.fromVersion) to \(ProductVersion.current): \(s.plugins.compactMap(\.worker).count) workers taken over in \(String(format2: pauseMs)) ms")
+            metrics.upgraded(outcome: "ok")
+        }
+        if s.requester == nil, handover.failure == nil {
+            // SIGUSR2: only the log says so.
+        }
+    }
+
+    /// The requester's answer: the new version and the pause, or (the previous binary brought
+    /// back) why the upgrade failed.
+    private func answerUpgrade(_ handover: UpgradeHandover, to origin: ReplyOrigin) {
+        let s = handover.snapshot
+        if let failure = handover.failure {
+            outbox.answer(origin, error: ErrorBody(.unavailable, "no upgrade: \(failure); \(ProductVersion.current) carries on unchanged"))
+            return
+        }
+        let pauseMs = Double(ProcessControl.monotonicNanoseconds() - s.pausedAtNs) / 1e6
+        let answer = UpgradeAnswer(from: s.fromVersion, to: ProductVersion.current, pid: getpid(), workers: s.plugins.compactMap(\.worker).count,
+                                   pauseMs: (pauseMs * 1000).rounded() / 1000)
+        outbox.respond(origin) { try ProtocolJSON.encode(["upgraded": answer]) }
+    }
+
+    /// A worker the snapshot names, taken over as it runs.
+    private func adoptWorker(_ record: PluginRecord, _ w: UpgradeSnapshot.Worker) {
+        let process = ChildProcess.adopt(pid: w.pid, pidfd: OwnedDescriptor(w.pidfd))
+        var manifest = record.manifest
+        if manifest.version.description != w.version || manifest.bundle != w.bundle {
+            // The folders changed under the running worker (an offline swap): it runs what it loaded.
+            if let loaded = try? Manifest.load(bundle: w.bundle) { manifest = loaded }
+        }
+        let instance = WorkerInstance(process: process, manifest: manifest, temporaryFolder: w.temporaryFolder,
+                                      now: .now() - .nanoseconds(w.ageNs))
+        for phase in [WorkerPhase.loaded, .startingUp, .running] { instance.move(to: phase, logger: logger) }
+        instance.hello = HelloFacts(sandbox: w.sandbox, sandboxMissing: w.sandboxMissing)
+        instance.timings = w.timings
+        instance.forked = w.forked
+        instance.startProblem = w.startProblem
+        if let library = w.library { instance.library = (library, FileStamp(path: library)) }
+        if let folders = w.cgroup, let version = w.cgroupVersion.flatMap(CgroupTree.Version.init(rawValue:)) {
+            instance.cgroup = CgroupGroup(version: version, folders: folders)
+        }
+        instance.descriptorChannel = w.descriptorChannel
+        instance.payloadChannel = w.payloadChannel
+        instance.nextID = w.nextID
+        instance.linkedCallees = Set(w.linkedCallees)
+        record.instance = instance
+        record.library = w.library
+        record.variant = w.variant
+        // Running before its socket is wired in (which may complete at once, on the loop): calls
+        // that came meanwhile go to it then.
+        _ = record.move(to: .starting, logger: logger)
+        _ = record.move(to: .running, logger: logger)
+        table.workerSpawned(instance)
+        let back = handOff((lifecycle: lifecycle, instance: instance))
+        do {
+            try shared.watcher?.watch(process) { exit in back.execute { $0.lifecycle.childExited($0.instance, exit) } }
+        } catch {
+            logger.error("upgrade: cannot watch the worker of \(record.identifier) (pid \(w.pid)): \(error); it is ended")
+            process.signal(SIGKILL)
+        }
+        WorkerChannel.connect(OwnedDescriptor(w.socket), for: instance, engine: self, leftover: w.leftover)
+        let out = w.stdout.map { OutputCapture.attach(OwnedDescriptor($0), stream: "stdout", plugin: record.identifier, shared: shared) }
+        let err = w.stderr.map { OutputCapture.attach(OwnedDescriptor($0), stream: "stderr", plugin: record.identifier, shared: shared) }
+        if let out, let err { instance.outputFDs = (out, err) }
+    }
+
+    /// A running worker of a plugin whose folder is gone: ended (its record went with the folder).
+    private func endOrphan(_ w: UpgradeSnapshot.Worker, _ identifier: String) {
+        logger.warning("upgrade: \(identifier) is no longer in the plugin folders; its worker (pid \(w.pid)) is ended")
+        let process = ChildProcess.adopt(pid: w.pid, pidfd: OwnedDescriptor(w.pidfd))
+        process.signal(SIGKILL)
+        try? shared.watcher?.watch(process) { _ in }
+        let fds: [Int32?] = [w.socket, w.descriptorChannel, w.payloadChannel, w.stdout, w.stderr]
+        for fd in fds.compactMap({ $0 }) { close(fd) }
+        if let folders = w.cgroup, let version = w.cgroupVersion.flatMap(CgroupTree.Version.init(rawValue:)) {
+            let group = CgroupGroup(version: version, folders: folders)
+            let remove: @Sendable () -> Void = { group.remove() }
+            loop.scheduleTask(in: .milliseconds(100)) { remove() }
+        }
+    }
+
+    /// A control client's connection, made a channel again; `restore` runs once it is one.
+    private func adoptConnection(_ saved: UpgradeSnapshot.Connection, restore: @escaping (ControlConnection) -> Void) {
+        let maxBody = config.maxFrameBytes
+        let me = handOff(self)
+        let back = handOff(restore)
+        ClientBootstrap(group: loop)
+            .channelOption(ChannelOptions.writeBufferWaterMark, value: Outbox.waterMark)
+            .channelOption(ChannelOptions.recvAllocator, value: Outbox.receiveBuffers)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try ControlServer.addHandlers(channel, connection: ControlConnection(channel: channel), maxBody: maxBody, engine: me.value)
+                }
+            }
+            .withConnectedSocket(saved.fd)
+            .assumeIsolated().whenComplete { result in
+                let engine = me.value
+                switch result {
+                case .success(let channel):
+                    guard let connection = engine.control.connections.values.first(where: { $0.channel === channel }) else { return }
+                    back.value(connection)
+                    if !saved.leftover.isEmpty { Upgrade.feed(saved.leftover, to: channel) }
+                case .failure(let error):
+                    engine.logger.warning("upgrade: cannot take over a control client's connection (descriptor \(saved.fd)): \(error)")
+                }
+            }
+    }
+}
+
+/// `upgrade`'s answer (docs/protocol.md): the versions, the supervisor's pid (the same), the
+/// workers taken over, and the pause: from the moment the old binary stopped reading its sockets
+/// to this answer.
+struct UpgradeAnswer: Codable, Sendable {
+    var from: String
+    var to: String
+    var pid: Int32
+    var workers: Int
+    var pauseMs: Double
+}
+
+extension String {
+    /// `value` with two decimals.
+    init(format2 value: Double) {
+        let hundredths = Int((value * 100).rounded())
+        self = "\(hundredths / 100).\(String(repeating: "0", count: hundredths % 100 < 10 ? 1 : 0))\(hundredths % 100)"
+    }
+}

@@ -1,0 +1,75 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import LinuxSupport
+import PluginProtocol
+
+/// Asks a binary, before the supervisor execs it in place of itself, whether it runs here and which
+/// snapshot formats it reads: `<binary> upgrade-probe` prints `UpgradeHandover.probeAnswer`. A binary
+/// that crashes, hangs or answers anything else is not exec'd, and nothing changes.
+enum UpgradeProbe {
+    struct Refusal: Error, CustomStringConvertible {
+        var m: String
+        var description: String { m }
+    }
+
+    struct Answer: Decodable {
+        var version: String
+        var snapshotFormats: [Int]
+    }
+
+    /// Runs the probe (by its path: the spawn closes every descriptor above 5) and reads its answer within
+    /// `timeoutSeconds`; or says what went wrong.
+    static func run(_ binary: InPlaceExec.Binary, timeoutSeconds: Int) -> Result<Answer, Refusal> {
+        let spawned: SpawnedChild
+        do {
+            spawned = try Spawner.spawn(executable: binary.path, arguments: ["upgrade-probe"])
+        } catch {
+            return .failure(Refusal(m: "\(binary.path) cannot be run: \(error)"))
+        }
+        let process = spawned.process
+        let out = spawned.stdout.raw
+        var output: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        let deadline = ProcessControl.monotonicNanoseconds() + Int64(timeoutSeconds) * 1_000_000_000
+        var timedOut = false
+        while output.count < 65536 {
+            let left = deadline - ProcessControl.monotonicNanoseconds()
+            if left <= 0 { timedOut = true; break }
+            var p = pollfd(fd: out, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&p, 1, Int32(min(left / 1_000_000 + 1, 1000)))
+            if ready < 0 { if errno == EINTR { continue }; break }
+            if ready == 0 { continue }
+            let n = read(out, &chunk, chunk.count)
+            if n < 0 { if errno == EINTR { continue }; break }
+            if n == 0 { break }
+            output += chunk[0..<n]
+        }
+        if timedOut { process.signal(SIGKILL) }
+        let exit = try? process.wait()
+        if timedOut { return .failure(Refusal(m: "\(binary.path) did not answer `upgrade-probe` within \(timeoutSeconds) s")) }
+        guard let exit else { return .failure(Refusal(m: "\(binary.path) ended and could not be waited for")) }
+        if exit.signaled { return .failure(Refusal(m: "\(binary.path) crashed (\(exit.signalName)) when asked `upgrade-probe`")) }
+        guard exit.code == 0 else {
+            let said = String(decoding: spawned.stderrTail(), as: UTF8.self)
+            return .failure(Refusal(m: "\(binary.path) exited with status \(exit.code) when asked `upgrade-probe`\(said.isEmpty ? "" : ": \(said)")"))
+        }
+        let line = output.split(separator: 0x0A).last.map(Array.init) ?? []
+        guard let answer = try? ProtocolJSON.decode(Answer.self, from: line) else {
+            return .failure(Refusal(m: "\(binary.path) is not a supervisor that can take over (its `upgrade-probe` answer is not one: \(String(decoding: line.prefix(120), as: UTF8.self)))"))
+        }
+        return .success(answer)
+    }
+}
+
+extension SpawnedChild {
+    /// What the child wrote on stderr, up to 512 bytes, without waiting (it has ended).
+    func stderrTail() -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: 512)
+        let flags = fcntl(stderr.raw, F_GETFL)
+        _ = fcntl(stderr.raw, F_SETFL, flags | O_NONBLOCK)
+        let n = read(stderr.raw, &buffer, buffer.count)
+        guard n > 0 else { return [] }
+        return Array(buffer[0..<n]).split(separator: 0x0A).first.map(Array.init) ?? []
+    }
+}
