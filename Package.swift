@@ -75,7 +75,7 @@ let package = Package(
         // The control protocol (client ⇄ supervisor): where a supervisor is, the requests' answers
         // (status, send, reload, update, progress). Values only; shared by the supervisor, the CLI
         // and the client libraries. The plugin wire protocol is the SDK's PluginProtocol.
-        .target(name: "Protocol", dependencies: [.product(name: "PluginProtocol", package: "SDK")], path: "Sources/Protocol"),
+        .target(name: "Protocol", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "CLinuxSupport"], path: "Sources/Protocol"),
         // Blocking framed connections (worker, CLI, installer preflight).
         .target(name: "IPC", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "CLinuxSupport", "LinuxSupport"], path: "Sources/IPC"),
         // Plugin bundles on disk: manifests, versions, the dependency graph, variants, the bundle

@@ -24,21 +24,8 @@ struct Upgrade: ParsableCommand {
     func run() throws {
         let path = binary.map(FileSystem.absolute)
         try options.run(.upgrade) { b in
-            if let path { b.raw("params", Array(#"{"binary":\#(jsonString(path))}"#.utf8)) }
+            if let path { b.object("params", ["binary": .string(path)]) }
         }
-    }
-
-    private func jsonString(_ s: String) -> String {
-        var out = "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case _ where scalar.value < 0x20: out += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count) + String(scalar.value, radix: 16)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
     }
 }
 

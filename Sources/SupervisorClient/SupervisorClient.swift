@@ -211,6 +211,17 @@ public final class SupervisorClient: Sendable {
         return outcome
     }
 
+    /// Replaces the running supervisor with `binary` (default: the path it was started from) in
+    /// place, without stopping a plugin (SPEC §14): answered by the new binary once it has taken
+    /// over; an error (`badRequest`, `unavailable`) names why when the old one carries on. This
+    /// client's connection, its event streams and the methods it provides go on across it.
+    public func upgrade(binary: String? = nil, timeout: Duration = .seconds(30)) async throws -> UpgradeOutcome {
+        struct Answer: Decodable { var upgraded: UpgradeOutcome }
+        return try HostCoding.decode(Answer.self, try await request(.upgrade, timeout: timeout) { b in
+            if let binary { b.object("params", ["binary": .string(binary)]) }
+        }, of: "upgrade").upgraded
+    }
+
     /// Every plugin in start order, as `supervisor status --json` shows it.
     public func status() async throws -> [PluginStatus] {
         try HostCoding.decode([PluginStatus].self, try await request(.status) { _ in }, of: "status")

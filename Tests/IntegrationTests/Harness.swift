@@ -67,6 +67,20 @@ enum Build {
         return lib
     }
 
+    /// A C program built with plain `cc` (a misbehaving binary for a test).
+    static func cProgram(_ name: String, source: String) throws -> String {
+        cLock.lock()
+        defer { cLock.unlock() }
+        let out = dir + "/fixtures-c"
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        let program = out + "/\(name)"
+        let src = out + "/\(name)-main.c"
+        try source.write(toFile: src, atomically: true, encoding: .utf8)
+        let r = try Shell.run("/usr/bin/cc", ["-O1", "-o", program, src])
+        guard r.code == 0 else { throw HarnessError("cc failed for \(name): \(r.err)") }
+        return program
+    }
+
     /// The C example plugin, built as the README's script builds it.
     static func cHello() throws -> String {
         let src = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -226,4 +226,6 @@ void cls_rescue_disarm(void);
 int cls_memfd_sealed(const char *name, const void *data, size_t len);
 /* SO_COOKIE of a socket (unique while the system runs), or 0 when it has none. */
 uint64_t cls_socket_cookie(int fd);
+/* The product's version ("0.4.0"), from the stamp "@(#)sandboxed-plugins <version>" in the binary. */
+const char *cls_product_version(void);
 #endif

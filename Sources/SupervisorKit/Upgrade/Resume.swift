@@ -104,7 +104,7 @@ extension Engine {
             return
         }
         let pauseMs = Double(ProcessControl.monotonicNanoseconds() - s.pausedAtNs) / 1e6
-        let answer = UpgradeAnswer(from: s.fromVersion, to: ProductVersion.current, pid: getpid(), workers: s.plugins.compactMap(\.worker).count,
+        let answer = UpgradeOutcome(from: s.fromVersion, to: ProductVersion.current, pid: getpid(), workers: s.plugins.compactMap(\.worker).count,
                                    pauseMs: (pauseMs * 1000).rounded() / 1000)
         outbox.respond(origin) { try ProtocolJSON.encode(["upgraded": answer]) }
     }
@@ -194,17 +194,6 @@ extension Engine {
                 }
             }
     }
-}
-
-/// `upgrade`'s answer (docs/protocol.md): the versions, the supervisor's pid (the same), the
-/// workers taken over, and the pause: from the moment the old binary stopped reading its sockets
-/// to this answer.
-struct UpgradeAnswer: Codable, Sendable {
-    var from: String
-    var to: String
-    var pid: Int32
-    var workers: Int
-    var pauseMs: Double
 }
 
 extension String {

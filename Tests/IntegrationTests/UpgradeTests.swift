@@ -1,0 +1,211 @@
+import CLinuxSupport
+import Foundation
+import IPC
+import PluginProtocol
+import Protocol
+import Synchronization
+import SupervisorClient
+import Testing
+
+/// `supervisor upgrade` (SPEC §14; docs/operations.md "Upgrading the supervisor"): the supervisor
+/// execs a new binary in place and every worker, client, link and listener carries on.
+@Suite(.serialized, .timeLimit(.minutes(4)))
+struct UpgradeTests {
+    /// A copy of the build whose supervisor says `version` (its stamp changed: a build with another
+    /// version string, without a rebuild); the other build products are linked beside it.
+    static func build(version: String, in world: TestWorld) throws -> String {
+        let folder = world.root + "/build-\(version)"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        for name in try FileManager.default.contentsOfDirectory(atPath: Build.dir) where name != "supervisor" {
+            try? FileManager.default.createSymbolicLink(atPath: folder + "/" + name, withDestinationPath: Build.dir + "/" + name)
+        }
+        var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: Build.supervisor)))
+        let stamp = Array("@(#)sandboxed-plugins \(ProductVersion.current)".utf8)
+        let replacement = Array("@(#)sandboxed-plugins \(version)".utf8)
+        guard let at = bytes.firstRange(of: stamp) else { throw HarnessError("no version stamp in \(Build.supervisor)") }
+        // Written over the stamp in place, which has room for a longer version (its array is 64
+        // bytes, NUL-padded): the file keeps its size and layout.
+        guard replacement.count < 64 else { throw HarnessError("version \(version) is too long for the stamp") }
+        for (i, byte) in (replacement + [0]).enumerated() { bytes[at.lowerBound + i] = byte }
+        let path = folder + "/supervisor"
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        chmod(path, 0o755)
+        return path
+    }
+
+    final class Lanes: Sendable {
+        let answered = Atomic<Int>(0)
+        let failures = Mutex<[String]>([])
+        let longestGapNs = Atomic<Int64>(0)
+        let stop = Atomic<Bool>(false)
+    }
+
+    /// Four clients (two over direct links, two through the supervisor) each call in a loop and
+    /// check their answers, while `work` runs; returns the failures and the longest gap (ms)
+    /// between two answered calls of one client.
+    static func callingClients(_ sup: RunningSupervisor, during work: () async throws -> Void) async throws -> (failures: [String], longestGapMs: Double) {
+        let lanes = Lanes()
+        var clients: [SupervisorClient] = []
+        for lane in 0..<4 { clients.append(try await SupervisorClient.connect(socket: sup.socket, directLinks: lane < 2)) }
+        defer { for c in clients { c.close() } }
+        let tasks = clients.enumerated().map { lane, client in
+            Task {
+                var n = 0
+                var last = ContinuousClock.now
+                while !lanes.stop.load(ordering: .relaxed) {
+                    n += 1
+                    let sent = lane * 1_000_000 + n
+                    do {
+                        let got = try await client.call(lane % 2 == 0 ? "u.a" : "u.b", "echo", sent, as: Int.self, timeout: .seconds(20))
+                        if got != sent { lanes.failures.withLock { $0.append("lane \(lane): sent \(sent), got \(got)") } }
+                        let now = ContinuousClock.now
+                        let gap = (now - last).components
+                        let ns = gap.seconds * 1_000_000_000 + gap.attoseconds / 1_000_000_000
+                        if ns > lanes.longestGapNs.load(ordering: .relaxed) { lanes.longestGapNs.store(ns, ordering: .relaxed) }
+                        last = now
+                        lanes.answered.add(1, ordering: .relaxed)
+                    } catch {
+                        lanes.failures.withLock { $0.append("lane \(lane): \(error)") }
+                    }
+                }
+            }
+        }
+        try await waitUntil("calls to flow") { lanes.answered.load(ordering: .relaxed) > 200 }
+        lanes.longestGapNs.store(0, ordering: .relaxed)
+        try await work()
+        let after = lanes.answered.load(ordering: .relaxed)
+        try await waitUntil("calls to flow after it") { lanes.answered.load(ordering: .relaxed) > after + 200 }
+        lanes.stop.store(true, ordering: .relaxed)
+        for t in tasks { await t.value }
+        return (lanes.failures.withLock { $0 }, Double(lanes.longestGapNs.load(ordering: .relaxed)) / 1e6)
+    }
+
+    static func workers(_ sup: RunningSupervisor) throws -> [String: (pid: Int32?, restarts: Int)] {
+        Dictionary(uniqueKeysWithValues: try sup.status().map { ($0.identifier, ($0.pid, $0.restarts)) })
+    }
+
+    @Test("3 upgrades (to the same build, to a build with another version string, and back) while 4 clients call in a loop: no call fails, every worker keeps its pid and restart count, events, host methods and links carry on, status shows the new version")
+    func upgradesUnderLoad() async throws {
+        let w = try TestWorld()
+        try w.bundle("u.a")
+        try w.bundle("u.b", deps: [Dep("u.a")], extra: ["permissions": ["host.call:hostEcho"]])
+        let sup = try RunningSupervisor(w)
+        let next = try Self.build(version: "\(ProductVersion.current)-next", in: w)
+        // A crash before the upgrades, so that a restart count is there to keep.
+        let crashed = try #require(try sup.plugin("u.a").pid)
+        kill(crashed, SIGKILL)
+        try sup.waitUntil("u.a to restart") { try sup.plugin("u.a").state == "running" && sup.plugin("u.a").pid != crashed }
+        // A client that follows events and provides a host method, on one connection throughout.
+        let listener = try await SupervisorClient.connect(socket: sup.socket)
+        defer { listener.close() }
+        listener.method("hostEcho") { (value: Int) async throws -> Int in value }
+        var events = try await listener.followEvents(plugin: "u.b").makeAsyncIterator()
+        #expect(try await listener.call("u.b", "callHost", ClientTests.CallParams(target: "@host", method: "hostEcho", params: 7), as: Int.self) == 7)
+        // u.b calls u.a over a peer link.
+        #expect(try await listener.call("u.b", "pingVia", "u.a", as: Int.self) == 1)
+        let before = try Self.workers(sup)
+        let upgrader = try await SupervisorClient.connect(socket: sup.socket)
+        defer { upgrader.close() }
+        var outcomes: [UpgradeOutcome] = []
+        let (failures, gapMs) = try await Self.callingClients(sup) {
+            for binary in [Build.supervisor, next, Build.supervisor] {
+                outcomes.append(try await upgrader.upgrade(binary: binary))
+            }
+        }
+        #expect(failures.isEmpty, "failed calls: \(failures.prefix(5))")
+        #expect(outcomes.map(\.to) == [ProductVersion.current, "\(ProductVersion.current)-next", ProductVersion.current])
+        #expect(outcomes.map(\.from) == [ProductVersion.current, ProductVersion.current, "\(ProductVersion.current)-next"])
+        #expect(outcomes.allSatisfy { $0.pid == sup.pid && $0.workers == 2 })
+        print("upgrade pauses (ms): \(outcomes.map(\.pauseMs)); longest gap between answered calls of one client: \(gapMs) ms")
+        #expect(gapMs < 2_000, "a client waited \(gapMs) ms for an answer")
+        let after = try Self.workers(sup)
+        #expect(after.mapValues(\.pid) == before.mapValues(\.pid))
+        #expect(after.mapValues(\.restarts) == before.mapValues(\.restarts) && after["u.a"]?.restarts == 1)
+        #expect(try sup.status().allSatisfy { $0.supervisorVersion == ProductVersion.current && $0.state == "running" })
+        // The same connection: the host method still answers, the event stream goes on.
+        #expect(try await listener.call("u.b", "callHost", ClientTests.CallParams(target: "@host", method: "hostEcho", params: 9), as: Int.self) == 9)
+        #expect(try await listener.call("u.b", "pingVia", "u.a", as: Int.self) == 1)
+        #expect(try sup.plugin("u.b").links == ["u.a"])
+        let bPID = try #require(after["u.b"]?.pid)
+        kill(bPID, SIGSEGV)
+        let exited = try await nextEvent(&events, "exited after the upgrades") { $0.event == .exited }
+        #expect(exited.pid == bPID)
+        _ = try await nextEvent(&events, "started") { $0.event == .started }
+        // The workers are still the supervisor's children, and die with it: made by the thread
+        // that execs, before and after the upgrades.
+        let pids = try sup.status().compactMap(\.pid)
+        for pid in pids {
+            let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+            let fields = stat[stat.range(of: ")")!.upperBound...].split(separator: " ")
+            #expect(Int32(fields[1]) == sup.pid, "worker \(pid)'s parent is \(fields[1])")
+        }
+        sup.signal(SIGKILL)
+        _ = try sup.waitForExit()
+        try sup.waitUntil("every worker to end with the supervisor (exit)") { pids.allSatisfy { kill($0, 0) != 0 } }
+    }
+
+    @Test("a binary that is missing, not executable, of another architecture, that crashes when asked, or that crashes as it takes over: the old supervisor serves on, every plugin untouched; two upgrades at once: the second is refused; SIGUSR2 upgrades")
+    func faultyBinaries() async throws {
+        let w = try TestWorld()
+        try w.bundle("u.a")
+        let crashing = "\(ProductVersion.current)-crashing"
+        let sup = try RunningSupervisor(w, environment: ["SP_TEST_CRASH_ON_TAKEOVER": crashing])
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        let before = try Self.workers(sup)
+        func refusal(_ binary: String) async -> ErrorBody? {
+            do {
+                _ = try await client.upgrade(binary: binary)
+                return nil
+            } catch {
+                return error as? ErrorBody
+            }
+        }
+        let missing = await refusal(w.root + "/no-such-supervisor")
+        #expect(missing?.code == "badRequest" && missing?.message.contains("does not exist") == true, "\(String(describing: missing))")
+        let plain = w.root + "/not-executable"
+        try FileManager.default.copyItem(atPath: Build.supervisor, toPath: plain)
+        chmod(plain, 0o644)
+        #expect(await refusal(plain)?.message.contains("not executable") == true)
+        // An ELF header for another machine (AArch64 if this is x86-64, else x86-64).
+        var header = [UInt8](repeating: 0, count: 64)
+        header.replaceSubrange(0..<4, with: [0x7F, 0x45, 0x4C, 0x46])
+        header[4] = 2; header[5] = 1; header[6] = 1
+        #if arch(x86_64)
+        header[18] = 183
+        #else
+        header[18] = 62
+        #endif
+        let foreign = w.root + "/foreign"
+        try Data(header).write(to: URL(fileURLWithPath: foreign))
+        chmod(foreign, 0o755)
+        #expect(await refusal(foreign)?.message.contains("another architecture") == true)
+        let script = w.root + "/script"
+        try "#!/bin/sh\nexit 0\n".write(toFile: script, atomically: true, encoding: .utf8)
+        chmod(script, 0o755)
+        #expect(await refusal(script)?.message.contains("not an ELF binary") == true)
+        // An ELF binary that crashes when asked.
+        let segv = try Build.cProgram("segv", source: "#include <signal.h>\nint main(void) { raise(SIGSEGV); return 0; }\n")
+        let crashed = await refusal(segv)
+        #expect(crashed?.code == "unavailable" && crashed?.message.contains("crashed (SIGSEGV)") == true, "\(String(describing: crashed))")
+        // A build that crashes as it takes over (after the exec): the rescue brings the old one back.
+        let faulty = try Self.build(version: crashing, in: w)
+        let rescued = await refusal(faulty)
+        #expect(rescued?.code == "unavailable" && rescued?.message.contains("crashed (signal") == true, "\(String(describing: rescued))")
+        #expect(try Self.workers(sup).mapValues(\.pid) == before.mapValues(\.pid))
+        #expect(try sup.status().allSatisfy { $0.supervisorVersion == ProductVersion.current && $0.restarts == 0 })
+        #expect(try await client.call("u.a", "ping", as: Int.self) == 1)
+        // Two at once: one goes ahead, the other is refused.
+        async let first = refusal(Build.supervisor)
+        async let second = refusal(Build.supervisor)
+        let both = await [first, second]
+        #expect(both.compactMap { $0 }.count == 1 && both.compactMap { $0 }.first?.message.contains("another upgrade is under way") == true,
+                "\(both)")
+        // SIGUSR2: an upgrade to the path it was started from.
+        let logged = sup.log.components(separatedBy: "upgraded from").count
+        sup.signal(SIGUSR2)
+        try sup.waitUntil("SIGUSR2's upgrade") { sup.log.components(separatedBy: "upgraded from").count > logged }
+        #expect(try Self.workers(sup).mapValues(\.pid) == before.mapValues(\.pid))
+        #expect(try await client.call("u.a", "ping", as: Int.self) == 1)
+    }
+}
