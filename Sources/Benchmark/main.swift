@@ -5,12 +5,13 @@
 import Foundation
 import IPC
 import PluginProtocol
+import Synchronization
 
 let arguments = CommandLine.arguments
 let asJSON = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 let calls = quick ? 2_000 : 20_000
-/// `--only calls|client|host|streams|bytes|crash|startup` runs one section.
+/// `--only calls|client|host|streams|bytes|crash|upgrade|startup` runs one section.
 let only: String? = arguments.firstIndex(of: "--only").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
 func wanted(_ section: String) -> Bool { only == nil || only == section }
 /// `--worker-start exec|fork-server`: how the workers of every section start (default: the
@@ -228,6 +229,62 @@ do {
         for t in standbys { if let v = t[phase] { phaseSamples.add(UInt64(max(0, v)) * 1000) } }
         if !standbys.isEmpty { report.add("  restarted worker, median: \(label)", phaseSamples.median / 1000, "ms") }
     }
+    }
+
+    // The supervisor upgraded in place (docs/operations.md, "Upgrading the supervisor") while four
+    // clients call through it in a loop: the pause the new binary reports, and the longest gap
+    // between two answered calls of one client (what a caller sees).
+    if wanted("upgrade") {
+    note("upgrade in place")
+    let upgradePlugins = try rig.plugins("upgrade", count: 4)
+    try rig.start(plugins: upgradePlugins)
+    final class Lane: @unchecked Sendable {  // the counts are written by its own thread only, read after `done`
+        var longestGap: UInt64 = 0
+        var answered = 0
+        var failed = 0
+        let stop = Atomic<Bool>(false)
+        let done = DispatchSemaphore(value: 0)
+    }
+    let lanes = (0..<4).map { _ in Lane() }
+    for (i, lane) in lanes.enumerated() {
+        let c = try rig.connect()
+        Thread {
+            var last = now()
+            var n: UInt64 = 0
+            while !lane.stop.load(ordering: .relaxed) {
+                n += 1
+                do {
+                    try c.sendFrame(callFrame(id: n, target: "bench.p\(i)", method: "ping"))
+                    let reply = try c.receiveFrame() ?? []
+                    if String(decoding: reply, as: UTF8.self).contains("\"result\"") { lane.answered += 1 } else { lane.failed += 1 }
+                } catch {
+                    lane.failed += 1
+                    break
+                }
+                let t = now()
+                lane.longestGap = max(lane.longestGap, t - last)
+                last = t
+            }
+            c.close()
+            lane.done.signal()
+        }.start()
+    }
+    usleep(300_000)
+    var pauses = Samples()
+    let rounds = quick ? 3 : 10
+    for _ in 0..<rounds {
+        let answer = try rig.request(.upgrade)
+        struct Answer: Decodable { struct Upgraded: Decodable { var pauseMs: Double }; var upgraded: Upgraded }
+        pauses.add(UInt64(try JSONDecoder().decode(Answer.self, from: Data(answer)).upgraded.pauseMs * 1_000_000))
+        usleep(200_000)
+    }
+    for lane in lanes { lane.stop.store(true, ordering: .relaxed) }
+    for lane in lanes { lane.done.wait() }
+    report.add("upgrade in place (4 workers), pause the new binary reports, median of \(rounds)", pauses.median / 1000, "ms", target: "< 50 ms")
+    report.add("upgrade in place, pause, worst", Double(pauses.values.max() ?? 0) / 1_000_000, "ms")
+    report.add("upgrade in place, longest gap between answered calls of one client (4 clients through the supervisor)", Double(lanes.map(\.longestGap).max() ?? 0) / 1_000_000, "ms", target: "< 50 ms")
+    report.add("upgrade in place, calls failed", Double(lanes.map(\.failed).reduce(0, +)), "of \(lanes.map(\.answered).reduce(0, +))")
+    rig.stop()
     }
 
     // 3. Start-up to ready, and a worker's own start split into phases.

@@ -34,7 +34,7 @@ public final class CgroupTree: Sendable {
 
     public let version: Version
     /// The folder worker groups are made in, per controller (v2: one, keyed "").
-    let bases: [String: String]
+    public let bases: [String: String]
     /// Moves processes into their groups, one after another, on a thread of its own (not a
     /// Dispatch queue: a thread that lives as long as the supervisor, as the child watcher's).
     /// Each move takes the kernel's cgroup_threadgroup_rwsem for writing, which waits for an RCU
@@ -69,6 +69,12 @@ public final class CgroupTree: Sendable {
     }
 
     /// The tree to use here, or why there is none (for the missing layer's reason).
+    /// The tree the previous binary made, after an upgrade in place: detecting again would find
+    /// the supervisor in the leaf it moved itself to (v2), where no group can be made.
+    public static func adopt(version: Version, bases: [String: String]) -> CgroupTree {
+        CgroupTree(version: version, bases: bases)
+    }
+
     public static func detect(pid: pid_t = getpid()) -> (tree: CgroupTree?, reason: String) {
         let own = ownCgroups()
         let mounts = cgroupMounts()

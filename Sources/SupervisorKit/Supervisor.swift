@@ -145,7 +145,11 @@ public final class Supervisor: Sendable {
         var notifier: SeccompNotifier?
         if config.sandboxEnabled {
             var missing = "switched off in the configuration (workerCgroups: false)"
-            if config.workerCgroups {
+            if let snapshot = handover?.snapshot {
+                // The previous binary's tree (its workers' groups are in it).
+                cgroups = snapshot.cgroupTree.flatMap { t in CgroupTree.Version(rawValue: t.version).map { CgroupTree.adopt(version: $0, bases: t.bases) } }
+                missing = snapshot.cgroupsMissing
+            } else if config.workerCgroups {
                 (cgroups, missing) = CgroupTree.detect()
             }
             if let cgroups { logger.debug("a cgroup \(cgroups.version.rawValue) group for each worker") }

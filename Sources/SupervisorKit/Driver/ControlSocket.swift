@@ -114,6 +114,8 @@ final class ControlHandler: ChannelInboundHandler {
             }
         }
         engine.control.opened(connection)
+        // Accepted just as an upgrade began to wait for quiet: it waits, unread, like the others.
+        if engine.upgradeHoldsReads { channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in } }
         scheduleIdleCheck(context.eventLoop, channel)
         context.fireChannelActive()
     }
@@ -158,8 +160,10 @@ final class ControlHandler: ChannelInboundHandler {
 
     /// A client that does not read its replies is not read from either.
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        context.channel.setOption(ChannelOptions.autoRead, value: context.channel.isWritable).whenFailure { _ in }
-        if context.channel.isWritable { context.read() }
+        // An upgrade waiting for quiet reads from no client.
+        let read = context.channel.isWritable && !engine.upgradeHoldsReads
+        context.channel.setOption(ChannelOptions.autoRead, value: read).whenFailure { _ in }
+        if read { context.read() }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

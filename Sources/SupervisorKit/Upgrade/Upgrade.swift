@@ -152,6 +152,9 @@ extension Engine {
 
     // MARK: 3. Quiet
 
+    /// An upgrade is waiting for quiet or handing over: no control client is read from.
+    var upgradeHoldsReads: Bool { if case .quieting = upgrade { true } else { false } }
+
     private func startQuieting(_ quieting: Quieting) {
         var quieting = quieting
         control.server?.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
@@ -473,7 +476,9 @@ extension Engine {
         }
         return .success(UpgradeSnapshot(
             fromVersion: ProductVersion.current, pausedAtNs: 0, upgrades: upgrades, homeLock: lock, controlListener: controlListener,
-            metricsListener: metricsListener, handoff: handoffState, oldForkServer: oldForkServer, systemdReady: shared.phase == .launched,
+            metricsListener: metricsListener, handoff: handoffState, oldForkServer: oldForkServer,
+            cgroupTree: shared.cgroups.map { .init(version: $0.version.rawValue, bases: $0.bases) }, cgroupsMissing: shared.cgroupsMissing,
+            systemdReady: shared.phase == .launched,
             launched: shared.phase == .launched, requester: requester, plugins: plugins, connections: savedConnections, links: links,
             nextLinkNumber: router.nextLinkNumber, notifier: held.map { UpgradeSnapshot.Held(pid: $0.pid, fd: $0.fd, isListener: $0.isListener) }))
     }

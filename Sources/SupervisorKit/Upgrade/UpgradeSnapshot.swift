@@ -32,6 +32,9 @@ struct UpgradeSnapshot: Codable, Sendable {
     /// The previous fork server, ending now that its socket closed with the exec: the new binary
     /// reaps it and starts its own (with the new worker code).
     var oldForkServer: Child?
+    /// The cgroup tree workers' groups are made in (nil: none, `cgroupsMissing` says why).
+    var cgroupTree: CgroupTreeState?
+    var cgroupsMissing: String
     /// systemd heard READY=1 already.
     var systemdReady: Bool
     /// The supervisor had started every plugin once (`launch` went out).
@@ -44,6 +47,11 @@ struct UpgradeSnapshot: Codable, Sendable {
     var nextLinkNumber: UInt64
     /// The seccomp notifier's descriptors (listeners, or channels a listener is yet to come on).
     var notifier: [Held]
+
+    struct CgroupTreeState: Codable, Sendable {
+        var version: String
+        var bases: [String: String]
+    }
 
     struct Child: Codable, Sendable {
         var pid: Int32

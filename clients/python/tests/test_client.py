@@ -295,3 +295,33 @@ def test_bytes_inline_and_as_a_memfd(plugin_supervisor, bundles):
             assert digest == {"count": 100000, "sum": sum(pattern(100000)), "pattern": True}
 
     asyncio.run(main())
+
+
+def test_an_upgrade_in_place_keeps_the_connection_and_its_events(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.up")])
+    before = sup.status("py.up")
+    with sup.client.events("py.up") as events:
+        outcome = sup.client.upgrade()
+        assert outcome["from"] == outcome["to"] and outcome["workers"] == 1 and outcome["pauseMs"] > 0
+        assert sup.client.call("py.up", "ping") == 1
+        after = sup.status("py.up")
+        assert after["pid"] == before["pid"] and after["restarts"] == before["restarts"]
+        assert after["supervisorVersion"] == outcome["to"]
+        # The same event stream hears what happens after the upgrade.
+        pid = sup.crash("py.up")
+        assert events.wait_for(lambda e: e["event"] == "exited")["pid"] == pid
+    with pytest.raises(PluginError) as refused:
+        sup.client.upgrade("/nonexistent/supervisor")
+    assert refused.value.code == "badRequest" and "does not exist" in refused.value.message
+
+
+def test_the_asyncio_client_upgrades_too(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.aup")])
+
+    async def run():
+        async with await AsyncClient.connect(socket=sup.socket) as client:
+            outcome = await client.upgrade()
+            assert outcome["workers"] == 1
+            assert await client.call("py.aup", "ping") == 1
+
+    asyncio.run(run())

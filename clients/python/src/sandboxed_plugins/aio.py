@@ -219,6 +219,13 @@ class AsyncClient:
     async def restart(self, plugin: str) -> dict:
         return await self._request({"type": "restart", "target": plugin})
 
+    async def upgrade(self, binary: Optional[str] = None, timeout: float = 30.0) -> dict:
+        """``Client.upgrade``'s twin: the supervisor replaced in place; its outcome."""
+        message: Dict[str, Any] = {"type": "upgrade"}
+        if binary is not None:
+            message["params"] = {"binary": binary}
+        return (await self._request(message, timeout))["upgraded"]
+
     async def events(self, plugin: Optional[str] = None) -> AsyncEventStream:
         request_id = next(self._ids)
         stream = AsyncEventStream(self, request_id)

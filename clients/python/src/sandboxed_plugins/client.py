@@ -268,6 +268,16 @@ class Client:
     def restart(self, plugin: str) -> dict:
         return self._request({"type": "restart", "target": plugin})
 
+    def upgrade(self, binary: Optional[str] = None, timeout: float = 30.0) -> dict:
+        """Replaces the running supervisor with ``binary`` (default: the path it was started
+        from) in place, without stopping a plugin (SPEC §14). Returns ``{"from", "to", "pid",
+        "workers", "pauseMs"}``; raises ``PluginError`` naming why when the old one carries on.
+        This client's connection and event streams go on across it."""
+        message: Dict[str, Any] = {"type": "upgrade"}
+        if binary is not None:
+            message["params"] = {"binary": binary}
+        return self._request(message, timeout)["upgraded"]
+
     def events(self, plugin: Optional[str] = None) -> EventStream:
         """Follows the host events (``started``, ``exited``, ``restarting``, ``failed``,
         ``updated``, ``installed``, ``uninstalled``, ``dropped``) from now on, each a dict as
