@@ -57,7 +57,11 @@ public final class SeccompNotifier: Sendable {
 
     /// Ends the answering thread and closes what it still holds (the supervisor has stopped: every
     /// worker has been reaped).
-    public func stop() { epoll.stop() }
+    public func stop() {
+        // Handed over: its thread has ended and its epoll descriptors are closed already.
+        guard handingOver.withLock({ $0 }) == nil else { return }
+        epoll.stop()
+    }
 
     /// Takes `channel` (the parent's end of the socket the worker sends its listener on) and answers
     /// the calls of `process`'s filter with `answer`.

@@ -207,5 +207,18 @@ struct UpgradeTests {
         try sup.waitUntil("SIGUSR2's upgrade") { sup.log.components(separatedBy: "upgraded from").count > logged }
         #expect(try Self.workers(sup).mapValues(\.pid) == before.mapValues(\.pid))
         #expect(try await client.call("u.a", "ping", as: Int.self) == 1)
+        // During a shutdown: refused with the reason (the stop and the upgrade on one connection,
+        // read in that order).
+        let raw = try rawControl(sup.socket)
+        defer { raw.close() }
+        for (id, kind) in [(UInt64(1), MessageKind.stop), (2, .upgrade)] {
+            var frame = FrameBuilder(kind: kind)
+            frame.uint("id", id)
+            try raw.sendFrame(frame.finish())
+        }
+        var answers: [String] = []
+        while answers.count < 2, let frame = try raw.receiveFrame() { answers.append(String(decoding: frame, as: UTF8.self)) }
+        #expect(answers.count == 2 && answers[1].contains("the supervisor is shutting down"), "\(answers)")
+        #expect(try sup.waitForExit() == 0)
     }
 }

@@ -87,7 +87,8 @@ extension Engine {
             logger.error("upgrade failed (\(failure)); \(ProductVersion.current) carries on with every plugin as it was")
             metrics.upgraded(outcome: ErrorCode.unavailable.rawValue)
         } else {
-            logger.notice("upgraded from \(s.fromVersion) to \(ProductVersion.current): \(s.plugins.compactMap(\.worker).count) workers taken over in \(String(format2: pauseMs)) ms")
+            let execMs = Double(handover.readAtNs - s.pausedAtNs) / 1e6
+            logger.notice("upgraded from \(s.fromVersion) to \(ProductVersion.current): \(s.plugins.compactMap(\.worker).count) workers taken over in \(String(format2: pauseMs)) ms (exec and start \(String(format2: execMs)) ms, takeover \(String(format2: pauseMs - execMs)) ms)")
             metrics.upgraded(outcome: "ok")
         }
         if s.requester == nil, handover.failure == nil {

@@ -46,8 +46,6 @@ struct Quieting {
     var version: String
     var since: NIODeadline
     var tick: RepeatedTask?
-    /// Ticks in a row the supervisor was found quiet (two: nothing came in between).
-    var quietTicks = 0
 }
 
 /// Things an upgrade does that are not the engine's.
@@ -165,12 +163,13 @@ extension Engine {
         quieting.tick = loop.scheduleRepeatedTask(initialDelay: .milliseconds(1), delay: .milliseconds(1)) { _ in me.value.quietTick() }
         upgrade = .quieting(quieting)
         logger.info("upgrade: \(quieting.binary.path) (\(quieting.version)) checked; waiting for the calls in flight")
+        // Often quiet already.
+        quietTick()
     }
 
     private func quietTick() {
-        guard case .quieting(var q) = upgrade else { return }
+        guard case .quieting(var q) = upgrade, q.tick != nil else { return }
         if let busy = inFlightThroughSupervisor(requester: q.origin) {
-            q.quietTicks = 0
             if NIODeadline.now() - q.since > Upgrade.quietLimit {
                 q.tick?.cancel()
                 upgrade = .idle
@@ -181,16 +180,11 @@ extension Engine {
             upgrade = .quieting(q)
             return
         }
-        q.quietTicks += 1
-        if q.quietTicks == 1 {
-            // Quiet: reading stops on the workers' sockets too. Quiet again at the next tick (nothing
-            // came in meanwhile), the handover begins.
-            stopTimers()
-            for worker in table.liveWorkers {
-                worker.channel?.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
-            }
-            upgrade = .quieting(q)
-            return
+        // Quiet: reading stops on the workers' sockets too (what they send now waits in the sockets
+        // for the next binary), the timers stop (no ping goes out), and the handover begins.
+        stopTimers()
+        for worker in table.liveWorkers {
+            worker.channel?.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
         }
         q.tick?.cancel()
         q.tick = nil
@@ -284,6 +278,11 @@ extension Engine {
     }
 
     private func exec(_ q: Quieting, workers: [WorkerInstance], connections: [ControlConnection], cookies: [ObjectIdentifier: UInt64]) {
+        // Nothing may have come in while the codecs came out (only a child's exit can): else the
+        // snapshot would miss it.
+        if let busy = inFlightThroughSupervisor(requester: q.origin) {
+            return handOverFailed(q, held: [], "something happened during the handover (\(busy)); try again")
+        }
         let sockets = InPlaceExec.socketsByCookie()
         func fd(of channel: Channel?) -> Int32? {
             guard let channel, let cookie = cookies[ObjectIdentifier(channel)] else { return nil }
@@ -358,7 +357,8 @@ extension Engine {
         for connection in control.connections.values where !connection.closed {
             restoreCodec(connection.channel, connection.leftovers)
         }
-        if !held.isEmpty || config.sandboxEnabled {
+        // Stopped for the exec (it is nil then): started again with what it held.
+        if shared.notifier == nil, !held.isEmpty || config.sandboxEnabled {
             do {
                 let notifier = try SeccompNotifier()
                 shared.notifier = notifier

@@ -166,6 +166,9 @@ public struct UpgradeHandover: Sendable {
     /// has taken over (the rescue execs the one with the other), closed then (`tookOver`).
     public let previousBinary: Int32
     let snapshotFD: Int32
+    /// CLOCK_MONOTONIC (ns) when this binary read the snapshot: the exec and its own start are
+    /// before it, the takeover after it (the log splits the pause so).
+    let readAtNs = ProcessControl.monotonicNanoseconds()
 
     /// `SP_UPGRADE_SNAPSHOT=<snapshot memfd>:<previous binary>` in the environment of a binary an
     /// upgrade exec'd (and of the previous one brought back, with `SP_UPGRADE_FAILED=<why>`).
