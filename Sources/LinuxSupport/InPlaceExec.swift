@@ -80,6 +80,18 @@ public enum InPlaceExec {
         return bytes.split(separator: 0, omittingEmptySubsequences: false).dropLast().map { String(decoding: $0, as: UTF8.self) }
     }
 
+    /// This process's environment (`NAME=value`), without the variables named.
+    public static func environment(without names: [String]) -> [String] {
+        var out: [String] = []
+        var p = environ
+        while let entry = p.pointee {
+            let s = String(cString: entry)
+            if !names.contains(where: { s.hasPrefix($0 + "=") }) { out.append(s) }
+            p += 1
+        }
+        return out
+    }
+
     /// Clears (or sets again) FD_CLOEXEC on each descriptor.
     public static func keepAcrossExec(_ fds: [Int32], _ keep: Bool = true) throws(SystemError) {
         for fd in fds {
@@ -143,13 +155,7 @@ public enum InPlaceExec {
     /// process's arguments and environment, plus `SP_UPGRADE_FAILED=<why>`): a binary an upgrade
     /// exec'd calls this first of all, and `disarm` once it has taken over.
     public static func armRescue(previous: Int32, seconds: UInt32) throws(SystemError) {
-        var environment: [String] = []
-        var p = environ
-        while let entry = p.pointee {
-            let s = String(cString: entry)
-            if !s.hasPrefix("SP_UPGRADE_FAILED=") { environment.append(s) }
-            p += 1
-        }
+        let environment = environment(without: ["SP_UPGRADE_FAILED"])
         let args = arguments()
         let rc = Spawner.withCStrings(args.isEmpty ? ["supervisor"] : args) { argv in
             Spawner.withCStrings(environment) { envp in

@@ -87,6 +87,9 @@ struct Start: ParsableCommand {
         var settings = SupervisorConfig(home: home, pluginDirectories: pluginDirectories, socketPath: socket)
         if let config {
             do { try settings.apply(configFile: config) } catch {
+                // After an upgrade's exec: the previous binary comes back (and says why) rather
+                // than every plugin going with this process. Nothing happens otherwise.
+                InPlaceExec.fireRescue("the new binary cannot read the config file: \(error)")
                 StandardError.write("supervisor: \(error)\n")
                 throw ExitCode(2)
             }
@@ -103,6 +106,7 @@ struct Start: ParsableCommand {
                 fflush(nil)
             }
         } catch {
+            InPlaceExec.fireRescue("the new binary could not take over: \(error)")
             StandardError.write("supervisor: \(error)\n")
             throw ExitCode(1)
         }

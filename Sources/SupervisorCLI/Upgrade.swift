@@ -31,10 +31,21 @@ struct Upgrade: ParsableCommand {
 
 /// Asked by a running supervisor before it execs this binary in place of itself: which version
 /// this is and which snapshot formats it reads (one JSON line). Not for people.
+/// With the running supervisor's arguments after it, it also checks that this binary takes them
+/// (an option it no longer knows would end it before it could take over).
 struct UpgradeProbeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "upgrade-probe", shouldDisplay: false)
 
+    @Argument(parsing: .captureForPassthrough)
+    var arguments: [String] = []
+
     func run() throws {
+        if !arguments.isEmpty {
+            do { _ = try SupervisorCommand.parseAsRoot(arguments) } catch {
+                StandardError.write("it does not take the running supervisor's arguments (\(arguments.joined(separator: " "))): \(SupervisorCommand.message(for: error))\n")
+                throw ExitCode(3)
+            }
+        }
         print(UpgradeHandover.probeAnswer)
     }
 }

@@ -176,9 +176,9 @@ public final class Supervisor: Sendable {
         if config.servesControlSocket {
             let server: Channel
             if let fd = snapshot?.controlListener {
-                server = try ControlServer.adopt(listener: fd, config: config, group: group, engine: engine)
+                server = try ControlServer.adopt(listener: fd, config: config, group: group, engine: engine) { try self.wait(for: $0) }
             } else {
-                server = try ControlServer.bind(config: config, group: group, engine: engine)
+                server = try ControlServer.bind(config: config, group: group, engine: engine) { try self.wait(for: $0) }
             }
             onLoop { $0.control.listening(on: server) }
             if let kept = snapshot?.handoff {
@@ -194,7 +194,9 @@ public final class Supervisor: Sendable {
                 }
             }
         }
-        let metricsServer = try MetricsServer.start(config: config, logger: logger, engine: engine, adopting: snapshot?.metricsListener)
+        let metricsServer = try MetricsServer.start(config: config, logger: logger, engine: engine, adopting: snapshot?.metricsListener) {
+            try self.wait(for: $0)
+        }
         defer { metricsServer?.close(promise: nil) }
         do {
             onLoop { [handover] in

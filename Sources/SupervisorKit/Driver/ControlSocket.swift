@@ -13,7 +13,10 @@ import PluginProtocol
 extension ControlServer {
     /// Binds the control socket, from the thread that runs the supervisor (it waits for the bind);
     /// the engine takes the listener with `listening(on:)`.
-    static func bind(config: SupervisorConfig, group: EventLoopGroup, engine: NIOLoopBound<Engine>) throws(SupervisorError) -> Channel {
+    /// `wait`: how the caller waits for the loop (the main thread of `supervisor start` serves the
+    /// spawner meanwhile: the loop may need a child made).
+    static func bind(config: SupervisorConfig, group: EventLoopGroup, engine: NIOLoopBound<Engine>,
+                     wait: (EventLoopFuture<Channel>) throws -> Channel = { try $0.wait() }) throws(SupervisorError) -> Channel {
         let path = config.socketPath
         if let slash = path.lastIndex(of: "/") {
             try? FileSystem.makeDirectories(String(path[..<slash]))
@@ -31,7 +34,7 @@ extension ControlServer {
         defer { umask(old) }
         let server: Channel
         do {
-            server = try bootstrap(config: config, group: group, engine: engine).bind(unixDomainSocketPath: path).wait()
+            server = try wait(bootstrap(config: config, group: group, engine: engine).bind(unixDomainSocketPath: path))
         } catch {
             throw .controlSocket(path, "\(error)")
         }
@@ -41,9 +44,10 @@ extension ControlServer {
 
     /// Serves the listener the previous binary handed over in an upgrade (it never closed: a
     /// client connecting meanwhile waited in its backlog).
-    static func adopt(listener: Int32, config: SupervisorConfig, group: EventLoopGroup, engine: NIOLoopBound<Engine>) throws(SupervisorError) -> Channel {
+    static func adopt(listener: Int32, config: SupervisorConfig, group: EventLoopGroup, engine: NIOLoopBound<Engine>,
+                      wait: (EventLoopFuture<Channel>) throws -> Channel) throws(SupervisorError) -> Channel {
         do {
-            return try bootstrap(config: config, group: group, engine: engine).withBoundSocket(listener).wait()
+            return try wait(bootstrap(config: config, group: group, engine: engine).withBoundSocket(listener))
         } catch {
             throw .controlSocket(config.socketPath, "cannot take over the listener (descriptor \(listener)): \(error)")
         }

@@ -9,10 +9,10 @@ enum WorkerChannel {
     /// `leftover`: bytes of a frame the previous binary had read from it before an upgrade.
     static func connect(_ socket: consuming OwnedDescriptor, for instance: WorkerInstance, engine: Engine, leftover: [UInt8] = []) {
         // The channel is made on the engine's loop (its only one): the initializer runs there.
-        let back = engine.handOff((engine: engine, instance: instance))
-        let maxBody = engine.config.maxFrameBytes
         let leftovers = FrameCodec.Leftovers()
         instance.frameLeftovers = leftovers
+        let back = engine.handOff((engine: engine, instance: instance, leftovers: leftovers))
+        let maxBody = engine.config.maxFrameBytes
         instance.socketFD = socket.raw
         ClientBootstrap(group: engine.loop)
             .channelOption(ChannelOptions.autoRead, value: true)
@@ -20,7 +20,7 @@ enum WorkerChannel {
             .channelOption(ChannelOptions.recvAllocator, value: Outbox.receiveBuffers)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: maxBody, leftovers: leftovers)),
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: maxBody, leftovers: back.value.leftovers)),
                                                                    name: FrameCodec.handlerName)
                     try channel.pipeline.syncOperations.addHandler(WorkerHandler(engine: back.value.engine, instance: back.value.instance))
                 }

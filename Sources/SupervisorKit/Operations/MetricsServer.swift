@@ -40,7 +40,8 @@ struct MetricsEndpoint: Equatable {
 enum MetricsServer {
     /// Binds `config.metricsListen` if set; nil when not. A bind failure stops the start with the reason.
     /// `adopting`: the listener the previous binary handed over in an upgrade (bound already).
-    static func start(config: SupervisorConfig, logger: Logger, engine: NIOLoopBound<Engine>, adopting: Int32? = nil) throws(SupervisorError) -> Channel? {
+    static func start(config: SupervisorConfig, logger: Logger, engine: NIOLoopBound<Engine>, adopting: Int32? = nil,
+                      wait: (EventLoopFuture<Channel>) throws -> Channel = { try $0.wait() }) throws(SupervisorError) -> Channel? {
         guard let listen = config.metricsListen else { return nil }
         let endpoint: MetricsEndpoint
         do { endpoint = try MetricsEndpoint(listen) } catch {
@@ -55,12 +56,12 @@ enum MetricsServer {
                 }
             }
         if let adopting {
-            do { return try bootstrap.withBoundSocket(adopting).wait() } catch {
+            do { return try wait(bootstrap.withBoundSocket(adopting)) } catch {
                 throw .config(file: "metrics.listen", reason: "cannot take over the listener of \(listen) (descriptor \(adopting)): \(error)")
             }
         }
         do {
-            let channel = try bootstrap.bind(host: endpoint.host, port: endpoint.port).wait()
+            let channel = try wait(bootstrap.bind(host: endpoint.host, port: endpoint.port))
             let shown = endpoint.host.contains(":") ? "[\(endpoint.host)]:\(endpoint.port)" : "\(endpoint.host):\(endpoint.port)"
             logger.info("metrics: GET http://\(shown)/metrics")
             return channel

@@ -44,8 +44,9 @@ extension Engine {
             case "running":
                 guard let w = saved.worker else { continue }
                 adoptWorker(record, w)
-            case "failed":
-                if record.phase != .failed(byDependency: false) { _ = record.move(to: .failed(byDependency: false), logger: logger) }
+            case "failed", "failedByDependency":
+                let failed = PluginPhase.failed(byDependency: saved.phase == "failedByDependency")
+                if record.phase != failed { _ = record.move(to: failed, logger: logger) }
                 record.problem = saved.problem
             case "stopped":
                 _ = record.move(to: .stopped, logger: logger)

@@ -255,7 +255,7 @@ extension Engine {
         if let server = control.server { listeners.append(server) }
         if let metrics = metricsListener { listeners.append(metrics) }
         channels += listeners
-        EventLoopFuture.whenAllComplete(flushed, on: loop).flatMap { [self] _ -> EventLoopFuture<[Result<Void, any Error>]> in
+        EventLoopFuture.whenAllComplete(flushed, on: loop).assumeIsolated().flatMap { [self] _ -> EventLoopFuture<[Result<Void, any Error>]> in
             for worker in workers { worker.frameLeftovers?.collecting = true }
             for connection in connections { connection.leftovers.collecting = true }
             let removed = (workers.compactMap(\.channel) + connections.map(\.channel)).map {
@@ -269,7 +269,7 @@ extension Engine {
                 return cookie.map { Optional($0) }.recover { _ in nil }
             }
             return EventLoopFuture.whenAllSucceed(cookies, on: loop)
-        }.assumeIsolated().whenComplete { [self] result in
+        }.whenComplete { [self] result in
             let cookies = (try? result.get()) ?? []
             var byChannel: [ObjectIdentifier: UInt64] = [:]
             for (channel, cookie) in zip(channels, cookies) { if let cookie { byChannel[ObjectIdentifier(channel)] = cookie } }
@@ -331,17 +331,8 @@ extension Engine {
 
     /// Our environment, with the snapshot's variable in it and no failure from an earlier upgrade.
     static func environmentForUpgrade(snapshot: Int32, previous: Int32) -> [String] {
-        var environment: [String] = []
-        var p = environ
-        while let entry = p.pointee {
-            let s = String(cString: entry)
-            if !s.hasPrefix(UpgradeHandover.environmentVariable + "="), !s.hasPrefix(UpgradeHandover.failureVariable + "=") {
-                environment.append(s)
-            }
-            p += 1
-        }
-        environment.append("\(UpgradeHandover.environmentVariable)=\(snapshot):\(previous)")
-        return environment
+        InPlaceExec.environment(without: [UpgradeHandover.environmentVariable, UpgradeHandover.failureVariable])
+            + ["\(UpgradeHandover.environmentVariable)=\(snapshot):\(previous)"]
     }
 
     /// The handover failed before the exec: every codec goes back with what it held, reading
@@ -444,7 +435,7 @@ extension Engine {
             let phase: String
             switch record.phase {
             case .running where worker != nil: phase = "running"
-            case .failed: phase = "failed"
+            case .failed(let byDependency): phase = byDependency ? "failedByDependency" : "failed"
             case .stopped: phase = "stopped"
             default: phase = "restarting"
             }

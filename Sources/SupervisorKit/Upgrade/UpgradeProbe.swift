@@ -23,7 +23,8 @@ enum UpgradeProbe {
     static func run(_ binary: InPlaceExec.Binary, timeoutSeconds: Int) -> Result<Answer, Refusal> {
         let spawned: SpawnedChild
         do {
-            spawned = try Spawner.spawn(executable: binary.path, arguments: ["upgrade-probe"])
+            // With this supervisor's own arguments: the new binary must take them.
+            spawned = try Spawner.spawn(executable: binary.path, arguments: ["upgrade-probe"] + InPlaceExec.arguments().dropFirst())
         } catch {
             return .failure(Refusal(m: "\(binary.path) cannot be run: \(error)"))
         }
@@ -31,6 +32,7 @@ enum UpgradeProbe {
         let out = spawned.stdout.raw
         var output: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
+        // (The probe's stderr is read once it has ended: a short line, well within a pipe's room.)
         let deadline = ProcessControl.monotonicNanoseconds() + Int64(timeoutSeconds) * 1_000_000_000
         var timedOut = false
         while output.count < 65536 {
@@ -65,7 +67,7 @@ enum UpgradeProbe {
 extension SpawnedChild {
     /// What the child wrote on stderr, up to 512 bytes, without waiting (it has ended).
     func stderrTail() -> [UInt8] {
-        var buffer = [UInt8](repeating: 0, count: 512)
+        var buffer = [UInt8](repeating: 0, count: 1024)
         let flags = fcntl(stderr.raw, F_GETFL)
         _ = fcntl(stderr.raw, F_SETFL, flags | O_NONBLOCK)
         let n = read(stderr.raw, &buffer, buffer.count)

@@ -72,8 +72,9 @@ struct UpgradeSnapshot: Codable, Sendable {
 
     struct Plugin: Codable, Sendable {
         var identifier: String
-        /// `running`, `failed`, `stopped`, or `restarting` (no worker: a restart was waiting for
-        /// its delay; the new binary starts it at once).
+        /// `running`, `failed`, `failedByDependency` (retried when the dependency runs again),
+        /// `stopped`, or `restarting` (no worker: a restart was waiting for its delay; the new
+        /// binary starts it at once).
         var phase: String
         var restarts: Int
         var hasRun: Bool
