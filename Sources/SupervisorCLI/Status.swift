@@ -47,6 +47,8 @@ enum StatusTable {
         if let layers = list.first(where: { !$0.sandbox.isEmpty })?.sandbox {
             out.append("sandbox layers: " + layers.joined(separator: " ") + "   (status --json lists each plugin's, and any missing)")
         }
+        // The serving supervisor's version (it changes with `supervisor upgrade`).
+        if let version = list.first?.supervisorVersion { out.append("supervisor \(version)") }
         return out.joined(separator: "\n")
     }
 }

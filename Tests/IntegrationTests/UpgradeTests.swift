@@ -122,6 +122,7 @@ struct UpgradeTests {
         #expect(after.mapValues(\.pid) == before.mapValues(\.pid))
         #expect(after.mapValues(\.restarts) == before.mapValues(\.restarts) && after["u.a"]?.restarts == 1)
         #expect(try sup.status().allSatisfy { $0.supervisorVersion == ProductVersion.current && $0.state == "running" })
+        #expect(try sup.cli("status").out.contains("supervisor \(ProductVersion.current)"))
         // The same connection: the host method still answers, the event stream goes on.
         #expect(try await listener.call("u.b", "callHost", ClientTests.CallParams(target: "@host", method: "hostEcho", params: 9), as: Int.self) == 9)
         #expect(try await listener.call("u.b", "pingVia", "u.a", as: Int.self) == 1)
@@ -220,5 +221,32 @@ struct UpgradeTests {
         while answers.count < 2, let frame = try raw.receiveFrame() { answers.append(String(decoding: frame, as: UTF8.self)) }
         #expect(answers.count == 2 && answers[1].contains("the supervisor is shutting down"), "\(answers)")
         #expect(try sup.waitForExit() == 0)
+    }
+
+    @Test("with exec'd workers (no fork server): a worker exec'd before the upgrade and one exec'd after it (a crash's restart) are both the supervisor's children, and both end with it")
+    func execdWorkersAcrossAnUpgrade() async throws {
+        let w = try TestWorld()
+        try w.bundle("u.a")
+        try w.bundle("u.b")
+        let sup = try RunningSupervisor(w, start: .exec)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        _ = try await client.upgrade()
+        let crashed = try #require(try sup.plugin("u.b").pid)
+        kill(crashed, SIGKILL)
+        try sup.waitUntil("u.b to restart") { let p = try sup.plugin("u.b"); return p.state == "running" && p.pid != crashed }
+        _ = try await client.upgrade()
+        #expect(try await client.call("u.b", "ping", as: Int.self) == 1)
+        let pids = try sup.status().compactMap(\.pid)
+        #expect(pids.count == 2)
+        #expect(try sup.status().allSatisfy { $0.workerStart == "exec" })
+        for pid in pids {
+            let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+            let fields = stat[stat.range(of: ")")!.upperBound...].split(separator: " ")
+            #expect(Int32(fields[1]) == sup.pid, "worker \(pid)'s parent is \(fields[1])")
+        }
+        sup.signal(SIGKILL)
+        _ = try sup.waitForExit()
+        try sup.waitUntil("every worker to end with the supervisor (exit)") { pids.allSatisfy { kill($0, 0) != 0 } }
     }
 }
