@@ -62,7 +62,6 @@ final class WorkerHost: Sendable {
     func deliverFromSupervisor(_ body: UnsafeRawBufferPointer) {
         guard Self.mayHaveAttachments(body), let env = try? Envelope.parse(body), let range = env.attachments,
               var list = try? Attachments.read(body, range), list.contains(where: \.isDescriptor) else { return deliver(body) }
-        let expected = list.filter(\.isDescriptor).count
         var fds = [Int32](repeating: -1, count: Attachments.maxDescriptors)
         var count: Int32 = 0
         var marker: UInt8 = 0
@@ -75,17 +74,11 @@ final class WorkerHost: Sendable {
         var problem: String?
         if n != 1 {
             problem = n == 0 ? "the payload channel ended" : "the payload channel: \(String(cString: strerror(Int32(-n))))"
-        } else if received.count != expected {
-            problem = "\(expected) descriptors announced, \(received.count) came"
         } else {
-            var next = 0
-            for i in list.indices where list[i].isDescriptor {
-                if sp_bytes_check(received[next], UInt64(list[i].length)) != 0 {
-                    problem = "attachment \(i) is not a sealed memfd of \(list[i].length) bytes"
-                    break
-                }
-                list[i].place = .descriptor(received[next])
-                next += 1
+            do throws(Attachments.Problem) {
+                list = try Attachments.placing(received, in: list) { sp_bytes_check($0, UInt64($1)) }
+            } catch {
+                problem = error.description
             }
         }
         if let problem {

@@ -199,27 +199,22 @@ final class LinksThread {
     /// the link, each a sealed memfd of its announced length, now this process's (the list holds
     /// their numbers). Nil: it lists none. A failure (what came is closed) ends the link.
     private func attachments(_ env: Envelope, _ body: UnsafeRawBufferPointer, _ link: LinkTable<LinkSocket>.Polled) -> Result<[Attachment]?, LinkBreach> {
-        guard let range = env.attachments else {
-            return env.tail == nil ? .success(nil) : .failure(LinkBreach("data after the JSON object of a message without attachments"))
+        let list: [Attachment]
+        do throws(Attachments.Problem) {
+            guard let announced = try Attachments.announced(in: env, body) else { return .success(nil) }
+            list = announced
+        } catch {
+            return .failure(LinkBreach(error.description))
         }
-        var list: [Attachment]
-        do { list = try Attachments.read(body, range) } catch { return .failure(LinkBreach("\(error)")) }
-        let inline = Attachments.inlineCount(list)
-        guard inline == env.tail?.count ?? 0 else { return .failure(LinkBreach("attachments announce \(inline) inline bytes and \(env.tail?.count ?? 0) came")) }
         let expected = list.filter(\.isDescriptor).count
-        guard list.allSatisfy({ if case .token = $0.place { return false } else { return true } }) else { return .failure(LinkBreach("an attachment with a token")) }
         guard expected > 0 else { return .success(list) }
         guard let fds = reader(link.socket).take(expected) else { return .failure(LinkBreach("\(expected) descriptors announced, fewer came")) }
-        var next = 0
-        for i in list.indices where list[i].isDescriptor {
-            guard sp_bytes_check(fds[next], UInt64(list[i].length)) == 0 else {
-                for fd in fds { close(fd) }
-                return .failure(LinkBreach("attachment \(i) is not a sealed memfd of \(list[i].length) bytes"))
-            }
-            list[i].place = .descriptor(fds[next])
-            next += 1
+        do throws(Attachments.Problem) {
+            return .success(try Attachments.placing(fds, in: list) { sp_bytes_check($0, UInt64($1)) })
+        } catch {
+            for fd in fds { close(fd) }
+            return .failure(LinkBreach(error.description))
         }
-        return .success(list)
     }
 
     /// Callee role: a call (or a `cancel`) from the caller's worker.

@@ -46,20 +46,14 @@ extension Router {
     /// announced, descriptors that did not come, came in other numbers, or are not sealed memfds
     /// of the announced lengths. Whatever came is closed then.
     func receivePayload(from instance: WorkerInstance, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Result<Payload?, PayloadViolation> {
-        guard let range = env.attachments else {
-            if env.tail != nil { return .failure(PayloadViolation("data after the JSON object of a message without attachments")) }
-            return .success(nil)
-        }
         let list: [Attachment]
-        do { list = try Attachments.read(bytes, range) } catch { return .failure(PayloadViolation("\(error)")) }
-        let inline = Attachments.inlineCount(list)
-        guard inline == env.tail?.count ?? 0 else {
-            return .failure(PayloadViolation("its attachments announce \(inline) inline bytes and \(env.tail?.count ?? 0) came"))
+        do throws(Attachments.Problem) {
+            guard let announced = try Attachments.announced(in: env, bytes) else { return .success(nil) }
+            list = announced
+        } catch {
+            return .failure(PayloadViolation(error.description))
         }
         let expected = list.filter(\.isDescriptor).count
-        guard list.allSatisfy({ if case .token = $0.place { return false } else { return true } }) else {
-            return .failure(PayloadViolation("a worker's attachment with a token"))
-        }
         guard expected > 0 else { return .success(Payload(list: list, descriptors: [], tail: env.tail)) }
         guard let channel = instance.payloadChannel else {
             return .failure(PayloadViolation("\(expected) descriptors announced, and it has no payload channel"))
@@ -76,15 +70,10 @@ extension Router {
         if n == -Int(EAGAIN) { return fail("\(expected) descriptors announced, none came on its payload channel") }
         if n == -Int(EBADMSG) { return fail("descriptors dropped on its payload channel (more than \(Attachments.maxDescriptors), or truncated)") }
         guard n == 1 else { return fail("its payload channel failed: \(n < 0 ? String(cString: strerror(Int32(-n))) : "end of stream")") }
-        guard received.count == expected else { return fail("\(expected) descriptors announced, \(received.count) came") }
-        var next = 0
-        for a in list where a.isDescriptor {
-            let rc = sp_bytes_check(received[next], UInt64(a.length))
-            if rc != 0 {
-                let why = rc == -EBADF ? "not a memfd (a regular file)" : rc == -EPERM ? "not sealed against writes, shrinking and growing" : "not of the announced \(a.length) bytes"
-                return fail("attachment descriptor \(next) is \(why)")
-            }
-            next += 1
+        do throws(Attachments.Problem) {
+            _ = try Attachments.placing(received, in: list) { sp_bytes_check($0, UInt64($1)) }
+        } catch {
+            return fail(error.description)
         }
         return .success(Payload(list: list, descriptors: received, tail: env.tail))
     }

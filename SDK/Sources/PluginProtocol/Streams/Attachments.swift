@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Bytes attached to a message (SPEC §13, docs/protocol.md "Bytes"): raw bytes that travel without
 /// base64. A message lists them in its top-level `"attachments"` array, and a value in its
 /// `params`, `result` or `data` refers to one as `{"$bytes": <index>}`. An attachment's bytes are:
@@ -25,6 +29,7 @@ public struct Attachment: Equatable, Sendable {
     }
 
     public var isInline: Bool { place == .inline }
+    public var isToken: Bool { if case .token = place { return true } else { return false } }
     public var isDescriptor: Bool { if case .descriptor = place { return true } else { return false } }
 }
 
@@ -95,6 +100,46 @@ public enum Attachments {
     /// The inline bytes the list announces.
     public static func inlineCount(_ list: [Attachment]) -> Int {
         list.reduce(0) { $0 + ($1.isInline ? $1.length : 0) }
+    }
+
+    /// What a message between two processes of ours announces (the supervisor reading a worker's,
+    /// a worker reading a peer's over a link): nil when it lists no attachments and has nothing
+    /// after its JSON; else the list, when its inline bytes are exactly those after the JSON and
+    /// none is a token (tokens are a control client's). The one check of that shape; the
+    /// descriptors are checked by `placing`.
+    public static func announced(in env: Envelope, _ bytes: UnsafeRawBufferPointer) throws(Problem) -> [Attachment]? {
+        guard let range = env.attachments else {
+            if env.tail != nil { throw Problem("data after the JSON object of a message without attachments") }
+            return nil
+        }
+        let list = try read(bytes, range)
+        let inline = inlineCount(list), came = env.tail?.count ?? 0
+        guard inline == came else { throw Problem("its attachments announce \(inline) inline bytes and \(came) came") }
+        guard !list.contains(where: \.isToken) else { throw Problem("an attachment with a token") }
+        return list
+    }
+
+    /// `descriptors`, which came with a message listing `list`, in its places: as many as it
+    /// announces, each first checked by `check(fd, length)` (0 for a memfd sealed against writes,
+    /// shrinking and growing, of that length; else `-EBADF`, `-EPERM` or another negative errno,
+    /// as `sp_bytes_check` answers). The list with their numbers, or why not (the caller closes
+    /// them then).
+    public static func placing(_ descriptors: [Int32], in list: [Attachment], check: (Int32, Int) -> Int32) throws(Problem) -> [Attachment] {
+        let expected = list.filter(\.isDescriptor).count
+        guard descriptors.count == expected else { throw Problem("\(expected) descriptors announced, \(descriptors.count) came") }
+        var placed = list
+        var next = 0
+        for i in placed.indices where placed[i].isDescriptor {
+            let rc = check(descriptors[next], placed[i].length)
+            if rc != 0 {
+                let why = rc == -EBADF ? "not a memfd (a regular file)"
+                    : rc == -EPERM ? "not sealed against writes, shrinking and growing" : "not of the announced \(placed[i].length) bytes"
+                throw Problem("attachment descriptor \(next) is \(why)")
+            }
+            placed[i].place = .descriptor(descriptors[next])
+            next += 1
+        }
+        return placed
     }
 }
 
