@@ -13,6 +13,9 @@ public enum InPlaceExec {
         public let path: String
         /// Open (close-on-exec) until `close`.
         public let fd: Int32
+        /// A `#!` script (a wrapper that execs the supervisor): exec'd by its path, since its
+        /// interpreter opens it by name.
+        public var isScript = false
 
         public func close() { _ = Glibc.close(fd) }
     }
@@ -34,7 +37,8 @@ public enum InPlaceExec {
         var info = stat()
         guard fstat(raw, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { throw Unusable(description: "\(path) is not a regular file") }
         guard access(path, X_OK) == 0, info.st_mode & 0o111 != 0 else { throw Unusable(description: "\(path) is not executable") }
-        guard let theirs = elfMachine(raw) else { throw Unusable(description: "\(path) is not an ELF binary") }
+        if isScript(raw) { return Binary(path: path, fd: fd.release(), isScript: true) }
+        guard let theirs = elfMachine(raw) else { throw Unusable(description: "\(path) is neither an ELF binary nor a #! script") }
         let selfFD = Glibc.open("/proc/self/exe", O_RDONLY | O_CLOEXEC)
         defer { if selfFD >= 0 { close(selfFD) } }
         if selfFD >= 0, let ours = elfMachine(selfFD), ours != theirs {
@@ -59,6 +63,11 @@ public enum InPlaceExec {
         var path = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         if path.hasSuffix(" (deleted)") { path.removeLast(" (deleted)".count) }
         return path
+    }
+
+    static func isScript(_ fd: Int32) -> Bool {
+        var head: [UInt8] = [0, 0]
+        return pread(fd, &head, 2, 0) == 2 && head == [0x23, 0x21]
     }
 
     struct Machine: Equatable {
@@ -105,10 +114,10 @@ public enum InPlaceExec {
     public static func exec(_ binary: Binary, arguments: [String], environment: [String]) -> SystemError {
         let rc = Spawner.withCStrings(arguments) { argv in
             Spawner.withCStrings(environment) { envp in
-                cls_exec_fd(binary.fd, argv, envp)
+                binary.isScript ? (execve(binary.path, argv, envp) == 0 ? 0 : -errno) : cls_exec_fd(binary.fd, argv, envp)
             }
         }
-        return SystemError(call: "execveat", errno: -rc, context: binary.path)
+        return SystemError(call: binary.isScript ? "execve" : "execveat", errno: -rc, context: binary.path)
     }
 
     /// A sealed memfd (close-on-exec) holding `bytes`.

@@ -99,6 +99,10 @@ struct Start: ParsableCommand {
         if noSandbox { settings.sandboxEnabled = false }
         if let mode = workerStart.flatMap(SupervisorConfig.WorkerStart.init(rawValue:)) { settings.workerStart = mode }
         settings.debugPlugins = Set(debug)
+        let companions = handover?.fillMissingExecutables(&settings) ?? []
+        for taken in companions {
+            StandardError.write("supervisor: upgrade: this binary has no \(taken); the previous binary's is used\n")
+        }
         let supervisor = Supervisor(config: settings, logger: Logger(label: "supervisor"), handover: handover)
         do {
             try supervisor.run { line in

@@ -184,7 +184,11 @@ struct UpgradeTests {
         let script = w.root + "/script"
         try "#!/bin/sh\nexit 0\n".write(toFile: script, atomically: true, encoding: .utf8)
         chmod(script, 0o755)
-        #expect(await refusal(script)?.message.contains("not an ELF binary") == true)
+        #expect(await refusal(script)?.message.contains("is not a supervisor that can take over") == true)
+        let text = w.root + "/text"
+        try "just text\n".write(toFile: text, atomically: true, encoding: .utf8)
+        chmod(text, 0o755)
+        #expect(await refusal(text)?.message.contains("neither an ELF binary nor a #! script") == true)
         // An ELF binary that crashes when asked.
         let segv = try Build.cProgram("segv", source: "#include <signal.h>\nint main(void) { raise(SIGSEGV); return 0; }\n")
         let crashed = await refusal(segv)
@@ -248,5 +252,28 @@ struct UpgradeTests {
         sup.signal(SIGKILL)
         _ = try sup.waitForExit()
         try sup.waitUntil("every worker to end with the supervisor (exit)") { pids.allSatisfy { kill($0, 0) != 0 } }
+    }
+
+    @Test("a wrapper script that execs the supervisor, and a supervisor binary copied alone (no worker, fork server or installer beside it) take over; a crash after it restarts with the previous binary's worker")
+    func wrappersAndLoneCopies() async throws {
+        let w = try TestWorld()
+        try w.bundle("u.a")
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        let wrapper = w.root + "/wrapper"
+        try "#!/bin/sh\nexec '\(Build.supervisor)' \"$@\"\n".write(toFile: wrapper, atomically: true, encoding: .utf8)
+        chmod(wrapper, 0o755)
+        #expect(try await client.upgrade(binary: wrapper).workers == 1)
+        let alone = w.root + "/alone"
+        try FileManager.default.createDirectory(atPath: alone, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: Build.supervisor, toPath: alone + "/supervisor")
+        #expect(try await client.upgrade(binary: alone + "/supervisor").workers == 1)
+        try sup.waitUntil("the log to say which companions it took") { sup.log.contains("this binary has no worker") }
+        let pid = try #require(try sup.plugin("u.a").pid)
+        kill(pid, SIGSEGV)
+        try sup.waitUntil("u.a to restart") { let p = try sup.plugin("u.a"); return p.state == "running" && p.pid != pid }
+        #expect(try await client.call("u.a", "ping", as: Int.self) == 1)
+        #expect(try sup.plugin("u.a").restarts == 1)
     }
 }

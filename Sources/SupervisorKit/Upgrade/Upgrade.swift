@@ -468,6 +468,8 @@ extension Engine {
         return .success(UpgradeSnapshot(
             fromVersion: ProductVersion.current, pausedAtNs: 0, upgrades: upgrades, homeLock: lock, controlListener: controlListener,
             metricsListener: metricsListener, handoff: handoffState, oldForkServer: oldForkServer,
+            executables: ["worker": config.workerExecutable, "forkServer": config.forkServerExecutable,
+                          "workerLibrary": config.workerLibrary, "installer": config.installerExecutable],
             cgroupTree: shared.cgroups.map { .init(version: $0.version.rawValue, bases: $0.bases) }, cgroupsMissing: shared.cgroupsMissing,
             systemdReady: shared.phase == .launched,
             launched: shared.phase == .launched, requester: requester, plugins: plugins, connections: savedConnections, links: links,

@@ -32,6 +32,9 @@ struct UpgradeSnapshot: Codable, Sendable {
     /// The previous fork server, ending now that its socket closed with the exec: the new binary
     /// reaps it and starts its own (with the new worker code).
     var oldForkServer: Child?
+    /// The previous binary's companions (worker, fork server, worker library, installer): used by
+    /// the new binary for any of its own that is not beside it (a supervisor binary copied alone).
+    var executables: [String: String] = [:]
     /// The cgroup tree workers' groups are made in (nil: none, `cgroupsMissing` says why).
     var cgroupTree: CgroupTreeState?
     var cgroupsMissing: String
@@ -223,6 +226,23 @@ public struct UpgradeHandover: Sendable {
         do { return try ProtocolJSON.decode(UpgradeSnapshot.self, from: bytes) } catch {
             throw Refused(description: "the snapshot (format \(head.format)) cannot be read: \(error)")
         }
+    }
+
+    /// Points `config` at the previous binary's worker, fork server, worker library and installer
+    /// for each of its own that does not exist (this binary was copied somewhere alone); returns
+    /// what it took, to log.
+    public func fillMissingExecutables(_ config: inout SupervisorConfig) -> [String] {
+        var taken: [String] = []
+        func fill(_ key: String, _ path: inout String) {
+            guard !FileSystem.exists(path), let previous = snapshot.executables[key], FileSystem.exists(previous) else { return }
+            taken.append("\(key): \(previous) (none at \(path))")
+            path = previous
+        }
+        fill("worker", &config.workerExecutable)
+        fill("forkServer", &config.forkServerExecutable)
+        fill("workerLibrary", &config.workerLibrary)
+        fill("installer", &config.installerExecutable)
+        return taken
     }
 
     /// This binary has taken over: the rescue is off, and what it needed is closed.
