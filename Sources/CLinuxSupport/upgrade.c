@@ -143,30 +143,6 @@ void cls_rescue_disarm(void) {
     rescue_fd = -1;
 }
 
-/* ---- the snapshot's memfd ---- */
-
-int cls_memfd_sealed(const char *name, const void *data, size_t len) {
-    int fd = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0) return -errno;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = write(fd, (const char *)data + done, len - done);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            return -e;
-        }
-        done += (size_t)n;
-    }
-    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-        int e = errno;
-        close(fd);
-        return -e;
-    }
-    return fd;
-}
-
 /* SO_COOKIE of a socket (a number no other socket has while the system runs), or 0. */
 uint64_t cls_socket_cookie(int fd) {
     uint64_t cookie = 0;

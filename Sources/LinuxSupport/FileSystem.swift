@@ -98,11 +98,21 @@ public enum FileSystem {
 
     /// The folder holding the running executable.
     public static func executableDirectory() -> String {
+        let path = executablePath()
+        guard path.hasPrefix("/") else { return "." }
+        return String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
+    }
+
+    /// The path of the running executable, without the " (deleted)" the kernel adds once its file
+    /// was replaced (an upgrade's default binary is the new file at that path); "/proc/self/exe"
+    /// when it cannot be read.
+    public static func executablePath() -> String {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-        guard n > 0 else { return "." }
-        let path = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
+        guard n > 0 else { return "/proc/self/exe" }
+        var path = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if path.hasSuffix(" (deleted)") { path.removeLast(" (deleted)".count) }
+        return path
     }
 }
 

@@ -52,17 +52,7 @@ public enum InPlaceExec {
     public static func openSelf() throws(Unusable) -> Binary {
         let raw = Glibc.open("/proc/self/exe", O_RDONLY | O_CLOEXEC)
         guard raw >= 0 else { throw Unusable(description: "cannot open /proc/self/exe: \(String(cString: strerror(errno)))") }
-        return Binary(path: executablePath(), fd: raw)
-    }
-
-    /// The path of the running binary (without the " (deleted)" the kernel adds once it is replaced).
-    public static func executablePath() -> String {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-        guard n > 0 else { return "/proc/self/exe" }
-        var path = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        if path.hasSuffix(" (deleted)") { path.removeLast(" (deleted)".count) }
-        return path
+        return Binary(path: FileSystem.executablePath(), fd: raw)
     }
 
     static func isScript(_ fd: Int32) -> Bool {
@@ -120,13 +110,6 @@ public enum InPlaceExec {
         return SystemError(call: binary.isScript ? "execve" : "execveat", errno: -rc, context: binary.path)
     }
 
-    /// A sealed memfd (close-on-exec) holding `bytes`.
-    public static func sealedMemfd(_ name: String, _ bytes: [UInt8]) throws(SystemError) -> OwnedDescriptor {
-        let rc = bytes.withUnsafeBytes { cls_memfd_sealed(name, $0.baseAddress, $0.count) }
-        guard rc >= 0 else { throw SystemError(call: "memfd_create", errno: -rc, context: name) }
-        return OwnedDescriptor(rc)
-    }
-
     /// Everything in `fd` from offset 0 (at most `limit` bytes).
     public static func readAll(_ fd: Int32, limit: Int) throws(SystemError) -> [UInt8] {
         var out: [UInt8] = []
@@ -164,6 +147,11 @@ public enum InPlaceExec {
     /// process's arguments and environment, plus `SP_UPGRADE_FAILED=<why>`): a binary an upgrade
     /// exec'd calls this first of all, and `disarm` once it has taken over.
     public static func armRescue(previous: Int32, seconds: UInt32) throws(SystemError) {
+        // Only for a real handover: a stray or forged variable names no open executable file.
+        var info = stat()
+        guard fstat(previous, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+            throw SystemError(call: "fstat", errno: EBADF, context: "descriptor \(previous), the previous binary")
+        }
         let environment = environment(without: ["SP_UPGRADE_FAILED"])
         let args = arguments()
         let rc = Spawner.withCStrings(args.isEmpty ? ["supervisor"] : args) { argv in

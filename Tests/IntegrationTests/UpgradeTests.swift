@@ -80,6 +80,21 @@ struct UpgradeTests {
         return (lanes.failures.withLock { $0 }, Double(lanes.longestGapNs.load(ordering: .relaxed)) / 1e6)
     }
 
+    /// Every running worker (`count` of them) is the supervisor's child (its parent-death signal
+    /// is tied to it), and a SIGKILL of the supervisor ends them all.
+    static func expectWorkersEndWithIt(_ sup: RunningSupervisor, count: Int) throws {
+        let pids = try sup.status().compactMap(\.pid)
+        #expect(pids.count == count)
+        for pid in pids {
+            let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+            let fields = stat[stat.range(of: ")")!.upperBound...].split(separator: " ")
+            #expect(Int32(fields[1]) == sup.pid, "worker \(pid)'s parent is \(fields[1])")
+        }
+        sup.signal(SIGKILL)
+        _ = try sup.waitForExit()
+        try sup.waitUntil("every worker to end with the supervisor (exit)") { pids.allSatisfy { kill($0, 0) != 0 } }
+    }
+
     static func workers(_ sup: RunningSupervisor) throws -> [String: (pid: Int32?, restarts: Int)] {
         Dictionary(uniqueKeysWithValues: try sup.status().map { ($0.identifier, ($0.pid, $0.restarts)) })
     }
@@ -134,15 +149,7 @@ struct UpgradeTests {
         _ = try await nextEvent(&events, "started") { $0.event == .started }
         // The workers are still the supervisor's children, and die with it: made by the thread
         // that execs, before and after the upgrades.
-        let pids = try sup.status().compactMap(\.pid)
-        for pid in pids {
-            let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
-            let fields = stat[stat.range(of: ")")!.upperBound...].split(separator: " ")
-            #expect(Int32(fields[1]) == sup.pid, "worker \(pid)'s parent is \(fields[1])")
-        }
-        sup.signal(SIGKILL)
-        _ = try sup.waitForExit()
-        try sup.waitUntil("every worker to end with the supervisor (exit)") { pids.allSatisfy { kill($0, 0) != 0 } }
+        try Self.expectWorkersEndWithIt(sup, count: 2)
     }
 
     @Test("a binary that is missing, not executable, of another architecture, that crashes when asked, or that crashes as it takes over: the old supervisor serves on, every plugin untouched; two upgrades at once: the second is refused; SIGUSR2 upgrades")
@@ -212,6 +219,18 @@ struct UpgradeTests {
         try sup.waitUntil("SIGUSR2's upgrade") { sup.log.components(separatedBy: "upgraded from").count > logged }
         #expect(try Self.workers(sup).mapValues(\.pid) == before.mapValues(\.pid))
         #expect(try await client.call("u.a", "ping", as: Int.self) == 1)
+        // Bad requests: a relative path, params of the wrong shape; named, nothing changes.
+        let relative = await refusal("supervisor")
+        #expect(relative?.code == "badRequest" && relative?.message.contains("absolute path") == true, "\(String(describing: relative))")
+        let odd = try rawControl(sup.socket)
+        var frame = FrameBuilder(kind: .upgrade)
+        frame.uint("id", 1)
+        frame.raw("params", Array(#"{"binary":5}"#.utf8))
+        try odd.sendFrame(frame.finish())
+        let oddAnswer = String(decoding: try #require(try odd.receiveFrame()), as: UTF8.self)
+        odd.close()
+        #expect(oddAnswer.contains("badRequest") && oddAnswer.contains("upgrade's params"), "\(oddAnswer)")
+        #expect(try Self.workers(sup).mapValues(\.pid) == before.mapValues(\.pid))
         // During a shutdown: refused with the reason (the stop and the upgrade on one connection,
         // read in that order).
         let raw = try rawControl(sup.socket)
@@ -241,17 +260,8 @@ struct UpgradeTests {
         try sup.waitUntil("u.b to restart") { let p = try sup.plugin("u.b"); return p.state == "running" && p.pid != crashed }
         _ = try await client.upgrade()
         #expect(try await client.call("u.b", "ping", as: Int.self) == 1)
-        let pids = try sup.status().compactMap(\.pid)
-        #expect(pids.count == 2)
         #expect(try sup.status().allSatisfy { $0.workerStart == "exec" })
-        for pid in pids {
-            let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
-            let fields = stat[stat.range(of: ")")!.upperBound...].split(separator: " ")
-            #expect(Int32(fields[1]) == sup.pid, "worker \(pid)'s parent is \(fields[1])")
-        }
-        sup.signal(SIGKILL)
-        _ = try sup.waitForExit()
-        try sup.waitUntil("every worker to end with the supervisor (exit)") { pids.allSatisfy { kill($0, 0) != 0 } }
+        try Self.expectWorkersEndWithIt(sup, count: 2)
     }
 
     @Test("a wrapper script that execs the supervisor, and a supervisor binary copied alone (no worker, fork server or installer beside it) take over; a crash after it restarts with the previous binary's worker")
@@ -275,5 +285,17 @@ struct UpgradeTests {
         try sup.waitUntil("u.a to restart") { let p = try sup.plugin("u.a"); return p.state == "running" && p.pid != pid }
         #expect(try await client.call("u.a", "ping", as: Int.self) == 1)
         #expect(try sup.plugin("u.a").restarts == 1)
+    }
+
+    @Test("`supervisor start` with a stray or forged SP_UPGRADE_SNAPSHOT in its environment: it says what is wrong with it and exits 1, and starts nothing")
+    func strayHandoverVariable() throws {
+        let w = try TestWorld()
+        try w.bundle("u.a")
+        for (value, why) in [("garbage", "does not name two descriptors"), ("900:901", "cannot read the snapshot (descriptor 900)")] {
+            let r = try Shell.run(Build.supervisor, ["start", "--home", w.home, "--plugins", w.plugins],
+                                  env: ProcessInfo.processInfo.environment.merging(["SP_UPGRADE_SNAPSHOT": value]) { _, new in new }, timeout: 30)
+            #expect(r.code == 1 && r.err.contains(why), "\(value): exit \(r.code), \(r.err)")
+            #expect(!r.out.contains("ready"))
+        }
     }
 }

@@ -221,9 +221,6 @@ int cls_rescue_arm(int previous_binary, char *const argv[], char *const envp[], 
    unless the rescue is not armed (-EBADF) or the exec fails. */
 int cls_rescue_fire(const char *reason);
 void cls_rescue_disarm(void);
-/* A memfd named `name` holding `len` bytes of `data`, sealed against any change (F_SEAL_SEAL too),
-   close-on-exec; or -errno. */
-int cls_memfd_sealed(const char *name, const void *data, size_t len);
 /* SO_COOKIE of a socket (unique while the system runs), or 0 when it has none. */
 uint64_t cls_socket_cookie(int fd);
 /* The product's version ("0.4.0"), from the stamp "@(#)sandboxed-plugins <version>" in the binary. */

@@ -89,11 +89,9 @@ extension Engine {
             metrics.upgraded(outcome: ErrorCode.unavailable.rawValue)
         } else {
             let execMs = Double(handover.readAtNs - s.pausedAtNs) / 1e6
-            logger.notice("upgraded from \(s.fromVersion) to \(ProductVersion.current): \(s.plugins.compactMap(\.worker).count) workers taken over in \(String(format2: pauseMs)) ms (exec and start \(String(format2: execMs)) ms, takeover \(String(format2: pauseMs - execMs)) ms)")
+            func ms(_ value: Double) -> Double { (value * 100).rounded() / 100 }
+            logger.notice("upgraded from \(s.fromVersion) to \(ProductVersion.current): \(s.plugins.compactMap(\.worker).count) workers taken over in \(ms(pauseMs)) ms (exec and start \(ms(execMs)) ms, takeover \(ms(pauseMs - execMs)) ms)")
             metrics.upgraded(outcome: "ok")
-        }
-        if s.requester == nil, handover.failure == nil {
-            // SIGUSR2: only the log says so.
         }
     }
 
@@ -127,9 +125,7 @@ extension Engine {
         instance.forked = w.forked
         instance.startProblem = w.startProblem
         if let library = w.library { instance.library = (library, FileStamp(path: library)) }
-        if let folders = w.cgroup, let version = w.cgroupVersion.flatMap(CgroupTree.Version.init(rawValue:)) {
-            instance.cgroup = CgroupGroup(version: version, folders: folders)
-        }
+        instance.cgroup = w.cgroupGroup
         instance.descriptorChannel = w.descriptorChannel
         instance.payloadChannel = w.payloadChannel
         instance.nextID = w.nextID
@@ -160,14 +156,11 @@ extension Engine {
         logger.warning("upgrade: \(identifier) is no longer in the plugin folders; its worker (pid \(w.pid)) is ended")
         let process = ChildProcess.adopt(pid: w.pid, pidfd: OwnedDescriptor(w.pidfd))
         process.signal(SIGKILL)
-        try? shared.watcher?.watch(process) { _ in }
+        // Its group goes once it is reaped (a group with a process in it cannot be removed).
+        let group = w.cgroupGroup
+        try? shared.watcher?.watch(process) { _ in group?.remove() }
         let fds: [Int32?] = [w.socket, w.descriptorChannel, w.payloadChannel, w.stdout, w.stderr]
         for fd in fds.compactMap({ $0 }) { close(fd) }
-        if let folders = w.cgroup, let version = w.cgroupVersion.flatMap(CgroupTree.Version.init(rawValue:)) {
-            let group = CgroupGroup(version: version, folders: folders)
-            let remove: @Sendable () -> Void = { group.remove() }
-            loop.scheduleTask(in: .milliseconds(100)) { remove() }
-        }
     }
 
     /// A control client's connection, made a channel again; `restore` runs once it is one.
@@ -195,13 +188,5 @@ extension Engine {
                     engine.logger.warning("upgrade: cannot take over a control client's connection (descriptor \(saved.fd)): \(error)")
                 }
             }
-    }
-}
-
-extension String {
-    /// `value` with two decimals.
-    init(format2 value: Double) {
-        let hundredths = Int((value * 100).rounded())
-        self = "\(hundredths / 100).\(String(repeating: "0", count: hundredths % 100 < 10 ? 1 : 0))\(hundredths % 100)"
     }
 }

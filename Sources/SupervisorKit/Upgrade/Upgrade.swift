@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CPluginABI
 import LinuxSupport
 import Logging
 import NIOCore
@@ -77,7 +78,7 @@ extension Engine {
         if let refusal = upgradeRefusal() {
             return upgradeFailed(origin, ErrorBody(.unavailable, "no upgrade: \(refusal)"))
         }
-        let path = binary ?? InPlaceExec.executablePath()
+        let path = binary ?? FileSystem.executablePath()
         upgrade = .checking(origin: origin)
         logger.notice("upgrade: checking \(path)")
         let back = handOff(self)
@@ -300,7 +301,11 @@ extension Engine {
         snapshot.pausedAtNs = ProcessControl.monotonicNanoseconds()
         let memfd: OwnedDescriptor
         do {
-            memfd = try InPlaceExec.sealedMemfd("supervisor-upgrade", try ProtocolJSON.encode(snapshot))
+            // Sealed as bytes between processes are (sp_bytes.h): the next binary reads it as it is.
+            let encoded = try ProtocolJSON.encode(snapshot)
+            let fd = encoded.withUnsafeBytes { sp_bytes_create($0.baseAddress, $0.count) }
+            guard fd >= 0 else { throw SystemError(call: "memfd_create", errno: -fd, context: "the upgrade's snapshot") }
+            memfd = OwnedDescriptor(fd)
         } catch {
             return handOverFailed(q, held: held, "cannot write the snapshot: \(error)")
         }

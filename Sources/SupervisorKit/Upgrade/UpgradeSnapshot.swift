@@ -115,6 +115,12 @@ struct UpgradeSnapshot: Codable, Sendable {
         var ageNs: Int64
         var nextID: UInt64
         var linkedCallees: [String]
+
+        /// Its control group, as the previous binary made it (nil: it had none).
+        var cgroupGroup: CgroupGroup? {
+            guard let cgroup, let version = cgroupVersion.flatMap(CgroupTree.Version.init(rawValue:)) else { return nil }
+            return CgroupGroup(version: version, folders: cgroup)
+        }
     }
 
     struct Connection: Codable, Sendable {
