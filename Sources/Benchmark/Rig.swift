@@ -26,7 +26,8 @@ final class Rig {
     }
 
     /// A plugin folder of `count` TestKit bundles: `wide` (independent) or a `chain` (each depends on the previous).
-    func plugins(_ name: String, count: Int, chain: Bool = false, extra: [String] = []) throws -> String {
+    /// `libraries`: a plugin's library copied from another path (a build of another commit), by id.
+    func plugins(_ name: String, count: Int, chain: Bool = false, extra: [String] = [], libraries: [String: String] = [:]) throws -> String {
         let dir = root + "/" + name
         try? FileManager.default.removeItem(atPath: dir)
         for i in 0..<count + extra.count {
@@ -35,12 +36,14 @@ final class Rig {
             try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
             // bench.crelay is the C caller (Benchmarks/CRelay); every other one is TestKit.
             let library = id == "bench.crelay" ? "libCRelay.so" : "libTestKit.so"
-            if link(bin + "/" + library, bundle + "/" + library) != 0 {
+            if let other = libraries[id] {
+                try FileManager.default.copyItem(atPath: other, toPath: bundle + "/" + library)
+            } else if link(bin + "/" + library, bundle + "/" + library) != 0 {
                 try FileManager.default.copyItem(atPath: bin + "/" + library, toPath: bundle + "/" + library)
             }
             var deps = ""
             if chain, i > 0, i < count { deps = #","dependencies":["bench.p\#(i - 1)"]"# }
-            if id == "bench.caller" || id == "bench.crelay" { deps = #","dependencies":["bench.callee"]"# }
+            if id == "bench.caller" || id == "bench.crelay" || id == "bench.before" { deps = #","dependencies":["bench.callee"]"# }
             try #"{"identifier":"\#(id)","version":"1.0.0","library":"\#(library)"\#(deps)}"#
                 .write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
         }

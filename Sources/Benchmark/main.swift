@@ -11,9 +11,10 @@ let arguments = CommandLine.arguments
 let asJSON = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 let calls = quick ? 2_000 : 20_000
-/// `--only calls|client|host|streams|bytes|crash|upgrade|startup` runs one section.
+/// `--only calls|sdk|client|host|streams|bytes|crash|upgrade|startup` runs one section (`sdk` only when
+/// asked: `--only sdk [--baseline-lib PATH]`).
 let only: String? = arguments.firstIndex(of: "--only").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
-func wanted(_ section: String) -> Bool { only == nil || only == section }
+func wanted(_ section: String) -> Bool { only == section || (only == nil && section != "sdk") }
 /// `--worker-start exec|fork-server`: how the workers of every section start (default: the
 /// supervisor's default; the start-up section measures both either way).
 let defaultWorkerStart: String? = arguments.firstIndex(of: "--worker-start").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
@@ -98,14 +99,22 @@ do {
     // JSON coding) and with `pingVia` (the SDK's path alone: a string in, an Int out, plain
     // coding), and bench.crelay in C (Benchmarks/CRelay), without the Swift SDK's async path. Ratios against the host call above (the
     // issue's targets: p50 ≤ 2×, throughput ≥ 0.5×).
-    func nested(_ label: String, _ frame: (UInt64) -> [UInt8]) throws {
+    /// The caller's worker CPU per call with 64 in flight, by caller (the C relay's is the baseline
+    /// of the Swift callers': issue 34's "≤ 1.5× the C relay's").
+    var callerCPU: [String: Double] = [:]
+    func nested(_ label: String, caller: String, _ frame: (UInt64) -> [UInt8]) throws {
         _ = try latency(conn, count: 200, frame: frame)
         let lat = try latency(conn, count: calls / 4, frame: frame)
         let suffix = label.hasPrefix(" (") ? "" : label
-        report.add("plugin → plugin call p50\(label)", lat.median, "µs", baseline: ("host call p50", lat0.median), target: "≤ 2×")
+        report.add("plugin → plugin call p50\(label)", lat.median, "µs", baseline: ("host call p50", lat0.median), target: label.contains("Swift, typed") ? "≤ 1.6×" : "≤ 2×")
         report.add("plugin → plugin call p99\(suffix)", lat.percentile(0.99), "µs", baseline: ("host call p50", lat0.median))
+        let callerPID = try rig.status().first(where: { $0.identifier == caller })?.pid
+        let before = callerPID.flatMap { cpuSeconds($0) }
         report.add("plugin → plugin throughput, 64 in flight\(suffix)", try throughput(conn, inFlight: 64, count: calls, frame: frame), "/s",
                    baseline: ("host call, 64 in flight", hostThroughput64), target: "≥ 0.5×")
+        if let before, let after = callerPID.flatMap({ cpuSeconds($0) }) {
+            callerCPU[label] = (after - before) / Double(calls) * 1e6
+        }
     }
     if peerLinks {
         // The first call of each caller goes through the supervisor and makes the link.
@@ -114,12 +123,20 @@ do {
         let linked = try rig.status().filter { $0.links == ["bench.callee"] }.count
         note("plugin → plugin: \(linked) of 2 callers linked to bench.callee")
     }
-    try nested(" (client → A → B → A → client)") { id in
+    try nested(" (client → A → B → A → client)", caller: "bench.caller") { id in
         callFrame(id: id, target: "bench.caller", method: "call", params: #"{"target":"bench.callee","method":"ping"}"#)
     }
-    try nested(", caller in Swift, typed") { id in callFrame(id: id, target: "bench.caller", method: "pingVia", params: #""bench.callee""#) }
-    try nested(", caller in Swift, typed, inline") { id in callFrame(id: id, target: "bench.caller", method: "pingViaInline", params: #""bench.callee""#) }
-    try nested(", caller in C") { id in callFrame(id: id, target: "bench.crelay", method: "relay") }
+    try nested(", caller in Swift, typed", caller: "bench.caller") { id in callFrame(id: id, target: "bench.caller", method: "pingVia", params: #""bench.callee""#) }
+    try nested(", caller in Swift, typed, inline", caller: "bench.caller") { id in callFrame(id: id, target: "bench.caller", method: "pingViaInline", params: #""bench.callee""#) }
+    try nested(", caller in C", caller: "bench.crelay") { id in callFrame(id: id, target: "bench.crelay", method: "relay") }
+    let cRelayCPU = callerCPU[", caller in C"]
+    for (label, name) in [(" (client → A → B → A → client)", ", Swift JSONValue relay"), (", caller in Swift, typed", ", Swift, typed"),
+                          (", caller in Swift, typed, inline", ", Swift, typed, inline"), (", caller in C", ", C relay")] {
+        guard let cpu = callerCPU[label] else { continue }
+        let isC = label == ", caller in C"
+        report.add("plugin → plugin: the caller's worker CPU per call, 64 in flight\(name)", cpu, "µs",
+                   baseline: isC ? nil : cRelayCPU.map { ("the C relay's", $0) }, target: label.contains("Swift, typed") ? "≤ 1.5×" : nil)
+    }
     conn.close()
 
     // 5. Memory of a trivial worker.
@@ -128,6 +145,58 @@ do {
         report.add("worker RSS (trivial Swift plugin)", Double(m.rss) / 1_048_576, "MiB")
         report.add("worker PSS (trivial Swift plugin, 2 workers)", Double(m.pss) / 1_048_576, "MiB", target: "< 8 MiB")
     }
+    }
+
+    // 2b. The Swift SDK's plugin → plugin path in interleaved rounds (issue 34): the host call, the
+    // Swift callers (a task, and an inline method) and the C relay, and with `--baseline-lib PATH`
+    // (a libTestKit.so built from another commit) the same Swift callers built from that, so an SDK
+    // change is measured before/after in one run, on the same supervisor and callee.
+    if wanted("sdk") {
+        note("sdk: plugin → plugin, interleaved")
+        let baselineLib = arguments.firstIndex(of: "--baseline-lib").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
+        var ids = ["bench.callee", "bench.caller", "bench.crelay"]
+        if baselineLib != nil { ids.append("bench.before") }
+        let dir = try rig.plugins("sdk", count: 0, extra: ids, libraries: baselineLib.map { ["bench.before": $0] } ?? [:])
+        try rig.start(plugins: dir, config: peerLinks ? nil : #"{"peerLinks": false}"#)
+        let conn = try rig.connect()
+        struct Case { var label: String; var target: String; var method: String; var params: String? }
+        var cases = [Case(label: "host call", target: "bench.callee", method: "ping"),
+                     Case(label: "Swift caller, typed", target: "bench.caller", method: "pingVia", params: #""bench.callee""#),
+                     Case(label: "Swift caller, typed, inline", target: "bench.caller", method: "pingViaInline", params: #""bench.callee""#),
+                     Case(label: "C relay", target: "bench.crelay", method: "relay")]
+        if baselineLib != nil {
+            cases.insert(Case(label: "baseline build: host call", target: "bench.before", method: "ping"), at: 1)
+            cases.insert(Case(label: "baseline build: Swift caller, typed", target: "bench.before", method: "pingVia", params: #""bench.callee""#), at: 4)
+            cases.insert(Case(label: "baseline build: Swift caller, typed, inline", target: "bench.before", method: "pingViaInline", params: #""bench.callee""#), at: 5)
+        }
+        let pids = Dictionary(uniqueKeysWithValues: try rig.status().map { ($0.identifier, $0.pid ?? 0) })
+        for c in cases { _ = try latency(conn, count: 300, frame: { callFrame(id: $0, target: c.target, method: c.method, params: c.params) }) }
+        var p50: [String: [Double]] = [:], tput: [String: [Double]] = [:], cpu: [String: [Double]] = [:]
+        for round in 0..<(quick ? 2 : 5) {
+            note("sdk: round \(round + 1)")
+            for c in cases {
+                let frame = { (id: UInt64) in callFrame(id: id, target: c.target, method: c.method, params: c.params) }
+                p50[c.label, default: []].append(try latency(conn, count: calls / 8, frame: frame).median)
+                let pid = pids[c.target] ?? 0
+                let before = cpuSeconds(pid)
+                let n = calls / 2
+                tput[c.label, default: []].append(try throughput(conn, inFlight: 64, count: n, frame: frame))
+                if let before, let after = cpuSeconds(pid) { cpu[c.label, default: []].append((after - before) / Double(n) * 1e6) }
+            }
+        }
+        func median(_ v: [Double]?) -> Double { let s = (v ?? []).sorted(); return s.isEmpty ? 0 : s[s.count / 2] }
+        let host = (p50: median(p50["host call"]), tput: median(tput["host call"]))
+        let cRelayCPU = median(cpu["C relay"])
+        for c in cases {
+            let isSwift = c.label.contains("Swift")
+            report.add("sdk: \(c.label), p50, median of rounds", median(p50[c.label]), "µs",
+                       baseline: c.label == "host call" ? nil : ("host call p50", host.p50), target: isSwift ? "≤ 1.6×" : nil)
+            report.add("sdk: \(c.label), 64 in flight", median(tput[c.label]), "/s",
+                       baseline: c.label == "host call" ? nil : ("host calls", host.tput), target: isSwift ? "≥ 0.5×" : nil)
+            report.add("sdk: \(c.label), the \(c.label.hasSuffix("host call") ? "callee" : "caller")'s worker CPU per call, 64 in flight", median(cpu[c.label]), "µs",
+                       baseline: isSwift ? ("the C relay's", cRelayCPU) : nil, target: isSwift ? "≤ 1.5×" : nil)
+        }
+        conn.close()
     }
 
     // 3a. A program's SupervisorClient: its tasks' calls on one connection to the supervisor above.

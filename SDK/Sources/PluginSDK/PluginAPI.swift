@@ -4,6 +4,7 @@ import FoundationEssentials
 import Foundation
 #endif
 import PluginProtocol
+import Synchronization
 
 #if compiler(>=6.2)
 /// What a method takes: any `Decodable` type. (`SendableMetatype`, which every ordinary type has, lets
@@ -23,9 +24,17 @@ public typealias MethodResult = Encodable
 /// it short). One given an `async` closure runs on its own task and can be cancelled when the caller
 /// gives up; `execution: .inline` runs that task without thread hops (see `MethodExecution`).
 public final class PluginAPI: Sendable {
+    /// A method as the runtime runs it. The parameters are decoded once, on the thread that
+    /// delivers the call, straight from the message's bytes; the result is encoded once, straight
+    /// into the reply frame (`FrameEncoder.value`).
     enum Handler: Sendable {
-        case sync(@Sendable (UnsafeRawBufferPointer?) throws -> [UInt8])
-        case async(@Sendable ([UInt8]?) async throws -> [UInt8], MethodExecution)
+        /// Decodes the params, runs the method and appends its result's JSON to the reply frame
+        /// being built: no task, and no allocation for the commonest types (`Plain`).
+        case sync(@Sendable (UnsafeRawBufferPointer?, inout [UInt8]) throws -> Void)
+        /// Decodes the params and returns the method's work, which the runtime runs on a task
+        /// (`MethodExecution`). The result comes back as an existential: an `Int`, a `Bool` or a
+        /// `String` fits its inline buffer, so it costs no allocation either.
+        case async(@Sendable (UnsafeRawBufferPointer?) throws -> AsyncWork, MethodExecution)
         /// A method answering with a stream (Streams.swift): the params, the call's input (empty
         /// unless the caller sends one), where the answer goes.
         case stream(@Sendable ([UInt8]?, ChunkReceiver, StreamSender) async throws -> Void)
@@ -33,12 +42,18 @@ public final class PluginAPI: Sendable {
         case bytes(@Sendable ([UInt8]?) async throws -> Bytes)
     }
 
+    /// An async method's work once its parameters are decoded.
+    typealias AsyncWork = @Sendable () async throws -> any MethodResult
+
     func register(_ name: String, _ handler: Handler) {
         methods.withLock { $0[name] = handler }
     }
 
-    private let methods = Guarded<[String: Handler]>([:])
-    private let routes = Guarded<[String: Handler]>([:])
+    // `Mutex`, not `Guarded`: its `withLock` is inlined and specialised here, where a call of a
+    // generic class's method from another module pays the runtime's generic metadata lookups on
+    // every call (seen in the profile of a plugin → plugin call).
+    private let methods = Mutex<[String: Handler]>([:])
+    private let routes = Mutex<[String: Handler]>([:])
 
     init() {}
 
@@ -46,32 +61,29 @@ public final class PluginAPI: Sendable {
     public func method<Params: MethodParameters, Result: MethodResult>(
         _ name: String, _ body: @escaping @Sendable (Params) throws -> Result
     ) {
-        methods.withLock {
-            $0[name] = .sync { raw in try Coding.encode(body(try Coding.decode(Params.self, raw))) }
-        }
+        register(name, .sync { raw, out in try Coding.append(body(try Coding.decode(Params.self, raw)), to: &out) })
     }
 
     /// Exports `name`, answered on a task of its own, run as `execution` says.
     public func method<Params: MethodParameters, Result: MethodResult>(
         _ name: String, execution: MethodExecution = .task, _ body: @escaping @Sendable (Params) async throws -> Result
     ) {
-        methods.withLock {
-            $0[name] = .async({ raw in
-                let params = try raw.withUnsafeBytesOrNil { try Coding.decode(Params.self, $0) }
-                return try Coding.encode(try await body(params))
-            }, execution)
-        }
+        register(name, .async({ raw in
+            // Decoded for this one call and handed to its task, which alone touches it from here.
+            nonisolated(unsafe) let params = try Coding.decode(Params.self, raw)
+            return { try await body(params) }
+        }, execution))
     }
 
     /// Exports `name` taking no parameters.
     public func method<Result: MethodResult>(_ name: String, _ body: @escaping @Sendable () throws -> Result) {
-        method(name) { (_: Empty) in try body() }
+        register(name, .sync { _, out in try Coding.append(body(), to: &out) })
     }
 
     /// Exports `name` taking no parameters, answered on a task of its own, run as `execution` says.
     public func method<Result: MethodResult>(_ name: String, execution: MethodExecution = .task,
                                              _ body: @escaping @Sendable () async throws -> Result) {
-        method(name, execution: execution) { (_: Empty) async throws in try await body() }
+        register(name, .async({ _ in { try await body() } }, execution))
     }
 
     /// Answers `open` for `plugin://<this plugin>/<path>`. `path` is matched exactly, or as a prefix
@@ -79,8 +91,8 @@ public final class PluginAPI: Sendable {
     public func route<Result: MethodResult>(_ path: String, _ body: @escaping @Sendable (OpenRequest) async throws -> Result) {
         routes.withLock {
             $0[path] = .async({ raw in
-                let request = try raw.withUnsafeBytesOrNil { try Coding.decode(OpenRequest.self, $0) }
-                return try Coding.encode(try await body(request))
+                let request = try Coding.decode(OpenRequest.self, raw)
+                return { try await body(request) }
             }, .task)
         }
     }
@@ -182,11 +194,32 @@ enum Coding {
     }
 
     static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
-        if T.self == Empty.self { return Array("null".utf8) }
-        if let plain = Plain.encode(value) { return plain }
+        var out: [UInt8] = []
+        try append(value, to: &out)
+        return out
+    }
+
+    /// Appends `value`'s JSON to `out` (a frame being built): the plain types by hand, anything
+    /// else through `JSONEncoder`. Called with an existential (`any MethodResult`), `T` is the
+    /// value's own type, so the plain types still take the short way.
+    static func append<T: Encodable>(_ value: T, to out: inout [UInt8]) throws {
+        if T.self == Empty.self { return out.append(contentsOf: "null".utf8) }
+        if Plain.append(value, to: &out) { return }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.withoutEscapingSlashes]
-        return Array(try encoder.encode(value))
+        out.append(contentsOf: try encoder.encode(value))
+    }
+
+    /// Appends `value`'s JSON to `out` and returns the `Bytes` it holds (each written as
+    /// `{"$bytes": i}`), in order: a call's params, straight into the call frame.
+    static func appendAttached<T: Encodable>(_ value: T, to out: inout [UInt8]) throws -> [Bytes] {
+        if T.self == Empty.self || Plain.isPlain(T.self) {
+            try append(value, to: &out)
+            return []
+        }
+        let (json, attached) = try encodeAttached(value)
+        out.append(contentsOf: json)
+        return attached
     }
 
     static func describe(_ error: DecodingError) -> String {
@@ -218,26 +251,53 @@ extension Optional where Wrapped == [UInt8] {
 /// escape), is left to JSONEncoder/JSONDecoder, and the bytes are the same either way.
 enum Plain {
     static func encode<T>(_ value: T) -> [UInt8]? {
-        if T.self == Int.self { return Array(String(value as! Int).utf8) }
-        if T.self == Bool.self { return Array(((value as! Bool) ? "true" : "false").utf8) }
+        var out: [UInt8] = []
+        return append(value, to: &out) ? out : nil
+    }
+
+    /// Whether `T` is one of the plain types (those `append` may take).
+    static func isPlain<T>(_: T.Type) -> Bool { T.self == Int.self || T.self == Bool.self || T.self == String.self }
+
+    /// Appends `value`'s JSON to `out` if it is plain; false (nothing appended) otherwise.
+    static func append<T>(_ value: T, to out: inout [UInt8]) -> Bool {
+        if T.self == Int.self {
+            appendInt(value as! Int, to: &out)
+            return true
+        }
+        if T.self == Bool.self {
+            out.append(contentsOf: ((value as! Bool) ? "true" : "false").utf8)
+            return true
+        }
         if T.self == String.self {
             var text = value as! String
             // Quotes, backslashes and control characters need escapes: JSONEncoder writes those.
             // Scanned and copied from the string's contiguous UTF-8 (a native string's own storage).
-            return text.withUTF8 { utf8 -> [UInt8]? in
+            return text.withUTF8 { utf8 -> Bool in
                 let raw = UnsafeRawBufferPointer(utf8)
-                guard JSONScanner.firstSpecial(raw, from: 0) == raw.count else { return nil }
-                return [UInt8](unsafeUninitializedCapacity: raw.count + 2) { out, count in
-                    out[0] = 0x22
-                    if let source = raw.baseAddress, raw.count > 0 {
-                        UnsafeMutableRawPointer(out.baseAddress! + 1).copyMemory(from: source, byteCount: raw.count)
-                    }
-                    out[raw.count + 1] = 0x22
-                    count = raw.count + 2
-                }
+                guard JSONScanner.firstSpecial(raw, from: 0) == raw.count else { return false }
+                out.append(0x22)
+                out.append(contentsOf: raw)
+                out.append(0x22)
+                return true
             }
         }
-        return nil
+        return false
+    }
+
+    /// `value` in decimal, without a `String` on the way.
+    private static func appendInt(_ value: Int, to out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        var n = value.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // room for 20 digits
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { d in
+            repeat {
+                d[23 - count] = UInt8(n % 10) + 0x30
+                n /= 10
+                count += 1
+            } while n > 0
+            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: d[(24 - count)...]))
+        }
     }
 
     static func decode<T>(_ raw: UnsafeRawBufferPointer) -> T? {

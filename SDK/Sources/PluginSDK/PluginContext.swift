@@ -29,8 +29,9 @@ public struct PluginContext: Sendable {
     public func call<Params: Encodable, Result: Decodable>(
         _ target: String, _ method: String, _ params: Params, as: Result.Type = Result.self
     ) async throws -> Result {
-        let (json, attached) = try Coding.encodeAttached(params)
-        let answer = try await runtime.request(kind: .call, target: target, method: method, params: json, attachments: attached)
+        let answer = try await runtime.request(kind: .call, target: target, method: method) { out in
+            try Coding.appendAttached(params, to: &out)
+        }
         guard let bytes = answer.attachments else { return try Coding.decodeResult(Result.self, answer.result, of: "\(target).\(method)") }
         return try PluginRuntime.$attachments.withValue(bytes) { try Coding.decodeResult(Result.self, answer.result, of: "\(target).\(method)") }
     }

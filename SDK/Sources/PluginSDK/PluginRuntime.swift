@@ -18,8 +18,9 @@ final class PluginRuntime: Sendable {
     /// The worker's host table; valid, and safe to call from any thread, for the process's life.
     private nonisolated(unsafe) let host: UnsafePointer<sp_host>
     private let nextID = Atomic<UInt64>(1)
-    private let pending = Guarded<[UInt64: CheckedContinuation<Answer, any Error>]>([:])
-    private let running = Guarded<[UInt64: Task<Void, Never>]>([:])
+    // `Mutex` rather than `Guarded` on the call path: inlined and specialised here (see PluginAPI).
+    private let pending = Mutex<[UInt64: UnsafeContinuation<Answer, any Error>]>([:])
+    private let running = Mutex<[UInt64: Task<Void, Never>]>([:])
     /// The streams in flight (SPEC §13), both ways.
     private let streams = Guarded(StreamTables())
     private let events: AsyncStream<EventWork>.Continuation
@@ -175,23 +176,26 @@ final class PluginRuntime: Sendable {
         let attached = env.attachments == nil ? nil : Attached.read(env, in: bytes)
         switch handler {
         case .sync(let body):
-            do {
-                let params = env.params.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) }
-                if let attached { return reply(id, result: try Self.$attachments.withValue(attached) { try body(params) }) }
-                guard let t = env.traceparent else { return reply(id, result: try body(params)) }
-                var trace = UnsafeRawBufferPointer(rebasing: bytes[t])
-                let result = try withUnsafePointer(to: &trace) { pointer in
-                    pthread_setspecific(Self.syncTraceKey, pointer)
-                    defer { pthread_setspecific(Self.syncTraceKey, nil) }
-                    return try body(params)
-                }
-                reply(id, result: result)
-            } catch {
-                reply(id, error: error)
+            let params = env.params.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) }
+            if let attached { return Self.$attachments.withValue(attached) { replyWriting(id) { try body(params, &$0) } } }
+            guard let t = env.traceparent else { return replyWriting(id) { try body(params, &$0) } }
+            var trace = UnsafeRawBufferPointer(rebasing: bytes[t])
+            withUnsafePointer(to: &trace) { pointer in
+                pthread_setspecific(Self.syncTraceKey, pointer)
+                defer { pthread_setspecific(Self.syncTraceKey, nil) }
+                replyWriting(id) { try body(params, &$0) }
             }
-        case .async(let body, let execution):
-            let params = env.params.map { Array(bytes[$0]) }
-            run(id, Envelope.string(bytes, env.traceparent), execution, attached) { try await body(params) }
+        case .async(let decode, let execution):
+            // The params are decoded here, once, from the message's own bytes (no copy for the
+            // task); params that do not decode are answered at once, without a task.
+            let params = env.params.map { UnsafeRawBufferPointer(rebasing: bytes[$0]) }
+            let work: PluginAPI.AsyncWork
+            do {
+                work = try attached.map { list in try Self.$attachments.withValue(list) { try decode(params) } } ?? decode(params)
+            } catch {
+                return reply(id, error: error)
+            }
+            run(id, Envelope.string(bytes, env.traceparent), execution, work)
         case .bytes(let body):
             runBytes(id, env, bytes, attached, body)
         case .stream(let body):
@@ -213,7 +217,7 @@ final class PluginRuntime: Sendable {
                 input.finish(.success(()))
             }
             let params = env.params.map { Array(bytes[$0]) }
-            run(id, Envelope.string(bytes, env.traceparent), .task, attached) { [self] in
+            run(id, Envelope.string(bytes, env.traceparent), .task, attached: attached) { [self] in
                 defer {
                     streams.withLock { s in
                         s.answering[id] = nil
@@ -221,7 +225,7 @@ final class PluginRuntime: Sendable {
                     }
                 }
                 try await body(params, input, sender)
-                return Array("null".utf8)
+                return Empty()
             }
         }
     }
@@ -271,28 +275,37 @@ final class PluginRuntime: Sendable {
             reply(id, error: PluginError.badRequest("open needs a plugin:// URI"))
             return
         }
-        guard case .async(let body, let execution)? = api.handler(forPath: uri.path) else {
+        guard case .async(let decode, let execution)? = api.handler(forPath: uri.path) else {
             reply(id, error: PluginError.notFound("no route for \(uri.path)"))
             return
         }
         let request = OpenRequest(uri: text, path: uri.path, query: uri.queryItems)
-        guard let raw = try? Coding.encode(request) else { return }
-        run(id, Envelope.string(bytes, env.traceparent), execution) { try await body(raw) }
+        let work: PluginAPI.AsyncWork
+        do {
+            work = try Coding.encode(request).withUnsafeBytes { try decode($0) }
+        } catch {
+            return reply(id, error: error)
+        }
+        run(id, Envelope.string(bytes, env.traceparent), execution, work)
     }
 
     /// Runs an async handler on its own task, tracked by call id so a `cancel` can reach it; an
-    /// inline one prefers the delivering thread (`DeliveryExecutor`).
-    private func run(_ id: UInt64, _ trace: String?, _ execution: MethodExecution, _ attached: [Bytes]? = nil,
-                     _ work: @escaping @Sendable () async throws -> [UInt8]) {
+    /// inline one prefers the delivering thread (`DeliveryExecutor`). `attached`: bytes the
+    /// handler reads itself (a stream method's, whose params it decodes on the task).
+    private func run(_ id: UInt64, _ trace: String?, _ execution: MethodExecution, attached: [Bytes]? = nil,
+                     _ work: @escaping PluginAPI.AsyncWork) {
         // `finished` runs once the call is settled, before its reply goes (an inline method gives
         // the executor back there: the next call may arrive as soon as the reply is written).
         let body: @Sendable (_ finished: () -> Void) async -> Void = { [self] finished in
-            let outcome: Result<[UInt8], any Error>
+            let outcome: Result<any MethodResult, any Error>
             do {
-                if let attached {
+                // Task-local values only where there is one to bind (each binding is a record on
+                // the task).
+                switch (trace, attached) {
+                case (nil, nil): outcome = .success(try await work())
+                case (let trace?, nil): outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await work() })
+                case (_, let attached?):
                     outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await Self.$attachments.withValue(attached) { try await work() } })
-                } else {
-                    outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await work() })
                 }
             } catch { outcome = .failure(error) }
             running.withLock { _ = $0.removeValue(forKey: id) }
@@ -300,7 +313,7 @@ final class PluginRuntime: Sendable {
             // A cancelled call was already answered by the supervisor (timeout, caller gone).
             if Task.isCancelled { return }
             switch outcome {
-            case .success(let result): reply(id, result: result)
+            case .success(let result): replyWriting(id) { try Coding.append(result, to: &$0) }
             case .failure(let error): reply(id, error: error)
             }
         }
@@ -387,15 +400,27 @@ final class PluginRuntime: Sendable {
 
     // MARK: Outgoing
 
-    /// `attachments`: bytes the params refer to (`{"$bytes": i}`), sent with the request.
-    func request(kind: MessageKind, target: String? = nil, method: String? = nil, params: [UInt8]? = nil, uri: String? = nil,
-                 attachments: [Bytes] = []) async throws -> Answer {
+    /// Sends a call (or an open) and waits for its answer. `params` appends the params' JSON
+    /// straight into the frame and returns the bytes they refer to (`{"$bytes": i}`), sent with it.
+    func request(kind: MessageKind, target: String? = nil, method: String? = nil, uri: String? = nil,
+                 params: (inout [UInt8]) throws -> [Bytes]) async throws -> Answer {
+        try await request(kind: kind, target: target, method: method, uri: uri, hasParams: true, params: params)
+    }
+
+    /// An open, or a call without params.
+    func request(kind: MessageKind, target: String? = nil, method: String? = nil, uri: String? = nil) async throws -> Answer {
+        try await request(kind: kind, target: target, method: method, uri: uri, hasParams: false) { _ in [] }
+    }
+
+    private func request(kind: MessageKind, target: String?, method: String?, uri: String?, hasParams: Bool,
+                         params: (inout [UInt8]) throws -> [Bytes]) async throws -> Answer {
         let id = nextID.add(1, ordering: .relaxed).newValue
         var b = FrameBuilder(kind: kind)
         b.uint("id", id)
         if let target { b.string("target", target) }
         if let method { b.string("method", method) }
-        if let params { b.raw("params", params) }
+        var attachments: [Bytes] = []
+        if hasParams { try b.value("params") { attachments = try params(&$0) } }
         if let uri { b.string("uri", uri) }
         if let trace = Self.taskTraceparent { b.string("traceparent", trace) }
         var made: [Bytes.Owned] = []
@@ -407,7 +432,9 @@ final class PluginRuntime: Sendable {
             made = memfds
             frame = tail.withUnsafeBytes { b.finish(tail: $0) }
         }
-        return try await withCheckedThrowingContinuation { continuation in
+        // Unsafe, not checked: the table is the continuation's one owner, and every path resumes
+        // it once (the answer, a failed send, the shutdown), under its lock.
+        return try await withUnsafeThrowingContinuation { continuation in
             pending.withLock { $0[id] = continuation }
             let rc = send(frame)
             // The memfds made here are the worker's to pass on once `send` returns.
@@ -492,6 +519,22 @@ final class PluginRuntime: Sendable {
         b.uint("id", id)
         b.raw("result", result)
         _ = send(b.finish())
+    }
+
+    /// Answers call `id` with the result `write` appends, in this thread's reusable frame buffer
+    /// (no allocation once it has grown); what `write` throws is the answer instead.
+    func replyWriting(_ id: UInt64, _ write: (inout [UInt8]) throws -> Void) {
+        let scratch = ScratchFrame.current
+        var b = FrameBuilder(kind: .reply, into: scratch.take())
+        b.uint("id", id)
+        do {
+            try b.value("result", write)
+        } catch {
+            return reply(id, error: error)
+        }
+        var frame = b.finish()
+        _ = send(frame)
+        scratch.give(&frame)
     }
 
     func reply(_ id: UInt64, error: any Error) {

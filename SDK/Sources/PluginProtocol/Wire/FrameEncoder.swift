@@ -105,6 +105,14 @@ public struct FrameEncoder<Sink: FrameSink> {
         raw.withUnsafeBytes { sink.append(bytes: $0) }
     }
 
+    /// Appends `"key":` and the value `write` puts straight into the frame (a result encoded in
+    /// place, without a buffer of its own). `write` must append exactly one valid JSON value.
+    @inlinable
+    public mutating func value<E: Error>(_ key: StaticString, _ write: (inout Sink) throws(E) -> Void) throws(E) {
+        appendKey(key)
+        try write(&sink)
+    }
+
     /// Appends `"error": {"code": ..., "message": ...}`.
     @inlinable
     public mutating func error(_ code: ErrorCode, _ message: String) {
