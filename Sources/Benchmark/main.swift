@@ -12,7 +12,7 @@ let asJSON = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 let calls = quick ? 2_000 : 20_000
 /// `--only calls|sdk|client|host|streams|bytes|crash|upgrade|startup` runs one section (`sdk` only when
-/// asked: `--only sdk [--baseline-lib PATH]`).
+/// asked: `--only sdk [--baseline-lib PATH] [--rounds N]`).
 let only: String? = arguments.firstIndex(of: "--only").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
 func wanted(_ section: String) -> Bool { only == section || (only == nil && section != "sdk") }
 /// `--worker-start exec|fork-server`: how the workers of every section start (default: the
@@ -172,7 +172,8 @@ do {
         let pids = Dictionary(uniqueKeysWithValues: try rig.status().map { ($0.identifier, $0.pid ?? 0) })
         for c in cases { _ = try latency(conn, count: 300, frame: { callFrame(id: $0, target: c.target, method: c.method, params: c.params) }) }
         var p50: [String: [Double]] = [:], tput: [String: [Double]] = [:], cpu: [String: [Double]] = [:]
-        for round in 0..<(quick ? 2 : 5) {
+        let rounds = arguments.firstIndex(of: "--rounds").flatMap { $0 + 1 < arguments.count ? Int(arguments[$0 + 1]) : nil } ?? (quick ? 2 : 5)
+        for round in 0..<rounds {
             note("sdk: round \(round + 1)")
             for c in cases {
                 let frame = { (id: UInt64) in callFrame(id: id, target: c.target, method: c.method, params: c.params) }

@@ -4,7 +4,6 @@ import FoundationEssentials
 import Foundation
 #endif
 import PluginProtocol
-import Synchronization
 
 #if compiler(>=6.2)
 /// What a method takes: any `Decodable` type. (`SendableMetatype`, which every ordinary type has, lets
@@ -49,11 +48,8 @@ public final class PluginAPI: Sendable {
         methods.withLock { $0[name] = handler }
     }
 
-    // `Mutex`, not `Guarded`: its `withLock` is inlined and specialised here, where a call of a
-    // generic class's method from another module pays the runtime's generic metadata lookups on
-    // every call (seen in the profile of a plugin → plugin call).
-    private let methods = Mutex<[String: Handler]>([:])
-    private let routes = Mutex<[String: Handler]>([:])
+    private let methods = Guarded<[String: Handler]>([:])
+    private let routes = Guarded<[String: Handler]>([:])
 
     init() {}
 

@@ -18,9 +18,8 @@ final class PluginRuntime: Sendable {
     /// The worker's host table; valid, and safe to call from any thread, for the process's life.
     private nonisolated(unsafe) let host: UnsafePointer<sp_host>
     private let nextID = Atomic<UInt64>(1)
-    // `Mutex` rather than `Guarded` on the call path: inlined and specialised here (see PluginAPI).
-    private let pending = Mutex<[UInt64: UnsafeContinuation<Answer, any Error>]>([:])
-    private let running = Mutex<[UInt64: Task<Void, Never>]>([:])
+    private let pending = Guarded<[UInt64: UnsafeContinuation<Answer, any Error>]>([:])
+    private let running = Guarded<[UInt64: Task<Void, Never>]>([:])
     /// The streams in flight (SPEC §13), both ways.
     private let streams = Guarded(StreamTables())
     private let events: AsyncStream<EventWork>.Continuation

@@ -9,14 +9,23 @@ import Glibc
 /// (`InlineMethodTests`); the supervisor's `Locked` is the same for the same reason.
 public final class Guarded<Value>: @unchecked Sendable {
     // @unchecked: `value` is only touched with `mutex` held.
-    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    private var value: Value
+    @usableFromInline let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    @usableFromInline var value: Value
 
     public init(_ value: Value) {
         self.value = value
-        pthread_mutex_init(mutex, nil)
+        // Adaptive: a waiter spins briefly before it sleeps, since the lock is held for a few
+        // instructions (a table lookup), where a sleep and a wake-up cost microseconds.
+        var attributes = pthread_mutexattr_t()
+        pthread_mutexattr_init(&attributes)
+        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
+        pthread_mutex_init(mutex, &attributes)
+        pthread_mutexattr_destroy(&attributes)
     }
 
+    /// Inlinable, so a caller in another module gets it specialised to its `Value` (no generic
+    /// metadata looked up at run time on every call).
+    @inlinable
     public func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
