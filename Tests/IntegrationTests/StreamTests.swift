@@ -249,6 +249,14 @@ struct StreamTests {
         #expect(flooded == "unavailable", "\(flooded)")
         #expect(try sup.plugin("s.hostile").pid == hostilePID && sup.plugin("s.hostile").lastExit == nil)
         try sup.waitUntil("the broken link's reason in the log") { sup.log.contains("beyond the credit its reader granted") }
+        // The link ended by itself, so requests for its callee wait a moment (it might have been
+        // dying) and then go on to the live worker: none fails, over a new link or not.
+        for _ in 0..<20 {
+            let viaRelay = try await client.callJSON("s.relay", "call", params: Array(#"{"target":"s.hostile","method":"noReplies"}"#.utf8))
+            #expect(Int(String(decoding: viaRelay, as: UTF8.self)) != nil, "\(String(decoding: viaRelay, as: UTF8.self))")
+            #expect(try await client.call("s.hostile", "noReplies", as: Int.self) >= 0)
+        }
+        #expect(try sup.plugin("s.hostile").pid == hostilePID)
     }
 
     @Test("a stream of raw bytes (StreamOutput<Bytes>, inline in its chunks): to a client (streamBytes), to the CLI (--stream --output FILE), to an embedded host, and plugin to plugin through the supervisor and over the peer link, every element as it was sent")

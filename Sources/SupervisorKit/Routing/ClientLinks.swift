@@ -99,7 +99,7 @@ extension Router {
         if let problem = report.calls.problem { return ErrorBody(.protocolViolation, "linkCalls with \(problem)") }
         metrics.calls(report.target).add(report.calls)
         if let ended = report.endedLink, let link = connection.linksOut[report.target], link.number == ended {
-            link.callee.mayHaveEnded = true
+            linkEndedByItself(link.callee)
             settle(link)
         }
         return nil
@@ -153,7 +153,7 @@ extension Router {
         guard report.calls.problem == nil else { return }
         metrics.calls(report.target).add(report.calls)
         if let ended = report.endedLink, let link = host.linksOut[report.target], link.number == ended {
-            link.callee.mayHaveEnded = true
+            linkEndedByItself(link.callee)
             settle(link)
         }
     }

@@ -182,7 +182,7 @@ extension Router {
         }
         // Its link ended by itself: forgotten, so the next call through here makes a new one.
         if let ended = report.endedLink, let link = instance.linksOut[report.target], link.number == ended {
-            link.callee.mayHaveEnded = true
+            linkEndedByItself(link.callee)
             settle(link)
         }
     }

@@ -26,7 +26,7 @@ extension Router {
         case .waiting, .starting, .restarting: return true
         case .running:
             guard let instance = record.instance else { return true }
-            return instance.phase.stopRequested || instance.channel == nil || instance.hasEndedUnseen
+            return instance.phase.stopRequested || instance.channel == nil || instance.mayHaveEnded
         case .failed, .stopped: return false
         }
     }
@@ -41,6 +41,22 @@ extension Router {
             return ErrorBody(.unavailable, "\(record.identifier) is \(record.phase.shown) and \(config.callQueueLimit) requests already wait for it (callQueueLimit)")
         }
         return nil
+    }
+
+    /// A link to `callee` ended by itself. The kernel closes a dying worker's sockets a moment
+    /// (microseconds) before its pidfd says it has ended, so it may be ending: requests for it wait
+    /// in its queue (`mustWait`) until its exit is seen (the restart forwards them) or, 2 ms later,
+    /// its pidfd says it is alive (they are forwarded then). Nothing waits on the loop meanwhile.
+    func linkEndedByItself(_ callee: WorkerInstance) {
+        guard !callee.mayHaveEnded else { return }
+        callee.mayHaveEnded = true
+        loop.assumeIsolated().scheduleTask(in: .milliseconds(2)) { [self, weak callee] in
+            // Reaped meanwhile, or ending (its pidfd is readable, its exit on its way to the loop):
+            // the exit decides, and the restart forwards what waits.
+            guard let callee, callee.mayHaveEnded, !callee.phase.hasExited, !callee.process.hasEnded(within: 0) else { return }
+            callee.mayHaveEnded = false
+            if let record = table[callee.identifier], record.instance === callee { forwardWaiting(record) }
+        }
     }
 
     /// `record` runs (again): what waited for it is forwarded, in the order it came.

@@ -46,7 +46,7 @@ final class Router: SupervisorComponent {
         }
         let metrics = callMetrics(of: record)
         guard record.phase == .running, let instance = record.instance, !instance.phase.stopRequested, let channel = instance.channel,
-              !instance.hasEndedUnseen else {
+              !instance.mayHaveEnded else {
             // Not now: coming up or draining, it waits; failed or stopped, it fails.
             if mustWait(record) {
                 return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload)

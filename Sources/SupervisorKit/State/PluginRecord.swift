@@ -230,8 +230,9 @@ final class WorkerInstance {
     var linksOut: [String: PeerLink] = [:]
     var linksIn: [ObjectIdentifier: PeerLink] = [:]
     /// A link to it ended by itself (its caller said so): it may have ended before the supervisor
-    /// read its socket's end. Until that is checked, a request for it looks at its process first
-    /// (`Router.mustWait`), so one made at that moment waits for the restart instead of failing.
+    /// read its socket's end. Until its exit is seen or a check finds it alive
+    /// (`Router.linkEndedByItself`), a request for it waits in its queue (`Router.mustWait`), so one
+    /// made at that moment waits for the restart instead of going to a worker that is ending.
     var mayHaveEnded = false
     /// The callees it had a link to: whose call counts it may report (`linkCalls`).
     var linkedCallees: Set<String> = []
@@ -268,19 +269,6 @@ final class WorkerInstance {
     /// callers' links not yet given back (calls over them may still be inside).
     var callsInside: Int { pending.values.reduce(0) { $0 + ($1.call == nil ? 0 : 1) } + linksIn.count }
     var hasCallsInside: Bool { !linksIn.isEmpty || pending.values.contains { $0.call != nil } }
-
-    /// Its process has ended though its exit has not been seen yet (only checked, with one poll of
-    /// its pidfd, after a link to it ended by itself: `mayHaveEnded`). False again once it is
-    /// found alive.
-    var hasEndedUnseen: Bool {
-        guard mayHaveEnded else { return false }
-        // A link ends when the dying worker's descriptors close, a moment (microseconds) before its
-        // pidfd says it has ended: a request right behind the link's end waits that moment out
-        // (at most 2 ms, once per ended link) rather than go to a worker that is ending.
-        if process.hasEnded(within: 2) { return true }
-        mayHaveEnded = false
-        return false
-    }
 
     /// Allocates the id of the next request this supervisor sends it.
     func takeID() -> UInt64 {
