@@ -58,14 +58,18 @@ public final class Supervisor: Sendable {
         let paths = RuntimeFolders.current()
         let namespace = ProcessControl.networkNamespace()
         let preflight = preflightPIDs
-        // Made on its loop, where it stays.
-        let made = try! loop.submit {
+        // Made on its loop, where it stays. `submit` fails only on a loop that was shut down, and
+        // this one was made above and is held by nothing else yet.
+        let made = loop.submit {
             let engine = Engine(config: config, logger: logger, group: group, preflightPIDs: preflight,
                                 runtimePaths: paths, networkNamespace: namespace)
             return (engine.handOff(engine), engine.lifecycle.finished.futureResult)
-        }.wait()
-        engine = made.0
-        finished = made.1
+        }
+        do {
+            (engine, finished) = try made.wait()
+        } catch {
+            preconditionFailure("the supervisor's new event loop refused its first task: \(error)")
+        }
     }
 
     /// Runs until shut down (SIGTERM, SIGINT, `supervisor stop`). Create the supervisor on the main

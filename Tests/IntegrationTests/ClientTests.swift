@@ -341,6 +341,49 @@ struct ClientTests {
         control.close()
     }
 
+    @Test("a peer of another uid is refused at the link socket, even with a token the supervisor gave, and the token stays good for its own user")
+    func linkSocketRefusesOtherUsers() async throws {
+        guard geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else { return }
+        let w = try TestWorld()
+        try w.bundle("c.u")
+        let sup = try RunningSupervisor(w)
+        let control = try rawControl(sup.socket)
+        _ = try control.sendFrame(callFrame(id: 1, target: "c.u", method: "ping"))
+        _ = try control.receiveFrame()
+        var link = FrameBuilder(kind: .link)
+        link.uint("id", 2)
+        link.string("target", "c.u")
+        try control.sendFrame(link.finish())
+        struct Grant: Decodable { struct Result: Decodable { var token: String; var socket: String }; var result: Result }
+        let granted = try JSONDecoder().decode(Grant.self, from: Data(try #require(try control.receiveFrame()))).result
+        // The socket is 0600 (another user cannot even connect); opened up here, so that the
+        // supervisor's own check of the peer's credentials is what refuses.
+        #expect(granted.socket.hasPrefix(w.home + "/"))
+        for folder in [w.root, w.home] { chmod(folder, 0o755) }
+        chmod(granted.socket, 0o666)
+        let script = """
+            import socket, struct, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(sys.argv[1])
+            body = ('{"token":"%s"}' % sys.argv[2]).encode()
+            s.sendall(struct.pack(">I", len(body)) + body)
+            head = s.recv(4)
+            print(s.recv(struct.unpack(">I", head)[0]).decode() if len(head) == 4 else "nothing")
+            """
+        let other = try Shell.run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, granted.socket, granted.token])
+        #expect(other.code == 0 && other.out.contains("only the supervisor's own user may take a link"), "\(other.out) \(other.err)")
+        // Refused before its request was read: the token is still good, once, for the supervisor's user.
+        let pickUp = try BlockingConnection.connect(path: granted.socket)
+        try pickUp.sendFrame(ProtocolJSON.frame(["token": granted.token]))
+        var buffer = [UInt8](repeating: 0, count: 256)
+        var fd: Int32 = -1
+        let n = buffer.withUnsafeMutableBytes { cls_receive_with_fd(pickUp.fd, $0.baseAddress, $0.count, &fd) }
+        #expect(n > 4 && fd >= 0 && String(decoding: buffer[4..<max(4, n)], as: UTF8.self).contains("\"link\""))
+        if fd >= 0 { close(fd) }
+        pickUp.close()
+        control.close()
+    }
+
     @Test("hostile clients of the new requests: link and provide without what they need, a reply to a call never sent, linkCalls malformed or for no link, a token frame that is too large or not JSON: each gets a clear error, the bad ones are dropped and counted, and the supervisor serves on")
     func hostileRequests() async throws {
         let w = try TestWorld()
