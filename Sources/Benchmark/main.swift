@@ -171,11 +171,15 @@ do {
         }
         let pids = Dictionary(uniqueKeysWithValues: try rig.status().map { ($0.identifier, $0.pid ?? 0) })
         for c in cases { _ = try latency(conn, count: 300, frame: { callFrame(id: $0, target: c.target, method: c.method, params: c.params) }) }
+        let linked = try rig.status().filter { $0.links == ["bench.callee"] }.map(\.identifier).sorted()
+        note("sdk: linked to bench.callee: \(linked.joined(separator: ", "))")
         var p50: [String: [Double]] = [:], tput: [String: [Double]] = [:], cpu: [String: [Double]] = [:]
         let rounds = arguments.firstIndex(of: "--rounds").flatMap { $0 + 1 < arguments.count ? Int(arguments[$0 + 1]) : nil } ?? (quick ? 2 : 5)
         for round in 0..<rounds {
             note("sdk: round \(round + 1)")
-            for c in cases {
+            // Each round starts one case later, so no case always runs right after another (in one
+            // fixed order two identical callers differed by 12–30 %).
+            for c in cases[(round % cases.count)...] + cases[..<(round % cases.count)] {
                 let frame = { (id: UInt64) in callFrame(id: id, target: c.target, method: c.method, params: c.params) }
                 p50[c.label, default: []].append(try latency(conn, count: calls / 8, frame: frame).median)
                 let pid = pids[c.target] ?? 0
