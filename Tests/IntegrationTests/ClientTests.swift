@@ -302,6 +302,33 @@ struct ClientTests {
         #expect(client.linkedPlugins == ["c.d"])
     }
 
+    /// What a `link` request is answered with: the token and where to pick the link up.
+    struct LinkGrantResult: Decodable { var token: String; var socket: String }
+
+    /// Asks for a link to `target` on a raw control connection, after one call that starts it.
+    func grantedLink(_ control: BlockingConnection, to target: String) throws -> LinkGrantResult {
+        _ = try control.sendFrame(callFrame(id: 1, target: target, method: "ping"))
+        _ = try control.receiveFrame()
+        var link = FrameBuilder(kind: .link)
+        link.uint("id", 2)
+        link.string("target", target)
+        try control.sendFrame(link.finish())
+        struct Grant: Decodable { var result: LinkGrantResult }
+        return try JSONDecoder().decode(Grant.self, from: Data(try #require(try control.receiveFrame()))).result
+    }
+
+    /// Presents `token` at the link socket `socket`: the answer's text and the descriptor that came
+    /// with it (-1 when none did).
+    func pickUp(_ socket: String, token: String) throws -> (text: String, fd: Int32) {
+        let connection = try BlockingConnection.connect(path: socket)
+        defer { connection.close() }
+        try connection.sendFrame(ProtocolJSON.frame(["token": token]))
+        var buffer = [UInt8](repeating: 0, count: 256)
+        var fd: Int32 = -1
+        let n = buffer.withUnsafeMutableBytes { cls_receive_with_fd(connection.fd, $0.baseAddress, $0.count, &fd) }
+        return (String(decoding: buffer[4..<max(4, n)], as: UTF8.self), fd)
+    }
+
     @Test("a link's descriptor is handed only for a token the supervisor gave, once: an unknown token gets an error and nothing else")
     func linkTokens() async throws {
         let w = try TestWorld()
@@ -315,47 +342,23 @@ struct ClientTests {
         handoff.close()
         // Asked on the control socket, a token works once.
         let control = try rawControl(sup.socket)
-        _ = try control.sendFrame(callFrame(id: 1, target: "c.t", method: "ping"))
-        _ = try control.receiveFrame()
-        var link = FrameBuilder(kind: .link)
-        link.uint("id", 2)
-        link.string("target", "c.t")
-        try control.sendFrame(link.finish())
-        let grant = try #require(try control.receiveFrame())
-        struct Grant: Decodable { struct Result: Decodable { var token: String; var socket: String }; var result: Result }
-        let granted = try JSONDecoder().decode(Grant.self, from: Data(grant)).result
-        for attempt in 0..<2 {
-            let pickUp = try BlockingConnection.connect(path: granted.socket)
-            try pickUp.sendFrame(ProtocolJSON.frame(["token": granted.token]))
-            var buffer = [UInt8](repeating: 0, count: 256)
-            var fd: Int32 = -1
-            let n = buffer.withUnsafeMutableBytes { cls_receive_with_fd(pickUp.fd, $0.baseAddress, $0.count, &fd) }
-            if attempt == 0 {
-                #expect(n > 4 && fd >= 0 && String(decoding: buffer[4..<n], as: UTF8.self).contains("\"link\""))
-            } else {
-                #expect(fd == -1 && String(decoding: buffer[4..<max(4, n)], as: UTF8.self).contains("unknown token"))
-            }
-            if fd >= 0 { close(fd) }
-            pickUp.close()
-        }
+        let granted = try grantedLink(control, to: "c.t")
+        let first = try pickUp(granted.socket, token: granted.token)
+        #expect(first.fd >= 0 && first.text.contains("\"link\""), "\(first.text)")
+        let second = try pickUp(granted.socket, token: granted.token)
+        #expect(second.fd == -1 && second.text.contains("unknown token"), "\(second.text)")
+        for fd in [first.fd, second.fd] where fd >= 0 { close(fd) }
         control.close()
     }
 
-    @Test("a peer of another uid is refused at the link socket, even with a token the supervisor gave, and the token stays good for its own user")
+    @Test("a peer of another uid is refused at the link socket, even with a token the supervisor gave, and the token stays good for its own user",
+          .enabled(if: geteuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"), "needs root and setpriv to run a client as another user"))
     func linkSocketRefusesOtherUsers() async throws {
-        guard geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else { return }
         let w = try TestWorld()
         try w.bundle("c.u")
         let sup = try RunningSupervisor(w)
         let control = try rawControl(sup.socket)
-        _ = try control.sendFrame(callFrame(id: 1, target: "c.u", method: "ping"))
-        _ = try control.receiveFrame()
-        var link = FrameBuilder(kind: .link)
-        link.uint("id", 2)
-        link.string("target", "c.u")
-        try control.sendFrame(link.finish())
-        struct Grant: Decodable { struct Result: Decodable { var token: String; var socket: String }; var result: Result }
-        let granted = try JSONDecoder().decode(Grant.self, from: Data(try #require(try control.receiveFrame()))).result
+        let granted = try grantedLink(control, to: "c.u")
         // The socket is 0600 (another user cannot even connect); opened up here, so that the
         // supervisor's own check of the peer's credentials is what refuses.
         #expect(granted.socket.hasPrefix(w.home + "/"))
@@ -373,14 +376,9 @@ struct ClientTests {
         let other = try Shell.run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, granted.socket, granted.token])
         #expect(other.code == 0 && other.out.contains("only the supervisor's own user may take a link"), "\(other.out) \(other.err)")
         // Refused before its request was read: the token is still good, once, for the supervisor's user.
-        let pickUp = try BlockingConnection.connect(path: granted.socket)
-        try pickUp.sendFrame(ProtocolJSON.frame(["token": granted.token]))
-        var buffer = [UInt8](repeating: 0, count: 256)
-        var fd: Int32 = -1
-        let n = buffer.withUnsafeMutableBytes { cls_receive_with_fd(pickUp.fd, $0.baseAddress, $0.count, &fd) }
-        #expect(n > 4 && fd >= 0 && String(decoding: buffer[4..<max(4, n)], as: UTF8.self).contains("\"link\""))
-        if fd >= 0 { close(fd) }
-        pickUp.close()
+        let mine = try pickUp(granted.socket, token: granted.token)
+        #expect(mine.fd >= 0 && mine.text.contains("\"link\""), "\(mine.text)")
+        if mine.fd >= 0 { close(mine.fd) }
         control.close()
     }
 

@@ -95,7 +95,7 @@ public struct Bytes: Sendable {
 }
 
 extension Bytes: Codable {
-    /// Where an encoder collects the `Bytes` it met, in order (`Coding.encodeAttached`).
+    /// Where an encoder collects the `Bytes` it met, in order (`Coding.appendAttached`).
     static let collectorKey = CodingUserInfoKey(rawValue: "sandboxed-plugins.attachments")!
 
     enum Key: String, CodingKey { case bytes = "$bytes" }

@@ -170,19 +170,6 @@ enum Coding {
         }
     }
 
-    /// `value` as JSON, and the `Bytes` it holds (each written as `{"$bytes": i}`), in order.
-    static func encodeAttached<T: Encodable>(_ value: T) throws -> ([UInt8], [Bytes]) {
-        if T.self == Empty.self { return (Array("null".utf8), []) }
-        if let plain = Plain.encode(value) { return (plain, []) }
-        if let bytes = value as? Bytes { return (Array(#"{"$bytes":0}"#.utf8), [bytes]) }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes]
-        let collector = Guarded<[Bytes]>([])
-        encoder.userInfo[Bytes.collectorKey] = collector
-        let json = Array(try encoder.encode(value))
-        return (json, collector.withLock { $0 })
-    }
-
     /// One element of a stream: raw bytes as they came for `Bytes` (a chunk of bytes), else its JSON.
     static func streamElement<T: Decodable>(_ type: T.Type, _ raw: [UInt8], of what: String) throws -> T {
         if T.self == Bytes.self { return Bytes(raw) as! T }
@@ -213,9 +200,16 @@ enum Coding {
             try append(value, to: &out)
             return []
         }
-        let (json, attached) = try encodeAttached(value)
-        out.append(contentsOf: json)
-        return attached
+        if let bytes = value as? Bytes {
+            out.append(contentsOf: #"{"$bytes":0}"#.utf8)
+            return [bytes]
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        let collector = Guarded<[Bytes]>([])
+        encoder.userInfo[Bytes.collectorKey] = collector
+        out.append(contentsOf: try encoder.encode(value))
+        return collector.withLock { $0 }
     }
 
     static func describe(_ error: DecodingError) -> String {
@@ -246,11 +240,6 @@ extension Optional where Wrapped == [UInt8] {
 /// plugin. Anything else, or any doubt (a number with a fraction or exponent, a string with an
 /// escape), is left to JSONEncoder/JSONDecoder, and the bytes are the same either way.
 enum Plain {
-    static func encode<T>(_ value: T) -> [UInt8]? {
-        var out: [UInt8] = []
-        return append(value, to: &out) ? out : nil
-    }
-
     /// Whether `T` is one of the plain types (those `append` may take).
     static func isPlain<T>(_: T.Type) -> Bool { T.self == Int.self || T.self == Bool.self || T.self == String.self }
 
