@@ -128,6 +128,15 @@ final class Rig {
     func status() throws -> [PluginStatus] {
         try JSONDecoder().decode([PluginStatus].self, from: Data(try request(.status)))
     }
+
+    /// Polls `condition` every millisecond, for up to 10 s.
+    func waitUntil(_ what: String, _ condition: () throws -> Bool) throws {
+        let deadline = now() + 10_000_000_000
+        while try !condition() {
+            guard now() < deadline else { throw BenchError("not within 10 s: \(what)") }
+            usleep(1000)
+        }
+    }
 }
 
 struct BenchError: Error, CustomStringConvertible {

@@ -1,4 +1,5 @@
 import CPluginABI
+import LinuxSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -6,10 +7,14 @@ import Glibc
 /// Loads a plugin library and creates its plugin through the C ABI.
 enum PluginLoader {
     /// dlopen(RTLD_NOW | RTLD_LOCAL), dlsym("sp_plugin_create"), the ABI check, then the create call.
-    static func load(library path: String, host: UnsafePointer<sp_host>) throws(WorkerError) -> UnsafePointer<sp_plugin> {
+    /// `dlopened` hears the monotonic microsecond the library was mapped and linked (its
+    /// constructors run), before `create`: `status`'s `dlopenUs`.
+    static func load(library path: String, host: UnsafePointer<sp_host>,
+                     dlopened: (Int64) -> Void = { _ in }) throws(WorkerError) -> UnsafePointer<sp_plugin> {
         guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
             throw .loadError(path, dlerror().map { String(cString: $0) } ?? "unknown dlopen error")
         }
+        dlopened(ProcessControl.monotonicMicroseconds())
         guard let symbol = dlsym(handle, "sp_plugin_create") else {
             // A Swift plugin built with the SDK carries its marker: tell its author the one line to add.
             throw dlsym(handle, "sp_swift_sdk_abi") != nil ? .missingSwiftExport(path) : .missingSymbol(path)

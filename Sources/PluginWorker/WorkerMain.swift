@@ -100,7 +100,9 @@ public func workerMain() -> Int32 {
     // Before any plugin code runs (its constructors): a stray profiling tick must not end it.
     Sandbox.ignoreProfilingSignal()
     let plugin: UnsafePointer<sp_plugin>
-    do { plugin = try PluginLoader.load(library: spec.library, host: host.host) } catch { fail(error, connection: connection) }
+    do {
+        plugin = try PluginLoader.load(library: spec.library, host: host.host) { timings["dlopenUs"] = Int($0 - loadFrom) }
+    } catch { fail(error, connection: connection) }
     host.attach(plugin)
     timings["loadUs"] = Int(ProcessControl.monotonicMicroseconds() - loadFrom)
 

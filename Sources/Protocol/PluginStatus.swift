@@ -19,7 +19,8 @@ public struct PluginStatus: Codable, Sendable, Equatable {
     /// Why the plugin is not running, when it is not.
     public var error: String?
     /// Microseconds the running worker spent starting: `spawnUs` (spawn → worker's main),
-    /// `sandboxUs`, `loadUs` (dlopen + create), `helloUs` (spawn → hello), `startupUs` (spawn → running).
+    /// `sandboxUs`, `loadUs` (dlopen + create; `dlopenUs` the first part), `helloUs` (spawn → hello),
+    /// `startupUs` (spawn → running); a standby's also `standbyUs` and `loadOrderUs` (spawn → `load` sent).
     public var timings: [String: Int]?
     /// Calls the sandbox refused over the plugin's life, by syscall (SPEC §5): denials that returned
     /// EPERM and violations that ended a worker. Empty when none (or none could be counted).
@@ -39,6 +40,10 @@ public struct PluginStatus: Codable, Sendable, Equatable {
     public var links: [String]?
     /// The version of the supervisor that serves it (after an upgrade in place, the new one's).
     public var supervisorVersion: String?
+    /// The worker waiting, sandboxed and before the plugin's library loads, to take its next
+    /// restart: kept beside the running one (`standbyWorkers: "always"`), or spawned on a crash's
+    /// notice (docs/architecture.md, "Restarts: the standby worker").
+    public var standbyPid: Int32?
 
     /// The new version of an update and its worker.
     public struct Updating: Codable, Sendable, Equatable {

@@ -124,6 +124,59 @@ struct FaultTests {
         }
     }
 
+    @Test("standbyWorkers always: a standby waits beside each running plugin without loading it; a crash's restart takes it and another follows; a planned restart and the shutdown end it")
+    func keptStandbys() throws {
+        let w = try TestWorld()
+        let lib = try Self.hostile()
+        // Each load of the library adds a line to <data>/loads (hostile.c's `announce`).
+        for id in ["k.crash", "k.planned"] {
+            let bundle = try w.bundle(id, library: lib)
+            try "announce".write(toFile: bundle + "/ctor-action", atomically: true, encoding: .utf8)
+        }
+        let sv = try RunningSupervisor(w, args: ["--config", try config(w, #"{"standbyWorkers": "always"}"#), "--log-level", "debug"])
+        func loads(_ id: String) -> Int {
+            ((try? String(contentsOfFile: w.home + "/data/\(id)/loads", encoding: .utf8)) ?? "").split(separator: "\n").count
+        }
+        func alive(_ pid: Int32) -> Bool { kill(pid, 0) == 0 && !isZombie(pid) }
+        try sv.waitUntil("a standby beside each plugin") { try sv.status().allSatisfy { $0.standbyPid != nil } }
+        #expect(workerChildren(of: sv.pid).count == 4)
+        #expect(loads("k.crash") == 1 && loads("k.planned") == 1, "a standby ran plugin code")
+        let first = try sv.plugin("k.crash")
+        let standby = try #require(first.standbyPid)
+        #expect(standby != first.pid)
+
+        // A crash: the kept standby is the restart's worker; it loads the library once, then a
+        // new standby is kept beside it.
+        _ = try sv.cli("call", "k.crash", "segv", "{}")
+        try sv.waitUntil("k.crash running again") { let p = try sv.plugin("k.crash"); return p.state == "running" && p.restarts == 1 }
+        let restarted = try sv.plugin("k.crash")
+        #expect(restarted.pid == standby, "the restart did not take the kept standby: \(restarted)")
+        #expect(restarted.timings?["loadOrderUs"] != nil && restarted.timings?["dlopenUs"] != nil, "\(restarted.timings ?? [:])")
+        #expect(try sv.call("k.crash", "ctorResult", as: String.self) == "announced")
+        #expect(loads("k.crash") == 2)
+        let next = try sv.waitFor("another standby for k.crash") { try sv.plugin("k.crash").standbyPid.flatMap { $0 != standby ? $0 : nil } }
+        #expect(alive(next))
+
+        // A planned restart: the standby of the stopped worker goes, unloaded; the new worker gets its own.
+        let planned = try sv.plugin("k.planned")
+        let plannedStandby = try #require(planned.standbyPid)
+        _ = try sv.cli("restart", "k.planned")
+        try sv.waitUntil("k.planned restarted with a new standby") {
+            let p = try sv.plugin("k.planned")
+            return p.state == "running" && p.pid != planned.pid && p.standbyPid != nil && p.standbyPid != plannedStandby
+        }
+        try sv.waitUntil("the old standby of k.planned gone") { !alive(plannedStandby) }
+        #expect(sv.log.contains("standby worker discarded: k.planned stopped"))
+        #expect(loads("k.planned") == 2)
+
+        // The shutdown ends every worker, standbys too.
+        let everyone = try sv.status().flatMap { [$0.pid, $0.standbyPid].compactMap { $0 } }
+        #expect(everyone.count == 4)
+        sv.signal(SIGTERM)
+        #expect(try sv.waitForExit() == 0)
+        try sv.waitUntil("no worker left") { everyone.allSatisfy { !alive($0) } }
+    }
+
     @Test("crashing in the constructor or in startup counts towards the intensity limit; restart brings it back")
     func intensityAndBackoff() throws {
         let w = try TestWorld()

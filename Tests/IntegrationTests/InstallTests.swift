@@ -115,12 +115,13 @@ final class Shop: @unchecked Sendable {
         try (lines.joined(separator: "\n") + "\n").write(toFile: dir + "/catalog.json.sig", atomically: true, encoding: .utf8)
     }
 
-    func config(updates: Bool = true, lowSpeed: Int = 15, maxBytes: Int = 64 << 20, catalog: String? = nil) throws -> String {
+    func config(updates: Bool = true, lowSpeed: Int = 15, maxBytes: Int = 64 << 20, catalog: String? = nil,
+                extra: [String: Any] = [:]) throws -> String {
         let path = world.root + "/install-config.json"
-        let json: [String: Any] = ["catalog": catalog ?? server.base + "/catalog.json", "trustedKeys": [publisher.publicKeyBase64],
+        let json: [String: Any] = extra.merging(["catalog": catalog ?? server.base + "/catalog.json", "trustedKeys": [publisher.publicKeyBase64],
                                    "updates": updates, "downloadLowSpeedSeconds": lowSpeed, "downloadMaxBytes": maxBytes,
                                    // The previous version of an update is kept this long to roll back to (30 s by default).
-                                   "updateGraceSeconds": 1]
+                                   "updateGraceSeconds": 1]) { _, ours in ours }
         try JSONSerialization.data(withJSONObject: json).write(to: URL(fileURLWithPath: path))
         return path
     }

@@ -80,10 +80,10 @@ struct UpgradeTests {
         return (lanes.failures.withLock { $0 }, Double(lanes.longestGapNs.load(ordering: .relaxed)) / 1e6)
     }
 
-    /// Every running worker (`count` of them) is the supervisor's child (its parent-death signal
-    /// is tied to it), and a SIGKILL of the supervisor ends them all.
-    static func expectWorkersEndWithIt(_ sup: RunningSupervisor, count: Int) throws {
-        let pids = try sup.status().compactMap(\.pid)
+    /// Every running worker (`count` of them, standbys too when `standbys`) is the supervisor's
+    /// child (its parent-death signal is tied to it), and a SIGKILL of the supervisor ends them all.
+    static func expectWorkersEndWithIt(_ sup: RunningSupervisor, count: Int, standbys: Bool = false) throws {
+        let pids = try sup.status().flatMap { [$0.pid] + (standbys ? [$0.standbyPid] : []) }.compactMap { $0 }
         #expect(pids.count == count)
         for pid in pids {
             let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
@@ -244,6 +244,38 @@ struct UpgradeTests {
         while answers.count < 2, let frame = try raw.receiveFrame() { answers.append(String(decoding: frame, as: UTF8.self)) }
         #expect(answers.count == 2 && answers[1].contains("the supervisor is shutting down"), "\(answers)")
         #expect(try sup.waitForExit() == 0)
+    }
+
+    @Test("with standbyWorkers always: the kept standbys end before the handover (they are not handed over) and the new binary keeps its own; a crash after it takes one")
+    func keptStandbysAcrossAnUpgrade() async throws {
+        let w = try TestWorld()
+        try w.bundle("u.a")
+        try w.bundle("u.b")
+        let config = w.root + "/standbys.json"
+        try #"{"standbyWorkers": "always"}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let sup = try RunningSupervisor(w, args: ["--config", config])
+        try sup.waitUntil("a standby beside each plugin") { try sup.status().allSatisfy { $0.standbyPid != nil } }
+        let before = try sup.status()
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        let outcome = try await client.upgrade()
+        #expect(outcome.workers == 2)
+        try sup.waitUntil("the new binary's standbys") {
+            let now = try sup.status()
+            return now.allSatisfy { p in p.standbyPid != nil && !before.contains { $0.standbyPid == p.standbyPid } }
+        }
+        let after = try sup.status()
+        #expect(after.map(\.pid) == before.map(\.pid), "a serving worker changed")
+        for old in before.compactMap(\.standbyPid) { try sup.waitUntil("standby \(old) gone") { kill(old, 0) != 0 || isZombie(old) } }
+        let standby = try #require(after.first { $0.identifier == "u.b" }?.standbyPid)
+        let crashed = try #require(after.first { $0.identifier == "u.b" }?.pid)
+        kill(crashed, SIGKILL)
+        try sup.waitUntil("u.b to restart") { let p = try sup.plugin("u.b"); return p.state == "running" && p.pid != crashed }
+        #expect(try sup.plugin("u.b").pid == standby)
+        #expect(try await client.call("u.b", "ping", as: Int.self) == 1)
+        // Its standby, made by the new binary after the crash, ends with the supervisor too.
+        try sup.waitUntil("a standby for u.b again") { try sup.plugin("u.b").standbyPid != nil }
+        try Self.expectWorkersEndWithIt(sup, count: 4, standbys: true)
     }
 
     @Test("with exec'd workers (no fork server): a worker exec'd before the upgrade and one exec'd after it (a crash's restart) are both the supervisor's children, and both end with it")

@@ -43,7 +43,7 @@ struct ZeroDropTests {
     /// A supervisor running z.app 1.0.0 from its home's plugins folder (where installs go), and the
     /// shop that serves `versions` (version → extra files in the archive) by archive name.
     /// With `dependent`, z.user depends on z.app.
-    private func appUpdates(_ versions: KeyValuePairs<String, [String: String]>, dependent: Bool = false) throws
+    private func appUpdates(_ versions: KeyValuePairs<String, [String: String]>, dependent: Bool = false, config: [String: Any] = [:]) throws
         -> (w: TestWorld, sv: RunningSupervisor, archives: [String: String]) {
         let w = try TestWorld()
         let shop = try Shop(w)
@@ -52,7 +52,7 @@ struct ZeroDropTests {
         if dependent { try w.bundle("z.user", deps: [Dep("z.app")]) }
         var archives: [String: String] = [:]
         for (version, files) in versions { archives[version] = shop.dir + "/" + (try shop.archive("z.app", version, files: files)) }
-        return (w, try RunningSupervisor(w, args: ["--config", try shop.config()]), archives)
+        return (w, try RunningSupervisor(w, args: ["--config", try shop.config(extra: config)]), archives)
     }
 
     /// Lets z.app's new version past its startup gate (TestKit's `startup-gate`).
@@ -165,6 +165,20 @@ struct ZeroDropTests {
         let heard = try sv.info("z.user").names
         #expect(heard.contains("memoryWarning"))
         #expect(heard.filter { $0 == "dependencyRestarted:z.app" }.count == 1, "\(heard)")
+    }
+
+    @Test("with standbyWorkers always: an update still starts beside the old worker (the old version's standby goes, unloaded), and the new version gets a standby of its own")
+    func updateWithAKeptStandby() throws {
+        let (_, sv, archives) = try appUpdates(["2.0.0": [:]], config: ["standbyWorkers": "always"])
+        let oldStandby = try sv.waitFor("a standby for z.app") { try sv.plugin("z.app").standbyPid }
+        let r = try sv.cli("install", archives["2.0.0"]!)
+        #expect(r.code == 0, "\(r.err)")
+        #expect(sv.log.contains("starting z.app 2.0.0 beside 1.0.0"), "the update did not start beside the old worker")
+        try sv.waitUntil("2.0.0 with a standby of its own") {
+            let p = try sv.plugin("z.app")
+            return p.version == "2.0.0" && p.standbyPid != nil && p.standbyPid != oldStandby
+        }
+        try sv.waitUntil("1.0.0's standby gone") { kill(oldStandby, 0) != 0 || isZombie(oldStandby) }
     }
 
     @Test("while an update's new version starts: a reload leaves it alone, another install or an uninstall is refused, a restart stops the new version and the old one goes on")

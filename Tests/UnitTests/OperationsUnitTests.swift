@@ -161,6 +161,20 @@ import Testing
         #expect(apply(#"{"workerSpinMicroseconds": 1001}"#)?.contains("from 0 (never) to 1000 microseconds") == true)
         #expect(apply(#"{"workerSpinMicroseconds": -1}"#)?.contains("workerSpinMicroseconds") == true)
         #expect(apply(#"{"workerSpinMicroseconds": "50"}"#)?.contains("must be a whole number") == true)
+        #expect(apply(#"{"standbyWorkers": "sometimes"}"#)?.contains(#"it is "never", "on-crash" or "always""#) == true)
+        #expect(apply(#"{"standbyWorkers": true}"#)?.contains("standbyWorkers") == true)
+    }
+
+    @Test func standbyWorkers() throws {
+        #expect(SupervisorConfig(home: "/tmp/x").standbyWorkers == .onCrash)
+        for mode in SupervisorConfig.StandbyWorkers.allCases {
+            var config = SupervisorConfig(home: "/tmp/x", pluginDirectories: [], socketPath: nil)
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID().uuidString).json").path
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            try #"{"standbyWorkers": "\#(mode.rawValue)"}"#.write(toFile: path, atomically: true, encoding: .utf8)
+            try config.apply(configFile: path)
+            #expect(config.standbyWorkers == mode)
+        }
     }
 
     @Test func workerSpin() throws {

@@ -266,6 +266,29 @@ import Testing
         #expect(!wantsStandby(failed))
     }
 
+    /// A kept standby (`standbyWorkers: "always"`) waits beside a settled running plugin, whatever
+    /// its restart history (it is taken by the next immediate restart, discarded by a delayed one).
+    @Test func aKeptStandbyBesideASettledPlugin() {
+        let life = Self.running()
+        #expect(life.wantsKeptStandby(Self.context(), nothingNext: true))
+        #expect(!life.wantsKeptStandby(Self.context(), nothingNext: false))  // one already, a restart's timer, an update
+        #expect(!life.wantsKeptStandby(Self.context(.never), nothingNext: true))  // nothing would take it
+        #expect(!life.wantsKeptStandby(Self.context(shuttingDown: true), nothingNext: true))
+        #expect(!life.wantsKeptStandby(Self.context(successorComing: true), nothingNext: true))
+        #expect(life.wantsKeptStandby(Self.context(updateGraceOpen: true), nothingNext: true))  // a crash rolls back and discards it
+        var verdict = life
+        verdict.installAwaitsVerdict = true
+        #expect(!verdict.wantsKeptStandby(Self.context(), nothingNext: true))
+        var restarted = Self.running()
+        _ = ended(&restarted)
+        #expect(!restarted.wantsKeptStandby(Self.context(), nothingNext: true))  // restarting: after it runs
+        _ = restarted.move(to: .running)
+        #expect(restarted.wantsKeptStandby(Self.context(), nothingNext: true))
+        var failed = life
+        _ = failed.move(to: .failed(byDependency: false))
+        #expect(!failed.wantsKeptStandby(Self.context(), nothingNext: true))
+    }
+
     // MARK: Starting on request
 
     @Test func aStartOnRequestClearsTheSlate() {

@@ -68,6 +68,13 @@ extension SupervisorConfig {
             }
             config.workerStart = mode
         },
+        "standbyWorkers": { config, value in
+            let name = try value.string()
+            guard let mode = SupervisorConfig.StandbyWorkers(rawValue: name) else {
+                throw SettingError("is '\(name)'; it is \"never\", \"on-crash\" or \"always\"")
+            }
+            config.standbyWorkers = mode
+        },
         "requireSandboxLayers": { config, value in
             config.requiredSandboxLayers = try value.strings().map { name in
                 guard let layer = SandboxLayer(rawValue: name), SandboxLayer.requirable.contains(layer) else {

@@ -40,6 +40,20 @@ public struct SupervisorConfig: Sendable {
     /// between their workers once the first one has gone through the supervisor (docs/protocol.md
     /// "Peer links"). Off, every call passes through the supervisor (and is logged at debug level).
     public var peerLinks = true
+    /// When a plugin's next worker is made ahead of need (docs/architecture.md, "Restarts: the
+    /// standby worker"): a worker sandboxed and waiting before the plugin's library loads, taken
+    /// by an immediate restart after a crash.
+    public enum StandbyWorkers: String, Sendable, CaseIterable {
+        /// None: a restart spawns its worker after the crashed one is reaped.
+        case never
+        /// On a crash's notice, while the crashed worker is still ending (the default).
+        case onCrash = "on-crash"
+        /// One kept beside every running plugin from the moment the supervisor is ready, so that a
+        /// restart waits for no spawn and no sandbox: twice the sandboxed processes.
+        case always
+    }
+    /// `standbyWorkers` in the config.
+    public var standbyWorkers = StandbyWorkers.onCrash
     /// `workerSpinMicroseconds` in the config: how long a worker's I/O thread polls its socket
     /// before it sleeps, at most (adapted to how far apart its messages come: IPC/SpinWindow.swift);
     /// 0: never.

@@ -282,6 +282,7 @@ extension Engine {
                 workerStartProblem: r.instance.flatMap { $0.startProblem },
                 links: r.instance.flatMap { $0.linksOut.isEmpty ? nil : $0.linksOut.keys.sorted() })
             status.supervisorVersion = ProductVersion.current
+            status.standbyPid = r.standby?.instance.pid
             return status
         }
     }

@@ -87,10 +87,13 @@ extension Lifecycle {
         FileSystem.removeTree(instance.temporaryFolder)
         // A standby that ended before it was taken (its sandbox failed, say): the restart, if one
         // comes, spawns a worker as usual and reports what fails then.
-        if let record = table[instance.identifier], record.role(of: instance) == .standby {
-            logger.debug("standby worker ended: \(ExitClassifier.describe(ExitClassifier.classify(.init(exit: exit, notice: instance.exitNotice, killed: instance.killReason))))",
-                         metadata: ["plugin": "\(instance.identifier)", "pid": "\(exit.pid)"])
-            record.standby?.expiry.cancel()
+        if let record = table[instance.identifier], let standby = record.standby, standby.instance === instance {
+            // A kept one is not made again until the plugin's next start, so that one whose
+            // sandbox cannot be had is not spawned in a loop: that is worth a warning.
+            logger.log(level: standby.isKept ? .warning : .debug,
+                       "standby worker ended before it was needed: \(ExitClassifier.describe(ExitClassifier.classify(.init(exit: exit, notice: instance.exitNotice, killed: instance.killReason))))",
+                       metadata: ["plugin": "\(instance.identifier)", "pid": "\(exit.pid)"])
+            record.standby?.cancelExpiry()
             record.next = .none
         }
         // An old version that drained after an update, a discarded standby, or a worker of a plugin

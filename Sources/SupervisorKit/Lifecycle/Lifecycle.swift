@@ -144,6 +144,8 @@ final class Lifecycle: SupervisorComponent {
             onReady = nil
             // After the line is out: whoever reads either sees the same moment.
             shared.systemd.ready()
+            // Only now, so that they do not slow the first start (`standbyWorkers: "always"`).
+            keepStandbys()
         }
         for record in running { effects.post(.refreshResources(record)) }
         effects.post(.warmCatalog)

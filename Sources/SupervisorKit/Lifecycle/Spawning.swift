@@ -266,7 +266,8 @@ extension Lifecycle {
         guard !instance.phase.stopRequested else { return }
         guard instance.move(to: .loaded, logger: logger) else { return }
         instance.hello = HelloFacts(sandbox: hello.sandbox ?? [], sandboxMissing: hello.sandboxMissing ?? [])
-        instance.timings = hello.timings ?? [:]
+        // The worker's own, beside what the supervisor timed before (a standby's `loadOrderUs`).
+        instance.timings.merge(hello.timings ?? [:]) { _, worker in worker }
         instance.timings["helloUs"] = Int((NIODeadline.now() - instance.spawnedAt).nanoseconds / 1000)
         if let started = hello.timings?["startedAtUs"] {
             // The worker's CLOCK_MONOTONIC at its main() against ours at spawn: the exec and load cost.
@@ -346,5 +347,6 @@ extension Lifecycle {
             }
         }
         startWaitingPlugins()
+        keepStandbyLater(record)
     }
 }

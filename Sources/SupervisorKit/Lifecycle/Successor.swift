@@ -22,14 +22,13 @@ struct Successor {
 }
 
 extension Lifecycle {
-    /// Whether an update of `record` to `manifest` can start beside its running worker: it runs, no
-    /// other update is coming up, and the new version's dependencies run.
-
     /// Starts `manifest`'s worker beside `record`'s running one; `done` hears nil once it has taken
     /// over, or why it did not (the old worker serves on, untouched).
     func startBeside(_ record: PluginRecord, _ manifest: Manifest, _ done: @escaping (String?) -> Void) {
         loop.preconditionInEventLoop()
         guard shared.canStartBeside(record, manifest) else { return done("\(record.identifier) is not running") }
+        // A kept standby is of the old version: the new one keeps its own once it serves.
+        discardStandby(record, because: "\(record.identifier) is being updated")
         switch spawnWorker(manifest, temp: freeTemporaryFolder(record)) {
         case .failure(let failure):
             done(failure.reason)
@@ -82,6 +81,7 @@ extension Lifecycle {
         logger.error("\(record.identifier) \(instance.manifest.version) did not take over: \(described); \(record.manifest.version) serves on",
                      metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
         successor.done(described)
+        keepStandbyLater(record)
     }
 
     /// Stops a new version coming up beside the old one (the plugin is being stopped or restarted,
@@ -100,10 +100,10 @@ extension Lifecycle {
 
 extension Shared {
     /// Whether an update of `record` to `manifest` can start beside its running worker (and take
-    /// over with no call dropped): it runs, nothing else is next for it, and the new version's
-    /// dependencies run. Otherwise it is stopped and started as the new version.
+    /// over with no call dropped): it runs, nothing else is next for it (a kept standby gives way),
+    /// and the new version's dependencies run. Otherwise it is stopped and started as the new version.
     func canStartBeside(_ record: PluginRecord, _ manifest: Manifest) -> Bool {
-        guard !isShuttingDown, record.phase == .running, record.next.isNone,
+        guard !isShuttingDown, record.phase == .running, record.next.isNone || record.standby?.isKept == true,
               let current = record.instance, current.phase == .running else { return false }
         return table.dependenciesRunning(manifest)
     }

@@ -126,7 +126,8 @@ struct PluginLife: Sendable {
             _ = move(to: .stopped)
             // Whoever waited for this worker to run hears it stopped before the stop's own
             // callbacks (a restart, an install) queue waiters for the next one.
-            actions += [.log(.info, "\(context.identifier) stopped (\(ending.described))"), .settleWaiters("stopped"), .runExitCallbacks, discard]
+            actions += [.log(.info, "\(context.identifier) stopped (\(ending.described))"), .settleWaiters("stopped"), .runExitCallbacks,
+                        .discardStandby(because: "\(context.identifier) stopped")]
             return actions
         }
         if ending.abnormal, !ending.everRan { lastError = "failed to start: \(ending.described)" }
@@ -214,6 +215,15 @@ struct PluginLife: Sendable {
             && !context.successorComing && !context.updateGraceOpen && !installAwaitsVerdict
             && context.restartPolicy != .never && dependenciesRunning
             && restartPolicy.restartsAtOnce(history: restartHistory, now: now)
+    }
+
+    /// Whether a standby may be kept beside its running worker (`standbyWorkers: "always"`): it
+    /// runs, nothing else is next or under way (an update's new version, an install's verdict, a
+    /// shutdown), and its policy restarts it at all. Within an update's grace it may: a crash then
+    /// rolls back and discards it.
+    func wantsKeptStandby(_ context: Circumstances, nothingNext: Bool) -> Bool {
+        phase == .running && nothingNext && !context.shuttingDown && !context.successorComing
+            && !installAwaitsVerdict && context.restartPolicy != .never
     }
 
     // MARK: Rules

@@ -83,6 +83,8 @@ extension Engine {
         lifecycle.startAll { _ in }
         // Taken over: a crash from here on is this binary's own.
         handover.tookOver()
+        // The previous binary ended its kept standbys before the handover (`standbyWorkers: "always"`).
+        lifecycle.keepStandbys()
         let pauseMs = Double(ProcessControl.monotonicNanoseconds() - s.pausedAtNs) / 1e6
         if let failure = handover.failure {
             logger.error("upgrade failed (\(failure)); \(ProductVersion.current) carries on with every plugin as it was")

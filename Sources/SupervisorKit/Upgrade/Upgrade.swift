@@ -170,11 +170,15 @@ extension Engine {
 
     private func quietTick() {
         guard case .quieting(var q) = upgrade, q.tick != nil else { return }
+        // Kept standbys (`standbyWorkers: "always"`) are not handed over: they end, and the next
+        // binary keeps its own. Each tick, for one kept by a restart meanwhile.
+        lifecycle.discardKeptStandbys(because: "the supervisor is upgrading in place")
         if let busy = inFlightThroughSupervisor(requester: q.origin) {
             if NIODeadline.now() - q.since > Upgrade.quietLimit {
                 q.tick?.cancel()
                 upgrade = .idle
                 resumeReading()
+                lifecycle.keepStandbys()
                 q.binary.close()
                 return upgradeFailed(q.origin, ErrorBody(.unavailable, "no upgrade: the supervisor was not quiet within \(Upgrade.quietLimit.nanoseconds / 1_000_000) ms (\(busy)); nothing changed"))
             }
@@ -365,6 +369,7 @@ extension Engine {
         }
         resumeReading()
         startTimers()
+        lifecycle.keepStandbys()
         upgradeFailed(q.origin, ErrorBody(.unavailable, "no upgrade: \(why); the supervisor carries on unchanged"))
     }
 
