@@ -44,6 +44,10 @@ enum StatusTable {
         for p in list { if let u = p.updating { out.append("\(p.identifier): \(u.version) is starting beside \(p.version) (pid \(u.pid))") } }
         // Peer links (docs/protocol.md): the dependencies a plugin calls without passing through here.
         for p in list { if let links = p.links, !links.isEmpty { out.append("\(p.identifier): calls \(links.joined(separator: ", ")) over a direct link") } }
+        // Workers sandboxed ahead of a restart (one line for all: with `standbyWorkers: "always"`
+        // every running plugin has one; `status --json` names each, `standbyPid`).
+        let standbys = list.filter { $0.standbyPid != nil }.count
+        if standbys > 0 { out.append("standby workers waiting to take a restart: \(standbys)") }
         if let layers = list.first(where: { !$0.sandbox.isEmpty })?.sandbox {
             out.append("sandbox layers: " + layers.joined(separator: " ") + "   (status --json lists each plugin's, and any missing)")
         }

@@ -156,10 +156,11 @@ final class Metrics: SupervisorComponent {
     private var hostDropped: Counter?
     private var hostDroppedExported = 0
     private var hostProviders: Gauge?
+    private var standbyWorkers: Gauge?
     /// Methods provided by the program and its clients, counted by `HostMethods`.
     var hostMethodProviders = 0
 
-    /// The host families, brought up to date at a scrape.
+    /// The host families and the standby count, brought up to date at a scrape.
     private func exportHost() {
         let listeners = hostListeners ?? registry.makeGauge(name: "supervisor_host_event_listeners", labels: [],
                                                             help: "Readers following the host events: an embedded host's streams and control clients' events requests.")
@@ -177,6 +178,10 @@ final class Metrics: SupervisorComponent {
                                                             help: "Host methods provided, by the embedding program and by control clients (one per method and provider).")
         hostProviders = providers
         providers.set(to: Double(hostMethodProviders))
+        let standbys = standbyWorkers ?? registry.makeGauge(name: "supervisor_standby_workers", labels: [],
+                                                            help: "Workers sandboxed ahead of a restart, waiting before their plugin loads (kept with standbyWorkers always, or spawned on a crash's notice).")
+        standbyWorkers = standbys
+        standbys.set(to: Double(table.all.filter { $0.standby != nil }.count))
     }
 
     /// Brings the program's backend up to date (`mirror`): every second, from `Health`.
