@@ -18,6 +18,7 @@ extension Engine {
         case .startBeside(let record, let manifest, let done): lifecycle.startBeside(record, manifest, done)
         case .stopPlugin(let record, let then): lifecycle.stopPlugin(record, then)
         case .restart(let id, let done): lifecycle.restartCommand(id, done)
+        case .keepStandby(let record): if !upgradeHoldsReads { lifecycle.keepStandby(record) }
         case .move(let record, let phase): lifecycle.move(record, to: phase)
 
         // Routing's.

@@ -31,6 +31,9 @@ enum Effect {
     case stopPlugin(PluginRecord, then: () -> Void)
     /// `supervisor restart`, asked by another component.
     case restart(String, done: (String?) -> Void)
+    /// A kept standby for a running plugin, if one may be made now (`standbyWorkers: "always"`;
+    /// the engine holds it back while an upgrade quiets or hands over: nothing is spawned then).
+    case keepStandby(PluginRecord)
     /// A plugin's phase changes outside its life's inputs (an uninstall stops it for good).
     case move(PluginRecord, PluginPhase)
 

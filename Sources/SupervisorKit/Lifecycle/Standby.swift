@@ -97,11 +97,13 @@ extension Lifecycle {
         }
     }
 
-    /// `keepStandby` after `delay`, if `record` is still the plugin's.
+    /// `keepStandby` after `delay`, if `record` is still the plugin's, through the engine (which
+    /// holds it back during an upgrade's quiet phase and handover: a standby spawned then would be
+    /// among the workers the next binary is handed).
     func keepStandbyLater(_ record: PluginRecord, in delay: TimeAmount = Lifecycle.keptStandbyDelay) {
         guard config.standbyWorkers == .always else { return }
         loop.assumeIsolated().scheduleTask(in: delay) { [self, weak record] in
-            if let record, table[record.identifier] === record { keepStandby(record) }
+            if let record, table[record.identifier] === record { effects.post(.keepStandby(record)) }
         }
     }
 
