@@ -387,13 +387,15 @@ struct FaultTests {
         #expect(!sv.stdout.contains("ready"))
     }
 
-    @Test("soak: a plugin crashes over and over while a client calls a healthy one; nothing fails, nothing leaks")
-    func soak() throws {
+    /// With standbys kept too: each crash's restart is delayed by the backoff (only the first in the
+    /// window is immediate), so kept standbys are made, discarded and made again all along.
+    @Test("soak: a plugin crashes over and over while a client calls a healthy one; nothing fails, nothing leaks", arguments: ["on-crash", "always"])
+    func soak(standbyWorkers: String) throws {
         let crashes = Int(ProcessInfo.processInfo.environment["SOAK_CRASHES"] ?? "") ?? 100
         let w = try TestWorld()
         try w.bundle("soak.crashy", library: try Self.hostile())
         try w.bundle("soak.healthy")
-        let cfg = try config(w, #"{"restartLimit": 1000000, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
+        let cfg = try config(w, #"{"restartLimit": 1000000, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5, "standbyWorkers": "\#(standbyWorkers)"}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         // Warm up, then take the baseline.
         for _ in 0..<20 { _ = try sv.call("soak.healthy", "echo", "0", as: Int.self) }
@@ -445,6 +447,14 @@ struct FaultTests {
         #expect(kill(sv.pid, 0) == 0)
         #expect(fdsAfter <= fdsBefore + 2, "descriptors grew: \(fdsBefore) → \(fdsAfter)")
         #expect(rssAfter < rssBefore + 24 << 20, "memory grew: \(rssBefore >> 20) → \(rssAfter >> 20) MiB")
+        // No worker left over: the two serving, and with kept standbys one beside each; a
+        // temporary folder for each of them and no other.
+        let expected = standbyWorkers == "always" ? 4 : 2
+        if standbyWorkers == "always" { try sv.waitUntil("a standby beside each plugin") { try sv.status().allSatisfy { $0.standbyPid != nil } } }
+        try sv.waitUntil("\(expected) workers") { workerChildren(of: sv.pid).count == expected }
+        try sv.waitUntil("a temporary folder per worker") {
+            ((try? FileManager.default.contentsOfDirectory(atPath: w.home + "/tmp")) ?? []).count == expected
+        }
     }
 }
 
