@@ -6,76 +6,8 @@ import PluginProtocol
 /// move is a mutating method that returns what to do (send, deliver, close, answer); `PeerLinks`
 /// keeps the table behind its lock and does the I/O. `Socket` is what a link is written to and read
 /// from (`LinkSocket`); the table only carries it. Times are CLOCK_MONOTONIC ns, given by the caller.
+/// Its entries (links, calls either way, their streams) are in LinkTableEntries.swift.
 struct LinkTable<Socket: AnyObject & Sendable> {
-    /// One link, as the table knows it.
-    struct Link {
-        let number: UInt64
-        /// The other plugin.
-        let peer: String
-        let isCaller: Bool
-        /// Caller role: the callee's timeout, for calls that name none (from the order).
-        let timeoutMs: Int
-        /// Caller role: the callee's stream idle timeout (from the order).
-        let streamIdleMs: Int
-        let socket: Socket
-        /// Caller role: still takes new calls (false once unlinked, or replaced by a newer link).
-        var accepting = true
-        /// Caller role: calls sent over it and not yet settled.
-        var outstanding = 0
-        /// Caller role: the supervisor's `unlink` request to answer once `outstanding` is 0.
-        var unlinkReply: UInt64?
-        /// Callee role: the caller's id → local id, for `cancel`.
-        var served: [UInt64: UInt64] = [:]
-    }
-
-    /// Caller role: a call the plugin sent over a link.
-    struct OutCall {
-        let link: UInt64
-        var deadline: Int64
-        let started: Int64
-        /// A call with a stream: what this side keeps of it (docs/protocol.md "Streams").
-        var stream: OutStream?
-    }
-
-    /// Caller role: a stream's answer as this worker receives it, checked as the supervisor checks
-    /// it (the callee's worker is not trusted): its window, its order, its idle timeout.
-    struct OutStream {
-        /// Chunks the callee may still send: the initial window plus what the plugin granted.
-        var credit = StreamFrames.initialCredit
-        var seq: UInt64 = 0
-        /// Whether it asked for an answer of chunks (else only its input is a stream).
-        let answers: Bool
-        let idleNs: Int64
-        let callDeadline: Int64
-    }
-
-    /// Callee role: a call that came over a link, under its local id.
-    struct ServedCall {
-        let link: UInt64
-        let peerID: UInt64
-        let socket: Socket
-        /// Its input, when it came with one: checked as the supervisor checks a caller's.
-        var input: InStream?
-    }
-
-    /// Callee role: a call's input as this worker receives it from the caller's.
-    struct InStream {
-        /// Chunks the caller may still send: what the plugin granted (none at first).
-        var credit = 0
-        var seq: UInt64 = 0
-        var ended = false
-    }
-
-    /// What became of a stream frame that came over a link.
-    enum StreamArrival: Equatable {
-        /// Deliver it to the plugin, under this id.
-        case deliver(UInt64)
-        /// Its call ended (answered, timed out, cancelled): dropped.
-        case late
-        /// It breaks the rules: the link ends (its calls fail as the supervisor fails them).
-        case violation(String)
-    }
-
     /// Ids of calls that came over links, as the plugin sees them: [2^61, 2^62) (the supervisor's
     /// ids count up from 1; the worker's own events use 2^62 and up).
     static var localIDs: Range<UInt64> { (1 << 61)..<(1 << 62) }
