@@ -47,23 +47,23 @@ enum CrashBench {
             let restarted = try rig.status().filter { $0.restarts > 0 }.compactMap(\.timings)
             let standbys = restarted.filter { $0["standbyUs"] != nil }
             report.add("  restarts taken by a standby worker", Double(standbys.count), "of \(restarted.count)")
-            let phases = kept ? [("dlopenUs", "`load` → dlopen done"), ("loadUs", "`load` → plugin loaded")]
+            // The worker's own timings, then from the supervisor's side: `load` sent → hello read →
+            // startup answered.
+            let own = kept ? [("dlopenUs", "`load` → dlopen done"), ("loadUs", "`load` → plugin loaded")]
                 : [("standbyUs", "waited at its gate"), ("sandboxUs", "sandbox"), ("helloUs", "spawn → hello"), ("startupUs", "spawn → startup answered")]
+            let phases: [(String, ([String: Int]) -> Int?)] = own.map { phase, what in (what, { $0[phase] }) }
+                + [("loadOrderUs", "helloUs", "`load` sent → hello"), ("helloUs", "startupUs", "hello → startup answered")].map { from, to, what in
+                    (what, { t in t[from].flatMap { a in t[to].map { $0 - a } } })
+                }
             if kept {
                 // What a kept standby costs: its memory, waiting at its gate (no plugin loaded).
                 let pss = try rig.status().compactMap(\.standbyPid).map { Double(memory($0).pss) / 1_048_576 }.sorted()
                 if !pss.isEmpty { report.add("  kept standby PSS, median", pss[pss.count / 2], "MiB") }
             }
-            for (phase, what) in phases {
+            for (what, value) in phases where !standbys.isEmpty {
                 var phaseSamples = Samples()
-                for t in standbys { if let v = t[phase] { phaseSamples.add(UInt64(max(0, v)) * 1000) } }
-                if !standbys.isEmpty { report.add("  restarted worker, median: \(what)", phaseSamples.median / 1000, "ms") }
-            }
-            // From the supervisor's side: `load` sent → hello read → startup answered.
-            for (from, to, what) in [("loadOrderUs", "helloUs", "`load` sent → hello"), ("helloUs", "startupUs", "hello → startup answered")] {
-                var phaseSamples = Samples()
-                for t in standbys { if let a = t[from], let b = t[to] { phaseSamples.add(UInt64(max(0, b - a)) * 1000) } }
-                if !standbys.isEmpty { report.add("  restarted worker, median: \(what)", phaseSamples.median / 1000, "ms") }
+                for t in standbys { if let v = value(t) { phaseSamples.add(UInt64(max(0, v)) * 1000) } }
+                report.add("  restarted worker, median: \(what)", phaseSamples.median / 1000, "ms")
             }
         }
     }

@@ -93,7 +93,7 @@ extension Lifecycle {
             logger.log(level: standby.isKept ? .warning : .debug,
                        "standby worker ended before it was needed: \(ExitClassifier.describe(ExitClassifier.classify(.init(exit: exit, notice: instance.exitNotice, killed: instance.killReason))))",
                        metadata: ["plugin": "\(instance.identifier)", "pid": "\(exit.pid)"])
-            record.standby?.cancelExpiry()
+            standby.cancelExpiry()
             record.next = .none
         }
         // An old version that drained after an update, a discarded standby, or a worker of a plugin

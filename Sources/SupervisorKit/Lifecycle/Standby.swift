@@ -143,9 +143,9 @@ extension Lifecycle {
         }
         standby.cancelExpiry()
         record.next = .none
-        // Kept for a while, the library may have been written over since its spawn: what a crash
-        // of this worker is compared with (`libraryReplaced`) is the file as it is loaded now.
-        if standby.isKept, let library = instance.library { instance.library = (library.path, FileStamp(path: library.path)) }
+        // The library may have been written over since its spawn (a kept one may wait for hours):
+        // what a crash of this worker is compared with (`libraryReplaced`) is the file it loads now.
+        if let library = instance.library { instance.library = (library.path, FileStamp(path: library.path)) }
         record.instance = instance
         record.library = standby.library
         record.variant = standby.variant
