@@ -1,6 +1,7 @@
 /* The send lock: frames from any thread and from a signal handler never interleave. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include <stdatomic.h>
 
 /* ---- send lock (Drepper's futex mutex, "Futexes Are Tricky", mutex3) ---- */
 
@@ -88,7 +89,30 @@ void cls_send_lock_free_held(cls_send_lock *lock) {
 static cls_send_lock *exit_lock = NULL;
 static int exit_fd = -1;
 
+/* The peer link whose replies the links thread holds now (at most one link at a time). */
+static cls_send_lock *_Atomic link_lock = NULL;
+static _Atomic int link_fd = -1;
+
+void cls_link_hold_set(cls_send_lock *lock, int fd) {
+    if (lock) {
+        atomic_store(&link_fd, fd);
+        atomic_store(&link_lock, lock);
+    } else {
+        atomic_store(&link_lock, NULL);
+        atomic_store(&link_fd, -1);
+    }
+}
+
+void cls_link_hold_flush(int timeout_ms) {
+    cls_send_lock *lock = atomic_load(&link_lock);
+    int fd = atomic_load(&link_fd);
+    if (!lock || fd < 0 || !cls_send_lock_acquire_from_signal(lock, timeout_ms)) return;
+    cls_send_lock_write_held(lock, fd);
+    cls_send_lock_release(lock);
+}
+
 static void flush_held_at_exit(void) {
+    cls_link_hold_flush(500);
     if (!exit_lock || exit_fd < 0 || !cls_send_lock_acquire_from_signal(exit_lock, 500)) return;
     cls_send_lock_write_held(exit_lock, exit_fd);
     cls_send_lock_release(exit_lock);

@@ -46,6 +46,8 @@ static size_t append_num(char *buf, size_t at, size_t cap, unsigned long v) {
 static void send_report(char *frame, size_t at) {
     uint32_t len = (uint32_t)(at - 4);
     frame[0] = (char)(len >> 24); frame[1] = (char)(len >> 16); frame[2] = (char)(len >> 8); frame[3] = (char)len;
+    /* The replies the links thread held back on a peer link first (answered calls over a link). */
+    cls_link_hold_flush(100);
     if (report_fd >= 0 && (!report_lock || cls_send_lock_acquire_from_signal(report_lock, 500))) {
         /* Replies the I/O thread held back (answered calls) go before the report: the process
            ends after it. */

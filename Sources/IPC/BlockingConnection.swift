@@ -221,6 +221,21 @@ public final class BlockingConnection: Sendable {
     /// reading thread): a reader that polls the socket first must not wait for data already here.
     public var bufferedByteCount: Int { decoder.bufferedCount }
 
+    /// For a reader that polls the socket itself: calls `body` with the next frame already read,
+    /// without reading; nil when no whole frame is here. Throws on an invalid frame header.
+    public func nextReadFrame<R>(_ body: (UnsafeRawBufferPointer) throws -> R) throws -> R? {
+        try decoder.next(body)
+    }
+
+    /// For a reader that polls the socket itself: one read of what the socket holds, after `poll`
+    /// said it is readable; 0 at the end of the stream. Throws on a read error.
+    public func readAvailable() throws -> Int {
+        let fd = fd
+        return try decoder.fill(atLeast: Self.readSize) { raw in
+            try syscallRetrying("read", context: "socket \(fd)") { read(fd, raw.baseAddress, raw.count) }
+        }
+    }
+
     /// Receives one frame as an array.
     public func receiveFrame() throws -> [UInt8]? {
         try receive { Array($0) }

@@ -33,6 +33,9 @@ package final class DirectLink: Sendable {
     private struct State {
         var nextID: UInt64 = 1
         var waiting: [UInt64: Call] = [:]
+        /// No call in `waiting` has an earlier deadline (one may have a later one: the earliest's
+        /// call may be answered already); `expire` looks at the calls only once it has passed.
+        var earliestDeadline: Int64 = .max
         var tally = CallHop.Tally()
         var lastReport: Int64
         /// Told to stop (`unlink`): no new calls; `answerUnlink` runs once the last is settled.
@@ -42,7 +45,7 @@ package final class DirectLink: Sendable {
     }
 
     private struct Call {
-        let continuation: CheckedContinuation<[UInt8], any Error>
+        let continuation: UnsafeContinuation<[UInt8], any Error>
         let started: Int64
         let deadline: Int64
     }
@@ -90,15 +93,20 @@ package final class DirectLink: Sendable {
 
     private func send(_ bytes: [UInt8], id: UInt64, started: Int64, ms: Int) async throws -> [UInt8] {
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8], any Error>) in
-                let registered = state.withLock { s -> Bool in
-                    guard !s.closed else { return false }
-                    s.waiting[id] = Call(continuation: continuation, started: started, deadline: started + Int64(ms) * 1_000_000)
-                    return true
+            // Unsafe, not checked: each path below resumes it exactly once (the call is taken out of
+            // `waiting` under the lock by whoever resumes it), without a checked one's allocation per call.
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<[UInt8], any Error>) in
+                // nil: not taken; else how many calls wait now, this one included.
+                let waiting = state.withLock { s -> Int? in
+                    guard !s.closed else { return nil }
+                    let deadline = started + Int64(ms) * 1_000_000
+                    s.waiting[id] = Call(continuation: continuation, started: started, deadline: deadline)
+                    s.earliestDeadline = min(s.earliestDeadline, deadline)
+                    return s.waiting.count
                 }
-                guard registered else { return continuation.resume(throwing: NotTaken()) }
+                guard let waiting else { return continuation.resume(throwing: NotTaken()) }
                 if Task.isCancelled { return giveUp(id) }
-                if !write(bytes) {
+                if !write(bytes, alone: waiting == 1) {
                     // Never reached the worker: it goes through the supervisor instead.
                     if let call = state.withLock({ $0.waiting.removeValue(forKey: id) }) { call.continuation.resume(throwing: NotTaken()) }
                 }
@@ -108,29 +116,80 @@ package final class DirectLink: Sendable {
         }
     }
 
-    /// Frames waiting for the task that is writing now (`write`).
+    /// Frames waiting for the task that is writing now, or for the link's thread (`write`).
     private let outgoing = Locked(Outgoing())
 
     private struct Outgoing {
         var bytes: [UInt8] = []
         var writing = false
         var broken = false
+        /// The link's thread is delivering the replies of one read: frames written meanwhile (the
+        /// next calls of the tasks it resumes) wait for it, and go in one write before it polls again.
+        var collecting = false
+        /// A job is on its way to write what has been added by then (`writeScheduled`).
+        var flushScheduled = false
     }
 
-    /// Writes `frame`, or leaves it to the task writing now, which takes it with its next write:
-    /// with many calls at once, one system call carries many frames (as the supervisor's one flush
-    /// per turn does). False when the link is broken (nothing of this frame was written).
-    private func write(_ frame: [UInt8]) -> Bool {
-        var batch: [UInt8]? = outgoing.withLock { o -> [UInt8]? in
-            guard !o.broken else { return nil }
+    /// Writes `frame`, or leaves it to whoever writes next: a task writing now (it takes it with
+    /// its next write), the link's thread (before it polls again), or, for a call made while
+    /// others wait (not `alone`), a job on the executor that writes whatever has been added by the
+    /// time it runs: with many calls at once, one system call carries many frames (as the
+    /// supervisor's one flush per turn does), and a lone call is written at once. False when the
+    /// link is broken (nothing of this frame was written).
+    private func write(_ frame: [UInt8], alone: Bool = true) -> Bool {
+        enum Next { case broken, taken, writeLater, write([UInt8]) }
+        let next = outgoing.withLock { o -> Next in
+            guard !o.broken else { return .broken }
             o.bytes += frame
-            if o.writing { return [] }
+            if o.writing || o.collecting || o.flushScheduled { return .taken }
+            if !alone {
+                o.flushScheduled = true
+                return .writeLater
+            }
+            o.writing = true
+            defer { o.bytes = [] }
+            return .write(o.bytes)
+        }
+        switch next {
+        case .broken: return false
+        case .taken: return true
+        case .writeLater:
+            Task { self.writeScheduled() }
+            return true
+        case .write(let batch): return writeAll(batch, ownFrameFirst: true)
+        }
+    }
+
+    /// The job `write` scheduled: what was added meanwhile, in one write.
+    private func writeScheduled() {
+        let batch: [UInt8]? = outgoing.withLock { o -> [UInt8]? in
+            o.flushScheduled = false
+            guard !o.writing, !o.broken, !o.bytes.isEmpty else { return nil }
             o.writing = true
             defer { o.bytes = [] }
             return o.bytes
         }
-        guard var next = batch else { return false }
-        if next.isEmpty { return true }  // the writing task takes it
+        if let batch { _ = writeAll(batch, ownFrameFirst: false) }
+    }
+
+    /// The link's thread, before it polls: the frames written while it delivered replies.
+    private func writeCollected() {
+        let batch: [UInt8]? = outgoing.withLock { o -> [UInt8]? in
+            o.collecting = false
+            guard !o.writing, !o.broken, !o.bytes.isEmpty else { return nil }
+            o.writing = true
+            defer { o.bytes = [] }
+            return o.bytes
+        }
+        if let batch { _ = writeAll(batch, ownFrameFirst: false) }
+    }
+
+    /// Writes `batch`, then what was added meanwhile, until nothing is left (the writer's loop).
+    /// False when the first write failed and `ownFrameFirst`: the writer's own frame (in that first
+    /// batch) was not sent, and its call goes through the supervisor. Frames of a later batch (or
+    /// left for the link's thread or a scheduled job) end with the link: their calls fail `unavailable`.
+    private func writeAll(_ batch: [UInt8], ownFrameFirst: Bool) -> Bool {
+        var next = batch
         var first = true
         while true {
             do {
@@ -141,12 +200,10 @@ package final class DirectLink: Sendable {
                     o.writing = false
                     o.bytes = []
                 }
-                // This call's own frame (the first batch) was not sent: it goes through the supervisor.
-                // Others' frames in a later batch: their calls end with the link (`unavailable`).
-                return !first
+                return !(first && ownFrameFirst)
             }
             first = false
-            batch = outgoing.withLock { o -> [UInt8]? in
+            let more = outgoing.withLock { o -> [UInt8]? in
                 if o.bytes.isEmpty {
                     o.writing = false
                     return nil
@@ -154,7 +211,7 @@ package final class DirectLink: Sendable {
                 defer { o.bytes = [] }
                 return o.bytes
             }
-            guard let more = batch else { return true }
+            guard let more else { return true }
             next = more
         }
     }
@@ -209,41 +266,47 @@ package final class DirectLink: Sendable {
             let now = ProcessControl.monotonicNanoseconds()
             expire(now: now)
             sendReport(force: false, endedLink: nil)
-            if connection.bufferedByteCount == 0 {
-                let next = state.withLock { s in s.waiting.values.map(\.deadline).min() ?? now + Self.reportIntervalNanoseconds }
-                let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
-                let ready = poll(&pollSet, 1, waitMs)
-                if ready == 0 || (ready < 0 && errno == EINTR) { continue }
+            // Every whole reply read so far, then the calls their tasks wrote meanwhile in one write.
+            outgoing.withLock { $0.collecting = true }
+            do {
+                while try connection.nextReadFrame({ replied($0) }) != nil {}
+            } catch {
+                break
             }
-            guard let frame = try? connection.receiveFrame() else { break }
-            replied(frame)
+            writeCollected()
+            let next = state.withLock { s in min(s.earliestDeadline, now + Self.reportIntervalNanoseconds) }
+            let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
+            let ready = poll(&pollSet, 1, waitMs)
+            if ready == 0 || (ready < 0 && errno == EINTR) { continue }
+            guard let n = try? connection.readAvailable(), n > 0 else { break }
         }
+        outgoing.withLock { $0.collecting = false }
         end()
     }
 
-    private func replied(_ frame: [UInt8]) {
-        frame.withUnsafeBytes { bytes in
-            guard let env = try? Envelope.parse(bytes), env.kind == .reply, let id = env.id else { return }
-            let now = ProcessControl.monotonicNanoseconds()
-            let (call, unlinkAnswer) = state.withLock { s -> (Call?, (@Sendable () -> Void)?) in
-                guard let call = s.waiting.removeValue(forKey: id) else { return (nil, nil) }
-                s.tally.record(env.error == nil ? .ok : .error, nanoseconds: now - call.started)
-                guard s.waiting.isEmpty, let answer = s.answerUnlink else { return (call, nil) }
-                s.answerUnlink = nil
-                return (call, answer)
-            }
-            // Late (it timed out): dropped, as the supervisor drops a late reply.
-            guard let call else { return }
-            answered?(env.error == nil ? .ok : .error, now - call.started)
-            call.continuation.resume(with: HostCoding.answer(of: env, in: bytes).mapError { $0 as any Error })
-            if let unlinkAnswer { finishUnlink(unlinkAnswer) }
+    private func replied(_ bytes: UnsafeRawBufferPointer) {
+        guard let env = try? Envelope.parse(bytes), env.kind == .reply, let id = env.id else { return }
+        let now = ProcessControl.monotonicNanoseconds()
+        let (call, unlinkAnswer) = state.withLock { s -> (Call?, (@Sendable () -> Void)?) in
+            guard let call = s.waiting.removeValue(forKey: id) else { return (nil, nil) }
+            s.tally.record(env.error == nil ? .ok : .error, nanoseconds: now - call.started)
+            guard s.waiting.isEmpty, let answer = s.answerUnlink else { return (call, nil) }
+            s.answerUnlink = nil
+            return (call, answer)
         }
+        // Late (it timed out): dropped, as the supervisor drops a late reply.
+        guard let call else { return }
+        answered?(env.error == nil ? .ok : .error, now - call.started)
+        call.continuation.resume(with: HostCoding.answer(of: env, in: bytes).mapError { $0 as any Error })
+        if let unlinkAnswer { finishUnlink(unlinkAnswer) }
     }
 
     /// Calls past their deadline fail with `timeout`, and the worker is told to `cancel`.
     private func expire(now: Int64) {
         let (late, unlinkAnswer) = state.withLock { s -> ([(UInt64, Call)], (@Sendable () -> Void)?) in
+            guard now >= s.earliestDeadline else { return ([], nil) }
             let late = s.waiting.filter { $0.value.deadline <= now }
+            s.earliestDeadline = s.waiting.values.lazy.map(\.deadline).filter { $0 > now }.min() ?? .max
             for (id, call) in late {
                 s.waiting[id] = nil
                 s.tally.record(.timeout, nanoseconds: now - call.started)

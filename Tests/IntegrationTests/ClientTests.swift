@@ -466,6 +466,35 @@ struct ClientTests {
         try await waitUntil("a link to the new worker") { client.linkedPlugins == ["c.f"] }
     }
 
+    @Test("answered calls stay answered over a link: the replies a worker holds back while it takes one read's calls reach the caller when the plugin crashes (or exits) on a later call of that read",
+          arguments: ["segv", "exit3"])
+    func heldRepliesSurviveACrash(how: String) async throws {
+        let w = try TestWorld()
+        try w.bundle("c.h")
+        let sup = try RunningSupervisor(w)
+        let control = try rawControl(sup.socket)
+        defer { control.close() }
+        let granted = try grantedLink(control, to: "c.h")
+        let picked = try pickUp(granted.socket, token: granted.token)
+        #expect(picked.fd >= 0, "\(picked.text)")
+        let link = BlockingConnection(fd: picked.fd)
+        defer { link.close() }
+        // Five calls in one write, so the worker takes them in one read: three answered, then a
+        // crash, then one that never runs.
+        var batch: [UInt8] = []
+        for id in 1...3 { batch += callFrame(id: UInt64(id), target: "c.h", method: "ping") }
+        batch += callFrame(id: 4, target: "c.h", method: "crash", params: #"{"how":"\#(how)"}"#)
+        batch += callFrame(id: 5, target: "c.h", method: "ping")
+        try link.sendFrame(batch)
+        var answered: [UInt64] = []
+        while let frame = try link.receiveFrame() {
+            let env = try frame.withUnsafeBytes { try Envelope.parse($0) }
+            #expect(env.kind == .reply && env.error == nil, "\(String(decoding: frame, as: UTF8.self))")
+            if let id = env.id { answered.append(id) }
+        }
+        #expect(answered == [1, 2, 3])
+    }
+
     static func config(_ w: TestWorld, callTimeoutMs: Int) throws -> String {
         let path = w.root + "/config.json"
         try #"{"callTimeoutMs": \#(callTimeoutMs)}"#.write(toFile: path, atomically: true, encoding: .utf8)

@@ -23,6 +23,20 @@ import Testing
         }
     }
 
+    @Test("every kind is told from its type, whether read from the bytes (the call path's kinds) or decoded (escapes, the others); an unknown type keeps its name")
+    func typesAndTheirNames() throws {
+        for kind in MessageKind.allCases {
+            let env = try envelope(#"{"type":"\#(kind.rawValue)","id":1}"#)
+            #expect(env.kind == kind && env.typeName == kind.rawValue)
+        }
+        #expect(try envelope(#"{"type":"re\u0070ly"}"#).kind == .reply)
+        #expect(try envelope(#"{"type":"c\u0061ll"}"#).typeName == "call")
+        let unknown = try envelope(#"{"type":"calls"}"#)
+        #expect(unknown.kind == nil && unknown.typeName == "calls")
+        #expect(try envelope(#"{"type":7}"#).kind == nil)
+        #expect(try envelope(#"{"id":1}"#).typeName == nil)
+    }
+
     @Test(arguments: [
         #"{"type":"call""#, #"{"type":"call",}"#, #"{"id":01}"#, "[1]", #"{"a":tru}"#, #"{"a":"\x"}"#,
         #"{"a":1} x"#, "", #"{"a":"line"# + "\n" + #""}"#, #"{"a":-}"#, #"{"a":1.}"#, #"{"a":1e}"#,

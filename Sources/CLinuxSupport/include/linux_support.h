@@ -207,6 +207,14 @@ void cls_send_lock_free_held(cls_send_lock *lock);
 void cls_send_lock_flush_at_exit(cls_send_lock *lock, int fd);
 /* Forgets `lock` for the exit handler above (it is going away). */
 void cls_send_lock_forget_at_exit(cls_send_lock *lock);
+/* The peer link whose replies the worker's links thread holds back while it delivers one read's
+   calls (LinkSocket.holdWrites): `lock` and its socket `fd`, or NULL when it holds none. A fatal
+   signal's reporter and the exit handler above send what it holds (`cls_link_hold_flush`) before
+   the process ends, as they do for the protocol socket: answered calls stay answered. */
+void cls_link_hold_set(cls_send_lock *lock, int fd);
+/* Writes what the link set above holds, if its lock can be had within `timeout_ms` (not when the
+   calling thread is half-way through a write of its own). Async-signal-safe. */
+void cls_link_hold_flush(int timeout_ms);
 
 /* ---- upgrading in place (upgrade.c) ---- */
 /* Sets (on != 0) or clears FD_CLOEXEC on `fd`: a descriptor handed to the new binary loses it. */

@@ -21,26 +21,93 @@ final class LinkSocket: Sendable {
     /// How long a reply may wait for room on a link before the link is given up.
     static let sendWaitMs: Int32 = 1000
 
+    /// The thread whose writes are held now (`holdWrites`): the links thread while it delivers
+    /// the calls of one read from this link; 0: none.
+    private let holdingThread = Atomic<Int32>(0)
+    /// When the first of the frames held now was held; guarded by `sendLock` (which keeps the
+    /// held frames themselves, where a fatal signal's reporter finds them: `cls_link_hold_set`).
+    private nonisolated(unsafe) var heldSince: Int64 = 0
+    /// At most this many bytes are held: a reply that would make more goes out at once, with the
+    /// held ones before it (as `BlockingConnection`'s).
+    static let heldBytesLimit = 64 * 1024
+
     init(fd: Int32) {
         self.fd = fd
     }
 
     enum Sent { case sent, notSent, broken }
 
+    // MARK: Held replies (the links thread, callee role)
+
+    /// From now until `sendHeld(stopHolding: true)`, the replies the calling thread writes on this
+    /// link (writes that wait for room) are held and go out in one write: a read's worth of calls
+    /// answered on the links thread costs one system call and one wake-up of the caller instead
+    /// of one per reply (the worker's protocol socket does the same: `BlockingConnection`'s
+    /// `holdWritesWhileDelivering`). Other threads' writes send what is held first, in the same
+    /// write, so frames stay in the order they were written. A fatal signal's reporter and the
+    /// exit handler send what is held before the process ends.
+    func holdWrites() {
+        holdingThread.store(cls_thread_id(), ordering: .relaxed)
+        cls_link_hold_set(sendLock.pointer, fd)
+    }
+
+    /// Sends what is held: always with `stopHolding` (which also ends the holding), otherwise only
+    /// once the first held reply has waited `BlockingConnection.heldNanosecondsLimit` (a slow
+    /// handler delays the replies before it in the same read by no more than its own run).
+    func sendHeld(stopHolding: Bool) {
+        if stopHolding {
+            holdingThread.store(0, ordering: .relaxed)
+            cls_link_hold_set(nil, -1)
+        }
+        sendLock.withLock {
+            guard sendLock.pointer.pointee.held_len > 0 else { return }
+            if !stopHolding, ProcessControl.monotonicNanoseconds() - heldSince < BlockingConnection.heldNanosecondsLimit { return }
+            _ = writeHeld()
+        }
+    }
+
+    /// Writes the held frames (under `sendLock`), waiting for room as a reply does: false when the
+    /// link broke (shut down). They are gone afterwards, written or not.
+    private func writeHeld() -> Bool {
+        let lock = sendLock.pointer
+        guard lock.pointee.held_len > 0 else { return true }
+        defer { lock.pointee.held_len = 0 }
+        if closed.load(ordering: .relaxed) { return false }
+        let held = UnsafeRawBufferPointer(start: lock.pointee.held, count: lock.pointee.held_len)
+        if SocketWriter.write(fd, held, UnsafeRawBufferPointer(start: nil, count: 0), wait: .polling(milliseconds: Self.sendWaitMs, beforeFirstByte: true)) == .written {
+            return true
+        }
+        _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+        return false
+    }
+
     /// Writes one frame (`header` + `body`): without waiting when `wait` is false and nothing
     /// could be written (the caller then routes it another way); once part of it is written,
     /// waiting up to `sendWaitMs` for room, after which the link is broken (shut down: the links
-    /// thread sees it end).
+    /// thread sees it end). A frame that waits, from the thread holding writes, is held instead.
     func send(header: UInt32, body: UnsafeRawBufferPointer, wait: Bool) -> Sent {
-        sendLock.withLock {
+        let holds = wait && holdingThread.load(ordering: .relaxed) == cls_thread_id()
+        return sendLock.withLock {
             if closed.load(ordering: .relaxed) { return .notSent }
             var h = header.bigEndian
-            let outcome = withUnsafeBytes(of: &h) { hb in
-                SocketWriter.write(fd, hb, body, wait: .polling(milliseconds: Self.sendWaitMs, beforeFirstByte: wait))
+            let lock = sendLock.pointer
+            if holds, lock.pointee.held_len + Frame.headerSize + body.count < Self.heldBytesLimit {
+                if lock.pointee.held_len == 0 { heldSince = ProcessControl.monotonicNanoseconds() }
+                if withUnsafeBytes(of: &h, { cls_send_lock_hold(lock, $0.baseAddress, $0.count, body.baseAddress, body.count) }) == 0 { return .sent }
             }
+            // A frame that must not wait goes after the held ones have gone (they always wait).
+            if lock.pointee.held_len > 0, !wait, !writeHeld() { return .broken }
+            let outcome = withUnsafeBytes(of: &h) { hb in
+                SocketWriter.write(fd, UnsafeRawBufferPointer(start: lock.pointee.held, count: lock.pointee.held_len), hb, body,
+                                   wait: .polling(milliseconds: Self.sendWaitMs, beforeFirstByte: wait))
+            }
+            lock.pointee.held_len = 0
             switch outcome {
             case .written: return .sent
-            case .failed(_, let written): return written == 0 ? .notSent : .broken
+            case .failed(_, let written):
+                if written == 0 { return .notSent }
+                _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+                return .broken
             case .full:
                 _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
                 return .broken
@@ -55,6 +122,7 @@ final class LinkSocket: Sendable {
         guard !descriptors.isEmpty else { return send(frame: frame, wait: true) }
         return sendLock.withLock {
             if closed.load(ordering: .relaxed) { return .notSent }
+            if !writeHeld() { return .broken }
             return frame.withUnsafeBytes { raw -> Sent in
                 func prefix() -> Int {
                     descriptors.withUnsafeBufferPointer { cls_send_fds_now(fd, $0.baseAddress, Int32($0.count), raw.baseAddress, Frame.headerSize) }
@@ -95,6 +163,7 @@ final class LinkSocket: Sendable {
     func close() {
         sendLock.withLock {
             closed.store(true, ordering: .relaxed)
+            sendLock.pointer.pointee.held_len = 0
             _ = Glibc.close(fd)
         }
     }

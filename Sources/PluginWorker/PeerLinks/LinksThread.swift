@@ -124,21 +124,29 @@ final class LinksThread {
 
     /// Frames that arrived on `link`: one read, or with `toEnd` (its peer has closed, so no read
     /// waits) every read until the end of the stream. At the end, or on an error, the link is gone.
+    /// Callee role: the replies the plugin writes on this thread while it takes the calls of one
+    /// read are held and go out together once they are delivered (`LinkSocket.holdWrites`).
     private func readLink(_ link: LinkTable<LinkSocket>.Polled, toEnd: Bool) {
         let reader = reader(link.socket)
+        let holds = !link.isCaller
         repeat {
             switch reader.read() {
             case .none: return
             case .end: return gone(link.number)
             case .some: break
             }
+            if holds { link.socket.holdWrites() }
             do {
                 while try reader.decoder.next({ body in
-                    link.isCaller ? replyArrived(link, body) : callArrived(link, body)
+                    if link.isCaller { return replyArrived(link, body) }
+                    link.socket.sendHeld(stopHolding: false)
+                    callArrived(link, body)
                 }) != nil {}
             } catch {
+                if holds { link.socket.sendHeld(stopHolding: true) }
                 return gone(link.number)
             }
+            if holds { link.socket.sendHeld(stopHolding: true) }
         } while toEnd
     }
 

@@ -3,8 +3,10 @@
 /// forwarded as raw bytes.
 public struct Envelope: Sendable {
     public var kind: MessageKind?
-    /// The `type` string as sent, kept for error messages when it is not a known kind.
-    public var typeName: String?
+    /// The `type` string as sent, for error messages when it is not a known kind.
+    public var typeName: String? { kind?.rawValue ?? unknownTypeName }
+    /// The `type` string when it names no kind.
+    var unknownTypeName: String?
     public var id: UInt64?
     /// True when an `id` member is present but is not an unsigned integer.
     public var badID = false
@@ -51,9 +53,13 @@ public struct Envelope: Sendable {
             case 3 where Self.matches(bytes, key, "seq"): env.seq = JSONScanner.decodeUInt(bytes, value)
             case 3 where Self.matches(bytes, key, "end"): env.end = Self.isTrue(bytes, value)
             case 4 where Self.matches(bytes, key, "type"):
-                let name = JSONScanner.decodeString(bytes, value)
-                env.typeName = name
-                env.kind = name.flatMap(MessageKind.init(rawValue:))
+                if let kind = Self.commonKind(bytes, value) {
+                    env.kind = kind
+                } else {
+                    let name = JSONScanner.decodeString(bytes, value)
+                    env.kind = name.flatMap(MessageKind.init(rawValue:))
+                    if env.kind == nil { env.unknownTypeName = name }
+                }
             case 4 where Self.matches(bytes, key, "from"): env.from = value
             case 4 where Self.matches(bytes, key, "name"): env.name = value
             case 4 where Self.matches(bytes, key, "data"): env.data = value
@@ -73,6 +79,23 @@ public struct Envelope: Sendable {
         }
         if let start = scanner.tailStart { env.tail = start..<bytes.count }
         return env
+    }
+
+    /// The kinds of a call's path (`call`, `reply`, `cancel`, `chunk`, `credit`, `event`, `log`),
+    /// told from the quoted value's bytes without making a String; nil for any other (escapes
+    /// included), which the caller decodes.
+    @inline(__always)
+    static func commonKind(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) -> MessageKind? {
+        switch value.count {
+        case 5 where matches(bytes, value, "\"log\""): return .log
+        case 6 where matches(bytes, value, "\"call\""): return .call
+        case 7 where matches(bytes, value, "\"reply\""): return .reply
+        case 7 where matches(bytes, value, "\"chunk\""): return .chunk
+        case 7 where matches(bytes, value, "\"event\""): return .event
+        case 8 where matches(bytes, value, "\"cancel\""): return .cancel
+        case 8 where matches(bytes, value, "\"credit\""): return .credit
+        default: return nil
+        }
     }
 
     @usableFromInline @inline(__always)
