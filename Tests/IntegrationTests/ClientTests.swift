@@ -495,6 +495,30 @@ struct ClientTests {
         #expect(answered == [1, 2, 3])
     }
 
+    @Test("a call over a link names the link's plugin as its target (written as it is or with escapes) and has a method; any other is answered badRequest and the link serves on")
+    func linkCallsNameTheirTarget() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.n")
+        let sup = try RunningSupervisor(w)
+        let control = try rawControl(sup.socket)
+        defer { control.close() }
+        let granted = try grantedLink(control, to: "c.n")
+        let picked = try pickUp(granted.socket, token: granted.token)
+        #expect(picked.fd >= 0, "\(picked.text)")
+        let link = BlockingConnection(fd: picked.fd)
+        defer { link.close() }
+        func ask(_ frame: [UInt8]) throws -> String {
+            try link.sendFrame(frame)
+            return String(decoding: try #require(try link.receiveFrame()), as: UTF8.self)
+        }
+        #expect(try ask(callFrame(id: 1, target: "c.other", method: "ping")).contains("badRequest"))
+        #expect(try ask(callFrame(id: 2, target: "c.nn", method: "ping")).contains("badRequest"))
+        #expect(try ask(Array(#"{"type":"call","id":3,"target":"c.n"}"#.utf8).framed()).contains("badRequest"))
+        #expect(try ask(Array(#"{"type":"call","id":4,"target":"c.n","method":7}"#.utf8).framed()).contains("badRequest"))
+        #expect(try ask(Array(#"{"type":"call","id":5,"target":"c.\u006e","method":"ping"}"#.utf8).framed()) == #"{"type":"reply","id":5,"result":1}"#)
+        #expect(try ask(callFrame(id: 6, target: "c.n", method: "ping")) == #"{"type":"reply","id":6,"result":1}"#)
+    }
+
     static func config(_ w: TestWorld, callTimeoutMs: Int) throws -> String {
         let path = w.root + "/config.json"
         try #"{"callTimeoutMs": \#(callTimeoutMs)}"#.write(toFile: path, atomically: true, encoding: .utf8)
@@ -509,5 +533,13 @@ extension SupervisorClient {
         defer { connection.close() }
         let raw = try connection.request(.metrics)
         return try JSONDecoder().decode(String.self, from: Data(raw))
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// This body with its length prefix: a frame.
+    func framed() -> [UInt8] {
+        let n = UInt32(count)
+        return [UInt8(n >> 24), UInt8(n >> 16 & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n & 0xFF)] + self
     }
 }

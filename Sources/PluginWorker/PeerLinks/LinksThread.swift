@@ -22,6 +22,11 @@ final class LinksThread {
     var hop = CallHop()
     /// Each open link's reader, by its socket: made on the link's first poll (`reader`), dropped when it is gone.
     var readers: [ObjectIdentifier: LinkReader] = [:]
+    /// The buffer a call that came over a link is forwarded into the plugin in, kept from one call
+    /// to the next (the plugin has the bytes only during `receive`: docs/abi.md).
+    private var forwardBuffer: [UInt8] = []
+    /// This worker's identifier as the bytes a call over a link names it with.
+    private lazy var identifierBytes = Array(identifier.utf8)
 
     init(links: PeerLinks, host: WorkerHost) {
         self.links = links
@@ -232,7 +237,7 @@ final class LinksThread {
         }
         switch env.kind {
         case .call:
-            guard Envelope.string(body, env.target) == identifier, Envelope.string(body, env.method) != nil else {
+            guard names(env.target, in: body), let method = env.method, body[method.lowerBound] == UInt8(ascii: "\"") else {
                 var reply = FrameBuilder(kind: .reply)
                 reply.uint("id", id)
                 reply.error(.badRequest, "a call over the link to \(identifier) must name it as its target and have a method")
@@ -250,9 +255,12 @@ final class LinksThread {
             }
             // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
             var bytes: [UInt8] = []
+            swap(&bytes, &forwardBuffer)
+            bytes.removeAll(keepingCapacity: true)
             bytes.reserveCapacity(CallHop.frameCapacity(forwarding: body.count, from: peer) + 32)
             // A control client's link has no peer plugin: its calls carry no `from`, as through the supervisor.
             let frame = hop.forward(.call, id: local, from: peer.isEmpty ? nil : peer, env, in: body, into: consume bytes).frame
+            defer { if frame.capacity <= 64 * 1024 { forwardBuffer = frame } }
             guard let attached else { return host.deliver(frame: frame) }
             // Its bytes with this process's descriptor numbers.
             frame.withUnsafeBytes { raw in
@@ -283,6 +291,18 @@ final class LinksThread {
         default:
             link.socket.shutdown()
         }
+    }
+
+    /// Whether the string at `range` of `body` is this worker's identifier: its bytes as they are,
+    /// or decoded when it has escapes.
+    private func names(_ range: Range<Int>?, in body: UnsafeRawBufferPointer) -> Bool {
+        guard let range, range.count == identifierBytes.count + 2 || body[range].contains(UInt8(ascii: "\\")) else { return false }
+        if range.count == identifierBytes.count + 2,
+           identifierBytes.withUnsafeBytes({ memcmp($0.baseAddress!, body.baseAddress! + range.lowerBound + 1, $0.count) == 0 }),
+           body[range.lowerBound] == UInt8(ascii: "\"") {
+            return true
+        }
+        return Envelope.string(body, range) == identifier
     }
 
     /// Why a frame over a link cannot be taken (the link ends, its log line says why).
