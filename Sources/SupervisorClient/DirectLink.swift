@@ -126,7 +126,7 @@ package final class DirectLink: Sendable {
         /// The link's thread is delivering the replies of one read: frames written meanwhile (the
         /// next calls of the tasks it resumes) wait for it, and go in one write before it polls again.
         var collecting = false
-        /// A job is on its way to write what has been added by then (`writeScheduled`).
+        /// A job is on its way to write what has been added by then (`writeLeft`).
         var flushScheduled = false
     }
 
@@ -154,28 +154,17 @@ package final class DirectLink: Sendable {
         case .broken: return false
         case .taken: return true
         case .writeLater:
-            Task { self.writeScheduled() }
+            Task { self.writeLeft(for: \.flushScheduled) }
             return true
         case .write(let batch): return writeAll(batch, ownFrameFirst: true)
         }
     }
 
-    /// The job `write` scheduled: what was added meanwhile, in one write.
-    private func writeScheduled() {
+    /// Writes, in one write, what was left for the writer `flag` names (a job `write` scheduled:
+    /// `flushScheduled`; the link's thread before it polls: `collecting`), and clears the flag.
+    private func writeLeft(for flag: WritableKeyPath<Outgoing, Bool>) {
         let batch: [UInt8]? = outgoing.withLock { o -> [UInt8]? in
-            o.flushScheduled = false
-            guard !o.writing, !o.broken, !o.bytes.isEmpty else { return nil }
-            o.writing = true
-            defer { o.bytes = [] }
-            return o.bytes
-        }
-        if let batch { _ = writeAll(batch, ownFrameFirst: false) }
-    }
-
-    /// The link's thread, before it polls: the frames written while it delivered replies.
-    private func writeCollected() {
-        let batch: [UInt8]? = outgoing.withLock { o -> [UInt8]? in
-            o.collecting = false
+            o[keyPath: flag] = false
             guard !o.writing, !o.broken, !o.bytes.isEmpty else { return nil }
             o.writing = true
             defer { o.bytes = [] }
@@ -273,7 +262,7 @@ package final class DirectLink: Sendable {
             } catch {
                 break
             }
-            writeCollected()
+            writeLeft(for: \.collecting)
             let next = state.withLock { s in min(s.earliestDeadline, now + Self.reportIntervalNanoseconds) }
             let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
             let ready = poll(&pollSet, 1, waitMs)

@@ -317,6 +317,14 @@ struct ClientTests {
         return try JSONDecoder().decode(Grant.self, from: Data(try #require(try control.receiveFrame()))).result
     }
 
+    /// A direct link to `target`'s worker, asked for on `control` and picked up: its connection.
+    func rawLink(_ control: BlockingConnection, to target: String) throws -> BlockingConnection {
+        let granted = try grantedLink(control, to: target)
+        let picked = try pickUp(granted.socket, token: granted.token)
+        guard picked.fd >= 0 else { throw HarnessError("no link to \(target): \(picked.text)") }
+        return BlockingConnection(fd: picked.fd)
+    }
+
     /// Presents `token` at the link socket `socket`: the answer's text and the descriptor that came
     /// with it (-1 when none did).
     func pickUp(_ socket: String, token: String) throws -> (text: String, fd: Int32) {
@@ -474,10 +482,7 @@ struct ClientTests {
         let sup = try RunningSupervisor(w)
         let control = try rawControl(sup.socket)
         defer { control.close() }
-        let granted = try grantedLink(control, to: "c.h")
-        let picked = try pickUp(granted.socket, token: granted.token)
-        #expect(picked.fd >= 0, "\(picked.text)")
-        let link = BlockingConnection(fd: picked.fd)
+        let link = try rawLink(control, to: "c.h")
         defer { link.close() }
         // Five calls in one write, so the worker takes them in one read: three answered, then a
         // crash, then one that never runs.
@@ -502,10 +507,7 @@ struct ClientTests {
         let sup = try RunningSupervisor(w)
         let control = try rawControl(sup.socket)
         defer { control.close() }
-        let granted = try grantedLink(control, to: "c.n")
-        let picked = try pickUp(granted.socket, token: granted.token)
-        #expect(picked.fd >= 0, "\(picked.text)")
-        let link = BlockingConnection(fd: picked.fd)
+        let link = try rawLink(control, to: "c.n")
         defer { link.close() }
         func ask(_ frame: [UInt8]) throws -> String {
             try link.sendFrame(frame)
