@@ -106,7 +106,7 @@ package final class DirectLink: Sendable {
                 }
                 guard let waiting else { return continuation.resume(throwing: NotTaken()) }
                 if Task.isCancelled { return giveUp(id) }
-                if !write(bytes, alone: waiting == 1) {
+                if !write(bytes, byCaller: waiting == 1) {
                     // Never reached the worker: it goes through the supervisor instead.
                     if let call = state.withLock({ $0.waiting.removeValue(forKey: id) }) { call.continuation.resume(throwing: NotTaken()) }
                 }
@@ -124,25 +124,26 @@ package final class DirectLink: Sendable {
         var writing = false
         var broken = false
         /// The link's thread is delivering the replies of one read: frames written meanwhile (the
-        /// next calls of the tasks it resumes) wait for it, and go in one write before it polls again.
+        /// next calls of the tasks it resumes) wait for it to schedule one job that writes them
+        /// all, before it polls again (`leaveCollected`).
         var collecting = false
         /// A job is on its way to write what has been added by then (`writeLeft`).
         var flushScheduled = false
     }
 
     /// Writes `frame`, or leaves it to whoever writes next: a task writing now (it takes it with
-    /// its next write), the link's thread (before it polls again), or, for a call made while
-    /// others wait (not `alone`), a job on the executor that writes whatever has been added by the
+    /// its next write) or, for a call made while others wait (not `byCaller`) or while the link's
+    /// thread delivers replies, a job on the executor that writes whatever has been added by the
     /// time it runs: with many calls at once, one system call carries many frames (as the
     /// supervisor's one flush per turn does), and a lone call is written at once. False when the
     /// link is broken (nothing of this frame was written).
-    private func write(_ frame: [UInt8], alone: Bool = true) -> Bool {
+    private func write(_ frame: [UInt8], byCaller: Bool) -> Bool {
         enum Next { case broken, taken, writeLater, write([UInt8]) }
         let next = outgoing.withLock { o -> Next in
             guard !o.broken else { return .broken }
             o.bytes += frame
             if o.writing || o.collecting || o.flushScheduled { return .taken }
-            if !alone {
+            if !byCaller {
                 o.flushScheduled = true
                 return .writeLater
             }
@@ -154,23 +155,36 @@ package final class DirectLink: Sendable {
         case .broken: return false
         case .taken: return true
         case .writeLater:
-            Task { self.writeLeft(for: \.flushScheduled) }
+            Task { self.writeLeft() }
             return true
         case .write(let batch): return writeAll(batch, ownFrameFirst: true)
         }
     }
 
-    /// Writes, in one write, what was left for the writer `flag` names (a job `write` scheduled:
-    /// `flushScheduled`; the link's thread before it polls: `collecting`), and clears the flag.
-    private func writeLeft(for flag: WritableKeyPath<Outgoing, Bool>) {
+    /// The job `write` (or the link's thread) scheduled: what was added by now, in one write.
+    private func writeLeft() {
         let batch: [UInt8]? = outgoing.withLock { o -> [UInt8]? in
-            o[keyPath: flag] = false
+            o.flushScheduled = false
             guard !o.writing, !o.broken, !o.bytes.isEmpty else { return nil }
             o.writing = true
             defer { o.bytes = [] }
             return o.bytes
         }
         if let batch { _ = writeAll(batch, ownFrameFirst: false) }
+    }
+
+    /// The link's thread, before it polls: what the tasks it resumed wrote meanwhile goes to one
+    /// job on the executor. This thread only reads: a write of its own could wait for room in a
+    /// full socket while the worker waits for room to write its replies, which only this thread
+    /// makes (each side would wait for the other until the worker gives the link up).
+    private func leaveCollected() {
+        let schedule = outgoing.withLock { o -> Bool in
+            o.collecting = false
+            guard !o.writing, !o.broken, !o.flushScheduled, !o.bytes.isEmpty else { return false }
+            o.flushScheduled = true
+            return true
+        }
+        if schedule { Task { self.writeLeft() } }
     }
 
     /// Writes `batch`, then what was added meanwhile, until nothing is left (the writer's loop).
@@ -215,11 +229,12 @@ package final class DirectLink: Sendable {
     }
 
     /// Through `write`, behind the call's own frame if that is still queued: a `cancel` never
-    /// reaches the worker before the call it cancels.
+    /// reaches the worker before the call it cancels. Left to a job: the link's thread sends
+    /// them too (for calls past their deadline), and it only reads (`leaveCollected`).
     private func sendCancel(_ id: UInt64) {
         var cancel = FrameBuilder(kind: .cancel)
         cancel.uint("id", id)
-        _ = write(cancel.finish())
+        _ = write(cancel.finish(), byCaller: false)
     }
 
     /// The supervisor takes the link back: no new calls; `answer` runs once the calls in flight
@@ -262,7 +277,7 @@ package final class DirectLink: Sendable {
             } catch {
                 break
             }
-            writeLeft(for: \.collecting)
+            leaveCollected()
             let next = state.withLock { s in min(s.earliestDeadline, now + Self.reportIntervalNanoseconds) }
             let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
             let ready = poll(&pollSet, 1, waitMs)

@@ -500,6 +500,33 @@ struct ClientTests {
         #expect(answered == [1, 2, 3])
     }
 
+    @Test("large calls, many at once, over a direct link: 64 tasks echo 200 KB each, four times, and every answer comes back whole over the same link (neither side waits on a full socket for the other)")
+    func largeCallsInFlightOverALink() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.l")
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        #expect(try await client.call("c.l", "ping", as: Int.self) == 1)
+        try await waitUntil("the direct link") { client.linkedPlugins == ["c.l"] }
+        let text = String(repeating: "0123456789abcdef", count: 200_000 / 16)
+        let wrong = try await withThrowingTaskGroup(of: Int.self) { group in
+            for lane in 0..<64 {
+                group.addTask {
+                    var wrong = 0
+                    for round in 0..<4 {
+                        let value = "\(lane).\(round)." + text
+                        if try await client.call("c.l", "echo", value, as: String.self, timeout: .seconds(30)) != value { wrong += 1 }
+                    }
+                    return wrong
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        #expect(wrong == 0)
+        #expect(client.linkedPlugins == ["c.l"])
+    }
+
     @Test("a call over a link names the link's plugin as its target (written as it is or with escapes) and has a method; any other is answered badRequest and the link serves on")
     func linkCallsNameTheirTarget() async throws {
         let w = try TestWorld()
