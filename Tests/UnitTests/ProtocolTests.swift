@@ -23,6 +23,16 @@ import Testing
         }
     }
 
+    @Test("ids up to UInt64's largest decode, 19 digits without a check per digit, 20 with one; one more is no id")
+    func idDigits() throws {
+        #expect(try envelope(#"{"id":9999999999999999999}"#).id == 9_999_999_999_999_999_999)
+        #expect(try envelope(#"{"id":1152921504606846977}"#).id == 1_152_921_504_606_846_977)
+        #expect(try envelope(#"{"id":18446744073709551615}"#).id == UInt64.max)
+        let over = try envelope(#"{"id":18446744073709551616}"#)
+        #expect(over.id == nil && over.badID)
+        #expect(try envelope(#"{"id":0}"#).id == 0)
+    }
+
     @Test("every kind is told from its type, whether read from the bytes (the call path's kinds) or decoded (escapes, the others); an unknown type keeps its name")
     func typesAndTheirNames() throws {
         for kind in MessageKind.allCases {

@@ -331,6 +331,15 @@ public struct JSONScanner {
     public static func decodeUInt(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> UInt64? {
         guard !range.isEmpty, range.count <= 20 else { return nil }
         var value: UInt64 = 0
+        // Up to 19 digits cannot overflow (UInt64.max has 20): no checks per digit (ids are 19).
+        if range.count <= 19 {
+            for i in range {
+                let d = bytes[i] &- 0x30
+                guard d <= 9 else { return nil }
+                value = value &* 10 &+ UInt64(d)
+            }
+            return value
+        }
         for i in range {
             let c = bytes[i]
             guard c >= 0x30, c <= 0x39 else { return nil }
