@@ -31,7 +31,7 @@ public final class BlockingConnection: Sendable {
 
     /// At most this many bytes are held: a frame that would make more goes out at once, with the
     /// held ones before it.
-    static let heldBytesLimit = 64 * 1024
+    public static let heldBytesLimit = 64 * 1024
     /// … or, at the latest, before the next frame is delivered once the first has waited this long
     /// (a slow handler still delays the replies before it in the same read by its own run).
     public static let heldNanosecondsLimit: Int64 = 200_000
@@ -209,10 +209,7 @@ public final class BlockingConnection: Sendable {
                 guard e == EAGAIN || e == EWOULDBLOCK || e == EINTR else { throw SystemError(call: "recv", errno: e, context: "socket \(fd)") }
             } while ProcessControl.monotonicNanoseconds() < deadline
         }
-        let fd = fd
-        let n = try decoder.fill(atLeast: Self.readSize) { raw in
-            try syscallRetrying("read", context: "socket \(fd)") { read(fd, raw.baseAddress, raw.count) }
-        }
+        let n = try readAvailable()
         if polls { spin.slept(waited: Int(ProcessControl.monotonicNanoseconds() - started)) }
         return n
     }
@@ -227,8 +224,9 @@ public final class BlockingConnection: Sendable {
         try decoder.next(body)
     }
 
-    /// For a reader that polls the socket itself: one read of what the socket holds, after `poll`
-    /// said it is readable; 0 at the end of the stream. Throws on a read error.
+    /// One read of what the socket holds (it blocks when nothing is there: a reader that polls the
+    /// socket itself calls it after `poll` said it is readable); 0 at the end of the stream.
+    /// Throws on a read error.
     public func readAvailable() throws -> Int {
         let fd = fd
         return try decoder.fill(atLeast: Self.readSize) { raw in

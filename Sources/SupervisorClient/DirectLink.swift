@@ -310,11 +310,11 @@ package final class DirectLink: Sendable {
         let (late, unlinkAnswer) = state.withLock { s -> ([(UInt64, Call)], (@Sendable () -> Void)?) in
             guard now >= s.earliestDeadline else { return ([], nil) }
             let late = s.waiting.filter { $0.value.deadline <= now }
-            s.earliestDeadline = s.waiting.values.lazy.map(\.deadline).filter { $0 > now }.min() ?? .max
             for (id, call) in late {
                 s.waiting[id] = nil
                 s.tally.record(.timeout, nanoseconds: now - call.started)
             }
+            s.earliestDeadline = s.waiting.values.lazy.map(\.deadline).min() ?? .max
             guard !late.isEmpty, s.waiting.isEmpty, let answer = s.answerUnlink else { return (Array(late), nil) }
             s.answerUnlink = nil
             return (Array(late), answer)

@@ -27,9 +27,6 @@ final class LinkSocket: Sendable {
     /// When the first of the frames held now was held; guarded by `sendLock` (which keeps the
     /// held frames themselves, where a fatal signal's reporter finds them: `cls_link_hold_set`).
     private nonisolated(unsafe) var heldSince: Int64 = 0
-    /// At most this many bytes are held: a reply that would make more goes out at once, with the
-    /// held ones before it (as `BlockingConnection`'s).
-    static let heldBytesLimit = 64 * 1024
 
     init(fd: Int32) {
         self.fd = fd
@@ -40,7 +37,8 @@ final class LinkSocket: Sendable {
     // MARK: Held replies (the links thread, callee role)
 
     /// From now until `sendHeld(stopHolding: true)`, the replies the calling thread writes on this
-    /// link (writes that wait for room) are held and go out in one write: a read's worth of calls
+    /// link (writes that wait for room) are held and go out in one write, by the protocol socket's
+    /// limits (`BlockingConnection.heldBytesLimit`, `heldNanosecondsLimit`): a read's worth of calls
     /// answered on the links thread costs one system call and one wake-up of the caller instead
     /// of one per reply (the worker's protocol socket does the same: `BlockingConnection`'s
     /// `holdWritesWhileDelivering`). Other threads' writes send what is held first, in the same
@@ -91,7 +89,7 @@ final class LinkSocket: Sendable {
             if closed.load(ordering: .relaxed) { return .notSent }
             var h = header.bigEndian
             let lock = sendLock.pointer
-            if holds, lock.pointee.held_len + Frame.headerSize + body.count < Self.heldBytesLimit {
+            if holds, lock.pointee.held_len + Frame.headerSize + body.count < BlockingConnection.heldBytesLimit {
                 if lock.pointee.held_len == 0 { heldSince = ProcessControl.monotonicNanoseconds() }
                 if withUnsafeBytes(of: &h, { cls_send_lock_hold(lock, $0.baseAddress, $0.count, body.baseAddress, body.count) }) == 0 { return .sent }
             }

@@ -296,13 +296,10 @@ final class LinksThread {
     /// Whether the string at `range` of `body` is this worker's identifier: its bytes as they are,
     /// or decoded when it has escapes.
     private func names(_ range: Range<Int>?, in body: UnsafeRawBufferPointer) -> Bool {
-        guard let range, range.count == identifierBytes.count + 2 || body[range].contains(UInt8(ascii: "\\")) else { return false }
-        if range.count == identifierBytes.count + 2,
-           identifierBytes.withUnsafeBytes({ memcmp($0.baseAddress!, body.baseAddress! + range.lowerBound + 1, $0.count) == 0 }),
-           body[range.lowerBound] == UInt8(ascii: "\"") {
-            return true
-        }
-        return Envelope.string(body, range) == identifier
+        guard let range else { return false }
+        let raw = body[range]
+        if raw.count == identifierBytes.count + 2, raw.first == UInt8(ascii: "\""), raw.dropFirst().starts(with: identifierBytes) { return true }
+        return raw.contains(UInt8(ascii: "\\")) && Envelope.string(body, range) == identifier
     }
 
     /// Why a frame over a link cannot be taken (the link ends, its log line says why).
