@@ -21,7 +21,8 @@ enum ClientBench {
         let deadline = ContinuousClock.now + .seconds(5)
         while client.linkedPlugins.isEmpty, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
         if client.linkedPlugins.isEmpty { note("client: no direct link to bench.callee; its calls go through the supervisor") }
-        return try await EmbeddedHostBench.measureCalls(calls, cpuOf: supervisorPID) {
+        let worker = try await client.status().first { $0.identifier == "bench.callee" }?.pid
+        return try await EmbeddedHostBench.measureCalls(calls, cpuOf: supervisorPID, worker: worker) {
             _ = try await client.callJSON("bench.callee", "ping", params: nil)
         }
     }

@@ -13,6 +13,9 @@ struct EmbeddedHostFigures {
     var throughput: [Int: Double]
     /// This process's CPU per call (the host's tasks and the supervisor's loop) at 64 in flight.
     var hostCPUPerCall64: Double
+    /// The callee's worker's CPU per call at 64 in flight (its links thread does the work): steadier
+    /// than the throughput on this shared machine, so the figure to compare when the link's path changes.
+    var workerCPUPerCall64: Double?
 }
 
 enum EmbeddedHostBench {
@@ -42,12 +45,13 @@ enum EmbeddedHostBench {
     }
 
     private static func measure(_ host: PluginHost, calls: Int) async throws -> EmbeddedHostFigures {
-        try await measureCalls(calls, cpuOf: getpid()) { _ = try await host.callJSON("bench.callee", "ping", params: nil) }
+        let worker = try await host.status().first { $0.identifier == "bench.callee" }?.pid
+        return try await measureCalls(calls, cpuOf: getpid(), worker: worker) { _ = try await host.callJSON("bench.callee", "ping", params: nil) }
     }
 
     /// A program's calls (`call`): 500 to warm up, then `calls` one at a time for the latency, then
-    /// 1, 16 and 64 tasks each calling in a loop; `cpuOf`'s CPU per call at 64 in flight.
-    static func measureCalls(_ calls: Int, cpuOf pid: Int32, _ call: @escaping @Sendable () async throws -> Void) async throws -> EmbeddedHostFigures {
+    /// 1, 16 and 64 tasks each calling in a loop; `cpuOf`'s and `worker`'s CPU per call at 64 in flight.
+    static func measureCalls(_ calls: Int, cpuOf pid: Int32, worker: Int32?, _ call: @escaping @Sendable () async throws -> Void) async throws -> EmbeddedHostFigures {
         for _ in 0..<500 { try await call() }
         var latency = Samples()
         latency.values.reserveCapacity(calls)
@@ -58,9 +62,11 @@ enum EmbeddedHostBench {
         }
         var throughput: [Int: Double] = [:]
         var cpu64 = 0.0
+        var workerCPU64: Double?
         for inFlight in [1, 16, 64] {
             let count = calls * (inFlight == 1 ? 1 : 3)
             let cpuBefore = cpuSeconds(pid)
+            let workerBefore = worker.flatMap { cpuSeconds($0) }
             let t0 = now()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for lane in 0..<inFlight {
@@ -75,7 +81,10 @@ enum EmbeddedHostBench {
             if inFlight == 64, let before = cpuBefore, let after = cpuSeconds(pid) {
                 cpu64 = (after - before) / Double(count) * 1e6
             }
+            if inFlight == 64, let before = workerBefore, let after = worker.flatMap({ cpuSeconds($0) }) {
+                workerCPU64 = (after - before) / Double(count) * 1e6
+            }
         }
-        return EmbeddedHostFigures(latency: latency, throughput: throughput, hostCPUPerCall64: cpu64)
+        return EmbeddedHostFigures(latency: latency, throughput: throughput, hostCPUPerCall64: cpu64, workerCPUPerCall64: workerCPU64)
     }
 }

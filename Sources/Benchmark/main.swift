@@ -219,6 +219,7 @@ do {
                        baseline: c == 64 ? supervisorThroughput64.map { ("host calls through the supervisor (blocking client)", $0) } : nil)
         }
         report.add("SupervisorClient: the supervisor's CPU per call, 64 in flight", figures.hostCPUPerCall64, "µs")
+        if let worker = figures.workerCPUPerCall64 { report.add("SupervisorClient: the worker's CPU per call, 64 in flight", worker, "µs") }
     }
 
     // 3b. The embedded host (PluginHost in this process): one hop, from a task to the worker's
@@ -236,6 +237,7 @@ do {
                        baseline: c == 64 ? supervisorThroughput64.map { ("host calls through the supervisor", $0) } : nil)
         }
         report.add("embedded host: this process's CPU per call, 64 in flight", figures.hostCPUPerCall64, "µs")
+        if let worker = figures.workerCPUPerCall64 { report.add("embedded host: the worker's CPU per call, 64 in flight", worker, "µs") }
     }
 
     // 3c. Streams (SPEC §13): 64 KiB elements from a plugin to a program through the supervisor,

@@ -184,12 +184,39 @@ import Testing
         // Cancelled by the caller: the plugin gets the local id; a reply after it is dropped.
         let cancels = (table.cancelled(8, on: 2), table.cancelled(8, on: 2), table.answered(second.local))
         #expect(cancels.0 == second.local && cancels.1 == nil && cancels.2 == nil)
-        // The caller's worker ended: what is still served is cancelled.
+        // Another caller's link may use the same ids: each link's calls are its own.
+        let addedOther = table.add(PeerLinkOrder(kind: .callee, peer: "com.c", link: 3), socket: Socket())
+        let servedOther = table.serve(7, on: 3)
+        let other = try #require(servedOther)
+        #expect(addedOther)
+        #expect(other.peer == "com.c" && other.local != first.local && table.answerCredit(7, on: 2) == nil)
+        // The caller's worker ended: what is still served is cancelled, and only that link's.
         let third = try #require(table.serve(10, on: 2).map { $0 })
         let removed = table.remove(2, now: 0)
         let gone = try #require(removed)
         #expect(!gone.isCaller && gone.cancelled == [third.local] && gone.failed.isEmpty)
-        #expect(table.served.isEmpty)
+        #expect(Array(table.served.keys) == [other.local] && table.answerCredit(7, on: 3) == other.local)
+        let cancelledOther = table.cancelled(7, on: 3)
+        #expect(cancelledOther == other.local && table.served.isEmpty)
+    }
+
+    /// A reply the plugin wrote as the SDK does goes back over the link as written after its id,
+    /// under the caller's id: the same bytes a frame built for it would have.
+    @Test(arguments: [0, 7, 10, 99, 1 << 61 + 5, UInt64.max] as [UInt64])
+    func aReplyOverALinkCarriesTheCallersID(_ peerID: UInt64) throws {
+        let plugin = Array(#"{"type":"reply","id":2305843009213693957,"result":{"n":1}}"#.utf8)
+        let leading = try #require(plugin.withUnsafeBytes { PeerLinks.leadingReplyID($0) })
+        #expect(leading.id == 1 << 61 + 5 && plugin[leading.idEnd] == UInt8(ascii: ","))
+        let rest = Array(plugin[leading.idEnd...])
+        let sent = PeerLinks.withReplyHead(id: peerID, restCount: rest.count) { Array($0) + rest }
+        var built = FrameBuilder(kind: .reply)
+        built.uint("id", peerID)
+        built.raw("result", Array(#"{"n":1}"#.utf8))
+        #expect(sent == built.finish())
+        // Any other shape is not taken as the SDK's.
+        for other in [#"{"type":"reply","id":"7","result":1}"#, #"{"type":"reply","id":7x}"#, #"{"id":7,"type":"reply"}"#] {
+            #expect(Array(other.utf8).withUnsafeBytes { PeerLinks.leadingReplyID($0) } == nil)
+        }
     }
 
     // MARK: Streams over a link (docs/protocol.md "Streams")

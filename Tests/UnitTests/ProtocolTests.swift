@@ -38,6 +38,10 @@ import Testing
         for kind in MessageKind.allCases {
             let env = try envelope(#"{"type":"\#(kind.rawValue)","id":1}"#)
             #expect(env.kind == kind && env.typeName == kind.rawValue)
+            // Every frame built starts with the kind's constant opening, its name as the wire has it.
+            var frame = FrameBuilder(kind: kind)
+            frame.uint("id", 1)
+            #expect(Array(frame.finish().dropFirst(Frame.headerSize)) == Array(#"{"type":"\#(kind.rawValue)","id":1}"#.utf8))
         }
         #expect(try envelope(#"{"type":"re\u0070ly"}"#).kind == .reply)
         #expect(try envelope(#"{"type":"c\u0061ll"}"#).typeName == "call")

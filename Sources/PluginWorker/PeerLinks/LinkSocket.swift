@@ -84,21 +84,25 @@ final class LinkSocket: Sendable {
     /// waiting up to `sendWaitMs` for room, after which the link is broken (shut down: the links
     /// thread sees it end). A frame that waits, from the thread holding writes, is held instead.
     func send(header: UInt32, body: UnsafeRawBufferPointer, wait: Bool) -> Sent {
+        var h = header.bigEndian
+        return withUnsafeBytes(of: &h) { send(head: $0, body: body, wait: wait) }
+    }
+
+    /// Writes one frame given in two parts: `head` (its length prefix and the first bytes of its
+    /// body) and `body` (the rest), as `send(header:body:wait:)` does.
+    func send(head: UnsafeRawBufferPointer, body: UnsafeRawBufferPointer, wait: Bool) -> Sent {
         let holds = wait && holdingThread.load(ordering: .relaxed) == cls_thread_id()
         return sendLock.withLock {
             if closed.load(ordering: .relaxed) { return .notSent }
-            var h = header.bigEndian
             let lock = sendLock.pointer
-            if holds, lock.pointee.held_len + Frame.headerSize + body.count < BlockingConnection.heldBytesLimit {
+            if holds, lock.pointee.held_len + head.count + body.count < BlockingConnection.heldBytesLimit {
                 if lock.pointee.held_len == 0 { heldSince = ProcessControl.monotonicNanoseconds() }
-                if withUnsafeBytes(of: &h, { cls_send_lock_hold(lock, $0.baseAddress, $0.count, body.baseAddress, body.count) }) == 0 { return .sent }
+                if cls_send_lock_hold(lock, head.baseAddress, head.count, body.baseAddress, body.count) == 0 { return .sent }
             }
             // A frame that must not wait goes after the held ones have gone (they always wait).
             if lock.pointee.held_len > 0, !wait, !writeHeld() { return .broken }
-            let outcome = withUnsafeBytes(of: &h) { hb in
-                SocketWriter.write(fd, UnsafeRawBufferPointer(start: lock.pointee.held, count: lock.pointee.held_len), hb, body,
-                                   wait: .polling(milliseconds: Self.sendWaitMs, beforeFirstByte: wait))
-            }
+            let outcome = SocketWriter.write(fd, UnsafeRawBufferPointer(start: lock.pointee.held, count: lock.pointee.held_len), head, body,
+                                             wait: .polling(milliseconds: Self.sendWaitMs, beforeFirstByte: wait))
             lock.pointee.held_len = 0
             switch outcome {
             case .written: return .sent

@@ -21,6 +21,9 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     private(set) var calls: [UInt64: OutCall] = [:]
     /// Callee role: local id → the link and the caller's id.
     private(set) var served: [UInt64: ServedCall] = [:]
+    /// Callee role: the link and the caller's id → local id, for `cancel` and the input's chunks
+    /// (one table for every link: an entry of a link's own would be copied out and back on each change).
+    private var servedByCaller: [CallerKey: UInt64] = [:]
     private var nextLocal = localIDs.lowerBound
     /// Caller role: the calls settled per callee since the last report.
     private(set) var stats: [String: CallHop.Tally] = [:]
@@ -89,8 +92,13 @@ struct LinkTable<Socket: AnyObject & Sendable> {
             }
             for id in failed { calls[id] = nil }
         }
-        let cancelled = Array(link.served.values)
-        for local in cancelled { served[local] = nil }
+        var cancelled: [UInt64] = []
+        if !link.isCaller {
+            for (local, call) in served where call.link == number { cancelled.append(local) }
+            for local in cancelled {
+                if let call = served.removeValue(forKey: local) { servedByCaller[CallerKey(link: number, id: call.peerID)] = nil }
+            }
+        }
         return Removed(peer: link.peer, isCaller: link.isCaller, socket: link.socket, failed: failed.sorted(),
                        cancelled: cancelled.sorted(), unlinkReply: link.unlinkReply)
     }
@@ -242,18 +250,18 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// A call came over link `number` with the caller's id: the local id the plugin gets it under,
     /// and the caller (its `from`). Nil when the link is gone.
     mutating func serve(_ callerID: UInt64, on number: UInt64, input: Bool = false) -> (local: UInt64, peer: String)? {
-        guard let i = links.index(forKey: number) else { return nil }
+        guard let link = links[number] else { return nil }
         let local = nextLocal
         nextLocal = local + 1 < Self.localIDs.upperBound ? local + 1 : Self.localIDs.lowerBound
-        served[local] = ServedCall(link: number, peerID: callerID, socket: links.values[i].socket, input: input ? InStream() : nil)
-        links.values[i].served[callerID] = local
-        return (local, links.values[i].peer)
+        served[local] = ServedCall(link: number, peerID: callerID, socket: link.socket, input: input ? InStream() : nil)
+        servedByCaller[CallerKey(link: number, id: callerID)] = local
+        return (local, link.peer)
     }
 
     /// The caller cancelled its call `callerID` on link `number`: the local id to `cancel`, if the
     /// plugin has not answered it.
     mutating func cancelled(_ callerID: UInt64, on number: UInt64) -> UInt64? {
-        guard let local = links[number]?.served.removeValue(forKey: callerID) else { return nil }
+        guard let local = servedByCaller.removeValue(forKey: CallerKey(link: number, id: callerID)) else { return nil }
         served[local] = nil
         return local
     }
@@ -261,7 +269,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// A chunk of the input of the caller's call `callerID` came over link `number` (callee role):
     /// checked against the window the plugin granted, its order and its end.
     mutating func inputChunk(_ callerID: UInt64, seq: UInt64?, end: Bool, hasData: Bool, on number: UInt64) -> StreamArrival {
-        guard let local = links[number]?.served[callerID], let call = served[local] else { return .late }
+        guard let local = servedByCaller[CallerKey(link: number, id: callerID)], let call = served[local] else { return .late }
         guard var input = call.input else { return .violation("an input chunk for call \(callerID), made without \"input\": true") }
         guard !input.ended else { return .violation("an input chunk of call \(callerID) after its end") }
         guard seq == input.seq else { return .violation("input chunk \(seq.map { "\($0)" } ?? "without seq") of call \(callerID), expected \(input.seq)") }
@@ -280,7 +288,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// The caller grants its call `callerID` more chunks of the answer (callee role): the local id
     /// to deliver the `credit` under, or nil (the call ended).
     func answerCredit(_ callerID: UInt64, on number: UInt64) -> UInt64? {
-        links[number]?.served[callerID]
+        servedByCaller[CallerKey(link: number, id: callerID)]
     }
 
     /// The plugin sends a chunk of its answer to local id `local`, or grants room for `n` more
@@ -300,7 +308,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// caller went away (the call was cancelled), and the reply is dropped.
     mutating func answered(_ local: UInt64) -> ServedCall? {
         guard let call = served.removeValue(forKey: local) else { return nil }
-        links[call.link]?.served[call.peerID] = nil
+        servedByCaller[CallerKey(link: call.link, id: call.peerID)] = nil
         return call
     }
 

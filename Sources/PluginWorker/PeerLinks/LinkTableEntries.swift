@@ -20,8 +20,12 @@ extension LinkTable {
         var outstanding = 0
         /// Caller role: the supervisor's `unlink` request to answer once `outstanding` is 0.
         var unlinkReply: UInt64?
-        /// Callee role: the caller's id → local id, for `cancel`.
-        var served: [UInt64: UInt64] = [:]
+    }
+
+    /// Callee role: a call as its caller names it, on the link it came over.
+    struct CallerKey: Hashable {
+        let link: UInt64
+        let id: UInt64
     }
 
     /// Caller role: a call the plugin sent over a link.

@@ -93,7 +93,8 @@ final class PeerLinks: Sendable {
     func intercept(_ bytes: UnsafeRawBufferPointer, attachments: Bool = false) -> Bool {
         // Most of what a plugin sends is replies to the supervisor's ids, which the SDK writes
         // `{"type":"reply","id":<digits>`: those are known without a parse.
-        if let id = Self.leadingReplyID(bytes), !LinkTable<LinkSocket>.localIDs.contains(id) { return false }
+        let leading = Self.leadingReplyID(bytes)
+        if let id = leading?.id, !LinkTable<LinkSocket>.localIDs.contains(id) { return false }
         guard let env = try? Envelope.parse(bytes, maxDepth: maxDepth), let kind = env.kind, let id = env.id else { return false }
         if attachments, env.attachments != nil, kind != .chunk {
             guard LinkTable<LinkSocket>.localIDs.contains(id) else { return false }
@@ -101,7 +102,11 @@ final class PeerLinks: Sendable {
             return true
         }
         switch kind {
-        case .reply where LinkTable<LinkSocket>.localIDs.contains(id): replyOverLink(id, env, bytes); return true
+        case .reply where LinkTable<LinkSocket>.localIDs.contains(id):
+            // The SDK's shape, with its one `id` first: passed on as written after the id.
+            let rest = leading.flatMap { env.idValue?.upperBound == $0.idEnd && env.attachments == nil && env.tail == nil ? $0.idEnd : nil }
+            replyOverLink(id, env, bytes, restAt: rest)
+            return true
         case .call: return callOverLink(id, env, bytes)
         case .chunk, .credit, .cancel: return streamOverLink(kind, id, env, bytes)
         default: return false
@@ -149,9 +154,10 @@ final class PeerLinks: Sendable {
 
     private static let replyPrefix = Array(#"{"type":"reply","id":"#.utf8)
 
-    /// The id of a message that starts `{"type":"reply","id":<digits>,` (nil for any other shape).
+    /// The id of a message that starts `{"type":"reply","id":<digits>,` and where its digits end
+    /// (nil for any other shape).
     @inline(__always)
-    static func leadingReplyID(_ bytes: UnsafeRawBufferPointer) -> UInt64? {
+    static func leadingReplyID(_ bytes: UnsafeRawBufferPointer) -> (id: UInt64, idEnd: Int)? {
         let n = replyPrefix.count
         guard bytes.count > n + 1, replyPrefix.withUnsafeBytes({ memcmp($0.baseAddress!, bytes.baseAddress!, n) == 0 }) else { return nil }
         var id: UInt64 = 0
@@ -161,7 +167,7 @@ final class PeerLinks: Sendable {
             i += 1
         }
         guard i > n, i < bytes.count, bytes[i] == UInt8(ascii: ",") || bytes[i] == UInt8(ascii: "}") else { return nil }
-        return id
+        return (id, i)
     }
 
     private func callOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Bool {
@@ -212,14 +218,49 @@ final class PeerLinks: Sendable {
         }
     }
 
-    private func replyOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) {
+    /// `restAt`: where the reply's bytes after its (only) `id` start, when it begins as the SDK
+    /// writes a reply: it goes on as written, the caller's id in place of the local one, without
+    /// a frame of its own (the caller's side takes `result` or `error` from it, as from any reply).
+    private func replyOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, restAt: Int?) {
         // A reply to a call whose caller went away (cancelled): dropped.
         guard let served = table.withLock({ $0.answered(id) }) else { return }
+        if let restAt {
+            let rest = UnsafeRawBufferPointer(rebasing: bytes[restAt...])
+            // Not sent: the link is closed or broken (the links thread sees it end).
+            _ = Self.withReplyHead(id: served.peerID, restCount: rest.count) { served.socket.send(head: $0, body: rest, wait: true) }
+            return
+        }
         var frame = FrameBuilder(kind: .reply, capacity: bytes.count + 16)
         frame.uint("id", served.peerID)
         frame.answer(of: env, in: bytes)
         // Not sent: the link is closed or broken (the links thread sees it end).
         _ = served.socket.send(frame: frame.finish(), wait: true)
+    }
+
+    /// A reply's length prefix and `{"type":"reply","id":<id>` on the stack, for a body of that
+    /// and `restCount` more bytes.
+    @inline(__always)
+    static func withReplyHead<R>(id: UInt64, restCount: Int, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        var head: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0)  // 48 bytes: 4 + 21 + 20 digits
+        return withUnsafeMutableBytes(of: &head) { h in
+            var at = Frame.headerSize
+            replyPrefix.withUnsafeBytes { p in
+                h.baseAddress!.advanced(by: at).copyMemory(from: p.baseAddress!, byteCount: p.count)
+                at += p.count
+            }
+            var digits = 1
+            var rest = id / 10
+            while rest > 0 { digits += 1; rest /= 10 }
+            var n = id
+            for i in stride(from: at + digits - 1, through: at, by: -1) {
+                h[i] = UInt8(n % 10) + 0x30
+                n /= 10
+            }
+            at += digits
+            let length = UInt32(at - Frame.headerSize + restCount).bigEndian
+            withUnsafeBytes(of: length) { h.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: 4) }
+            return body(UnsafeRawBufferPointer(rebasing: h[0..<at]))
+        }
     }
 
     /// `unlink` from the supervisor (on the I/O thread): no new calls over that link; once the

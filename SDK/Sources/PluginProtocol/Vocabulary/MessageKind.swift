@@ -46,6 +46,47 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     case upgrade
 }
 
+extension MessageKind {
+    /// A frame's body up to its first member's end, `{"type":"<kind>"`, as constant bytes: every
+    /// frame built starts with it (`FrameEncoder.init`), without escaping the name each time.
+    @inlinable
+    public var openingMembers: StaticString {
+        switch self {
+        case .hello: #"{"type":"hello""#
+        case .event: #"{"type":"event""#
+        case .call: #"{"type":"call""#
+        case .open: #"{"type":"open""#
+        case .reply: #"{"type":"reply""#
+        case .log: #"{"type":"log""#
+        case .cancel: #"{"type":"cancel""#
+        case .ping: #"{"type":"ping""#
+        case .pong: #"{"type":"pong""#
+        case .exit: #"{"type":"exit""#
+        case .status: #"{"type":"status""#
+        case .send: #"{"type":"send""#
+        case .restart: #"{"type":"restart""#
+        case .stop: #"{"type":"stop""#
+        case .install: #"{"type":"install""#
+        case .update: #"{"type":"update""#
+        case .uninstall: #"{"type":"uninstall""#
+        case .reload: #"{"type":"reload""#
+        case .metrics: #"{"type":"metrics""#
+        case .debugWedge: #"{"type":"debugWedge""#
+        case .progress: #"{"type":"progress""#
+        case .linkCalls: #"{"type":"linkCalls""#
+        case .unlink: #"{"type":"unlink""#
+        case .load: #"{"type":"load""#
+        case .events: #"{"type":"events""#
+        case .provide: #"{"type":"provide""#
+        case .link: #"{"type":"link""#
+        case .hostEvent: #"{"type":"hostEvent""#
+        case .chunk: #"{"type":"chunk""#
+        case .credit: #"{"type":"credit""#
+        case .upgrade: #"{"type":"upgrade""#
+        }
+    }
+}
+
 /// Lifecycle event names (SPEC §3).
 public enum EventName: String, Sendable, Codable, CaseIterable {
     case startup, launch, willTerminate, memoryWarning, background, foreground

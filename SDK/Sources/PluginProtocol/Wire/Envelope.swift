@@ -8,6 +8,8 @@ public struct Envelope: Sendable {
     /// The `type` string when it names no kind.
     var unknownTypeName: String?
     public var id: UInt64?
+    /// Where the last `id` member's value is (the one `id` is read from).
+    public var idValue: Range<Int>?
     /// True when an `id` member is present but is not an unsigned integer.
     public var badID = false
     public var target: Range<Int>?
@@ -48,6 +50,7 @@ public struct Envelope: Sendable {
             case 1 where bytes[key.lowerBound] == UInt8(ascii: "n"): env.n = JSONScanner.decodeUInt(bytes, value)
             case 2 where Self.matches(bytes, key, "id"):
                 env.id = JSONScanner.decodeUInt(bytes, value)
+                env.idValue = value
                 env.badID = env.id == nil
             case 3 where Self.matches(bytes, key, "uri"): env.uri = value
             case 3 where Self.matches(bytes, key, "seq"): env.seq = JSONScanner.decodeUInt(bytes, value)

@@ -34,9 +34,9 @@ public struct FrameEncoder<Sink: FrameSink> {
         self.sink = sink
         start = sink.writtenCount
         for _ in 0..<Frame.headerSize { self.sink.append(byte: 0) }
-        self.sink.append(byte: UInt8(ascii: "{"))
-        appendKey("type")
-        appendString(kind.rawValue)
+        let opening = kind.openingMembers
+        self.sink.append(bytes: UnsafeRawBufferPointer(start: opening.utf8Start, count: opening.utf8CodeUnitCount))
+        first = false
     }
 
     @inlinable
