@@ -18,8 +18,10 @@ public enum PluginExport {
             ctx: Unmanaged.passRetained(runtime).toOpaque(),
             receive: { ctx, json, len in
                 guard let ctx, let json else { return }
-                Unmanaged<PluginRuntime>.fromOpaque(ctx).takeUnretainedValue()
-                    .receive(UnsafeRawBufferPointer(start: json, count: len))
+                // The worker holds the runtime (`ctx`) until `destroy`: no retain and release of it per message.
+                Unmanaged<PluginRuntime>.fromOpaque(ctx)._withUnsafeGuaranteedRef {
+                    $0.receive(UnsafeRawBufferPointer(start: json, count: len))
+                }
             },
             destroy: { ctx in
                 guard let ctx else { return }

@@ -26,11 +26,12 @@ final class LinksThread {
     /// to the next (the plugin has the bytes only during `receive`: docs/abi.md).
     private var forwardBuffer: [UInt8] = []
     /// This worker's identifier as the bytes a call over a link names it with.
-    private lazy var identifierBytes = Array(identifier.utf8)
+    private let identifierBytes: [UInt8]
 
     init(links: PeerLinks, host: WorkerHost) {
         self.links = links
         self.host = host
+        identifierBytes = Array(links.identifier.utf8)
     }
 
     private var channel: Int32 { links.channel }
@@ -298,7 +299,8 @@ final class LinksThread {
     private func names(_ range: Range<Int>?, in body: UnsafeRawBufferPointer) -> Bool {
         guard let range else { return false }
         let raw = body[range]
-        if raw.count == identifierBytes.count + 2, raw.first == UInt8(ascii: "\""), raw.dropFirst().starts(with: identifierBytes) { return true }
+        if raw.count == identifierBytes.count + 2, raw.first == UInt8(ascii: "\""),
+           !identifierBytes.isEmpty, identifierBytes.withUnsafeBytes({ memcmp($0.baseAddress!, body.baseAddress! + range.lowerBound + 1, $0.count) == 0 }) { return true }
         return raw.contains(UInt8(ascii: "\\")) && Envelope.string(body, range) == identifier
     }
 

@@ -20,7 +20,7 @@ extension Engine {
                 return control.drop(connection, ErrorBody(.protocolViolation, "invalid frame: \(error)"))
             }
             guard let kind = env.kind else {
-                return control.drop(connection, ErrorBody(.protocolViolation, "unknown message type '\(env.typeName ?? "(none)")'"))
+                return control.drop(connection, ErrorBody(.protocolViolation, "unknown message type '\(env.typeName(in: bytes) ?? "(none)")'"))
             }
             // A client's counts of the calls it sent over its direct links: no answer, no id needed.
             if kind == .linkCalls {

@@ -53,7 +53,7 @@ extension Supervisor {
                     return request.settle(.failure(ErrorBody(.badRequest, "invalid request: \(error)")))
                 }
                 guard let kind = env.kind else {
-                    return request.settle(.failure(ErrorBody(.badRequest, "unknown request type '\(env.typeName ?? "(none)")'")))
+                    return request.settle(.failure(ErrorBody(.badRequest, "unknown request type '\(env.typeName(in: bytes) ?? "(none)")'")))
                 }
                 engine.handle(kind, env, bytes, origin: .host(request))
             }

@@ -31,7 +31,7 @@ enum WorkerMessage: Equatable {
             return (.violation("invalid frame: \(error)"), nil)
         }
         guard let kind = env.kind else {
-            return (.violation("unknown message type '\(env.typeName ?? "(none)")'"), env)
+            return (.violation("unknown message type '\(env.typeName(in: bytes) ?? "(none)")'"), env)
         }
         if env.badID { return (.violation("\(kind.rawValue) with an id that is not an unsigned integer"), env) }
         if !saidHello, kind != .hello, kind != .exit, kind != .log {

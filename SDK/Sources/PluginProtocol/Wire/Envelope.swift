@@ -3,10 +3,13 @@
 /// forwarded as raw bytes.
 public struct Envelope: Sendable {
     public var kind: MessageKind?
-    /// The `type` string as sent, for error messages when it is not a known kind.
-    public var typeName: String? { kind?.rawValue ?? unknownTypeName }
-    /// The `type` string when it names no kind.
-    var unknownTypeName: String?
+    /// Where the `type` member's value is: nothing but ranges and numbers here, so an envelope is
+    /// copied as plain bytes (it is made and passed on for every frame).
+    public var typeValue: Range<Int>?
+    /// The `type` string as sent (`bytes`: the message), for error messages when it is not a known kind.
+    public func typeName(in bytes: UnsafeRawBufferPointer) -> String? {
+        kind?.rawValue ?? typeValue.flatMap { JSONScanner.decodeString(bytes, $0) }
+    }
     public var id: UInt64?
     /// Where the last `id` member's value is (the one `id` is read from).
     public var idValue: Range<Int>?
@@ -56,13 +59,8 @@ public struct Envelope: Sendable {
             case 3 where Self.matches(bytes, key, "seq"): env.seq = JSONScanner.decodeUInt(bytes, value)
             case 3 where Self.matches(bytes, key, "end"): env.end = Self.isTrue(bytes, value)
             case 4 where Self.matches(bytes, key, "type"):
-                if let kind = Self.commonKind(bytes, value) {
-                    env.kind = kind
-                } else {
-                    let name = JSONScanner.decodeString(bytes, value)
-                    env.kind = name.flatMap(MessageKind.init(rawValue:))
-                    if env.kind == nil { env.unknownTypeName = name }
-                }
+                env.typeValue = value
+                env.kind = Self.commonKind(bytes, value) ?? JSONScanner.decodeString(bytes, value).flatMap(MessageKind.init(rawValue:))
             case 4 where Self.matches(bytes, key, "from"): env.from = value
             case 4 where Self.matches(bytes, key, "name"): env.name = value
             case 4 where Self.matches(bytes, key, "data"): env.data = value
