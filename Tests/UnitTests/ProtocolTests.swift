@@ -28,7 +28,7 @@ import Testing
         }
     }
 
-    @Test("ids up to UInt64's largest decode, 19 digits without a check per digit, 20 with one; one more is no id")
+    @Test("ids up to UInt64's largest decode, 19 digits without a check per digit, 20 with one; one more is no id; every length is written back as it was")
     func idDigits() throws {
         #expect(try envelope(#"{"id":9999999999999999999}"#).id == 9_999_999_999_999_999_999)
         #expect(try envelope(#"{"id":1152921504606846977}"#).id == 1_152_921_504_606_846_977)
@@ -36,6 +36,23 @@ import Testing
         let over = try envelope(#"{"id":18446744073709551616}"#)
         #expect(over.id == nil && over.badID)
         #expect(try envelope(#"{"id":0}"#).id == 0)
+        // Written two digits at a time: every length from 1 to 20 digits, and each edge of a pair.
+        var values: [UInt64] = [0, 9, 10, 11, 99, 100, 101, 999, 1000, 1 << 61, UInt64.max, UInt64.max - 1]
+        var power: UInt64 = 1
+        for _ in 0..<19 {
+            values += [power - 1, power, power + 1]
+            power *= 10
+        }
+        for value in values {
+            var frame = FrameBuilder(kind: .reply)
+            frame.uint("id", value)
+            frame.int("n", -Int(value % 1000))
+            frame.string("k", "v\u{1}\"")
+            let bytes = frame.finish()
+            #expect(Array(bytes.dropFirst(Frame.headerSize)) == Array(#"{"type":"reply","id":\#(value),"n":\#(-Int(value % 1000)),"k":"v\u0001\""}"#.utf8))
+            #expect(try bytes.dropFirst(Frame.headerSize).withUnsafeBytes { try Envelope.parse($0).id } == value)
+            #expect(try Frame.bodyLength(b0: bytes[0], b1: bytes[1], b2: bytes[2], b3: bytes[3], limit: 1 << 20) == bytes.count - Frame.headerSize)
+        }
     }
 
     @Test("every kind is told from its type, whether read from the bytes (the call path's kinds) or decoded (escapes, the others); an unknown type keeps its name")

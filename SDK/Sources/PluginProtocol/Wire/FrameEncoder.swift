@@ -14,10 +14,8 @@ extension Array: FrameSink where Element == UInt8 {
     @inlinable public mutating func append(byte: UInt8) { append(byte) }
     @inlinable public mutating func append(bytes: UnsafeRawBufferPointer) { append(contentsOf: bytes) }
     @inlinable public mutating func setLengthPrefix(_ length: UInt32, at offset: Int) {
-        self[offset] = UInt8(truncatingIfNeeded: length >> 24)
-        self[offset + 1] = UInt8(truncatingIfNeeded: length >> 16)
-        self[offset + 2] = UInt8(truncatingIfNeeded: length >> 8)
-        self[offset + 3] = UInt8(truncatingIfNeeded: length)
+        // One write of four bytes (each subscript would check the storage is unique again).
+        withUnsafeMutableBytes { $0.storeBytes(of: length.bigEndian, toByteOffset: offset, as: UInt32.self) }
     }
 }
 
@@ -33,14 +31,88 @@ public struct FrameEncoder<Sink: FrameSink> {
     public init(kind: MessageKind, into sink: Sink) {
         self.sink = sink
         start = sink.writtenCount
-        for _ in 0..<Frame.headerSize { self.sink.append(byte: 0) }
         let opening = kind.openingMembers
-        self.sink.append(bytes: UnsafeRawBufferPointer(start: opening.utf8Start, count: opening.utf8CodeUnitCount))
+        // The length prefix (written by `finish`) and the opening in one append: each append to an
+        // array checks its storage, so the small pieces of a frame go in together (`Scratch`).
+        var scratch = Scratch()
+        scratch.skip(Frame.headerSize)
+        scratch.add(opening)
+        scratch.write(to: &self.sink)
         first = false
+    }
+
+    /// Up to 64 bytes assembled on the stack and appended to the sink at once.
+    @usableFromInline
+    struct Scratch {
+        @usableFromInline var bytes: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
+        @usableFromInline var count = 0
+        @usableFromInline static var capacity: Int { 64 }
+
+        @inlinable init() {}
+
+        @inlinable mutating func skip(_ n: Int) { count += n }
+
+        @inlinable mutating func add(_ byte: UInt8) {
+            withUnsafeMutableBytes(of: &bytes) { $0[count] = byte }
+            count += 1
+        }
+
+        @inlinable mutating func add(_ s: StaticString) {
+            let n = s.utf8CodeUnitCount
+            withUnsafeMutableBytes(of: &bytes) { $0.baseAddress!.advanced(by: count).copyMemory(from: s.utf8Start, byteCount: n) }
+            count += n
+        }
+
+        /// `value`'s decimal digits (at most 20), two at a time (a 19-digit id is 10 divisions).
+        @inlinable mutating func add(_ value: UInt64) {
+            var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for 20 digits
+            let pairs: StaticString = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
+            let table = pairs.utf8Start
+            var n = value
+            var i = 24
+            withUnsafeMutableBytes(of: &digits) { d in
+                while n >= 100 {
+                    let r = Int(n % 100)
+                    n /= 100
+                    i -= 2
+                    d[i] = table[2 * r]
+                    d[i + 1] = table[2 * r + 1]
+                }
+                if n >= 10 {
+                    i -= 2
+                    d[i] = table[2 * Int(n)]
+                    d[i + 1] = table[2 * Int(n) + 1]
+                } else {
+                    i -= 1
+                    d[i] = UInt8(truncatingIfNeeded: n) &+ 0x30
+                }
+                let length = 24 - i
+                withUnsafeMutableBytes(of: &bytes) { $0.baseAddress!.advanced(by: count).copyMemory(from: d.baseAddress!.advanced(by: i), byteCount: length) }
+                count += length
+            }
+        }
+
+        @inlinable func write<S: FrameSink>(to sink: inout S) {
+            withUnsafeBytes(of: bytes) { sink.append(bytes: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+        }
+    }
+
+    /// `,"key":` (no comma before the first member) into `scratch`; false for a key too long for it.
+    @inlinable
+    mutating func addKey(_ key: StaticString, to scratch: inout Scratch) -> Bool {
+        guard key.utf8CodeUnitCount <= Scratch.capacity - 24 else { return false }
+        if first { first = false } else { scratch.add(UInt8(ascii: ",")) }
+        scratch.add(UInt8(ascii: "\""))
+        scratch.add(key)
+        scratch.add(UInt8(ascii: "\""))
+        scratch.add(UInt8(ascii: ":"))
+        return true
     }
 
     @inlinable
     mutating func appendKey(_ key: StaticString) {
+        var scratch = Scratch()
+        if addKey(key, to: &scratch) { return scratch.write(to: &sink) }
         if first { first = false } else { sink.append(byte: UInt8(ascii: ",")) }
         sink.append(byte: UInt8(ascii: "\""))
         sink.append(bytes: UnsafeRawBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
@@ -50,8 +122,13 @@ public struct FrameEncoder<Sink: FrameSink> {
 
     @inlinable
     public mutating func uint(_ key: StaticString, _ value: UInt64) {
-        appendKey(key)
-        appendUInt(value)
+        var scratch = Scratch()
+        guard addKey(key, to: &scratch) else {
+            appendKey(key)
+            return appendUInt(value)
+        }
+        scratch.add(value)
+        scratch.write(to: &sink)
     }
 
     /// Appends `"key": true` (a flag: `stream`, `input`, `end`).
@@ -70,14 +147,9 @@ public struct FrameEncoder<Sink: FrameSink> {
 
     @inlinable
     mutating func appendUInt(_ value: UInt64) {
-        if value == 0 { sink.append(byte: UInt8(ascii: "0")); return }
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for 20 digits
-        var n = value
-        var count = 0
-        withUnsafeMutableBytes(of: &digits) { d in
-            while n > 0 { d[23 - count] = UInt8(n % 10) + 0x30; n /= 10; count += 1 }
-            sink.append(bytes: UnsafeRawBufferPointer(rebasing: d[(24 - count)...]))
-        }
+        var scratch = Scratch()
+        scratch.add(value)
+        scratch.write(to: &sink)
     }
 
     @inlinable
@@ -88,8 +160,15 @@ public struct FrameEncoder<Sink: FrameSink> {
 
     @inlinable
     public mutating func string(_ key: StaticString, _ value: String) {
-        appendKey(key)
-        appendString(value)
+        var scratch = Scratch()
+        guard addKey(key, to: &scratch) else {
+            appendKey(key)
+            return appendString(value)
+        }
+        scratch.add(UInt8(ascii: "\""))
+        scratch.write(to: &sink)
+        JSONEscaping.append(value, to: &sink)
+        sink.append(byte: UInt8(ascii: "\""))
     }
 
     /// Appends `"key": <raw>` where `raw` is already-valid JSON.

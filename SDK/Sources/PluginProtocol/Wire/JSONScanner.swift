@@ -187,8 +187,10 @@ public struct JSONScanner {
     @inlinable
     mutating func skipDigits() -> Int {
         let start = index
-        while index < bytes.count, bytes[index] >= 0x30, bytes[index] <= 0x39 { index += 1 }
-        return index - start
+        var i = index
+        while i < bytes.count, bytes[i] &- 0x30 <= 9 { i += 1 }
+        index = i
+        return i - start
     }
 
     @inlinable
@@ -244,6 +246,17 @@ public struct JSONScanner {
     @inlinable
     mutating func skipString() throws(Failure) {
         index += 1
+        // Most strings here are short (keys, names): their bytes one by one, in a register, before
+        // the word-at-a-time scan for a longer rest.
+        var i = index
+        let end = Swift.min(bytes.count, i + 16)
+        while i < end {
+            let c = bytes[i]
+            if c == UInt8(ascii: "\"") { index = i + 1; return }
+            if c == 0x5C || c < 0x20 { break }
+            i += 1
+        }
+        index = i
         while index < bytes.count {
             index = JSONScanner.firstSpecial(bytes, from: index)
             guard index < bytes.count else { break }
