@@ -22,6 +22,10 @@ package final class DirectLink: Sendable {
     let timeoutMs: Int
     private let connection: BlockingConnection
     private let state: Locked<State>
+    /// The next call's id (taken without the lock; a call the link no longer takes wastes one).
+    private let nextID = Atomic<UInt64>(1)
+    /// `"target":"<target>"`'s value, escaped once for every call.
+    private let targetJSON: [UInt8]
     /// Sends a counts report on the control connection.
     private let report: @Sendable (CallHop.LinkCalls) -> Void
     /// Called once the link has ended (the client forgets it).
@@ -31,7 +35,6 @@ package final class DirectLink: Sendable {
     private let answered: (@Sendable (CallHop.Outcome, Int64) -> Void)?
 
     private struct State {
-        var nextID: UInt64 = 1
         var waiting: [UInt64: Call] = [:]
         /// No call in `waiting` has an earlier deadline (one may have a later one: the earliest's
         /// call may be answered already); `expire` looks at the calls only once it has passed.
@@ -57,6 +60,7 @@ package final class DirectLink: Sendable {
          answered: (@Sendable (CallHop.Outcome, Int64) -> Void)? = nil) {
         self.number = number
         self.target = target
+        targetJSON = JSONEscaping.quoted(target)
         self.timeoutMs = timeoutMs
         connection = BlockingConnection(fd: fd)
         state = Locked(State(lastReport: ProcessControl.monotonicNanoseconds()))
@@ -71,15 +75,11 @@ package final class DirectLink: Sendable {
     package func call(method: String, params: [UInt8]?, timeout: Duration?) async throws -> [UInt8]? {
         let ms = timeout.map { Int(HostCoding.milliseconds($0)) } ?? timeoutMs
         let started = ProcessControl.monotonicNanoseconds()
-        let id: UInt64? = state.withLock { s in
-            guard !s.closed else { return nil }
-            defer { s.nextID += 1 }
-            return s.nextID
-        }
-        guard let id else { return nil }
-        var frame = FrameBuilder(kind: .call, capacity: (params?.count ?? 0) + target.utf8.count + method.utf8.count + 64)
+        // A link that was closed meanwhile refuses it when it is added to `waiting` (`send`).
+        let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
+        var frame = FrameBuilder(kind: .call, capacity: (params?.count ?? 0) + targetJSON.count + method.utf8.count + 64)
         frame.uint("id", id)
-        frame.string("target", target)
+        frame.raw("target", targetJSON)
         frame.string("method", method)
         if let params { frame.raw("params", params) }
         frame.uint("timeoutMs", UInt64(ms))
