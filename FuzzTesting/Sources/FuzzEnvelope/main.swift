@@ -49,7 +49,7 @@ func checkEnvelope(_ bytes: UnsafeRawBufferPointer) {
     for range in [env.target, env.method, env.from, env.uri, env.name] {
         _ = Envelope.string(bytes, range)
     }
-    if let name = env.typeName {
+    if let name = env.typeName(in: bytes) {
         checkEscaping(name)
         precondition(env.kind == MessageKind(rawValue: name), "kind \(String(describing: env.kind)) for type '\(name)'")
     } else {
@@ -88,7 +88,7 @@ func checkEnvelope(_ bytes: UnsafeRawBufferPointer) {
             let body = UnsafeRawBufferPointer(rebasing: all[Frame.headerSize...])
             let reply: Envelope
             do { reply = try Envelope.parse(body) } catch { preconditionFailure("reply around \(member) does not parse: \(error)") }
-            precondition(reply.kind == .reply && reply.typeName == "reply", "reply's type is \(String(describing: reply.typeName))")
+            precondition(reply.kind == .reply && reply.typeName(in: body) == "reply", "reply's type is \(String(describing: reply.typeName(in: body)))")
             precondition(reply.id == id && !reply.badID, "reply's id \(String(describing: reply.id)), want \(id)")
             let back = member == "result" ? reply.result : reply.error
             precondition(back.map { body[$0].elementsEqual(raw) } == true, "reply's \(member) differs")
@@ -96,7 +96,7 @@ func checkEnvelope(_ bytes: UnsafeRawBufferPointer) {
     }
 
     // An error reply whose code and message are strings from the input decodes back to them.
-    let code = Envelope.string(bytes, env.method) ?? env.typeName ?? ""
+    let code = Envelope.string(bytes, env.method) ?? env.typeName(in: bytes) ?? ""
     let message = Envelope.string(bytes, env.target) ?? Envelope.string(bytes, env.name) ?? ""
     var builder = FrameBuilder(kind: .reply)
     builder.uint("id", id)
@@ -120,7 +120,7 @@ func checkEnvelope(_ bytes: UnsafeRawBufferPointer) {
 
 /// Fields two parses of the same bytes must agree on.
 func sameFields(_ a: Envelope, _ b: Envelope) -> Bool {
-    a.kind == b.kind && a.typeName == b.typeName && a.id == b.id && a.badID == b.badID
+    a.kind == b.kind && a.typeValue == b.typeValue && a.id == b.id && a.badID == b.badID
         && a.target == b.target && a.method == b.method && a.params == b.params && a.result == b.result
         && a.error == b.error && a.from == b.from && a.uri == b.uri && a.name == b.name
         && a.payload == b.payload && a.timeoutMs == b.timeoutMs
