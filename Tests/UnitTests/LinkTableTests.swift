@@ -208,7 +208,7 @@ import Testing
         let leading = try #require(plugin.withUnsafeBytes { PeerLinks.leadingReplyID($0) })
         #expect(leading.id == 1 << 61 + 5 && plugin[leading.idEnd] == UInt8(ascii: ","))
         let rest = Array(plugin[leading.idEnd...])
-        let sent = PeerLinks.withReplyHead(id: peerID, restCount: rest.count) { Array($0) + rest }
+        let sent = Frame.withHead(.reply, id: peerID, restCount: rest.count) { Array($0) + rest }
         var built = FrameBuilder(kind: .reply)
         built.uint("id", peerID)
         built.raw("result", Array(#"{"n":1}"#.utf8))

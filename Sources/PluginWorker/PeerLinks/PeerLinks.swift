@@ -227,7 +227,7 @@ final class PeerLinks: Sendable {
         if let restAt {
             let rest = UnsafeRawBufferPointer(rebasing: bytes[restAt...])
             // Not sent: the link is closed or broken (the links thread sees it end).
-            _ = Self.withReplyHead(id: served.peerID, restCount: rest.count) { served.socket.send(head: $0, body: rest, wait: true) }
+            _ = Frame.withHead(.reply, id: served.peerID, restCount: rest.count) { served.socket.send(head: $0, body: rest, wait: true) }
             return
         }
         var frame = FrameBuilder(kind: .reply, capacity: bytes.count + 16)
@@ -235,32 +235,6 @@ final class PeerLinks: Sendable {
         frame.answer(of: env, in: bytes)
         // Not sent: the link is closed or broken (the links thread sees it end).
         _ = served.socket.send(frame: frame.finish(), wait: true)
-    }
-
-    /// A reply's length prefix and `{"type":"reply","id":<id>` on the stack, for a body of that
-    /// and `restCount` more bytes.
-    @inline(__always)
-    static func withReplyHead<R>(id: UInt64, restCount: Int, _ body: (UnsafeRawBufferPointer) -> R) -> R {
-        var head: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0)  // 48 bytes: 4 + 21 + 20 digits
-        return withUnsafeMutableBytes(of: &head) { h in
-            var at = Frame.headerSize
-            replyPrefix.withUnsafeBytes { p in
-                h.baseAddress!.advanced(by: at).copyMemory(from: p.baseAddress!, byteCount: p.count)
-                at += p.count
-            }
-            var digits = 1
-            var rest = id / 10
-            while rest > 0 { digits += 1; rest /= 10 }
-            var n = id
-            for i in stride(from: at + digits - 1, through: at, by: -1) {
-                h[i] = UInt8(n % 10) + 0x30
-                n /= 10
-            }
-            at += digits
-            let length = UInt32(at - Frame.headerSize + restCount).bigEndian
-            withUnsafeBytes(of: length) { h.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: 4) }
-            return body(UnsafeRawBufferPointer(rebasing: h[0..<at]))
-        }
     }
 
     /// `unlink` from the supervisor (on the I/O thread): no new calls over that link; once the
