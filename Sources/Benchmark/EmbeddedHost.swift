@@ -78,11 +78,14 @@ enum EmbeddedHostBench {
                 try await group.waitForAll()
             }
             throughput[inFlight] = Double(count) / (Double(now() - t0) / 1e9)
-            if inFlight == 64, let before = cpuBefore, let after = cpuSeconds(pid) {
-                cpu64 = (after - before) / Double(count) * 1e6
-            }
-            if inFlight == 64, let before = workerBefore, let after = worker.flatMap({ cpuSeconds($0) }) {
-                workerCPU64 = (after - before) / Double(count) * 1e6
+            if inFlight == 64 {
+                /// µs of `process`'s CPU per call since `before`.
+                func perCall(_ process: Int32?, since before: Double?) -> Double? {
+                    guard let process, let before, let after = cpuSeconds(process) else { return nil }
+                    return (after - before) / Double(count) * 1e6
+                }
+                cpu64 = perCall(pid, since: cpuBefore) ?? cpu64
+                workerCPU64 = perCall(worker, since: workerBefore)
             }
         }
         return EmbeddedHostFigures(latency: latency, throughput: throughput, hostCPUPerCall64: cpu64, workerCPUPerCall64: workerCPU64)
