@@ -9,7 +9,7 @@ import Synchronization
 enum ClientBench {
     static func run(socket: String, calls: Int, supervisorPID: Int32) throws -> EmbeddedHostFigures {
         try waitFor {
-            let client = try await SupervisorClient.connect(socket: socket)
+            let client = try await SupervisorClient.connect(socket: socket, linkPollMicroseconds: linkPollMicroseconds ?? SupervisorClient.defaultLinkPollMicroseconds)
             defer { client.close() }
             return try await measure(client, calls: calls, supervisorPID: supervisorPID)
         }

@@ -16,6 +16,12 @@ struct EmbeddedHostFigures {
     /// The callee's worker's CPU per call at 64 in flight (its links thread does the work): steadier
     /// than the throughput on this shared machine, so the figure to compare when the link's path changes.
     var workerCPUPerCall64: Double?
+    /// This process's CPU per call with one call in flight (one task calling in a loop): where the
+    /// links' polling for the next reply shows (`linkPollMicroseconds`).
+    var programCPUPerCall1: Double
+    /// … and with one call every millisecond (a program calling now and then: the polling's window
+    /// should have closed).
+    var programCPUPerPacedCall: Double
 }
 
 enum EmbeddedHostBench {
@@ -25,6 +31,7 @@ enum EmbeddedHostBench {
         var configuration = PluginHost.Configuration(pluginFolders: [folder], home: rig.root + "/host-home")
         configuration.binaries = rig.bin
         configuration.controlSocket = false
+        if let us = linkPollMicroseconds { configuration.linkPollMicroseconds = us }
         if let mode = defaultWorkerStart, let start = SupervisorConfig.WorkerStart(rawValue: mode) { configuration.workerStart = start }
         var logger = Logger(label: "bench-host")
         logger.logLevel = .error
@@ -63,9 +70,11 @@ enum EmbeddedHostBench {
         var throughput: [Int: Double] = [:]
         var cpu64 = 0.0
         var workerCPU64: Double?
+        var programCPU1 = 0.0
         for inFlight in [1, 16, 64] {
             let count = calls * (inFlight == 1 ? 1 : 3)
             let cpuBefore = cpuSeconds(pid)
+            let programBefore = cpuSeconds(getpid())
             let workerBefore = worker.flatMap { cpuSeconds($0) }
             let t0 = now()
             try await withThrowingTaskGroup(of: Void.self) { group in
@@ -78,16 +87,25 @@ enum EmbeddedHostBench {
                 try await group.waitForAll()
             }
             throughput[inFlight] = Double(count) / (Double(now() - t0) / 1e9)
+            /// µs of `process`'s CPU per call since `before`.
+            func perCall(_ process: Int32?, since before: Double?) -> Double? {
+                guard let process, let before, let after = cpuSeconds(process) else { return nil }
+                return (after - before) / Double(count) * 1e6
+            }
+            if inFlight == 1 { programCPU1 = perCall(getpid(), since: programBefore) ?? 0 }
             if inFlight == 64 {
-                /// µs of `process`'s CPU per call since `before`.
-                func perCall(_ process: Int32?, since before: Double?) -> Double? {
-                    guard let process, let before, let after = cpuSeconds(process) else { return nil }
-                    return (after - before) / Double(count) * 1e6
-                }
                 cpu64 = perCall(pid, since: cpuBefore) ?? cpu64
                 workerCPU64 = perCall(worker, since: workerBefore)
             }
         }
-        return EmbeddedHostFigures(latency: latency, throughput: throughput, hostCPUPerCall64: cpu64, workerCPUPerCall64: workerCPU64)
+        let paced = 500
+        let pacedBefore = cpuSeconds(getpid())
+        for _ in 0..<paced {
+            try await Task.sleep(for: .milliseconds(1))
+            try await call()
+        }
+        let pacedCPU = pacedBefore.flatMap { before in cpuSeconds(getpid()).map { ($0 - before) / Double(paced) * 1e6 } } ?? 0
+        return EmbeddedHostFigures(latency: latency, throughput: throughput, hostCPUPerCall64: cpu64, workerCPUPerCall64: workerCPU64,
+                                   programCPUPerCall1: programCPU1, programCPUPerPacedCall: pacedCPU)
     }
 }

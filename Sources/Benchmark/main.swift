@@ -21,6 +21,10 @@ let defaultWorkerStart: String? = arguments.firstIndex(of: "--worker-start").fla
 /// `--no-peer-links`: the calls section's supervisor routes every plugin → plugin call itself
 /// (`peerLinks: false`), to compare with the direct links between workers (the default).
 let peerLinks = !arguments.contains("--no-peer-links")
+/// `--link-poll-us N`: the program's direct links poll this long for a reply before they sleep
+/// (PluginHost.Configuration.linkPollMicroseconds, SupervisorClient.connect's), for before/after
+/// runs of one build; default: the libraries' own default.
+let linkPollMicroseconds = arguments.firstIndex(of: "--link-poll-us").flatMap { $0 + 1 < arguments.count ? Int(arguments[$0 + 1]) : nil }
 let report = Report()
 func note(_ s: String) { FileHandle.standardError.write((s + "\n").data(using: .utf8)!) }
 
@@ -220,6 +224,8 @@ do {
         }
         report.add("SupervisorClient: the supervisor's CPU per call, 64 in flight", figures.hostCPUPerCall64, "µs")
         if let worker = figures.workerCPUPerCall64 { report.add("SupervisorClient: the worker's CPU per call, 64 in flight", worker, "µs") }
+        report.add("SupervisorClient: this process's CPU per call, 1 in flight", figures.programCPUPerCall1, "µs")
+        report.add("SupervisorClient: this process's CPU per call, one call a millisecond", figures.programCPUPerPacedCall, "µs")
     }
 
     // 3b. The embedded host (PluginHost in this process): one hop, from a task to the worker's
@@ -238,6 +244,8 @@ do {
         }
         report.add("embedded host: this process's CPU per call, 64 in flight", figures.hostCPUPerCall64, "µs")
         if let worker = figures.workerCPUPerCall64 { report.add("embedded host: the worker's CPU per call, 64 in flight", worker, "µs") }
+        report.add("embedded host: this process's CPU per call, 1 in flight", figures.programCPUPerCall1, "µs")
+        report.add("embedded host: this process's CPU per call, one call a millisecond", figures.programCPUPerPacedCall, "µs")
     }
 
     // 3c. Streams (SPEC §13): 64 KiB elements from a plugin to a program through the supervisor,

@@ -202,11 +202,7 @@ public final class BlockingConnection: Sendable {
             let deadline = started + Int64(spin.currentNanoseconds)
             repeat {
                 // Caught while polling: the window stays as it is.
-                let fd = fd
-                let n = decoder.fill(atLeast: Self.readSize) { raw in recv(fd, raw.baseAddress, raw.count, Int32(MSG_DONTWAIT)) }
-                if n >= 0 { return n }
-                let e = errno
-                guard e == EAGAIN || e == EWOULDBLOCK || e == EINTR else { throw SystemError(call: "recv", errno: e, context: "socket \(fd)") }
+                if let n = try readAvailableNow() { return n }
             } while ProcessControl.monotonicNanoseconds() < deadline
         }
         let n = try readAvailable()
@@ -232,6 +228,17 @@ public final class BlockingConnection: Sendable {
         return try decoder.fill(atLeast: Self.readSize) { raw in
             try syscallRetrying("read", context: "socket \(fd)") { read(fd, raw.baseAddress, raw.count) }
         }
+    }
+
+    /// One read that does not wait (for a reader that polls its socket): nil when nothing is there
+    /// now, 0 at the end of the stream. Throws on a read error.
+    public func readAvailableNow() throws(SystemError) -> Int? {
+        let fd = fd
+        let n = decoder.fill(atLeast: Self.readSize) { raw in recv(fd, raw.baseAddress, raw.count, Int32(MSG_DONTWAIT)) }
+        if n >= 0 { return n }
+        let e = errno
+        guard e == EAGAIN || e == EWOULDBLOCK || e == EINTR else { throw SystemError(call: "recv", errno: e, context: "socket \(fd)") }
+        return nil
     }
 
     /// Receives one frame as an array.

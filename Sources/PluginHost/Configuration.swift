@@ -1,5 +1,6 @@
 import CoreMetrics
 import LinuxSupport
+import SupervisorClient
 import SupervisorKit
 
 extension PluginHost {
@@ -58,6 +59,13 @@ extension PluginHost {
             get { settings.metricsFactory }
             set { settings.metricsFactory = newValue }
         }
+
+        /// How long the thread of a direct link to a worker polls for the next reply before it
+        /// sleeps, at most: adapted to how close together replies come (0 while they are far apart),
+        /// and one link's thread of the program at a time. It saves a lone call the wake-up of a
+        /// sleeping thread (docs/host.md, "The path of a call"), for up to this much of one CPU
+        /// after each reply while calls follow each other closely; 0: never poll.
+        public var linkPollMicroseconds = SupervisorClient.defaultLinkPollMicroseconds
 
         /// The folder of `plugin-worker`, `plugin-forkserver`, `libPluginWorkerCore.so` and
         /// `supervisor-installer` (`swift build` puts them in `.build/debug` of this package).

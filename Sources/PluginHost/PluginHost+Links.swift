@@ -19,6 +19,7 @@ extension PluginHost {
         guard links.shouldAsk(for: target) else { return }
         let supervisor = self.supervisor
         let links = self.links
+        let pollMicroseconds = configuration.linkPollMicroseconds
         Task {
             let granted = await supervisor.linkForHost(to: target) { number, given in links.unlink(number, answer: given) }
             guard let granted else { return links.refused(target) }
@@ -31,7 +32,7 @@ extension PluginHost {
             }
             links.granted(DirectLink(number: granted.number, target: target, timeoutMs: granted.timeoutMs, fd: granted.fd,
                                      report: { supervisor.reportLinkCalls($0) },
-                                     ended: { links.ended($0) }, answered: answered))
+                                     ended: { links.ended($0) }, answered: answered, pollMicroseconds: pollMicroseconds))
         }
     }
 }

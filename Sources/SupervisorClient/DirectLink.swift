@@ -33,6 +33,12 @@ package final class DirectLink: Sendable {
     /// Hears each settled call's outcome and duration as it is settled (an embedded host's
     /// swift-metrics timer), beside the counts reported to the supervisor.
     private let answered: (@Sendable (CallHop.Outcome, Int64) -> Void)?
+    /// How long the link's thread polls for the next reply before it sleeps, at most (`pollBriefly`).
+    private let pollMicroseconds: Int
+
+    /// The default of `pollMicroseconds`: a little more than a lone call's time here, so the reply
+    /// of a call made right after the last one is caught.
+    package static let defaultPollMicroseconds = 50
 
     private struct State {
         var waiting: [UInt64: Call] = [:]
@@ -57,7 +63,7 @@ package final class DirectLink: Sendable {
 
     package init(number: UInt64, target: String, timeoutMs: Int, fd: Int32,
          report: @escaping @Sendable (CallHop.LinkCalls) -> Void, ended: @escaping @Sendable (DirectLink) -> Void,
-         answered: (@Sendable (CallHop.Outcome, Int64) -> Void)? = nil) {
+         answered: (@Sendable (CallHop.Outcome, Int64) -> Void)? = nil, pollMicroseconds: Int = DirectLink.defaultPollMicroseconds) {
         self.number = number
         self.target = target
         targetJSON = JSONEscaping.quoted(target)
@@ -67,6 +73,7 @@ package final class DirectLink: Sendable {
         self.report = report
         self.ended = ended
         self.answered = answered
+        self.pollMicroseconds = max(0, pollMicroseconds)
         Threads.start(name: "client-link") { [self] in run() }
     }
 
@@ -266,7 +273,8 @@ package final class DirectLink: Sendable {
 
     private func run() {
         var pollSet = pollfd(fd: connection.fd, events: Int16(POLLIN), revents: 0)
-        while true {
+        var spin = SpinWindow(maxNanoseconds: pollMicroseconds * 1000)
+        reading: while true {
             let now = ProcessControl.monotonicNanoseconds()
             expire(now: now)
             sendReport(force: false, endedLink: nil)
@@ -280,13 +288,48 @@ package final class DirectLink: Sendable {
             leaveCollected()
             let next = state.withLock { s in min(s.earliestDeadline, now + Self.reportIntervalNanoseconds) }
             let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
+            let began = ProcessControl.monotonicNanoseconds()
+            switch pollBriefly(&spin, from: began) {
+            case .caught: continue
+            case .ended: break reading
+            case .nothing: break
+            }
             let ready = poll(&pollSet, 1, waitMs)
+            spin.slept(waited: Int(ProcessControl.monotonicNanoseconds() - began))
             if ready == 0 || (ready < 0 && errno == EINTR) { continue }
             guard let n = try? connection.readAvailable(), n > 0 else { break }
         }
         outgoing.withLock { $0.collecting = false }
         end()
     }
+
+    /// What polling the socket for a moment found (`pollBriefly`).
+    private enum Polled { case caught, ended, nothing }
+
+    /// Before the link's thread sleeps: reads without waiting for as long as its window says
+    /// (`SpinWindow`: while replies have come close together), when no other link's thread of this
+    /// process polls now. A reply caught this way is read without waking this thread: on a virtual
+    /// machine an idle CPU has halted, and waking a sleeping thread there costs tens of
+    /// microseconds, a third of a lone call's time here (docs/benchmarks.md, "A lone call's reply
+    /// caught by polling"). One poller per process at a time: a program calling many plugins in
+    /// turn keeps at most one CPU busy polling, as Go's runtime limits its spinning threads.
+    private func pollBriefly(_ spin: inout SpinWindow, from began: Int64) -> Polled {
+        guard spin.currentNanoseconds > 0,
+              Self.pollers.compareExchange(expected: 0, desired: 1, ordering: .acquiring).exchanged else { return .nothing }
+        defer { Self.pollers.store(0, ordering: .releasing) }
+        let until = began + Int64(spin.currentNanoseconds)
+        repeat {
+            do {
+                if let n = try connection.readAvailableNow() { return n > 0 ? .caught : .ended }
+            } catch {
+                return .ended
+            }
+        } while ProcessControl.monotonicNanoseconds() < until
+        return .nothing
+    }
+
+    /// How many links' threads of this process poll their sockets now (`pollBriefly`): 0 or 1.
+    private static let pollers = Atomic<Int>(0)
 
     private func replied(_ bytes: UnsafeRawBufferPointer) {
         guard let env = try? Envelope.parse(bytes), env.kind == .reply, let id = env.id else { return }

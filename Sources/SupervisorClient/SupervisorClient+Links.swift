@@ -29,7 +29,8 @@ extension SupervisorClient {
             let fd = try Self.pickUp(grant)
             let link = DirectLink(number: grant.link, target: target, timeoutMs: grant.timeoutMs, fd: fd,
                                   report: { [weak self] report in self?.sendControl(report) },
-                                  ended: { [weak self] link in self?.links.ended(link) })
+                                  ended: { [weak self] link in self?.links.ended(link) },
+                                  pollMicroseconds: linkPollMicroseconds)
             links.granted(link)
         } catch {
             // Not now (switched off, not running, debugged): asked again later.

@@ -31,6 +31,10 @@ public final class SupervisorClient: Sendable {
     /// Whether calls to a plugin go over a direct link to its worker once the supervisor has
     /// checked one (one hop; docs/protocol.md "Direct links for clients").
     public let directLinks: Bool
+    /// How long a direct link's thread polls for the next reply before it sleeps, at most (`connect`).
+    public let linkPollMicroseconds: Int
+    /// `linkPollMicroseconds` unless `connect` is told otherwise (and `PluginHost.Configuration`'s).
+    public static let defaultLinkPollMicroseconds = DirectLink.defaultPollMicroseconds
     /// Behind a pthread mutex (`Locked`), which the thread sanitizer sees (it does not see `Mutex`'s futex on Linux).
     let state = Locked(State())
     /// Its direct links, by plugin (DirectLinks.swift).
@@ -80,10 +84,11 @@ public final class SupervisorClient: Sendable {
         }
     }
 
-    init(socketPath: String, reconnectWait: Duration, directLinks: Bool) {
+    init(socketPath: String, reconnectWait: Duration, directLinks: Bool, linkPollMicroseconds: Int) {
         self.socketPath = socketPath
         self.reconnectWait = reconnectWait
         self.directLinks = directLinks
+        self.linkPollMicroseconds = linkPollMicroseconds
     }
 
     deinit {
@@ -93,11 +98,15 @@ public final class SupervisorClient: Sendable {
 
     /// Connects to the supervisor whose control socket is `socket`, else `$SUPERVISOR_SOCKET`, else
     /// `<home>/supervisor.sock` (`home`, else `$SUPERVISOR_HOME`, else the default home), waiting
-    /// up to `wait` for one that is starting.
+    /// up to `wait` for one that is starting. `linkPollMicroseconds`: how long a direct link's thread
+    /// polls for the next reply before it sleeps, at most (adapted to how close together replies
+    /// come, one link's thread of the program at a time: docs/host.md, "The path of a call"); 0: never.
     public static func connect(home: String? = nil, socket: String? = nil, wait: Duration = .seconds(5),
-                               directLinks: Bool = true) async throws -> SupervisorClient {
+                               directLinks: Bool = true,
+                               linkPollMicroseconds: Int = SupervisorClient.defaultLinkPollMicroseconds) async throws -> SupervisorClient {
         let path = SupervisorLocation.socketPath(socket: socket, home: home, environment: ProcessEnvironment.all)
-        let client = SupervisorClient(socketPath: path, reconnectWait: wait, directLinks: directLinks)
+        let client = SupervisorClient(socketPath: path, reconnectWait: wait, directLinks: directLinks,
+                                      linkPollMicroseconds: linkPollMicroseconds)
         _ = try await client.currentLink(waiting: wait)
         return client
     }

@@ -474,6 +474,57 @@ struct ClientTests {
         try await waitUntil("a link to the new worker") { client.linkedPlugins == ["c.f"] }
     }
 
+    @Test("a link's thread that polls for replies before it sleeps (5 ms here, 0: never): calls one after another are answered either way, and a worker killed while calls flow ends the link whether its thread polls or sleeps: calls in flight fail unavailable, the next are answered and a new link follows",
+          arguments: [5_000, 0])
+    func linkPolling(microseconds: Int) async throws {
+        let w = try TestWorld()
+        try w.bundle("c.p")
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket, linkPollMicroseconds: microseconds)
+        defer { client.close() }
+        #expect(client.linkPollMicroseconds == microseconds)
+        #expect(try await client.call("c.p", "ping", as: Int.self) == 1)
+        try await waitUntil("the direct link") { client.linkedPlugins == ["c.p"] }
+        for i in 0..<300 { #expect(try await client.call("c.p", "echo", i, as: Int.self) == i) }
+        // Two lanes calling back to back (the link's thread mostly polling, when it does), then the worker killed.
+        let pid = try #require(try await client.status().first?.pid)
+        final class Lanes: Sendable {
+            let answered = Atomic<Int>(0)
+            let stop = Atomic<Bool>(false)
+        }
+        let shared = Lanes()
+        let lanes = (0..<2).map { lane in
+            Task { () -> Set<String> in
+                var failures: Set<String> = []
+                var i = 0
+                while !shared.stop.load(ordering: .relaxed) {
+                    i += 1
+                    let code = await Self.code { () async throws -> Int in
+                        let answer = try await client.call("c.p", "echo", i, as: Int.self, timeout: .seconds(10))
+                        if answer != i { throw ErrorBody(.pluginError, "lane \(lane): \(answer) for \(i)") }
+                        return answer
+                    }
+                    if let code { failures.insert(code) } else { shared.answered.add(1, ordering: .relaxed) }
+                }
+                return failures
+            }
+        }
+        try await waitUntil("calls flowing over the link") { shared.answered.load(ordering: .relaxed) >= 1_000 }
+        kill(pid, SIGSEGV)
+        try await waitUntil("the restarted worker") { try await client.status().first.map { $0.pid != pid && $0.state == "running" } == true }
+        let before = shared.answered.load(ordering: .relaxed)
+        try await waitUntil("calls answered after the restart") { shared.answered.load(ordering: .relaxed) >= before + 100 }
+        shared.stop.store(true, ordering: .relaxed)
+        var failures: Set<String> = []
+        for lane in lanes { failures.formUnion(await lane.value) }
+        // The calls in flight at the crash fail unavailable (nothing else fails, nothing answers wrong).
+        #expect(failures == ["unavailable"])
+        #expect(try await client.call("c.p", "ping", as: Int.self) == 1)
+        try await waitUntil("a new direct link") { client.linkedPlugins == ["c.p"] }
+        #expect(try await client.status().first?.pid != pid)
+        for i in 0..<50 { #expect(try await client.call("c.p", "echo", i, as: Int.self) == i) }
+    }
+
     @Test("answered calls stay answered over a link: the replies a worker holds back while it takes one read's calls reach the caller when the plugin crashes (or exits) on a later call of that read",
           arguments: ["segv", "exit3"])
     func heldRepliesSurviveACrash(how: String) async throws {
