@@ -15,6 +15,24 @@ enum ClientBench {
         }
     }
 
+    /// A client without direct links (`directLinks: false`): its calls' latency through the
+    /// supervisor, where its reader's polling for the reply shows (`linkPollMicroseconds`).
+    static func throughSupervisor(socket: String, calls: Int) throws -> Samples {
+        try waitFor {
+            let client = try await SupervisorClient.connect(socket: socket, directLinks: false,
+                                                            linkPollMicroseconds: linkPollMicroseconds ?? SupervisorClient.defaultLinkPollMicroseconds)
+            defer { client.close() }
+            for _ in 0..<500 { _ = try await client.callJSON("bench.callee", "ping", params: nil) }
+            var latency = Samples()
+            for _ in 0..<calls {
+                let t0 = now()
+                _ = try await client.callJSON("bench.callee", "ping", params: nil)
+                latency.add(now() - t0)
+            }
+            return latency
+        }
+    }
+
     private static func measure(_ client: SupervisorClient, calls: Int, supervisorPID: Int32) async throws -> EmbeddedHostFigures {
         _ = try await client.callJSON("bench.callee", "ping", params: nil)
         // The first call went through the supervisor and asked for the link.

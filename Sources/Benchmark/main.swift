@@ -225,6 +225,9 @@ do {
         report.add("SupervisorClient: the supervisor's CPU per call, 64 in flight", figures.hostCPUPerCall64, "µs")
         if let worker = figures.workerCPUPerCall64 { report.add("SupervisorClient: the worker's CPU per call, 64 in flight", worker, "µs") }
         report.add("SupervisorClient: this process's CPU per call, 1 in flight", figures.programCPUPerCall1, "µs")
+        let through = try ClientBench.throughSupervisor(socket: rig.socket, calls: calls / 4)
+        report.add("SupervisorClient call p50 without direct links (task → supervisor → worker → back)", through.median, "µs",
+                   baseline: oneHopBaseline.map { ("1-hop echo p50", $0.p50) })
         report.add("SupervisorClient: this process's CPU per call, one call a millisecond", figures.programCPUPerPacedCall, "µs")
     }
 

@@ -198,7 +198,8 @@ public final class BlockingConnection: Sendable {
     private func readPolling() throws -> Int {
         let polls = spin.maxNanoseconds > 0
         let started = polls ? ProcessControl.monotonicNanoseconds() : 0
-        if spin.currentNanoseconds > 0 {
+        if spin.currentNanoseconds > 0, PollingTurn.take() {
+            defer { PollingTurn.give() }
             let deadline = started + Int64(spin.currentNanoseconds)
             repeat {
                 // Caught while polling: the window stays as it is.

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// How long a reader polls its socket before it sleeps in `read`, adapted to how long its waits turn
 /// out to be (the rule of the kernel's guest halt-polling, for one socket).
 ///
@@ -35,3 +37,22 @@ public struct SpinWindow: Sendable, Equatable {
         }
     }
 }
+
+/// Which thread of this process may poll a socket now: at most one at a time (a link's thread,
+/// a client's reader, a worker's I/O thread), so a program reading many sockets keeps at most one
+/// CPU busy polling, as Go's runtime limits its spinning threads. A thread that does not get the
+/// turn sleeps at once.
+public enum PollingTurn {
+    private static let taken = Atomic<Bool>(false)
+
+    /// Takes the turn; false while another thread has it.
+    public static func take() -> Bool {
+        taken.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
+    }
+
+    /// Gives back the turn `take` gave.
+    public static func give() {
+        taken.store(false, ordering: .releasing)
+    }
+}
+

@@ -307,16 +307,14 @@ package final class DirectLink: Sendable {
     private enum Polled { case caught, ended, nothing }
 
     /// Before the link's thread sleeps: reads without waiting for as long as its window says
-    /// (`SpinWindow`: while replies have come close together), when no other link's thread of this
-    /// process polls now. A reply caught this way is read without waking this thread: on a virtual
+    /// (`SpinWindow`: while replies have come close together), when no other thread of this process
+    /// polls now (`PollingTurn`). A reply caught this way is read without waking this thread: on a virtual
     /// machine an idle CPU has halted, and waking a sleeping thread there costs tens of
     /// microseconds, a third of a lone call's time here (docs/benchmarks.md, "A lone call's reply
-    /// caught by polling"). One poller per process at a time: a program calling many plugins in
-    /// turn keeps at most one CPU busy polling, as Go's runtime limits its spinning threads.
+    /// caught by polling").
     private func pollBriefly(_ spin: inout SpinWindow, from began: Int64) -> Polled {
-        guard spin.currentNanoseconds > 0,
-              Self.pollers.compareExchange(expected: 0, desired: 1, ordering: .acquiring).exchanged else { return .nothing }
-        defer { Self.pollers.store(0, ordering: .releasing) }
+        guard spin.currentNanoseconds > 0, PollingTurn.take() else { return .nothing }
+        defer { PollingTurn.give() }
         let until = began + Int64(spin.currentNanoseconds)
         repeat {
             do {
@@ -327,9 +325,6 @@ package final class DirectLink: Sendable {
         } while ProcessControl.monotonicNanoseconds() < until
         return .nothing
     }
-
-    /// How many links' threads of this process poll their sockets now (`pollBriefly`): 0 or 1.
-    private static let pollers = Atomic<Int>(0)
 
     private func replied(_ bytes: UnsafeRawBufferPointer) {
         guard let env = try? Envelope.parse(bytes), env.kind == .reply, let id = env.id else { return }
