@@ -21,6 +21,8 @@ package final class DirectLink: Sendable {
     /// The callee's call timeout, for calls that name none.
     let timeoutMs: Int
     private let connection: BlockingConnection
+    /// What goes out over the link, written together where calls come together (LinkOutbox.swift).
+    private let outbox: LinkOutbox
     private let state: Locked<State>
     /// The next call's id (taken without the lock; a call the link no longer takes wastes one).
     private let nextID = Atomic<UInt64>(1)
@@ -35,9 +37,7 @@ package final class DirectLink: Sendable {
     private let answered: (@Sendable (CallHop.Outcome, Int64) -> Void)?
     /// How long the link's thread polls for the next reply before it sleeps, at most (`pollBriefly`).
     private let pollMicroseconds: Int
-
-    /// The default of `pollMicroseconds`: a little more than a lone call's time here, so the reply
-    /// of a call made right after the last one is caught.
+    /// Its default: a little more than a lone call's time here (the next call's reply is caught).
     package static let defaultPollMicroseconds = 50
 
     private struct State {
@@ -51,10 +51,19 @@ package final class DirectLink: Sendable {
         var answerUnlink: (@Sendable () -> Void)?
         var unlinked = false
         var closed = false
+        /// Settled calls' outcomes, until their tasks take them (`send`).
+        var outcomes: [UInt64: Result<[UInt8], any Error>] = [:]
+
+        /// Takes call `id` out of `waiting` and leaves its outcome for its task.
+        mutating func settle(_ id: UInt64, _ outcome: Result<[UInt8], any Error>) -> Call? {
+            guard let call = waiting.removeValue(forKey: id) else { return nil }
+            outcomes[id] = outcome
+            return call
+        }
     }
 
     private struct Call {
-        let continuation: UnsafeContinuation<[UInt8], any Error>
+        let continuation: UnsafeContinuation<Void, Never>
         let started: Int64
         let deadline: Int64
     }
@@ -69,6 +78,7 @@ package final class DirectLink: Sendable {
         targetJSON = JSONEscaping.quoted(target)
         self.timeoutMs = timeoutMs
         connection = BlockingConnection(fd: fd)
+        outbox = LinkOutbox(connection)
         state = Locked(State(lastReport: ProcessControl.monotonicNanoseconds()))
         self.report = report
         self.ended = ended
@@ -102,127 +112,32 @@ package final class DirectLink: Sendable {
         try await withTaskCancellationHandler {
             // Unsafe, not checked: each path below resumes it exactly once (the call is taken out of
             // `waiting` under the lock by whoever resumes it), without a checked one's allocation per call.
-            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<[UInt8], any Error>) in
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
                 // nil: not taken; else how many calls wait now, this one included.
                 let waiting = state.withLock { s -> Int? in
-                    guard !s.closed else { return nil }
+                    guard !s.closed else { s.outcomes[id] = .failure(NotTaken()); return nil }
                     let deadline = started + Int64(ms) * 1_000_000
                     s.waiting[id] = Call(continuation: continuation, started: started, deadline: deadline)
                     s.earliestDeadline = min(s.earliestDeadline, deadline)
                     return s.waiting.count
                 }
-                guard let waiting else { return continuation.resume(throwing: NotTaken()) }
+                guard let waiting else { return continuation.resume() }
                 if Task.isCancelled { return giveUp(id) }
-                if !write(bytes, byCaller: waiting == 1) {
+                if !outbox.write(bytes, byCaller: waiting == 1) {
                     // Never reached the worker: it goes through the supervisor instead.
-                    if let call = state.withLock({ $0.waiting.removeValue(forKey: id) }) { call.continuation.resume(throwing: NotTaken()) }
+                    state.withLock({ $0.settle(id, .failure(NotTaken())) })?.continuation.resume()
                 }
             }
+            // The outcome is handed over under the lock, not through the continuation: a resume that
+            // comes before the task awaits is ordered by the runtime in a way the thread sanitizer
+            // does not see (docs/testing.md, "What TSan cannot see here"), and a link that polls for
+            // replies resumes that early now and then.
+            guard let outcome = state.withLock({ $0.outcomes.removeValue(forKey: id) }) else {
+                throw ErrorBody(.unavailable, "the call to \(target) was settled without an outcome")
+            }
+            return try outcome.get()
         } onCancel: {
             giveUp(id)
-        }
-    }
-
-    /// Frames waiting for the task that is writing now, or for the link's thread (`write`).
-    private let outgoing = Locked(Outgoing())
-
-    private struct Outgoing {
-        var bytes: [UInt8] = []
-        var writing = false
-        var broken = false
-        /// The link's thread is delivering the replies of one read: frames written meanwhile (the
-        /// next calls of the tasks it resumes) wait for it to schedule one job that writes them
-        /// all, before it polls again (`leaveCollected`).
-        var collecting = false
-        /// A job is on its way to write what has been added by then (`writeLeft`).
-        var flushScheduled = false
-    }
-
-    /// Writes `frame`, or leaves it to whoever writes next: a task writing now (it takes it with
-    /// its next write) or, for a call made while others wait (not `byCaller`) or while the link's
-    /// thread delivers replies, a job on the executor that writes whatever has been added by the
-    /// time it runs: with many calls at once, one system call carries many frames (as the
-    /// supervisor's one flush per turn does), and a lone call is written at once. False when the
-    /// link is broken (nothing of this frame was written).
-    private func write(_ frame: [UInt8], byCaller: Bool) -> Bool {
-        enum Next { case broken, taken, writeLater, write([UInt8]) }
-        let next = outgoing.withLock { o -> Next in
-            guard !o.broken else { return .broken }
-            o.bytes += frame
-            if o.writing || o.collecting || o.flushScheduled { return .taken }
-            if !byCaller {
-                o.flushScheduled = true
-                return .writeLater
-            }
-            o.writing = true
-            defer { o.bytes = [] }
-            return .write(o.bytes)
-        }
-        switch next {
-        case .broken: return false
-        case .taken: return true
-        case .writeLater:
-            Task { self.writeLeft() }
-            return true
-        case .write(let batch): return writeAll(batch, ownFrameFirst: true)
-        }
-    }
-
-    /// The job `write` (or the link's thread) scheduled: what was added by now, in one write.
-    private func writeLeft() {
-        let batch: [UInt8]? = outgoing.withLock { o -> [UInt8]? in
-            o.flushScheduled = false
-            guard !o.writing, !o.broken, !o.bytes.isEmpty else { return nil }
-            o.writing = true
-            defer { o.bytes = [] }
-            return o.bytes
-        }
-        if let batch { _ = writeAll(batch, ownFrameFirst: false) }
-    }
-
-    /// The link's thread, before it polls: what the tasks it resumed wrote meanwhile goes to one
-    /// job on the executor. This thread only reads: a write of its own could wait for room in a
-    /// full socket while the worker waits for room to write its replies, which only this thread
-    /// makes (each side would wait for the other until the worker gives the link up).
-    private func leaveCollected() {
-        let schedule = outgoing.withLock { o -> Bool in
-            o.collecting = false
-            guard !o.writing, !o.broken, !o.flushScheduled, !o.bytes.isEmpty else { return false }
-            o.flushScheduled = true
-            return true
-        }
-        if schedule { Task { self.writeLeft() } }
-    }
-
-    /// Writes `batch`, then what was added meanwhile, until nothing is left (the writer's loop).
-    /// False when the first write failed and `ownFrameFirst`: the writer's own frame (in that first
-    /// batch) was not sent, and its call goes through the supervisor. Frames of a later batch (or
-    /// left for the link's thread or a scheduled job) end with the link: their calls fail `unavailable`.
-    private func writeAll(_ batch: [UInt8], ownFrameFirst: Bool) -> Bool {
-        var next = batch
-        var first = true
-        while true {
-            do {
-                try connection.sendFrame(next)
-            } catch {
-                outgoing.withLock { o in
-                    o.broken = true
-                    o.writing = false
-                    o.bytes = []
-                }
-                return !(first && ownFrameFirst)
-            }
-            first = false
-            let more = outgoing.withLock { o -> [UInt8]? in
-                if o.bytes.isEmpty {
-                    o.writing = false
-                    return nil
-                }
-                defer { o.bytes = [] }
-                return o.bytes
-            }
-            guard let more else { return true }
-            next = more
         }
     }
 
@@ -230,8 +145,8 @@ package final class DirectLink: Sendable {
     struct NotTaken: Error {}
 
     private func giveUp(_ id: UInt64) {
-        guard let call = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
-        call.continuation.resume(throwing: CancellationError())
+        guard let call = state.withLock({ $0.settle(id, .failure(CancellationError())) }) else { return }
+        call.continuation.resume()
         sendCancel(id)
     }
 
@@ -241,7 +156,7 @@ package final class DirectLink: Sendable {
     private func sendCancel(_ id: UInt64) {
         var cancel = FrameBuilder(kind: .cancel)
         cancel.uint("id", id)
-        _ = write(cancel.finish(), byCaller: false)
+        _ = outbox.write(cancel.finish(), byCaller: false)
     }
 
     /// The supervisor takes the link back: no new calls; `answer` runs once the calls in flight
@@ -279,13 +194,13 @@ package final class DirectLink: Sendable {
             expire(now: now)
             sendReport(force: false, endedLink: nil)
             // Every whole reply read so far, then the calls their tasks wrote meanwhile in one write.
-            outgoing.withLock { $0.collecting = true }
+            outbox.startCollecting()
             do {
                 while try connection.nextReadFrame({ replied($0) }) != nil {}
             } catch {
                 break
             }
-            leaveCollected()
+            outbox.leaveCollected()
             let next = state.withLock { s in min(s.earliestDeadline, now + Self.reportIntervalNanoseconds) }
             let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
             let began = ProcessControl.monotonicNanoseconds()
@@ -299,7 +214,7 @@ package final class DirectLink: Sendable {
             if ready == 0 || (ready < 0 && errno == EINTR) { continue }
             guard let n = try? connection.readAvailable(), n > 0 else { break }
         }
-        outgoing.withLock { $0.collecting = false }
+        outbox.stopCollecting()
         end()
     }
 
@@ -307,11 +222,9 @@ package final class DirectLink: Sendable {
     private enum Polled { case caught, ended, nothing }
 
     /// Before the link's thread sleeps: reads without waiting for as long as its window says
-    /// (`SpinWindow`: while replies have come close together), when no other thread of this process
-    /// polls now (`PollingTurn`). A reply caught this way is read without waking this thread: on a virtual
-    /// machine an idle CPU has halted, and waking a sleeping thread there costs tens of
-    /// microseconds, a third of a lone call's time here (docs/benchmarks.md, "A lone call's reply
-    /// caught by polling").
+    /// (`SpinWindow`: while replies come close together) when no other thread of this process polls
+    /// (`PollingTurn`). A reply caught so wakes nobody: on a VM a sleeping thread's CPU halts, and its
+    /// wake-up costs a third of a lone call (docs/benchmarks.md, "A lone call's reply caught by polling").
     private func pollBriefly(_ spin: inout SpinWindow, from began: Int64) -> Polled {
         guard spin.currentNanoseconds > 0, PollingTurn.take() else { return .nothing }
         defer { PollingTurn.give() }
@@ -329,8 +242,9 @@ package final class DirectLink: Sendable {
     private func replied(_ bytes: UnsafeRawBufferPointer) {
         guard let env = try? Envelope.parse(bytes), env.kind == .reply, let id = env.id else { return }
         let now = ProcessControl.monotonicNanoseconds()
+        let outcome = HostCoding.answer(of: env, in: bytes).mapError { $0 as any Error }
         let (call, unlinkAnswer) = state.withLock { s -> (Call?, (@Sendable () -> Void)?) in
-            guard let call = s.waiting.removeValue(forKey: id) else { return (nil, nil) }
+            guard let call = s.settle(id, outcome) else { return (nil, nil) }
             s.tally.record(env.error == nil ? .ok : .error, nanoseconds: now - call.started)
             guard s.waiting.isEmpty, let answer = s.answerUnlink else { return (call, nil) }
             s.answerUnlink = nil
@@ -339,7 +253,7 @@ package final class DirectLink: Sendable {
         // Late (it timed out): dropped, as the supervisor drops a late reply.
         guard let call else { return }
         answered?(env.error == nil ? .ok : .error, now - call.started)
-        call.continuation.resume(with: HostCoding.answer(of: env, in: bytes).mapError { $0 as any Error })
+        call.continuation.resume()
         if let unlinkAnswer { finishUnlink(unlinkAnswer) }
     }
 
@@ -349,7 +263,7 @@ package final class DirectLink: Sendable {
             guard now >= s.earliestDeadline else { return ([], nil) }
             let late = s.waiting.filter { $0.value.deadline <= now }
             for (id, call) in late {
-                s.waiting[id] = nil
+                _ = s.settle(id, .failure(ErrorBody(.timeout, "\(target) did not answer call in time")))
                 s.tally.record(.timeout, nanoseconds: now - call.started)
             }
             s.earliestDeadline = s.waiting.values.lazy.map(\.deadline).min() ?? .max
@@ -359,7 +273,7 @@ package final class DirectLink: Sendable {
         }
         for (id, call) in late {
             answered?(.timeout, now - call.started)
-            call.continuation.resume(throwing: ErrorBody(.timeout, "\(target) did not answer call in time"))
+            call.continuation.resume()
             sendCancel(id)
         }
         if let unlinkAnswer { finishUnlink(unlinkAnswer) }
@@ -384,6 +298,7 @@ package final class DirectLink: Sendable {
         let (calls, unlinked, answer) = state.withLock { s -> ([Call], Bool, (@Sendable () -> Void)?) in
             s.closed = true
             let calls = Array(s.waiting.values)
+            for id in s.waiting.keys { s.outcomes[id] = .failure(ErrorBody(.unavailable, "the worker of \(target) ended before answering call")) }
             s.waiting = [:]
             for call in calls { s.tally.record(.unavailable, nanoseconds: now - call.started) }
             defer { s.answerUnlink = nil }
@@ -394,7 +309,7 @@ package final class DirectLink: Sendable {
         sendReport(force: true, endedLink: unlinked ? nil : number)
         for call in calls {
             answered?(.unavailable, now - call.started)
-            call.continuation.resume(throwing: ErrorBody(.unavailable, "the worker of \(target) ended before answering call"))
+            call.continuation.resume()
         }
         answer?()
         connection.close()
