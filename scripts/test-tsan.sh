@@ -37,7 +37,7 @@ done
 # 4. Where every instrumented process reports (files are written lazily: no file, no report).
 rm -rf "$reports"
 mkdir -p "$reports"
-options="log_path=$reports/tsan halt_on_error=0"
+options="log_path=$reports/tsan halt_on_error=0 suppressions=$root/scripts/tsan-suppressions.txt"
 export TSAN_OPTIONS="$options"
 # The Swift runtime's backtracer starts a helper from the crashing thread's signal handler, which
 # trips a CHECK in the TSan runtime; under TSan a crash is a plain signal, as in the workers.

@@ -51,19 +51,10 @@ package final class DirectLink: Sendable {
         var answerUnlink: (@Sendable () -> Void)?
         var unlinked = false
         var closed = false
-        /// Settled calls' outcomes, until their tasks take them (`send`).
-        var outcomes: [UInt64: Result<[UInt8], any Error>] = [:]
-
-        /// Takes call `id` out of `waiting` and leaves its outcome for its task.
-        mutating func settle(_ id: UInt64, _ outcome: Result<[UInt8], any Error>) -> Call? {
-            guard let call = waiting.removeValue(forKey: id) else { return nil }
-            outcomes[id] = outcome
-            return call
-        }
     }
 
     private struct Call {
-        let continuation: UnsafeContinuation<Void, Never>
+        let continuation: UnsafeContinuation<[UInt8], any Error>
         let started: Int64
         let deadline: Int64
     }
@@ -112,30 +103,22 @@ package final class DirectLink: Sendable {
         try await withTaskCancellationHandler {
             // Unsafe, not checked: each path below resumes it exactly once (the call is taken out of
             // `waiting` under the lock by whoever resumes it), without a checked one's allocation per call.
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<[UInt8], any Error>) in
                 // nil: not taken; else how many calls wait now, this one included.
                 let waiting = state.withLock { s -> Int? in
-                    guard !s.closed else { s.outcomes[id] = .failure(NotTaken()); return nil }
+                    guard !s.closed else { return nil }
                     let deadline = started + Int64(ms) * 1_000_000
                     s.waiting[id] = Call(continuation: continuation, started: started, deadline: deadline)
                     s.earliestDeadline = min(s.earliestDeadline, deadline)
                     return s.waiting.count
                 }
-                guard let waiting else { return continuation.resume() }
+                guard let waiting else { return continuation.resume(throwing: NotTaken()) }
                 if Task.isCancelled { return giveUp(id) }
                 if !outbox.write(bytes, byCaller: waiting == 1) {
                     // Never reached the worker: it goes through the supervisor instead.
-                    state.withLock({ $0.settle(id, .failure(NotTaken())) })?.continuation.resume()
+                    if let call = state.withLock({ $0.waiting.removeValue(forKey: id) }) { call.continuation.resume(throwing: NotTaken()) }
                 }
             }
-            // The outcome is handed over under the lock, not through the continuation: a resume that
-            // comes before the task awaits is ordered by the runtime in a way the thread sanitizer
-            // does not see (docs/testing.md, "What TSan cannot see here"), and a link that polls for
-            // replies resumes that early now and then.
-            guard let outcome = state.withLock({ $0.outcomes.removeValue(forKey: id) }) else {
-                throw ErrorBody(.unavailable, "the call to \(target) was settled without an outcome")
-            }
-            return try outcome.get()
         } onCancel: {
             giveUp(id)
         }
@@ -145,8 +128,8 @@ package final class DirectLink: Sendable {
     struct NotTaken: Error {}
 
     private func giveUp(_ id: UInt64) {
-        guard let call = state.withLock({ $0.settle(id, .failure(CancellationError())) }) else { return }
-        call.continuation.resume()
+        guard let call = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
+        call.continuation.resume(throwing: CancellationError())
         sendCancel(id)
     }
 
@@ -242,9 +225,8 @@ package final class DirectLink: Sendable {
     private func replied(_ bytes: UnsafeRawBufferPointer) {
         guard let env = try? Envelope.parse(bytes), env.kind == .reply, let id = env.id else { return }
         let now = ProcessControl.monotonicNanoseconds()
-        let outcome = HostCoding.answer(of: env, in: bytes).mapError { $0 as any Error }
         let (call, unlinkAnswer) = state.withLock { s -> (Call?, (@Sendable () -> Void)?) in
-            guard let call = s.settle(id, outcome) else { return (nil, nil) }
+            guard let call = s.waiting.removeValue(forKey: id) else { return (nil, nil) }
             s.tally.record(env.error == nil ? .ok : .error, nanoseconds: now - call.started)
             guard s.waiting.isEmpty, let answer = s.answerUnlink else { return (call, nil) }
             s.answerUnlink = nil
@@ -253,7 +235,7 @@ package final class DirectLink: Sendable {
         // Late (it timed out): dropped, as the supervisor drops a late reply.
         guard let call else { return }
         answered?(env.error == nil ? .ok : .error, now - call.started)
-        call.continuation.resume()
+        call.continuation.resume(with: HostCoding.answer(of: env, in: bytes).mapError { $0 as any Error })
         if let unlinkAnswer { finishUnlink(unlinkAnswer) }
     }
 
@@ -263,7 +245,7 @@ package final class DirectLink: Sendable {
             guard now >= s.earliestDeadline else { return ([], nil) }
             let late = s.waiting.filter { $0.value.deadline <= now }
             for (id, call) in late {
-                _ = s.settle(id, .failure(ErrorBody(.timeout, "\(target) did not answer call in time")))
+                s.waiting[id] = nil
                 s.tally.record(.timeout, nanoseconds: now - call.started)
             }
             s.earliestDeadline = s.waiting.values.lazy.map(\.deadline).min() ?? .max
@@ -273,7 +255,7 @@ package final class DirectLink: Sendable {
         }
         for (id, call) in late {
             answered?(.timeout, now - call.started)
-            call.continuation.resume()
+            call.continuation.resume(throwing: ErrorBody(.timeout, "\(target) did not answer call in time"))
             sendCancel(id)
         }
         if let unlinkAnswer { finishUnlink(unlinkAnswer) }
@@ -298,7 +280,6 @@ package final class DirectLink: Sendable {
         let (calls, unlinked, answer) = state.withLock { s -> ([Call], Bool, (@Sendable () -> Void)?) in
             s.closed = true
             let calls = Array(s.waiting.values)
-            for id in s.waiting.keys { s.outcomes[id] = .failure(ErrorBody(.unavailable, "the worker of \(target) ended before answering call")) }
             s.waiting = [:]
             for call in calls { s.tally.record(.unavailable, nanoseconds: now - call.started) }
             defer { s.answerUnlink = nil }
@@ -309,7 +290,7 @@ package final class DirectLink: Sendable {
         sendReport(force: true, endedLink: unlinked ? nil : number)
         for call in calls {
             answered?(.unavailable, now - call.started)
-            call.continuation.resume()
+            call.continuation.resume(throwing: ErrorBody(.unavailable, "the worker of \(target) ended before answering call"))
         }
         answer?()
         connection.close()
