@@ -204,8 +204,10 @@ final class PluginRuntime: Sendable {
                 return reply(id, error: PluginError.badRequest("\(method) answers with a stream: call it with \"stream\": true (supervisor call --stream, stream(...) in the host libraries, context.stream in a plugin)"))
             }
             let sender = StreamSender(id: id, runtime: self)
-            let input = ChunkReceiver(grant: { [weak self] n in
-                _ = self?.send(StreamFrames.credit(id: id, n: UInt64(n), input: true, into: [UInt8]()))
+            // Strong, as the stream's sender holds it: a weak reference would give the runtime a side
+            // table for good, and every later retain and release of it would take the slow path.
+            let input = ChunkReceiver(grant: { [self] n in
+                _ = send(StreamFrames.credit(id: id, n: UInt64(n), input: true, into: [UInt8]()))
             }, giveUp: {})
             streams.withLock { s in
                 s.answering[id] = sender
@@ -455,9 +457,10 @@ final class PluginRuntime: Sendable {
     func requestStream(target: String, method: String, params: Result<[UInt8], any Error>,
                        input: (@Sendable (StreamSender) async throws -> Void)?) -> ChunkReceiver {
         let id = nextID.add(1, ordering: .relaxed).newValue
-        let receiver = ChunkReceiver(grant: { [weak self] n in
-            _ = self?.send(StreamFrames.credit(id: id, n: UInt64(n), into: [UInt8]()))
-        }, giveUp: { [weak self] in self?.giveUpStream(id) })
+        // Strong (not weak: see handleCall's stream case); a stream's entries go when it ends.
+        let receiver = ChunkReceiver(grant: { [self] n in
+            _ = send(StreamFrames.credit(id: id, n: UInt64(n), into: [UInt8]()))
+        }, giveUp: { [self] in giveUpStream(id) })
         let encoded: [UInt8]
         switch params {
         case .failure(let error):
@@ -485,7 +488,7 @@ final class PluginRuntime: Sendable {
             return receiver
         }
         if let input, let feeder {
-            let task = Task { [weak self] in
+            let task = Task { [self] in
                 do {
                     try await input(feeder)
                     feeder.end()
@@ -493,7 +496,7 @@ final class PluginRuntime: Sendable {
                     // The call ended (or was given up) first.
                 } catch {
                     // The input itself failed: the call is given up, with the input's error.
-                    self?.giveUpStream(id)
+                    giveUpStream(id)
                     receiver.finish(.failure(error))
                 }
             }
