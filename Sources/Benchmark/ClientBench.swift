@@ -16,20 +16,12 @@ enum ClientBench {
     }
 
     /// A client without direct links (`directLinks: false`): its calls' latency through the
-    /// supervisor, where its reader's polling for the reply shows (`linkPollMicroseconds`).
+    /// supervisor, the path a program's calls take before (or without) a link.
     static func throughSupervisor(socket: String, calls: Int) throws -> Samples {
         try waitFor {
-            let client = try await SupervisorClient.connect(socket: socket, directLinks: false,
-                                                            linkPollMicroseconds: linkPollMicroseconds ?? SupervisorClient.defaultLinkPollMicroseconds)
+            let client = try await SupervisorClient.connect(socket: socket, directLinks: false)
             defer { client.close() }
-            for _ in 0..<500 { _ = try await client.callJSON("bench.callee", "ping", params: nil) }
-            var latency = Samples()
-            for _ in 0..<calls {
-                let t0 = now()
-                _ = try await client.callJSON("bench.callee", "ping", params: nil)
-                latency.add(now() - t0)
-            }
-            return latency
+            return try await EmbeddedHostBench.latencies(calls) { _ = try await client.callJSON("bench.callee", "ping", params: nil) }
         }
     }
 

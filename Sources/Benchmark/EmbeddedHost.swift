@@ -25,6 +25,25 @@ struct EmbeddedHostFigures {
 }
 
 enum EmbeddedHostBench {
+    /// 500 calls to warm up, then `calls` one at a time, each timed.
+    static func latencies(_ calls: Int, _ call: () async throws -> Void) async throws -> Samples {
+        for _ in 0..<500 { try await call() }
+        var latency = Samples()
+        latency.values.reserveCapacity(calls)
+        for _ in 0..<calls {
+            let t0 = now()
+            try await call()
+            latency.add(now() - t0)
+        }
+        return latency
+    }
+
+    /// µs of `process`'s CPU per call over `calls` calls since `before` (`cpuSeconds`).
+    static func perCall(_ process: Int32?, since before: Double?, calls: Int) -> Double? {
+        guard let process, let before, let after = cpuSeconds(process) else { return nil }
+        return (after - before) / Double(calls) * 1e6
+    }
+
     /// Runs on tasks of its own; the benchmark's sections are sequential code, so this one waits.
     static func run(rig: Rig, calls: Int) throws -> EmbeddedHostFigures {
         let folder = try rig.plugins("host", count: 0, extra: ["bench.callee"])
@@ -59,14 +78,7 @@ enum EmbeddedHostBench {
     /// A program's calls (`call`): 500 to warm up, then `calls` one at a time for the latency, then
     /// 1, 16 and 64 tasks each calling in a loop; `cpuOf`'s and `worker`'s CPU per call at 64 in flight.
     static func measureCalls(_ calls: Int, cpuOf pid: Int32, worker: Int32?, _ call: @escaping @Sendable () async throws -> Void) async throws -> EmbeddedHostFigures {
-        for _ in 0..<500 { try await call() }
-        var latency = Samples()
-        latency.values.reserveCapacity(calls)
-        for _ in 0..<calls {
-            let t0 = now()
-            try await call()
-            latency.add(now() - t0)
-        }
+        let latency = try await latencies(calls, call)
         var throughput: [Int: Double] = [:]
         var cpu64 = 0.0
         var workerCPU64: Double?
@@ -87,15 +99,10 @@ enum EmbeddedHostBench {
                 try await group.waitForAll()
             }
             throughput[inFlight] = Double(count) / (Double(now() - t0) / 1e9)
-            /// µs of `process`'s CPU per call since `before`.
-            func perCall(_ process: Int32?, since before: Double?) -> Double? {
-                guard let process, let before, let after = cpuSeconds(process) else { return nil }
-                return (after - before) / Double(count) * 1e6
-            }
-            if inFlight == 1 { programCPU1 = perCall(getpid(), since: programBefore) ?? 0 }
+            if inFlight == 1 { programCPU1 = perCall(getpid(), since: programBefore, calls: count) ?? 0 }
             if inFlight == 64 {
-                cpu64 = perCall(pid, since: cpuBefore) ?? cpu64
-                workerCPU64 = perCall(worker, since: workerBefore)
+                cpu64 = perCall(pid, since: cpuBefore, calls: count) ?? cpu64
+                workerCPU64 = perCall(worker, since: workerBefore, calls: count)
             }
         }
         let paced = 500
@@ -104,7 +111,7 @@ enum EmbeddedHostBench {
             try await Task.sleep(for: .milliseconds(1))
             try await call()
         }
-        let pacedCPU = pacedBefore.flatMap { before in cpuSeconds(getpid()).map { ($0 - before) / Double(paced) * 1e6 } } ?? 0
+        let pacedCPU = perCall(getpid(), since: pacedBefore, calls: paced) ?? 0
         return EmbeddedHostFigures(latency: latency, throughput: throughput, hostCPUPerCall64: cpu64, workerCPUPerCall64: workerCPU64,
                                    programCPUPerCall1: programCPU1, programCPUPerPacedCall: pacedCPU)
     }

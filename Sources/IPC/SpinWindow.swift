@@ -38,8 +38,8 @@ public struct SpinWindow: Sendable, Equatable {
     }
 }
 
-/// Which thread of this process may poll a socket now: at most one at a time (a link's thread,
-/// a client's reader, a worker's I/O thread), so a program reading many sockets keeps at most one
+/// Which thread of this process may poll a socket now: at most one at a time (a program's direct
+/// link's thread, a worker's I/O thread with `workerSpinMicroseconds`), so a program reading many sockets keeps at most one
 /// CPU busy polling, as Go's runtime limits its spinning threads. A thread that does not get the
 /// turn sleeps at once.
 public enum PollingTurn {
@@ -55,4 +55,3 @@ public enum PollingTurn {
         taken.store(false, ordering: .releasing)
     }
 }
-

@@ -64,7 +64,8 @@ extension PluginHost {
         /// sleeps, at most: adapted to how close together replies come (0 while they are far apart),
         /// and one link's thread of the program at a time. It saves a lone call the wake-up of a
         /// sleeping thread (docs/host.md, "The path of a call"), for up to this much of one CPU
-        /// after each reply while calls follow each other closely; 0: never poll.
+        /// after each reply while calls follow each other closely; 0: never poll (at most
+        /// `SupervisorClient.maxLinkPollMicroseconds`, 10 ms).
         public var linkPollMicroseconds = SupervisorClient.defaultLinkPollMicroseconds
 
         /// The folder of `plugin-worker`, `plugin-forkserver`, `libPluginWorkerCore.so` and

@@ -35,10 +35,9 @@ package final class DirectLink: Sendable {
     /// Hears each settled call's outcome and duration as it is settled (an embedded host's
     /// swift-metrics timer), beside the counts reported to the supervisor.
     private let answered: (@Sendable (CallHop.Outcome, Int64) -> Void)?
-    /// How long the link's thread polls for the next reply before it sleeps, at most (`pollBriefly`).
+    /// How long the link's thread polls for the next reply before it sleeps, at most (`pollBriefly`;
+    /// `SupervisorClient.defaultLinkPollMicroseconds`, within 0…`maxLinkPollMicroseconds`).
     private let pollMicroseconds: Int
-    /// Its default: a little more than a lone call's time here (the next call's reply is caught).
-    package static let defaultPollMicroseconds = 50
 
     private struct State {
         var waiting: [UInt64: Call] = [:]
@@ -63,7 +62,7 @@ package final class DirectLink: Sendable {
 
     package init(number: UInt64, target: String, timeoutMs: Int, fd: Int32,
          report: @escaping @Sendable (CallHop.LinkCalls) -> Void, ended: @escaping @Sendable (DirectLink) -> Void,
-         answered: (@Sendable (CallHop.Outcome, Int64) -> Void)? = nil, pollMicroseconds: Int = DirectLink.defaultPollMicroseconds) {
+         answered: (@Sendable (CallHop.Outcome, Int64) -> Void)? = nil, pollMicroseconds: Int) {
         self.number = number
         self.target = target
         targetJSON = JSONEscaping.quoted(target)
@@ -74,7 +73,7 @@ package final class DirectLink: Sendable {
         self.report = report
         self.ended = ended
         self.answered = answered
-        self.pollMicroseconds = max(0, pollMicroseconds)
+        self.pollMicroseconds = min(max(0, pollMicroseconds), SupervisorClient.maxLinkPollMicroseconds)
         Threads.start(name: "client-link") { [self] in run() }
     }
 

@@ -31,10 +31,16 @@ public final class SupervisorClient: Sendable {
     /// Whether calls to a plugin go over a direct link to its worker once the supervisor has
     /// checked one (one hop; docs/protocol.md "Direct links for clients").
     public let directLinks: Bool
-    /// How long a direct link's thread polls for the next reply before it sleeps, at most (`connect`).
+    /// How long a direct link's thread polls for the next reply before it sleeps, at most, as
+    /// `connect` was told (its links keep it within 0…`maxLinkPollMicroseconds`).
     public let linkPollMicroseconds: Int
-    /// `linkPollMicroseconds` unless `connect` is told otherwise (and `PluginHost.Configuration`'s).
-    public static let defaultLinkPollMicroseconds = DirectLink.defaultPollMicroseconds
+    /// `linkPollMicroseconds` unless `connect` is told otherwise (and `PluginHost.Configuration`'s):
+    /// a little more than a lone call's time here, so the reply of a call made right after the last
+    /// one is caught.
+    public static let defaultLinkPollMicroseconds = 50
+    /// The longest a link's thread polls, whatever it is told (a negative value is 0): longer than
+    /// any wake-up it could save.
+    public static let maxLinkPollMicroseconds = 10_000
     /// Behind a pthread mutex (`Locked`), which the thread sanitizer sees (it does not see `Mutex`'s futex on Linux).
     let state = Locked(State())
     /// Its direct links, by plugin (DirectLinks.swift).
@@ -100,7 +106,8 @@ public final class SupervisorClient: Sendable {
     /// `<home>/supervisor.sock` (`home`, else `$SUPERVISOR_HOME`, else the default home), waiting
     /// up to `wait` for one that is starting. `linkPollMicroseconds`: how long a direct link's thread
     /// polls for the next reply before it sleeps, at most (adapted to how close together replies
-    /// come, one link's thread of the program at a time: docs/host.md, "The path of a call"); 0: never.
+    /// come, one link's thread of the program at a time: docs/host.md, "The path of a call"); 0: never,
+    /// at most `maxLinkPollMicroseconds`.
     public static func connect(home: String? = nil, socket: String? = nil, wait: Duration = .seconds(5),
                                directLinks: Bool = true,
                                linkPollMicroseconds: Int = SupervisorClient.defaultLinkPollMicroseconds) async throws -> SupervisorClient {

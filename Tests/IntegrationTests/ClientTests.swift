@@ -474,8 +474,8 @@ struct ClientTests {
         try await waitUntil("a link to the new worker") { client.linkedPlugins == ["c.f"] }
     }
 
-    @Test("a link's thread that polls for replies before it sleeps (5 ms here, 0: never): calls one after another are answered either way, and a worker killed while calls flow ends the link whether its thread polls or sleeps: calls in flight fail unavailable, the next are answered and a new link follows",
-          arguments: [5_000, 0])
+    @Test("a link's thread that polls for replies before it sleeps (5 ms here, 0: never; Int.max and -1 are kept to 10 ms and 0, not an overflow): calls one after another are answered either way, and a worker killed while calls flow ends the link whether its thread polls or sleeps: calls in flight fail unavailable, the next are answered and a new link follows",
+          arguments: [5_000, 0, Int.max, -1])
     func linkPolling(microseconds: Int) async throws {
         let w = try TestWorld()
         try w.bundle("c.p")
