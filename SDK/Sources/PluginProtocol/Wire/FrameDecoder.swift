@@ -109,10 +109,14 @@ struct ByteAccumulator: FrameInput, Sendable {
             writeIndex = live
         }
         if bytes.count - writeIndex < count {
-            // A new array (a memset, fast in every build) and one copy of what is held: appending
-            // a repeated element walks it generically, element by element, which unoptimised and
-            // thread-sanitised builds take seconds over for 256 KiB.
-            var grown = [UInt8](repeating: 0, count: max(writeIndex + count, bytes.count * 2))
+            // A new array left unwritten, and one copy of what is held. Not zeroed: the room past
+            // `writeIndex` is only ever written (by a read or a copy) before it is read, and zeroing
+            // it touched every page of it at once (a 256 KiB read buffer was 64 page faults and
+            // 256 KiB of memory in every worker's start, whether or not a large frame ever came).
+            // Not grown by appending a repeated element either: that walks it generically, element
+            // by element, which unoptimised and thread-sanitised builds take seconds over.
+            let size = max(writeIndex + count, bytes.count * 2)
+            var grown = [UInt8](unsafeUninitializedCapacity: size) { _, initialized in initialized = size }
             let held = writeIndex
             if held > 0 {
                 grown.withUnsafeMutableBytes { to in bytes.withUnsafeBytes { from in to.copyMemory(from: UnsafeRawBufferPointer(rebasing: from[0..<held])) } }
