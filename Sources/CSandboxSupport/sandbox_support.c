@@ -44,9 +44,19 @@ int cws_landlock_create(uint64_t handled_fs, uint64_t handled_net, uint64_t scop
     return fd >= 0 ? (int)fd : -errno;
 }
 
-int cws_landlock_allow_path(int ruleset, const char *path, uint64_t access) {
+int cws_landlock_allow_path(int ruleset, const char *path, uint64_t access, uint64_t file_access, int *opened) {
+    *opened = 0;
     int fd = open(path, O_PATH | O_CLOEXEC);
     if (fd < 0) return -errno;
+    *opened = 1;
+    /* What it is, from the descriptor: one walk of the path, not a stat and an open. */
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    if (!S_ISDIR(st.st_mode)) access &= file_access;
     struct cws_path_beneath_attr attr = { access, fd };
     long rc = syscall(__NR_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &attr, 0U);
     int err = rc == 0 ? 0 : -errno;

@@ -57,15 +57,14 @@ public enum Landlock {
             let execute = rule.executable ?? executable
             var access = rule.writable ? fs : (readOnly & fs)
             if !execute { access &= ~CWS_LL_FS_EXECUTE }
-            var st = stat()
-            if stat(rule.path, &st) != 0 {
-                if rule.required { close(ruleset); throw failure("stat", errno, rule.path) }
-                continue
-            }
-            if (st.st_mode & S_IFMT) != S_IFDIR { access &= fileRights }
-            let rc = cws_landlock_allow_path(ruleset, rule.path, access)
+            // A file gets only the rights a file can have (the rest are refused for one).
+            var opened: Int32 = 0
+            let rc = cws_landlock_allow_path(ruleset, rule.path, access, fileRights, &opened)
             if rc != 0 {
-                if rule.required || rc != -ENOENT { close(ruleset); throw failure("landlock_add_rule", -rc, rule.path) }
+                // A path that is not there is left out, unless the rule requires it.
+                if opened == 0 && !rule.required { continue }
+                close(ruleset)
+                throw failure(opened == 0 ? "open" : "landlock_add_rule", -rc, rule.path)
             }
         }
         let rc = cws_landlock_restrict(ruleset)

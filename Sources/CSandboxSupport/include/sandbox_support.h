@@ -28,8 +28,10 @@ static const uint64_t CWS_LL_SCOPE_SIGNAL = 0x2ULL;  /* ABI 6 */
 
 /* landlock_create_ruleset; returns the ruleset fd or -errno. `scoped` needs ABI 6, `net` ABI 4. */
 int cws_landlock_create(uint64_t handled_fs, uint64_t handled_net, uint64_t scoped);
-/* Adds a path-beneath rule for `path` (opened O_PATH). Returns 0 or -errno. */
-int cws_landlock_allow_path(int ruleset, const char *path, uint64_t access);
+/* Adds a path-beneath rule for `path` (opened O_PATH): `access`, or only `access & file_access`
+   when it is not a folder. Returns 0 or -errno; `opened` says whether the path could be opened
+   (0: it is missing or unreachable, and the errno is open's). */
+int cws_landlock_allow_path(int ruleset, const char *path, uint64_t access, uint64_t file_access, int *opened);
 /* landlock_restrict_self, then closes the ruleset. Returns 0 or -errno. */
 int cws_landlock_restrict(int ruleset);
 
