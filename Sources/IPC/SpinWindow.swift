@@ -39,9 +39,9 @@ public struct SpinWindow: Sendable, Equatable {
 }
 
 /// Which thread of this process may poll a socket now: at most one at a time (a program's direct
-/// link's thread, a worker's I/O thread with `workerSpinMicroseconds`), so a program reading many sockets keeps at most one
-/// CPU busy polling, as Go's runtime limits its spinning threads. A thread that does not get the
-/// turn sleeps at once.
+/// link's thread, a worker's I/O thread with `workerSpinMicroseconds`), so a program reading many
+/// sockets keeps at most one CPU busy polling, as Go's runtime limits its spinning threads. A
+/// thread that does not get the turn sleeps at once.
 public enum PollingTurn {
     private static let taken = Atomic<Bool>(false)
 
