@@ -128,7 +128,7 @@ extension PluginHost {
     /// link carries no descriptors.
     public func callBytes<P: Encodable>(_ target: String, _ method: String, _ params: P, timeout: Duration? = nil) async throws -> AttachedBytes {
         let json = try HostCoding.encode(params, for: "\(target).\(method)")
-        let frame = Self.callFrame(target, method, params: json, timeout: timeout)
+        var frame = Self.callFrame(target, method, params: json, timeout: timeout)
         let received = Locked<Supervisor.HostBytes?>(nil)
         let result: [UInt8]
         do {

@@ -159,7 +159,8 @@ public final class PluginHost: Service, Sendable {
         if let link = links.link(to: target), let answer = try await link.call(method: method, params: params, timeout: timeout) {
             return answer
         }
-        let answer = try await request(Self.callFrame(target, method, params: params, timeout: timeout).finish())
+        var frame = Self.callFrame(target, method, params: params, timeout: timeout)
+        let answer = try await request(frame.finish())
         askForLink(to: target)
         return answer
     }

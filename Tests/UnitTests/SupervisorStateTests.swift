@@ -252,6 +252,29 @@ import Testing
 }
 
 @Suite struct WireTests {
+    /// A frame is written into the storage it was given and handed back in it: no copy on the way
+    /// in (the encoder holds the only reference) nor out (`finish` moves the sink out). A copy
+    /// here is an allocation on every frame a worker or the supervisor sends.
+    @Test func framesAreBuiltInTheStorageGivenAndHandedBackWithoutACopy() {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(256)
+        let storage = bytes.withUnsafeBufferPointer { UnsafeRawPointer($0.baseAddress) }
+        var array = FrameBuilder(kind: .reply, into: consume bytes)
+        array.uint("id", 7)
+        array.raw("result", Array("1".utf8))
+        let frame = array.finish()
+        #expect(frame.withUnsafeBufferPointer { UnsafeRawPointer($0.baseAddress) } == storage)
+        #expect(String(decoding: frame[4...], as: UTF8.self) == #"{"type":"reply","id":7,"result":1}"#)
+
+        let buffer = ByteBufferAllocator().buffer(capacity: 256)
+        let nioStorage = buffer.withVeryUnsafeBytes { $0.baseAddress }
+        var nio = FrameEncoder(kind: .reply, into: consume buffer)
+        nio.uint("id", 7)
+        let sent = nio.finish()
+        #expect(sent.withVeryUnsafeBytes { $0.baseAddress } == nioStorage)
+        #expect(sent.readableBytes == frame.count - 11)
+    }
+
     /// The supervisor's frames are encoded into NIO buffers and parsed from them by the same
     /// FrameParser the blocking readers use: byte-for-byte the frames the array encoder makes.
     @Test func byteBufferAndArrayEncodersAgreeAndOneParserReadsBoth() throws {

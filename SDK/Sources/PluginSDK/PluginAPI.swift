@@ -158,22 +158,35 @@ enum Coding {
     }
 
     /// Another plugin's answer as the type its caller asked for, or an error that names both sides.
-    static func decodeResult<T: Decodable>(_ type: T.Type, _ raw: [UInt8]?, of what: String) throws -> T {
+    /// `what` names the call in an error only: built when the result does not decode, not on every
+    /// call (an interpolated name is a heap string per call).
+    static func decodeResult<T: Decodable>(_ type: T.Type, _ raw: [UInt8]?, of what: @autoclosure () -> String) throws -> T {
+        try raw.withUnsafeBytesOrNil { try decodeResult(T.self, json: $0, of: what) }
+    }
+
+    /// The same, of an answer's result as it was copied out of the reply (nil: none).
+    static func decodeResult<T: Decodable>(_ type: T.Type, _ raw: SmallBytes?, of what: @autoclosure () -> String) throws -> T {
+        guard let raw else { return try decodeResult(T.self, json: nil, of: what) }
+        return try raw.withUnsafeBytes { try decodeResult(T.self, json: $0, of: what) }
+    }
+
+    /// The result's JSON (nil: none, read as `null`).
+    static func decodeResult<T: Decodable>(_ type: T.Type, json raw: UnsafeRawBufferPointer?, of what: () -> String) throws -> T {
         if T.self == Empty.self { return Empty() as! T }
-        let bytes = raw ?? Array("null".utf8)
-        if let plain: T = bytes.withUnsafeBytes({ Plain.decode($0) }) { return plain }
+        guard let bytes = raw else { return try Array("null".utf8).withUnsafeBytes { try decodeResult(T.self, json: $0, of: what) } }
+        if let plain: T = Plain.decode(bytes) { return plain }
         do {
             return try JSONDecoder().decode(T.self, from: Data(bytes))
         } catch let error as DecodingError {
             let text = String(decoding: bytes.prefix(120), as: UTF8.self) + (bytes.count > 120 ? "…" : "")
-            throw PluginError(.pluginError, "the result of \(what) is not a \(T.self): \(Coding.describe(error)); it was \(text)")
+            throw PluginError(.pluginError, "the result of \(what()) is not a \(T.self): \(Coding.describe(error)); it was \(text)")
         }
     }
 
     /// One element of a stream: raw bytes as they came for `Bytes` (a chunk of bytes), else its JSON.
-    static func streamElement<T: Decodable>(_ type: T.Type, _ raw: [UInt8], of what: String) throws -> T {
+    static func streamElement<T: Decodable>(_ type: T.Type, _ raw: [UInt8], of what: @autoclosure () -> String) throws -> T {
         if T.self == Bytes.self { return Bytes(raw) as! T }
-        return try decodeResult(T.self, raw, of: what)
+        return try decodeResult(T.self, raw, of: what())
     }
 
     static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {

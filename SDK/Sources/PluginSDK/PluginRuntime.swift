@@ -30,7 +30,7 @@ final class PluginRuntime: Sendable {
     /// The `traceparent` of the call or open an async handler is handling (SPEC §3): a call this
     /// plugin makes while handling it carries it on, so the trace follows the request through every
     /// plugin it touches.
-    @TaskLocal static var taskTraceparent: String?
+    @TaskLocal static var taskTraceparent: CarriedTrace?
 
     /// The bytes attached to the message being decoded (`Bytes.init(from:)`): a call's, while its
     /// handler runs; an answer's, while it is decoded.
@@ -38,7 +38,8 @@ final class PluginRuntime: Sendable {
 
     /// An answer to one of this plugin's calls: its result and the bytes it brought.
     struct Answer: Sendable {
-        var result: [UInt8]?
+        /// Its result's JSON, copied out of the reply (inline when small).
+        var result: SmallBytes?
         var attachments: [Bytes]?
     }
 
@@ -53,7 +54,7 @@ final class PluginRuntime: Sendable {
 
     /// The traceparent of the request being handled by this task or, in a sync handler, this thread.
     static var traceparent: String? {
-        if let t = taskTraceparent { return t }
+        if let t = taskTraceparent { return t.text }
         guard let raw = pthread_getspecific(syncTraceKey) else { return nil }
         let bytes = raw.assumingMemoryBound(to: UnsafeRawBufferPointer.self).pointee
         return Envelope.string(bytes, 0..<bytes.count)
@@ -134,7 +135,7 @@ final class PluginRuntime: Sendable {
                     ?? ErrorBody(.pluginError, "malformed error")
                 continuation.resume(throwing: PluginError(code: body.code, message: body.message))
             } else {
-                continuation.resume(returning: Answer(result: env.result.map { Array(bytes[$0]) },
+                continuation.resume(returning: Answer(result: env.result.map { SmallBytes(UnsafeRawBufferPointer(rebasing: bytes[$0])) },
                                                       attachments: env.attachments == nil ? nil : Attached.read(env, in: bytes)))
             }
         case .cancel:
@@ -196,7 +197,7 @@ final class PluginRuntime: Sendable {
             } catch {
                 return reply(id, error: error)
             }
-            run(id, Envelope.string(bytes, env.traceparent), execution, work)
+            run(id, CarriedTrace(bytes, env.traceparent), execution, work)
         case .bytes(let body):
             runBytes(id, env, bytes, attached, body)
         case .stream(let body):
@@ -220,7 +221,7 @@ final class PluginRuntime: Sendable {
                 input.finish(.success(()))
             }
             let params = env.params.map { Array(bytes[$0]) }
-            run(id, Envelope.string(bytes, env.traceparent), .task, attached: attached) { [self] in
+            run(id, CarriedTrace(bytes, env.traceparent), .task, attached: attached) { [self] in
                 defer {
                     streams.withLock { s in
                         s.answering[id] = nil
@@ -237,7 +238,7 @@ final class PluginRuntime: Sendable {
     private func runBytes(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ attached: [Bytes]?,
                           _ body: @escaping @Sendable ([UInt8]?) async throws -> Bytes) {
         let params = env.params.map { Array(bytes[$0]) }
-        let trace = Envelope.string(bytes, env.traceparent)
+        let trace = CarriedTrace(bytes, env.traceparent)
         // Inserted under the lock the task's own clean-up takes, so clean-up never runs first.
         running.withLock { table in
             table[id] = Task { [self] in
@@ -289,42 +290,21 @@ final class PluginRuntime: Sendable {
         } catch {
             return reply(id, error: error)
         }
-        run(id, Envelope.string(bytes, env.traceparent), execution, work)
+        run(id, CarriedTrace(bytes, env.traceparent), execution, work)
     }
 
     /// Runs an async handler on its own task, tracked by call id so a `cancel` can reach it; an
     /// inline one prefers the delivering thread (`DeliveryExecutor`). `attached`: bytes the
     /// handler reads itself (a stream method's, whose params it decodes on the task).
-    private func run(_ id: UInt64, _ trace: String?, _ execution: MethodExecution, attached: [Bytes]? = nil,
+    private func run(_ id: UInt64, _ trace: CarriedTrace?, _ execution: MethodExecution, attached: [Bytes]? = nil,
                      _ work: @escaping PluginAPI.AsyncWork) {
-        // `finished` runs once the call is settled, before its reply goes (an inline method gives
-        // the executor back there: the next call may arrive as soon as the reply is written).
-        let body: @Sendable (_ finished: () -> Void) async -> Void = { [self] finished in
-            let outcome: Result<any MethodResult, any Error>
-            do {
-                // Task-local values only where there is one to bind (each binding is a record on
-                // the task).
-                switch (trace, attached) {
-                case (nil, nil): outcome = .success(try await work())
-                case (let trace?, nil): outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await work() })
-                case (_, let attached?):
-                    outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await Self.$attachments.withValue(attached) { try await work() } })
-                }
-            } catch { outcome = .failure(error) }
-            running.withLock { _ = $0.removeValue(forKey: id) }
-            finished()
-            // A cancelled call was already answered by the supervisor (timeout, caller gone).
-            if Task.isCancelled { return }
-            switch outcome {
-            case .success(let result): replyWriting(id) { try Coding.append(result, to: &$0) }
-            case .failure(let error): reply(id, error: error)
-            }
-        }
+        // Each task's closure captures what `answer` needs, not a closure of its own around it:
+        // one closure context per call instead of two.
         // Insert under the lock that the task's own clean-up takes, so clean-up never runs first.
         running.withLock { table in
             switch execution {
             case .task:
-                table[id] = Task { await body {} }
+                table[id] = Task { [self] in await answer(id, trace, attached, work) {} }
             case .inline:
                 // Inline when nothing else of this plugin's runs (a lone call, where the hops are
                 // the latency), one at a time; calls that overlap others are ordinary tasks (in
@@ -332,11 +312,37 @@ final class PluginRuntime: Sendable {
                 // threads, whose deliveries are serialised).
                 let executor = DeliveryExecutor.shared
                 if table.isEmpty, executor.claim() {
-                    table[id] = Task(executorPreference: executor) { await body(executor.release) }
+                    table[id] = Task(executorPreference: executor) { [self] in await answer(id, trace, attached, work, finished: executor.release) }
                 } else {
-                    table[id] = Task { await body {} }
+                    table[id] = Task { [self] in await answer(id, trace, attached, work) {} }
                 }
             }
+        }
+    }
+
+    /// Runs an async handler's work on its task and answers the call. `finished` runs once the
+    /// call is settled, before its reply goes (an inline method gives the executor back there: the
+    /// next call may arrive as soon as the reply is written).
+    private func answer(_ id: UInt64, _ trace: CarriedTrace?, _ attached: [Bytes]?, _ work: PluginAPI.AsyncWork,
+                        finished: () -> Void) async {
+        let outcome: Result<any MethodResult, any Error>
+        do {
+            // Task-local values only where there is one to bind (each binding is a record on the
+            // task).
+            switch (trace, attached) {
+            case (nil, nil): outcome = .success(try await work())
+            case (let trace?, nil): outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await work() })
+            case (_, let attached?):
+                outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await Self.$attachments.withValue(attached) { try await work() } })
+            }
+        } catch { outcome = .failure(error) }
+        running.withLock { _ = $0.removeValue(forKey: id) }
+        finished()
+        // A cancelled call was already answered by the supervisor (timeout, caller gone).
+        if Task.isCancelled { return }
+        switch outcome {
+        case .success(let result): replyWriting(id) { try Coding.append(result, to: &$0) }
+        case .failure(let error): reply(id, error: error)
         }
     }
 
@@ -418,16 +424,20 @@ final class PluginRuntime: Sendable {
     private func request(kind: MessageKind, target: String?, method: String?, uri: String?, hasParams: Bool,
                          params: (inout [UInt8]) throws -> [Bytes]) async throws -> Answer {
         let id = nextID.add(1, ordering: .relaxed).newValue
-        var b = FrameBuilder(kind: kind)
+        // Built in the thread's reusable buffer, as replies are: `send` copies the frame, and the
+        // buffer is given back before this task suspends (the continuation's body runs at once, on
+        // this thread).
+        let scratch = ScratchFrame.current
+        var b = FrameBuilder(kind: kind, into: scratch.take())
         b.uint("id", id)
         if let target { b.string("target", target) }
         if let method { b.string("method", method) }
         var attachments: [Bytes] = []
         if hasParams { try b.value("params") { attachments = try params(&$0) } }
         if let uri { b.string("uri", uri) }
-        if let trace = Self.taskTraceparent { b.string("traceparent", trace) }
+        if let trace = Self.taskTraceparent { trace.withJSON { b.raw("traceparent", $0) } }
         var made: [Bytes.Owned] = []
-        let frame: [UInt8]
+        var frame: [UInt8]
         if attachments.isEmpty {
             frame = b.finish()
         } else {
@@ -435,11 +445,15 @@ final class PluginRuntime: Sendable {
             made = memfds
             frame = tail.withUnsafeBytes { b.finish(tail: $0) }
         }
+        // The encoder shares the frame's storage until it goes: gone now, not at the end of this
+        // function after the await, so the buffer given back below is the thread's alone.
+        _ = consume b
         // Unsafe, not checked: the table is the continuation's one owner, and every path resumes
         // it once (the answer, a failed send, the shutdown), under its lock.
         return try await withUnsafeThrowingContinuation { continuation in
             pending.withLock { $0[id] = continuation }
             let rc = send(frame)
+            scratch.give(&frame)
             // The memfds made here are the worker's to pass on once `send` returns.
             withExtendedLifetime(made) {}
             if rc != 0 {
@@ -475,7 +489,7 @@ final class PluginRuntime: Sendable {
         b.raw("params", encoded)
         b.flag("stream")
         if input != nil { b.flag("input") }
-        if let trace = Self.taskTraceparent { b.string("traceparent", trace) }
+        if let trace = Self.taskTraceparent { trace.withJSON { b.raw("traceparent", $0) } }
         let feeder = input.map { _ in StreamSender(id: id, input: true, runtime: self) }
         streams.withLock { s in
             s.awaiting[id] = receiver

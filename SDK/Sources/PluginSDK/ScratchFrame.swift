@@ -2,10 +2,11 @@
 import Glibc
 #endif
 
-/// A thread's reusable buffer for the reply frames it builds (`PluginRuntime.replyWriting`): the
-/// worker copies a frame when it is sent, so the next reply built on this thread can reuse the
-/// same storage, and an answered call costs no allocation for its frame. Touched only by its own
-/// thread (a thread-specific value).
+/// A thread's reusable buffer for the frames it builds and sends (`PluginRuntime.replyWriting`, a
+/// reply; `request`, a call): the worker copies a frame when it is sent, so the next frame built
+/// on this thread can reuse the same storage, and neither costs an allocation for its frame.
+/// Touched only by its own thread (a thread-specific value): taken and given back with no
+/// suspension between.
 final class ScratchFrame {
     private var bytes: [UInt8] = []
 

@@ -22,8 +22,8 @@ final class LinksThread {
     var hop = CallHop()
     /// Each open link's reader, by its socket: made on the link's first poll (`reader`), dropped when it is gone.
     var readers: [ObjectIdentifier: LinkReader] = [:]
-    /// The buffer a call that came over a link is forwarded into the plugin in, kept from one call
-    /// to the next (the plugin has the bytes only during `receive`: docs/abi.md).
+    /// The buffer a call or a reply that came over a link is rebuilt in for the plugin, kept from
+    /// one to the next (the plugin has the bytes only during `receive`: docs/abi.md).
     private var forwardBuffer: [UInt8] = []
     /// This worker's identifier as the bytes a call over a link names it with.
     private let identifierBytes: [UInt8]
@@ -200,12 +200,32 @@ final class LinksThread {
         }
         // Rebuilt as the supervisor rebuilds a reply (Router.replyFrame): the plugin gets only
         // `type`, its id, the answer and its bytes, whatever else the callee's side wrote.
-        var reply = FrameBuilder(kind: .reply, capacity: body.count + 16)
+        var reply = FrameBuilder(kind: .reply, into: keptBuffer(capacity: body.count + 48))
         reply.uint("id", id)
         reply.answer(of: env, in: body)
-        guard let attached else { return host.deliver(frame: reply.finish()) }
-        reply.attachments(attached)
-        host.deliver(frame: env.tail.map { reply.finish(tail: UnsafeRawBufferPointer(rebasing: body[$0])) } ?? reply.finish(tail: UnsafeRawBufferPointer(start: nil, count: 0)))
+        let frame: [UInt8]
+        if let attached {
+            reply.attachments(attached)
+            frame = reply.finish(tail: env.tail.map { UnsafeRawBufferPointer(rebasing: body[$0]) } ?? UnsafeRawBufferPointer(start: nil, count: 0))
+        } else {
+            frame = reply.finish()
+        }
+        host.deliver(frame: frame)
+        keep(frame)
+    }
+
+    /// The kept buffer (`forwardBuffer`), empty, with room for `capacity` bytes; `keep` gives it back.
+    private func keptBuffer(capacity: Int) -> [UInt8] {
+        var bytes: [UInt8] = []
+        swap(&bytes, &forwardBuffer)
+        bytes.removeAll(keepingCapacity: true)
+        bytes.reserveCapacity(capacity)
+        return bytes
+    }
+
+    /// Keeps a delivered frame's storage for the next one (not one grown past 64 KiB).
+    private func keep(_ frame: [UInt8]) {
+        if frame.capacity <= 64 * 1024 { forwardBuffer = frame }
     }
 
     /// The bytes a frame over `link` lists (docs/protocol.md "Bytes"), checked as the supervisor
@@ -255,13 +275,10 @@ final class LinksThread {
                 return
             }
             // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
-            var bytes: [UInt8] = []
-            swap(&bytes, &forwardBuffer)
-            bytes.removeAll(keepingCapacity: true)
-            bytes.reserveCapacity(CallHop.frameCapacity(forwarding: body.count, from: peer) + 32)
+            let bytes = keptBuffer(capacity: CallHop.frameCapacity(forwarding: body.count, from: peer) + 32)
             // A control client's link has no peer plugin: its calls carry no `from`, as through the supervisor.
             let frame = hop.forward(.call, id: local, from: peer.isEmpty ? nil : peer, env, in: body, into: consume bytes).frame
-            defer { if frame.capacity <= 64 * 1024 { forwardBuffer = frame } }
+            defer { keep(frame) }
             guard let attached else { return host.deliver(frame: frame) }
             // Its bytes with this process's descriptor numbers.
             frame.withUnsafeBytes { raw in

@@ -8,6 +8,8 @@ import PluginProtocol
 final class Outbox {
     private let loop: EventLoop
     private var dirty: [ObjectIdentifier: Channel] = [:]
+    /// The set `flush` is flushing, kept empty between turns for its storage.
+    private var flushing: [ObjectIdentifier: Channel] = [:]
     private var flushScheduled = false
 
     init(loop: EventLoop) {
@@ -52,9 +54,10 @@ final class Outbox {
         // Taken out before flushing: a flush can run handlers at once (a client's socket becomes
         // writable again, the handler reads, a request is routed and written), and what they write
         // goes into a fresh set with a flush of its own, instead of being wiped with this one.
-        let channels = dirty
-        dirty = [:]
-        for channel in channels.values { channel.flush() }
+        // The two sets trade places, so neither is allocated again on the next turn.
+        swap(&flushing, &dirty)
+        for channel in flushing.values { channel.flush() }
+        flushing.removeAll(keepingCapacity: true)
     }
 
     /// Outbound buffering per channel before it counts as not writable (back-pressure).

@@ -67,7 +67,7 @@ final class Router: SupervisorComponent {
         let id = instance.takeID()
         // Written straight into the buffer that is sent, the request's bytes copied untouched.
         let buffer = channel.allocator.buffer(capacity: CallHop.frameCapacity(forwarding: bytes.count, from: caller) + 48)
-        let (frame, trace) = hop.forward(kind, id: id, from: caller, env, in: bytes, into: buffer)
+        let (frame, trace) = hop.forward(kind, id: id, from: caller, env, in: bytes, into: consume buffer)
         let now = NIODeadline.now()
         let deadline = deadline ?? now + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
         let log = shared.logCalls

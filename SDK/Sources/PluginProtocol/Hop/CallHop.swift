@@ -56,7 +56,7 @@ public struct CallHop {
                                                   in bytes: UnsafeRawBufferPointer, into sink: consuming Sink) -> (frame: Sink, trace: Trace) {
         // `sink` is consumed: the encoder holds the only reference, so its first append does not
         // copy the buffer (copy on write).
-        var frame = FrameEncoder(kind: kind, into: sink)
+        var frame = FrameEncoder(kind: kind, into: consume sink)
         frame.uint("id", id)
         if kind == .call {
             frame.raw("target", UnsafeRawBufferPointer(rebasing: bytes[env.target!]))

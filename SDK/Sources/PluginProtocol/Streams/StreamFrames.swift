@@ -29,7 +29,7 @@ public enum StreamFrames {
     @inlinable
     public static func chunk<Sink: FrameSink>(id: UInt64, seq: UInt64, data: UnsafeRawBufferPointer, input: Bool = false,
                                               into sink: consuming Sink) -> Sink {
-        var frame = chunkHead(id: id, seq: seq, dataCount: data.count, input: input, into: sink)
+        var frame = chunkHead(id: id, seq: seq, dataCount: data.count, input: input, into: consume sink)
         frame.append(bytes: data)
         chunkTail.withUnsafeBytes { frame.append(bytes: $0) }
         return frame
@@ -41,7 +41,7 @@ public enum StreamFrames {
     @inlinable
     public static func chunkHead<Sink: FrameSink>(id: UInt64, seq: UInt64, dataCount: Int, input: Bool = false,
                                                   into sink: consuming Sink) -> Sink {
-        var frame = FrameEncoder(kind: .chunk, into: sink)
+        var frame = FrameEncoder(kind: .chunk, into: consume sink)
         frame.uint("id", id)
         if input { frame.flag("input") }
         frame.uint("seq", seq)
@@ -58,7 +58,7 @@ public enum StreamFrames {
     /// Writes the end of a call's input, after `count` chunks.
     @inlinable
     public static func inputEnd<Sink: FrameSink>(id: UInt64, count: UInt64, into sink: consuming Sink) -> Sink {
-        var frame = FrameEncoder(kind: .chunk, into: sink)
+        var frame = FrameEncoder(kind: .chunk, into: consume sink)
         frame.uint("id", id)
         frame.flag("input")
         frame.uint("seq", count)
@@ -70,7 +70,7 @@ public enum StreamFrames {
     @inlinable
     public static func bytesChunk<Sink: FrameSink>(id: UInt64, seq: UInt64, bytes: UnsafeRawBufferPointer, input: Bool = false,
                                                    into sink: consuming Sink) -> Sink {
-        var frame = bytesChunkHead(id: id, seq: seq, count: bytes.count, input: input, into: sink)
+        var frame = bytesChunkHead(id: id, seq: seq, count: bytes.count, input: input, into: consume sink)
         frame.append(bytes: bytes)
         return frame
     }
@@ -80,7 +80,7 @@ public enum StreamFrames {
     @inlinable
     public static func bytesChunkHead<Sink: FrameSink>(id: UInt64, seq: UInt64, count: Int, input: Bool = false,
                                                        into sink: consuming Sink) -> Sink {
-        var frame = FrameEncoder(kind: .chunk, into: sink)
+        var frame = FrameEncoder(kind: .chunk, into: consume sink)
         frame.uint("id", id)
         if input { frame.flag("input") }
         frame.uint("seq", seq)
@@ -123,7 +123,7 @@ public enum StreamFrames {
     /// Writes a grant of `n` more chunks.
     @inlinable
     public static func credit<Sink: FrameSink>(id: UInt64, n: UInt64, input: Bool = false, into sink: consuming Sink) -> Sink {
-        var frame = FrameEncoder(kind: .credit, into: sink)
+        var frame = FrameEncoder(kind: .credit, into: consume sink)
         frame.uint("id", id)
         if input { frame.flag("input") }
         frame.uint("n", n)

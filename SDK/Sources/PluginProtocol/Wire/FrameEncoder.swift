@@ -25,12 +25,16 @@ public struct FrameEncoder<Sink: FrameSink> {
     @usableFromInline var sink: Sink
     @usableFromInline let start: Int
     @usableFromInline var first = true
+    /// `finish` has closed the frame.
+    @usableFromInline var finished = false
 
     /// Starts a frame holding `{"type":"<kind>"` at the end of `sink`.
     @inlinable
-    public init(kind: MessageKind, into sink: Sink) {
-        self.sink = sink
+    public init(kind: MessageKind, into sink: consuming Sink) {
+        // Taken, not copied: the encoder must hold the only reference to the sink's storage, or
+        // its first append copies it (copy on write).
         start = sink.writtenCount
+        self.sink = consume sink
         let opening = kind.openingMembers
         // The length prefix (written by `finish`) and the opening in one append: each append to an
         // array checks its storage, so the small pieces of a frame go in together (`FrameScratch`).
@@ -217,20 +221,36 @@ public struct FrameEncoder<Sink: FrameSink> {
     /// Closes the object, writes one NUL and `tail` (the inline attachments' bytes, docs/protocol.md
     /// "Bytes") after it, writes the length prefix and returns the sink holding the whole frame.
     @inlinable
-    public consuming func finish(tail: UnsafeRawBufferPointer) -> Sink {
-        sink.append(byte: UInt8(ascii: "}"))
-        sink.append(byte: 0)
-        sink.append(bytes: tail)
-        sink.setLengthPrefix(UInt32(sink.writtenCount - start - Frame.headerSize), at: start)
+    public mutating func finish(tail: UnsafeRawBufferPointer) -> Sink {
+        if !finished {
+            sink.append(byte: UInt8(ascii: "}"))
+            sink.append(byte: 0)
+            sink.append(bytes: tail)
+            closeFrame()
+        }
         return sink
     }
 
     /// Closes the object, writes the length prefix and returns the sink holding the whole frame.
+    /// Finishing again returns the same frame.
+    ///
+    /// `mutating`, not `consuming`: a consuming `finish` made its caller pass a copy of the
+    /// encoder, so the closing brace's append found the storage shared and copied all of it, an
+    /// allocation on every frame. Here the last writes happen while the encoder holds the only
+    /// reference; the frame returned shares the storage until the encoder goes.
     @inlinable
-    public consuming func finish() -> Sink {
-        sink.append(byte: UInt8(ascii: "}"))
-        sink.setLengthPrefix(UInt32(sink.writtenCount - start - Frame.headerSize), at: start)
+    public mutating func finish() -> Sink {
+        if !finished {
+            sink.append(byte: UInt8(ascii: "}"))
+            closeFrame()
+        }
         return sink
+    }
+
+    @inlinable
+    mutating func closeFrame() {
+        sink.setLengthPrefix(UInt32(sink.writtenCount - start - Frame.headerSize), at: start)
+        finished = true
     }
 }
 
@@ -345,7 +365,7 @@ extension FrameEncoder where Sink == [UInt8] {
     public init(kind: MessageKind, capacity: Int = 128) {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(capacity + 32)
-        self.init(kind: kind, into: bytes)
+        self.init(kind: kind, into: consume bytes)
     }
 }
 
