@@ -8,7 +8,10 @@
 # Usage: scripts/count-allocations.sh [build folder, default .build/release]. About a minute.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$(cd "${1:-$root/.build/release}" && pwd)
+folder=${1:-$root/.build/release}
+[ -d "$folder" ] || { echo "count-allocations: no build folder $folder (swift build -c release, or name one)" >&2; exit 2; }
+bin=$(cd "$folder" && pwd)
+[ "$(id -u)" -eq 0 ] || { echo "count-allocations: uprobes need root (perf probe)" >&2; exit 2; }
 for f in supervisor libTestKit.so libCRelay.so; do
   [ -e "$bin/$f" ] || { echo "no $bin/$f: build first (swift build -c release)" >&2; exit 1; }
 done

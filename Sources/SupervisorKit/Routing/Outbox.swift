@@ -53,8 +53,8 @@ final class Outbox {
         guard !dirty.isEmpty else { return }
         // Taken out before flushing: a flush can run handlers at once (a client's socket becomes
         // writable again, the handler reads, a request is routed and written), and what they write
-        // goes into a fresh set with a flush of its own, instead of being wiped with this one.
-        // The two sets trade places, so neither is allocated again on the next turn.
+        // goes into the other set, empty, with a flush of its own, instead of being wiped with this
+        // one. The two sets trade places, so neither is allocated again on the next turn.
         swap(&flushing, &dirty)
         for channel in flushing.values { channel.flush() }
         flushing.removeAll(keepingCapacity: true)
