@@ -185,13 +185,18 @@ public final class Supervisor: Sendable {
                 server = try ControlServer.bind(config: config, group: group, engine: engine) { try self.wait(for: $0) }
             }
             onLoop { $0.control.listening(on: server) }
+            let handoffExpiring: @Sendable (Int64) -> Void = { [engine] until in
+                engine.execute { $0.shared.deadlines.due(monotonicNanoseconds: until) }
+            }
             if let kept = snapshot?.handoff {
                 let handoff = LinkHandoff.adopt(controlSocket: config.socketPath, listener: kept.listener, offers: kept.offers,
-                                                deposits: kept.deposits, maxPayloadBytes: config.maxPayloadMB << 20)
+                                                deposits: kept.deposits, maxPayloadBytes: config.maxPayloadMB << 20,
+                                                expiring: handoffExpiring)
                 onLoop { $0.handoff = handoff }
             } else if config.peerLinks {
                 do {
-                    let handoff = try LinkHandoff.start(controlSocket: config.socketPath, maxPayloadBytes: config.maxPayloadMB << 20)
+                    let handoff = try LinkHandoff.start(controlSocket: config.socketPath, maxPayloadBytes: config.maxPayloadMB << 20,
+                                                        expiring: handoffExpiring)
                     onLoop { $0.handoff = handoff }
                 } catch {
                     logger.warning("cannot serve clients' direct links (\(error)): their calls go through the supervisor")

@@ -134,3 +134,71 @@ import Testing
         try loop.syncShutdownGracefully()
     }
 }
+
+/// The deadline timer (Driver/DeadlineTimer.swift): armed for the earliest deadline on its grid,
+/// and not at all while nothing has one.
+@Suite struct DeadlineTimerTests {
+    static func ms(_ n: Int64) -> NIODeadline { .uptimeNanoseconds(UInt64(n) * 1_000_000) }
+
+    @Test func armedForTheEarliestTickAndNotWhileNothingIsDue() {
+        let loop = EmbeddedEventLoop()
+        let timer = DeadlineTimer(loop: loop)
+        var pending: [NIODeadline] = []
+        var checks: [NIODeadline] = []
+        timer.check = { now in
+            checks.append(now)
+            pending.removeAll { $0 <= now }
+            return pending.min()
+        }
+        loop.advanceTime(to: Self.ms(1_000))
+        // Before `start` nothing is kept; `start` checks at its next tick for what came before.
+        timer.due(Self.ms(1_500))
+        #expect(timer.armedFor == nil)
+        timer.start()
+        #expect(timer.armedFor == Self.ms(1_000))
+        loop.run()
+        #expect(checks == [Self.ms(1_000)])
+        #expect(timer.armedFor == nil)
+
+        // Deadlines off the grid wait for the next tick; a later one does not move it, an earlier one does.
+        pending = [Self.ms(1_025), Self.ms(1_005)]
+        timer.due(Self.ms(1_025))
+        #expect(timer.armedFor == Self.ms(1_030))
+        timer.due(Self.ms(1_005))
+        #expect(timer.armedFor == Self.ms(1_010))
+        timer.due(Self.ms(9_000))
+        #expect(timer.armedFor == Self.ms(1_010))
+        loop.advanceTime(to: Self.ms(1_009))
+        #expect(checks.count == 1)
+        loop.advanceTime(to: Self.ms(1_010))
+        #expect(checks.last == Self.ms(1_010) && pending == [Self.ms(1_025)])
+        #expect(timer.armedFor == Self.ms(1_030))
+        loop.advanceTime(to: Self.ms(1_030))
+        #expect(checks.count == 3 && pending.isEmpty)
+        // Nothing due: not armed, and an hour passes without a check.
+        #expect(timer.armedFor == nil)
+        loop.advanceTime(by: .hours(1))
+        #expect(checks.count == 3)
+
+        // A deadline set during a check is kept with what the check returns.
+        pending = [loop.now + .milliseconds(50)]
+        timer.check = { now in
+            checks.append(now)
+            pending.removeAll { $0 <= now }
+            timer.due(now + .milliseconds(20))
+            return pending.min()
+        }
+        timer.due(pending[0])
+        loop.advanceTime(by: .milliseconds(50))
+        #expect(checks.count == 4)
+        #expect(timer.armedFor == loop.now + .milliseconds(20))
+
+        // Stopped: disarmed, and deadlines are not kept.
+        timer.stop()
+        #expect(timer.armedFor == nil)
+        timer.due(loop.now + .milliseconds(10))
+        #expect(timer.armedFor == nil)
+        loop.advanceTime(by: .seconds(1))
+        #expect(checks.count == 4)
+    }
+}

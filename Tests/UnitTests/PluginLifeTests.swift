@@ -72,6 +72,25 @@ import Testing
         #expect(life.restarts == 4)
     }
 
+    /// An upgrade in place carries the restarts in the window: the backoff and the limit go on
+    /// from them (a crash-looping plugin gets no fresh allowance from an upgrade).
+    @Test func restartsRestoredAfterAnUpgradeCountTowardsTheLimit() {
+        var life = PluginLife(phase: .starting)
+        _ = life.move(to: .running)
+        // Two restarts 50 and 10 s before, one older than the window, an age that cannot be.
+        life.restore(restarts: 7, hasRun: true, restartAgesNs: [10_000_000_000, 50_000_000_000, 90_000_000_000, -5],
+                     now: Self.now)
+        #expect(life.restarts == 7 && life.hasRun)
+        #expect(life.restartHistory == [Self.now - .seconds(90), Self.now - .seconds(50), Self.now - .seconds(10)])
+        // The third restart in the window, with the backoff of the third.
+        #expect(ended(&life).contains(Self.restarted(200)))
+        _ = life.move(to: .running)
+        let last = ended(&life, at: Self.now + .seconds(1))
+        #expect(life.phase == .failed(byDependency: false))
+        #expect(life.problem?.hasPrefix("restarted 3 times in 60 s") == true)
+        #expect(!last.contains { if case .scheduleRestart = $0 { return true } else { return false } })
+    }
+
     @Test func aFailedStartIsTheLastError() {
         var life = PluginLife(phase: .starting)
         _ = ended(&life, Self.crash(everRan: false))

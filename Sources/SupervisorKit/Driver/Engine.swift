@@ -42,8 +42,6 @@ final class Engine: SeesShared {
         return made
     }
 
-    /// The request deadlines' timer (`startTimers`).
-    private var deadlines: RepeatedTask?
     /// An upgrade in place, from its check to its exec (Upgrade/Upgrade.swift).
     var upgrade = UpgradePhase.idle
     /// Upgrades this process has been through (the snapshot carries the count on).
@@ -65,6 +63,7 @@ final class Engine: SeesShared {
         control = ControlServer(shared)
         hostMethods = HostMethods(shared)
         shared.effects.carryOut = { [unowned self] in carryOut($0) }
+        shared.deadlines.check = { [unowned self] in checkDeadlines(at: $0) }
     }
 
     /// SPEC §7: the signals sent to the supervisor's pid.
@@ -97,22 +96,23 @@ final class Engine: SeesShared {
         }
     }
 
-    /// Call and event deadlines, checked every 10 ms while plugins run.
+    /// The health checks' timers, and the deadlines kept while plugins run.
     func startTimers() {
         health.start()
-        let me = handOff(self)
-        deadlines = loop.scheduleRepeatedTask(initialDelay: .milliseconds(10), delay: .milliseconds(10)) { _ in
-            let now = NIODeadline.now()
-            me.value.shared.expire(now: now)
-            me.value.router.expireWaiting(now: now)
-            me.value.shared.handoff?.sweep()
-        }
+        shared.deadlines.start()
     }
 
     func stopTimers() {
         health.stop()
-        deadlines?.cancel()
-        deadlines = nil
+        shared.deadlines.stop()
+    }
+
+    /// What is due at `now` is settled: requests in flight and waiting past their deadline, the
+    /// handoff's unclaimed descriptors. Returns the earliest deadline left.
+    private func checkDeadlines(at now: NIODeadline) -> NIODeadline? {
+        let next = [shared.expire(now: now), router.expireWaiting(now: now),
+                    shared.handoff?.sweep().map { NIODeadline.uptimeNanoseconds(UInt64(max(0, $0))) }]
+        return next.compactMap { $0 }.min()
     }
 }
 

@@ -26,6 +26,8 @@ final class Shared {
     private(set) lazy var systemd = SystemdNotify(self, endpoint: .from(environment: ProcessEnvironment.all, pid: getpid()))
     /// What components ask of each other, carried out by the engine (Effects.swift).
     let effects: Effects
+    /// The timer behind every request's deadline: whoever sets one tells it (`due`).
+    let deadlines: DeadlineTimer
     /// Preflight workers of installs: refused on the control socket like any worker. Written by the
     /// install queue, read on the loop, hence the lock (shared with `Supervisor`).
     let preflightPIDs: Locked<Set<pid_t>>
@@ -74,6 +76,7 @@ final class Shared {
         outbox = Outbox(loop: loop)
         events = EventHub(loop: loop, outbox: outbox)
         effects = Effects(loop: loop)
+        deadlines = DeadlineTimer(loop: loop)
     }
 
     /// `values` made ready to travel to another thread and back: only the loop can open them.
@@ -129,6 +132,7 @@ extension SeesShared {
     var events: EventHub { shared.events }
     var metrics: Metrics { shared.metrics }
     var effects: Effects { shared.effects }
+    var deadlines: DeadlineTimer { shared.deadlines }
     var systemd: SystemdNotify { shared.systemd }
     var isShuttingDown: Bool { shared.isShuttingDown }
     func handOff<T>(_ values: T) -> NIOLoopBound<T> { shared.handOff(values) }

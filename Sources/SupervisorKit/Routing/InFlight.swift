@@ -38,11 +38,16 @@ extension Shared {
 
     /// Fails requests whose deadline has passed with `timeout`, and tells their plugin to `cancel`.
     /// Every live worker counts, whatever its role (an update's new version answering `startup`,
-    /// an old one draining).
-    func expire(now: NIODeadline) {
+    /// an old one draining). Returns the earliest deadline left (DeadlineTimer).
+    func expire(now: NIODeadline) -> NIODeadline? {
+        var next: NIODeadline?
         for instance in table.liveWorkers where !instance.pending.isEmpty {
-            let expired = instance.pending.filter { $0.value.deadline <= now }.keys.sorted()
-            for id in expired {
+            var expired: [UInt64] = []
+            for (id, request) in instance.pending {
+                if request.deadline <= now { expired.append(id) } else if next.map({ request.deadline < $0 }) ?? true { next = request.deadline }
+            }
+            guard !expired.isEmpty else { continue }
+            for id in expired.sorted() {
                 guard let request = instance.pending.removeValue(forKey: id) else { continue }
                 settled(request, .timeout, by: instance)
                 let why = request.stream?.timeoutReason(request.deadline, plugin: instance.identifier)
@@ -51,8 +56,9 @@ extension Shared {
                 // An unlink is the worker's own business, not its plugin's: nothing to cancel there.
                 if request.what.cancelledOnTimeout { sendCancel(id, to: instance) }
             }
-            if !expired.isEmpty { callLeft(instance) }
+            callLeft(instance)
         }
+        return next
     }
 
     /// The caller of requests in flight went away (client disconnected, calling worker died):
@@ -107,7 +113,9 @@ extension Shared {
         payload?(&frame)
         let ms = config.isDebugged(instance.identifier) ? SupervisorConfig.longestTimeoutMs
             : timeoutMs ?? instance.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
-        instance.pending[id] = PendingRequest(origin: .local(done), deadline: .now() + .milliseconds(Int64(ms)), what: .event(name))
+        let deadline = NIODeadline.now() + .milliseconds(Int64(ms))
+        instance.pending[id] = PendingRequest(origin: .local(done), deadline: deadline, what: .event(name))
+        deadlines.due(deadline)
         outbox.write(frame.finish(), to: channel)
     }
 

@@ -31,6 +31,9 @@ final class LinkHandoff: Sendable {
     private let stopped = Locked(false)
     /// The largest bytes a client may hand in (`maxPayloadMB`).
     private let maxPayloadBytes: Int
+    /// Told each token's end (monotonic nanoseconds), from any thread: the loop's deadline timer
+    /// sweeps then (`sweep`).
+    private let expiring: @Sendable (Int64) -> Void
 
     static let tokenLifetimeNanoseconds: Int64 = 10_000_000_000
 
@@ -62,9 +65,10 @@ final class LinkHandoff: Sendable {
 
     /// Serves the listener the previous binary handed over, with what it kept.
     static func adopt(controlSocket: String, listener: Int32, offers: [Kept], deposits: [Kept],
-                      maxPayloadBytes: Int) -> LinkHandoff {
+                      maxPayloadBytes: Int, expiring: @escaping @Sendable (Int64) -> Void) -> LinkHandoff {
         _ = cls_set_cloexec(listener, 1)
-        let handoff = LinkHandoff(path: controlSocket + ".links", listener: listener, maxPayloadBytes: maxPayloadBytes)
+        let handoff = LinkHandoff(path: controlSocket + ".links", listener: listener, maxPayloadBytes: maxPayloadBytes,
+                                  expiring: expiring)
         for (table, list) in [(handoff.offers, offers), (handoff.deposits, deposits)] {
             table.withLock { t in
                 for k in list {
@@ -73,13 +77,15 @@ final class LinkHandoff: Sendable {
                 }
             }
         }
+        if let until = (offers + deposits).map(\.until).min() { expiring(until) }
         Threads.start(name: "link-handoff") { handoff.serve() }
         return handoff
     }
 
     /// Binds `<controlSocket>.links` and starts serving it; nil (logged by the caller) when it
     /// cannot: clients' calls then go through the supervisor.
-    static func start(controlSocket: String, maxPayloadBytes: Int = Attachments.defaultMaxPayloadMB << 20) throws(SystemError) -> LinkHandoff {
+    static func start(controlSocket: String, maxPayloadBytes: Int = Attachments.defaultMaxPayloadMB << 20,
+                      expiring: @escaping @Sendable (Int64) -> Void) throws(SystemError) -> LinkHandoff {
         let path = controlSocket + ".links"
         unlink(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -105,15 +111,16 @@ final class LinkHandoff: Sendable {
             throw SystemError(call: "bind", errno: e, context: path)
         }
         chmod(path, 0o600)
-        let handoff = LinkHandoff(path: path, listener: fd, maxPayloadBytes: maxPayloadBytes)
+        let handoff = LinkHandoff(path: path, listener: fd, maxPayloadBytes: maxPayloadBytes, expiring: expiring)
         Threads.start(name: "link-handoff") { handoff.serve() }
         return handoff
     }
 
-    private init(path: String, listener: Int32, maxPayloadBytes: Int) {
+    private init(path: String, listener: Int32, maxPayloadBytes: Int, expiring: @escaping @Sendable (Int64) -> Void) {
         self.path = path
         self.listener = listener
         self.maxPayloadBytes = maxPayloadBytes
+        self.expiring = expiring
     }
 
     /// The memfd a client handed in with `token`, if it is `length` bytes long, now the caller's;
@@ -133,30 +140,35 @@ final class LinkHandoff: Sendable {
     func offer(_ fd: Int32, link: UInt64) -> String {
         let token = Self.token()
         let now = ProcessControl.monotonicNanoseconds()
+        let until = now + Self.tokenLifetimeNanoseconds
         let expired = offers.withLock { offers -> [Int32] in
             let gone = offers.filter { $0.value.until < now }
             for key in gone.keys { offers[key] = nil }
-            offers[token] = Offer(fd: fd, tag: link, until: now + Self.tokenLifetimeNanoseconds)
+            offers[token] = Offer(fd: fd, tag: link, until: until)
             return gone.values.map(\.fd)
         }
         for fd in expired { close(fd) }
+        expiring(until)
         return token
     }
 
     /// Closes the offers nobody picked up in time (a client that went away: an answer's memfd is
-    /// not held longer than `tokenLifetime`). Cheap when there are none; the loop calls it with
-    /// its deadlines.
-    func sweep() {
+    /// not held longer than `tokenLifetime`). Cheap when there are none; the loop's deadline timer
+    /// calls it. Returns the earliest end of those left (monotonic nanoseconds).
+    func sweep() -> Int64? {
         let now = ProcessControl.monotonicNanoseconds()
+        var next: Int64?
         for table in [offers, deposits] {
             let expired = table.withLock { offers -> [Int32] in
                 guard !offers.isEmpty else { return [] }
                 let gone = offers.filter { $0.value.until < now }
                 for key in gone.keys { offers[key] = nil }
+                if let left = offers.values.map(\.until).min() { next = min(next ?? left, left) }
                 return gone.values.map(\.fd)
             }
             for fd in expired { close(fd) }
         }
+        return next
     }
 
     /// Stops serving (the thread ends at its next accept), closes what was not picked up and
@@ -220,7 +232,9 @@ final class LinkHandoff: Sendable {
             }
             let token = Self.token()
             let now = ProcessControl.monotonicNanoseconds()
-            deposits.withLock { $0[token] = Offer(fd: received.removeFirst(), tag: size, until: now + Self.tokenLifetimeNanoseconds) }
+            let until = now + Self.tokenLifetimeNanoseconds
+            deposits.withLock { $0[token] = Offer(fd: received.removeFirst(), tag: size, until: until) }
+            expiring(until)
             let answer = [UInt8].frame(body: Array(#"{"token":"\#(token)"}"#.utf8))
             _ = answer.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             return

@@ -128,8 +128,9 @@ extension Router {
             }
             guard let channel = caller.channel else { settle(link); continue }
             let id = caller.takeID()
-            caller.pending[id] = PendingRequest(origin: .local({ [self] _ in settle(link) }),
-                                                deadline: .now() + .milliseconds(Int64(config.drainTimeoutMs)), what: .unlink)
+            let deadline = NIODeadline.now() + .milliseconds(Int64(config.drainTimeoutMs))
+            caller.pending[id] = PendingRequest(origin: .local({ [self] _ in settle(link) }), deadline: deadline, what: .unlink)
+            deadlines.due(deadline)
             // `UnlinkMessage`, written as the worker reads it.
             var frame = outbox.encoder(.unlink, for: channel)
             frame.uint("id", id)

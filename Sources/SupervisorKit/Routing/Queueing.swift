@@ -40,6 +40,8 @@ extension Router {
             record.callMetrics?.count(.unavailable)
             return ErrorBody(.unavailable, "\(record.identifier) is \(record.phase.shown) and \(config.callQueueLimit) requests already wait for it (callQueueLimit)")
         }
+        // Checked at every tick while anything waits (`expireWaiting`).
+        deadlines.due(.now())
         return nil
     }
 
@@ -75,10 +77,12 @@ extension Router {
         }
     }
 
-    /// Every 10 ms (with the deadlines of forwarded requests): a waiting request past its deadline
-    /// fails with `timeout`; every request waiting for a plugin that is `failed` or `stopped` for good,
-    /// or at shutdown, fails with `unavailable` at once.
-    func expireWaiting(now: NIODeadline) {
+    /// At every tick of the deadline timer while anything waits (10 ms): a waiting request past its
+    /// deadline fails with `timeout`; every request waiting for a plugin that is `failed` or
+    /// `stopped` for good, or at shutdown, fails with `unavailable` at once. Returns the next tick
+    /// while requests still wait, nil when none does.
+    func expireWaiting(now: NIODeadline) -> NIODeadline? {
+        var waiting = false
         for record in table.all where !record.waiting.isEmpty {
             let reason: String?
             if isShuttingDown {
@@ -96,7 +100,9 @@ extension Router {
                 record.callMetrics?.count(.timeout)
                 outbox.answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) was \(record.phase.shown) for the whole of the request's timeout"))
             }
+            if !record.waiting.isEmpty { waiting = true }
         }
+        return waiting ? now + .nanoseconds(Int64(DeadlineTimer.granularityNanoseconds)) : nil
     }
 }
 

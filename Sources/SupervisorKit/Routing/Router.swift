@@ -74,8 +74,10 @@ final class Router: SupervisorComponent {
             ? CallLog(label: kind == .call ? "\(target).\(Envelope.string(bytes, env.method) ?? "")" : Envelope.string(bytes, env.uri) ?? "", trace: CallTrace(trace))
             : nil
         let flow = streamFlow(kind, env, to: record, callDeadline: deadline)
-        instance.pending[id] = PendingRequest(origin: origin, deadline: flow?.deadline(after: now) ?? deadline, what: kind == .call ? .call : .open,
+        let due = flow?.deadline(after: now) ?? deadline
+        instance.pending[id] = PendingRequest(origin: origin, deadline: due, what: kind == .call ? .call : .open,
                                               call: CallFacts(started: now, metrics: metrics, log: log), stream: flow)
+        deadlines.due(due)
         switch origin {
         case .client(let connection, let clientID): connection.inFlight[clientID] = (instance, id)
         case .plugin(let caller, let callerID): caller.outgoing[callerID] = (instance, id)

@@ -36,10 +36,17 @@ struct PluginLife: Sendable {
         self.phase = phase
     }
 
-    /// The counts the previous binary kept, after an upgrade in place (Upgrade/Resume.swift).
-    mutating func restore(restarts: Int, hasRun: Bool) {
+    /// The counts the previous binary kept, after an upgrade in place (Upgrade/Resume.swift): the
+    /// restarts in the window (their ages at the snapshot, oldest first) count towards the
+    /// intensity limit and the backoff as if no upgrade had happened. An age that is negative or
+    /// older than the clock is dropped.
+    mutating func restore(restarts: Int, hasRun: Bool, restartAgesNs: [Int64] = [], now: NIODeadline) {
         self.restarts = restarts
         self.hasRun = hasRun
+        restartHistory = restartAgesNs
+            .filter { $0 >= 0 && UInt64($0) <= now.uptimeNanoseconds }
+            .map { now - .nanoseconds($0) }
+            .sorted()
     }
 
     /// Moves to `next` if `PluginPhase` allows it; false (and nothing changes) if not.

@@ -218,7 +218,8 @@ extension Engine {
             case .stopped: phase = "stopped"
             default: phase = "restarting"
             }
-            plugins.append(UpgradeSnapshot.Plugin(identifier: record.identifier, phase: phase, restarts: record.restarts, hasRun: record.hasRun,
+            plugins.append(UpgradeSnapshot.Plugin(identifier: record.identifier, phase: phase, restarts: record.restarts,
+                                                  restartAgesNs: record.restartHistory.map { (now - $0).nanoseconds }, hasRun: record.hasRun,
                                                   problem: record.problem, lastError: record.lastError, lastExit: record.lastExit,
                                                   sandboxDenials: record.sandboxDenials, worker: worker))
         }

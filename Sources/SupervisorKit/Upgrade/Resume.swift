@@ -35,7 +35,7 @@ extension Engine {
                 if let w = saved.worker { endOrphan(w, saved.identifier) }
                 continue
             }
-            record.life.restore(restarts: saved.restarts, hasRun: saved.hasRun)
+            record.life.restore(restarts: saved.restarts, hasRun: saved.hasRun, restartAgesNs: saved.restartAgesNs ?? [], now: .now())
             record.problem = saved.problem
             record.lastError = saved.lastError
             record.life.lastExit = saved.lastExit

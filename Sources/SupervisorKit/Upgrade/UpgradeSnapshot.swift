@@ -80,6 +80,10 @@ struct UpgradeSnapshot: Codable, Sendable {
         /// binary starts it at once).
         var phase: String
         var restarts: Int
+        /// How long ago (ns) each restart still in its restart window happened: the intensity limit
+        /// and the backoff go on counting them. Absent from a binary that did not keep them (the
+        /// window then starts empty, as it did).
+        var restartAgesNs: [Int64]?
         var hasRun: Bool
         var problem: String?
         var lastError: String?
