@@ -44,7 +44,7 @@ let package = Package(
         // Operations (docs/operations.md): Prometheus metrics (swift-prometheus, whose metric types
         // are swift-metrics handlers) and W3C trace context. With their own dependencies they add
         // about 9 s to a clean build on two cores.
-        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.1.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         // swift-metrics (already swift-prometheus's): an embedded host reports through the
         // program's backend; MetricsTestKit for its test.
         .package(url: "https://github.com/apple/swift-metrics", from: "2.4.0"),

@@ -64,7 +64,7 @@ final class Rig {
         stop()
         home = root + "/home-\(UUID().uuidString.prefix(6))"
         let out = root + "/stdout"
-        FileManager.default.createFile(atPath: out, contents: nil)
+        _ = FileManager.default.createFile(atPath: out, contents: nil)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: bin + "/supervisor")
         var args = ["start", "--home", home, "--plugins", plugins, "--log-level", "warning"]

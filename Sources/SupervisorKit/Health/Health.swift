@@ -47,14 +47,20 @@ final class Health: SupervisorComponent {
         let now = NIODeadline.now()
         for record in table.all where record.phase == .running && !config.isDebugged(record.identifier) {
             guard let instance = record.instance, let channel = instance.channel else { continue }
-            if let ping = instance.outstandingPing {
-                if now - ping.sentAt > .milliseconds(Int64(config.pingTimeoutMs)) {
+            switch instance.awaiting {
+            case .start:
+                // Not running yet: its start-up timeout watches it.
+                continue
+            case .pong(_, let sentAt):
+                if now - sentAt > .milliseconds(Int64(config.pingTimeoutMs)) {
                     effects.post(.kill(instance, .watchdog, "no pong within \(config.pingTimeoutMs) ms"))
                 }
                 continue
+            case .nothing:
+                break
             }
             let id = instance.takeID()
-            instance.outstandingPing = (id, now)
+            instance.pinged(id: id, at: now)
             var ping = outbox.encoder(.ping, for: channel)
             ping.uint("id", id)
             outbox.write(ping.finish(), to: channel)

@@ -30,7 +30,7 @@ extension Lifecycle {
         loop.preconditionInEventLoop()
         table.workerReaped(instance)
         guard instance.move(to: .exited(afterStop: instance.phase.stopRequested, exit), logger: logger) else { return }
-        instance.startupDeadline?.cancel()
+        instance.startSettled()
         if instance.socketClosed {
             finalizeExit(instance)
         } else {

@@ -179,12 +179,11 @@ extension Lifecycle {
     /// that has ended must not live (with its pidfd) until the timeout passes.
     func armStartupDeadline(_ instance: WorkerInstance) {
         let startupTimeoutMs = startupTimeout(instance.manifest)
-        instance.startupDeadline?.cancel()
-        instance.startupDeadline = loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(startupTimeoutMs))) { [self, weak instance] in
+        instance.awaitStart(loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(startupTimeoutMs))) { [self, weak instance] in
             if let instance, instance.hello == nil, !instance.phase.stopRequested {
                 kill(instance, .startupTimeout, "no hello within \(startupTimeoutMs) ms")
             }
-        }
+        })
     }
 
     /// The seccomp filter (with a listener) for a worker that is pid 1 of its namespace, compiled once
@@ -316,7 +315,7 @@ extension Lifecycle {
 
     func becameRunning(_ record: PluginRecord) {
         guard let instance = record.instance, instance.move(to: .running, logger: logger) else { return }
-        instance.startupDeadline?.cancel()
+        instance.startSettled()
         instance.timings["startupUs"] = Int((NIODeadline.now() - instance.spawnedAt).nanoseconds / 1000)
         carryOut(record.life.workerRuns(record.identifier, version: record.manifest.version.description), record)
     }

@@ -44,7 +44,7 @@ extension Lifecycle {
         guard let successor = record.successor, successor.instance.move(to: .running, logger: logger) else { return }
         let new = successor.instance
         record.next = .none
-        new.startupDeadline?.cancel()
+        new.startSettled()
         new.timings["startupUs"] = Int((NIODeadline.now() - new.spawnedAt).nanoseconds / 1000)
         let previous = record.manifest.version
         let old = record.instance

@@ -59,12 +59,12 @@ final class Metrics: SupervisorComponent {
     func streams(_ plugin: String) -> StreamCounters {
         if let known = streamCounters[plugin] { return known }
         let made = StreamCounters(
-            opened: registry.makeCounter(name: "plugin_streams_total", labels: [("plugin", plugin)],
-                                         help: "Calls to the plugin with a stream (an answer of chunks, an input of chunks, or both)."),
-            answer: registry.makeCounter(name: "plugin_stream_chunks_total", labels: [("plugin", plugin), ("direction", "answer")],
-                                         help: "Chunks of streams to and from the plugin, by direction: answer (from the plugin) or input (to it)."),
-            input: registry.makeCounter(name: "plugin_stream_chunks_total", labels: [("plugin", plugin), ("direction", "input")],
-                                        help: "Chunks of streams to and from the plugin, by direction: answer (from the plugin) or input (to it)."))
+            opened: registry.counter("plugin_streams_total", labels: [("plugin", plugin)],
+                                     help: "Calls to the plugin with a stream (an answer of chunks, an input of chunks, or both)."),
+            answer: registry.counter("plugin_stream_chunks_total", labels: [("plugin", plugin), ("direction", "answer")],
+                                     help: "Chunks of streams to and from the plugin, by direction: answer (from the plugin) or input (to it)."),
+            input: registry.counter("plugin_stream_chunks_total", labels: [("plugin", plugin), ("direction", "input")],
+                                    help: "Chunks of streams to and from the plugin, by direction: answer (from the plugin) or input (to it)."))
         streamCounters[plugin] = made
         return made
     }
@@ -75,8 +75,8 @@ final class Metrics: SupervisorComponent {
     /// A restart was scheduled after an exit for `reason` (an ExitReason's name).
     func restarted(_ plugin: String, reason: String) {
         cached(&restarts, plugin + "\u{0}" + reason) {
-            registry.makeCounter(name: "plugin_restarts_total", labels: [("plugin", plugin), ("reason", reason)],
-                                 help: "Worker restarts by the restart policy, by the reason the worker ended.")
+            registry.counter("plugin_restarts_total", labels: [("plugin", plugin), ("reason", reason)],
+                             help: "Worker restarts by the restart policy, by the reason the worker ended.")
         }.increment()
         mirror?.count("plugin_restarts_total", [("plugin", plugin), ("reason", reason)])
     }
@@ -84,8 +84,8 @@ final class Metrics: SupervisorComponent {
     /// The plugin's sandbox refused `syscall` (a denial with EPERM, or a violation).
     func denied(_ plugin: String, syscall: String) {
         cached(&denials, plugin + "\u{0}" + syscall) {
-            registry.makeCounter(name: "plugin_sandbox_denials_total", labels: [("plugin", plugin), ("syscall", syscall)],
-                                 help: "System calls a plugin's seccomp filter refused, by system call.")
+            registry.counter("plugin_sandbox_denials_total", labels: [("plugin", plugin), ("syscall", syscall)],
+                             help: "System calls a plugin's seccomp filter refused, by system call.")
         }.increment()
         mirror?.count("plugin_sandbox_denials_total", [("plugin", plugin), ("syscall", syscall)])
     }
@@ -93,8 +93,8 @@ final class Metrics: SupervisorComponent {
     /// An install or update ended: `ok`, or its error code (docs/install.md).
     func installed(outcome: String) {
         cached(&installs, outcome) {
-            registry.makeCounter(name: "supervisor_installs_total", labels: [("outcome", outcome)],
-                                 help: "Installs and updates, by outcome: ok or the error code.")
+            registry.counter("supervisor_installs_total", labels: [("outcome", outcome)],
+                             help: "Installs and updates, by outcome: ok or the error code.")
         }.increment()
         mirror?.count("supervisor_installs_total", [("outcome", outcome)])
     }
@@ -105,8 +105,8 @@ final class Metrics: SupervisorComponent {
     /// the new binary (`ok`), whose counters start from zero.
     func upgraded(outcome: String) {
         cached(&upgrades, outcome) {
-            registry.makeCounter(name: "supervisor_upgrades_total", labels: [("outcome", outcome)],
-                                 help: "Upgrades of the supervisor in place, by outcome: ok (counted by the new binary) or the error code.")
+            registry.counter("supervisor_upgrades_total", labels: [("outcome", outcome)],
+                             help: "Upgrades of the supervisor in place, by outcome: ok (counted by the new binary) or the error code.")
         }.increment()
         mirror?.count("supervisor_upgrades_total", [("outcome", outcome)])
     }
@@ -117,8 +117,8 @@ final class Metrics: SupervisorComponent {
     /// `refused` (a worker, another uid, unreadable credentials).
     func controlClientDropped(reason: String) {
         cached(&controlDrops, reason) {
-            registry.makeCounter(name: "supervisor_control_clients_dropped_total", labels: [("reason", reason)],
-                                 help: "Control clients the supervisor dropped, by reason: protocolViolation, idle or refused.")
+            registry.counter("supervisor_control_clients_dropped_total", labels: [("reason", reason)],
+                             help: "Control clients the supervisor dropped, by reason: protocolViolation, idle or refused.")
         }.increment()
     }
 
@@ -145,8 +145,8 @@ final class Metrics: SupervisorComponent {
     /// A plugin's CPU counter, there (at 0) from its first scrape on.
     private func cpuCounter(_ plugin: String) -> Counter {
         cached(&cpu, plugin) {
-            registry.makeCounter(name: "plugin_cpu_seconds_total", labels: [("plugin", plugin)],
-                                 help: "CPU time (user and system) used by the plugin's workers, all of them over the supervisor's life.")
+            registry.counter("plugin_cpu_seconds_total", labels: [("plugin", plugin)],
+                             help: "CPU time (user and system) used by the plugin's workers, all of them over the supervisor's life.")
         }
     }
 
@@ -162,24 +162,24 @@ final class Metrics: SupervisorComponent {
 
     /// The host families and the standby count, brought up to date at a scrape.
     private func exportHost() {
-        let listeners = hostListeners ?? registry.makeGauge(name: "supervisor_host_event_listeners", labels: [],
-                                                            help: "Readers following the host events: an embedded host's streams and control clients' events requests.")
+        let listeners = hostListeners ?? registry.gauge("supervisor_host_event_listeners", labels: [],
+                                                        help: "Readers following the host events: an embedded host's streams and control clients' events requests.")
         hostListeners = listeners
         listeners.set(to: Double(shared.events.listenerCount))
-        let dropped = hostDropped ?? registry.makeCounter(name: "supervisor_host_events_dropped_total", labels: [],
-                                                          help: "Host events a reader missed because it did not keep up (it heard dropped with the count).")
+        let dropped = hostDropped ?? registry.counter("supervisor_host_events_dropped_total", labels: [],
+                                                      help: "Host events a reader missed because it did not keep up (it heard dropped with the count).")
         hostDropped = dropped
         let total = shared.events.droppedTotal
         if total > hostDroppedExported {
             dropped.increment(by: Double(total - hostDroppedExported))
             hostDroppedExported = total
         }
-        let providers = hostProviders ?? registry.makeGauge(name: "supervisor_host_method_providers", labels: [],
-                                                            help: "Host methods provided, by the embedding program and by control clients (one per method and provider).")
+        let providers = hostProviders ?? registry.gauge("supervisor_host_method_providers", labels: [],
+                                                        help: "Host methods provided, by the embedding program and by control clients (one per method and provider).")
         hostProviders = providers
         providers.set(to: Double(hostMethodProviders))
-        let standbys = standbyWorkers ?? registry.makeGauge(name: "supervisor_standby_workers", labels: [],
-                                                            help: "Workers sandboxed ahead of a restart, waiting before their plugin loads (kept with standbyWorkers always, or spawned on a crash's notice).")
+        let standbys = standbyWorkers ?? registry.gauge("supervisor_standby_workers", labels: [],
+                                                        help: "Workers sandboxed ahead of a restart, waiting before their plugin loads (kept with standbyWorkers always, or spawned on a crash's notice).")
         standbyWorkers = standbys
         standbys.set(to: Double(table.all.filter { $0.standby != nil }.count))
     }
@@ -235,7 +235,7 @@ final class Metrics: SupervisorComponent {
             let id = record.identifier
             present.insert(id)
             cached(&up, id) {
-                registry.makeGauge(name: "plugin_up", labels: [("plugin", id)], help: "1 while the plugin is running, else 0.")
+                registry.gauge("plugin_up", labels: [("plugin", id)], help: "1 while the plugin is running, else 0.")
             }.set(to: record.phase == .running ? 1.0 : 0.0)
             var resident = 0
             if let instance = record.instance, !instance.phase.hasExited {
@@ -246,8 +246,8 @@ final class Metrics: SupervisorComponent {
             }
             _ = cpuCounter(id)
             cached(&memory, id) {
-                registry.makeGauge(name: "plugin_resident_memory_bytes", labels: [("plugin", id)],
-                                   help: "Resident memory of the plugin's worker (0 when it has none).")
+                registry.gauge("plugin_resident_memory_bytes", labels: [("plugin", id)],
+                               help: "Resident memory of the plugin's worker (0 when it has none).")
             }.set(to: Double(resident))
         }
         // A plugin that was removed has no state to show any more; its counters stay.
@@ -304,8 +304,8 @@ final class CallMetrics {
         slots = .allocate(capacity: Self.slotCount)
         slots.initialize(repeating: 0, count: Self.slotCount)
         counters = CallHop.Outcome.allCases.map { outcome in
-            registry.makeCounter(name: "plugin_calls_total", labels: [("plugin", plugin), ("outcome", outcome.label)],
-                                 help: "Requests (call and open) to the plugin, by how they ended.")
+            registry.counter("plugin_calls_total", labels: [("plugin", plugin), ("outcome", outcome.label)],
+                             help: "Requests (call and open) to the plugin, by how they ended.")
         }
     }
 
@@ -363,5 +363,18 @@ final class CallMetrics {
         out.append(contentsOf: "plugin_call_duration_seconds_bucket{\(labels),le=\"+Inf\"} \(observed)\n".utf8)
         out.append(contentsOf: "plugin_call_duration_seconds_sum{\(labels)} \(Metrics.seconds(slots[Self.sumAt]))\n".utf8)
         out.append(contentsOf: "plugin_call_duration_seconds_count{\(labels)} \(observed)\n".utf8)
+    }
+}
+
+extension PrometheusCollectorRegistry {
+    /// A counter named in full (`name` is the family's whole name: swift-prometheus's descriptor
+    /// would otherwise join a namespace, a subsystem and a unit to it).
+    func counter(_ name: String, labels: [(String, String)], help: String) -> Counter {
+        makeCounter(descriptor: MetricNameDescriptor(metricName: name, unitName: "", helpText: help), labels: labels)
+    }
+
+    /// A gauge named in full, as `counter`.
+    func gauge(_ name: String, labels: [(String, String)], help: String) -> Gauge {
+        makeGauge(descriptor: MetricNameDescriptor(metricName: name, unitName: "", helpText: help), labels: labels)
     }
 }

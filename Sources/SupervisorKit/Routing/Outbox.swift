@@ -67,7 +67,7 @@ final class Outbox {
 /// The encoder appends a byte or a few at a time: straight into the buffer's free room, not through
 /// `writeInteger`/`writeBytes`, whose generic paths were ~10 % of the event loop's CPU per routed call
 /// (`perf`, 64 calls in flight).
-extension ByteBuffer: FrameSink {
+extension ByteBuffer: @retroactive FrameSink {
     @inlinable public var writtenCount: Int { writerIndex }
     @inlinable public mutating func append(byte: UInt8) {
         writeWithUnsafeMutableBytes(minimumWritableBytes: 1) { room in
@@ -85,7 +85,7 @@ extension ByteBuffer: FrameSink {
     @inlinable public mutating func setLengthPrefix(_ length: UInt32, at offset: Int) { setInteger(length, at: offset) }
 }
 
-extension ByteBuffer: FrameInput {
+extension ByteBuffer: @retroactive FrameInput {
     @inlinable public var readableCount: Int { readableBytes }
     @inlinable public func peek(at offset: Int) -> UInt8 { getInteger(at: readerIndex + offset)! }
     @inlinable public mutating func skip(_ count: Int) { moveReaderIndex(forwardBy: count) }

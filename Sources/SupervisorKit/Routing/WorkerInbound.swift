@@ -33,7 +33,7 @@ extension Router {
                     effects.post(.protocolViolation(instance, "reply to id \(id), which was never asked"))
                 }
             case .pong(let id):
-                if let ping = instance.outstandingPing, ping.id == id { instance.outstandingPing = nil }
+                instance.ponged(id: id)
             case .request(let kind):
                 guard let env else { return nil }
                 switch receivePayload(from: instance, env, bytes) {

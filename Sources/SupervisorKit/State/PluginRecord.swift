@@ -190,7 +190,8 @@ final class WorkerInstance {
     /// Requests this plugin made that are being served elsewhere: its id → (the callee, the callee's
     /// id). Cancelled at the callee if this worker dies first.
     var outgoing: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
-    var outstandingPing: (id: UInt64, sentAt: NIODeadline)?
+    /// What the supervisor waits for from it (its start, or a pong), with the deadline.
+    private(set) var awaiting = Awaited.nothing
     /// Set when the worker said why it is ending itself.
     var exitNotice: ExitNotice?
     /// Set when the supervisor killed it, with why.
@@ -212,8 +213,6 @@ final class WorkerInstance {
     var forked = false
     /// Why it was exec'd although the fork server was asked for (`status`: `workerStartProblem`).
     var startProblem: String?
-    /// The start-up deadline (hello and startup), cancelled once it runs or ends.
-    var startupDeadline: Scheduled<Void>?
     /// Its CPU time (µs) already added to `plugin_cpu_seconds_total`.
     var cpuCounted: Int64 = 0
     /// The library it loads and how that file looked at spawn (a crash after it changed in place
@@ -270,11 +269,45 @@ final class WorkerInstance {
     var callsInside: Int { pending.values.reduce(0) { $0 + ($1.call == nil ? 0 : 1) } + linksIn.count }
     var hasCallsInside: Bool { !linksIn.isEmpty || pending.values.contains { $0.call != nil } }
 
+    /// Its start (hello, then `startup`'s answer) must come by `deadline`'s firing; a start
+    /// deadline set before is cancelled.
+    func awaitStart(_ deadline: Scheduled<Void>) {
+        startSettled()
+        awaiting = .start(deadline: deadline)
+    }
+
+    /// It runs, or it ended: its start is no longer waited for.
+    func startSettled() {
+        guard case .start(let deadline) = awaiting else { return }
+        deadline.cancel()
+        awaiting = .nothing
+    }
+
+    /// The watchdog pinged it (`id`) at `sentAt`. Only a worker whose start is settled is pinged.
+    func pinged(id: UInt64, at sentAt: NIODeadline) {
+        awaiting = .pong(id: id, sentAt: sentAt)
+    }
+
+    /// It answered ping `id`: the last one, or a late answer to one before it (ignored, as is a
+    /// pong without an id).
+    func ponged(id: UInt64?) {
+        if case .pong(let pinged, _) = awaiting, pinged == id { awaiting = .nothing }
+    }
+
     /// Allocates the id of the next request this supervisor sends it.
     func takeID() -> UInt64 {
         defer { nextID += 1 }
         return nextID
     }
+}
+
+/// What the supervisor waits for from a worker, one thing at a time: its start, by the start-up
+/// timeout (hello, then `startup`'s answer), or, once it runs, the pong of the watchdog's ping.
+enum Awaited {
+    case nothing
+    /// Cancelled when it runs or ends (`startSettled`).
+    case start(deadline: Scheduled<Void>)
+    case pong(id: UInt64, sentAt: NIODeadline)
 }
 
 /// The protocol socket of a worker.
