@@ -83,7 +83,7 @@ public enum FileSystem {
         guard !path.hasPrefix("/") else { return path }
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         guard getcwd(&buffer, buffer.count) != nil else { return path }
-        let cwd = String(cString: buffer)
+        let cwd = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         let rest = path.hasPrefix("./") ? String(path.dropFirst(2)) : path
         return rest.isEmpty || rest == "." ? cwd : (cwd == "/" ? "" : cwd) + "/" + rest
     }

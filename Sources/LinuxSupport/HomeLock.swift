@@ -1,4 +1,3 @@
-import LinuxSupport
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -267,7 +267,7 @@ enum Sandbox {
             layer(.mountNamespace)
         } else {
             // Without its own /proc the PID namespace hides nothing: both are reported missing.
-            let step = newNS != 0 ? "unshare(CLONE_NEWNS)" : String(cString: what)
+            let step = newNS != 0 ? "unshare(CLONE_NEWNS)" : what.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
             let why = "\(step) failed: \(String(cString: strerror(-entered)))"
             try missing(.pidNamespace, "its own /proc could not be set up: " + why)
             try missing(.mountNamespace, why)

@@ -101,7 +101,7 @@ struct ClientTests {
 
     /// `supervisor events` with `args`, its output into `file`.
     static func follow(_ sup: RunningSupervisor, _ args: [String], to file: String) throws -> Process {
-        FileManager.default.createFile(atPath: file, contents: nil)
+        _ = FileManager.default.createFile(atPath: file, contents: nil)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Build.supervisor)
         process.arguments = ["events", "--socket", sup.socket] + args

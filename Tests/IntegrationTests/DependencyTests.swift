@@ -21,8 +21,9 @@ struct DependencyTests {
         for id in ["t.a", "t.b", "t.c", "t.d", "t.solo"] {
             let info = try sv.info(id)
             #expect(info.identifier == id)
-            startup[id] = try #require(info.time(of: "startup"))
-            launch[id] = try #require(info.time(of: "launch"))
+            let started: UInt64 = try #require(info.time(of: "startup"))
+            let launched: UInt64 = try #require(info.time(of: "launch"))
+            (startup[id], launch[id]) = (started, launched)
             #expect(info.names.filter { $0 == "startup" }.count == 1)
         }
         #expect(startup["t.a"]! < startup["t.b"]!)

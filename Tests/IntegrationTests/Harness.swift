@@ -225,8 +225,8 @@ final class RunningSupervisor: @unchecked Sendable {
         self.world = world
         outPath = world.root + "/stdout-\(UUID().uuidString.prefix(6))"
         errPath = world.root + "/stderr-\(UUID().uuidString.prefix(6))"
-        FileManager.default.createFile(atPath: outPath, contents: nil)
-        FileManager.default.createFile(atPath: errPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: outPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: errPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: Build.supervisor)
         process.arguments = ["start", "--home", world.home, "--plugins", world.plugins] + args
             + (start.map { ["--worker-start", $0.rawValue] } ?? [])
