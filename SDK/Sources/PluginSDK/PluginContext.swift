@@ -32,6 +32,12 @@ public struct PluginContext: Sendable {
         let answer = try await runtime.request(kind: .call, target: target, method: method) { out in
             try Coding.appendAttached(params, to: &out)
         }
+        return try Self.decode(answer, as: Result.self, of: target, method)
+    }
+
+    /// An answer's result as `Result` (not async: its work stays out of the calling task's frames).
+    @inline(never)
+    static func decode<Result: Decodable>(_ answer: PluginRuntime.Answer, as: Result.Type, of target: String, _ method: String) throws -> Result {
         guard let bytes = answer.attachments else { return try Coding.decodeResult(Result.self, answer.result, of: "\(target).\(method)") }
         return try PluginRuntime.$attachments.withValue(bytes) { try Coding.decodeResult(Result.self, answer.result, of: "\(target).\(method)") }
     }

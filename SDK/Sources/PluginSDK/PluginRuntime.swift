@@ -325,20 +325,31 @@ final class PluginRuntime: Sendable {
     /// next call may arrive as soon as the reply is written).
     private func answer(_ id: UInt64, _ trace: CarriedTrace?, _ attached: [Bytes]?, _ work: PluginAPI.AsyncWork,
                         finished: () -> Void) async {
+        // The async frames of a call's task are the task allocator's: 1 KB slabs, each a
+        // `malloc`. What does not cross an `await` is kept out of them (`settle`, and `request`'s
+        // `prepare`): with the trace bound, the method, `context.call` and its continuation, a
+        // typed caller's frames fit in two slabs instead of four.
         let outcome: Result<any MethodResult, any Error>
-        do {
-            // Task-local values only where there is one to bind (each binding is a record on the
-            // task).
-            switch (trace, attached) {
-            case (nil, nil): outcome = .success(try await work())
-            case (let trace?, nil): outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await work() })
-            case (_, let attached?):
-                outcome = .success(try await Self.$taskTraceparent.withValue(trace) { try await Self.$attachments.withValue(attached) { try await work() } })
-            }
-        } catch { outcome = .failure(error) }
+        if let attached {
+            outcome = await Self.$taskTraceparent.withValue(trace) { await Self.$attachments.withValue(attached) { await Self.outcome(of: work) } }
+        } else if let trace {
+            outcome = await Self.$taskTraceparent.withValue(trace) { await Self.outcome(of: work) }
+        } else {
+            outcome = await Self.outcome(of: work)
+        }
+        settle(id, outcome, finished: finished)
+    }
+
+    private static func outcome(of work: PluginAPI.AsyncWork) async -> Result<any MethodResult, any Error> {
+        do { return .success(try await work()) } catch { return .failure(error) }
+    }
+
+    /// The call's task is done: forgotten, and answered unless cancelled (a cancelled call was
+    /// already answered by the supervisor: timeout, caller gone).
+    @inline(never)
+    private func settle(_ id: UInt64, _ outcome: consuming Result<any MethodResult, any Error>, finished: () -> Void) {
         running.withLock { _ = $0.removeValue(forKey: id) }
         finished()
-        // A cancelled call was already answered by the supervisor (timeout, caller gone).
         if Task.isCancelled { return }
         switch outcome {
         case .success(let result): replyWriting(id) { try Coding.append(result, to: &$0) }
@@ -423,6 +434,43 @@ final class PluginRuntime: Sendable {
 
     private func request(kind: MessageKind, target: String?, method: String?, uri: String?, hasParams: Bool,
                          params: (inout [UInt8]) throws -> [Bytes]) async throws -> Answer {
+        var out = try prepare(kind: kind, target: target, method: method, uri: uri, hasParams: hasParams, params: params)
+        // Unsafe, not checked: the table is the continuation's one owner, and every path resumes
+        // it once (the answer, a failed send, the shutdown), under its lock.
+        return try await withUnsafeThrowingContinuation { send(&out, answeredThrough: $0) }
+    }
+
+    /// Sends a request whose answer resumes `continuation` (or resumes it with the failure).
+    private func send(_ out: inout Outgoing, answeredThrough continuation: UnsafeContinuation<Answer, any Error>) {
+        pending.withLock { $0[out.id] = continuation }
+        let rc = send(out.frame)
+        out.scratch.give(&out.frame)
+        // The memfds made here are the worker's to pass on once `send` returns.
+        withExtendedLifetime(out.made) {}
+        if rc != 0 {
+            if let c = pending.withLock({ $0.removeValue(forKey: out.id) }) {
+                c.resume(throwing: out.attachedBytes.map { Attached.sendFailure(rc, count: $0) }
+                    ?? PluginError(.unavailable, "cannot reach the supervisor: \(String(cString: strerror(-rc)))"))
+            }
+        }
+    }
+
+    /// A request's frame, ready to send, and what goes with it.
+    private struct Outgoing {
+        var id: UInt64
+        var frame: [UInt8]
+        /// Where the frame's storage goes back once sent.
+        var scratch: ScratchFrame
+        /// The memfds of attached bytes, kept until the frame is sent.
+        var made: [Bytes.Owned]
+        /// The attached bytes' total length (nil: none attached).
+        var attachedBytes: Int?
+    }
+
+    /// Builds a request's frame (not async: nothing of it stays in the task's frames).
+    @inline(never)
+    private func prepare(kind: MessageKind, target: String?, method: String?, uri: String?, hasParams: Bool,
+                         params: (inout [UInt8]) throws -> [Bytes]) throws -> Outgoing {
         let id = nextID.add(1, ordering: .relaxed).newValue
         // Built in the thread's reusable buffer, as replies are: `send` copies the frame, and the
         // buffer is given back before this task suspends (the continuation's body runs at once, on
@@ -445,25 +493,11 @@ final class PluginRuntime: Sendable {
             made = memfds
             frame = tail.withUnsafeBytes { b.finish(tail: $0) }
         }
-        // The encoder shares the frame's storage until it goes: gone now, not at the end of this
-        // function after the await, so the buffer given back below is the thread's alone.
+        // The encoder shares the frame's storage until it goes: gone now, so the buffer given back
+        // once the frame is sent is the thread's alone.
         _ = consume b
-        // Unsafe, not checked: the table is the continuation's one owner, and every path resumes
-        // it once (the answer, a failed send, the shutdown), under its lock.
-        return try await withUnsafeThrowingContinuation { continuation in
-            pending.withLock { $0[id] = continuation }
-            let rc = send(frame)
-            scratch.give(&frame)
-            // The memfds made here are the worker's to pass on once `send` returns.
-            withExtendedLifetime(made) {}
-            if rc != 0 {
-                if let c = pending.withLock({ $0.removeValue(forKey: id) }) {
-                    c.resume(throwing: attachments.isEmpty
-                        ? PluginError(.unavailable, "cannot reach the supervisor: \(String(cString: strerror(-rc)))")
-                        : Attached.sendFailure(rc, count: attachments.reduce(0) { $0 + $1.count }))
-                }
-            }
-        }
+        return Outgoing(id: id, frame: frame, scratch: scratch, made: made,
+                        attachedBytes: attachments.isEmpty ? nil : attachments.reduce(0) { $0 + $1.count })
     }
 
     /// Calls the stream method `method` of `target`: its chunks arrive in the receiver returned.
