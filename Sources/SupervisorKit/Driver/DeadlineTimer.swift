@@ -53,7 +53,12 @@ final class DeadlineTimer {
 
     /// The same for a deadline on the monotonic clock in nanoseconds (`ProcessControl.monotonicNanoseconds`).
     func due(monotonicNanoseconds: Int64) {
-        due(.uptimeNanoseconds(UInt64(max(0, monotonicNanoseconds))))
+        due(Self.deadline(monotonicNanoseconds: monotonicNanoseconds))
+    }
+
+    /// A time of the monotonic clock in nanoseconds as a deadline (NIO reads the same clock).
+    static func deadline(monotonicNanoseconds: Int64) -> NIODeadline {
+        .uptimeNanoseconds(UInt64(max(0, monotonicNanoseconds)))
     }
 
     private func arm(_ at: NIODeadline) {

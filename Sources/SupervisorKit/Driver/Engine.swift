@@ -111,7 +111,7 @@ final class Engine: SeesShared {
     /// handoff's unclaimed descriptors. Returns the earliest deadline left.
     private func checkDeadlines(at now: NIODeadline) -> NIODeadline? {
         let next = [shared.expire(now: now), router.expireWaiting(now: now),
-                    shared.handoff?.sweep().map { NIODeadline.uptimeNanoseconds(UInt64(max(0, $0))) }]
+                    shared.handoff?.sweep().map(DeadlineTimer.deadline(monotonicNanoseconds:))]
         return next.compactMap { $0 }.min()
     }
 }
