@@ -88,11 +88,16 @@ import Testing
             api.method("task") { (n: Int) async throws -> Int in
                 try await self.ctx().call("b", "ping", n, as: Int.self) + 1
             }
+            // For CallTaskTests: what a call sees of the one before it on a kept task.
+            api.method("trace") { () async throws -> String in
+                try self.ctx().traceparent ?? "none"
+            }
+            api.method("cancelled") { () async -> Bool in Task.isCancelled }
         }
     }
 
     /// A runtime over `wire`, started (its startup answered).
-    func started(_ wire: Wire) throws -> PluginRuntime {
+    static func started(_ wire: Wire) throws -> PluginRuntime {
         let runtime = wire.runtime(Relay())
         wire.deliver(runtime, #"{"type":"event","id":1,"name":"startup","payload":{"identifier":"a","version":"1.0.0","dataDirectory":"/tmp","bundleDirectory":"/tmp","dependencies":["b"]}}"#)
         _ = try wire.wait("startup's reply") { env, _ in env.kind == .reply && env.id == 1 }
@@ -100,7 +105,7 @@ import Testing
     }
 
     /// The outgoing call to b made for the call carrying `n`, and the reply to call `id`.
-    func outgoing(_ wire: Wire, _ n: Int) throws -> (Wire.Sent, Envelope) {
+    static func outgoing(_ wire: Wire, _ n: Int) throws -> (Wire.Sent, Envelope) {
         try wire.wait("the call to b for \(n)") { env, raw in
             env.kind == .call && env.params.map { String(decoding: raw[$0], as: UTF8.self) } == "\(n)"
         }
@@ -119,18 +124,18 @@ import Testing
 
     func inlineRunsOnTheDeliveringThreadsBody() throws {
         let wire = Wire()
-        let runtime = try started(wire)
+        let runtime = try Self.started(wire)
         let links = DispatchQueue(label: "links")
 
         wire.deliver(runtime, #"{"type":"call","id":10,"method":"inline","params":41}"#)
-        let (call, callEnv) = try outgoing(wire, 41)
+        let (call, callEnv) = try Self.outgoing(wire, 41)
         #expect(call.byDeliverer, "the inline method's call went out after receive returned, or from another thread")
         links.sync { wire.deliver(runtime, #"{"type":"reply","id":\#(callEnv.id!),"result":41}"#) }
         let (answer, result) = try reply(wire, to: 10)
         #expect(answer.byDeliverer && result == "42", "answered \(result), by the delivering thread: \(answer.byDeliverer)")
 
         wire.deliver(runtime, #"{"type":"call","id":11,"method":"task","params":7}"#)
-        let (taskCall, taskEnv) = try outgoing(wire, 7)
+        let (taskCall, taskEnv) = try Self.outgoing(wire, 7)
         links.sync { wire.deliver(runtime, #"{"type":"reply","id":\#(taskEnv.id!),"result":7}"#) }
         let (taskAnswer, taskResult) = try reply(wire, to: 11)
         #expect(!taskCall.byDeliverer && !taskAnswer.byDeliverer && taskResult == "8")
@@ -143,7 +148,7 @@ import Testing
 
     func overlappingInlineCallsBody() throws {
         let wire = Wire()
-        let runtime = try started(wire)
+        let runtime = try Self.started(wire)
         let count = 200
         let io = DispatchQueue(label: "io"), links = DispatchQueue(label: "links")
         let group = DispatchGroup()
@@ -152,7 +157,7 @@ import Testing
         }
         // Each outgoing call is answered from the links thread as soon as it shows.
         for n in 0..<count {
-            let (_, env) = try outgoing(wire, n)
+            let (_, env) = try Self.outgoing(wire, n)
             links.async(group: group) { wire.deliver(runtime, #"{"type":"reply","id":\#(env.id!),"result":\#(n)}"#) }
         }
         group.wait()

@@ -20,8 +20,9 @@ public typealias MethodResult = Encodable
 /// `plugin://<identifier>/<path>` URIs.
 ///
 /// A method given a synchronous closure runs inline on the worker's I/O thread (no thread hop; keep
-/// it short). One given an `async` closure runs on its own task and can be cancelled when the caller
-/// gives up; `execution: .inline` runs that task without thread hops (see `MethodExecution`).
+/// it short). One given an `async` closure runs on a task (kept from call to call: `CallTask`) and
+/// can be cancelled when the caller gives up; `execution: .inline` runs that task without thread
+/// hops (see `MethodExecution`).
 public final class PluginAPI: Sendable {
     /// A method as the runtime runs it. The parameters are decoded once, on the thread that
     /// delivers the call, straight from the message's bytes; the result is encoded once, straight
@@ -60,7 +61,7 @@ public final class PluginAPI: Sendable {
         register(name, .sync { raw, out in try Coding.append(body(try Coding.decode(Params.self, raw)), to: &out) })
     }
 
-    /// Exports `name`, answered on a task of its own, run as `execution` says.
+    /// Exports `name`, answered on a task (one kept for the calls after it), run as `execution` says.
     public func method<Params: MethodParameters, Result: MethodResult>(
         _ name: String, execution: MethodExecution = .task, _ body: @escaping @Sendable (Params) async throws -> Result
     ) {
@@ -76,7 +77,8 @@ public final class PluginAPI: Sendable {
         register(name, .sync { _, out in try Coding.append(body(), to: &out) })
     }
 
-    /// Exports `name` taking no parameters, answered on a task of its own, run as `execution` says.
+    /// Exports `name` taking no parameters, answered on a task (one kept for the calls after it), run
+    /// as `execution` says.
     public func method<Result: MethodResult>(_ name: String, execution: MethodExecution = .task,
                                              _ body: @escaping @Sendable () async throws -> Result) {
         register(name, .async({ _ in { try await body() } }, execution))
@@ -112,7 +114,7 @@ public final class PluginAPI: Sendable {
 
 /// How an async method's code runs.
 public enum MethodExecution: Sendable {
-    /// On a task of its own on Swift's global executor (the default): the worker's I/O thread hands
+    /// On a task on Swift's global executor (the default): the worker's I/O thread hands
     /// the call over and goes on reading, and the method may compute for as long as its timeout
     /// allows.
     case task

@@ -19,7 +19,14 @@ final class PluginRuntime: Sendable {
     private nonisolated(unsafe) let host: UnsafePointer<sp_host>
     private let nextID = Atomic<UInt64>(1)
     private let pending = Guarded<[UInt64: UnsafeContinuation<Answer, any Error>]>([:])
-    private let running = Guarded<[UInt64: Task<Void, Never>]>([:])
+    /// The calls whose async handler runs, by id: what a `cancel` reaches.
+    private let running = Guarded<[UInt64: Running]>([:])
+    /// How many calls' async handlers run now.
+    var runningCalls: Int { running.withLock { $0.count } }
+    /// Tasks kept for async methods' calls (`CallTask`): those on Swift's global executor, and the
+    /// one that runs an inline method on the delivering thread (one at a time: `DeliveryExecutor`).
+    let callTasks = CallTaskPool(limit: 64)
+    let inlineCallTasks = CallTaskPool(limit: 1)
     /// The streams in flight (SPEC §13), both ways.
     private let streams = Guarded(StreamTables())
     private let events: AsyncStream<EventWork>.Continuation
@@ -69,6 +76,21 @@ final class PluginRuntime: Sendable {
         var awaiting: [UInt64: ChunkReceiver] = [:]
         /// The input this plugin sends with its own stream calls, and the task sending it.
         var feeding: [UInt64: (sender: StreamSender, task: Task<Void, Never>?)] = [:]
+    }
+
+    /// What runs a call's async handler, for a `cancel`.
+    enum Running: Sendable {
+        /// A task made for the call (a bytes method's).
+        case task(Task<Void, Never>)
+        /// A kept task, at the call's turn.
+        case kept(CallTask, turn: UInt64)
+
+        func cancel() {
+            switch self {
+            case .task(let task): task.cancel()
+            case .kept(let task, let turn): task.cancel(turn: turn)
+            }
+        }
     }
 
     struct EventWork: Sendable {
@@ -241,7 +263,7 @@ final class PluginRuntime: Sendable {
         let trace = CarriedTrace(bytes, env.traceparent)
         // Inserted under the lock the task's own clean-up takes, so clean-up never runs first.
         running.withLock { table in
-            table[id] = Task { [self] in
+            table[id] = .task(Task { [self] in
                 let outcome: Result<Bytes, any Error>
                 do {
                     outcome = .success(try await Self.$taskTraceparent.withValue(trace) {
@@ -255,7 +277,7 @@ final class PluginRuntime: Sendable {
                 case .success(let result): reply(id, bytes: result)
                 case .failure(let error): reply(id, error: error)
                 }
-            }
+            })
         }
     }
 
@@ -293,30 +315,60 @@ final class PluginRuntime: Sendable {
         run(id, CarriedTrace(bytes, env.traceparent), execution, work)
     }
 
-    /// Runs an async handler on its own task, tracked by call id so a `cancel` can reach it; an
-    /// inline one prefers the delivering thread (`DeliveryExecutor`). `attached`: bytes the
-    /// handler reads itself (a stream method's, whose params it decodes on the task).
+    /// Runs an async handler on a kept task (`CallTask`), tracked by call id so a `cancel` can
+    /// reach it; an inline one prefers the delivering thread (`DeliveryExecutor`). `attached`: bytes
+    /// the handler reads itself (a stream method's, whose params it decodes on the task).
     private func run(_ id: UInt64, _ trace: CarriedTrace?, _ execution: MethodExecution, attached: [Bytes]? = nil,
                      _ work: @escaping PluginAPI.AsyncWork) {
-        // Each task's closure captures what `answer` needs, not a closure of its own around it:
-        // one closure context per call instead of two.
-        // Insert under the lock that the task's own clean-up takes, so clean-up never runs first.
+        let call = CallTask.Call(id: id, trace: trace, attached: attached, work: work)
+        // Handed over under the lock that the call's own clean-up (`settle`) takes, so clean-up
+        // never runs before the call is in the table.
         running.withLock { table in
             switch execution {
             case .task:
-                table[id] = Task { [self] in await answer(id, trace, attached, work) {} }
+                table[id] = hand(call, to: callTasks, inline: false)
             case .inline:
                 // Inline when nothing else of this plugin's runs (a lone call, where the hops are
-                // the latency), one at a time; calls that overlap others are ordinary tasks (in
+                // the latency), one at a time; calls that overlap others run as `.task` does (in
                 // parallel on the global executor's threads, and not holding up the delivering
                 // threads, whose deliveries are serialised).
-                let executor = DeliveryExecutor.shared
-                if table.isEmpty, executor.claim() {
-                    table[id] = Task(executorPreference: executor) { [self] in await answer(id, trace, attached, work, finished: executor.release) }
+                if table.isEmpty, DeliveryExecutor.shared.claim() {
+                    table[id] = hand(call, to: inlineCallTasks, inline: true)
                 } else {
-                    table[id] = Task { [self] in await answer(id, trace, attached, work) {} }
+                    table[id] = hand(call, to: callTasks, inline: false)
                 }
             }
+        }
+    }
+
+    /// Gives `call` to a waiting task of `pool`, or to a task made for it that the pool keeps
+    /// afterwards.
+    private func hand(_ call: CallTask.Call, to pool: CallTaskPool, inline: Bool) -> Running {
+        while let task = pool.take() {
+            if let turn = task.hand(call) { return .kept(task, turn: turn) }
+        }
+        let task = CallTask.start { task in
+            if inline {
+                return Task(executorPreference: DeliveryExecutor.shared) { [self] in await serve(task, call, pool, inline: true) }
+            }
+            return Task { [self] in await serve(task, call, pool, inline: false) }
+        }
+        return .kept(task, turn: 0)
+    }
+
+    /// A kept task's body: answers `first`, then each call handed to it while the pool keeps it.
+    /// Nothing of a call stays bound on the task after it (`answer` binds its task-locals around
+    /// the method only).
+    private func serve(_ task: CallTask, _ first: CallTask.Call, _ pool: CallTaskPool, inline: Bool) async {
+        var call = first
+        while true {
+            if inline {
+                await answer(call.id, call.trace, call.attached, call.work, finished: DeliveryExecutor.shared.release)
+            } else {
+                await answer(call.id, call.trace, call.attached, call.work) {}
+            }
+            guard task.endTurn(), pool.giveBack(task), let next = await task.park() else { return }
+            call = next
         }
     }
 
@@ -616,6 +668,8 @@ final class PluginRuntime: Sendable {
 
     func shutdown() {
         events.finish()
+        callTasks.close()
+        inlineCallTasks.close()
         let waiting = pending.withLock { table in
             defer { table.removeAll() }
             return Array(table.values)
