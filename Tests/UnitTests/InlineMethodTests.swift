@@ -141,7 +141,7 @@ import Testing
         #expect(!taskCall.byDeliverer && !taskAnswer.byDeliverer && taskResult == "8")
     }
 
-    @Test("inline methods that overlap (200 calls, replies delivered on two threads in any order) are each answered once, with their own result")
+    @Test("inline methods that overlap (200 calls, replies delivered on two threads in any order) are each answered once, with their own result, each call sent and answered by the thread that delivered what made it ready")
     func overlappingInlineCalls() async throws {
         try await Self.onOwnThread { try self.overlappingInlineCallsBody() }
     }
@@ -156,15 +156,23 @@ import Testing
             io.async(group: group) { wire.deliver(runtime, #"{"type":"call","id":\#(1000 + n),"method":"inline","params":\#(n)}"#) }
         }
         // Each outgoing call is answered from the links thread as soon as it shows.
+        var callsByDeliverer = 0
         for n in 0..<count {
-            let (_, env) = try Self.outgoing(wire, n)
+            let (sent, env) = try Self.outgoing(wire, n)
+            if sent.byDeliverer { callsByDeliverer += 1 }
             links.async(group: group) { wire.deliver(runtime, #"{"type":"reply","id":\#(env.id!),"result":\#(n)}"#) }
         }
         group.wait()
+        var answersByDeliverer = 0
         for n in 0..<count {
-            let (_, result) = try reply(wire, to: UInt64(1000 + n))
+            let (sent, result) = try reply(wire, to: UInt64(1000 + n))
             #expect(result == "\(n + 1)")
+            if sent.byDeliverer { answersByDeliverer += 1 }
         }
+        // Overlapping calls run inline too: every piece on the thread that delivered what made it ready.
+        #expect(callsByDeliverer == count && answersByDeliverer == count,
+                "\(callsByDeliverer) calls and \(answersByDeliverer) answers of \(count) sent by the delivering thread")
+        #expect(runtime.inlineCallTasks.waiting > 0 && runtime.callTasks.waiting == 0, "an inline call ran on a task of the global executor")
         let replies = wire.frames.filter { $0.frame.withUnsafeBytes { (try? Envelope.parse($0))?.kind == .reply } }
         #expect(replies.count == count + 1, "\(replies.count) replies for \(count) calls and the startup")
     }

@@ -1,15 +1,13 @@
 import Dispatch
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// The executor of `.inline` methods (`MethodExecution.inline`) that run alone, one at a time
-/// (`claim`; PluginRuntime.run decides): it runs
-/// their jobs on the worker's thread that delivered the message which made them ready (a call
-/// starts its method; a reply resumes the method that awaited it), right after that message is
-/// handled and before `receive` returns, instead of waking a thread of the global executor. Jobs
-/// made ready anywhere else (a timer, another task) go to a global queue's thread.
+/// The executor of `.inline` methods (`MethodExecution.inline`): it runs their jobs on the
+/// worker's thread that delivered the message which made them ready (a call starts its method; a
+/// reply resumes the method that awaited it), right after that message is handled and before
+/// `receive` returns, instead of waking a thread of the global executor. Jobs made ready anywhere
+/// else (a timer, another task) go to a global queue's thread.
 ///
 /// `receive` is never called on two threads at once (the ABI's contract), and each thread's queue
 /// is its own, so a queue is only ever touched by its thread.
@@ -22,9 +20,6 @@ final class DeliveryExecutor: TaskExecutor {
         var jobs: [UnownedJob] = []
     }
 
-    /// Whether an inline method runs on this executor now (one at a time: `claim`, `release`).
-    private let taken = Atomic<Bool>(false)
-
     /// Each thread's `Queue`, made the first time it delivers, released when the thread ends.
     private static let key: pthread_key_t = {
         var key = pthread_key_t()
@@ -33,10 +28,6 @@ final class DeliveryExecutor: TaskExecutor {
         }
         return key
     }()
-
-    /// Takes the executor for one inline method; false while another has it.
-    func claim() -> Bool { taken.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged }
-    func release() { taken.store(false, ordering: .releasing) }
 
     func enqueue(_ job: consuming ExecutorJob) {
         if let raw = pthread_getspecific(Self.key) {

@@ -121,9 +121,9 @@ public enum MethodExecution: Sendable {
     /// Without thread hops, for methods that mostly wait on other plugins (relays, fan-outs,
     /// orchestrators): on the thread that delivered the call, right after it, and after each
     /// `await` on the thread that delivered what it awaited (a reply from another plugin), so a
-    /// call that awaits another plugin costs no wake-up of a pool thread on either side. It runs
-    /// that way when no other async method of the plugin is running: a call that comes while
-    /// others run is run as `.task` (calls in parallel keep using the global executor's threads).
+    /// call that awaits another plugin costs no wake-up of a pool thread on either side. Calls that
+    /// overlap run that way too, their pieces one after another on the worker's two delivering
+    /// threads (as a C plugin's relay does), not in parallel on the global executor's threads.
     /// Its child tasks run the same way; a timer's or another thread's resumption goes to a global
     /// queue's thread.
     ///

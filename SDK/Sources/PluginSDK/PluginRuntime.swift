@@ -23,10 +23,10 @@ final class PluginRuntime: Sendable {
     private let running = Guarded<[UInt64: Running]>([:])
     /// How many calls' async handlers run now.
     var runningCalls: Int { running.withLock { $0.count } }
-    /// Tasks kept for async methods' calls (`CallTask`): those on Swift's global executor, and the
-    /// one that runs an inline method on the delivering thread (one at a time: `DeliveryExecutor`).
+    /// Tasks kept for async methods' calls (`CallTask`): those on Swift's global executor, and
+    /// those that run inline methods on the delivering threads (`DeliveryExecutor`).
     let callTasks = CallTaskPool(limit: 64)
-    let inlineCallTasks = CallTaskPool(limit: 1)
+    let inlineCallTasks = CallTaskPool(limit: 64)
     /// The streams in flight (SPEC §13), both ways.
     private let streams = Guarded(StreamTables())
     private let events: AsyncStream<EventWork>.Continuation
@@ -325,18 +325,8 @@ final class PluginRuntime: Sendable {
         // never runs before the call is in the table.
         running.withLock { table in
             switch execution {
-            case .task:
-                table[id] = hand(call, to: callTasks, inline: false)
-            case .inline:
-                // Inline when nothing else of this plugin's runs (a lone call, where the hops are
-                // the latency), one at a time; calls that overlap others run as `.task` does (in
-                // parallel on the global executor's threads, and not holding up the delivering
-                // threads, whose deliveries are serialised).
-                if table.isEmpty, DeliveryExecutor.shared.claim() {
-                    table[id] = hand(call, to: inlineCallTasks, inline: true)
-                } else {
-                    table[id] = hand(call, to: callTasks, inline: false)
-                }
+            case .task: table[id] = hand(call, to: callTasks, inline: false)
+            case .inline: table[id] = hand(call, to: inlineCallTasks, inline: true)
             }
         }
     }
@@ -349,9 +339,9 @@ final class PluginRuntime: Sendable {
         }
         let task = CallTask.start { task in
             if inline {
-                return Task(executorPreference: DeliveryExecutor.shared) { [self] in await serve(task, call, pool, inline: true) }
+                return Task(executorPreference: DeliveryExecutor.shared) { [self] in await serve(task, call, pool) }
             }
-            return Task { [self] in await serve(task, call, pool, inline: false) }
+            return Task { [self] in await serve(task, call, pool) }
         }
         return .kept(task, turn: 0)
     }
@@ -359,28 +349,21 @@ final class PluginRuntime: Sendable {
     /// A kept task's body: answers `first`, then each call handed to it while the pool keeps it.
     /// Nothing of a call stays bound on the task after it (`answer` binds its task-locals around
     /// the method only).
-    private func serve(_ task: CallTask, _ first: CallTask.Call, _ pool: CallTaskPool, inline: Bool) async {
+    private func serve(_ task: CallTask, _ first: CallTask.Call, _ pool: CallTaskPool) async {
         var call = first
         while true {
-            if inline {
-                await answer(call.id, call.trace, call.attached, call.work, finished: DeliveryExecutor.shared.release)
-            } else {
-                await answer(call.id, call.trace, call.attached, call.work) {}
-            }
+            await answer(call.id, call.trace, call.attached, call.work)
             guard task.endTurn(), pool.giveBack(task), let next = await task.park() else { return }
             call = next
         }
     }
 
-    /// Runs an async handler's work on its task and answers the call. `finished` runs once the
-    /// call is settled, before its reply goes (an inline method gives the executor back there: the
-    /// next call may arrive as soon as the reply is written).
-    private func answer(_ id: UInt64, _ trace: CarriedTrace?, _ attached: [Bytes]?, _ work: PluginAPI.AsyncWork,
-                        finished: () -> Void) async {
+    /// Runs an async handler's work on its task and answers the call.
+    private func answer(_ id: UInt64, _ trace: CarriedTrace?, _ attached: [Bytes]?, _ work: PluginAPI.AsyncWork) async {
         // The async frames of a call's task are the task allocator's: 1 KB slabs, each a
-        // `malloc`. What does not cross an `await` is kept out of them (`settle`, and `request`'s
-        // `prepare`): with the trace bound, the method, `context.call` and its continuation, a
-        // typed caller's frames fit in two slabs instead of four.
+        // `malloc` when first needed (a kept task keeps its slabs). What does not cross an `await`
+        // is kept out of them (`settle`, and `request`'s `prepare`): with the trace bound, the
+        // method, `context.call` and its continuation, a typed caller's frames fit in two slabs.
         let outcome: Result<any MethodResult, any Error>
         if let attached {
             outcome = await Self.$taskTraceparent.withValue(trace) { await Self.$attachments.withValue(attached) { await Self.outcome(of: work) } }
@@ -389,7 +372,7 @@ final class PluginRuntime: Sendable {
         } else {
             outcome = await Self.outcome(of: work)
         }
-        settle(id, outcome, finished: finished)
+        settle(id, outcome)
     }
 
     private static func outcome(of work: PluginAPI.AsyncWork) async -> Result<any MethodResult, any Error> {
@@ -399,9 +382,8 @@ final class PluginRuntime: Sendable {
     /// The call's task is done: forgotten, and answered unless cancelled (a cancelled call was
     /// already answered by the supervisor: timeout, caller gone).
     @inline(never)
-    private func settle(_ id: UInt64, _ outcome: consuming Result<any MethodResult, any Error>, finished: () -> Void) {
+    private func settle(_ id: UInt64, _ outcome: consuming Result<any MethodResult, any Error>) {
         running.withLock { _ = $0.removeValue(forKey: id) }
-        finished()
         if Task.isCancelled { return }
         switch outcome {
         case .success(let result): replyWriting(id) { try Coding.append(result, to: &$0) }
