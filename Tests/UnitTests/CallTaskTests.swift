@@ -139,7 +139,7 @@ import Testing
         let gate = Guarded<CheckedContinuation<Void, Never>?>(nil)
     }
 
-    func call(_ id: UInt64) -> CallTask.Call { CallTask.Call(id: id, trace: nil, attached: nil, work: { 0 }) }
+    func call(_ id: UInt64) -> CallTask.Call { CallTask.Call(id: id, trace: nil, attached: nil, work: ClosureCall { 0 }) }
 
     /// A kept task that ends its first turn at once, then records each call handed to it until
     /// one comes cancelled (it then ends, as `serve` does).

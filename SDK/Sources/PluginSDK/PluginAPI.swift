@@ -42,8 +42,11 @@ public final class PluginAPI: Sendable {
         case bytes(@Sendable ([UInt8]?) async throws -> Bytes)
     }
 
-    /// An async method's work once its parameters are decoded.
-    typealias AsyncWork = @Sendable () async throws -> any MethodResult
+    /// An async method's call once its parameters are decoded: the method and its params as one
+    /// value, held inline in the existential when the params take up to two words (an `Int`, a
+    /// `String`, a small struct), so handing a call to its task allocates nothing (a closure
+    /// capturing the params was a heap context per call).
+    typealias AsyncWork = any AsyncCall
 
     func register(_ name: String, _ handler: Handler) {
         methods.withLock { $0[name] = handler }
@@ -65,11 +68,8 @@ public final class PluginAPI: Sendable {
     public func method<Params: MethodParameters, Result: MethodResult>(
         _ name: String, execution: MethodExecution = .task, _ body: @escaping @Sendable (Params) async throws -> Result
     ) {
-        register(name, .async({ raw in
-            // Decoded for this one call and handed to its task, which alone touches it from here.
-            nonisolated(unsafe) let params = try Coding.decode(Params.self, raw)
-            return { try await body(params) }
-        }, execution))
+        let method = AsyncMethod(body)
+        register(name, .async({ raw in DecodedCall(method: method, params: try Coding.decode(Params.self, raw)) }, execution))
     }
 
     /// Exports `name` taking no parameters.
@@ -81,17 +81,16 @@ public final class PluginAPI: Sendable {
     /// as `execution` says.
     public func method<Result: MethodResult>(_ name: String, execution: MethodExecution = .task,
                                              _ body: @escaping @Sendable () async throws -> Result) {
-        register(name, .async({ _ in { try await body() } }, execution))
+        let method = AsyncMethod<Empty, Result> { _ in try await body() }
+        register(name, .async({ _ in DecodedCall(method: method, params: Empty()) }, execution))
     }
 
     /// Answers `open` for `plugin://<this plugin>/<path>`. `path` is matched exactly, or as a prefix
     /// when it ends in `*`.
     public func route<Result: MethodResult>(_ path: String, _ body: @escaping @Sendable (OpenRequest) async throws -> Result) {
         routes.withLock {
-            $0[path] = .async({ raw in
-                let request = try Coding.decode(OpenRequest.self, raw)
-                return { try await body(request) }
-            }, .task)
+            let method = AsyncMethod(body)
+            $0[path] = .async({ raw in DecodedCall(method: method, params: try Coding.decode(OpenRequest.self, raw)) }, .task)
         }
     }
 
@@ -110,6 +109,34 @@ public final class PluginAPI: Sendable {
     }
 
     var methodNames: [String] { methods.withLock { $0.keys.sorted() } }
+}
+
+/// An async method's call, ready to run on a task: `run` calls the method.
+protocol AsyncCall: Sendable {
+    func run() async throws -> any MethodResult
+}
+
+/// An async method with params, registered once and shared by its calls.
+final class AsyncMethod<Params: MethodParameters, Result: MethodResult>: Sendable {
+    let body: @Sendable (Params) async throws -> Result
+    init(_ body: @escaping @Sendable (Params) async throws -> Result) { self.body = body }
+}
+
+/// One call of an `AsyncMethod`: its params decoded (one word for the method, the params inline
+/// beside it in `AsyncWork`'s buffer when they take up to two).
+struct DecodedCall<Params: MethodParameters, Result: MethodResult>: AsyncCall {
+    let method: AsyncMethod<Params, Result>
+    /// Decoded for this one call and handed to its task, which alone touches it from here.
+    nonisolated(unsafe) let params: Params
+
+    func run() async throws -> any MethodResult { try await method.body(params) }
+}
+
+/// A call whose work is a closure (a method without params, a stream method's session).
+struct ClosureCall: AsyncCall {
+    let body: @Sendable () async throws -> any MethodResult
+    init(_ body: @escaping @Sendable () async throws -> any MethodResult) { self.body = body }
+    func run() async throws -> any MethodResult { try await body() }
 }
 
 /// How an async method's code runs.

@@ -243,7 +243,7 @@ final class PluginRuntime: Sendable {
                 input.finish(.success(()))
             }
             let params = env.params.map { Array(bytes[$0]) }
-            run(id, CarriedTrace(bytes, env.traceparent), .task, attached: attached) { [self] in
+            run(id, CarriedTrace(bytes, env.traceparent), .task, attached: attached, ClosureCall { [self] in
                 defer {
                     streams.withLock { s in
                         s.answering[id] = nil
@@ -252,7 +252,7 @@ final class PluginRuntime: Sendable {
                 }
                 try await body(params, input, sender)
                 return Empty()
-            }
+            })
         }
     }
 
@@ -319,7 +319,7 @@ final class PluginRuntime: Sendable {
     /// reach it; an inline one prefers the delivering thread (`DeliveryExecutor`). `attached`: bytes
     /// the handler reads itself (a stream method's, whose params it decodes on the task).
     private func run(_ id: UInt64, _ trace: CarriedTrace?, _ execution: MethodExecution, attached: [Bytes]? = nil,
-                     _ work: @escaping PluginAPI.AsyncWork) {
+                     _ work: PluginAPI.AsyncWork) {
         let call = CallTask.Call(id: id, trace: trace, attached: attached, work: work)
         // Handed over under the lock that the call's own clean-up (`settle`) takes, so clean-up
         // never runs before the call is in the table.
@@ -376,7 +376,7 @@ final class PluginRuntime: Sendable {
     }
 
     private static func outcome(of work: PluginAPI.AsyncWork) async -> Result<any MethodResult, any Error> {
-        do { return .success(try await work()) } catch { return .failure(error) }
+        do { return .success(try await work.run()) } catch { return .failure(error) }
     }
 
     /// The call's task is done: forgotten, and answered unless cancelled (a cancelled call was
