@@ -92,7 +92,7 @@ import Testing
         runtime.shutdown()
     }
 
-    @Test("200 overlapping calls are each answered once; at most the pool's limit of tasks waits afterwards")
+    @Test("200 overlapping calls are each answered once; at most the pool's limit of tasks waits afterwards, and none after a memoryWarning")
     func burstLeavesAtMostTheLimit() async throws {
         try await InlineMethodTests.onOwnThread { try self.burstLeavesAtMostTheLimitBody() }
     }
@@ -121,6 +121,13 @@ import Testing
         #expect(replies(wire, 1000) == 1 && replies(wire, 1199) == 1)
         // Kept tasks serve the next burst.
         #expect(try relay(wire, runtime, id: 2000, 5000) == "5001")
+        try waitUntil("the task's return to the pool") { runtime.callTasks.waiting == runtime.callTasks.limit }
+        // A memoryWarning lets them go; calls after it make and keep tasks again.
+        wire.deliver(runtime, #"{"type":"event","id":2001,"name":"memoryWarning"}"#)
+        _ = try wire.wait("memoryWarning's reply") { env, _ in env.kind == .reply && env.id == 2001 }
+        #expect(runtime.callTasks.waiting == 0)
+        #expect(try relay(wire, runtime, id: 2002, 5002) == "5003")
+        try waitUntil("the task's return to the pool") { runtime.callTasks.waiting == 1 }
         runtime.shutdown()
         #expect(runtime.callTasks.waiting == 0)
     }

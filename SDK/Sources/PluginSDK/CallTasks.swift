@@ -167,13 +167,14 @@ final class CallTaskPool: Sendable {
         }
     }
 
+    /// Ends every waiting task (a `memoryWarning`); later calls make and keep tasks again.
+    func trim() {
+        for task in idle.withLock({ s in defer { s.tasks.removeAll() }; return s.tasks }) { task.retire() }
+    }
+
     /// Ends every waiting task and keeps none from now on (the plugin is shutting down).
     func close() {
-        let waiting = idle.withLock { s in
-            s.closed = true
-            defer { s.tasks.removeAll() }
-            return s.tasks
-        }
-        for task in waiting { task.retire() }
+        idle.withLock { $0.closed = true }
+        trim()
     }
 }

@@ -413,7 +413,11 @@ final class PluginRuntime: Sendable {
                 }
             case .launch: await plugin.launch()
             case .willTerminate: await plugin.willTerminate()
-            case .memoryWarning: await plugin.memoryWarning()
+            case .memoryWarning:
+                // The tasks kept for later calls go first (each holds its object and a slab).
+                callTasks.trim()
+                inlineCallTasks.trim()
+                await plugin.memoryWarning()
             case .background: await plugin.background()
             case .foreground: await plugin.foreground()
             case .resourceUpdated:
