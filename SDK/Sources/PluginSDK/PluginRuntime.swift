@@ -337,11 +337,14 @@ final class PluginRuntime: Sendable {
         while let task = pool.take() {
             if let turn = task.hand(call) { return .kept(task, turn: turn) }
         }
+        // Detached: a kept task inherits no task-local value from where the call that made it
+        // happened to be delivered, since it serves every call after that one. (Its priority is
+        // the one `Task { }` gives on a delivering thread: medium, checked.)
         let task = CallTask.start { task in
             if inline {
-                return Task(executorPreference: DeliveryExecutor.shared) { [self] in await serve(task, call, pool) }
+                return Task.detached(executorPreference: DeliveryExecutor.shared) { [self] in await serve(task, call, pool) }
             }
-            return Task { [self] in await serve(task, call, pool) }
+            return Task.detached { [self] in await serve(task, call, pool) }
         }
         return .kept(task, turn: 0)
     }
