@@ -84,7 +84,8 @@ import Testing
         #expect(runtime.callTasks.waiting == 0)
         wire.deliver(runtime, #"{"type":"cancel","id":21}"#)
         wire.deliver(runtime, #"{"type":"reply","id":\#(out.id!),"result":7}"#)
-        try waitUntil("call 21's end") { runtime.runningCalls == 0 }
+        // Its task ends once the call is settled (answered or not): then nothing more can come of it.
+        try waitUntil("call 21's task's end") { runtime.keptTaskCount == 0 }
         #expect(replies(wire, 21) == 0, "a cancelled call was answered (the supervisor already answered it)")
         #expect(runtime.callTasks.waiting == 0, "the cancelled call's task was kept")
         wire.deliver(runtime, #"{"type":"call","id":22,"method":"cancelled"}"#)

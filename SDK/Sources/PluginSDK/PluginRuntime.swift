@@ -27,6 +27,10 @@ final class PluginRuntime: Sendable {
     /// those that run inline methods on the delivering threads (`DeliveryExecutor`).
     let callTasks = CallTaskPool(limit: 64)
     let inlineCallTasks = CallTaskPool(limit: 64)
+    /// How many kept tasks exist (waiting or running a call): one that ends has settled its last
+    /// call, so a test can wait for it rather than for time to pass.
+    private let keptTasks = Atomic<Int>(0)
+    var keptTaskCount: Int { keptTasks.load(ordering: .acquiring) }
     /// The streams in flight (SPEC §13), both ways.
     private let streams = Guarded(StreamTables())
     private let events: AsyncStream<EventWork>.Continuation
@@ -353,6 +357,8 @@ final class PluginRuntime: Sendable {
     /// Nothing of a call stays bound on the task after it (`answer` binds its task-locals around
     /// the method only).
     private func serve(_ task: CallTask, _ first: CallTask.Call, _ pool: CallTaskPool) async {
+        keptTasks.add(1, ordering: .relaxed)
+        defer { keptTasks.subtract(1, ordering: .releasing) }
         var call = first
         while true {
             await answer(call.id, call.trace, call.attached, call.work)
