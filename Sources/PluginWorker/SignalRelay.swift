@@ -30,11 +30,18 @@ enum SignalRelay {
 
     /// willTerminate, wait for the reply up to the grace period, destroy the plugin, exit 0.
     static func terminate(_ host: WorkerHost, signal: Int32) -> Never {
+        let name = signal == SIGINT ? "SIGINT" : "SIGTERM"
+        guard host.hasPlugin else {
+            // A standby at its gate, or a worker whose plugin is still loading: there is no one to
+            // hear willTerminate, so it ends now instead of after the grace period.
+            let notice = ExitNotice(reason: .terminated, message: "\(name) to the worker before its plugin was loaded; exiting")
+            if let frame = try? ProtocolJSON.frame(notice) { try? host.connection.sendFrame(frame) }
+            _exit(0)
+        }
         let answered = DispatchSemaphore(value: 0)
         host.deliverLocalEvent(.willTerminate) { answered.signal() }
         let late = answered.wait(timeout: .now() + .microseconds(Int(terminationGrace))) == .timedOut
         host.destroy()
-        let name = signal == SIGINT ? "SIGINT" : "SIGTERM"
         let notice = ExitNotice(reason: .terminated,
                                 message: "\(name) to the worker: willTerminate " + (late ? "unanswered within the grace period" : "answered") + "; exiting cleanly")
         if let frame = try? ProtocolJSON.frame(notice) { try? host.connection.sendFrame(frame) }

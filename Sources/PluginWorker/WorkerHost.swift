@@ -50,6 +50,9 @@ final class WorkerHost: Sendable {
         pluginLock.withLock { $0 = Int(bitPattern: plugin) }
     }
 
+    /// Whether a plugin is attached (loaded and created, not yet destroyed).
+    var hasPlugin: Bool { pluginLock.withLock { $0 != 0 } }
+
     /// Hands one message to the plugin.
     func deliver(_ bytes: UnsafeRawBufferPointer) {
         pluginLock.withLock { bits in

@@ -71,6 +71,23 @@ public func workerMain() -> Int32 {
     timings.merge(confinement.timings) { a, _ in a }
     timings["sandbox.specUs"] = Int(specReadAt - startedAt)
 
+    // The descriptor channel stays open for peer links when the supervisor offers them (PeerLinks/).
+    let channel = confinement.keptDescriptorChannel ? spec.descriptorChannelFD : nil
+    let links = spec.peerLinks == true ? channel.flatMap { PeerLinks(channel: $0, connection: connection, identifier: spec.identifier, maxBody: spec.maxFrameBytes,
+                                                                     maxDepth: spec.maxJSONDepth ?? Frame.defaultMaxDepth) } : nil
+    // The memfds of bytes attached to messages, both ways (docs/protocol.md "Bytes"); not inherited
+    // by anything the plugin might start.
+    let payloadChannel = spec.payloadChannelFD
+    if let payloadChannel { _ = fcntl(payloadChannel, F_SETFD, FD_CLOEXEC) }
+    let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links, payloadChannel: payloadChannel)
+    // Before a standby's wait (none of this is plugin code, and the restart's path is then the
+    // plugin's load alone), so that a SIGTERM to a standby at its gate ends it at once: with no
+    // plugin loaded there is no one to hear willTerminate (SignalRelay).
+    SignalRelay.start(host: host)
+
+    // Before any plugin code runs (its constructors): a stray profiling tick must not end it.
+    Sandbox.ignoreProfilingSignal()
+
     // A standby (WorkerSpec.standby): sandboxed, it waits here, before anything of the plugin runs,
     // for the supervisor's word that the worker it may replace has ended and is to be restarted.
     var loadFrom = sandboxedAt
@@ -86,19 +103,6 @@ public func workerMain() -> Int32 {
         timings["standbyUs"] = Int(loadFrom - sandboxedAt)
     }
 
-    // The descriptor channel stays open for peer links when the supervisor offers them (PeerLinks/).
-    let channel = confinement.keptDescriptorChannel ? spec.descriptorChannelFD : nil
-    let links = spec.peerLinks == true ? channel.flatMap { PeerLinks(channel: $0, connection: connection, identifier: spec.identifier, maxBody: spec.maxFrameBytes,
-                                                                     maxDepth: spec.maxJSONDepth ?? Frame.defaultMaxDepth) } : nil
-    // The memfds of bytes attached to messages, both ways (docs/protocol.md "Bytes"); not inherited
-    // by anything the plugin might start.
-    let payloadChannel = spec.payloadChannelFD
-    if let payloadChannel { _ = fcntl(payloadChannel, F_SETFD, FD_CLOEXEC) }
-    let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links, payloadChannel: payloadChannel)
-    SignalRelay.start(host: host)
-
-    // Before any plugin code runs (its constructors): a stray profiling tick must not end it.
-    Sandbox.ignoreProfilingSignal()
     let plugin: UnsafePointer<sp_plugin>
     do {
         plugin = try PluginLoader.load(library: spec.library, host: host.host) { timings["dlopenUs"] = Int($0 - loadFrom) }

@@ -159,6 +159,16 @@ struct FaultTests {
         let next = try sv.waitFor("another standby for k.crash") { try sv.plugin("k.crash").standbyPid.flatMap { $0 != standby ? $0 : nil } }
         #expect(alive(next))
 
+        // SIGTERM to a standby waiting at its gate: no plugin is there to hear willTerminate, so it
+        // ends at once, unloaded (not after the 5 s grace, nor on its next `load`), and the plugin
+        // serves on. A kept standby that ended by itself is not made again until the next start.
+        kill(next, SIGTERM)
+        try sv.waitUntil(timeout: 3, "the signalled standby gone") { !alive(next) }
+        try sv.waitUntil("its end logged") { sv.log.contains("standby worker ended before it was needed") }
+        #expect(loads("k.crash") == 2, "the signalled standby ran plugin code")
+        #expect(try sv.plugin("k.crash").pid == standby)
+        #expect(try sv.call("k.crash", "ctorResult", as: String.self) == "announced")
+
         // A planned restart: the standby of the stopped worker goes, unloaded; the new worker gets its own.
         let planned = try sv.plugin("k.planned")
         let plannedStandby = try #require(planned.standbyPid)
@@ -171,9 +181,10 @@ struct FaultTests {
         #expect(sv.log.contains("standby worker discarded: k.planned stopped"))
         #expect(loads("k.planned") == 2)
 
-        // The shutdown ends every worker, standbys too.
+        // The shutdown ends every worker, standbys too (k.crash has none since its was signalled).
+        #expect(try sv.plugin("k.crash").standbyPid == nil)
         let everyone = try sv.status().flatMap { [$0.pid, $0.standbyPid].compactMap { $0 } }
-        #expect(everyone.count == 4)
+        #expect(everyone.count == 3)
         sv.signal(SIGTERM)
         #expect(try sv.waitForExit() == 0)
         try sv.waitUntil("no worker left") { everyone.allSatisfy { !alive($0) } }
