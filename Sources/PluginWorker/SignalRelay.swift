@@ -18,9 +18,11 @@ enum SignalRelay {
     }
 
     static func handle(_ sig: Int32, _ host: WorkerHost) {
+        if sig == SIGTERM || sig == SIGINT { terminate(host, signal: sig) }
+        // No plugin yet (a standby at its gate, one still loading): nobody to tell, and an event left
+        // unanswered would keep every later send looking for its reply.
+        guard host.hasPlugin else { return }
         switch sig {
-        case SIGTERM, SIGINT:
-            terminate(host, signal: sig)
         case SIGUSR1: host.deliverLocalEvent(.memoryWarning) {}
         case SIGTSTP: host.deliverLocalEvent(.background) {}
         case SIGCONT: host.deliverLocalEvent(.foreground) {}

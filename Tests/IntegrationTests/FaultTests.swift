@@ -181,7 +181,7 @@ struct FaultTests {
         #expect(sv.log.contains("standby worker discarded: k.planned stopped"))
         #expect(loads("k.planned") == 2)
 
-        // The shutdown ends every worker, standbys too (k.crash has none since its was signalled).
+        // The shutdown ends every worker, standbys too (k.crash has none since its standby was signalled).
         #expect(try sv.plugin("k.crash").standbyPid == nil)
         let everyone = try sv.status().flatMap { [$0.pid, $0.standbyPid].compactMap { $0 } }
         #expect(everyone.count == 3)
