@@ -67,8 +67,8 @@ enum CrashBench {
                 }
             if kept {
                 // What a kept standby costs: its memory, waiting at its gate (no plugin loaded).
-                let pss = try rig.status().compactMap(\.standbyPid).map { Double(memory($0).pss) / 1_048_576 }.sorted()
-                if !pss.isEmpty { report.add("  kept standby PSS, median", pss[pss.count / 2], "MiB") }
+                let pss = try rig.status().compactMap(\.standbyPid).map { Double(memory($0).pss) / 1_048_576 }
+                if !pss.isEmpty { report.add("  kept standby PSS, median", median(pss), "MiB") }
             }
             for (what, value) in phases where !standbys.isEmpty {
                 var phaseSamples = Samples()

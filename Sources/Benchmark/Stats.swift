@@ -18,6 +18,12 @@ struct Samples {
     var median: Double { percentile(0.5) }
 }
 
+/// The middle value (the upper of the two middle ones for an even count); 0 for none.
+func median(_ values: [Double]?) -> Double {
+    let sorted = (values ?? []).sorted()
+    return sorted.isEmpty ? 0 : sorted[sorted.count / 2]
+}
+
 func now() -> UInt64 {
     var ts = timespec()
     clock_gettime(CLOCK_MONOTONIC, &ts)

@@ -193,7 +193,6 @@ do {
                 if let before, let after = cpuSeconds(pid) { cpu[c.label, default: []].append((after - before) / Double(n) * 1e6) }
             }
         }
-        func median(_ v: [Double]?) -> Double { let s = (v ?? []).sorted(); return s.isEmpty ? 0 : s[s.count / 2] }
         let host = (p50: median(p50["host call"]), tput: median(tput["host call"]))
         let cRelayCPU = median(cpu["C relay"])
         for c in cases {
@@ -296,14 +295,12 @@ do {
             var runs = Samples()
             // The CPU each worker and the supervisor spent from their start to the ready line (issue
             // 34: ≤ 1.5 ms a worker), read at once after it; the medians of the runs.
-            var workerCPU = Samples(), supervisorCPU = Samples()
+            var workerCPU: [Double] = [], supervisorCPU: [Double] = []
             for _ in 0..<(quick ? 1 : 3) {
                 runs.add(try rig.start(plugins: dir, sandbox: sandbox))
                 if count == 50, !chain {
-                    let supervisor = cpuSeconds(rig.supervisorPID)
-                    let cpu = try rig.status().compactMap(\.pid).compactMap(cpuSeconds).sorted()
-                    if !cpu.isEmpty { workerCPU.add(UInt64(cpu[cpu.count / 2] * 1e9)) }
-                    if let supervisor { supervisorCPU.add(UInt64(supervisor * 1e9)) }
+                    if let supervisor = cpuSeconds(rig.supervisorPID) { supervisorCPU.append(supervisor) }
+                    workerCPU.append(median(try rig.status().compactMap(\.pid).compactMap(cpuSeconds)))
                 }
             }
             let shape = count == 1 ? "" : (chain ? " (chain)" : " (wide)")
@@ -311,8 +308,8 @@ do {
                        runs.median / 1000, "ms", target: count == 50 && sandbox ? "< 150 ms" : nil)
             if count == 50, !chain {
                 let label = "50 plugins (wide), sandbox \(sandbox ? "on" : "off")"
-                report.add("start CPU per worker to ready, \(label), median", workerCPU.median / 1000, "ms", target: sandbox ? "≤ 1.5 ms" : nil)
-                report.add("supervisor CPU to ready, \(label)", supervisorCPU.median / 1000, "ms")
+                report.add("start CPU per worker to ready, \(label), median", median(workerCPU) * 1000, "ms", target: sandbox ? "≤ 1.5 ms" : nil)
+                report.add("supervisor CPU to ready, \(label)", median(supervisorCPU) * 1000, "ms")
             }
             if sandbox, !chain, count == 50 {
                 // The per-worker cgroup's share of it (docs/sandbox.md, "cgroups").
@@ -341,7 +338,7 @@ do {
                     }
                 } else {
                     let pss = try rig.status().compactMap(\.pid).map { Double(memory($0).pss) / 1_048_576 }
-                    report.add("worker PSS with 50 workers, median, exec start", pss.sorted()[pss.count / 2], "MiB")
+                    report.add("worker PSS with 50 workers, median, exec start", median(pss), "MiB")
                 }
                 _ = try rig.start(plugins: dir, sandbox: true)
             }
@@ -358,7 +355,7 @@ do {
                 report.add("supervisor RSS with 50 plugins", Double(m.rss) / 1_048_576, "MiB")
                 report.add("supervisor PSS with 50 plugins", Double(m.pss) / 1_048_576, "MiB")
                 let pss = try rig.status().compactMap(\.pid).map { Double(memory($0).pss) / 1_048_576 }
-                report.add("worker PSS with 50 workers, median", pss.sorted()[pss.count / 2], "MiB", target: "< 8 MiB")
+                report.add("worker PSS with 50 workers, median", median(pss), "MiB", target: "< 8 MiB")
             }
         }
     }

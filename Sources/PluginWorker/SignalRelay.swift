@@ -30,23 +30,25 @@ enum SignalRelay {
         }
     }
 
-    /// willTerminate, wait for the reply up to the grace period, destroy the plugin, exit 0.
+    /// willTerminate, wait for the reply up to the grace period, destroy the plugin, exit 0 (at once
+    /// when no plugin is there), saying why in an `exit` notice.
     static func terminate(_ host: WorkerHost, signal: Int32) -> Never {
         let name = signal == SIGINT ? "SIGINT" : "SIGTERM"
+        func exiting(_ message: String) {
+            if let frame = try? ProtocolJSON.frame(ExitNotice(reason: .terminated, message: message)) { try? host.connection.sendFrame(frame) }
+        }
         guard host.hasPlugin else {
             // A standby at its gate, or a worker whose plugin is still loading: there is no one to
-            // hear willTerminate, so it ends now instead of after the grace period.
-            let notice = ExitNotice(reason: .terminated, message: "\(name) to the worker before its plugin was loaded; exiting")
-            if let frame = try? ProtocolJSON.frame(notice) { try? host.connection.sendFrame(frame) }
+            // hear willTerminate, so it ends now instead of after the grace period (`_exit`: the
+            // main thread may be inside the plugin's constructors).
+            exiting("\(name) to the worker before its plugin was loaded; exiting")
             _exit(0)
         }
         let answered = DispatchSemaphore(value: 0)
         host.deliverLocalEvent(.willTerminate) { answered.signal() }
         let late = answered.wait(timeout: .now() + .microseconds(Int(terminationGrace))) == .timedOut
         host.destroy()
-        let notice = ExitNotice(reason: .terminated,
-                                message: "\(name) to the worker: willTerminate " + (late ? "unanswered within the grace period" : "answered") + "; exiting cleanly")
-        if let frame = try? ProtocolJSON.frame(notice) { try? host.connection.sendFrame(frame) }
+        exiting("\(name) to the worker: willTerminate " + (late ? "unanswered within the grace period" : "answered") + "; exiting cleanly")
         exit(0)
     }
 }
