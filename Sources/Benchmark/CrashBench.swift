@@ -9,7 +9,7 @@ import PluginProtocol
 /// that has answered a call before) to the first answered call; by default (a standby spawned on
 /// the crash's notice) and with a standby kept beside every running plugin (`standbyWorkers:
 /// "always"`), one after the other. Each crash starts from a quiet machine. docs/benchmarks.md,
-/// "Crash → serving, third round" and "fourth round".
+/// "Crash → serving".
 enum CrashBench {
     static func run(_ rig: Rig, _ report: Report, quick: Bool) throws {
         for (label, config) in [("", nil), (", standbyWorkers always", #"{"standbyWorkers": "always"}"#)] {

@@ -102,9 +102,9 @@ do {
     // Swift, with TestKit's async `call` (its JSONValue params and result go through Foundation's
     // JSON coding) and with `pingVia` (the SDK's path alone: a string in, an Int out, plain
     // coding), and bench.crelay in C (Benchmarks/CRelay), without the Swift SDK's async path. Ratios against the host call above (the
-    // issue's targets: p50 ≤ 2×, throughput ≥ 0.5×).
+    // targets: p50 ≤ 2×, throughput ≥ 0.5×).
     /// The caller's worker CPU per call with 64 in flight, by caller (the C relay's is the baseline
-    /// of the Swift callers': issue 34's "≤ 1.5× the C relay's").
+    /// of the Swift callers': the target is "≤ 1.5× the C relay's").
     var callerCPU: [String: Double] = [:]
     func nested(_ label: String, caller: String, _ frame: (UInt64) -> [UInt8]) throws {
         _ = try latency(conn, count: 200, frame: frame)
@@ -151,7 +151,7 @@ do {
     }
     }
 
-    // 2b. The Swift SDK's plugin → plugin path in interleaved rounds (issue 34): the host call, the
+    // 2b. The Swift SDK's plugin → plugin path in interleaved rounds: the host call, the
     // Swift callers (a task, and an inline method) and the C relay, and with `--baseline-lib PATH`
     // (a libTestKit.so built from another commit) the same Swift callers built from that, so an SDK
     // change is measured before/after in one run, on the same supervisor and callee.
@@ -293,8 +293,8 @@ do {
         for (count, chain) in [(1, false), (10, false), (10, true), (50, false), (50, true)] {
             let dir = try rig.plugins("start-\(count)-\(chain)", count: count, chain: chain)
             var runs = Samples()
-            // The CPU each worker and the supervisor spent from their start to the ready line (issue
-            // 34: ≤ 1.5 ms a worker), read at once after it; the medians of the runs.
+            // The CPU each worker and the supervisor spent from their start to the ready line (the
+            // target: ≤ 1.5 ms a worker), read at once after it; the medians of the runs.
             var workerCPU: [Double] = [], supervisorCPU: [Double] = []
             for _ in 0..<(quick ? 1 : 3) {
                 runs.add(try rig.start(plugins: dir, sandbox: sandbox))

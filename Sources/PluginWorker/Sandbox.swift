@@ -218,7 +218,7 @@ enum Sandbox {
     /// SIGPROF is the CPU profiler's timer (`setitimer(ITIMER_PROF)`): a profiler installs its own
     /// handler, and one still in flight when profiling stops must not end the worker. Go's runtime
     /// in a c-shared plugin puts back, when its profile stops, the handler it found when it
-    /// started (SIG_IGN for SIG_DFL, Go issue 19320); with the fatal-signal reporter there, a late
+    /// started (SIG_IGN for SIG_DFL, golang/go#19320); with the fatal-signal reporter there, a late
     /// tick ended the worker as a crash by SIGPROF (exit 155, RealLibraryTests' Go `profile`, now
     /// and then). Ignored, as Go itself would have it.
     static func ignoreProfilingSignal() {
