@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The published comparison with HashiCorp go-plugin (issue 14; docs/benchmarks.md#against-go-plugin):
+# The published comparison with HashiCorp go-plugin (docs/benchmarks.md#results):
 # builds a go-plugin peer from Debian's golang-github-hashicorp-go-plugin-dev (net/rpc over a Unix
 # socket, a trivial plugin and a host; a gRPC plugin with a server stream: Benchmarks/goplugin), runs it and supervisor-bench in
 # alternating rounds on this machine, and writes the medians, the ratios and a chart:

@@ -101,7 +101,7 @@ if all(CALL + POLLING in r and TPUT + POLLING in r for r in ours_runs):
     ]
 rows += [
     ("start → ready, 1 plugin vs go-plugin", ours(START1), go("start1Ms"), "ms", None),
-    # Issue 34's target: half of go-plugin's parallel start (issue 14's was a third).
+    # The target: half of go-plugin's parallel start.
     ("50 plugins ready vs go-plugin, in parallel", ours(START50), go("start50Ms"), "ms", ("≤", 0.5)),
     ("50 plugins ready vs go-plugin, one after the other", ours(START50), go("start50SequentialMs"), "ms", ("≤", 0.33)),
     ("50 plugins, sandbox off, vs go-plugin in parallel", ours(START50OFF), go("start50Ms"), "ms", None),
@@ -126,7 +126,7 @@ if all(P2PC in r and P2PCT in r for r in ours_runs):
         ("plugin→plugin throughput, caller in C, vs host calls", ours(P2PCT), ours(TPUT), "/s", ("≥", 0.5)),
     ]
 if all(CPU_SWIFT in r and CPU_C in r for r in ours_runs):
-    # The Swift caller's worker CPU per call against the C relay's, both with 64 in flight (issue 34: ≤ 1.5×).
+    # The Swift caller's worker CPU per call against the C relay's, both with 64 in flight (the target: ≤ 1.5×).
     rows += [
         ("plugin→plugin: the Swift SDK typed caller's worker CPU per call vs the C relay's", ours(CPU_SWIFT), ours(CPU_C), "µs", ("≤", 1.5)),
         ("plugin→plugin: the same, inline method, vs the C relay's", ours(CPU_SWIFT_INLINE), ours(CPU_C), "µs", ("≤", 1.5)),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Heap allocations per call on the call path (issue 34; docs/benchmarks.md "Allocations per call"):
+# Heap allocations per call on the call path (docs/benchmarks.md "Allocations per call"):
 # starts a supervisor from a release build with three plugins (bench.callee, TestKit; bench.caller,
 # TestKit; bench.crelay, the C relay of Benchmarks/CRelay), then counts, with uprobes on libc's
 # `malloc`, the Swift runtime's `swift_allocObject` and `swift_task_create`, what one process does

@@ -3,7 +3,7 @@ import SupervisorClient
 
 /// Raw bytes (SPEC §13) from a plugin to a program (`SupervisorClient.callBytes`): a 1 MiB result's
 /// latency, and a 256 MiB result's time and every process's memory against one memcpy of 256 MiB
-/// (docs/benchmarks.md, "Bytes").
+/// (docs/benchmarks.md, "Method").
 enum BytesBench {
     struct Figures {
         var oneMiB: Samples

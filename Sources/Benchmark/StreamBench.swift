@@ -5,7 +5,7 @@ import Synchronization
 
 /// Streams (SPEC §13) from a plugin to a program (`SupervisorClient`) through the supervisor:
 /// throughput with 64 KiB elements, and every process's memory while a slow reader holds back a
-/// fast producer (docs/benchmarks.md, "Streams").
+/// fast producer (docs/benchmarks.md, "Method").
 enum StreamBench {
     struct Figures {
         /// Payload MB/s (10^6 bytes of the elements' JSON strings a second), median of the rounds.
