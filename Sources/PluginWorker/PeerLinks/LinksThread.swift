@@ -24,9 +24,9 @@ final class LinksThread {
     var readers: [ObjectIdentifier: LinkReader] = [:]
     /// The buffer a call or a reply that came over a link is rebuilt in for the plugin, kept from
     /// one to the next (the plugin has the bytes only during `receive`: docs/abi.md).
-    private var forwardBuffer: [UInt8] = []
+    var forwardBuffer: [UInt8] = []
     /// This worker's identifier as the bytes a call over a link names it with.
-    private let identifierBytes: [UInt8]
+    let identifierBytes: [UInt8]
 
     init(links: PeerLinks, host: WorkerHost) {
         self.links = links
@@ -35,11 +35,11 @@ final class LinksThread {
     }
 
     private var channel: Int32 { links.channel }
-    private var identifier: String { links.identifier }
-    private var maxDepth: Int { links.maxDepth }
-    private static func now() -> Int64 { PeerLinks.now() }
+    var identifier: String { links.identifier }
+    var maxDepth: Int { links.maxDepth }
+    static func now() -> Int64 { PeerLinks.now() }
 
-    private func reader(_ socket: LinkSocket) -> LinkReader {
+    func reader(_ socket: LinkSocket) -> LinkReader {
         if let reader = readers[ObjectIdentifier(socket)] { return reader }
         let reader = LinkReader(socket, maxBody: links.maxBody)
         readers[ObjectIdentifier(socket)] = reader
@@ -154,189 +154,6 @@ final class LinksThread {
             }
             if holds { link.socket.sendHeld(stopHolding: true) }
         } while toEnd
-    }
-
-    /// Caller role: a reply from the callee's worker, or a stream frame of a call over the link.
-    private func replyArrived(_ link: LinkTable<LinkSocket>.Polled, _ body: UnsafeRawBufferPointer) {
-        guard let env = try? Envelope.parse(body, maxDepth: maxDepth), let id = env.id else {
-            return link.socket.shutdown()
-        }
-        switch env.kind {
-        case .reply: break
-        case .chunk where !env.input:
-            // Checked as the supervisor checks a worker's chunk; one that breaks the rules ends the link.
-            if let why = StreamFrames.bytesProblem(of: env, in: body) { return linkBroken(link, why) }
-            let element = StreamFrames.element(of: env)
-            let now = Self.now()
-            switch links.table.withLock({ $0.answerChunk(id, seq: env.seq, hasData: element != nil, on: link.number, now: now) }) {
-            case .deliver:
-                guard let (range, isBytes) = element else { return }
-                let raw = UnsafeRawBufferPointer(rebasing: body[range])
-                host.deliver(frame: isBytes ? StreamFrames.bytesChunk(id: id, seq: env.seq ?? 0, bytes: raw, into: [UInt8]())
-                                            : StreamFrames.chunk(id: id, seq: env.seq ?? 0, data: raw, into: [UInt8]()))
-            case .late: break
-            case .violation(let why): linkBroken(link, why)
-            }
-            return
-        case .credit where env.input:
-            // Room for more of its input: the plugin's to use (the callee's worker checks it).
-            guard let n = env.n, links.table.withLock({ $0.calls[id]?.link == link.number }) else { return }
-            host.deliver(frame: StreamFrames.credit(id: id, n: n, input: true, into: [UInt8]()))
-            return
-        default:
-            return link.socket.shutdown()
-        }
-        // Its bytes are taken (and checked) whether or not the call still waits.
-        var attached: [Attachment]?
-        switch attachments(env, body, link) {
-        case .failure(let why): return linkBroken(link, why)
-        case .success(let list): attached = list
-        }
-        let now = Self.now()
-        // Late (it timed out): dropped, as the supervisor drops a late reply.
-        guard links.table.withLock({ $0.replied(id, on: link.number, env.error == nil ? .ok : .error, now: now) }) else {
-            for fd in Attachments.descriptors(attached ?? []) { close(fd) }
-            return
-        }
-        // Rebuilt as the supervisor rebuilds a reply (Router.replyFrame): the plugin gets only
-        // `type`, its id, the answer and its bytes, whatever else the callee's side wrote.
-        var reply = FrameBuilder(kind: .reply, into: keptBuffer(capacity: body.count + 48))
-        reply.uint("id", id)
-        reply.answer(of: env, in: body)
-        let frame: [UInt8]
-        if let attached {
-            reply.attachments(attached)
-            frame = reply.finish(tail: env.tail.map { UnsafeRawBufferPointer(rebasing: body[$0]) } ?? UnsafeRawBufferPointer(start: nil, count: 0))
-        } else {
-            frame = reply.finish()
-        }
-        host.deliver(frame: frame)
-        keep(frame)
-    }
-
-    /// The kept buffer (`forwardBuffer`), empty, with room for `capacity` bytes; `keep` gives it back.
-    private func keptBuffer(capacity: Int) -> [UInt8] {
-        var bytes: [UInt8] = []
-        swap(&bytes, &forwardBuffer)
-        bytes.removeAll(keepingCapacity: true)
-        bytes.reserveCapacity(capacity)
-        return bytes
-    }
-
-    /// Keeps a delivered frame's storage for the next one (not one grown past 64 KiB).
-    private func keep(_ frame: [UInt8]) {
-        if frame.capacity <= 64 * 1024 { forwardBuffer = frame }
-    }
-
-    /// The bytes a frame over `link` lists (docs/protocol.md "Bytes"), checked as the supervisor
-    /// checks a worker's: inline ones as many as announced; descriptors those that came with it on
-    /// the link, each a sealed memfd of its announced length, now this process's (the list holds
-    /// their numbers). Nil: it lists none. A failure (what came is closed) ends the link.
-    private func attachments(_ env: Envelope, _ body: UnsafeRawBufferPointer, _ link: LinkTable<LinkSocket>.Polled) -> Result<[Attachment]?, LinkBreach> {
-        let list: [Attachment]
-        do throws(Attachments.Problem) {
-            guard let announced = try Attachments.announced(in: env, body) else { return .success(nil) }
-            list = announced
-        } catch {
-            return .failure(LinkBreach(error.description))
-        }
-        let expected = list.filter(\.isDescriptor).count
-        guard expected > 0 else { return .success(list) }
-        guard let fds = reader(link.socket).take(expected) else { return .failure(LinkBreach("\(expected) descriptors announced, fewer came")) }
-        do throws(Attachments.Problem) {
-            return .success(try Attachments.placing(fds, in: list) { sp_bytes_check($0, UInt64($1)) })
-        } catch {
-            for fd in fds { close(fd) }
-            return .failure(LinkBreach(error.description))
-        }
-    }
-
-    /// Callee role: a call (or a `cancel`) from the caller's worker.
-    private func callArrived(_ link: LinkTable<LinkSocket>.Polled, _ body: UnsafeRawBufferPointer) {
-        guard let env = try? Envelope.parse(body, maxDepth: maxDepth), let id = env.id else {
-            return link.socket.shutdown()
-        }
-        switch env.kind {
-        case .call:
-            guard names(env.target, in: body), let method = env.method, body[method.lowerBound] == UInt8(ascii: "\"") else {
-                var reply = FrameBuilder(kind: .reply)
-                reply.uint("id", id)
-                reply.error(.badRequest, "a call over the link to \(identifier) must name it as its target and have a method")
-                _ = link.socket.send(frame: reply.finish(), wait: true)
-                return
-            }
-            var attached: [Attachment]?
-            switch attachments(env, body, link) {
-            case .failure(let why): return linkBroken(link, why)
-            case .success(let list): attached = list
-            }
-            guard let (local, peer) = links.table.withLock({ $0.serve(id, on: link.number, input: env.input) }) else {
-                for fd in Attachments.descriptors(attached ?? []) { close(fd) }
-                return
-            }
-            // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
-            let bytes = keptBuffer(capacity: CallHop.frameCapacity(forwarding: body.count, from: peer) + 32)
-            // A control client's link has no peer plugin: its calls carry no `from`, as through the supervisor.
-            let frame = hop.forward(.call, id: local, from: peer.isEmpty ? nil : peer, env, in: body, into: consume bytes).frame
-            defer { keep(frame) }
-            guard let attached else { return host.deliver(frame: frame) }
-            // Its bytes with this process's descriptor numbers.
-            frame.withUnsafeBytes { raw in
-                let forwarded = UnsafeRawBufferPointer(rebasing: raw[Frame.headerSize...])
-                guard let again = try? Envelope.parse(forwarded, maxDepth: maxDepth) else { return }
-                host.deliver(frame: Attachments.replacing(in: forwarded, again, with: attached))
-            }
-        case .cancel:
-            if let local = links.table.withLock({ $0.cancelled(id, on: link.number) }) { deliverCancel(local) }
-        case .credit where !env.input:
-            guard let n = env.n, let local = links.table.withLock({ $0.answerCredit(id, on: link.number) }) else { return }
-            host.deliver(frame: StreamFrames.credit(id: local, n: n, into: [UInt8]()))
-        case .chunk where env.input:
-            if let why = StreamFrames.bytesProblem(of: env, in: body) { return linkBroken(link, why) }
-            let element = StreamFrames.element(of: env)
-            switch links.table.withLock({ $0.inputChunk(id, seq: env.seq, end: env.end, hasData: element != nil, on: link.number) }) {
-            case .deliver(let local):
-                if env.end {
-                    host.deliver(frame: StreamFrames.inputEnd(id: local, count: env.seq ?? 0, into: [UInt8]()))
-                } else if let (range, isBytes) = element {
-                    let raw = UnsafeRawBufferPointer(rebasing: body[range])
-                    host.deliver(frame: isBytes ? StreamFrames.bytesChunk(id: local, seq: env.seq ?? 0, bytes: raw, input: true, into: [UInt8]())
-                                                : StreamFrames.chunk(id: local, seq: env.seq ?? 0, data: raw, input: true, into: [UInt8]()))
-                }
-            case .late: break
-            case .violation(let why): linkBroken(link, why)
-            }
-        default:
-            link.socket.shutdown()
-        }
-    }
-
-    /// Whether the string at `range` of `body` is this worker's identifier: its bytes as they are,
-    /// or decoded when it has escapes.
-    private func names(_ range: Range<Int>?, in body: UnsafeRawBufferPointer) -> Bool {
-        guard let range else { return false }
-        let raw = body[range]
-        if raw.count == identifierBytes.count + 2, raw.first == UInt8(ascii: "\""),
-           !identifierBytes.isEmpty, identifierBytes.withUnsafeBytes({ memcmp($0.baseAddress!, body.baseAddress! + range.lowerBound + 1, $0.count) == 0 }) { return true }
-        return raw.contains(UInt8(ascii: "\\")) && Envelope.string(body, range) == identifier
-    }
-
-    /// Why a frame over a link cannot be taken (the link ends, its log line says why).
-    struct LinkBreach: Error {
-        let reason: String
-        init(_ reason: String) { self.reason = reason }
-    }
-
-    private func linkBroken(_ link: LinkTable<LinkSocket>.Polled, _ why: LinkBreach) {
-        linkBroken(link, why.reason)
-    }
-
-    /// A link whose other end broke the rules of streams: it ends (its calls are settled as for
-    /// any link that ends), and the supervisor's log says why.
-    private func linkBroken(_ link: LinkTable<LinkSocket>.Polled, _ why: String) {
-        link.socket.shutdown()
-        guard let frame = try? ProtocolJSON.frame(LogMessage(level: "warning", message: "peer link \(link.number) ended: \(why)", metadata: nil)) else { return }
-        try? links.connection.sendFrame(frame)
     }
 
     /// A link that ended (its peer's worker ended, it broke, or it was taken back and its calls

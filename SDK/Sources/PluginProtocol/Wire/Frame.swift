@@ -34,3 +34,14 @@ public enum Frame {
         return length
     }
 }
+
+extension Array where Element == UInt8 {
+    /// Prepends a 4-byte big-endian length to a frame body.
+    public static func frame(body: some Collection<UInt8>) -> [UInt8] {
+        let n = UInt32(body.count)
+        var out: [UInt8] = [UInt8(truncatingIfNeeded: n >> 24), UInt8(truncatingIfNeeded: n >> 16),
+                            UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)]
+        out.append(contentsOf: body)
+        return out
+    }
+}

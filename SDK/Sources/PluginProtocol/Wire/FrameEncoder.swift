@@ -1,24 +1,3 @@
-/// Where a frame is written: a byte array (the worker, the CLI) or, in the supervisor, the very
-/// NIO buffer that is sent, so a routed frame is built once and never copied.
-public protocol FrameSink {
-    /// Bytes written so far.
-    var writtenCount: Int { get }
-    mutating func append(byte: UInt8)
-    mutating func append(bytes: UnsafeRawBufferPointer)
-    /// Overwrites 4 bytes at `offset` (the length prefix, once the body is complete).
-    mutating func setLengthPrefix(_ length: UInt32, at offset: Int)
-}
-
-extension Array: FrameSink where Element == UInt8 {
-    @inlinable public var writtenCount: Int { count }
-    @inlinable public mutating func append(byte: UInt8) { append(byte) }
-    @inlinable public mutating func append(bytes: UnsafeRawBufferPointer) { append(contentsOf: bytes) }
-    @inlinable public mutating func setLengthPrefix(_ length: UInt32, at offset: Int) {
-        // One write of four bytes (each subscript would check the storage is unique again).
-        withUnsafeMutableBytes { $0.storeBytes(of: length.bigEndian, toByteOffset: offset, as: UInt32.self) }
-    }
-}
-
 /// Builds one length-prefixed frame by appending JSON members, so a router can forward raw payload
 /// bytes it never decoded. `finish()` patches the length prefix and hands back the sink.
 public struct FrameEncoder<Sink: FrameSink> {
@@ -254,80 +233,6 @@ public struct FrameEncoder<Sink: FrameSink> {
     }
 }
 
-/// Up to 64 bytes of a frame assembled on the stack and appended to its sink at once (each append
-/// to an array checks its storage again): `FrameEncoder`'s small pieces, `Frame.withHead`.
-@usableFromInline
-struct FrameScratch {
-    @usableFromInline var bytes: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
-    @usableFromInline var count = 0
-    @usableFromInline static var capacity: Int { 64 }
-
-    @inlinable init() {}
-
-    @inlinable mutating func skip(_ n: Int) { count += n }
-
-    @inlinable mutating func add(_ byte: UInt8) {
-        withUnsafeMutableBytes(of: &bytes) { $0[count] = byte }
-        count += 1
-    }
-
-    @inlinable mutating func add(_ s: StaticString) {
-        let n = s.utf8CodeUnitCount
-        withUnsafeMutableBytes(of: &bytes) { $0.baseAddress!.advanced(by: count).copyMemory(from: s.utf8Start, byteCount: n) }
-        count += n
-    }
-
-    /// `value`'s decimal digits (at most 20), two at a time (a 19-digit id is 10 divisions).
-    @inlinable mutating func add(_ value: UInt64) {
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for 20 digits
-        let pairs: StaticString = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
-        let table = pairs.utf8Start
-        var n = value
-        var i = 24
-        withUnsafeMutableBytes(of: &digits) { d in
-            while n >= 100 {
-                let r = Int(n % 100)
-                n /= 100
-                i -= 2
-                d[i] = table[2 * r]
-                d[i + 1] = table[2 * r + 1]
-            }
-            if n >= 10 {
-                i -= 2
-                d[i] = table[2 * Int(n)]
-                d[i + 1] = table[2 * Int(n) + 1]
-            } else {
-                i -= 1
-                d[i] = UInt8(truncatingIfNeeded: n) &+ 0x30
-            }
-            let length = 24 - i
-            withUnsafeMutableBytes(of: &bytes) { $0.baseAddress!.advanced(by: count).copyMemory(from: d.baseAddress!.advanced(by: i), byteCount: length) }
-            count += length
-        }
-    }
-
-    @inlinable func write<S: FrameSink>(to sink: inout S) {
-        withUnsafeBytes(of: bytes) { sink.append(bytes: UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
-    }
-}
-
-extension Frame {
-    /// A frame's length prefix and `{"type":"<kind>","id":<id>` on the stack, for a frame whose body
-    /// goes on with `restCount` bytes that are written after it (a reply passed on as its plugin
-    /// wrote it after its id, with another id: the worker's peer links).
-    @inlinable
-    public static func withHead<R>(_ kind: MessageKind, id: UInt64, restCount: Int, _ body: (UnsafeRawBufferPointer) -> R) -> R {
-        var scratch = FrameScratch()
-        scratch.skip(headerSize)
-        scratch.add(kind.openingMembers)
-        scratch.add(#","id":"#)
-        scratch.add(id)
-        let length = UInt32(scratch.count - headerSize + restCount).bigEndian
-        withUnsafeMutableBytes(of: &scratch.bytes) { $0.storeBytes(of: length, as: UInt32.self) }
-        return withUnsafeBytes(of: scratch.bytes) { body(UnsafeRawBufferPointer(rebasing: $0[0..<scratch.count])) }
-    }
-}
-
 extension FrameEncoder {
     /// Appends the members of an encoded JSON object, given without its braces (`"a":1,"b":2`), as
     /// they are (a host event's members after `type` and `id`).
@@ -366,56 +271,5 @@ extension FrameEncoder where Sink == [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(capacity + 32)
         self.init(kind: kind, into: consume bytes)
-    }
-}
-
-/// JSON string escaping.
-public enum JSONEscaping {
-    @inlinable
-    public static func append<Sink: FrameSink>(_ s: String, to sink: inout Sink) {
-        var s = s
-        s.withUTF8 { utf8 in
-            var runStart = 0
-            for i in 0..<utf8.count {
-                let c = utf8[i]
-                guard c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") else { continue }
-                if runStart < i { sink.append(bytes: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(utf8)[runStart..<i])) }
-                runStart = i + 1
-                sink.append(byte: UInt8(ascii: "\\"))
-                switch c {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"): sink.append(byte: c)
-                case 0x0A: sink.append(byte: UInt8(ascii: "n"))
-                case 0x0D: sink.append(byte: UInt8(ascii: "r"))
-                case 0x09: sink.append(byte: UInt8(ascii: "t"))
-                default:
-                    let hex: StaticString = "0123456789abcdef"
-                    sink.append(byte: UInt8(ascii: "u"))
-                    sink.append(byte: 0x30)
-                    sink.append(byte: 0x30)
-                    sink.append(byte: hex.utf8Start[Int(c >> 4)])
-                    sink.append(byte: hex.utf8Start[Int(c & 0xF)])
-                }
-            }
-            if runStart < utf8.count { sink.append(bytes: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(utf8)[runStart...])) }
-        }
-    }
-
-    /// `s` as a quoted JSON string.
-    public static func quoted(_ s: String) -> [UInt8] {
-        var out: [UInt8] = [UInt8(ascii: "\"")]
-        append(s, to: &out)
-        out.append(UInt8(ascii: "\""))
-        return out
-    }
-}
-
-extension Array where Element == UInt8 {
-    /// Prepends a 4-byte big-endian length to a frame body.
-    public static func frame(body: some Collection<UInt8>) -> [UInt8] {
-        let n = UInt32(body.count)
-        var out: [UInt8] = [UInt8(truncatingIfNeeded: n >> 24), UInt8(truncatingIfNeeded: n >> 16),
-                            UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)]
-        out.append(contentsOf: body)
-        return out
     }
 }
