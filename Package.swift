@@ -52,6 +52,8 @@ let package = Package(
         // PluginHost is a `Service` (docs/host.md): with swift-async-algorithms, about 25 s of a
         // clean build on two cores.
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
+        // Random input sequences for the core's tests (Tests/CoreTests): no dependencies of its own.
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
     ],
     targets: [
         // The Linux calls Swift cannot make directly (variadic syscall/prctl, posix_spawn, pidfds,
@@ -81,7 +83,13 @@ let package = Package(
         // Plugin bundles on disk: manifests, versions, the dependency graph, variants, the bundle
         // store, the home lock, the installer's request and answer. Shared by the supervisor and the
         // installer; links no SwiftNIO.
-        .target(name: "Bundles", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "LinuxSupport"], path: "Sources/Bundles"),
+        .target(name: "Bundles", dependencies: ["BundleModel", .product(name: "PluginProtocol", package: "SDK"), "LinuxSupport"], path: "Sources/Bundles"),
+        // The bundle model's values: a manifest, parsed and validated from its bytes, and versions.
+        // No file system: the supervisor's core decides with them.
+        .target(name: "BundleModel", dependencies: [.product(name: "PluginProtocol", package: "SDK")], path: "Sources/BundleModel"),
+        // Every decision of the supervisor, as values that take inputs and return actions
+        // (docs/architecture.md): no I/O, no clock, no NIO, no Linux calls. SupervisorKit drives it.
+        .target(name: "SupervisorCore", dependencies: ["BundleModel", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/SupervisorCore"),
         // The control socket's client (the CLI's, and a host program's): over IPC, speaks Protocol.
         .target(name: "SupervisorClient", dependencies: ["IPC", "Protocol", "LinuxSupport", "CLinuxSupport", .product(name: "PluginProtocol", package: "SDK"),
                                                          .product(name: "CPluginABI", package: "SDK")], path: "Sources/SupervisorClient"),
@@ -100,6 +108,7 @@ let package = Package(
         .target(
             name: "SupervisorKit",
             dependencies: [
+                "SupervisorCore",
                 .product(name: "PluginProtocol", package: "SDK"), .product(name: "CPluginABI", package: "SDK"), "Protocol", "IPC", "LinuxSupport", "Bundles", "CSeccomp", "Confinement",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -168,6 +177,9 @@ let package = Package(
         .target(name: "NoExport", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Tests/Fixtures/NoExport"),
         .target(name: "CRelay", dependencies: [.product(name: "CPluginABI", package: "SDK")], path: "Benchmarks/CRelay"),
 
+        // The core's tests: its decisions driven with inputs, no process, socket or clock.
+        .testTarget(name: "CoreTests", dependencies: ["SupervisorCore", .product(name: "PropertyBased", package: "swift-property-based")],
+                    path: "Tests/CoreTests"),
         .testTarget(
             name: "UnitTests",
             dependencies: [.product(name: "PluginProtocol", package: "SDK"), .product(name: "PluginSDK", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "Protocol",

@@ -8,6 +8,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import PluginProtocol
+import SupervisorCore
 import Synchronization
 
 /// The supervisor: starts plugins in dependency order, one sandboxed worker each, routes calls and

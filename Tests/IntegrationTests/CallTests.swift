@@ -247,7 +247,7 @@ struct CallTests {
             try sv.status().filter { $0.identifier != "e.fine" }.allSatisfy { $0.state == "failed" }
         }
         let st = try sv.status()
-        func exit(_ id: String) throws -> Protocol.ExitStatus { try #require(st.first { $0.identifier == id }?.lastExit) }
+        func exit(_ id: String) throws -> PluginProtocol.ExitStatus { try #require(st.first { $0.identifier == id }?.lastExit) }
         #expect(try exit("e.nosymbol").reason == .missingSymbol)
         #expect(try exit("e.nosymbol").message?.contains("libnosymbol.so does not export sp_plugin_create") == true)
         #expect(try exit("e.wrongabi").reason == .abiMismatch)

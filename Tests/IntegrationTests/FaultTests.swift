@@ -25,7 +25,7 @@ struct FaultTests {
         try w.bundle("x.always", library: lib, extra: ["restart": "always"])
         try w.bundle("x.healthy")
         let sv = try RunningSupervisor(w)
-        let cases: [(String, String, (Protocol.ExitStatus) -> Bool)] = [
+        let cases: [(String, String, (PluginProtocol.ExitStatus) -> Bool)] = [
             ("x.segv", "segv", { $0.signal == "SIGSEGV" }),
             ("x.abort", "abort", { $0.signal == "SIGABRT" }),
             ("x.exit3", "exit3", { $0.code == 3 }),
@@ -337,6 +337,25 @@ struct FaultTests {
         try sv.waitUntil("dropped stdout lines to be reported") { sv.log.contains("stdout: dropped") }
         #expect(try rss(sv.pid) < rssBefore + 48 << 20)
         #expect(try sv.plugin("f.stdoutFlood").state == "running")
+    }
+
+    @Test("after a worker's protocol violation nothing it sends is acted on: its answer, sent at once or 200 ms later, fails the call with unavailable")
+    func nothingAfterAViolation() throws {
+        let w = try TestWorld()
+        let lib = try Self.hostile()
+        try w.bundle("v.garbage", library: lib, extra: ["restart": "never"])
+        let sv = try RunningSupervisor(w)
+        for method in ["garbage", "garbageThenReply"] {
+            if method == "garbageThenReply" {
+                _ = try sv.cli("restart", "v.garbage")
+                try sv.waitUntil("v.garbage running again") { try sv.plugin("v.garbage").state == "running" }
+            }
+            let r = try sv.cli("call", "--timeout", "5000", "v.garbage", method, "{}")
+            #expect(r.code != 0, "\(method): the answer after the violation reached the caller: \(r.out)")
+            #expect(r.err.contains("unavailable"), "\(method): \(r.err)")
+            try sv.waitUntil("v.garbage dropped") { try sv.plugin("v.garbage").state != "running" }
+            #expect(try sv.plugin("v.garbage").lastExit?.reason == .protocolViolation)
+        }
     }
 
     @Test("dependents hear dependencyRestarted; with restartDependents they restart too")

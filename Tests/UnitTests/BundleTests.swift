@@ -1,4 +1,5 @@
 @testable import Bundles
+@testable import BundleModel
 import Testing
 
 @Suite struct SemanticVersionTests {

@@ -6,6 +6,7 @@ import Foundation
 import Bundles
 import LinuxSupport
 import PluginProtocol
+import SupervisorCore
 
 /// The config file (`--config FILE`, docs/operations.md): a JSON object whose keys are the settings
 /// below, each listed once with how it is checked. An unknown key is refused, so a typo is not

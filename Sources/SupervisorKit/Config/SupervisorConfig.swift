@@ -10,6 +10,7 @@ import CoreMetrics
 import LinuxSupport
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// Everything `supervisor start` can be told, with defaults that need no config file.
 public struct SupervisorConfig: Sendable {

@@ -7,6 +7,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import PluginProtocol
+import SupervisorCore
 
 /// The control socket the CLI talks to (`<home>/supervisor.sock`, mode 0600): one connection per
 /// command; the engine takes its requests (Driver/ControlRequests.swift).

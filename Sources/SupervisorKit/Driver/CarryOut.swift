@@ -1,6 +1,7 @@
 import LinuxSupport
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 extension Engine {
     /// Carries out what one component asked of another: the one place where the components meet.

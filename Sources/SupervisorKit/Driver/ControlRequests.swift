@@ -7,6 +7,7 @@ import CPluginABI
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// What the control socket takes (SPEC §6), one of the engine's inputs: each request is checked
 /// here and handed to the component that does it.

@@ -7,6 +7,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import PluginProtocol
+import SupervisorCore
 
 /// The control socket's listener and its clients' handlers: where control requests come into the
 /// engine (Driver/ControlRequests.swift takes them).

@@ -1,4 +1,5 @@
 import NIOCore
+import SupervisorCore
 
 /// The one timer behind the deadlines the loop keeps: requests in flight to workers, requests
 /// waiting for their plugin, descriptors kept at the handoff socket for a token. It is armed for

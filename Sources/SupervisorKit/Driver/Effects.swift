@@ -1,6 +1,7 @@
 import Bundles
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// What one component asks of another. Components post effects; the engine, the one driver,
 /// carries them out (Driver/CarryOut.swift) after the work of the current input is done, in the

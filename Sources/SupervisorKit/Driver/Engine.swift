@@ -5,6 +5,7 @@ import LinuxSupport
 import Logging
 import NIOCore
 import NIOPosix
+import SupervisorCore
 
 /// The supervisor's one driver: it holds the components and carries out what they ask of each
 /// other (`Effect`, Driver/CarryOut.swift), and it is where inputs come in: frames from workers

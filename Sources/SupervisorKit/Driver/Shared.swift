@@ -4,6 +4,7 @@ import Glibc
 import LinuxSupport
 import Logging
 import NIOCore
+import SupervisorCore
 
 /// What every component may use, and nothing that decides: the state they all read (the plugin
 /// table, the supervisor's phase), the devices they write to (the outbox, the event hub, metrics,

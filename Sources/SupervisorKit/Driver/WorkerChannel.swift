@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import PluginProtocol
+import SupervisorCore
 
 /// Wires a freshly spawned worker's protocol socket into the event loop.
 enum WorkerChannel {

@@ -3,6 +3,7 @@ import LinuxSupport
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// The supervisor's health timers: the watchdog's pings, memory limits, daily resource refreshes.
 /// Each tick runs on the event loop; what it finds (a worker to kill, resources to refresh) it

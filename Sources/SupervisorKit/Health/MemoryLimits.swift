@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Bundles
 import LinuxSupport
+import SupervisorCore
 
 /// A plugin's memory limits (SPEC §8) and what a sample means against them. Pure, unit-tested.
 struct MemoryLimits: Equatable {

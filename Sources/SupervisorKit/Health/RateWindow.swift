@@ -1,4 +1,5 @@
 import NIOCore
+import SupervisorCore
 
 /// A one-second window that admits at most `limit` items, counts the rest as dropped, and calls
 /// more than `floodLimit` in a window a flood. Used for a worker's `log` messages and for the lines

@@ -2,6 +2,7 @@ import LinuxSupport
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// The supervisor inside another program (SPEC §12; `PluginHost` is built on this): requests go
 /// through the same checks as the control socket's and straight to the workers' sockets (one hop),

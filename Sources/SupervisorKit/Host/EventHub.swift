@@ -1,6 +1,7 @@
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// The host events (SPEC §12): what happened to plugins, told to every program that listens
 /// (`PluginHost.events()`, a client's `events` request). Confined to the supervisor's event loop.

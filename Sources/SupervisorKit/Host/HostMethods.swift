@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// The methods a host provides to its plugins (SPEC §12): the program that embeds the supervisor
 /// (`PluginHost.method`) or a control client (`provide`). A plugin calls one with a `call` whose
@@ -10,8 +11,8 @@ import PluginProtocol
 /// with `reply`. The answer, the timeout or the caller's end settles each call, once, on the event
 /// loop; a client that goes away fails its calls `unavailable` at once.
 ///
-/// A plugin cannot grow the host's memory by calling in a loop: at most `inFlightLimit` of its calls
-/// run at once, more are answered `unavailable` at once.
+/// Whether a call goes to the program is the core's rule (`HostCallRule`: permission, provider,
+/// at most `HostCallRule.inFlightLimit` of a worker's calls at once).
 final class HostMethods: SupervisorComponent {
     let shared: Shared
 
@@ -22,8 +23,6 @@ final class HostMethods: SupervisorComponent {
 
     /// The target a plugin names to call its host.
     static let target = "@host"
-    /// Calls of one worker running at once.
-    static let inFlightLimit = 64
 
     /// Who provides each method, oldest first: the last one gets its calls.
     private var providers: [String: [Provider]] = [:]
@@ -127,20 +126,14 @@ final class HostMethods: SupervisorComponent {
             metrics.count(outcome)
             outbox.write(outbox.errorFrame(id: id, error, for: channel), to: channel)
         }
-        guard Permission.allowsHostCall(method, in: caller.manifest.permissions) else {
-            return refuse(ErrorBody(.denied, "\(caller.identifier) may not call the host's \(method): its manifest needs the permission host.call:\(method)"), .denied)
-        }
-        guard let provider = providers[method]?.last else {
-            return refuse(ErrorBody(.notFound, "the host provides no method \(method)"), .unavailable)
-        }
+        let provider = providers[method]?.last
         let key = ObjectIdentifier(caller)
         var calls = running[key] ?? [:]
-        guard calls[id] == nil else {
-            return refuse(ErrorBody(.badRequest, "call id \(id) to the host is already in flight"), .error)
+        if let refused = HostCallRule.check(method: method, caller: caller.identifier, permissions: caller.manifest.permissions,
+                                            provided: provider != nil, id: id, idInFlight: calls[id] != nil, inFlight: calls.count) {
+            return refuse(refused.error, refused.outcome)
         }
-        guard calls.count < Self.inFlightLimit else {
-            return refuse(ErrorBody(.unavailable, "\(caller.identifier) has \(Self.inFlightLimit) calls to the host in flight; try again when they are answered"), .unavailable)
-        }
+        guard let provider else { return }
         let params = env.params.map { Array(bytes[$0]) } ?? Array("null".utf8)
         // The rule of every forwarded call (CallHop): its own timeout, else the host's default.
         let timeoutMs = config.isDebugged(caller.identifier) ? SupervisorConfig.longestTimeoutMs

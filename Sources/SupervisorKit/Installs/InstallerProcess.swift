@@ -6,6 +6,7 @@ import LinuxSupport
 import PluginProtocol
 #if canImport(Glibc)
 import Glibc
+import SupervisorCore
 #endif
 
 /// Runs `supervisor-installer` for one request and reads its answer. Used by the supervisor (on its

@@ -8,6 +8,7 @@ import Logging
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// Install, update, uninstall, on-demand installs and live resources for a running supervisor
 /// (SPEC §9). The slow part (download, checks, unpacking, preflight) runs in `supervisor-installer`,

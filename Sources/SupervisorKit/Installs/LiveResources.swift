@@ -11,6 +11,7 @@ import LinuxSupport
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 extension Installs {
     /// Validators of one live resource, kept beside it for the next conditional GET.

@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 extension Installs {
     /// A CLI's call or open for a plugin that is not installed: if the catalog offers it `onDemand`,

@@ -2,6 +2,7 @@ import Bundles
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// After an update of a running plugin, the previous version stays on disk for `updateGraceSeconds`
 /// (SPEC §8, §9): if the new version crashes within that time, it is rolled back on disk and the

@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 extension Installs {
     /// Control request `update` (`check`: only list what is newer).

@@ -4,6 +4,7 @@ import Glibc
 import LinuxSupport
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// Names the cause of a worker's end (SPEC §8) from what is known of it. Pure, unit-tested.
 enum ExitClassifier {

@@ -5,6 +5,7 @@ import LinuxSupport
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 extension Lifecycle {
     /// Ends a worker with SIGKILL (through its pidfd), recording why.
@@ -19,6 +20,7 @@ extension Lifecycle {
 
     /// Drops a worker that broke the protocol: it is killed and its exit recorded as `protocolViolation`.
     func protocolViolation(_ instance: WorkerInstance, _ message: String) {
+        _ = instance.gate.violated(message)
         guard instance.killReason == nil else { return }
         kill(instance, .protocolViolation, message)
         instance.channel?.close(promise: nil)
@@ -29,7 +31,7 @@ extension Lifecycle {
     func childExited(_ instance: WorkerInstance, _ exit: ChildExit) {
         loop.preconditionInEventLoop()
         table.workerReaped(instance)
-        guard instance.move(to: .exited(afterStop: instance.phase.stopRequested, exit), logger: logger) else { return }
+        guard instance.move(to: .exited(afterStop: instance.phase.stopRequested, WorkerExit(exit)), logger: logger) else { return }
         instance.startSettled()
         if instance.socketClosed {
             finalizeExit(instance)
@@ -91,7 +93,7 @@ extension Lifecycle {
             // A kept one is not made again until the plugin's next start, so that one whose
             // sandbox cannot be had is not spawned in a loop: that is worth a warning.
             logger.log(level: standby.isKept ? .warning : .debug,
-                       "standby worker ended before it was needed: \(ExitClassifier.describe(ExitClassifier.classify(.init(exit: exit, notice: instance.exitNotice, killed: instance.killReason))))",
+                       "standby worker ended before it was needed: \(ExitClassifier.describe(ExitClassifier.classify(.init(exit: ChildExit(exit), notice: instance.exitNotice, killed: instance.killReason))))",
                        metadata: ["plugin": "\(instance.identifier)", "pid": "\(exit.pid)"])
             standby.cancelExpiry()
             record.next = .none
@@ -102,7 +104,7 @@ extension Lifecycle {
             callbacks.forEach { $0() }
             return
         }
-        let facts = ExitClassifier.Facts(exit: exit, notice: instance.exitNotice, killed: instance.killReason, violation: instance.violation,
+        let facts = ExitClassifier.Facts(exit: ChildExit(exit), notice: instance.exitNotice, killed: instance.killReason, violation: instance.violation,
                                          stopRequested: afterStop, lastDataBytes: instance.memory.data, hardLimitBytes: hardLimit,
                                          libraryChanged: instance.library.flatMap { FileStamp(path: $0.path) != $0.stamp ? $0.path : nil })
         let status = ExitClassifier.classify(facts)
@@ -117,7 +119,7 @@ extension Lifecycle {
         let ending = PluginLife.Ending(status: status, described: described, abnormal: ExitClassifier.isAbnormal(facts),
                                        afterStop: afterStop, everRan: instance.everRan)
         let exited = Exited(pid: exit.pid, ending: ending, context: circumstances(record), callbacks: callbacks)
-        carryOut(record.life.workerEnded(ending, exited.context, restartPolicy: restartPolicy, now: .now(), jitter: Self.jitter()), record, exited)
+        carryOut(record.life.workerEnded(ending, exited.context, restartPolicy: restartPolicy, now: .now, jitter: Self.jitter()), record, exited)
     }
 
     /// A worker's end, for the actions that need it.
@@ -147,7 +149,7 @@ extension Lifecycle {
             case .announceExit(let status):
                 if let exited { events.exited(record, pid: exited.pid, status) }
             case .log(let level, let message):
-                logger.log(level: level, "\(message)", metadata: meta)
+                logger.log(level: Logger.Level(level), "\(message)", metadata: meta)
             case .runExitCallbacks:
                 exited?.callbacks.forEach { $0() }
             case .settleWaiters(let problem):
@@ -168,7 +170,7 @@ extension Lifecycle {
                             }
                         }
                     } else if let exited {
-                        carryOut(record.life.rollBackFailed(exited.ending, exited.context, restartPolicy: restartPolicy, now: .now(), jitter: Self.jitter()),
+                        carryOut(record.life.rollBackFailed(exited.ending, exited.context, restartPolicy: restartPolicy, now: .now, jitter: Self.jitter()),
                                  record, exited)
                     }
                 })

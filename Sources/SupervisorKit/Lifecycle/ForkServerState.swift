@@ -1,4 +1,5 @@
 import NIOCore
+import SupervisorCore
 
 /// Where the fork server stands, as a value (docs/sandbox.md, "The fork server"): each phase carries
 /// its data, and each input says what to do. Generic over the server's handle, so it is tested

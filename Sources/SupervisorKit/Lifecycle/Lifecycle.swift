@@ -8,6 +8,7 @@ import LinuxSupport
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// Brings plugins up in dependency order, restarts them by policy, and stops them (Lifecycle/*.swift:
 /// starting here, spawning and start-up in Spawning.swift, exits and restarts in Exits.swift,

@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 extension Lifecycle {
     /// SIGHUP and `supervisor reload`: systemd hears RELOADING=1, the folders are rescanned, and once

@@ -1,4 +1,5 @@
 import Bundles
+import SupervisorCore
 
 /// What a rescan of the plugin folders (SIGHUP, `supervisor reload`) does with each plugin, decided
 /// from values alone: the plugins known before, and the folders as read now. `Lifecycle.rescan`

@@ -6,6 +6,7 @@ import LinuxSupport
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// The supervisor's answers to the calls a worker's seccomp filter hands over (SPEC §5): a call the
 /// policy calls fatal ends the worker, named, even when the plugin blocked every signal first (libc's

@@ -13,6 +13,7 @@ import Logging
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 extension Lifecycle {
     /// Spawns the worker that will serve `record` (its first, or the next after a stop or crash).
@@ -28,8 +29,8 @@ extension Lifecycle {
         record.library = spawned.library
         record.variant = spawned.variant
         record.instance = spawned.instance
-        // A plugin that ran before, or is coming back from a crash, is restarting; otherwise starting.
-        move(record, to: record.hasRun || record.phase == .restarting ? .restarting : .starting)
+        record.life.workerSpawned()
+        settleReloads()
     }
 
     /// A worker just spawned, and the library the host chose for it.

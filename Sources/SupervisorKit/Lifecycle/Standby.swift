@@ -2,6 +2,7 @@ import LinuxSupport
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// A plugin's next worker, made before it is needed: on a crash's notice, before the crashed worker
 /// has been reaped (`standbyWorkers: "on-crash"`, the default), or kept beside the running worker
@@ -62,7 +63,7 @@ extension Lifecycle {
         context.updateGraceOpen = record.updateGrace != nil
         guard record.life.wantsStandby(context, workerRan: instance.everRan, permanentCause: instance.killReason?.reason.isPermanent ?? false,
                                        nothingNext: record.next.isNone, dependenciesRunning: table.dependenciesRunning(record),
-                                       restartPolicy: restartPolicy, now: .now()) else { return }
+                                       restartPolicy: restartPolicy, now: .now) else { return }
         let spawned: SpawnedWorker
         switch spawnWorker(record.manifest, temp: freeTemporaryFolder(record), standby: true) {
         case .success(let s): spawned = s

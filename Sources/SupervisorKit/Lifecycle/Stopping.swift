@@ -5,6 +5,7 @@ import LinuxSupport
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// Stopping plugins: one on request, or all in reverse dependency order at shutdown (`willTerminate`,
 /// a grace period, then SIGKILL).
@@ -31,9 +32,9 @@ extension Lifecycle {
         guard phase == .shuttingDown else { return }
         let live = table.all.filter { !$0.workers.isEmpty }
         if live.isEmpty { return finish() }
-        let needed = Set(live.flatMap(\.dependencyIDs))
-        for record in live where !needed.contains(record.identifier) {
-            guard let instance = record.instance, !instance.phase.stopRequested else { continue }
+        let graph = Dictionary(uniqueKeysWithValues: live.map { ($0.identifier, $0.dependencyIDs) })
+        for id in StopOrder.wave(of: graph) {
+            guard let record = table[id], let instance = record.instance, !instance.phase.stopRequested else { continue }
             stopPlugin(record) { [self] in stopNextWave() }
         }
     }
@@ -122,10 +123,9 @@ extension Lifecycle {
     func stopRemoved(_ removed: Set<String>) {
         let remaining = removed.filter { table[$0] != nil }
         guard !remaining.isEmpty else { return }
-        let needed = Set(remaining.compactMap { table[$0] }.flatMap(\.dependencyIDs))
-        let wave = remaining.filter { !needed.contains($0) }
+        let wave = Set(StopOrder.wave(of: Dictionary(uniqueKeysWithValues: remaining.compactMap { table[$0] }.map { ($0.identifier, $0.dependencyIDs) })))
         var left = wave.count
-        for id in (wave.isEmpty ? remaining : wave) {
+        for id in wave {
             guard let record = table[id] else { continue }
             record.cancelRestart()
             stopPlugin(record) { [self] in

@@ -2,6 +2,7 @@ import Bundles
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// A new version of a running plugin coming up beside the worker that serves it (SPEC §8: an update
 /// starts the new version before the old one stops and routes to it once it is running).

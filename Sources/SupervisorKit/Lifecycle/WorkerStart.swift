@@ -2,6 +2,7 @@ import Bundles
 import LinuxSupport
 import Logging
 import NIOCore
+import SupervisorCore
 
 /// The fork server (docs/sandbox.md, "The fork server"): started with the supervisor, restarted
 /// when it dies, dropped for exec when it cannot be had. Owned by the event loop like the rest of

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Logging
 import PluginProtocol
+import SupervisorCore
 import Synchronization
 
 /// `start --log-format json` (SPEC §10): one JSON object a line on stderr, for a log collector.

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import LinuxSupport
+import SupervisorCore
 import protocol CoreMetrics.TimerHandler
 import NIOCore
 import PluginProtocol

@@ -1,5 +1,6 @@
 import CoreMetrics
 import PluginProtocol
+import SupervisorCore
 
 /// An embedded supervisor's metrics in the program's own swift-metrics backend (`PluginHost`,
 /// docs/host.md): the SPEC §10 families under the same names and labels (`plugin_calls_total`

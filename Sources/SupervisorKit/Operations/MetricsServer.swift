@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import SupervisorCore
 
 /// `metrics.listen` (SPEC §10): where `GET /metrics` is served. A port alone (`"9464"`) is loopback
 /// (127.0.0.1); otherwise `host:port` with the host written out: an IPv4 or bracketed IPv6 address,

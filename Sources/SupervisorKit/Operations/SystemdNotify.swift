@@ -4,6 +4,7 @@ import Glibc
 import LinuxSupport
 import Logging
 import NIOCore
+import SupervisorCore
 
 /// systemd's notify protocol (sd_notify(3), SPEC §10), spoken by hand: one datagram per message to
 /// `$NOTIFY_SOCKET` (a path, or `@name` for an abstract socket). Every message is sent from the event

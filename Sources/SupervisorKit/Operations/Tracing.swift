@@ -1,4 +1,5 @@
 import PluginProtocol
+import SupervisorCore
 import W3CTraceContext
 
 /// One forwarded request's W3C trace context (SPEC §3) as swift-w3c-trace-context's types, for

@@ -4,6 +4,7 @@ import Glibc
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// Direct links for control clients (SPEC §12 "one hop", docs/protocol.md "Direct links for
 /// clients"): after the supervisor has checked a client's call (the target exists and runs), the

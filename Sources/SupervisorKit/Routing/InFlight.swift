@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// The requests in flight to each worker (its `pending` table), and how each is settled: its reply
 /// (Router.deliverReply), its deadline (`expire`), its worker's end (`failPending`), or its caller
@@ -28,9 +29,7 @@ extension Shared {
 
     /// Fails every request in flight to `instance` with `unavailable`.
     func failPending(_ instance: WorkerInstance, because reason: String) {
-        let pending = instance.pending
-        instance.pending = [:]
-        for (_, request) in pending.sorted(by: { $0.key < $1.key }) {
+        for (_, request) in instance.pending.removeAll() {
             settled(request, .unavailable, by: instance)
             outbox.answer(request.origin, error: ErrorBody(.unavailable, "\(reason) before answering \(request.what)"))
         }
@@ -40,15 +39,12 @@ extension Shared {
     /// Every live worker counts, whatever its role (an update's new version answering `startup`,
     /// an old one draining). Returns the earliest deadline left (DeadlineTimer).
     func expire(now: NIODeadline) -> NIODeadline? {
-        var next: NIODeadline?
+        var next: Instant?
         for instance in table.liveWorkers where !instance.pending.isEmpty {
-            var expired: [UInt64] = []
-            for (id, request) in instance.pending {
-                if request.deadline <= now { expired.append(id) } else if next.map({ request.deadline < $0 }) ?? true { next = request.deadline }
-            }
+            let (expired, left) = instance.pending.expire(now: now.instant)
+            if let left, next.map({ left < $0 }) ?? true { next = left }
             guard !expired.isEmpty else { continue }
-            for id in expired.sorted() {
-                guard let request = instance.pending.removeValue(forKey: id) else { continue }
+            for (id, request) in expired {
                 settled(request, .timeout, by: instance)
                 let why = request.stream?.timeoutReason(request.deadline, plugin: instance.identifier)
                     ?? "\(instance.identifier) did not answer \(request.what) in time"
@@ -58,13 +54,13 @@ extension Shared {
             }
             callLeft(instance)
         }
-        return next
+        return next?.deadline
     }
 
     /// The caller of requests in flight went away (client disconnected, calling worker died):
     /// drop them at their callees and tell each callee to `cancel`.
     func cancelInFlight(_ entries: [UInt64: (callee: WorkerInstance, id: UInt64)]) {
-        for (_, entry) in entries where entry.callee.pending.removeValue(forKey: entry.id) != nil {
+        for (_, entry) in entries where entry.callee.pending.settle(entry.id) != nil {
             sendCancel(entry.id, to: entry.callee)
             callLeft(entry.callee)
         }
@@ -106,16 +102,15 @@ extension Shared {
             done(.failure(ErrorBody(.unavailable, "the worker of \(instance.identifier) (pid \(instance.pid)) is not connected")))
             return
         }
-        let id = instance.takeID()
+        let ms = config.isDebugged(instance.identifier) ? SupervisorConfig.longestTimeoutMs
+            : timeoutMs ?? instance.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
+        let deadline = Instant.now.adding(milliseconds: ms)
+        let id = instance.pending.add(PendingRequest(origin: .local(done), deadline: deadline, what: .event(name)))
         var frame = outbox.encoder(.event, for: channel)
         frame.uint("id", id)
         frame.string("name", name.rawValue)
         payload?(&frame)
-        let ms = config.isDebugged(instance.identifier) ? SupervisorConfig.longestTimeoutMs
-            : timeoutMs ?? instance.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
-        let deadline = NIODeadline.now() + .milliseconds(Int64(ms))
-        instance.pending[id] = PendingRequest(origin: .local(done), deadline: deadline, what: .event(name))
-        deadlines.due(deadline)
+        deadlines.due(deadline.deadline)
         outbox.write(frame.finish(), to: channel)
     }
 

@@ -6,6 +6,7 @@ import CPluginABI
 import IPC
 import LinuxSupport
 import PluginProtocol
+import SupervisorCore
 
 /// Where a control client picks up its end of a direct link to a worker (docs/protocol.md,
 /// "Direct links for clients"): a second Unix socket beside the control socket

@@ -1,5 +1,6 @@
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// Writes frames to channels and flushes each channel once per turn of the event loop: the first
 /// write of a turn schedules the one flush, which runs after the turn's reads (every channel's read

@@ -5,6 +5,7 @@ import CLinuxSupport
 import CPluginABI
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// Bytes attached to a worker's message (SPEC §13, docs/protocol.md "Bytes"): inline after its
 /// JSON, or sealed memfds the worker sent on its payload channel just before the message. The

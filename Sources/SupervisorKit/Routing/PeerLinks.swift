@@ -5,6 +5,7 @@ import CLinuxSupport
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// A direct link between a calling plugin's worker and the worker of one of its dependencies
 /// (docs/protocol.md "Peer links"). The supervisor makes it and keeps track of it; the calls over
@@ -127,10 +128,9 @@ extension Router {
                 continue
             }
             guard let channel = caller.channel else { settle(link); continue }
-            let id = caller.takeID()
-            let deadline = NIODeadline.now() + .milliseconds(Int64(config.drainTimeoutMs))
-            caller.pending[id] = PendingRequest(origin: .local({ [self] _ in settle(link) }), deadline: deadline, what: .unlink)
-            deadlines.due(deadline)
+            let deadline = Instant.now.adding(milliseconds: config.drainTimeoutMs)
+            let id = caller.pending.add(PendingRequest(origin: .local({ [self] _ in settle(link) }), deadline: deadline, what: .unlink))
+            deadlines.due(deadline.deadline)
             // `UnlinkMessage`, written as the worker reads it.
             var frame = outbox.encoder(.unlink, for: channel)
             frame.uint("id", id)
@@ -163,16 +163,16 @@ extension Router {
     /// in the callee's call metrics as if they had been forwarded here.
     func linkCallsReported(by instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
         guard let report = try? ProtocolJSON.decode(CallHop.LinkCalls.self, from: bytes) else {
-            return effects.post(.protocolViolation(instance, "malformed linkCalls message"))
+            return violated(instance, "malformed linkCalls message")
         }
         guard instance.linkedCallees.contains(report.target) else {
-            return effects.post(.protocolViolation(instance, "linkCalls for \(report.target), to which it has no link"))
+            return violated(instance, "linkCalls for \(report.target), to which it has no link")
         }
         if let problem = report.calls.problem {
-            return effects.post(.protocolViolation(instance, "linkCalls with \(problem)"))
+            return violated(instance, "linkCalls with \(problem)")
         }
         if let problem = report.streams?.problem {
-            return effects.post(.protocolViolation(instance, "linkCalls with \(problem)"))
+            return violated(instance, "linkCalls with \(problem)")
         }
         metrics.calls(report.target).add(report.calls)
         if let streams = report.streams {

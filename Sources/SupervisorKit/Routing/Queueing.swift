@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// A request for a plugin that cannot take it yet, kept until it can (SPEC §8: no call is lost to a
 /// planned change). The bytes are a copy of the request as it came; it is forwarded from them.
@@ -11,34 +12,20 @@ struct QueuedRequest: WaitingRequest {
     var bytes: [UInt8]
     var origin: ReplyOrigin
     /// Its own deadline, counted from when it arrived.
-    var deadline: NIODeadline
+    var deadline: Instant
     /// The descriptors of the bytes it carries, kept until it is forwarded (closed if it never is).
     var payload: Payload?
 }
 
 extension Router {
-    /// Whether a request to `record` waits instead of failing: the plugin is coming up (waiting for
-    /// its dependencies, starting, restarting after a crash), or its worker is draining for a
-    /// planned stop (a restart, a reload, an update, the shutdown) or not connected yet.
-    func mustWait(_ record: PluginRecord) -> Bool {
-        guard !isShuttingDown else { return false }
-        switch record.phase {
-        case .waiting, .starting, .restarting: return true
-        case .running:
-            guard let instance = record.instance else { return true }
-            return instance.phase.stopRequested || instance.channel == nil || instance.mayHaveEnded
-        case .failed, .stopped: return false
-        }
-    }
-
     /// Queues a request for `record`; an error instead when its queue is full.
     func enqueue(_ kind: MessageKind, for record: PluginRecord, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
                  origin: ReplyOrigin, payload: Payload? = nil) -> ErrorBody? {
-        let deadline = NIODeadline.now() + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
+        let deadline = Instant.now.adding(milliseconds: timeout(for: record, requested: env.timeoutMs))
         let request = QueuedRequest(kind: kind, caller: caller, bytes: Array(bytes), origin: origin, deadline: deadline, payload: payload)
         guard record.waiting.add(request, limit: config.callQueueLimit) else {
             record.callMetrics?.count(.unavailable)
-            return ErrorBody(.unavailable, "\(record.identifier) is \(record.phase.shown) and \(config.callQueueLimit) requests already wait for it (callQueueLimit)")
+            return Route.queueFull(record.routeTarget, limit: config.callQueueLimit)
         }
         // Checked at every tick while anything waits (`expireWaiting`).
         deadlines.due(.now())
@@ -47,7 +34,7 @@ extension Router {
 
     /// A link to `callee` ended by itself. The kernel closes a dying worker's sockets a moment
     /// (microseconds) before its pidfd says it has ended, so it may be ending: requests for it wait
-    /// in its queue (`mustWait`) until its exit is seen (the restart forwards them) or, 2 ms later,
+    /// in its queue (`Route.mustWait`) until its exit is seen (the restart forwards them) or, 2 ms later,
     /// its pidfd says it is alive (they are forwarded then). Nothing waits on the loop meanwhile.
     func linkEndedByItself(_ callee: WorkerInstance) {
         guard !callee.mayHaveEnded else { return }
@@ -84,19 +71,11 @@ extension Router {
     func expireWaiting(now: NIODeadline) -> NIODeadline? {
         var waiting = false
         for record in table.all where !record.waiting.isEmpty {
-            let reason: String?
-            if isShuttingDown {
-                reason = "the supervisor is shutting down"
-            } else if record.phase.isFailed || record.phase == .stopped {
-                reason = "\(record.identifier) is \(record.phase.shown)" + (record.problem.map { ": \($0)" } ?? "")
-            } else {
-                reason = nil
-            }
-            if let reason {
+            if let reason = Route.abandonReason(record.routeTarget, shuttingDown: isShuttingDown) {
                 failWaiting(record, because: reason)
                 continue
             }
-            for request in record.waiting.expire(now: now) {
+            for request in record.waiting.expire(now: now.instant) {
                 record.callMetrics?.count(.timeout)
                 outbox.answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) was \(record.phase.shown) for the whole of the request's timeout"))
             }

@@ -1,6 +1,7 @@
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// Answers made by the supervisor itself (errors, results, progress), to whoever asked: a control
 /// client, a plugin, the embedding program or the supervisor's own code. Every component answers

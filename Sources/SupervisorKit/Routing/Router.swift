@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// Moves requests and answers between CLI clients, plugins and the supervisor itself, without
 /// decoding payloads: ids are rewritten, payload bytes are copied untouched into the outgoing frame.
@@ -40,26 +41,20 @@ final class Router: SupervisorComponent {
     /// `payload`: the descriptors of bytes the request carries (Routing/Payloads.swift), handed to
     /// the target's worker just before the request (or kept with it while it waits).
     func forward(_ kind: MessageKind, to target: String, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
-                 origin: ReplyOrigin, deadline: NIODeadline? = nil, payload: Payload? = nil) -> ErrorBody? {
+                 origin: ReplyOrigin, deadline: Instant? = nil, payload: Payload? = nil) -> ErrorBody? {
         guard let record = table[target] else {
             return ErrorBody(.notFound, "no plugin \(target) is installed")
         }
         let metrics = callMetrics(of: record)
-        guard record.phase == .running, let instance = record.instance, !instance.phase.stopRequested, let channel = instance.channel,
-              !instance.mayHaveEnded else {
-            // Not now: coming up or draining, it waits; failed or stopped, it fails.
-            if mustWait(record) {
-                return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload)
-            }
+        switch Route.decide(record.routeTarget, named: target, shuttingDown: isShuttingDown) {
+        case .forward: break
+        case .wait: return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload)
+        case .refuse(let error):
             metrics.count(.unavailable)
-            if isShuttingDown { return ErrorBody(.unavailable, "\(target) is stopping: the supervisor is shutting down") }
-            return ErrorBody(.unavailable, "\(target) is \(record.phase.shown)" + (record.problem.map { ": \($0)" } ?? ""))
+            return error
         }
-        // Back-pressure: a plugin that is not reading its socket gets no more queued for it.
-        guard channel.isWritable else {
-            metrics.count(.unavailable)
-            return ErrorBody(.unavailable, "\(target) is not keeping up: its socket buffer is full")
-        }
+        // `forward` means a connected serving worker.
+        guard let instance = record.instance, let channel = instance.channel else { preconditionFailure("routed to a worker without a socket") }
         if let payload, payload.hasDescriptors, let refused = handOver(payload, to: instance) {
             metrics.count(.unavailable)
             return refused
@@ -69,15 +64,15 @@ final class Router: SupervisorComponent {
         let buffer = channel.allocator.buffer(capacity: CallHop.frameCapacity(forwarding: bytes.count, from: caller) + 48)
         let (frame, trace) = hop.forward(kind, id: id, from: caller, env, in: bytes, into: consume buffer)
         let now = NIODeadline.now()
-        let deadline = deadline ?? now + .milliseconds(Int64(timeout(for: record, requested: env.timeoutMs)))
+        let deadline = deadline ?? now.instant.adding(milliseconds: timeout(for: record, requested: env.timeoutMs))
         let log = shared.logCalls
             ? CallLog(label: kind == .call ? "\(target).\(Envelope.string(bytes, env.method) ?? "")" : Envelope.string(bytes, env.uri) ?? "", trace: CallTrace(trace))
             : nil
         let flow = streamFlow(kind, env, to: record, callDeadline: deadline)
-        let due = flow?.deadline(after: now) ?? deadline
-        instance.pending[id] = PendingRequest(origin: origin, deadline: due, what: kind == .call ? .call : .open,
-                                              call: CallFacts(started: now, metrics: metrics, log: log), stream: flow)
-        deadlines.due(due)
+        let due = flow?.deadline(after: now.instant) ?? deadline
+        instance.pending.insert(PendingRequest(origin: origin, deadline: due, what: kind == .call ? .call : .open,
+                                              call: CallFacts(started: now, metrics: metrics, log: log), stream: flow), id: id)
+        deadlines.due(due.deadline)
         switch origin {
         case .client(let connection, let clientID): connection.inFlight[clientID] = (instance, id)
         case .plugin(let caller, let callerID): caller.outgoing[callerID] = (instance, id)
@@ -126,7 +121,7 @@ final class Router: SupervisorComponent {
     func pluginRequest(_ instance: WorkerInstance, _ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer,
                        payload: Payload? = nil) -> HostCall? {
         guard let id = env.id else {
-            effects.post(.protocolViolation(instance, "\(kind.rawValue) without an id"))
+            violated(instance, "\(kind.rawValue) without an id")
             return nil
         }
         guard let channel = instance.channel else { return nil }
@@ -177,7 +172,7 @@ final class Router: SupervisorComponent {
     /// a control client picks its descriptors up by token, the embedding program gets them as they
     /// are, a plugin's worker gets them on its payload channel.
     func deliverReply(from instance: WorkerInstance, id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, payload: Payload? = nil) -> Bool {
-        guard let request = instance.pending.removeValue(forKey: id) else { return false }
+        guard let request = instance.pending.settle(id) else { return false }
         defer { shared.callLeft(instance) }
         shared.settled(request, env.error == nil ? .ok : .error, by: instance)
         let refused = payload.flatMap { oversized($0) }

@@ -1,5 +1,6 @@
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 /// A call with a stream, as the supervisor passes it on (SPEC §13; docs/protocol.md "Streams").
 /// Chunks and credit go through with their ids rewritten, as replies do, and `data` is copied
@@ -9,42 +10,26 @@ import PluginProtocol
 /// timeout: the call's deadline moves with each chunk, never past the whole call's. Confined to
 /// the event loop with the pending table that holds it.
 final class StreamFlow {
-    /// Whether the call asked for an answer of chunks.
-    let answers: Bool
-    /// Chunks the callee may still send: the initial window, plus what the caller granted, minus
-    /// the chunks passed on.
-    var credit = StreamFrames.initialCredit
-    /// The next answer chunk's `seq`.
-    var seq: UInt64 = 0
-    /// The caller's input, when the call came with one.
-    var input: Input?
-    let idle: TimeAmount
-    let callDeadline: NIODeadline
+    /// Both sides' credit, counted by the core's rules.
+    var credit: StreamCredit
+    let idleMs: Int
+    let callDeadline: Instant
     let counters: StreamCounters
 
-    /// The input side: the callee grants the first window itself (an input waits until its reader
-    /// runs, which keeps it out of the supervisor while the call waits for a plugin to start).
-    struct Input {
-        var credit = 0
-        var seq: UInt64 = 0
-        var ended = false
-    }
-
-    init(answers: Bool, input: Bool, idle: TimeAmount, callDeadline: NIODeadline, counters: StreamCounters) {
-        self.answers = answers
-        self.input = input ? Input() : nil
-        self.idle = idle
+    init(answers: Bool, input: Bool, idleMs: Int, callDeadline: Instant, counters: StreamCounters) {
+        credit = StreamCredit(answers: answers, input: input)
+        self.idleMs = idleMs
         self.callDeadline = callDeadline
         self.counters = counters
     }
 
     /// The request's deadline after a chunk went by at `now`.
-    func deadline(after now: NIODeadline) -> NIODeadline { min(callDeadline, now + idle) }
+    func deadline(after now: Instant) -> Instant { min(callDeadline, now.adding(milliseconds: idleMs)) }
 
     /// Why the request timed out when its deadline `deadline` passed.
-    func timeoutReason(_ deadline: NIODeadline, plugin: String) -> String {
+    func timeoutReason(_ deadline: Instant, plugin: String) -> String {
         guard deadline < callDeadline else { return "the stream of \(plugin) did not end within the call's timeout" }
-        return "the stream of \(plugin) moved no chunk for \(idle.nanoseconds / 1_000_000) ms (streamIdleTimeoutMs): its reader took none or its producer sent none"
+        return "the stream of \(plugin) moved no chunk for \(idleMs) ms (streamIdleTimeoutMs): its reader took none or its producer sent none"
     }
 }
 
@@ -57,12 +42,12 @@ extension Router {
     }
 
     /// The stream of a call being forwarded to `record`, if it has one (`"stream"` or `"input"`).
-    func streamFlow(_ kind: MessageKind, _ env: Envelope, to record: PluginRecord, callDeadline: NIODeadline) -> StreamFlow? {
+    func streamFlow(_ kind: MessageKind, _ env: Envelope, to record: PluginRecord, callDeadline: Instant) -> StreamFlow? {
         guard kind == .call, env.stream || env.input else { return nil }
         let ms = streamIdleTimeout(for: record)
         let counters = metrics.streams(record.identifier)
         counters.opened.increment()
-        return StreamFlow(answers: env.stream, input: env.input, idle: .milliseconds(Int64(ms)), callDeadline: callDeadline, counters: counters)
+        return StreamFlow(answers: env.stream, input: env.input, idleMs: ms, callDeadline: callDeadline, counters: counters)
     }
 
     /// A worker's `chunk` or `credit`, in either role; the reason when it may not send it (a
@@ -93,35 +78,28 @@ extension Router {
         guard let channel = callee.channel else { return nil }
         if kind == .credit {
             guard !env.input else { return "input credit from the caller (the callee grants it)" }
-            guard flow.answers else { return "credit for a call that did not ask for a stream (\"stream\": true)" }
-            guard let n = env.n, n > 0, UInt64(flow.credit) + n <= StreamFrames.largestCredit else {
-                return "credit \(env.n.map { "\($0)" } ?? "without n"): n is from 1 to what keeps the window within \(StreamFrames.largestCredit) chunks"
-            }
-            flow.credit += Int(n)
+            if let refused = flow.credit.grantAnswer(env.n) { return refused }
+            guard let n = env.n else { return nil }
             outbox.write(StreamFrames.credit(id: entry.id, n: n, into: channel.allocator.buffer(capacity: 48)), to: channel)
             return nil
         }
         guard env.input else { return "an answer chunk from the caller (input chunks carry \"input\": true)" }
-        guard var input = flow.input else { return "an input chunk for a call made without \"input\": true" }
-        guard !input.ended else { return "an input chunk after the input's end" }
-        guard env.seq == input.seq else { return "input chunk \(env.seq.map { "\($0)" } ?? "without seq"), expected \(input.seq)" }
-        if env.end {
-            input.ended = true
-            flow.input = input
-            outbox.write(StreamFrames.inputEnd(id: entry.id, count: input.seq, into: channel.allocator.buffer(capacity: 64)), to: channel)
+        let element = StreamFrames.element(of: env)
+        let seq: UInt64
+        switch flow.credit.inputChunk(seq: env.seq, end: env.end, hasData: element != nil) {
+        case .refused(let why): return why
+        case .end(let count):
+            outbox.write(StreamFrames.inputEnd(id: entry.id, count: count, into: channel.allocator.buffer(capacity: 64)), to: channel)
             return nil
+        case .chunk(let passed): seq = passed
         }
-        guard let (data, isBytes) = StreamFrames.element(of: env) else { return "an input chunk without data" }
-        guard input.credit > 0 else { return "input chunk \(input.seq) beyond the credit its reader granted" }
-        input.credit -= 1
-        input.seq += 1
-        flow.input = input
+        guard let (data, isBytes) = element else { return "an input chunk without data" }
         flow.counters.input.increment()
-        callee.pending[entry.id]?.deadline = flow.deadline(after: .now())
+        callee.pending[entry.id]?.deadline = flow.deadline(after: .now)
         let raw = UnsafeRawBufferPointer(rebasing: bytes[data])
         let buffer = channel.allocator.buffer(capacity: raw.count + 96)
-        outbox.write(isBytes ? StreamFrames.bytesChunk(id: entry.id, seq: input.seq - 1, bytes: raw, input: true, into: buffer)
-                             : StreamFrames.chunk(id: entry.id, seq: input.seq - 1, data: raw, input: true, into: buffer), to: channel)
+        outbox.write(isBytes ? StreamFrames.bytesChunk(id: entry.id, seq: seq, bytes: raw, input: true, into: buffer)
+                             : StreamFrames.chunk(id: entry.id, seq: seq, data: raw, input: true, into: buffer), to: channel)
         return nil
     }
 
@@ -130,18 +108,16 @@ extension Router {
                              frame: ByteBuffer?) -> String? {
         guard let request = instance.pending[id] else {
             // Late chunks of a call that ended (timed out, cancelled) are expected; others are not.
-            return id >= instance.nextID ? "chunk for id \(id), which was never asked" : nil
+            return !instance.pending.wasIssued(id) ? "chunk for id \(id), which was never asked" : nil
         }
-        guard let flow = request.stream, flow.answers else { return "chunk for \(request.what) \(id), which did not ask for a stream" }
-        guard env.seq == flow.seq else { return "chunk \(env.seq.map { "\($0)" } ?? "without seq") of call \(id), expected \(flow.seq)" }
+        guard let flow = request.stream, flow.credit.answers else { return "chunk for \(request.what) \(id), which did not ask for a stream" }
+        let seq = flow.credit.seq
+        guard env.seq == seq else { return "chunk \(env.seq.map { "\($0)" } ?? "without seq") of call \(id), expected \(seq)" }
         guard let (data, isBytes) = StreamFrames.element(of: env) else { return "chunk of call \(id) without data" }
-        guard flow.credit > 0 else { return "chunk \(flow.seq) of call \(id) beyond the credit its reader granted" }
-        flow.credit -= 1
-        flow.seq += 1
+        if let refused = flow.credit.answerChunk(seq: env.seq, id: id) { return refused }
         flow.counters.answer.increment()
-        instance.pending[id]?.deadline = flow.deadline(after: .now())
+        instance.pending[id]?.deadline = flow.deadline(after: .now)
         let raw = UnsafeRawBufferPointer(rebasing: bytes[data])
-        let seq = flow.seq - 1
         switch request.origin {
         case .client(let connection, let clientID):
             guard !connection.closed else { return nil }
@@ -186,14 +162,11 @@ extension Router {
     /// The callee grants room for more of a call's input: passed on to the caller.
     private func inputCredit(from instance: WorkerInstance, id: UInt64, _ env: Envelope) -> String? {
         guard let request = instance.pending[id] else {
-            return id >= instance.nextID ? "credit for id \(id), which was never asked" : nil
+            return !instance.pending.wasIssued(id) ? "credit for id \(id), which was never asked" : nil
         }
-        guard let flow = request.stream, var input = flow.input else { return "input credit for \(request.what) \(id), which came without input" }
-        guard let n = env.n, n > 0, UInt64(input.credit) + n <= StreamFrames.largestCredit else {
-            return "input credit \(env.n.map { "\($0)" } ?? "without n"): n is from 1 to what keeps the window within \(StreamFrames.largestCredit) chunks"
-        }
-        input.credit += Int(n)
-        flow.input = input
+        guard let flow = request.stream else { return "input credit for \(request.what) \(id), which came without input" }
+        if let refused = flow.credit.grantInput(env.n, what: "\(request.what) \(id)") { return refused }
+        guard let n = env.n else { return nil }
         switch request.origin {
         case .client(let connection, let clientID):
             guard !connection.closed else { return nil }

@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import PluginProtocol
+import SupervisorCore
 
 extension Router {
     /// One frame from a worker: read once (`WorkerMessage`, the routing fields only), then handed to
@@ -8,14 +9,15 @@ extension Router {
     /// ends that worker. What is the lifecycle's (a hello, a violation, an exit notice) is posted to
     /// it; a call to the program's own methods (`@host`) is handed back to the engine.
     func workerFrame(_ instance: WorkerInstance, _ frame: ByteBuffer) -> HostCall? {
-        // A worker being killed (protocol violation, watchdog, ...) has nothing more to say.
-        guard instance.killReason == nil || instance.phase.stopRequested else { return nil }
+        // A worker that broke the protocol is being killed: nothing it sent after that counts
+        // (FrameGate); nor does what a worker killed for another reason (its watchdog) says.
+        guard instance.gate.isOpen, instance.killReason == nil || instance.phase.stopRequested else { return nil }
         return frame.withUnsafeReadableBytes { bytes -> HostCall? in
             let (message, env) = WorkerMessage.read(bytes, maxDepth: config.maxJSONDepth, saidHello: instance.hello != nil,
                                                     plugin: instance.identifier)
             switch message {
             case .violation(let why):
-                effects.post(.protocolViolation(instance, why))
+                violated(instance, why)
             case .hello(let hello):
                 effects.post(.hello(instance, hello))
             case .reply(let id):
@@ -24,25 +26,25 @@ extension Router {
                 let payload: Payload?
                 switch receivePayload(from: instance, env, bytes) {
                 case .failure(let violation):
-                    effects.post(.protocolViolation(instance, violation.reason))
+                    violated(instance, violation.reason)
                     return nil
                 case .success(let p): payload = p
                 }
                 // Late replies to requests that timed out or were cancelled are expected; others are not.
-                if !deliverReply(from: instance, id: id, env, bytes, payload: payload), id >= instance.nextID {
-                    effects.post(.protocolViolation(instance, "reply to id \(id), which was never asked"))
+                if !deliverReply(from: instance, id: id, env, bytes, payload: payload), !instance.pending.wasIssued(id) {
+                    violated(instance, "reply to id \(id), which was never asked")
                 }
             case .pong(let id):
                 instance.ponged(id: id)
             case .request(let kind):
                 guard let env else { return nil }
                 switch receivePayload(from: instance, env, bytes) {
-                case .failure(let violation): effects.post(.protocolViolation(instance, violation.reason))
+                case .failure(let violation): violated(instance, violation.reason)
                 case .success(let payload): return pluginRequest(instance, kind, env, bytes, payload: payload)
                 }
             case .stream(let kind):
                 if let env, let why = streamMessage(from: instance, kind, env, bytes, frame: frame) {
-                    effects.post(.protocolViolation(instance, why))
+                    violated(instance, why)
                 }
             case .cancel(let id):
                 if let entry = instance.outgoing.removeValue(forKey: id) { shared.cancelInFlight([id: entry]) }
@@ -70,7 +72,7 @@ extension Router {
     private func log(from instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
         switch instance.logWindow.admit(now: .now()) {
         case .flood:
-            return effects.post(.protocolViolation(instance, "flooding: more than \(Self.floodLogsPerSecond) log messages in one second"))
+            return violated(instance, "flooding: more than \(Self.floodLogsPerSecond) log messages in one second")
         case .drop:
             return
         case .admit(let droppedBefore):
@@ -79,10 +81,19 @@ extension Router {
             }
         }
         guard let log = try? ProtocolJSON.decode(LogMessage.self, from: bytes) else {
-            return effects.post(.protocolViolation(instance, "malformed log message"))
+            return violated(instance, "malformed log message")
         }
         var meta: Logger.Metadata = ["plugin": "\(instance.identifier)"]
         for (k, v) in log.metadata ?? [:] { meta[k] = "\(v)" }
         logger.log(level: Logger.Level(rawValue: log.level) ?? .info, "\(log.message)", metadata: meta)
+    }
+}
+
+extension Router {
+    /// `instance` broke the protocol: its gate closes now, so nothing else it sent is acted on
+    /// (not even the rest of what was read with this frame), and the lifecycle kills it.
+    func violated(_ instance: WorkerInstance, _ why: String) {
+        guard instance.gate.violated(why) else { return }
+        effects.post(.protocolViolation(instance, why))
     }
 }

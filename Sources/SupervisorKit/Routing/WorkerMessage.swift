@@ -1,4 +1,5 @@
 import PluginProtocol
+import SupervisorCore
 
 /// What a worker said (SPEC §3), read from one frame's body and checked against what a worker may
 /// say at that point: pure, tested without a worker (`WorkerMessageTests`). `Router.workerFrame`

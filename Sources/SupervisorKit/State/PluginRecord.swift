@@ -7,6 +7,7 @@ import Logging
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// Everything the supervisor knows of one plugin, across its worker restarts.
 /// Owned by the supervisor's event loop, like every object in State/: created, read and changed only
@@ -45,7 +46,7 @@ final class PluginRecord {
 
     var phase: PluginPhase { life.phase }
     var restarts: Int { life.restarts }
-    var restartHistory: [NIODeadline] { life.restartHistory }
+    var restartHistory: [Instant] { life.restartHistory }
     var lastExit: ExitStatus? { life.lastExit }
     var problem: String? {
         get { life.problem }
@@ -77,6 +78,14 @@ final class PluginRecord {
     }
 
     var identifier: String { manifest.identifier }
+
+    /// The plugin as the core's routing rule reads it (`Route`).
+    var routeTarget: Route.Target {
+        Route.Target(identifier: identifier, phase: phase, problem: problem, worker: instance.map {
+            Route.Worker(stopRequested: $0.phase.stopRequested, connected: $0.channel != nil, mayHaveEnded: $0.mayHaveEnded,
+                         writable: $0.channel?.isWritable ?? false)
+        })
+    }
     var dependencyIDs: [String] { manifest.dependencies.map(\.identifier) }
 
     /// Which of its workers `instance` is, or nil for one it no longer has.
@@ -114,14 +123,6 @@ final class PluginRecord {
         for w in waiters { w(problem) }
     }
 }
-
-/// A phase enum whose legal moves are one table.
-protocol Phase: Equatable, CustomStringConvertible {
-    static func allows(from: Self, to: Self) -> Bool
-}
-
-extension PluginPhase: Phase {}
-extension WorkerPhase: Phase {}
 
 /// The one place a phase changes: a move the table does not allow is a bug, which stops a debug
 /// build and is refused (and logged) in a release build.
@@ -185,8 +186,7 @@ final class WorkerInstance {
     /// What it said in `hello` (nil until then).
     var hello: HelloFacts?
     /// Requests sent to it and not yet answered, by the id this supervisor gave them.
-    var pending: [UInt64: PendingRequest] = [:]
-    var nextID: UInt64 = 1
+    var pending = CallTable<PendingRequest>()
     /// Requests this plugin made that are being served elsewhere: its id → (the callee, the callee's
     /// id). Cancelled at the callee if this worker dies first.
     var outgoing: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
@@ -194,6 +194,8 @@ final class WorkerInstance {
     private(set) var awaiting = Awaited.nothing
     /// Set when the worker said why it is ending itself.
     var exitNotice: ExitNotice?
+    /// Closed at its first protocol violation: nothing it sends after that is acted on.
+    var gate = FrameGate()
     /// Set when the supervisor killed it, with why.
     var killReason: (reason: ExitReason, message: String)?
     /// The forbidden syscall its filter handed over, for which the notifier killed it.
@@ -266,8 +268,8 @@ final class WorkerInstance {
 
     /// Calls and opens forwarded to it and not yet answered (events and pings aside), and its
     /// callers' links not yet given back (calls over them may still be inside).
-    var callsInside: Int { pending.values.reduce(0) { $0 + ($1.call == nil ? 0 : 1) } + linksIn.count }
-    var hasCallsInside: Bool { !linksIn.isEmpty || pending.values.contains { $0.call != nil } }
+    var callsInside: Int { pending.callCount + linksIn.count }
+    var hasCallsInside: Bool { !linksIn.isEmpty || pending.hasCalls }
 
     /// Its start (hello, then `startup`'s answer) must come by `deadline`'s firing; a start
     /// deadline set before is cancelled.
@@ -295,10 +297,10 @@ final class WorkerInstance {
     }
 
     /// Allocates the id of the next request this supervisor sends it.
-    func takeID() -> UInt64 {
-        defer { nextID += 1 }
-        return nextID
-    }
+    func takeID() -> UInt64 { pending.takeID() }
+
+    /// The id its next request gets.
+    var nextID: UInt64 { pending.nextID }
 }
 
 /// What the supervisor waits for from a worker, one thing at a time: its start, by the start-up

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Bundles
 import NIOCore
+import SupervisorCore
 
 /// The plugins the supervisor knows, in start order, and their live workers by pid: the one owner
 /// of that state. Every access asserts it is on the supervisor's event loop.

@@ -5,11 +5,12 @@ import LinuxSupport
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// A request sent to a worker and not yet answered.
-struct PendingRequest {
+struct PendingRequest: InFlightEntry {
     var origin: ReplyOrigin
-    var deadline: NIODeadline
+    var deadline: Instant
     var what: Kind
 
     /// What was sent.
@@ -38,6 +39,9 @@ struct PendingRequest {
     var call: CallFacts? = nil
     /// A call with a stream either way (Routing/Streams.swift).
     var stream: StreamFlow? = nil
+
+    /// A call or open forwarded for a client or a plugin (not the supervisor's own event or unlink).
+    var isCall: Bool { call != nil }
 }
 
 /// What the supervisor keeps of a forwarded request to count it and log it once it is answered.

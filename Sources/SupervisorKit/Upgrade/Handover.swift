@@ -7,6 +7,7 @@ import Logging
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// Step 4 of an upgrade in place (Upgrade.swift): the handover, once the supervisor is quiet.
 /// Reading stops on every socket, each frame codec gives up what it held, the state goes into a
@@ -219,7 +220,7 @@ extension Engine {
             default: phase = "restarting"
             }
             plugins.append(UpgradeSnapshot.Plugin(identifier: record.identifier, phase: phase, restarts: record.restarts,
-                                                  restartAgesNs: record.restartHistory.map { (now - $0).nanoseconds }, hasRun: record.hasRun,
+                                                  restartAgesNs: record.restartHistory.map { now.instant.nanoseconds(since: $0) }, hasRun: record.hasRun,
                                                   problem: record.problem, lastError: record.lastError, lastExit: record.lastExit,
                                                   sandboxDenials: record.sandboxDenials, worker: worker))
         }

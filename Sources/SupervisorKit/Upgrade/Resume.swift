@@ -8,6 +8,7 @@ import NIOCore
 import NIOPosix
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// The new binary's side of an upgrade in place (Upgrade.swift has the old one's): the plugins the
 /// folders hold are read as at any start, then each worker of the snapshot is taken over as it
@@ -35,7 +36,7 @@ extension Engine {
                 if let w = saved.worker { endOrphan(w, saved.identifier) }
                 continue
             }
-            record.life.restore(restarts: saved.restarts, hasRun: saved.hasRun, restartAgesNs: saved.restartAgesNs ?? [], now: .now())
+            record.life.restore(restarts: saved.restarts, hasRun: saved.hasRun, restartAgesNs: saved.restartAgesNs ?? [], now: .now)
             record.problem = saved.problem
             record.lastError = saved.lastError
             record.life.lastExit = saved.lastExit
@@ -130,7 +131,7 @@ extension Engine {
         instance.cgroup = w.cgroupGroup
         instance.descriptorChannel = w.descriptorChannel
         instance.payloadChannel = w.payloadChannel
-        instance.nextID = w.nextID
+        instance.pending.resume(nextID: w.nextID)
         instance.linkedCallees = Set(w.linkedCallees)
         record.instance = instance
         record.library = w.library

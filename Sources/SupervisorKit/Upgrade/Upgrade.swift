@@ -7,6 +7,7 @@ import Logging
 import NIOCore
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// Upgrading the supervisor in place (SPEC §14; docs/operations.md, "Upgrading the supervisor"):
 /// `supervisor upgrade [--binary PATH]` or SIGUSR2. The steps, each of which can still say no and

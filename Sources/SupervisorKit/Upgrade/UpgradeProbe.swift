@@ -3,6 +3,7 @@ import Glibc
 #endif
 import LinuxSupport
 import PluginProtocol
+import SupervisorCore
 
 /// Asks a binary, before the supervisor execs it in place of itself, whether it runs here and which
 /// snapshot formats it reads: `<binary> upgrade-probe` prints `UpgradeHandover.probeAnswer`. A binary

@@ -4,6 +4,7 @@ import Glibc
 import LinuxSupport
 import PluginProtocol
 import Protocol
+import SupervisorCore
 
 /// What a supervisor hands the binary it execs in an upgrade (docs/operations.md, "Upgrading the
 /// supervisor"): its state as values, and the numbers of the descriptors it kept open across the

@@ -2,7 +2,7 @@
  * A hostile plugin for the sandbox tests, in C so each attack is the raw call it claims to be.
  * Each method tries one thing and answers {"rc": <return>, "errno": <errno>} when it survives it;
  * the fatal ones end the worker instead (the supervisor records sandboxViolation + the syscall).
- * The misbehaviours for the fault tests (segv, abort, hang, alloc, stdoutFlood, socketFlood, garbage,
+ * The misbehaviours for the fault tests (segv, abort, hang, alloc, stdoutFlood, socketFlood, garbage, garbageThenReply,
  * giant, exit3, exit0, forkbomb, blockLoop) live here too.
  * If the bundle holds a file named `ctor-action`, that action also runs in the library constructor,
  * before sp_plugin_create; its outcome is returned by the method "ctorResult". The action
@@ -229,6 +229,12 @@ static void attack(const char *what, const char *path, long number, char *out, s
     } else if (!strcmp(what, "garbage")) {
         const char *junk = "{this is not json";
         rc = g_host->send(g_host->ctx, (const uint8_t *)junk, strlen(junk));
+    } else if (!strcmp(what, "garbageThenReply")) {
+        /* A message that is not JSON, then, 200 ms later, the call's answer: the supervisor must
+         * act on nothing this worker sends after the violation. */
+        const char *junk = "{this is not json";
+        rc = g_host->send(g_host->ctx, (const uint8_t *)junk, strlen(junk));
+        usleep(200000);
     } else if (!strcmp(what, "giant")) {
         /* Straight onto the protocol socket: a header announcing 2 GiB. */
         unsigned char header[4] = { 0x7f, 0xff, 0xff, 0xff };

@@ -46,3 +46,21 @@ public enum ExitReason: String, Sendable, Codable, CaseIterable {
         }
     }
 }
+
+/// How a worker ended: `{"code": n}` or `{"signal": "SIGSEGV"}`, plus `reason` and, for sandbox
+/// violations, `syscall`.
+public struct ExitStatus: Codable, Sendable, Equatable {
+    public var code: Int32?
+    public var signal: String?
+    public var reason: ExitReason
+    public var syscall: String?
+    public var message: String?
+
+    public init(code: Int32? = nil, signal: String? = nil, reason: ExitReason, syscall: String? = nil, message: String? = nil) {
+        self.code = code
+        self.signal = signal
+        self.reason = reason
+        self.syscall = syscall
+        self.message = message
+    }
+}

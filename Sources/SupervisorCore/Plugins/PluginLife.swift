@@ -1,38 +1,30 @@
-import Bundles
-import Logging
-import NIOCore
+import BundleModel
 import PluginProtocol
-import Protocol
 
 /// A plugin's life across its workers, as values: its phase, its restarts and the reasons it is not
 /// running, and the rules for what a worker's end means. It decides; it does nothing. Each input is
 /// a mutating method that changes the values and returns the `Action`s for the driver
-/// (`Lifecycle`, Lifecycle/Exits.swift) to carry out, in order, so every rule here is tested
-/// without a process or a socket (Tests/UnitTests/PluginLifeTests.swift).
-///
-/// Inputs so far: a serving worker's end (`workerEnded`, and `rollBackFailed` when the update it
-/// asked to roll back could not be), and a scheduled restart coming due (`restartDue`). The other
-/// inputs (start, stop, install, update) still move the phase themselves with `move(to:)`, which
-/// keeps `PluginPhase`'s table of legal moves; they come here one by one.
-struct PluginLife: Sendable {
-    private(set) var phase: PluginPhase
+/// to carry out, in order, so every rule here is tested without a process or a socket
+/// (Tests/CoreTests/PluginLifeTests.swift).
+package struct PluginLife: Sendable {
+    package private(set) var phase: PluginPhase
     /// Restarts over the plugin's life (what `status` shows).
-    private(set) var restarts = 0
+    package private(set) var restarts = 0
     /// When recent restarts happened, for the intensity limit.
-    var restartHistory: [NIODeadline] = []
-    var lastExit: ExitStatus?
+    package var restartHistory: [Instant] = []
+    package var lastExit: ExitStatus?
     /// Why it is not running, when it is not.
-    var problem: String?
+    package var problem: String?
     /// Why it last failed to start, or failed in a way it recovered from (an update rolled back):
     /// `status`'s `lastError` when it is not failed now.
-    var lastError: String?
+    package var lastError: String?
     /// An install is waiting to see this version run: its first failure settles the waiters at
     /// once (to roll back) instead of going through restarts.
-    var installAwaitsVerdict = false
+    package var installAwaitsVerdict = false
     /// Has reached `running` at least once (so a later start is a restart dependents hear of).
-    var hasRun = false
+    package var hasRun = false
 
-    init(phase: PluginPhase) {
+    package init(phase: PluginPhase) {
         self.phase = phase
     }
 
@@ -40,17 +32,17 @@ struct PluginLife: Sendable {
     /// restarts in the window (their ages at the snapshot, oldest first) count towards the
     /// intensity limit and the backoff as if no upgrade had happened. An age that is negative or
     /// older than the clock is dropped.
-    mutating func restore(restarts: Int, hasRun: Bool, restartAgesNs: [Int64] = [], now: NIODeadline) {
+    package mutating func restore(restarts: Int, hasRun: Bool, restartAgesNs: [Int64] = [], now: Instant) {
         self.restarts = restarts
         self.hasRun = hasRun
         restartHistory = restartAgesNs
-            .filter { $0 >= 0 && UInt64($0) <= now.uptimeNanoseconds }
-            .map { now - .nanoseconds($0) }
+            .filter { $0 >= 0 && UInt64($0) <= now.nanoseconds }
+            .map { now.adding(nanoseconds: -$0) }
             .sorted()
     }
 
     /// Moves to `next` if `PluginPhase` allows it; false (and nothing changes) if not.
-    mutating func move(to next: PluginPhase) -> Bool {
+    package mutating func move(to next: PluginPhase) -> Bool {
         guard PluginPhase.allows(from: phase, to: next) else { return false }
         phase = next
         return true
@@ -59,34 +51,51 @@ struct PluginLife: Sendable {
     // MARK: Inputs
 
     /// How a worker that served the plugin ended (its exit classified, ExitClassifier).
-    struct Ending: Sendable {
-        var status: ExitStatus
+    package struct Ending: Sendable {
+        package var status: ExitStatus
         /// The exit as the log and `lastError` say it.
-        var described: String
+        package var described: String
         /// A crash, a kill or a failing exit code (not a clean exit, not a stop).
-        var abnormal: Bool
+        package var abnormal: Bool
         /// It was being stopped on purpose.
-        var afterStop: Bool
+        package var afterStop: Bool
         /// It had answered `startup`.
-        var everRan: Bool
+        package var everRan: Bool
+
+        package init(status: ExitStatus, described: String, abnormal: Bool, afterStop: Bool, everRan: Bool) {
+            self.status = status
+            self.described = described
+            self.abnormal = abnormal
+            self.afterStop = afterStop
+            self.everRan = everRan
+        }
     }
 
     /// What else the supervisor knows at that moment.
-    struct Circumstances: Sendable {
-        var identifier: String
-        var restartPolicy: Manifest.RestartPolicy
-        var shuttingDown = false
+    package struct Circumstances: Sendable {
+        package var identifier: String
+        package var restartPolicy: Manifest.RestartPolicy
+        package var shuttingDown = false
         /// A new version (an update) is coming up beside the worker that ended.
-        var successorComing = false
+        package var successorComing = false
         /// An update of this plugin is within its grace period (it can be rolled back).
-        var updateGraceOpen = false
+        package var updateGraceOpen = false
+
+        package init(identifier: String, restartPolicy: Manifest.RestartPolicy, shuttingDown: Bool = false,
+                     successorComing: Bool = false, updateGraceOpen: Bool = false) {
+            self.identifier = identifier
+            self.restartPolicy = restartPolicy
+            self.shuttingDown = shuttingDown
+            self.successorComing = successorComing
+            self.updateGraceOpen = updateGraceOpen
+        }
     }
 
     /// What the driver does, in the order given.
-    enum Action: Equatable, Sendable {
+    package enum Action: Equatable, Sendable {
         /// Tell the programs that listen (the `exited` host event); the plugin has no worker now.
         case announceExit(ExitStatus)
-        case log(Logger.Level, String)
+        case log(LogLevel, String)
         /// Run the callbacks of whoever stopped the worker or waited for its end.
         case runExitCallbacks
         /// Tell whoever waits for the plugin to run how it went (nil: it runs).
@@ -119,7 +128,7 @@ struct PluginLife: Sendable {
     /// A worker in the current role ended (not a standby, a retiring old version or an update's
     /// new version: their ends do not change the plugin's life). `jitter` scales the backoff
     /// (0.8...1.2).
-    mutating func workerEnded(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: NIODeadline,
+    package mutating func workerEnded(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: Instant,
                               jitter: Double) -> [Action] {
         lastExit = ending.status
         var actions: [Action] = [.announceExit(ending.status)]
@@ -147,13 +156,13 @@ struct PluginLife: Sendable {
     }
 
     /// The rollback `workerEnded` asked for could not be done: the restart policy decides.
-    mutating func rollBackFailed(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: NIODeadline,
+    package mutating func rollBackFailed(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: Instant,
                                  jitter: Double) -> [Action] {
         afterCrash(ending, context, restartPolicy: restartPolicy, now: now, jitter: jitter)
     }
 
     /// A restart's delay has passed (or was 0). `hasWorker`: something else started a worker meanwhile.
-    mutating func restartDue(dependenciesRunning: Bool, hasWorker: Bool, shuttingDown: Bool) -> [Action] {
+    package mutating func restartDue(dependenciesRunning: Bool, hasWorker: Bool, shuttingDown: Bool) -> [Action] {
         guard phase == .restarting, !hasWorker, !shuttingDown else { return [] }
         if dependenciesRunning { return [.spawn(takingStandby: true)] }
         _ = move(to: .waiting)
@@ -164,7 +173,7 @@ struct PluginLife: Sendable {
     /// restart history and the failure are cleared; it starts now, or once its dependencies run.
     /// `hasWorker`: another request's worker is already coming up (two restarts asked during one
     /// drain): this one waits for it, and it counts once.
-    mutating func startRequested(dependenciesRunning: Bool, hasWorker: Bool = false) -> [Action] {
+    package mutating func startRequested(dependenciesRunning: Bool, hasWorker: Bool = false) -> [Action] {
         restartHistory = []
         problem = nil
         if hasWorker { return [] }
@@ -176,14 +185,20 @@ struct PluginLife: Sendable {
         return [.startWaitingPlugins]
     }
 
+    /// Its next worker was spawned (what `.spawn` asked for): a plugin that ran before, or is
+    /// coming back from a crash, is restarting; otherwise starting.
+    package mutating func workerSpawned() {
+        _ = move(to: hasRun || phase == .restarting ? .restarting : .starting)
+    }
+
     /// No worker could be spawned for it at all: failed, with the reason as its last exit.
-    mutating func spawnFailed(_ identifier: String, reason: String) -> [Action] {
+    package mutating func spawnFailed(_ identifier: String, reason: String) -> [Action] {
         lastExit = ExitStatus(reason: .spawnError, message: reason)
         return [.log(.error, "\(identifier) cannot start: \(reason)")] + fail(reason)
     }
 
     /// Its worker answered `startup`: it runs; whoever waited hears so, and what waited goes to it.
-    mutating func workerRuns(_ identifier: String, version: String) -> [Action] {
+    package mutating func workerRuns(_ identifier: String, version: String) -> [Action] {
         let wasRestart = hasRun
         _ = move(to: .running)
         problem = nil
@@ -194,7 +209,7 @@ struct PluginLife: Sendable {
     /// An update's new version answered `startup` and serves from now on (the previous version's
     /// worker drains). The old worker may have crashed meanwhile (its calls waited for this one):
     /// it runs again either way.
-    mutating func updateTookOver(_ identifier: String, from previous: String, to version: String) -> [Action] {
+    package mutating func updateTookOver(_ identifier: String, from previous: String, to version: String) -> [Action] {
         problem = nil
         if phase != .running { _ = move(to: .running) }
         return [.log(.info, "\(identifier) \(version) is running and takes the calls; \(previous) finishes its own"),
@@ -203,7 +218,7 @@ struct PluginLife: Sendable {
 
     /// A dependency it needs has failed, or stopped for good: it fails too (`byDependency`: it is
     /// tried again when that dependency runs), and its worker, if it has one, is stopped.
-    mutating func dependencyFailed(_ identifier: String, dependency: String, dependencyPhase: PluginPhase, hasWorker: Bool) -> [Action] {
+    package mutating func dependencyFailed(_ identifier: String, dependency: String, dependencyPhase: PluginPhase, hasWorker: Bool) -> [Action] {
         _ = move(to: .failed(byDependency: true))
         let why = "dependency \(dependency) is \(dependencyPhase.shown)"
         problem = why
@@ -216,8 +231,8 @@ struct PluginLife: Sendable {
     /// Only then: it ran, nothing else is next or under way (an update, its grace, an install's
     /// verdict), the policy restarts and the window allows a restart at once, and its
     /// dependencies run. A cause no restart cures (`permanentCause`) gets none.
-    func wantsStandby(_ context: Circumstances, workerRan: Bool, permanentCause: Bool, nothingNext: Bool,
-                      dependenciesRunning: Bool, restartPolicy: RestartPolicy, now: NIODeadline) -> Bool {
+    package func wantsStandby(_ context: Circumstances, workerRan: Bool, permanentCause: Bool, nothingNext: Bool,
+                      dependenciesRunning: Bool, restartPolicy: RestartPolicy, now: Instant) -> Bool {
         phase == .running && workerRan && !permanentCause && nothingNext && !context.shuttingDown
             && !context.successorComing && !context.updateGraceOpen && !installAwaitsVerdict
             && context.restartPolicy != .never && dependenciesRunning
@@ -228,14 +243,14 @@ struct PluginLife: Sendable {
     /// runs, nothing else is next or under way (an update's new version, an install's verdict, a
     /// shutdown), and its policy restarts it at all. Within an update's grace it may: a crash then
     /// rolls back and discards it.
-    func wantsKeptStandby(_ context: Circumstances, nothingNext: Bool) -> Bool {
+    package func wantsKeptStandby(_ context: Circumstances, nothingNext: Bool) -> Bool {
         phase == .running && nothingNext && !context.shuttingDown && !context.successorComing
             && !installAwaitsVerdict && context.restartPolicy != .never
     }
 
     // MARK: Rules
 
-    private mutating func afterCrash(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: NIODeadline,
+    private mutating func afterCrash(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: Instant,
                                      jitter: Double) -> [Action] {
         let id = context.identifier
         if context.successorComing {

@@ -1,15 +1,11 @@
-import Bundles
-import NIOCore
-import PluginProtocol
-import Protocol
 import Testing
-@testable import SupervisorKit
+import SupervisorCore
 
 /// A plugin's life as values (State/PluginLife.swift): each input with its facts, and the actions
 /// and phase that come out, without a process, a socket or an event loop.
 @Suite struct PluginLifeTests {
     static let policy = RestartPolicy(limit: 3, windowSeconds: 60, backoffBaseMs: 100, backoffMaxMs: 1_000)
-    static let now = NIODeadline.uptimeNanoseconds(1_000_000_000_000)
+    static let now = Instant(nanoseconds: 1_000_000_000_000)
 
     static func crash(everRan: Bool = true) -> PluginLife.Ending {
         .init(status: ExitStatus(signal: "SIGSEGV", reason: .signaled), described: "killed by SIGSEGV", abnormal: true, afterStop: false, everRan: everRan)
@@ -31,7 +27,7 @@ import Testing
     }
 
     func ended(_ life: inout PluginLife, _ ending: PluginLife.Ending = crash(), _ context: PluginLife.Circumstances = context(),
-               at now: NIODeadline = now) -> [PluginLife.Action] {
+               at now: Instant = now) -> [PluginLife.Action] {
         life.workerEnded(ending, context, restartPolicy: Self.policy, now: now, jitter: 1)
     }
 
@@ -254,7 +250,7 @@ import Testing
 
     func wantsStandby(_ life: PluginLife, _ context: PluginLife.Circumstances = context(), workerRan: Bool = true,
                       permanentCause: Bool = false, nothingNext: Bool = true, dependenciesRunning: Bool = true,
-                      at now: NIODeadline = now) -> Bool {
+                      at now: Instant = now) -> Bool {
         life.wantsStandby(context, workerRan: workerRan, permanentCause: permanentCause, nothingNext: nothingNext,
                           dependenciesRunning: dependenciesRunning, restartPolicy: Self.policy, now: now)
     }

@@ -1,46 +1,46 @@
-import NIOCore
-
 /// A request that waits for its plugin (SPEC §8): its own deadline, and whether anyone still wants
 /// its answer.
-protocol WaitingRequest {
-    var deadline: NIODeadline { get }
+package protocol WaitingRequest {
+    var deadline: Instant { get }
     /// Nobody would read the answer (the client disconnected, the calling worker ended, the host
     /// gave up on it): it is dropped, and never sent to the plugin.
     var callerIsGone: Bool { get }
 }
 
 /// The requests that wait for one plugin to take them, oldest first, as values: each input says
-/// which requests go where, and the router does it (Routing/Queueing.swift). No request is lost: each
+/// which requests go where, and the driver does it. No request is lost: each
 /// leaves by `release` (forwarded), `expire` (its deadline passed), `abandon` (the plugin will not
 /// run) or because its caller is gone; a request whose caller is gone is never forwarded.
-struct WaitQueue<Request: WaitingRequest> {
-    private(set) var requests: [Request] = []
+package struct WaitQueue<Request: WaitingRequest> {
+    package private(set) var requests: [Request] = []
 
-    var isEmpty: Bool { requests.isEmpty }
-    var count: Int { requests.count }
+    package init() {}
+
+    package var isEmpty: Bool { requests.isEmpty }
+    package var count: Int { requests.count }
 
     /// Adds `request` at the end; false (and nothing added) when `limit` already wait.
-    mutating func add(_ request: Request, limit: Int) -> Bool {
+    package mutating func add(_ request: Request, limit: Int) -> Bool {
         guard requests.count < limit else { return false }
         requests.append(request)
         return true
     }
 
     /// The plugin runs: everything still wanted, in the order it came.
-    mutating func release() -> [Request] {
+    package mutating func release() -> [Request] {
         defer { requests = [] }
         return requests.filter { !$0.callerIsGone }
     }
 
     /// The plugin will not run (it failed or stopped for good, it left, the supervisor stops):
     /// everything still wanted, to fail.
-    mutating func abandon() -> [Request] {
+    package mutating func abandon() -> [Request] {
         release()
     }
 
     /// The requests whose deadline has passed, to fail with `timeout`; those whose caller is gone
     /// leave too, unanswered.
-    mutating func expire(now: NIODeadline) -> [Request] {
+    package mutating func expire(now: Instant) -> [Request] {
         var expired: [Request] = []
         requests.removeAll { request in
             if request.callerIsGone { return true }

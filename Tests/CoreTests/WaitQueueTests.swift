@@ -1,6 +1,5 @@
-import NIOCore
 import Testing
-@testable import SupervisorKit
+import SupervisorCore
 
 /// The requests waiting for a plugin (State/WaitQueue.swift), without a plugin: which leave how.
 @Suite struct WaitQueueTests {
@@ -11,14 +10,14 @@ import Testing
 
     struct Request: WaitingRequest, Equatable {
         var name: String
-        var deadline: NIODeadline
+        var deadline: Instant
         var caller: Caller
         var callerIsGone: Bool { caller.gone }
 
         static func == (a: Request, b: Request) -> Bool { a.name == b.name }
     }
 
-    static let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
+    static let start = Instant(nanoseconds: 1_000_000_000)
 
     static func request(_ name: String, afterMs ms: Int64 = 1_000, caller: Caller = Caller()) -> Request {
         Request(name: name, deadline: start + .milliseconds(ms), caller: caller)

@@ -3,11 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import LinuxSupport
 import PluginProtocol
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// A plugin bundle's `plugin.json` (SPEC §2), validated.
 public struct Manifest: Sendable {
@@ -69,6 +65,12 @@ public struct ManifestError: Error, Sendable, Equatable, CustomStringConvertible
     public var file: String
     public var field: String?
     public var reason: String
+
+    public init(file: String, field: String?, reason: String) {
+        self.file = file
+        self.field = field
+        self.reason = reason
+    }
 
     public var description: String {
         if let field { return "\(file): field '\(field)': \(reason)" }
@@ -166,23 +168,6 @@ extension Manifest {
             }
             return "not valid JSON at \(place(offset)): unexpected \(found(offset))\(hint)"
         }
-    }
-
-    /// Reads and validates `<bundle>/plugin.json`.
-    public static func load(bundle: String) throws(ManifestError) -> Manifest {
-        let file = bundle + "/plugin.json"
-        let bytes: [UInt8]
-        do {
-            bytes = try FileSystem.readFile(file, limit: 1 << 20)
-        } catch {
-            throw ManifestError(file: file, field: nil, reason: "cannot read: \(error)")
-        }
-        var manifest = try parse(bytes, bundle: bundle, file: file)
-        manifest.fingerprint = bytes
-        for lib in [manifest.library].compactMap({ $0 }) + manifest.variants.map(\.library) {
-            if let stamp = FileStamp(path: bundle + "/" + lib) { manifest.fingerprint += Array("\(lib):\(stamp);".utf8) }
-        }
-        return manifest
     }
 
     public static func parse(_ bytes: [UInt8], bundle: String, file: String) throws(ManifestError) -> Manifest {

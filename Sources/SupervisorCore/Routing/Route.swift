@@ -1,0 +1,98 @@
+import PluginProtocol
+
+/// Where a request for a plugin goes now (SPEC §8): to its worker, into its wait queue, or back
+/// to its caller with an error. The one rule for it: the driver asks before every forward, also
+/// when a queued request's turn comes.
+package enum Route: Equatable, Sendable {
+    /// The worker takes it now.
+    case forward
+    /// The plugin is coming up or its worker is being replaced: it waits (`WaitQueue`).
+    case wait
+    /// It cannot be served: the error to answer with.
+    case refuse(ErrorBody)
+
+    /// A plugin's state as the route reads it.
+    package struct Target: Sendable {
+        package var identifier: String
+        package var phase: PluginPhase
+        /// Why it is not running, when it is not.
+        package var problem: String?
+        /// Its serving worker, if it has one.
+        package var worker: Worker?
+
+        package init(identifier: String, phase: PluginPhase, problem: String? = nil, worker: Worker? = nil) {
+            self.identifier = identifier
+            self.phase = phase
+            self.problem = problem
+            self.worker = worker
+        }
+    }
+
+    /// The serving worker's state as the route reads it.
+    package struct Worker: Sendable {
+        /// It is being stopped (draining, stopping) or has ended.
+        package var stopRequested: Bool
+        /// Its socket is wired and open.
+        package var connected: Bool
+        /// A link to it ended by itself: it may be ending, not yet reaped.
+        package var mayHaveEnded: Bool
+        /// Its socket takes more now (not full).
+        package var writable: Bool
+
+        package init(stopRequested: Bool = false, connected: Bool = true, mayHaveEnded: Bool = false, writable: Bool = true) {
+            self.stopRequested = stopRequested
+            self.connected = connected
+            self.mayHaveEnded = mayHaveEnded
+            self.writable = writable
+        }
+    }
+
+    /// The route of a request for `target` (nil: no such plugin).
+    package static func decide(_ target: Target?, named identifier: String, shuttingDown: Bool) -> Route {
+        guard let target else { return .refuse(ErrorBody(.notFound, "no plugin \(identifier) is installed")) }
+        if target.phase == .running, let worker = target.worker, !worker.stopRequested, worker.connected, !worker.mayHaveEnded {
+            // Back-pressure: a plugin that is not reading its socket gets no more queued for it.
+            guard worker.writable else {
+                return .refuse(ErrorBody(.unavailable, "\(identifier) is not keeping up: its socket buffer is full"))
+            }
+            return .forward
+        }
+        if mustWait(target, shuttingDown: shuttingDown) { return .wait }
+        if shuttingDown { return .refuse(ErrorBody(.unavailable, "\(identifier) is stopping: the supervisor is shutting down")) }
+        return .refuse(unavailable(target))
+    }
+
+    /// Whether a request that cannot go now waits: the plugin is coming up (waiting for its
+    /// dependencies, starting, restarting after a crash), or its worker is draining for a planned
+    /// stop (a restart, a reload, an update, the shutdown) or not connected yet.
+    package static func mustWait(_ target: Target, shuttingDown: Bool) -> Bool {
+        guard !shuttingDown else { return false }
+        switch target.phase {
+        case .waiting, .starting, .restarting: return true
+        case .running:
+            guard let worker = target.worker else { return true }
+            return worker.stopRequested || !worker.connected || worker.mayHaveEnded
+        case .failed, .stopped: return false
+        }
+    }
+
+    /// The error for a plugin that is failed or stopped.
+    package static func unavailable(_ target: Target) -> ErrorBody {
+        ErrorBody(.unavailable, "\(target.identifier) is \(target.phase.shown)" + (target.problem.map { ": \($0)" } ?? ""))
+    }
+
+    /// The error for a request that would wait but finds `limit` waiting already.
+    package static func queueFull(_ target: Target, limit: Int) -> ErrorBody {
+        ErrorBody(.unavailable, "\(target.identifier) is \(target.phase.shown) and \(limit) requests already wait for it (callQueueLimit)")
+    }
+
+    /// Why requests still waiting for `target` fail now, or nil while they may wait on: the
+    /// supervisor shuts down, or the plugin is failed or stopped for good.
+    package static func abandonReason(_ target: Target, shuttingDown: Bool) -> String? {
+        if shuttingDown { return "the supervisor is shutting down" }
+        if target.phase.isFailed || target.phase == .stopped {
+            return "\(target.identifier) is \(target.phase.shown)" + (target.problem.map { ": \($0)" } ?? "")
+        }
+        return nil
+    }
+}

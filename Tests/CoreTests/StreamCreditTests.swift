@@ -1,0 +1,98 @@
+import Testing
+import SupervisorCore
+
+/// A stream's credit between its two ends (Streams/StreamCredit.swift): what each side may send,
+/// and that a refused frame changes nothing.
+@Suite struct StreamCreditTests {
+    @Test func theCalleeMaySendTheInitialWindowThenWaitsForCredit() {
+        var credit = StreamCredit(answers: true, input: false)
+        for seq in 0..<UInt64(StreamFrames.initialCredit) { #expect(credit.answerChunk(seq: seq, id: 1) == nil) }
+        let over = UInt64(StreamFrames.initialCredit)
+        #expect(credit.answerChunk(seq: over, id: 1) == "chunk \(over) of call 1 beyond the credit its reader granted")
+        #expect(credit.seq == over, "a refused chunk does not advance")
+        #expect(credit.grantAnswer(2) == nil)
+        #expect(credit.answerChunk(seq: over, id: 1) == nil)
+        #expect(credit.credit == 1)
+    }
+
+    @Test func chunksComeInOrder() {
+        var credit = StreamCredit(answers: true, input: false)
+        #expect(credit.answerChunk(seq: 1, id: 9) == "chunk 1 of call 9, expected 0")
+        #expect(credit.answerChunk(seq: nil, id: 9) == "chunk without seq of call 9, expected 0")
+        #expect(credit.credit == StreamFrames.initialCredit)
+    }
+
+    @Test func creditIsBoundedAndPositive() {
+        var credit = StreamCredit(answers: true, input: false)
+        #expect(credit.grantAnswer(0) != nil)
+        #expect(credit.grantAnswer(nil) != nil)
+        #expect(credit.grantAnswer(StreamFrames.largestCredit) != nil, "over the largest window with the initial credit")
+        #expect(credit.grantAnswer(StreamFrames.largestCredit - UInt64(StreamFrames.initialCredit)) == nil)
+        #expect(UInt64(credit.credit) == StreamFrames.largestCredit)
+    }
+
+    @Test func creditForACallWithoutAStreamIsRefused() {
+        var credit = StreamCredit(answers: false, input: true)
+        #expect(credit.grantAnswer(1) == "credit for a call that did not ask for a stream (\"stream\": true)")
+    }
+
+    @Test func inputWaitsForItsReadersFirstWindow() {
+        var credit = StreamCredit(answers: false, input: true)
+        #expect(credit.inputChunk(seq: 0, end: false, hasData: true) == .refused("input chunk 0 beyond the credit its reader granted"))
+        #expect(credit.grantInput(2, what: "call 1") == nil)
+        #expect(credit.inputChunk(seq: 0, end: false, hasData: true) == .chunk(seq: 0))
+        #expect(credit.inputChunk(seq: 1, end: false, hasData: true) == .chunk(seq: 1))
+        #expect(credit.inputChunk(seq: 2, end: false, hasData: true) == .refused("input chunk 2 beyond the credit its reader granted"))
+    }
+
+    @Test func theInputEndsOnceAndNothingFollows() {
+        var credit = StreamCredit(answers: false, input: true)
+        _ = credit.grantInput(1, what: "call 1")
+        #expect(credit.inputChunk(seq: 0, end: false, hasData: true) == .chunk(seq: 0))
+        #expect(credit.inputChunk(seq: 1, end: true, hasData: false) == .end(count: 1))
+        #expect(credit.inputChunk(seq: 1, end: false, hasData: true) == .refused("an input chunk after the input's end"))
+        #expect(credit.input?.ended == true)
+    }
+
+    @Test func inputRulesNameWhatIsWrong() {
+        var none = StreamCredit(answers: true, input: false)
+        #expect(none.inputChunk(seq: 0, end: false, hasData: true) == .refused("an input chunk for a call made without \"input\": true"))
+        #expect(none.grantInput(1, what: "call 4") == "input credit for call 4, which came without input")
+        var credit = StreamCredit(answers: false, input: true)
+        _ = credit.grantInput(3, what: "call 1")
+        #expect(credit.inputChunk(seq: 5, end: false, hasData: true) == .refused("input chunk 5, expected 0"))
+        #expect(credit.inputChunk(seq: 0, end: false, hasData: false) == .refused("an input chunk without data"))
+        #expect(credit.input?.credit == 3, "refused chunks take no credit")
+        #expect(credit.grantInput(0, what: "call 1") != nil)
+    }
+
+    @Test func aProducerNeverGetsMoreThanItsReaderGranted() {
+        // Random grants and sends: chunks passed on never exceed the initial window plus grants.
+        var rng = SplitMix(seed: 42)
+        var credit = StreamCredit(answers: true, input: false)
+        var granted = UInt64(StreamFrames.initialCredit), passed: UInt64 = 0
+        for _ in 0..<2_000 {
+            if rng.next() % 3 == 0 {
+                let n = rng.next() % 5
+                if credit.grantAnswer(n) == nil { granted += n }
+            } else if credit.answerChunk(seq: credit.seq, id: 1) == nil {
+                passed += 1
+            }
+            #expect(passed <= granted)
+            #expect(UInt64(credit.credit) == granted - passed)
+        }
+    }
+}
+
+/// A small seeded generator, for tests that want the same sequence every run.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
