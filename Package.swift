@@ -72,8 +72,8 @@ let package = Package(
         .target(name: "CInstallSupport", dependencies: ["CCurl"], path: "Sources/CInstallSupport"),
 
         // The Linux shim: the syscall funnel, owned descriptors, files, processes (posix_spawn,
-        // pidfds), signals, prctl.
-        .target(name: "LinuxSupport", dependencies: ["CLinuxSupport"], path: "Sources/LinuxSupport"),
+        // pidfds), signals, prctl. Its locks are PluginProtocol's `Guarded`.
+        .target(name: "LinuxSupport", dependencies: ["CLinuxSupport", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/LinuxSupport"),
         // The control protocol (client ⇄ supervisor): where a supervisor is, the requests' answers
         // (status, send, reload, update, progress). Values only; shared by the supervisor, the CLI
         // and the client libraries. The plugin wire protocol is the SDK's PluginProtocol.

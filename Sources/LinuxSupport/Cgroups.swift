@@ -1,4 +1,5 @@
 import CLinuxSupport
+import PluginProtocol
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -42,7 +43,7 @@ public final class CgroupTree: Sendable {
     /// creation and exit on the machine meanwhile (docs/sandbox.md, "cgroups": the cost at start-up).
     /// Started by the first move asked for: only cgroup v2 asks (on v1 a worker joins its group
     /// itself, by moving its one thread: `CgroupGroup.tasksFiles`).
-    private let moves = Locked<(queue: [(pid_t, CgroupGroup, @Sendable (String?) -> Void)], started: Bool)>(([], false))
+    private let moves = Guarded<(queue: [(pid_t, CgroupGroup, @Sendable (String?) -> Void)], started: Bool)>(([], false))
     /// Written one byte per requested move; the mover thread reads it to wake.
     private let wake: (read: Int32, write: Int32)
 

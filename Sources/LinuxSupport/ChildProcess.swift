@@ -1,4 +1,5 @@
 import CLinuxSupport
+import PluginProtocol
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -251,7 +252,7 @@ public enum Spawner {
 /// The callback runs on that thread; the supervisor hands it straight to its event loop.
 public final class ChildWatcher: Sendable {
     private let epoll: EpollSet
-    private let watched = Locked<[Int32: (ChildProcess, @Sendable (ChildExit) -> Void)]>([:])
+    private let watched = Guarded<[Int32: (ChildProcess, @Sendable (ChildExit) -> Void)]>([:])
 
     public init() throws(SystemError) {
         epoll = try EpollSet()

@@ -1,37 +1,5 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import PluginProtocol
 
-/// A value behind a pthread mutex. Used where a lock is shared with another thread rather than
-/// Synchronization's `Mutex`, whose contended path (a PI futex in an uninstrumented library) the
-/// thread sanitizer cannot see, so the TSan run would report the guarded state as raced.
-public final class Locked<Value>: @unchecked Sendable {
-    // @unchecked: `value` is only touched with `mutex` held.
-    @usableFromInline let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-    @usableFromInline var value: Value
-
-    public init(_ value: Value) {
-        self.value = value
-        // Adaptive: a waiter spins briefly before it sleeps, since the lock is held for a few
-        // instructions (a table lookup), where a sleep and a wake-up cost microseconds.
-        var attributes = pthread_mutexattr_t()
-        pthread_mutexattr_init(&attributes)
-        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
-        pthread_mutex_init(mutex, &attributes)
-        pthread_mutexattr_destroy(&attributes)
-    }
-
-    /// Inlinable, so a caller in another module gets it specialised to its `Value` (no generic
-    /// metadata looked up at run time on every call).
-    @inlinable
-    public func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body(&value)
-    }
-
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
-    }
-}
+/// The supervisor's name for `Guarded` (PluginProtocol), the one lock class: a value behind a
+/// pthread mutex that the thread sanitizer sees.
+public typealias Locked = Guarded

@@ -1,5 +1,6 @@
 import CLinuxSupport
 import Dispatch
+import PluginProtocol
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -46,9 +47,9 @@ public final class SeccompNotifier: Sendable {
     }
 
     private let epoll: EpollSet
-    private let registered = Locked<[Int32: Registration]>([:])
+    private let registered = Guarded<[Int32: Registration]>([:])
     /// Set by `handOver`: the thread ends without closing what it holds, and says so.
-    private let handingOver = Locked<DispatchSemaphore?>(nil)
+    private let handingOver = Guarded<DispatchSemaphore?>(nil)
 
     public init() throws(SystemError) {
         epoll = try EpollSet()

@@ -1,5 +1,6 @@
 import CLinuxSupport
 import Dispatch
+import PluginProtocol
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -14,7 +15,7 @@ import Glibc
 /// The main thread serves it (`serve(until:)`) while the supervisor runs; the event loop asks with
 /// `sync`, which waits (a spawn is a few hundred microseconds of the main thread's time).
 public final class SpawnerThread: Sendable {
-    private let jobs = Locked<[@Sendable () -> Void]>([])
+    private let jobs = Guarded<[@Sendable () -> Void]>([])
     private let wake = DispatchSemaphore(value: 0)
     private let thread: pid_t
 

@@ -62,7 +62,7 @@ extension PluginHost {
         call.submitted(ticket)
         if let input, let gate {
             Task {
-                let seq = Locked<UInt64>(0)
+                let seq = Guarded<UInt64>(0)
                 do {
                     try await input { data in
                         try await gate.take()
@@ -88,7 +88,7 @@ extension PluginHost {
 /// (a chunk can be read on the loop before `submit` returns) are sent once it does.
 final class HostStreamCall: Sendable {
     private let supervisor: Supervisor
-    private let state = Locked<(ticket: Supervisor.HostTicket?, owed: [[UInt8]], gaveUp: Bool)>((nil, [], false))
+    private let state = Guarded<(ticket: Supervisor.HostTicket?, owed: [[UInt8]], gaveUp: Bool)>((nil, [], false))
 
     init(_ supervisor: Supervisor) {
         self.supervisor = supervisor
@@ -129,7 +129,7 @@ extension PluginHost {
     public func callBytes<P: Encodable>(_ target: String, _ method: String, _ params: P, timeout: Duration? = nil) async throws -> AttachedBytes {
         let json = try HostCoding.encode(params, for: "\(target).\(method)")
         var frame = Self.callFrame(target, method, params: json, timeout: timeout)
-        let received = Locked<Supervisor.HostBytes?>(nil)
+        let received = Guarded<Supervisor.HostBytes?>(nil)
         let result: [UInt8]
         do {
             result = try await request(frame.finish(), bytes: { bytes in received.withLock { $0 = bytes } })

@@ -32,7 +32,7 @@ public final class PluginHost: Service, Sendable {
     public let configuration: Configuration
     let supervisor: Supervisor
     private let logger: Logger
-    private let phase = Locked(Phase.idle)
+    private let phase = Guarded(Phase.idle)
     /// Settled when every startable plugin has started (or the host failed or stopped first).
     private let ready = Signal<Result<Void, ErrorBody>>()
     /// Settled when `run` has ended (every worker stopped).
@@ -276,7 +276,7 @@ public final class PluginHost: Service, Sendable {
     /// the plugin).
     func request(_ frame: [UInt8], progress: (@Sendable (ProgressReport) -> Void)? = nil,
                  bytes: (@Sendable (Supervisor.HostBytes) -> Void)? = nil) async throws -> [UInt8] {
-        let ticket = Locked<TicketState>(.waiting)
+        let ticket = Guarded<TicketState>(.waiting)
         let supervisor = self.supervisor
         let result: Result<[UInt8], ErrorBody> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
@@ -324,10 +324,10 @@ public struct HostEvents: AsyncSequence, Sendable {
     }
 }
 
-/// A value set once that any number of tasks wait for. Its lock is a pthread mutex (`Locked`), which
+/// A value set once that any number of tasks wait for. Its lock is a pthread mutex (`Guarded`), which
 /// the thread sanitizer sees, unlike the contended path of Synchronization's `Mutex`.
 final class Signal<Value: Sendable>: Sendable {
-    private let state = Locked<(value: Value?, waiters: [CheckedContinuation<Value, Never>])>((nil, []))
+    private let state = Guarded<(value: Value?, waiters: [CheckedContinuation<Value, Never>])>((nil, []))
 
     /// The first value given wins; later ones are ignored.
     func settle(_ value: Value) {

@@ -16,10 +16,10 @@ final class WorkerHost: Sendable {
     let maxBody: Int
     /// Serialises `receive` calls: the I/O thread, the links thread and the signal thread all
     /// deliver into the plugin. Holds the `sp_plugin` pointer's bit pattern (0 before `attach` and
-    /// after `destroy`). A pthread adaptive mutex (`Locked`), not Synchronization's `Mutex`, whose
+    /// after `destroy`). A pthread adaptive mutex (`Guarded`), not Synchronization's `Mutex`, whose
     /// contended path is a priority-inheritance futex: the two delivering threads meet here on
     /// every busy link, and the kernel's rt-mutex path cost more than the deliveries it guarded.
-    private let pluginLock = Locked<Int>(0)
+    private let pluginLock = Guarded<Int>(0)
     /// Events the worker raised itself (signals sent to this worker's pid), by id.
     private let localEvents = Mutex<[UInt64: @Sendable () -> Void]>([:])
     private let localPending = Atomic<Int>(0)

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Bundles
 import LinuxSupport
+import PluginProtocol
 import Protocol
 import SupervisorClient
 #if canImport(Glibc)
@@ -71,7 +72,7 @@ extension SupervisorConnection.Failure {
 /// the client's reading thread; the last stage shown is behind a lock.
 final class ProgressDisplay: Sendable {
     let terminal = isatty(2) == 1
-    private let lastStage = Locked("")
+    private let lastStage = Guarded("")
 
     func show(_ p: ProgressReport) {
         let label = p.message.map { "\(p.stage) \($0)" } ?? p.stage

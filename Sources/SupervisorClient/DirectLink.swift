@@ -23,7 +23,7 @@ package final class DirectLink: Sendable {
     private let connection: BlockingConnection
     /// What goes out over the link, written together where calls come together (LinkOutbox.swift).
     private let outbox: LinkOutbox
-    private let state: Locked<State>
+    private let state: Guarded<State>
     /// The next call's id (taken without the lock; a call the link no longer takes wastes one).
     private let nextID = Atomic<UInt64>(1)
     /// `"target":"<target>"`'s value, escaped once for every call.
@@ -69,7 +69,7 @@ package final class DirectLink: Sendable {
         self.timeoutMs = timeoutMs
         connection = BlockingConnection(fd: fd)
         outbox = LinkOutbox(connection)
-        state = Locked(State(lastReport: ProcessControl.monotonicNanoseconds()))
+        state = Guarded(State(lastReport: ProcessControl.monotonicNanoseconds()))
         self.report = report
         self.ended = ended
         self.answered = answered

@@ -1,10 +1,11 @@
 import LinuxSupport
+import PluginProtocol
 
 /// One program's direct links, by plugin (a `SupervisorClient`'s, or an embedded `PluginHost`'s):
 /// which are there, which are being asked for, and which were refused lately (not asked again
 /// before `retryNanoseconds` have passed). Thread-safe; the links themselves are `DirectLink`s.
 package final class DirectLinks: Sendable {
-    private let slots = Locked(Slots())
+    private let slots = Guarded(Slots())
     private let retryNanoseconds: Int64
 
     private struct Slots {

@@ -1,5 +1,6 @@
 import IPC
 import LinuxSupport
+import PluginProtocol
 
 /// A direct link's outgoing frames (DirectLink): a lone call's frame is written by its task at
 /// once; frames made while another task writes, while other calls wait, or while the link's thread
@@ -8,7 +9,7 @@ import LinuxSupport
 final class LinkOutbox: Sendable {
     private let connection: BlockingConnection
     /// Frames waiting for the task that is writing now, or for a job (`write`).
-    private let state = Locked(Outgoing())
+    private let state = Guarded(Outgoing())
 
     init(_ connection: BlockingConnection) {
         self.connection = connection

@@ -41,8 +41,8 @@ public final class SupervisorClient: Sendable {
     /// The longest a link's thread polls, whatever it is told (a negative value is 0): longer than
     /// any wake-up it could save.
     public static let maxLinkPollMicroseconds = 10_000
-    /// Behind a pthread mutex (`Locked`), which the thread sanitizer sees (it does not see `Mutex`'s futex on Linux).
-    let state = Locked(State())
+    /// Behind a pthread mutex (`Guarded`), which the thread sanitizer sees (it does not see `Mutex`'s futex on Linux).
+    let state = Guarded(State())
     /// Its direct links, by plugin (DirectLinks.swift).
     let links = DirectLinks(retryAfterNanoseconds: 5_000_000_000)
 

@@ -2,11 +2,12 @@
 import Glibc
 #endif
 
-/// A value behind a pthread mutex, for state that several threads share (the SDK's runtime: the
-/// worker's delivering threads, the global executor's, timers'; a stream's two ends). Not Synchronization's `Mutex`: its
+/// A value behind a pthread mutex, for state that several threads share: the SDK's runtime (the
+/// worker's delivering threads, the global executor's, timers'), a stream's two ends, and every
+/// lock of the supervisor, the worker and the client libraries. Not Synchronization's `Mutex`: its
 /// contended path (a futex in an uninstrumented library) is invisible to the thread sanitizer,
-/// which then reports the guarded state as raced when the runtime is tested under it
-/// (`InlineMethodTests`); the supervisor's `Locked` is the same for the same reason.
+/// which then reports the guarded state as raced when the code is tested under it
+/// (`InlineMethodTests`, scripts/test-tsan.sh).
 public final class Guarded<Value>: @unchecked Sendable {
     // @unchecked: `value` is only touched with `mutex` held.
     @usableFromInline let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
