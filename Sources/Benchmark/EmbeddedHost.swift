@@ -24,6 +24,23 @@ struct EmbeddedHostFigures {
     var programCPUPerPacedCall: Double
 }
 
+extension Report {
+    /// The rows of a program's calls, each named after `who`: p50 along `path` (against the 1-hop
+    /// echo's `oneHop`), p99, throughput at 1, 16 and 64 in flight (64 against `through`), and CPU
+    /// per call: `hostCPU`'s and the worker's at 64 in flight, this process's at 1.
+    func addCalls(_ who: String, _ figures: EmbeddedHostFigures, path: String, hostCPU: String,
+                  oneHop: Double?, through: (String, Double)?) {
+        add("\(who) call p50 (\(path))", figures.latency.median, "µs", baseline: oneHop.map { ("1-hop echo p50", $0) })
+        add("\(who) call p99", figures.latency.percentile(0.99), "µs")
+        for c in [1, 16, 64] {
+            add("\(who) call throughput, \(c) in flight", figures.throughput[c]!, "/s", baseline: c == 64 ? through : nil)
+        }
+        add("\(who): \(hostCPU) CPU per call, 64 in flight", figures.hostCPUPerCall64, "µs")
+        if let worker = figures.workerCPUPerCall64 { add("\(who): the worker's CPU per call, 64 in flight", worker, "µs") }
+        add("\(who): this process's CPU per call, 1 in flight", figures.programCPUPerCall1, "µs")
+    }
+}
+
 enum EmbeddedHostBench {
     /// 500 calls to warm up, then `calls` one at a time, each timed.
     static func latencies(_ calls: Int, _ call: () async throws -> Void) async throws -> Samples {

@@ -214,16 +214,8 @@ do {
             try rig.start(plugins: try rig.plugins("client", count: 0, extra: ["bench.callee"]))
         }
         let figures = try ClientBench.run(socket: rig.socket, calls: calls, supervisorPID: rig.supervisorPID)
-        report.add("SupervisorClient call p50 (task → worker over its direct link → back)", figures.latency.median, "µs",
-                   baseline: oneHopBaseline.map { ("1-hop echo p50", $0.p50) })
-        report.add("SupervisorClient call p99", figures.latency.percentile(0.99), "µs")
-        for c in [1, 16, 64] {
-            report.add("SupervisorClient call throughput, \(c) in flight", figures.throughput[c]!, "/s",
-                       baseline: c == 64 ? supervisorThroughput64.map { ("host calls through the supervisor (blocking client)", $0) } : nil)
-        }
-        report.add("SupervisorClient: the supervisor's CPU per call, 64 in flight", figures.hostCPUPerCall64, "µs")
-        if let worker = figures.workerCPUPerCall64 { report.add("SupervisorClient: the worker's CPU per call, 64 in flight", worker, "µs") }
-        report.add("SupervisorClient: this process's CPU per call, 1 in flight", figures.programCPUPerCall1, "µs")
+        report.addCalls("SupervisorClient", figures, path: "task → worker over its direct link → back", hostCPU: "the supervisor's",
+                        oneHop: oneHopBaseline?.p50, through: supervisorThroughput64.map { ("host calls through the supervisor (blocking client)", $0) })
         let through = try ClientBench.throughSupervisor(socket: rig.socket, calls: calls / 4)
         report.add("SupervisorClient call p50 without direct links (task → supervisor → worker → back)", through.median, "µs",
                    baseline: oneHopBaseline.map { ("1-hop echo p50", $0.p50) })
@@ -237,16 +229,8 @@ do {
         rig.stop()
         let figures = try EmbeddedHostBench.run(rig: rig, calls: calls)
         // Ratios only against what this run measured (`--only host` has no calls section).
-        report.add("embedded host call p50 (task → worker → back, one hop)", figures.latency.median, "µs",
-                   baseline: oneHopBaseline.map { ("1-hop echo p50", $0.p50) })
-        report.add("embedded host call p99", figures.latency.percentile(0.99), "µs")
-        for c in [1, 16, 64] {
-            report.add("embedded host call throughput, \(c) in flight", figures.throughput[c]!, "/s",
-                       baseline: c == 64 ? supervisorThroughput64.map { ("host calls through the supervisor", $0) } : nil)
-        }
-        report.add("embedded host: this process's CPU per call, 64 in flight", figures.hostCPUPerCall64, "µs")
-        if let worker = figures.workerCPUPerCall64 { report.add("embedded host: the worker's CPU per call, 64 in flight", worker, "µs") }
-        report.add("embedded host: this process's CPU per call, 1 in flight", figures.programCPUPerCall1, "µs")
+        report.addCalls("embedded host", figures, path: "task → worker → back, one hop", hostCPU: "this process's",
+                        oneHop: oneHopBaseline?.p50, through: supervisorThroughput64.map { ("host calls through the supervisor", $0) })
         report.add("embedded host: this process's CPU per call, one call a millisecond", figures.programCPUPerPacedCall, "µs")
     }
 

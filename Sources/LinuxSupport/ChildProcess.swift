@@ -132,30 +132,10 @@ public enum Spawner {
                              forkServer: ForkServerConnection? = nil) throws(SystemError) -> SpawnedChild {
         let pair = try SocketPair()
         let socket = pair.parent, childSocket = pair.child
-        var channel: OwnedDescriptor? = nil
-        var childChannel: OwnedDescriptor? = nil
-        if descriptorChannel {
-            let second = try SocketPair()
-            channel = .some(second.parent)
-            childChannel = .some(try lifted(second.child))
-        }
-        let childChannelFD: Int32
-        switch childChannel {
-        case .some(let fd): childChannelFD = fd.raw
-        case .none: childChannelFD = -1
-        }
-        var payloads: OwnedDescriptor? = nil
-        var childPayloads: OwnedDescriptor? = nil
-        if payloadChannel {
-            let third = try SocketPair()
-            payloads = .some(third.parent)
-            childPayloads = .some(try lifted(third.child))
-        }
-        let childPayloadFD: Int32
-        switch childPayloads {
-        case .some(let fd): childPayloadFD = fd.raw
-        case .none: childPayloadFD = -1
-        }
+        let channel = try ExtraChannel(descriptorChannel)
+        let childChannelFD = channel.childFD
+        let payloads = try ExtraChannel(payloadChannel)
+        let childPayloadFD = payloads.childFD
         let out = try Pipe()
         let err = try Pipe()
         // The child's ends must not already sit on 0-5, or dup2 would keep them close-on-exec (or
@@ -189,7 +169,7 @@ public enum Spawner {
             rc = launch(isolated: true)
             guard rc != 0 else {
                 return SpawnedChild(process: ChildProcess(pid: pid, pidfd: pidfd), socket: socket, stdout: out.read, stderr: err.read,
-                                    descriptorChannel: channel, payloadChannel: payloads, forked: forkServer != nil)
+                                    descriptorChannel: channel.parent, payloadChannel: payloads.parent, forked: forkServer != nil)
             }
             if let forkServer, forkServer.isBroken { throw SystemError(call: "the fork server", errno: rc, context: said) }
             // The namespaces were refused (not the executable: that would fail below too).
@@ -202,7 +182,7 @@ public enum Spawner {
         }
         // The child's ends close here, as their owners go; the parent keeps its own.
         return SpawnedChild(process: ChildProcess(pid: pid, pidfd: pidfd), socket: socket, stdout: out.read, stderr: err.read,
-                            descriptorChannel: channel, payloadChannel: payloads, forked: forkServer != nil)
+                            descriptorChannel: channel.parent, payloadChannel: payloads.parent, forked: forkServer != nil)
     }
 
     /// A connected pair of close-on-exec stream sockets: the parent's end and the child's.
@@ -217,6 +197,32 @@ public enum Spawner {
             }
             parent = OwnedDescriptor(fds[0])
             child = OwnedDescriptor(fds[1])
+        }
+    }
+
+    /// One more channel to the child, if wanted (the descriptor channel, the payload channel): a
+    /// socket pair, the parent's end and the child's moved above 5 (`lifted`); none otherwise.
+    private struct ExtraChannel: ~Copyable {
+        var parent: OwnedDescriptor?
+        var child: OwnedDescriptor?
+
+        init(_ wanted: Bool) throws(SystemError) {
+            guard wanted else {
+                parent = nil
+                child = nil
+                return
+            }
+            let pair = try SocketPair()
+            parent = .some(pair.parent)
+            child = .some(try lifted(pair.child))
+        }
+
+        /// The child's end's number, or -1 when there is none (the child gets no such channel).
+        var childFD: Int32 {
+            switch child {
+            case .some(let fd): fd.raw
+            case .none: -1
+            }
         }
     }
 

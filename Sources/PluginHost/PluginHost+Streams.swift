@@ -11,45 +11,14 @@ import SupervisorKit
 /// from the event loop into the stream's `ChunkReceiver` (at most its window), and credit goes back
 /// to the loop as the program reads them.
 extension PluginHost {
-    /// Calls the stream method `method` of `target`: its elements, decoded as `Element`, as they
-    /// come. Reading slowly slows the plugin; leaving the loop early, or cancelling the task,
-    /// cancels the call. A plugin that is starting or restarting is waited for, as for `call`.
-    public func stream<P: Encodable, Element: Decodable & Sendable>(_ target: String, _ method: String, _ params: P,
-                                                                   as: Element.Type = Element.self, timeout: Duration? = nil) -> PluginStream<Element> {
-        let what = "\(target).\(method)"
-        return HostCoding.stream(streamCall(target, method, params: Result { try HostCoding.encode(params, for: what) }, input: nil, timeout: timeout), of: what)
-    }
-
-    /// Calls the stream method `method` of `target` with a stream of `input` elements, sent as the
-    /// plugin reads them.
-    public func stream<P: Encodable, Input: AsyncSequence & Sendable, Element: Decodable & Sendable>(
-        _ target: String, _ method: String, _ params: P, input: Input, as: Element.Type = Element.self, timeout: Duration? = nil
-    ) -> PluginStream<Element> where Input.Element: Encodable {
-        let what = "\(target).\(method)"
-        return HostCoding.stream(streamCall(target, method, params: Result { try HostCoding.encode(params, for: what) },
-                                            input: HostCoding.feed(input, for: what), timeout: timeout), of: what)
-    }
-
-    /// Calls a stream method whose elements are raw bytes (SPEC §13: the Swift SDK's
-    /// `StreamOutput<Bytes>`, at most 64 KiB each, inline in their chunks), as `SupervisorClient.streamBytes`.
-    public func streamBytes<P: Encodable>(_ target: String, _ method: String, _ params: P, timeout: Duration? = nil) -> PluginStream<[UInt8]> {
-        let what = "\(target).\(method)"
-        return PluginStream(streamCall(target, method, params: Result { try HostCoding.encode(params, for: what) }, input: nil, timeout: timeout)) { $0 }
-    }
-
-    private func streamCall(_ target: String, _ method: String, params: Result<[UInt8], any Error>,
-                            input: HostCoding.InputFeed?, timeout: Duration?) -> ChunkReceiver {
+    /// Calls the stream method `method` of `target` (`PluginCaller.startStream`): submitted to the
+    /// loop now; a plugin that is starting or restarting is waited for, as for `call`.
+    public func startStream(_ target: String, _ method: String, params json: [UInt8]?, input: HostCoding.InputFeed?,
+                            timeout: Duration?) -> ChunkReceiver {
         let supervisor = self.supervisor
         let call = HostStreamCall(supervisor)
         let receiver = ChunkReceiver(grant: { n in call.send(StreamFrames.credit(id: 0, n: UInt64(n), into: [UInt8]())) },
                                      giveUp: { call.giveUp() })
-        let json: [UInt8]
-        switch params {
-        case .failure(let error):
-            receiver.finish(.failure(error))
-            return receiver
-        case .success(let p): json = p
-        }
         let gate = input.map { _ in CreditGate(initial: 0) }
         var frame = Self.callFrame(target, method, params: json, timeout: timeout)
         frame.flag("stream")
@@ -170,12 +139,5 @@ extension PluginHost {
             }
         })
         return try await request(tail.withUnsafeBytes { frame.finish(tail: $0) })
-    }
-
-    /// Calls `method` of `target` with raw bytes and decodes its result.
-    public func call<P: Encodable, R: Decodable>(_ target: String, _ method: String, _ params: P, sending: [AttachedBytes],
-                                                 as: R.Type = R.self, timeout: Duration? = nil) async throws -> R {
-        let json = try HostCoding.encode(params, for: "\(target).\(method)")
-        return try HostCoding.decode(R.self, try await callJSON(target, method, params: json, sending: sending, timeout: timeout), of: "\(target).\(method)")
     }
 }

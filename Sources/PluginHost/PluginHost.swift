@@ -28,7 +28,7 @@ import SupervisorKit
 ///     await host.shutdown()
 /// }
 /// ```
-public final class PluginHost: Service, Sendable {
+public final class PluginHost: Service, PluginCaller {
     public let configuration: Configuration
     let supervisor: Supervisor
     private let logger: Logger
@@ -137,22 +137,7 @@ public final class PluginHost: Service, Sendable {
         await stopped.value
     }
 
-    // MARK: Calls (SPEC §12)
-
-    /// Calls `method` of the plugin `target` with `params` and decodes its result. `timeout`
-    /// defaults to the plugin's own (`limits.callTimeoutMs`). A call to a plugin that is starting or
-    /// restarting waits for it; a cancelled task cancels its call (the plugin gets `cancel`).
-    /// Throws the plugin's or the supervisor's `ErrorBody` (`.code`, `.message`).
-    public func call<P: Encodable, R: Decodable>(_ target: String, _ method: String, _ params: P, as: R.Type = R.self,
-                                                 timeout: Duration? = nil) async throws -> R {
-        let json = try HostCoding.encode(params, for: "\(target).\(method)")
-        return try HostCoding.decode(R.self, try await callJSON(target, method, params: json, timeout: timeout), of: "\(target).\(method)")
-    }
-
-    /// Calls `method` of the plugin `target` without params.
-    public func call<R: Decodable>(_ target: String, _ method: String, as: R.Type = R.self, timeout: Duration? = nil) async throws -> R {
-        try HostCoding.decode(R.self, try await callJSON(target, method, params: nil, timeout: timeout), of: "\(target).\(method)")
-    }
+    // MARK: Calls (SPEC §12): the primitives of `PluginCaller`, which adds the typed calls
 
     /// Calls with params and result as raw JSON (no decoding on either side).
     public func callJSON(_ target: String, _ method: String, params: [UInt8]?, timeout: Duration? = nil) async throws -> [UInt8] {
@@ -174,11 +159,6 @@ public final class PluginHost: Service, Sendable {
         if let params { frame.raw("params", params) }
         if let timeout { frame.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
         return frame
-    }
-
-    /// Opens `plugin://<identifier>/<path>?<query>` and decodes what the plugin answers.
-    public func open<R: Decodable>(_ uri: String, as: R.Type = R.self) async throws -> R {
-        try HostCoding.decode(R.self, try await openJSON(uri), of: uri)
     }
 
     /// Opens a URI and returns what the plugin answers as raw JSON.

@@ -15,51 +15,14 @@ extension SupervisorClient {
         var feeder: Task<Void, Never>?
     }
 
-    /// Calls the stream method `method` of `target` (SPEC §13): its elements, decoded as `Element`,
-    /// as they come. Reading slowly slows the plugin; leaving the loop early, or cancelling the
-    /// task, cancels the call. `timeout` is the whole stream's (the gap between two elements is
-    /// bounded by the plugin's `limits.streamIdleTimeoutMs`).
-    public func stream<P: Encodable, Element: Decodable & Sendable>(_ target: String, _ method: String, _ params: P,
-                                                                   as: Element.Type = Element.self, timeout: Duration? = nil) -> PluginStream<Element> {
-        let what = "\(target).\(method)"
-        return HostCoding.stream(streamCall(target, method, params: Result { try HostCoding.encode(params, for: what) }, input: nil, timeout: timeout), of: what)
-    }
-
-    /// Calls the stream method `method` of `target` with a stream of `input` elements, sent as the
-    /// plugin reads them.
-    public func stream<P: Encodable, Input: AsyncSequence & Sendable, Element: Decodable & Sendable>(
-        _ target: String, _ method: String, _ params: P, input: Input, as: Element.Type = Element.self, timeout: Duration? = nil
-    ) -> PluginStream<Element> where Input.Element: Encodable {
-        let what = "\(target).\(method)"
-        return HostCoding.stream(streamCall(target, method, params: Result { try HostCoding.encode(params, for: what) },
-                                            input: HostCoding.feed(input, for: what), timeout: timeout), of: what)
-    }
-
-    /// Calls a stream method whose elements are raw bytes (SPEC §13: the Swift SDK's
-    /// `StreamOutput<Bytes>`, at most 64 KiB each, inline in their chunks: no JSON, no base64).
-    public func streamBytes<P: Encodable>(_ target: String, _ method: String, _ params: P, timeout: Duration? = nil) -> PluginStream<[UInt8]> {
-        let what = "\(target).\(method)"
-        return PluginStream(streamCall(target, method, params: Result { try HostCoding.encode(params, for: what) }, input: nil, timeout: timeout)) { $0 }
-    }
-
-    /// A stream call with params and elements as raw JSON.
-    public func streamJSON(_ target: String, _ method: String, params: [UInt8]?, timeout: Duration? = nil) -> PluginStream<[UInt8]> {
-        PluginStream(streamCall(target, method, params: .success(params), input: nil, timeout: timeout)) { $0 }
-    }
-
-    func streamCall(_ target: String, _ method: String, params: Result<[UInt8]?, any Error>,
-                    input: HostCoding.InputFeed?, timeout: Duration?) -> ChunkReceiver {
+    /// Calls the stream method `method` of `target` (`PluginCaller.startStream`): the call goes
+    /// out on the connection once there is one; its chunks come on the connection's reader thread.
+    public func startStream(_ target: String, _ method: String, params json: [UInt8]?, input: HostCoding.InputFeed?,
+                            timeout: Duration?) -> ChunkReceiver {
         let id = takeID()
         let receiver = ChunkReceiver(grant: { [weak self] n in
             self?.sendOnStream(id, StreamFrames.credit(id: id, n: UInt64(n), into: [UInt8]()))
         }, giveUp: { [weak self] in self?.giveUpStream(id) })
-        let json: [UInt8]?
-        switch params {
-        case .failure(let error):
-            receiver.finish(.failure(error))
-            return receiver
-        case .success(let p): json = p
-        }
         let gate = input.map { _ in CreditGate(initial: 0) }
         state.withLock { $0.streamCalls[id] = StreamCall(link: nil, receiver: receiver, input: gate) }
         Task {

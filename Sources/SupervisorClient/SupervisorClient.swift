@@ -24,7 +24,7 @@ import Glibc
 /// let greeting = try await client.call("com.example.greeter", "greet", ["name": "Ada"], as: String.self)
 /// for try await event in client.events(plugin: "com.example.greeter") { print(event.event) }
 /// ```
-public final class SupervisorClient: Sendable {
+public final class SupervisorClient: PluginCaller {
     public let socketPath: String
     /// How long a request waits for a supervisor that is not there (not started yet, restarting).
     public let reconnectWait: Duration
@@ -130,19 +130,6 @@ public final class SupervisorClient: Sendable {
 
     // MARK: The calls of SPEC §12
 
-    /// Calls `method` of the plugin `target` with `params` and decodes its result. `timeout`
-    /// defaults to the plugin's own (`limits.callTimeoutMs`).
-    public func call<P: Encodable, R: Decodable>(_ target: String, _ method: String, _ params: P, as: R.Type = R.self,
-                                                 timeout: Duration? = nil) async throws -> R {
-        let json = try HostCoding.encode(params, for: "\(target).\(method)")
-        return try HostCoding.decode(R.self, try await callJSON(target, method, params: json, timeout: timeout), of: "\(target).\(method)")
-    }
-
-    /// Calls `method` of the plugin `target` without params.
-    public func call<R: Decodable>(_ target: String, _ method: String, as: R.Type = R.self, timeout: Duration? = nil) async throws -> R {
-        try HostCoding.decode(R.self, try await callJSON(target, method, params: nil, timeout: timeout), of: "\(target).\(method)")
-    }
-
     /// Calls with params and result as raw JSON: over the direct link to the plugin's worker when
     /// there is one, else through the supervisor (and then a link is asked for, for the next calls).
     public func callJSON(_ target: String, _ method: String, params: [UInt8]?, timeout: Duration? = nil) async throws -> [UInt8] {
@@ -174,13 +161,6 @@ public final class SupervisorClient: Sendable {
         }
     }
 
-    /// Calls `method` of `target` with raw bytes and decodes its result (see `callJSON(_:_:params:sending:timeout:)`).
-    public func call<P: Encodable, R: Decodable>(_ target: String, _ method: String, _ params: P, sending: [AttachedBytes],
-                                                 as: R.Type = R.self, timeout: Duration? = nil) async throws -> R {
-        let json = try HostCoding.encode(params, for: "\(target).\(method)")
-        return try HostCoding.decode(R.self, try await callJSON(target, method, params: json, sending: sending, timeout: timeout), of: "\(target).\(method)")
-    }
-
     /// Calls `method` of `target`, which answers with raw bytes (SPEC §13: `api.bytes` in the Swift
     /// SDK; a result `{"$bytes": i}` with the bytes attached): inline ones as an array, larger ones
     /// as the sealed memfd the plugin made, picked up from the supervisor and checked. The caller
@@ -206,11 +186,7 @@ public final class SupervisorClient: Sendable {
         return try AttachedBytes.pick(attached, for: result, of: "\(target).\(method)")
     }
 
-    /// Opens `plugin://<identifier>/<path>?<query>` and decodes what the plugin answers.
-    public func open<R: Decodable>(_ uri: String, as: R.Type = R.self) async throws -> R {
-        try HostCoding.decode(R.self, try await openJSON(uri), of: uri)
-    }
-
+    /// Opens a URI and returns what the plugin answers as raw JSON.
     public func openJSON(_ uri: String) async throws -> [UInt8] {
         try await request(.open) { $0.string("uri", uri) }
     }
@@ -257,11 +233,7 @@ public final class SupervisorClient: Sendable {
     /// returns once the supervisor has confirmed. The stream ends with `unavailable` if the
     /// supervisor goes away; ending it (or its task's cancellation) stops following.
     public func events(plugin: String? = nil) -> AsyncThrowingStream<HostEvent, any Error> {
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: HostEvent.self, throwing: (any Error).self,
-                                                                    bufferingPolicy: .bufferingOldest(1_024))
-        let id = takeID()
-        state.withLock { $0.streams[id] = Follower(link: nil, plugin: plugin, continuation: continuation) }
-        continuation.onTermination = { [weak self] _ in self?.unfollow(id) }
+        let (stream, continuation, id) = follower(plugin: plugin)
         Task {
             do {
                 _ = try await self.request(.events, id: id) { b in if let plugin { b.string("target", plugin) } }
@@ -274,11 +246,7 @@ public final class SupervisorClient: Sendable {
 
     /// `events`, returned once the supervisor follows them for this client.
     public func followEvents(plugin: String? = nil) async throws -> AsyncThrowingStream<HostEvent, any Error> {
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: HostEvent.self, throwing: (any Error).self,
-                                                                    bufferingPolicy: .bufferingOldest(1_024))
-        let id = takeID()
-        state.withLock { $0.streams[id] = Follower(link: nil, plugin: plugin, continuation: continuation) }
-        continuation.onTermination = { [weak self] _ in self?.unfollow(id) }
+        let (stream, continuation, id) = follower(plugin: plugin)
         do {
             _ = try await request(.events, id: id) { b in if let plugin { b.string("target", plugin) } }
         } catch {
@@ -286,6 +254,17 @@ public final class SupervisorClient: Sendable {
             throw error
         }
         return stream
+    }
+
+    /// A stream of events for `events` and `followEvents`, registered under a new request id (its
+    /// `events` request goes out with that id); ending the stream stops following.
+    private func follower(plugin: String?) -> (AsyncThrowingStream<HostEvent, any Error>, AsyncThrowingStream<HostEvent, any Error>.Continuation, UInt64) {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: HostEvent.self, throwing: (any Error).self,
+                                                                    bufferingPolicy: .bufferingOldest(1_024))
+        let id = takeID()
+        state.withLock { $0.streams[id] = Follower(link: nil, plugin: plugin, continuation: continuation) }
+        continuation.onTermination = { [weak self] _ in self?.unfollow(id) }
+        return (stream, continuation, id)
     }
 
     /// Provides the host method `name` to plugins whose manifest allows it (`host.call:<name>`);
@@ -309,8 +288,4 @@ public final class SupervisorClient: Sendable {
         // A connection made from now on provides it (`adopt`); this one is told now.
         if let link { provide(name, on: link) }
     }
-
-    // MARK: Coding
-
-
 }
