@@ -89,9 +89,14 @@ let package = Package(
         .target(name: "BundleModel", dependencies: [.product(name: "PluginProtocol", package: "SDK")], path: "Sources/BundleModel"),
         // Every decision of the supervisor, as values that take inputs and return actions
         // (docs/architecture.md): no I/O, no clock, no NIO, no Linux calls. SupervisorKit drives it.
-        .target(name: "SupervisorCore", dependencies: ["BundleModel", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/SupervisorCore"),
+        .target(name: "SupervisorCore", dependencies: ["BundleModel", "CallTracking", .product(name: "PluginProtocol", package: "SDK")],
+                path: "Sources/SupervisorCore"),
+        // The caller's side of a call, one table for every caller: the supervisor's calls to its
+        // workers, a worker's calls over peer links, a program's over direct links (ids, deadlines,
+        // each call settled once) and a stream's credit. Values, no I/O, no clock.
+        .target(name: "CallTracking", dependencies: [.product(name: "PluginProtocol", package: "SDK")], path: "Sources/CallTracking"),
         // The control socket's client (the CLI's, and a host program's): over IPC, speaks Protocol.
-        .target(name: "SupervisorClient", dependencies: ["IPC", "Protocol", "LinuxSupport", "CLinuxSupport", .product(name: "PluginProtocol", package: "SDK"),
+        .target(name: "SupervisorClient", dependencies: ["IPC", "Protocol", "LinuxSupport", "CLinuxSupport", "CallTracking", .product(name: "PluginProtocol", package: "SDK"),
                                                          .product(name: "CPluginABI", package: "SDK")], path: "Sources/SupervisorClient"),
         // Landlock and seccomp filters in Swift, for the worker and the installer.
         .target(name: "Confinement", dependencies: ["CSandboxSupport", "CSeccomp", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/Confinement"),
@@ -99,7 +104,8 @@ let package = Package(
         // libPluginWorkerCore.so by the fork server, whose children call it.
         .target(
             name: "PluginWorker",
-            dependencies: [.product(name: "CPluginABI", package: "SDK"), "CLinuxSupport", "CSandboxSupport", "Confinement", .product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport"],
+            dependencies: [.product(name: "CPluginABI", package: "SDK"), "CLinuxSupport", "CSandboxSupport", "Confinement", .product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport",
+                           "CallTracking"],
             path: "Sources/PluginWorker"
         ),
         .executableTarget(name: "PluginWorkerExec", dependencies: ["PluginWorker"], path: "Sources/PluginWorkerExec"),

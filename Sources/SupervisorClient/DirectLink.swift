@@ -1,4 +1,5 @@
 import CLinuxSupport
+import CallTracking
 import IPC
 import LinuxSupport
 import PluginProtocol
@@ -40,10 +41,9 @@ package final class DirectLink: Sendable {
     private let pollMicroseconds: Int
 
     private struct State {
-        var waiting: [UInt64: Call] = [:]
-        /// No call in `waiting` has an earlier deadline (one may have a later one: the earliest's
-        /// call may be answered already); `expire` looks at the calls only once it has passed.
-        var earliestDeadline: Int64 = .max
+        /// The calls in flight (the product's one caller table: `expire` looks at them only once
+        /// the earliest deadline has passed).
+        var waiting = CallTable<Call>()
         var tally = CallHop.Tally()
         var lastReport: Int64
         /// Told to stop (`unlink`): no new calls; `answerUnlink` runs once the last is settled.
@@ -52,10 +52,10 @@ package final class DirectLink: Sendable {
         var closed = false
     }
 
-    private struct Call {
+    private struct Call: InFlightEntry {
         let continuation: UnsafeContinuation<[UInt8], any Error>
         let started: Int64
-        let deadline: Int64
+        let deadline: Instant
     }
 
     static let reportIntervalNanoseconds: Int64 = 1_000_000_000
@@ -106,16 +106,15 @@ package final class DirectLink: Sendable {
                 // nil: not taken; else how many calls wait now, this one included.
                 let waiting = state.withLock { s -> Int? in
                     guard !s.closed else { return nil }
-                    let deadline = started + Int64(ms) * 1_000_000
-                    s.waiting[id] = Call(continuation: continuation, started: started, deadline: deadline)
-                    s.earliestDeadline = min(s.earliestDeadline, deadline)
+                    let deadline = Instant(monotonic: started + Int64(ms) * 1_000_000)
+                    s.waiting.insert(Call(continuation: continuation, started: started, deadline: deadline), id: id)
                     return s.waiting.count
                 }
                 guard let waiting else { return continuation.resume(throwing: NotTaken()) }
                 if Task.isCancelled { return giveUp(id) }
                 if !outbox.write(bytes, byCaller: waiting == 1) {
                     // Never reached the worker: it goes through the supervisor instead.
-                    if let call = state.withLock({ $0.waiting.removeValue(forKey: id) }) { call.continuation.resume(throwing: NotTaken()) }
+                    if let call = state.withLock({ $0.waiting.settle(id) }) { call.continuation.resume(throwing: NotTaken()) }
                 }
             }
         } onCancel: {
@@ -127,7 +126,7 @@ package final class DirectLink: Sendable {
     struct NotTaken: Error {}
 
     private func giveUp(_ id: UInt64) {
-        guard let call = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
+        guard let call = state.withLock({ $0.waiting.settle(id) }) else { return }
         call.continuation.resume(throwing: CancellationError())
         sendCancel(id)
     }
@@ -183,7 +182,7 @@ package final class DirectLink: Sendable {
                 break
             }
             outbox.leaveCollected()
-            let next = state.withLock { s in min(s.earliestDeadline, now + Self.reportIntervalNanoseconds) }
+            let next = state.withLock { s in min(s.waiting.earliest.monotonic, now + Self.reportIntervalNanoseconds) }
             let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
             let began = ProcessControl.monotonicNanoseconds()
             switch pollBriefly(&spin, from: began) {
@@ -225,7 +224,7 @@ package final class DirectLink: Sendable {
         guard let env = try? Envelope.parse(bytes), env.kind == .reply, let id = env.id else { return }
         let now = ProcessControl.monotonicNanoseconds()
         let (call, unlinkAnswer) = state.withLock { s -> (Call?, (@Sendable () -> Void)?) in
-            guard let call = s.waiting.removeValue(forKey: id) else { return (nil, nil) }
+            guard let call = s.waiting.settle(id) else { return (nil, nil) }
             s.tally.record(env.error == nil ? .ok : .error, nanoseconds: now - call.started)
             guard s.waiting.isEmpty, let answer = s.answerUnlink else { return (call, nil) }
             s.answerUnlink = nil
@@ -241,16 +240,11 @@ package final class DirectLink: Sendable {
     /// Calls past their deadline fail with `timeout`, and the worker is told to `cancel`.
     private func expire(now: Int64) {
         let (late, unlinkAnswer) = state.withLock { s -> ([(UInt64, Call)], (@Sendable () -> Void)?) in
-            guard now >= s.earliestDeadline else { return ([], nil) }
-            let late = s.waiting.filter { $0.value.deadline <= now }
-            for (id, call) in late {
-                s.waiting[id] = nil
-                s.tally.record(.timeout, nanoseconds: now - call.started)
-            }
-            s.earliestDeadline = s.waiting.values.lazy.map(\.deadline).min() ?? .max
-            guard !late.isEmpty, s.waiting.isEmpty, let answer = s.answerUnlink else { return (Array(late), nil) }
+            let late = s.waiting.expire(now: Instant(monotonic: now)).expired.map { ($0.id, $0.entry) }
+            for (_, call) in late { s.tally.record(.timeout, nanoseconds: now - call.started) }
+            guard !late.isEmpty, s.waiting.isEmpty, let answer = s.answerUnlink else { return (late, nil) }
             s.answerUnlink = nil
-            return (Array(late), answer)
+            return (late, answer)
         }
         for (id, call) in late {
             answered?(.timeout, now - call.started)
@@ -278,8 +272,7 @@ package final class DirectLink: Sendable {
         let now = ProcessControl.monotonicNanoseconds()
         let (calls, unlinked, answer) = state.withLock { s -> ([Call], Bool, (@Sendable () -> Void)?) in
             s.closed = true
-            let calls = Array(s.waiting.values)
-            s.waiting = [:]
+            let calls = s.waiting.removeAll().map(\.entry)
             for call in calls { s.tally.record(.unavailable, nanoseconds: now - call.started) }
             defer { s.answerUnlink = nil }
             return (calls, s.unlinked, s.answerUnlink)

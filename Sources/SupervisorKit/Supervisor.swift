@@ -25,19 +25,21 @@ public final class Supervisor: Sendable {
     let group: MultiThreadedEventLoopGroup
     let loop: EventLoop
     /// The components and the state they change (Engine.swift).
-    let engine: NIOLoopBound<Engine>
+    let engine: Handed<Engine>
     /// Preflight workers of installs (shared with the engine, which reads it on the loop).
-    let preflightPIDs = Locked<Set<pid_t>>([])
+    let preflightPIDs = Guarded<Set<pid_t>>([])
     /// Requests the embedding program submitted that the loop has not taken yet (Host/Embedding.swift).
-    let hostInbox = Locked<[HostSubmission]>([])
+    let hostInbox = Guarded<[HostSubmission]>([])
     /// Set while `run` serves: `close` stops it.
-    private let watcher = Locked<ChildWatcher?>(nil)
+    private let watcher = Guarded<ChildWatcher?>(nil)
     /// The shutdown promise's future: `run` waits on it.
     private let finished: EventLoopFuture<Void>
     /// What the previous binary handed over, when this one was exec'd by an upgrade in place.
     private let handover: UpgradeHandover?
+    /// Where other threads hand work to the loop: closed before the loop's group shuts down.
+    private let door = LoopDoor()
     /// The main thread's job queue while `run` serves (`supervisor start` only: SpawnerThread).
-    private let spawner = Locked<SpawnerThread?>(nil)
+    private let spawner = Guarded<SpawnerThread?>(nil)
 
     /// With `config.handlesSignals`, blocks the lifecycle signals first: every thread created from
     /// here on (NIO's included) inherits the mask, so the signals reach only the relay thread's
@@ -59,11 +61,12 @@ public final class Supervisor: Sendable {
         let paths = RuntimeFolders.current()
         let namespace = ProcessControl.networkNamespace()
         let preflight = preflightPIDs
+        let door = door
         // Made on its loop, where it stays. `submit` fails only on a loop that was shut down, and
         // this one was made above and is held by nothing else yet.
         let made = loop.submit {
             let engine = Engine(config: config, logger: logger, group: group, preflightPIDs: preflight,
-                                runtimePaths: paths, networkNamespace: namespace)
+                                runtimePaths: paths, networkNamespace: namespace, door: door)
             return (engine.handOff(engine), engine.lifecycle.finished.futureResult)
         }
         do {
@@ -91,10 +94,10 @@ public final class Supervisor: Sendable {
                 engine.value.events.finishAll()
                 lifecycle.finished.fail(error)
             }.wait()
-            if !keepingLoop { try? group.syncShutdownGracefully() }
+            if !keepingLoop { shutDownLoop() }
             throw error
         }
-        if !keepingLoop { try? group.syncShutdownGracefully() }
+        if !keepingLoop { shutDownLoop() }
     }
 
     /// Ends the event loop of a supervisor run with `keepingLoop`, once `run` has returned (or
@@ -104,9 +107,17 @@ public final class Supervisor: Sendable {
         // settled one does nothing).
         let error = SupervisorError.home(config.home, "the supervisor was closed")
         engine.execute { $0.lifecycle.finished.fail(error) }
+        door.close()
         group.shutdownGracefully { _ in }
         // By now the fork server has ended too (it ends with its socket) and been reaped.
         watcher.withLock { $0 }?.stop()
+    }
+
+    /// Ends the event loop: other threads' hand-ins stop first (a child reaped or a signal after
+    /// this point is dropped, not scheduled on a loop that has ended).
+    private func shutDownLoop() {
+        door.close()
+        try? group.syncShutdownGracefully()
     }
 
     private func serve(onReady: @escaping @Sendable (String) -> Void) throws(SupervisorError) {
@@ -235,7 +246,7 @@ public final class Supervisor: Sendable {
     /// meanwhile (the loop may need a child made while the main thread waits for it).
     private func wait<T: Sendable>(for future: EventLoopFuture<T>) throws -> T {
         if let spawner = spawner.withLock({ $0 }), spawner.isCurrent {
-            let done = Locked(false)
+            let done = Guarded(false)
             future.whenComplete { _ in
                 done.withLock { $0 = true }
                 spawner.finish()

@@ -99,6 +99,45 @@ import SupervisorCore
         let id = table.add(Self.entry("s", afterMs: 100))
         table[id]?.deadline = Self.t0.adding(milliseconds: 900)
         #expect(table.expire(now: Self.t0.adding(milliseconds: 500)).expired.isEmpty)
-        #expect(table.earliestDeadline == Self.t0.adding(milliseconds: 900))
+        #expect(table.earliest == Self.t0.adding(milliseconds: 900), "the scan raised the lower bound to what is left")
+    }
+
+    @Test func nothingIsScannedBeforeTheEarliestDeadline() {
+        var table = CallTable<Entry>()
+        let id = table.add(Self.entry("a", afterMs: 100))
+        _ = table.add(Self.entry("b", afterMs: 800))
+        _ = table.settle(id)
+        #expect(table.earliest == Self.t0.adding(milliseconds: 100), "a lower bound: the earliest call may have been answered")
+        let early = table.expire(now: Self.t0.adding(milliseconds: 50))
+        #expect(early.expired.isEmpty && early.next == Self.t0.adding(milliseconds: 100))
+        let later = table.expire(now: Self.t0.adding(milliseconds: 200))
+        #expect(later.expired.isEmpty && later.next == Self.t0.adding(milliseconds: 800))
+        #expect(table.expire(now: Self.t0.adding(milliseconds: 800)).expired.map(\.entry.name) == ["b"])
+        #expect(table.earliest == .never && table.expire(now: .never).next == nil)
+    }
+
+    @Test func aCallersOwnIdsAreKeptAsGiven() {
+        // A worker keeps its plugin's calls under the plugin's ids; a program takes ids without the lock.
+        var table = CallTable<Entry>()
+        table.insert(Self.entry("p", afterMs: 300), id: 1 << 40)
+        table.insert(Self.entry("q", afterMs: 200), id: 7)
+        #expect(table.contains(1 << 40) && table.contains(7) && table.count == 2)
+        #expect(table.earliest == Self.t0.adding(milliseconds: 200))
+        #expect(table.removeAll().map(\.id) == [7, 1 << 40])
+        #expect(table.earliest == .never)
+    }
+
+    @Test func aDeadlineMovedEarlierLowersTheBound() {
+        var table = CallTable<Entry>()
+        let id = table.add(Self.entry("s", afterMs: 900))
+        table.move(id, deadline: Self.t0.adding(milliseconds: 100)) { $0.deadline = $1 }
+        #expect(table.earliest == Self.t0.adding(milliseconds: 100))
+        #expect(table.expire(now: Self.t0.adding(milliseconds: 100)).expired.count == 1)
+    }
+
+    @Test func monotonicReadingsConvertBothWays() {
+        #expect(Instant(monotonic: 42).monotonic == 42)
+        #expect(Instant(monotonic: -5) == .zero)
+        #expect(Instant.never.monotonic == .max)
     }
 }

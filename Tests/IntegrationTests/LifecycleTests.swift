@@ -97,6 +97,22 @@ struct LifecycleTests {
         #expect(FileManager.default.fileExists(atPath: w.home + "/data/g.one/terminated"))
     }
 
+    @Test("status then stop, with a failed plugin: the supervisor ends cleanly every time, nothing handed to its loop after the loop ended")
+    func stopWithAFailedPlugin() throws {
+        for run in 0..<6 {
+            let w = try TestWorld()
+            try w.bundle("s.ok")
+            try w.bundle("s.broken", library: Build.library("NoExport"))
+            let sv = try RunningSupervisor(w)
+            try sv.waitUntil("s.broken failed") { try sv.plugin("s.broken").state == "failed" }
+            _ = try sv.status()
+            #expect(try sv.cli("stop").code == 0)
+            #expect(try sv.waitForExit() == 0, "run \(run)")
+            #expect(!sv.log.contains("Cannot schedule tasks"), "run \(run): \(sv.log)")
+            #expect(!sv.log.contains("ERROR"), "run \(run): \(sv.log)")
+        }
+    }
+
     @Test("SIGINT also shuts down cleanly")
     func sigint() throws {
         let w = try TestWorld()

@@ -14,7 +14,7 @@ import Testing
     @Test("a reader that falls behind loses what does not fit, counted, and hears `dropped` with the count once it has room; the hub never waits")
     func droppedEvents() async throws {
         let loop = EmbeddedEventLoop()
-        let hub = EventHub(loop: loop, outbox: Outbox(loop: loop))
+        let hub = EventHub(loop: loop, outbox: Outbox(loop: loop), door: LoopDoor())
         let stream = hub.listen(plugin: nil)
         let limit = EventHub.bufferLimit
         for n in 0..<(limit + 6) { hub.publish(Self.event(n)) }
@@ -36,7 +36,7 @@ import Testing
     @Test("a reader of one plugin hears only that plugin's events")
     func filtered() async throws {
         let loop = EmbeddedEventLoop()
-        let hub = EventHub(loop: loop, outbox: Outbox(loop: loop))
+        let hub = EventHub(loop: loop, outbox: Outbox(loop: loop), door: LoopDoor())
         var only = hub.listen(plugin: "b").makeAsyncIterator()
         hub.publish(Self.event(1, plugin: "a"))
         hub.publish(Self.event(2, plugin: "b"))
@@ -50,7 +50,7 @@ import Testing
     func aClientThatDoesNotReadMissesEvents() throws {
         let loop = EmbeddedEventLoop()
         let channel = EmbeddedChannel(loop: loop)
-        let hub = EventHub(loop: loop, outbox: Outbox(loop: loop))
+        let hub = EventHub(loop: loop, outbox: Outbox(loop: loop), door: LoopDoor())
         let connection = ControlConnection(channel: channel)
         hub.follow(connection, id: 7, plugin: nil)
         #expect(hub.listenerCount == 1 && connection.listens)

@@ -29,7 +29,7 @@ import Testing
         var (table, socket) = Self.caller()
         let out = try Self.callOut(&table, 7, now: 1_000)
         #expect(out.socket === socket)
-        #expect(table.calls[7]?.deadline == 1_000 + 500 * Self.ms)
+        #expect(table.calls[7]?.deadline.monotonic == 1_000 + 500 * Self.ms)
         #expect(table.earliest == 1_000 + 500 * Self.ms)
         #expect(table.links[1]?.outstanding == 1)
         // Its own timeout wins; the same id twice, or another target, goes through the supervisor.
@@ -228,12 +228,12 @@ import Testing
         let out = table.callOut(7, to: "com.b", requestedMs: nil, now: 0, stream: true)
         #expect(out != nil)
         // The idle timeout (100 ms) is sooner than the call's (5 s).
-        #expect(table.calls[7]?.deadline == 100 * Self.ms)
+        #expect(table.calls[7]?.deadline.monotonic == 100 * Self.ms)
         for seq in 0..<UInt64(StreamFrames.initialCredit) {
             let arrival = table.answerChunk(7, seq: seq, hasData: true, on: 1, now: Int64(seq + 1) * Self.ms)
             #expect(arrival == .deliver(7))
         }
-        #expect(table.calls[7]?.deadline == (16 + 100) * Self.ms)
+        #expect(table.calls[7]?.deadline.monotonic == (16 + 100) * Self.ms)
         let over = table.answerChunk(7, seq: 16, hasData: true, on: 1, now: 20 * Self.ms)
         #expect(over == .violation("chunk 16 of call 7 beyond the credit its reader granted"))
         let room = table.grantAnswer(7, n: 8)

@@ -1,3 +1,4 @@
+import CallTracking
 import PluginProtocol
 
 /// The state of a worker's peer links and nothing else (docs/protocol.md "Peer links"): the links
@@ -17,8 +18,8 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     private(set) var links: [UInt64: Link] = [:]
     /// Caller role: the link each callee's calls go over (absent while it is being unlinked).
     private(set) var byPeer: [String: UInt64] = [:]
-    /// Caller role: the plugin's call id → its call over a link.
-    private(set) var calls: [UInt64: OutCall] = [:]
+    /// Caller role: the plugin's call id → its call over a link (the product's one caller table).
+    private(set) var calls = CallTable<OutCall>()
     /// Callee role: local id → the link and the caller's id.
     private(set) var served: [UInt64: ServedCall] = [:]
     /// Callee role: the link and the caller's id → local id, for `cancel` and the input's chunks
@@ -32,7 +33,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     private var lastReport: Int64 = 0
     /// No call's deadline is earlier (it may be earlier than the earliest left: the links thread
     /// then wakes, finds nothing due and raises it): no scan of `calls` per call.
-    private(set) var earliest: Int64 = .max
+    var earliest: Int64 { calls.earliest.monotonic }
     /// A link taken back may have settled its last call: looked for after the next wake.
     private var settling = false
     /// When the links thread, waiting in poll, wakes by itself (.max: only for I/O): a call with an
@@ -86,11 +87,11 @@ struct LinkTable<Socket: AnyObject & Sendable> {
         if byPeer[link.peer] == number { byPeer[link.peer] = nil }
         var failed: [UInt64] = []
         if link.isCaller {
-            for (id, call) in calls where call.link == number {
+            for (id, call) in calls.entries where call.link == number {
                 failed.append(id)
                 record(link.peer, .unavailable, started: call.started, now: now)
             }
-            for id in failed { calls[id] = nil }
+            for id in failed { _ = calls.settle(id) }
         }
         var cancelled: [UInt64] = []
         if !link.isCaller {
@@ -135,18 +136,18 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// also gets the idle timeout: its deadline is the sooner of the two.
     mutating func callOut(_ id: UInt64, to target: String, requestedMs: UInt64?, now: Int64,
                           stream: Bool = false, input: Bool = false) -> (socket: Socket, wake: Bool)? {
-        guard let number = byPeer[target], calls[id] == nil, let i = links.index(forKey: number), links.values[i].accepting else { return nil }
+        guard let number = byPeer[target], !calls.contains(id), let i = links.index(forKey: number), links.values[i].accepting else { return nil }
         links.values[i].outstanding += 1
         var deadline = now + Int64(CallHop.timeoutMs(requested: requestedMs, otherwise: links.values[i].timeoutMs)) * 1_000_000
         var flow: OutStream?
         if stream || input {
-            let made = OutStream(answers: stream, idleNs: Int64(links.values[i].streamIdleMs) * 1_000_000, callDeadline: deadline)
+            let made = OutStream(credit: StreamCredit(answers: stream, input: false), idleNs: Int64(links.values[i].streamIdleMs) * 1_000_000,
+                                 callDeadline: deadline)
             deadline = min(deadline, now + made.idleNs)
             flow = made
             streamStats[links.values[i].peer, default: CallHop.StreamTally()].opened += 1
         }
-        calls[id] = OutCall(link: number, deadline: deadline, started: now, stream: flow)
-        earliest = min(earliest, deadline)
+        calls.insert(OutCall(link: number, deadline: Instant(monotonic: deadline), started: now, stream: flow), id: id)
         return (links.values[i].socket, deadline < plannedWake)
     }
 
@@ -154,14 +155,12 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// the window the plugin granted and the order; the call's idle deadline moves.
     mutating func answerChunk(_ id: UInt64, seq: UInt64?, hasData: Bool, on number: UInt64, now: Int64) -> StreamArrival {
         guard let call = calls[id], call.link == number else { return .late }
-        guard var flow = call.stream, flow.answers else { return .violation("chunk for call \(id), which did not ask for a stream") }
-        guard seq == flow.seq else { return .violation("chunk \(seq.map { "\($0)" } ?? "without seq") of call \(id), expected \(flow.seq)") }
+        guard var flow = call.stream, flow.credit.answers else { return .violation("chunk for call \(id), which did not ask for a stream") }
+        guard seq == flow.credit.seq else { return .violation("chunk \(seq.map { "\($0)" } ?? "without seq") of call \(id), expected \(flow.credit.seq)") }
         guard hasData else { return .violation("chunk of call \(id) without data") }
-        guard flow.credit > 0 else { return .violation("chunk \(flow.seq) of call \(id) beyond the credit its reader granted") }
-        flow.credit -= 1
-        flow.seq += 1
+        if let refused = flow.credit.answerChunk(seq: seq, id: id) { return .violation(refused) }
         calls[id]?.stream = flow
-        calls[id]?.deadline = min(flow.callDeadline, now + flow.idleNs)
+        calls[id]?.deadline = Instant(monotonic: min(flow.callDeadline, now + flow.idleNs))
         if let peer = links[number]?.peer { streamStats[peer, default: CallHop.StreamTally()].answer += 1 }
         return .deliver(id)
     }
@@ -170,7 +169,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// `credit` goes, or nil (not a call over a link: it goes to the supervisor).
     mutating func grantAnswer(_ id: UInt64, n: UInt64) -> Socket? {
         guard let call = calls[id], var flow = call.stream, let link = links[call.link] else { return nil }
-        flow.credit = Int(min(UInt64(flow.credit) + n, StreamFrames.largestCredit))
+        flow.credit.grantAnswer(clamping: n)
         calls[id]?.stream = flow
         return link.socket
     }
@@ -179,7 +178,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// callee's worker checks it against the window its plugin granted; the idle deadline moves.
     mutating func inputOut(_ id: UInt64, end: Bool = false, now: Int64) -> Socket? {
         guard let call = calls[id], let flow = call.stream, let link = links[call.link] else { return nil }
-        calls[id]?.deadline = min(flow.callDeadline, now + flow.idleNs)
+        calls[id]?.deadline = Instant(monotonic: min(flow.callDeadline, now + flow.idleNs))
         if !end { streamStats[link.peer, default: CallHop.StreamTally()].input += 1 }
         return link.socket
     }
@@ -187,7 +186,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// The plugin gives up its call `id` (it stopped reading its stream): settled here, and the
     /// `cancel` goes over the link. Nil: not a call over a link.
     mutating func cancelOut(_ id: UInt64) -> Socket? {
-        guard let call = calls.removeValue(forKey: id), let i = links.index(forKey: call.link) else { return nil }
+        guard let call = calls.settle(id), let i = links.index(forKey: call.link) else { return nil }
         links.values[i].outstanding -= 1
         if !links.values[i].accepting { settling = true }
         return links.values[i].socket
@@ -197,7 +196,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// back and goes through the supervisor; false: it was settled meanwhile (its link ended or
     /// its deadline passed), and the plugin has its answer.
     mutating func unsent(_ id: UInt64) -> Bool {
-        guard let call = calls.removeValue(forKey: id) else { return false }
+        guard let call = calls.settle(id) else { return false }
         links[call.link]?.outstanding -= 1
         settling = true  // an unlink may be waiting for this call
         return true
@@ -207,7 +206,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// out, or is not that link's), dropped as the supervisor drops a late reply.
     mutating func replied(_ id: UInt64, on number: UInt64, _ outcome: CallHop.Outcome, now: Int64) -> Bool {
         guard let call = calls[id], call.link == number, let i = links.index(forKey: number) else { return false }
-        calls[id] = nil
+        _ = calls.settle(id)
         links.values[i].outstanding -= 1
         if !links.values[i].accepting { settling = true }
         record(links.values[i].peer, outcome, started: call.started, now: now)
@@ -225,21 +224,14 @@ struct LinkTable<Socket: AnyObject & Sendable> {
 
     /// Settles the calls whose deadline has passed (counted as `timeout`), in id order.
     mutating func expire(now: Int64) -> [Expired] {
-        guard now >= earliest else { return [] }
-        var due: [UInt64] = []
-        var next = Int64.max
-        for (id, call) in calls {
-            if call.deadline <= now { due.append(id) } else { next = min(next, call.deadline) }
-        }
-        earliest = next
+        let (due, _) = calls.expire(now: Instant(monotonic: now))
         var out: [Expired] = []
-        for id in due.sorted() {
-            let call = calls.removeValue(forKey: id)!
+        for (id, call) in due {
             guard let i = links.index(forKey: call.link) else { continue }
             links.values[i].outstanding -= 1
             if !links.values[i].accepting { settling = true }
             record(links.values[i].peer, .timeout, started: call.started, now: now)
-            let idle = call.stream.flatMap { $0.callDeadline > call.deadline ? $0.idleNs / 1_000_000 : nil }
+            let idle = call.stream.flatMap { Instant(monotonic: $0.callDeadline) > call.deadline ? $0.idleNs / 1_000_000 : nil }
             out.append(Expired(id: id, peer: links.values[i].peer, socket: links.values[i].socket, idleMs: idle))
         }
         return out

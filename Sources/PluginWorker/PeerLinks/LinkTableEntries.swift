@@ -1,3 +1,4 @@
+import CallTracking
 import PluginProtocol
 
 /// The values `LinkTable` keeps (LinkTable.swift): its links, the calls in either role and their
@@ -29,9 +30,9 @@ extension LinkTable {
     }
 
     /// Caller role: a call the plugin sent over a link.
-    struct OutCall {
+    struct OutCall: InFlightEntry {
         let link: UInt64
-        var deadline: Int64
+        var deadline: Instant
         let started: Int64
         /// A call with a stream: what this side keeps of it (docs/protocol.md "Streams").
         var stream: OutStream?
@@ -40,11 +41,9 @@ extension LinkTable {
     /// Caller role: a stream's answer as this worker receives it, checked as the supervisor checks
     /// it (the callee's worker is not trusted): its window, its order, its idle timeout.
     struct OutStream {
-        /// Chunks the callee may still send: the initial window plus what the plugin granted.
-        var credit = StreamFrames.initialCredit
-        var seq: UInt64 = 0
-        /// Whether it asked for an answer of chunks (else only its input is a stream).
-        let answers: Bool
+        /// The answer's window and order, counted by the rules the supervisor counts them by
+        /// (`answers`: it asked for an answer of chunks, else only its input is a stream).
+        var credit: StreamCredit
         let idleNs: Int64
         let callDeadline: Int64
     }

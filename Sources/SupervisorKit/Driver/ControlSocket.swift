@@ -16,7 +16,7 @@ extension ControlServer {
     /// the engine takes the listener with `listening(on:)`.
     /// `wait`: how the caller waits for the loop (the main thread of `supervisor start` serves the
     /// spawner meanwhile: the loop may need a child made).
-    static func bind(config: SupervisorConfig, group: EventLoopGroup, engine: NIOLoopBound<Engine>,
+    static func bind(config: SupervisorConfig, group: EventLoopGroup, engine: Handed<Engine>,
                      wait: (EventLoopFuture<Channel>) throws -> Channel = { try $0.wait() }) throws(SupervisorError) -> Channel {
         let path = config.socketPath
         if let slash = path.lastIndex(of: "/") {
@@ -45,7 +45,7 @@ extension ControlServer {
 
     /// Serves the listener the previous binary handed over in an upgrade (it never closed: a
     /// client connecting meanwhile waited in its backlog).
-    static func adopt(listener: Int32, config: SupervisorConfig, group: EventLoopGroup, engine: NIOLoopBound<Engine>,
+    static func adopt(listener: Int32, config: SupervisorConfig, group: EventLoopGroup, engine: Handed<Engine>,
                       wait: (EventLoopFuture<Channel>) throws -> Channel) throws(SupervisorError) -> Channel {
         do {
             return try wait(bootstrap(config: config, group: group, engine: engine).withBoundSocket(listener))
@@ -54,7 +54,7 @@ extension ControlServer {
         }
     }
 
-    private static func bootstrap(config: SupervisorConfig, group: EventLoopGroup, engine: NIOLoopBound<Engine>) -> ServerBootstrap {
+    private static func bootstrap(config: SupervisorConfig, group: EventLoopGroup, engine: Handed<Engine>) -> ServerBootstrap {
         let maxBody = config.maxFrameBytes
         return ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 128)

@@ -4,6 +4,7 @@ import Glibc
 import LinuxSupport
 import Logging
 import NIOCore
+import PluginProtocol
 import NIOPosix
 import SupervisorCore
 
@@ -51,10 +52,10 @@ final class Engine: SeesShared {
     var metricsListener: Channel?
 
 
-    init(config: SupervisorConfig, logger: Logger, group: MultiThreadedEventLoopGroup, preflightPIDs: Locked<Set<pid_t>>,
-         runtimePaths: [String], networkNamespace: UInt64?) {
+    init(config: SupervisorConfig, logger: Logger, group: MultiThreadedEventLoopGroup, preflightPIDs: Guarded<Set<pid_t>>,
+         runtimePaths: [String], networkNamespace: UInt64?, door: LoopDoor) {
         let shared = Shared(config: config, logger: logger, loop: group.next(), preflightPIDs: preflightPIDs,
-                            runtimePaths: runtimePaths, networkNamespace: networkNamespace)
+                            runtimePaths: runtimePaths, networkNamespace: networkNamespace, door: door)
         self.shared = shared
         self.group = group
         router = Router(shared)
@@ -117,9 +118,4 @@ final class Engine: SeesShared {
     }
 }
 
-extension NIOLoopBound {
-    /// Runs `body` on the value's loop, from any thread.
-    func execute(_ body: @escaping @Sendable (Value) -> Void) {
-        eventLoop.execute { body(self.value) }
-    }
-}
+

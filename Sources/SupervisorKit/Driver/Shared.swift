@@ -4,6 +4,7 @@ import Glibc
 import LinuxSupport
 import Logging
 import NIOCore
+import PluginProtocol
 import SupervisorCore
 
 /// What every component may use, and nothing that decides: the state they all read (the plugin
@@ -27,11 +28,13 @@ final class Shared {
     private(set) lazy var systemd = SystemdNotify(self, endpoint: .from(environment: ProcessEnvironment.all, pid: getpid()))
     /// What components ask of each other, carried out by the engine (Effects.swift).
     let effects: Effects
+    /// Where other threads come in (`handOff`); the supervisor closes it before the loop shuts down.
+    let door: LoopDoor
     /// The timer behind every request's deadline: whoever sets one tells it (`due`).
     let deadlines: DeadlineTimer
     /// Preflight workers of installs: refused on the control socket like any worker. Written by the
     /// install queue, read on the loop, hence the lock (shared with `Supervisor`).
-    let preflightPIDs: Locked<Set<pid_t>>
+    let preflightPIDs: Guarded<Set<pid_t>>
     /// Folders of the Swift runtime the workers map (read-only in their sandbox).
     let runtimePaths: [String]
     /// This process's network namespace (WorkerSpec.hostNetworkNamespace).
@@ -63,9 +66,10 @@ final class Shared {
     /// Missing sandbox layers already warned about (once each).
     private var warnedMissingLayers = Set<String>()
 
-    init(config: SupervisorConfig, logger: Logger, loop: EventLoop, preflightPIDs: Locked<Set<pid_t>>,
-         runtimePaths: [String], networkNamespace: UInt64?) {
+    init(config: SupervisorConfig, logger: Logger, loop: EventLoop, preflightPIDs: Guarded<Set<pid_t>>,
+         runtimePaths: [String], networkNamespace: UInt64?, door: LoopDoor) {
         loop.preconditionInEventLoop()
+        self.door = door
         self.config = config
         self.logger = logger
         self.loop = loop
@@ -75,15 +79,15 @@ final class Shared {
         logCalls = logger.logLevel <= .debug
         table = PluginTable(loop: loop)
         outbox = Outbox(loop: loop)
-        events = EventHub(loop: loop, outbox: outbox)
+        events = EventHub(loop: loop, outbox: outbox, door: door)
         effects = Effects(loop: loop)
         deadlines = DeadlineTimer(loop: loop)
     }
 
     /// `values` made ready to travel to another thread and back: only the loop can open them.
     /// Call it on the loop, before the work leaves it.
-    func handOff<T>(_ values: T) -> NIOLoopBound<T> {
-        NIOLoopBound(values, eventLoop: loop)
+    func handOff<T>(_ values: T) -> Handed<T> {
+        Handed(values, eventLoop: loop, door: door)
     }
 
     /// Runs `body` on the spawner thread (and waits), or here without one: children are made there.
@@ -136,5 +140,5 @@ extension SeesShared {
     var deadlines: DeadlineTimer { shared.deadlines }
     var systemd: SystemdNotify { shared.systemd }
     var isShuttingDown: Bool { shared.isShuttingDown }
-    func handOff<T>(_ values: T) -> NIOLoopBound<T> { shared.handOff(values) }
+    func handOff<T>(_ values: T) -> Handed<T> { shared.handOff(values) }
 }

@@ -40,7 +40,7 @@ extension Supervisor {
     }
 
     /// Does the requests the program submitted since the last batch, on the loop.
-    private static func take(_ hostInbox: Locked<[HostSubmission]>, into engine: Engine) {
+    private static func take(_ hostInbox: Guarded<[HostSubmission]>, into engine: Engine) {
         let batch = hostInbox.withLock { inbox in
             defer { inbox.removeAll(keepingCapacity: true) }
             return inbox

@@ -13,6 +13,7 @@ import SupervisorCore
 final class EventHub {
     private let loop: EventLoop
     private let outbox: Outbox
+    private let door: LoopDoor
     private var listeners: [UInt64: Listener] = [:]
     /// Control clients following events, by connection and their `events` request's id.
     private var followers: [ObjectIdentifier: [UInt64: Follower]] = [:]
@@ -51,9 +52,10 @@ final class EventHub {
         }
     }
 
-    init(loop: EventLoop, outbox: Outbox) {
+    init(loop: EventLoop, outbox: Outbox, door: LoopDoor) {
         self.loop = loop
         self.outbox = outbox
+        self.door = door
     }
 
     /// Whether anyone listens: events are not even made otherwise.
@@ -101,9 +103,9 @@ final class EventHub {
         let id = nextListener
         listeners[id] = Listener(continuation, plugin: plugin)
         // The hub is the loop's: the stream's end (on the reader's thread) hands it back there.
-        let hub = NIOLoopBound(self, eventLoop: loop)
-        continuation.onTermination = { [loop] _ in
-            loop.execute { hub.value.listeners[id] = nil }
+        let hub = Handed(self, eventLoop: loop, door: door)
+        continuation.onTermination = { _ in
+            hub.execute { $0.listeners[id] = nil }
         }
         return stream
     }

@@ -82,9 +82,9 @@ struct InstallerRunner: Sendable {
     let executable: String
     let logger: Logger
     /// Preflight workers of installs, refused on the control socket while they live.
-    let preflightPIDs: Locked<Set<pid_t>>
+    let preflightPIDs: Guarded<Set<pid_t>>
     /// Hears the installer's missing sandbox layers, on the loop.
-    let shared: NIOLoopBound<Shared>
+    let shared: Handed<Shared>
 
     /// Runs the installer (on `queue`, never on the loop). Its preflight workers are refused on the
     /// control socket while they live.

@@ -41,7 +41,7 @@ extension Installs {
 
     /// One file (on the install queue).
     private static func refresh(_ name: String, of id: String, baseURL: String, into live: String, meta: String, daily: Bool, force: Bool,
-                         base: InstallRequest, runner: InstallerRunner, announce: NIOLoopBound<Installs>) {
+                         base: InstallRequest, runner: InstallerRunner, announce: Handed<Installs>) {
         let logger = runner.logger
         let metaFile = meta + "/" + name.replacing("%", with: "%25").replacing("/", with: "%2F") + ".json"
         let previous = (try? FileSystem.readFile(metaFile, limit: 1 << 16)).flatMap { try? JSONDecoder().decode(Validators.self, from: Data($0)) }

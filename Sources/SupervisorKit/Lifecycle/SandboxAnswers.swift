@@ -17,7 +17,7 @@ enum SandboxAnswers {
     static let auditArchAArch64: UInt32 = 0xC000_00B7
     static let x32Bit: Int32 = 0x4000_0000
 
-    static func answer(_ call: SeccompCall, for worker: NIOLoopBound<(lifecycle: Lifecycle, instance: WorkerInstance)>) -> SeccompAnswer {
+    static func answer(_ call: SeccompCall, for worker: Handed<(lifecycle: Lifecycle, instance: WorkerInstance)>) -> SeccompAnswer {
         let (name, foreign) = self.name(call)
         let fatal = foreign || SeccompPolicy.isFatal(name, args: call.args)
         // Queued before the kill below, so the loop records the violation before it sees the exit.

@@ -41,7 +41,7 @@ struct MetricsEndpoint: Equatable {
 enum MetricsServer {
     /// Binds `config.metricsListen` if set; nil when not. A bind failure stops the start with the reason.
     /// `adopting`: the listener the previous binary handed over in an upgrade (bound already).
-    static func start(config: SupervisorConfig, logger: Logger, engine: NIOLoopBound<Engine>, adopting: Int32? = nil,
+    static func start(config: SupervisorConfig, logger: Logger, engine: Handed<Engine>, adopting: Int32? = nil,
                       wait: (EventLoopFuture<Channel>) throws -> Channel = { try $0.wait() }) throws(SupervisorError) -> Channel? {
         guard let listen = config.metricsListen else { return nil }
         let endpoint: MetricsEndpoint

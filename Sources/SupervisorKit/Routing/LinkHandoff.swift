@@ -26,10 +26,10 @@ import SupervisorCore
 final class LinkHandoff: Sendable {
     let path: String
     private let listener: Int32
-    private let offers = Locked<[String: Offer]>([:])
+    private let offers = Guarded<[String: Offer]>([:])
     /// Bytes clients handed in, by token, until their call takes them (or they expire).
-    private let deposits = Locked<[String: Offer]>([:])
-    private let stopped = Locked(false)
+    private let deposits = Guarded<[String: Offer]>([:])
+    private let stopped = Guarded(false)
     /// The largest bytes a client may hand in (`maxPayloadMB`).
     private let maxPayloadBytes: Int
     /// Told each token's end (monotonic nanoseconds), from any thread: the loop's deadline timer
@@ -58,7 +58,7 @@ final class LinkHandoff: Sendable {
     /// thread goes on until the exec ends it: a client picking up at that moment sees the end of
     /// its connection, and its call goes through the supervisor).
     func handOver() -> (listener: Int32, offers: [Kept], deposits: [Kept]) {
-        func kept(_ table: Locked<[String: Offer]>) -> [Kept] {
+        func kept(_ table: Guarded<[String: Offer]>) -> [Kept] {
             table.withLock { $0.map { Kept(token: $0.key, fd: $0.value.fd, tag: $0.value.tag, until: $0.value.until) } }
         }
         return (listener, kept(offers), kept(deposits))

@@ -6,14 +6,26 @@ package protocol InFlightEntry {
     var isCall: Bool { get }
 }
 
-/// The requests one side sent and has not had answered, by the id it gave them: a worker's in
-/// the supervisor. Each entry leaves exactly once: answered (`settle`), past its deadline
-/// (`expire`), given up by its caller (`settle`, then a cancel), or failed with its callee
-/// (`removeAll`). It allocates the ids too, so an id is never reused while its table lives.
+extension InFlightEntry {
+    package var isCall: Bool { true }
+}
+
+/// The calls one caller sent and has not had answered, by id: the one caller's table of the
+/// product, kept by the supervisor for each worker it calls, by a worker for its plugin's calls
+/// over peer links, and by a program for its calls over a direct link. Each entry leaves exactly
+/// once: answered (`settle`), past its deadline (`expire`), given up by its caller (`settle`,
+/// then a cancel), or failed with its callee (`removeAll`).
+///
+/// Ids are the table's own (`add`, `takeID`: new and increasing while the table lives) or the
+/// caller's (`insert(_:id:)`: a plugin's own call ids, or ids taken without the table's lock).
+/// `earliest` is a lower bound of the deadlines: no scan of the table until it has passed, so a
+/// call costs one dictionary insert and one removal.
 package struct CallTable<Entry: InFlightEntry> {
     @usableFromInline package var entries: [UInt64: Entry] = [:]
     /// The id the next request gets.
     @usableFromInline package private(set) var nextID: UInt64 = 1
+    /// No entry's deadline is earlier (one may be later: the earliest may have been answered).
+    @usableFromInline package private(set) var earliest: Instant = .never
 
     package init() {}
 
@@ -33,28 +45,42 @@ package struct CallTable<Entry: InFlightEntry> {
         self.nextID = max(self.nextID, nextID)
     }
 
-    /// Whether `id` was ever given out (a late answer to it is expected; an answer to a later one is not).
+    /// Whether `id` was ever given out by `takeID` (a late answer to it is expected; an answer to
+    /// an id never given out is not).
     package func wasIssued(_ id: UInt64) -> Bool { id >= 1 && id < nextID }
 
     /// Adds `entry` under a new id, which it returns.
     @inlinable
     package mutating func add(_ entry: Entry) -> UInt64 {
         let id = takeID()
-        entries[id] = entry
+        insert(entry, id: id)
         return id
     }
 
-    /// Adds `entry` under `id`, taken before with `takeID`.
+    /// Adds `entry` under `id` (taken with `takeID`, or the caller's own); an entry already there
+    /// under that id is replaced.
     @inlinable
     package mutating func insert(_ entry: Entry, id: UInt64) {
-        precondition(id < nextID, "call id \(id) was never taken")
         entries[id] = entry
+        if entry.deadline < earliest { earliest = entry.deadline }
     }
 
+    @inlinable
+    package func contains(_ id: UInt64) -> Bool { entries[id] != nil }
+
+    /// The entry under `id`. A deadline moved later needs nothing more; moved earlier, use `move`.
     @inlinable
     package subscript(id: UInt64) -> Entry? {
         get { entries[id] }
         _modify { yield &entries[id] }
+    }
+
+    /// `id`'s deadline becomes `deadline` (a stream's idle timeout moving with each chunk).
+    @inlinable
+    package mutating func move(_ id: UInt64, deadline: Instant, _ update: (inout Entry, Instant) -> Void) {
+        guard entries[id] != nil else { return }
+        update(&entries[id]!, deadline)
+        if deadline < earliest { earliest = deadline }
     }
 
     /// The answer to `id` came (or its caller gave it up): its entry leaves; nil if it had left.
@@ -64,29 +90,29 @@ package struct CallTable<Entry: InFlightEntry> {
     }
 
     /// The entries past their deadline at `now`, oldest id first, removed; and the earliest
-    /// deadline among those left.
+    /// deadline among those left (nil: none left). Before `earliest`, nothing is looked at.
     package mutating func expire(now: Instant) -> (expired: [(id: UInt64, entry: Entry)], next: Instant?) {
+        guard now >= earliest else { return ([], earliest == .never ? nil : earliest) }
         var expired: [(id: UInt64, entry: Entry)] = []
-        var next: Instant?
+        var next = Instant.never
         for (id, entry) in entries {
             if entry.deadline <= now {
                 expired.append((id, entry))
-            } else if next.map({ entry.deadline < $0 }) ?? true {
+            } else if entry.deadline < next {
                 next = entry.deadline
             }
         }
         expired.sort { $0.id < $1.id }
         for (id, _) in expired { entries[id] = nil }
-        return (expired, next)
+        earliest = next
+        return (expired, next == .never ? nil : next)
     }
-
-    /// The earliest deadline in the table.
-    package var earliestDeadline: Instant? { entries.values.lazy.map(\.deadline).min() }
 
     /// Every entry, oldest id first, removed (its callee ended).
     package mutating func removeAll() -> [(id: UInt64, entry: Entry)] {
         let all = entries.sorted { $0.key < $1.key }.map { (id: $0.key, entry: $0.value) }
         entries = [:]
+        earliest = .never
         return all
     }
 

@@ -1,6 +1,7 @@
 /// A moment on the monotonic clock, in nanoseconds since an arbitrary start (the kernel's
-/// `CLOCK_MONOTONIC`, which NIO's `NIODeadline` reads too). The core reads no clock: every input
-/// that depends on time carries its `Instant`, so a test drives time as it likes.
+/// `CLOCK_MONOTONIC`, which NIO's `NIODeadline` and `ProcessControl.monotonicNanoseconds` read
+/// too). The core reads no clock: every input that depends on time carries its `Instant`, so a
+/// test drives time as it likes.
 package struct Instant: Comparable, Hashable, Sendable, CustomStringConvertible {
     package var nanoseconds: UInt64
 
@@ -9,6 +10,8 @@ package struct Instant: Comparable, Hashable, Sendable, CustomStringConvertible 
     }
 
     package static let zero = Instant(nanoseconds: 0)
+    /// Later than any deadline: what nothing is due by.
+    package static let never = Instant(nanoseconds: .max)
 
     package static func < (a: Instant, b: Instant) -> Bool { a.nanoseconds < b.nanoseconds }
 
@@ -27,6 +30,17 @@ package struct Instant: Comparable, Hashable, Sendable, CustomStringConvertible 
     }
 
     package var description: String { "\(nanoseconds) ns" }
+
+    /// A reading of the monotonic clock in signed nanoseconds, as the worker and the client libraries
+    /// keep it.
+    @inlinable
+    package init(monotonic nanoseconds: Int64) {
+        self.nanoseconds = UInt64(max(0, nanoseconds))
+    }
+
+    /// The same, signed (`Int64.max` for `never`).
+    @inlinable
+    package var monotonic: Int64 { nanoseconds > UInt64(Int64.max) ? .max : Int64(nanoseconds) }
 }
 
 extension Instant {

@@ -39,6 +39,12 @@ package struct StreamCredit: Sendable, Equatable {
         return nil
     }
 
+    /// The caller's own plugin grants `n` more answer chunks: trusted, so clamped to the largest
+    /// window rather than refused (a worker's calls over peer links).
+    package mutating func grantAnswer(clamping n: UInt64) {
+        credit = Int(min(UInt64(credit) + n, StreamFrames.largestCredit))
+    }
+
     /// The callee sends answer chunk `seq` of call `id`; on success it takes one credit, and the
     /// chunk goes on with that `seq`.
     package mutating func answerChunk(seq sent: UInt64?, id: UInt64) -> String? {
