@@ -54,6 +54,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
         // Random input sequences for the core's tests (Tests/CoreTests): no dependencies of its own.
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
+        // `swift package generate-documentation` (scripts/docs.sh). `swift build` compiles its two
+        // plugin scripts once per build folder (seconds) and nothing else of it.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // The Linux calls Swift cannot make directly (variadic syscall/prctl, posix_spawn, pidfds,

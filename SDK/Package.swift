@@ -15,6 +15,12 @@ let package = Package(
         .library(name: "PluginProtocol", targets: ["PluginProtocol"]),
         .library(name: "CPluginABI", targets: ["CPluginABI"]),
     ],
+    dependencies: [
+        // `swift package generate-documentation` (scripts/docs.sh). `swift build` compiles its two
+        // plugin scripts once per build folder and nothing else of it; a plugin's package, which
+        // depends on this one, neither fetches nor builds it.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+    ],
     targets: [
         .target(name: "CPluginABI", path: "Sources/CPluginABI"),
         .target(name: "PluginProtocol", path: "Sources/PluginProtocol"),

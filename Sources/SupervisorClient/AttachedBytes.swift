@@ -12,10 +12,12 @@ import Glibc
 /// ones as they came in the frame, larger ones as a sealed memfd picked up by token at the
 /// supervisor's handoff socket (`<control socket>.links`), checked before use.
 public enum AttachedBytes: Sendable {
+    /// Bytes carried in the message itself (at most 64 KiB).
     case inline([UInt8])
     /// A sealed memfd of `length` bytes: the receiver's to map (`sp_bytes_map`) and close.
     case descriptor(Int32, length: Int)
 
+    /// How many bytes there are.
     public var count: Int {
         switch self {
         case .inline(let bytes): return bytes.count

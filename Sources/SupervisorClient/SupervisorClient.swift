@@ -25,6 +25,7 @@ import Glibc
 /// for try await event in client.events(plugin: "com.example.greeter") { print(event.event) }
 /// ```
 public final class SupervisorClient: PluginCaller {
+    /// The control socket this client connects to (again, after the supervisor restarts).
     public let socketPath: String
     /// How long a request waits for a supervisor that is not there (not started yet, restarting).
     public let reconnectWait: Duration
@@ -108,6 +109,8 @@ public final class SupervisorClient: PluginCaller {
     /// polls for the next reply before it sleeps, at most (adapted to how close together replies
     /// come, one link's thread of the program at a time: docs/host.md, "The path of a call"); 0: never,
     /// at most `maxLinkPollMicroseconds`.
+    ///
+    /// - Throws: `ErrorBody` `unavailable` when no supervisor answers within `wait`.
     public static func connect(home: String? = nil, socket: String? = nil, wait: Duration = .seconds(5),
                                directLinks: Bool = true,
                                linkPollMicroseconds: Int = SupervisorClient.defaultLinkPollMicroseconds) async throws -> SupervisorClient {

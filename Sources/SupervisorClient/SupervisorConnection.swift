@@ -11,15 +11,20 @@ import Glibc
 /// follows events or provides host methods uses `SupervisorClient`. Links neither SwiftNIO nor the
 /// supervisor.
 public struct SupervisorConnection {
+    /// The control socket this connection reached.
     public let socketPath: String
     let connection: BlockingConnection
 
     /// What a request can end in, besides a result.
     public enum Failure: Error, CustomStringConvertible {
+        /// No supervisor answers at the socket path (the first value): why, as the system said.
         case unreachable(String, SystemError)
+        /// The supervisor (or the plugin) answered with an error.
         case remote(ErrorBody)
+        /// The answer could not be read, or the connection closed before it came.
         case broken(String)
 
+        /// What went wrong, for a person: the CLI prints it.
         public var description: String {
             switch self {
             case .unreachable(let path, let error):
@@ -151,6 +156,7 @@ public struct SupervisorConnection {
         var error: ErrorBody
     }
 
+    /// Closes the connection.
     public func close() { connection.close() }
 
     private struct ProgressFrame: Decodable {

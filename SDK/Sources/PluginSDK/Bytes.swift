@@ -29,8 +29,10 @@ public struct Bytes: Sendable {
     }
 
     let storage: Storage
+    /// How many bytes there are.
     public let count: Int
 
+    /// The bytes of `bytes` (copied into a memfd when they are sent, if there are more than 64 KiB).
     public init(_ bytes: [UInt8]) {
         storage = .array(bytes)
         count = bytes.count
@@ -100,6 +102,8 @@ extension Bytes: Codable {
 
     enum Key: String, CodingKey { case bytes = "$bytes" }
 
+    /// Writes `{"$bytes": i}` and attaches the bytes to the message being encoded; throws outside a
+    /// call's params or a bytes method's answer, where nothing carries attachments.
     public func encode(to encoder: any Encoder) throws {
         guard let collector = encoder.userInfo[Self.collectorKey] as? Guarded<[Bytes]> else {
             throw EncodingError.invalidValue(self, EncodingError.Context(codingPath: encoder.codingPath, debugDescription:
@@ -113,6 +117,7 @@ extension Bytes: Codable {
         try container.encode(index, forKey: .bytes)
     }
 
+    /// Reads `{"$bytes": i}`: the `i`th attachment of the message being decoded.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: Key.self)
         let index = try container.decode(Int.self, forKey: .bytes)

@@ -19,8 +19,11 @@ public protocol Pluggable: AnyObject, Sendable {
     func launch() async
     /// The supervisor is shutting this plugin down; save state now.
     func willTerminate() async
+    /// The system is short of memory (`supervisor send memoryWarning`, SIGUSR1): drop caches.
     func memoryWarning() async
+    /// Sent to the background (`supervisor send background`, SIGTSTP): do less until `foreground`.
     func background() async
+    /// Back in the foreground (`supervisor send foreground`, SIGCONT).
     func foreground() async
     /// A live resource was refreshed; `path` is where its new copy is.
     func resourceUpdated(name: String, path: String) async
@@ -31,16 +34,28 @@ public protocol Pluggable: AnyObject, Sendable {
     func exports(_ api: PluginAPI)
 }
 
+/// The defaults: a plugin implements only the handlers it needs.
 extension Pluggable {
+    /// No identifier to check against the manifest's.
     public static var identifier: String { "" }
+    /// No dependencies.
     public static var dependencies: [String] { [] }
+    /// Does nothing: the plugin starts at once.
     public func startup(_ context: PluginContext) async throws {}
+    /// Does nothing.
     public func launch() async {}
+    /// Does nothing.
     public func willTerminate() async {}
+    /// Does nothing.
     public func memoryWarning() async {}
+    /// Does nothing.
     public func background() async {}
+    /// Does nothing.
     public func foreground() async {}
+    /// Does nothing.
     public func resourceUpdated(name: String, path: String) async {}
+    /// Does nothing.
     public func dependencyRestarted(_ identifier: String) async {}
+    /// Exports nothing: the plugin answers no method.
     public func exports(_ api: PluginAPI) {}
 }

@@ -12,7 +12,9 @@ public typealias MethodParameters = Decodable & SendableMetatype
 /// What a method returns: any `Encodable` type.
 public typealias MethodResult = Encodable & SendableMetatype
 #else
+/// What a method takes: any `Decodable` type.
 public typealias MethodParameters = Decodable
+/// What a method returns: any `Encodable` type.
 public typealias MethodResult = Encodable
 #endif
 
@@ -162,8 +164,11 @@ public enum MethodExecution: Sendable {
 
 /// What a `plugin://` route handler receives.
 public struct OpenRequest: Codable, Sendable {
+    /// The whole URI, as opened (`plugin://com.example.greeter/hello?name=Ada`).
     public var uri: String
+    /// The path after the identifier (`/hello`).
     public var path: String
+    /// The query's items, percent-decoded (`["name": "Ada"]`); a repeated name keeps its last value.
     public var query: [String: String]
 }
 

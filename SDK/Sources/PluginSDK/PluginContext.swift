@@ -26,6 +26,15 @@ public struct PluginContext: Sendable {
     /// Calls `method` of plugin `target` (which must be one of this plugin's dependencies). `Bytes`
     /// in the params travel as attachments, without base64; an answer with bytes is read `as:
     /// Bytes.self` (or a type with `Bytes` members).
+    ///
+    /// - Parameters:
+    ///   - target: The callee's identifier.
+    ///   - method: One of the methods its `exports` registers.
+    ///   - params: Encoded as the call's JSON `params`.
+    ///   - as: What the result decodes as.
+    /// - Throws: The callee's `PluginError` as it threw it, or the supervisor's: `denied` when
+    ///   `target` is not a dependency, `notFound`, `timeout`, `unavailable`; `pluginError` when the
+    ///   result does not decode as `Result`.
     public func call<Params: Encodable, Result: Decodable>(
         _ target: String, _ method: String, _ params: Params, as: Result.Type = Result.self
     ) async throws -> Result {
@@ -65,7 +74,8 @@ public struct PluginContext: Sendable {
     /// A typed handle on another plugin's API.
     public func plugin(_ identifier: String) -> PluginClient { PluginClient(context: self, identifier: identifier) }
 
-    /// Opens a `plugin://<identifier>/<path>?<query>` URI through the supervisor.
+    /// Opens a `plugin://<identifier>/<path>?<query>` URI through the supervisor: the answer of
+    /// the plugin's route for that path (`PluginAPI.route`), decoded as `Result`.
     public func open<Result: Decodable>(_ uri: String, as: Result.Type = Result.self) async throws -> Result {
         let answer = try await runtime.request(kind: .open, uri: uri)
         return try Coding.decodeResult(Result.self, answer.result, of: uri)
@@ -87,19 +97,37 @@ public struct PluginContext: Sendable {
     }
 }
 
+/// The level of a line a plugin logs (`PluginContext.log`): swift-log's levels, by the same names.
 public enum LogLevel: String, Sendable {
-    case trace, debug, info, notice, warning, error, critical
+    /// The most detailed: what only tracing a problem needs.
+    case trace
+    /// Detail for debugging.
+    case debug
+    /// What happens in normal operation.
+    case info
+    /// A normal but significant event.
+    case notice
+    /// Something unexpected that the plugin carries on after.
+    case warning
+    /// An operation failed.
+    case error
+    /// The plugin cannot go on.
+    case critical
 }
 
-/// A typed handle on another plugin's exported API.
+/// A typed handle on another plugin's exported API (`PluginContext.plugin(_:)`): the calls of
+/// `PluginContext` with the target filled in.
 public struct PluginClient: Sendable {
     let context: PluginContext
+    /// The plugin this handle calls.
     public let identifier: String
 
+    /// Calls `method` of this plugin with `params` and decodes its result as `Result`.
     public func call<Params: Encodable, Result: Decodable>(_ method: String, _ params: Params, as: Result.Type = Result.self) async throws -> Result {
         try await context.call(identifier, method, params, as: Result.self)
     }
 
+    /// Calls `method` of this plugin with no parameters.
     public func call<Result: Decodable>(_ method: String, as: Result.Type = Result.self) async throws -> Result {
         try await context.call(identifier, method, Empty(), as: Result.self)
     }
