@@ -103,8 +103,8 @@ let package = Package(
                                                          .product(name: "CPluginABI", package: "SDK")], path: "Sources/SupervisorClient"),
         // Landlock and seccomp filters in Swift, for the worker and the installer.
         .target(name: "Confinement", dependencies: ["CSandboxSupport", "CSeccomp", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK")], path: "Sources/Confinement"),
-        // The worker's code, entered at `sp_worker_main`: linked into `plugin-worker`, and loaded as
-        // libPluginWorkerCore.so by the fork server, whose children call it.
+        // The worker's code, entered at `sp_worker_main`: linked into `plugin-worker` and into every
+        // host program (PluginHost), and loaded as libPluginWorkerCore.so by the fork server.
         .target(
             name: "PluginWorker",
             dependencies: [.product(name: "CPluginABI", package: "SDK"), "CLinuxSupport", "CSandboxSupport", "Confinement", .product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport",
@@ -112,8 +112,13 @@ let package = Package(
             path: "Sources/PluginWorker"
         ),
         .executableTarget(name: "PluginWorkerExec", dependencies: ["PluginWorker"], path: "Sources/PluginWorkerExec"),
-        // Plain C, no Swift code runs in it: it dlopens the worker's library and forks.
-        .executableTarget(name: "ForkServer", dependencies: ["CLinuxSupport"], path: "Sources/ForkServer", linkerSettings: [.linkedLibrary("dl")]),
+        // The fork server's loop, plain C, no Swift code runs in it: for `plugin-forkserver`, which
+        // dlopens the worker's library, and for a host program's own executable (CProcessRoles).
+        .target(name: "CForkServer", dependencies: ["CLinuxSupport"], path: "Sources/CForkServer", linkerSettings: [.linkedLibrary("dl")]),
+        .executableTarget(name: "ForkServer", dependencies: ["CForkServer"], path: "Sources/ForkServer"),
+        // A host program's executable started as its own worker or fork server: a constructor that
+        // diverts the process before `main` (docs/host.md, "Binaries").
+        .target(name: "CProcessRoles", dependencies: ["CForkServer"], path: "Sources/CProcessRoles"),
         .target(
             name: "SupervisorKit",
             dependencies: [
@@ -133,7 +138,7 @@ let package = Package(
         .target(
             name: "PluginHost",
             dependencies: [
-                "SupervisorClient",
+                "SupervisorClient", "PluginWorker", "CProcessRoles",
                 "SupervisorKit", "Protocol", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -1,9 +1,11 @@
-/* plugin-forkserver: starts workers by fork instead of exec (`workerStart: "fork-server"`,
+/* The fork server: starts workers by fork instead of exec (`workerStart: "fork-server"`,
    docs/sandbox.md "The fork server").
 
      SP_FORKSERVER_LIBRARY=<libPluginWorkerCore.so> SP_FORKSERVER_PARENT=<supervisor pid> plugin-forkserver
 
-   Started by the supervisor with a SOCK_SEQPACKET socket on descriptor 3 (fork_server_protocol.h).
+   Started by the supervisor with a SOCK_SEQPACKET socket on descriptor 3 (fork_server_protocol.h),
+   as `plugin-forkserver` or as a host program's own executable (SP_FORKSERVER_LIBRARY=@program:
+   Sources/CProcessRoles diverts it here before its `main`, with the worker's code linked in).
    It loads the worker's library (and with it the Swift runtime, Foundation and libseccomp) once,
    runs none of its code (no Swift code at all: only two of the runtimes' C functions, on a
    short-lived thread, to find the thread ids they keep; thread_ids.c), and stays single-threaded; for
@@ -18,6 +20,7 @@
    could reach: it is not dumpable and keeps no descriptor but its socket and, while idle, a few
    empty network namespaces it made ahead (below), all closed in every child before its code runs. */
 #define _GNU_SOURCE
+#include "fork_server.h"
 #include "fork_server_protocol.h"
 #include "linux_support.h"
 #include "thread_ids.h"
@@ -57,7 +60,7 @@ static size_t cmdline_len;
    supervisor starts this server with spare entries for it (SP_FORKSERVER_SLOT). */
 static char **initial_env;
 static size_t initial_env_slots;
-typedef int (*worker_entry)(void);
+typedef sp_worker_entry worker_entry;
 
 /* ---- empty network namespaces, made ahead ----
 
@@ -223,12 +226,13 @@ static int receive(char *buf, struct request *req) {
 
 static int64_t now_us(void) { return cls_monotonic_us(); }
 
-int main(int argc, char **argv) {
+int sp_fork_server_run(int argc, char **argv, worker_entry builtin) {
     const char *library = getenv("SP_FORKSERVER_LIBRARY"), *parent = getenv("SP_FORKSERVER_PARENT");
     if (!library || !parent || environ != argv + argc + 1) {
         fprintf(stderr, "plugin-forkserver: started by the supervisor only (SP_FORKSERVER_LIBRARY, SP_FORKSERVER_PARENT)\n");
         return 64;
     }
+    int in_program = strcmp(library, SP_FORKSERVER_PROGRAM) == 0;
     /* Only the supervisor that started it: dies with it, and refuses to run for another. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != (pid_t)atol(parent)) return 1;
     prctl(PR_SET_NAME, "plugin-forksrv", 0, 0, 0);
@@ -261,12 +265,21 @@ int main(int argc, char **argv) {
     syscall(SYS_get_robust_list, 0, &robust_head, &robust_len);
 
     int64_t t0 = now_us();
-    void *lib = dlopen(library, RTLD_NOW | RTLD_GLOBAL);
-    worker_entry entry = lib ? (worker_entry)dlsym(lib, "sp_worker_main") : NULL;
+    /* In a host program's executable the worker's code is loaded already (with the program);
+       `plugin-forkserver` loads it now. */
+    worker_entry entry = NULL;
+    const char *missing = "the worker's code is not linked into this executable";
+    if (in_program) {
+        entry = builtin;
+    } else if (!builtin) {
+        void *lib = dlopen(library, RTLD_NOW | RTLD_GLOBAL);
+        entry = lib ? (worker_entry)dlsym(lib, "sp_worker_main") : NULL;
+        if (!entry) missing = dlerror();
+    }
     int64_t preload = now_us() - t0;
     if (!entry) {
         char why[FS_MAX_MESSAGE];
-        snprintf(why, sizeof why, "cannot load the worker's code: %s", dlerror());
+        snprintf(why, sizeof why, "cannot load the worker's code: %s", missing ? missing : "no sp_worker_main");
         reply(getpid(), ENOENT, preload, why);
         return 0;
     }

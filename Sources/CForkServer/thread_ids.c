@@ -54,9 +54,14 @@ static int tls_module_count;
 static int *cached_tid_slots[FS_MAX_TID_SLOTS];
 static int cached_tid_slot_count;
 
+/* Every loaded object with thread-local storage: the libraries by name, and the executable itself
+   (the first object, named ""), which holds the runtimes when a host program is its own fork
+   server and was linked with them (`-static-stdlib`). */
 static int note_tls_module(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size; (void)data;
-    if (!info->dlpi_name || !info->dlpi_name[0] || tls_module_count >= FS_MAX_TLS_MODULES) return 0;
+    (void)size;
+    int *index = data;
+    int first = (*index)++ == 0;
+    if (!info->dlpi_name || (!info->dlpi_name[0] && !first) || tls_module_count >= FS_MAX_TLS_MODULES) return 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         if (info->dlpi_phdr[i].p_type != PT_TLS) continue;
         struct tls_module *m = &tls_modules[tls_module_count++];
@@ -68,7 +73,7 @@ static int note_tls_module(struct dl_phdr_info *info, size_t size, void *data) {
 
 /* The calling thread's block of module `m`, or NULL when it has none (yet). */
 static char *tls_block(const struct tls_module *m) {
-    void *handle = dlopen(m->name, RTLD_LAZY | RTLD_NOLOAD);
+    void *handle = m->name[0] ? dlopen(m->name, RTLD_LAZY | RTLD_NOLOAD) : dlopen(NULL, RTLD_LAZY);
     if (!handle) return NULL;
     void *block = NULL;
     if (dlinfo(handle, RTLD_DI_TLS_DATA, &block) != 0) block = NULL;
@@ -101,6 +106,11 @@ static void nothing(void *context) { (void)context; }
 typedef void (*swift_once_fn)(void *token, void (*body)(void *), void *context);
 typedef void *(*dispatch_get_specific_fn)(const void *key);
 
+/* The same functions linked into the executable itself (found where dlsym cannot see them: an
+   executable exports no symbols by default); NULL where they are not. */
+extern void swift_once(void *token, void (*body)(void *), void *context) __attribute__((weak));
+extern void *dispatch_get_specific(const void *key) __attribute__((weak));
+
 static void *id_probe_thread(void *p) {
     const struct id_probe *main_thread = p;
     pid_t tid = (pid_t)syscall(SYS_gettid);
@@ -110,10 +120,12 @@ static void *id_probe_thread(void *p) {
         fs_tid_offset = (long)offsets[0];
     /* The runtime's id: its once, on a token of our own. */
     swift_once_fn once = (swift_once_fn)dlsym(RTLD_DEFAULT, "swift_once");
+    if (!once) once = swift_once;
     static _Alignas(16) char token[64];
     if (once) once(token, nothing, NULL);
     /* libdispatch's: its thread-specific data, made on first use. */
     dispatch_get_specific_fn get_specific = (dispatch_get_specific_fn)dlsym(RTLD_DEFAULT, "dispatch_get_specific");
+    if (!get_specific) get_specific = dispatch_get_specific;
     static char key;
     if (get_specific) (void)get_specific(&key);
     /* Compared here: this thread's blocks go with it. */
@@ -132,7 +144,8 @@ static void *id_probe_thread(void *p) {
 int fs_find_thread_ids(void) {
     tls_module_count = 0;
     cached_tid_slot_count = 0;
-    dl_iterate_phdr(note_tls_module, NULL);
+    int index = 0;
+    dl_iterate_phdr(note_tls_module, &index);
     static struct id_probe probe;
     probe.tid = (pid_t)syscall(SYS_gettid);
     probe.descriptor = (const char *)pthread_self();

@@ -1,3 +1,4 @@
+import CProcessRoles
 import CoreMetrics
 import LinuxSupport
 import SupervisorClient
@@ -11,7 +12,9 @@ extension PluginHost {
     ///
     /// Unlike `supervisor start`, an embedded host takes no signal (`handlesSignals`, off) and looks
     /// for the worker's binaries beside the program, else in `$SUPERVISOR_BINARIES`, else beside the
-    /// `supervisor` found on `$PATH` (`binaries` names the folder).
+    /// `supervisor` found on `$PATH` (`binaries` names the folder); where none has them, the
+    /// program's own executable serves as its workers' and fork server's binary (docs/host.md,
+    /// "Binaries").
     @dynamicMemberLookup
     public struct Configuration: Sendable {
         /// Every setting of the supervisor.
@@ -21,7 +24,11 @@ extension PluginHost {
             settings = SupervisorConfig(home: home, pluginDirectories: pluginFolders)
             settings.handlesSignals = false
             settings.metricsFactory = MetricsSystem.factory
-            if let folder = Self.binariesFolder() { settings.useBinaries(in: folder) }
+            if let folder = Self.binariesFolder() {
+                settings.useBinaries(in: folder)
+            } else if sp_program_serves_workers() != 0 {
+                settings.useProgramAsWorkerBinary()
+            }
         }
 
         /// The folders scanned for plugin bundles (`<home>/plugins`, where installs go, is always scanned too).
@@ -69,11 +76,17 @@ extension PluginHost {
         public var linkPollMicroseconds = SupervisorClient.defaultLinkPollMicroseconds
 
         /// The folder of `plugin-worker`, `plugin-forkserver`, `libPluginWorkerCore.so` and
-        /// `supervisor-installer` (`swift build` puts them in `.build/debug` of this package).
+        /// `supervisor-installer` (`swift build` of this project puts them in its `.build/debug`);
+        /// empty while the program's own executable serves as the workers' binary (`workersRunProgram`).
         public var binaries: String {
-            get { String(settings.workerExecutable.dropLast("/plugin-worker".count)) }
+            get { settings.workersRunProgram ? "" : String(settings.workerExecutable.dropLast("/plugin-worker".count)) }
             set { settings.useBinaries(in: FileSystem.absolute(newValue)) }
         }
+
+        /// Whether the program's own executable is its workers' and fork server's binary: no
+        /// `plugin-worker` was found beside it, in `$SUPERVISOR_BINARIES` or on `$PATH`, and it has
+        /// the worker's code linked in (every program with PluginHost has). Setting `binaries` ends it.
+        public var workersRunProgram: Bool { settings.workersRunProgram }
 
         /// Any other setting, by its name in `SupervisorConfig` (`callTimeoutMs`, `restartLimit`, …).
         public subscript<Value>(dynamicMember keyPath: WritableKeyPath<SupervisorConfig, Value>) -> Value {
@@ -87,8 +100,8 @@ extension PluginHost {
         }
 
         /// Where the worker's binaries are: beside this program, else `$SUPERVISOR_BINARIES`, else
-        /// beside a `supervisor` on `$PATH`; nil when none has them (the spawn then says which file
-        /// is missing).
+        /// beside a `supervisor` on `$PATH`; nil when none has them (the program's own executable
+        /// serves then).
         static func binariesFolder() -> String? {
             let env = ProcessEnvironment.all
             var candidates = [FileSystem.executableDirectory()]

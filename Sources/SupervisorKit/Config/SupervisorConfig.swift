@@ -158,6 +158,28 @@ public struct SupervisorConfig: Sendable {
         workerLibrary = folder + "/libPluginWorkerCore.so"
     }
 
+    /// The value of `workerExecutable` and `forkServerExecutable` when the running program is its
+    /// own workers' and fork server's binary (a host program with no `plugin-worker` beside it:
+    /// docs/host.md, "Binaries"); Sources/CProcessRoles diverts it to its role before `main`.
+    public static let programExecutable = "/proc/self/exe"
+    /// The value of `workerLibrary` then: the worker's code is in the program already
+    /// (`SP_FORKSERVER_PROGRAM`, Sources/CForkServer/include/fork_server.h).
+    public static let programLibrary = "@program"
+    /// What tells the program, re-executed, to run as a worker (removed before the worker's code runs).
+    public static let workerRoleVariable = "SP_PROCESS_ROLE=worker"
+
+    /// Runs the program itself as the workers' binary (exec'd with `workerRoleVariable`) and as the
+    /// fork server (with `programLibrary`), for a program that has the worker's code linked in.
+    /// Installs still need `supervisor-installer`, looked for beside the program.
+    public mutating func useProgramAsWorkerBinary() {
+        workerExecutable = Self.programExecutable
+        forkServerExecutable = Self.programExecutable
+        workerLibrary = Self.programLibrary
+    }
+
+    /// Whether the workers are the running program itself (`useProgramAsWorkerBinary`).
+    public var workersRunProgram: Bool { workerLibrary == Self.programLibrary }
+
     public init(home: String? = nil, pluginDirectories: [String] = [], socketPath: String? = nil, workerExecutable: String? = nil) {
         let home = FileSystem.absolute(home ?? Self.defaultHome())
         self.home = home

@@ -40,6 +40,17 @@ extension Lifecycle {
         var variant: String?
     }
 
+    /// What to do when the worker's binary is not there (empty when it is): where it is looked
+    /// for and what to set.
+    var missingWorkerAdvice: String {
+        guard !config.workersRunProgram, !FileSystem.exists(config.workerExecutable) else { return "" }
+        return ". No plugin-worker is there. `supervisor start` runs the plugin-worker and plugin-forkserver beside its own"
+            + " executable: build or install them together. A program embedding PluginHost runs those beside it, in"
+            + " $SUPERVISOR_BINARIES or beside the `supervisor` on $PATH, else its own executable (docs/host.md, \"Binaries\"):"
+            + " set SUPERVISOR_BINARIES, or the configuration's `binaries`, to a folder that has plugin-worker,"
+            + " plugin-forkserver and libPluginWorkerCore.so (this project's .build/debug after `swift build`)"
+    }
+
     /// Why a worker could not be spawned.
     struct SpawnFailure: Error {
         var reason: String
@@ -110,7 +121,7 @@ extension Lifecycle {
                                        descriptorChannel: notifier != nil, problem: &startProblem)
         } catch {
             cgroup?.remove()
-            return .failure(SpawnFailure(reason: "cannot start a worker (\(config.workerExecutable)): \(error)"))
+            return .failure(SpawnFailure(reason: "cannot start a worker (\(config.workerExecutable)): \(error)\(missingWorkerAdvice)"))
         }
         let instance = WorkerInstance(process: spawned.process, manifest: manifest, temporaryFolder: temp, now: .now())
         instance.cgroup = cgroup

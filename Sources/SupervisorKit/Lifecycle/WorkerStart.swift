@@ -120,9 +120,11 @@ extension Lifecycle {
         }
         var made: SpawnedChild? = nil
         var failure: SystemError?
+        // The program itself as the worker's binary is told its role (removed before the worker runs).
+        let execEnvironment = config.workersRunProgram ? environment + [SupervisorConfig.workerRoleVariable] : environment
         shared.onSpawnerThread {
             do throws(SystemError) {
-                made = try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment, descriptorChannel: descriptorChannel,
+                made = try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: execEnvironment, descriptorChannel: descriptorChannel,
                                          payloadChannel: true, isolated: isolated)
             } catch {
                 failure = error
