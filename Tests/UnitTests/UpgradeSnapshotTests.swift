@@ -5,6 +5,7 @@ import LinuxSupport
 import PluginProtocol
 import Protocol
 import Testing
+import SupervisorCore
 @testable import SupervisorKit
 
 /// The upgrade's snapshot (Upgrade/UpgradeSnapshot.swift): what one binary writes, the next reads,

@@ -107,19 +107,18 @@ final class Lifecycle: SupervisorComponent {
         while changed {
             changed = false
             for record in table.inOrder {
-                let parked = record.instance?.phase == .loaded
-                guard record.phase == .waiting || (record.phase.isStarting && parked) else { continue }
-                let deps = record.dependencyIDs.compactMap { table[$0] }
-                if let dead = deps.first(where: { $0.phase.isFailed || ($0.phase == .stopped && !isShuttingDown) }) {
-                    carryOut(record.life.dependencyFailed(record.identifier, dependency: dead.identifier, dependencyPhase: dead.phase,
+                let deps = record.dependencyIDs.compactMap { table[$0]?.startFacts }
+                switch StartOrder.step(for: record.startFacts, dependencies: deps, shuttingDown: isShuttingDown) {
+                case .failByDependency(let dependency, let phase)?:
+                    carryOut(record.life.dependencyFailed(record.identifier, dependency: dependency, dependencyPhase: phase,
                                                           hasWorker: record.instance != nil), record)
                     changed = true
-                    continue
-                }
-                if record.phase == .waiting {
+                case .spawn?:
                     spawn(record)
-                } else if !isShuttingDown, let instance = record.instance, deps.allSatisfy({ $0.phase == .running }) {
-                    sendStartup(record, instance)
+                case .startup?:
+                    if let instance = record.instance { sendStartup(record, instance) }
+                case nil:
+                    break
                 }
             }
         }
@@ -132,7 +131,7 @@ final class Lifecycle: SupervisorComponent {
     /// holds it for one startup timeout, not for all its restarts.
     func checkLaunch() {
         guard phase == .starting else { return }
-        guard table.all.allSatisfy(firstStartSettled) else { return }
+        guard table.all.allSatisfy({ StartOrder.firstStartSettled($0.startFacts, lookup: { self.table[$0]?.startFacts }) }) else { return }
         phase = .launched
         let running = table.inOrder.filter { $0.phase == .running }
         var remaining = running.count
@@ -155,20 +154,6 @@ final class Lifecycle: SupervisorComponent {
             shared.sendEvent(record, .launch) { _ in
                 remaining -= 1
                 if remaining == 0 { announce() }
-            }
-        }
-    }
-
-    /// Whether `record`'s first start is over, for the ready line.
-    private func firstStartSettled(_ record: PluginRecord) -> Bool {
-        switch record.phase {
-        case .running, .failed, .stopped: return true
-        case .starting, .restarting: return record.hasRun || record.lastExit != nil
-        case .waiting:
-            // Waiting for a dependency that is itself settled without running: it may be long.
-            return record.dependencyIDs.contains { id in
-                guard let dependency = table[id] else { return true }
-                return dependency.phase != .running && firstStartSettled(dependency)
             }
         }
     }

@@ -47,12 +47,7 @@ final class LinkHandoff: Sendable {
     }
 
     /// A descriptor kept for a token, as an upgrade hands it to the next binary.
-    struct Kept: Codable, Sendable {
-        var token: String
-        var fd: Int32
-        var tag: UInt64
-        var until: Int64
-    }
+    typealias Kept = UpgradeSnapshot.Kept
 
     /// The listener and what is kept for tokens, for the binary an upgrade execs (the serving
     /// thread goes on until the exec ends it: a client picking up at that moment sees the end of

@@ -79,6 +79,12 @@ final class PluginRecord {
 
     var identifier: String { manifest.identifier }
 
+    /// The plugin as the core's start rules read it (`StartOrder`).
+    var startFacts: StartOrder.Plugin {
+        StartOrder.Plugin(identifier: identifier, phase: phase, dependencies: dependencyIDs, parked: instance?.phase == .loaded,
+                          hasWorker: instance != nil, hasRun: hasRun, hasExited: lastExit != nil)
+    }
+
     /// The plugin as the core's routing rule reads it (`Route`).
     var routeTarget: Route.Target {
         Route.Target(identifier: identifier, phase: phase, problem: problem, worker: instance.map {

@@ -1,0 +1,285 @@
+import PluginProtocol
+
+/// What a supervisor hands the binary it execs in an upgrade (docs/operations.md, "Upgrading the
+/// supervisor"): its state as values, and the numbers of the descriptors it kept open across the
+/// exec (the workers' sockets and pidfds, the listeners, the home's lock). Written as JSON into a
+/// sealed memfd; `format` says which layout, and a binary reads every format in `readable` (a newer
+/// binary reads the previous one; an older one refuses a newer one, and the supervisor that wrote
+/// it carries on).
+///
+/// Taken only when the supervisor is quiet (no call, event or link order in flight through it,
+/// no plugin between two phases), so what a plugin or a client was doing is in its own process.
+package struct UpgradeSnapshot: Codable, Sendable {
+    package static let format = 1
+    package static let readable: ClosedRange<Int> = 1...1
+
+    package var format = Self.format
+    /// The product version that wrote it.
+    package var fromVersion: String
+    /// CLOCK_MONOTONIC (ns) when the writer stopped reading its sockets: the pause starts there.
+    package var pausedAtNs: Int64
+    /// Upgrades this process went through before this one.
+    package var upgrades: Int
+    package var homeLock: Int32
+    package var controlListener: Int32?
+    package var metricsListener: Int32?
+    package var handoff: Handoff?
+    /// The previous fork server, ending now that its socket closed with the exec: the new binary
+    /// reaps it and starts its own (with the new worker code).
+    package var oldForkServer: Child?
+    /// The previous binary's companions (worker, fork server, worker library, installer): used by
+    /// the new binary for any of its own that is not beside it (a supervisor binary copied alone).
+    package var executables: [String: String] = [:]
+    /// The cgroup tree workers' groups are made in (nil: none, `cgroupsMissing` says why).
+    package var cgroupTree: CgroupTreeState?
+    package var cgroupsMissing: String
+    /// systemd heard READY=1 already.
+    package var systemdReady: Bool
+    /// The supervisor had started every plugin once (`launch` went out).
+    package var launched: Bool
+    /// Who asked for the upgrade, to be answered by whichever binary carries on.
+    package var requester: Requester?
+    package var plugins: [Plugin]
+    package var connections: [Connection]
+    package var links: [Link]
+    package var nextLinkNumber: UInt64
+    /// The seccomp notifier's descriptors (listeners, or channels a listener is yet to come on).
+    package var notifier: [Held]
+
+    package struct CgroupTreeState: Codable, Sendable {
+        package var version: String
+        package var bases: [String: String]
+
+        package init(version: String, bases: [String: String]) {
+            self.version = version
+            self.bases = bases
+        }
+    }
+
+    package struct Child: Codable, Sendable {
+        package var pid: Int32
+        package var pidfd: Int32
+
+        package init(pid: Int32, pidfd: Int32) {
+            self.pid = pid
+            self.pidfd = pidfd
+        }
+    }
+
+    package struct Handoff: Codable, Sendable {
+        package var listener: Int32
+        package var offers: [Kept]
+        package var deposits: [Kept]
+
+        package init(listener: Int32, offers: [Kept], deposits: [Kept]) {
+            self.listener = listener
+            self.offers = offers
+            self.deposits = deposits
+        }
+    }
+
+    package struct Requester: Codable, Sendable {
+        /// Index into `connections`.
+        package var connection: Int
+        package var id: UInt64
+
+        package init(connection: Int, id: UInt64) {
+            self.connection = connection
+            self.id = id
+        }
+    }
+
+    package struct Plugin: Codable, Sendable {
+        package var identifier: String
+        /// `running`, `failed`, `failedByDependency` (retried when the dependency runs again),
+        /// `stopped`, or `restarting` (no worker: a restart was waiting for its delay; the new
+        /// binary starts it at once).
+        package var phase: String
+        package var restarts: Int
+        /// How long ago (ns) each restart still in its restart window happened: the intensity limit
+        /// and the backoff go on counting them. Absent from a binary that did not keep them (the
+        /// window then starts empty, as it did).
+        package var restartAgesNs: [Int64]?
+        package var hasRun: Bool
+        package var problem: String?
+        package var lastError: String?
+        package var lastExit: ExitStatus?
+        package var sandboxDenials: [String: Int]
+        package var worker: Worker?
+
+        package init(identifier: String, phase: String, restarts: Int, restartAgesNs: [Int64]? = nil, hasRun: Bool, problem: String? = nil, lastError: String? = nil, lastExit: ExitStatus? = nil, sandboxDenials: [String: Int], worker: Worker? = nil) {
+            self.identifier = identifier
+            self.phase = phase
+            self.restarts = restarts
+            self.restartAgesNs = restartAgesNs
+            self.hasRun = hasRun
+            self.problem = problem
+            self.lastError = lastError
+            self.lastExit = lastExit
+            self.sandboxDenials = sandboxDenials
+            self.worker = worker
+        }
+    }
+
+    package struct Worker: Codable, Sendable {
+        package var pid: Int32
+        package var pidfd: Int32
+        package var socket: Int32
+        /// Bytes read from its socket that did not make a whole frame yet.
+        package var leftover: [UInt8]
+        package var descriptorChannel: Int32?
+        package var payloadChannel: Int32?
+        package var stdout: Int32?
+        package var stderr: Int32?
+        /// Its cgroup's folders by controller ("" on v2).
+        package var cgroup: [String: String]?
+        package var cgroupVersion: String?
+        package var temporaryFolder: String
+        package var bundle: String
+        package var version: String
+        package var library: String?
+        package var variant: String?
+        package var forked: Bool
+        package var startProblem: String?
+        package var sandbox: [String]
+        package var sandboxMissing: [String]
+        package var timings: [String: Int]
+        /// How long it had been running (ns) when the snapshot was taken.
+        package var ageNs: Int64
+        package var nextID: UInt64
+        package var linkedCallees: [String]
+
+        /// Its control group, as the previous binary made it (nil: it had none).
+
+        package init(pid: Int32, pidfd: Int32, socket: Int32, leftover: [UInt8], descriptorChannel: Int32? = nil, payloadChannel: Int32? = nil, stdout: Int32? = nil, stderr: Int32? = nil, cgroup: [String: String]? = nil, cgroupVersion: String? = nil, temporaryFolder: String, bundle: String, version: String, library: String? = nil, variant: String? = nil, forked: Bool, startProblem: String? = nil, sandbox: [String], sandboxMissing: [String], timings: [String: Int], ageNs: Int64, nextID: UInt64, linkedCallees: [String]) {
+            self.pid = pid
+            self.pidfd = pidfd
+            self.socket = socket
+            self.leftover = leftover
+            self.descriptorChannel = descriptorChannel
+            self.payloadChannel = payloadChannel
+            self.stdout = stdout
+            self.stderr = stderr
+            self.cgroup = cgroup
+            self.cgroupVersion = cgroupVersion
+            self.temporaryFolder = temporaryFolder
+            self.bundle = bundle
+            self.version = version
+            self.library = library
+            self.variant = variant
+            self.forked = forked
+            self.startProblem = startProblem
+            self.sandbox = sandbox
+            self.sandboxMissing = sandboxMissing
+            self.timings = timings
+            self.ageNs = ageNs
+            self.nextID = nextID
+            self.linkedCallees = linkedCallees
+        }
+    }
+
+    package struct Connection: Codable, Sendable {
+        package var fd: Int32
+        package var leftover: [UInt8]
+        package var following: [Follow]
+        package var provides: [String]
+        package var nextHostCallID: UInt64
+
+        package struct Follow: Codable, Sendable {
+            package var id: UInt64
+            package var plugin: String?
+
+            package init(id: UInt64, plugin: String? = nil) {
+                self.id = id
+                self.plugin = plugin
+            }
+        }
+
+        package init(fd: Int32, leftover: [UInt8], following: [Follow], provides: [String], nextHostCallID: UInt64) {
+            self.fd = fd
+            self.leftover = leftover
+            self.following = following
+            self.provides = provides
+            self.nextHostCallID = nextHostCallID
+        }
+    }
+
+    package struct Link: Codable, Sendable {
+        package var number: UInt64
+        package var callee: String
+        /// The calling plugin, or (`client`) the index of the calling connection.
+        package var callerPlugin: String?
+        package var callerConnection: Int?
+
+        package init(number: UInt64, callee: String, callerPlugin: String? = nil, callerConnection: Int? = nil) {
+            self.number = number
+            self.callee = callee
+            self.callerPlugin = callerPlugin
+            self.callerConnection = callerConnection
+        }
+    }
+
+    /// A descriptor kept at the handoff socket for a token (`LinkHandoff`), handed to the next binary.
+    package struct Kept: Codable, Sendable {
+        package var token: String
+        package var fd: Int32
+        package var tag: UInt64
+        package var until: Int64
+
+        package init(token: String, fd: Int32, tag: UInt64, until: Int64) {
+            self.token = token
+            self.fd = fd
+            self.tag = tag
+            self.until = until
+        }
+    }
+
+    package struct Held: Codable, Sendable {
+        package var pid: Int32
+        package var fd: Int32
+        package var isListener: Bool
+
+        package init(pid: Int32, fd: Int32, isListener: Bool) {
+            self.pid = pid
+            self.fd = fd
+            self.isListener = isListener
+        }
+    }
+
+    /// Every descriptor it names, to keep open across the exec.
+    package var descriptors: [Int32] {
+        var all: [Int32] = [homeLock]
+        let listeners: [Int32?] = [controlListener, metricsListener, handoff?.listener, oldForkServer?.pidfd]
+        all += listeners.compactMap { $0 }
+        all += (handoff?.offers ?? []).map(\.fd) + (handoff?.deposits ?? []).map(\.fd)
+        for plugin in plugins {
+            guard let w = plugin.worker else { continue }
+            let optional: [Int32?] = [w.descriptorChannel, w.payloadChannel, w.stdout, w.stderr]
+            all += [w.pidfd, w.socket] + optional.compactMap { $0 }
+        }
+        all += connections.map(\.fd) + notifier.map(\.fd)
+        return all
+    }
+
+    package init(fromVersion: String, pausedAtNs: Int64, upgrades: Int, homeLock: Int32, controlListener: Int32? = nil, metricsListener: Int32? = nil, handoff: Handoff? = nil, oldForkServer: Child? = nil, executables: [String: String] = [:], cgroupTree: CgroupTreeState? = nil, cgroupsMissing: String, systemdReady: Bool, launched: Bool, requester: Requester? = nil, plugins: [Plugin], connections: [Connection], links: [Link], nextLinkNumber: UInt64, notifier: [Held]) {
+        self.fromVersion = fromVersion
+        self.pausedAtNs = pausedAtNs
+        self.upgrades = upgrades
+        self.homeLock = homeLock
+        self.controlListener = controlListener
+        self.metricsListener = metricsListener
+        self.handoff = handoff
+        self.oldForkServer = oldForkServer
+        self.executables = executables
+        self.cgroupTree = cgroupTree
+        self.cgroupsMissing = cgroupsMissing
+        self.systemdReady = systemdReady
+        self.launched = launched
+        self.requester = requester
+        self.plugins = plugins
+        self.connections = connections
+        self.links = links
+        self.nextLinkNumber = nextLinkNumber
+        self.notifier = notifier
+    }
+}

@@ -1,0 +1,70 @@
+import Testing
+import SupervisorCore
+
+/// How plugins come up, when the first start is over, and what dependents hear
+/// (Starting/StartOrder.swift).
+@Suite struct StartOrderTests {
+    typealias P = StartOrder.Plugin
+
+    @Test func aWaitingPluginIsSpawnedWhateverItsDependenciesDo() {
+        let dep = P(identifier: "d", phase: .starting)
+        #expect(StartOrder.step(for: P(identifier: "p", phase: .waiting, dependencies: ["d"]), dependencies: [dep], shuttingDown: false) == .spawn)
+    }
+
+    @Test func startupWaitsForEveryDependencyToRun() {
+        let parked = P(identifier: "p", phase: .starting, dependencies: ["a", "b"], parked: true, hasWorker: true)
+        let a = P(identifier: "a", phase: .running), b = P(identifier: "b", phase: .starting)
+        #expect(StartOrder.step(for: parked, dependencies: [a, b], shuttingDown: false) == nil)
+        #expect(StartOrder.step(for: parked, dependencies: [a, P(identifier: "b", phase: .running)], shuttingDown: false) == .startup)
+        #expect(StartOrder.step(for: parked, dependencies: [a, P(identifier: "b", phase: .running)], shuttingDown: true) == nil,
+                "no startup once the supervisor shuts down")
+    }
+
+    @Test func aFailedOrStoppedDependencyFailsIt() {
+        let p = P(identifier: "p", phase: .waiting, dependencies: ["d"])
+        #expect(StartOrder.step(for: p, dependencies: [P(identifier: "d", phase: .failed(byDependency: false))], shuttingDown: false)
+            == .failByDependency(dependency: "d", phase: .failed(byDependency: false)))
+        #expect(StartOrder.step(for: p, dependencies: [P(identifier: "d", phase: .stopped)], shuttingDown: false)
+            == .failByDependency(dependency: "d", phase: .stopped))
+        #expect(StartOrder.step(for: p, dependencies: [P(identifier: "d", phase: .stopped)], shuttingDown: true) == .spawn,
+                "a dependency stopped by the shutdown fails nobody")
+    }
+
+    @Test func aPluginThatRunsOrHasNoParkedWorkerIsLeftAlone() {
+        #expect(StartOrder.step(for: P(identifier: "p", phase: .running, hasWorker: true), dependencies: [], shuttingDown: false) == nil)
+        #expect(StartOrder.step(for: P(identifier: "p", phase: .starting, hasWorker: true), dependencies: [], shuttingDown: false) == nil,
+                "a worker not yet loaded gets no startup")
+        #expect(StartOrder.step(for: P(identifier: "p", phase: .failed(byDependency: false)), dependencies: [], shuttingDown: false) == nil)
+    }
+
+    @Test func theFirstStartSettlesForEachPhase() {
+        let none: (String) -> P? = { _ in nil }
+        #expect(StartOrder.firstStartSettled(P(identifier: "p", phase: .running), lookup: none))
+        #expect(StartOrder.firstStartSettled(P(identifier: "p", phase: .failed(byDependency: true)), lookup: none))
+        #expect(!StartOrder.firstStartSettled(P(identifier: "p", phase: .starting), lookup: none))
+        #expect(StartOrder.firstStartSettled(P(identifier: "p", phase: .restarting, hasExited: true), lookup: none),
+                "a plugin that ended once does not hold the ready line for all its restarts")
+    }
+
+    @Test func aPluginWaitingForADependencyThatDidNotMakeItIsSettled() {
+        let plugins = ["d": P(identifier: "d", phase: .restarting, hasExited: true), "up": P(identifier: "up", phase: .running)]
+        let lookup: (String) -> P? = { plugins[$0] }
+        #expect(StartOrder.firstStartSettled(P(identifier: "p", phase: .waiting, dependencies: ["d"]), lookup: lookup))
+        #expect(!StartOrder.firstStartSettled(P(identifier: "q", phase: .waiting, dependencies: ["up"]), lookup: lookup),
+                "its dependency runs: it will start soon")
+    }
+
+    @Test func aWaitingCycleDoesNotLoop() {
+        let plugins = ["a": P(identifier: "a", phase: .waiting, dependencies: ["b"]), "b": P(identifier: "b", phase: .waiting, dependencies: ["a"])]
+        #expect(!StartOrder.firstStartSettled(plugins["a"]!, lookup: { plugins[$0] }))
+    }
+
+    @Test func dependentsFailedByThisPluginTryAgainAndRunningOnesHearOfARestart() {
+        let dependents = [P(identifier: "x", phase: .failed(byDependency: true)), P(identifier: "y", phase: .running, hasWorker: true),
+                          P(identifier: "z", phase: .failed(byDependency: false))]
+        #expect(StartOrder.notices(dependents: dependents, restarted: false, restartDependents: false, shuttingDown: false) == [.retry("x")])
+        #expect(StartOrder.notices(dependents: dependents, restarted: true, restartDependents: false, shuttingDown: false) == [.retry("x"), .tell("y")])
+        #expect(StartOrder.notices(dependents: dependents, restarted: true, restartDependents: true, shuttingDown: false) == [.retry("x"), .restart("y")])
+        #expect(StartOrder.notices(dependents: dependents, restarted: false, restartDependents: false, shuttingDown: true).isEmpty)
+    }
+}
