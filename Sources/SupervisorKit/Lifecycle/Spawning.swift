@@ -336,9 +336,12 @@ extension Lifecycle {
     /// waited goes to it, it hears `launch` if the others have, and its dependents hear it restarted.
     func servesAgain(_ record: PluginRecord, restarted: Bool) {
         effects.post(.forwardWaiting(record))
-        // Dependents that could not start only because this plugin was down get another go.
-        for dependent in table.dependents(of: record.identifier) where !isShuttingDown && dependent.instance == nil
-            && dependent.phase == .failed(byDependency: true) {
+        // Dependents that could not start only because this plugin was down get another go; a
+        // restarted plugin lost its state, so running dependents hear of it (or restart too).
+        let notices = StartOrder.notices(dependents: table.dependents(of: record.identifier).map(\.startFacts), restarted: restarted,
+                                         restartDependents: config.restartDependents, shuttingDown: isShuttingDown)
+        for case .retry(let id) in notices {
+            guard let dependent = table[id] else { continue }
             move(dependent, to: .waiting)
             dependent.problem = nil
         }
@@ -347,14 +350,14 @@ extension Lifecycle {
             shared.sendEvent(record, .launch) { _ in }
             if !restarted { effects.post(.refreshResources(record)) }
         }
-        if restarted {
-            // A restarted plugin lost its state: its dependents hear of it (or restart too).
-            for dependent in table.dependents(of: record.identifier) where dependent.phase == .running {
-                if config.restartDependents, let inst = dependent.instance {
-                    kill(inst, .dependencyRestarted, "\(record.identifier) restarted (restartDependents)")
-                } else {
-                    shared.sendEvent(dependent, .dependencyRestarted, payload: { $0.object("payload", ["identifier": .string(record.identifier)]) }) { _ in }
-                }
+        for notice in notices {
+            switch notice {
+            case .retry: break
+            case .restart(let id):
+                if let inst = table[id]?.instance { kill(inst, .dependencyRestarted, "\(record.identifier) restarted (restartDependents)") }
+            case .tell(let id):
+                guard let dependent = table[id] else { continue }
+                shared.sendEvent(dependent, .dependencyRestarted, payload: { $0.object("payload", ["identifier": .string(record.identifier)]) }) { _ in }
             }
         }
         startWaitingPlugins()
