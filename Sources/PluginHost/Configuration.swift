@@ -20,6 +20,9 @@ extension PluginHost {
         /// Every setting of the supervisor.
         public var settings: SupervisorConfig
 
+        /// `supervisor start --plugins … --home …` as a host program's: no signal handling,
+        /// metrics to the program's swift-metrics backend, the workers' binaries found as the
+        /// overview says (beside the program, else the program's own executable).
         public init(pluginFolders: [String], home: String) {
             settings = SupervisorConfig(home: home, pluginDirectories: pluginFolders)
             settings.handlesSignals = false
@@ -37,6 +40,8 @@ extension PluginHost {
             set { settings.pluginDirectories = newValue.map(FileSystem.absolute) }
         }
 
+        /// The host's home: its data folders, installed plugins and control socket
+        /// (`<home>/supervisor.sock`).
         public var home: String { settings.home }
 
         /// Workers sandboxed (the default) or not (`--no-sandbox`).

@@ -29,6 +29,7 @@ import SupervisorKit
 /// }
 /// ```
 public final class PluginHost: Service, PluginCaller {
+    /// What this host runs: its plugin folders, home and settings, as given to `init`.
     public let configuration: Configuration
     let supervisor: Supervisor
     private let logger: Logger
@@ -49,6 +50,7 @@ public final class PluginHost: Service, PluginCaller {
         case stoppedBeforeRun
     }
 
+    /// A host that runs `configuration` and logs through `logger`; nothing starts until `run()`.
     public init(configuration: Configuration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
@@ -292,14 +294,19 @@ public final class PluginHost: Service, PluginCaller {
 
 /// The events of an embedded host (`PluginHost.events()`).
 public struct HostEvents: AsyncSequence, Sendable {
+    /// Each event is a `HostEvent`.
     public typealias Element = HostEvent
+    /// The iterator's error type; it never throws: the sequence ends when the host stops.
     public typealias Failure = any Error
     let base: AsyncStream<HostEvent>
 
+    /// An iterator over the events from now on.
     public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(base: base.makeAsyncIterator()) }
 
+    /// Reads the host's events one at a time.
     public struct AsyncIterator: AsyncIteratorProtocol {
         var base: AsyncStream<HostEvent>.AsyncIterator
+        /// The next event; nil once the host has stopped.
         public mutating func next() async throws -> HostEvent? { await base.next() }
     }
 }
