@@ -1,21 +1,44 @@
 #!/usr/bin/env bash
-# The host example (examples/host-http, docs/host.md) from a fresh clone: builds it (a package of
-# its own: Hummingbird 2 beside PluginHost), runs it over the example plugins, asks it over HTTP
-# for a plugin's answer and for a plugin that does not exist, then sends SIGTERM and checks that it
-# exits 0 within the grace period with every worker gone. CI runs it after the tests.
+# The host example (examples/host-http, docs/host.md) as a user builds it: a copy of it placed
+# outside this repository, depending on it by absolute path, built with a plain `swift build` (a
+# package of its own: Hummingbird 2 beside PluginHost). Its build has no plugin-worker and no
+# plugin-forkserver, and it runs with no SUPERVISOR_BINARIES and no `supervisor` on PATH: its own
+# executable is its workers' and fork server's binary. It runs over the example plugins; the
+# script asks it over HTTP for a plugin's answer and for a plugin that does not exist, checks its
+# workers are forked from it and sandboxed (seccomp filter on, every layer in `status`), then sends
+# SIGTERM and checks that it exits 0 within the grace period with every worker gone; a second run
+# is SIGKILLed and takes its workers with it. CI runs it after the tests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 swift build >/dev/null
 plugins=$(./scripts/assemble-plugins.sh)
-echo "==> building examples/host-http (first build takes minutes)" >&2
+# Outside the repository; one folder per clone, kept between runs so that a second run builds
+# only what changed.
+outside=${TMPDIR:-/tmp}/host-http-outside-$(printf '%s' "$root" | md5sum | cut -c1-12)
+mkdir -p "$outside"
+rm -rf "$outside/Sources"
+cp -R examples/host-http/Sources "$outside/Sources"
+sed "s|^let root = .*|let root = URL(fileURLWithPath: \"$root\")|" examples/host-http/Package.swift >"$outside/Package.swift"
+grep -q "^let root = URL(fileURLWithPath: \"$root\")" "$outside/Package.swift" \
+  || { echo "check-host-example: could not point the copy's Package.swift at $root" >&2; exit 1; }
+echo "==> building a copy of examples/host-http in $outside (first build takes minutes)" >&2
 log=$(mktemp)
-if ! swift build --package-path examples/host-http >"$log" 2>&1; then cat "$log" >&2; exit 1; fi
+if ! (cd "$outside" && swift build) >"$log" 2>&1; then cat "$log" >&2; exit 1; fi
+program=$outside/.build/debug/HostHTTP
+for binary in plugin-worker plugin-forkserver libPluginWorkerCore.so supervisor; do
+  if [ -e "$outside/.build/debug/$binary" ]; then echo "check-host-example: the copy's build has $binary" >&2; exit 1; fi
+done
+# As a user runs it: no variable, no supervisor on PATH (an empty folder: it runs nothing by name).
+run_host() {
+  mkdir -p "$work/empty"
+  env -u SUPERVISOR_BINARIES PATH=$work/empty PORT=$port PLUGIN_HOME=$work/home \
+    "$program" "$plugins" >"$work/out" 2>&1 &
+  pid=$!
+}
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-PORT=$port PLUGIN_HOME=$work/home SUPERVISOR_BINARIES=$root/.build/debug \
-  examples/host-http/.build/debug/HostHTTP "$plugins" >"$work/out" 2>&1 &
-pid=$!
+run_host
 cleanup() { kill -9 $pid 2>/dev/null || true; rm -rf "$work" "$log"; }
 trap cleanup EXIT
 get() {  # prints "<status> <body>"
@@ -39,8 +62,31 @@ case "$answer" in '200 {"greeting":"Hello, Ada!"}') ;; *) echo "check-host-examp
 missing=$(get "$base/plugins/com.example.nope/x")
 echo "GET /plugins/com.example.nope/x -> $missing" >&2
 case "$missing" in 404*notFound*) ;; *) echo "check-host-example: unexpected answer for a missing plugin" >&2; exit 1;; esac
-workers=$("$root/.build/debug/supervisor" status --json --home "$work/home" | python3 -c 'import json,sys; print(" ".join(str(p["pid"]) for p in json.load(sys.stdin) if p.get("pid")))')
+"$root/.build/debug/supervisor" status --json --home "$work/home" >"$work/status"
+workers=$(python3 -c 'import json,sys; print(" ".join(str(p["pid"]) for p in json.load(open(sys.argv[1])) if p.get("pid")))' "$work/status")
 [ -n "$workers" ] || { echo "check-host-example: no workers in status" >&2; exit 1; }
+# Forked by the program's own fork server, with the same sandbox as a plugin-worker's.
+if ! python3 - "$work/status" <<'PY'
+import json, sys
+layers = {"userNamespace", "pidNamespace", "networkNamespace", "noNewPrivs", "landlock", "seccomp"}
+for p in json.load(open(sys.argv[1])):
+    if not p.get("pid"):
+        continue
+    problems = []
+    if p.get("workerStart") != "fork-server" or p.get("workerStartProblem"):
+        problems.append("not forked by the fork server: %s %s" % (p.get("workerStart"), p.get("workerStartProblem") or ""))
+    if not layers <= set(p.get("sandbox", [])):
+        problems.append("sandbox %s lacks %s" % (p.get("sandbox"), sorted(layers - set(p.get("sandbox", [])))))
+    if problems:
+        print("check-host-example: %s: %s" % (p["identifier"], "; ".join(problems)), file=sys.stderr)
+        sys.exit(1)
+PY
+then cat "$work/status" >&2; exit 1; fi
+for w in $workers; do
+  seccomp=$(awk '/^Seccomp:/ {print $2}' "/proc/$w/status")
+  [ "$seccomp" = 2 ] || { echo "check-host-example: worker $w has Seccomp: $seccomp (2 is a filter)" >&2; exit 1; }
+done
+echo "==> its workers (pids $workers) are forked from its own executable, sandboxed, Seccomp: 2" >&2
 kill -TERM $pid
 rc=0
 for _ in $(seq 1 200); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
@@ -54,9 +100,7 @@ grep -q "all plugins stopped" "$work/out" || { echo "check-host-example: the plu
 echo "==> the host example answers over HTTP and stops cleanly on SIGTERM" >&2
 
 # The program's crash takes its workers with it (each dies with the thread that made it).
-PORT=$port PLUGIN_HOME=$work/home SUPERVISOR_BINARIES=$root/.build/debug \
-  examples/host-http/.build/debug/HostHTTP "$plugins" >"$work/out" 2>&1 &
-pid=$!
+run_host
 for _ in $(seq 1 300); do case "$(get "$base/health")" in 200*) break;; esac; sleep 0.1; done
 workers=$("$root/.build/debug/supervisor" status --json --home "$work/home" | python3 -c 'import json,sys; print(" ".join(str(p["pid"]) for p in json.load(sys.stdin) if p.get("pid")))')
 [ -n "$workers" ] || { echo "check-host-example: no workers in status (second run)" >&2; cat "$work/out" >&2; exit 1; }
