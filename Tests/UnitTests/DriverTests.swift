@@ -1,6 +1,7 @@
 import NIOCore
 import NIOEmbedded
 import Testing
+import SupervisorCore
 @testable import SupervisorKit
 
 /// The driver's parts that decide without processes: the fork server's state (Lifecycle/ForkServerState.swift)
@@ -8,7 +9,7 @@ import Testing
 @Suite struct ForkServerStateTests {
     final class Server {}
     typealias State = ForkServerState<Server>
-    static let t0 = NIODeadline.uptimeNanoseconds(1_000_000_000_000)
+    static let t0 = Instant(nanoseconds: 1_000_000_000_000)
 
     @Test func launchedThenAnsweredServes() {
         var state = State()

@@ -1,6 +1,7 @@
 import PluginProtocol
 import Synchronization
 import Testing
+import SupervisorCore
 @testable import SupervisorKit
 
 /// The parts of streams (SPEC §13) that need no process: the frames and their fields, what a worker

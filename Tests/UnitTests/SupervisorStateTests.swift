@@ -5,6 +5,7 @@ import LinuxSupport
 import NIOCore
 import PluginProtocol
 import Testing
+import SupervisorCore
 @testable import SupervisorKit
 
 @Suite struct ExitClassifierTests {
@@ -111,7 +112,7 @@ import Testing
 
     @Test func rateWindow() {
         var w = RateWindow(limit: 2, floodLimit: 4)
-        let t = NIODeadline.uptimeNanoseconds(5_000_000_000)
+        let t = Instant(nanoseconds: 5_000_000_000)
         #expect(w.admit(now: t) == .admit(droppedBefore: 0))
         #expect(w.admit(now: t) == .admit(droppedBefore: 0))
         #expect(w.admit(now: t) == .drop)

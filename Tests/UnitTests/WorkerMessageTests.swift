@@ -1,5 +1,6 @@
 import PluginProtocol
 import Testing
+import SupervisorCore
 @testable import SupervisorKit
 
 /// What a worker may say, and when (Routing/WorkerMessage.swift): each frame read alone, without a

@@ -158,7 +158,7 @@ final class OutputCapture: ChannelInboundHandler {
 
     private func emit() {
         defer { partial.removeAll(keepingCapacity: true) }
-        guard case .admit(let droppedBefore) = window.admit(now: .now()) else { return }
+        guard case .admit(let droppedBefore) = window.admit(now: .now) else { return }
         reportDropped(droppedBefore)
         logger.info("\(stream): \(String(decoding: partial, as: UTF8.self))", metadata: ["plugin": "\(plugin)"])
     }

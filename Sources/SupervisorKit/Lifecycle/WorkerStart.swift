@@ -80,7 +80,7 @@ extension Lifecycle {
     /// all; otherwise another one starts, unless it keeps ending (then workers are exec'd).
     func forkServerEnded(_ server: ForkServerConnection, _ exit: ChildExit) {
         let how = exit.signaled ? "signal \(exit.signalName)" : "exit status \(exit.code)"
-        switch forkServer.ended(server, pid: exit.pid, how: how, now: .now(), shuttingDown: isShuttingDown) {
+        switch forkServer.ended(server, pid: exit.pid, how: how, now: .now, shuttingDown: isShuttingDown) {
         case .nothing: break
         case .gaveUp(let reason): logger.error("\(reason)")
         case .startAnother:

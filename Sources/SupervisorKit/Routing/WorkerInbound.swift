@@ -70,7 +70,7 @@ extension Router {
     /// A plugin's `log` message, at most `logsPerSecond` a second; past `floodLogsPerSecond` the
     /// worker is flooding and is dropped.
     private func log(from instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
-        switch instance.logWindow.admit(now: .now()) {
+        switch instance.logWindow.admit(now: .now) {
         case .flood:
             return violated(instance, "flooding: more than \(Self.floodLogsPerSecond) log messages in one second")
         case .drop:

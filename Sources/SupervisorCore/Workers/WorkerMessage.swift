@@ -1,11 +1,10 @@
 import PluginProtocol
-import SupervisorCore
 
 /// What a worker said (SPEC §3), read from one frame's body and checked against what a worker may
 /// say at that point: pure, tested without a worker (`WorkerMessageTests`). `Router.workerFrame`
 /// (WorkerInbound.swift) acts on it; anything a worker may not say is a `violation`, for which that
 /// worker alone is killed.
-enum WorkerMessage: Equatable {
+package enum WorkerMessage: Equatable {
     case hello(HelloMessage)
     /// An answer to request `id` of the supervisor's.
     case reply(id: UInt64)
@@ -26,7 +25,7 @@ enum WorkerMessage: Equatable {
 
     /// Reads one frame's body from the worker of `plugin`; `saidHello`: it has said hello already.
     /// The envelope (the routing fields) comes with it for the messages that are routed on.
-    static func read(_ bytes: UnsafeRawBufferPointer, maxDepth: Int, saidHello: Bool, plugin: String) -> (WorkerMessage, Envelope?) {
+    package static func read(_ bytes: UnsafeRawBufferPointer, maxDepth: Int, saidHello: Bool, plugin: String) -> (WorkerMessage, Envelope?) {
         let env: Envelope
         do { env = try Envelope.parse(bytes, maxDepth: maxDepth) } catch {
             return (.violation("invalid frame: \(error)"), nil)
