@@ -36,9 +36,3 @@ extension WorkerExit {
         self.init(pid: exit.pid, code: exit.code, signaled: exit.signaled, maxRSS: exit.maxRSS, cpuMicroseconds: exit.cpuMicroseconds)
     }
 }
-
-extension ChildExit {
-    init(_ exit: WorkerExit) {
-        self.init(pid: exit.pid, code: exit.code, signaled: exit.signaled, maxRSS: exit.maxRSS, cpuMicroseconds: exit.cpuMicroseconds)
-    }
-}

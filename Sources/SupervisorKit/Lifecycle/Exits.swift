@@ -93,7 +93,7 @@ extension Lifecycle {
             // A kept one is not made again until the plugin's next start, so that one whose
             // sandbox cannot be had is not spawned in a loop: that is worth a warning.
             logger.log(level: standby.isKept ? .warning : .debug,
-                       "standby worker ended before it was needed: \(ExitClassifier.describe(ExitClassifier.classify(.init(exit: ChildExit(exit), notice: instance.exitNotice, killed: instance.killReason))))",
+                       "standby worker ended before it was needed: \(ExitClassifier.describe(ExitClassifier.classify(.init(exit: exit, notice: instance.exitNotice, killed: instance.killReason))))",
                        metadata: ["plugin": "\(instance.identifier)", "pid": "\(exit.pid)"])
             standby.cancelExpiry()
             record.next = .none
@@ -104,7 +104,7 @@ extension Lifecycle {
             callbacks.forEach { $0() }
             return
         }
-        let facts = ExitClassifier.Facts(exit: ChildExit(exit), notice: instance.exitNotice, killed: instance.killReason, violation: instance.violation,
+        let facts = ExitClassifier.Facts(exit: exit, notice: instance.exitNotice, killed: instance.killReason, violation: instance.violation,
                                          stopRequested: afterStop, lastDataBytes: instance.memory.data, hardLimitBytes: hardLimit,
                                          libraryChanged: instance.library.flatMap { FileStamp(path: $0.path) != $0.stamp ? $0.path : nil })
         let status = ExitClassifier.classify(facts)

@@ -1,42 +1,48 @@
-#if canImport(Glibc)
-import Glibc
-#endif
-import LinuxSupport
 import PluginProtocol
-import Protocol
-import SupervisorCore
 
 /// Names the cause of a worker's end (SPEC §8) from what is known of it. Pure, unit-tested.
-enum ExitClassifier {
-    struct Facts {
-        var exit: ChildExit
+package enum ExitClassifier {
+    package struct Facts {
+        package var exit: WorkerExit
         /// What the worker said before ending itself (believed only with the matching exit code).
-        var notice: ExitNotice?
+        package var notice: ExitNotice?
         /// Why the supervisor killed it, if it did.
-        var killed: (reason: ExitReason, message: String)?
+        package var killed: (reason: ExitReason, message: String)?
         /// The forbidden syscall its filter handed to the supervisor, which then killed it.
-        var violation: String? = nil
-        var stopRequested = false
+        package var violation: String? = nil
+        package var stopRequested = false
         /// Its last sampled data size and its hard memory limit, in bytes.
-        var lastDataBytes = 0
-        var hardLimitBytes = Int.max
+        package var lastDataBytes = 0
+        package var hardLimitBytes = Int.max
         /// Its library, when that file changed in place while it ran.
-        var libraryChanged: String? = nil
+        package var libraryChanged: String? = nil
+
+        package init(exit: WorkerExit, notice: ExitNotice? = nil, killed: (reason: ExitReason, message: String)? = nil, violation: String? = nil,
+                     stopRequested: Bool = false, lastDataBytes: Int = 0, hardLimitBytes: Int = .max, libraryChanged: String? = nil) {
+            self.exit = exit
+            self.notice = notice
+            self.killed = killed
+            self.violation = violation
+            self.stopRequested = stopRequested
+            self.lastDataBytes = lastDataBytes
+            self.hardLimitBytes = hardLimitBytes
+            self.libraryChanged = libraryChanged
+        }
     }
 
     /// The safe ways to replace a plugin's library, for the `libraryReplaced` message.
-    static let replaceAdvice = "write the new library to another file and rename it over the old one (the running worker keeps the old file), or use `supervisor install` (docs/abi.md#replacing-a-library)"
+    package static let replaceAdvice = "write the new library to another file and rename it over the old one (the running worker keeps the old file), or use `supervisor install` (docs/abi.md#replacing-a-library)"
 
-    static func classify(_ f: Facts) -> ExitStatus {
+    package static func classify(_ f: Facts) -> ExitStatus {
         var exit = f.exit
         if let notice = f.notice, notice.reason == .signaled, let name = notice.signal, !exit.signaled,
-           let number = LifecycleSignals.number(name), exit.code == 128 + number {
+           let number = LinuxSignal.number(name), exit.code == 128 + number {
             // PID 1 of its namespace reported the signal it dies of, and exited with 128 + it: as if
             // the signal had ended it (a plugin gains nothing by forging this: it could raise it).
             exit.code = number
             exit.signaled = true
         }
-        var status = exit.signaled ? ExitStatus(signal: exit.signalName, reason: .signaled) : ExitStatus(code: exit.code, reason: .exited)
+        var status = exit.signaled ? ExitStatus(signal: LinuxSignal.name(exit.code), reason: .signaled) : ExitStatus(code: exit.code, reason: .exited)
         if let syscall = f.violation {
             // Seen by the supervisor itself, whatever the plugin did to its signals.
             status.reason = .sandboxViolation
@@ -50,15 +56,15 @@ enum ExitClassifier {
         } else if let kill = f.killed {
             status.reason = kill.reason
             status.message = kill.message
-        } else if let library = f.libraryChanged, exit.signaled, [SIGSEGV, SIGBUS, SIGILL].contains(exit.code) {
+        } else if let library = f.libraryChanged, exit.signaled, [LinuxSignal.segv, LinuxSignal.bus, LinuxSignal.ill].contains(exit.code) {
             // Its code was rewritten under it (`cp new.so old.so` truncates the mapped file).
             status.reason = .libraryReplaced
             status.message = "\(library) was written over while the worker ran it; \(replaceAdvice)"
         } else if exit.signaled || exit.code != 0, max(exit.maxRSS, f.lastDataBytes) >= f.hardLimitBytes / 10 * 8 {
             // An allocation failed at the RLIMIT_DATA backstop before the sampler saw the hard limit.
             status.reason = .memoryLimit
-            status.message = "ended (\(exit.signaled ? exit.signalName : "exit code \(exit.code)")) at its memory limit: peak resident \(exit.maxRSS >> 20) MiB, limit \(f.hardLimitBytes >> 20) MiB"
-        } else if exit.signaled, exit.code == SIGSYS {
+            status.message = "ended (\(exit.signaled ? LinuxSignal.name(exit.code) : "exit code \(exit.code)")) at its memory limit: peak resident \(exit.maxRSS >> 20) MiB, limit \(f.hardLimitBytes >> 20) MiB"
+        } else if exit.signaled, exit.code == LinuxSignal.sys {
             // The seccomp trap fired where the reporter could not run (SIGSYS blocked or replaced).
             status.reason = .sandboxViolation
             status.message = "killed by SIGSYS: a system call the sandbox forbids"
@@ -73,10 +79,10 @@ enum ExitClassifier {
     }
 
     /// Ended badly: a signal, a non-zero code, or killed by the supervisor.
-    static func isAbnormal(_ f: Facts) -> Bool { f.exit.signaled || f.exit.code != 0 || f.killed != nil }
+    package static func isAbnormal(_ f: Facts) -> Bool { f.exit.signaled || f.exit.code != 0 || f.killed != nil }
 
     /// One line for the log: "exit code 1, watchdog, no pong within 3000 ms".
-    static func describe(_ s: ExitStatus) -> String {
+    package static func describe(_ s: ExitStatus) -> String {
         var parts: [String] = []
         if let c = s.code { parts.append("exit code \(c)") }
         if let sig = s.signal { parts.append("signal \(sig)") }

@@ -1,0 +1,87 @@
+import Testing
+import SupervisorCore
+
+/// The cause of a worker's end, named from what is known of it (Workers/ExitClassifier.swift). Signal
+/// numbers are Linux's (SIGKILL 9, SIGBUS 7, SIGSEGV 11, SIGSYS 31).
+@Suite struct ExitClassifierTests {
+    func facts(code: Int32 = 0, signal: Int32? = nil, notice: ExitNotice? = nil, killed: (ExitReason, String)? = nil,
+               stop: Bool = false, rss: Int = 0, data: Int = 0, hard: Int = 1 << 30) -> ExitClassifier.Facts {
+        let exit = WorkerExit(pid: 42, code: signal ?? code, signaled: signal != nil, maxRSS: rss)
+        return ExitClassifier.Facts(exit: exit, notice: notice, killed: killed.map { (reason: $0.0, message: $0.1) },
+                                    stopRequested: stop, lastDataBytes: data, hardLimitBytes: hard)
+    }
+
+    @Test func exitCodeAndSignal() {
+        let coded = ExitClassifier.classify(facts(code: 3))
+        #expect(coded.code == 3 && coded.signal == nil && coded.reason == .exited)
+        #expect(ExitClassifier.isAbnormal(facts(code: 3)))
+        #expect(!ExitClassifier.isAbnormal(facts(code: 0)))
+        let signaled = ExitClassifier.classify(facts(signal: 11))
+        #expect(signaled.signal == "SIGSEGV" && signaled.code == nil && signaled.reason == .signaled)
+        #expect(ExitClassifier.describe(signaled) == "signal SIGSEGV")
+    }
+
+    @Test func sandboxViolationWithSyscallOnlyWithItsExitCode() {
+        let notice = ExitNotice(reason: .sandboxViolation, message: "the sandbox denied the system call ptrace", syscall: "ptrace")
+        let believed = ExitClassifier.classify(facts(code: 159, notice: notice))
+        #expect(believed.reason == .sandboxViolation && believed.syscall == "ptrace")
+        #expect(ExitClassifier.describe(believed) == "exit code 159, sandboxViolation, syscall ptrace, the sandbox denied the system call ptrace")
+        // A plugin writing the same notice and exiting 0 is not believed.
+        let forged = ExitClassifier.classify(facts(code: 0, notice: notice))
+        #expect(forged.reason == .exited && forged.syscall == nil)
+        // 31 with no report (the handler could not run): still a violation, without the name.
+        #expect(ExitClassifier.classify(facts(signal: 31)).reason == .sandboxViolation)
+        // The reporter's exit code without its notice (the notice could not be sent).
+        #expect(ExitClassifier.classify(facts(code: 159)).reason == .sandboxViolation)
+    }
+
+    @Test func violationSeenByTheSupervisorWinsWhateverTheExit() {
+        // The notifier killed it for a fatal call: named, whatever the worker wrote or how it died.
+        var f = facts(signal: 9)
+        f.violation = "execve"
+        let status = ExitClassifier.classify(f)
+        #expect(status.reason == .sandboxViolation && status.syscall == "execve" && status.signal == "SIGKILL")
+        var forged = facts(code: 78, notice: ExitNotice(reason: .loadError, message: "x"))
+        forged.violation = "clone"
+        #expect(ExitClassifier.classify(forged).syscall == "clone")
+    }
+
+    @Test func aCrashAfterTheLibraryChangedIsLibraryReplaced() {
+        for signal: Int32 in [11, 7, 4] {
+            var f = facts(signal: signal)
+            f.libraryChanged = "/b/libx.so"
+            let status = ExitClassifier.classify(f)
+            #expect(status.reason == .libraryReplaced && status.message?.hasPrefix("/b/libx.so was written over") == true)
+        }
+        // Another way to end, or the library untouched: not its doing.
+        var aborted = facts(signal: 6)
+        aborted.libraryChanged = "/b/libx.so"
+        #expect(ExitClassifier.classify(aborted).reason == .signaled)
+        #expect(ExitClassifier.classify(facts(signal: 11)).reason == .signaled)
+    }
+
+    @Test func killsByTheSupervisor() {
+        for reason in [ExitReason.watchdog, .protocolViolation, .startupTimeout, .memoryLimit, .dependencyRestarted] {
+            let status = ExitClassifier.classify(facts(signal: 9, killed: (reason, "why")))
+            #expect(status.reason == reason && status.message == "why" && status.signal == "SIGKILL")
+            #expect(ExitClassifier.isAbnormal(facts(code: 0, killed: (reason, "why"))))
+        }
+    }
+
+    @Test func memoryLimitFromPeakSizeWhenTheSamplerMissedIt() {
+        let hard = 64 << 20
+        #expect(ExitClassifier.classify(facts(signal: 11, rss: 60 << 20, hard: hard)).reason == .memoryLimit)
+        #expect(ExitClassifier.classify(facts(code: 1, data: 55 << 20, hard: hard)).reason == .memoryLimit)
+        #expect(ExitClassifier.classify(facts(signal: 11, rss: 10 << 20, hard: hard)).reason == .signaled)
+        // A clean exit near the limit is just a clean exit.
+        #expect(ExitClassifier.classify(facts(code: 0, rss: 60 << 20, hard: hard)).reason == .exited)
+    }
+
+    @Test func loadErrorsAndStops() {
+        let load = ExitNotice(reason: .missingSymbol, message: "no sp_plugin_create")
+        #expect(ExitClassifier.classify(facts(code: 78, notice: load)).reason == .missingSymbol)
+        #expect(ExitReason.missingSymbol.isPermanent && !ExitReason.watchdog.isPermanent)
+        #expect(ExitClassifier.classify(facts(code: 0, stop: true)).reason == .stopped)
+        #expect(ExitClassifier.classify(facts(signal: 9, killed: (.stopped, "grace period over"), stop: true)).reason == .stopped)
+    }
+}
