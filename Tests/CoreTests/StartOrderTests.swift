@@ -68,3 +68,32 @@ import SupervisorCore
         #expect(StartOrder.notices(dependents: dependents, restarted: false, restartDependents: false, shuttingDown: true).isEmpty)
     }
 }
+
+/// When an update comes up beside the running version, and when a crash rolls it back
+/// (Updating/UpdateRule.swift).
+@Suite struct UpdateRuleTests {
+    static func beside(shuttingDown: Bool = false, phase: PluginPhase = .running, workerRunning: Bool = true, next: UpdateRule.Next = .none,
+                       deps: Bool = true) -> Bool {
+        UpdateRule.canStartBeside(shuttingDown: shuttingDown, phase: phase, workerRunning: workerRunning, next: next, newDependenciesRunning: deps)
+    }
+
+    @Test func besideARunningWorkerWithNothingNext() {
+        #expect(Self.beside())
+        #expect(Self.beside(next: .keptStandby), "a kept standby gives way")
+    }
+
+    @Test func otherwiseStoppedAndStartedAsTheNewVersion() {
+        #expect(!Self.beside(shuttingDown: true))
+        #expect(!Self.beside(phase: .restarting))
+        #expect(!Self.beside(workerRunning: false), "its worker is still starting or already draining")
+        #expect(!Self.beside(next: .other), "another version is coming up, or a restart is under way")
+        #expect(!Self.beside(deps: false), "the new version's dependencies do not run")
+    }
+
+    @Test func aCrashRollsBackOnlyWithinTheGrace() {
+        let t = Instant(nanoseconds: 10_000_000_000)
+        #expect(UpdateRule.withinGrace(until: t + .seconds(30), now: t))
+        #expect(!UpdateRule.withinGrace(until: t, now: t), "the grace has ended at its last instant")
+        #expect(!UpdateRule.withinGrace(until: nil, now: t), "no update under way")
+    }
+}

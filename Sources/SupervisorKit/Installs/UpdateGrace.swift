@@ -13,7 +13,7 @@ struct UpdateGrace {
     var staged: BundleStore.Staged
     var previous: Manifest
     var what: String
-    var until: NIODeadline
+    var until: Instant
     var timer: Scheduled<Void>?
 }
 
@@ -21,7 +21,7 @@ extension Installs {
     /// The new version runs: keep the previous one until the grace period ends.
     func beginGrace(_ record: PluginRecord, staged: BundleStore.Staged, previous: Manifest, what: String) {
         let seconds = config.updateGraceSeconds
-        var grace = UpdateGrace(staged: staged, previous: previous, what: what, until: .now() + .seconds(Int64(seconds)))
+        var grace = UpdateGrace(staged: staged, previous: previous, what: what, until: Instant.now.adding(milliseconds: seconds * 1_000))
         grace.timer = loop.assumeIsolated().scheduleTask(in: .seconds(Int64(seconds))) { [self] in endGrace(record) }
         record.updateGrace = grace
         logger.notice("installed \(what); the previous version is kept for \(seconds) s in case the new one crashes",
@@ -42,7 +42,7 @@ extension Installs {
     /// caller starts it). Returns false when there is no grace period running, or the files could
     /// not be put back (the restart policy decides, as usual).
     func rollBackWithinGrace(_ record: PluginRecord, crash described: String) -> Bool {
-        guard let grace = record.updateGrace, NIODeadline.now() < grace.until else { return false }
+        guard let grace = record.updateGrace, UpdateRule.withinGrace(until: grace.until, now: .now) else { return false }
         grace.timer?.cancel()
         record.updateGrace = nil
         let id = record.identifier

@@ -104,8 +104,8 @@ extension Shared {
     /// over with no call dropped): it runs, nothing else is next for it (a kept standby gives way),
     /// and the new version's dependencies run. Otherwise it is stopped and started as the new version.
     func canStartBeside(_ record: PluginRecord, _ manifest: Manifest) -> Bool {
-        guard !isShuttingDown, record.phase == .running, record.next.isNone || record.standby?.isKept == true,
-              let current = record.instance, current.phase == .running else { return false }
-        return table.dependenciesRunning(manifest)
+        let next: UpdateRule.Next = record.next.isNone ? .none : record.standby?.isKept == true ? .keptStandby : .other
+        return UpdateRule.canStartBeside(shuttingDown: isShuttingDown, phase: record.phase, workerRunning: record.instance?.phase == .running,
+                                         next: next, newDependenciesRunning: table.dependenciesRunning(manifest))
     }
 }

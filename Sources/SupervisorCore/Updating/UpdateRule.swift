@@ -1,0 +1,28 @@
+/// The rules of an update with no call dropped (SPEC §8): when the new version may come up beside
+/// the running one (and take over once it answers `startup`), and when a crash of the new version
+/// rolls it back instead of restarting it.
+package enum UpdateRule {
+    /// What comes after the serving worker, as the rule reads it.
+    package enum Next: Equatable, Sendable {
+        case none
+        /// A standby kept beside a running plugin (`standbyWorkers: "always"`): it gives way.
+        case keptStandby
+        /// Anything else: a new version already coming up, a standby for a restart, a restart's delay.
+        case other
+    }
+
+    /// Whether an update can start beside the running worker: the supervisor is not shutting down,
+    /// the plugin runs with a running worker, nothing else is next (a kept standby gives way), and
+    /// the new version's dependencies run. Otherwise it is stopped and started as the new version.
+    package static func canStartBeside(shuttingDown: Bool, phase: PluginPhase, workerRunning: Bool, next: Next,
+                                       newDependenciesRunning: Bool) -> Bool {
+        !shuttingDown && phase == .running && workerRunning && next != .other && newDependenciesRunning
+    }
+
+    /// Whether a crash at `now` falls within the update's grace period (ending `until`): the
+    /// previous version is put back instead of the new one being restarted.
+    package static func withinGrace(until: Instant?, now: Instant) -> Bool {
+        guard let until else { return false }
+        return now < until
+    }
+}
