@@ -70,6 +70,9 @@ struct UpgradeTests {
                 }
             }
         }
+        // However this ends (a wait that times out throws), the callers stop: a caller whose
+        // supervisor is gone would otherwise fail in a loop for ever.
+        defer { lanes.stop.store(true, ordering: .relaxed) }
         try await waitUntil("calls to flow") { lanes.answered.load(ordering: .relaxed) > 200 }
         lanes.longestGapNs.store(0, ordering: .relaxed)
         try await work()
