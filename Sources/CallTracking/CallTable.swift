@@ -68,19 +68,12 @@ package struct CallTable<Entry: InFlightEntry> {
     @inlinable
     package func contains(_ id: UInt64) -> Bool { entries[id] != nil }
 
-    /// The entry under `id`. A deadline moved later needs nothing more; moved earlier, use `move`.
+    /// The entry under `id`. Its deadline may move later (a stream's idle timeout moving with each
+    /// chunk) and need nothing more: `earliest` stays a lower bound.
     @inlinable
     package subscript(id: UInt64) -> Entry? {
         get { entries[id] }
         _modify { yield &entries[id] }
-    }
-
-    /// `id`'s deadline becomes `deadline` (a stream's idle timeout moving with each chunk).
-    @inlinable
-    package mutating func move(_ id: UInt64, deadline: Instant, _ update: (inout Entry, Instant) -> Void) {
-        guard entries[id] != nil else { return }
-        update(&entries[id]!, deadline)
-        if deadline < earliest { earliest = deadline }
     }
 
     /// The answer to `id` came (or its caller gave it up): its entry leaves; nil if it had left.

@@ -127,14 +127,6 @@ import SupervisorCore
         #expect(table.earliest == .never)
     }
 
-    @Test func aDeadlineMovedEarlierLowersTheBound() {
-        var table = CallTable<Entry>()
-        let id = table.add(Self.entry("s", afterMs: 900))
-        table.move(id, deadline: Self.t0.adding(milliseconds: 100)) { $0.deadline = $1 }
-        #expect(table.earliest == Self.t0.adding(milliseconds: 100))
-        #expect(table.expire(now: Self.t0.adding(milliseconds: 100)).expired.count == 1)
-    }
-
     @Test func monotonicReadingsConvertBothWays() {
         #expect(Instant(monotonic: 42).monotonic == 42)
         #expect(Instant(monotonic: -5) == .zero)
