@@ -63,6 +63,21 @@ struct PluginArgument: ParsableArguments {
     }
 }
 
+/// A command that asks the running supervisor to act on one plugin (`restart`, `uninstall`): it
+/// sends `request` with the plugin as its `target` and prints the reply, so each such command
+/// declares only its name, its request and its arguments.
+protocol PluginRequestCommand: ParsableCommand {
+    static var request: MessageKind { get }
+    var options: ClientOptions { get }
+    var plugin: PluginArgument { get }
+}
+
+extension PluginRequestCommand {
+    func run() throws {
+        try options.run(Self.request) { $0.string("target", plugin.identifier) }
+    }
+}
+
 extension SupervisorConnection.Failure {
     var isRemote: Bool { if case .remote = self { return true } else { return false } }
     var isUnreachable: Bool { if case .unreachable = self { return true } else { return false } }

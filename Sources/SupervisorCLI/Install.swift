@@ -120,13 +120,10 @@ struct Update: ParsableCommand {
     }
 }
 
-struct Uninstall: ParsableCommand {
+struct Uninstall: PluginRequestCommand {
     static let configuration = CommandConfiguration(commandName: "uninstall", abstract: "Stop a plugin and remove it from the home's plugins folder.")
+    static let request = MessageKind.uninstall
 
     @OptionGroup var options: ClientOptions
     @OptionGroup var plugin: PluginArgument
-
-    func run() throws {
-        try options.run(.uninstall) { $0.string("target", plugin.identifier) }
-    }
 }

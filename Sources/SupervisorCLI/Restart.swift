@@ -2,13 +2,10 @@ import ArgumentParser
 import Protocol
 import SupervisorClient
 
-struct Restart: ParsableCommand {
+struct Restart: PluginRequestCommand {
     static let configuration = CommandConfiguration(commandName: "restart", abstract: "Restart one plugin (also one that has failed), and wait until it runs.")
+    static let request = MessageKind.restart
 
     @OptionGroup var options: ClientOptions
     @OptionGroup var plugin: PluginArgument
-
-    func run() throws {
-        try options.run(.restart) { $0.string("target", plugin.identifier) }
-    }
 }
