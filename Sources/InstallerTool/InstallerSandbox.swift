@@ -16,11 +16,6 @@ import Glibc
 /// the rest: read only what the operation needs, write only its own output folder, execute only
 /// the worker.
 enum InstallerSandbox {
-    struct Applied {
-        var layers: [String] = []
-        var missing: [String] = []
-    }
-
     /// The calls the installer never makes, refused with EPERM: other processes' memory, the
     /// kernel's attack surface, mounts, modules, the machine. `execve` stays (the preflight worker)
     /// and `unshare` too (the worker makes its namespaces before its own filter); Landlock limits
@@ -49,10 +44,11 @@ enum InstallerSandbox {
         return folders
     }
 
-    static func apply(_ request: InstallRequest) throws(ConfinementError) -> Applied {
-        var applied = Applied()
+    static func apply(_ request: InstallRequest) throws(ConfinementError) -> SandboxReport {
+        var applied = SandboxReport()
         guard request.sandbox ?? true else {
-            applied.missing = ["landlock: sandbox switched off (--no-sandbox)", "seccomp: sandbox switched off (--no-sandbox)"]
+            applied.lack(.landlock, "sandbox switched off (--no-sandbox)")
+            applied.lack(.seccomp, "sandbox switched off (--no-sandbox)")
             return applied
         }
         let writable: [String]
@@ -70,16 +66,16 @@ enum InstallerSandbox {
         let filter = try Seccomp.Filter(denied.map { SeccompPolicy.Rule(syscall: $0, action: .errno(EPERM)) }, notify: false,
                                         allowByDefault: true)
         do { try ProcessControl.setNoNewPrivileges() } catch { throw ConfinementError(error.description) }
-        applied.layers.append(SandboxLayer.noNewPrivs.rawValue)
+        applied.add(.noNewPrivs)
 
         if let abi = ProcessControl.landlockABI().map(Int32.init) {
             _ = try Landlock.apply(rules(request, writable: writable), abi: abi, denyTCP: false, executable: false)
-            applied.layers.append(SandboxLayer.landlock.rawValue)
+            applied.add(.landlock)
         } else {
-            applied.missing.append("landlock: the kernel offers no Landlock (\(ProcessControl.landlockUnavailableReason()))")
+            applied.lack(.landlock, "the kernel offers no Landlock (\(ProcessControl.landlockUnavailableReason()))")
         }
         _ = try filter.load()
-        applied.layers.append(SandboxLayer.seccomp.rawValue)
+        applied.add(.seccomp)
         return applied
     }
 

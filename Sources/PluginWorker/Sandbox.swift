@@ -12,8 +12,7 @@ import Glibc
 /// lacks is skipped and reported as missing, unless the operator demands it.
 enum Sandbox {
     struct Applied {
-        var layers: [String] = []
-        var missing: [String] = []
+        var report = SandboxReport()
         /// Microseconds per step, for `status` (`timings.sandbox.*Us`).
         var timings: [String: Int] = [:]
         /// The descriptor channel (descriptor 4) is still open for peer links: the plan keeps it and
@@ -27,12 +26,12 @@ enum Sandbox {
     static func apply(_ plan: SandboxPlan, sendLock: SendLock) throws(WorkerError) -> Applied {
         let started = ProcessControl.monotonicMicroseconds()
         var applied = Applied()
-        func layer(_ name: SandboxLayer) { applied.layers.append(name.rawValue) }
+        func layer(_ name: SandboxLayer) { applied.report.add(name) }
         func missing(_ name: SandboxLayer, _ why: String) throws(WorkerError) {
             if plan.required.contains(name) {
                 throw WorkerError(code: .sandboxUnavailable, message: "the operator requires the sandbox layer '\(name)', which this host cannot provide: \(why)")
             }
-            applied.missing.append("\(name.rawValue): \(why)")
+            applied.report.lack(name, why)
         }
 
         layer(.process)

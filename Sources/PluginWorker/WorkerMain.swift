@@ -111,7 +111,7 @@ public func workerMain() -> Int32 {
     timings["loadUs"] = Int(ProcessControl.monotonicMicroseconds() - loadFrom)
 
     let hello = HelloMessage(abi: UInt32(SP_ABI_VERSION), pid: getpid(), plugin: spec.identifier, version: spec.version,
-                             sandbox: confinement.layers, sandboxMissing: confinement.missing, timings: timings)
+                             sandbox: confinement.report.layers, sandboxMissing: confinement.report.missing, timings: timings)
     do { try connection.sendFrame(hello.frame()) } catch { exit(0) }
     links?.start(host: host)
 
