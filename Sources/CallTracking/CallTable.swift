@@ -29,8 +29,8 @@ package struct CallTable<Entry: InFlightEntry> {
 
     package init() {}
 
-    package var isEmpty: Bool { entries.isEmpty }
-    package var count: Int { entries.count }
+    @inlinable package var isEmpty: Bool { entries.isEmpty }
+    @inlinable package var count: Int { entries.count }
 
     /// Allocates the next id (for a request that gets no entry, a ping, it is used up all the same).
     @inlinable

@@ -8,6 +8,7 @@ extension Engine {
     func carryOut(_ effect: Effect) {
         switch effect {
         // The lifecycle's.
+        case .life(let record, let actions, let exited): carryOut(actions, record, exited)
         case .protocolViolation(let instance, let why): lifecycle.protocolViolation(instance, why)
         case .hello(let instance, let hello): lifecycle.helloReceived(instance, hello)
         case .ending(let instance): lifecycle.prepareStandby(after: instance)

@@ -3,12 +3,17 @@ import NIOCore
 import PluginProtocol
 import SupervisorCore
 
-/// What one component asks of another. Components post effects; the engine, the one driver,
-/// carries them out (Driver/CarryOut.swift) after the work of the current input is done, in the
-/// order they were posted. So no component holds another, and every way one part of the supervisor
-/// acts on another is a case here.
+/// What one component asks of another, and what a plugin's life decided. Components post effects;
+/// the engine, the one driver, carries them out (Driver/CarryOut.swift) after the work of the
+/// current input is done, in the order they were posted (a life's actions at once: `Effects.now`).
+/// So no component holds another, and every way one part of the supervisor acts on another is a
+/// case here.
 enum Effect {
     // MARK: For the lifecycle (Lifecycle/*.swift)
+
+    /// What a plugin's life decided (`PluginLife.Action`), carried out at once, in order
+    /// (Driver/CarryOutLife.swift); `exited` is the worker's end the actions are about, if any.
+    case life(PluginRecord, [PluginLife.Action], exited: Lifecycle.Exited? = nil)
 
     /// A worker said something it may not: it is killed (its exit then says `protocolViolation`).
     case protocolViolation(WorkerInstance, String)
@@ -90,6 +95,12 @@ final class Effects {
 
     init(loop: EventLoop) {
         self.loop = loop
+    }
+
+    /// Carries out `effect` now, before the rest of the current input: for what the caller reads
+    /// back at once (a plugin's life moved, a worker spawned).
+    func now(_ effect: Effect) {
+        carryOut(effect)
     }
 
     func post(_ effect: Effect) {

@@ -119,7 +119,7 @@ extension Lifecycle {
         let ending = PluginLife.Ending(status: status, described: described, abnormal: ExitClassifier.isAbnormal(facts),
                                        afterStop: afterStop, everRan: instance.everRan)
         let exited = Exited(pid: exit.pid, ending: ending, context: circumstances(record), callbacks: callbacks)
-        carryOut(record.life.workerEnded(ending, exited.context, restartPolicy: restartPolicy, now: .now, jitter: Self.jitter()), record, exited)
+        effects.now(.life(record, record.life.workerEnded(ending, exited.context, restartPolicy: restartPolicy, now: .now, jitter: Self.jitter()), exited: exited))
     }
 
     /// A worker's end, for the actions that need it.
@@ -137,71 +137,4 @@ extension Lifecycle {
     }
 
     static func jitter() -> Double { Double.random(in: 0.8...1.2) }
-
-    /// The driver of `PluginLife`: does what it decided, in order.
-    func carryOut(_ actions: [PluginLife.Action], _ record: PluginRecord, _ exited: Exited? = nil) {
-        // Its phase may have changed: a reload waiting for it may be settled.
-        defer { settleReloads() }
-        let pid = exited?.pid ?? record.instance?.pid
-        let meta: Logger.Metadata = pid.map { ["plugin": "\(record.identifier)", "pid": "\($0)"] } ?? ["plugin": "\(record.identifier)"]
-        for action in actions {
-            switch action {
-            case .announceExit(let status):
-                if let exited { events.exited(record, pid: exited.pid, status) }
-            case .log(let level, let message):
-                logger.log(level: Logger.Level(level), "\(message)", metadata: meta)
-            case .runExitCallbacks:
-                exited?.callbacks.forEach { $0() }
-            case .settleWaiters(let problem):
-                record.settleWaiters(problem)
-            case .announceFailed:
-                events.failed(record)
-            case .startWaitingPlugins:
-                startWaitingPlugins()
-            case .rollBackUpdate(let crash):
-                // Installs puts the previous version back, if it can; then it starts again, or the
-                // crash counts as any other.
-                effects.post(.rollBack(record, crash: crash) { [self] rolledBack in
-                    if rolledBack {
-                        let version = record.manifest.version
-                        startAgain(record) { [self] problem in
-                            if let problem {
-                                logger.error("\(record.identifier) \(version) did not start again after the rollback: \(problem)", metadata: meta)
-                            }
-                        }
-                    } else if let exited {
-                        carryOut(record.life.rollBackFailed(exited.ending, exited.context, restartPolicy: restartPolicy, now: .now, jitter: Self.jitter()),
-                                 record, exited)
-                    }
-                })
-            case .scheduleRestart(let delayMs, let reason):
-                shared.metrics.restarted(record.identifier, reason: reason)
-                events.restarting(record, delayMs: delayMs)
-                let due: () -> Void = { [self] in
-                    if case .restart = record.next { record.next = .none }
-                    carryOut(record.life.restartDue(dependenciesRunning: table.dependenciesRunning(record), hasWorker: record.instance != nil,
-                                                    shuttingDown: isShuttingDown), record)
-                }
-                if delayMs == 0 { due() } else {
-                    // A standby is for an immediate restart only.
-                    discardStandby(record, because: "\(record.identifier) is restarted after \(delayMs) ms")
-                    record.next = .restart(loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(delayMs))) { due() })
-                }
-            case .checkLaunch:
-                checkLaunch()
-            case .discardStandby(let reason):
-                discardStandby(record, because: reason)
-            case .spawn(let takingStandby):
-                if !takingStandby || !adoptStandby(record) { spawn(record) }
-            case .announceStarted:
-                if let pid = record.instance?.pid { events.started(record, pid: pid) }
-            case .serveAgain(let restarted):
-                servesAgain(record, restarted: restarted)
-            case .stop:
-                if record.instance != nil { stopPlugin(record) {} }
-            case .announceUpdated(let previous):
-                if let pid = record.instance?.pid { events.updated(record, from: previous, pid: pid) }
-            }
-        }
-    }
 }

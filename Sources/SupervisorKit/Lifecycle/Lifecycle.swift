@@ -110,8 +110,8 @@ final class Lifecycle: SupervisorComponent {
                 let deps = record.dependencyIDs.compactMap { table[$0]?.startFacts }
                 switch StartOrder.step(for: record.startFacts, dependencies: deps, shuttingDown: isShuttingDown) {
                 case .failByDependency(let dependency, let phase)?:
-                    carryOut(record.life.dependencyFailed(record.identifier, dependency: dependency, dependencyPhase: phase,
-                                                          hasWorker: record.instance != nil), record)
+                    effects.now(.life(record, record.life.dependencyFailed(record.identifier, dependency: dependency, dependencyPhase: phase,
+                                                          hasWorker: record.instance != nil)))
                     changed = true
                 case .spawn?:
                     spawn(record)
@@ -165,7 +165,7 @@ final class Lifecycle: SupervisorComponent {
     func startAgain(_ record: PluginRecord, _ done: @escaping (String?) -> Void) {
         guard !isShuttingDown else { return done("the supervisor is shutting down") }
         record.startWaiters.append(done)
-        carryOut(record.life.startRequested(dependenciesRunning: table.dependenciesRunning(record), hasWorker: record.instance != nil), record)
+        effects.now(.life(record, record.life.startRequested(dependenciesRunning: table.dependenciesRunning(record), hasWorker: record.instance != nil)))
     }
 
     /// `supervisor restart <id>`: stop it if running, clear its failure and restart history, start it.

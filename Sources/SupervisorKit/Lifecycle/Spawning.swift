@@ -261,7 +261,7 @@ extension Lifecycle {
 
     /// Marks a plugin as failed without a worker (it could not be spawned at all).
     func fail(_ record: PluginRecord, reason: String) {
-        carryOut(record.life.spawnFailed(record.identifier, reason: reason), record)
+        effects.now(.life(record, record.life.spawnFailed(record.identifier, reason: reason)))
     }
 
     /// The worker said `hello`: it is sandboxed and its plugin loaded. It gets `startup` now, or once
@@ -329,7 +329,7 @@ extension Lifecycle {
         guard let instance = record.instance, instance.move(to: .running, logger: logger) else { return }
         instance.startSettled()
         instance.timings["startupUs"] = Int((NIODeadline.now() - instance.spawnedAt).nanoseconds / 1000)
-        carryOut(record.life.workerRuns(record.identifier, version: record.manifest.version.description), record)
+        effects.now(.life(record, record.life.workerRuns(record.identifier, version: record.manifest.version.description)))
     }
 
     /// A new worker serves `record`'s calls (after a start, a restart or an update's switch): what

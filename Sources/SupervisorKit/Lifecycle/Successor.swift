@@ -53,7 +53,7 @@ extension Lifecycle {
         record.library = successor.library
         record.variant = successor.variant
         record.instance = new
-        carryOut(record.life.updateTookOver(record.identifier, from: previous.description, to: new.manifest.version.description), record)
+        effects.now(.life(record, record.life.updateTookOver(record.identifier, from: previous.description, to: new.manifest.version.description)))
         if let old, !old.phase.hasExited { retire(record, old) }
         successor.done(nil)
         servesAgain(record, restarted: true)

@@ -1,0 +1,73 @@
+import Logging
+import SupervisorCore
+
+extension Engine {
+    /// Carries out what a plugin's life decided (`PluginLife.Action`, SupervisorCore), in order: the
+    /// `.life` effect, which the lifecycle hands in at once (`Effects.now`) because what follows in
+    /// its input reads the outcome (a spawned worker, a settled waiter).
+    func carryOut(_ actions: [PluginLife.Action], _ record: PluginRecord, _ exited: Lifecycle.Exited?) {
+        // Its phase may have changed: a reload waiting for it may be settled.
+        defer { lifecycle.settleReloads() }
+        let pid = exited?.pid ?? record.instance?.pid
+        let meta: Logger.Metadata = pid.map { ["plugin": "\(record.identifier)", "pid": "\($0)"] } ?? ["plugin": "\(record.identifier)"]
+        for action in actions {
+            switch action {
+            case .announceExit(let status):
+                if let exited { events.exited(record, pid: exited.pid, status) }
+            case .log(let level, let message):
+                logger.log(level: Logger.Level(level), "\(message)", metadata: meta)
+            case .runExitCallbacks:
+                exited?.callbacks.forEach { $0() }
+            case .settleWaiters(let problem):
+                record.settleWaiters(problem)
+            case .announceFailed:
+                events.failed(record)
+            case .startWaitingPlugins:
+                lifecycle.startWaitingPlugins()
+            case .rollBackUpdate(let crash):
+                // After this input, as any other component's work: the previous version goes back
+                // on disk if it can, then starts; else the crash counts as any other.
+                effects.post(.rollBack(record, crash: crash) { [self] rolledBack in
+                    if rolledBack {
+                        let version = record.manifest.version
+                        lifecycle.startAgain(record) { [self] problem in
+                            if let problem {
+                                logger.error("\(record.identifier) \(version) did not start again after the rollback: \(problem)", metadata: meta)
+                            }
+                        }
+                    } else if let exited {
+                        carryOut(record.life.rollBackFailed(exited.ending, exited.context, restartPolicy: lifecycle.restartPolicy, now: .now,
+                                                            jitter: Lifecycle.jitter()), record, exited)
+                    }
+                })
+            case .scheduleRestart(let delayMs, let reason):
+                shared.metrics.restarted(record.identifier, reason: reason)
+                events.restarting(record, delayMs: delayMs)
+                let due: () -> Void = { [self] in
+                    if case .restart = record.next { record.next = .none }
+                    carryOut(record.life.restartDue(dependenciesRunning: table.dependenciesRunning(record), hasWorker: record.instance != nil,
+                                                    shuttingDown: isShuttingDown), record, nil)
+                }
+                if delayMs == 0 { due() } else {
+                    // A standby is for an immediate restart only.
+                    lifecycle.discardStandby(record, because: "\(record.identifier) is restarted after \(delayMs) ms")
+                    record.next = .restart(loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(delayMs))) { due() })
+                }
+            case .checkLaunch:
+                lifecycle.checkLaunch()
+            case .discardStandby(let reason):
+                lifecycle.discardStandby(record, because: reason)
+            case .spawn(let takingStandby):
+                if !takingStandby || !lifecycle.adoptStandby(record) { lifecycle.spawn(record) }
+            case .announceStarted:
+                if let pid = record.instance?.pid { events.started(record, pid: pid) }
+            case .serveAgain(let restarted):
+                lifecycle.servesAgain(record, restarted: restarted)
+            case .stop:
+                if record.instance != nil { lifecycle.stopPlugin(record) {} }
+            case .announceUpdated(let previous):
+                if let pid = record.instance?.pid { events.updated(record, from: previous, pid: pid) }
+            }
+        }
+    }
+}
