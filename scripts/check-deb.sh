@@ -3,7 +3,8 @@
 # (scripts/package-deb.sh, lintian included), installs it with apt, runs `supervisor` from the
 # installed files as the package's system user, with the installed example plugins, calls them,
 # stops it, purges the package and checks that nothing of it is left. Needs root (CI is root) and a
-# machine where the package is not installed otherwise. Prints how long each part took.
+# machine where the package is not installed otherwise. Prints how long each part took. Arguments
+# go to package-deb.sh (CI passes `--binaries <the test build>`: no second build).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -14,7 +15,7 @@ lib=/usr/lib/$pkg
 home=/var/lib/$pkg
 export DEBIAN_FRONTEND=noninteractive
 t0=$(date +%s)
-deb=$("$root/scripts/package-deb.sh")
+deb=$("$root/scripts/package-deb.sh" "$@")
 t1=$(date +%s)
 
 if dpkg -s "$pkg" >/dev/null 2>&1; then

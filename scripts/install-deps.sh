@@ -22,10 +22,10 @@ for arg in "$@"; do
   esac
 done
 # With --package, what scripts/package-deb.sh and scripts/check-deb.sh use: dpkg-shlibdeps (dpkg-dev),
-# fakeroot, strip (binutils), lintian, setpriv (util-linux); and a Python venv for
+# fakeroot, strip (binutils), patchelf (package-deb.sh --binaries), lintian, setpriv (util-linux); and a Python venv for
 # scripts/check-manifests.sh (the Kubernetes schemas come from PyPI's kubernetes-validate).
 if [ "$package" = 1 ]; then
-  for tool in dpkg-shlibdeps:dpkg-dev fakeroot:fakeroot strip:binutils lintian:lintian setpriv:util-linux; do
+  for tool in dpkg-shlibdeps:dpkg-dev fakeroot:fakeroot strip:binutils patchelf:patchelf lintian:lintian setpriv:util-linux; do
     command -v "${tool%%:*}" >/dev/null || { need+=("${tool%%:*}"); extra+=("${tool#*:}"); }
   done
   python3 -c "import venv, ensurepip" 2>/dev/null || { need+=(python3-venv); extra+=(python3-venv python3-pip); }

@@ -4,10 +4,14 @@
 # on PATH, the systemd unit, a config file in /etc, the example plugins, and maintainer scripts that
 # make the `sandboxed-plugins` system user. Depends come from dpkg-shlibdeps. Then runs lintian.
 #
-# Usage: scripts/package-deb.sh [--out DIR] [--version VERSION] [--no-lintian]
+# Usage: scripts/package-deb.sh [--out DIR] [--version VERSION] [--no-lintian] [--binaries DIR]
 #   --out DIR          where the .deb goes (default .build-deb/)
 #   --version VERSION  the package's version (default: what `supervisor --version` prints, else
 #                      0~git<date of HEAD>.<commit>)
+#   --binaries DIR     package the binaries already built in DIR (e.g. `swift build --show-bin-path`
+#                      after scripts/assemble-plugins.sh) instead of making a release build: their
+#                      RUNPATH is set to the package's folder with patchelf. CI checks the package
+#                      this way, from the build its tests ran on; a release is packaged without it.
 # Needs dpkg-dev and lintian (scripts/install-deps.sh --package) and Swift 6 on PATH. The release build
 # goes to .build-deb/ (its own scratch path: the toolchain's rpath is left out, so these binaries
 # load the runtime copied beside them and never the toolchain's).
@@ -17,12 +21,14 @@ cd "$root"
 out="$root/.build-deb"
 version=""
 lint=1
+binaries=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
     --version) version=$2; shift 2 ;;
     --no-lintian) lint=0; shift ;;
-    *) echo "package-deb: unknown argument $1 (usage: scripts/package-deb.sh [--out DIR] [--version VERSION] [--no-lintian])" >&2; exit 64 ;;
+    --binaries) binaries=$(cd "$2" && pwd); shift 2 ;;
+    *) echo "package-deb: unknown argument $1 (usage: scripts/package-deb.sh [--out DIR] [--version VERSION] [--no-lintian] [--binaries DIR])" >&2; exit 64 ;;
   esac
 done
 for tool in dpkg-deb dpkg-shlibdeps fakeroot; do
@@ -37,17 +43,27 @@ mkdir -p "$scratch" "$out"
 # package's folder, so the installed binaries load the runtime copied there, and so do the example
 # plugins under examples/<name>/ when they need a runtime library the worker has not loaded
 # (AsyncWorks: libFoundation). -z relro -z now: full RELRO, as Debian builds its packages.
-echo "==> release build (in $scratch; the first one takes several minutes)" >&2
-started=$(date +%s)
-flags=(-c release --scratch-path "$scratch" -Xswiftc -no-toolchain-stdlib-rpath -Xlinker -rpath -Xlinker "/usr/lib/$pkg"
-       -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now)
-for product in supervisor plugin-worker plugin-forkserver PluginWorkerCore supervisor-installer Greeter Welcome AsyncWorks; do
-  if ! swift build "${flags[@]}" --product "$product" >"$scratch/build-$product.log" 2>&1; then
-    cat "$scratch/build-$product.log" >&2; exit 1
-  fi
-done
-bin=$(swift build "${flags[@]}" --show-bin-path)
-echo "==> built in $(( $(date +%s) - started )) s" >&2
+products=(supervisor plugin-worker plugin-forkserver PluginWorkerCore supervisor-installer Greeter Welcome AsyncWorks)
+if [ -n "$binaries" ]; then
+  command -v patchelf >/dev/null || { echo "package-deb: patchelf is missing (--binaries); run scripts/install-deps.sh --package" >&2; exit 1; }
+  for file in supervisor plugin-worker plugin-forkserver libPluginWorkerCore.so supervisor-installer libGreeter.so libWelcome.so libAsyncWorks.so; do
+    [ -f "$binaries/$file" ] || { echo "package-deb: $binaries/$file is missing (--binaries: build it first: swift build && scripts/assemble-plugins.sh)" >&2; exit 1; }
+  done
+  bin=$binaries
+  echo "==> packaging the binaries in $bin" >&2
+else
+  echo "==> release build (in $scratch; the first one takes several minutes)" >&2
+  started=$(date +%s)
+  flags=(-c release --scratch-path "$scratch" -Xswiftc -no-toolchain-stdlib-rpath -Xlinker -rpath -Xlinker "/usr/lib/$pkg"
+         -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now)
+  for product in "${products[@]}"; do
+    if ! swift build "${flags[@]}" --product "$product" >"$scratch/build-$product.log" 2>&1; then
+      cat "$scratch/build-$product.log" >&2; exit 1
+    fi
+  done
+  bin=$(swift build "${flags[@]}" --show-bin-path)
+  echo "==> built in $(( $(date +%s) - started )) s" >&2
+fi
 
 toolchain_lib=$(cd "$(dirname "$(readlink -f "$(command -v swift)")")/../lib/swift/linux" && pwd)
 if [ -z "$version" ]; then
@@ -89,6 +105,11 @@ mapfile -t elves < <(find "$lib" -type f \( -name '*.so' -o -perm -u+x \))
 for f in "${elves[@]}"; do
   LD_LIBRARY_PATH="$toolchain_lib" ldd "$f" | awk -v dir="$toolchain_lib/" 'index($3, dir) == 1 { print $3 }'
 done | sort -u | while read -r so; do install -m 0644 "$so" "$lib/$(basename "$so")"; done
+# Binaries of another build (--binaries) name the toolchain's folder: they get the RUNPATH the
+# release build links in.
+if [ -n "$binaries" ]; then
+  for f in "${elves[@]}"; do patchelf --set-rpath "\$ORIGIN:/usr/lib/$pkg" "$f"; done
+fi
 # Symbols are for debugging builds; .dynsym (what dlopen and dlsym use) stays.
 find "$lib" -type f \( -name '*.so' -o -perm -u+x \) -exec strip --strip-unneeded --remove-section=.comment --remove-section=.note {} +
 ln -s "../lib/$pkg/supervisor" "$tree/usr/bin/supervisor"
