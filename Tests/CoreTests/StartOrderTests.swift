@@ -89,11 +89,4 @@ import SupervisorCore
         #expect(!Self.beside(next: .other), "another version is coming up, or a restart is under way")
         #expect(!Self.beside(deps: false), "the new version's dependencies do not run")
     }
-
-    @Test func aCrashRollsBackOnlyWithinTheGrace() {
-        let t = Instant(nanoseconds: 10_000_000_000)
-        #expect(UpdateRule.withinGrace(until: t + .seconds(30), now: t))
-        #expect(!UpdateRule.withinGrace(until: t, now: t), "the grace has ended at its last instant")
-        #expect(!UpdateRule.withinGrace(until: nil, now: t), "no update under way")
-    }
 }

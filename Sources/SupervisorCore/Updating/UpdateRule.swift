@@ -1,6 +1,6 @@
-/// The rules of an update with no call dropped (SPEC §8): when the new version may come up beside
-/// the running one (and take over once it answers `startup`), and when a crash of the new version
-/// rolls it back instead of restarting it.
+/// The rule of an update with no call dropped (SPEC §8): when the new version may come up beside
+/// the running one (and take over once it answers `startup`). Where an update is, and when a crash
+/// rolls it back, is its `UpdateStage`.
 package enum UpdateRule {
     /// What comes after the serving worker, as the rule reads it.
     package enum Next: Equatable, Sendable {
@@ -17,12 +17,5 @@ package enum UpdateRule {
     package static func canStartBeside(shuttingDown: Bool, phase: PluginPhase, workerRunning: Bool, next: Next,
                                        newDependenciesRunning: Bool) -> Bool {
         !shuttingDown && phase == .running && workerRunning && next != .other && newDependenciesRunning
-    }
-
-    /// Whether a crash at `now` falls within the update's grace period (ending `until`): the
-    /// previous version is put back instead of the new one being restarted.
-    package static func withinGrace(until: Instant?, now: Instant) -> Bool {
-        guard let until else { return false }
-        return now < until
     }
 }

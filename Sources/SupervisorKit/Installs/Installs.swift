@@ -143,7 +143,7 @@ final class Installs: SupervisorComponent {
     private func apply(_ staged: BundleStore.Staged, _ done: @escaping (Result<String, ErrorBody>) -> Void) {
         loop.preconditionInEventLoop()
         // One update of a plugin at a time: the files of one still starting must stay as they are.
-        if let record = table[staged.identifier], record.successor != nil || record.installAwaitsVerdict {
+        if let record = table[staged.identifier], record.update.isStarting || record.installAwaitsVerdict {
             store.finish(staged)
             return done(.failure(InstallError(.conflict, "\(staged.identifier) is being updated already; try again once that is done").body))
         }
@@ -202,45 +202,13 @@ final class Installs: SupervisorComponent {
     /// version goes back and starts again.
     private func replace(_ record: PluginRecord, with manifest: Manifest, staged: BundleStore.Staged, what: String,
                          _ done: @escaping (Result<String, ErrorBody>) -> Void) {
-        let old = record.manifest
-        let id = record.identifier
-        // How the update ends, whichever way it started: kept for the grace period, or rolled back
-        // on disk with `restoreOld` putting the old version back in service.
-        let verdict: (String?, _ restoreOld: () -> Void) -> Void = { [self] problem, restoreOld in
-            guard let problem else {
-                beginGrace(record, staged: staged, previous: old, what: what)
-                return done(.success(what))
-            }
-            do throws(InstallError) { try store.rollBack(staged) } catch {
-                return done(.failure(InstallError(.fileSystem, "the new version failed (\(problem)) and rolling back failed: \(error)").body))
-            }
-            logger.error("\(id) \(staged.version) failed to start (\(problem)); rolled back to \(old.version)")
-            restoreOld()
-            done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); rolled back to \(old.version)").body))
+        let files = UpdateFiles(staged: staged, previous: record.manifest, new: manifest, what: what)
+        switch record.update.begin(files, shared.canStartBeside(record, manifest) ? .beside : .stopAndStart) {
+        case .success(let actions):
+            carryOut(actions, record, done)
+        case .failure:
+            store.finish(staged)
+            done(.failure(InstallError(.conflict, "\(record.identifier) is being updated already; try again once that is done").body))
         }
-        if shared.canStartBeside(record, manifest) {
-            effects.post(.startBeside(record, manifest) { [self] problem in
-                verdict(problem) {
-                    // The old worker serves on; if it crashed meanwhile, the old version starts again.
-                    guard record.instance == nil, record.phase == .restarting, table[id] === record else { return }
-                    effects.post(.startAgain(record) { [self] problem in
-                        if let problem { logger.error("\(id) \(old.version) did not start again: \(problem)", metadata: ["plugin": "\(id)"]) }
-                    })
-                }
-            })
-            return
-        }
-        let begin: () -> Void = { [self] in
-            record.manifest = manifest
-            record.installAwaitsVerdict = true
-            effects.post(.startAgain(record) { [self] problem in
-                record.installAwaitsVerdict = false
-                verdict(problem) {
-                    record.manifest = old
-                    effects.post(.restart(id) { _ in })
-                }
-            })
-        }
-        if record.instance != nil { effects.post(.stopPlugin(record, then: begin)) } else { begin() }
     }
 }

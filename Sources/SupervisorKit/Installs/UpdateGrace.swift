@@ -4,59 +4,116 @@ import NIOCore
 import PluginProtocol
 import SupervisorCore
 
-/// After an update of a running plugin, the previous version stays on disk for `updateGraceSeconds`
+/// An update's files, as its stage (`UpdateStage`, SupervisorCore) carries them: what was staged
+/// (the new version swapped in, the previous one kept beside it) and the previous manifest.
+/// After an update of a running plugin the previous version stays on disk for `updateGraceSeconds`
 /// (SPEC §8, §9): if the new version crashes within that time, it is rolled back on disk and the
 /// previous version runs again, with the reason in the log and in `status` (`lastError`). What
 /// waited for the plugin meanwhile waits on (Routing/Queueing.swift); only the calls inside the
 /// crashed worker fail.
-struct UpdateGrace {
+struct UpdateFiles {
     var staged: BundleStore.Staged
+    /// The version that served before, and the one the update brings.
     var previous: Manifest
+    var new: Manifest
+    /// How the log and the answer name the update ("<id> <version> (was <version>)").
     var what: String
-    var until: Instant
-    var timer: Scheduled<Void>?
 }
 
 extension Installs {
-    /// The new version runs: keep the previous one until the grace period ends.
-    func beginGrace(_ record: PluginRecord, staged: BundleStore.Staged, previous: Manifest, what: String) {
-        let seconds = config.updateGraceSeconds
-        var grace = UpdateGrace(staged: staged, previous: previous, what: what, until: Instant.now.adding(milliseconds: seconds * 1_000))
-        grace.timer = loop.assumeIsolated().scheduleTask(in: .seconds(Int64(seconds))) { [self] in endGrace(record) }
-        record.updateGrace = grace
-        logger.notice("installed \(what); the previous version is kept for \(seconds) s in case the new one crashes",
-                      metadata: ["plugin": "\(record.identifier)"])
+    /// Does what an update's stage decided (`UpdateStage.Action`), in order; `done` hears how the
+    /// update ended, for the actions that end it.
+    func carryOut(_ actions: [UpdateStage<UpdateFiles>.Action], _ record: PluginRecord, _ done: @escaping (Result<String, ErrorBody>) -> Void = { _ in }) {
+        let id = record.identifier
+        for action in actions {
+            switch action {
+            case .deletePrevious(let files):
+                store.finish(files.staged)
+                logger.info("\(id): the previous version (\(files.previous.version)) is deleted", metadata: ["plugin": "\(id)"])
+            case .startBeside:
+                guard case .beside(let files) = record.update else { continue }
+                effects.post(.startBeside(record, files.new) { [self] problem in
+                    carryOut(record.update.verdict(problem, now: .now, graceSeconds: config.updateGraceSeconds), record, done)
+                })
+            case .stopAndStart:
+                guard case .stopAndStart(let files) = record.update else { continue }
+                let begin: () -> Void = { [self] in
+                    record.manifest = files.new
+                    record.installAwaitsVerdict = true
+                    effects.post(.startAgain(record) { [self] problem in
+                        record.installAwaitsVerdict = false
+                        carryOut(record.update.verdict(problem, now: .now, graceSeconds: config.updateGraceSeconds), record, done)
+                    })
+                }
+                if record.instance != nil { effects.post(.stopPlugin(record, then: begin)) } else { begin() }
+            case .keepPrevious(let until):
+                let seconds = config.updateGraceSeconds
+                record.graceTimer?.cancel()
+                record.graceTimer = loop.assumeIsolated().scheduleTask(deadline: until.deadline) { [self] in
+                    record.graceTimer = nil
+                    carryOut(record.update.endGrace(), record)
+                }
+                if case .grace(let files, _) = record.update {
+                    logger.notice("installed \(files.what); the previous version is kept for \(seconds) s in case the new one crashes",
+                                  metadata: ["plugin": "\(id)"])
+                    done(.success(files.what))
+                }
+            case .rollBack(let files, let problem, let how):
+                do throws(InstallError) { try store.rollBack(files.staged) } catch {
+                    done(.failure(InstallError(.fileSystem, "the new version failed (\(problem)) and rolling back failed: \(error)").body))
+                    continue
+                }
+                let old = files.previous
+                logger.error("\(id) \(files.staged.version) failed to start (\(problem)); rolled back to \(old.version)")
+                switch how {
+                case .beside:
+                    // The old worker serves on; if it crashed meanwhile, the old version starts again.
+                    if record.instance == nil, record.phase == .restarting, table[id] === record {
+                        effects.post(.startAgain(record) { [self] problem in
+                            if let problem { logger.error("\(id) \(old.version) did not start again: \(problem)", metadata: ["plugin": "\(id)"]) }
+                        })
+                    }
+                case .stopAndStart:
+                    record.manifest = old
+                    effects.post(.restart(id) { _ in })
+                }
+                done(.failure(InstallError(.loadFailed, "\(id) \(files.staged.version) failed to start: \(problem); rolled back to \(old.version)").body))
+            case .rollBackAfterCrash:
+                // Handed back by `rollBackWithinGrace`, which the lifecycle asks.
+                break
+            }
+        }
+        if !record.update.keepsPrevious { record.graceTimer?.cancel(); record.graceTimer = nil }
     }
 
-    /// The grace period is over (or another install, an uninstall or the shutdown comes first): the
-    /// previous version is deleted.
+    /// The grace period is over early (another install, an uninstall or the shutdown comes first):
+    /// the previous version is deleted.
     func endGrace(_ record: PluginRecord) {
-        guard let grace = record.updateGrace else { return }
-        grace.timer?.cancel()
-        record.updateGrace = nil
-        store.finish(grace.staged)
-        logger.info("\(record.identifier): the previous version (\(grace.previous.version)) is deleted", metadata: ["plugin": "\(record.identifier)"])
+        carryOut(record.update.endGrace(), record)
     }
 
-    /// The new version crashed within its grace period: the previous one goes back on disk (the
+    /// The new version crashed: within its grace period the previous one goes back on disk (the
     /// caller starts it). Returns false when there is no grace period running, or the files could
     /// not be put back (the restart policy decides, as usual).
     func rollBackWithinGrace(_ record: PluginRecord, crash described: String) -> Bool {
-        guard let grace = record.updateGrace, UpdateRule.withinGrace(until: grace.until, now: .now) else { return false }
-        grace.timer?.cancel()
-        record.updateGrace = nil
-        let id = record.identifier
-        let failed = record.manifest.version
-        do throws(InstallError) { try store.rollBack(grace.staged) } catch {
-            logger.error("\(id) \(failed) crashed within its update's grace period (\(described)), and rolling back failed: \(error)",
+        for action in record.update.crashed(described, now: .now) {
+            guard case .rollBackAfterCrash(let files, _) = action else { continue }
+            record.graceTimer?.cancel()
+            record.graceTimer = nil
+            let id = record.identifier
+            let failed = record.manifest.version
+            do throws(InstallError) { try store.rollBack(files.staged) } catch {
+                logger.error("\(id) \(failed) crashed within its update's grace period (\(described)), and rolling back failed: \(error)",
+                             metadata: ["plugin": "\(id)"])
+                return false
+            }
+            record.manifest = files.previous
+            record.lastError = "the update to \(failed) was rolled back to \(files.previous.version): it crashed within \(config.updateGraceSeconds) s (\(described))"
+            logger.error("\(id) \(failed) crashed within \(config.updateGraceSeconds) s of its update (\(described)); rolled back to \(files.previous.version)",
                          metadata: ["plugin": "\(id)"])
-            return false
+            shared.metrics.installed(outcome: "rolledBack")
+            return true
         }
-        record.manifest = grace.previous
-        record.lastError = "the update to \(failed) was rolled back to \(grace.previous.version): it crashed within \(config.updateGraceSeconds) s (\(described))"
-        logger.error("\(id) \(failed) crashed within \(config.updateGraceSeconds) s of its update (\(described)); rolled back to \(grace.previous.version)",
-                     metadata: ["plugin": "\(id)"])
-        shared.metrics.installed(outcome: "rolledBack")
-        return true
+        return false
     }
 }

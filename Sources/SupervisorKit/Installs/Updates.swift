@@ -63,7 +63,7 @@ extension Installs {
         guard isInstalledHere(record) else {
             return outbox.answer(origin, error: ErrorBody(.denied, "\(identifier) is not installed in \(pluginsFolder) (it comes from \(record.manifest.bundle)); remove its bundle there"))
         }
-        guard record.successor == nil, !record.installAwaitsVerdict else {
+        guard !record.update.isStarting, !record.installAwaitsVerdict else {
             return outbox.answer(origin, error: InstallError(.conflict, "\(identifier) is being updated; try again once that is done").body)
         }
         let needed = table.dependents(of: identifier).map(\.identifier).sorted()

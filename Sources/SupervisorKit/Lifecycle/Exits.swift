@@ -133,7 +133,7 @@ extension Lifecycle {
     /// What the supervisor knows of `record` beside its life, for its decisions.
     func circumstances(_ record: PluginRecord) -> PluginLife.Circumstances {
         PluginLife.Circumstances(identifier: record.identifier, restartPolicy: record.manifest.restart, shuttingDown: isShuttingDown,
-                                 successorComing: record.successor != nil, updateGraceOpen: UpdateRule.withinGrace(until: record.updateGrace?.until, now: .now))
+                                 successorComing: record.successor != nil, updateGraceOpen: record.update.withinGrace(now: .now))
     }
 
     static func jitter() -> Double { Double.random(in: 0.8...1.2) }

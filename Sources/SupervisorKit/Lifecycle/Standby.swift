@@ -60,7 +60,7 @@ extension Lifecycle {
               !instance.phase.hasExited, !instance.phase.stopRequested else { return }
         var context = circumstances(record)
         // Any update grace, open or not yet ended, rules out a standby (a crash may roll back).
-        context.updateGraceOpen = record.updateGrace != nil
+        context.updateGraceOpen = record.update.keepsPrevious
         guard record.life.wantsStandby(context, workerRan: instance.everRan, permanentCause: instance.killReason?.reason.isPermanent ?? false,
                                        nothingNext: record.next.isNone, dependenciesRunning: table.dependenciesRunning(record),
                                        restartPolicy: restartPolicy, now: .now) else { return }

@@ -36,8 +36,10 @@ final class PluginRecord {
     var callMetrics: CallMetrics?
     /// Requests that wait for it to run (Routing/Queueing.swift), oldest first.
     var waiting = WaitQueue<QueuedRequest>()
-    /// An update that may still be rolled back (Installs/UpdateGrace.swift).
-    var updateGrace: UpdateGrace?
+    /// Where its update is (starting, or the previous version kept for the grace period), with its
+    /// files (Installs/UpdateGrace.swift), and the timer that ends the grace.
+    var update = UpdateStage<UpdateFiles>.none
+    var graceTimer: Scheduled<Void>?
 
     init(manifest: Manifest, phase: PluginPhase) {
         self.manifest = manifest

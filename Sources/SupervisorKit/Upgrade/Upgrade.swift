@@ -100,7 +100,7 @@ extension Engine {
         if installs.inFlight > 0 { return "an install or an update is under way" }
         for record in table.inOrder {
             if record.successor != nil { return "\(record.identifier) is being updated" }
-            if record.updateGrace != nil { return "\(record.identifier)'s update is within its grace period (it may still roll back)" }
+            if record.update.keepsPrevious { return "\(record.identifier)'s update is within its grace period (it may still roll back)" }
         }
         return nil
     }
