@@ -24,9 +24,6 @@ final class Metrics: SupervisorComponent {
     let mirror: MetricsMirror?
 
     private var calls: [String: CallMetrics] = [:]
-    private var restarts: [String: Counter] = [:]
-    private var denials: [String: Counter] = [:]
-    private var installs: [String: Counter] = [:]
     private var up: [String: Gauge] = [:]
     private var memory: [String: Gauge] = [:]
     private var cpu: [String: Counter] = [:]
@@ -75,53 +72,45 @@ final class Metrics: SupervisorComponent {
 
     /// A restart was scheduled after an exit for `reason` (an ExitReason's name).
     func restarted(_ plugin: String, reason: String) {
-        cached(&restarts, plugin + "\u{0}" + reason) {
-            registry.counter("plugin_restarts_total", labels: [("plugin", plugin), ("reason", reason)],
-                             help: "Worker restarts by the restart policy, by the reason the worker ended.")
-        }.increment()
-        mirror?.count("plugin_restarts_total", [("plugin", plugin), ("reason", reason)])
+        count("plugin_restarts_total", [("plugin", plugin), ("reason", reason)],
+              help: "Worker restarts by the restart policy, by the reason the worker ended.")
     }
 
     /// The plugin's sandbox refused `syscall` (a denial with EPERM, or a violation).
     func denied(_ plugin: String, syscall: String) {
-        cached(&denials, plugin + "\u{0}" + syscall) {
-            registry.counter("plugin_sandbox_denials_total", labels: [("plugin", plugin), ("syscall", syscall)],
-                             help: "System calls a plugin's seccomp filter refused, by system call.")
-        }.increment()
-        mirror?.count("plugin_sandbox_denials_total", [("plugin", plugin), ("syscall", syscall)])
+        count("plugin_sandbox_denials_total", [("plugin", plugin), ("syscall", syscall)],
+              help: "System calls a plugin's seccomp filter refused, by system call.")
     }
 
     /// An install or update ended: `ok`, or its error code (docs/install.md).
     func installed(outcome: String) {
-        cached(&installs, outcome) {
-            registry.counter("supervisor_installs_total", labels: [("outcome", outcome)],
-                             help: "Installs and updates, by outcome: ok or the error code.")
-        }.increment()
-        mirror?.count("supervisor_installs_total", [("outcome", outcome)])
+        count("supervisor_installs_total", [("outcome", outcome)], help: "Installs and updates, by outcome: ok or the error code.")
     }
-
-    private var upgrades: [String: Counter] = [:]
 
     /// An upgrade in place that did not happen (its error code); the one that did is counted by
     /// the new binary (`ok`), whose counters start from zero.
     func upgraded(outcome: String) {
-        cached(&upgrades, outcome) {
-            registry.counter("supervisor_upgrades_total", labels: [("outcome", outcome)],
-                             help: "Upgrades of the supervisor in place, by outcome: ok (counted by the new binary) or the error code.")
-        }.increment()
-        mirror?.count("supervisor_upgrades_total", [("outcome", outcome)])
+        count("supervisor_upgrades_total", [("outcome", outcome)],
+              help: "Upgrades of the supervisor in place, by outcome: ok (counted by the new binary) or the error code.")
     }
-
-    private var controlDrops: [String: Counter] = [:]
 
     /// A control client was dropped: `protocolViolation` (garbage, a bad frame), `idle`, or
-    /// `refused` (a worker, another uid, unreadable credentials).
+    /// `refused` (a worker, another uid, unreadable credentials). On the supervisor's own
+    /// exposition only, not in an embedding program's metrics backend.
     func controlClientDropped(reason: String) {
-        cached(&controlDrops, reason) {
-            registry.counter("supervisor_control_clients_dropped_total", labels: [("reason", reason)],
-                             help: "Control clients the supervisor dropped, by reason: protocolViolation, idle or refused.")
-        }.increment()
+        count("supervisor_control_clients_dropped_total", [("reason", reason)],
+              help: "Control clients the supervisor dropped, by reason: protocolViolation, idle or refused.", mirrored: false)
     }
+
+    /// Adds one to the counter `name` with `labels` (registered the first time), and to the
+    /// embedding program's metrics backend unless `mirrored` is false.
+    private func count(_ name: String, _ labels: [(String, String)], help: String, mirrored: Bool = true) {
+        let key = labels.reduce(name) { $0 + "\u{0}" + $1.1 }
+        cached(&counters, key) { registry.counter(name, labels: labels, help: help) }.increment()
+        if mirrored { mirror?.count(name, labels) }
+    }
+    /// The counters `count` made, by name and label values.
+    private var counters: [String: Counter] = [:]
 
     /// The metric cached under `key`, made (and registered) the first time.
     private func cached<Metric>(_ cache: inout [String: Metric], _ key: String, _ make: () -> Metric) -> Metric {
