@@ -28,6 +28,14 @@ public struct Manifest: Sendable {
         /// How long a stream to or from the plugin may go without a chunk (SPEC §13); the
         /// supervisor's `streamIdleTimeoutMs` otherwise.
         public var streamIdleTimeoutMs: Int? = nil
+        /// How many times a call the plugin had started is sent again after its worker crashed, when
+        /// its method is idempotent (SPEC §15): 0...10.
+        public var retries: Int = Limits.defaultRetries
+
+        /// `retries` when the manifest gives none.
+        public static let defaultRetries = 1
+        /// The most `retries` may be: each retry is one more crash a call may cause.
+        public static let maxRetries = 10
     }
 
     /// Live resources (LiveBundle): files refreshed from `baseURL` at launch or daily.
@@ -52,6 +60,9 @@ public struct Manifest: Sendable {
     public var restart: RestartPolicy
     public var limits: Limits
     public var resources: Resources?
+    /// The methods that may run twice with the same effect (SPEC §15), each a name or a prefix
+    /// ending in `*`: a call of one that the plugin had started is retried after a crash.
+    public var idempotent: [String] = []
     /// Identifies this bundle's content on disk: the manifest's bytes and its library's size and
     /// modification time. A rescan restarts a plugin whose fingerprint changed.
     public var fingerprint: [UInt8] = []
@@ -90,6 +101,7 @@ extension Manifest {
         var restart: String?
         var limits: RawLimits?
         var resources: RawResources?
+        var idempotent: [String]?
     }
 
     private struct RawResources: Decodable {
@@ -128,6 +140,7 @@ extension Manifest {
         var cpuPercent: Int?
         var startupTimeoutMs: Int?
         var streamIdleTimeoutMs: Int?
+        var retries: Int?
     }
 
     /// Why `bytes` is not one strict JSON object, with its line and column (1-based), or nil.
@@ -251,6 +264,17 @@ extension Manifest {
         if let cpu = l?.cpuPercent, cpu > 100_000 { throw fail("limits.cpuPercent", "\(cpu) is over 100000 (a thousand CPUs)") }
         if let t = l?.startupTimeoutMs, t > 86_400_000 { throw fail("limits.startupTimeoutMs", "\(t) is over a day") }
         if let t = l?.streamIdleTimeoutMs, t > 86_400_000 { throw fail("limits.streamIdleTimeoutMs", "\(t) is over a day") }
+        let retries = l?.retries ?? Limits.defaultRetries
+        guard (0...Limits.maxRetries).contains(retries) else {
+            throw fail("limits.retries", "must be between 0 and \(Limits.maxRetries), got \(retries)")
+        }
+        let idempotent = raw.idempotent ?? []
+        for (i, name) in idempotent.enumerated() {
+            if name.isEmpty { throw fail("idempotent[\(i)]", "an empty method name; give a method's name, or a prefix ending in '*'") }
+            if name.dropLast().contains("*") {
+                throw fail("idempotent[\(i)]", "'\(name)' has a '*' before its end; '*' may only end a name (a prefix match, as in \"get*\")")
+            }
+        }
         var resources: Resources?
         if let r = raw.resources {
             guard let base = r.baseURL, let scheme = ["http://", "https://", "file://"].first(where: { r.baseURL?.hasPrefix($0) == true }) else {
@@ -276,8 +300,9 @@ extension Manifest {
             identifier: identifier, version: version, dependencies: dependencies, library: raw.library,
             variants: variants, permissions: permissions, restart: restart,
             limits: Limits(memoryMB: l?.memoryMB, softMemoryMB: l?.softMemoryMB, openFiles: l?.openFiles, callTimeoutMs: l?.callTimeoutMs,
-                           cpuPercent: l?.cpuPercent, startupTimeoutMs: l?.startupTimeoutMs, streamIdleTimeoutMs: l?.streamIdleTimeoutMs),
-            resources: resources, bundle: bundle, file: file)
+                           cpuPercent: l?.cpuPercent, startupTimeoutMs: l?.startupTimeoutMs, streamIdleTimeoutMs: l?.streamIdleTimeoutMs,
+                           retries: retries),
+            resources: resources, idempotent: idempotent, bundle: bundle, file: file)
     }
 
     /// Whether this stands in for an unusable plugin.json (`unusable`): a real manifest names a

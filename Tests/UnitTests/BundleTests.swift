@@ -73,6 +73,16 @@ import Testing
         #expect(m.restart == .always)
         #expect(m.limits.memoryMB == 64)
         #expect(m.permissions.count == 2)
+        #expect(m.idempotent.isEmpty && m.limits.retries == 1)
+    }
+
+    /// `idempotent` (names and trailing-`*` prefixes) and `limits.retries`, from 0 to 10.
+    @Test func idempotentMethodsAndRetries() throws {
+        let m = try parse(#"{"identifier":"a.b","version":"1.0.0","library":"a.so","idempotent":["get","list.*","*"],"limits":{"retries":0}}"#)
+        #expect(m.idempotent == ["get", "list.*", "*"])
+        #expect(m.limits.retries == 0)
+        let most = try parse(#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"retries":10}}"#)
+        #expect(most.limits.retries == 10 && most.idempotent.isEmpty)
     }
 
     @Test(arguments: [
@@ -92,6 +102,12 @@ import Testing
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"cpuPercent":100001}}"#, "limits.cpuPercent", "100000"),
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"startupTimeoutMs":-5}}"#, "limits.startupTimeoutMs", "positive"),
         (#"{"identifier":"a.b","version":"1.0.0","library":5}"#, "library", "wrong type"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","idempotent":["get",""]}"#, "idempotent[1]", "an empty method name"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","idempotent":["*get"]}"#, "idempotent[0]", "'*' may only end a name"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","idempotent":["g*e*"]}"#, "idempotent[0]", "'*' may only end a name"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","idempotent":"get"}"#, "idempotent", "wrong type"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"retries":11}}"#, "limits.retries", "between 0 and 10, got 11"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"retries":-1}}"#, "limits.retries", "between 0 and 10, got -1"),
         // Found by FuzzManifest: a scheme with nothing after it was accepted (and became "https:/").
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"https://"}}"#, "resources.baseURL", "no host"),
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"http:///x"}}"#, "resources.baseURL", "no host"),
