@@ -234,7 +234,15 @@ int sp_fork_server_run(int argc, char **argv, worker_entry builtin) {
     }
     int in_program = strcmp(library, SP_FORKSERVER_PROGRAM) == 0;
     /* Only the supervisor that started it: dies with it, and refuses to run for another. */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != (pid_t)atol(parent)) return 1;
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
+        fprintf(stderr, "plugin-forkserver: prctl(PR_SET_PDEATHSIG) failed: %s\n", strerror(errno));
+        return 1;
+    }
+    if (getppid() != (pid_t)atol(parent)) {
+        fprintf(stderr, "plugin-forkserver: SP_FORKSERVER_PARENT is %s, but this process's parent is %ld; started by the supervisor only\n",
+                parent, (long)getppid());
+        return 64;
+    }
     prctl(PR_SET_NAME, "plugin-forksrv", 0, 0, 0);
     cmdline = argv[0];
     cmdline_len = strlen(argv[0]) + 1;
