@@ -105,7 +105,7 @@ struct AuthorTests {
         try w.bundle("d.debugged")
         try w.bundle("d.other")
         let config = w.root + "/config.json"
-        try #"{"pingIntervalMs": 100, "pingTimeoutMs": 400}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        try #"{"pingIntervalMs": 100, "pingTimeoutMs": 400, "idleCheckIntervalMs": 200}"#.write(toFile: config, atomically: true, encoding: .utf8)
         let sv = try RunningSupervisor(w, args: ["--config", config, "--debug", "d.debugged"])
         #expect(try sv.plugin("d.debugged").debug == true && sv.plugin("d.other").debug == nil)
         #expect(sv.log.contains("d.debugged runs in debug mode"))

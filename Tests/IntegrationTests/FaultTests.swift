@@ -274,6 +274,22 @@ struct FaultTests {
         #expect(try sv.call("w.healthy", "echo", "1", as: Int.self) == 1)
     }
 
+    @Test("a worker with nothing inside is checked only every idleCheckIntervalMs; a call to it has it watched: stopped while idle, it is killed by the watchdog once called, and serves again")
+    func idleWorkersAreWatchedFromTheirFirstCall() throws {
+        let w = try TestWorld()
+        try w.bundle("i.quiet")
+        let cfg = try config(w, #"{"pingIntervalMs": 100, "pingTimeoutMs": 400, "idleCheckIntervalMs": 3600000}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        let stopped = try #require(try sv.plugin("i.quiet").pid)
+        kill(stopped, SIGSTOP)
+        // The call makes it busy: pinged from the next tick, no pong, killed; the call inside fails.
+        let r = try sv.cli("call", "--timeout", "10000", "i.quiet", "echo", "1")
+        #expect(r.err.contains("unavailable"), "\(r.out) \(r.err)")
+        try sv.waitUntil("i.quiet restarted") { let p = try sv.plugin("i.quiet"); return p.restarts == 1 && p.state == "running" }
+        #expect(try sv.plugin("i.quiet").lastExit?.reason == .watchdog)
+        #expect(try sv.call("i.quiet", "echo", "2", as: Int.self) == 2)
+    }
+
     @Test("memory: over the soft limit a plugin gets memoryWarning; unbounded allocation ends it with memoryLimit")
     func memoryLimits() throws {
         let w = try TestWorld()

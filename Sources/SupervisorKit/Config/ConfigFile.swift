@@ -54,6 +54,7 @@ extension SupervisorConfig {
         "restartDependents": { $0.restartDependents = try $1.bool() },
         "pingIntervalMs": positive(\.pingIntervalMs),
         "pingTimeoutMs": positive(\.pingTimeoutMs),
+        "idleCheckIntervalMs": positive(\.idleCheckIntervalMs),
         "sandbox": { $0.sandboxEnabled = try $1.bool() },
         "workerCgroups": { $0.workerCgroups = try $1.bool() },
         "peerLinks": { $0.peerLinks = try $1.bool() },

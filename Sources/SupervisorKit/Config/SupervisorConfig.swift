@@ -86,9 +86,15 @@ public struct SupervisorConfig: Sendable {
     public var restartBackoffMaxMs = 10_000
     /// Also restart dependents when a plugin restarts (OTP's rest_for_one).
     public var restartDependents = false
-    /// Watchdog: ping every worker this often; one that does not answer within `pingTimeoutMs` is killed.
+    /// Watchdog: ping every worker with something inside this often; one that does not answer within
+    /// `pingTimeoutMs` is killed.
     public var pingIntervalMs = 1_000
     public var pingTimeoutMs = 3_000
+    /// A worker with nothing inside (no request in flight, no caller's link) is pinged and has its
+    /// memory sampled only this often, all such workers in one tick: idle plugins cost the
+    /// supervisor about nothing between these checks. A call sent to it is watched from the next
+    /// tick on.
+    public var idleCheckIntervalMs = 30_000
     /// Sandbox on (default) or off (benchmarks, diagnosis).
     public var sandboxEnabled = true
     /// A control group per worker where the host allows (docs/sandbox.md, "cgroups"); false leaves

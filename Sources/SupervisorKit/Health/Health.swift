@@ -6,7 +6,8 @@ import PluginProtocol
 import SupervisorCore
 
 /// The supervisor's health timers: the watchdog's pings, memory limits, daily resource refreshes.
-/// Each tick runs on the event loop; what it finds (a worker to kill, resources to refresh) it
+/// Each tick runs on the event loop; workers with nothing inside are checked only every
+/// `idleCheckIntervalMs`; what it finds (a worker to kill, resources to refresh) it
 /// posts as effects.
 final class Health: SupervisorComponent {
     let shared: Shared
@@ -17,15 +18,17 @@ final class Health: SupervisorComponent {
     }
 
     func start() {
-        // Memory: soft limit → memoryWarning, hard limit → memoryLimit.
-        every(.milliseconds(250)) { [self] in checkMemory() }
+        // One tick for the memory sampler and the watchdog: a worker with something inside
+        // (requests, links) is looked at on each tick it is due; one with nothing inside only
+        // every `idleCheckIntervalMs`, all of those in one tick. So idle workers cost the loop
+        // about nothing between their checks, however many there are.
+        every(.milliseconds(Int64(tickMs))) { [self] in tick(now: .now()) }
         // Daily live resources: checked hourly, each refreshed when a day old.
         every(.hours(1)) { [self] in
             for record in table.all where record.phase == .running && record.manifest.resources?.daily == true {
                 effects.post(.refreshResources(record))
             }
         }
-        every(.milliseconds(Int64(config.pingIntervalMs))) { [self] in watchdog() }
         // An embedded supervisor's metrics, moved to the program's swift-metrics backend.
         if metrics.mirror != nil {
             every(.seconds(1)) { [self] in metrics.flushMirror() }
@@ -42,10 +45,43 @@ final class Health: SupervisorComponent {
         timers.append(loop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in body.value() })
     }
 
-    /// Pings every running worker; one whose previous ping is unanswered past `pingTimeoutMs` is killed.
-    /// The worker answers pings on its I/O thread, so a plugin that blocks its `receive` is caught.
-    private func watchdog() {
-        let now = NIODeadline.now()
+    /// How often a worker with something inside has its memory sampled.
+    static let memoryIntervalMs = 250
+    /// The health tick: the memory interval, or the ping interval where that is shorter.
+    private var tickMs: Int { min(Self.memoryIntervalMs, config.pingIntervalMs) }
+    /// When memory was last sampled, the watchdog last ran, and idle workers were last checked.
+    private var lastMemory = NIODeadline.uptimeNanoseconds(0)
+    private var lastPing = NIODeadline.uptimeNanoseconds(0)
+    private var lastIdleCheck = NIODeadline.uptimeNanoseconds(0)
+
+    /// One tick: what is due of the memory sampler and the watchdog (a timer's tick may come a
+    /// little early or late: half a tick of slack).
+    private func tick(now: NIODeadline) {
+        func due(_ last: NIODeadline, _ intervalMs: Int) -> Bool { now - last >= .milliseconds(Int64(intervalMs - tickMs / 2)) }
+        let idleDue = due(lastIdleCheck, config.idleCheckIntervalMs)
+        if idleDue { lastIdleCheck = now }
+        let memoryDue = due(lastMemory, Self.memoryIntervalMs)
+        if memoryDue { lastMemory = now }
+        if memoryDue || idleDue { checkMemory(busy: memoryDue, idle: idleDue) }
+        if due(lastPing, config.pingIntervalMs) || idleDue {
+            lastPing = now
+            watchdog(now: now, idleToo: idleDue)
+        }
+    }
+
+    /// Whether `instance` has something inside that someone waits for: requests in flight, links
+    /// from callers, or a ping of its own unanswered.
+    private static func busy(_ instance: WorkerInstance) -> Bool {
+        if case .pong = instance.awaiting { return true }
+        return !instance.pending.isEmpty || !instance.linksIn.isEmpty
+    }
+
+    /// Pings every running worker that is busy (and, with `idleToo`, every other one); one whose
+    /// previous ping is unanswered past `pingTimeoutMs` is killed. The worker answers pings on its
+    /// I/O thread, so a plugin that blocks its `receive` is caught. A worker with nothing inside
+    /// is pinged only every `idleCheckIntervalMs`: a call sent to it makes it busy, and pinged,
+    /// from the next tick on.
+    private func watchdog(now: NIODeadline, idleToo: Bool) {
         for record in table.all where record.phase == .running && !config.isDebugged(record.identifier) {
             guard let instance = record.instance, let channel = instance.channel else { continue }
             switch instance.awaiting {
@@ -58,7 +94,7 @@ final class Health: SupervisorComponent {
                 }
                 continue
             case .nothing:
-                break
+                guard idleToo || Self.busy(instance) else { continue }
             }
             let id = instance.takeID()
             instance.pinged(id: id, at: now)
@@ -68,11 +104,15 @@ final class Health: SupervisorComponent {
         }
     }
 
-    /// Samples every worker's resident and data size (/proc/<pid>/statm). Over the soft limit a
-    /// plugin gets `memoryWarning` (once per excursion); over the hard limit it is killed (`memoryLimit`).
-    private func checkMemory() {
+    /// Samples the resident and data size (/proc/<pid>/statm) of the workers that are busy or
+    /// starting (with `busy`) and of the others (with `idle`). Over the soft limit a plugin gets
+    /// `memoryWarning` (once per excursion); over the hard limit it is killed (`memoryLimit`). The
+    /// kernel holds the hard limit meanwhile (RLIMIT_DATA, and the cgroup's memory.max where there
+    /// is one).
+    private func checkMemory(busy: Bool, idle: Bool) {
         for record in table.all where record.phase == .running || record.phase.isStarting {
             guard let instance = record.instance, !instance.phase.hasExited,
+                  record.phase.isStarting || Self.busy(instance) ? busy : idle,
                   let statm = try? FileSystem.readFile("/proc/\(instance.pid)/statm", limit: 256),
                   let sample = MemoryLimits.parseStatm(statm) else { continue }
             instance.memory.resident = sample.resident
