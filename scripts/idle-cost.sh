@@ -34,10 +34,10 @@ for n in "$@"; do
   ready_ms=$(( ($(date +%s%N) - started) / 1000000 ))
   sleep 2
   read -r u1 s1 < <(awk '{print $14, $15}' /proc/$pid/stat)
-  v1=$(awk '/^voluntary_ctxt_switches/ {v=$2} /^nonvoluntary_ctxt_switches/ {n=$2} END {print v+n}' /proc/$pid/task/*/status 2>/dev/null | awk '{s+=$1} END {print s}')
+  v1=$(cat /proc/$pid/task/*/status 2>/dev/null | awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s}')
   sleep "$idle"
   read -r u2 s2 < <(awk '{print $14, $15}' /proc/$pid/stat)
-  v2=$(awk '/^voluntary_ctxt_switches/ {v=$2} /^nonvoluntary_ctxt_switches/ {n=$2} END {print v+n}' /proc/$pid/task/*/status 2>/dev/null | awk '{s+=$1} END {print s}')
+  v2=$(cat /proc/$pid/task/*/status 2>/dev/null | awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s}')
   cpu=$(awk -v d=$(( u2 + s2 - u1 - s1 )) -v hz="$hz" -v t="$idle" 'BEGIN {printf "%.2f", 100 * d / hz / t}')
   wakeups=$(( (v2 - v1) / idle ))
   rss=$(awk '/^VmRSS/ {printf "%.1f", $2 / 1024}' /proc/$pid/status)
