@@ -7,10 +7,23 @@
 # script asks it over HTTP for a plugin's answer and for a plugin that does not exist, checks its
 # workers are forked from it and sandboxed (seccomp filter on, every layer in `status`), then sends
 # SIGTERM and checks that it exits 0 within the grace period with every worker gone; a second run
-# is SIGKILLed and takes its workers with it. CI runs it after the tests.
+# is SIGKILLed and takes its workers with it.
+#
+#   scripts/check-host-example.sh [--scratch-path DIR]
+#
+# --scratch-path DIR (CI, with this repository's .build): the copy is built in DIR, so that what it
+# shares with this package (SwiftNIO and the rest) is not compiled twice; the program is then run
+# from a folder of its own, where no plugin-worker is beside it, as in a user's build. Without it
+# the copy has a .build of its own, exactly as a user's package.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+scratch=""
+case "${1:-}" in
+  --scratch-path) scratch=$(mkdir -p "$2" && cd "$2" && pwd) ;;
+  "") ;;
+  *) echo "usage: scripts/check-host-example.sh [--scratch-path DIR]" >&2; exit 64 ;;
+esac
 swift build >/dev/null
 plugins=$(./scripts/assemble-plugins.sh)
 # Outside the repository; one folder per clone, kept between runs so that a second run builds
@@ -24,11 +37,19 @@ grep -q "^let root = URL(fileURLWithPath: \"$root\")" "$outside/Package.swift" \
   || { echo "check-host-example: could not point the copy's Package.swift at $root" >&2; exit 1; }
 echo "==> building a copy of examples/host-http in $outside (first build takes minutes)" >&2
 log=$(mktemp)
-if ! (cd "$outside" && swift build) >"$log" 2>&1; then cat "$log" >&2; exit 1; fi
-program=$outside/.build/debug/HostHTTP
-for binary in plugin-worker plugin-forkserver libPluginWorkerCore.so supervisor; do
-  if [ -e "$outside/.build/debug/$binary" ]; then echo "check-host-example: the copy's build has $binary" >&2; exit 1; fi
-done
+if [ -n "$scratch" ]; then
+  if ! (cd "$outside" && swift build --scratch-path "$scratch") >"$log" 2>&1; then cat "$log" >&2; exit 1; fi
+  # Alone in a folder, as in a build of its own: nothing to run beside it.
+  mkdir -p "$outside/alone"
+  cp "$(cd "$outside" && swift build --scratch-path "$scratch" --show-bin-path)/HostHTTP" "$outside/alone/HostHTTP"
+  program=$outside/alone/HostHTTP
+else
+  if ! (cd "$outside" && swift build) >"$log" 2>&1; then cat "$log" >&2; exit 1; fi
+  program=$outside/.build/debug/HostHTTP
+  for binary in plugin-worker plugin-forkserver libPluginWorkerCore.so supervisor; do
+    if [ -e "$outside/.build/debug/$binary" ]; then echo "check-host-example: the copy's build has $binary" >&2; exit 1; fi
+  done
+fi
 # As a user runs it: no variable, no supervisor on PATH (an empty folder: it runs nothing by name).
 run_host() {
   mkdir -p "$work/empty"
@@ -37,6 +58,8 @@ run_host() {
   pid=$!
 }
 work=$(mktemp -d)
+# `status` from a copy: a build of this package meanwhile (CI's next step) may relink the original.
+cp "$root/.build/debug/supervisor" "$work/supervisor"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 run_host
 cleanup() { kill -9 $pid 2>/dev/null || true; rm -rf "$work" "$log"; }
@@ -62,7 +85,7 @@ case "$answer" in '200 {"greeting":"Hello, Ada!"}') ;; *) echo "check-host-examp
 missing=$(get "$base/plugins/com.example.nope/x")
 echo "GET /plugins/com.example.nope/x -> $missing" >&2
 case "$missing" in 404*notFound*) ;; *) echo "check-host-example: unexpected answer for a missing plugin" >&2; exit 1;; esac
-"$root/.build/debug/supervisor" status --json --home "$work/home" >"$work/status"
+"$work/supervisor" status --json --home "$work/home" >"$work/status"
 workers=$(python3 -c 'import json,sys; print(" ".join(str(p["pid"]) for p in json.load(open(sys.argv[1])) if p.get("pid")))' "$work/status")
 [ -n "$workers" ] || { echo "check-host-example: no workers in status" >&2; exit 1; }
 # Forked by the program's own fork server, with the same sandbox as a plugin-worker's.
@@ -102,7 +125,7 @@ echo "==> the host example answers over HTTP and stops cleanly on SIGTERM" >&2
 # The program's crash takes its workers with it (each dies with the thread that made it).
 run_host
 for _ in $(seq 1 300); do case "$(get "$base/health")" in 200*) break;; esac; sleep 0.1; done
-workers=$("$root/.build/debug/supervisor" status --json --home "$work/home" | python3 -c 'import json,sys; print(" ".join(str(p["pid"]) for p in json.load(sys.stdin) if p.get("pid")))')
+workers=$("$work/supervisor" status --json --home "$work/home" | python3 -c 'import json,sys; print(" ".join(str(p["pid"]) for p in json.load(sys.stdin) if p.get("pid")))')
 [ -n "$workers" ] || { echo "check-host-example: no workers in status (second run)" >&2; cat "$work/out" >&2; exit 1; }
 kill -KILL $pid
 wait $pid 2>/dev/null || true

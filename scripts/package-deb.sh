@@ -89,14 +89,18 @@ done
 install -m 0644 "$bin/libPluginWorkerCore.so" "$lib/libPluginWorkerCore.so"
 # The example plugins (examples/bundles, as scripts/assemble-plugins.sh lays them out): not served
 # unless asked (`supervisor start --plugins /usr/lib/sandboxed-plugins/examples`).
+# The C example is compiled here, into the stage (not into the build's folder, which tests may be
+# loading from).
 cc -shared -fPIC -O2 -D_FORTIFY_SOURCE=2 -Wall -Werror -Wl,-z,relro -Wl,-z,now -I "$root/SDK/Sources/CPluginABI/include" \
-   -o "$bin/libchello.so" "$root/examples/CHello/chello.c"
+   -o "$stage/libchello.so" "$root/examples/CHello/chello.c"
 for bundle in "$root"/examples/bundles/*/; do
   name=$(basename "$bundle")
   library=$(sed -n 's/.*"library": *"\([^"]*\)".*/\1/p' "$bundle/plugin.json" | head -1)
+  source="$bin/$library"
+  [ -f "$stage/$library" ] && source="$stage/$library"
   install -d -m 0755 "$lib/examples/$name"
   install -m 0644 "$bundle/plugin.json" "$lib/examples/$name/plugin.json"
-  install -m 0644 "$bin/$library" "$lib/examples/$name/$library"
+  install -m 0644 "$source" "$lib/examples/$name/$library"
 done
 # The Swift runtime that these need, from the toolchain that built them (ldd's closure; the
 # binaries' RUNPATH is $ORIGIN, so the toolchain's folder is named for ldd alone). A Swift plugin

@@ -14,6 +14,8 @@ if [ "${1:-}" = "--tsan" ]; then shift; exec "$root/scripts/test-tsan.sh" "$@"; 
 "$root/scripts/check-sizes.sh"
 swift build --build-tests
 "$root/scripts/assemble-plugins.sh" >/dev/null
+# For CI (.ci/run): the build the tests run on is done; what runs beside them may start.
+if [ -n "${SP_TESTS_BUILT:-}" ]; then touch "$SP_TESTS_BUILT"; fi
 swift test --skip-build --no-parallel "$@"
 # The Python client's suite (clients/python), with the whole run only (not with a --filter).
 if [ $# -eq 0 ]; then "$root/scripts/test-python.sh"; fi
