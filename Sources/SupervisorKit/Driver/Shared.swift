@@ -129,7 +129,9 @@ protocol SeesShared: AnyObject {
 protocol SupervisorComponent: SeesShared {}
 
 extension SeesShared {
-    var config: SupervisorConfig { shared.config }
+    /// Borrowed, not copied: a read of one setting (per call, per worker on a tick) must not copy
+    /// the whole configuration, with its strings and arrays, each time.
+    var config: SupervisorConfig { _read { yield shared.config } }
     var logger: Logger { shared.logger }
     var loop: EventLoop { shared.loop }
     var table: PluginTable { shared.table }
