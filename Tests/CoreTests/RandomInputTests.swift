@@ -8,21 +8,12 @@ import SupervisorCore
 /// invariants checked after every step. A failing sequence is printed with its seed and shrunk.
 @Suite struct RandomInputTests {
     @Test func invariantsHoldForEverySequence() async {
-        await propertyCheck(count: 300, input: Gen.int(in: 0...99).array(of: 10...250)) { steps in
-            var world = World()
-            for step in steps {
-                world.apply(step)
-                world.checkInvariants()
-            }
-            world.stopEverything()
-            world.checkInvariants()
-            world.checkEveryCallAnsweredOnce()
-        }
+        await World.check(count: 300, steps: 0...99, length: 10...250)
     }
 }
 
 /// One plugin and its callers, as the driver keeps them.
-struct World {
+struct World: SimulatedWorld {
     struct Waiting: WaitingRequest {
         var call: Int
         var deadline: Instant

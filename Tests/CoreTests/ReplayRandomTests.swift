@@ -12,21 +12,12 @@ import SupervisorCore
 /// worker (and wait in the queue) in the order they came.
 @Suite struct ReplayRandomTests {
     @Test func replayInvariantsHoldForEverySequence() async {
-        await propertyCheck(count: 300, input: Gen.int(in: 0...9_999).array(of: 10...300)) { steps in
-            var world = ReplayWorld()
-            for step in steps {
-                world.apply(step)
-                world.checkInvariants()
-            }
-            world.stopEverything()
-            world.checkInvariants()
-            world.checkEveryCallAnsweredOnce()
-        }
+        await ReplayWorld.check(count: 300, steps: 0...9_999, length: 10...300)
     }
 }
 
 /// One plugin, its current worker and its wait queue, as the driver would keep them.
-struct ReplayWorld {
+struct ReplayWorld: SimulatedWorld {
     /// Whether a call's caller still wants the answer, shared by every copy of the call.
     final class Caller {
         var gone = false
