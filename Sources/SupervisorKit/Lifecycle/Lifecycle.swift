@@ -36,6 +36,9 @@ final class Lifecycle: SupervisorComponent {
     var forkServer = ForkServerState<ForkServerConnection>()
     /// Reloads waiting for the plugins they started (Rescan.swift).
     var reloadsUnderWay: [ReloadUnderWay] = []
+    /// Stops of the current shutdown wave not yet ended: the next wave is worked out once they all
+    /// have, not at each worker's end (Stopping.swift).
+    var waveStopsLeft = 0
 
     init(_ shared: Shared) {
         self.shared = shared

@@ -28,14 +28,25 @@ extension Lifecycle {
 
     /// Stops every plugin that no live plugin depends on; repeats as they stop. The supervisor
     /// finishes once no plugin has a worker left (old versions still draining after an update too).
+    /// The wave is worked out once per wave (when its last stop has ended), not at each worker's
+    /// end: with 1,000 plugins that was a walk, a graph and a sort per exit.
     func stopNextWave() {
-        guard phase == .shuttingDown else { return }
+        guard phase == .shuttingDown, waveStopsLeft == 0 else { return }
         let live = table.all.filter { !$0.workers.isEmpty }
         if live.isEmpty { return finish() }
         let graph = Dictionary(uniqueKeysWithValues: live.map { ($0.identifier, $0.dependencyIDs) })
-        for id in StopOrder.wave(of: graph) {
-            guard let record = table[id], let instance = record.instance, !instance.phase.stopRequested else { continue }
-            stopPlugin(record) { [self] in stopNextWave() }
+        // A worker already being stopped (a restart asked before the shutdown) is waited for too:
+        // `stopPlugin` only adds to what runs when it ends.
+        let wave = StopOrder.wave(of: graph).compactMap { id -> PluginRecord? in
+            guard let record = table[id], record.instance != nil else { return nil }
+            return record
+        }
+        waveStopsLeft = wave.count
+        for record in wave {
+            stopPlugin(record) { [self] in
+                waveStopsLeft -= 1
+                if waveStopsLeft == 0 { stopNextWave() }
+            }
         }
     }
 
