@@ -40,7 +40,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
-        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
         // Operations (docs/operations.md): Prometheus metrics (swift-prometheus, whose metric types
         // are swift-metrics handlers) and W3C trace context. With their own dependencies they add
         // about 9 s to a clean build on two cores.
@@ -71,6 +70,9 @@ let package = Package(
         // libcurl (Debian's libcurl4-openssl-dev) and libarchive (libarchive-dev) for installs.
         .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CArchive", path: "Sources/CArchive", pkgConfig: "libarchive", providers: [.apt(["libarchive-dev"])]),
+        // Ed25519 and SHA-256 from the system's OpenSSL (libssl-dev): libcurl loads its libcrypto
+        // anyway, and a crypto package of our own would compile BoringSSL on every clean build.
+        .systemLibrary(name: "CCrypto", path: "Sources/CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         // The libcurl transfer (configured in C: curl_easy_setopt is variadic).
         .target(name: "CInstallSupport", dependencies: ["CCurl"], path: "Sources/CInstallSupport"),
 
@@ -152,8 +154,7 @@ let package = Package(
         .target(
             name: "PluginInstall",
             dependencies: [
-                "Bundles", "IPC", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK"), "CInstallSupport", "CArchive",
-                .product(name: "Crypto", package: "swift-crypto"),
+                "Bundles", "IPC", "LinuxSupport", .product(name: "PluginProtocol", package: "SDK"), "CInstallSupport", "CArchive", "CCrypto",
             ],
             path: "Sources/PluginInstall"
         ),
@@ -204,7 +205,7 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [.product(name: "PluginProtocol", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "Protocol", "PluginHost", "SupervisorClient", .product(name: "CPluginABI", package: "SDK"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"), .product(name: "Logging", package: "swift-log"),
-                           .product(name: "MetricsTestKit", package: "swift-metrics"), .product(name: "Crypto", package: "swift-crypto")],
+                           .product(name: "MetricsTestKit", package: "swift-metrics"), "PluginInstall"],
             path: "Tests/IntegrationTests"
         ),
     ],

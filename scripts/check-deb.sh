@@ -61,7 +61,7 @@ if supervisor --help 2>&1 | grep -q -e '--version'; then
 else
   echo "    (this supervisor has no --version option; the package's version is $(dpkg-query -W -f='${Version}' "$pkg"))" >&2
 fi
-# The publisher's tool runs from the package too (libcurl, libarchive, Foundation, swift-crypto).
+# The publisher's tool runs from the package too (libcurl, libarchive, libcrypto, Foundation).
 keys=$(mktemp -d)
 supervisor-installer keygen "$keys/k" >/dev/null || fail "supervisor-installer keygen failed"
 rm -rf "$keys"

@@ -4,7 +4,8 @@
 # Usage: scripts/install-deps.sh [--tests] [--package]
 set -euo pipefail
 need=()
-# sqlite3, libcrypto, zlib and python3-embed: the real-library test plugin (Tests/Fixtures/RealLibraries).
+# libcrypto: the installer's Ed25519 and SHA-256 (Sources/CCrypto). sqlite3, zlib and python3-embed:
+# the real-library test plugin (Tests/Fixtures/RealLibraries), which also links libcrypto.
 for lib in libseccomp libcurl libarchive sqlite3 libcrypto zlib python3-embed; do
   pkg-config --exists "$lib" 2>/dev/null || need+=("$lib")
 done

@@ -1,5 +1,4 @@
 import Bundles
-import Crypto
 import LinuxSupport
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -56,20 +55,20 @@ public struct CatalogPublisher {
     }
 
     /// The private key in `keyFile`.
-    func loadKey() throws -> Curve25519.Signing.PrivateKey {
+    func loadKey() throws -> Ed25519.PrivateKey {
         let text: [UInt8]
         do { text = try FileSystem.readFile(keyFile, limit: 4096) } catch {
             throw InstallError(.integrityFailed, "cannot read the key \(keyFile): \(error)")
         }
-        guard let raw = Data(base64Encoded: String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
-              let key = try? Curve25519.Signing.PrivateKey(rawRepresentation: raw) else {
+        guard let raw = Data(base64Encoded: String(decoding: text, as: UTF8.self).trimmingWhitespace()),
+              let key = try? Ed25519.PrivateKey(rawRepresentation: raw) else {
             throw InstallError(.integrityFailed, "the key \(keyFile) is not a private key (base64 of a raw 32-byte Ed25519 key, as `supervisor-installer keygen` writes)")
         }
         return key
     }
 
     /// The catalog as it is now: its bytes and document, checked to be signed by `key`; nil when there is none yet.
-    func currentCatalog(key: Curve25519.Signing.PrivateKey) throws -> (bytes: [UInt8], document: [String: JSONValue])? {
+    func currentCatalog(key: Ed25519.PrivateKey) throws -> (bytes: [UInt8], document: [String: JSONValue])? {
         guard FileSystem.exists(catalog) else {
             if FileSystem.exists(catalog + ".sig") {
                 throw InstallError(.catalogInvalid, "\(catalog).sig is there but \(catalog) is not: remove the stray .sig, or restore the catalog it signs")

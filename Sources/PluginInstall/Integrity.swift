@@ -1,5 +1,4 @@
 import Bundles
-import Crypto
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -24,7 +23,7 @@ public struct Integrity: Sendable {
 
     public init(trustedKeys base64: [String], expiries: [String: String] = [:], revoked: [String] = []) throws {
         trustedKeys = try base64.enumerated().map { i, text in
-            guard let raw = Data(base64Encoded: text), (try? Curve25519.Signing.PublicKey(rawRepresentation: raw)) != nil else {
+            guard let raw = Data(base64Encoded: text), (try? Ed25519.PublicKey(rawRepresentation: raw)) != nil else {
                 throw InstallError(.integrityFailed, "trustedKeys[\(i)] is not a base64 Ed25519 public key (32 bytes)")
             }
             return raw
@@ -58,7 +57,7 @@ public struct Integrity: Sendable {
     func judge(_ signature: Data, over bytes: [UInt8]) -> Verdict {
         var refusals: [String] = []
         for (i, raw) in trustedKeys.enumerated() {
-            guard let key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw), key.isValidSignature(signature, for: bytes) else { continue }
+            guard let key = try? Ed25519.PublicKey(rawRepresentation: raw), key.isValidSignature(signature, for: bytes) else { continue }
             if revokedKeys.contains(raw) {
                 refusals.append("key \(Self.keyName(raw)) is revoked (revokedKeys)")
             } else if let expiry = expiries[i], expiry.date <= now {
@@ -68,7 +67,7 @@ public struct Integrity: Sendable {
             }
         }
         for raw in revokedKeys where !trustedKeys.contains(raw) {
-            if let key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw), key.isValidSignature(signature, for: bytes) {
+            if let key = try? Ed25519.PublicKey(rawRepresentation: raw), key.isValidSignature(signature, for: bytes) {
                 refusals.append("key \(Self.keyName(raw)) is revoked (revokedKeys)")
             }
         }
@@ -78,7 +77,7 @@ public struct Integrity: Sendable {
     /// A catalog's `.sig`: one base64 signature a line (a catalog may be signed by several keys while
     /// a publisher rotates them). Accepted when one line verifies with a trusted, current, unrevoked key.
     public func verifyCatalog(_ bytes: [UInt8], signatures text: String, url: String) throws {
-        let lines = text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        let lines = text.split(whereSeparator: \.isNewline).map { $0.trimmingWhitespace() }.filter { !$0.isEmpty }
         guard !lines.isEmpty else { throw InstallError(.catalogUnsigned, "\(url).sig holds no signature") }
         guard !trustedKeys.isEmpty else {
             throw InstallError(.catalogUnsigned, "the catalog at \(url) is signed, but no trusted publisher keys are configured (config key trustedKeys)")
@@ -102,7 +101,8 @@ public struct Integrity: Sendable {
     }
 
     public static func sha256Hex(_ bytes: [UInt8]) -> String {
-        SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
+        let digits = Array("0123456789abcdef".utf8)
+        return String(decoding: SHA256.hash(data: bytes).flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 15)]] }, as: UTF8.self)
     }
 
     /// Checks the digest (when given) and the signature against the trusted keys.
@@ -114,7 +114,7 @@ public struct Integrity: Sendable {
             }
         }
         guard let signature else { throw InstallError(.integrityFailed, "\(what): no signature; refusing an unsigned plugin") }
-        guard let raw = Data(base64Encoded: signature.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+        guard let raw = Data(base64Encoded: signature.trimmingWhitespace()) else {
             throw InstallError(.integrityFailed, "\(what): the signature is not base64")
         }
         guard !trustedKeys.isEmpty else {

@@ -1,5 +1,5 @@
-import Crypto
 import Foundation
+import PluginInstall
 import Testing
 
 /// SPEC §9: the catalog is signed as a whole, so a server or mirror that is not trusted cannot roll
@@ -66,7 +66,7 @@ struct CatalogTrustTests {
         why = try #require(try refusal(sv))
         #expect(why.contains("catalogUnsigned") && why.contains("not signed by a trusted publisher key"), "\(why)")
         // Signed, but by a key this host does not trust.
-        try shop.publishCatalog(version: 9, signers: [Curve25519.Signing.PrivateKey()])
+        try shop.publishCatalog(version: 9, signers: [Ed25519.PrivateKey()])
         why = try #require(try refusal(sv))
         #expect(why.contains("not signed by a trusted publisher key"), "\(why)")
 
@@ -104,7 +104,7 @@ struct CatalogTrustTests {
         _ = try revoked.waitForExit()
 
         // Rotation: the new key is trusted (the old one still is, until its end), the catalog carries both signatures.
-        let next = Curve25519.Signing.PrivateKey()
+        let next = Ed25519.PrivateKey()
         let nextPublic = next.publicKey.rawRepresentation.base64EncodedString()
         try shop.publishCatalog(signers: [next, shop.publisher.key])
         let rotating = try RunningSupervisor(w, args: ["--config", try config(w, shop, trusted: [["key": publisher, "expires": future], nextPublic])])

@@ -1,12 +1,12 @@
-import Crypto
 import Bundles
 import Foundation
+import PluginInstall
 import PluginProtocol
 import Testing
 
 /// A publisher: an Ed25519 key pair that signs archives.
 struct Publisher {
-    let key = Curve25519.Signing.PrivateKey()
+    let key = Ed25519.PrivateKey()
     var publicKeyBase64: String { key.publicKey.rawRepresentation.base64EncodedString() }
 
     func sign(_ path: String) throws -> String {
@@ -104,7 +104,7 @@ final class Shop: @unchecked Sendable {
 
     /// Writes catalog.json (version, expires, entries) and its signature, catalog.json.sig.
     /// `expires`: from now; `signers`: the keys whose signatures go in the .sig, one a line.
-    func publishCatalog(version: Int? = nil, expires: TimeInterval = 86_400, signers: [Curve25519.Signing.PrivateKey]? = nil,
+    func publishCatalog(version: Int? = nil, expires: TimeInterval = 86_400, signers: [Ed25519.PrivateKey]? = nil,
                         entries override: [[String: Any]]? = nil) throws {
         catalogVersion = version ?? catalogVersion + 1
         let when = ISO8601DateFormatter().string(from: Date().addingTimeInterval(expires))

@@ -1,5 +1,5 @@
-import Crypto
 import Foundation
+import PluginInstall
 import Testing
 
 /// `supervisor-installer publish` (docs/install.md#publishing-for-a-fleet): the publisher's whole
@@ -58,7 +58,7 @@ struct PublishTests {
         #expect(entries.first?["sha256"] as? String == SHA256.hash(data: archiveBytes).map { String(format: "%02x", $0) }.joined())
         let signatureText = try #require(bytes(archive + ".sig"))
         let signature = try #require(Data(base64Encoded: String(decoding: signatureText, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)))
-        let publisher = try Curve25519.Signing.PublicKey(rawRepresentation: try #require(Data(base64Encoded: publicKey)))
+        let publisher = try Ed25519.PublicKey(rawRepresentation: try #require(Data(base64Encoded: publicKey)))
         #expect(publisher.isValidSignature(signature, for: archiveBytes))
 
         // The fleet: one host's `supervisor update` takes it.
