@@ -2,6 +2,7 @@
  * supervisor's side of a seccomp filter's listener. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include <sys/stat.h>
 
 /* ---- descriptor passing ---- */
 
@@ -186,4 +187,43 @@ int cls_seccomp_respond_error(int fd, uint64_t id, int error) {
     resp.id = id;
     resp.error = -error;
     return ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp) == 0 ? 0 : -errno;
+}
+
+/* ---- the taken page ---- */
+
+int cls_taken_page_create(uint64_t **page) {
+    int fd = memfd_create("sp-taken", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return -errno;
+    if (ftruncate(fd, CLS_TAKEN_PAGE_BYTES) != 0
+        || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    void *p = mmap(NULL, CLS_TAKEN_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    *page = (uint64_t *)p;
+    return fd;
+}
+
+int cls_taken_page_map(int fd, const uint64_t **page) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return -EBADF;
+    int seals = fcntl(fd, F_GET_SEALS);
+    /* Without F_SEAL_SHRINK the worker could truncate it and a read of the mapping would SIGBUS
+       the supervisor. */
+    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return -EPERM;
+    if (st.st_size < CLS_TAKEN_PAGE_BYTES) return -EINVAL;
+    void *p = mmap(NULL, CLS_TAKEN_PAGE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return -errno;
+    *page = (const uint64_t *)p;
+    return 0;
+}
+
+void cls_taken_page_unmap(const uint64_t *page) {
+    if (page) munmap((void *)page, CLS_TAKEN_PAGE_BYTES);
 }

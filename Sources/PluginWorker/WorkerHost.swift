@@ -35,6 +35,9 @@ final class WorkerHost: Sendable {
     /// Held across a message's descriptors and the message, so the supervisor reads them in the
     /// same order on the two sockets.
     private let payloadOrder = Mutex(())
+    /// The methods the plugin declared idempotent while it was created (`{"type":"idempotent"}`),
+    /// for `hello`; nil once `hello` is sent (a later declaration is refused).
+    private let declaredIdempotent = Mutex<[String]?>([])
 
     init(connection: BlockingConnection, maxBody: Int, links: PeerLinks?, payloadChannel: Int32? = nil) {
         self.connection = connection
@@ -136,6 +139,7 @@ final class WorkerHost: Sendable {
     func send(_ bytes: UnsafeRawBufferPointer) -> Int32 {
         if bytes.isEmpty { return -EINVAL }
         if bytes.count > maxBody { return -EMSGSIZE }
+        if bytes.count > 20, bytes[9] == UInt8(ascii: "i"), let declared = Self.idempotentDeclaration(bytes) { return declare(declared) }
         if localPending.load(ordering: .acquiring) > 0, interceptLocalReply(bytes) { return 0 }
         let attached = Self.mayHaveAttachments(bytes)
         if let links, links.active, links.intercept(bytes, attachments: attached) { return 0 }
@@ -187,6 +191,33 @@ final class WorkerHost: Sendable {
             } catch {
                 return -EIO
             }
+        }
+    }
+
+    /// `{"type":"idempotent","methods":[...]}`: the names, or nil for any other message.
+    private static func idempotentDeclaration(_ bytes: UnsafeRawBufferPointer) -> [String]? {
+        guard let env = try? Envelope.parse(bytes), env.kind == .idempotent else { return nil }
+        return (try? ProtocolJSON.decode(IdempotentDeclaration.self, from: bytes))?.methods ?? []
+    }
+
+    private struct IdempotentDeclaration: Decodable {
+        var methods: [String]
+    }
+
+    /// Keeps a declaration for `hello`: 0, or -EINVAL once `hello` is sent (or for no names).
+    private func declare(_ methods: [String]) -> Int32 {
+        declaredIdempotent.withLock { declared in
+            guard declared != nil, !methods.isEmpty else { return -EINVAL }
+            declared! += methods.filter { !$0.isEmpty }
+            return 0
+        }
+    }
+
+    /// What the plugin declared idempotent, for `hello`; later declarations are refused.
+    func takeIdempotentDeclarations() -> [String] {
+        declaredIdempotent.withLock { declared in
+            defer { declared = nil }
+            return Array(Set(declared ?? [])).sorted()
         }
     }
 

@@ -110,8 +110,16 @@ public func workerMain() -> Int32 {
     host.attach(plugin)
     timings["loadUs"] = Int(ProcessControl.monotonicMicroseconds() - loadFrom)
 
+    // SPEC §15's watermark. Made here, sandboxed (the filter allows what a plugin's own memfds need;
+    // the sandbox's descriptor layer would close one made before it), and sent just before the
+    // hello that announces it, on the channel the supervisor reads then.
+    var taken = payloadChannel != nil ? TakenPage() : nil
+    let handedPage = payloadChannel.map { taken?.hand(to: $0) ?? false } ?? false
+    if !handedPage { taken = nil }
+    let mark = taken
     let hello = HelloMessage(abi: UInt32(SP_ABI_VERSION), pid: getpid(), plugin: spec.identifier, version: spec.version,
-                             sandbox: confinement.report.layers, sandboxMissing: confinement.report.missing, timings: timings)
+                             sandbox: confinement.report.layers, sandboxMissing: confinement.report.missing, timings: timings,
+                             takenPage: handedPage ? true : nil, idempotent: host.takeIdempotentDeclarations())
     do { try connection.sendFrame(hello.frame()) } catch { exit(0) }
     links?.start(host: host)
 
@@ -135,6 +143,7 @@ public func workerMain() -> Int32 {
                 links.unlink(body)
                 return true
             }
+            mark?.handingOver(body)
             host.deliverFromSupervisor(body)
             return true
         }) != nil {}

@@ -7,7 +7,8 @@ public struct HostEvent: Codable, Sendable, Equatable {
     public enum Kind: String, Codable, Sendable, CaseIterable {
         /// A worker of the plugin serves its calls (`version`, `pid`).
         case started
-        /// The worker that served it ended (`pid`, `lastExit` as `status` shows it).
+        /// The worker that served it ended (`pid`, `lastExit` as `status` shows it; `replayed` and
+        /// `retried`: the calls it held that go to the next worker, SPEC §15).
         case exited
         /// It is restarted by its restart policy (`attempt`: its restarts so far, `delayMs`).
         case restarting
@@ -38,9 +39,14 @@ public struct HostEvent: Codable, Sendable, Equatable {
     public var from: String?
     public var to: String?
     public var count: Int?
+    /// `exited`: calls the worker held that its plugin had not started, sent to the next worker.
+    public var replayed: Int?
+    /// `exited`: calls of idempotent methods its plugin had started, sent again to the next worker.
+    public var retried: Int?
 
     public init(event: Kind, plugin: String?, time: String, version: String? = nil, pid: Int32? = nil, lastExit: ExitStatus? = nil,
-                attempt: Int? = nil, delayMs: Int? = nil, lastError: String? = nil, from: String? = nil, to: String? = nil, count: Int? = nil) {
+                attempt: Int? = nil, delayMs: Int? = nil, lastError: String? = nil, from: String? = nil, to: String? = nil, count: Int? = nil,
+                replayed: Int? = nil, retried: Int? = nil) {
         self.event = event
         self.plugin = plugin
         self.time = time
@@ -53,6 +59,8 @@ public struct HostEvent: Codable, Sendable, Equatable {
         self.from = from
         self.to = to
         self.count = count
+        self.replayed = replayed
+        self.retried = retried
     }
 }
 

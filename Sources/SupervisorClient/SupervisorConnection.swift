@@ -29,7 +29,7 @@ public struct SupervisorConnection {
             switch self {
             case .unreachable(let path, let error):
                 return "cannot reach the supervisor at \(path) (\(error)); is `supervisor start` running with this --home or --socket?"
-            case .remote(let body): return "\(body.code): \(body.message)"
+            case .remote(let body): return body.description
             case .broken(let why): return "the supervisor's answer was unusable: \(why)"
             }
         }

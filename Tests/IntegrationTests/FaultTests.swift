@@ -33,7 +33,9 @@ struct FaultTests {
         for (id, method, check) in cases {
             let t0 = Date()
             let r = try sv.cli("call", id, method, "{}")
-            #expect(r.err.contains("unavailable: \(id) exited before answering call") || r.err.contains("unavailable: \(id) closed its connection"), "\(r.err)")
+            // The plugin had started the call that ended it: not run again, and the caller hears so.
+            #expect(r.err.contains("unavailable: \(id)'s worker ended") && r.err.contains("after its plugin started \(method)")
+                    && r.err.contains("(started:"), "\(r.err)")
             #expect(Date().timeIntervalSince(t0) < 2, "a call to a dying plugin waited")
             try sv.waitUntil("\(id) running again") { let p = try sv.plugin(id); return p.state == "running" && p.restarts == 1 }
             let exit = try #require(try sv.plugin(id).lastExit)
@@ -282,9 +284,10 @@ struct FaultTests {
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let stopped = try #require(try sv.plugin("i.quiet").pid)
         kill(stopped, SIGSTOP)
-        // The call makes it busy: pinged from the next tick, no pong, killed; the call inside fails.
+        // The call makes it busy: pinged from the next tick, no pong, killed; the call, which the
+        // stopped worker never read, goes to the next worker (SPEC §15) and is answered there.
         let r = try sv.cli("call", "--timeout", "10000", "i.quiet", "echo", "1")
-        #expect(r.err.contains("unavailable"), "\(r.out) \(r.err)")
+        #expect(r.code == 0 && r.out.contains("1"), "\(r.out) \(r.err)")
         try sv.waitUntil("i.quiet restarted") { let p = try sv.plugin("i.quiet"); return p.restarts == 1 && p.state == "running" }
         #expect(try sv.plugin("i.quiet").lastExit?.reason == .watchdog)
         #expect(try sv.call("i.quiet", "echo", "2", as: Int.self) == 2)
@@ -323,12 +326,15 @@ struct FaultTests {
             try w.bundle("f.\(name)", library: lib, extra: ["restart": "never"])
         }
         try w.bundle("f.healthy")
-        let sv = try RunningSupervisor(w)
+        // A flood threshold a loaded machine's supervisor still reads past in a second (the default,
+        // 20,000, needs a core to itself): what is tested is that the rate ends the flooder.
+        let cfg = try config(w, #"{"floodLogsPerSecond": 2000}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let rssBefore = try rss(sv.pid)
         for name in ["garbage", "giant", "socketFlood", "stdoutFlood", "forkbomb"] {
             _ = try sv.cli("call", "--timeout", "3000", "f.\(name)", name, "{}")
         }
-        // A socket flood is told by its rate: more than 20,000 log messages read in one second. An
+        // A socket flood is told by its rate: more than 2,000 log messages read in one second. An
         // instrumented supervisor (the TSan run) may read fewer than that while the stdout flood
         // runs too: there the flooder is either dropped or held back by its socket and rate-limited.
         let socketFloodDropped = !Build.threadSanitized

@@ -50,41 +50,52 @@ public final class PluginAPI: Sendable {
     /// capturing the params was a heap context per call).
     typealias AsyncWork = any AsyncCall
 
-    func register(_ name: String, _ handler: Handler) {
+    func register(_ name: String, _ handler: Handler, idempotent: Bool = false) {
         methods.withLock { $0[name] = handler }
+        idempotentMethods.withLock { if idempotent { $0.insert(name) } else { $0.remove(name) } }
     }
 
     private let methods = Guarded<[String: Handler]>([:])
+    private let idempotentMethods = Guarded<Set<String>>([])
     private let routes = Guarded<[String: Handler]>([:])
 
     init() {}
 
     /// Exports `name`, answered synchronously.
+    ///
+    /// `idempotent`: a call may run twice with the same effect (a read, a put of a whole value).
+    /// When its worker ends while the plugin runs such a call, the supervisor sends it again to the
+    /// next worker (at most the manifest's `limits.retries` times, SPEC §15); any other call the
+    /// plugin had started then fails with `unavailable` and `started: true`. The manifest's
+    /// `idempotent` list says the same.
     public func method<Params: MethodParameters, Result: MethodResult>(
-        _ name: String, _ body: @escaping @Sendable (Params) throws -> Result
+        _ name: String, idempotent: Bool = false, _ body: @escaping @Sendable (Params) throws -> Result
     ) {
-        register(name, .sync { raw, out in try Coding.append(body(try Coding.decode(Params.self, raw)), to: &out) })
+        register(name, .sync { raw, out in try Coding.append(body(try Coding.decode(Params.self, raw)), to: &out) }, idempotent: idempotent)
     }
 
     /// Exports `name`, answered on a task (one kept for the calls after it), run as `execution` says.
+    /// `idempotent`: as for a synchronous method.
     public func method<Params: MethodParameters, Result: MethodResult>(
-        _ name: String, execution: MethodExecution = .task, _ body: @escaping @Sendable (Params) async throws -> Result
+        _ name: String, idempotent: Bool = false, execution: MethodExecution = .task,
+        _ body: @escaping @Sendable (Params) async throws -> Result
     ) {
         let method = AsyncMethod(body)
-        register(name, .async({ raw in DecodedCall(method: method, params: try Coding.decode(Params.self, raw)) }, execution))
+        register(name, .async({ raw in DecodedCall(method: method, params: try Coding.decode(Params.self, raw)) }, execution),
+                 idempotent: idempotent)
     }
 
-    /// Exports `name` taking no parameters.
-    public func method<Result: MethodResult>(_ name: String, _ body: @escaping @Sendable () throws -> Result) {
-        register(name, .sync { _, out in try Coding.append(body(), to: &out) })
+    /// Exports `name` taking no parameters. `idempotent`: as above.
+    public func method<Result: MethodResult>(_ name: String, idempotent: Bool = false, _ body: @escaping @Sendable () throws -> Result) {
+        register(name, .sync { _, out in try Coding.append(body(), to: &out) }, idempotent: idempotent)
     }
 
     /// Exports `name` taking no parameters, answered on a task (one kept for the calls after it), run
-    /// as `execution` says.
-    public func method<Result: MethodResult>(_ name: String, execution: MethodExecution = .task,
+    /// as `execution` says. `idempotent`: as above.
+    public func method<Result: MethodResult>(_ name: String, idempotent: Bool = false, execution: MethodExecution = .task,
                                              _ body: @escaping @Sendable () async throws -> Result) {
         let method = AsyncMethod<Empty, Result> { _ in try await body() }
-        register(name, .async({ _ in DecodedCall(method: method, params: Empty()) }, execution))
+        register(name, .async({ _ in DecodedCall(method: method, params: Empty()) }, execution), idempotent: idempotent)
     }
 
     /// Answers `open` for `plugin://<this plugin>/<path>`. `path` is matched exactly, or as a prefix
@@ -111,6 +122,9 @@ public final class PluginAPI: Sendable {
     }
 
     var methodNames: [String] { methods.withLock { $0.keys.sorted() } }
+
+    /// The methods exported with `idempotent: true`.
+    var idempotentNames: [String] { idempotentMethods.withLock { $0.sorted() } }
 }
 
 /// An async method's call, ready to run on a task: `run` calls the method.

@@ -70,6 +70,13 @@ final class PluginRuntime: Sendable {
         let (stream, continuation) = AsyncStream<EventWork>.makeStream()
         self.events = continuation
         plugin.exports(api)
+        // Its methods that may run twice, for the worker's `hello` (SPEC §15): while it is created.
+        let idempotent = api.idempotentNames
+        if !idempotent.isEmpty {
+            var declaration = FrameBuilder(kind: .idempotent)
+            declaration.strings("methods", idempotent)
+            _ = send(declaration.finish())
+        }
         // Lifecycle events run one at a time, in the order they came. The loop holds the runtime
         // until `shutdown` ends the stream (the worker holds it until then too): a weak reference
         // would give the runtime a side table, and every retain and release of it on the call

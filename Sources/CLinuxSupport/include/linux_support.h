@@ -233,4 +233,22 @@ void cls_rescue_disarm(void);
 uint64_t cls_socket_cookie(int fd);
 /* The product's version ("0.4.0"), from the stamp "@(#)sandboxed-plugins <version>" in the binary. */
 const char *cls_product_version(void);
+
+/* ---- the taken page (SPEC §15, Sources/SupervisorCore/Replay/TakenWatermark.swift) ----
+ * One page a worker shares with the supervisor: its first 8 bytes are the highest id of a request
+ * from the supervisor that the worker has handed to its plugin. The worker makes it and writes it;
+ * the supervisor maps it read-only and reads it when it reads the worker's frames and once more
+ * after the worker died. */
+#define CLS_TAKEN_PAGE_BYTES 4096
+/* A memfd of one page, sealed against shrinking, growing and new seals, mapped writable and
+   shared at *page: the descriptor (close-on-exec), or -errno. */
+int cls_taken_page_create(uint64_t **page);
+/* Maps a received taken page read-only at *page after checking it: a regular file (a memfd) of at
+   least a page, sealed against shrinking (so reading it can never fault). 0, or -EBADF (not a
+   regular file), -EPERM (not sealed), -EINVAL (too short), -errno of mmap. */
+int cls_taken_page_map(int fd, const uint64_t **page);
+/* Unmaps a page mapped by either of the above. */
+void cls_taken_page_unmap(const uint64_t *page);
+static inline void cls_taken_store(uint64_t *page, uint64_t value) { __atomic_store_n(page, value, __ATOMIC_RELEASE); }
+static inline uint64_t cls_taken_load(const uint64_t *page) { return __atomic_load_n(page, __ATOMIC_ACQUIRE); }
 #endif

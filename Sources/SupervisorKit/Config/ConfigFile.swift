@@ -54,6 +54,11 @@ extension SupervisorConfig {
         "restartDependents": { $0.restartDependents = try $1.bool() },
         "pingIntervalMs": positive(\.pingIntervalMs),
         "pingTimeoutMs": positive(\.pingTimeoutMs),
+        "floodLogsPerSecond": { config, value in
+            let rate = try value.integer()
+            guard rate > Router.logsPerSecond else { throw SettingError("is \(rate); it is above the \(Router.logsPerSecond) log messages a second a plugin may send") }
+            config.floodLogsPerSecond = rate
+        },
         "idleCheckIntervalMs": positive(\.idleCheckIntervalMs),
         "sandbox": { $0.sandboxEnabled = try $1.bool() },
         "workerCgroups": { $0.workerCgroups = try $1.bool() },

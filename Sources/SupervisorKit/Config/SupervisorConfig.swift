@@ -90,6 +90,10 @@ public struct SupervisorConfig: Sendable {
     /// `pingTimeoutMs` is killed.
     public var pingIntervalMs = 1_000
     public var pingTimeoutMs = 3_000
+    /// A worker that sends more `log` messages than this in one second is flooding: it is killed
+    /// (`protocolViolation`). Below it, past 200 a second, its messages are dropped and counted.
+    public var floodLogsPerSecond = SupervisorConfig.defaultFloodLogsPerSecond
+    public static let defaultFloodLogsPerSecond = 20_000
     /// A worker with nothing inside (no request in flight, no caller's link) is pinged and has its
     /// memory sampled only this often, all such workers in one tick: idle plugins cost the
     /// supervisor about nothing between these checks. A call sent to it is watched from the next

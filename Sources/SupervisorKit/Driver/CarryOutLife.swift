@@ -13,7 +13,7 @@ extension Engine {
         for action in actions {
             switch action {
             case .announceExit(let status):
-                if let exited { events.exited(record, pid: exited.pid, status) }
+                if let exited { events.exited(record, pid: exited.pid, status, resent: exited.resent) }
             case .log(let level, let message):
                 logger.log(level: Logger.Level(level), "\(message)", metadata: meta)
             case .runExitCallbacks:

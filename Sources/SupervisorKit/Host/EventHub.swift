@@ -180,9 +180,10 @@ final class EventHub {
         publish(HostEvent(event: .started, plugin: record.identifier, time: Self.now(), version: record.manifest.version.description, pid: pid))
     }
 
-    func exited(_ record: PluginRecord, pid: Int32, _ status: ExitStatus) {
+    func exited(_ record: PluginRecord, pid: Int32, _ status: ExitStatus, resent: Lifecycle.Resent) {
         guard isHeard else { return }
-        publish(HostEvent(event: .exited, plugin: record.identifier, time: Self.now(), pid: pid, lastExit: status))
+        publish(HostEvent(event: .exited, plugin: record.identifier, time: Self.now(), pid: pid, lastExit: status,
+                          replayed: resent.replayed, retried: resent.retried))
     }
 
     func restarting(_ record: PluginRecord, delayMs: Int) {

@@ -43,7 +43,8 @@ extension Lifecycle {
     /// The worker's socket reached end of stream.
     func workerDisconnected(_ instance: WorkerInstance) {
         instance.connection = .closed
-        shared.failPending(instance, because: "\(instance.identifier) closed its connection")
+        // What it held is decided at its exit (HeldCalls.swift): replayed, retried or failed.
+        instance.crash.held += instance.pending.removeAll()
         effects.post(.forgetLinks(instance))
         if instance.phase.hasExited { return finalizeExit(instance) }
         // Draining, it can answer nothing more: its stop goes on (SIGKILL: it has no socket).
@@ -65,7 +66,7 @@ extension Lifecycle {
         instance.move(to: .finalized, logger: logger)
         shared.metrics.addCPU(instance, total: exit.cpuMicroseconds)
         instance.channel?.close(promise: nil)
-        shared.failPending(instance, because: "\(instance.identifier) exited")
+        instance.crash.held += instance.pending.removeAll()
         effects.post(.forgetLinks(instance))
         let outgoing = instance.outgoing
         instance.outgoing = [:]
@@ -100,17 +101,21 @@ extension Lifecycle {
         }
         // An old version that drained after an update, a discarded standby, or a worker of a plugin
         // no longer known: whoever stopped it hears it ended, nothing more.
-        guard let record = table[instance.identifier], let role = record.role(of: instance), role != .retiring else {
-            callbacks.forEach { $0() }
-            return
-        }
         let facts = ExitClassifier.Facts(exit: exit, notice: instance.exitNotice, killed: instance.killReason, violation: instance.violation,
                                          stopRequested: afterStop, lastDataBytes: instance.memory.data, hardLimitBytes: hardLimit,
                                          libraryChanged: instance.library.flatMap { FileStamp(path: $0.path) != $0.stamp ? $0.path : nil })
         let status = ExitClassifier.classify(facts)
         let described = ExitClassifier.describe(status)
+        guard let record = table[instance.identifier], let role = record.role(of: instance), role != .retiring else {
+            // What it held goes to the plugin's serving worker, if it has one (an old version's
+            // calls to the new one).
+            _ = settleHeld(instance, of: table[instance.identifier], crash: described)
+            callbacks.forEach { $0() }
+            return
+        }
         if role == .successor {
             // A new version that ended before it took over: the update fails, the old one serves on.
+            _ = settleHeld(instance, of: record, crash: described)
             callbacks.forEach { $0() }
             return successorEnded(record, instance, described)
         }
@@ -118,8 +123,12 @@ extension Lifecycle {
         // What the exit means for the plugin is its life's to decide (State/PluginLife.swift).
         let ending = PluginLife.Ending(status: status, described: described, abnormal: ExitClassifier.isAbnormal(facts),
                                        afterStop: afterStop, everRan: instance.everRan)
-        let exited = Exited(pid: exit.pid, ending: ending, context: circumstances(record), callbacks: callbacks)
-        effects.now(.life(record, record.life.workerEnded(ending, exited.context, restartPolicy: restartPolicy, now: .now, jitter: Self.jitter()), exited: exited))
+        var exited = Exited(pid: exit.pid, ending: ending, context: circumstances(record), callbacks: callbacks)
+        let actions = record.life.workerEnded(ending, exited.context, restartPolicy: restartPolicy, now: .now, jitter: Self.jitter())
+        // The calls it held, decided with the plugin's phase as its life just made it (a restart
+        // comes, or never), before the actions announce the end with what became of them.
+        exited.resent = settleHeld(instance, of: record, crash: described)
+        effects.now(.life(record, actions, exited: exited))
     }
 
     /// A worker's end, for the actions that need it.
@@ -128,6 +137,8 @@ extension Lifecycle {
         var ending: PluginLife.Ending
         var context: PluginLife.Circumstances
         var callbacks: [() -> Void]
+        /// What became of the calls it held.
+        var resent = Resent()
     }
 
     /// What the supervisor knows of `record` beside its life, for its decisions.

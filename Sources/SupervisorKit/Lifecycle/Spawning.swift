@@ -124,6 +124,7 @@ extension Lifecycle {
             return .failure(SpawnFailure(reason: "cannot start a worker (\(config.workerExecutable)): \(error)\(missingWorkerAdvice)"))
         }
         let instance = WorkerInstance(process: spawned.process, manifest: manifest, temporaryFolder: temp, now: .now())
+        instance.logWindow = RateWindow(limit: Router.logsPerSecond, floodLimit: config.floodLogsPerSecond)
         instance.cgroup = cgroup
         instance.forked = spawned.forked
         instance.startProblem = startProblem
@@ -276,7 +277,7 @@ extension Lifecycle {
         // Told to stop before its hello was read (a shutdown during start-up): its stop goes on.
         guard !instance.phase.stopRequested else { return }
         guard instance.move(to: .loaded, logger: logger) else { return }
-        instance.hello = HelloFacts(sandbox: hello.sandbox ?? [], sandboxMissing: hello.sandboxMissing ?? [])
+        instance.hello = HelloFacts(sandbox: hello.sandbox ?? [], sandboxMissing: hello.sandboxMissing ?? [], idempotent: hello.idempotent ?? [])
         // The worker's own, beside what the supervisor timed before (a standby's `loadOrderUs`).
         instance.timings.merge(hello.timings ?? [:]) { _, worker in worker }
         instance.timings["helloUs"] = Int((NIODeadline.now() - instance.spawnedAt).nanoseconds / 1000)

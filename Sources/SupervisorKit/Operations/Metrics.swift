@@ -76,6 +76,15 @@ final class Metrics: SupervisorComponent {
               help: "Worker restarts by the restart policy, by the reason the worker ended.")
     }
 
+    /// Calls a worker of `plugin` held when it ended, sent to its next worker (SPEC §15):
+    /// `replayed` its plugin never started, `retried` it had started, of idempotent methods.
+    func resent(_ plugin: String, replayed: Int, retried: Int) {
+        count("plugin_calls_replayed_total", [("plugin", plugin)], by: replayed,
+              help: "Calls a plugin's worker held but its plugin had not started when the worker ended, sent to the next worker.")
+        count("plugin_calls_retried_total", [("plugin", plugin)], by: retried,
+              help: "Calls of idempotent methods a plugin had started when its worker ended, sent again to the next worker.")
+    }
+
     /// The plugin's sandbox refused `syscall` (a denial with EPERM, or a violation).
     func denied(_ plugin: String, syscall: String) {
         count("plugin_sandbox_denials_total", [("plugin", plugin), ("syscall", syscall)],
@@ -102,12 +111,13 @@ final class Metrics: SupervisorComponent {
               help: "Control clients the supervisor dropped, by reason: protocolViolation, idle or refused.", mirrored: false)
     }
 
-    /// Adds one to the counter `name` with `labels` (registered the first time), and to the
+    /// Adds `amount` (one, unless said) to the counter `name` with `labels` (registered the first time), and to the
     /// embedding program's metrics backend unless `mirrored` is false.
-    private func count(_ name: String, _ labels: [(String, String)], help: String, mirrored: Bool = true) {
+    private func count(_ name: String, _ labels: [(String, String)], by amount: Int = 1, help: String, mirrored: Bool = true) {
+        guard amount > 0 else { return }
         let key = labels.reduce(name) { $0 + "\u{0}" + $1.1 }
-        cached(&counters, key) { registry.counter(name, labels: labels, help: help) }.increment()
-        if mirrored { mirror?.count(name, labels) }
+        cached(&counters, key) { registry.counter(name, labels: labels, help: help) }.increment(by: Int64(amount))
+        if mirrored { mirror?.count(name, labels, by: Int64(amount)) }
     }
     /// The counters `count` made, by name and label values.
     private var counters: [String: Counter] = [:]

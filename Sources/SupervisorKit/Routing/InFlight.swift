@@ -4,7 +4,7 @@ import PluginProtocol
 import SupervisorCore
 
 /// The requests in flight to each worker (its `pending` table), and how each is settled: its reply
-/// (Router.deliverReply), its deadline (`expire`), its worker's end (`failPending`), or its caller
+/// (Router.deliverReply), its deadline (`expire`), its worker's end (Lifecycle/HeldCalls.swift: replayed, retried or failed), or its caller
 /// going away (`cancelInFlight`). Lifecycle events are requests too (`sendEvent`). Every component
 /// sends and settles requests through these; a worker draining for its stop is told when its last
 /// call is settled (`Effect.drained`).
@@ -26,14 +26,6 @@ extension Shared {
         }
     }
 
-
-    /// Fails every request in flight to `instance` with `unavailable`.
-    func failPending(_ instance: WorkerInstance, because reason: String) {
-        for (_, request) in instance.pending.removeAll() {
-            settled(request, .unavailable, by: instance)
-            outbox.answer(request.origin, error: ErrorBody(.unavailable, "\(reason) before answering \(request.what)"))
-        }
-    }
 
     /// Fails requests whose deadline has passed with `timeout`, and tells their plugin to `cancel`.
     /// Every live worker counts, whatever its role (an update's new version answering `startup`,
@@ -106,6 +98,7 @@ extension Shared {
             : timeoutMs ?? instance.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
         let deadline = Instant.now.adding(milliseconds: ms)
         let id = instance.pending.add(PendingRequest(origin: .local(done), deadline: deadline, what: .event(name)))
+        instance.crash.watermark.sent(id)
         var frame = outbox.encoder(.event, for: channel)
         frame.uint("id", id)
         frame.string("name", name.rawValue)

@@ -15,6 +15,8 @@ struct QueuedRequest: WaitingRequest {
     var deadline: Instant
     /// The descriptors of the bytes it carries, kept until it is forwarded (closed if it never is).
     var payload: Payload?
+    /// Workers that died holding it, and times it was sent again after its plugin had started it.
+    var attempts = Attempts.first
 }
 
 extension Router {
@@ -57,7 +59,7 @@ extension Router {
                     return outbox.answer(request.origin, error: ErrorBody(.badRequest, "the request could not be replayed"))
                 }
                 if let error = forward(request.kind, to: record.identifier, from: request.caller, env: env, bytes: raw,
-                                       origin: request.origin, deadline: request.deadline, payload: request.payload) {
+                                       origin: request.origin, deadline: request.deadline, payload: request.payload, attempts: request.attempts) {
                     outbox.answer(request.origin, error: error)
                 }
             }
@@ -105,8 +107,14 @@ extension Router {
 
 extension QueuedRequest {
     /// Its client disconnected, or its calling worker ended: nobody would read the answer.
+    var callerIsGone: Bool { origin.callerIsGone }
+}
+
+extension ReplyOrigin {
+    /// The client disconnected, the calling worker ended, or the program gave up on the request:
+    /// nobody would read the answer.
     var callerIsGone: Bool {
-        switch origin {
+        switch self {
         case .client(let connection, _): return connection.closed
         case .plugin(let caller, _): return caller.phase.hasExited || caller.channel == nil
         case .host(let request): return request.isSettled

@@ -46,7 +46,7 @@ extension Outbox {
     func errorFrame(id: UInt64, _ error: ErrorBody, for channel: Channel) -> ByteBuffer {
         var frame = encoder(.reply, for: channel, capacity: error.message.utf8.count + 32)
         frame.uint("id", id)
-        frame.error(code: error.code, error.message)
+        frame.error(code: error.code, error.message, started: error.started)
         return frame.finish()
     }
 

@@ -8,7 +8,7 @@ import SupervisorCore
 /// Moves requests and answers between CLI clients, plugins and the supervisor itself, without
 /// decoding payloads: ids are rewritten, payload bytes are copied untouched into the outgoing frame.
 /// Every request sent to a worker is in that worker's `pending` table until exactly one of these
-/// settles it: its reply (`deliverReply`), its deadline (`expire`), its worker's end (`failPending`),
+/// settles it: its reply (`deliverReply`), its deadline (`expire`), its worker's end (`Lifecycle.settleHeld`),
 /// or its caller going away (`cancelInFlight`).
 final class Router: SupervisorComponent {
     let shared: Shared
@@ -23,7 +23,6 @@ final class Router: SupervisorComponent {
     }
 
     static let logsPerSecond = 200
-    static let floodLogsPerSecond = 20_000
 
     // MARK: Requests to plugins
 
@@ -41,7 +40,7 @@ final class Router: SupervisorComponent {
     /// `payload`: the descriptors of bytes the request carries (Routing/Payloads.swift), handed to
     /// the target's worker just before the request (or kept with it while it waits).
     func forward(_ kind: MessageKind, to target: String, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
-                 origin: ReplyOrigin, deadline: Instant? = nil, payload: Payload? = nil) -> ErrorBody? {
+                 origin: ReplyOrigin, deadline: Instant? = nil, payload: Payload? = nil, attempts: Attempts = .first) -> ErrorBody? {
         guard let record = table[target] else {
             return ErrorBody(.notFound, "no plugin \(target) is installed")
         }
@@ -55,7 +54,8 @@ final class Router: SupervisorComponent {
         }
         // `forward` means a connected serving worker.
         guard let instance = record.instance, let channel = instance.channel else { preconditionFailure("routed to a worker without a socket") }
-        if let payload, payload.hasDescriptors, let refused = handOver(payload, to: instance) {
+        let handsDescriptors = payload?.hasDescriptors ?? false
+        if let payload, handsDescriptors, let refused = handOver(payload, to: instance) {
             metrics.count(.unavailable)
             return refused
         }
@@ -70,8 +70,12 @@ final class Router: SupervisorComponent {
             : nil
         let flow = streamFlow(kind, env, to: record, callDeadline: deadline)
         let due = flow?.deadline(after: now.instant) ?? deadline
+        // Kept to go to the next worker if this one dies holding it (SPEC §15): not a stream (its
+        // chunks are not kept) nor one whose descriptors went to this worker.
+        let resend = flow == nil && !handsDescriptors ? Resend(frame: frame, caller: caller, attempts: attempts) : nil
+        instance.crash.watermark.sent(id)
         instance.pending.insert(PendingRequest(origin: origin, deadline: due, what: kind == .call ? .call : .open,
-                                              call: CallFacts(started: now, metrics: metrics, log: log), stream: flow), id: id)
+                                              call: CallFacts(started: now, metrics: metrics, log: log), stream: flow, resend: resend), id: id)
         deadlines.due(due.deadline)
         switch origin {
         case .client(let connection, let clientID): connection.inFlight[clientID] = (instance, id)

@@ -19,9 +19,20 @@ extension Router {
             case .violation(let why):
                 violated(instance, why)
             case .hello(let hello):
+                // Its taken page came just before (SPEC §15): taken now, before anything else is read there.
+                if hello.takenPage == true, let why = instance.crash.receivePage(on: instance.payloadChannel) {
+                    violated(instance, why)
+                    return nil
+                }
                 effects.post(.hello(instance, hello))
             case .reply(let id):
                 guard let env else { return nil }
+                // The taken mark, read with the replies it comes with anyway: a worker that takes it
+                // back later is caught (its word then counts for nothing).
+                if let lie = instance.crash.observe() {
+                    logger.warning("the worker's taken mark went back (\(lie)): its word on which calls its plugin started is ignored",
+                                   metadata: ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)"])
+                }
                 // Its bytes, if it has any, are taken (and checked) whether or not anyone waits for it.
                 let payload: Payload?
                 switch receivePayload(from: instance, env, bytes) {
@@ -67,12 +78,12 @@ extension Router {
         }
     }
 
-    /// A plugin's `log` message, at most `logsPerSecond` a second; past `floodLogsPerSecond` the
+    /// A plugin's `log` message, at most `logsPerSecond` a second; past the config's `floodLogsPerSecond` the
     /// worker is flooding and is dropped.
     private func log(from instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
         switch instance.logWindow.admit(now: .now) {
         case .flood:
-            return violated(instance, "flooding: more than \(Self.floodLogsPerSecond) log messages in one second")
+            return violated(instance, "flooding: more than \(config.floodLogsPerSecond) log messages in one second")
         case .drop:
             return
         case .admit(let droppedBefore):

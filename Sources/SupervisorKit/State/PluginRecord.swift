@@ -216,7 +216,7 @@ final class WorkerInstance {
     /// Last memory sample and whether `memoryWarning` was sent for the current excursion.
     var memory = MemorySample()
     /// Its `log` messages, rate-limited.
-    var logWindow = RateWindow(limit: Router.logsPerSecond, floodLimit: Router.floodLogsPerSecond)
+    var logWindow = RateWindow(limit: Router.logsPerSecond, floodLimit: SupervisorConfig.defaultFloodLogsPerSecond)
     /// Start-up timings for `status`.
     var timings: [String: Int] = [:]
     /// Forked by the fork server (else exec'd).
@@ -243,6 +243,8 @@ final class WorkerInstance {
     /// (`Router.linkEndedByItself`), a request for it waits in its queue (`Router.mustWait`), so one
     /// made at that moment waits for the restart instead of going to a worker that is ending.
     var mayHaveEnded = false
+    /// Which of the calls it holds its plugin may have started, for its end (SPEC §15).
+    var crash = CrashWitness()
     /// The callees it had a link to: whose call counts it may report (`linkCalls`).
     var linkedCallees: Set<String> = []
     /// A standby told to load its plugin before its socket was wired into the loop: the order goes
@@ -341,6 +343,8 @@ enum WorkerConnection: Equatable {
 struct HelloFacts {
     var sandbox: [String]
     var sandboxMissing: [String]
+    /// The methods its plugin declared idempotent (the SDK's `idempotent: true`), besides the manifest's.
+    var idempotent: [String] = []
 }
 
 /// A worker's last memory sample (bytes) and whether `memoryWarning` went out for this excursion.

@@ -39,9 +39,31 @@ struct PendingRequest: InFlightEntry {
     var call: CallFacts? = nil
     /// A call with a stream either way (Routing/Streams.swift).
     var stream: StreamFlow? = nil
+    /// What sends it to another worker if this one dies holding it (SPEC §15); nil for what is
+    /// not sent again (events, unlinks, streams, calls whose descriptors went to the worker).
+    var resend: Resend? = nil
 
     /// A call or open forwarded for a client or a plugin (not the supervisor's own event or unlink).
     var isCall: Bool { call != nil }
+}
+
+/// A forwarded call as it went to its worker, kept until it is answered, so that it can go to the
+/// next worker if this one dies holding it (Lifecycle/HeldCalls.swift). The frame is the buffer
+/// that was written (a reference, not a copy).
+struct Resend {
+    var frame: ByteBuffer
+    /// The calling plugin, for a call from a plugin (`from`).
+    var caller: String?
+    var attempts: Attempts
+}
+
+/// How often a call went to a worker that died holding it (what bounds a poison call), and how
+/// often it was sent again after its plugin had started it (`limits.retries`).
+struct Attempts: Equatable {
+    var retries = 0
+    var crashes = 0
+
+    static let first = Attempts()
 }
 
 /// What the supervisor keeps of a forwarded request to count it and log it once it is answered.

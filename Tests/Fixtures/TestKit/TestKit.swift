@@ -128,7 +128,7 @@ final class TestKit: Pluggable {
         }
     }
 
-    private func ctx() throws -> PluginContext {
+    func ctx() throws -> PluginContext {
         guard let c = context.withLock({ $0 }) else { throw PluginError(.unavailable, "not started") }
         return c
     }
@@ -308,6 +308,7 @@ final class TestKit: Pluggable {
     func exports(_ api: PluginAPI) {
         exportStreams(api)
         exportStreamReaders(api)
+        exportReplay(api)
         api.method("echo") { (value: JSONValue) in value }
         // The cheapest call: no parameters, a constant result (benchmarks).
         api.method("ping") { () -> Int in 1 }

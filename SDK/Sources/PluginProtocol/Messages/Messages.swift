@@ -18,9 +18,15 @@ public struct HelloMessage: Codable, Sendable, Equatable {
     public var sandboxMissing: [String]?
     /// Extension: microseconds spent in each start-up phase (spawn → exec, sandbox, dlopen, create).
     public var timings: [String: Int]?
+    /// Extension: the worker sent its taken page on its payload channel just before this message
+    /// (SPEC §15, docs/protocol.md "Calls that survive a crash").
+    public var takenPage: Bool?
+    /// Extension: the methods the plugin declared idempotent while it was created (SPEC §15).
+    public var idempotent: [String]?
 
     public init(protocol: Int = Frame.protocolVersion, abi: UInt32, pid: Int32, plugin: String, version: String,
-                sandbox: [String]? = nil, sandboxMissing: [String]? = nil, timings: [String: Int]? = nil) {
+                sandbox: [String]? = nil, sandboxMissing: [String]? = nil, timings: [String: Int]? = nil, takenPage: Bool? = nil,
+                idempotent: [String]? = nil) {
         self.protocol = `protocol`
         self.abi = abi
         self.pid = pid
@@ -29,6 +35,8 @@ public struct HelloMessage: Codable, Sendable, Equatable {
         self.sandbox = sandbox
         self.sandboxMissing = sandboxMissing
         self.timings = timings
+        self.takenPage = takenPage
+        self.idempotent = idempotent
     }
 }
 
@@ -46,6 +54,8 @@ extension HelloMessage {
         if let sandbox { b.strings("sandbox", sandbox) }
         if let sandboxMissing { b.strings("sandboxMissing", sandboxMissing) }
         if let timings { b.object("timings", members: timings.sorted { $0.key < $1.key }.map { ($0.key, .int($0.value)) }) }
+        if takenPage == true { b.flag("takenPage") }
+        if let idempotent, !idempotent.isEmpty { b.strings("idempotent", idempotent) }
         return b.finish()
     }
 }
@@ -87,17 +97,34 @@ public struct ExitNotice: Codable, Sendable, Equatable {
 public struct ErrorBody: Codable, Sendable, Equatable, Error, CustomStringConvertible {
     public var code: String
     public var message: String
+    /// What the supervisor adds to an error of its own, where it knows more (SPEC §3, §15).
+    public var data: ErrorData?
 
-    public init(code: String, message: String) {
+    public init(code: String, message: String, data: ErrorData? = nil) {
         self.code = code
         self.message = message
+        self.data = data
     }
 
-    public init(_ code: ErrorCode, _ message: String) {
-        self.init(code: code.rawValue, message: message)
+    public init(_ code: ErrorCode, _ message: String, data: ErrorData? = nil) {
+        self.init(code: code.rawValue, message: message, data: data)
     }
 
-    public var description: String { "\(code): \(message)" }
+    /// The plugin may have started the call before its worker ended (SPEC §15): its effect may
+    /// have happened, though no answer came. `"data": {"started": true}` on the wire.
+    public var started: Bool { data?.started ?? false }
+
+    public var description: String { "\(code): \(message)" + (started ? " (started: its effect may have happened)" : "") }
+}
+
+/// An error's `data` object.
+public struct ErrorData: Codable, Sendable, Equatable {
+    /// The call was started by the plugin of a worker that ended before answering it.
+    public var started: Bool?
+
+    public init(started: Bool? = nil) {
+        self.started = started
+    }
 }
 
 /// Shared JSON coders for the protocol's Codable messages.

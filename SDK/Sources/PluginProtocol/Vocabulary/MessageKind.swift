@@ -44,6 +44,10 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     /// `params` `{"binary": "<absolute path>"}` (default: the path the running binary was started
     /// from); answered by whichever binary carries on (docs/protocol.md, "Upgrading in place").
     case upgrade
+    /// Plugin → its worker, while the plugin is created (before `hello`): `methods`, the names of
+    /// its methods that may run twice (SPEC §15). The worker takes it and lists them in `hello`'s
+    /// `idempotent`; it never reaches the supervisor.
+    case idempotent
 }
 
 extension MessageKind {
@@ -74,6 +78,7 @@ extension MessageKind {
         case .debugWedge: #"{"type":"debugWedge""#
         case .progress: #"{"type":"progress""#
         case .linkCalls: #"{"type":"linkCalls""#
+        case .idempotent: #"{"type":"idempotent""#
         case .unlink: #"{"type":"unlink""#
         case .load: #"{"type":"load""#
         case .events: #"{"type":"events""#

@@ -125,14 +125,16 @@ public struct FrameEncoder<Sink: FrameSink> {
         error(code: code.rawValue, message)
     }
 
-    /// Appends `"error": {"code": ..., "message": ...}` with a code of the plugin's own.
+    /// Appends `"error": {"code": ..., "message": ...}` with a code of the plugin's own;
+    /// `started`: with `"data": {"started": true}` (SPEC §15).
     @inlinable
-    public mutating func error(code: String, _ message: String) {
+    public mutating func error(code: String, _ message: String, started: Bool = false) {
         appendKey("error")
         appendLiteral(#"{"code":"#)
         appendString(code)
         appendLiteral(#","message":"#)
         appendString(message)
+        if started { appendLiteral(#","data":{"started":true}"#) }
         sink.append(byte: UInt8(ascii: "}"))
     }
 

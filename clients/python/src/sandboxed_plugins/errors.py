@@ -9,19 +9,27 @@ class PluginError(Exception):
     (``notFound``, ``unavailable``, ``timeout``, ``denied``, ``badRequest``, ``pluginError``,
     ``protocolViolation``, an install code, or ``unreachable`` when no supervisor answers)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, started: bool = False) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        #: The plugin had started the call when its worker ended (SPEC §15): its effect may
+        #: have happened, though no answer came (``"data": {"started": true}`` on the wire).
+        self.started = started
 
     @classmethod
     def from_body(cls, body: Any) -> "PluginError":
         if isinstance(body, Mapping):
-            return cls(str(body.get("code", "pluginError")), str(body.get("message", "")))
+            data = body.get("data")
+            started = isinstance(data, Mapping) and data.get("started") is True
+            return cls(str(body.get("code", "pluginError")), str(body.get("message", "")), started)
         return cls("pluginError", f"malformed error object: {body!r}")
 
     def body(self) -> dict:
-        return {"code": self.code, "message": self.message}
+        body = {"code": self.code, "message": self.message}
+        if self.started:
+            body["data"] = {"started": True}
+        return body
 
 
 def unreachable(path: str, why: Optional[BaseException]) -> PluginError:

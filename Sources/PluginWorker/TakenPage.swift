@@ -1,0 +1,73 @@
+import CLinuxSupport
+import PluginProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The worker's side of SPEC §15's watermark: a page it shares with the supervisor, whose first
+/// 8 bytes say the highest id of a request from the supervisor (`call`, `open`, `event`) that this
+/// worker has handed to its plugin. The I/O thread advances it just before each hand-over, so that
+/// when the worker dies the supervisor knows which of the calls it held the plugin never saw: those
+/// above the mark, in the socket or not yet read, go to the next worker.
+///
+/// Costs a store per request and no message: the supervisor reads the page when it reads this
+/// worker's frames and once more after its death. The supervisor checks the page (a memfd sealed
+/// against shrinking) before it maps it, and trusts the mark only to go up (TakenWatermark).
+struct TakenPage: @unchecked Sendable {
+    // Unchecked: one thread (the I/O loop) writes it; the pointer never changes.
+    private let page: UnsafeMutablePointer<UInt64>
+    /// The memfd, until it is handed to the supervisor.
+    private(set) var descriptor: Int32
+
+    /// A new page, or nil (no memfd here: the supervisor then treats every call the worker got as
+    /// possibly started, and replays nothing after a crash).
+    init?() {
+        var page: UnsafeMutablePointer<UInt64>?
+        let fd = cls_taken_page_create(&page)
+        guard fd >= 0, let page else { return nil }
+        self.page = page
+        descriptor = fd
+    }
+
+    /// Sends the page on the payload channel, just before `hello` says so; true when it went.
+    mutating func hand(to payloadChannel: Int32) -> Bool {
+        guard descriptor >= 0 else { return false }
+        defer {
+            close(descriptor)
+            descriptor = -1
+        }
+        var marker = UInt8(ascii: "T")
+        let fd = descriptor
+        return withUnsafePointer(to: fd) { cls_send_fds(payloadChannel, $0, 1, &marker, 1) } == 1
+    }
+
+    /// `body`, a frame from the supervisor, is about to be handed to the plugin: a request's id
+    /// becomes the mark.
+    @inline(__always)
+    func handingOver(_ body: UnsafeRawBufferPointer) {
+        if let id = Self.requestID(body) { cls_taken_store(page, id) }
+    }
+
+    /// The id of a request the supervisor wrote (`{"type":"call","id":N`, likewise `open` and
+    /// `event`: FrameEncoder writes the kind and then the id first), nil for any other frame.
+    static func requestID(_ body: UnsafeRawBufferPointer) -> UInt64? {
+        guard let base = body.baseAddress, body.count > 17, body[9] == UInt8(ascii: "c") || body[9] == UInt8(ascii: "o")
+                || body[9] == UInt8(ascii: "e") else { return nil }
+        for prefix in requestPrefixes where body.count > prefix.utf8CodeUnitCount
+            && memcmp(base, prefix.utf8Start, prefix.utf8CodeUnitCount) == 0 {
+            var value: UInt64 = 0
+            var index = prefix.utf8CodeUnitCount
+            // At most 19 digits: no UInt64 overflow.
+            while index < body.count, index < prefix.utf8CodeUnitCount + 19 {
+                let digit = body[index] &- UInt8(ascii: "0")
+                guard digit < 10 else { break }
+                value = value * 10 + UInt64(digit)
+                index += 1
+            }
+            return index > prefix.utf8CodeUnitCount ? value : nil
+        }
+        return nil
+    }
+
+    private static let requestPrefixes: [StaticString] = [#"{"type":"call","id":"#, #"{"type":"open","id":"#, #"{"type":"event","id":"#]
+}
