@@ -50,6 +50,15 @@ public struct Manifest: Sendable {
         public var requires: [String: String]
     }
 
+    /// When a plugin's worker starts.
+    public enum Activation: String, Sendable, Equatable, CaseIterable {
+        /// With the supervisor (and after an idle stop, when it is needed).
+        case eager
+        /// When something needs it: a call, open, stream or event addressed to it, or the start of
+        /// a plugin that depends on it.
+        case onCall
+    }
+
     public var identifier: String
     public var version: SemanticVersion
     public var dependencies: [Dependency]
@@ -63,6 +72,11 @@ public struct Manifest: Sendable {
     /// The methods that may run twice with the same effect (SPEC §15), each a name or a prefix
     /// ending in `*`: a call of one that the plugin had started is retried after a crash.
     public var idempotent: [String] = []
+    /// When its worker starts (SPEC §16); nil: the configuration's default (`activation`, eager).
+    public var activation: Activation? = nil
+    /// Stopped after this long without call, stream or link traffic, and `inactive` until it is
+    /// needed again (SPEC §16); nil: the configuration's default (`idleStopMs`, never).
+    public var idleStopMs: Int? = nil
     /// Identifies this bundle's content on disk: the manifest's bytes and its library's size and
     /// modification time. A rescan restarts a plugin whose fingerprint changed.
     public var fingerprint: [UInt8] = []
@@ -102,6 +116,8 @@ extension Manifest {
         var limits: RawLimits?
         var resources: RawResources?
         var idempotent: [String]?
+        var activation: String?
+        var idleStopMs: Int?
     }
 
     private struct RawResources: Decodable {
@@ -275,6 +291,14 @@ extension Manifest {
                 throw fail("idempotent[\(i)]", "'\(name)' has a '*' before its end; '*' may only end a name (a prefix match, as in \"get*\")")
             }
         }
+        var activation: Activation?
+        if let text = raw.activation {
+            guard let value = Activation(rawValue: text) else { throw fail("activation", "'\(text)' is not eager or onCall") }
+            activation = value
+        }
+        if let ms = raw.idleStopMs, !(1...86_400_000).contains(ms) {
+            throw fail("idleStopMs", "must be between 1 and 86400000 (a day), got \(ms)")
+        }
         var resources: Resources?
         if let r = raw.resources {
             guard let base = r.baseURL, let scheme = ["http://", "https://", "file://"].first(where: { r.baseURL?.hasPrefix($0) == true }) else {
@@ -302,7 +326,7 @@ extension Manifest {
             limits: Limits(memoryMB: l?.memoryMB, softMemoryMB: l?.softMemoryMB, openFiles: l?.openFiles, callTimeoutMs: l?.callTimeoutMs,
                            cpuPercent: l?.cpuPercent, startupTimeoutMs: l?.startupTimeoutMs, streamIdleTimeoutMs: l?.streamIdleTimeoutMs,
                            retries: retries),
-            resources: resources, idempotent: idempotent, bundle: bundle, file: file)
+            resources: resources, idempotent: idempotent, activation: activation, idleStopMs: raw.idleStopMs, bundle: bundle, file: file)
     }
 
     /// Whether this stands in for an unusable plugin.json (`unusable`): a real manifest names a

@@ -79,6 +79,10 @@ public func workerMain() -> Int32 {
     // by anything the plugin might start.
     let payloadChannel = spec.payloadChannelFD
     if let payloadChannel { _ = fcntl(payloadChannel, F_SETFD, FD_CLOEXEC) }
+    // SPEC §15's watermark page. Made sandboxed (the filter allows what a plugin's own memfds
+    // need; the sandbox's descriptor layer would close one made before it), and before a standby's
+    // gate, so that a restart taking a standby does not wait for it.
+    var taken = payloadChannel != nil ? TakenPage() : nil
     let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links, payloadChannel: payloadChannel)
     // Before a standby's wait (none of this is plugin code, and the restart's path is then the
     // plugin's load alone), so that a SIGTERM to a standby at its gate ends it at once: with no
@@ -110,10 +114,7 @@ public func workerMain() -> Int32 {
     host.attach(plugin)
     timings["loadUs"] = Int(ProcessControl.monotonicMicroseconds() - loadFrom)
 
-    // SPEC §15's watermark. Made here, sandboxed (the filter allows what a plugin's own memfds need;
-    // the sandbox's descriptor layer would close one made before it), and sent just before the
-    // hello that announces it, on the channel the supervisor reads then.
-    var taken = payloadChannel != nil ? TakenPage() : nil
+    // The page goes just before the hello that announces it, on the channel the supervisor reads then.
     let handedPage = payloadChannel.map { taken?.hand(to: $0) ?? false } ?? false
     if !handedPage { taken = nil }
     let mark = taken

@@ -18,6 +18,11 @@ public struct HostEvent: Codable, Sendable, Equatable {
         case updated
         /// It was installed (`version`).
         case installed
+        /// An `inactive` plugin was started because something needed it (`trigger`: `call`, `open`,
+        /// `dependent <id>`, ...; SPEC §16).
+        case activated
+        /// It was stopped after `idleMs` without traffic and is `inactive` until it is needed again.
+        case deactivated
         /// It was uninstalled (`version`: the one removed).
         case uninstalled
         /// This reader did not keep up and missed `count` events (the supervisor never waits for
@@ -43,10 +48,14 @@ public struct HostEvent: Codable, Sendable, Equatable {
     public var replayed: Int?
     /// `exited`: calls of idempotent methods its plugin had started, sent again to the next worker.
     public var retried: Int?
+    /// `activated`: what needed it.
+    public var trigger: String?
+    /// `deactivated`: how long it had no traffic.
+    public var idleMs: Int?
 
     public init(event: Kind, plugin: String?, time: String, version: String? = nil, pid: Int32? = nil, lastExit: ExitStatus? = nil,
                 attempt: Int? = nil, delayMs: Int? = nil, lastError: String? = nil, from: String? = nil, to: String? = nil, count: Int? = nil,
-                replayed: Int? = nil, retried: Int? = nil) {
+                replayed: Int? = nil, retried: Int? = nil, trigger: String? = nil, idleMs: Int? = nil) {
         self.event = event
         self.plugin = plugin
         self.time = time
@@ -61,6 +70,8 @@ public struct HostEvent: Codable, Sendable, Equatable {
         self.count = count
         self.replayed = replayed
         self.retried = retried
+        self.trigger = trigger
+        self.idleMs = idleMs
     }
 }
 

@@ -4,7 +4,8 @@ import SupervisorCore
 /// Every pair of phases: exactly the moves the table lists are legal, and each legal move is one
 /// the supervisor makes (named below), so a change to the table shows here.
 @Suite struct PluginPhaseTests {
-    static let all: [PluginPhase] = [.waiting, .starting, .running, .restarting, .failed(byDependency: false), .failed(byDependency: true), .stopped]
+    static let all: [PluginPhase] = [.waiting, .starting, .running, .restarting, .failed(byDependency: false), .failed(byDependency: true), .stopped,
+                                     .inactive]
 
     /// The legal moves, written out by hand (from → to), with why each exists.
     static let legal: Set<String> = [
@@ -13,6 +14,8 @@ import SupervisorCore
         "starting→restarting", "running→restarting",  // a crash
         "starting→running", "restarting→running",  // startup answered
         "restarting→waiting", "stopped→waiting", "failed→waiting", "failed (dependency)→waiting", "waiting→waiting",  // dependencies down
+        "inactive→starting", "inactive→waiting", "waiting→inactive",  // activated (SPEC §16); onCall, not needed yet
+        "running→inactive",  // stopped for being idle
     ]
 
     @Test(arguments: all)
@@ -31,7 +34,8 @@ import SupervisorCore
     @Test func refusedMovesNamed() {
         // The moves that would be bugs: running without answering startup, skipping the stop.
         for (from, to) in [(PluginPhase.waiting, PluginPhase.running), (.stopped, .running), (.failed(byDependency: false), .running),
-                           (.running, .waiting), (.running, .starting), (.starting, .starting), (.starting, .waiting), (.restarting, .starting)] {
+                           (.running, .waiting), (.running, .starting), (.starting, .starting), (.starting, .waiting), (.restarting, .starting),
+                           (.inactive, .running), (.inactive, .restarting), (.starting, .inactive), (.restarting, .inactive), (.failed(byDependency: false), .inactive)] {
             #expect(!PluginPhase.allows(from: from, to: to), "\(from) → \(to)")
         }
     }
@@ -39,7 +43,7 @@ import SupervisorCore
     @Test func shownStates() {
         #expect(PluginPhase.waiting.shown == "starting")
         #expect(PluginPhase.failed(byDependency: true).shown == "failed")
-        #expect(Set(Self.all.map(\.shown)) == ["starting", "running", "restarting", "failed", "stopped"])
+        #expect(Set(Self.all.map(\.shown)) == ["starting", "running", "restarting", "failed", "stopped", "inactive"])
     }
 }
 

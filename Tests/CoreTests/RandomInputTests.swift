@@ -82,7 +82,7 @@ struct World: SimulatedWorld {
         case .forward:
             accepted.insert(id)
             _ = inFlight.add(InFlight(call: id, deadline: deadline))
-        case .wait:
+        case .wait, .activate:  // (the simulated plugin is never inactive)
             if queue.add(Waiting(call: id, deadline: deadline, callerIsGone: false), limit: Self.queueLimit) {
                 accepted.insert(id)
             } else {
@@ -192,7 +192,7 @@ struct World: SimulatedWorld {
                 for request in queue.release() {
                     switch Route.decide(routeTarget, named: "p", shuttingDown: shuttingDown) {
                     case .forward: _ = inFlight.add(InFlight(call: request.call, deadline: request.deadline))
-                    case .wait: _ = queue.add(request, limit: Int.max)
+                    case .wait, .activate: _ = queue.add(request, limit: Int.max)
                     case .refuse: answer(request.call)
                     }
                 }

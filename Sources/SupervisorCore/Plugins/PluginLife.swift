@@ -23,6 +23,8 @@ package struct PluginLife: Sendable {
     package var installAwaitsVerdict = false
     /// Has reached `running` at least once (so a later start is a restart dependents hear of).
     package var hasRun = false
+    /// Coming up because it was activated (SPEC §16), until it runs: `starting`, not `restarting`.
+    package private(set) var activating = false
 
     package init(phase: PluginPhase) {
         self.phase = phase
@@ -78,16 +80,19 @@ package struct PluginLife: Sendable {
         package var shuttingDown = false
         /// A new version (an update) is coming up beside the worker that ended.
         package var successorComing = false
+        /// The worker was stopped because the plugin was idle (`idleStopMs`, SPEC §16), for this long.
+        package var idleStopAfterMs: Int?
         /// An update of this plugin is within its grace period (it can be rolled back).
         package var updateGraceOpen = false
 
         package init(identifier: String, restartPolicy: Manifest.RestartPolicy, shuttingDown: Bool = false,
-                     successorComing: Bool = false, updateGraceOpen: Bool = false) {
+                     successorComing: Bool = false, updateGraceOpen: Bool = false, idleStopAfterMs: Int? = nil) {
             self.identifier = identifier
             self.restartPolicy = restartPolicy
             self.shuttingDown = shuttingDown
             self.successorComing = successorComing
             self.updateGraceOpen = updateGraceOpen
+            self.idleStopAfterMs = idleStopAfterMs
         }
     }
 
@@ -123,6 +128,12 @@ package struct PluginLife: Sendable {
         case stop
         /// Tell the programs that listen it was updated (the `updated` host event), from this version.
         case announceUpdated(from: String)
+        /// Tell the programs that listen it was activated (the `activated` host event), by what.
+        case announceActivated(by: String)
+        /// Tell the programs that listen it was stopped for being idle this long (`deactivated`).
+        case announceDeactivated(idleMs: Int)
+        /// Requests that came while its idle stop drained wait for it: it is activated again for them.
+        case activateIfAwaited
     }
 
     /// A worker in the current role ended (not a standby, a retiring old version or an update's
@@ -131,11 +142,21 @@ package struct PluginLife: Sendable {
     package mutating func workerEnded(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: Instant,
                               jitter: Double) -> [Action] {
         lastExit = ending.status
+        activating = false
         var actions: [Action] = [.announceExit(ending.status)]
         // A standby spawned on this crash's notice is taken by an immediate restart only.
         let discard = Action.discardStandby(because: "\(context.identifier) is not restarted at once")
         if phase == .failed(byDependency: true) {
             actions += [.log(.info, "\(context.identifier) stopped: \(problem ?? "a dependency failed")"), .runExitCallbacks, discard]
+            return actions
+        }
+        if ending.afterStop, !context.shuttingDown, let idleMs = context.idleStopAfterMs {
+            // SPEC §16: not a restart, not a failure, not counted by the intensity limit.
+            _ = move(to: .inactive)
+            problem = nil
+            actions += [.log(.info, "\(context.identifier) stopped after \(idleMs) ms without traffic; it starts again when it is needed"),
+                        .runExitCallbacks, .discardStandby(because: "\(context.identifier) is inactive"),
+                        .announceDeactivated(idleMs: idleMs), .activateIfAwaited]
             return actions
         }
         if ending.afterStop || context.shuttingDown {
@@ -186,9 +207,24 @@ package struct PluginLife: Sendable {
     }
 
     /// Its next worker was spawned (what `.spawn` asked for): a plugin that ran before, or is
-    /// coming back from a crash, is restarting; otherwise starting.
+    /// coming back from a crash, is restarting; otherwise (or activated) starting.
     package mutating func workerSpawned() {
-        _ = move(to: hasRun || phase == .restarting ? .restarting : .starting)
+        if phase == .inactive { activating = true }
+        _ = move(to: !activating && (hasRun || phase == .restarting) ? .restarting : .starting)
+    }
+
+    /// Something needs an `inactive` plugin (SPEC §16): `trigger` says what (`call`, `open`,
+    /// `event`, `dependent <id>`). Its worker is spawned now, or once its dependencies run (the
+    /// driver activates those that are inactive, `StartOrder.Step.activate`). Not a restart: its
+    /// dependents hear nothing, the intensity limit counts nothing. Nothing for any other phase.
+    package mutating func activate(_ identifier: String, by trigger: String, dependenciesRunning: Bool) -> [Action] {
+        guard phase == .inactive else { return [] }
+        problem = nil
+        activating = true
+        let said = Action.log(.info, "activating \(identifier): \(trigger)")
+        if dependenciesRunning { return [said, .spawn(takingStandby: false), .announceActivated(by: trigger)] }
+        _ = move(to: .waiting)
+        return [said, .announceActivated(by: trigger), .startWaitingPlugins]
     }
 
     /// No worker could be spawned for it at all: failed, with the reason as its last exit.
@@ -199,7 +235,9 @@ package struct PluginLife: Sendable {
 
     /// Its worker answered `startup`: it runs; whoever waited hears so, and what waited goes to it.
     package mutating func workerRuns(_ identifier: String, version: String) -> [Action] {
-        let wasRestart = hasRun
+        // An activation serves as a first start would: its dependents lost nothing they had.
+        let wasRestart = hasRun && !activating
+        activating = false
         _ = move(to: .running)
         problem = nil
         hasRun = true

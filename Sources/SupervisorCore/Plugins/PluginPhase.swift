@@ -13,6 +13,10 @@ package enum PluginPhase: Equatable, Sendable, CustomStringConvertible {
     case failed(byDependency: Bool)
     /// Stopped on purpose (shutdown, uninstall, removal) or exited cleanly under `on-failure`.
     case stopped
+    /// No worker until something needs it (SPEC §16): an `onCall` plugin not yet called, or one
+    /// stopped after `idleStopMs` without traffic. A call, open, stream, event or a dependent's
+    /// start activates it (`PluginLife.activate`).
+    case inactive
 
     /// The state `status` shows.
     package var shown: String {
@@ -22,6 +26,7 @@ package enum PluginPhase: Equatable, Sendable, CustomStringConvertible {
         case .restarting: return "restarting"
         case .failed: return "failed"
         case .stopped: return "stopped"
+        case .inactive: return "inactive"
         }
     }
 
@@ -52,6 +57,11 @@ package enum PluginPhase: Equatable, Sendable, CustomStringConvertible {
         case (.starting, .running), (.restarting, .running): return true
         // Waiting for dependencies again: a restart whose dependencies are down, a start request.
         case (.restarting, .waiting), (.stopped, .waiting), (.failed, .waiting), (.waiting, .waiting): return true
+        // Activated (SPEC §16): its worker is spawned, or it waits for its dependencies first. An
+        // `onCall` plugin found at start (or resumed after an upgrade) that nothing needs yet.
+        case (.inactive, .starting), (.inactive, .waiting), (.waiting, .inactive): return true
+        // Stopped after being idle: its worker ended on an idle stop.
+        case (.running, .inactive): return true
         // Anything can fail or be stopped.
         case (_, .failed), (_, .stopped): return true
         default: return false

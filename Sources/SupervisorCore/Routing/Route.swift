@@ -8,6 +8,9 @@ package enum Route: Equatable, Sendable {
     case forward
     /// The plugin is coming up or its worker is being replaced: it waits (`WaitQueue`).
     case wait
+    /// The plugin is `inactive` (SPEC §16): it waits (`WaitQueue`) and the plugin is activated
+    /// (`PluginLife.activate`), as for a call to a `starting` plugin.
+    case activate
     /// It cannot be served: the error to answer with.
     case refuse(ErrorBody)
 
@@ -57,6 +60,7 @@ package enum Route: Equatable, Sendable {
             }
             return .forward
         }
+        if target.phase == .inactive, !shuttingDown { return .activate }
         if mustWait(target, shuttingDown: shuttingDown) { return .wait }
         if shuttingDown { return .refuse(ErrorBody(.unavailable, "\(identifier) is stopping: the supervisor is shutting down")) }
         return .refuse(unavailable(target))
@@ -68,7 +72,7 @@ package enum Route: Equatable, Sendable {
     package static func mustWait(_ target: Target, shuttingDown: Bool) -> Bool {
         guard !shuttingDown else { return false }
         switch target.phase {
-        case .waiting, .starting, .restarting: return true
+        case .waiting, .starting, .restarting, .inactive: return true
         case .running:
             guard let worker = target.worker else { return true }
             return worker.stopRequested || !worker.connected || worker.mayHaveEnded
@@ -87,7 +91,8 @@ package enum Route: Equatable, Sendable {
     }
 
     /// Why requests still waiting for `target` fail now, or nil while they may wait on: the
-    /// supervisor shuts down, or the plugin is failed or stopped for good.
+    /// supervisor shuts down, or the plugin is failed or stopped for good. An `inactive` plugin's
+    /// requests wait for its activation.
     package static func abandonReason(_ target: Target, shuttingDown: Bool) -> String? {
         if shuttingDown { return "the supervisor is shutting down" }
         if target.phase.isFailed || target.phase == .stopped {

@@ -30,6 +30,8 @@ package enum StartOrder {
 
     /// What to do with one plugin now.
     package enum Step: Equatable, Sendable {
+        /// A dependency is `inactive` (SPEC §16): it is activated first, for this dependent.
+        case activate(dependency: String)
         /// A dependency failed, or stopped outside a shutdown: it fails too (`PluginLife.dependencyFailed`).
         case failByDependency(dependency: String, phase: PluginPhase)
         /// Spawn its worker.
@@ -45,6 +47,7 @@ package enum StartOrder {
         if let dead = dependencies.first(where: { $0.phase.isFailed || ($0.phase == .stopped && !shuttingDown) }) {
             return .failByDependency(dependency: dead.identifier, phase: dead.phase)
         }
+        if let idle = dependencies.first(where: { $0.phase == .inactive }) { return .activate(dependency: idle.identifier) }
         if plugin.phase == .waiting { return .spawn }
         if !shuttingDown, plugin.hasWorker, dependencies.allSatisfy({ $0.phase == .running }) { return .startup }
         return nil
@@ -60,7 +63,8 @@ package enum StartOrder {
 
     private static func settled(_ plugin: Plugin, lookup: (String) -> Plugin?, seen: inout Set<String>) -> Bool {
         switch plugin.phase {
-        case .running, .failed, .stopped: return true
+        // An inactive plugin is ready as it is: nothing of it runs until it is needed (SPEC §16).
+        case .running, .failed, .stopped, .inactive: return true
         case .starting, .restarting: return plugin.hasRun || plugin.hasExited
         case .waiting:
             // A cycle never starts (the catalog refuses it); followed once, it settles nothing.

@@ -54,6 +54,16 @@ extension SupervisorConfig {
         "restartDependents": { $0.restartDependents = try $1.bool() },
         "pingIntervalMs": positive(\.pingIntervalMs),
         "pingTimeoutMs": positive(\.pingTimeoutMs),
+        "activation": { config, value in
+            let name = try value.string()
+            guard let activation = Manifest.Activation(rawValue: name) else { throw SettingError("is '\(name)'; it is \"eager\" or \"onCall\"") }
+            config.activation = activation
+        },
+        "idleStopMs": { config, value in
+            let ms = try value.integer()
+            guard (1...86_400_000).contains(ms) else { throw SettingError("is \(ms); it is from 1 to 86400000 (a day) milliseconds") }
+            config.idleStopMs = ms
+        },
         "floodLogsPerSecond": { config, value in
             let rate = try value.integer()
             guard rate > Router.logsPerSecond else { throw SettingError("is \(rate); it is above the \(Router.logsPerSecond) log messages a second a plugin may send") }

@@ -93,6 +93,12 @@ public struct SupervisorConfig: Sendable {
     /// A worker that sends more `log` messages than this in one second is flooding: it is killed
     /// (`protocolViolation`). Below it, past 200 a second, its messages are dropped and counted.
     public var floodLogsPerSecond = SupervisorConfig.defaultFloodLogsPerSecond
+    /// When the workers of plugins whose manifest does not say start (SPEC §16): `.eager`, with the
+    /// supervisor, or `.onCall`, when something needs them.
+    public var activation: Manifest.Activation = .eager
+    /// Plugins whose manifest does not say are stopped after this long without call, stream or link
+    /// traffic, and are `inactive` until needed (SPEC §16); nil: never.
+    public var idleStopMs: Int? = nil
     public static let defaultFloodLogsPerSecond = 20_000
     /// A worker with nothing inside (no request in flight, no caller's link) is pinged and has its
     /// memory sampled only this often, all such workers in one tick: idle plugins cost the
@@ -200,4 +206,16 @@ public struct SupervisorConfig: Sendable {
         self.forkServerExecutable = FileSystem.executableDirectory() + "/plugin-forkserver"
         self.workerLibrary = FileSystem.executableDirectory() + "/libPluginWorkerCore.so"
     }
+}
+
+extension SupervisorConfig {
+    /// How `manifest`'s plugin starts: its own `activation`, else this configuration's.
+    func activation(of manifest: Manifest) -> Manifest.Activation { manifest.activation ?? activation }
+
+    /// How long `manifest`'s plugin may go without traffic before it is stopped: its own, else this
+    /// configuration's; nil: never.
+    func idleStopMs(of manifest: Manifest) -> Int? { manifest.idleStopMs ?? idleStopMs }
+
+    /// The phase a plugin found or installed begins in: `waiting` to start, or `inactive` (`onCall`).
+    func initialPhase(of manifest: Manifest) -> PluginPhase { activation(of: manifest) == .onCall ? .inactive : .waiting }
 }

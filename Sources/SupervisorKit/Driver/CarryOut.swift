@@ -27,6 +27,9 @@ extension Engine {
         case .forgetLinks(let instance): router.forgetLinks(instance)
         case .unlinkCallers(let callee): router.unlinkCallers(of: callee)
         case .forwardWaiting(let record): router.forwardWaiting(record)
+        case .activate(let record, let trigger): lifecycle.activate(record, by: trigger)
+        case .stopIdle(let record):
+            if let instance = record.instance { lifecycle.stopWorker(record, instance) {} } else { record.idleStopping = nil }
         case .forget(let record, let reason): router.forget(record, because: reason)
         case .replay(let kind, let target, let frame, let origin): replay(kind, to: target, frame, origin)
 

@@ -55,6 +55,12 @@ extension Engine {
                 }
             case .checkLaunch:
                 lifecycle.checkLaunch()
+            case .announceActivated(let trigger):
+                events.activated(record, by: trigger)
+            case .announceDeactivated(let idleMs):
+                events.deactivated(record, idleMs: idleMs)
+            case .activateIfAwaited:
+                if !record.waiting.isEmpty { lifecycle.activate(record, by: "requests that came while it stopped") }
             case .discardStandby(let reason):
                 lifecycle.discardStandby(record, because: reason)
             case .spawn(let takingStandby):

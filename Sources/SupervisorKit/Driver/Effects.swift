@@ -42,6 +42,10 @@ enum Effect {
     case keepStandby(PluginRecord)
     /// A plugin's phase changes outside its life's inputs (an uninstall stops it for good).
     case move(PluginRecord, PluginPhase)
+    /// Something needs an `inactive` plugin (SPEC §16): `by` says what.
+    case activate(PluginRecord, by: String)
+    /// A plugin idle for its `idleStopMs` is stopped (its `idleStopping` set): `inactive` after.
+    case stopIdle(PluginRecord)
 
     // MARK: For routing (Routing/*.swift)
 

@@ -53,6 +53,9 @@ final class Health: SupervisorComponent {
     private var lastMemory = NIODeadline.uptimeNanoseconds(0)
     private var lastPing = NIODeadline.uptimeNanoseconds(0)
     private var lastIdleCheck = NIODeadline.uptimeNanoseconds(0)
+    /// When the next idle stop may be due (SPEC §16): the earliest `IdleStop.Verdict.check(at:)`
+    /// of the last look. Plugins are looked at only then, not on every tick.
+    private var nextIdleStop = NIODeadline.uptimeNanoseconds(0)
 
     /// One tick: what is due of the memory sampler and the watchdog (a timer's tick may come a
     /// little early or late: half a tick of slack).
@@ -67,6 +70,35 @@ final class Health: SupervisorComponent {
             lastPing = now
             watchdog(now: now, idleToo: idleDue)
         }
+        if now >= nextIdleStop { stopIdlePlugins(now: now) }
+    }
+
+    /// Stops the running plugins that had no traffic for their `idleStopMs` (SPEC §16): cleanly,
+    /// their callers' links taken back first (`stopWorker`); they are `inactive` once their worker
+    /// has ended. A plugin with a request inside or waiting, a stream, or a change under way is
+    /// busy, and counts as having traffic now. Returns nothing; notes when to look next.
+    private func stopIdlePlugins(now: NIODeadline) {
+        var next = NIODeadline.distantFuture
+        for record in table.all where record.phase == .running && record.idleStopping == nil {
+            guard let limit = config.idleStopMs(of: record.manifest), let instance = record.instance else { continue }
+            let busy = instance.phase != .running || !instance.pending.isEmpty || !record.waiting.isEmpty
+                || !record.next.isNone || record.update.isStarting || !record.retiring.isEmpty
+            if busy { record.lastTraffic = now }
+            let facts = IdleStop.Facts(phase: record.phase, idleStopMs: limit, lastTraffic: record.lastTraffic.instant, busy: busy)
+            switch IdleStop.decide(facts, now: now.instant) {
+            case .stop(let idleMs):
+                record.idleStopping = idleMs
+                logger.info("\(record.identifier): no traffic for \(idleMs) ms (idleStopMs \(limit)): stopping it until it is needed",
+                            metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
+                effects.post(.stopIdle(record))
+            case .check(let at):
+                next = min(next, at.deadline)
+            case .never:
+                break
+            }
+        }
+        // Not before the next tick; a new plugin's first look is at most `idleCheckIntervalMs` away.
+        nextIdleStop = min(next, now + .milliseconds(Int64(config.idleCheckIntervalMs)))
     }
 
     /// Whether `instance` has something inside that someone waits for: requests in flight, links

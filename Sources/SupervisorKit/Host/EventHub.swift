@@ -186,6 +186,16 @@ final class EventHub {
                           replayed: resent.replayed, retried: resent.retried))
     }
 
+    func activated(_ record: PluginRecord, by trigger: String) {
+        guard isHeard else { return }
+        publish(HostEvent(event: .activated, plugin: record.identifier, time: Self.now(), pid: record.instance?.pid, trigger: trigger))
+    }
+
+    func deactivated(_ record: PluginRecord, idleMs: Int) {
+        guard isHeard else { return }
+        publish(HostEvent(event: .deactivated, plugin: record.identifier, time: Self.now(), idleMs: idleMs))
+    }
+
     func restarting(_ record: PluginRecord, delayMs: Int) {
         guard isHeard else { return }
         publish(HostEvent(event: .restarting, plugin: record.identifier, time: Self.now(), attempt: record.restarts, delayMs: delayMs))

@@ -125,6 +125,7 @@ extension Lifecycle {
                                        afterStop: afterStop, everRan: instance.everRan)
         var exited = Exited(pid: exit.pid, ending: ending, context: circumstances(record), callbacks: callbacks)
         let actions = record.life.workerEnded(ending, exited.context, restartPolicy: restartPolicy, now: .now, jitter: Self.jitter())
+        record.idleStopping = nil
         // The calls it held, decided with the plugin's phase as its life just made it (a restart
         // comes, or never), before the actions announce the end with what became of them.
         exited.resent = settleHeld(instance, of: record, crash: described)
@@ -144,7 +145,8 @@ extension Lifecycle {
     /// What the supervisor knows of `record` beside its life, for its decisions.
     func circumstances(_ record: PluginRecord) -> PluginLife.Circumstances {
         PluginLife.Circumstances(identifier: record.identifier, restartPolicy: record.manifest.restart, shuttingDown: isShuttingDown,
-                                 successorComing: record.successor != nil, updateGraceOpen: record.update.withinGrace(now: .now))
+                                 successorComing: record.successor != nil, updateGraceOpen: record.update.withinGrace(now: .now),
+                                 idleStopAfterMs: record.idleStopping)
     }
 
     static func jitter() -> Double { Double.random(in: 0.8...1.2) }

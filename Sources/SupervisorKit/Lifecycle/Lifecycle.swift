@@ -73,7 +73,8 @@ final class Lifecycle: SupervisorComponent {
         table.catalog = catalog
         for problem in catalog.problems { logger.error("\(problem)") }
         for id in catalog.order {
-            let record = PluginRecord(manifest: catalog.all[id]!, phase: .waiting)
+            // An `onCall` plugin begins `inactive`: no worker until something needs it (SPEC §16).
+            let record = PluginRecord(manifest: catalog.all[id]!, phase: config.initialPhase(of: catalog.all[id]!))
             if let reason = catalog.unstartable[id] {
                 move(record, to: .failed(byDependency: false))
                 record.problem = reason
@@ -91,6 +92,11 @@ final class Lifecycle: SupervisorComponent {
                               metadata: ["plugin": "\(id)"])
             }
         }
+    }
+
+    /// Something needs an `inactive` plugin (SPEC §16): its life decides (`PluginLife.activate`).
+    func activate(_ record: PluginRecord, by trigger: String) {
+        effects.now(.life(record, record.life.activate(record.identifier, by: trigger, dependenciesRunning: table.dependenciesRunning(record))))
     }
 
     /// Starts what `loadPlugins` found.
@@ -118,6 +124,10 @@ final class Lifecycle: SupervisorComponent {
                     changed = true
                 case .spawn?:
                     spawn(record)
+                case .activate(let dependency)?:
+                    // An inactive dependency comes up for this dependent (SPEC §16).
+                    if let needed = table[dependency] { activate(needed, by: "dependent \(record.identifier)") }
+                    changed = true
                 case .startup?:
                     if let instance = record.instance { sendStartup(record, instance) }
                 case nil:
@@ -140,7 +150,9 @@ final class Lifecycle: SupervisorComponent {
         var remaining = running.count
         let announce: () -> Void = { [self] in
             let failed = table.all.filter { $0.phase.isFailed }.count
+            let inactive = table.all.filter { $0.phase == .inactive }.count
             let line = "supervisor ready: \(running.count) plugin\(running.count == 1 ? "" : "s") running"
+                + (inactive > 0 ? ", \(inactive) inactive until called" : "")
                 + (failed > 0 ? ", \(failed) failed" : "") + ", control socket \(config.socketPath)"
             logger.info("\(line)")
             onReady?(line)

@@ -96,7 +96,7 @@ extension Lifecycle {
                                     : "\(id) changed on disk (now \(manifest.version)): restarting it")
                 restartCommand(id) { _ in }
             case .add(let manifest, let refused):
-                let record = PluginRecord(manifest: manifest, phase: .waiting)
+                let record = PluginRecord(manifest: manifest, phase: config.initialPhase(of: manifest))
                 if let refused {
                     logger.error("\(refused); \(id) will not start")
                     move(record, to: .failed(byDependency: false))

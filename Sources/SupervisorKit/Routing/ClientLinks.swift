@@ -99,6 +99,8 @@ extension Router {
         }
         if let problem = report.calls.problem { return ErrorBody(.protocolViolation, "linkCalls with \(problem)") }
         metrics.calls(report.target).add(report.calls)
+        // Calls over the link are traffic: the callee is not idle (SPEC §16).
+        if let callee = table[report.target] { callee.lastTraffic = .now() }
         if let ended = report.endedLink, let link = connection.linksOut[report.target], link.number == ended {
             linkEndedByItself(link.callee)
             settle(link)
@@ -153,6 +155,8 @@ extension Router {
     func hostLinkCalls(_ host: HostCaller, _ report: CallHop.LinkCalls) {
         guard report.calls.problem == nil else { return }
         metrics.calls(report.target).add(report.calls)
+        // Calls over the link are traffic: the callee is not idle (SPEC §16).
+        if let callee = table[report.target] { callee.lastTraffic = .now() }
         if let ended = report.endedLink, let link = host.linksOut[report.target], link.number == ended {
             linkEndedByItself(link.callee)
             settle(link)

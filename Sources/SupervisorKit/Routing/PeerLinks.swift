@@ -175,6 +175,8 @@ extension Router {
             return violated(instance, "linkCalls with \(problem)")
         }
         metrics.calls(report.target).add(report.calls)
+        // Calls over the link are traffic: the callee is not idle (SPEC §16).
+        if let callee = table[report.target] { callee.lastTraffic = .now() }
         if let streams = report.streams {
             let counters = metrics.streams(report.target)
             counters.opened.increment(by: streams.opened)

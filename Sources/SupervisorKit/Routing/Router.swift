@@ -48,6 +48,11 @@ final class Router: SupervisorComponent {
         switch Route.decide(record.routeTarget, named: target, shuttingDown: isShuttingDown) {
         case .forward: break
         case .wait: return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload)
+        case .activate:
+            // It waits, as for a starting plugin, and the plugin comes up for it (SPEC §16).
+            if let refused = enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload) { return refused }
+            effects.post(.activate(record, by: kind.rawValue))
+            return nil
         case .refuse(let error):
             metrics.count(.unavailable)
             return error
@@ -64,6 +69,7 @@ final class Router: SupervisorComponent {
         let buffer = channel.allocator.buffer(capacity: CallHop.frameCapacity(forwarding: bytes.count, from: caller) + 48)
         let (frame, trace) = hop.forward(kind, id: id, from: caller, env, in: bytes, into: consume buffer)
         let now = NIODeadline.now()
+        record.lastTraffic = now
         let deadline = deadline ?? now.instant.adding(milliseconds: timeout(for: record, requested: env.timeoutMs))
         let log = shared.logCalls
             ? CallLog(label: kind == .call ? "\(target).\(Envelope.string(bytes, env.method) ?? "")" : Envelope.string(bytes, env.uri) ?? "", trace: CallTrace(trace))

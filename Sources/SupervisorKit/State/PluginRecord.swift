@@ -40,6 +40,10 @@ final class PluginRecord {
     /// files (Installs/UpdateGrace.swift), and the timer that ends the grace.
     var update = UpdateStage<UpdateFiles>.none
     var graceTimer: Scheduled<Void>?
+    /// When a call, a stream or a link's calls last passed to it (SPEC §16: `idleStopMs`).
+    var lastTraffic = NIODeadline.now()
+    /// Its worker is being stopped for having been idle this long (ms): its end makes it `inactive`.
+    var idleStopping: Int?
 
     init(manifest: Manifest, phase: PluginPhase) {
         self.manifest = manifest

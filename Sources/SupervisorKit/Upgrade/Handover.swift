@@ -217,6 +217,7 @@ extension Engine {
             case .running where worker != nil: phase = "running"
             case .failed(let byDependency): phase = byDependency ? "failedByDependency" : "failed"
             case .stopped: phase = "stopped"
+            case .inactive: phase = "inactive"
             default: phase = "restarting"
             }
             plugins.append(UpgradeSnapshot.Plugin(identifier: record.identifier, phase: phase, restarts: record.restarts,

@@ -51,6 +51,8 @@ extension Engine {
                 record.problem = saved.problem
             case "stopped":
                 _ = record.move(to: .stopped, logger: logger)
+            case "inactive":
+                _ = record.move(to: .inactive, logger: logger)
             default:
                 // A restart was waiting for its delay: it starts now (startWaitingPlugins).
                 break

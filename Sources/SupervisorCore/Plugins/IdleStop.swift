@@ -1,0 +1,41 @@
+/// When a running plugin with `idleStopMs` is stopped for having had nothing to do (SPEC §16): no
+/// call, stream or link traffic for that long. The driver keeps when traffic last passed and asks at
+/// its health tick; an idle stop is a clean stop (`willTerminate`, drain) after which the plugin is
+/// `inactive` (`PluginLife.workerEnded` with `Circumstances.idleStopAfterMs`).
+package enum IdleStop {
+    /// A plugin as the rule reads it.
+    package struct Facts: Sendable, Equatable {
+        package var phase: PluginPhase
+        /// Its `idleStopMs` (manifest, else the configuration's default); nil: never stopped for idleness.
+        package var idleStopMs: Int?
+        /// When a call, a stream's chunk or credit, or a link's call last passed (or its worker began to serve).
+        package var lastTraffic: Instant
+        /// Something is inside or under way: a request in flight or waiting, an open stream, a
+        /// caller's peer or direct link, a stop, an update or a standby being taken. Never idle then.
+        package var busy: Bool
+
+        package init(phase: PluginPhase, idleStopMs: Int?, lastTraffic: Instant, busy: Bool) {
+            self.phase = phase
+            self.idleStopMs = idleStopMs
+            self.lastTraffic = lastTraffic
+            self.busy = busy
+        }
+    }
+
+    package enum Verdict: Sendable, Equatable {
+        /// Stop it now: it has had no traffic for this long.
+        case stop(idleMs: Int)
+        /// Ask again at this time (or at the next tick after it).
+        case check(at: Instant)
+        /// It is not stopped for idleness (no `idleStopMs`, or not running).
+        case never
+    }
+
+    package static func decide(_ facts: Facts, now: Instant) -> Verdict {
+        guard let limit = facts.idleStopMs, limit > 0, facts.phase == .running else { return .never }
+        if facts.busy { return .check(at: now.adding(milliseconds: limit)) }
+        let idleNs = now.nanoseconds(since: facts.lastTraffic)
+        if idleNs >= Int64(limit) * 1_000_000 { return .stop(idleMs: Int(idleNs / 1_000_000)) }
+        return .check(at: facts.lastTraffic.adding(milliseconds: limit))
+    }
+}

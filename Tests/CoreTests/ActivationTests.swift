@@ -1,0 +1,100 @@
+import Testing
+import SupervisorCore
+
+/// SPEC §16 as values: an `inactive` plugin's requests activate it, its activation is a first start
+/// (not a restart), an idle stop makes it `inactive` again without counting as a failure, and when
+/// a running plugin is idle enough to stop.
+@Suite struct ActivationTests {
+    static let policy = RestartPolicy(limit: 3, windowSeconds: 60, backoffBaseMs: 100, backoffMaxMs: 1_000)
+    static let now = Instant(nanoseconds: 1_000_000_000_000)
+    static let stopped = PluginLife.Ending(status: ExitStatus(code: 0, reason: .stopped), described: "stopped", abnormal: false,
+                                           afterStop: true, everRan: true)
+
+    static func idleContext(_ ms: Int? = 60_000, shuttingDown: Bool = false) -> PluginLife.Circumstances {
+        .init(identifier: "p", restartPolicy: .onFailure, shuttingDown: shuttingDown, idleStopAfterMs: ms)
+    }
+
+    @Test func aRequestForAnInactivePluginActivatesIt() {
+        let target = Route.Target(identifier: "p", phase: .inactive)
+        #expect(Route.decide(target, named: "p", shuttingDown: false) == .activate)
+        #expect(Route.mustWait(target, shuttingDown: false))
+        #expect(Route.abandonReason(target, shuttingDown: false) == nil, "its requests wait for the activation")
+        #expect(Route.decide(target, named: "p", shuttingDown: true) == .refuse(ErrorBody(.unavailable, "p is stopping: the supervisor is shutting down")))
+    }
+
+    @Test func activationSpawnsAndIsAFirstStartNotARestart() {
+        var life = PluginLife(phase: .inactive)
+        life.hasRun = true  // it ran before an idle stop
+        let actions = life.activate("p", by: "call", dependenciesRunning: true)
+        #expect(actions == [.log(.info, "activating p: call"), .spawn(takingStandby: false), .announceActivated(by: "call")])
+        life.workerSpawned()
+        #expect(life.phase == .starting, "an activation shows as starting, not restarting")
+        let runs = life.workerRuns("p", version: "1.0.0")
+        #expect(runs.contains(.serveAgain(restarted: false)), "its dependents lost nothing: no dependencyRestarted")
+        #expect(life.phase == .running && life.restarts == 0)
+        // Once running, an activation asked again changes nothing.
+        #expect(life.activate("p", by: "call", dependenciesRunning: true).isEmpty)
+    }
+
+    @Test func anActivationWaitsForItsDependencies() {
+        var life = PluginLife(phase: .inactive)
+        let actions = life.activate("p", by: "dependent q", dependenciesRunning: false)
+        #expect(life.phase == .waiting)
+        #expect(actions.contains(.startWaitingPlugins) && !actions.contains(.spawn(takingStandby: false)))
+        life.workerSpawned()
+        #expect(life.phase == .starting)
+    }
+
+    @Test func anInactiveDependencyIsActivatedForItsDependent() {
+        let dependent = StartOrder.Plugin(identifier: "q", phase: .waiting, dependencies: ["p"])
+        let parked = StartOrder.Plugin(identifier: "q", phase: .starting, dependencies: ["p"], parked: true, hasWorker: true)
+        let inactive = StartOrder.Plugin(identifier: "p", phase: .inactive)
+        #expect(StartOrder.step(for: dependent, dependencies: [inactive], shuttingDown: false) == .activate(dependency: "p"))
+        #expect(StartOrder.step(for: parked, dependencies: [inactive], shuttingDown: false) == .activate(dependency: "p"))
+        #expect(StartOrder.firstStartSettled(inactive) { _ in nil }, "an inactive plugin does not hold the ready line")
+    }
+
+    @Test func anIdleStopMakesItInactiveAndCountsNothing() {
+        var life = PluginLife(phase: .starting)
+        _ = life.workerRuns("p", version: "1.0.0")
+        let actions = life.workerEnded(Self.stopped, Self.idleContext(), restartPolicy: Self.policy, now: Self.now, jitter: 1)
+        #expect(life.phase == .inactive && life.problem == nil)
+        #expect(life.restarts == 0 && life.restartHistory.isEmpty, "not a restart, not counted by the intensity limit")
+        #expect(actions.contains(.announceDeactivated(idleMs: 60_000)))
+        #expect(actions.last == .activateIfAwaited, "requests that came during its drain activate it again")
+        #expect(!actions.contains(.announceFailed) && !actions.contains { if case .scheduleRestart = $0 { true } else { false } })
+        // At shutdown, an idle stop is a stop like any other.
+        var other = PluginLife(phase: .starting)
+        _ = other.workerRuns("p", version: "1.0.0")
+        _ = other.workerEnded(Self.stopped, Self.idleContext(shuttingDown: true), restartPolicy: Self.policy, now: Self.now, jitter: 1)
+        #expect(other.phase == .stopped)
+    }
+
+    @Test func aCrashDuringActivationRestartsAsACrash() {
+        var life = PluginLife(phase: .inactive)
+        _ = life.activate("p", by: "call", dependenciesRunning: true)
+        life.workerSpawned()
+        let crash = PluginLife.Ending(status: ExitStatus(signal: "SIGSEGV", reason: .signaled), described: "killed by SIGSEGV", abnormal: true,
+                                      afterStop: false, everRan: false)
+        let actions = life.workerEnded(crash, .init(identifier: "p", restartPolicy: .onFailure), restartPolicy: Self.policy, now: Self.now, jitter: 1)
+        #expect(life.phase == .restarting && actions.contains(.scheduleRestart(delayMs: 0, reason: "signaled")))
+        life.workerSpawned()
+        #expect(life.phase == .restarting)
+    }
+
+    @Test func idleStopDecisions() {
+        let last = Self.now
+        func facts(_ phase: PluginPhase = .running, ms: Int? = 1_000, busy: Bool = false) -> IdleStop.Facts {
+            .init(phase: phase, idleStopMs: ms, lastTraffic: last, busy: busy)
+        }
+        #expect(IdleStop.decide(facts(ms: nil), now: last + .seconds(100)) == .never)
+        #expect(IdleStop.decide(facts(ms: 0), now: last + .seconds(100)) == .never)
+        #expect(IdleStop.decide(facts(.starting), now: last + .seconds(100)) == .never)
+        #expect(IdleStop.decide(facts(), now: last.adding(milliseconds: 400)) == .check(at: last.adding(milliseconds: 1_000)))
+        #expect(IdleStop.decide(facts(), now: last.adding(milliseconds: 1_000)) == .stop(idleMs: 1_000))
+        #expect(IdleStop.decide(facts(), now: last.adding(milliseconds: 2_500)) == .stop(idleMs: 2_500))
+        let now = last.adding(milliseconds: 5_000)
+        #expect(IdleStop.decide(facts(busy: true), now: now) == .check(at: now.adding(milliseconds: 1_000)),
+                "a stream that is slow but alive, a request inside, a caller's link: not idle")
+    }
+}
