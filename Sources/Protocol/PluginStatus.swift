@@ -4,7 +4,7 @@ import PluginProtocol
 public struct PluginStatus: Codable, Sendable, Equatable {
     public var identifier: String
     public var version: String
-    /// `starting|running|restarting|failed|stopped`
+    /// `starting|running|restarting|failed|stopped|inactive` (`inactive`: no worker until it is needed, SPEC §16)
     public var state: String
     public var pid: Int32?
     public var restarts: Int

@@ -82,3 +82,74 @@ struct ActivationTests {
         #expect(try sv.call("a.fine", "echo", "[3]", as: [Int].self) == [3])
     }
 }
+
+extension ActivationTests {
+    @Test("open, a stream call and an event each activate an onCall plugin")
+    func everyTriggerActivates() throws {
+        let w = try TestWorld()
+        for id in ["t.open", "t.stream", "t.event"] { try w.bundle(id, extra: ["activation": "onCall"]) }
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.status().allSatisfy { $0.state == "inactive" })
+        let opened = try sv.cli("open", "plugin://t.open/echo?x=1")
+        #expect(opened.code == 0 && opened.out.contains("\"x\""), "\(opened.out)\(opened.err)")
+        let rows = try sv.cli("call", "--stream", "t.stream", "rows", #"{"count":3}"#)
+        #expect(rows.code == 0 && rows.out.split(separator: "\n").count >= 3, "\(rows.out)\(rows.err)")
+        let sent = try sv.cli("send", "background", "--plugin", "t.event")
+        #expect(sent.code == 0 && sent.out.contains("t.event"), "\(sent.out)\(sent.err)")
+        #expect(try sv.info("t.event").names.contains("background"))
+        #expect(try sv.status().allSatisfy { $0.state == "running" })
+        for (id, trigger) in [("t.open", "open"), ("t.stream", "call"), ("t.event", "event background")] {
+            #expect(sv.log.contains("activating \(id): \(trigger)"), "\(id)")
+        }
+    }
+
+    @Test("a call that comes while an idle stop is under way waits, and the plugin comes back for it")
+    func aCallDuringTheIdleStop() throws {
+        let w = try TestWorld()
+        let bundle = try w.bundle("a.race", extra: ["idleStopMs": 200])
+        try "1500".write(toFile: bundle + "/terminate-delay-ms", atomically: true, encoding: .utf8)
+        let cfg = try Self.config(w, #"{"idleCheckIntervalMs": 50}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        let first = try #require(try sv.plugin("a.race").pid)
+        try sv.waitUntil(timeout: 10, "the idle stop to begin") { sv.log.contains("a.race: no traffic for") }
+        #expect(kill(first, 0) == 0, "its willTerminate takes 1.5 s: the worker is still there")
+        #expect(try sv.call("a.race", "echo", "[5]", as: [Int].self) == [5])
+        let p = try sv.plugin("a.race")
+        #expect(p.state == "running" && p.pid != first && p.restarts == 0, "\(p)")
+        #expect(sv.log.contains("activating a.race: requests that came while it stopped"))
+    }
+
+    @Test("a stream that is slow but alive keeps its plugin from the idle stop")
+    func aSlowStreamIsNotIdleness() throws {
+        let w = try TestWorld()
+        try w.bundle("a.flow", extra: ["idleStopMs": 200])
+        let cfg = try Self.config(w, #"{"idleCheckIntervalMs": 50}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        let pid = try #require(try sv.plugin("a.flow").pid)
+        // Ten rows 150 ms apart: 1.5 s of a stream with no gap as long as idleStopMs... and none over it.
+        let rows = try sv.cli("call", "--stream", "a.flow", "rows", #"{"count":10,"delayMs":150}"#)
+        #expect(rows.code == 0 && rows.out.split(separator: "\n").count >= 10, "\(rows.out)\(rows.err)")
+        #expect(try sv.plugin("a.flow").pid == pid, "stopped while its stream flowed")
+    }
+
+    @Test("a reload leaves an inactive plugin inactive with what changed on disk; an upgrade in place keeps it inactive too")
+    func reloadAndUpgradeKeepItInactive() throws {
+        let w = try TestWorld()
+        try w.bundle("a.sleepy", extra: ["activation": "onCall"])
+        let sv = try RunningSupervisor(w)
+        try w.bundle("a.sleepy", version: "1.1.0", extra: ["activation": "onCall"])
+        #expect(try sv.cli("reload").code == 0)
+        let p = try sv.plugin("a.sleepy")
+        #expect(p.state == "inactive" && p.version == "1.1.0", "\(p)")
+        let upgraded = try sv.cli("upgrade")
+        #expect(upgraded.code == 0, "\(upgraded.err)")
+        try sv.waitUntil("the upgraded supervisor to answer") { (try? sv.plugin("a.sleepy").state) == "inactive" }
+        #expect(try sv.call("a.sleepy", "echo", "[9]", as: [Int].self) == [9])
+        // Activated, it is handed over running, its worker kept.
+        let pid = try #require(try sv.plugin("a.sleepy").pid)
+        #expect(try sv.cli("upgrade").code == 0)
+        try sv.waitUntil("the second upgrade's supervisor to answer") { (try? sv.plugin("a.sleepy").pid) == pid }
+        #expect(try sv.plugin("a.sleepy").state == "running")
+        #expect(try sv.call("a.sleepy", "echo", "[10]", as: [Int].self) == [10])
+    }
+}

@@ -258,6 +258,19 @@ extension Engine {
         if let only, table[only] == nil {
             return outbox.answer(origin, error: ErrorBody(.notFound, "no plugin \(only) is installed"))
         }
+        // An event addressed to an inactive plugin starts it (SPEC §16), and goes to it once it runs.
+        // One sent to every plugin goes to those running: the others have no state to tell.
+        if let only, let record = table[only], record.phase == .inactive {
+            record.startWaiters.append { [self] problem in
+                if let problem {
+                    return outbox.answer(origin, error: ErrorBody(.unavailable, "\(only) was started for \(name) and did not run: \(problem)"))
+                }
+                shared.broadcast(event, only: only) { [self] delivered, failed in
+                    outbox.respond(origin) { try ProtocolJSON.encode(SendOutcome(event: name, delivered: delivered, failed: failed)) }
+                }
+            }
+            return lifecycle.activate(record, by: "event \(name)")
+        }
         shared.broadcast(event, only: only) { [self] delivered, failed in
             outbox.respond(origin) { try ProtocolJSON.encode(SendOutcome(event: name, delivered: delivered, failed: failed)) }
         }

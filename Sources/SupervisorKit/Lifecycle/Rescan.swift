@@ -92,6 +92,12 @@ extension Lifecycle {
                 guard let existing = table[id] else { continue }
                 changed += 1
                 existing.manifest = manifest
+                // An inactive plugin runs nothing to restart: it loads what is on disk when it is
+                // next needed (SPEC §16), unless its manifest now wants it started with the supervisor.
+                if existing.phase == .inactive, config.activation(of: manifest) == .onCall {
+                    logger.notice("\(id) changed on disk (now \(manifest.version)); inactive, it loads that when it is next needed")
+                    continue
+                }
                 logger.notice(cured ? "\(id) is no longer refused (\(previous.unstartable[id] ?? "")): starting it"
                                     : "\(id) changed on disk (now \(manifest.version)): restarting it")
                 restartCommand(id) { _ in }

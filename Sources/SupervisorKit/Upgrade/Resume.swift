@@ -52,7 +52,8 @@ extension Engine {
             case "stopped":
                 _ = record.move(to: .stopped, logger: logger)
             case "inactive":
-                _ = record.move(to: .inactive, logger: logger)
+                // Found again as the previous binary found it (`onCall`), or stopped after being idle.
+                if record.phase != .inactive { _ = record.move(to: .inactive, logger: logger) }
             default:
                 // A restart was waiting for its delay: it starts now (startWaitingPlugins).
                 break

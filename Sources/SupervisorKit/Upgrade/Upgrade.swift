@@ -212,7 +212,8 @@ extension Engine {
             case .standby: return "\(id) is restarting"
             }
             switch record.phase {
-            case .running, .failed, .stopped: break
+            // Inactive (SPEC §16): nothing of it runs; the snapshot says so and the next binary keeps it.
+            case .running, .failed, .stopped, .inactive: break
             case .restarting where record.instance == nil: break
             default: return "\(id) is \(record.phase.shown)"
             }

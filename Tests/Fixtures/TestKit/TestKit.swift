@@ -77,14 +77,8 @@ final class TestKit: Pluggable {
             throw PluginError(.pluginError, "startup refused on purpose")
         }
         // A slow start, for the tests of calls that wait for a plugin to run.
-        let fd = open(context.bundleDirectory + "/startup-delay-ms", O_RDONLY)
-        if fd >= 0 {
-            var buffer = [UInt8](repeating: 0, count: 32)
-            let n = read(fd, &buffer, buffer.count)
-            close(fd)
-            if n > 0, let ms = UInt64(String(decoding: buffer[..<n], as: UTF8.self).filter(\.isNumber)) {
-                try await Task.sleep(nanoseconds: ms * 1_000_000)
-            }
+        if let ms = Self.milliseconds(in: context.bundleDirectory + "/startup-delay-ms") {
+            try await Task.sleep(nanoseconds: ms * 1_000_000)
         }
         // A start held until the test lets it go (the update tests): while the bundle has a
         // `startup-gate` file, it waits for `go` in its data folder, up to a minute. The window
@@ -116,8 +110,22 @@ final class TestKit: Pluggable {
     func dependencyRestarted(_ identifier: String) async { record("dependencyRestarted:\(identifier)") }
     func resourceUpdated(name: String, path: String) async { record("resourceUpdated:\(name)") }
 
+    /// The number of milliseconds a bundle's file says, if it has that file.
+    static func milliseconds(in path: String) -> UInt64? {
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let n = read(fd, &buffer, buffer.count)
+        return n > 0 ? UInt64(String(decoding: buffer[..<n], as: UTF8.self).filter(\.isNumber)) : nil
+    }
+
     func willTerminate() async {
         record("willTerminate")
+        // A slow goodbye, for the tests of calls that come while a plugin stops.
+        if let bundle = context.withLock({ $0?.bundleDirectory }), let ms = Self.milliseconds(in: bundle + "/terminate-delay-ms") {
+            try? await Task.sleep(nanoseconds: ms * 1_000_000)
+        }
         // Leave a trace the test can read after the process is gone.
         guard let dir = context.withLock({ $0?.dataDirectory }) else { return }
         let line = "\(Self.now())\n"
