@@ -27,7 +27,8 @@ final class Rig {
 
     /// A plugin folder of `count` TestKit bundles: `wide` (independent) or a `chain` (each depends on the previous).
     /// `libraries`: a plugin's library copied from another path (a build of another commit), by id.
-    func plugins(_ name: String, count: Int, chain: Bool = false, extra: [String] = [], libraries: [String: String] = [:]) throws -> String {
+    func plugins(_ name: String, count: Int, chain: Bool = false, extra: [String] = [], libraries: [String: String] = [:],
+                 manifest more: String = "") throws -> String {
         let dir = root + "/" + name
         try? FileManager.default.removeItem(atPath: dir)
         for i in 0..<count + extra.count {
@@ -44,7 +45,7 @@ final class Rig {
             var deps = ""
             if chain, i > 0, i < count { deps = #","dependencies":["bench.p\#(i - 1)"]"# }
             if id == "bench.caller" || id == "bench.crelay" || id == "bench.before" { deps = #","dependencies":["bench.callee"]"# }
-            try #"{"identifier":"\#(id)","version":"1.0.0","library":"\#(library)"\#(deps)}"#
+            try #"{"identifier":"\#(id)","version":"1.0.0","library":"\#(library)"\#(deps)\#(more)}"#
                 .write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
         }
         return dir

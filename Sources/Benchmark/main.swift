@@ -267,6 +267,12 @@ do {
     // 4. Crash → serving again, first (immediate) restart (CrashBench.swift).
     if wanted("crash") { try CrashBench.run(rig, report, quick: quick) }
 
+    // Calls that survive crashes, over minutes (SoakBench.swift): asked for only (`--only soak`).
+    if only == "soak" {
+        let minutes = arguments.firstIndex(of: "--minutes").flatMap { $0 + 1 < arguments.count ? Double(arguments[$0 + 1]) : nil } ?? 1
+        try SoakBench.run(rig, report, minutes: minutes)
+    }
+
     // The supervisor upgraded in place while four clients call through it (UpgradeBench.swift).
     if wanted("upgrade") { try UpgradeBench.run(rig, report, quick: quick) }
 

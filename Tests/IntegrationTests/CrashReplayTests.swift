@@ -245,3 +245,40 @@ struct CrashReplayTests {
         #expect(once.err.contains("crash is not idempotent") && once.err.contains("(started:"), "\(once.err)")
     }
 }
+
+extension CrashReplayTests {
+    @Test("a worker that lies in its taken mark, lowering it or claiming calls it never got, cannot make the supervisor send a call that is not idempotent again: what it held fails as started",
+          arguments: [("lowers", 0), ("raises", 1 << 62)])
+    func aLyingWorker(_ lie: String, _ mark: Int) throws {
+        let w = try TestWorld()
+        try w.bundle("h.liar", library: try SandboxTests.hostileLibrary())
+        // Unsandboxed: the liar reads /proc/self/maps to find its page.
+        let cfg = try Self.config(w, #"{"sandbox": false}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        let connection = try rawControl(sv.socket)
+        defer { connection.close() }
+        // Answered calls: the supervisor has seen the mark move up to them.
+        for id in 1...3 {
+            try connection.sendFrame(callFrame(id: UInt64(id), target: "h.liar", method: "getpid", params: #"{"number":0}"#))
+            #expect(try Self.read(connection).error == nil)
+        }
+        try connection.sendFrame(callFrame(id: 10, target: "h.liar", method: "takenMarkThenBlock", params: #"{"number":\#(mark)}"#))
+        for i in 0..<5 { try connection.sendFrame(callFrame(id: UInt64(20 + i), target: "h.liar", method: "getpid", params: #"{"number":0}"#)) }
+        #expect(try Self.routed(connection).isEmpty)
+        // The lie is in the page before the kill: the blocking call wrote it first, and said so.
+        try sv.waitUntil("the lie to be written") { sv.log.contains("taken mark set to \(mark)") }
+        kill(try #require(try sv.plugin("h.liar").pid), SIGKILL)
+        var answers: [UInt64: Answer] = [:]
+        while answers.count < 6 {
+            let answer = try Self.read(connection)
+            answers[answer.id] = answer
+        }
+        for id in [10, 20, 21, 22, 23, 24] {
+            let error = try #require(answers[UInt64(id)]?.error, "\(lie): call \(id) was answered as if it ran")
+            #expect(error.code == "unavailable" && error.started, "\(lie): call \(id): \(error)")
+        }
+        let replayed = try Prometheus(sv.cli("metrics").out)["plugin_calls_replayed_total", ["plugin": "h.liar"]]
+        #expect(replayed == nil, "\(lie): \(replayed ?? 0) calls sent again on a liar's word")
+        if mark == 0 { #expect(sv.log.contains("taken mark went back")) }
+    }
+}

@@ -202,6 +202,26 @@ static void attack(const char *what, const char *path, long number, char *out, s
         /* Says it is ending, and does not: the supervisor must not be fooled into anything lasting. */
         const char *notice = "{\"type\":\"exit\",\"reason\":\"signaled\",\"signal\":\"SIGSEGV\",\"message\":\"forged\"}";
         rc = g_host->send(g_host->ctx, (const uint8_t *)notice, strlen(notice));
+    } else if (!strcmp(what, "takenMark") || !strcmp(what, "takenMarkThenBlock")) {
+        /* A worker that lies about which calls its plugin took (SPEC §15): `number` written over its
+         * taken page's mark (found in /proc/self/maps as the memfd sp-taken); then, for the second,
+         * 20 s of blocking, so that calls wait in its socket behind it. */
+        FILE *maps = fopen("/proc/self/maps", "r");
+        char line[512];
+        unsigned long start = 0;
+        while (maps && fgets(line, sizeof line, maps)) {
+            if (strstr(line, "sp-taken")) { start = strtoul(line, NULL, 16); break; }
+        }
+        if (maps) fclose(maps);
+        if (start) {
+            __atomic_store_n((unsigned long long *)start, (unsigned long long)number, __ATOMIC_RELEASE);
+            rc = 0;
+        } else {
+            errno = ENOENT;
+        }
+        fprintf(stderr, "taken mark set to %ld\n", number);
+        fflush(stderr);
+        if (!strcmp(what, "takenMarkThenBlock")) usleep(20 * 1000 * 1000);
     } else if (!strcmp(what, "segv")) {
         raise(SIGSEGV);
     } else if (!strcmp(what, "abort")) {

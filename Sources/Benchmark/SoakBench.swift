@@ -1,0 +1,113 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import IPC
+import PluginProtocol
+import Synchronization
+
+/// Calls that survive crashes, over time (SPEC §15): 64 calls in flight through the supervisor to
+/// four plugins' idempotent `echo` (eight connections, eight calls outstanding on each), while a
+/// random one of the four workers is SIGKILLed every second. Reports the calls, the failures
+/// (target 0), the latency of calls that were in flight across a kill against the others', and the
+/// supervisor's memory and descriptors at the start and the end (flat).
+/// `supervisor-bench --only soak [--minutes N]` (default 1); docs/benchmarks.md.
+enum SoakBench {
+    /// What the callers saw, under one lock.
+    final class Seen: Sendable {
+        struct State {
+            var calls = 0
+            var failures: [String] = []
+            var steady = Samples()
+            var crossed = Samples()
+            var kills: [UInt64] = []
+        }
+        let state = Mutex(State())
+        let stop = Atomic(false)
+    }
+
+    static func run(_ rig: Rig, _ report: Report, minutes: Double) throws {
+        note("soak: 64 calls in flight to 4 plugins' idempotent echo, a random worker SIGKILLed every second, \(minutes) min")
+        let plugins = try rig.plugins("soak", count: 4, manifest: #","idempotent":["echo"]"#)
+        _ = try rig.start(plugins: plugins, config: #"{"restartLimit": 100000000, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
+        guard let supervisor = rig.process?.processIdentifier else { throw BenchError("no supervisor") }
+        let seen = Seen()
+        let socket = rig.socket
+        let callers = (0..<8).map { lane in
+            Thread {
+                do { try call(lane: lane, socket: socket, seen) } catch {
+                    seen.state.withLock { $0.failures.append("caller \(lane): \(error)") }
+                }
+            }
+        }
+        callers.forEach { $0.start() }
+        // Warm: every plugin answered, then the baseline.
+        try rig.waitUntil("calls to flow") { seen.state.withLock { $0.calls } > 2_000 }
+        let fdsBefore = descriptors(supervisor), rssBefore = memory(supervisor).rss
+        let end = now() + UInt64(minutes * 60e9)
+        var kills = 0
+        while now() < end {
+            usleep(1_000_000)
+            let running = try rig.status().filter { $0.state == "running" }.compactMap(\.pid)
+            guard let pid = running.randomElement() else { continue }
+            seen.state.withLock { $0.kills.append(now()) }
+            kill(pid, SIGKILL)
+            kills += 1
+        }
+        // Every plugin serving again, the callers' last calls answered.
+        try rig.waitUntil("every plugin running") { try rig.status().allSatisfy { $0.state == "running" } }
+        seen.stop.store(true, ordering: .relaxed)
+        while callers.contains(where: { !$0.isFinished }) { usleep(10_000) }
+        let fdsAfter = descriptors(supervisor), rssAfter = memory(supervisor).rss
+        let s = seen.state.withLock { $0 }
+        report.add("soak: minutes", minutes, "min")
+        report.add("soak: workers SIGKILLed", Double(kills), "")
+        report.add("soak: calls answered", Double(s.calls), "")
+        report.add("soak: calls failed", Double(s.failures.count), "", target: "0")
+        for failure in s.failures.prefix(3) { note("  failed: \(failure)") }
+        report.add("soak: call p50, no kill during it", s.steady.median / 1000, "ms")
+        report.add("soak: call p50, in flight across a kill", s.crossed.median / 1000, "ms")
+        report.add("soak: call p99, in flight across a kill", s.crossed.percentile(0.99) / 1000, "ms")
+        report.add("soak: calls in flight across a kill", Double(s.crossed.values.count), "")
+        report.add("soak: supervisor RSS, start → end", Double(rssAfter - rssBefore) / 1_048_576, "MiB", target: "flat")
+        report.add("soak: supervisor descriptors, start → end", Double(fdsAfter - fdsBefore), "", target: "flat")
+        note("soak: supervisor RSS \(rssBefore >> 20) → \(rssAfter >> 20) MiB, descriptors \(fdsBefore) → \(fdsAfter)")
+    }
+
+    /// One connection with eight calls outstanding: each answer's latency goes to `crossed` when a
+    /// kill happened while it was in flight, else to `steady`.
+    static func call(lane: Int, socket: String, _ seen: Seen) throws {
+        let connection = try BlockingConnection.connect(path: socket)
+        defer { connection.close() }
+        var sent: [UInt64: UInt64] = [:]
+        var next: UInt64 = 1
+        func send() throws {
+            let id = next
+            next += 1
+            sent[id] = now()
+            try connection.sendFrame(callFrame(id: id, target: "bench.p\(Int(id) % 4)", method: "echo", params: "[\(id)]"))
+        }
+        for _ in 0..<8 { try send() }
+        while !sent.isEmpty {
+            guard let frame = try connection.receiveFrame() else { throw BenchError("the supervisor closed the connection") }
+            let (id, ok, text) = frame.withUnsafeBytes { bytes -> (UInt64, Bool, String) in
+                let env = try? Envelope.parse(bytes)
+                let id = env?.id ?? 0
+                let ok = env?.error == nil && env?.result.map { String(decoding: bytes[$0], as: UTF8.self) } == "[\(id)]"
+                return (id, ok, ok ? "" : String(decoding: bytes, as: UTF8.self))
+            }
+            guard let start = sent.removeValue(forKey: id) else { throw BenchError("an answer to \(id), never asked") }
+            let end = now()
+            seen.state.withLock { s in
+                s.calls += 1
+                if !ok { s.failures.append(text) }
+                if s.kills.last.map({ $0 > start && $0 <= end }) ?? false { s.crossed.add(end - start) } else { s.steady.add(end - start) }
+            }
+            if !seen.stop.load(ordering: .relaxed) { try send() }
+        }
+    }
+
+    static func descriptors(_ pid: Int32) -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? 0
+    }
+}
