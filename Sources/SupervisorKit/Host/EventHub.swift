@@ -183,7 +183,7 @@ final class EventHub {
     func exited(_ record: PluginRecord, pid: Int32, _ status: ExitStatus, resent: Lifecycle.Resent) {
         guard isHeard else { return }
         publish(HostEvent(event: .exited, plugin: record.identifier, time: Self.now(), pid: pid, lastExit: status,
-                          replayed: resent.replayed, retried: resent.retried))
+                          replayed: resent.replayed > 0 ? resent.replayed : nil, retried: resent.retried > 0 ? resent.retried : nil))
     }
 
     func activated(_ record: PluginRecord, by trigger: String) {
