@@ -61,12 +61,21 @@ struct ActivationTests {
     @Test("a slow call keeps a plugin from its idle stop: only a plugin with nothing inside is idle")
     func aLongCallIsNotIdleness() throws {
         let w = try TestWorld()
-        try w.bundle("a.busy", extra: ["idleStopMs": 200])
+        try w.bundle("a.busy", extra: ["idleStopMs": 300])
         let cfg = try Self.config(w, #"{"idleCheckIntervalMs": 50}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        // From this test's own connection, one call right after another: the plugin is never idle
+        // before the slow call, however slow this machine (or the thread sanitizer) is.
+        let connection = try rawControl(sv.socket)
+        defer { connection.close() }
+        try connection.sendFrame(callFrame(id: 1, target: "a.busy", method: "echo", params: "[1]"))
+        #expect(try CrashReplayTests.read(connection).result == "[1]")
         let pid = try #require(try sv.plugin("a.busy").pid)
-        #expect(try sv.call("a.busy", "sleep", #"{"ms":1200}"#, as: Int.self) == 1200)
-        #expect(try sv.plugin("a.busy").pid == pid, "stopped while a call was inside")
+        let stopsBefore = sv.log.components(separatedBy: "a.busy: no traffic for").count
+        try connection.sendFrame(callFrame(id: 2, target: "a.busy", method: "sleep", params: #"{"ms":1500}"#))
+        #expect(try CrashReplayTests.read(connection).result == "1500")
+        #expect(sv.log.components(separatedBy: "a.busy: no traffic for").count == stopsBefore, "an idle stop began while a call was inside")
+        #expect(try sv.plugin("a.busy").pid == pid)
     }
 
     @Test("an onCall plugin that cannot start: its caller hears why, and the supervisor serves the others")
@@ -122,14 +131,16 @@ extension ActivationTests {
     @Test("a stream that is slow but alive keeps its plugin from the idle stop")
     func aSlowStreamIsNotIdleness() throws {
         let w = try TestWorld()
-        try w.bundle("a.flow", extra: ["idleStopMs": 200])
+        // Longer than the CLI's start on a slow machine, shorter than the stream.
+        try w.bundle("a.flow", extra: ["idleStopMs": 2500])
         let cfg = try Self.config(w, #"{"idleCheckIntervalMs": 50}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let pid = try #require(try sv.plugin("a.flow").pid)
-        // Ten rows 150 ms apart: 1.5 s of a stream with no gap as long as idleStopMs... and none over it.
-        let rows = try sv.cli("call", "--stream", "a.flow", "rows", #"{"count":10,"delayMs":150}"#)
-        #expect(rows.code == 0 && rows.out.split(separator: "\n").count >= 10, "\(rows.out)\(rows.err)")
-        #expect(try sv.plugin("a.flow").pid == pid, "stopped while its stream flowed")
+        // Eight rows 500 ms apart: 4 s of a stream, each gap under idleStopMs.
+        let rows = try sv.cli("call", "--stream", "a.flow", "rows", #"{"count":8,"delayMs":500}"#)
+        #expect(rows.code == 0 && rows.out.split(separator: "\n").count >= 8, "\(rows.out)\(rows.err)")
+        #expect(!sv.log.contains("a.flow: no traffic for"), "an idle stop began while its stream flowed")
+        #expect(try sv.plugin("a.flow").pid == pid)
     }
 
     @Test("a reload leaves an inactive plugin inactive with what changed on disk; an upgrade in place keeps it inactive too")
