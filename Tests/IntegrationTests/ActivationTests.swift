@@ -8,12 +8,6 @@ import Testing
 /// plugins idle for their `idleStopMs` are stopped cleanly and come back on their next call.
 @Suite(.serialized, .timeLimit(.minutes(3)))
 struct ActivationTests {
-    static func config(_ w: TestWorld, _ json: String) throws -> String {
-        let path = w.root + "/config-\(UUID().uuidString.prefix(6)).json"
-        try json.write(toFile: path, atomically: true, encoding: .utf8)
-        return path
-    }
-
     @Test("an onCall plugin has no worker until its first call: ready says it is inactive, the call starts it and is answered, and it runs on")
     func onCallStartsOnTheFirstCall() throws {
         let w = try TestWorld()
@@ -44,7 +38,7 @@ struct ActivationTests {
     func idleStopAndBack() throws {
         let w = try TestWorld()
         try w.bundle("a.nap", extra: ["idleStopMs": 300])
-        let cfg = try Self.config(w, #"{"idleCheckIntervalMs": 100}"#)
+        let cfg = try w.config(#"{"idleCheckIntervalMs": 100}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let first = try #require(try sv.plugin("a.nap").pid)
         #expect(try sv.call("a.nap", "echo", "[1]", as: [Int].self) == [1])
@@ -62,7 +56,7 @@ struct ActivationTests {
     func aLongCallIsNotIdleness() throws {
         let w = try TestWorld()
         try w.bundle("a.busy", extra: ["idleStopMs": 300])
-        let cfg = try Self.config(w, #"{"idleCheckIntervalMs": 50}"#)
+        let cfg = try w.config(#"{"idleCheckIntervalMs": 50}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         // From this test's own connection, one call right after another: the plugin is never idle
         // before the slow call, however slow this machine (or the thread sanitizer) is.
@@ -117,7 +111,7 @@ extension ActivationTests {
         let w = try TestWorld()
         let bundle = try w.bundle("a.race", extra: ["idleStopMs": 200])
         try "1500".write(toFile: bundle + "/terminate-delay-ms", atomically: true, encoding: .utf8)
-        let cfg = try Self.config(w, #"{"idleCheckIntervalMs": 50}"#)
+        let cfg = try w.config(#"{"idleCheckIntervalMs": 50}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let first = try #require(try sv.plugin("a.race").pid)
         try sv.waitUntil(timeout: 10, "the idle stop to begin") { sv.log.contains("a.race: no traffic for") }
@@ -133,7 +127,7 @@ extension ActivationTests {
         let w = try TestWorld()
         // Longer than the CLI's start on a slow machine, shorter than the stream.
         try w.bundle("a.flow", extra: ["idleStopMs": 2500])
-        let cfg = try Self.config(w, #"{"idleCheckIntervalMs": 50}"#)
+        let cfg = try w.config(#"{"idleCheckIntervalMs": 50}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let pid = try #require(try sv.plugin("a.flow").pid)
         // Eight rows 500 ms apart: 4 s of a stream, each gap under idleStopMs.

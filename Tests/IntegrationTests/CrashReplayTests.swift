@@ -41,12 +41,6 @@ struct CrashReplayTests {
         }
     }
 
-    static func config(_ w: TestWorld, _ json: String) throws -> String {
-        let path = w.root + "/config-\(UUID().uuidString.prefix(6)).json"
-        try json.write(toFile: path, atomically: true, encoding: .utf8)
-        return path
-    }
-
     static func ran(_ sv: RunningSupervisor, _ id: String) throws -> [Int] { try sv.call(id, "ran", as: [Int].self) }
 
     /// On a new control connection: `block` (id 1) running in `id`'s worker, then `count` calls of
@@ -109,7 +103,7 @@ struct CrashReplayTests {
         let kills = Int(ProcessInfo.processInfo.environment["REPLAY_KILLS"] ?? "") ?? 100
         let w = try TestWorld()
         try w.bundle("r.idem", extra: ["idempotent": ["echo"]])
-        let cfg = try Self.config(w, #"{"restartLimit": 1000000, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
+        let cfg = try w.config(#"{"restartLimit": 1000000, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let tally = Tally()
         // Stopped however the test ends: a caller left running would keep its supervisor busy.
@@ -136,7 +130,7 @@ struct CrashReplayTests {
     func startedCallsFailTheRestRunOnce() throws {
         let w = try TestWorld()
         try w.bundle("r.once")
-        let cfg = try Self.config(w, #"{"restartLimit": 1000000, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
+        let cfg = try w.config(#"{"restartLimit": 1000000, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         final class Seen: @unchecked Sendable {
             let lock = NSLock()
@@ -219,7 +213,7 @@ struct CrashReplayTests {
     func poisonCall() throws {
         let w = try TestWorld()
         try w.bundle("r.poison", extra: ["idempotent": ["crash"], "limits": ["retries": 10]])
-        let cfg = try Self.config(w, #"{"restartLimit": 3, "restartWindowSeconds": 60, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
+        let cfg = try w.config(#"{"restartLimit": 3, "restartWindowSeconds": 60, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let connection = try rawControl(sv.socket)
         defer { connection.close() }
@@ -236,7 +230,7 @@ struct CrashReplayTests {
     func declaredBySDK() throws {
         let w = try TestWorld()
         try w.bundle("r.flagged", extra: ["limits": ["retries": 10]])
-        let cfg = try Self.config(w, #"{"restartLimit": 2, "restartWindowSeconds": 60, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
+        let cfg = try w.config(#"{"restartLimit": 2, "restartWindowSeconds": 60, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let retried = try sv.cli("call", "r.flagged", "crashAgain")
         #expect(retried.code != 0 && retried.err.contains("restarted 2 times"), "retried until the intensity limit: \(retried.err)")
@@ -253,7 +247,7 @@ extension CrashReplayTests {
         let w = try TestWorld()
         try w.bundle("h.liar", library: try SandboxTests.hostileLibrary())
         // Unsandboxed: the liar reads /proc/self/maps to find its page.
-        let cfg = try Self.config(w, #"{"sandbox": false}"#)
+        let cfg = try w.config(#"{"sandbox": false}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let connection = try rawControl(sv.socket)
         defer { connection.close() }

@@ -9,13 +9,6 @@ import Testing
 struct FaultTests {
     static func hostile() throws -> String { try SandboxTests.hostileLibrary() }
 
-    /// A config file in the world's root.
-    func config(_ w: TestWorld, _ json: String) throws -> String {
-        let path = w.root + "/config-\(UUID().uuidString.prefix(6)).json"
-        try json.write(toFile: path, atomically: true, encoding: .utf8)
-        return path
-    }
-
     @Test("each crash is recorded with its cause, restarted once, and the neighbour never notices")
     func crashCauses() throws {
         let w = try TestWorld()
@@ -135,7 +128,7 @@ struct FaultTests {
             let bundle = try w.bundle(id, library: lib)
             try "announce".write(toFile: bundle + "/ctor-action", atomically: true, encoding: .utf8)
         }
-        let sv = try RunningSupervisor(w, args: ["--config", try config(w, #"{"standbyWorkers": "always"}"#), "--log-level", "debug"])
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"standbyWorkers": "always"}"#), "--log-level", "debug"])
         func loads(_ id: String) -> Int {
             ((try? String(contentsOfFile: w.home + "/data/\(id)/loads", encoding: .utf8)) ?? "").split(separator: "\n").count
         }
@@ -203,7 +196,7 @@ struct FaultTests {
         #expect(FileManager.default.createFile(atPath: refuses + "/fail-startup", contents: nil))
         try w.bundle("i.dependent", deps: [Dep("i.startup")])
         try w.bundle("i.healthy")
-        let cfg = try config(w, #"{"restartLimit": 3, "restartWindowSeconds": 60, "restartBackoffBaseMs": 50}"#)
+        let cfg = try w.config(#"{"restartLimit": 3, "restartWindowSeconds": 60, "restartBackoffBaseMs": 50}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         // The ready line waits for each plugin's first start to settle (a crash settles it), not
         // for its restarts: with jittered backoffs one may still be restarting when it comes.
@@ -262,7 +255,7 @@ struct FaultTests {
         let spinner = try w.bundle("w.spinner", library: lib, extra: ["restart": "never"])
         try "hang".write(toFile: spinner + "/ctor-action", atomically: true, encoding: .utf8)
         try w.bundle("w.healthy")
-        let cfg = try config(w, #"{"pingIntervalMs": 200, "pingTimeoutMs": 600, "startupTimeoutMs": 1500}"#)
+        let cfg = try w.config(#"{"pingIntervalMs": 200, "pingTimeoutMs": 600, "startupTimeoutMs": 1500}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let spun = try #require(try sv.plugin("w.spinner").lastExit)
         #expect(spun.reason == .startupTimeout)
@@ -280,7 +273,7 @@ struct FaultTests {
     func idleWorkersAreWatchedFromTheirFirstCall() throws {
         let w = try TestWorld()
         try w.bundle("i.quiet")
-        let cfg = try config(w, #"{"pingIntervalMs": 100, "pingTimeoutMs": 400, "idleCheckIntervalMs": 3600000}"#)
+        let cfg = try w.config(#"{"pingIntervalMs": 100, "pingTimeoutMs": 400, "idleCheckIntervalMs": 3600000}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let stopped = try #require(try sv.plugin("i.quiet").pid)
         kill(stopped, SIGSTOP)
@@ -328,7 +321,7 @@ struct FaultTests {
         try w.bundle("f.healthy")
         // A flood threshold a loaded machine's supervisor still reads past in a second (the default,
         // 20,000, needs a core to itself): what is tested is that the rate ends the flooder.
-        let cfg = try config(w, #"{"floodLogsPerSecond": 2000}"#)
+        let cfg = try w.config(#"{"floodLogsPerSecond": 2000}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         let rssBefore = try rss(sv.pid)
         for name in ["garbage", "giant", "socketFlood", "stdoutFlood", "forkbomb"] {
@@ -392,7 +385,7 @@ struct FaultTests {
         #expect(try sv.cli("stop").code == 0)
         _ = try sv.waitForExit()
 
-        let cfg = try config(w, #"{"restartDependents": true}"#)
+        let cfg = try w.config(#"{"restartDependents": true}"#)
         let sv2 = try RunningSupervisor(w, args: ["--config", cfg])
         let userPID = try sv2.plugin("d.user").pid
         _ = try sv2.cli("call", "d.base", "crash", #"{"how":"segv"}"#)
@@ -447,7 +440,7 @@ struct FaultTests {
         let w = try TestWorld()
         try w.bundle("soak.crashy", library: try Self.hostile())
         try w.bundle("soak.healthy")
-        let cfg = try config(w, #"{"restartLimit": 1000000, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5, "standbyWorkers": "\#(standbyWorkers)"}"#)
+        let cfg = try w.config(#"{"restartLimit": 1000000, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5, "standbyWorkers": "\#(standbyWorkers)"}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         // Warm up, then take the baseline.
         for _ in 0..<20 { _ = try sv.call("soak.healthy", "echo", "0", as: Int.self) }

@@ -162,6 +162,13 @@ final class TestWorld: @unchecked Sendable {
     let home: String
     let plugins: String
 
+    /// A configuration file of `json` in the world's root, for `start --config`.
+    func config(_ json: String) throws -> String {
+        let path = root + "/config-\(UUID().uuidString.prefix(6)).json"
+        try json.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
     init() throws {
         root = FileManager.default.temporaryDirectory.appendingPathComponent("sp-\(UUID().uuidString.prefix(8))").path
         home = root + "/home"
