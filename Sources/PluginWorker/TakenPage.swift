@@ -13,9 +13,9 @@ import Glibc
 /// Costs a store per request and no message: the supervisor reads the page when it reads this
 /// worker's frames and once more after its death. The supervisor checks the page (a memfd sealed
 /// against shrinking) before it maps it, and trusts the mark only to go up (TakenWatermark).
-struct TakenPage: @unchecked Sendable {
-    // Unchecked: one thread (the I/O loop) writes it; the pointer never changes.
-    private let page: UnsafeMutablePointer<UInt64>
+struct TakenPage: Sendable {
+    /// The page's address (one thread, the I/O loop, writes through it; it never changes).
+    private let address: UInt
     /// The memfd, until it is handed to the supervisor.
     private(set) var descriptor: Int32
 
@@ -25,7 +25,7 @@ struct TakenPage: @unchecked Sendable {
         var page: UnsafeMutablePointer<UInt64>?
         let fd = cls_taken_page_create(&page)
         guard fd >= 0, let page else { return nil }
-        self.page = page
+        address = UInt(bitPattern: page)
         descriptor = fd
     }
 
@@ -45,7 +45,7 @@ struct TakenPage: @unchecked Sendable {
     /// becomes the mark.
     @inline(__always)
     func handingOver(_ body: UnsafeRawBufferPointer) {
-        if let id = Self.requestID(body) { cls_taken_store(page, id) }
+        if let id = Self.requestID(body), let page = UnsafeMutablePointer<UInt64>(bitPattern: address) { cls_taken_store(page, id) }
     }
 
     /// The id of a request the supervisor wrote (`{"type":"call","id":N`, likewise `open` and

@@ -54,11 +54,7 @@ extension SupervisorConfig {
         "restartDependents": { $0.restartDependents = try $1.bool() },
         "pingIntervalMs": positive(\.pingIntervalMs),
         "pingTimeoutMs": positive(\.pingTimeoutMs),
-        "activation": { config, value in
-            let name = try value.string()
-            guard let activation = Manifest.Activation(rawValue: name) else { throw SettingError("is '\(name)'; it is \"eager\" or \"onCall\"") }
-            config.activation = activation
-        },
+        "activation": oneOf(\.activation),
         "idleStopMs": { config, value in
             let ms = try value.integer()
             guard (1...86_400_000).contains(ms) else { throw SettingError("is \(ms); it is from 1 to 86400000 (a day) milliseconds") }
@@ -78,20 +74,8 @@ extension SupervisorConfig {
             guard (0...1000).contains(us) else { throw SettingError("is \(us); it is from 0 (never) to 1000 microseconds") }
             config.workerSpinMicroseconds = us
         },
-        "workerStart": { config, value in
-            let name = try value.string()
-            guard let mode = SupervisorConfig.WorkerStart(rawValue: name) else {
-                throw SettingError("is '\(name)'; it is \"exec\" or \"fork-server\"")
-            }
-            config.workerStart = mode
-        },
-        "standbyWorkers": { config, value in
-            let name = try value.string()
-            guard let mode = SupervisorConfig.StandbyWorkers(rawValue: name) else {
-                throw SettingError("is '\(name)'; it is \"never\", \"on-crash\" or \"always\"")
-            }
-            config.standbyWorkers = mode
-        },
+        "workerStart": oneOf(\.workerStart),
+        "standbyWorkers": oneOf(\.standbyWorkers),
         "requireSandboxLayers": { config, value in
             config.requiredSandboxLayers = try value.strings().map { name in
                 guard let layer = SandboxLayer(rawValue: name), SandboxLayer.requirable.contains(layer) else {
@@ -159,6 +143,19 @@ extension SupervisorConfig {
     /// A publisher key: base64 of a raw 32-byte Ed25519 public key.
     private static func checkKey(_ key: String, at i: Int) throws(SettingError) {
         guard Data(base64Encoded: key)?.count == 32 else { throw SettingError("[\(i)] is not a base64 Ed25519 public key (32 bytes)") }
+    }
+
+    /// One of a choice's names (`it is "a", "b" or "c"` when not).
+    private static func oneOf<Choice: RawRepresentable & CaseIterable>(_ field: WritableKeyPath<SupervisorConfig, Choice> & Sendable) -> Setting
+        where Choice.RawValue == String {
+        { config, value in
+            let name = try value.string()
+            guard let choice = Choice(rawValue: name) else {
+                let names = Choice.allCases.map { "\"\($0.rawValue)\"" }
+                throw SettingError("is '\(name)'; it is " + names.dropLast().joined(separator: ", ") + " or " + names.last!)
+            }
+            config[keyPath: field] = choice
+        }
     }
 
     private static func positive(_ field: WritableKeyPath<SupervisorConfig, Int> & Sendable) -> Setting {

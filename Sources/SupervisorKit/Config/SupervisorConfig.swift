@@ -26,7 +26,7 @@ public struct SupervisorConfig: Sendable {
     /// The `plugin-worker` executable (default: beside the running supervisor).
     public var workerExecutable: String
     /// How workers are started (docs/sandbox.md, "The fork server").
-    public enum WorkerStart: String, Sendable {
+    public enum WorkerStart: String, Sendable, CaseIterable {
         /// Each worker is a new process image: `plugin-worker` by posix_spawn (or clone into its
         /// namespaces) and exec.
         case exec
