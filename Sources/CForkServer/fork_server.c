@@ -120,7 +120,7 @@ static void reply(pid_t pid, int error, int64_t micros, const char *message) {
 struct request {
     uint32_t flags;
     char **env;       /* NULL-terminated, pointing into the request's buffer */
-    int fds[5];       /* socket, stdout, stderr, descriptor channel (or -1), payload channel (or -1) */
+    int fds[6];       /* socket, stdout, stderr, descriptor channel, payload channel, taken page (each or -1) */
 };
 
 /* In the child, before any of the worker's code: what an exec would have given it. Returns only
@@ -148,8 +148,8 @@ static int become_worker(const struct request *req, worker_entry entry, void *ro
     /* Descriptors: first every source above the targets, then into place (dup2 leaves the copy
        inheritable, as posix_spawn's would be), then nothing else. The control socket (3) is
        written over: a worker can never reach the fork server. */
-    int high[5] = { -1, -1, -1, -1, -1 };
-    for (int i = 0; i < 5; i++) {
+    int high[6] = { -1, -1, -1, -1, -1, -1 };
+    for (int i = 0; i < 6; i++) {
         if (req->fds[i] < 0) continue;
         high[i] = fcntl(req->fds[i], F_DUPFD_CLOEXEC, 16);
         if (high[i] < 0) return errno;
@@ -160,7 +160,8 @@ static int become_worker(const struct request *req, worker_entry entry, void *ro
     if (high[3] >= 0 && dup2(high[3], 4) < 0) return errno;
     if (high[4] >= 0 && dup2(high[4], 5) < 0) return errno;
     if (high[4] >= 0 && high[3] < 0) close(4);
-    if (cls_close_descriptors_from(high[4] >= 0 ? 6 : high[3] >= 0 ? 5 : 4, NULL, 0) < 0) return EBADF;
+    if (high[5] >= 0 && dup2(high[5], 6) < 0) return errno;
+    if (cls_close_descriptors_from(high[5] >= 0 ? 7 : high[4] >= 0 ? 6 : high[3] >= 0 ? 5 : 4, NULL, 0) < 0) return EBADF;
     size_t n = 0;
     while (req->env[n]) n++;
     for (size_t i = 0; i < n; i++) initial_env[i] = req->env[i];
@@ -176,33 +177,34 @@ static int become_worker(const struct request *req, worker_entry entry, void *ro
 /* Reads one request: its header, environment and descriptors. Returns 0, or an errno value (the
    descriptors that came are closed then). 1 means the supervisor has gone. */
 static int receive(char *buf, struct request *req) {
-    union { struct cmsghdr align; char bytes[CMSG_SPACE(5 * sizeof(int))]; } control;
+    union { struct cmsghdr align; char bytes[CMSG_SPACE(6 * sizeof(int))]; } control;
     struct iovec iov = { buf, FS_MAX_REQUEST };
     struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes };
     ssize_t n;
     do { n = recvmsg(control_fd, &msg, MSG_CMSG_CLOEXEC); } while (n < 0 && errno == EINTR);
     if (n <= 0) return 1;
-    int got = 0, received[5] = { -1, -1, -1, -1, -1 };
-    for (int i = 0; i < 5; i++) req->fds[i] = -1;
+    int got = 0, received[6] = { -1, -1, -1, -1, -1, -1 };
+    for (int i = 0; i < 6; i++) req->fds[i] = -1;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
         int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
         for (int i = 0; i < k; i++) {
             int fd;
             memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-            if (got < 5) received[got++] = fd; else close(fd);
+            if (got < 6) received[got++] = fd; else close(fd);
         }
     }
     struct fs_request h;
     int bad = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)n < sizeof h;
     if (!bad) {
         memcpy(&h, buf, sizeof h);
-        int want = 3 + ((h.flags & FS_DESCRIPTOR_CHANNEL) ? 1 : 0) + ((h.flags & FS_PAYLOAD_CHANNEL) ? 1 : 0);
+        int want = 3 + ((h.flags & FS_DESCRIPTOR_CHANNEL) ? 1 : 0) + ((h.flags & FS_PAYLOAD_CHANNEL) ? 1 : 0)
+                   + ((h.flags & FS_PAYLOAD_CHANNEL) && (h.flags & FS_TAKEN_PAGE) ? 1 : 0);
         bad = h.magic != FS_MAGIC || got != want || h.env_bytes != (size_t)n - sizeof h || h.env_count > 4096
               || (h.env_bytes > 0 && buf[n - 1] != 0);
     }
     if (bad) {
-        for (int i = 0; i < 5; i++) if (received[i] >= 0) close(received[i]);
+        for (int i = 0; i < 6; i++) if (received[i] >= 0) close(received[i]);
         return EINVAL;
     }
     /* socket, stdout, stderr, then the channels the flags name, in that order. */
@@ -210,6 +212,7 @@ static int receive(char *buf, struct request *req) {
     for (int i = 0; i < 3; i++) req->fds[i] = received[i];
     if (h.flags & FS_DESCRIPTOR_CHANNEL) req->fds[3] = received[next++];
     if (h.flags & FS_PAYLOAD_CHANNEL) req->fds[4] = received[next++];
+    if ((h.flags & FS_PAYLOAD_CHANNEL) && (h.flags & FS_TAKEN_PAGE)) req->fds[5] = received[next++];
     req->flags = h.flags;
     /* The environment: env_count strings, each NUL-terminated, in the bytes after the header. */
     static char *env[4097];
@@ -323,13 +326,13 @@ int sp_fork_server_run(int argc, char **argv, worker_entry builtin) {
         size_t count = 0;
         while (req.env[count]) count++;
         if (count > initial_env_slots) {
-            for (int i = 0; i < 5; i++) if (req.fds[i] >= 0) close(req.fds[i]);
+            for (int i = 0; i < 6; i++) if (req.fds[i] >= 0) close(req.fds[i]);
             reply(0, E2BIG, 0, "more environment variables than the fork server has room for");
             continue;
         }
         threads = cls_thread_count();
         if (threads != 1) {
-            for (int i = 0; i < 5; i++) if (req.fds[i] >= 0) close(req.fds[i]);
+            for (int i = 0; i < 6; i++) if (req.fds[i] >= 0) close(req.fds[i]);
             reply(0, EAGAIN, 0, "the fork server has more than one thread: it does not fork");
             continue;
         }
@@ -362,7 +365,7 @@ int sp_fork_server_run(int argc, char **argv, worker_entry builtin) {
             _exit(127);
         }
         int e = child < 0 ? errno : 0;
-        for (int i = 0; i < 5; i++) if (req.fds[i] >= 0) close(req.fds[i]);
+        for (int i = 0; i < 6; i++) if (req.fds[i] >= 0) close(req.fds[i]);
         reply(child > 0 ? (pid_t)child : 0, e, now_us() - started, child < 0 ? "clone failed" : NULL);
     }
 }

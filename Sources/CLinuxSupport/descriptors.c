@@ -191,7 +191,7 @@ int cls_seccomp_respond_error(int fd, uint64_t id, int error) {
 
 /* ---- the taken page ---- */
 
-int cls_taken_page_create(uint64_t **page) {
+int cls_taken_page_create(const uint64_t **page) {
     int fd = memfd_create("sp-taken", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) return -errno;
     if (ftruncate(fd, CLS_TAKEN_PAGE_BYTES) != 0
@@ -200,27 +200,23 @@ int cls_taken_page_create(uint64_t **page) {
         close(fd);
         return -e;
     }
-    void *p = mmap(NULL, CLS_TAKEN_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, CLS_TAKEN_PAGE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         int e = errno;
         close(fd);
         return -e;
     }
-    *page = (uint64_t *)p;
+    *page = (const uint64_t *)p;
     return fd;
 }
 
-int cls_taken_page_map(int fd, const uint64_t **page) {
+int cls_taken_page_adopt(int fd, uint64_t **page) {
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return -EBADF;
-    int seals = fcntl(fd, F_GET_SEALS);
-    /* Without F_SEAL_SHRINK the worker could truncate it and a read of the mapping would SIGBUS
-       the supervisor. */
-    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return -EPERM;
     if (st.st_size < CLS_TAKEN_PAGE_BYTES) return -EINVAL;
-    void *p = mmap(NULL, CLS_TAKEN_PAGE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, CLS_TAKEN_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return -errno;
-    *page = (const uint64_t *)p;
+    *page = (uint64_t *)p;
     return 0;
 }
 

@@ -43,12 +43,13 @@ int cls_forkserver_read(int sock, int timeout_ms, struct fs_reply *out, char *me
     return 0;
 }
 
-int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int channel_fd, int payload_fd, int stdout_fd, int stderr_fd,
+int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int channel_fd, int payload_fd, int page_fd, int stdout_fd, int stderr_fd,
                          int isolated, int empty_network, int timeout_ms, pid_t *pid, int *pidfd, int64_t *fork_us,
                          char *message, size_t message_len) {
     if (message_len > 0) message[0] = 0;
     struct fs_request h = { FS_MAGIC, (isolated ? FS_ISOLATED : 0) | (channel_fd >= 0 ? FS_DESCRIPTOR_CHANNEL : 0)
-                                      | (payload_fd >= 0 ? FS_PAYLOAD_CHANNEL : 0) | (empty_network ? FS_EMPTY_NETWORK : 0), 0, 0 };
+                                      | (payload_fd >= 0 ? FS_PAYLOAD_CHANNEL : 0) | (empty_network ? FS_EMPTY_NETWORK : 0)
+                                      | (payload_fd >= 0 && page_fd >= 0 ? FS_TAKEN_PAGE : 0), 0, 0 };
     size_t bytes = 0;
     for (char *const *e = envp; *e; e++) { bytes += strlen(*e) + 1; h.env_count++; }
     if (bytes + sizeof h > FS_MAX_REQUEST) return EMSGSIZE;
@@ -59,11 +60,12 @@ int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int channe
     char *p = buf + sizeof h;
     for (char *const *e = envp; *e; e++) { size_t l = strlen(*e) + 1; memcpy(p, *e, l); p += l; }
     /* In this order, those that are there: the fork server knows which from the flags. */
-    int fds[5] = { socket_fd, stdout_fd, stderr_fd, -1, -1 };
+    int fds[6] = { socket_fd, stdout_fd, stderr_fd, -1, -1, -1 };
     int nfds = 3;
     if (channel_fd >= 0) fds[nfds++] = channel_fd;
     if (payload_fd >= 0) fds[nfds++] = payload_fd;
-    union { struct cmsghdr align; char bytes[CMSG_SPACE(5 * sizeof(int))]; } control;
+    if (payload_fd >= 0 && page_fd >= 0) fds[nfds++] = page_fd;
+    union { struct cmsghdr align; char bytes[CMSG_SPACE(6 * sizeof(int))]; } control;
     memset(&control, 0, sizeof control);
     struct iovec iov = { buf, sizeof h + bytes };
     struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,

@@ -4,7 +4,7 @@
 #include "internal.h"
 
 int cls_spawn(const char *path, char *const argv[], char *const envp[],
-              int socket_fd, int channel_fd, int payload_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
+              int socket_fd, int channel_fd, int payload_fd, int page_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     int rc = posix_spawn_file_actions_init(&fa);
@@ -22,8 +22,10 @@ int cls_spawn(const char *path, char *const argv[], char *const envp[],
     if (!rc && socket_fd >= 0 && payload_fd >= 0) rc = posix_spawn_file_actions_adddup2(&fa, payload_fd, 5);
     /* A payload channel without a descriptor channel: nothing stays at 4. */
     if (!rc && socket_fd >= 0 && payload_fd >= 0 && channel_fd < 0) rc = posix_spawn_file_actions_addclose(&fa, 4);
+    /* The taken page (a worker's: it has both channels). */
+    if (!rc && socket_fd >= 0 && payload_fd >= 0 && page_fd >= 0) rc = posix_spawn_file_actions_adddup2(&fa, page_fd, 6);
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-    if (!rc) rc = posix_spawn_file_actions_addclosefrom_np(&fa, socket_fd < 0 ? 3 : (payload_fd >= 0 ? 6 : channel_fd >= 0 ? 5 : 4));
+    if (!rc) rc = posix_spawn_file_actions_addclosefrom_np(&fa, socket_fd < 0 ? 3 : (payload_fd >= 0 ? (page_fd >= 0 ? 7 : 6) : channel_fd >= 0 ? 5 : 4));
 #endif
 
     sigset_t none, all;
@@ -66,7 +68,7 @@ struct isolated_spawn {
     const char *path;
     char *const *argv;
     char *const *envp;
-    int socket_fd, channel_fd, payload_fd, stdout_fd, stderr_fd;
+    int socket_fd, channel_fd, payload_fd, page_fd, stdout_fd, stderr_fd;
     int report_fd; /* the write end of a close-on-exec pipe: an errno before the exec */
 };
 
@@ -113,8 +115,9 @@ static int isolated_child(void *p) {
     if (a->channel_fd >= 0 && syscall(SYS_dup3, a->channel_fd, 4, 0) < 0) goto fail;
     if (a->payload_fd >= 0 && syscall(SYS_dup3, a->payload_fd, 5, 0) < 0) goto fail;
     if (a->payload_fd >= 0 && a->channel_fd < 0) syscall(SYS_close, 4);
-    /* Everything above 3 (4, 5) goes, but the report pipe, which closes itself at the exec. */
-    unsigned first = a->payload_fd >= 0 ? 6U : a->channel_fd >= 0 ? 5U : 4U;
+    if (a->payload_fd >= 0 && a->page_fd >= 0 && syscall(SYS_dup3, a->page_fd, 6, 0) < 0) goto fail;
+    /* Everything above what it keeps (3-6) goes, but the report pipe, which closes itself at the exec. */
+    unsigned first = a->payload_fd >= 0 ? (a->page_fd >= 0 ? 7U : 6U) : a->channel_fd >= 0 ? 5U : 4U;
     if (a->report_fd > (int)first) syscall(SYS_close_range, first, (unsigned)a->report_fd - 1, 0);
     syscall(SYS_close_range, (unsigned)(a->report_fd >= (int)first ? a->report_fd + 1 : (int)first), ~0U, 0);
     syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, 8);
@@ -139,17 +142,17 @@ static clone_fn real_clone(void) {
 }
 
 int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
-                       int socket_fd, int channel_fd, int payload_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
+                       int socket_fd, int channel_fd, int payload_fd, int page_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd) {
     int report[2];
     if (pipe2(report, O_CLOEXEC) != 0) return errno;
-    /* Above every descriptor the child keeps (0-5). */
-    if (report[1] <= 5) {
-        int moved = fcntl(report[1], F_DUPFD_CLOEXEC, 6);
+    /* Above every descriptor the child keeps (0-6). */
+    if (report[1] <= 6) {
+        int moved = fcntl(report[1], F_DUPFD_CLOEXEC, 7);
         close(report[1]);
         if (moved < 0) { close(report[0]); return errno; }
         report[1] = moved;
     }
-    struct isolated_spawn a = { path, argv, envp, socket_fd, channel_fd, payload_fd, stdout_fd, stderr_fd, report[1] };
+    struct isolated_spawn a = { path, argv, envp, socket_fd, channel_fd, payload_fd, page_fd, stdout_fd, stderr_fd, report[1] };
     size_t stack_size = 64 * 1024;
     char *stack = malloc(stack_size);
     if (!stack) { close(report[0]); close(report[1]); return ENOMEM; }

@@ -119,7 +119,8 @@ public enum Spawner {
 
     /// `extraEnvironment` entries (`NAME=value`) are added to `baseEnvironment`. With
     /// `descriptorChannel`, the child also gets descriptor 4, a second socket (see `SpawnedChild.descriptorChannel`);
-    /// with `payloadChannel`, descriptor 5, a third (`SpawnedChild.payloadChannel`).
+    /// with `payloadChannel`, descriptor 5, a third (`SpawnedChild.payloadChannel`); with it and
+    /// `takenPage` (the caller's descriptor, left open), descriptor 6, the worker's taken page.
     /// With `isolated`, it starts in new user and PID namespaces (`cls_spawn_isolated`); a
     /// host that refuses them gets an ordinary spawn, with `isolationRefusedVariable` saying why.
     /// With `forkServer`, the fork server forks it (the same descriptors, environment and
@@ -128,8 +129,8 @@ public enum Spawner {
     /// `isolated` and `forkServer`): the child may start in an empty network namespace the fork
     /// server made ahead (FS_EMPTY_NETWORK); only for a worker that is to have one anyway.
     public static func spawn(executable: String, arguments: [String] = [], extraEnvironment: [String] = [],
-                             descriptorChannel: Bool = false, payloadChannel: Bool = false, isolated: Bool = false, emptyNetwork: Bool = false,
-                             forkServer: ForkServerConnection? = nil) throws(SystemError) -> SpawnedChild {
+                             descriptorChannel: Bool = false, payloadChannel: Bool = false, takenPage: Int32 = -1, isolated: Bool = false,
+                             emptyNetwork: Bool = false, forkServer: ForkServerConnection? = nil) throws(SystemError) -> SpawnedChild {
         let pair = try SocketPair()
         let socket = pair.parent, childSocket = pair.child
         let channel = try ExtraChannel(descriptorChannel)
@@ -138,11 +139,15 @@ public enum Spawner {
         let childPayloadFD = payloads.childFD
         let out = try Pipe()
         let err = try Pipe()
-        // The child's ends must not already sit on 0-5, or dup2 would keep them close-on-exec (or
+        // The child's ends must not already sit on 0-6, or dup2 would keep them close-on-exec (or
         // write one over another).
         let childSocketFD = try lifted(childSocket)
         let childOut = try lifted(out.write)
         let childErr = try lifted(err.write)
+        // The caller's: copied above the child's 0-6 only when it sits where a dup2 could write over it.
+        let copiedPage = takenPage >= 0 && takenPage <= 6 ? try syscallRetrying("fcntl(F_DUPFD_CLOEXEC)") { fcntl(takenPage, F_DUPFD_CLOEXEC, 10) } : -1
+        defer { if copiedPage >= 0 { close(copiedPage) } }
+        let childPageFD = payloadChannel ? (copiedPage >= 0 ? copiedPage : takenPage) : -1
 
         var pid: pid_t = 0
         var pidfd: Int32 = -1
@@ -153,14 +158,14 @@ public enum Spawner {
         func launch(isolated: Bool) -> Int32 {
             if let forkServer {
                 return forkServer.spawn(environment: environment, socket: childSocketFD.raw, descriptorChannel: childChannelFD,
-                                        payloadChannel: childPayloadFD, stdout: childOut.raw,
+                                        payloadChannel: childPayloadFD, takenPage: childPageFD, stdout: childOut.raw,
                                         stderr: childErr.raw, isolated: isolated, emptyNetwork: emptyNetwork, pid: &pid, pidfd: &pidfd, message: &said)
             }
             return withCStrings(argv) { cArgs in
                 withCStrings(environment) { cEnv in
                     isolated
-                        ? cls_spawn_isolated(executable, cArgs, cEnv, childSocketFD.raw, childChannelFD, childPayloadFD, childOut.raw, childErr.raw, &pid, &pidfd)
-                        : cls_spawn(executable, cArgs, cEnv, childSocketFD.raw, childChannelFD, childPayloadFD, childOut.raw, childErr.raw, &pid, &pidfd)
+                        ? cls_spawn_isolated(executable, cArgs, cEnv, childSocketFD.raw, childChannelFD, childPayloadFD, childPageFD, childOut.raw, childErr.raw, &pid, &pidfd)
+                        : cls_spawn(executable, cArgs, cEnv, childSocketFD.raw, childChannelFD, childPayloadFD, childPageFD, childOut.raw, childErr.raw, &pid, &pidfd)
                 }
             }
         }
@@ -240,7 +245,7 @@ public enum Spawner {
     }
 
     static func lifted(_ fd: consuming OwnedDescriptor) throws(SystemError) -> OwnedDescriptor {
-        if fd.raw > 5 { return fd }
+        if fd.raw > 6 { return fd }
         let raw = fd.raw
         return OwnedDescriptor(try syscallRetrying("fcntl(F_DUPFD_CLOEXEC)") { fcntl(raw, F_DUPFD_CLOEXEC, 10) })
     }

@@ -61,7 +61,7 @@ public final class ForkServerConnection: Sendable {
             + Array(repeating: "SP_FORKSERVER_SLOT=", count: environmentSlots)
         let spawned = Spawner.withCStrings([executable]) { cArgs in
             Spawner.withCStrings(environment) { cEnv in
-                cls_spawn(executable, cArgs, cEnv, theirs.raw, -1, -1, output.raw, output.raw, &pid, &pidfd)
+                cls_spawn(executable, cArgs, cEnv, theirs.raw, -1, -1, -1, output.raw, output.raw, &pid, &pidfd)
             }
         }
         guard spawned == 0 else { throw ForkServerError("cannot start \(executable): \(String(cString: strerror(spawned)))") }
@@ -89,7 +89,7 @@ public final class ForkServerConnection: Sendable {
     /// Asks for a worker: its whole environment and its descriptors (see cls_forkserver_spawn).
     /// 0 with `pid` and `pidfd` set, or an errno value with `message` saying why; afterwards
     /// `isBroken` tells whether the failure was this request's or the channel's.
-    func spawn(environment: [String], socket: Int32, descriptorChannel: Int32, payloadChannel: Int32, stdout: Int32, stderr: Int32, isolated: Bool, emptyNetwork: Bool,
+    func spawn(environment: [String], socket: Int32, descriptorChannel: Int32, payloadChannel: Int32, takenPage: Int32, stdout: Int32, stderr: Int32, isolated: Bool, emptyNetwork: Bool,
                pid: inout pid_t, pidfd: inout Int32, message: inout String) -> Int32 {
         guard !isBroken else {
             message = "the fork server is no longer used"
@@ -98,7 +98,7 @@ public final class ForkServerConnection: Sendable {
         var text = [CChar](repeating: 0, count: 512)
         var forkUs: Int64 = 0
         let rc = Spawner.withCStrings(environment) { cEnv in
-            cls_forkserver_spawn(channel, cEnv, socket, descriptorChannel, payloadChannel, stdout, stderr, isolated ? 1 : 0, emptyNetwork ? 1 : 0, Self.requestTimeoutMs,
+            cls_forkserver_spawn(channel, cEnv, socket, descriptorChannel, payloadChannel, takenPage, stdout, stderr, isolated ? 1 : 0, emptyNetwork ? 1 : 0, Self.requestTimeoutMs,
                                  &pid, &pidfd, &forkUs, &text, text.count)
         }
         if rc < 0 {

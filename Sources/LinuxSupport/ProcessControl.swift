@@ -26,6 +26,23 @@ public enum ProcessControl {
         try check("close_range", keep.withUnsafeBufferPointer { cls_close_descriptors_from(first, $0.baseAddress, Int32($0.count)) })
     }
 
+    /// RLIMIT_NOFILE: raises the soft limit to `wanted` (as far as the hard limit allows; never
+    /// lowers it) and returns both as they are then.
+    public static func openFilesLimit(raisingTo wanted: Int) -> (soft: Int, hard: Int) {
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        // rlim_t.max is RLIM_INFINITY.
+        var limit = rlimit()
+        guard getrlimit(resource, &limit) == 0 else { return (Int.max, Int.max) }
+        let want = rlim_t(max(0, wanted))
+        if limit.rlim_cur != rlim_t.max, limit.rlim_cur < want {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max == rlim_t.max ? want : min(want, limit.rlim_max)
+            if setrlimit(resource, &raised) == 0 { limit = raised }
+        }
+        func count(_ value: rlim_t) -> Int { value == rlim_t.max || value > rlim_t(Int.max) ? Int.max : Int(value) }
+        return (count(limit.rlim_cur), count(limit.rlim_max))
+    }
+
     /// CLOCK_MONOTONIC in microseconds (the same clock NIODeadline and DispatchTime read).
     public static func monotonicMicroseconds() -> Int64 { cls_monotonic_us() }
 

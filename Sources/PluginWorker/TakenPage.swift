@@ -11,34 +11,22 @@ import Glibc
 /// above the mark, in the socket or not yet read, go to the next worker.
 ///
 /// Costs a store per request and no message: the supervisor reads the page when it reads this
-/// worker's frames and once more after its death. The supervisor checks the page (a memfd sealed
-/// against shrinking) before it maps it, and trusts the mark only to go up (TakenWatermark).
+/// worker's frames and once more after its death. The supervisor made the page (a memfd sealed
+/// against shrinking) and gave it at the spawn (`WorkerSpec.takenPageFD`), and trusts the mark only
+/// to go up (TakenWatermark).
 struct TakenPage: Sendable {
     /// The page's address (one thread, the I/O loop, writes through it; it never changes).
     private let address: UInt
-    /// The memfd, until it is handed to the supervisor.
-    private(set) var descriptor: Int32
 
-    /// A new page, or nil (no memfd here: the supervisor then treats every call the worker got as
-    /// possibly started, and replays nothing after a crash).
-    init?() {
+    /// The page given at the spawn, mapped; its descriptor is closed (the mapping stays). Nil when
+    /// it cannot be mapped: `hello` then says nothing of it, and the supervisor treats every call
+    /// the worker got as possibly started.
+    init?(adopting descriptor: Int32) {
         var page: UnsafeMutablePointer<UInt64>?
-        let fd = cls_taken_page_create(&page)
-        guard fd >= 0, let page else { return nil }
+        let rc = cls_taken_page_adopt(descriptor, &page)
+        close(descriptor)
+        guard rc == 0, let page else { return nil }
         address = UInt(bitPattern: page)
-        descriptor = fd
-    }
-
-    /// Sends the page on the payload channel, just before `hello` says so; true when it went.
-    mutating func hand(to payloadChannel: Int32) -> Bool {
-        guard descriptor >= 0 else { return false }
-        defer {
-            close(descriptor)
-            descriptor = -1
-        }
-        var marker = UInt8(ascii: "T")
-        let fd = descriptor
-        return withUnsafePointer(to: fd) { cls_send_fds(payloadChannel, $0, 1, &marker, 1) } == 1
     }
 
     /// `body`, a frame from the supervisor, is about to be handed to the plugin: a request's id

@@ -64,6 +64,9 @@ public func workerMain() -> Int32 {
     if let spin = spec.spinMicroseconds, spin > 0 { connection.pollBeforeSleeping(microseconds: spin) }
     var timings: [String: Int] = ["startedAtUs": Int(startedAt)]
 
+    // SPEC §15's watermark page, given at the spawn: mapped before the sandbox closes its descriptor.
+    let taken = spec.takenPageFD.flatMap(TakenPage.init(adopting:))
+
     let confinement: Sandbox.Applied
     do { confinement = try Sandbox.apply(SandboxPlan(spec), sendLock: connection.sendLock) } catch { fail(error, connection: connection) }
     let sandboxedAt = ProcessControl.monotonicMicroseconds()
@@ -79,10 +82,6 @@ public func workerMain() -> Int32 {
     // by anything the plugin might start.
     let payloadChannel = spec.payloadChannelFD
     if let payloadChannel { _ = fcntl(payloadChannel, F_SETFD, FD_CLOEXEC) }
-    // SPEC §15's watermark page. Made sandboxed (the filter allows what a plugin's own memfds
-    // need; the sandbox's descriptor layer would close one made before it), and before a standby's
-    // gate, so that a restart taking a standby does not wait for it.
-    var taken = payloadChannel != nil ? TakenPage() : nil
     let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links, payloadChannel: payloadChannel)
     // Before a standby's wait (none of this is plugin code, and the restart's path is then the
     // plugin's load alone), so that a SIGTERM to a standby at its gate ends it at once: with no
@@ -114,13 +113,9 @@ public func workerMain() -> Int32 {
     host.attach(plugin)
     timings["loadUs"] = Int(ProcessControl.monotonicMicroseconds() - loadFrom)
 
-    // The page goes just before the hello that announces it, on the channel the supervisor reads then.
-    let handedPage = payloadChannel.map { taken?.hand(to: $0) ?? false } ?? false
-    if !handedPage { taken = nil }
-    let mark = taken
     let hello = HelloMessage(abi: UInt32(SP_ABI_VERSION), pid: getpid(), plugin: spec.identifier, version: spec.version,
                              sandbox: confinement.report.layers, sandboxMissing: confinement.report.missing, timings: timings,
-                             takenPage: handedPage ? true : nil, idempotent: host.takeIdempotentDeclarations())
+                             takenPage: taken != nil ? true : nil, idempotent: host.takeIdempotentDeclarations())
     do { try connection.sendFrame(hello.frame()) } catch { exit(0) }
     links?.start(host: host)
 
@@ -144,7 +139,7 @@ public func workerMain() -> Int32 {
                 links.unlink(body)
                 return true
             }
-            mark?.handingOver(body)
+            taken?.handingOver(body)
             host.deliverFromSupervisor(body)
             return true
         }) != nil {}

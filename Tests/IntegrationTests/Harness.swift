@@ -125,7 +125,7 @@ enum Shell {
         var pid: pid_t = 0, pidfd: Int32 = -1
         let launching = Date()
         let rc = Spawner.withCStrings([path] + args) { argv in
-            Spawner.withCStrings(environment) { envp in cls_spawn(path, argv, envp, -1, -1, -1, out, err, &pid, &pidfd) }
+            Spawner.withCStrings(environment) { envp in cls_spawn(path, argv, envp, -1, -1, -1, -1, out, err, &pid, &pidfd) }
         }
         guard rc == 0 else { throw HarnessError("cannot run \(path): \(String(cString: strerror(rc)))") }
         defer { close(pidfd) }

@@ -19,12 +19,14 @@
 /* One more descriptor, after the others: the worker's payload channel, descriptor 5 (the memfds of
    bytes attached to messages, docs/protocol.md "Bytes"). */
 #define FS_PAYLOAD_CHANNEL 8u
+/* With FS_PAYLOAD_CHANNEL, one more after it: the worker's taken page, descriptor 6 (SPEC §15). */
+#define FS_TAKEN_PAGE 16u
 
 /* supervisor -> fork server: start a worker. Followed by `env_bytes` bytes holding `env_count`
    NUL-terminated "NAME=value" strings (its whole environment); SCM_RIGHTS carries the protocol
    socket (to become descriptor 3), its stdout and stderr (1, 2) and, with FS_DESCRIPTOR_CHANNEL,
    the descriptor channel (4: the seccomp listener, the cgroup word, peer-link orders) and, with
-   FS_PAYLOAD_CHANNEL, the payload channel (5). */
+   FS_PAYLOAD_CHANNEL, the payload channel (5) and, with FS_TAKEN_PAGE, the taken page (6). */
 struct fs_request {
     uint32_t magic;
     uint32_t flags;

@@ -9,13 +9,13 @@
 /* ---- processes ---- */
 
 /* Spawns `path` with posix_spawn: `socket_fd` becomes descriptor 3, `channel_fd` (if >= 0, the
-   descriptor channel) descriptor 4, `payload_fd` (if >= 0, the payload channel) descriptor 5, `stdout_fd`/`stderr_fd` become 1 and 2, stdin is /dev/null, every other descriptor is closed, the child gets a new session
+   descriptor channel) descriptor 4, `payload_fd` (if >= 0, the payload channel) descriptor 5, `page_fd` (if >= 0, the taken page) descriptor 6, `stdout_fd`/`stderr_fd` become 1 and 2, stdin is /dev/null, every other descriptor is closed, the child gets a new session
    (setsid), an empty signal mask and default dispositions. No code of ours runs in the child.
    On success sets *pid and *pidfd (a pidfd_open descriptor, close-on-exec) and returns 0; returns an
    errno value otherwise. The pidfd is opened before anyone can reap the child (this process never
    waits for "any child"), so it always names the process just spawned. */
 int cls_spawn(const char *path, char *const argv[], char *const envp[],
-              int socket_fd, int channel_fd, int payload_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
+              int socket_fd, int channel_fd, int payload_fd, int page_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
 
 /* The same, but the child starts in new user and PID namespaces (clone with CLONE_VM |
    CLONE_VFORK, as posix_spawn does, plus CLONE_NEWUSER | CLONE_NEWPID | CLONE_PIDFD; the worker
@@ -26,7 +26,7 @@ int cls_spawn(const char *path, char *const argv[], char *const envp[],
    Returns an errno value when the host refuses the namespaces (EPERM, ENOSPC, EINVAL), the child's
    set-up fails, or the exec fails. */
 int cls_spawn_isolated(const char *path, char *const argv[], char *const envp[],
-                       int socket_fd, int channel_fd, int payload_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
+                       int socket_fd, int channel_fd, int payload_fd, int page_fd, int stdout_fd, int stderr_fd, pid_t *pid, int *pidfd);
 
 /* ---- the fork server's channel (fork_server_protocol.h, Sources/ForkServer) ---- */
 
@@ -41,7 +41,7 @@ int cls_forkserver_read(int sock, int timeout_ms, struct fs_reply *out, char *me
    0 with *pid, *pidfd and *fork_us set; a positive errno value when this one request failed (the
    fork server said why in `message`, or the request did not fit: EMSGSIZE); a negative errno value
    when the channel failed (-ETIMEDOUT, -EPIPE, -EPROTO): the fork server must not be used again. */
-int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int channel_fd, int payload_fd, int stdout_fd, int stderr_fd,
+int cls_forkserver_spawn(int sock, char *const envp[], int socket_fd, int channel_fd, int payload_fd, int page_fd, int stdout_fd, int stderr_fd,
                          int isolated, int empty_network, int timeout_ms, pid_t *pid, int *pidfd, int64_t *fork_us,
                          char *message, size_t message_len);
 
@@ -236,17 +236,19 @@ const char *cls_product_version(void);
 
 /* ---- the taken page (SPEC §15, Sources/SupervisorCore/Replay/TakenWatermark.swift) ----
  * One page a worker shares with the supervisor: its first 8 bytes are the highest id of a request
- * from the supervisor that the worker has handed to its plugin. The worker makes it and writes it;
- * the supervisor maps it read-only and reads it when it reads the worker's frames and once more
- * after the worker died. */
+ * from the supervisor that the worker has handed to its plugin. The supervisor makes it (sealed, so
+ * the worker can never shrink it under the supervisor's read) and hands it to the worker at its
+ * spawn as descriptor 6; the worker maps it writable and writes it; the supervisor reads it when it
+ * reads the worker's frames and once more after the worker died. No descriptor travels from a
+ * worker for it: a worker's SCM_RIGHTS count against its user's in-flight limit, which the
+ * sandbox's small RLIMIT_NOFILE makes easy to reach when hundreds of workers start at once. */
 #define CLS_TAKEN_PAGE_BYTES 4096
-/* A memfd of one page, sealed against shrinking, growing and new seals, mapped writable and
-   shared at *page: the descriptor (close-on-exec), or -errno. */
-int cls_taken_page_create(uint64_t **page);
-/* Maps a received taken page read-only at *page after checking it: a regular file (a memfd) of at
-   least a page, sealed against shrinking (so reading it can never fault). 0, or -EBADF (not a
-   regular file), -EPERM (not sealed), -EINVAL (too short), -errno of mmap. */
-int cls_taken_page_map(int fd, const uint64_t **page);
+/* A memfd of one page, sealed against shrinking, growing and new seals, mapped read-only and
+   shared at *page: the descriptor (close-on-exec) to hand to the worker, or -errno. */
+int cls_taken_page_create(const uint64_t **page);
+/* The worker's side: maps the page it was given (`fd`, a regular file of at least a page) writable
+   and shared at *page. 0, or -EBADF (not a regular file), -EINVAL (too short), -errno of mmap. */
+int cls_taken_page_adopt(int fd, uint64_t **page);
 /* Unmaps a page mapped by either of the above. */
 void cls_taken_page_unmap(const uint64_t *page);
 static inline void cls_taken_store(uint64_t *page, uint64_t value) { __atomic_store_n(page, value, __ATOMIC_RELEASE); }

@@ -84,6 +84,12 @@ final class Lifecycle: SupervisorComponent {
         }
         let found = catalog.order.count
         logger.info("found \(found) plugin\(found == 1 ? "" : "s") in \(config.pluginDirectories.joined(separator: ", "))")
+        // Descriptors for every plugin's worker, asked before any starts (SPEC §16 at scale). The
+        // process's limit is the supervisor's to raise when the process is its own (it takes the
+        // signals); an embedded host only says what its program's limit allows.
+        let budget = DescriptorBudget(plugins: found)
+        let limit = ProcessControl.openFilesLimit(raisingTo: config.handlesSignals ? budget.needed : 0)
+        if let shortfall = budget.shortfall(limit: limit.soft, hard: limit.hard) { logger.warning("\(shortfall)") }
         for id in config.debugPlugins.sorted() {
             if table[id] == nil {
                 logger.warning("--debug \(id): no such plugin was found")

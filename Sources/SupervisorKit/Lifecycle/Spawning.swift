@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Bundles
+import CLinuxSupport
 import Confinement
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -108,8 +109,15 @@ extension Lifecycle {
         } else if config.sandboxEnabled {
             spec.cgroupMissing = shared.cgroupsMissing
         }
+        // Its taken page (SPEC §15), made here and handed over as descriptor 6: the worker sends
+        // no descriptor for it. Without one (no memfd here) nothing it held is replayed.
+        var page: UnsafePointer<UInt64>?
+        let pageFD = cls_taken_page_create(&page)
+        defer { if pageFD >= 0 { close(pageFD) } }
+        if pageFD >= 0 { spec.takenPageFD = 6 }
         let specJSON: String
         do { specJSON = String(decoding: try ProtocolJSON.encode(spec), as: UTF8.self) } catch {
+            if let page { cls_taken_page_unmap(page) }
             return .failure(SpawnFailure(reason: "cannot encode the worker spec: \(error)"))
         }
         var spawned: SpawnedChild
@@ -118,8 +126,9 @@ extension Lifecycle {
             // TMPDIR in the exec's environment, not only set by the worker: runtimes that read the
             // environment the process started with (Go's c-shared runtime) see it too.
             spawned = try spawnProcess(manifest, environment: ["\(WorkerSpec.environmentVariable)=\(specJSON)", "TMPDIR=\(temp)", "SQLITE_TMPDIR=\(temp)"],
-                                       descriptorChannel: notifier != nil, problem: &startProblem)
+                                       descriptorChannel: notifier != nil, takenPage: pageFD, problem: &startProblem)
         } catch {
+            if let page { cls_taken_page_unmap(page) }
             cgroup?.remove()
             return .failure(SpawnFailure(reason: "cannot start a worker (\(config.workerExecutable)): \(error)\(missingWorkerAdvice)"))
         }
@@ -129,6 +138,7 @@ extension Lifecycle {
         instance.forked = spawned.forked
         instance.startProblem = startProblem
         instance.library = (library.path, FileStamp(path: library.path))
+        if let page { instance.crash.give(page) }
         // The descriptors of the bytes attached to its messages, both ways (Routing/Payloads.swift).
         if let payloads = spawned.payloadChannel.take() { instance.payloadChannel = payloads.release() }
         // The watcher's and the notifier's threads reach the worker's record only on the loop.

@@ -93,7 +93,7 @@ extension Lifecycle {
     /// it) by exec (`SpawnedChild.forked` says which). `problem` is set to why a worker was exec'd
     /// although the fork server was asked for; the worker keeps it for `status`
     /// (`workerStartProblem`), as it was at its spawn.
-    func spawnProcess(_ manifest: Manifest, environment: [String], descriptorChannel: Bool, problem: inout String?) throws(SystemError) -> SpawnedChild {
+    func spawnProcess(_ manifest: Manifest, environment: [String], descriptorChannel: Bool, takenPage: Int32, problem: inout String?) throws(SystemError) -> SpawnedChild {
         let isolated = config.sandboxEnabled
         // A worker that is to have a network namespace of its own may start in one made ahead.
         let emptyNetwork = isolated && !manifest.permissions.contains(.network)
@@ -101,7 +101,7 @@ extension Lifecycle {
         if let server = readyForkServer() {
             do {
                 return try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: environment,
-                                         descriptorChannel: descriptorChannel, payloadChannel: true, isolated: isolated, emptyNetwork: emptyNetwork,
+                                         descriptorChannel: descriptorChannel, payloadChannel: true, takenPage: takenPage, isolated: isolated, emptyNetwork: emptyNetwork,
                                          forkServer: server)
             } catch {
                 if server.isBroken {
@@ -125,7 +125,7 @@ extension Lifecycle {
         shared.onSpawnerThread {
             do throws(SystemError) {
                 made = try Spawner.spawn(executable: config.workerExecutable, extraEnvironment: execEnvironment, descriptorChannel: descriptorChannel,
-                                         payloadChannel: true, isolated: isolated)
+                                         payloadChannel: true, takenPage: takenPage, isolated: isolated)
             } catch {
                 failure = error
             }

@@ -19,11 +19,8 @@ extension Router {
             case .violation(let why):
                 violated(instance, why)
             case .hello(let hello):
-                // Its taken page came just before (SPEC §15): taken now, before anything else is read there.
-                if hello.takenPage == true, let why = instance.crash.receivePage(on: instance.payloadChannel) {
-                    violated(instance, why)
-                    return nil
-                }
+                // It writes the taken page it was given at its spawn (SPEC §15).
+                if hello.takenPage == true { instance.crash.workerWritesPage() }
                 effects.post(.hello(instance, hello))
             case .reply(let id):
                 guard let env else { return nil }

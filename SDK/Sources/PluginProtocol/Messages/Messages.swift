@@ -18,8 +18,8 @@ public struct HelloMessage: Codable, Sendable, Equatable {
     public var sandboxMissing: [String]?
     /// Extension: microseconds spent in each start-up phase (spawn → exec, sandbox, dlopen, create).
     public var timings: [String: Int]?
-    /// Extension: the worker sent its taken page on its payload channel just before this message
-    /// (SPEC §15, docs/protocol.md "Calls that survive a crash").
+    /// Extension: the worker writes the taken page it was given at its spawn (`WorkerSpec.takenPageFD`;
+    /// SPEC §15, docs/protocol.md "Calls that survive a crash").
     public var takenPage: Bool?
     /// Extension: the methods the plugin declared idempotent while it was created (SPEC §15).
     public var idempotent: [String]?

@@ -43,6 +43,11 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     /// one byte with those descriptors here; whoever reads the message takes them from here. Nil
     /// (a supervisor before it): bytes above 64 KiB cannot reach or leave this worker.
     public var payloadChannelFD: Int32?
+    /// The taken page (6, SPEC §15): a sealed memfd of one page the supervisor made and reads; the
+    /// worker maps it writable and stores in it the id of each request it hands to its plugin. Nil
+    /// (none given): the worker says no `takenPage` in `hello`, and the supervisor counts every call
+    /// it sent as possibly started.
+    public var takenPageFD: Int32?
     /// The `cgroup.procs` files of the worker's own control group: it writes "0" to each, joining
     /// the group before anything else. Nil when the supervisor has none to give (`cgroupMissing` says why).
     public var cgroupProcs: [String]?

@@ -37,6 +37,7 @@ extension WorkerSpec {
             case "socketFD": socketFD = try json.int32(value, key)
             case "descriptorChannelFD": rest.descriptorChannelFD = try json.optional(value) { (r) throws(ReadingError) in try json.int32(r, key) }
             case "payloadChannelFD": rest.payloadChannelFD = try json.optional(value) { (r) throws(ReadingError) in try json.int32(r, key) }
+            case "takenPageFD": rest.takenPageFD = try json.optional(value) { (r) throws(ReadingError) in try json.int32(r, key) }
             case "cgroupProcs": rest.cgroupProcs = try json.optional(value) { (r) throws(ReadingError) in try json.strings(r, key) }
             case "cgroupTasks": rest.cgroupTasks = try json.optional(value) { (r) throws(ReadingError) in try json.strings(r, key) }
             case "cgroupMissing": rest.cgroupMissing = try json.optional(value) { (r) throws(ReadingError) in try json.string(r, key) }

@@ -1,0 +1,37 @@
+/// How many descriptors the supervisor needs for its plugins, and how many plugins fit under an
+/// open-files limit (SPEC §16 at scale). Each running worker holds `perWorker` in the supervisor:
+/// its protocol socket, descriptor channel and payload channel, its stdout and stderr pipes, its
+/// pidfd and its seccomp listener. One more a plugin covers a restart's standby or an update's new
+/// version beside the old one; `reserve` covers the supervisor's own (listeners, control clients,
+/// the fork server, the log, the home's lock).
+package struct DescriptorBudget: Equatable, Sendable {
+    package static let perWorker = 7
+    package static let perPlugin = perWorker + 1
+    package static let reserve = 256
+
+    /// Plugins the supervisor knows (running, or able to run on a call).
+    package var plugins: Int
+
+    package init(plugins: Int) {
+        self.plugins = plugins
+    }
+
+    /// The open-files limit these plugins need.
+    package var needed: Int { Self.reserve + Self.perPlugin * plugins }
+
+    /// How many plugins can run at once under `limit`.
+    package static func plugins(under limit: Int) -> Int {
+        max(0, (limit - reserve) / perPlugin)
+    }
+
+    /// What to tell the operator when `limit` (the soft limit after raising it as far as the hard
+    /// one allows) is too low for these plugins; nil when it is enough.
+    package func shortfall(limit: Int, hard: Int) -> String? {
+        guard limit < needed else { return nil }
+        let fit = Self.plugins(under: limit)
+        return "the open-files limit (\(limit), hard limit \(hard)) lets about \(fit) of these \(plugins) plugins run at once: "
+            + "each running worker holds \(Self.perWorker) descriptors in the supervisor (its sockets, output pipes, pidfd and seccomp listener), "
+            + "and \(needed) are needed for all of them; raise it (LimitNOFILE= in the systemd unit, or ulimit -Hn and -n) to at least \(needed). "
+            + "A plugin that cannot start for lack of descriptors fails with that reason; the others run"
+    }
+}

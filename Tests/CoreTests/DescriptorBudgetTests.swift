@@ -1,0 +1,25 @@
+import SupervisorCore
+import Testing
+
+/// The open-files limit a supervisor asks for its plugins, and what it says when it cannot have it.
+@Suite struct DescriptorBudgetTests {
+    @Test("the need grows by a worker's descriptors and one spare a plugin, over a fixed reserve")
+    func need() {
+        #expect(DescriptorBudget(plugins: 0).needed == DescriptorBudget.reserve)
+        #expect(DescriptorBudget(plugins: 1_000).needed == DescriptorBudget.reserve + 8 * 1_000)
+        #expect(DescriptorBudget.perWorker == 7, "a worker's descriptors in the supervisor: 3 sockets, 2 pipes, a pidfd, a seccomp listener")
+    }
+
+    @Test("a limit that covers the need says nothing; a lower one says how many plugins fit, the limit, the need and what to raise")
+    func shortfall() throws {
+        let budget = DescriptorBudget(plugins: 1_000)
+        #expect(budget.shortfall(limit: budget.needed, hard: budget.needed) == nil)
+        #expect(budget.shortfall(limit: 1_000_000, hard: 1_000_000) == nil)
+        let said = try #require(budget.shortfall(limit: 1_024, hard: 4_096))
+        #expect(said.contains("about 96 of these 1000 plugins"))
+        #expect(said.contains("(1024, hard limit 4096)"))
+        #expect(said.contains("at least \(budget.needed)"))
+        #expect(said.contains("LimitNOFILE="))
+        #expect(DescriptorBudget.plugins(under: 100) == 0, "below the reserve none fits, never a negative count")
+    }
+}
