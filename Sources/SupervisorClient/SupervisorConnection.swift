@@ -88,7 +88,9 @@ public struct SupervisorConnection {
         var reply: [UInt8]?
         while true {
             do { reply = try connection.receiveFrame() } catch { throw .broken("\(error)") }
-            guard let frame = reply, let p = try? ProtocolJSON.decode(ProgressFrame.self, from: frame), p.type == .progress else { break }
+            // Only a progress frame is decoded whole (a reply can be large: `status` with 1,000 plugins).
+            guard let frame = reply, frame.withUnsafeBytes({ (try? Envelope.parse($0))?.kind == .progress }),
+                  let p = try? ProtocolJSON.decode(ProgressFrame.self, from: frame), p.type == .progress else { break }
             progress(ProgressReport(stage: p.stage, done: p.done, total: p.total, message: p.message))
         }
         guard let reply else { throw .broken("the supervisor closed the connection without answering") }

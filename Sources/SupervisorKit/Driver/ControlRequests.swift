@@ -57,7 +57,7 @@ extension Engine {
     func handle(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, origin: ReplyOrigin) {
         switch kind {
         case .call, .open: callOrOpen(kind, env, bytes, origin)
-        case .status: outbox.respond(origin) { try ProtocolJSON.encode(self.statusList()) }
+        case .status: outbox.respond(origin) { PluginStatus.json(self.statusList()) }
         case .send: send(env, bytes, origin)
         case .restart:
             guard let target = Envelope.string(bytes, env.target) else {
@@ -70,7 +70,7 @@ extension Engine {
                 if let problem {
                     outbox.answer(origin, error: ErrorBody(.unavailable, problem))
                 } else {
-                    outbox.respond(origin) { try ProtocolJSON.encode(self.statusList().first { $0.identifier == target }) }
+                    outbox.respond(origin) { self.table[target].map { self.status(of: $0).json() } ?? Array("null".utf8) }
                 }
             }
         case .install:
@@ -283,21 +283,24 @@ extension Engine {
 
     /// `status`: every plugin in start order (SPEC §6).
     func statusList() -> [PluginStatus] {
-        table.inOrder.map { r in
-            var status = PluginStatus(
-                identifier: r.identifier, version: r.manifest.version.description, state: r.phase.shown,
-                pid: r.instance?.pid, restarts: r.restarts, lastExit: r.lastExit, dependencies: r.dependencyIDs,
-                variant: r.variant ?? r.library, sandbox: r.instance?.hello?.sandbox ?? [],
-                sandboxMissing: r.instance.map { $0.hello?.sandboxMissing ?? [] }, error: r.problem,
-                timings: r.instance.map(\.timings), sandboxDenials: r.sandboxDenials, lastError: r.problem ?? r.lastError,
-                updating: r.successor.map { .init(version: $0.instance.manifest.version.description, pid: $0.instance.pid) },
-                debug: config.isDebugged(r.identifier) ? true : nil,
-                workerStart: r.instance.map { $0.forked ? "fork-server" : "exec" },
-                workerStartProblem: r.instance.flatMap { $0.startProblem },
-                links: r.instance.flatMap { $0.linksOut.isEmpty ? nil : $0.linksOut.keys.sorted() })
-            status.supervisorVersion = ProductVersion.current
-            status.standbyPid = r.standby?.instance.pid
-            return status
-        }
+        table.inOrder.map(status(of:))
+    }
+
+    /// One plugin as `status` shows it.
+    func status(of r: PluginRecord) -> PluginStatus {
+        var status = PluginStatus(
+            identifier: r.identifier, version: r.manifest.version.description, state: r.phase.shown,
+            pid: r.instance?.pid, restarts: r.restarts, lastExit: r.lastExit, dependencies: r.dependencyIDs,
+            variant: r.variant ?? r.library, sandbox: r.instance?.hello?.sandbox ?? [],
+            sandboxMissing: r.instance.map { $0.hello?.sandboxMissing ?? [] }, error: r.problem,
+            timings: r.instance.map(\.timings), sandboxDenials: r.sandboxDenials, lastError: r.problem ?? r.lastError,
+            updating: r.successor.map { .init(version: $0.instance.manifest.version.description, pid: $0.instance.pid) },
+            debug: config.isDebugged(r.identifier) ? true : nil,
+            workerStart: r.instance.map { $0.forked ? "fork-server" : "exec" },
+            workerStartProblem: r.instance.flatMap { $0.startProblem },
+            links: r.instance.flatMap { $0.linksOut.isEmpty ? nil : $0.linksOut.keys.sorted() })
+        status.supervisorVersion = ProductVersion.current
+        status.standbyPid = r.standby?.instance.pid
+        return status
     }
 }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import LinuxSupport
+import Dispatch
 import Logging
 import NIOCore
 import PluginProtocol
@@ -74,9 +75,10 @@ extension Lifecycle {
         effects.post(.hostCallerEnded(instance))
         let callbacks = instance.onExit
         instance.onExit = []
-        // The kernel's OOM killer in its group: the memory limit, whatever the signal says.
+        // The kernel's OOM killer in its group: the memory limit, whatever the signal says (a
+        // SIGKILL the supervisor did not send; an exit of its own is no OOM kill).
         let hardLimit = MemoryLimits(instance.manifest).hard
-        if instance.killReason == nil, let kills = instance.cgroup?.oomKills(), kills > 0 {
+        if instance.killReason == nil, exit.signaled, let kills = instance.cgroup?.oomKills(), kills > 0 {
             instance.killReason = (.memoryLimit, "the kernel's OOM killer ended it at its cgroup's memory limit of \(hardLimit >> 20) MiB")
         }
         // Its group goes once whatever follows (a restart) is under way: removing a v1 memory
@@ -85,9 +87,19 @@ extension Lifecycle {
         // its write below) goes first.
         let group = instance.cgroup
         instance.cgroup = nil
-        defer { if let group { loop.execute { group.remove() } } }
-        // SPEC §5: the worker's private temporary folder is emptied when it ends.
-        FileSystem.removeTree(instance.temporaryFolder)
+        let leftoversOffLoop = isShuttingDown
+        if leftoversOffLoop {
+            // No worker comes after it: both go on the leftovers' thread, and the shutdown waits for them.
+            let folder = instance.temporaryFolder
+            leftoverQueue.async(group: leftovers) {
+                FileSystem.removeTree(folder)
+                group?.remove()
+            }
+        } else {
+            // SPEC §5: the worker's private temporary folder is emptied when it ends.
+            FileSystem.removeTree(instance.temporaryFolder)
+        }
+        defer { if !leftoversOffLoop, let group { loop.execute { group.remove() } } }
         // A standby that ended before it was taken (its sandbox failed, say): the restart, if one
         // comes, spawns a worker as usual and reports what fails then.
         if let record = table[instance.identifier], let standby = record.standby, standby.instance === instance {

@@ -1,0 +1,148 @@
+import PluginProtocol
+
+/// `status`'s answer written directly: the same JSON Foundation's encoder writes for
+/// `[PluginStatus]` (keys sorted, absent optionals left out, slashes not escaped), at a fraction of
+/// its cost. With 1,000 plugins the answer is ~850 KB, and the encoder's generic walk took most of
+/// `status --json`'s time. `PluginStatusJSONTests` holds the two byte for byte equal, and fails
+/// when a property is added to `PluginStatus` and not written here.
+extension PluginStatus {
+    /// The JSON of `list`, as the control socket answers `status`.
+    public static func json(_ list: [PluginStatus]) -> [UInt8] {
+        var out = JSONWriter()
+        out.bytes.reserveCapacity(list.count * 900 + 2)
+        out.beginArray()
+        for status in list { status.write(to: &out) }
+        out.endArray()
+        return out.bytes
+    }
+
+    /// One plugin's object.
+    public func json() -> [UInt8] {
+        var out = JSONWriter()
+        write(to: &out)
+        return out.bytes
+    }
+
+    /// Its members in sorted order, as the encoder's `.sortedKeys` writes them.
+    private func write(to o: inout JSONWriter) {
+        o.beginObject()
+        if let debug { o.bool("debug", debug) }
+        o.strings("dependencies", dependencies)
+        if let error { o.string("error", error) }
+        o.string("identifier", identifier)
+        if let lastError { o.string("lastError", lastError) }
+        if let lastExit {
+            o.key("lastExit")
+            o.beginObject()
+            if let code = lastExit.code { o.int("code", Int(code)) }
+            if let message = lastExit.message { o.string("message", message) }
+            o.string("reason", lastExit.reason.rawValue)
+            if let signal = lastExit.signal { o.string("signal", signal) }
+            if let syscall = lastExit.syscall { o.string("syscall", syscall) }
+            o.endObject()
+        }
+        if let links { o.strings("links", links) }
+        if let pid { o.int("pid", Int(pid)) }
+        o.int("restarts", restarts)
+        o.strings("sandbox", sandbox)
+        if let sandboxDenials { o.counts("sandboxDenials", sandboxDenials) }
+        if let sandboxMissing { o.strings("sandboxMissing", sandboxMissing) }
+        if let standbyPid { o.int("standbyPid", Int(standbyPid)) }
+        o.string("state", state)
+        if let supervisorVersion { o.string("supervisorVersion", supervisorVersion) }
+        if let timings { o.counts("timings", timings) }
+        if let updating {
+            o.key("updating")
+            o.beginObject()
+            o.int("pid", Int(updating.pid))
+            o.string("version", updating.version)
+            o.endObject()
+        }
+        if let variant { o.string("variant", variant) }
+        o.string("version", version)
+        if let workerStart { o.string("workerStart", workerStart) }
+        if let workerStartProblem { o.string("workerStartProblem", workerStartProblem) }
+        o.endObject()
+    }
+}
+
+/// A JSON text written front to back, for answers the supervisor writes often and large. The
+/// caller writes an object's members in the order it wants them (sorted, to match the encoder).
+struct JSONWriter {
+    var bytes: [UInt8] = []
+    /// A value was just written in the array or object open now: the next one needs a comma.
+    private var afterValue = false
+
+    mutating func beginObject() { open("{") }
+    mutating func endObject() { close("}") }
+    mutating func beginArray() { open("[") }
+    mutating func endArray() { close("]") }
+
+    mutating func key(_ name: StaticString) {
+        if afterValue { raw(",") }
+        raw("\"")
+        raw(name)
+        raw("\":")
+        afterValue = false
+    }
+
+    mutating func string(_ name: StaticString, _ value: String) {
+        key(name)
+        string(value)
+    }
+
+    mutating func int(_ name: StaticString, _ value: Int) {
+        key(name)
+        bytes.append(contentsOf: String(value).utf8)
+        afterValue = true
+    }
+
+    mutating func bool(_ name: StaticString, _ value: Bool) {
+        key(name)
+        value ? raw("true") : raw("false")
+        afterValue = true
+    }
+
+    mutating func strings(_ name: StaticString, _ values: [String]) {
+        key(name)
+        beginArray()
+        for value in values { string(value) }
+        endArray()
+    }
+
+    /// A dictionary of counts, its keys sorted as the encoder sorts them (by their UTF-8 bytes).
+    mutating func counts(_ name: StaticString, _ values: [String: Int]) {
+        key(name)
+        beginObject()
+        for (key, value) in values.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }) {
+            string(key)
+            raw(":")
+            bytes.append(contentsOf: String(value).utf8)
+            afterValue = true
+        }
+        endObject()
+    }
+
+    private mutating func string(_ s: String) {
+        if afterValue { raw(",") }
+        bytes.append(UInt8(ascii: "\""))
+        JSONEscaping.append(s, to: &bytes)
+        bytes.append(UInt8(ascii: "\""))
+        afterValue = true
+    }
+
+    private mutating func open(_ bracket: StaticString) {
+        if afterValue { raw(",") }
+        raw(bracket)
+        afterValue = false
+    }
+
+    private mutating func close(_ bracket: StaticString) {
+        raw(bracket)
+        afterValue = true
+    }
+
+    private mutating func raw(_ s: StaticString) {
+        bytes.append(contentsOf: UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
+    }
+}

@@ -1,0 +1,45 @@
+import Foundation
+import PluginProtocol
+import Protocol
+import Testing
+
+/// `status`'s answer, written directly (PluginStatusJSON.swift): the same bytes Foundation's encoder
+/// writes, for every property `PluginStatus` has.
+@Suite struct PluginStatusJSONTests {
+    static func full() -> PluginStatus {
+        var s = PluginStatus(identifier: "com.example.a", version: "1.2.3", state: "running", pid: 4711, restarts: 2,
+                             lastExit: ExitStatus(code: 70, signal: "SIGKILL", reason: .sandboxViolation, syscall: "ptrace", message: "a \"quoted\"\nline \\ / é"),
+                             dependencies: ["com.example.b", "com.example.c"], variant: "/plugins/a/liba.so", sandbox: ["seccomp", "landlock"],
+                             sandboxMissing: ["cgroup: none here"], error: "why it is not running", timings: ["spawnUs": 12, "loadUs": 3, "sandbox.baseUs": 1, "Zeta": 9],
+                             sandboxDenials: ["socket": 3, "bind": 1], lastError: "the last error", updating: .init(version: "1.3.0", pid: 4712), debug: true,
+                             workerStart: "fork-server", workerStartProblem: "none", links: ["com.example.b"])
+        s.supervisorVersion = "0.4.0"
+        s.standbyPid = 4713
+        return s
+    }
+
+    static func encoded<T: Encodable>(_ value: T) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Array(try encoder.encode(value))
+    }
+
+    @Test("a status with every property set, one with none of the optional ones, and a list: byte for byte what JSONEncoder writes")
+    func sameBytes() throws {
+        let full = Self.full()
+        let bare = PluginStatus(identifier: "com.example.z", version: "0.0.1", state: "inactive", pid: nil, restarts: 0, lastExit: nil,
+                                dependencies: [], variant: nil, sandbox: [], sandboxMissing: nil, error: nil)
+        #expect(String(decoding: full.json(), as: UTF8.self) == String(decoding: try Self.encoded(full), as: UTF8.self))
+        #expect(bare.json() == (try Self.encoded(bare)))
+        #expect(PluginStatus.json([full, bare, full]) == (try Self.encoded([full, bare, full])))
+        #expect(PluginStatus.json([]) == Array("[]".utf8))
+        #expect(try JSONDecoder().decode([PluginStatus].self, from: Data(PluginStatus.json([full, bare]))) == [full, bare])
+    }
+
+    @Test("every stored property of PluginStatus is written: one added to the type and not to the writer fails here")
+    func everyProperty() throws {
+        let properties = Mirror(reflecting: Self.full()).children.compactMap(\.label)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(Self.full().json())) as? [String: Any])
+        #expect(Set(object.keys) == Set(properties), "written: \(object.keys.sorted()); properties: \(properties.sorted())")
+    }
+}
