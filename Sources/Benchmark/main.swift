@@ -11,8 +11,9 @@ let arguments = CommandLine.arguments
 let asJSON = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 let calls = quick ? 2_000 : 20_000
-/// `--only calls|sdk|client|host|streams|bytes|crash|upgrade|startup` runs one section (`sdk` only when
-/// asked: `--only sdk [--baseline-lib PATH] [--rounds N]`).
+/// `--only calls|sdk|client|host|streams|bytes|crash|upgrade|startup` runs one section (`sdk`, `soak` and
+/// `scale` only when asked: `--only sdk [--baseline-lib PATH] [--rounds N]`, `--only soak [--minutes N]`,
+/// `--only scale [--plugins N]`).
 let only: String? = arguments.firstIndex(of: "--only").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
 func wanted(_ section: String) -> Bool { only == section || (only == nil && section != "sdk") }
 /// `--worker-start exec|fork-server`: how the workers of every section start (default: the
@@ -266,6 +267,18 @@ do {
 
     // 4. Crash → serving again, first (immediate) restart (CrashBench.swift).
     if wanted("crash") { try CrashBench.run(rig, report, quick: quick) }
+
+    // Many plugins (ScaleBench.swift): asked for only (`--only scale [--plugins N] [--go-plugin HOST PLUGIN]`);
+    // go-plugin's figures when its host and plugin are given, or built by scripts/compare-goplugin.sh.
+    if only == "scale" {
+        let counts = arguments.firstIndex(of: "--plugins").flatMap { $0 + 1 < arguments.count ? Int(arguments[$0 + 1]) : nil }.map { [$0] }
+            ?? [50, 200, 500, 1_000]
+        let built = (ScaleBench.repository(of: rig) ?? rig.bin) + "/.build/compare"
+        var go: (host: String, plugin: String)? = FileManager.default.isExecutableFile(atPath: built + "/goplugin-host")
+            ? (built + "/goplugin-host", built + "/goplugin-plugin") : nil
+        if let i = arguments.firstIndex(of: "--go-plugin"), i + 2 < arguments.count { go = (arguments[i + 1], arguments[i + 2]) }
+        try ScaleBench.run(rig, report, counts: counts, quick: quick, goPlugin: go)
+    }
 
     // Calls that survive crashes, over minutes (SoakBench.swift): asked for only (`--only soak`).
     if only == "soak" {

@@ -6,6 +6,13 @@
 //	start1Ms, start50Ms    from launching 1 (50, in parallel) plugin processes to all answering
 //	start50SequentialMs    50 started one after the other, as a host usually does
 //	streamMBps             with -stream-plugin: a gRPC server stream of 64 KiB messages read by the host (MB/s)
+//
+// With -scale N it only starts N plugin processes in parallel (supervisor-bench --only scale):
+//
+//	scaleStartMs           from launching N to all answering
+//	scalePssMiB            the plugin processes' proportional set size, median (MiB)
+//	scaleHostRssMiB        the host's resident memory with N plugins (MiB)
+//	scaleStopMs            killing all N and waiting for them
 package main
 
 import (
@@ -20,6 +27,8 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -170,13 +179,69 @@ func startMany(path string, n int) float64 {
 	return ms
 }
 
+// kibField reads a "Name: N kB" line of a /proc file.
+func kibField(path, name string) float64 {
+	data, err := ioutil.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, name+":") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// scale starts n plugins in parallel and reports their start, memory and stop.
+func scale(path string, n int) map[string]float64 {
+	out := map[string]float64{}
+	began := time.Now()
+	clients := make([]*plugin.Client, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) { defer wg.Done(); clients[i], _ = start(path) }(i)
+	}
+	wg.Wait()
+	out["scaleStartMs"] = float64(time.Since(began).Microseconds()) / 1000
+	var pss []float64
+	for _, c := range clients {
+		if rc := c.ReattachConfig(); rc != nil {
+			pss = append(pss, kibField(fmt.Sprintf("/proc/%d/smaps_rollup", rc.Pid), "Pss")/1024)
+		}
+	}
+	sort.Float64s(pss)
+	if len(pss) > 0 {
+		out["scalePssMiB"] = pss[len(pss)/2]
+	}
+	out["scaleHostRssMiB"] = kibField("/proc/self/status", "VmRSS") / 1024
+	began = time.Now()
+	for _, c := range clients {
+		wg.Add(1)
+		go func(c *plugin.Client) { defer wg.Done(); c.Kill() }(c)
+	}
+	wg.Wait()
+	out["scaleStopMs"] = float64(time.Since(began).Microseconds()) / 1000
+	return out
+}
+
 func main() {
 	path := flag.String("plugin", "", "the plugin executable")
+	scaleN := flag.Int("scale", 0, "only start this many plugins in parallel and report start, memory and stop")
 	streamPath := flag.String("stream-plugin", "", "the gRPC stream plugin executable (streamMBps)")
 	calls := flag.Int("calls", 20000, "calls for the latency and throughput figures")
 	flag.Parse()
 	if *path == "" {
 		log.Fatal("-plugin is required")
+	}
+	if *scaleN > 0 {
+		json.NewEncoder(os.Stdout).Encode(scale(*path, *scaleN))
+		return
 	}
 	out := map[string]float64{}
 

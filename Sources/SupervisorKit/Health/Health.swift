@@ -65,12 +65,34 @@ final class Health: SupervisorComponent {
         if idleDue { lastIdleCheck = now }
         let memoryDue = due(lastMemory, Self.memoryIntervalMs)
         if memoryDue { lastMemory = now }
-        if memoryDue || idleDue { checkMemory(busy: memoryDue, idle: idleDue) }
-        if due(lastPing, config.pingIntervalMs) || idleDue {
-            lastPing = now
-            watchdog(now: now, idleToo: idleDue)
-        }
+        let pingDue = due(lastPing, config.pingIntervalMs) || idleDue
+        if pingDue { lastPing = now }
+        guard memoryDue || pingDue || now >= nextIdleStop else { return }
+        // Between idle checks only the workers that may have something inside are looked at.
+        let looked = idleDue ? Array(table.all) : watchedRecords()
+        if memoryDue || idleDue { checkMemory(looked, busy: memoryDue, idle: idleDue) }
+        if pingDue { watchdog(looked, now: now, idleToo: idleDue) }
         if now >= nextIdleStop { stopIdlePlugins(now: now) }
+        // What has nothing inside, no start under way and no ping out leaves the watch until
+        // something is sent to it (PluginTable.watch).
+        for instance in table.watched.values where !Self.starting(instance) && !Self.busy(instance) {
+            table.unwatch(instance)
+        }
+    }
+
+    /// The plugins whose serving worker is watched (PluginTable.watched), each once.
+    private func watchedRecords() -> [PluginRecord] {
+        var seen = Set<String>()
+        return table.watched.values.compactMap { instance in
+            guard let record = table[instance.identifier], record.instance === instance, seen.insert(instance.identifier).inserted else { return nil }
+            return record
+        }
+    }
+
+    /// Not running yet: its start-up is watched (memory sampled as a busy worker's).
+    private static func starting(_ instance: WorkerInstance) -> Bool {
+        if case .start = instance.awaiting { return true }
+        return false
     }
 
     /// Stops the running plugins that had no traffic for their `idleStopMs` (SPEC §16): cleanly,
@@ -113,8 +135,9 @@ final class Health: SupervisorComponent {
     /// I/O thread, so a plugin that blocks its `receive` is caught. A worker with nothing inside
     /// is pinged only every `idleCheckIntervalMs`: a call sent to it makes it busy, and pinged,
     /// from the next tick on.
-    private func watchdog(now: NIODeadline, idleToo: Bool) {
-        for record in table.all where record.phase == .running && !config.isDebugged(record.identifier) {
+    private func watchdog(_ records: [PluginRecord], now: NIODeadline, idleToo: Bool) {
+        let debugging = !config.debugPlugins.isEmpty
+        for record in records where record.phase == .running && !(debugging && config.isDebugged(record.identifier)) {
             guard let instance = record.instance, let channel = instance.channel else { continue }
             switch instance.awaiting {
             case .start:
@@ -130,6 +153,8 @@ final class Health: SupervisorComponent {
             }
             let id = instance.takeID()
             instance.pinged(id: id, at: now)
+            // Its pong is waited for on the ticks that follow.
+            table.watch(instance)
             var ping = outbox.encoder(.ping, for: channel)
             ping.uint("id", id)
             outbox.write(ping.finish(), to: channel)
@@ -141,8 +166,8 @@ final class Health: SupervisorComponent {
     /// `memoryWarning` (once per excursion); over the hard limit it is killed (`memoryLimit`). The
     /// kernel holds the hard limit meanwhile (RLIMIT_DATA, and the cgroup's memory.max where there
     /// is one).
-    private func checkMemory(busy: Bool, idle: Bool) {
-        for record in table.all where record.phase == .running || record.phase.isStarting {
+    private func checkMemory(_ records: [PluginRecord], busy: Bool, idle: Bool) {
+        for record in records where record.phase == .running || record.phase.isStarting {
             guard let instance = record.instance, !instance.phase.hasExited,
                   record.phase.isStarting || Self.busy(instance) ? busy : idle,
                   let statm = try? FileSystem.readFile("/proc/\(instance.pid)/statm", limit: 256),

@@ -2,7 +2,6 @@
 import Glibc
 #endif
 import LinuxSupport
-import Dispatch
 import Logging
 import NIOCore
 import PluginProtocol
@@ -87,19 +86,9 @@ extension Lifecycle {
         // its write below) goes first.
         let group = instance.cgroup
         instance.cgroup = nil
-        let leftoversOffLoop = isShuttingDown
-        if leftoversOffLoop {
-            // No worker comes after it: both go on the leftovers' thread, and the shutdown waits for them.
-            let folder = instance.temporaryFolder
-            leftoverQueue.async(group: leftovers) {
-                FileSystem.removeTree(folder)
-                group?.remove()
-            }
-        } else {
-            // SPEC §5: the worker's private temporary folder is emptied when it ends.
-            FileSystem.removeTree(instance.temporaryFolder)
-        }
-        defer { if !leftoversOffLoop, let group { loop.execute { group.remove() } } }
+        defer { if let group { loop.execute { group.remove() } } }
+        // SPEC §5: the worker's private temporary folder is emptied when it ends.
+        FileSystem.removeTree(instance.temporaryFolder)
         // A standby that ended before it was taken (its sandbox failed, say): the restart, if one
         // comes, spawns a worker as usual and reports what fails then.
         if let record = table[instance.identifier], let standby = record.standby, standby.instance === instance {

@@ -1,5 +1,4 @@
 import Bundles
-import Dispatch
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -35,11 +34,6 @@ final class Lifecycle: SupervisorComponent {
     /// The fork server workers are forked from (`workerStart: "fork-server"`; WorkerStart.swift):
     /// none, launching, ready, or given up for exec with the reason `status` shows.
     var forkServer = ForkServerState<ForkServerConnection>()
-    /// What ended workers leave on disk (their temporary folders and control groups), removed off
-    /// the loop while the supervisor shuts down: the kernel's removals then run beside the exits
-    /// still to be read, and the shutdown finishes once they are done (Stopping.swift).
-    let leftovers = DispatchGroup()
-    let leftoverQueue = DispatchQueue(label: "worker-leftovers")
     /// Reloads waiting for the plugins they started (Rescan.swift).
     var reloadsUnderWay: [ReloadUnderWay] = []
     /// Stops of the current shutdown wave not yet ended: the next wave is worked out once they all

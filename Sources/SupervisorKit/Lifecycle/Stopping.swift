@@ -2,7 +2,6 @@
 import Glibc
 #endif
 import LinuxSupport
-import Dispatch
 import Logging
 import NIOCore
 import PluginProtocol
@@ -120,15 +119,8 @@ extension Lifecycle {
         }
     }
 
-    /// Every worker has stopped and what they left on disk is gone: the control socket closes and
-    /// `run` returns.
+    /// Every worker has stopped: the control socket closes and `run` returns.
     private func finish() {
-        guard phase == .shuttingDown else { return }
-        let back = handOff(self)
-        leftovers.notify(queue: leftoverQueue) { back.execute { $0.finishNow() } }
-    }
-
-    private func finishNow() {
         guard endShutdownPhase() else { return }
         effects.post(.stopTimers)
         effects.post(.closeControlSocket { [self] in

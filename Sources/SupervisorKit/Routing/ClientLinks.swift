@@ -45,6 +45,7 @@ extension Router {
         let token = handoff.offer(pair[0], link: link.number)
         connection.linksOut[target] = link
         callee.linksIn[ObjectIdentifier(link)] = link
+        table.watch(callee)
         let timeoutMs = timeout(for: record, requested: nil)
         outbox.respond(origin) {
             try ProtocolJSON.encode(LinkGrant(link: link.number, token: token, socket: handoff.path, timeoutMs: timeoutMs))
@@ -148,6 +149,7 @@ extension Router {
         }
         host.linksOut[target] = link
         callee.linksIn[ObjectIdentifier(link)] = link
+        table.watch(callee)
         return (pair[0], link.number, timeout(for: record, requested: nil))
     }
 

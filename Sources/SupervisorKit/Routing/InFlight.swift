@@ -97,6 +97,7 @@ extension Shared {
         let ms = config.isDebugged(instance.identifier) ? SupervisorConfig.longestTimeoutMs
             : timeoutMs ?? instance.manifest.limits.callTimeoutMs ?? config.callTimeoutMs
         let deadline = Instant.now.adding(milliseconds: ms)
+        if instance.pending.isEmpty { table.watch(instance) }
         let id = instance.pending.add(PendingRequest(origin: .local(done), deadline: deadline, what: .event(name)))
         instance.crash.watermark.sent(id)
         var frame = outbox.encoder(.event, for: channel)

@@ -79,6 +79,7 @@ extension Router {
         caller.linksOut[callee.identifier] = link
         caller.linkedCallees.insert(callee.identifier)
         callee.linksIn[ObjectIdentifier(link)] = link
+        table.watch(callee)
     }
 
     /// Sends one order on a worker's descriptor channel. A failure ends new links for that worker (its
@@ -129,6 +130,7 @@ extension Router {
             }
             guard let channel = caller.channel else { settle(link); continue }
             let deadline = Instant.now.adding(milliseconds: config.drainTimeoutMs)
+            table.watch(caller)
             let id = caller.pending.add(PendingRequest(origin: .local({ [self] _ in settle(link) }), deadline: deadline, what: .unlink))
             deadlines.due(deadline.deadline)
             // `UnlinkMessage`, written as the worker reads it.

@@ -80,6 +80,8 @@ final class Router: SupervisorComponent {
         // chunks are not kept) nor one whose descriptors went to this worker.
         let resend = flow == nil && !handsDescriptors ? Resend(frame: frame, caller: caller, attempts: attempts) : nil
         instance.crash.watermark.sent(id)
+        // Something inside from now on: the health tick watches it (once; it stays watched while busy).
+        if instance.pending.isEmpty { table.watch(instance) }
         instance.pending.insert(PendingRequest(origin: origin, deadline: due, what: kind == .call ? .call : .open,
                                               call: CallFacts(started: now, metrics: metrics, log: log), stream: flow, resend: resend), id: id)
         deadlines.due(due.deadline)

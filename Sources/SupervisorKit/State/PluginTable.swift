@@ -14,6 +14,11 @@ final class PluginTable {
     private(set) var order: [String] = []
     /// Live workers by pid (for SO_PEERCRED checks on the control socket).
     private var byPID: [pid_t: WorkerInstance] = [:]
+    /// Workers that may have something inside (a start under way, a request sent, a caller's link,
+    /// a ping unanswered) since the health tick last found them with nothing: the tick looks at
+    /// these only, and at every worker every `idleCheckIntervalMs`, so that idle workers cost it
+    /// nothing however many there are (Health.swift).
+    private(set) var watched: [ObjectIdentifier: WorkerInstance] = [:]
     /// The plugin folders as last scanned.
     var catalog = PluginCatalog(manifests: [])
 
@@ -77,11 +82,23 @@ final class PluginTable {
     func workerSpawned(_ instance: WorkerInstance) {
         loop.preconditionInEventLoop()
         byPID[instance.pid] = instance
+        watch(instance)
     }
 
     func workerReaped(_ instance: WorkerInstance) {
         loop.preconditionInEventLoop()
         if byPID[instance.pid] === instance { byPID[instance.pid] = nil }
+        unwatch(instance)
+    }
+
+    /// `instance` may have something inside now: the health tick looks at it from its next round.
+    func watch(_ instance: WorkerInstance) {
+        watched[ObjectIdentifier(instance)] = instance
+    }
+
+    /// The health tick found nothing inside `instance` (or it ended).
+    func unwatch(_ instance: WorkerInstance) {
+        watched[ObjectIdentifier(instance)] = nil
     }
 
     func worker(pid: pid_t) -> WorkerInstance? {

@@ -65,6 +65,7 @@ extension Engine {
             let restored = PeerLink(number: link.number, caller: .worker(caller), callee: callee)
             caller.linksOut[callee.identifier] = restored
             callee.linksIn[ObjectIdentifier(restored)] = restored
+            table.watch(callee)
         }
         for (index, saved) in s.connections.enumerated() {
             adoptConnection(saved) { [self] connection in
@@ -76,6 +77,7 @@ extension Engine {
                     let restored = PeerLink(number: link.number, caller: .client(connection), callee: callee)
                     connection.linksOut[callee.identifier] = restored
                     callee.linksIn[ObjectIdentifier(restored)] = restored
+                    table.watch(callee)
                 }
                 if let requester = s.requester, requester.connection == index {
                     connection.outstanding += 1
