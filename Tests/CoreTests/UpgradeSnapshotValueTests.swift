@@ -10,9 +10,9 @@ import SupervisorCore
                                             stdout: 14, stderr: 15, temporaryFolder: "/h/tmp/a", bundle: "/p/a", version: "1.0.0", forked: true,
                                             sandbox: ["seccomp"], sandboxMissing: [], timings: ["helloUs": 900], ageNs: 5_000_000, nextID: 42,
                                             linkedCallees: ["b"])
-        let plugins = [UpgradeSnapshot.Plugin(identifier: "a", phase: "running", restarts: 2, restartAgesNs: [1_000, 2_000], hasRun: true,
+        let plugins = [UpgradeSnapshot.Plugin(identifier: "a", phase: .running, restarts: 2, restartAgesNs: [1_000, 2_000], hasRun: true,
                                               lastExit: ExitStatus(signal: "SIGSEGV", reason: .signaled), sandboxDenials: ["ptrace": 1], worker: worker),
-                       UpgradeSnapshot.Plugin(identifier: "b", phase: "failed", restarts: 0, hasRun: false, problem: "no library", sandboxDenials: [:])]
+                       UpgradeSnapshot.Plugin(identifier: "b", phase: .failed, restarts: 0, hasRun: false, problem: "no library", sandboxDenials: [:])]
         let handoff = UpgradeSnapshot.Handoff(listener: 20, offers: [.init(token: "t", fd: 21, tag: 1, until: 9)], deposits: [])
         return UpgradeSnapshot(fromVersion: "0.4.0", pausedAtNs: 1, upgrades: 1, homeLock: 3, controlListener: 4, handoff: handoff,
                                oldForkServer: .init(pid: 5, pidfd: 22), cgroupsMissing: "", systemdReady: true, launched: true, plugins: plugins,
@@ -41,5 +41,23 @@ import SupervisorCore
     @Test func aFormatItCannotReadIsKnownBeforeAnythingElse() {
         #expect(UpgradeSnapshot.readable.contains(UpgradeSnapshot.format))
         #expect(!UpgradeSnapshot.readable.contains(UpgradeSnapshot.format + 1))
+    }
+
+    @Test("every plugin phase is written as the strings of format 1 and read back as the phase the new binary gives it; a name it does not know starts the plugin")
+    func phases() throws {
+        typealias Phase = UpgradeSnapshot.Phase
+        let written: [(PluginPhase, Bool, Phase)] = [(.running, true, .running), (.running, false, .restarting), (.failed(byDependency: false), false, .failed),
+                                                     (.failed(byDependency: true), false, .failedByDependency), (.stopped, false, .stopped),
+                                                     (.inactive, false, .inactive), (.restarting, false, .restarting), (.waiting, false, .restarting),
+                                                     (.starting, false, .restarting)]
+        for (phase, hasWorker, expected) in written {
+            #expect(Phase(phase, hasWorker: hasWorker) == expected, "\(phase)")
+        }
+        #expect(Phase.allCases.map(\.rawValue) == ["running", "failed", "failedByDependency", "stopped", "inactive", "restarting"])
+        #expect(Phase.failedByDependency.restored == .failed(byDependency: true) && Phase.inactive.restored == .inactive)
+        #expect(Phase.running.restored == nil && Phase.restarting.restored == nil)
+        let read = try JSONDecoder().decode([Phase].self, from: Data(#"["stopped","paused"]"#.utf8))
+        #expect(read == [.stopped, .restarting])
+        #expect(String(decoding: try JSONEncoder().encode([Phase.failedByDependency]), as: UTF8.self) == #"["failedByDependency"]"#)
     }
 }

@@ -163,6 +163,13 @@ import Testing
         #expect(apply(#"{"workerSpinMicroseconds": "50"}"#)?.contains("must be a whole number") == true)
         #expect(apply(#"{"standbyWorkers": "sometimes"}"#)?.contains(#"it is "never", "on-crash" or "always""#) == true)
         #expect(apply(#"{"standbyWorkers": true}"#)?.contains("standbyWorkers") == true)
+        // SPEC §16's settings: a choice it does not know, a time out of its range, a wrong type.
+        #expect(apply(#"{"activation": "lazy"}"#)?.contains(#"it is "eager" or "onCall""#) == true)
+        #expect(apply(#"{"activation": 1}"#)?.contains("activation") == true)
+        #expect(apply(#"{"idleStopMs": 0}"#)?.contains("it is from 1 to 86400000 (a day) milliseconds") == true)
+        #expect(apply(#"{"idleStopMs": 86400001}"#)?.contains("idleStopMs") == true)
+        #expect(apply(#"{"idleStopMs": "1s"}"#)?.contains("must be a whole number") == true)
+        #expect(apply(#"{"floodLogsPerSecond": 10}"#)?.contains("above the") == true)
     }
 
     @Test func standbyWorkers() throws {

@@ -22,7 +22,7 @@ import SupervisorCore
             handoff: .init(listener: 5, offers: [.init(token: "t", fd: 6, tag: 1, until: 9)], deposits: []),
             oldForkServer: .init(pid: 99, pidfd: 7), cgroupTree: .init(version: "v2", bases: ["": "/sys/fs/cgroup/x/sandboxed-plugins-1"]),
             cgroupsMissing: "", systemdReady: true, launched: true, requester: .init(connection: 0, id: 8),
-            plugins: [.init(identifier: "a", phase: "running", restarts: 1, hasRun: true, problem: nil, lastError: "x", lastExit: nil,
+            plugins: [.init(identifier: "a", phase: .running, restarts: 1, hasRun: true, problem: nil, lastError: "x", lastExit: nil,
                             sandboxDenials: ["ptrace": 1], worker: worker)],
             connections: [.init(fd: 20, leftover: [], following: [.init(id: 3, plugin: "a")], provides: ["m"], nextHostCallID: 4)],
             links: [.init(number: 1, callee: "a", callerConnection: 0)], nextLinkNumber: 1,

@@ -163,7 +163,8 @@ func start(path string) (*plugin.Client, *rpc.Client) {
 	return client, c
 }
 
-func startMany(path string, n int) float64 {
+// startAll launches n plugin processes in parallel and returns them once all answer, with the time it took (ms).
+func startAll(path string, n int) ([]*plugin.Client, float64) {
 	began := time.Now()
 	clients := make([]*plugin.Client, n)
 	var wg sync.WaitGroup
@@ -172,7 +173,11 @@ func startMany(path string, n int) float64 {
 		go func(i int) { defer wg.Done(); clients[i], _ = start(path) }(i)
 	}
 	wg.Wait()
-	ms := float64(time.Since(began).Microseconds()) / 1000
+	return clients, float64(time.Since(began).Microseconds()) / 1000
+}
+
+func startMany(path string, n int) float64 {
+	clients, ms := startAll(path, n)
 	for _, c := range clients {
 		c.Kill()
 	}
@@ -200,15 +205,8 @@ func kibField(path, name string) float64 {
 // scale starts n plugins in parallel and reports their start, memory and stop.
 func scale(path string, n int) map[string]float64 {
 	out := map[string]float64{}
-	began := time.Now()
-	clients := make([]*plugin.Client, n)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) { defer wg.Done(); clients[i], _ = start(path) }(i)
-	}
-	wg.Wait()
-	out["scaleStartMs"] = float64(time.Since(began).Microseconds()) / 1000
+	clients, ms := startAll(path, n)
+	out["scaleStartMs"] = ms
 	var pss []float64
 	for _, c := range clients {
 		if rc := c.ReattachConfig(); rc != nil {
@@ -220,7 +218,8 @@ func scale(path string, n int) map[string]float64 {
 		out["scalePssMiB"] = pss[len(pss)/2]
 	}
 	out["scaleHostRssMiB"] = kibField("/proc/self/status", "VmRSS") / 1024
-	began = time.Now()
+	began := time.Now()
+	var wg sync.WaitGroup
 	for _, c := range clients {
 		wg.Add(1)
 		go func(c *plugin.Client) { defer wg.Done(); c.Kill() }(c)

@@ -91,10 +91,7 @@ package struct UpgradeSnapshot: Codable, Sendable {
 
     package struct Plugin: Codable, Sendable {
         package var identifier: String
-        /// `running`, `failed`, `failedByDependency` (retried when the dependency runs again),
-        /// `stopped`, or `restarting` (no worker: a restart was waiting for its delay; the new
-        /// binary starts it at once).
-        package var phase: String
+        package var phase: Phase
         package var restarts: Int
         /// How long ago (ns) each restart still in its restart window happened: the intensity limit
         /// and the backoff go on counting them. Absent from a binary that did not keep them (the
@@ -107,7 +104,7 @@ package struct UpgradeSnapshot: Codable, Sendable {
         package var sandboxDenials: [String: Int]
         package var worker: Worker?
 
-        package init(identifier: String, phase: String, restarts: Int, restartAgesNs: [Int64]? = nil, hasRun: Bool, problem: String? = nil, lastError: String? = nil, lastExit: ExitStatus? = nil, sandboxDenials: [String: Int], worker: Worker? = nil) {
+        package init(identifier: String, phase: Phase, restarts: Int, restartAgesNs: [Int64]? = nil, hasRun: Bool, problem: String? = nil, lastError: String? = nil, lastExit: ExitStatus? = nil, sandboxDenials: [String: Int], worker: Worker? = nil) {
             self.identifier = identifier
             self.phase = phase
             self.restarts = restarts
@@ -118,6 +115,51 @@ package struct UpgradeSnapshot: Codable, Sendable {
             self.lastExit = lastExit
             self.sandboxDenials = sandboxDenials
             self.worker = worker
+        }
+    }
+
+    /// A plugin's phase as a snapshot holds it (the JSON strings every binary of format 1 writes
+    /// and reads). Taken only when the supervisor is quiet, so no plugin is between two phases:
+    /// whatever is not one of these had a restart waiting for its delay.
+    package enum Phase: String, Codable, Sendable, CaseIterable {
+        /// With its worker, which the new binary adopts.
+        case running
+        case failed
+        /// Failed only because a dependency could not start: retried when that dependency runs.
+        case failedByDependency
+        case stopped
+        /// No worker until something needs it (SPEC §16).
+        case inactive
+        /// No worker: a restart was waiting for its delay; the new binary starts it at once.
+        case restarting
+
+        /// How `phase` is written; `hasWorker`: its serving worker is handed over.
+        package init(_ phase: PluginPhase, hasWorker: Bool) {
+            switch phase {
+            case .running where hasWorker: self = .running
+            case .failed(let byDependency): self = byDependency ? .failedByDependency : .failed
+            case .stopped: self = .stopped
+            case .inactive: self = .inactive
+            default: self = .restarting
+            }
+        }
+
+        /// The phase the new binary gives the plugin before anything else happens to it: nil for
+        /// `running` (its adopted worker decides) and `restarting` (it starts as a waiting plugin).
+        package var restored: PluginPhase? {
+            switch self {
+            case .running, .restarting: nil
+            case .failed: .failed(byDependency: false)
+            case .failedByDependency: .failed(byDependency: true)
+            case .stopped: .stopped
+            case .inactive: .inactive
+            }
+        }
+
+        /// A name this binary does not know (a snapshot can only come from a binary of the same
+        /// format) reads as `restarting`: the plugin starts, as it would have after its delay.
+        package init(from decoder: Decoder) throws {
+            self = Phase(rawValue: try decoder.singleValueContainer().decode(String.self)) ?? .restarting
         }
     }
 

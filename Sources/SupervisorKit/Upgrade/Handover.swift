@@ -212,15 +212,7 @@ extension Engine {
                     sandbox: w.hello?.sandbox ?? [], sandboxMissing: w.hello?.sandboxMissing ?? [], timings: w.timings,
                     ageNs: (now - w.spawnedAt).nanoseconds, nextID: w.nextID, linkedCallees: w.linkedCallees.sorted())
             }
-            let phase: String
-            switch record.phase {
-            case .running where worker != nil: phase = "running"
-            case .failed(let byDependency): phase = byDependency ? "failedByDependency" : "failed"
-            case .stopped: phase = "stopped"
-            case .inactive: phase = "inactive"
-            default: phase = "restarting"
-            }
-            plugins.append(UpgradeSnapshot.Plugin(identifier: record.identifier, phase: phase, restarts: record.restarts,
+            plugins.append(UpgradeSnapshot.Plugin(identifier: record.identifier, phase: .init(record.phase, hasWorker: worker != nil), restarts: record.restarts,
                                                   restartAgesNs: record.restartHistory.map { now.instant.nanoseconds(since: $0) }, hasRun: record.hasRun,
                                                   problem: record.problem, lastError: record.lastError, lastExit: record.lastExit,
                                                   sandboxDenials: record.sandboxDenials, worker: worker))

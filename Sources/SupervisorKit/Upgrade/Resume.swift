@@ -41,22 +41,13 @@ extension Engine {
             record.lastError = saved.lastError
             record.life.lastExit = saved.lastExit
             record.sandboxDenials = saved.sandboxDenials
-            switch saved.phase {
-            case "running":
-                guard let w = saved.worker else { continue }
+            // Its phase as the previous binary left it (the snapshot's `Phase` says which): a running
+            // plugin's worker is adopted; one whose restart was waiting starts now (startWaitingPlugins).
+            if saved.phase == .running, let w = saved.worker {
                 adoptWorker(record, w)
-            case "failed", "failedByDependency":
-                let failed = PluginPhase.failed(byDependency: saved.phase == "failedByDependency")
-                if record.phase != failed { _ = record.move(to: failed, logger: logger) }
-                record.problem = saved.problem
-            case "stopped":
-                _ = record.move(to: .stopped, logger: logger)
-            case "inactive":
-                // Found again as the previous binary found it (`onCall`), or stopped after being idle.
-                if record.phase != .inactive { _ = record.move(to: .inactive, logger: logger) }
-            default:
-                // A restart was waiting for its delay: it starts now (startWaitingPlugins).
-                break
+            } else if let phase = saved.phase.restored, record.phase != phase {
+                _ = record.move(to: phase, logger: logger)
+                if phase.isFailed { record.problem = saved.problem }
             }
         }
         for held in s.notifier { watchFilter(pid: held.pid, fd: held.fd, isListener: held.isListener) }
