@@ -143,17 +143,20 @@ public struct PluginCatalog: Sendable {
                 dependents[dep.identifier, default: []].append(id)
             }
         }
+        // A queue read front to back (`ready[next...]`): linear in the plugins, as is what is left
+        // over (the members of cycles), found with a set.
         var ready = indegree.filter { $0.value == 0 }.map(\.key).sorted()
-        var out: [String] = []
-        while !ready.isEmpty {
-            let id = ready.removeFirst()
-            out.append(id)
+        var next = 0
+        while next < ready.count {
+            let id = ready[next]
+            next += 1
             for d in (dependents[id] ?? []).sorted() {
                 indegree[d]! -= 1
                 if indegree[d] == 0 { ready.append(d) }
             }
         }
-        let rest = all.keys.filter { !out.contains($0) }.sorted()
-        return out + rest
+        let placed = Set(ready)
+        let rest = all.keys.filter { !placed.contains($0) }.sorted()
+        return ready + rest
     }
 }
