@@ -52,6 +52,20 @@ struct ActivationTests {
         #expect(back.state == "running" && back.pid != first && back.restarts == 0, "\(back)")
     }
 
+    @Test("an onCall plugin is stopped each time after its idleStopMs, not at the next idle check (the default 30 s), also when it was called again after a stop")
+    func idleStopIsOnTime() throws {
+        let w = try TestWorld()
+        try w.bundle("a.brief", extra: ["activation": "onCall", "idleStopMs": 300])
+        let sv = try RunningSupervisor(w)
+        // Its stop comes ~300 ms after each call (and a 250 ms tick); 8 s is far below the 30 s an
+        // idle check would take, and room enough for a slow machine. The second round starts when
+        // no running plugin had an idle stop due, which once put the next look 30 s away.
+        for round in 1...2 {
+            #expect(try sv.call("a.brief", "echo", "[\(round)]", as: [Int].self) == [round])
+            try sv.waitUntil(timeout: 8, "a.brief inactive after call \(round)") { try sv.plugin("a.brief").state == "inactive" }
+        }
+    }
+
     @Test("a slow call keeps a plugin from its idle stop: only a plugin with nothing inside is idle")
     func aLongCallIsNotIdleness() throws {
         let w = try TestWorld()

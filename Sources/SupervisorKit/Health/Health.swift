@@ -77,6 +77,10 @@ final class Health: SupervisorComponent {
         // something is sent to it (PluginTable.watch).
         for instance in table.watched.values where !Self.starting(instance) && !Self.busy(instance) {
             table.unwatch(instance)
+            // Idle from now on: its idle stop, if it has one, may be due before the next look.
+            if let record = table[instance.identifier], record.instance === instance, let limit = config.idleStopMs(of: record.manifest) {
+                nextIdleStop = min(nextIdleStop, max(record.lastTraffic, instance.spawnedAt) + .milliseconds(Int64(limit)))
+            }
         }
     }
 
@@ -106,7 +110,9 @@ final class Health: SupervisorComponent {
             let busy = instance.phase != .running || !instance.pending.isEmpty || !record.waiting.isEmpty
                 || !record.next.isNone || record.update.isStarting || !record.retiring.isEmpty
             if busy { record.lastTraffic = now }
-            let facts = IdleStop.Facts(phase: record.phase, idleStopMs: limit, lastTraffic: record.lastTraffic.instant, busy: busy)
+            // A worker's start counts as traffic: a plugin just started (activated for a dependent,
+            // say) has its whole `idleStopMs` before it may stop.
+            let facts = IdleStop.Facts(phase: record.phase, idleStopMs: limit, lastTraffic: max(record.lastTraffic, instance.spawnedAt).instant, busy: busy)
             switch IdleStop.decide(facts, now: now.instant) {
             case .stop(let idleMs):
                 record.idleStopping = idleMs
