@@ -35,7 +35,7 @@ enum WorkerChannel {
                         if !leftover.isEmpty { Upgrade.feed(leftover, to: channel) }
                         // A worker taken over in an upgrade runs already: calls that came before its
                         // socket was wired in waited for this.
-                        if instance.phase == .running, let record = engine.table[instance.identifier], record.instance === instance {
+                        if instance.phase == .running, let record = engine.table.record(servedBy: instance) {
                             engine.router.forwardWaiting(record)
                         }
                         // A standby told to load before its socket was wired in.

@@ -78,7 +78,7 @@ final class Health: SupervisorComponent {
         for instance in table.watched.values where !Self.starting(instance) && !Self.busy(instance) {
             table.unwatch(instance)
             // Idle from now on: its idle stop, if it has one, may be due before the next look.
-            if let record = table[instance.identifier], record.instance === instance, let limit = config.idleStopMs(of: record.manifest) {
+            if let record = table.record(servedBy: instance), let limit = config.idleStopMs(of: record.manifest) {
                 nextIdleStop = min(nextIdleStop, max(record.lastTraffic, instance.spawnedAt) + .milliseconds(Int64(limit)))
             }
         }
@@ -88,7 +88,7 @@ final class Health: SupervisorComponent {
     private func watchedRecords() -> [PluginRecord] {
         var seen = Set<String>()
         return table.watched.values.compactMap { instance in
-            guard let record = table[instance.identifier], record.instance === instance, seen.insert(instance.identifier).inserted else { return nil }
+            guard let record = table.record(servedBy: instance), seen.insert(instance.identifier).inserted else { return nil }
             return record
         }
     }
@@ -142,8 +142,7 @@ final class Health: SupervisorComponent {
     /// is pinged only every `idleCheckIntervalMs`: a call sent to it makes it busy, and pinged,
     /// from the next tick on.
     private func watchdog(_ records: [PluginRecord], now: NIODeadline, idleToo: Bool) {
-        let debugging = !config.debugPlugins.isEmpty
-        for record in records where record.phase == .running && !(debugging && config.isDebugged(record.identifier)) {
+        for record in records where record.phase == .running && !config.isDebugged(record.identifier) {
             guard let instance = record.instance, let channel = instance.channel else { continue }
             switch instance.awaiting {
             case .start:

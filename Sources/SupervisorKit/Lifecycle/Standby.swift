@@ -56,7 +56,7 @@ extension Lifecycle {
         loop.preconditionInEventLoop()
         guard config.standbyWorkers != .never else { return }
         // The serving worker, ending by itself (not reaped, not being stopped).
-        guard let record = table[instance.identifier], record.instance === instance,
+        guard let record = table.record(servedBy: instance),
               !instance.phase.hasExited, !instance.phase.stopRequested else { return }
         var context = circumstances(record)
         // Any update grace, open or not yet ended, rules out a standby (a crash may roll back).

@@ -101,6 +101,13 @@ final class PluginTable {
         watched[ObjectIdentifier(instance)] = nil
     }
 
+    /// The plugin `instance` serves (its current worker), or nil (a successor, standby, retiring
+    /// worker, or one of a plugin no longer known).
+    func record(servedBy instance: WorkerInstance) -> PluginRecord? {
+        guard let record = self[instance.identifier], record.instance === instance else { return nil }
+        return record
+    }
+
     func worker(pid: pid_t) -> WorkerInstance? {
         loop.assertInEventLoop()
         return byPID[pid]
