@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The host example (examples/host-http, docs/host.md) as a user builds it: a copy of it placed
 # outside this repository, depending on it by absolute path, built with a plain `swift build` (a
-# package of its own: Hummingbird 2 beside PluginHost). Its build has no plugin-worker and no
+# package of its own: an HTTP server on SwiftNIO beside PluginHost). Its build has no plugin-worker and no
 # plugin-forkserver, and it runs with no SUPERVISOR_BINARIES and no `supervisor` on PATH: its own
 # executable is its workers' and fork server's binary. It runs over the example plugins; the
 # script asks it over HTTP for a plugin's answer and for a plugin that does not exist, checks its

@@ -21,13 +21,14 @@ enum Build {
     static func library(_ name: String) -> String { dir + "/lib\(name).so" }
 
     /// `go build -buildmode=c-shared` of the Go package in `folder`, into `<build>/<into>/<named>`
-    /// (Debian's golang-go, offline: the standard library only; its caches beside the library).
+    /// (Debian's golang-go, offline: the standard library only). One build cache for every Go
+    /// library of the run: the runtime and the standard library are compiled once.
     static func goSharedLibrary(_ folder: String, into: String, named: String) throws -> String {
         let out = dir + "/" + into
         try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
         let lib = out + "/" + named
         var env = ProcessInfo.processInfo.environment
-        env["GOCACHE"] = out + "/cache"
+        env["GOCACHE"] = dir + "/go-cache"
         env["GOPATH"] = out + "/gopath"
         env["GOFLAGS"] = "-mod=mod"
         env["GOTOOLCHAIN"] = "local"

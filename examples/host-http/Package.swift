@@ -1,8 +1,8 @@
 // swift-tools-version:6.1
-// A host program (docs/host.md): PluginHost in a ServiceGroup beside a Hummingbird 2 HTTP server,
+// A host program (docs/host.md): PluginHost in a ServiceGroup beside an HTTP server on SwiftNIO,
 // serving `GET /plugins/<id>/<path>?<query>` by opening `plugin://<id>/<path>?<query>`. A package of
-// its own: Hummingbird and its dependencies add minutes to a clean build, which the supervisor's
-// own package does not pay.
+// its own, as a user's program is; everything it uses beside PluginHost (SwiftNIO, swift-log,
+// swift-service-lifecycle) PluginHost brings already, so it adds one module to a build.
 import Foundation
 import PackageDescription
 
@@ -15,8 +15,7 @@ let package = Package(
     platforms: [.macOS(.v14)],
     dependencies: [
         .package(path: root.path),
-        // Without its default traits (swift-configuration, full Foundation): what the example needs.
-        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0", traits: []),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
     ],
@@ -25,7 +24,9 @@ let package = Package(
             name: "HostHTTP",
             dependencies: [
                 .product(name: "PluginHost", package: supervisorPackage),
-                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
             ],
