@@ -150,12 +150,14 @@ import Testing
     func call(_ id: UInt64) -> CallTask.Call { CallTask.Call(id: id, trace: nil, attached: nil, work: ClosureCall { 0 }) }
 
     /// A kept task that ends its first turn at once, then records each call handed to it until
-    /// one comes cancelled (it then ends, as `serve` does).
-    func keptTask(_ seen: Seen) -> CallTask {
+    /// one comes cancelled (it then ends, as `serve` does). `holding`: that call's turn does not
+    /// end until the test opens `seen.gate`.
+    func keptTask(_ seen: Seen, holding: UInt64? = nil) -> CallTask {
         CallTask.start { slot in
             Task {
                 while slot.endTurn(), let next = await slot.park() {
                     seen.calls.withLock { $0.append((next.id, Task.isCancelled)) }
+                    if next.id == holding { await withCheckedContinuation { c in seen.gate.withLock { $0 = c } } }
                 }
                 seen.ended.withLock { $0 = true }
             }
@@ -173,7 +175,9 @@ import Testing
     @Test("a cancel of a turn that is over reaches nothing; one of the turn handed, before or while it runs, cancels that call and ends the task after it")
     func cancelReachesOnlyItsTurn() async throws {
         let seen = Seen()
-        let slot = keptTask(seen)
+        // Call 2's turn lasts until its cancel is sent: a cancel after the turn ended would be one
+        // that crossed its reply (as turn 0's), which reaches nothing.
+        let slot = keptTask(seen, holding: 2)
         try await waitUntil("the first park") { slot.isParked }
         slot.cancel(turn: 0)  // turn 0 is over: the supervisor's cancel crossed its reply
         let turn1 = try #require(slot.hand(call(1)))
@@ -184,6 +188,8 @@ import Testing
 
         let turn2 = try #require(slot.hand(call(2)))
         slot.cancel(turn: turn2)  // before or while call 2 runs: either way it is call 2's
+        try await waitUntil("call 2 held") { seen.gate.withLock { $0 != nil } }
+        seen.gate.withLock { $0!.resume() }
         // The task ends at call 2's turn: the cancel reached it, before it started (it saw itself
         // cancelled) or while it ran (after it noted what it saw), as the scheduler had it.
         try await waitUntil("the task's end") { seen.ended.withLock { $0 } }
