@@ -143,10 +143,10 @@ public final class PluginHost: Service, PluginCaller {
 
     /// Calls with params and result as raw JSON (no decoding on either side).
     public func callJSON(_ target: String, _ method: String, params: [UInt8]?, timeout: Duration? = nil) async throws -> [UInt8] {
-        if let link = links.link(to: target), let answer = try await link.call(method: method, params: params, timeout: timeout) {
-            return answer
-        }
-        var frame = Self.callFrame(target, method, params: params, timeout: timeout)
+        var route = ThroughSupervisor(timeout: timeout)
+        if let answer = try await links.call(target, method, params: params, route: &route) { return answer }
+        var frame = Self.callFrame(target, method, params: params, timeout: route.timeout)
+        if let afterLink = route.afterLink { frame.raw("afterLink", afterLink.json) }
         let answer = try await request(frame.finish())
         askForLink(to: target)
         return answer

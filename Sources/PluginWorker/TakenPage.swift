@@ -36,6 +36,28 @@ struct TakenPage: Sendable {
         if let id = Self.requestID(body), let page = UnsafeMutablePointer<UInt64>(bitPattern: address) { cls_taken_store(page, id) }
     }
 
+    /// A call that came over a link is about to be handed to the plugin: `slot`, the link's word
+    /// (`PeerLinkOrder.markSlot`), says the highest such id. Only the links thread writes link
+    /// words; ids on a link need not arrive in order (callers' tasks write concurrently), so the
+    /// word keeps the highest: a call below it that is not handed over yet counts as started (the
+    /// safe side: it is not sent again unless idempotent).
+    @inline(__always)
+    func handingOver(linkCall id: UInt64, slot: Int) {
+        guard slot > 0, slot < Self.words, let page = UnsafeMutablePointer<UInt64>(bitPattern: address) else { return }
+        let word = page + slot
+        if id > cls_taken_load(word) { cls_taken_store(word, id) }
+    }
+
+    /// A link that names `slot` arrived: its word starts from nothing (it may hold the mark of an
+    /// earlier link given the same word).
+    func clear(slot: Int) {
+        guard slot > 0, slot < Self.words, let page = UnsafeMutablePointer<UInt64>(bitPattern: address) else { return }
+        cls_taken_store(page + slot, 0)
+    }
+
+    /// Words in the page: the first is the supervisor's requests', the others links' (`markSlot`).
+    static let words = 512
+
     /// The id of a request the supervisor wrote (`{"type":"call","id":N`, likewise `open` and
     /// `event`: FrameEncoder writes the kind and then the id first), nil for any other frame.
     static func requestID(_ body: UnsafeRawBufferPointer) -> UInt64? {

@@ -77,7 +77,7 @@ public func workerMain() -> Int32 {
     // The descriptor channel stays open for peer links when the supervisor offers them (PeerLinks/).
     let channel = confinement.keptDescriptorChannel ? spec.descriptorChannelFD : nil
     let links = spec.peerLinks == true ? channel.flatMap { PeerLinks(channel: $0, connection: connection, identifier: spec.identifier, maxBody: spec.maxFrameBytes,
-                                                                     maxDepth: spec.maxJSONDepth ?? Frame.defaultMaxDepth) } : nil
+                                                                     maxDepth: spec.maxJSONDepth ?? Frame.defaultMaxDepth, marks: taken) } : nil
     // The memfds of bytes attached to messages, both ways (docs/protocol.md "Bytes"); not inherited
     // by anything the plugin might start.
     let payloadChannel = spec.payloadChannelFD
@@ -115,7 +115,8 @@ public func workerMain() -> Int32 {
 
     let hello = HelloMessage(abi: UInt32(SP_ABI_VERSION), pid: getpid(), plugin: spec.identifier, version: spec.version,
                              sandbox: confinement.report.layers, sandboxMissing: confinement.report.missing, timings: timings,
-                             takenPage: taken != nil ? true : nil, idempotent: host.takeIdempotentDeclarations())
+                             takenPage: taken != nil ? true : nil, linkMarks: taken != nil && links != nil ? true : nil,
+                             idempotent: host.takeIdempotentDeclarations())
     do { try connection.sendFrame(hello.frame()) } catch { exit(0) }
     links?.start(host: host)
 

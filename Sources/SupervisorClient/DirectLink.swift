@@ -13,9 +13,11 @@ import Glibc
 /// calls go over it straight to the worker and back, one hop. The client keeps what the supervisor
 /// would: each call's deadline (a late call fails `timeout` and the worker gets `cancel`), and the
 /// counts of the calls, reported to the supervisor (`linkCalls`) so its metrics count every call.
-/// A link that ends (its worker ended) fails its calls in flight `unavailable`; one the supervisor
-/// takes back (`unlink`: the worker is stopping) takes no new calls, and is given back once its calls
-/// are settled. Either way the next calls go through the supervisor again.
+/// A link that ends (its worker ended) hands its calls in flight back to their callers, who send
+/// each again through the supervisor naming where it was (`afterLink`, SPEC §15): replayed if the
+/// worker never handed it to its plugin, retried if idempotent, else failed with `started: true`.
+/// One the supervisor takes back (`unlink`: the worker is stopping) takes no new calls, and is
+/// given back once its calls are settled. Either way the next calls go through the supervisor again.
 package final class DirectLink: Sendable {
     package let number: UInt64
     package let target: String
@@ -77,9 +79,18 @@ package final class DirectLink: Sendable {
         Threads.start(name: "client-link") { [self] in run() }
     }
 
-    /// Sends a call over the link and waits for its answer; nil when the link takes no calls any
-    /// more (the call was not sent: the caller goes through the supervisor).
-    package func call(method: String, params: [UInt8]?, timeout: Duration?) async throws -> [UInt8]? {
+    /// What became of a call sent over the link.
+    package enum Outcome: Sendable {
+        case answered([UInt8])
+        /// The link takes no calls any more: the call was not sent; it goes through the supervisor.
+        case notTaken
+        /// The link ended with its worker while the call was in flight: it goes through the
+        /// supervisor naming where it was (`afterLink`), within what is left of its time.
+        case ended(AfterLink, remaining: Duration)
+    }
+
+    /// Sends a call over the link and waits for what becomes of it.
+    package func call(method: String, params: [UInt8]?, timeout: Duration?) async throws -> Outcome {
         let ms = timeout.map { Int(HostCoding.milliseconds($0)) } ?? timeoutMs
         let started = ProcessControl.monotonicNanoseconds()
         // A link that was closed meanwhile refuses it when it is added to `waiting` (`send`).
@@ -92,9 +103,13 @@ package final class DirectLink: Sendable {
         frame.uint("timeoutMs", UInt64(ms))
         let bytes = frame.finish()
         do {
-            return try await send(bytes, id: id, started: started, ms: ms)
+            return .answered(try await send(bytes, id: id, started: started, ms: ms))
         } catch is NotTaken {
-            return nil
+            return .notTaken
+        } catch let ended as Ended {
+            let left = ended.deadline - ProcessControl.monotonicNanoseconds()
+            guard left > 0 else { throw ErrorBody(.timeout, "\(target) did not answer call in time") }
+            return .ended(AfterLink(link: number, id: id), remaining: .nanoseconds(left))
         }
     }
 
@@ -122,8 +137,17 @@ package final class DirectLink: Sendable {
         }
     }
 
-    /// The link had stopped taking calls when this one came (thrown inside, returned as nil).
+    /// Calls sent over the link and not yet settled.
+    package var callsInFlight: Int { state.withLock { $0.waiting.count } }
+
+    /// The link had stopped taking calls when this one came (thrown inside, returned as `notTaken`).
     struct NotTaken: Error {}
+
+    /// The link ended with its worker while the call was in flight (thrown inside, returned as
+    /// `ended`); its deadline, CLOCK_MONOTONIC ns.
+    struct Ended: Error {
+        let deadline: Int64
+    }
 
     private func giveUp(_ id: UInt64) {
         guard let call = state.withLock({ $0.waiting.settle(id) }) else { return }
@@ -266,24 +290,22 @@ package final class DirectLink: Sendable {
         if let tally { report(CallHop.LinkCalls(target: target, calls: tally, endedLink: endedLink)) }
     }
 
-    /// The link ended: its calls in flight fail `unavailable` (the worker ended before answering),
-    /// the last counts go to the supervisor, and the client forgets it.
+    /// The link ended: its calls in flight go back to their callers, to be sent again through the
+    /// supervisor (`Ended`; the supervisor, which read the worker's mark for the link before this
+    /// end could be seen, decides which may run), the last counts go to the supervisor, and the
+    /// client forgets it.
     private func end() {
-        let now = ProcessControl.monotonicNanoseconds()
         let (calls, unlinked, answer) = state.withLock { s -> ([Call], Bool, (@Sendable () -> Void)?) in
             s.closed = true
             let calls = s.waiting.removeAll().map(\.entry)
-            for call in calls { s.tally.record(.unavailable, nanoseconds: now - call.started) }
             defer { s.answerUnlink = nil }
             return (calls, s.unlinked, s.answerUnlink)
         }
         // The supervisor hears that the link ended before any caller can make its next call: that
         // call then waits for the plugin's restart instead of reaching a worker that is ending.
         sendReport(force: true, endedLink: unlinked ? nil : number)
-        for call in calls {
-            answered?(.unavailable, now - call.started)
-            call.continuation.resume(throwing: ErrorBody(.unavailable, "the worker of \(target) ended before answering call"))
-        }
+        // By id, the order they were sent in (each task then sends its call on by itself).
+        for call in calls { call.continuation.resume(throwing: Ended(deadline: call.deadline.monotonic)) }
         answer?()
         connection.close()
         ended(self)

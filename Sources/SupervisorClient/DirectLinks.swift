@@ -98,3 +98,31 @@ package final class DirectLinks: Sendable {
         for link in all { link.close() }
     }
 }
+
+/// How a call that got no answer over a direct link goes through the supervisor: with what is
+/// left of its time, and, when its link ended with the call in flight, where it was (`afterLink`).
+package struct ThroughSupervisor: Sendable {
+    package var timeout: Duration?
+    package var afterLink: AfterLink?
+
+    package init(timeout: Duration?) {
+        self.timeout = timeout
+    }
+}
+
+extension DirectLinks {
+    /// A call over the link to `target`, if there is one: its answer; nil when it goes through the
+    /// supervisor instead, as `route` says (no link, the link took no more calls, or it ended with
+    /// the call in flight: SPEC §15).
+    package func call(_ target: String, _ method: String, params: [UInt8]?, route: inout ThroughSupervisor) async throws -> [UInt8]? {
+        guard let link = link(to: target) else { return nil }
+        switch try await link.call(method: method, params: params, timeout: route.timeout) {
+        case .answered(let answer): return answer
+        case .notTaken: return nil
+        case .ended(let after, let remaining):
+            route = ThroughSupervisor(timeout: remaining)
+            route.afterLink = after
+            return nil
+        }
+    }
+}

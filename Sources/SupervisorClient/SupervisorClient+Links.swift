@@ -16,6 +16,9 @@ extension SupervisorClient {
     /// The plugins this client calls over a direct link now.
     public var linkedPlugins: [String] { links.plugins }
 
+    /// Calls in flight over the direct link to `target` now (0 without one).
+    package func linkCallsInFlight(to target: String) -> Int { links.link(to: target)?.callsInFlight ?? 0 }
+
     /// After a call went through the supervisor (so it has checked it): a direct link for the next
     /// ones, asked for in the background, once.
     func askForLink(to target: String) {

@@ -136,14 +136,14 @@ public final class SupervisorClient: PluginCaller {
     /// Calls with params and result as raw JSON: over the direct link to the plugin's worker when
     /// there is one, else through the supervisor (and then a link is asked for, for the next calls).
     public func callJSON(_ target: String, _ method: String, params: [UInt8]?, timeout: Duration? = nil) async throws -> [UInt8] {
-        if let link = links.link(to: target), let answer = try await link.call(method: method, params: params, timeout: timeout) {
-            return answer
-        }
-        let answer = try await request(.call, timeout: timeout) { b in
+        var route = ThroughSupervisor(timeout: timeout)
+        if let answer = try await links.call(target, method, params: params, route: &route) { return answer }
+        let answer = try await request(.call, timeout: route.timeout) { [route] b in
             b.string("target", target)
             b.string("method", method)
             if let params { b.raw("params", params) }
-            if let timeout { b.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
+            if let timeout = route.timeout { b.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
+            if let afterLink = route.afterLink { b.raw("afterLink", afterLink.json) }
         }
         askForLink(to: target)
         return answer

@@ -57,7 +57,8 @@ struct LinkTable<Socket: AnyObject & Sendable> {
         let isCaller = order.kind == .caller
         links[order.link] = Link(number: order.link, peer: order.peer, isCaller: isCaller,
                                  timeoutMs: order.timeoutMs ?? CallTimeouts.defaultMs,
-                                 streamIdleMs: order.streamIdleTimeoutMs ?? CallTimeouts.defaultMs, socket: socket)
+                                 streamIdleMs: order.streamIdleTimeoutMs ?? CallTimeouts.defaultMs, socket: socket,
+                                 markSlot: isCaller ? nil : order.markSlot)
         guard isCaller else { return true }
         // The supervisor makes one link per caller and callee; an older one is being taken back.
         if let older = byPeer[order.peer] { links[older]?.accepting = false }
@@ -241,13 +242,13 @@ struct LinkTable<Socket: AnyObject & Sendable> {
 
     /// A call came over link `number` with the caller's id: the local id the plugin gets it under,
     /// and the caller (its `from`). Nil when the link is gone.
-    mutating func serve(_ callerID: UInt64, on number: UInt64, input: Bool = false) -> (local: UInt64, peer: String)? {
+    mutating func serve(_ callerID: UInt64, on number: UInt64, input: Bool = false) -> (local: UInt64, peer: String, markSlot: Int?)? {
         guard let link = links[number] else { return nil }
         let local = nextLocal
         nextLocal = local + 1 < Self.localIDs.upperBound ? local + 1 : Self.localIDs.lowerBound
         served[local] = ServedCall(link: number, peerID: callerID, socket: link.socket, input: input ? InStream() : nil)
         servedByCaller[CallerKey(link: number, id: callerID)] = local
-        return (local, link.peer)
+        return (local, link.peer, link.markSlot)
     }
 
     /// The caller cancelled its call `callerID` on link `number`: the local id to `cancel`, if the

@@ -15,6 +15,8 @@ extension LinkTable {
         /// Caller role: the callee's stream idle timeout (from the order).
         let streamIdleMs: Int
         let socket: Socket
+        /// Callee role: its word in the taken page (`PeerLinkOrder.markSlot`), if it has one.
+        var markSlot: Int?
         /// Caller role: still takes new calls (false once unlinked, or replaced by a newer link).
         var accepting = true
         /// Caller role: calls sent over it and not yet settled.

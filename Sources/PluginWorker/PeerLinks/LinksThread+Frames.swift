@@ -123,10 +123,11 @@ extension LinksThread {
             case .failure(let why): return linkBroken(link, why)
             case .success(let list): attached = list
             }
-            guard let (local, peer) = links.table.withLock({ $0.serve(id, on: link.number, input: env.input) }) else {
+            guard let (local, peer, markSlot) = links.table.withLock({ $0.serve(id, on: link.number, input: env.input) }) else {
                 for fd in Attachments.descriptors(attached ?? []) { close(fd) }
                 return
             }
+            if let markSlot { links.marks?.handingOver(linkCall: id, slot: markSlot) }
             // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
             let bytes = keptBuffer(capacity: CallHop.frameCapacity(forwarding: body.count, from: peer) + 32)
             // A control client's link has no peer plugin: its calls carry no `from`, as through the supervisor.

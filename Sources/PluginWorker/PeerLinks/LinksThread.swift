@@ -119,6 +119,8 @@ final class LinksThread {
             return true
         }
         let socket = LinkSocket(fd: fd)
+        // Before any call of the link can be read (they come on its socket, handed with the order).
+        if order.kind == .callee, let slot = order.markSlot { links.marks?.clear(slot: slot) }
         if links.table.withLock({ $0.add(order, socket: socket) }) {
             links.linkCount.add(1, ordering: .relaxed)
             if order.kind == .callee { links.servedEver.store(true, ordering: .relaxed) }

@@ -48,10 +48,13 @@ final class PeerLinks: Sendable {
     /// The supervisor's JSON depth limit: a call too deep for it is not sent over a link (the
     /// supervisor then refuses it as it refuses any), and a link that carries one ends.
     let maxDepth: Int
+    /// The taken page (SPEC §15): callee role, each link's mark (`PeerLinkOrder.markSlot`) goes up
+    /// as its calls are handed to the plugin.
+    let marks: TakenPage?
 
     /// Nil (and `channel` closed: no links for this worker) without a wake-up eventfd, without
     /// which deadlines and unlinks would wait for unrelated I/O.
-    init?(channel: Int32, connection: BlockingConnection, identifier: String, maxBody: Int, maxDepth: Int) {
+    init?(channel: Int32, connection: BlockingConnection, identifier: String, maxBody: Int, maxDepth: Int, marks: TakenPage?) {
         let wake = cls_wake_fd()
         guard wake >= 0 else {
             close(channel)
@@ -63,6 +66,7 @@ final class PeerLinks: Sendable {
         self.maxDepth = maxDepth
         self.connection = connection
         self.identifier = identifier
+        self.marks = marks
     }
 
     /// Starts the links thread, which delivers into `host`.

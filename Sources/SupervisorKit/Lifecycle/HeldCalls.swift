@@ -18,6 +18,8 @@ extension Lifecycle {
     /// (its phase already moved by the end); `crash`: the end as the log says it.
     func settleHeld(_ instance: WorkerInstance, of record: PluginRecord?, crash: String) -> Resent {
         instance.crash.held += instance.pending.removeAll()
+        // The marks of the links it served, while its page is mapped; their callers see them end now.
+        instance.concludeLinks(crash: crash)
         let (witness, lie) = instance.crash.conclude()
         if let lie {
             logger.warning("the worker's taken mark went back (\(lie)): every call it held counts as started",

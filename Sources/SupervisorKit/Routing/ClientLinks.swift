@@ -38,7 +38,9 @@ extension Router {
         defer { close(pair[1]) }
         nextLinkNumber += 1
         let link = PeerLink(number: nextLinkNumber, caller: .client(connection), callee: callee)
-        guard sendOrder(PeerLinkOrder(kind: .callee, peer: "", link: link.number), with: pair[1], to: callee, calleeChannel) else {
+        (link.markSlot, link.witness) = PeerLink.mark(for: callee, calleeEnd: pair[1])
+        guard sendOrder(PeerLinkOrder(kind: .callee, peer: "", link: link.number, markSlot: link.markSlot), with: pair[1], to: callee, calleeChannel) else {
+            link.release()
             close(pair[0])
             return outbox.answer(origin, error: ErrorBody(.unavailable, "\(target)'s worker takes no links"))
         }
@@ -124,6 +126,8 @@ struct LinkGrant: Codable {
 /// callee, and how to take one back (the program answers once the calls over it are settled).
 final class HostCaller {
     var linksOut: [String: PeerLink] = [:]
+    /// Its links whose worker died, for the calls it sends again (`afterLink`, LinkMarks.swift).
+    var endedLinks = EndedLinks()
     let unlink: (_ link: UInt64, _ given: @escaping @Sendable () -> Void) -> Void
 
     init(unlink: @escaping (_ link: UInt64, _ given: @escaping @Sendable () -> Void) -> Void) {
@@ -143,7 +147,9 @@ extension Router {
         defer { close(pair[1]) }
         nextLinkNumber += 1
         let link = PeerLink(number: nextLinkNumber, caller: .host(host), callee: callee)
-        guard sendOrder(PeerLinkOrder(kind: .callee, peer: "", link: link.number), with: pair[1], to: callee, calleeChannel) else {
+        (link.markSlot, link.witness) = PeerLink.mark(for: callee, calleeEnd: pair[1])
+        guard sendOrder(PeerLinkOrder(kind: .callee, peer: "", link: link.number, markSlot: link.markSlot), with: pair[1], to: callee, calleeChannel) else {
+            link.release()
             close(pair[0])
             return nil
         }

@@ -22,6 +22,14 @@ struct CrashWitness {
     private var written = false
     /// The requests it held when its socket closed, decided at its exit (`Lifecycle.settleHeld`).
     var held: [(id: UInt64, entry: PendingRequest)] = []
+    /// Its `hello` said it keeps a mark per link in the page (`linkMarks`): the words given to the
+    /// links it serves (`PeerLinkOrder.markSlot`), and the links that ended with it, whose marks are
+    /// read at its death (LinkMarks.swift).
+    private(set) var keepsLinkMarks = false
+    /// Its page was read a last time (`conclude`): the worker is dead and decided.
+    private(set) var concluded = false
+    var linkSlots = LinkMarkSlots()
+    var endingLinks: [PeerLink] = []
 
     /// The page made for the worker at its spawn (`cls_taken_page_create`), owned from now on.
     mutating func give(_ page: UnsafePointer<UInt64>) {
@@ -30,8 +38,16 @@ struct CrashWitness {
 
     /// Its `hello` said `takenPage`: the page it was given counts from now on (a worker given none
     /// that says so anyway is believed about nothing).
-    mutating func workerWritesPage() {
+    mutating func workerWritesPage(linkMarks: Bool) {
         written = page != nil
+        keepsLinkMarks = written && linkMarks
+    }
+
+    /// What the worker says of a link's calls: the highest id on it handed to its plugin (read at
+    /// its death, before `conclude`); nil when it keeps no marks.
+    func linkMark(_ slot: Int) -> UInt64? {
+        guard keepsLinkMarks, let page, slot > 0, slot < LinkMarkSlots.words else { return nil }
+        return cls_taken_load(page + slot)
     }
 
     /// Reads the page: what the worker says it has taken so far. A lie (the mark went back) is
@@ -48,6 +64,7 @@ struct CrashWitness {
     /// started), and a lie seen in that last read.
     mutating func conclude() -> (witness: TakenWatermark, lie: TakenWatermark.Lie?) {
         let lie = observe()
+        concluded = true
         if let page {
             cls_taken_page_unmap(page)
             self.page = nil

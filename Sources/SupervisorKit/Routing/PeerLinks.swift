@@ -17,6 +17,10 @@ final class PeerLink {
     let callee: WorkerInstance
     /// The caller was told to stop using it (the callee is draining) and has not answered yet.
     var unlinking = false
+    /// The callee's word for the link's mark, and a duplicate of the callee's end, held until the
+    /// mark is read at the callee's death (LinkMarks.swift); nil and -1 for a link without.
+    var markSlot: Int?
+    var witness: Int32 = -1
 
     /// Who calls over it: a plugin's worker, or a control client (ClientLinks.swift).
     enum Caller {
@@ -142,18 +146,21 @@ extension Router {
         }
     }
 
-    /// The caller gave the link back (or cannot any more).
-    func settle(_ link: PeerLink) {
+    /// The caller gave the link back (or cannot any more). `calleeEnding`: the callee's worker is
+    /// ending, and the link's mark is read at its death (its witness stays open until then).
+    func settle(_ link: PeerLink, calleeEnding: Bool = false) {
         link.callee.linksIn[ObjectIdentifier(link)] = nil
         link.forgetAtCaller()
+        if calleeEnding { link.callee.crash.endingLinks.append(link) } else { link.release() }
         shared.callLeft(link.callee)
     }
 
     /// `instance` ended: its links are gone with its descriptors (the workers at their other ends
-    /// see them close and settle their calls as for a worker that ended).
+    /// see them close and settle their calls as for a worker that ended). The callers of the links
+    /// it served see them end once their marks are read, at its death (LinkMarks.swift).
     func forgetLinks(_ instance: WorkerInstance) {
         for link in instance.linksOut.values { settle(link) }
-        for link in instance.linksIn.values { settle(link) }
+        for link in instance.linksIn.values { settle(link, calleeEnding: !instance.crash.concluded) }
         instance.linksOut = [:]
         instance.linksIn = [:]
         closeDescriptorChannel(instance)

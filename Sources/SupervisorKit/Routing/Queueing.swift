@@ -22,9 +22,10 @@ struct QueuedRequest: WaitingRequest {
 extension Router {
     /// Queues a request for `record`; an error instead when its queue is full.
     func enqueue(_ kind: MessageKind, for record: PluginRecord, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
-                 origin: ReplyOrigin, payload: Payload? = nil) -> ErrorBody? {
+                 origin: ReplyOrigin, payload: Payload? = nil, attempts: Attempts = .first) -> ErrorBody? {
         let deadline = Instant.now.adding(milliseconds: timeout(for: record, requested: env.timeoutMs))
-        let request = QueuedRequest(kind: kind, caller: caller, bytes: Array(bytes), origin: origin, deadline: deadline, payload: payload)
+        let request = QueuedRequest(kind: kind, caller: caller, bytes: Array(bytes), origin: origin, deadline: deadline, payload: payload,
+                                    attempts: attempts)
         guard record.waiting.add(request, limit: config.callQueueLimit) else {
             record.callMetrics?.count(.unavailable)
             return Route.queueFull(record.routeTarget, limit: config.callQueueLimit)

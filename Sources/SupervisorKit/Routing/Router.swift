@@ -47,10 +47,11 @@ final class Router: SupervisorComponent {
         let metrics = callMetrics(of: record)
         switch Route.decide(record.routeTarget, named: target, shuttingDown: isShuttingDown) {
         case .forward: break
-        case .wait: return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload)
+        case .wait: return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload, attempts: attempts)
         case .activate:
             // It waits, as for a starting plugin, and the plugin comes up for it (SPEC §16).
-            if let refused = enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload) { return refused }
+            if let refused = enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload,
+                                     attempts: attempts) { return refused }
             effects.post(.activate(record, by: kind.rawValue))
             return nil
         case .refuse(let error):

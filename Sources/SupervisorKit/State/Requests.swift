@@ -194,6 +194,8 @@ final class ControlConnection {
     /// `unlink`s it was sent and has not answered, by the supervisor's id on this connection.
     var linksOut: [String: PeerLink] = [:]
     var unlinks: [UInt64: (link: PeerLink, deadline: Scheduled<Void>)] = [:]
+    /// Its links whose worker died, for the calls it sends again (`afterLink`, LinkMarks.swift).
+    var endedLinks = EndedLinks()
     /// Its frame codec's leftovers, kept when an upgrade takes the codec out.
     let leftovers = FrameCodec.Leftovers()
     /// It listens (events, host methods) or holds links: it is never dropped as idle.

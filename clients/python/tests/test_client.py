@@ -176,14 +176,16 @@ def test_calls_go_over_a_direct_link_after_the_first(plugin_supervisor, bundles)
     sup.client.restart("py.link")
     assert client.call("py.link", "ping") == 1
     sup.wait_until(lambda: client.linked_plugins == ["py.link"], what="a new link")
-    # The worker crashes with a call on the link: it fails unavailable, the next call waits for the restart.
+    # The worker crashes with a call on the link that its plugin had started: sent through the
+    # supervisor again (afterLink), it fails unavailable with started (sleep is not idempotent);
+    # the next call waits for the restart.
     results = {}
-    slow_call = threading.Thread(target=lambda: results.update(code=_code(lambda: client.call("py.link", "sleep", {"ms": 20000}, timeout=30))))
+    slow_call = threading.Thread(target=lambda: results.update(error=_error(lambda: client.call("py.link", "sleep", {"ms": 20000}, timeout=30))))
     slow_call.start()
     sup.wait_until(lambda: "sleeping:20000" in [e["event"] for e in client.call("py.link", "info")["events"]], what="the sleep")
     sup.crash("py.link")
     slow_call.join(10)
-    assert results.get("code") == "unavailable"
+    assert results["error"].code == "unavailable" and results["error"].started, results["error"]
     # The next call waits for the restarted worker, even if the link saw the end first.
     assert client.call("py.link", "ping") == 1
 
@@ -193,12 +195,12 @@ def sup_metrics(sup):
         return other._request({"type": "metrics"})
 
 
-def _code(body):
+def _error(body):
     try:
         body()
         return None
     except PluginError as error:
-        return error.code
+        return error
 
 
 def test_the_asyncio_client_takes_a_direct_link_too(plugin_supervisor, bundles):
@@ -218,13 +220,13 @@ def test_the_asyncio_client_takes_a_direct_link_too(plugin_supervisor, bundles):
             await client.restart("py.alink")
             assert await client.call("py.alink", "ping") == 1
             await _until(lambda: _now(client.linked_plugins), lambda linked: linked == ["py.alink"])
-            # A crash with a call on the link: that call fails unavailable, the next waits for the restart.
+            # A crash with a started call on the link: it fails unavailable with started, the next waits for the restart.
             slow_call = asyncio.ensure_future(client.call("py.alink", "sleep", {"ms": 20000}, timeout=30))
             await _until(lambda: client.call("py.alink", "info"), lambda info: "sleeping:20000" in [e["event"] for e in info["events"]])
             sup.crash("py.alink")
             with pytest.raises(PluginError) as crashed:
                 await slow_call
-            assert crashed.value.code == "unavailable"
+            assert crashed.value.code == "unavailable" and crashed.value.started
             assert await client.call("py.alink", "ping") == 1
 
     asyncio.run(main())

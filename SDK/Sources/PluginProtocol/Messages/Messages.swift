@@ -21,12 +21,15 @@ public struct HelloMessage: Codable, Sendable, Equatable {
     /// Extension: the worker writes the taken page it was given at its spawn (`WorkerSpec.takenPageFD`;
     /// SPEC §15, docs/protocol.md "Calls that survive a crash").
     public var takenPage: Bool?
+    /// Extension: with `takenPage`, the worker also keeps in that page a mark for each direct or
+    /// peer link it serves whose order names a `markSlot` (`PeerLinkOrder.markSlot`).
+    public var linkMarks: Bool?
     /// Extension: the methods the plugin declared idempotent while it was created (SPEC §15).
     public var idempotent: [String]?
 
     public init(protocol: Int = Frame.protocolVersion, abi: UInt32, pid: Int32, plugin: String, version: String,
                 sandbox: [String]? = nil, sandboxMissing: [String]? = nil, timings: [String: Int]? = nil, takenPage: Bool? = nil,
-                idempotent: [String]? = nil) {
+                linkMarks: Bool? = nil, idempotent: [String]? = nil) {
         self.protocol = `protocol`
         self.abi = abi
         self.pid = pid
@@ -36,6 +39,7 @@ public struct HelloMessage: Codable, Sendable, Equatable {
         self.sandboxMissing = sandboxMissing
         self.timings = timings
         self.takenPage = takenPage
+        self.linkMarks = linkMarks
         self.idempotent = idempotent
     }
 }
@@ -55,6 +59,7 @@ extension HelloMessage {
         if let sandboxMissing { b.strings("sandboxMissing", sandboxMissing) }
         if let timings { b.object("timings", members: timings.sorted { $0.key < $1.key }.map { ($0.key, .int($0.value)) }) }
         if takenPage == true { b.flag("takenPage") }
+        if linkMarks == true { b.flag("linkMarks") }
         if let idempotent, !idempotent.isEmpty { b.strings("idempotent", idempotent) }
         return b.finish()
     }

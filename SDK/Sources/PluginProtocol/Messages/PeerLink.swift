@@ -27,13 +27,19 @@ public struct PeerLinkOrder: Codable, Sendable, Equatable {
     /// `caller`: the callee's stream idle timeout (`limits.streamIdleTimeoutMs`, else the
     /// supervisor's), for streams over the link (docs/protocol.md "Streams").
     public var streamIdleTimeoutMs: Int?
+    /// `callee`: the word of the worker's taken page (SPEC §15) where it keeps the highest id of a
+    /// call from this link that it handed to its plugin, so that when it dies the caller's calls
+    /// above it go to the next worker (docs/protocol.md "Calls that survive a crash"). Absent: the
+    /// supervisor keeps no mark for the link, and every call in flight on it counts as started.
+    public var markSlot: Int?
 
-    public init(kind: Kind, peer: String, link: UInt64, timeoutMs: Int? = nil, streamIdleTimeoutMs: Int? = nil) {
+    public init(kind: Kind, peer: String, link: UInt64, timeoutMs: Int? = nil, streamIdleTimeoutMs: Int? = nil, markSlot: Int? = nil) {
         self.kind = kind
         self.peer = peer
         self.link = link
         self.timeoutMs = timeoutMs
         self.streamIdleTimeoutMs = streamIdleTimeoutMs
+        self.markSlot = markSlot
     }
 
     /// Largest order accepted (they are small; anything larger is not from the supervisor).
@@ -63,4 +69,21 @@ public struct UnlinkMessage: Codable, Sendable, Equatable {
     public static func starts(_ body: UnsafeRawBufferPointer) -> Bool {
         body.count > prefix.count && prefix.withUnsafeBytes { p in body.starts(with: p) }
     }
+}
+
+/// Which call on which direct link a call sent through the supervisor stands for (a `call`'s or an
+/// `open`'s `afterLink`, SPEC §15): the link ended with its worker while the call was in flight on
+/// it, under `id`. The supervisor replays it if that worker never handed it to its plugin, retries
+/// it if its method is idempotent, and otherwise fails it with `started: true`.
+public struct AfterLink: Codable, Sendable, Equatable {
+    public var link: UInt64
+    public var id: UInt64
+
+    public init(link: UInt64, id: UInt64) {
+        self.link = link
+        self.id = id
+    }
+
+    /// `{"link":N,"id":X}`, as a call frame carries it.
+    public var json: [UInt8] { Array("{\"link\":\(link),\"id\":\(id)}".utf8) }
 }

@@ -40,6 +40,9 @@ public struct Envelope: Sendable {
     /// NUL (the inline attachments, in order).
     public var attachments: Range<Int>?
     public var tail: Range<Int>?
+    /// A call a program sends again after the direct link it was in flight on ended with its
+    /// worker (SPEC §15): `{"link": N, "id": X}`, decoded as `AfterLink`.
+    public var afterLink: Range<Int>?
 
     public init() {}
 
@@ -73,6 +76,7 @@ public struct Envelope: Sendable {
             case 6 where Self.matches(bytes, key, "stream"): env.stream = Self.isTrue(bytes, value)
             case 7 where Self.matches(bytes, key, "payload"): env.payload = value
             case 9 where Self.matches(bytes, key, "timeoutMs"): env.timeoutMs = JSONScanner.decodeUInt(bytes, value)
+            case 9 where Self.matches(bytes, key, "afterLink"): env.afterLink = value
             case 11 where Self.matches(bytes, key, "traceparent"): env.traceparent = value
             case 11 where Self.matches(bytes, key, "attachments"): env.attachments = value
             default: break

@@ -8,7 +8,7 @@ import time
 from typing import Any, Awaitable, Callable, Dict, Optional, Tuple
 
 from . import _wire
-from ._link import REPORT_INTERVAL, NotTaken, Tally, pick_up
+from ._link import REPORT_INTERVAL, NotTaken, Tally, ended_call, pick_up
 from .errors import PluginError
 
 
@@ -40,7 +40,8 @@ class AsyncDirectLink:
         self._task = asyncio.get_running_loop().create_task(self._read())
 
     async def call(self, method: str, params: Any, timeout: Optional[float]) -> Any:
-        """The call's result; raises ``NotTaken`` when the link takes no more calls."""
+        """The call's result; raises ``NotTaken`` when the link takes no more calls, ``LinkEnded``
+        when it ended with its worker while the call was in flight."""
         if self._closed:
             raise NotTaken()
         ms = max(1, int(timeout * 1000)) if timeout is not None else self.timeout_ms
@@ -71,7 +72,7 @@ class AsyncDirectLink:
                 self._send_quietly({"type": "cancel", "id": call_id})
             raise
         if reply is None:
-            raise PluginError("unavailable", f"the worker of {self.target} ended before answering call")
+            raise ended_call(self.target, self.number, call_id, started + ms * 1_000_000)
         if "error" in reply:
             raise PluginError.from_body(reply["error"])
         return reply.get("result")
@@ -144,9 +145,8 @@ class AsyncDirectLink:
 
     async def _end(self) -> None:
         self._closed = True
+        # Not counted here: each goes through the supervisor again, which counts it.
         waiting, self._waiting = self._waiting, {}
-        for future, started in waiting.values():
-            self._tally.record("unavailable", started)
         # The supervisor hears that the link ended before any caller can make its next call: that
         # call then waits for the plugin's restart instead of reaching a worker that is ending.
         await self._send_report(force=True, ended_link=None if self._unlinked else self.number)

@@ -1,9 +1,12 @@
 """A blocking client's direct link to one plugin's worker (docs/protocol.md, "Direct links for
 clients"): calls go over it straight to the worker, one hop. The client keeps each call's deadline
 (a late call fails ``timeout`` and the worker gets ``cancel``) and reports the calls' counts to the
-supervisor (``linkCalls``), so its metrics count every call. A link that ends fails its calls in
-flight ``unavailable``; one the supervisor takes back (``unlink``) takes no new calls and is given
-back once its calls are settled."""
+supervisor (``linkCalls``), so its metrics count every call. A link that ends with its worker
+hands its calls in flight back to their callers (``LinkEnded``), who send each through the
+supervisor again naming where it was (``afterLink``, docs/protocol.md "Calls that survive a
+crash"): replayed if the worker never handed it to its plugin, retried if idempotent, else failed
+with ``started``. One the supervisor takes back (``unlink``) takes no new calls and is given back
+once its calls are settled."""
 from __future__ import annotations
 
 import bisect
@@ -129,6 +132,24 @@ class _Call:
 
 class NotTaken(Exception):
     """The link took no more calls when this one came: it goes through the supervisor."""
+
+
+class LinkEnded(Exception):
+    """The link ended with its worker while the call was in flight: it goes through the supervisor
+    again, with ``after_link`` (``{"link": N, "id": X}``) and what is left of its time."""
+
+    def __init__(self, after_link: dict, remaining: float) -> None:
+        super().__init__(f"link {after_link['link']} ended")
+        self.after_link = after_link
+        self.remaining = remaining
+
+
+def ended_call(target: str, link: int, call_id: int, deadline_ns: int) -> Exception:
+    """What a call in flight on a link that ended becomes: ``LinkEnded``, or ``timeout`` past its deadline."""
+    left = (deadline_ns - time.monotonic_ns()) / 1e9
+    if left <= 0:
+        return PluginError("timeout", f"{target} did not answer call in time")
+    return LinkEnded({"link": link, "id": call_id}, left)
 
 
 def redeem(path: str, token: str, what: str) -> int:
@@ -283,7 +304,8 @@ class DirectLink:
         threading.Thread(target=self._read, name="sandboxed-plugins-link", daemon=True).start()
 
     def call(self, method: str, params: Any, timeout: Optional[float]) -> Any:
-        """The call's result; raises ``NotTaken`` when the link takes no more calls."""
+        """The call's result; raises ``NotTaken`` when the link takes no more calls, ``LinkEnded``
+        when it ended with its worker while the call was in flight."""
         ms = max(1, int(timeout * 1000)) if timeout is not None else self.timeout_ms
         with self._lock:
             if self._closed:
@@ -313,7 +335,7 @@ class DirectLink:
                 raise PluginError("timeout", f"{self.target} did not answer call in time")
         reply = call.reply
         if reply is None:
-            raise PluginError("unavailable", f"the worker of {self.target} ended before answering call")
+            raise ended_call(self.target, self.number, call_id, call.started + ms * 1_000_000)
         if "error" in reply:
             raise PluginError.from_body(reply["error"])
         return reply.get("result")
@@ -399,10 +421,9 @@ class DirectLink:
     def _end(self) -> None:
         with self._lock:
             self._closed = True
+            # Not counted here: each goes through the supervisor again, which counts it.
             calls = list(self._waiting.values())
             self._waiting = {}
-            for call in calls:
-                self._tally.record("unavailable", call.started)
             unlinked, answer = self._unlinked, self._answer_unlink
             self._answer_unlink = None
         # The supervisor hears that the link ended before any caller can make its next call: that

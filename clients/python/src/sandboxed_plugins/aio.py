@@ -9,7 +9,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Unio
 
 from . import _wire
 from ._alink import open_link
-from ._link import LinkSlots, NotTaken, attach, named_bytes
+from ._link import LinkEnded, LinkSlots, NotTaken, attach, named_bytes
 from .client import _StreamReading
 from .errors import PluginError, unreachable
 
@@ -141,12 +141,15 @@ class AsyncClient:
                 None, attach, _wire.call_message(target, method, params, timeout), sending, self.socket_path)
             return await self._request(message, timeout)
         link = self._links.link(target)
+        flags: dict = {}
         if link is not None:
             try:
                 return await link.call(method, params, timeout)
             except NotTaken:
                 pass
-        result = await self._request(_wire.call_message(target, method, params, timeout), timeout)
+            except LinkEnded as ended:
+                flags, timeout = {"afterLink": ended.after_link}, ended.remaining
+        result = await self._request(_wire.call_message(target, method, params, timeout, **flags), timeout)
         self._ask_for_link(target)
         return result
 

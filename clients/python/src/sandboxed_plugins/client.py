@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from . import _wire
-from ._link import DirectLink, LinkSlots, NotTaken, attach, named_bytes, pick_up
+from ._link import DirectLink, LinkEnded, LinkSlots, NotTaken, attach, named_bytes, pick_up
 from .errors import PluginError, unreachable
 
 #: Events a plugin can be sent (``send``).
@@ -212,12 +212,15 @@ class Client:
             message = attach(_wire.call_message(target, method, params, timeout), sending, self.socket_path)
             return self._request(message, timeout)
         link = self._links.link(target)
+        flags: dict = {}
         if link is not None:
             try:
                 return link.call(method, params, timeout)
             except NotTaken:
                 pass
-        result = self._request(_wire.call_message(target, method, params, timeout), timeout)
+            except LinkEnded as ended:
+                flags, timeout = {"afterLink": ended.after_link}, ended.remaining
+        result = self._request(_wire.call_message(target, method, params, timeout, **flags), timeout)
         self._ask_for_link(target)
         return result
 

@@ -1,0 +1,74 @@
+import Testing
+import SupervisorCore
+
+/// Calls sent again after a direct link ended with its worker (Replay/LinkReplay.swift): the fate
+/// each gets from the worker's mark for the link, the words a worker's links get, and what a
+/// caller keeps of its ended links, without a process.
+@Suite struct LinkReplayTests {
+    static let now = ReplayTests.now
+    static let rules = ReplayTests.replay
+    static func ended(mark: UInt64?) -> EndedLink { EndedLink(callee: "p", mark: mark, crash: "killed by SIGKILL", rules: rules) }
+    static func call(_ method: String, deadline: Instant = ReplayTests.later) -> LinkedCall { LinkedCall(method: method, deadline: deadline) }
+
+    @Test func aCallAboveTheMarkIsReplayedOnceCounted() {
+        let action = Self.rules.decide(afterLink: Self.ended(mark: 4), id: 5, Self.call("put"), successor: .comes, now: Self.now)
+        var expected = Self.call("put")
+        expected.crashes = 1
+        #expect(action == .replay(expected))
+    }
+
+    @Test func aCallAtOrBelowTheMarkMayHaveStarted() {
+        // Not idempotent: fails as started, naming the crash.
+        let put = Self.rules.decide(afterLink: Self.ended(mark: 4), id: 4, Self.call("put"), successor: .comes, now: Self.now)
+        guard case .fail(_, let error, let started) = put else { Issue.record("\(put)"); return }
+        #expect(started && error.code == "unavailable" && error.message.contains("killed by SIGKILL") && error.message.contains("put is not idempotent"))
+        // Idempotent: retried once, counted.
+        let get = Self.rules.decide(afterLink: Self.ended(mark: 4), id: 2, Self.call("getUser"), successor: .comes, now: Self.now)
+        var retried = Self.call("getUser")
+        retried.retries = 1
+        retried.crashes = 1
+        #expect(get == .retry(retried))
+    }
+
+    @Test func withoutAMarkOrARecordEveryCallMayHaveStarted() {
+        for ended in [Self.ended(mark: nil), nil] {
+            let action = Self.rules.decide(afterLink: ended, id: 1_000, Self.call("put"), successor: .comes, now: Self.now)
+            guard case .fail(_, _, let started) = action else { Issue.record("\(action)"); continue }
+            #expect(started)
+        }
+    }
+
+    @Test func aPluginThatWillNotComeBackOrALateCallFails() {
+        let never = Self.rules.decide(afterLink: Self.ended(mark: 0), id: 1, Self.call("put"), successor: .never(reason: "it is stopped"), now: Self.now)
+        guard case .fail(_, let error, let started) = never else { Issue.record("\(never)"); return }
+        #expect(!started && error.message.contains("no worker follows it: it is stopped"))
+        let late = Self.rules.decide(afterLink: Self.ended(mark: 0), id: 1, Self.call("put", deadline: Self.now), successor: .comes, now: Self.now)
+        guard case .fail(_, let timeout, _) = late else { Issue.record("\(late)"); return }
+        #expect(timeout.code == "timeout")
+    }
+
+    @Test func aCallerKeepsItsLastEndedLinks() {
+        var links = EndedLinks()
+        for number in 1...UInt64(EndedLinks.capacity + 5) { links.record(number, Self.ended(mark: number)) }
+        #expect(links[1] == nil && links[5] == nil, "the oldest are let go")
+        #expect(links[6]?.mark == 6 && links[UInt64(EndedLinks.capacity + 5)]?.mark == UInt64(EndedLinks.capacity + 5))
+        // Recorded again (the same link): kept once, with what came last, in its place.
+        links.record(6, Self.ended(mark: 60))
+        #expect(links[6]?.mark == 60)
+        links.record(1_000, Self.ended(mark: 1))
+        #expect(links[6] == nil && links[7]?.mark == 7 && links[1_000]?.mark == 1)
+    }
+
+    @Test func aWorkersLinksGetWordsOneToFiveHundredElevenEachOnce() {
+        var slots = LinkMarkSlots()
+        var taken: [Int] = []
+        while let slot = slots.take() { taken.append(slot) }
+        #expect(taken == Array(1..<LinkMarkSlots.words), "word 0 is the requests' mark")
+        // Given back: given again; a word never given, or given back twice, is not.
+        slots.give(7)
+        slots.give(7)
+        slots.give(0)
+        slots.give(LinkMarkSlots.words)
+        #expect(slots.take() == 7 && slots.take() == nil)
+    }
+}

@@ -1,0 +1,135 @@
+import Foundation
+import PluginProtocol
+import Protocol
+import SupervisorClient
+import Testing
+
+/// SPEC §15 over a program's direct link (docs/protocol.md "Calls that survive a crash"): the calls
+/// in flight on a link whose worker dies go back to their callers, who send them through the
+/// supervisor naming where they were (`afterLink`); the supervisor read the worker's mark for the
+/// link before the caller could see the link end, and replays what its plugin never had, retries
+/// what is idempotent, and fails the rest with `started: true`. Real workers, killed with SIGKILL,
+/// a `SupervisorClient` whose calls go over its direct link.
+@Suite(.serialized, .timeLimit(.minutes(4)))
+struct LinkReplayTests {
+    /// A value the test and its callers' tasks share, behind a lock.
+    final class Shared<Value>: @unchecked Sendable {
+        private let lock = NSLock()
+        private var value: Value
+        init(_ value: Value) { self.value = value }
+        func withLock<R>(_ body: (inout Value) -> R) -> R { lock.withLock { body(&value) } }
+    }
+
+    /// A client of `sv` whose calls to `id` go over a direct link (its first went through the supervisor).
+    static func linkedClient(_ sv: RunningSupervisor, to id: String) async throws -> SupervisorClient {
+        let client = try await SupervisorClient.connect(socket: sv.socket)
+        try await waitForLink(client, to: id)
+        return client
+    }
+
+    /// Calls `ran` until the client's calls to `id` go over a link again (after a restart the next
+    /// call goes through the supervisor, and a link follows it).
+    static func waitForLink(_ client: SupervisorClient, to id: String) async throws {
+        try await waitUntil("a direct link to \(id)") {
+            _ = try await client.call(id, "ran", as: [Int].self)
+            return client.linkedPlugins.contains(id)
+        }
+    }
+
+    @Test("over a direct link: a worker killed while 16 calls wait behind a slow one: each waiting call is answered by the next worker, once; the slow one fails with started: true")
+    func waitingCallsOverALink() async throws {
+        let w = try TestWorld()
+        try w.bundle("l.serial")
+        let sv = try RunningSupervisor(w)
+        let client = try await Self.linkedClient(sv, to: "l.serial")
+        defer { client.close() }
+        // `block` runs on the thread that delivers the link's calls: those behind it stay unread.
+        let slow = Task { try await client.call("l.serial", "block", ["ms": 60_000], as: Int.self) }
+        try sv.waitUntil("the slow call to start") { FileManager.default.fileExists(atPath: w.home + "/data/l.serial/blocking") }
+        let waiting = (0..<16).map { i in Task { try await client.call("l.serial", "tally", i, as: Int.self) } }
+        try sv.waitUntil("17 calls in flight over the link") { client.linkCallsInFlight(to: "l.serial") == 17 }
+        let pid = try #require(try sv.plugin("l.serial").pid)
+        kill(pid, SIGKILL)
+        await #expect { _ = try await slow.value } throws: { error in
+            let body = error as? ErrorBody
+            return body?.code == "unavailable" && body?.started == true
+        }
+        for (i, call) in waiting.enumerated() {
+            #expect(try await call.value == i)
+        }
+        // Each ran once (their tasks sent them on each by itself: in any order).
+        let ran = try await client.call("l.serial", "ran", as: [Int].self)
+        #expect(ran.sorted() == Array(0..<16), "\(ran)")
+        #expect(try sv.plugin("l.serial").restarts == 1)
+        let metrics = try Prometheus(sv.cli("metrics").out)
+        #expect(metrics["plugin_calls_replayed_total", ["plugin": "l.serial"]] == 16)
+        #expect(metrics["plugin_calls_retried_total", ["plugin": "l.serial"]] == nil)
+    }
+
+    @Test("over a direct link, 4 callers, the worker killed 10 times: an idempotent method loses no call; one that is not fails only calls its plugin had started, each with started: true, and none runs twice")
+    func killsUnderLoad() async throws {
+        let w = try TestWorld()
+        try w.bundle("l.idem", extra: ["idempotent": ["echo"]])
+        try w.bundle("l.once")
+        let cfg = try w.config(#"{"restartLimit": 1000000, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        let client = try await Self.linkedClient(sv, to: "l.idem")
+        defer { client.close() }
+        try await Self.waitForLink(client, to: "l.once")
+        struct Seen {
+            var ok = 0
+            var tallied: [Int] = []
+            var startedFailures = 0
+            var other: [String] = []
+            var stop = false
+        }
+        let seen = Shared(Seen())
+        let callers = (0..<4).map { lane in
+            Task {
+                var n = 0
+                while !seen.withLock({ $0.stop }) {
+                    n += 1
+                    do {
+                        let echoed = try await client.call("l.idem", "echo", [n], as: [Int].self)
+                        seen.withLock { if echoed == [n] { $0.ok += 1 } else { $0.other.append("echo \(n): \(echoed)") } }
+                    } catch {
+                        seen.withLock { $0.other.append("echo \(n): \(error)") }
+                    }
+                    let value = lane * 1_000_000 + n
+                    do {
+                        let tallied = try await client.call("l.once", "tally", value, as: Int.self)
+                        seen.withLock { $0.tallied.append(tallied) }
+                    } catch let error as ErrorBody where error.code == "unavailable" && error.started {
+                        seen.withLock { $0.startedFailures += 1 }
+                    } catch {
+                        seen.withLock { $0.other.append("tally \(value): \(error)") }
+                    }
+                }
+            }
+        }
+        var linkedKills = 0
+        for round in 0..<10 {
+            let id = round % 2 == 0 ? "l.idem" : "l.once"
+            // Killed while its calls go over the link.
+            try await Self.waitForLink(client, to: id)
+            if client.linkCallsInFlight(to: id) > 0 { linkedKills += 1 }
+            _ = try CrashReplayTests.killWorker(sv, id)
+        }
+        let before = seen.withLock { $0.ok }
+        try await waitUntil("calls to flow after the last kill") { seen.withLock { $0.ok } > before + 50 }
+        seen.withLock { $0.stop = true }
+        for caller in callers { await caller.value }
+        let result = seen.withLock { $0 }
+        #expect(result.other.isEmpty, "\(result.other.count) unexpected: \(result.other.prefix(3))")
+        let ran = try CrashReplayTests.ran(sv, "l.once")
+        #expect(Set(ran).count == ran.count, "ran twice: \(Dictionary(grouping: ran, by: { $0 }).filter { $0.value.count > 1 }.keys.prefix(5))")
+        #expect(Set(result.tallied).isSubset(of: Set(ran)))
+        let metrics = try Prometheus(sv.cli("metrics").out)
+        let resent = ["l.idem", "l.once"].reduce(0.0) { sum, id in
+            sum + (metrics["plugin_calls_replayed_total", ["plugin": id]] ?? 0) + (metrics["plugin_calls_retried_total", ["plugin": id]] ?? 0)
+        }
+        print("over a direct link: 10 kills (\(linkedKills) with calls on the link), \(result.ok) echoes, \(result.tallied.count) tallies, "
+              + "\(result.startedFailures) failed as started, \(Int(resent)) replayed or retried")
+        #expect(resent > 0, "no kill caught a call on a link")
+    }
+}
