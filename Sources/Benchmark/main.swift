@@ -12,7 +12,7 @@ let asJSON = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 let calls = quick ? 2_000 : 20_000
 /// `--only calls|sdk|client|host|streams|bytes|crash|upgrade|startup` runs one section (`sdk`, `soak` and
-/// `scale` only when asked: `--only sdk [--baseline-lib PATH] [--rounds N]`, `--only soak [--minutes N]`,
+/// `scale` only when asked: `--only sdk [--baseline-lib PATH] [--rounds N]`, `--only soak [--minutes N] [--links]`,
 /// `--only scale [--plugins N]`).
 let only: String? = arguments.firstIndex(of: "--only").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
 func wanted(_ section: String) -> Bool { only == section || (only == nil && section != "sdk") }
@@ -283,7 +283,7 @@ do {
     // Calls that survive crashes, over minutes (SoakBench.swift): asked for only (`--only soak`).
     if only == "soak" {
         let minutes = arguments.firstIndex(of: "--minutes").flatMap { $0 + 1 < arguments.count ? Double(arguments[$0 + 1]) : nil } ?? 1
-        try SoakBench.run(rig, report, minutes: minutes)
+        try SoakBench.run(rig, report, minutes: minutes, links: arguments.contains("--links"))
     }
 
     // The supervisor upgraded in place while four clients call through it (UpgradeBench.swift).
