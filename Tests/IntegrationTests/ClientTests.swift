@@ -265,6 +265,8 @@ struct ClientTests {
         #expect(try await client.call("c.g", "ping", as: Int.self) == 1)
         #expect(try await client.callMetrics().contains(#"supervisor_control_clients_dropped_total{reason="protocolViolation"} 1"#))
 
+        // Its direct link holds a descriptor in the supervisor: made before the count.
+        try await waitUntil("the client's link to c.g") { _ = try await client.call("c.g", "ping", as: Int.self); return client.linkedPlugins == ["c.g"] }
         let fds = try openFDs(sup.pid), memory = try rss(sup.pid)
         for i in 0..<1_000 {
             let vanishing = try rawControl(sup.socket)

@@ -377,6 +377,9 @@ struct StreamTests {
         }
         try await abandon(200)
         try await waitUntil("200 producers cancelled", within: 30) { try await Self.report(client, "s.kit").cancelled == 200 }
+        // The client's direct link (asked for after its first call) holds a descriptor in the
+        // supervisor (docs/protocol.md "Calls that survive a crash"): made before the count.
+        try await waitUntil("the client's link to s.kit") { _ = try await Self.report(client, "s.kit"); return client.linkedPlugins == ["s.kit"] }
         let fdsBefore = try openFDs(sup.pid)
         let rssBefore = try rss(sup.pid)
         // 10,000 (2,000 in the instrumented run, ten times slower).

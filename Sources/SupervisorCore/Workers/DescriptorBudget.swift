@@ -3,7 +3,8 @@
 /// its protocol socket, descriptor channel and payload channel, its stdout and stderr pipes, its
 /// pidfd and its seccomp listener. One more a plugin covers a restart's standby or an update's new
 /// version beside the old one; `reserve` covers the supervisor's own (listeners, control clients,
-/// the fork server, the log, the home's lock).
+/// the fork server, the log, the home's lock) and the programs' direct links (one each while the
+/// link lasts: a duplicate of the worker's end, whose mark is read at the worker's death).
 package struct DescriptorBudget: Equatable, Sendable {
     package static let perWorker = 7
     package static let perPlugin = perWorker + 1
