@@ -57,6 +57,9 @@ import SupervisorCore
         #expect(links[6]?.mark == 60)
         links.record(1_000, Self.ended(mark: 1))
         #expect(links[6] == nil && links[7]?.mark == 7 && links[1_000]?.mark == 1)
+        // A call names a link: only this caller's link to that plugin counts.
+        #expect(links.ended(7, to: "p")?.mark == 7)
+        #expect(links.ended(7, to: "q") == nil && links.ended(6, to: "p") == nil && links.ended(99_999, to: "p") == nil)
     }
 
     @Test func aWorkersLinksGetWordsOneToFiveHundredElevenEachOnce() {

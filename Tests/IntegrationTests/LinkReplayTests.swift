@@ -12,14 +12,6 @@ import Testing
 /// a `SupervisorClient` whose calls go over its direct link.
 @Suite(.serialized, .timeLimit(.minutes(4)))
 struct LinkReplayTests {
-    /// A value the test and its callers' tasks share, behind a lock.
-    final class Shared<Value>: @unchecked Sendable {
-        private let lock = NSLock()
-        private var value: Value
-        init(_ value: Value) { self.value = value }
-        func withLock<R>(_ body: (inout Value) -> R) -> R { lock.withLock { body(&value) } }
-    }
-
     /// A client of `sv` whose calls to `id` go over a direct link (its first went through the supervisor).
     static func linkedClient(_ sv: RunningSupervisor, to id: String) async throws -> SupervisorClient {
         let client = try await SupervisorClient.connect(socket: sv.socket)
@@ -83,7 +75,7 @@ struct LinkReplayTests {
             var other: [String] = []
             var stop = false
         }
-        let seen = Shared(Seen())
+        let seen = Guarded(Seen())
         let callers = (0..<4).map { lane in
             Task {
                 var n = 0
@@ -131,5 +123,34 @@ struct LinkReplayTests {
         print("over a direct link: 10 kills (\(linkedKills) with calls on the link), \(result.ok) echoes, \(result.tallied.count) tallies, "
               + "\(result.startedFailures) failed as started, \(Int(resent)) replayed or retried")
         #expect(resent > 0, "no kill caught a call on a link")
+    }
+}
+
+extension LinkReplayTests {
+    @Test("afterLink from the wrong peer or the wrong moment: malformed is refused naming it; a link this connection never held, or one whose worker lives, counts as started (a call that is not idempotent fails with started and never runs; an idempotent one is retried)")
+    func hostileAfterLink() throws {
+        let w = try TestWorld()
+        try w.bundle("l.plain")
+        try w.bundle("l.safe", extra: ["idempotent": ["echo"]])
+        let sv = try RunningSupervisor(w)
+        let connection = try rawControl(sv.socket)
+        defer { connection.close() }
+        func call(_ id: UInt64, _ target: String, _ method: String, _ params: String, afterLink: String) throws -> CrashReplayTests.Answer {
+            let body = #"{"type":"call","id":\#(id),"target":"\#(target)","method":"\#(method)","params":\#(params),"afterLink":\#(afterLink)}"#
+            try connection.sendFrame([UInt8].frame(body: Array(body.utf8)))
+            return try CrashReplayTests.read(connection)
+        }
+        for (i, junk) in [#""junk""#, #"{"link":1}"#, #"{"link":-1,"id":2}"#, "[1,2]"].enumerated() {
+            let answer = try call(UInt64(1 + i), "l.plain", "tally", "1", afterLink: junk)
+            #expect(answer.error?.code == "badRequest" && answer.error?.message.contains("afterLink must be") == true, "\(junk): \(answer)")
+        }
+        // No link this connection held (another's number, or none): the call may have started.
+        let never = try call(10, "l.plain", "tally", "7", afterLink: #"{"link":424242,"id":1}"#)
+        #expect(never.error?.code == "unavailable" && never.error?.started == true, "\(never)")
+        let retried = try call(11, "l.safe", "echo", "[7]", afterLink: #"{"link":424242,"id":1}"#)
+        #expect(retried.error == nil && retried.result == "[7]", "\(retried)")
+        // Nothing ran twice, nor at all, from those: tally ran nothing.
+        #expect(try CrashReplayTests.ran(sv, "l.plain").isEmpty)
+        #expect(try sv.plugin("l.plain").state == "running" && sv.plugin("l.plain").restarts == 0)
     }
 }

@@ -53,6 +53,14 @@ package struct EndedLinks: Sendable {
     }
 
     package subscript(number: UInt64) -> EndedLink? { links[number] }
+
+    /// What counts for a call to `callee` naming link `number`: the record of that link if it was
+    /// this caller's to that plugin; nil otherwise (another plugin's link, one let go, or a number
+    /// never given to this caller): the call may have started.
+    package func ended(_ number: UInt64, to callee: String) -> EndedLink? {
+        guard let link = links[number], link.callee == callee else { return nil }
+        return link
+    }
 }
 
 /// The words of one worker's taken page that its links' marks may use (word 0 is its requests'

@@ -186,14 +186,12 @@ extension Engine {
         }
         // Not installed: `forward` says so.
         guard let record = table[target] else { return .success(.first) }
-        let ended: EndedLink?
+        let known: EndedLink?
         switch origin {
-        case .client(let connection, _): ended = connection.endedLinks[after.link]
-        case .host: ended = hostLinks?.endedLinks[after.link]
-        case .plugin, .local: ended = nil
+        case .client(let connection, _): known = connection.endedLinks.ended(after.link, to: target)
+        case .host: known = hostLinks?.endedLinks.ended(after.link, to: target)
+        case .plugin, .local: known = nil
         }
-        // A link this caller held to this plugin, whose worker died; else the call may have started.
-        let known = ended?.callee == target ? ended : nil
         let rules = known?.rules ?? CrashReplay(manifest: record.manifest, flagged: record.instance?.hello?.idempotent ?? [])
         let method = (kind == .open ? Envelope.string(bytes, env.uri) : Envelope.string(bytes, env.method)) ?? kind.rawValue
         let call = LinkedCall(method: method, deadline: Instant.now.adding(milliseconds: router.timeout(for: record, requested: env.timeoutMs)))
