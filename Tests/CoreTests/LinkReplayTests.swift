@@ -36,6 +36,19 @@ import SupervisorCore
             guard case .fail(_, _, let started) = action else { Issue.record("\(action)"); continue }
             #expect(started)
         }
+        // No record (the link broke while its worker ran, or was never the caller's): the error
+        // does not say a worker ended; an idempotent call is retried, then fails naming its retries.
+        let put = Self.rules.decide(afterLink: nil, id: 1, Self.call("put"), successor: .comes, now: Self.now)
+        guard case .fail(_, let error, true) = put else { Issue.record("\(put)"); return }
+        #expect(error.message == "the link to p ended with put in flight and no crash of its worker is known: its plugin may have started it; "
+                + "it is not run again: put is not idempotent (the manifest's `idempotent` does not name it)")
+        var again = Self.call("getUser")
+        again.retries = 1
+        again.crashes = 1
+        #expect(Self.rules.decide(afterLink: nil, id: 1, Self.call("getUser"), successor: .comes, now: Self.now) == .retry(again))
+        let spent = Self.rules.decide(afterLink: nil, id: 1, again, successor: .comes, now: Self.now)
+        guard case .fail(_, let retried, true) = spent else { Issue.record("\(spent)"); return }
+        #expect(retried.message.hasSuffix("it is not run again: retried 1 time already (limits.retries: 1)"), "\(retried.message)")
     }
 
     @Test func aPluginThatWillNotComeBackOrALateCallFails() {

@@ -63,8 +63,9 @@ enum Build {
             .deletingLastPathComponent().appendingPathComponent("SDK/Sources/CPluginABI/include").path
         let support = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Fixtures/CSupport").path
-        let r = try Shell.run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", header, "-I", support, "-o", lib, src] + flags)
+        let r = try Shell.run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", header, "-I", support, "-o", lib + ".\(getpid())", src] + flags)
         guard r.code == 0 else { throw HarnessError("cc failed for \(name): \(r.err)") }
+        try replace(lib, with: lib + ".\(getpid())")
         return lib
     }
 
@@ -77,9 +78,17 @@ enum Build {
         let program = out + "/\(name)"
         let src = out + "/\(name)-main.c"
         try source.write(toFile: src, atomically: true, encoding: .utf8)
-        let r = try Shell.run("/usr/bin/cc", ["-O1", "-o", program, src])
+        let r = try Shell.run("/usr/bin/cc", ["-O1", "-o", program + ".\(getpid())", src])
         guard r.code == 0 else { throw HarnessError("cc failed for \(name): \(r.err)") }
+        try replace(program, with: program + ".\(getpid())")
         return program
+    }
+
+    /// Puts a freshly built file in its place in one step: the suite runs as two processes
+    /// (scripts/test.sh) that may build the same fixture at once, and a worker of the other may
+    /// have the old one mapped (it keeps it: `rename` replaces the name, not the file).
+    private static func replace(_ path: String, with built: String) throws {
+        guard rename(built, path) == 0 else { throw HarnessError("rename \(built) to \(path): \(String(cString: strerror(errno)))") }
     }
 
     /// The C example plugin, built as the README's script builds it.

@@ -68,14 +68,7 @@ struct LinkReplayTests {
         let client = try await Self.linkedClient(sv, to: "l.idem")
         defer { client.close() }
         try await Self.waitForLink(client, to: "l.once")
-        struct Seen {
-            var ok = 0
-            var tallied: [Int] = []
-            var startedFailures = 0
-            var other: [String] = []
-            var stop = false
-        }
-        let seen = Guarded(Seen())
+        let seen = Guarded(Load())
         let callers = (0..<4).map { lane in
             Task {
                 var n = 0
@@ -107,26 +100,45 @@ struct LinkReplayTests {
             if client.linkCallsInFlight(to: id) > 0 { linkedKills += 1 }
             _ = try CrashReplayTests.killWorker(sv, id)
         }
+        let (result, resent) = try await Self.finish(seen, callers, sv, idempotent: "l.idem", once: "l.once")
+        print("over a direct link: 10 kills (\(linkedKills) with calls on the link), \(result.ok) echoes, \(result.tallied.count) tallies, "
+              + "\(result.startedFailures) failed as started, \(resent) replayed or retried")
+        #expect(resent > 0, "no kill caught a call on a link")
+    }
+}
+
+extension LinkReplayTests {
+    /// What the callers of a load test under kills saw: each caller calls an idempotent `echo`,
+    /// then a `tally` that is not.
+    struct Load {
+        var ok = 0
+        var tallied: [Int] = []
+        var startedFailures = 0
+        var other: [String] = []
+        var stop = false
+    }
+
+    /// Once calls flow after the last kill: stops the callers and checks what they saw (no
+    /// failure but a started `tally`; none ran twice; each tallied value ran); what was replayed
+    /// or retried, counted by the supervisor.
+    static func finish(_ seen: Guarded<Load>, _ callers: [Task<Void, Never>], _ sv: RunningSupervisor, idempotent: String,
+                       once: String) async throws -> (Load, Int) {
         let before = seen.withLock { $0.ok }
         try await waitUntil("calls to flow after the last kill") { seen.withLock { $0.ok } > before + 50 }
         seen.withLock { $0.stop = true }
         for caller in callers { await caller.value }
         let result = seen.withLock { $0 }
         #expect(result.other.isEmpty, "\(result.other.count) unexpected: \(result.other.prefix(3))")
-        let ran = try CrashReplayTests.ran(sv, "l.once")
+        let ran = try CrashReplayTests.ran(sv, once)
         #expect(Set(ran).count == ran.count, "ran twice: \(Dictionary(grouping: ran, by: { $0 }).filter { $0.value.count > 1 }.keys.prefix(5))")
         #expect(Set(result.tallied).isSubset(of: Set(ran)))
         let metrics = try Prometheus(sv.cli("metrics").out)
-        let resent = ["l.idem", "l.once"].reduce(0.0) { sum, id in
+        let resent = [idempotent, once].reduce(0.0) { sum, id in
             sum + (metrics["plugin_calls_replayed_total", ["plugin": id]] ?? 0) + (metrics["plugin_calls_retried_total", ["plugin": id]] ?? 0)
         }
-        print("over a direct link: 10 kills (\(linkedKills) with calls on the link), \(result.ok) echoes, \(result.tallied.count) tallies, "
-              + "\(result.startedFailures) failed as started, \(Int(resent)) replayed or retried")
-        #expect(resent > 0, "no kill caught a call on a link")
+        return (result, Int(resent))
     }
-}
 
-extension LinkReplayTests {
     @Test("afterLink from the wrong peer or the wrong moment: malformed is refused naming it; a link this connection never held, or one whose worker lives, counts as started (a call that is not idempotent fails with started and never runs; an idempotent one is retried)")
     func hostileAfterLink() throws {
         let w = try TestWorld()

@@ -74,6 +74,9 @@ struct LinkTable<Socket: AnyObject & Sendable> {
         let socket: Socket
         /// Caller role: the plugin's calls on it, to fail with `unavailable` (counted so).
         let failed: [UInt64]
+        /// Caller role: the plugin's calls on it that go again through the supervisor (the link
+        /// ended by itself: its callee's worker may have died), in id order. Counted there.
+        let sentAgain: [SentAgain]
         /// Callee role: local ids of the calls it served, to `cancel` in the plugin.
         let cancelled: [UInt64]
         /// The `unlink` to answer, when it was taken back.
@@ -87,12 +90,18 @@ struct LinkTable<Socket: AnyObject & Sendable> {
         guard let link = links.removeValue(forKey: number) else { return nil }
         if byPeer[link.peer] == number { byPeer[link.peer] = nil }
         var failed: [UInt64] = []
+        var sentAgain: [SentAgain] = []
         if link.isCaller {
             for (id, call) in calls.entries where call.link == number {
-                failed.append(id)
-                record(link.peer, .unavailable, started: call.started, now: now)
+                if let written = call.written {
+                    sentAgain.append(SentAgain(id: id, written: written, deadline: call.deadline.monotonic))
+                } else {
+                    failed.append(id)
+                    record(link.peer, .unavailable, started: call.started, now: now)
+                }
             }
             for id in failed { _ = calls.settle(id) }
+            for call in sentAgain { _ = calls.settle(call.id) }
         }
         var cancelled: [UInt64] = []
         if !link.isCaller {
@@ -102,7 +111,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
             }
         }
         return Removed(peer: link.peer, isCaller: link.isCaller, socket: link.socket, failed: failed.sorted(),
-                       cancelled: cancelled.sorted(), unlinkReply: link.unlinkReply)
+                       sentAgain: sentAgain.sorted { $0.id < $1.id }, cancelled: cancelled.sorted(), unlinkReply: link.unlinkReply)
     }
 
     /// `unlink` from the supervisor: no new calls over that link. False: answer once its calls are
@@ -134,9 +143,11 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// and no call of that id is on one, with its deadline (`CallHop.timeoutMs`). Nil: through the
     /// supervisor. `wake`: the links thread must be woken for the new deadline.
     /// A call with a stream (`stream`: it asks for an answer of chunks; `input`: it sends input)
-    /// also gets the idle timeout: its deadline is the sooner of the two.
+    /// also gets the idle timeout: its deadline is the sooner of the two. `written`: the call as
+    /// the plugin wrote it, kept (a plain call only) to go again through the supervisor if its
+    /// callee dies with it.
     mutating func callOut(_ id: UInt64, to target: String, requestedMs: UInt64?, now: Int64,
-                          stream: Bool = false, input: Bool = false) -> (socket: Socket, wake: Bool)? {
+                          stream: Bool = false, input: Bool = false, written: [UInt8]? = nil) -> (socket: Socket, wake: Bool)? {
         guard let number = byPeer[target], !calls.contains(id), let i = links.index(forKey: number), links.values[i].accepting else { return nil }
         links.values[i].outstanding += 1
         var deadline = now + Int64(CallHop.timeoutMs(requested: requestedMs, otherwise: links.values[i].timeoutMs)) * 1_000_000
@@ -148,7 +159,8 @@ struct LinkTable<Socket: AnyObject & Sendable> {
             flow = made
             streamStats[links.values[i].peer, default: CallHop.StreamTally()].opened += 1
         }
-        calls.insert(OutCall(link: number, deadline: Instant(monotonic: deadline), started: now, stream: flow), id: id)
+        calls.insert(OutCall(link: number, deadline: Instant(monotonic: deadline), started: now, stream: flow,
+                             written: flow == nil ? written : nil), id: id)
         return (links.values[i].socket, deadline < plannedWake)
     }
 

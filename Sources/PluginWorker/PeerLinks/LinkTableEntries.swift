@@ -38,6 +38,20 @@ extension LinkTable {
         let started: Int64
         /// A call with a stream: what this side keeps of it (docs/protocol.md "Streams").
         var stream: OutStream?
+        /// The call as the plugin wrote it, kept to send again through the supervisor if the
+        /// link's callee dies with it in flight (SPEC §15); nil for a call with a stream (its
+        /// chunks are not kept, so it is not sent again).
+        var written: [UInt8]?
+    }
+
+    /// Caller role: a call in flight on a link whose callee died, to send again through the
+    /// supervisor (`afterLink`), which decides from the link's mark whether it may run.
+    struct SentAgain {
+        let id: UInt64
+        /// The call as the plugin wrote it.
+        let written: [UInt8]
+        /// Its deadline (CLOCK_MONOTONIC ns): what is left of its time goes with it.
+        let deadline: Int64
     }
 
     /// Caller role: a stream's answer as this worker receives it, checked as the supervisor checks

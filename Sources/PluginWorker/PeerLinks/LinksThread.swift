@@ -160,7 +160,9 @@ final class LinksThread {
 
     /// A link that ended (its peer's worker ended, it broke, or it was taken back and its calls
     /// are settled): its calls are settled as the supervisor settles calls in a worker that ended
-    /// (caller role: `unavailable`; callee role: `cancel` to the plugin), and it is closed.
+    /// (caller role: each plain call goes again through the supervisor, which read the link's
+    /// mark at the callee's death and decides, SPEC §15; a stream's fails `unavailable`; callee
+    /// role: `cancel` to the plugin), and it is closed.
     private func gone(_ number: UInt64) {
         let now = Self.now()
         // Nil: already closed (a hang-up seen after its end of stream).
@@ -168,12 +170,39 @@ final class LinksThread {
         links.linkCount.subtract(1, ordering: .relaxed)
         readers[ObjectIdentifier(gone.socket)] = nil
         gone.socket.close()
+        for call in gone.sentAgain { sendAgain(call, after: number, to: gone.peer, now: now) }
         for id in gone.failed { deliverError(id, .unavailable, "the worker of \(gone.peer) ended before answering call") }
         for local in gone.cancelled { deliverCancel(local) }
         if let reply = gone.unlinkReply { links.answerUnlink(reply) }
         // A caller's link that ended by itself (not taken back) goes in the report: the supervisor
         // may offer a new one.
         report(now: Self.now(), force: true, ended: gone.isCaller && gone.unlinkReply == nil ? (gone.peer, number) : nil)
+    }
+
+    /// Caller role: a call in flight on link `number` when it ended goes to the supervisor as the
+    /// plugin wrote it, naming where it was (`"afterLink": {"link": N, "id": X}`) with what is left
+    /// of its time: the supervisor replays it if the callee's plugin never had it, retries it if
+    /// idempotent, else answers it (`started: true`), to the plugin's own id. Unless its time is up
+    /// (`timeout`) or the supervisor's socket is gone (`unavailable`).
+    private func sendAgain(_ call: LinkTable<LinkSocket>.SentAgain, after number: UInt64, to peer: String, now: Int64) {
+        let leftMs = (call.deadline - now) / 1_000_000
+        guard leftMs > 0 else { return deliverError(call.id, .timeout, "\(peer) did not answer call in time") }
+        call.written.withUnsafeBytes { bytes in
+            guard let env = try? Envelope.parse(bytes, maxDepth: maxDepth), let target = env.target, let method = env.method else {
+                return deliverError(call.id, .unavailable, "the worker of \(peer) ended before answering call")
+            }
+            var frame = FrameBuilder(kind: .call, capacity: bytes.count + 64)
+            frame.uint("id", call.id)
+            frame.raw("target", UnsafeRawBufferPointer(rebasing: bytes[target]))
+            frame.raw("method", UnsafeRawBufferPointer(rebasing: bytes[method]))
+            if let params = env.params { frame.raw("params", UnsafeRawBufferPointer(rebasing: bytes[params])) }
+            if let trace = env.traceparent { frame.raw("traceparent", UnsafeRawBufferPointer(rebasing: bytes[trace])) }
+            frame.uint("timeoutMs", UInt64(leftMs))
+            frame.raw("afterLink", AfterLink(link: number, id: call.id).json)
+            do { try links.connection.sendFrame(frame.finish()) } catch {
+                deliverError(call.id, .unavailable, "the worker of \(peer) ended before answering call, and the supervisor cannot be reached")
+            }
+        }
     }
 
     /// Caller role: calls past their deadline fail with `timeout`, and the callee is told to `cancel`.

@@ -12,9 +12,10 @@ import Glibc
 /// straight back, instead of two passes through the supervisor each way. The worker does for those
 /// calls what the supervisor does for the others, by the same rules (`CallHop`):
 /// - as the caller's worker: each call's deadline (the call's own `timeoutMs`, else the callee's
-///   timeout the supervisor gave with the link), `timeout` and `cancel` when it passes,
-///   `unavailable` for the calls in flight when the callee's worker ends, and the call metrics
-///   (`linkCalls` reports to the supervisor);
+///   timeout the supervisor gave with the link), `timeout` and `cancel` when it passes, the
+///   calls in flight when the callee's worker ends sent again through the supervisor (SPEC §15:
+///   it replays what the callee's plugin never had), and the call metrics (`linkCalls` reports
+///   to the supervisor);
 /// - as the callee's worker: ids (each link's ids are mapped into a range of this worker's own,
 ///   `LinkTable.localIDs`), `from`, a `traceparent` hop, and `cancel` for the calls of a caller
 ///   that ended.
@@ -177,8 +178,10 @@ final class PeerLinks: Sendable {
     private func callOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Bool {
         guard bytes.count <= Self.largestLinkedCall, let target = Envelope.string(bytes, env.target) else { return false }
         let now = Self.now()
+        // Kept to go again through the supervisor if the callee dies with it (a plain call only).
+        let written = env.stream || env.input ? nil : Array(bytes)
         guard let (socket, wakeNeeded) = table.withLock({
-            $0.callOut(id, to: target, requestedMs: env.timeoutMs, now: now, stream: env.stream, input: env.input)
+            $0.callOut(id, to: target, requestedMs: env.timeoutMs, now: now, stream: env.stream, input: env.input, written: written)
         }) else { return false }
         if wakeNeeded { wake() }
         switch socket.send(header: UInt32(bytes.count), body: bytes, wait: false) {

@@ -111,7 +111,17 @@ extension CrashReplay {
     /// the supervisor recorded when the link's worker died (nil: it knows of no such end, so the
     /// call may have started); `successor`, whether the plugin comes back.
     package func decide(afterLink ended: EndedLink?, id: UInt64, _ call: LinkedCall, successor: Successor, now: Instant) -> Action<LinkedCall> {
-        let started = ended?.mayHaveStarted(id) ?? true
-        return decide(call, started: started, crash: ended?.crash ?? "its direct link ended", successor: successor, now: now)
+        guard let ended else {
+            // No crash of its worker is known behind the link (it broke, or was never this
+            // caller's): the call may have started, and the error says so, not that a worker ended.
+            let action = decide(call, started: true, crash: "its link ended", successor: successor, now: now)
+            guard case .fail(let failed, let error, true) = action, error.code == ErrorCode.unavailable.rawValue, successor == .comes else { return action }
+            let method = call.method
+            let why = idempotent.contains(method) ? "retried \(call.retries) time\(call.retries == 1 ? "" : "s") already (limits.retries: \(retryLimit))"
+                                                  : "\(method) is not idempotent (the manifest's `idempotent` does not name it)"
+            return .fail(failed, ErrorBody(.unavailable, "the link to \(plugin) ended with \(method) in flight and no crash of its worker is known: "
+                                                      + "its plugin may have started it; it is not run again: \(why)"), started: true)
+        }
+        return decide(call, started: ended.mayHaveStarted(id), crash: ended.crash, successor: successor, now: now)
     }
 }

@@ -164,7 +164,13 @@ extension Engine {
         }
         var attempts = Attempts.first
         if let afterLink = env.afterLink {
-            switch sentAgain(kind, to: target, env, bytes, origin, afterLink) {
+            let known: EndedLinks?
+            switch origin {
+            case .client(let connection, _): known = connection.endedLinks
+            case .host: known = hostLinks?.endedLinks
+            case .plugin, .local: known = nil
+            }
+            switch router.sentAgain(kind, to: target, env, bytes, afterLink, endedLinks: known) {
             case .failure(let error): return outbox.answer(origin, error: error)
             case .success(let counted): attempts = counted
             }
@@ -173,43 +179,6 @@ extension Engine {
         // Not installed: maybe the catalog offers it on demand.
         if table[target] == nil, installs.forwardOnDemand(kind, to: target, request: bytes, timeoutMs: env.timeoutMs, origin: origin) { return }
         outbox.answer(origin, error: error)
-    }
-
-    /// A call a program sends again after the direct link it was in flight on ended with its worker
-    /// (`afterLink`, SPEC §15, Routing/LinkMarks.swift): the attempts it counts if it goes on
-    /// (replayed: its plugin never had it; retried: idempotent, within `limits.retries`), or the
-    /// error that answers it (`started: true` when its plugin may have run it).
-    private func sentAgain(_ kind: MessageKind, to target: String, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ origin: ReplyOrigin,
-                           _ range: Range<Int>) -> Result<Attempts, ErrorBody> {
-        guard let after = try? ProtocolJSON.decode(AfterLink.self, from: UnsafeRawBufferPointer(rebasing: bytes[range])) else {
-            return .failure(ErrorBody(.badRequest, "afterLink must be {\"link\": <number>, \"id\": <number>}"))
-        }
-        // Not installed: `forward` says so.
-        guard let record = table[target] else { return .success(.first) }
-        let known: EndedLink?
-        switch origin {
-        case .client(let connection, _): known = connection.endedLinks.ended(after.link, to: target)
-        case .host: known = hostLinks?.endedLinks.ended(after.link, to: target)
-        case .plugin, .local: known = nil
-        }
-        let rules = known?.rules ?? CrashReplay(manifest: record.manifest, flagged: record.instance?.hello?.idempotent ?? [])
-        let method = (kind == .open ? Envelope.string(bytes, env.uri) : Envelope.string(bytes, env.method)) ?? kind.rawValue
-        let call = LinkedCall(method: method, deadline: Instant.now.adding(milliseconds: router.timeout(for: record, requested: env.timeoutMs)))
-        let successor = CrashReplay.Successor.after(record.routeTarget, shuttingDown: isShuttingDown)
-        switch rules.decide(afterLink: known, id: after.id, call, successor: successor, now: .now) {
-        case .replay(let call):
-            shared.metrics.resent(target, replayed: 1, retried: 0)
-            return .success(Attempts(retries: call.retries, crashes: call.crashes))
-        case .retry(let call):
-            shared.metrics.resent(target, replayed: 0, retried: 1)
-            return .success(Attempts(retries: call.retries, crashes: call.crashes))
-        case .fail(_, var error, let started):
-            if started { error.data = ErrorData(started: true) }
-            record.callMetrics?.count(error.code == ErrorCode.timeout.rawValue ? .timeout : .unavailable)
-            return .failure(error)
-        case .drop:
-            return .failure(ErrorBody(.unavailable, "the caller is gone"))
-        }
     }
 
     /// A client's call (or open) with bytes (docs/protocol.md "Bytes"): inline ones exactly as

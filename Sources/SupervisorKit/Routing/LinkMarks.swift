@@ -1,10 +1,12 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import PluginProtocol
+import Protocol
 import SupervisorCore
 
 /// The marks of direct links (SPEC §15, SupervisorCore/Replay/LinkReplay.swift): each link a
-/// program holds to a worker gets a word of that worker's taken page, where the worker keeps the
+/// program or a plugin's worker holds to a worker gets a word of that worker's taken page, where the worker keeps the
 /// highest id on the link it handed to its plugin, and the supervisor holds a duplicate of the
 /// worker's end of the link. When the worker dies, the supervisor reads each link's word and only
 /// then closes its duplicate: the caller sees its link end after the supervisor knows which of its
@@ -43,7 +45,7 @@ extension PeerLink {
         switch caller {
         case .client(let connection): connection.endedLinks.record(number, ended)
         case .host(let host): host.endedLinks.record(number, ended)
-        case .worker: break
+        case .worker(let worker): worker.endedLinks.record(number, ended)
         }
         markSlot = nil
         closeWitness()
@@ -56,5 +58,41 @@ extension WorkerInstance {
     func concludeLinks(crash described: String) {
         for link in Array(linksIn.values) + crash.endingLinks { link.conclude(crash: described) }
         crash.endingLinks = []
+    }
+}
+
+extension Router {
+    /// A call sent again after the direct link it was in flight on ended with its worker
+    /// (`afterLink`: `range` in `bytes`), by a program or a plugin's worker whose links' ends are
+    /// `endedLinks`: the attempts it counts if it goes on (replayed: its plugin never had it;
+    /// retried: idempotent, within `limits.retries`), or the error that answers it
+    /// (`started: true` when its plugin may have run it). A link the caller never held, or one
+    /// whose worker lives, has no record: the call counts as started.
+    func sentAgain(_ kind: MessageKind, to target: String, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ range: Range<Int>,
+                   endedLinks: EndedLinks?) -> Result<Attempts, ErrorBody> {
+        guard let after = try? ProtocolJSON.decode(AfterLink.self, from: UnsafeRawBufferPointer(rebasing: bytes[range])) else {
+            return .failure(ErrorBody(.badRequest, "afterLink must be {\"link\": <number>, \"id\": <number>}"))
+        }
+        // Not installed: `forward` says so.
+        guard let record = table[target] else { return .success(.first) }
+        let known = endedLinks?.ended(after.link, to: target)
+        let rules = known?.rules ?? CrashReplay(manifest: record.manifest, flagged: record.instance?.hello?.idempotent ?? [])
+        let method = (kind == .open ? Envelope.string(bytes, env.uri) : Envelope.string(bytes, env.method)) ?? kind.rawValue
+        let call = LinkedCall(method: method, deadline: Instant.now.adding(milliseconds: timeout(for: record, requested: env.timeoutMs)))
+        let successor = CrashReplay.Successor.after(record.routeTarget, shuttingDown: isShuttingDown)
+        switch rules.decide(afterLink: known, id: after.id, call, successor: successor, now: .now) {
+        case .replay(let call):
+            metrics.resent(target, replayed: 1, retried: 0)
+            return .success(Attempts(retries: call.retries, crashes: call.crashes))
+        case .retry(let call):
+            metrics.resent(target, replayed: 0, retried: 1)
+            return .success(Attempts(retries: call.retries, crashes: call.crashes))
+        case .fail(_, var error, let started):
+            if started { error.data = ErrorData(started: true) }
+            record.callMetrics?.count(error.code == ErrorCode.timeout.rawValue ? .timeout : .unavailable)
+            return .failure(error)
+        case .drop:
+            return .failure(ErrorBody(.unavailable, "the caller is gone"))
+        }
     }
 }

@@ -75,11 +75,13 @@ extension Router {
         nextLinkNumber += 1
         let link = PeerLink(number: nextLinkNumber, caller: .worker(caller), callee: callee)
         let timeout = timeout(for: record, requested: nil)
+        (link.markSlot, link.witness) = PeerLink.mark(for: callee, calleeEnd: pair[1])
         // The callee's end first: a call the caller sends at once waits in the socket until it is read.
-        guard sendOrder(PeerLinkOrder(kind: .callee, peer: caller.identifier, link: link.number), with: pair[1], to: callee, calleeChannel),
+        guard sendOrder(PeerLinkOrder(kind: .callee, peer: caller.identifier, link: link.number, markSlot: link.markSlot), with: pair[1],
+                        to: callee, calleeChannel),
               sendOrder(PeerLinkOrder(kind: .caller, peer: callee.identifier, link: link.number, timeoutMs: timeout,
                                       streamIdleTimeoutMs: streamIdleTimeout(for: record)),
-                        with: pair[0], to: caller, callerChannel) else { return }
+                        with: pair[0], to: caller, callerChannel) else { return link.release() }
         caller.linksOut[callee.identifier] = link
         caller.linkedCallees.insert(callee.identifier)
         callee.linksIn[ObjectIdentifier(link)] = link

@@ -165,7 +165,18 @@ final class Router: SupervisorComponent {
             outbox.write(outbox.errorFrame(id: id, refused, for: channel), to: channel)
             return nil
         }
-        if let error = forward(kind, to: target, from: instance.identifier, env: env, bytes: bytes, origin: .plugin(instance, id: id), payload: payload) {
+        // Sent again by its worker after the peer link it was on ended with its callee (SPEC §15).
+        var attempts = Attempts.first
+        if let afterLink = env.afterLink {
+            switch sentAgain(kind, to: target, env, bytes, afterLink, endedLinks: instance.endedLinks) {
+            case .failure(let error):
+                outbox.write(outbox.errorFrame(id: id, error, for: channel), to: channel)
+                return nil
+            case .success(let counted): attempts = counted
+            }
+        }
+        if let error = forward(kind, to: target, from: instance.identifier, env: env, bytes: bytes, origin: .plugin(instance, id: id),
+                               payload: payload, attempts: attempts) {
             outbox.write(outbox.errorFrame(id: id, error, for: channel), to: channel)
         }
         return nil

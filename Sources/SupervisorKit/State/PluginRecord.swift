@@ -251,6 +251,8 @@ final class WorkerInstance {
     var crash = CrashWitness()
     /// The callees it had a link to: whose call counts it may report (`linkCalls`).
     var linkedCallees: Set<String> = []
+    /// Its links whose callee died, for the calls it sends again (`afterLink`, LinkMarks.swift).
+    var endedLinks = EndedLinks()
     /// A standby told to load its plugin before its socket was wired into the loop: the order goes
     /// out as soon as it is (WorkerChannel).
     var loadOrdered = false

@@ -1,0 +1,184 @@
+import Foundation
+import PluginProtocol
+import Protocol
+import SupervisorClient
+import Testing
+
+/// SPEC §15 over a peer link (docs/protocol.md "Calls that survive a crash"): the calls a plugin
+/// has in flight on its link to a dependency whose worker dies go back to the caller's worker,
+/// which sends them through the supervisor naming where they were (`afterLink`); the supervisor
+/// read the callee's mark for the link before the caller's worker could see the link end, and
+/// replays what the callee's plugin never had, retries what is idempotent, and fails the rest
+/// with `started: true`. Real workers, killed with SIGKILL.
+@Suite(.serialized, .timeLimit(.minutes(4)))
+struct PeerLinkReplayTests {
+    /// A C plugin that puts calls on its link at once: `fan` ({"target", "count", "base", "block"})
+    /// sends `block` (id 4999, when asked) and `count` calls of `tally` (ids 5000..., params
+    /// base + i) to `target` with `host->send`, one after another, and only then answers `count`:
+    /// once it has answered, every call is on the link. `answers` lists what came back, as
+    /// "<id> ok <result>" or "<id> <code>[ started]".
+    static let cFanner = #"""
+    #define _GNU_SOURCE
+    #include <pthread.h>
+    #include "sp_plugin.h"
+    #include "fixture_json.h"
+    static const sp_host *host;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char answers[16384];
+    static size_t used = 0;
+    static void say(const char *frame, int n) { host->send(host->ctx, (const uint8_t *)frame, (size_t)n); }
+    static void receive(void *ctx, const uint8_t *bytes, size_t len) {
+        (void)ctx;
+        const char *json = (const char *)bytes;
+        unsigned long long id = 0;
+        find_uint(json, len, "id", &id);
+        char frame[20480];
+        if (memmem(json, len, "\"type\":\"reply\"", 14)) {
+            char code[64] = "";
+            unsigned long long result = 0;
+            pthread_mutex_lock(&lock);
+            if (find_uint(json, len, "result", &result)) {
+                used += (size_t)snprintf(answers + used, sizeof answers - used, "%s\"%llu ok %llu\"", used ? "," : "", id, result);
+            } else {
+                find_string(json, len, "code", code, sizeof code);
+                int started = memmem(json, len, "\"started\":true", 14) != NULL;
+                used += (size_t)snprintf(answers + used, sizeof answers - used, "%s\"%llu %s%s\"", used ? "," : "", id, code, started ? " started" : "");
+            }
+            pthread_mutex_unlock(&lock);
+        } else if (memmem(json, len, "\"type\":\"call\"", 13) && memmem(json, len, "\"method\":\"fan\"", 14)) {
+            /* The fields of its params (the call itself has a "target" too). */
+            const char *params = memmem(json, len, "\"params\":", 9);
+            size_t rest = params ? len - (size_t)(params - json) : 0;
+            char target[128] = "";
+            unsigned long long count = 0, base = 0;
+            if (params) {
+                find_string(params, rest, "target", target, sizeof target);
+                find_uint(params, rest, "count", &count);
+                find_uint(params, rest, "base", &base);
+            }
+            if (params && memmem(params, rest, "\"block\":true", 12)) {
+                say(frame, snprintf(frame, sizeof frame, "{\"type\":\"call\",\"id\":4999,\"target\":\"%s\",\"method\":\"block\",\"params\":{\"ms\":60000},\"timeoutMs\":60000}", target));
+            }
+            for (unsigned long long i = 0; i < count; i++) {
+                say(frame, snprintf(frame, sizeof frame, "{\"type\":\"call\",\"id\":%llu,\"target\":\"%s\",\"method\":\"tally\",\"params\":%llu,\"timeoutMs\":30000}", 5000 + i, target, base + i));
+            }
+            say(frame, snprintf(frame, sizeof frame, "{\"type\":\"reply\",\"id\":%llu,\"result\":%llu}", id, count));
+        } else if (memmem(json, len, "\"type\":\"call\"", 13) && memmem(json, len, "\"method\":\"answers\"", 18)) {
+            pthread_mutex_lock(&lock);
+            int n = snprintf(frame, sizeof frame, "{\"type\":\"reply\",\"id\":%llu,\"result\":[%s]}", id, answers);
+            used = 0;
+            answers[0] = 0;
+            pthread_mutex_unlock(&lock);
+            say(frame, n);
+        } else if (memmem(json, len, "\"type\":\"call\"", 13) || memmem(json, len, "\"type\":\"event\"", 14)) {
+            say(frame, snprintf(frame, sizeof frame, "{\"type\":\"reply\",\"id\":%llu,\"result\":null}", id));
+        }
+    }
+    static void destroy(void *ctx) { (void)ctx; }
+    static const sp_plugin plugin = { SP_ABI_VERSION, NULL, receive, destroy };
+    const sp_plugin *sp_plugin_create(const sp_host *h) { host = h; return &plugin; }
+    """#
+
+    /// `fan`'s params.
+    static func fan(_ target: String, count: Int, base: Int, block: Bool = false) -> String {
+        #"{"target":"\#(target)","count":\#(count),"base":\#(base),"block":\#(block)}"#
+    }
+
+    @Test("over a peer link: the callee killed while 16 calls wait behind a slow one: each waiting call is answered by the next worker, once; the slow one fails with started: true")
+    func waitingCallsOverAPeerLink() throws {
+        let w = try TestWorld()
+        try w.bundle("p.base")
+        try w.bundle("p.fanner", deps: [Dep("p.base")], library: try Build.cLibrary("fanner", source: Self.cFanner))
+        let sv = try RunningSupervisor(w)
+        func answers() throws -> [String] { try sv.call("p.fanner", "answers", as: [String].self) }
+        // The first call goes through the supervisor and makes the link.
+        #expect(try sv.call("p.fanner", "fan", Self.fan("p.base", count: 1, base: 1000), as: Int.self) == 1)
+        try sv.waitUntil("a link from p.fanner to p.base") { try sv.plugin("p.fanner").links == ["p.base"] }
+        try sv.waitUntil("the first answer") { try answers() == ["5000 ok 1000"] }
+
+        // `block` holds the thread that delivers the link's calls: the 16 behind it stay unread.
+        #expect(try sv.call("p.fanner", "fan", Self.fan("p.base", count: 16, base: 0, block: true), as: Int.self) == 16)
+        try sv.waitUntil("the slow call to start") { FileManager.default.fileExists(atPath: w.home + "/data/p.base/blocking") }
+        let pid = try #require(try sv.plugin("p.base").pid)
+        kill(pid, SIGKILL)
+        var seen: [String] = []
+        try sv.waitUntil("17 answers") {
+            seen += try answers()
+            return seen.count >= 17
+        }
+        #expect(seen.count == 17, "\(seen)")
+        #expect(seen.contains("4999 unavailable started"), "\(seen)")
+        #expect(Set(seen) == Set((0..<16).map { "\(5000 + $0) ok \($0)" } + ["4999 unavailable started"]), "\(seen)")
+        // Each ran once, by the next worker.
+        let ran = try CrashReplayTests.ran(sv, "p.base")
+        #expect(ran.sorted() == Array(0..<16) + [1000], "\(ran)")
+        #expect(try sv.plugin("p.base").restarts == 1 && sv.plugin("p.base").pid != pid)
+        let metrics = try Prometheus(sv.cli("metrics").out)
+        #expect(metrics["plugin_calls_replayed_total", ["plugin": "p.base"]] == 16)
+        #expect(metrics["plugin_calls_retried_total", ["plugin": "p.base"]] == nil)
+        // The caller's next calls take a new link.
+        try sv.waitUntil("a new link") {
+            _ = try sv.call("p.fanner", "fan", Self.fan("p.base", count: 1, base: 2000), as: Int.self)
+            return try sv.plugin("p.fanner").links == ["p.base"]
+        }
+    }
+
+    @Test("over peer links, 8 callers, the callees killed 10 times: an idempotent method loses no call; one that is not fails only calls its plugin had started, and none runs twice")
+    func killsUnderLoad() async throws {
+        let w = try TestWorld()
+        try w.bundle("p.idem", extra: ["idempotent": ["echo"]])
+        try w.bundle("p.once")
+        try w.bundle("p.user", deps: [Dep("p.idem"), Dep("p.once")])
+        let cfg = try w.config(#"{"restartLimit": 1000000, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        let client = try await SupervisorClient.connect(socket: sv.socket)
+        defer { client.close() }
+        typealias Nested<P: Encodable & Sendable> = ClientTests.CallParams<P>
+        @Sendable func echo(_ n: Int) async throws -> [Int] {
+            try await client.call("p.user", "call", Nested(target: "p.idem", method: "echo", params: [n]), as: [Int].self)
+        }
+        @Sendable func tally(_ n: Int) async throws -> Int {
+            try await client.call("p.user", "call", Nested(target: "p.once", method: "tally", params: n), as: Int.self)
+        }
+        func waitForLinks() async throws {
+            try await waitUntil("links from p.user to both") {
+                _ = try await echo(0)
+                _ = try await client.call("p.user", "call", Nested<Int>(target: "p.once", method: "ran", params: nil), as: [Int].self)
+                return try sv.plugin("p.user").links?.sorted() == ["p.idem", "p.once"]
+            }
+        }
+        try await waitForLinks()
+        let seen = Guarded(LinkReplayTests.Load())
+        let callers = (0..<8).map { lane in
+            Task {
+                var n = 0
+                while !seen.withLock({ $0.stop }) {
+                    n += 1
+                    do {
+                        let echoed = try await echo(n)
+                        seen.withLock { if echoed == [n] { $0.ok += 1 } else { $0.other.append("echo \(n): \(echoed)") } }
+                    } catch {
+                        seen.withLock { $0.other.append("echo \(n): \(error)") }
+                    }
+                    let value = lane * 1_000_000 + n
+                    do {
+                        let tallied = try await tally(value)
+                        seen.withLock { $0.tallied.append(tallied) }
+                    } catch let error as ErrorBody where error.code == "unavailable" && error.message.contains("after its plugin started tally") {
+                        seen.withLock { $0.startedFailures += 1 }
+                    } catch {
+                        seen.withLock { $0.other.append("tally \(value): \(error)") }
+                    }
+                }
+            }
+        }
+        for round in 0..<10 {
+            try await waitForLinks()
+            _ = try CrashReplayTests.killWorker(sv, round % 2 == 0 ? "p.idem" : "p.once")
+        }
+        let (result, resent) = try await LinkReplayTests.finish(seen, callers, sv, idempotent: "p.idem", once: "p.once")
+        print("over peer links: 10 kills, \(result.ok) echoes, \(result.tallied.count) tallies, \(result.startedFailures) failed as started, "
+              + "\(resent) replayed or retried")
+        #expect(try sv.plugin("p.user").state == "running" && sv.plugin("p.user").restarts == 0)
+    }
+}
