@@ -3,11 +3,13 @@ import Testing
 
 /// The open-files limit a supervisor asks for its plugins, and what it says when it cannot have it.
 @Suite struct DescriptorBudgetTests {
-    @Test("the need grows by a worker's descriptors and one spare a plugin, over a fixed reserve")
+    @Test("the need grows by a worker's descriptors and one spare a plugin, and one a declared dependency, over a fixed reserve")
     func need() {
         #expect(DescriptorBudget(plugins: 0).needed == DescriptorBudget.reserve)
         #expect(DescriptorBudget(plugins: 1_000).needed == DescriptorBudget.reserve + 8 * 1_000)
         #expect(DescriptorBudget.perWorker == 7, "a worker's descriptors in the supervisor: 3 sockets, 2 pipes, a pidfd, a seccomp listener")
+        // A peer link's mark witness, one for each declared dependency.
+        #expect(DescriptorBudget(plugins: 1_000, peerLinks: 1_500).needed == DescriptorBudget.reserve + 8 * 1_000 + 1_500)
     }
 
     @Test("a limit that covers the need says nothing; a lower one says how many plugins fit, the limit, the need and what to raise")

@@ -4,7 +4,9 @@
 /// pidfd and its seccomp listener. One more a plugin covers a restart's standby or an update's new
 /// version beside the old one; `reserve` covers the supervisor's own (listeners, control clients,
 /// the fork server, the log, the home's lock) and the programs' direct links (one each while the
-/// link lasts: a duplicate of the worker's end, whose mark is read at the worker's death).
+/// link lasts: a duplicate of the worker's end, whose mark is read at the worker's death). A
+/// plugin's peer link to a dependency holds one the same way: `peerLinks` counts one for each
+/// declared dependency.
 package struct DescriptorBudget: Equatable, Sendable {
     package static let perWorker = 7
     package static let perPlugin = perWorker + 1
@@ -12,13 +14,16 @@ package struct DescriptorBudget: Equatable, Sendable {
 
     /// Plugins the supervisor knows (running, or able to run on a call).
     package var plugins: Int
+    /// The peer links they may hold at once: their declared dependencies (0 with links off).
+    package var peerLinks: Int
 
-    package init(plugins: Int) {
+    package init(plugins: Int, peerLinks: Int = 0) {
         self.plugins = plugins
+        self.peerLinks = peerLinks
     }
 
     /// The open-files limit these plugins need.
-    package var needed: Int { Self.reserve + Self.perPlugin * plugins }
+    package var needed: Int { Self.reserve + Self.perPlugin * plugins + peerLinks }
 
     /// How many plugins can run at once under `limit`.
     package static func plugins(under limit: Int) -> Int {

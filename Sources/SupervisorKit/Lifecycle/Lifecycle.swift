@@ -87,7 +87,7 @@ final class Lifecycle: SupervisorComponent {
         // Descriptors for every plugin's worker, asked before any starts (SPEC §16 at scale). The
         // process's limit is the supervisor's to raise when the process is its own (it takes the
         // signals); an embedded host only says what its program's limit allows.
-        let budget = DescriptorBudget(plugins: found)
+        let budget = DescriptorBudget(plugins: found, peerLinks: config.peerLinks ? catalog.all.values.reduce(0) { $0 + $1.dependencies.count } : 0)
         let limit = ProcessControl.openFilesLimit(raisingTo: config.handlesSignals ? budget.needed : 0)
         if let shortfall = budget.shortfall(limit: limit.soft, hard: limit.hard) { logger.warning("\(shortfall)") }
         for id in config.debugPlugins.sorted() {
