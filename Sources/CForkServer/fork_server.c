@@ -77,14 +77,42 @@ static int netns_count;
 static int netns_wanted;   /* SP_FORKSERVER_NETNS; 0 once making one failed */
 static int host_netns = -1;
 
-/* Makes one and keeps it; returns 0 or an errno value. */
-static int make_empty_netns(void) {
-    if (unshare(CLONE_NEWNET) != 0) return errno;
+/* Where Landlock scopes abstract Unix sockets (ABI 6 and later), one empty network namespace,
+   made at the start, serves every worker without `network` instead, and the pool stays empty.
+   Such a worker can make no socket at all (seccomp allows it `socketpair` alone), and even a
+   socket it could make would be kept by the scope from any other worker's abstract socket: the
+   one thing two processes meet through in one network namespace that their mount namespaces and
+   Landlock do not already keep apart. Its loopback stays down (the namespace belongs to this
+   server's user namespace, in which no worker has a capability). What it saves is a namespace
+   made and freed per worker, the kernel's largest share of a worker's start and end
+   (`cleanup_net` when many end at once). Without the scope each worker has one of its own. */
+static int shared_netns = -1;
+
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#endif
+
+/* Landlock's ABI version on this kernel (0: none). */
+static long landlock_abi(void) {
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1UL /* LANDLOCK_CREATE_RULESET_VERSION */);
+    return abi < 0 ? 0 : abi;
+}
+
+/* Makes one; returns its descriptor, or -1 with errno set. */
+static int new_empty_netns(void) {
+    if (unshare(CLONE_NEWNET) != 0) return -1;
     int fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
     int e = errno;
     /* Back to the server's own: it must never fork a worker with `network` into another. */
     if (setns(host_netns, CLONE_NEWNET) != 0) _exit(70);
-    if (fd < 0) return e;
+    errno = e;
+    return fd;
+}
+
+/* Makes one and keeps it; returns 0 or an errno value. */
+static int make_empty_netns(void) {
+    int fd = new_empty_netns();
+    if (fd < 0) return errno;
     netns_pool[netns_count++] = fd;
     return 0;
 }
@@ -256,6 +284,7 @@ int sp_fork_server_run(int argc, char **argv, worker_entry builtin) {
     netns_wanted = netns ? atoi(netns) : 0;
     if (netns_wanted > NETNS_MAX) netns_wanted = NETNS_MAX;
     if (netns_wanted > 0 && (host_netns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) netns_wanted = 0;
+    if (netns_wanted > 0 && landlock_abi() >= 6 && (shared_netns = new_empty_netns()) >= 0) netns_wanted = 0;
 
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
@@ -340,9 +369,12 @@ int sp_fork_server_run(int argc, char **argv, worker_entry builtin) {
         if (req.flags & FS_ISOLATED) flags |= CLONE_NEWUSER | CLONE_NEWPID;
         /* An empty network namespace made ahead: entered for the clone only. */
         int netfd = -1;
-        if ((req.flags & FS_ISOLATED) && (req.flags & FS_EMPTY_NETWORK) && netns_count > 0) {
-            netfd = netns_pool[--netns_count];
-            if (setns(netfd, CLONE_NEWNET) != 0) { close(netfd); netfd = -1; }
+        if ((req.flags & FS_ISOLATED) && (req.flags & FS_EMPTY_NETWORK) && (shared_netns >= 0 || netns_count > 0)) {
+            netfd = shared_netns >= 0 ? shared_netns : netns_pool[--netns_count];
+            if (setns(netfd, CLONE_NEWNET) != 0) {
+                if (netfd != shared_netns) close(netfd);
+                netfd = -1;
+            }
         }
         fflush(NULL);
         pid_t *ctid = (pid_t *)((char *)pthread_self() + fs_tid_offset);
@@ -350,10 +382,10 @@ int sp_fork_server_run(int argc, char **argv, worker_entry builtin) {
            this server (SIGCHLD) with CLONE_PARENT. */
         long child = syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, ctid, 0UL);
         if (child != 0 && netfd >= 0) {
-            /* Back to its own before anything else (as in make_empty_netns), and the namespace
-               belongs to the child alone now (or to nobody, when the clone failed). */
+            /* Back to its own before anything else (as in make_empty_netns); a namespace of the
+               pool belongs to the child alone now (or to nobody, when the clone failed). */
             if (setns(host_netns, CLONE_NEWNET) != 0) _exit(70);
-            close(netfd);
+            if (netfd != shared_netns) close(netfd);
         }
         if (child == 0) {
             fs_clear_cached_tids();

@@ -12,9 +12,11 @@
 #define FS_ISOLATED 1u /* new user and PID namespaces (the worker is PID 1 of its own) */
 #define FS_DESCRIPTOR_CHANNEL 2u /* a fourth descriptor: the worker's descriptor channel, descriptor 4 */
 /* With FS_ISOLATED: the worker may start in an empty network namespace the fork server made
-   ahead, while idle (SP_FORKSERVER_NETNS of them at most), instead of making one itself. It is
-   never the supervisor's and never another worker's; the worker tells by comparing it with the
-   supervisor's (WorkerSpec.hostNetworkNamespace) and unshares one itself when it was not given. */
+   ahead, instead of making one itself: where Landlock scopes abstract Unix sockets, the one the
+   server made at its start for every worker without `network`; otherwise one of its own, made
+   while the server was idle (SP_FORKSERVER_NETNS of them at most). It is never the supervisor's;
+   the worker tells by comparing it with the supervisor's (WorkerSpec.hostNetworkNamespace) and
+   unshares one itself when it was not given. */
 #define FS_EMPTY_NETWORK 4u
 /* One more descriptor, after the others: the worker's payload channel, descriptor 5 (the memfds of
    bytes attached to messages, docs/protocol.md "Bytes"). */
