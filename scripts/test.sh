@@ -21,7 +21,7 @@ if [ $# -gt 0 ]; then exec swift test --skip-build --no-parallel "$@"; fi
 # the SDK's process-wide runtime, and several time a supervisor), so it runs as two processes. The
 # longest suites (their own builds with cargo, go and swift, archives, big payloads, the sandbox's
 # attacks) run in one, in the background, its output shown when it ends; everything else, then the
-# Python client's suite (clients/python), in the other. A suite added later goes to the second.
+# Python client's suite (clients/python) and a 20-second chaos run (scripts/chaos.py), in the other. A suite added later goes to the second.
 # `swift test` holds the build folder's lock for its whole run: each passes --ignore-lock (there
 # is nothing to build).
 long='IntegrationTests\.(InstallTests|ScaffoldTests|BytesTests|SandboxTests|LanguageTests|RealLibraryTests)/'
@@ -32,6 +32,8 @@ swift test --skip-build --ignore-lock --no-parallel --filter "$long" >"$long_log
 rc=0
 swift test --skip-build --ignore-lock --no-parallel --skip "$long" || rc=$?
 if [ $rc -eq 0 ]; then "$root/scripts/test-python.sh" || rc=$?; fi
+# A short run of calls under random faults (scripts/chaos.py; minutes of it: scripts/chaos.py --minutes 10).
+if [ $rc -eq 0 ]; then python3 "$root/scripts/chaos.py" --minutes 0.33 --bin "$(swift build --show-bin-path)" || rc=$?; fi
 long_rc=0
 wait "$long_pid" || long_rc=$?
 long_pid=""

@@ -1,4 +1,5 @@
 import Foundation
+import IPC
 import PluginProtocol
 import Protocol
 import SupervisorClient
@@ -137,6 +138,23 @@ extension LinkReplayTests {
             sum + (metrics["plugin_calls_replayed_total", ["plugin": id]] ?? 0) + (metrics["plugin_calls_retried_total", ["plugin": id]] ?? 0)
         }
         return (result, Int(resent))
+    }
+
+    @Test("a client's linkCalls report for a link the supervisor settled at its worker's death (the report was on its way) is counted, and the client stays connected")
+    func reportAfterItsLinkEnded() throws {
+        let w = try TestWorld()
+        try w.bundle("l.r")
+        let sv = try RunningSupervisor(w)
+        let control = try rawControl(sv.socket)
+        defer { control.close() }
+        let link = try ClientTests().rawLink(control, to: "l.r")
+        defer { link.close() }
+        _ = try CrashReplayTests.killWorker(sv, "l.r")
+        try control.sendFrame(ProtocolJSON.frame(CallHop.LinkCalls(target: "l.r", calls: CallHop.Tally())))
+        try control.sendFrame(callFrame(id: 7, target: "l.r", method: "ping"))
+        let answer = String(decoding: try #require(try control.receiveFrame()), as: UTF8.self)
+        #expect(answer.contains(#""id":7"#) && answer.contains(#""result":1"#), "\(answer)")
+        #expect(!sv.log.contains("dropping control client"), "\(sv.log)")
     }
 
     @Test("afterLink from the wrong peer or the wrong moment: malformed is refused naming it; a link this connection never held, or one whose worker lives, counts as started (a call that is not idempotent fails with started and never runs; an idempotent one is retried)")

@@ -46,6 +46,7 @@ extension Router {
         }
         let token = handoff.offer(pair[0], link: link.number)
         connection.linksOut[target] = link
+        connection.linkedCallees.insert(target)
         callee.linksIn[ObjectIdentifier(link)] = link
         table.watch(callee)
         let timeoutMs = timeout(for: record, requested: nil)
@@ -91,13 +92,14 @@ extension Router {
     }
 
     /// A client's `linkCalls` report: counted as if the calls had been forwarded here. A report
-    /// for a target it holds no link to is a protocol violation.
+    /// for a target it never held a link to is a protocol violation; one for a link this side
+    /// settled already (its worker died: the client's report was on its way) is counted.
     func linkCallsReported(by connection: ControlConnection, _ bytes: UnsafeRawBufferPointer) -> ErrorBody? {
         guard let report = try? ProtocolJSON.decode(CallHop.LinkCalls.self, from: bytes) else {
             return ErrorBody(.protocolViolation, "malformed linkCalls message")
         }
         let link = connection.linksOut[report.target] ?? connection.unlinks.values.first { $0.link.callee.identifier == report.target }?.link
-        guard link != nil || report.endedLink != nil else {
+        guard link != nil || report.endedLink != nil || connection.linkedCallees.contains(report.target) else {
             return ErrorBody(.protocolViolation, "linkCalls for \(report.target), to which it holds no link")
         }
         if let problem = report.calls.problem { return ErrorBody(.protocolViolation, "linkCalls with \(problem)") }

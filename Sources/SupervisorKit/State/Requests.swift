@@ -196,6 +196,9 @@ final class ControlConnection {
     var unlinks: [UInt64: (link: PeerLink, deadline: Scheduled<Void>)] = [:]
     /// Its links whose worker died, for the calls it sends again (`afterLink`, LinkMarks.swift).
     var endedLinks = EndedLinks()
+    /// The plugins it held a link to: whose call counts it may report (`linkCalls`), also after
+    /// the link was settled here.
+    var linkedCallees: Set<String> = []
     /// Its frame codec's leftovers, kept when an upgrade takes the codec out.
     let leftovers = FrameCodec.Leftovers()
     /// It listens (events, host methods) or holds links: it is never dropped as idle.
