@@ -68,7 +68,7 @@ extension PluginStatus {
 
 /// A JSON text written front to back, for answers the supervisor writes often and large. The
 /// caller writes an object's members in the order it wants them (sorted, to match the encoder).
-struct JSONWriter {
+package struct JSONWriter {
     var bytes: [UInt8] = []
     /// A value was just written in the array or object open now: the next one needs a comma.
     private var afterValue = false
@@ -114,13 +114,26 @@ struct JSONWriter {
     mutating func counts(_ name: StaticString, _ values: [String: Int]) {
         key(name)
         beginObject()
-        for (key, value) in values.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }) {
+        for (key, value) in values.sorted(by: { Self.precedes($0.key, $1.key) }) {
             string(key)
             raw(":")
             bytes.append(contentsOf: String(value).utf8)
             afterValue = true
         }
         endObject()
+    }
+
+    /// Whether `a`'s UTF-8 bytes sort before `b`'s: what `a.utf8.lexicographicallyPrecedes(b.utf8)`
+    /// says, over the strings' contiguous bytes (the generic form was the largest share of a
+    /// `status` of 1,000 plugins, whose timings each have ~15 keys).
+    package static func precedes(_ a: String, _ b: String) -> Bool {
+        var a = a, b = b
+        return a.withUTF8 { x in
+            b.withUTF8 { y in
+                for i in 0..<min(x.count, y.count) where x[i] != y[i] { return x[i] < y[i] }
+                return x.count < y.count
+            }
+        }
     }
 
     private mutating func string(_ s: String) {

@@ -36,6 +36,16 @@ import Testing
         #expect(try JSONDecoder().decode([PluginStatus].self, from: Data(PluginStatus.json([full, bare]))) == [full, bare])
     }
 
+    @Test("counts' keys sort by their UTF-8 bytes, as the encoder sorts them: the same order as lexicographicallyPrecedes for ASCII, prefixes, empty and non-ASCII keys")
+    func keyOrder() {
+        let keys = ["", "a", "ab", "b", "B", "Zeta", "sandbox.baseUs", "sandbox.landlockUs", "é", "e\u{301}", "z", "日本", "sandbox", "ü", "~"]
+        for a in keys {
+            for b in keys {
+                #expect(JSONWriter.precedes(a, b) == a.utf8.lexicographicallyPrecedes(b.utf8), "\(a) vs \(b)")
+            }
+        }
+    }
+
     @Test("every stored property of PluginStatus is written: one added to the type and not to the writer fails here")
     func everyProperty() throws {
         let properties = Mirror(reflecting: Self.full()).children.compactMap(\.label)
