@@ -104,7 +104,8 @@ def caller(lane, socket, tally, stop, deadline):
 
 def status(socket):
     try:
-        return {p["identifier"]: p for p in Client(socket=socket).status()}
+        with Client(socket=socket) as client:
+            return {p["identifier"]: p for p in client.status()}
     except (OSError, PluginError):
         return {}
 
@@ -130,8 +131,9 @@ def fault(rng, supervisor, home, socket, plugins, supervisor_pid):
     kind = rng.choice(["SIGKILL", "SIGKILL", "SIGSEGV", "SIGSTOP", "restart", "update", "fork server"])
     if kind == "restart":
         try:
-            Client(socket=socket).restart(plugin)
-        except PluginError:
+            with Client(socket=socket) as client:
+                client.restart(plugin)
+        except (OSError, PluginError):
             pass
         return f"restart {plugin}"
     if kind == "update":

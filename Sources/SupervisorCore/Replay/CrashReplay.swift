@@ -146,6 +146,16 @@ package struct CrashReplay: Sendable, Equatable {
         return outcome
     }
 
+    /// Why a started call of `method` is not sent again, when it is not idempotent.
+    func notIdempotent(_ method: String) -> String {
+        "\(method) is not idempotent (the manifest's `idempotent` does not name it)"
+    }
+
+    /// Why a started idempotent call is not sent again: its retries are spent.
+    func retriedAlready(_ retries: Int) -> String {
+        "retried \(retries) time\(retries == 1 ? "" : "s") already (limits.retries: \(retryLimit))"
+    }
+
     /// One call's fate, `started` as the witness says.
     package func decide<Call: ReplayableCall>(_ call: Call, started: Bool, crash: String, successor: Successor, now: Instant) -> Action<Call> {
         if call.callerIsGone { return .drop(call) }
@@ -168,11 +178,11 @@ package struct CrashReplay: Sendable, Equatable {
         }
         guard idempotent.contains(method) else {
             return .fail(call, ErrorBody(.unavailable, "\(plugin)'s worker ended (\(crash)) after its plugin started \(method); it is not run again: "
-                                             + "\(method) is not idempotent (the manifest's `idempotent` does not name it)"), started: true)
+                                             + notIdempotent(method)), started: true)
         }
         guard call.retries < retryLimit else {
-            return .fail(call, ErrorBody(.unavailable, "\(plugin)'s worker ended (\(crash)) after its plugin started \(method), retried \(call.retries) "
-                                             + "time\(call.retries == 1 ? "" : "s") already (limits.retries: \(retryLimit)); it is not run again"),
+            return .fail(call, ErrorBody(.unavailable, "\(plugin)'s worker ended (\(crash)) after its plugin started \(method), "
+                                             + "\(retriedAlready(call.retries)); it is not run again"),
                          started: true)
         }
         next.retries += 1

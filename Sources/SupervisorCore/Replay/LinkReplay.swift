@@ -117,8 +117,7 @@ extension CrashReplay {
             let action = decide(call, started: true, crash: "its link ended", successor: successor, now: now)
             guard case .fail(let failed, let error, true) = action, error.code == ErrorCode.unavailable.rawValue, successor == .comes else { return action }
             let method = call.method
-            let why = idempotent.contains(method) ? "retried \(call.retries) time\(call.retries == 1 ? "" : "s") already (limits.retries: \(retryLimit))"
-                                                  : "\(method) is not idempotent (the manifest's `idempotent` does not name it)"
+            let why = idempotent.contains(method) ? retriedAlready(call.retries) : notIdempotent(method)
             return .fail(failed, ErrorBody(.unavailable, "the link to \(plugin) ended with \(method) in flight and no crash of its worker is known: "
                                                       + "its plugin may have started it; it is not run again: \(why)"), started: true)
         }
