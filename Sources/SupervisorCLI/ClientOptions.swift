@@ -10,11 +10,7 @@ import Glibc
 
 /// Options every client command shares: where the running supervisor is.
 struct ClientOptions: ParsableArguments {
-    @Option(help: "The supervisor's home folder (default: $SUPERVISOR_HOME or ~/.local/share/sandboxed-plugins).")
-    var home: String?
-
-    @Option(help: "The control socket (default: $SUPERVISOR_SOCKET, else <home>/supervisor.sock).")
-    var socket: String?
+    @OptionGroup var location: LocationOptions
 
     @Option(help: "Wait up to this many seconds for a supervisor that is still starting (`supervisor start &` just before).")
     var wait: Double?
@@ -23,7 +19,7 @@ struct ClientOptions: ParsableArguments {
         if let wait, !(wait >= 0 && wait <= 3600) { throw ValidationError("--wait must be between 0 and 3600 seconds") }
     }
 
-    var socketPath: String { SupervisorConnection.socketPath(home: home, socket: socket) }
+    var socketPath: String { SupervisorConnection.socketPath(home: location.home, socket: location.socket) }
 
     /// Runs one request and prints its result; errors go to stderr as `code: message`.
     func run(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in }, print format: (([UInt8]) -> String)? = nil,

@@ -51,7 +51,7 @@ struct Install: ParsableCommand {
     }
 
     func offline(_ source: String) throws {
-        var settings = SupervisorConfig(home: options.home)
+        var settings = SupervisorConfig(home: options.location.home)
         if let config { try settings.apply(configFile: config) }
         StandardError.write("no supervisor is running; installing into \(settings.home)/plugins\n")
         // Hold the home's lock, so a supervisor starting meanwhile does not see half an install.

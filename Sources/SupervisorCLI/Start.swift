@@ -17,11 +17,7 @@ struct Start: ParsableCommand {
     @Option(name: .customLong("plugins"), help: "A folder of plugin bundles; repeat for more. <home>/plugins, where installs go, is always scanned too.")
     var pluginDirectories: [String] = []
 
-    @Option(help: "The home folder: data, live resources, control socket, lock (default: $SUPERVISOR_HOME or ~/.local/share/sandboxed-plugins).")
-    var home: String?
-
-    @Option(help: "The control socket path (default: <home>/supervisor.sock).")
-    var socket: String?
+    @OptionGroup var location: LocationOptions
 
     @Option(help: "A JSON config file (docs/operations.md).")
     var config: String?
@@ -84,7 +80,7 @@ struct Start: ParsableCommand {
             handler.logLevel = level
             return handler
         }
-        var settings = SupervisorConfig(home: home, pluginDirectories: pluginDirectories, socketPath: socket)
+        var settings = SupervisorConfig(home: location.home, pluginDirectories: pluginDirectories, socketPath: location.socket)
         if let config {
             do { try settings.apply(configFile: config) } catch {
                 // After an upgrade's exec: the previous binary comes back (and says why) rather
@@ -94,7 +90,7 @@ struct Start: ParsableCommand {
                 throw ExitCode(2)
             }
             if !pluginDirectories.isEmpty { settings.pluginDirectories = pluginDirectories.map(FileSystem.absolute) }
-            if let socket { settings.socketPath = socket }
+            if let socket = location.socket { settings.socketPath = socket }
         }
         if noSandbox { settings.sandboxEnabled = false }
         if let mode = workerStart.flatMap(SupervisorConfig.WorkerStart.init(rawValue:)) { settings.workerStart = mode }

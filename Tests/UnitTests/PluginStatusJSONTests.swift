@@ -36,6 +36,17 @@ import Testing
         #expect(try JSONDecoder().decode([PluginStatus].self, from: Data(PluginStatus.json([full, bare]))) == [full, bare])
     }
 
+    @Test("a list whose plugins' counts have the same keys, other keys of the same number, more and fewer: each written in its own sorted order")
+    func countsOrderReused() throws {
+        func status(_ timings: [String: Int]?) -> PluginStatus {
+            PluginStatus(identifier: "com.example.t", version: "1.0.0", state: "running", pid: 1, restarts: 0, lastExit: nil,
+                         dependencies: [], variant: nil, sandbox: [], sandboxMissing: nil, error: nil, timings: timings)
+        }
+        let list = [status(["b": 1, "a": 2, "c": 3]), status(["c": 4, "b": 5, "a": 6]), status(["a": 7, "b": 8, "d": 9]),
+                    status(["z": 1]), status(nil), status(["b": 1, "a": 2, "c": 3, "d": 4]), status([:]), status(["d": 1, "a": 2, "c": 3, "b": 4])]
+        #expect(String(decoding: PluginStatus.json(list), as: UTF8.self) == String(decoding: try Self.encoded(list), as: UTF8.self))
+    }
+
     @Test("counts' keys sort by their UTF-8 bytes, as the encoder sorts them: the same order as lexicographicallyPrecedes for ASCII, prefixes, empty and non-ASCII keys")
     func keyOrder() {
         let keys = ["", "a", "ab", "b", "B", "Zeta", "sandbox.baseUs", "sandbox.landlockUs", "é", "e\u{301}", "z", "日本", "sandbox", "ü", "~"]

@@ -31,20 +31,13 @@ extension Router {
         if let existing = connection.linksOut[target] {
             return outbox.answer(origin, error: ErrorBody(.badRequest, "this client holds link \(existing.number) to \(target) already"))
         }
-        var pair: [Int32] = [-1, -1]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
-            return outbox.answer(origin, error: ErrorBody(.unavailable, "socketpair: \(String(cString: strerror(errno)))"))
+        let link: PeerLink, callerEnd: Int32
+        switch openLink(for: .client(connection), to: callee, calleeChannel) {
+        case .success(let opened): (link, callerEnd) = opened
+        case .failure(.socketpair(let why)): return outbox.answer(origin, error: ErrorBody(.unavailable, "socketpair: \(why)"))
+        case .failure(.calleeTakesNone): return outbox.answer(origin, error: ErrorBody(.unavailable, "\(target)'s worker takes no links"))
         }
-        defer { close(pair[1]) }
-        nextLinkNumber += 1
-        let link = PeerLink(number: nextLinkNumber, caller: .client(connection), callee: callee)
-        (link.markSlot, link.witness) = PeerLink.mark(for: callee, calleeEnd: pair[1])
-        guard sendOrder(PeerLinkOrder(kind: .callee, peer: "", link: link.number, markSlot: link.markSlot), with: pair[1], to: callee, calleeChannel) else {
-            link.release()
-            close(pair[0])
-            return outbox.answer(origin, error: ErrorBody(.unavailable, "\(target)'s worker takes no links"))
-        }
-        let token = handoff.offer(pair[0], link: link.number)
+        let token = handoff.offer(callerEnd, link: link.number)
         connection.linksOut[target] = link
         connection.linkedCallees.insert(target)
         callee.linksIn[ObjectIdentifier(link)] = link
@@ -144,21 +137,11 @@ extension Router {
         guard config.peerLinks, !shared.logCalls, !config.isDebugged(target), host.linksOut[target] == nil,
               let record = table[target], record.phase == .running, let callee = record.instance, callee.phase == .running,
               let calleeChannel = callee.descriptorChannel else { return nil }
-        var pair: [Int32] = [-1, -1]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else { return nil }
-        defer { close(pair[1]) }
-        nextLinkNumber += 1
-        let link = PeerLink(number: nextLinkNumber, caller: .host(host), callee: callee)
-        (link.markSlot, link.witness) = PeerLink.mark(for: callee, calleeEnd: pair[1])
-        guard sendOrder(PeerLinkOrder(kind: .callee, peer: "", link: link.number, markSlot: link.markSlot), with: pair[1], to: callee, calleeChannel) else {
-            link.release()
-            close(pair[0])
-            return nil
-        }
-        host.linksOut[target] = link
-        callee.linksIn[ObjectIdentifier(link)] = link
+        guard case .success(let opened) = openLink(for: .host(host), to: callee, calleeChannel) else { return nil }
+        host.linksOut[target] = opened.link
+        callee.linksIn[ObjectIdentifier(opened.link)] = opened.link
         table.watch(callee)
-        return (pair[0], link.number, timeout(for: record, requested: nil))
+        return (opened.callerEnd, opened.link.number, timeout(for: record, requested: nil))
     }
 
     /// The program's counts of the calls it sent over its links (`linkCalls`, as a client's).

@@ -64,28 +64,53 @@ extension Router {
         guard config.peerLinks, !shared.logCalls, caller.linksOut[target] == nil, caller.phase == .running,
               let callerChannel = caller.descriptorChannel, let record = table[target], let callee = record.instance, callee.phase == .running,
               let calleeChannel = callee.descriptorChannel, !config.isDebugged(record.identifier) else { return }
-        var pair: [Int32] = [-1, -1]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
-            let why = String(cString: strerror(errno))
-            logger.warning("cannot make a peer link from \(caller.identifier) to \(record.identifier): socketpair: \(why); its calls go through the supervisor",
-                           metadata: ["plugin": "\(caller.identifier)"])
-            return
-        }
-        defer { close(pair[0]); close(pair[1]) }
-        nextLinkNumber += 1
-        let link = PeerLink(number: nextLinkNumber, caller: .worker(caller), callee: callee)
-        let timeout = timeout(for: record, requested: nil)
-        (link.markSlot, link.witness) = PeerLink.mark(for: callee, calleeEnd: pair[1])
         // The callee's end first: a call the caller sends at once waits in the socket until it is read.
-        guard sendOrder(PeerLinkOrder(kind: .callee, peer: caller.identifier, link: link.number, markSlot: link.markSlot), with: pair[1],
-                        to: callee, calleeChannel),
-              sendOrder(PeerLinkOrder(kind: .caller, peer: callee.identifier, link: link.number, timeoutMs: timeout,
+        let opened: (link: PeerLink, callerEnd: Int32)
+        switch openLink(for: .worker(caller), to: callee, calleeChannel) {
+        case .success(let made): opened = made
+        case .failure(.socketpair(let why)):
+            return logger.warning("cannot make a peer link from \(caller.identifier) to \(record.identifier): socketpair: \(why); its calls go through the supervisor",
+                                  metadata: ["plugin": "\(caller.identifier)"])
+        case .failure(.calleeTakesNone): return
+        }
+        let link = opened.link
+        defer { close(opened.callerEnd) }
+        guard sendOrder(PeerLinkOrder(kind: .caller, peer: callee.identifier, link: link.number, timeoutMs: timeout(for: record, requested: nil),
                                       streamIdleTimeoutMs: streamIdleTimeout(for: record)),
-                        with: pair[0], to: caller, callerChannel) else { return link.release() }
+                        with: opened.callerEnd, to: caller, callerChannel) else { return link.release() }
         caller.linksOut[callee.identifier] = link
         caller.linkedCallees.insert(callee.identifier)
         callee.linksIn[ObjectIdentifier(link)] = link
         table.watch(callee)
+    }
+
+    /// Why `openLink` made no link.
+    enum LinkOpenFailure: Error {
+        case socketpair(String)
+        /// The callee's worker took no order (it takes no links, or its channel failed: `sendOrder`).
+        case calleeTakesNone
+    }
+
+    /// A new link from `caller` to `callee`'s worker, as every kind of caller gets one: a socket
+    /// pair, the next link number, the callee's mark word and witness (LinkMarks.swift), and the
+    /// callee's end handed to its worker with its order. Returns the link and the caller's end (the
+    /// caller's to hand over and close); the caller registers it once its own end is placed.
+    func openLink(for caller: PeerLink.Caller, to callee: WorkerInstance, _ calleeChannel: Int32) -> Result<(link: PeerLink, callerEnd: Int32), LinkOpenFailure> {
+        var pair: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            return .failure(.socketpair(String(cString: strerror(errno))))
+        }
+        defer { close(pair[1]) }
+        nextLinkNumber += 1
+        let link = PeerLink(number: nextLinkNumber, caller: caller, callee: callee)
+        (link.markSlot, link.witness) = PeerLink.mark(for: callee, calleeEnd: pair[1])
+        let peer = if case .worker(let w) = caller { w.identifier } else { "" }
+        guard sendOrder(PeerLinkOrder(kind: .callee, peer: peer, link: link.number, markSlot: link.markSlot), with: pair[1], to: callee, calleeChannel) else {
+            link.release()
+            close(pair[0])
+            return .failure(.calleeTakesNone)
+        }
+        return .success((link, pair[0]))
     }
 
     /// Sends one order on a worker's descriptor channel. A failure ends new links for that worker (its
