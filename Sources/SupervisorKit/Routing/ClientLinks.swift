@@ -84,26 +84,13 @@ extension Router {
         connection.linksOut = [:]
     }
 
-    /// A client's `linkCalls` report: counted as if the calls had been forwarded here. A report
-    /// for a target it never held a link to is a protocol violation; one for a link this side
-    /// settled already (its worker died: the client's report was on its way) is counted.
+    /// A client's `linkCalls` report (`countLinkCalls`).
     func linkCallsReported(by connection: ControlConnection, _ bytes: UnsafeRawBufferPointer) -> ErrorBody? {
         guard let report = try? ProtocolJSON.decode(CallHop.LinkCalls.self, from: bytes) else {
             return ErrorBody(.protocolViolation, "malformed linkCalls message")
         }
-        let link = connection.linksOut[report.target] ?? connection.unlinks.values.first { $0.link.callee.identifier == report.target }?.link
-        guard link != nil || report.endedLink != nil || connection.linkedCallees.contains(report.target) else {
-            return ErrorBody(.protocolViolation, "linkCalls for \(report.target), to which it holds no link")
-        }
-        if let problem = report.calls.problem { return ErrorBody(.protocolViolation, "linkCalls with \(problem)") }
-        metrics.calls(report.target).add(report.calls)
-        // Calls over the link are traffic: the callee is not idle (SPEC §16).
-        if let callee = table[report.target] { callee.lastTraffic = .now() }
-        if let ended = report.endedLink, let link = connection.linksOut[report.target], link.number == ended {
-            linkEndedByItself(link.callee)
-            settle(link)
-        }
-        return nil
+        return countLinkCalls(report, from: .client(connection), everLinked: connection.linkedCallees.contains(report.target))
+            .map { ErrorBody(.protocolViolation, $0) }
     }
 }
 
@@ -144,15 +131,9 @@ extension Router {
         return (opened.callerEnd, opened.link.number, timeout(for: record, requested: nil))
     }
 
-    /// The program's counts of the calls it sent over its links (`linkCalls`, as a client's).
+    /// The program's counts of the calls it sent over its links (`linkCalls`, as a client's; the
+    /// program is trusted, so counts that cannot be are dropped, not a violation).
     func hostLinkCalls(_ host: HostCaller, _ report: CallHop.LinkCalls) {
-        guard report.calls.problem == nil else { return }
-        metrics.calls(report.target).add(report.calls)
-        // Calls over the link are traffic: the callee is not idle (SPEC §16).
-        if let callee = table[report.target] { callee.lastTraffic = .now() }
-        if let ended = report.endedLink, let link = host.linksOut[report.target], link.number == ended {
-            linkEndedByItself(link.callee)
-            settle(link)
-        }
+        _ = countLinkCalls(report, from: .host(host), everLinked: true)
     }
 }

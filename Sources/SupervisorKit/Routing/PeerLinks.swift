@@ -28,6 +28,15 @@ final class PeerLink {
         case client(ControlConnection)
         /// The program the supervisor is embedded in (`Supervisor.linkForHost`).
         case host(HostCaller)
+
+        /// Its links by callee identifier.
+        var linksOut: [String: PeerLink] {
+            switch self {
+            case .worker(let w): w.linksOut
+            case .client(let c): c.linksOut
+            case .host(let h): h.linksOut
+            }
+        }
     }
 
     init(number: UInt64, caller: Caller, callee: WorkerInstance) {
@@ -37,13 +46,7 @@ final class PeerLink {
     }
 
     /// The caller's links by callee identifier, where this one is kept.
-    var callerKeepsIt: Bool {
-        switch caller {
-        case .worker(let w): w.linksOut[callee.identifier] === self
-        case .client(let c): c.linksOut[callee.identifier] === self
-        case .host(let h): h.linksOut[callee.identifier] === self
-        }
-    }
+    var callerKeepsIt: Bool { caller.linksOut[callee.identifier] === self }
 
     func forgetAtCaller() {
         guard callerKeepsIt else { return }
@@ -195,21 +198,25 @@ extension Router {
         instance.payloadChannel = nil
     }
 
-    /// `linkCalls`: a caller's worker reports the calls it sent over its link to `target`, counted
-    /// in the callee's call metrics as if they had been forwarded here.
+    /// `linkCalls`: a caller's worker reports the calls it sent over its link to `target`.
     func linkCallsReported(by instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
         guard let report = try? ProtocolJSON.decode(CallHop.LinkCalls.self, from: bytes) else {
             return violated(instance, "malformed linkCalls message")
         }
-        guard instance.linkedCallees.contains(report.target) else {
-            return violated(instance, "linkCalls for \(report.target), to which it has no link")
+        if let why = countLinkCalls(report, from: .worker(instance), everLinked: instance.linkedCallees.contains(report.target)) {
+            violated(instance, why)
         }
-        if let problem = report.calls.problem {
-            return violated(instance, "linkCalls with \(problem)")
-        }
-        if let problem = report.streams?.problem {
-            return violated(instance, "linkCalls with \(problem)")
-        }
+    }
+
+    /// A caller's `linkCalls` report (a worker's, a client's or the embedding program's): the calls
+    /// it sent over its link to `report.target`, counted in the callee's metrics as if forwarded
+    /// here. From a caller that never held a link to the target (`everLinked`; one it held may have
+    /// ended here while the report was on its way), or with counts that cannot be, it is a protocol
+    /// violation: the reason is returned and nothing is counted. A link that ended by itself is
+    /// forgotten, so the next call through here makes a new one.
+    func countLinkCalls(_ report: CallHop.LinkCalls, from caller: PeerLink.Caller, everLinked: Bool) -> String? {
+        guard everLinked else { return "linkCalls for \(report.target), to which it holds no link" }
+        if let problem = report.calls.problem ?? report.streams?.problem { return "linkCalls with \(problem)" }
         metrics.calls(report.target).add(report.calls)
         // Calls over the link are traffic: the callee is not idle (SPEC §16).
         if let callee = table[report.target] { callee.lastTraffic = .now() }
@@ -219,10 +226,10 @@ extension Router {
             counters.answer.increment(by: streams.answer)
             counters.input.increment(by: streams.input)
         }
-        // Its link ended by itself: forgotten, so the next call through here makes a new one.
-        if let ended = report.endedLink, let link = instance.linksOut[report.target], link.number == ended {
+        if let ended = report.endedLink, let link = caller.linksOut[report.target], link.number == ended {
             linkEndedByItself(link.callee)
             settle(link)
         }
+        return nil
     }
 }

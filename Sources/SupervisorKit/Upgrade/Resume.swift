@@ -67,6 +67,8 @@ extension Engine {
                     guard let callee = table[link.callee]?.instance else { continue }
                     let restored = PeerLink(number: link.number, caller: .client(connection), callee: callee)
                     connection.linksOut[callee.identifier] = restored
+                    // Its reports for the link are taken even after the link ends here.
+                    connection.linkedCallees.insert(callee.identifier)
                     callee.linksIn[ObjectIdentifier(restored)] = restored
                     table.watch(callee)
                 }
