@@ -9,7 +9,7 @@ import SupervisorCore
         let worker = UpgradeSnapshot.Worker(pid: 100, pidfd: 10, socket: 11, leftover: [0, 0, 0, 1, 0x7B], descriptorChannel: 12, payloadChannel: 13,
                                             stdout: 14, stderr: 15, temporaryFolder: "/h/tmp/a", bundle: "/p/a", version: "1.0.0", forked: true,
                                             sandbox: ["seccomp"], sandboxMissing: [], timings: ["helloUs": 900], ageNs: 5_000_000, nextID: 42,
-                                            linkedCallees: ["b"])
+                                            linkedCallees: ["b"], idempotent: ["echo"])
         let plugins = [UpgradeSnapshot.Plugin(identifier: "a", phase: .running, restarts: 2, restartAgesNs: [1_000, 2_000], hasRun: true,
                                               lastExit: ExitStatus(signal: "SIGSEGV", reason: .signaled), sandboxDenials: ["ptrace": 1], worker: worker),
                        UpgradeSnapshot.Plugin(identifier: "b", phase: .failed, restarts: 0, hasRun: false, problem: "no library", sandboxDenials: [:])]
@@ -27,9 +27,22 @@ import SupervisorCore
         #expect(back.format == UpgradeSnapshot.format)
         #expect(back.plugins.map(\.identifier) == ["a", "b"])
         #expect(back.plugins[0].worker?.nextID == 42 && back.plugins[0].restartAgesNs == [1_000, 2_000])
+        #expect(back.plugins[0].worker?.idempotent == ["echo"])
         #expect(back.plugins[0].lastExit == ExitStatus(signal: "SIGSEGV", reason: .signaled))
         #expect(back.links.first?.callerPlugin == "b" && back.connections.first?.following.first?.plugin == "a")
         #expect(back.descriptors == snapshot.descriptors)
+    }
+
+    @Test("a worker written by a binary that kept no idempotent methods of its hello reads as none kept")
+    func idempotentAbsent() throws {
+        var json = try #require(try JSONSerialization.jsonObject(with: JSONEncoder().encode(Self.sample())) as? [String: Any])
+        var plugins = try #require(json["plugins"] as? [[String: Any]])
+        var worker = try #require(plugins[0]["worker"] as? [String: Any])
+        worker["idempotent"] = nil
+        plugins[0]["worker"] = worker
+        json["plugins"] = plugins
+        let back = try JSONDecoder().decode(UpgradeSnapshot.self, from: JSONSerialization.data(withJSONObject: json))
+        #expect(back.plugins[0].worker != nil && back.plugins[0].worker?.idempotent == nil)
     }
 
     @Test func itNamesEveryDescriptorItKeptOpen() {

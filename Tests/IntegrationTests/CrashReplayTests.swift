@@ -2,6 +2,7 @@ import Foundation
 import IPC
 import PluginProtocol
 import Protocol
+import SupervisorClient
 import Testing
 
 /// SPEC §15: calls that survive a crash. What a killed worker's plugin never started goes to the
@@ -241,6 +242,21 @@ struct CrashReplayTests {
 }
 
 extension CrashReplayTests {
+    @Test("after an upgrade in place, a method the plugin declared idempotent through the SDK is still retried when the worker the new binary took over crashes")
+    func declaredBySDKAcrossAnUpgrade() async throws {
+        let w = try TestWorld()
+        try w.bundle("r.flagged", extra: ["limits": ["retries": 10]])
+        let cfg = try w.config(#"{"restartLimit": 2, "restartWindowSeconds": 60, "restartBackoffBaseMs": 1, "restartBackoffMaxMs": 5}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        let pid = try sv.plugin("r.flagged").pid
+        let client = try await SupervisorClient.connect(socket: sv.socket)
+        defer { client.close() }
+        #expect(try await client.upgrade().workers == 1)
+        #expect(try sv.plugin("r.flagged").pid == pid, "the worker was taken over, not restarted")
+        let retried = try sv.cli("call", "r.flagged", "crashAgain")
+        #expect(retried.code != 0 && retried.err.contains("restarted 2 times"), "retried until the intensity limit: \(retried.err)")
+    }
+
     @Test("a worker that lies in its taken mark, lowering it or claiming calls it never got, cannot make the supervisor send a call that is not idempotent again: what it held fails as started",
           arguments: [("lowers", 0), ("raises", 1 << 62)])
     func aLyingWorker(_ lie: String, _ mark: Int) throws {

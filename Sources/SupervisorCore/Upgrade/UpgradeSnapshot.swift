@@ -190,10 +190,11 @@ package struct UpgradeSnapshot: Codable, Sendable {
         package var ageNs: Int64
         package var nextID: UInt64
         package var linkedCallees: [String]
+        /// The methods its plugin declared idempotent in its `hello` (SPEC §15: retried after a
+        /// crash); nil from a binary that did not keep them (then only the manifest's count).
+        package var idempotent: [String]?
 
-        /// Its control group, as the previous binary made it (nil: it had none).
-
-        package init(pid: Int32, pidfd: Int32, socket: Int32, leftover: [UInt8], descriptorChannel: Int32? = nil, payloadChannel: Int32? = nil, stdout: Int32? = nil, stderr: Int32? = nil, cgroup: [String: String]? = nil, cgroupVersion: String? = nil, temporaryFolder: String, bundle: String, version: String, library: String? = nil, variant: String? = nil, forked: Bool, startProblem: String? = nil, sandbox: [String], sandboxMissing: [String], timings: [String: Int], ageNs: Int64, nextID: UInt64, linkedCallees: [String]) {
+        package init(pid: Int32, pidfd: Int32, socket: Int32, leftover: [UInt8], descriptorChannel: Int32? = nil, payloadChannel: Int32? = nil, stdout: Int32? = nil, stderr: Int32? = nil, cgroup: [String: String]? = nil, cgroupVersion: String? = nil, temporaryFolder: String, bundle: String, version: String, library: String? = nil, variant: String? = nil, forked: Bool, startProblem: String? = nil, sandbox: [String], sandboxMissing: [String], timings: [String: Int], ageNs: Int64, nextID: UInt64, linkedCallees: [String], idempotent: [String]? = nil) {
             self.pid = pid
             self.pidfd = pidfd
             self.socket = socket
@@ -217,6 +218,7 @@ package struct UpgradeSnapshot: Codable, Sendable {
             self.ageNs = ageNs
             self.nextID = nextID
             self.linkedCallees = linkedCallees
+            self.idempotent = idempotent
         }
     }
 

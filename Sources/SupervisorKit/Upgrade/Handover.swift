@@ -210,7 +210,8 @@ extension Engine {
                     temporaryFolder: w.temporaryFolder, bundle: w.manifest.bundle, version: w.manifest.version.description,
                     library: w.library?.path, variant: record.variant, forked: w.forked, startProblem: w.startProblem,
                     sandbox: w.hello?.sandbox ?? [], sandboxMissing: w.hello?.sandboxMissing ?? [], timings: w.timings,
-                    ageNs: (now - w.spawnedAt).nanoseconds, nextID: w.nextID, linkedCallees: w.linkedCallees.sorted())
+                    ageNs: (now - w.spawnedAt).nanoseconds, nextID: w.nextID, linkedCallees: w.linkedCallees.sorted(),
+                    idempotent: w.hello?.idempotent)
             }
             plugins.append(UpgradeSnapshot.Plugin(identifier: record.identifier, phase: .init(record.phase, hasWorker: worker != nil), restarts: record.restarts,
                                                   restartAgesNs: record.restartHistory.map { now.instant.nanoseconds(since: $0) }, hasRun: record.hasRun,

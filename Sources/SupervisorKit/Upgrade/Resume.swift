@@ -121,7 +121,7 @@ extension Engine {
         let instance = WorkerInstance(process: process, manifest: manifest, temporaryFolder: w.temporaryFolder,
                                       now: .now() - .nanoseconds(w.ageNs))
         for phase in [WorkerPhase.loaded, .startingUp, .running] { instance.move(to: phase, logger: logger) }
-        instance.hello = HelloFacts(sandbox: w.sandbox, sandboxMissing: w.sandboxMissing)
+        instance.hello = HelloFacts(sandbox: w.sandbox, sandboxMissing: w.sandboxMissing, idempotent: w.idempotent ?? [])
         instance.timings = w.timings
         instance.logWindow = RateWindow(limit: Router.logsPerSecond, floodLimit: config.floodLogsPerSecond)
         instance.forked = w.forked
