@@ -56,6 +56,15 @@ struct PeerLinkReplayTests {
                 find_uint(params, rest, "count", &count);
                 find_uint(params, rest, "base", &base);
             }
+            /* A call sent as if again after a link ended, "afterLink" forged by the plugin: 1 is
+               malformed, 2 and 3 name a link it never held. */
+            unsigned long long forge = 0;
+            if (params && find_uint(params, rest, "forge", &forge) && forge >= 1 && forge <= 3) {
+                static const char *after[] = {"", "\"x\"", "{\"link\":424242,\"id\":1}", "{\"link\":424242,\"id\":1}"};
+                say(frame, snprintf(frame, sizeof frame, "{\"type\":\"call\",\"id\":%llu,\"target\":\"%s\",\"method\":\"tally\",\"params\":%llu,\"afterLink\":%s,\"timeoutMs\":30000}", 6000 + forge, target, base, after[forge]));
+                say(frame, snprintf(frame, sizeof frame, "{\"type\":\"reply\",\"id\":%llu,\"result\":1}", id));
+                return;
+            }
             if (params && memmem(params, rest, "\"block\":true", 12)) {
                 say(frame, snprintf(frame, sizeof frame, "{\"type\":\"call\",\"id\":4999,\"target\":\"%s\",\"method\":\"block\",\"params\":{\"ms\":60000},\"timeoutMs\":60000}", target));
             }
@@ -82,6 +91,34 @@ struct PeerLinkReplayTests {
     /// `fan`'s params.
     static func fan(_ target: String, count: Int, base: Int, block: Bool = false) -> String {
         #"{"target":"\#(target)","count":\#(count),"base":\#(base),"block":\#(block)}"#
+    }
+
+    @Test("a plugin that forges afterLink on its own calls (malformed, or a link it never held): malformed is refused as badRequest; otherwise a call that is not idempotent fails with started and never runs, an idempotent one runs once; the plugin and its dependencies keep running")
+    func forgedAfterLink() throws {
+        let w = try TestWorld()
+        try w.bundle("p.base")
+        try w.bundle("p.safe", extra: ["idempotent": ["tally"]])
+        try w.bundle("p.fanner", deps: [Dep("p.base"), Dep("p.safe")], library: try Build.cLibrary("fanner", source: Self.cFanner))
+        // Every call through the supervisor (no link to take the forged ones past it).
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"peerLinks": false}"#)])
+        func forge(_ n: Int, _ target: String) throws -> String {
+            #expect(try sv.call("p.fanner", "fan", #"{"target":"\#(target)","forge":\#(n),"base":7}"#, as: Int.self) == 1)
+            var seen: [String] = []
+            try sv.waitUntil("the forged call's answer") {
+                seen += try sv.call("p.fanner", "answers", as: [String].self)
+                return !seen.isEmpty
+            }
+            return seen.joined(separator: ", ")
+        }
+        #expect(try forge(1, "p.base") == "6001 badRequest")
+        #expect(try forge(2, "p.base") == "6002 unavailable started")
+        #expect(try forge(3, "p.safe") == "6003 ok 7")
+        #expect(try CrashReplayTests.ran(sv, "p.base").isEmpty)
+        #expect(try CrashReplayTests.ran(sv, "p.safe") == [7])
+        for id in ["p.fanner", "p.base", "p.safe"] {
+            #expect(try sv.plugin(id).state == "running" && sv.plugin(id).restarts == 0, "\(id)")
+        }
+        #expect(!sv.log.contains("protocolViolation"), "\(sv.log)")
     }
 
     @Test("over a peer link: the callee killed while 64 calls wait behind a slow one: each waiting call is answered by the next worker, once, in order; the slow one fails with started: true")
