@@ -220,6 +220,19 @@ int cls_taken_page_adopt(int fd, uint64_t **page) {
     return 0;
 }
 
+int cls_taken_page_map_received(int fd, const uint64_t **page) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return -errno;
+    if (!S_ISREG(st.st_mode) || st.st_size != CLS_TAKEN_PAGE_BYTES) return -EINVAL;
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0) return -errno;
+    if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) return -EPERM;
+    void *p = mmap(NULL, CLS_TAKEN_PAGE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return -errno;
+    *page = (const uint64_t *)p;
+    return 0;
+}
+
 void cls_taken_page_unmap(const uint64_t *page) {
     if (page) munmap((void *)page, CLS_TAKEN_PAGE_BYTES);
 }

@@ -53,8 +53,8 @@ enum Sandbox {
         }
         layer(.pdeathsig)
 
-        // 2. Nothing inherited but stdio, the protocol socket and the two channels.
-        let channels = [plan.descriptorChannelFD, plan.payloadChannelFD].compactMap { $0 }
+        // 2. Nothing inherited but stdio, the protocol socket, the two channels and the taken page.
+        let channels = [plan.descriptorChannelFD, plan.payloadChannelFD, plan.takenPageFD].compactMap { $0 }
         do { try ProcessControl.closeDescriptors(from: 3, except: [plan.socketFD] + channels) } catch {
             throw failure(error)
         }

@@ -27,6 +27,9 @@ struct SandboxPlan {
     /// The payload channel (`WorkerSpec.payloadChannelFD`), kept open: the memfds of bytes attached
     /// to messages travel on it.
     var payloadChannelFD: Int32?
+    /// The taken page's descriptor, once mapped (`TakenPage.descriptor`), kept open: sent to a
+    /// supervisor that took this worker over in an upgrade in place.
+    var takenPageFD: Int32?
     /// The supervisor's (and so its own) uid and gid, for its id maps.
     var uid: uid_t?
     var gid: gid_t?

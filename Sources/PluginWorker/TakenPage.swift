@@ -17,15 +17,23 @@ import Glibc
 struct TakenPage: Sendable {
     /// The page's address (one thread, the I/O loop, writes through it; it never changes).
     private let address: UInt
+    /// Its descriptor, kept open (close-on-exec, through the sandbox: `SandboxPlan.takenPageFD`)
+    /// for a supervisor that takes this worker over in an upgrade in place and asks for the page
+    /// again (`takenPage`, WorkerHost.sendTakenPage).
+    let descriptor: Int32
 
-    /// The page given at the spawn, mapped; its descriptor is closed (the mapping stays). Nil when
-    /// it cannot be mapped: `hello` then says nothing of it, and the supervisor treats every call
-    /// the worker got as possibly started.
+    /// The page given at the spawn, mapped. Nil when it cannot be mapped (its descriptor closed):
+    /// `hello` then says nothing of it, and the supervisor treats every call the worker got as
+    /// possibly started.
     init?(adopting descriptor: Int32) {
         var page: UnsafeMutablePointer<UInt64>?
         let rc = cls_taken_page_adopt(descriptor, &page)
-        close(descriptor)
-        guard rc == 0, let page else { return nil }
+        guard rc == 0, let page else {
+            close(descriptor)
+            return nil
+        }
+        _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
+        self.descriptor = descriptor
         address = UInt(bitPattern: page)
     }
 

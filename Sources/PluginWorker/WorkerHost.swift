@@ -194,6 +194,23 @@ final class WorkerHost: Sendable {
         }
     }
 
+    /// `takenPage` (docs/protocol.md): the page's descriptor on the payload channel, then the reply
+    /// that says it went (`true`), in the order attached bytes go (`payloadOrder`); `false` when
+    /// there is no page or no channel to send it on.
+    func sendTakenPage(_ descriptor: Int32?, answering id: UInt64) {
+        payloadOrder.withLock { _ in
+            var sent = false
+            if var fd = descriptor, let channel = payloadChannel {
+                var marker = UInt8(ascii: "P")
+                sent = cls_send_fds(channel, &fd, 1, &marker, 1) == 1
+            }
+            var reply = FrameBuilder(kind: .reply)
+            reply.uint("id", id)
+            reply.raw("result", Array((sent ? "true" : "false").utf8))
+            try? connection.sendFrame(reply.finish())
+        }
+    }
+
     /// `{"type":"idempotent","methods":[...]}`: the names, or nil for any other message.
     private static func idempotentDeclaration(_ bytes: UnsafeRawBufferPointer) -> [String]? {
         guard let env = try? Envelope.parse(bytes), env.kind == .idempotent else { return nil }

@@ -68,7 +68,9 @@ public func workerMain() -> Int32 {
     let taken = spec.takenPageFD.flatMap(TakenPage.init(adopting:))
 
     let confinement: Sandbox.Applied
-    do { confinement = try Sandbox.apply(SandboxPlan(spec), sendLock: connection.sendLock) } catch { fail(error, connection: connection) }
+    var plan = SandboxPlan(spec)
+    plan.takenPageFD = taken?.descriptor
+    do { confinement = try Sandbox.apply(plan, sendLock: connection.sendLock) } catch { fail(error, connection: connection) }
     let sandboxedAt = ProcessControl.monotonicMicroseconds()
     timings["sandboxUs"] = Int(sandboxedAt - startedAt)
     timings.merge(confinement.timings) { a, _ in a }
@@ -116,6 +118,7 @@ public func workerMain() -> Int32 {
     let hello = HelloMessage(abi: UInt32(SP_ABI_VERSION), pid: getpid(), plugin: spec.identifier, version: spec.version,
                              sandbox: confinement.report.layers, sandboxMissing: confinement.report.missing, timings: timings,
                              takenPage: taken != nil ? true : nil, linkMarks: taken != nil && links != nil ? true : nil,
+                             takenPageKept: taken != nil && payloadChannel != nil ? true : nil,
                              idempotent: host.takeIdempotentDeclarations())
     do { try connection.sendFrame(hello.frame()) } catch { exit(0) }
     links?.start(host: host)
@@ -133,6 +136,11 @@ public func workerMain() -> Int32 {
                 var pong = FrameBuilder(kind: .pong)
                 pong.uint("id", env.id ?? 0)
                 try? connection.sendFrame(pong.finish())
+                return true
+            }
+            // A supervisor that took this worker over in an upgrade in place asks for its taken page.
+            if body.count < 48, let env = try? Envelope.parse(body), env.kind == .takenPage {
+                host.sendTakenPage(taken?.descriptor, answering: env.id ?? 0)
                 return true
             }
             // The supervisor taking a peer link back (PeerLinks.swift): the worker's, not the plugin's.

@@ -75,6 +75,19 @@ import SupervisorCore
         #expect(links.ended(7, to: "q") == nil && links.ended(6, to: "p") == nil && links.ended(99_999, to: "p") == nil)
     }
 
+    @Test("words links already hold (taken over in an upgrade) are given to no other link; the words below them are")
+    func wordsClaimedAfterAnUpgrade() {
+        var slots = LinkMarkSlots()
+        slots.claim(5)
+        slots.claim(2)
+        slots.claim(0)
+        slots.claim(LinkMarkSlots.words)
+        var taken: [Int] = []
+        while let slot = slots.take() { taken.append(slot) }
+        #expect(taken.count == LinkMarkSlots.words - 3 && !taken.contains(5) && !taken.contains(2) && Set(taken).count == taken.count)
+        #expect(Set(taken) == Set(1..<LinkMarkSlots.words).subtracting([2, 5]))
+    }
+
     @Test func aWorkersLinksGetWordsOneToFiveHundredElevenEachOnce() {
         var slots = LinkMarkSlots()
         var taken: [Int] = []

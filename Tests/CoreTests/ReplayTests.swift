@@ -79,6 +79,18 @@ import SupervisorCore
         #expect(!watermark.mayHaveStarted(3, unread: [3]))
     }
 
+    @Test("a watermark taken over in an upgrade goes on from where it stood: lower is a lie, above what was sent is clamped, and it never starts above what was sent")
+    func aWatermarkResumedAfterAnUpgrade() {
+        var w = TakenWatermark(resumedAt: 40, taken: 30)
+        #expect(w.taken == 30 && w.highestSent == 40)
+        #expect(w.reported(29) == .lie(.init(claimed: 29, earlier: 30)) && w.taken == nil)
+        var fresh = TakenWatermark(resumedAt: 40, taken: 30)
+        #expect(fresh.reported(35) == .accepted(35))
+        fresh.sent(41)
+        #expect(fresh.reported(50) == .clamped(claimed: 50, to: 41))
+        #expect(TakenWatermark(resumedAt: 10, taken: 20).taken == 10)
+    }
+
     @Test func aWatermarkThatGoesBackIsALieAndTrustEnds() {
         var watermark = TakenWatermark()
         for id in 1...10 as ClosedRange<UInt64> { watermark.sent(id) }

@@ -9,7 +9,7 @@ import SupervisorCore
         let worker = UpgradeSnapshot.Worker(pid: 100, pidfd: 10, socket: 11, leftover: [0, 0, 0, 1, 0x7B], descriptorChannel: 12, payloadChannel: 13,
                                             stdout: 14, stderr: 15, temporaryFolder: "/h/tmp/a", bundle: "/p/a", version: "1.0.0", forked: true,
                                             sandbox: ["seccomp"], sandboxMissing: [], timings: ["helloUs": 900], ageNs: 5_000_000, nextID: 42,
-                                            linkedCallees: ["b"], idempotent: ["echo"])
+                                            linkedCallees: ["b"], idempotent: ["echo"], taken: 40, linkMarks: true)
         let plugins = [UpgradeSnapshot.Plugin(identifier: "a", phase: .running, restarts: 2, restartAgesNs: [1_000, 2_000], hasRun: true,
                                               lastExit: ExitStatus(signal: "SIGSEGV", reason: .signaled), sandboxDenials: ["ptrace": 1], worker: worker),
                        UpgradeSnapshot.Plugin(identifier: "b", phase: .failed, restarts: 0, hasRun: false, problem: "no library", sandboxDenials: [:])]
@@ -17,7 +17,7 @@ import SupervisorCore
         return UpgradeSnapshot(fromVersion: "0.4.0", pausedAtNs: 1, upgrades: 1, homeLock: 3, controlListener: 4, handoff: handoff,
                                oldForkServer: .init(pid: 5, pidfd: 22), cgroupsMissing: "", systemdReady: true, launched: true, plugins: plugins,
                                connections: [.init(fd: 30, leftover: [], following: [.init(id: 1, plugin: "a")], provides: ["greet"], nextHostCallID: 3)],
-                               links: [.init(number: 7, callee: "a", callerPlugin: "b")], nextLinkNumber: 8, notifier: [.init(pid: 100, fd: 31, isListener: true)])
+                               links: [.init(number: 7, callee: "a", callerPlugin: "b", markSlot: 3, witness: 32)], nextLinkNumber: 8, notifier: [.init(pid: 100, fd: 31, isListener: true)])
     }
 
     @Test func itRoundTripsAsJSON() throws {
@@ -28,6 +28,8 @@ import SupervisorCore
         #expect(back.plugins.map(\.identifier) == ["a", "b"])
         #expect(back.plugins[0].worker?.nextID == 42 && back.plugins[0].restartAgesNs == [1_000, 2_000])
         #expect(back.plugins[0].worker?.idempotent == ["echo"])
+        #expect(back.plugins[0].worker?.taken == 40 && back.plugins[0].worker?.linkMarks == true)
+        #expect(back.links.first?.markSlot == 3 && back.links.first?.witness == 32)
         #expect(back.plugins[0].lastExit == ExitStatus(signal: "SIGSEGV", reason: .signaled))
         #expect(back.links.first?.callerPlugin == "b" && back.connections.first?.following.first?.plugin == "a")
         #expect(back.descriptors == snapshot.descriptors)
@@ -47,7 +49,7 @@ import SupervisorCore
 
     @Test func itNamesEveryDescriptorItKeptOpen() {
         let all = Self.sample().descriptors
-        #expect(Set(all) == [3, 4, 20, 22, 21, 10, 11, 12, 13, 14, 15, 30, 31])
+        #expect(Set(all) == [3, 4, 20, 22, 21, 10, 11, 12, 13, 14, 15, 30, 31, 32])
         #expect(all.count == Set(all).count, "each once")
     }
 

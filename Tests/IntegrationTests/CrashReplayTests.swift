@@ -71,9 +71,31 @@ struct CrashReplayTests {
         let w = try TestWorld()
         try w.bundle("r.serial")
         let sv = try RunningSupervisor(w)
-        let connection = try Self.slowCallThenWaiting(64, in: "r.serial", w, sv)
+        try Self.expectWaitingCallsReplayed(in: "r.serial", w, sv)
+    }
+
+    @Test("the same after an upgrade in place: the worker the new binary took over sent its taken page again, so its waiting calls are replayed on its crash, not failed as started")
+    func waitingCallsAcrossAnUpgrade() async throws {
+        let w = try TestWorld()
+        try w.bundle("r.serial")
+        let sv = try RunningSupervisor(w)
+        let pid = try sv.plugin("r.serial").pid
+        let client = try await SupervisorClient.connect(socket: sv.socket)
+        defer { client.close() }
+        #expect(try await client.upgrade().workers == 1)
+        #expect(try sv.plugin("r.serial").pid == pid, "the worker was taken over, not restarted")
+        // Answered after the page was asked for (the worker answers in order).
+        #expect(try sv.call("r.serial", "ran", as: [Int].self).isEmpty)
+        try Self.expectWaitingCallsReplayed(in: "r.serial", w, sv)
+        #expect(!sv.log.contains("did not give its taken page back"), "\(sv.log)")
+    }
+
+    /// `slowCallThenWaiting(64)` in `id`, its worker killed: each waiting call answered by the next
+    /// worker, in order, none twice; the slow one failed with started: true.
+    static func expectWaitingCallsReplayed(in id: String, _ w: TestWorld, _ sv: RunningSupervisor) throws {
+        let connection = try Self.slowCallThenWaiting(64, in: id, w, sv)
         defer { connection.close() }
-        let pid = try #require(try sv.plugin("r.serial").pid)
+        let pid = try #require(try sv.plugin(id).pid)
         kill(pid, SIGKILL)
         var answers: [UInt64: Answer] = [:]
         var order: [UInt64] = []
@@ -90,13 +112,13 @@ struct CrashReplayTests {
             #expect(answer.result == "\(i)" && answer.error == nil, "call \(i): \(String(describing: answer.error))")
         }
         #expect(order.filter { $0 >= 100 } == (100..<164).map { UInt64($0) }, "answered out of order")
-        #expect(try Self.ran(sv, "r.serial") == Array(0..<64))
-        let p = try sv.plugin("r.serial")
+        #expect(try Self.ran(sv, id) == Array(0..<64))
+        let p = try sv.plugin(id)
         #expect(p.restarts == 1 && p.pid != pid)
         try sv.waitUntil("the log line") { sv.log.contains("64 go to the next worker (not started)") }
         let metrics = try Prometheus(sv.cli("metrics").out)
-        #expect(metrics["plugin_calls_replayed_total", ["plugin": "r.serial"]] == 64)
-        #expect(metrics["plugin_calls_retried_total", ["plugin": "r.serial"]] == nil)
+        #expect(metrics["plugin_calls_replayed_total", ["plugin": id]] == 64)
+        #expect(metrics["plugin_calls_retried_total", ["plugin": id]] == nil)
     }
 
     @Test("an idempotent method under 100 kills of its worker with 4 callers: no call fails")

@@ -127,12 +127,38 @@ struct PeerLinkReplayTests {
         try w.bundle("p.base")
         try w.bundle("p.fanner", deps: [Dep("p.base")], library: try Build.cLibrary("fanner", source: Self.cFanner))
         let sv = try RunningSupervisor(w)
-        func answers() throws -> [String] { try sv.call("p.fanner", "answers", as: [String].self) }
-        // The first call goes through the supervisor and makes the link.
+        try Self.linkFirst(sv)
+        try Self.expectLinkCallsReplayed(w, sv)
+    }
+
+    @Test("the same after an upgrade in place: the link made before it keeps its mark in the callee's page, which the new binary read again, so the waiting calls are replayed, not failed as started")
+    func waitingCallsOverAPeerLinkAcrossAnUpgrade() async throws {
+        let w = try TestWorld()
+        try w.bundle("p.base")
+        try w.bundle("p.fanner", deps: [Dep("p.base")], library: try Build.cLibrary("fanner", source: Self.cFanner))
+        let sv = try RunningSupervisor(w)
+        try Self.linkFirst(sv)
+        let client = try await SupervisorClient.connect(socket: sv.socket)
+        defer { client.close() }
+        #expect(try await client.upgrade().workers == 2)
+        #expect(try sv.plugin("p.fanner").links == ["p.base"])
+        // Answered after the page was asked for (the worker answers in order).
+        #expect(try CrashReplayTests.ran(sv, "p.base") == [1000])
+        try Self.expectLinkCallsReplayed(w, sv)
+        #expect(!sv.log.contains("did not give its taken page back"), "\(sv.log)")
+    }
+
+    /// The first call from p.fanner to p.base goes through the supervisor and makes the link.
+    static func linkFirst(_ sv: RunningSupervisor) throws {
         #expect(try sv.call("p.fanner", "fan", Self.fan("p.base", count: 1, base: 1000), as: Int.self) == 1)
         try sv.waitUntil("a link from p.fanner to p.base") { try sv.plugin("p.fanner").links == ["p.base"] }
-        try sv.waitUntil("the first answer") { try answers() == ["5000 ok 1000"] }
+        try sv.waitUntil("the first answer") { try sv.call("p.fanner", "answers", as: [String].self) == ["5000 ok 1000"] }
+    }
 
+    /// Over the link: `block`, then 64 calls behind it, p.base's worker killed: the 64 answered by
+    /// the next worker, once, in order; `block` failed with started: true.
+    static func expectLinkCallsReplayed(_ w: TestWorld, _ sv: RunningSupervisor) throws {
+        func answers() throws -> [String] { try sv.call("p.fanner", "answers", as: [String].self) }
         // `block` holds the thread that delivers the link's calls: the 64 behind it stay unread.
         #expect(try sv.call("p.fanner", "fan", Self.fan("p.base", count: 64, base: 0, block: true), as: Int.self) == 64)
         try sv.waitUntil("the slow call to start") { FileManager.default.fileExists(atPath: w.home + "/data/p.base/blocking") }

@@ -63,4 +63,39 @@ import Glibc
         close(pipeEnds[0])
         close(pipeEnds[1])
     }
+
+    @Test("a page sent again by a worker after an upgrade is mapped only when it is a page: the size of one, sealed against shrinking and growing; else refused, saying why")
+    func pageSentAgain() throws {
+        var original: UnsafePointer<UInt64>?
+        let fd = cls_taken_page_create(&original)
+        #expect(fd >= 0)
+        defer { close(fd) }
+        var writable: UnsafeMutablePointer<UInt64>?
+        #expect(cls_taken_page_adopt(fd, &writable) == 0)
+        cls_taken_store(try #require(writable), 99)
+        var again: UnsafePointer<UInt64>?
+        #expect(cls_taken_page_map_received(fd, &again) == 0)
+        #expect(cls_taken_load(try #require(again)) == 99, "the same page, read through the new mapping")
+        cls_taken_page_unmap(again)
+        cls_taken_page_unmap(original)
+        cls_taken_page_unmap(writable)
+
+        // Not sealed: it could be shrunk under the reader's mapping.
+        let unsealed = memfd_create("not-a-page", UInt32(MFD_CLOEXEC))
+        defer { close(unsealed) }
+        #expect(ftruncate(unsealed, 4096) == 0)
+        #expect(cls_taken_page_map_received(unsealed, &again) == -EPERM)
+        // Another size, sealed.
+        let other = memfd_create("other-size", UInt32(MFD_CLOEXEC | MFD_ALLOW_SEALING))
+        defer { close(other) }
+        #expect(ftruncate(other, 8192) == 0 && fcntl(other, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0)
+        #expect(cls_taken_page_map_received(other, &again) == -EINVAL)
+        // No file.
+        let pipeEnds = UnsafeMutablePointer<Int32>.allocate(capacity: 2)
+        defer { pipeEnds.deallocate() }
+        #expect(pipe(pipeEnds) == 0)
+        #expect(cls_taken_page_map_received(pipeEnds[0], &again) == -EINVAL)
+        close(pipeEnds[0])
+        close(pipeEnds[1])
+    }
 }

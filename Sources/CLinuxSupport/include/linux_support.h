@@ -240,8 +240,10 @@ const char *cls_product_version(void);
  * the worker can never shrink it under the supervisor's read) and hands it to the worker at its
  * spawn as descriptor 6; the worker maps it writable and writes it; the supervisor reads it when it
  * reads the worker's frames and once more after the worker died. No descriptor travels from a
- * worker for it: a worker's SCM_RIGHTS count against its user's in-flight limit, which the
- * sandbox's small RLIMIT_NOFILE makes easy to reach when hundreds of workers start at once. */
+ * worker for it at its start: a worker's SCM_RIGHTS count against its user's in-flight limit, which
+ * the sandbox's small RLIMIT_NOFILE makes easy to reach when hundreds of workers start at once.
+ * The worker keeps the descriptor, and sends it once when a supervisor that took it over in an
+ * upgrade in place asks (`takenPage`), one worker at a time. */
 #define CLS_TAKEN_PAGE_BYTES 4096
 /* A memfd of one page, sealed against shrinking, growing and new seals, mapped read-only and
    shared at *page: the descriptor (close-on-exec) to hand to the worker, or -errno. */
@@ -249,7 +251,12 @@ int cls_taken_page_create(const uint64_t **page);
 /* The worker's side: maps the page it was given (`fd`, a regular file of at least a page) writable
    and shared at *page. 0, or -EBADF (not a regular file), -EINVAL (too short), -errno of mmap. */
 int cls_taken_page_adopt(int fd, uint64_t **page);
-/* Unmaps a page mapped by either of the above. */
+/* A worker's taken page sent again by the worker (after an upgrade in place): mapped read-only
+   once checked to be a regular file (a memfd) of the page's size, sealed against shrinking and
+   growing (so no later truncation can fault this mapping). 0, or a negative errno (-EINVAL: not
+   a page; -EPERM: not sealed). The caller closes `fd`. */
+int cls_taken_page_map_received(int fd, const uint64_t **page);
+/* Unmaps a page mapped by any of the above. */
 void cls_taken_page_unmap(const uint64_t *page);
 static inline void cls_taken_store(uint64_t *page, uint64_t value) { __atomic_store_n(page, value, __ATOMIC_RELEASE); }
 static inline uint64_t cls_taken_load(const uint64_t *page) { return __atomic_load_n(page, __ATOMIC_ACQUIRE); }

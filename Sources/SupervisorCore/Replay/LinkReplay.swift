@@ -81,6 +81,17 @@ package struct LinkMarkSlots: Sendable, Equatable {
         return next
     }
 
+    /// A word a link already has (one taken over in an upgrade in place): given to no other.
+    package mutating func claim(_ slot: Int) {
+        guard slot > 0, slot < Self.words else { return }
+        if slot >= next {
+            freed += Array(next..<slot)
+            next = slot + 1
+        } else {
+            freed.removeAll { $0 == slot }
+        }
+    }
+
     /// A word given back (its link settled while the worker lives), for the next link. The worker
     /// clears a word when a link that names it arrives, before it can read any call of it; a word
     /// it did not clear (the worker died first) holds a higher mark, which only makes calls look

@@ -52,6 +52,14 @@ package struct TakenWatermark: Sendable, Equatable {
     /// A new worker: nothing sent, nothing taken, trusted.
     package init() {}
 
+    /// A worker taken over in an upgrade in place, as the previous binary left it: ids up to
+    /// `highestSent` sent, its word trusted up to `taken` (never above what was sent). Its next
+    /// report must not go below `taken`, as if no exec had come between.
+    package init(resumedAt highestSent: UInt64, taken: UInt64) {
+        self.highestSent = highestSent
+        state = .trusting(taken: min(taken, highestSent))
+    }
+
     package var isTrusted: Bool { if case .trusting = state { return true } else { return false } }
 
     /// The accepted watermark; nil once the worker lied.

@@ -193,8 +193,14 @@ package struct UpgradeSnapshot: Codable, Sendable {
         /// The methods its plugin declared idempotent in its `hello` (SPEC §15: retried after a
         /// crash); nil from a binary that did not keep them (then only the manifest's count).
         package var idempotent: [String]?
+        /// Its taken page's watermark, as far as its word was trusted (SPEC §15), when it keeps the
+        /// page's descriptor for the next binary to ask for (`takenPage`); nil: it has none to send,
+        /// or its word is not trusted (every call it holds counts as started, as before).
+        package var taken: UInt64?
+        /// With `taken`: it keeps a mark per link it serves in that page.
+        package var linkMarks: Bool?
 
-        package init(pid: Int32, pidfd: Int32, socket: Int32, leftover: [UInt8], descriptorChannel: Int32? = nil, payloadChannel: Int32? = nil, stdout: Int32? = nil, stderr: Int32? = nil, cgroup: [String: String]? = nil, cgroupVersion: String? = nil, temporaryFolder: String, bundle: String, version: String, library: String? = nil, variant: String? = nil, forked: Bool, startProblem: String? = nil, sandbox: [String], sandboxMissing: [String], timings: [String: Int], ageNs: Int64, nextID: UInt64, linkedCallees: [String], idempotent: [String]? = nil) {
+        package init(pid: Int32, pidfd: Int32, socket: Int32, leftover: [UInt8], descriptorChannel: Int32? = nil, payloadChannel: Int32? = nil, stdout: Int32? = nil, stderr: Int32? = nil, cgroup: [String: String]? = nil, cgroupVersion: String? = nil, temporaryFolder: String, bundle: String, version: String, library: String? = nil, variant: String? = nil, forked: Bool, startProblem: String? = nil, sandbox: [String], sandboxMissing: [String], timings: [String: Int], ageNs: Int64, nextID: UInt64, linkedCallees: [String], idempotent: [String]? = nil, taken: UInt64? = nil, linkMarks: Bool? = nil) {
             self.pid = pid
             self.pidfd = pidfd
             self.socket = socket
@@ -219,6 +225,8 @@ package struct UpgradeSnapshot: Codable, Sendable {
             self.nextID = nextID
             self.linkedCallees = linkedCallees
             self.idempotent = idempotent
+            self.taken = taken
+            self.linkMarks = linkMarks
         }
     }
 
@@ -254,12 +262,18 @@ package struct UpgradeSnapshot: Codable, Sendable {
         /// The calling plugin, or (`client`) the index of the calling connection.
         package var callerPlugin: String?
         package var callerConnection: Int?
+        /// Its word in the callee's taken page, and the supervisor's duplicate of the callee's end
+        /// (held open across the exec) until that word is read at the callee's death.
+        package var markSlot: Int?
+        package var witness: Int32?
 
-        package init(number: UInt64, callee: String, callerPlugin: String? = nil, callerConnection: Int? = nil) {
+        package init(number: UInt64, callee: String, callerPlugin: String? = nil, callerConnection: Int? = nil, markSlot: Int? = nil, witness: Int32? = nil) {
             self.number = number
             self.callee = callee
             self.callerPlugin = callerPlugin
             self.callerConnection = callerConnection
+            self.markSlot = markSlot
+            self.witness = witness
         }
     }
 
@@ -301,7 +315,7 @@ package struct UpgradeSnapshot: Codable, Sendable {
             let optional: [Int32?] = [w.descriptorChannel, w.payloadChannel, w.stdout, w.stderr]
             all += [w.pidfd, w.socket] + optional.compactMap { $0 }
         }
-        all += connections.map(\.fd) + notifier.map(\.fd)
+        all += connections.map(\.fd) + notifier.map(\.fd) + links.compactMap(\.witness)
         return all
     }
 

@@ -33,6 +33,10 @@ enum WorkerChannel {
                     if instance.phase.hasExited { channel.close(promise: nil) } else {
                         instance.connection = .open(channel)
                         if !leftover.isEmpty { Upgrade.feed(leftover, to: channel) }
+                        // A worker taken over in an upgrade: its taken page, to read its marks again
+                        // (asked before any call reaches it, so a call that blocks its I/O thread
+                        // does not hold the answer back).
+                        engine.router.askForTakenPage(instance)
                         // A worker taken over in an upgrade runs already: calls that came before its
                         // socket was wired in waited for this.
                         if instance.phase == .running, let record = engine.table.record(servedBy: instance) {

@@ -37,10 +37,50 @@ struct CrashWitness {
     }
 
     /// Its `hello` said `takenPage`: the page it was given counts from now on (a worker given none
-    /// that says so anyway is believed about nothing).
-    mutating func workerWritesPage(linkMarks: Bool) {
+    /// that says so anyway is believed about nothing). `kept`: it keeps the page's descriptor, to
+    /// send to a binary that takes it over in an upgrade in place (`takenPageKept`).
+    mutating func workerWritesPage(linkMarks: Bool, kept: Bool = false) {
         written = page != nil
         keepsLinkMarks = written && linkMarks
+        pageKept = written && kept
+    }
+
+    /// It keeps its page's descriptor (`hello`'s `takenPageKept`).
+    private(set) var pageKept = false
+
+    /// What an upgrade's snapshot keeps of it: the watermark its word is trusted up to, and whether
+    /// it keeps link marks; nil when the next binary could not read its page again (none written,
+    /// none kept, or its word is not trusted any more).
+    var handedOver: (taken: UInt64, linkMarks: Bool)? {
+        guard written, pageKept, let taken = watermark.taken else { return nil }
+        return (taken, keepsLinkMarks)
+    }
+
+    /// Taken over in an upgrade in place (`handedOver`, as the previous binary wrote it): its word
+    /// counts again once the worker has sent its page (`pageReceived`); until then, as for any
+    /// worker without a page, every call it holds may have started.
+    mutating func resume(highestSent: UInt64, taken: UInt64, linkMarks: Bool) {
+        watermark = TakenWatermark(resumedAt: highestSent, taken: taken)
+        awaitedPage = linkMarks ? .withLinkMarks : .plain
+    }
+
+    /// A page asked for after an upgrade, not received yet.
+    enum AwaitedPage { case plain, withLinkMarks }
+    private(set) var awaitedPage: AwaitedPage?
+
+    /// The page it sent again (checked and mapped by the caller): its marks count from now on.
+    mutating func pageReceived(_ page: UnsafePointer<UInt64>) {
+        guard let awaited = awaitedPage, self.page == nil, !concluded else { return cls_taken_page_unmap(page) }
+        self.page = page
+        awaitedPage = nil
+        written = true
+        pageKept = true
+        keepsLinkMarks = awaited == .withLinkMarks
+    }
+
+    /// No page came (the worker had none to send, or its answer failed): it stays without one.
+    mutating func noPageAgain() {
+        awaitedPage = nil
     }
 
     /// What the worker says of a link's calls: the highest id on it handed to its plugin (read at

@@ -20,7 +20,7 @@ extension Router {
                 violated(instance, why)
             case .hello(let hello):
                 // It writes the taken page it was given at its spawn (SPEC §15).
-                if hello.takenPage == true { instance.crash.workerWritesPage(linkMarks: hello.linkMarks == true) }
+                if hello.takenPage == true { instance.crash.workerWritesPage(linkMarks: hello.linkMarks == true, kept: hello.takenPageKept == true) }
                 effects.post(.hello(instance, hello))
             case .reply(let id):
                 guard let env else { return nil }

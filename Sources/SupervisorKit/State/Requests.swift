@@ -20,6 +20,8 @@ struct PendingRequest: InFlightEntry {
         case event(EventName)
         /// A peer link taken back from a caller's worker (Routing/PeerLinks.swift).
         case unlink
+        /// A worker taken over in an upgrade asked for its taken page (Routing/TakenPageAgain.swift).
+        case takenPage
 
         var description: String {
             switch self {
@@ -27,12 +29,13 @@ struct PendingRequest: InFlightEntry {
             case .open: return "open"
             case .event(let name): return "event \(name.rawValue)"
             case .unlink: return "unlink"
+            case .takenPage: return "takenPage"
             }
         }
 
-        /// Whether its plugin is told to `cancel` it when it times out: an unlink is the worker's
-        /// own business, not its plugin's.
-        var cancelledOnTimeout: Bool { self != .unlink }
+        /// Whether its plugin is told to `cancel` it when it times out: an unlink or a page asked
+        /// for is the worker's own business, not its plugin's.
+        var cancelledOnTimeout: Bool { self != .unlink && self != .takenPage }
     }
     /// For requests from clients and plugins (not the supervisor's events): when it was forwarded,
     /// the target's call metrics, and the hop's trace context.

@@ -211,7 +211,7 @@ extension Engine {
                     library: w.library?.path, variant: record.variant, forked: w.forked, startProblem: w.startProblem,
                     sandbox: w.hello?.sandbox ?? [], sandboxMissing: w.hello?.sandboxMissing ?? [], timings: w.timings,
                     ageNs: (now - w.spawnedAt).nanoseconds, nextID: w.nextID, linkedCallees: w.linkedCallees.sorted(),
-                    idempotent: w.hello?.idempotent)
+                    idempotent: w.hello?.idempotent, taken: w.crash.handedOver?.taken, linkMarks: w.crash.handedOver?.linkMarks)
             }
             plugins.append(UpgradeSnapshot.Plugin(identifier: record.identifier, phase: .init(record.phase, hasWorker: worker != nil), restarts: record.restarts,
                                                   restartAgesNs: record.restartHistory.map { now.instant.nanoseconds(since: $0) }, hasRun: record.hasRun,
@@ -220,15 +220,19 @@ extension Engine {
         }
         var links: [UpgradeSnapshot.Link] = []
         for w in workers {
+            // A link's mark goes on only where the callee's page does (the next binary asks for it).
+            let marked = w.crash.handedOver?.linkMarks == true
             for link in w.linksIn.values {
+                var saved = UpgradeSnapshot.Link(number: link.number, callee: w.identifier)
+                if marked, let slot = link.markSlot, link.witness >= 0 { (saved.markSlot, saved.witness) = (slot, link.witness) }
                 switch link.caller {
-                case .worker(let caller):
-                    links.append(UpgradeSnapshot.Link(number: link.number, callee: w.identifier, callerPlugin: caller.identifier))
+                case .worker(let caller): saved.callerPlugin = caller.identifier
                 case .client(let c):
                     guard let index = connectionIndex[ObjectIdentifier(c)] else { continue }
-                    links.append(UpgradeSnapshot.Link(number: link.number, callee: w.identifier, callerConnection: index))
+                    saved.callerConnection = index
                 case .host: continue
                 }
+                links.append(saved)
             }
         }
         var handoffState: UpgradeSnapshot.Handoff?

@@ -54,6 +54,7 @@ extension Engine {
         for link in s.links {
             guard let callerID = link.callerPlugin, let caller = table[callerID]?.instance, let callee = table[link.callee]?.instance else { continue }
             let restored = PeerLink(number: link.number, caller: .worker(caller), callee: callee)
+            restoreMark(restored, link)
             caller.linksOut[callee.identifier] = restored
             callee.linksIn[ObjectIdentifier(restored)] = restored
             table.watch(callee)
@@ -66,6 +67,7 @@ extension Engine {
                 for link in s.links where link.callerConnection == index {
                     guard let callee = table[link.callee]?.instance else { continue }
                     let restored = PeerLink(number: link.number, caller: .client(connection), callee: callee)
+                    restoreMark(restored, link)
                     connection.linksOut[callee.identifier] = restored
                     // Its reports for the link are taken even after the link ends here.
                     connection.linkedCallees.insert(callee.identifier)
@@ -110,6 +112,15 @@ extension Engine {
         outbox.respond(origin) { try ProtocolJSON.encode(["upgraded": answer]) }
     }
 
+    /// A link's word in its callee's page and the witness of its callee's end, as the previous
+    /// binary held them (read at the callee's death, LinkMarks.swift).
+    private func restoreMark(_ restored: PeerLink, _ saved: UpgradeSnapshot.Link) {
+        guard let slot = saved.markSlot, let witness = saved.witness else { return }
+        restored.markSlot = slot
+        restored.witness = witness
+        restored.callee.crash.linkSlots.claim(slot)
+    }
+
     /// A worker the snapshot names, taken over as it runs.
     private func adoptWorker(_ record: PluginRecord, _ w: UpgradeSnapshot.Worker) {
         let process = ChildProcess.adopt(pid: w.pid, pidfd: OwnedDescriptor(w.pidfd))
@@ -131,6 +142,8 @@ extension Engine {
         instance.descriptorChannel = w.descriptorChannel
         instance.payloadChannel = w.payloadChannel
         instance.pending.resume(nextID: w.nextID)
+        // Its marks count again once it has sent its taken page (asked when its socket is wired in).
+        if let taken = w.taken { instance.crash.resume(highestSent: max(w.nextID, 1) - 1, taken: taken, linkMarks: w.linkMarks == true) }
         instance.linkedCallees = Set(w.linkedCallees)
         record.instance = instance
         record.library = w.library

@@ -24,12 +24,16 @@ public struct HelloMessage: Codable, Sendable, Equatable {
     /// Extension: with `takenPage`, the worker also keeps in that page a mark for each direct or
     /// peer link it serves whose order names a `markSlot` (`PeerLinkOrder.markSlot`).
     public var linkMarks: Bool?
+    /// Extension: with `takenPage`, the worker keeps the page's descriptor, and sends it on its
+    /// payload channel when the supervisor asks (`takenPage`): a supervisor that took the worker
+    /// over in an upgrade in place reads its marks again.
+    public var takenPageKept: Bool?
     /// Extension: the methods the plugin declared idempotent while it was created (SPEC §15).
     public var idempotent: [String]?
 
     public init(protocol: Int = Frame.protocolVersion, abi: UInt32, pid: Int32, plugin: String, version: String,
                 sandbox: [String]? = nil, sandboxMissing: [String]? = nil, timings: [String: Int]? = nil, takenPage: Bool? = nil,
-                linkMarks: Bool? = nil, idempotent: [String]? = nil) {
+                linkMarks: Bool? = nil, takenPageKept: Bool? = nil, idempotent: [String]? = nil) {
         self.protocol = `protocol`
         self.abi = abi
         self.pid = pid
@@ -40,6 +44,7 @@ public struct HelloMessage: Codable, Sendable, Equatable {
         self.timings = timings
         self.takenPage = takenPage
         self.linkMarks = linkMarks
+        self.takenPageKept = takenPageKept
         self.idempotent = idempotent
     }
 }
@@ -60,6 +65,7 @@ extension HelloMessage {
         if let timings { b.object("timings", members: timings.sorted { $0.key < $1.key }.map { ($0.key, .int($0.value)) }) }
         if takenPage == true { b.flag("takenPage") }
         if linkMarks == true { b.flag("linkMarks") }
+        if takenPageKept == true { b.flag("takenPageKept") }
         if let idempotent, !idempotent.isEmpty { b.strings("idempotent", idempotent) }
         return b.finish()
     }

@@ -44,6 +44,10 @@ public enum MessageKind: String, Sendable, Codable, CaseIterable {
     /// `params` `{"binary": "<absolute path>"}` (default: the path the running binary was started
     /// from); answered by whichever binary carries on (docs/protocol.md, "Upgrading in place").
     case upgrade
+    /// Supervisor → worker, after an upgrade in place: `id`; a worker whose `hello` said
+    /// `takenPageKept` sends its taken page's descriptor on its payload channel, then answers
+    /// `{"type":"reply","id":N,"result":true}` (`false`: it has none to send).
+    case takenPage
     /// Plugin → its worker, while the plugin is created (before `hello`): `methods`, the names of
     /// its methods that may run twice (SPEC §15). The worker takes it and lists them in `hello`'s
     /// `idempotent`; it never reaches the supervisor.
@@ -88,6 +92,7 @@ extension MessageKind {
         case .chunk: #"{"type":"chunk""#
         case .credit: #"{"type":"credit""#
         case .upgrade: #"{"type":"upgrade""#
+        case .takenPage: #"{"type":"takenPage""#
         }
     }
 }

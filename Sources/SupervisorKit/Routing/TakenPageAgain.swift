@@ -1,0 +1,59 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinuxSupport
+import Logging
+import NIOCore
+import PluginProtocol
+import SupervisorCore
+
+/// A worker taken over in an upgrade in place keeps its taken page (SPEC §15), but the exec ended
+/// this process's mapping of it and neither side kept this process a descriptor. A worker whose
+/// `hello` said `takenPageKept` sends it again when asked (`takenPage`): its descriptor on the
+/// payload channel, then a reply `true`. Until it is back, every call the worker holds counts as
+/// possibly started (as for a worker without a page); from then on its marks count as before the
+/// upgrade, its watermark going on from where the previous binary's stood.
+extension Router {
+    /// Asks `instance` for its page, if it was taken over with one (`CrashWitness.resume`).
+    func askForTakenPage(_ instance: WorkerInstance) {
+        guard instance.crash.awaitedPage != nil, let channel = instance.channel, instance.payloadChannel != nil else {
+            instance.crash.noPageAgain()
+            return
+        }
+        let deadline = Instant.now.adding(milliseconds: config.callTimeoutMs)
+        table.watch(instance)
+        let id = instance.pending.add(PendingRequest(origin: .local({ [self, weak instance] result in
+            guard let instance else { return }
+            takeTakenPage(instance, sent: (try? result.get()) == Array("true".utf8))
+        }), deadline: deadline, what: .takenPage))
+        deadlines.due(deadline.deadline)
+        var frame = outbox.encoder(.takenPage, for: channel)
+        frame.uint("id", id)
+        outbox.write(frame.finish(), to: channel)
+    }
+
+    /// Its answer: with `sent`, the page is waiting on its payload channel; it must be a memfd of
+    /// the page's size sealed against shrinking and growing, which is mapped read-only.
+    private func takeTakenPage(_ instance: WorkerInstance, sent: Bool) {
+        var why = "it had none to send"
+        if sent, let channel = instance.payloadChannel {
+            var marker: UInt8 = 0
+            var fd: Int32 = -1
+            var count: Int32 = 0
+            let n = cls_receive_fds(channel, &marker, 1, &fd, 1, &count)
+            if n == 1, count == 1 {
+                var page: UnsafePointer<UInt64>?
+                let rc = cls_taken_page_map_received(fd, &page)
+                close(fd)
+                if rc == 0, let page { return instance.crash.pageReceived(page) }
+                why = "what it sent is not its page (\(String(cString: strerror(-rc))))"
+            } else {
+                if fd >= 0, count > 0 { close(fd) }
+                why = "its page did not come on its payload channel"
+            }
+        }
+        instance.crash.noPageAgain()
+        logger.warning("\(instance.identifier): the worker taken over in the upgrade did not give its taken page back (\(why)): every call it holds at a crash counts as started",
+                       metadata: ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)"])
+    }
+}
