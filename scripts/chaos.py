@@ -12,7 +12,9 @@ its direct link after the first), calls in turn c.idem's `echo`, c.user's `call`
 
 The faults, chosen at random: SIGKILL, SIGSEGV or SIGSTOP of one plugin's worker (a stopped one is
 found by the watchdog), a restart of a plugin, an update of one (its bundle's version raised, then
-`supervisor reload`), SIGKILL of the fork server.
+`supervisor reload`), SIGKILL of the fork server, an upgrade in place (`supervisor upgrade`, to the
+same binary: the workers taken over must keep the guarantee; one refused for want of a quiet moment
+counts too). The supervisor's counts of replayed and retried calls start again at each upgrade.
 
 What must hold, checked at the end (exit 1 otherwise): no idempotent call failed; each failed
 `tally` failed with `started` (its plugin may have run it); no `tally` ran twice, and each answered
@@ -128,7 +130,10 @@ def fork_server(supervisor_pid):
 
 def fault(rng, supervisor, home, socket, plugins, supervisor_pid):
     plugin = rng.choice(["c.idem", "c.once", "c.user"])
-    kind = rng.choice(["SIGKILL", "SIGKILL", "SIGSEGV", "SIGSTOP", "restart", "update", "fork server"])
+    kind = rng.choice(["SIGKILL", "SIGKILL", "SIGSEGV", "SIGSTOP", "restart", "update", "fork server", "upgrade"])
+    if kind == "upgrade":
+        done = subprocess.run([supervisor, "upgrade", "--home", home], capture_output=True, text=True, timeout=60)
+        return "upgrade" if done.returncode == 0 else f"upgrade-refused ({done.stderr.strip()[:80]})"
     if kind == "restart":
         try:
             with Client(socket=socket) as client:

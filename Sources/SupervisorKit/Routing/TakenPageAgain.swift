@@ -24,7 +24,7 @@ extension Router {
         table.watch(instance)
         let id = instance.pending.add(PendingRequest(origin: .local({ [self, weak instance] result in
             guard let instance else { return }
-            takeTakenPage(instance, sent: (try? result.get()) == Array("true".utf8))
+            takeTakenPage(instance, result)
         }), deadline: deadline, what: .takenPage))
         deadlines.due(deadline.deadline)
         var frame = outbox.encoder(.takenPage, for: channel)
@@ -32,11 +32,16 @@ extension Router {
         outbox.write(frame.finish(), to: channel)
     }
 
-    /// Its answer: with `sent`, the page is waiting on its payload channel; it must be a memfd of
-    /// the page's size sealed against shrinking and growing, which is mapped read-only.
-    private func takeTakenPage(_ instance: WorkerInstance, sent: Bool) {
-        var why = "it had none to send"
-        if sent, let channel = instance.payloadChannel {
+    /// Its answer: `true`, the page is waiting on its payload channel; it must be a memfd of the
+    /// page's size sealed against shrinking and growing, which is mapped read-only.
+    private func takeTakenPage(_ instance: WorkerInstance, _ answer: Result<[UInt8]?, ErrorBody>) {
+        var why: String
+        switch answer {
+        case .failure(let error): why = "no answer: \(error.message)"
+        case .success(let result): why = result == Array("true".utf8) ? "" : "it had none to send"
+        }
+        if why.isEmpty, instance.payloadChannel == nil { why = "its payload channel is closed" }
+        if why.isEmpty, let channel = instance.payloadChannel {
             var marker: UInt8 = 0
             var fd: Int32 = -1
             var count: Int32 = 0
@@ -53,6 +58,8 @@ extension Router {
             }
         }
         instance.crash.noPageAgain()
+        // A worker that ended meanwhile is decided without it anyway.
+        guard !instance.phase.hasExited else { return }
         logger.warning("\(instance.identifier): the worker taken over in the upgrade did not give its taken page back (\(why)): every call it holds at a crash counts as started",
                        metadata: ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)"])
     }

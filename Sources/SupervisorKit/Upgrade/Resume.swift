@@ -52,7 +52,11 @@ extension Engine {
         }
         for held in s.notifier { watchFilter(pid: held.pid, fd: held.fd, isListener: held.isListener) }
         for link in s.links {
-            guard let callerID = link.callerPlugin, let caller = table[callerID]?.instance, let callee = table[link.callee]?.instance else { continue }
+            guard let callerID = link.callerPlugin, let caller = table[callerID]?.instance, let callee = table[link.callee]?.instance else {
+                // Not a link between two workers taken over (a client's comes below): its witness goes.
+                if link.callerPlugin != nil, let witness = link.witness { close(witness) }
+                continue
+            }
             let restored = PeerLink(number: link.number, caller: .worker(caller), callee: callee)
             restoreMark(restored, link)
             caller.linksOut[callee.identifier] = restored
@@ -65,7 +69,10 @@ extension Engine {
                 for follow in saved.following { events.follow(connection, id: follow.id, plugin: follow.plugin) }
                 for name in saved.provides { hostMethods.provide(name, by: connection) }
                 for link in s.links where link.callerConnection == index {
-                    guard let callee = table[link.callee]?.instance else { continue }
+                    guard let callee = table[link.callee]?.instance else {
+                        if let witness = link.witness { close(witness) }
+                        continue
+                    }
                     let restored = PeerLink(number: link.number, caller: .client(connection), callee: callee)
                     restoreMark(restored, link)
                     connection.linksOut[callee.identifier] = restored
