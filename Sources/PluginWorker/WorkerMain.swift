@@ -132,15 +132,17 @@ public func workerMain() -> Int32 {
     connection.sendsHeldAtExit()
     do {
         while try connection.receive({ body -> Bool in
-            if body.count < 40, let env = try? Envelope.parse(body), env.kind == .ping {
-                var pong = FrameBuilder(kind: .pong)
-                pong.uint("id", env.id ?? 0)
-                try? connection.sendFrame(pong.finish())
-                return true
-            }
-            // A supervisor that took this worker over in an upgrade in place asks for its taken page.
-            if body.count < 48, let env = try? Envelope.parse(body), env.kind == .takenPage {
-                host.sendTakenPage(taken?.descriptor, answering: env.id ?? 0)
+            // The supervisor's own short questions (the longest, `takenPage` with a 20-digit id, is
+            // 46 bytes): a ping, and, from one that took this worker over in an upgrade in place,
+            // its taken page.
+            if body.count < 48, let env = try? Envelope.parse(body), env.kind == .ping || env.kind == .takenPage {
+                if env.kind == .takenPage {
+                    host.sendTakenPage(taken?.descriptor, answering: env.id ?? 0)
+                } else {
+                    var pong = FrameBuilder(kind: .pong)
+                    pong.uint("id", env.id ?? 0)
+                    try? connection.sendFrame(pong.finish())
+                }
                 return true
             }
             // The supervisor taking a peer link back (PeerLinks.swift): the worker's, not the plugin's.
