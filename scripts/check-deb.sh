@@ -4,7 +4,8 @@
 # installed files as the package's system user, with the installed example plugins, calls them,
 # stops it, purges the package and checks that nothing of it is left. Needs root (CI is root) and a
 # machine where the package is not installed otherwise. Prints how long each part took. Arguments
-# go to package-deb.sh (CI passes `--binaries <the test build>`: no second build).
+# go to package-deb.sh (CI passes `--binaries <the test build>`: no second build, and `--fast`:
+# gzip -1 instead of xz).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
