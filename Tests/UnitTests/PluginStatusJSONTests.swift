@@ -38,12 +38,14 @@ import Testing
 
     @Test("a list whose plugins' counts have the same keys, other keys of the same number, more and fewer: each written in its own sorted order")
     func countsOrderReused() throws {
-        func status(_ timings: [String: Int]?) -> PluginStatus {
+        func status(_ timings: [String: Int]?, denials: [String: Int]? = nil) -> PluginStatus {
             PluginStatus(identifier: "com.example.t", version: "1.0.0", state: "running", pid: 1, restarts: 0, lastExit: nil,
-                         dependencies: [], variant: nil, sandbox: [], sandboxMissing: nil, error: nil, timings: timings)
+                         dependencies: [], variant: nil, sandbox: [], sandboxMissing: nil, error: nil, timings: timings, sandboxDenials: denials)
         }
         let list = [status(["b": 1, "a": 2, "c": 3]), status(["c": 4, "b": 5, "a": 6]), status(["a": 7, "b": 8, "d": 9]),
-                    status(["z": 1]), status(nil), status(["b": 1, "a": 2, "c": 3, "d": 4]), status([:]), status(["d": 1, "a": 2, "c": 3, "b": 4])]
+                    status(["z": 1]), status(nil), status(["b": 1, "a": 2, "c": 3, "d": 4]), status([:]), status(["d": 1, "a": 2, "c": 3, "b": 4]),
+                    status(["d": 1, "a": 2, "c": 3, "b": 4], denials: ["ptrace": 1, "bpf": 2]), status(["b": 1, "a": 2, "c": 3, "d": 4], denials: [:]),
+                    status(["a": 1, "b": 2], denials: ["mount": 3, "bpf": 1]), status(["a": 1, "c": 2], denials: ["bpf": 1, "mount": 3])]
         #expect(String(decoding: PluginStatus.json(list), as: UTF8.self) == String(decoding: try Self.encoded(list), as: UTF8.self))
     }
 
