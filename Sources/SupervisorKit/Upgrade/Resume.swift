@@ -54,7 +54,9 @@ extension Engine {
         for link in s.links {
             guard let callerID = link.callerPlugin, let caller = table[callerID]?.instance, let callee = table[link.callee]?.instance else {
                 // Not a link between two workers taken over (a client's comes below): its witness goes.
-                if link.callerPlugin != nil, let witness = link.witness { close(witness) }
+                if link.callerPlugin != nil || !s.connections.indices.contains(link.callerConnection ?? -1), let witness = link.witness {
+                    close(witness)
+                }
                 continue
             }
             let restored = PeerLink(number: link.number, caller: .worker(caller), callee: callee)
@@ -65,6 +67,11 @@ extension Engine {
         }
         for (index, saved) in s.connections.enumerated() {
             adoptConnection(saved) { [self] connection in
+                guard let connection else {
+                    // Its client cannot be taken over: nor can its links, whose witnesses go.
+                    for link in s.links where link.callerConnection == index { if let witness = link.witness { close(witness) } }
+                    return
+                }
                 connection.nextHostCallID = saved.nextHostCallID
                 for follow in saved.following { events.follow(connection, id: follow.id, plugin: follow.plugin) }
                 for name in saved.provides { hostMethods.provide(name, by: connection) }
@@ -185,8 +192,9 @@ extension Engine {
         for fd in fds.compactMap({ $0 }) { close(fd) }
     }
 
-    /// A control client's connection, made a channel again; `restore` runs once it is one.
-    private func adoptConnection(_ saved: UpgradeSnapshot.Connection, restore: @escaping (ControlConnection) -> Void) {
+    /// A control client's connection, made a channel again; `restore` runs once it is one, or with
+    /// nil when it cannot be (its client's links are then not restored either).
+    private func adoptConnection(_ saved: UpgradeSnapshot.Connection, restore: @escaping (ControlConnection?) -> Void) {
         let maxBody = config.maxFrameBytes
         let me = handOff(self)
         let back = handOff(restore)
@@ -203,11 +211,12 @@ extension Engine {
                 let engine = me.value
                 switch result {
                 case .success(let channel):
-                    guard let connection = engine.control.connections.values.first(where: { $0.channel === channel }) else { return }
+                    guard let connection = engine.control.connections.values.first(where: { $0.channel === channel }) else { return back.value(nil) }
                     back.value(connection)
                     if !saved.leftover.isEmpty { Upgrade.feed(saved.leftover, to: channel) }
                 case .failure(let error):
                     engine.logger.warning("upgrade: cannot take over a control client's connection (descriptor \(saved.fd)): \(error)")
+                    back.value(nil)
                 }
             }
     }
