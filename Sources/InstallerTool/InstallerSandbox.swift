@@ -95,6 +95,12 @@ enum InstallerSandbox {
         for p in SandboxPaths.systemReadOnly + SandboxPaths.networkReadOnly + (request.runtimePaths ?? []) where p != "/proc" {
             rules.append(.init(path: p, writable: false, required: false))
         }
+        // A file:// source (an archive, a catalog, a live resource) is read where it is, with the
+        // signature beside it; curl opens it in this process.
+        for path in [request.source, request.entry?.url, request.url].compactMap({ $0.flatMap(localPath(ofFileURL:)) }) {
+            rules.append(.init(path: path, writable: false, required: false))
+            rules.append(.init(path: path + ".sig", writable: false, required: false))
+        }
         if request.operation == .stage || request.operation == .probe {
             // Installed bundles (the version in place), and a local archive with its signature.
             rules.append(.init(path: BundleStore(home: request.home).pluginsDirectory, writable: false, required: false))
@@ -110,6 +116,27 @@ enum InstallerSandbox {
             }
         }
         return rules
+    }
+
+    /// The path a `file://` URL names (`file:///srv/a.tar.gz`, `file://localhost/srv/a.tar.gz`),
+    /// percent-escapes decoded; nil for any other URL or a local path.
+    static func localPath(ofFileURL url: String) -> String? {
+        guard url.hasPrefix("file://") else { return nil }
+        var rest = Substring(url.dropFirst("file://".count))
+        if rest.hasPrefix("localhost/") { rest = rest.dropFirst("localhost".count) }
+        guard rest.hasPrefix("/") else { return nil }
+        if let end = rest.firstIndex(where: { $0 == "?" || $0 == "#" }) { rest = rest[..<end] }
+        var bytes: [UInt8] = []
+        var utf8 = Array(rest.utf8)[...]
+        while let byte = utf8.popFirst() {
+            if byte == UInt8(ascii: "%"), utf8.count >= 2, let value = UInt8(String(decoding: utf8.prefix(2), as: UTF8.self), radix: 16) {
+                bytes.append(value)
+                utf8 = utf8.dropFirst(2)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// `probe`: what this sandbox lets through, for each path (errno 0: it opened).

@@ -123,7 +123,7 @@ public struct CatalogFetch: Sendable {
         let result: Result<String, SignatureMissing>
         do {
             _ = try sigFetcher.fetch(url + ".sig", to: sigTemp)
-            result = .success(String(decoding: try FileSystem.readFile(sigTemp, limit: 64 << 10), as: UTF8.self))
+            result = .success(Integrity.signatureText(try FileSystem.readFile(sigTemp, limit: 64 << 10)))
         } catch {
             result = .failure(SignatureMissing(why: (error as? InstallError)?.message ?? "\(error)"))
         }

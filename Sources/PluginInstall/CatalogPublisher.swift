@@ -88,7 +88,7 @@ public struct CatalogPublisher {
         }
         let integrity = try Integrity(trustedKeys: [publicKey])
         do {
-            try integrity.verifyCatalog(bytes, signatures: String(decoding: signatures, as: UTF8.self), url: catalog)
+            try integrity.verifyCatalog(bytes, signatures: Integrity.signatureText(signatures), url: catalog)
         } catch {
             throw InstallError(.catalogUnsigned, "the catalog \(catalog) is not signed by the key \(keyFile) (public key \(publicKey.prefix(12))…): "
                                + "it was changed since it was signed, or another key signed it; publish with that key, or restore the catalog")

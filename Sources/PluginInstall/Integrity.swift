@@ -74,6 +74,13 @@ public struct Integrity: Sendable {
         return refusals.isEmpty ? .untrusted : .refused(refusals.joined(separator: "; "))
     }
 
+    /// A `.sig` file's signatures as text: one base64 signature a line, or, for a file of exactly 64
+    /// bytes, the one raw Ed25519 signature it is (as `openssl pkeyutl -sign` and most libraries
+    /// write one), in base64. No text of 64 bytes can hold a signature: one in base64 is 88.
+    public static func signatureText(_ file: [UInt8]) -> String {
+        file.count == 64 ? Data(file).base64EncodedString() : String(decoding: file, as: UTF8.self)
+    }
+
     /// A catalog's `.sig`: one base64 signature a line (a catalog may be signed by several keys while
     /// a publisher rotates them). Accepted when one line verifies with a trusted, current, unrevoked key.
     public func verifyCatalog(_ bytes: [UInt8], signatures text: String, url: String) throws {

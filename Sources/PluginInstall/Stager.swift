@@ -83,10 +83,10 @@ public struct Stager: Sendable {
             let sigPath = folder + "/archive.sig"
             if isURL {
                 if case .downloaded = (try? fetcher.fetch(source + ".sig", to: sigPath)) ?? .notModified {
-                    signature = String(decoding: try FileSystem.readFile(sigPath, limit: 4096), as: UTF8.self)
+                    signature = Integrity.signatureText(try FileSystem.readFile(sigPath, limit: 4096))
                 }
             } else if FileSystem.exists(source + ".sig") {
-                signature = String(decoding: try FileSystem.readFile(source + ".sig", limit: 4096), as: UTF8.self)
+                signature = Integrity.signatureText(try FileSystem.readFile(source + ".sig", limit: 4096))
             }
         }
         if signature == nil, entry?.sha256 == nil, allowUnsigned {
