@@ -45,6 +45,35 @@ public struct PluginStatus: Codable, Sendable, Equatable {
     /// notice (docs/architecture.md, "Restarts: the standby worker").
     public var standbyPid: Int32?
 
+    /// SPEC §6 names `pid`, `lastExit`, `variant` and `lastError` among what `status --json` shows
+    /// for each plugin: they are written as `null` when there is none; other keys without a value
+    /// are left out. (The control socket's answer is written by `PluginStatus.json`, to the byte
+    /// what this writes: `PluginStatusJSONTests`.)
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(identifier, forKey: .identifier)
+        try c.encode(version, forKey: .version)
+        try c.encode(state, forKey: .state)
+        try c.encode(pid, forKey: .pid)
+        try c.encode(restarts, forKey: .restarts)
+        try c.encode(lastExit, forKey: .lastExit)
+        try c.encode(dependencies, forKey: .dependencies)
+        try c.encode(variant, forKey: .variant)
+        try c.encode(sandbox, forKey: .sandbox)
+        try c.encodeIfPresent(sandboxMissing, forKey: .sandboxMissing)
+        try c.encodeIfPresent(error, forKey: .error)
+        try c.encodeIfPresent(timings, forKey: .timings)
+        try c.encodeIfPresent(sandboxDenials, forKey: .sandboxDenials)
+        try c.encode(lastError, forKey: .lastError)
+        try c.encodeIfPresent(updating, forKey: .updating)
+        try c.encodeIfPresent(debug, forKey: .debug)
+        try c.encodeIfPresent(workerStart, forKey: .workerStart)
+        try c.encodeIfPresent(workerStartProblem, forKey: .workerStartProblem)
+        try c.encodeIfPresent(links, forKey: .links)
+        try c.encodeIfPresent(supervisorVersion, forKey: .supervisorVersion)
+        try c.encodeIfPresent(standbyPid, forKey: .standbyPid)
+    }
+
     /// The new version of an update and its worker.
     public struct Updating: Codable, Sendable, Equatable {
         public var version: String

@@ -31,6 +31,9 @@ import Testing
                                 dependencies: [], variant: nil, sandbox: [], sandboxMissing: nil, error: nil)
         #expect(String(decoding: full.json(), as: UTF8.self) == String(decoding: try Self.encoded(full), as: UTF8.self))
         #expect(bare.json() == (try Self.encoded(bare)))
+        // SPEC §6's keys are there for each plugin, null when there is none; the others are left out.
+        #expect(String(decoding: bare.json(), as: UTF8.self)
+            == #"{"dependencies":[],"identifier":"com.example.z","lastError":null,"lastExit":null,"pid":null,"restarts":0,"sandbox":[],"state":"inactive","variant":null,"version":"0.0.1"}"#)
         #expect(PluginStatus.json([full, bare, full]) == (try Self.encoded([full, bare, full])))
         #expect(PluginStatus.json([]) == Array("[]".utf8))
         #expect(try JSONDecoder().decode([PluginStatus].self, from: Data(PluginStatus.json([full, bare]))) == [full, bare])
