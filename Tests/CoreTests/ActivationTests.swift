@@ -57,12 +57,23 @@ import SupervisorCore
     @Test func anIdleStopMakesItInactiveAndCountsNothing() {
         var life = PluginLife(phase: .starting)
         _ = life.workerRuns("p", version: "1.0.0")
+        let earlier = ExitStatus(signal: "SIGSEGV", reason: .signaled)
+        life.lastExit = earlier
         let actions = life.workerEnded(Self.stopped, Self.idleContext(), restartPolicy: Self.policy, now: Self.now, jitter: 1)
         #expect(life.phase == .inactive && life.problem == nil)
+        #expect(life.lastExit == earlier, "not an exit: lastExit is still the last exit that was one")
+        #expect(!actions.contains { if case .announceExit = $0 { true } else { false } }, "announced as deactivated alone")
         #expect(life.restarts == 0 && life.restartHistory.isEmpty, "not a restart, not counted by the intensity limit")
         #expect(actions.contains(.announceDeactivated(idleMs: 60_000)))
         #expect(actions.last == .activateIfAwaited, "requests that came during its drain activate it again")
         #expect(!actions.contains(.announceFailed) && !actions.contains { if case .scheduleRestart = $0 { true } else { false } })
+        // A worker that ended badly on its way out is an exit all the same; the plugin still goes inactive.
+        var crashed = PluginLife(phase: .starting)
+        _ = crashed.workerRuns("p", version: "1.0.0")
+        let killed = PluginLife.Ending(status: ExitStatus(signal: "SIGKILL", reason: .stopped), described: "killed", abnormal: true,
+                                       afterStop: true, everRan: true)
+        let crashActions = crashed.workerEnded(killed, Self.idleContext(), restartPolicy: Self.policy, now: Self.now, jitter: 1)
+        #expect(crashed.phase == .inactive && crashed.lastExit == killed.status && crashActions.first == .announceExit(killed.status))
         // At shutdown, an idle stop is a stop like any other.
         var other = PluginLife(phase: .starting)
         _ = other.workerRuns("p", version: "1.0.0")

@@ -44,6 +44,7 @@ struct ActivationTests {
         #expect(try sv.call("a.nap", "echo", "[1]", as: [Int].self) == [1])
         try sv.waitUntil(timeout: 10, "a.nap inactive") { try sv.plugin("a.nap").state == "inactive" }
         #expect(kill(first, 0) != 0, "its worker is gone")
+        #expect(try sv.plugin("a.nap").lastExit == nil, "an idle stop is not an exit")
         #expect(sv.log.contains("stopped after") && sv.log.contains("without traffic"))
         let terminated = try String(contentsOfFile: w.home + "/data/a.nap/terminated", encoding: .utf8)
         #expect(!terminated.isEmpty, "willTerminate was not delivered")

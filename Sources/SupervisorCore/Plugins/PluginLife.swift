@@ -141,16 +141,23 @@ package struct PluginLife: Sendable {
     /// (0.8...1.2).
     package mutating func workerEnded(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: Instant,
                               jitter: Double) -> [Action] {
-        lastExit = ending.status
         activating = false
-        var actions: [Action] = [.announceExit(ending.status)]
+        let idleStop = ending.afterStop && !context.shuttingDown && context.idleStopAfterMs != nil
+        // SPEC §16: an idle stop is not an exit. A clean one leaves `lastExit` as the last exit that
+        // was one, and is announced as `deactivated` alone; a worker that ended badly on its way out
+        // (a crash in its `destroy`, the grace period's SIGKILL) is an exit all the same.
+        var actions: [Action] = []
+        if !idleStop || ending.abnormal {
+            lastExit = ending.status
+            actions.append(.announceExit(ending.status))
+        }
         // A standby spawned on this crash's notice is taken by an immediate restart only.
         let discard = Action.discardStandby(because: "\(context.identifier) is not restarted at once")
         if phase == .failed(byDependency: true) {
             actions += [.log(.info, "\(context.identifier) stopped: \(problem ?? "a dependency failed")"), .runExitCallbacks, discard]
             return actions
         }
-        if ending.afterStop, !context.shuttingDown, let idleMs = context.idleStopAfterMs {
+        if idleStop, let idleMs = context.idleStopAfterMs {
             // SPEC §16: not a restart, not a failure, not counted by the intensity limit.
             _ = move(to: .inactive)
             problem = nil
