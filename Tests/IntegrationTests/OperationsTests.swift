@@ -133,8 +133,17 @@ struct OperationsTests {
         let config = w.root + "/config.json"
         try #"{"metrics": {"listen": "127.0.0.1:\#(port)"}}"#.write(toFile: config, atomically: true, encoding: .utf8)
         let sv = try RunningSupervisor(w, args: ["--config", config])
-        let before = try Prometheus(sv.cli("metrics").out)
+        let first = try sv.cli("metrics").out
+        let before = try Prometheus(first)
         #expect(before["plugin_up", ["plugin": "k.one"]] == 1)
+        // Every SPEC §10 family from the first scrape on, before any call, restart, denial or install.
+        let families = ["plugin_up": "gauge", "plugin_calls_total": "counter", "plugin_call_duration_seconds": "histogram",
+                        "plugin_restarts_total": "counter", "plugin_resident_memory_bytes": "gauge", "plugin_cpu_seconds_total": "counter",
+                        "plugin_sandbox_denials_total": "counter", "supervisor_installs_total": "counter"]
+        for (family, type) in families {
+            #expect(before.types[family] == type, "\(family): \(String(describing: before.types[family]))")
+            #expect(first.components(separatedBy: "# HELP \(family) ").count == 2, "\(family)'s HELP line once")
+        }
         for i in 0..<7 { #expect(try sv.cli("call", "k.one", "echo", "[\(i)]").code == 0) }
         // Two calls the sandbox refuses (a socket without a network permission).
         for _ in 0..<2 { #expect(try sv.cli("call", "k.one", "socket").out.trimmingCharacters(in: .whitespacesAndNewlines) == "\(EPERM)") }
@@ -145,7 +154,9 @@ struct OperationsTests {
         try sv.waitUntil("the restart") { let p = try sv.plugin("k.one"); return p.state == "running" && p.pid != pidBefore }
         let reason = try #require(try sv.plugin("k.one").lastExit?.reason).rawValue
 
-        let after = try Prometheus(sv.cli("metrics").out)
+        let afterText = try sv.cli("metrics").out
+        let after = try Prometheus(afterText)
+        for family in families.keys { #expect(afterText.components(separatedBy: "# HELP \(family) ").count == 2, "\(family)'s HELP line once") }
         func delta(_ name: String, _ labels: [String: String]) -> Double {
             (after[name, labels] ?? 0) - (before[name, labels] ?? 0)
         }

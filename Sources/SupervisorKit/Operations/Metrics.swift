@@ -73,7 +73,7 @@ final class Metrics: SupervisorComponent {
     /// A restart was scheduled after an exit for `reason` (an ExitReason's name).
     func restarted(_ plugin: String, reason: String) {
         count("plugin_restarts_total", [("plugin", plugin), ("reason", reason)],
-              help: "Worker restarts by the restart policy, by the reason the worker ended.")
+              help: Self.help("plugin_restarts_total"))
     }
 
     /// Calls a worker of `plugin` held when it ended, sent to its next worker (SPEC §15):
@@ -88,12 +88,12 @@ final class Metrics: SupervisorComponent {
     /// The plugin's sandbox refused `syscall` (a denial with EPERM, or a violation).
     func denied(_ plugin: String, syscall: String) {
         count("plugin_sandbox_denials_total", [("plugin", plugin), ("syscall", syscall)],
-              help: "System calls a plugin's seccomp filter refused, by system call.")
+              help: Self.help("plugin_sandbox_denials_total"))
     }
 
     /// An install or update ended: `ok`, or its error code (docs/install.md).
     func installed(outcome: String) {
-        count("supervisor_installs_total", [("outcome", outcome)], help: "Installs and updates, by outcome: ok or the error code.")
+        count("supervisor_installs_total", [("outcome", outcome)], help: Self.help("supervisor_installs_total"))
     }
 
     /// An upgrade in place that did not happen (its error code); the one that did is counted by
@@ -117,10 +117,12 @@ final class Metrics: SupervisorComponent {
         guard amount > 0 else { return }
         let key = labels.reduce(name) { $0 + "\u{0}" + $1.1 }
         cached(&counters, key) { registry.counter(name, labels: labels, help: help) }.increment(by: Int64(amount))
+        counted.insert(name)
         if mirrored { mirror?.count(name, labels, by: Int64(amount)) }
     }
-    /// The counters `count` made, by name and label values.
+    /// The counters `count` made, by name and label values, and their families.
     private var counters: [String: Counter] = [:]
+    private var counted: Set<String> = []
 
     /// The metric cached under `key`, made (and registered) the first time.
     private func cached<Metric>(_ cache: inout [String: Metric], _ key: String, _ make: () -> Metric) -> Metric {
@@ -260,11 +262,12 @@ final class Metrics: SupervisorComponent {
         for plugin in plugins { calls[plugin]!.export() }
         var out = registry.emitToBuffer()
         if !plugins.isEmpty {
-            out.append(contentsOf: "# HELP plugin_call_duration_seconds Time from forwarding a request to the plugin until it was answered (replies, errors and timeouts).\n".utf8)
+            out.append(contentsOf: "# HELP plugin_call_duration_seconds \(Self.help("plugin_call_duration_seconds"))\n".utf8)
             out.append(contentsOf: "# TYPE plugin_call_duration_seconds histogram\n".utf8)
             for plugin in plugins { calls[plugin]!.writeHistogram(into: &out) }
         }
-        return out
+        let called: Set<String> = plugins.isEmpty ? [] : ["plugin_calls_total", "plugin_call_duration_seconds"]
+        return out + Self.familiesWithoutSeries(besides: counted.union(called))
     }
 }
 
@@ -305,7 +308,7 @@ final class CallMetrics {
         slots.initialize(repeating: 0, count: Self.slotCount)
         counters = CallHop.Outcome.allCases.map { outcome in
             registry.counter("plugin_calls_total", labels: [("plugin", plugin), ("outcome", outcome.label)],
-                             help: "Requests (call and open) to the plugin, by how they ended.")
+                             help: Metrics.help("plugin_calls_total"))
         }
     }
 
