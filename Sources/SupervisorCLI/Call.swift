@@ -15,7 +15,7 @@ struct Call: ParsableCommand {
     @Argument(help: "The method's name.")
     var method: String
 
-    @Argument(help: "Parameters as JSON (default: none).")
+    @Argument(help: ArgumentHelp("Parameters as JSON (default: none).", valueName: "json-params"))
     var params: String?
 
     @Option(help: "Give up after this many milliseconds (default: the plugin's callTimeoutMs).")
@@ -34,7 +34,7 @@ struct Call: ParsableCommand {
 
     func validate() throws {
         if let params { try JSONArgument.check(params, name: "<json-params>") }
-        if stream, input != nil { throw ValidationError("--stream does not take --input") }
+        if stream, input != nil { throw badUsage("--stream does not take --input") }
     }
 
     func run() throws {
@@ -59,7 +59,7 @@ extension Call {
         var sending: [AttachedBytes] = []
         if let input {
             do { sending = [try AttachedBytes.file(input)] } catch {
-                StandardError.write("--input: \(error)\n")
+                StandardError.write("\(ErrorCode.badRequest.rawValue): --input: \(error)\n")
                 throw ExitCode(2)
             }
         }
@@ -173,7 +173,7 @@ enum JSONArgument {
                 try scanner.validateValue()
             }
         } catch {
-            throw ValidationError("\(name) is not valid JSON: \(error)")
+            throw badUsage("\(name) is not valid JSON: \(error)")
         }
     }
 }
@@ -185,7 +185,7 @@ struct TraceOption: ParsableArguments {
 
     func validate() throws {
         if let traceparent, let problem = TraceParentArgument.problem(traceparent) {
-            throw ValidationError("--traceparent '\(traceparent)' is not a W3C traceparent: \(problem)")
+            throw badUsage("--traceparent '\(traceparent)' is not a W3C traceparent: \(problem)")
         }
     }
 }

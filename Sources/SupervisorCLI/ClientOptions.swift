@@ -16,7 +16,7 @@ struct ClientOptions: ParsableArguments {
     var wait: Double?
 
     func validate() throws {
-        if let wait, !(wait >= 0 && wait <= 3600) { throw ValidationError("--wait must be between 0 and 3600 seconds") }
+        if let wait, !(wait >= 0 && wait <= 3600) { throw badUsage("--wait must be between 0 and 3600 seconds") }
     }
 
     var socketPath: String { SupervisorConnection.socketPath(home: location.home, socket: location.socket) }
@@ -47,6 +47,13 @@ struct ClientOptions: ParsableArguments {
     }
 }
 
+/// An argument of a client command that cannot be sent, caught before anything is: printed as the
+/// supervisor's own errors are (`badRequest: <why>`, SPEC §6), with the exit code of bad usage (64).
+func badUsage(_ why: String) -> ExitCode {
+    StandardError.write("\(ErrorCode.badRequest.rawValue): \(why)\n")
+    return ExitCode(64)
+}
+
 /// The plugin a command is about, checked before anything is sent.
 struct PluginArgument: ParsableArguments {
     @Argument(help: "The plugin's identifier.")
@@ -54,7 +61,7 @@ struct PluginArgument: ParsableArguments {
 
     func validate() throws {
         guard PluginIdentifier.isValid(identifier) else {
-            throw ValidationError("'\(identifier)' is not a plugin identifier ([A-Za-z0-9.-])")
+            throw badUsage("'\(identifier)' is not a plugin identifier ([A-Za-z0-9.-])")
         }
     }
 }

@@ -22,7 +22,7 @@ struct Events: ParsableCommand {
 
     func validate() throws {
         if let plugin, !PluginIdentifier.isValid(plugin) {
-            throw ValidationError("'\(plugin)' is not a plugin identifier ([A-Za-z0-9.-])")
+            throw badUsage("'\(plugin)' is not a plugin identifier ([A-Za-z0-9.-])")
         }
     }
 

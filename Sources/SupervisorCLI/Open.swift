@@ -13,7 +13,7 @@ struct Open: ParsableCommand {
     @OptionGroup var trace: TraceOption
 
     func validate() throws {
-        guard PluginURI(uri) != nil else { throw ValidationError("'\(uri)' is not a plugin://<identifier>/<path>?<query> URI") }
+        guard PluginURI(uri) != nil else { throw badUsage("'\(uri)' is not a plugin://<identifier>/<path>?<query> URI") }
     }
 
     func run() throws {

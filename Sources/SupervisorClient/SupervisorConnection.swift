@@ -28,9 +28,9 @@ public struct SupervisorConnection {
         public var description: String {
             switch self {
             case .unreachable(let path, let error):
-                return "cannot reach the supervisor at \(path) (\(error)); is `supervisor start` running with this --home or --socket?"
+                return "\(ErrorCode.unavailable.rawValue): cannot reach the supervisor at \(path) (\(error)); is `supervisor start` running with this --home or --socket?"
             case .remote(let body): return body.description
-            case .broken(let why): return "the supervisor's answer was unusable: \(why)"
+            case .broken(let why): return "\(ErrorCode.unavailable.rawValue): the supervisor's answer was unusable: \(why)"
             }
         }
     }

@@ -148,7 +148,15 @@ struct AuthorTests {
         let r = try sv.cli("call", "--wait", "20", "s.slow", "echo", "[5]")
         #expect(r.code == 0 && r.out.contains("5"), "\(r.err)")
         let none = try Shell.run(Build.supervisor, ["status", "--home", w.root + "/no-such-home"])
-        #expect(none.code != 0 && none.err.contains("cannot reach the supervisor"), "\(none.err)")
+        #expect(none.code == 2 && none.err.hasPrefix("unavailable: cannot reach the supervisor"), "\(none.err)")
+        // SPEC §6: call and open print their errors as `code: message`, also those caught before
+        // anything is sent (bad usage, exit 64).
+        let badJSON = try sv.cli("call", "s.slow", "echo", "not json")
+        #expect(badJSON.code == 64 && badJSON.err.hasPrefix("badRequest: <json-params> is not valid JSON"), "\(badJSON.err)")
+        let badID = try sv.cli("call", "bad id!", "echo")
+        #expect(badID.code == 64 && badID.err.hasPrefix("badRequest: 'bad id!' is not a plugin identifier"), "\(badID.err)")
+        let badURI = try sv.cli("open", "http://x/y")
+        #expect(badURI.code == 64 && badURI.err.hasPrefix("badRequest: 'http://x/y' is not a plugin://"), "\(badURI.err)")
     }
 
     @Test("a relative --home works: the workers get absolute paths")
