@@ -90,15 +90,19 @@ public struct ManifestError: Error, Sendable, Equatable, CustomStringConvertible
     public var file: String
     public var field: String?
     public var reason: String
+    /// Where the field is in the file (`line 3, column 14`, or `in the object at line 1, column 1`
+    /// for one that is missing); a fault of the JSON itself has its place in `reason`.
+    public var place: String?
 
-    public init(file: String, field: String?, reason: String) {
+    public init(file: String, field: String?, reason: String, place: String? = nil) {
         self.file = file
         self.field = field
         self.reason = reason
+        self.place = place
     }
 
     public var description: String {
-        if let field { return "\(file): field '\(field)': \(reason)" }
+        if let field { return "\(file): field '\(field)': \(reason)" + (place.map { " (\($0))" } ?? "") }
         return "\(file): \(reason)"
     }
 }
@@ -171,12 +175,7 @@ extension Manifest {
             }
         }
         guard let failure else { return nil }
-        func place(_ offset: Int) -> String {
-            let before = bytes.prefix(min(offset, bytes.count))
-            let line = before.reduce(1) { $0 + ($1 == UInt8(ascii: "\n") ? 1 : 0) }
-            let column = offset - (before.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0) + 1
-            return "line \(line), column \(column)"
-        }
+        func place(_ offset: Int) -> String { lineAndColumn(offset, in: bytes) }
         func found(_ offset: Int) -> String {
             guard offset < bytes.count else { return "the end of the file" }
             let c = bytes[offset]
@@ -200,7 +199,9 @@ extension Manifest {
     }
 
     public static func parse(_ bytes: [UInt8], bundle: String, file: String) throws(ManifestError) -> Manifest {
-        func fail(_ field: String?, _ reason: String) -> ManifestError { ManifestError(file: file, field: field, reason: reason) }
+        func fail(_ field: String?, _ reason: String) -> ManifestError {
+            ManifestError(file: file, field: field, reason: reason, place: field.flatMap { place(of: $0, in: bytes) })
+        }
         // Strict JSON first (RFC 8259: no trailing comma, no comments), with the place of the fault:
         // the decoder below forgives some of what a hand-edited file gets wrong.
         if let problem = strictJSONProblem(bytes) { throw fail(nil, problem) }

@@ -61,6 +61,23 @@ import Testing
         #expect(problem(#"{"identifier": "a.b", "version": 3, "library": "x.so"}"#).contains("field 'version': wrong type"))
     }
 
+    @Test("a field's fault names where the field is (SPEC §6: file, line and column); a missing one, the object that lacks it")
+    func fieldsWithLineAndColumn() {
+        func problem(_ json: String) -> String {
+            do { _ = try parse(json); return "" } catch { return error.description }
+        }
+        #expect(problem("{\n  \"identifier\": \"a.b\",\n  \"version\": \"1.x\",\n  \"library\": \"x.so\"\n}")
+            == "/b/plugin.json: field 'version': '1.x' is not a semantic version MAJOR.MINOR.PATCH[-pre] (line 3, column 14)")
+        #expect(problem("{\n  \"identifier\": \"a.b\",\n  \"library\": \"x.so\"\n}")
+            == "/b/plugin.json: field 'version': missing (required) (in the object at line 1, column 1)")
+        #expect(problem(#"{"identifier": "a.b", "version": 3, "library": "x.so"}"#).hasSuffix("(line 1, column 34)"))
+        #expect(problem("{\"identifier\":\"a.b\",\"version\":\"1.0.0\",\"library\":\"x.so\",\n \"dependencies\":[\"x.y\", {\"version\":\">=1.0.0\"}]}")
+            .hasSuffix("field 'dependencies[1].id': missing (in the object at line 2, column 25)"))
+        #expect(problem(#"{"identifier":"a.b","version":"1.0.0","library":"x.so","limits":{"memoryMB":"lots"}}"#)
+            .contains("field 'limits.memoryMB': wrong type") == true)
+        #expect(problem(#"{"identifier":"a.b","version":"1.0.0","library":"x.so","limits":{"memoryMB":"lots"}}"#).hasSuffix("(line 1, column 77)"))
+    }
+
     @Test func full() throws {
         let m = try parse("""
             {"identifier":"a.b","version":"1.2.3-rc.1","dependencies":["x.y",{"id":"z.w","version":">=1.0.0"}],
