@@ -119,9 +119,6 @@ public struct Stager: Sendable {
             if manifest.version < installed.version, !force {
                 throw InstallError(.versionRefused, "\(manifest.identifier) \(manifest.version) is older than the installed \(installed.version); use --force to downgrade")
             }
-            if manifest.version == installed.version, !force {
-                throw InstallError(.versionRefused, "\(manifest.identifier) \(manifest.version) is already installed; use --force to reinstall")
-            }
         }
 
         // 5. Load it once, sandboxed.

@@ -24,7 +24,7 @@ struct Install: ParsableCommand {
     @Argument(help: "A .tar.gz, .tar.xz, .tar.zst or .zip archive: a path or an http(s)/file URL.")
     var archive: String
 
-    @Flag(help: "Allow a downgrade or a reinstall of the same version.")
+    @Flag(help: "Allow a downgrade (the same version installs again without it).")
     var force = false
 
     @Flag(help: "Allow an archive with no signature (development only).")

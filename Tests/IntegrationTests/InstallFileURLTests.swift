@@ -15,6 +15,12 @@ extension InstallTests {
         let installed = try sv.cli("install", "file://" + shop.dir + "/" + v1)
         #expect(installed.code == 0 && installed.out.contains("f.app 1.0.0"), "\(installed.out)\(installed.err)")
         #expect(try sv.plugin("f.app").state == "running")
+        // The same version again is installed again (SPEC §9 refuses only a lower one): a new worker, nothing else.
+        let firstPID = try sv.plugin("f.app").pid
+        let again = try sv.cli("install", "file://" + shop.dir + "/" + v1)
+        #expect(again.code == 0 && again.out.contains("f.app 1.0.0"), "\(again.out)\(again.err)")
+        let reinstalled = try sv.plugin("f.app")
+        #expect(reinstalled.state == "running" && reinstalled.version == "1.0.0" && reinstalled.pid != firstPID, "\(reinstalled)")
 
         try shop.offer("f.app", "2.0.0", archive: v2)
         let check = try sv.cli("update", "--check")
