@@ -10,7 +10,8 @@ public struct HostEvent: Codable, Sendable, Equatable {
         /// The worker that served it ended (`pid`, `lastExit` as `status` shows it; `replayed` and
         /// `retried`: the calls it held that go to the next worker, SPEC §15).
         case exited
-        /// It is restarted by its restart policy (`attempt`: its restarts so far, `delayMs`).
+        /// It is restarted by its restart policy (`attempt`: its restarts so far; `delay`, SPEC §12's
+        /// name, in seconds, and `delayMs`, the same in milliseconds).
         case restarting
         /// It stays down (`lastError`) until restarted by hand.
         case failed
@@ -40,6 +41,8 @@ public struct HostEvent: Codable, Sendable, Equatable {
     public var lastExit: ExitStatus?
     public var attempt: Int?
     public var delayMs: Int?
+    /// `restarting`: `delayMs` in seconds.
+    public var delay: Double?
     public var lastError: String?
     public var from: String?
     public var to: String?
@@ -64,6 +67,7 @@ public struct HostEvent: Codable, Sendable, Equatable {
         self.lastExit = lastExit
         self.attempt = attempt
         self.delayMs = delayMs
+        self.delay = delayMs.map { Double($0) / 1000 }
         self.lastError = lastError
         self.from = from
         self.to = to

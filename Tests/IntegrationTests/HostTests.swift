@@ -161,7 +161,7 @@ struct HostTests {
         let exited = try await nextEvent(&events, "exited") { $0.event == .exited }
         #expect(exited.pid == pid && exited.lastExit?.signal == "SIGSEGV")
         let restarting = try await nextEvent(&events, "restarting") { $0.event == .restarting }
-        #expect(restarting.attempt == 1)
+        #expect(restarting.attempt == 1 && restarting.delay == restarting.delayMs.map { Double($0) / 1000 })
         let started = try await nextEvent(&events, "started") { $0.event == .started }
         #expect(started.pid != nil && started.pid != pid && started.version == "1.0.0")
         #expect(try await host.call("h.crashy", "ping", as: Int.self) == 1)

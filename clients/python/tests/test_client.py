@@ -53,6 +53,7 @@ def test_a_crash_is_heard_and_the_plugin_serves_again(plugin_supervisor, bundles
         assert exited["pid"] == pid and exited["lastExit"]["signal"] == "SIGSEGV"
         restarting = events.wait_for(lambda e: e["event"] == "restarting")
         assert restarting["attempt"] == 1
+        assert restarting["delay"] == restarting["delayMs"] / 1000
         started = events.wait_for(lambda e: e["event"] == "started")
         assert started["pid"] != pid
     assert sup.client.call("py.crashy", "ping") == 1
