@@ -28,6 +28,9 @@ public struct Manifest: Sendable {
         /// How long a stream to or from the plugin may go without a chunk (SPEC §13); the
         /// supervisor's `streamIdleTimeoutMs` otherwise.
         public var streamIdleTimeoutMs: Int? = nil
+        /// The largest bytes (SPEC §13) a call or stream may bring the plugin, in MiB; the
+        /// supervisor's `maxPayloadMB` (itself at most that) otherwise.
+        public var maxPayloadMB: Int? = nil
         /// How many times a call the plugin had started is sent again after its worker crashed, when
         /// its method is idempotent (SPEC §15): 0...10.
         public var retries: Int = Limits.defaultRetries
@@ -161,6 +164,7 @@ extension Manifest {
         var startupTimeoutMs: Int?
         var streamIdleTimeoutMs: Int?
         var retries: Int?
+        var maxPayloadMB: Int?
     }
 
     /// Why `bytes` is not one strict JSON object, with its line and column (1-based), or nil.
@@ -274,13 +278,14 @@ extension Manifest {
         let l = raw.limits
         for (name, value) in [("memoryMB", l?.memoryMB), ("softMemoryMB", l?.softMemoryMB), ("openFiles", l?.openFiles),
                               ("callTimeoutMs", l?.callTimeoutMs), ("cpuPercent", l?.cpuPercent), ("startupTimeoutMs", l?.startupTimeoutMs),
-                              ("streamIdleTimeoutMs", l?.streamIdleTimeoutMs)] {
+                              ("streamIdleTimeoutMs", l?.streamIdleTimeoutMs), ("maxPayloadMB", l?.maxPayloadMB)] {
             if let value, value <= 0 { throw fail("limits.\(name)", "must be a positive number, got \(value)") }
         }
         // Bounded so a cgroup quota (percent × 1000 µs) and a timer cannot overflow.
         if let cpu = l?.cpuPercent, cpu > 100_000 { throw fail("limits.cpuPercent", "\(cpu) is over 100000 (a thousand CPUs)") }
         if let t = l?.startupTimeoutMs, t > 86_400_000 { throw fail("limits.startupTimeoutMs", "\(t) is over a day") }
         if let t = l?.streamIdleTimeoutMs, t > 86_400_000 { throw fail("limits.streamIdleTimeoutMs", "\(t) is over a day") }
+        if let mb = l?.maxPayloadMB, mb > 1 << 20 { throw fail("limits.maxPayloadMB", "\(mb) is over 1048576 (a TiB)") }
         let retries = l?.retries ?? Limits.defaultRetries
         guard (0...Limits.maxRetries).contains(retries) else {
             throw fail("limits.retries", "must be between 0 and \(Limits.maxRetries), got \(retries)")
@@ -326,7 +331,7 @@ extension Manifest {
             variants: variants, permissions: permissions, restart: restart,
             limits: Limits(memoryMB: l?.memoryMB, softMemoryMB: l?.softMemoryMB, openFiles: l?.openFiles, callTimeoutMs: l?.callTimeoutMs,
                            cpuPercent: l?.cpuPercent, startupTimeoutMs: l?.startupTimeoutMs, streamIdleTimeoutMs: l?.streamIdleTimeoutMs,
-                           retries: retries),
+                           maxPayloadMB: l?.maxPayloadMB, retries: retries),
             resources: resources, idempotent: idempotent, activation: activation, idleStopMs: raw.idleStopMs, bundle: bundle, file: file)
     }
 

@@ -39,9 +39,13 @@ final class WorkerHost: Sendable {
     /// for `hello`; nil once `hello` is sent (a later declaration is refused).
     private let declaredIdempotent = Mutex<[String]?>([])
 
-    init(connection: BlockingConnection, maxBody: Int, links: PeerLinks?, payloadChannel: Int32? = nil) {
+    /// The plugin's `limits.maxPayloadMB` in bytes (WorkerSpec.maxPayloadBytes), nil: none here.
+    let maxPayloadBytes: Int?
+
+    init(connection: BlockingConnection, maxBody: Int, links: PeerLinks?, payloadChannel: Int32? = nil, maxPayloadBytes: Int? = nil) {
         self.connection = connection
         self.maxBody = maxBody
+        self.maxPayloadBytes = maxPayloadBytes
         self.links = links
         self.payloadChannel = payloadChannel
         host = UnsafeMutablePointer<sp_host>.allocate(capacity: 1)
@@ -94,16 +98,27 @@ final class WorkerHost: Sendable {
             for fd in received { close(fd) }
             return undeliverable(env, "its bytes did not arrive: \(problem)")
         }
+        if env.kind == .call || env.kind == .open, let why = oversized(list) {
+            for fd in received { close(fd) }
+            return undeliverable(env, why, code: .badRequest)
+        }
         deliver(frame: Attachments.replacing(in: body, env, with: list))
     }
 
+    /// Why a call's bytes are over its plugin's `limits.maxPayloadMB` (SPEC §13), or nil.
+    func oversized(_ list: [Attachment]) -> String? {
+        guard let limit = maxPayloadBytes, let big = list.first(where: { $0.length > limit }) else { return nil }
+        return "bytes of \(big.length >> 20) MiB, over the plugin's limit of \(limit >> 20) MiB (limits.maxPayloadMB)"
+    }
+
     /// A message whose bytes could not be taken: a call is answered `unavailable` (to the
-    /// supervisor), a reply reaches the plugin as that error; anything else is dropped.
-    private func undeliverable(_ env: Envelope, _ why: String) {
+    /// supervisor; `badRequest` for bytes over the plugin's limit), a reply reaches the plugin as
+    /// that error; anything else is dropped.
+    private func undeliverable(_ env: Envelope, _ why: String, code: ErrorCode = .unavailable) {
         guard let id = env.id else { return }
         var reply = FrameBuilder(kind: .reply)
         reply.uint("id", id)
-        reply.error(.unavailable, why)
+        reply.error(code, why)
         switch env.kind {
         case .call?, .open?: try? connection.sendFrame(reply.finish())
         case .reply?: deliver(frame: reply.finish())

@@ -84,7 +84,8 @@ public func workerMain() -> Int32 {
     // by anything the plugin might start.
     let payloadChannel = spec.payloadChannelFD
     if let payloadChannel { _ = fcntl(payloadChannel, F_SETFD, FD_CLOEXEC) }
-    let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links, payloadChannel: payloadChannel)
+    let host = WorkerHost(connection: connection, maxBody: spec.maxFrameBytes, links: links, payloadChannel: payloadChannel,
+                          maxPayloadBytes: spec.maxPayloadBytes)
     // Before a standby's wait (none of this is plugin code, and the restart's path is then the
     // plugin's load alone), so that a SIGTERM to a standby at its gate ends it at once: with no
     // plugin loaded there is no one to hear willTerminate (SignalRelay).

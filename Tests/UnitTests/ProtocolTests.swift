@@ -362,6 +362,7 @@ final class HeldPair {
         full.spinMicroseconds = 100
         full.standby = true
         full.hostNetworkNamespace = 4_026_531_840
+        full.maxPayloadBytes = 8 << 20
         try roundTrip(full)
         // Only what is required.
         try roundTrip(WorkerSpec(identifier: "p", version: "0.1.0", bundle: "/b", library: "/b/l.so", dataDirectory: "/d", supervisorPID: 1,

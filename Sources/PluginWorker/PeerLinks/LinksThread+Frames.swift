@@ -123,6 +123,15 @@ extension LinksThread {
             case .failure(let why): return linkBroken(link, why)
             case .success(let list): attached = list
             }
+            // Over the plugin's `limits.maxPayloadMB` (SPEC §13): answered here, not handed to it.
+            if let list = attached, let why = host.oversized(list) {
+                for fd in Attachments.descriptors(list) { close(fd) }
+                var reply = FrameBuilder(kind: .reply)
+                reply.uint("id", id)
+                reply.error(.badRequest, why)
+                _ = link.socket.send(frame: reply.finish(), wait: true)
+                return
+            }
             guard let (local, peer, markSlot) = links.table.withLock({ $0.serve(id, on: link.number, input: env.input) }) else {
                 for fd in Attachments.descriptors(attached ?? []) { close(fd) }
                 return

@@ -245,6 +245,7 @@ extension Lifecycle {
         if config.sandboxEnabled { spec.hostNetworkNamespace = shared.networkNamespace }
         // Every worker, sandboxed or not, has one (Routing/Payloads.swift).
         spec.payloadChannelFD = 5
+        spec.maxPayloadBytes = min(config.maxPayloadMB, m.limits.maxPayloadMB ?? config.maxPayloadMB) << 20
         return spec
     }
 

@@ -68,6 +68,10 @@ public struct WorkerSpec: Codable, Sendable, Equatable {
     public var cgroupBySupervisor: Bool?
     /// Largest frame body accepted.
     public var maxFrameBytes: Int
+    /// The largest bytes a call may bring the plugin (SPEC §13, `limits.maxPayloadMB`): a call with
+    /// more, from the supervisor or over a link, is answered `badRequest` without reaching it. Nil:
+    /// what the supervisor lets through.
+    public var maxPayloadBytes: Int?
     /// The supervisor's JSON nesting limit (`maxJSONDepth`), for what the worker routes itself
     /// (peer links); nil: the default.
     public var maxJSONDepth: Int?

@@ -44,6 +44,7 @@ extension WorkerSpec {
             case "cgroupFolders": rest.cgroupFolders = try json.optional(value) { (r) throws(ReadingError) in try json.strings(r, key) }
             case "cgroupBySupervisor": rest.cgroupBySupervisor = try json.optional(value) { (r) throws(ReadingError) in try json.bool(r, key) }
             case "maxFrameBytes": maxFrameBytes = try json.int(value, key)
+            case "maxPayloadBytes": rest.maxPayloadBytes = try json.optional(value) { (r) throws(ReadingError) in try json.int(r, key) }
             case "maxJSONDepth": rest.maxJSONDepth = try json.optional(value) { (r) throws(ReadingError) in try json.int(r, key) }
             case "peerLinks": rest.peerLinks = try json.optional(value) { (r) throws(ReadingError) in try json.bool(r, key) }
             case "spinMicroseconds": rest.spinMicroseconds = try json.optional(value) { (r) throws(ReadingError) in try json.int(r, key) }
