@@ -82,7 +82,15 @@ public struct JSONLogHandler: LogHandler {
     private static func append(_ value: Logger.Metadata.Value, to out: inout [UInt8]) {
         switch value {
         case .string(let s): out.append(contentsOf: JSONEscaping.quoted(s))
-        case .stringConvertible(let c): out.append(contentsOf: JSONEscaping.quoted(c.description))
+        case .stringConvertible(let c):
+            // A number logged as one stays a JSON number (`duration_ms`); anything else is its text.
+            if let number = c as? Double, number.isFinite {
+                out.append(contentsOf: "\(number)".utf8)
+            } else if let number = c as? Int {
+                out.append(contentsOf: "\(number)".utf8)
+            } else {
+                out.append(contentsOf: JSONEscaping.quoted(c.description))
+            }
         case .array(let items):
             out.append(UInt8(ascii: "["))
             for (i, item) in items.enumerated() {

@@ -21,7 +21,7 @@ extension Shared {
             let ms = Double(nanoseconds) / 1_000_000
             logger.debug("\(request.what) \(log.label): \(outcome.label) in \(ms) ms", metadata: [
                 "plugin": "\(instance.identifier)", "trace_id": "\(log.trace.traceIDText)",
-                "span_id": "\(log.trace.spanIDText)", "duration_ms": "\(ms)",
+                "span_id": "\(log.trace.spanIDText)", "duration_ms": .stringConvertible(ms),
             ])
         }
     }
