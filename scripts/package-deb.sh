@@ -125,7 +125,9 @@ ln -s "../lib/$pkg/supervisor" "$tree/usr/bin/supervisor"
 ln -s "../lib/$pkg/supervisor-installer" "$tree/usr/bin/supervisor-installer"
 
 # The unit, pointed at the installed files and the config in /etc.
-sed -e "s|/opt/sandboxed-plugins/bin/supervisor start --log-format json|/usr/lib/$pkg/supervisor start --config /etc/$pkg/config.json --log-format json|" \
+sed -e "s|/usr/bin/env /opt/sandboxed-plugins/bin/|/opt/sandboxed-plugins/bin/|g" \
+    -e '/^# Through env(1), which execs/,/^# \/opt yet, as it stands in the repository/d' \
+    -e "s|/opt/sandboxed-plugins/bin/supervisor start --log-format json|/usr/lib/$pkg/supervisor start --config /etc/$pkg/config.json --log-format json|" \
     -e "s|/opt/sandboxed-plugins/bin/|/usr/lib/$pkg/|g" \
     -e "s|^Documentation=.*|Documentation=file:///usr/share/doc/$pkg/operations.md.gz|" \
     -e '/^# Install: the executables together/,/^#   systemctl daemon-reload/c\

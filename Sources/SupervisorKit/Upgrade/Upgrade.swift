@@ -18,10 +18,12 @@ import SupervisorCore
 /// 2. **The binary is checked** off the loop: a regular executable ELF file of this architecture,
 ///    which runs (`<binary> upgrade-probe`, within 5 s) and reads this snapshot format.
 /// 3. **Quiet**: the supervisor stops taking new requests from control clients (their bytes wait
-///    in their sockets, which are handed over unread) and waits, up to `quietLimit`, until nothing
-///    is in flight through it: no request to or from a worker, no client call, no link being
-///    given back, no plugin between two phases. Calls over direct links go on all along: they do
-///    not pass through the supervisor.
+///    in their sockets, which are handed over unread) and waits until nothing is in flight through
+///    it: no request to or from a worker, no client call, no link being given back, no plugin
+///    between two phases. Calls in flight are answered first (SPEC §14): while what is in flight
+///    when the wait begins is calls and opens, it lasts up to the latest of their deadlines, at most
+///    `callsInFlightLimit`; anything else (a stream, an event, a start) gets `quietLimit`. Calls
+///    over direct links go on all along: they do not pass through the supervisor.
 /// 4. **Handover** (Handover.swift): reading stops on every socket, what each frame codec held of a
 ///    frame not yet whole is kept, the seccomp notifier stops between two answers, and the state goes
 ///    into a snapshot (UpgradeSnapshot) in a sealed memfd. Every descriptor it names loses
@@ -48,12 +50,17 @@ struct Quieting {
     var version: String
     var since: NIODeadline
     var tick: RepeatedTask?
+    /// How long it waits for quiet (`Engine.quietWait`).
+    var limit = Upgrade.quietLimit
 }
 
 /// Things an upgrade does that are not the engine's.
 enum Upgrade {
     /// How long the supervisor waits for quiet before it gives up (the upgrade fails, nothing lost).
     static let quietLimit = TimeAmount.seconds(2)
+    /// The longest it waits for calls in flight to be answered (below a client's 30 s for the
+    /// upgrade's own answer, with the new binary's 5 s to take over).
+    static let callsInFlightLimit = TimeAmount.seconds(20)
     /// How long the new binary has to take over (and the check's probe has to answer).
     static let takeoverSeconds: UInt32 = 5
 
@@ -157,6 +164,7 @@ extension Engine {
 
     private func startQuieting(_ quieting: Quieting) {
         var quieting = quieting
+        quieting.limit = quietWait(now: .now)
         control.server?.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
         for connection in control.connections.values {
             connection.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
@@ -175,13 +183,13 @@ extension Engine {
         // binary keeps its own. Each tick, for one kept by a restart meanwhile.
         lifecycle.discardKeptStandbys(because: "the supervisor is upgrading in place")
         if let busy = inFlightThroughSupervisor(requester: q.origin) {
-            if NIODeadline.now() - q.since > Upgrade.quietLimit {
+            if NIODeadline.now() - q.since > q.limit {
                 q.tick?.cancel()
                 upgrade = .idle
                 resumeReading()
                 lifecycle.keepStandbys()
                 q.binary.close()
-                return upgradeFailed(q.origin, ErrorBody(.unavailable, "no upgrade: the supervisor was not quiet within \(Upgrade.quietLimit.nanoseconds / 1_000_000) ms (\(busy)); nothing changed"))
+                return upgradeFailed(q.origin, ErrorBody(.unavailable, "no upgrade: the supervisor was not quiet within \(q.limit.nanoseconds / 1_000_000) ms (\(busy)); nothing changed"))
             }
             upgrade = .quieting(q)
             return
@@ -196,6 +204,22 @@ extension Engine {
         q.tick = nil
         upgrade = .quieting(q)
         handOver(q)
+    }
+
+    /// How long to wait for quiet from `now`: while every request in flight to a worker is a call
+    /// or an open without a stream, until the latest of their deadlines (at least `quietLimit`, at
+    /// most `callsInFlightLimit`); otherwise `quietLimit`.
+    func quietWait(now: Instant) -> TimeAmount {
+        var latest: Instant?
+        for instance in table.liveWorkers {
+            for request in instance.pending.values {
+                guard request.isCall, request.stream == nil else { return Upgrade.quietLimit }
+                latest = max(latest ?? request.deadline, request.deadline)
+            }
+        }
+        guard let latest, latest != .never else { return latest == nil ? Upgrade.quietLimit : Upgrade.callsInFlightLimit }
+        let wait = TimeAmount.nanoseconds(latest.nanoseconds(since: now))
+        return min(max(wait, Upgrade.quietLimit), Upgrade.callsInFlightLimit)
     }
 
     /// What still passes through the supervisor, if anything (nil: quiet).
