@@ -104,6 +104,14 @@ extension LinksThread {
         }
     }
 
+    /// Callee role: answers the caller's call `id` with `badRequest` (`why`), not handed to the plugin.
+    private func refuse(_ id: UInt64, on link: LinkTable<LinkSocket>.Polled, _ why: String) {
+        var reply = FrameBuilder(kind: .reply)
+        reply.uint("id", id)
+        reply.error(.badRequest, why)
+        _ = link.socket.send(frame: reply.finish(), wait: true)
+    }
+
     /// Callee role: a call (or a `cancel`) from the caller's worker.
     func callArrived(_ link: LinkTable<LinkSocket>.Polled, _ body: UnsafeRawBufferPointer) {
         guard let env = try? Envelope.parse(body, maxDepth: maxDepth), let id = env.id else {
@@ -112,11 +120,7 @@ extension LinksThread {
         switch env.kind {
         case .call:
             guard names(env.target, in: body), let method = env.method, body[method.lowerBound] == UInt8(ascii: "\"") else {
-                var reply = FrameBuilder(kind: .reply)
-                reply.uint("id", id)
-                reply.error(.badRequest, "a call over the link to \(identifier) must name it as its target and have a method")
-                _ = link.socket.send(frame: reply.finish(), wait: true)
-                return
+                return refuse(id, on: link, "a call over the link to \(identifier) must name it as its target and have a method")
             }
             var attached: [Attachment]?
             switch attachments(env, body, link) {
@@ -126,11 +130,7 @@ extension LinksThread {
             // Over the plugin's `limits.maxPayloadMB` (SPEC §13): answered here, not handed to it.
             if let list = attached, let why = host.oversized(list) {
                 for fd in Attachments.descriptors(list) { close(fd) }
-                var reply = FrameBuilder(kind: .reply)
-                reply.uint("id", id)
-                reply.error(.badRequest, why)
-                _ = link.socket.send(frame: reply.finish(), wait: true)
-                return
+                return refuse(id, on: link, why)
             }
             guard let (local, peer, markSlot) = links.table.withLock({ $0.serve(id, on: link.number, input: env.input) }) else {
                 for fd in Attachments.descriptors(attached ?? []) { close(fd) }
