@@ -20,10 +20,9 @@ import SupervisorCore
 /// 3. **Quiet**: the supervisor stops taking new requests from control clients (their bytes wait
 ///    in their sockets, which are handed over unread) and waits until nothing is in flight through
 ///    it: no request to or from a worker, no client call, no link being given back, no plugin
-///    between two phases. Calls in flight are answered first (SPEC §14): while what is in flight
-///    when the wait begins is calls and opens, it lasts up to the latest of their deadlines, at most
-///    `callsInFlightLimit`; anything else (a stream, an event, a start) gets `quietLimit`. Calls
-///    over direct links go on all along: they do not pass through the supervisor.
+///    between two phases. Calls in flight are answered first (SPEC §14): how long it waits is
+///    `QuietWait`'s rule (SupervisorCore). Calls over direct links go on all along: they do not pass
+///    through the supervisor.
 /// 4. **Handover** (Handover.swift): reading stops on every socket, what each frame codec held of a
 ///    frame not yet whole is kept, the seccomp notifier stops between two answers, and the state goes
 ///    into a snapshot (UpgradeSnapshot) in a sealed memfd. Every descriptor it names loses
@@ -50,17 +49,12 @@ struct Quieting {
     var version: String
     var since: NIODeadline
     var tick: RepeatedTask?
-    /// How long it waits for quiet (`Engine.quietWait`).
-    var limit = Upgrade.quietLimit
+    /// How long it waits for quiet (`QuietWait`).
+    var limit = TimeAmount.milliseconds(Int64(QuietWait.quietMs))
 }
 
 /// Things an upgrade does that are not the engine's.
 enum Upgrade {
-    /// How long the supervisor waits for quiet before it gives up (the upgrade fails, nothing lost).
-    static let quietLimit = TimeAmount.seconds(2)
-    /// The longest it waits for calls in flight to be answered (below a client's 30 s for the
-    /// upgrade's own answer, with the new binary's 5 s to take over).
-    static let callsInFlightLimit = TimeAmount.seconds(20)
     /// How long the new binary has to take over (and the check's probe has to answer).
     static let takeoverSeconds: UInt32 = 5
 
@@ -164,7 +158,11 @@ extension Engine {
 
     private func startQuieting(_ quieting: Quieting) {
         var quieting = quieting
-        quieting.limit = quietWait(now: .now)
+        // What is in flight to the workers now decides how long to wait for them (QuietWait).
+        let inFlight = table.liveWorkers.flatMap { worker in
+            worker.pending.values.map { $0.isCall && $0.stream == nil ? QuietWait.InFlight.call(deadline: $0.deadline) : .other }
+        }
+        quieting.limit = .milliseconds(Int64(QuietWait.milliseconds(inFlight, now: .now)))
         control.server?.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
         for connection in control.connections.values {
             connection.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
@@ -204,22 +202,6 @@ extension Engine {
         q.tick = nil
         upgrade = .quieting(q)
         handOver(q)
-    }
-
-    /// How long to wait for quiet from `now`: while every request in flight to a worker is a call
-    /// or an open without a stream, until the latest of their deadlines (at least `quietLimit`, at
-    /// most `callsInFlightLimit`); otherwise `quietLimit`.
-    func quietWait(now: Instant) -> TimeAmount {
-        var latest: Instant?
-        for instance in table.liveWorkers {
-            for request in instance.pending.values {
-                guard request.isCall, request.stream == nil else { return Upgrade.quietLimit }
-                latest = max(latest ?? request.deadline, request.deadline)
-            }
-        }
-        guard let latest, latest != .never else { return latest == nil ? Upgrade.quietLimit : Upgrade.callsInFlightLimit }
-        let wait = TimeAmount.nanoseconds(latest.nanoseconds(since: now))
-        return min(max(wait, Upgrade.quietLimit), Upgrade.callsInFlightLimit)
     }
 
     /// What still passes through the supervisor, if anything (nil: quiet).
