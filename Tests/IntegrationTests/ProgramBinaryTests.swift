@@ -105,4 +105,30 @@ struct ProgramBinaryTests {
         await host.shutdown()
         try await running.value
     }
+
+    @Test("1,000 plugins whose workers cannot be spawned at all: each fails with the reason, and the supervisor is ready and answers (the failures' passes over the plugins once overflowed the event loop's stack, one level a plugin)")
+    func thousandSpawnFailures() async throws {
+        let w = try TestWorld()
+        let library = Build.library("TestKit")
+        for i in 0..<1_000 {
+            let bundle = w.plugins + "/o.many\(i)"
+            try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+            if link(library, bundle + "/libTestKit.so") != 0 { try FileManager.default.copyItem(atPath: library, toPath: bundle + "/libTestKit.so") }
+            try #"{"identifier":"o.many\#(i)","version":"1.0.0","library":"libTestKit.so"}"#.write(toFile: bundle + "/plugin.json", atomically: false, encoding: .utf8)
+        }
+        var configuration = PluginHost.Configuration(pluginFolders: [w.plugins], home: w.home)
+        configuration.binaries = w.home + "/no-binaries-here"
+        configuration.workerStart = .exec
+        var logger = Logger(label: "program-binary-test")
+        logger.logLevel = .critical
+        let host = PluginHost(configuration: configuration, logger: logger)
+        let running = Task { try await host.run() }
+        try await host.waitUntilReady()
+        let all = try await host.status()
+        #expect(all.count == 1_000)
+        #expect(all.allSatisfy { $0.state == "failed" && ($0.lastError ?? "").contains("no-binaries-here/plugin-worker") })
+        await #expect(throws: (any Error).self) { try await host.call("o.many999", "echo", 1, as: Int.self) }
+        await host.shutdown()
+        try await running.value
+    }
 }

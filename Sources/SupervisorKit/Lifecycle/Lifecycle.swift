@@ -39,6 +39,8 @@ final class Lifecycle: SupervisorComponent {
     /// Stops of the current shutdown wave not yet ended: the next wave is worked out once they all
     /// have, not at each worker's end (Stopping.swift).
     var waveStopsLeft = 0
+    /// Whether `startWaitingPlugins` is running, and was asked again from within.
+    private var startPass = StartPass.idle
 
     init(_ shared: Shared) {
         self.shared = shared
@@ -118,9 +120,16 @@ final class Lifecycle: SupervisorComponent {
     /// dependency is running. One whose dependency has failed for good fails too.
     func startWaitingPlugins() {
         loop.preconditionInEventLoop()
+        // Asked from within a pass (a spawn that failed at once fails the plugin, and that asks
+        // for its dependents), the pass under way goes round once more instead of a pass nested in
+        // it: nested, one level a plugin, 1,000 plugins whose workers could not be spawned (no
+        // worker binary, no descriptor left) overflowed the event loop's stack.
+        guard startPass == .idle else { return startPass = .askedAgain }
+        startPass = .running
         var changed = true
         while changed {
             changed = false
+            if startPass == .askedAgain { startPass = .running }
             for record in table.inOrder {
                 let deps = record.dependencyIDs.compactMap { table[$0]?.startFacts }
                 switch StartOrder.step(for: record.startFacts, dependencies: deps, shuttingDown: isShuttingDown) {
@@ -140,9 +149,13 @@ final class Lifecycle: SupervisorComponent {
                     break
                 }
             }
+            if startPass == .askedAgain { changed = true }
         }
+        startPass = .idle
         checkLaunch()
     }
+
+    private enum StartPass { case idle, running, askedAgain }
 
     /// Once every plugin's first start has settled (running, failed, or ended once and now
     /// restarting, or waiting for a dependency whose first start did not make it), every running
