@@ -68,4 +68,27 @@ import Testing
         let object = try #require(try JSONSerialization.jsonObject(with: Data(Self.full().json())) as? [String: Any])
         #expect(Set(object.keys) == Set(properties), "written: \(object.keys.sorted()); properties: \(properties.sorted())")
     }
+
+    @Test("answers kept plugin by plugin: the same bytes as a fresh answer while plugins change, come and go, and the list is asked again unchanged")
+    func answersKept() throws {
+        var answers = PluginStatus.Answers()
+        let full = Self.full()
+        var other = Self.full()
+        other.identifier = "com.example.b"
+        other.timings = ["spawnUs": 1]
+        var lists: [[PluginStatus]] = [[full, other], [full, other], [], [other, full]]
+        var restarted = other
+        restarted.restarts += 1
+        restarted.pid = 99
+        restarted.timings?["spawnUs"] = 2
+        lists.append([full, restarted])
+        var stopped = full
+        stopped.state = "stopped"
+        stopped.pid = nil
+        stopped.timings = nil
+        lists += [[stopped, restarted], [stopped], [full, restarted, other], [full, restarted, other]]
+        for list in lists {
+            #expect(String(decoding: answers.json(list), as: UTF8.self) == String(decoding: PluginStatus.json(list), as: UTF8.self))
+        }
+    }
 }

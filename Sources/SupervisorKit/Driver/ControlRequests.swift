@@ -57,7 +57,7 @@ extension Engine {
     func handle(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, origin: ReplyOrigin) {
         switch kind {
         case .call, .open: callOrOpen(kind, env, bytes, origin)
-        case .status: outbox.respond(origin) { PluginStatus.json(self.statusList()) }
+        case .status: outbox.respond(origin) { self.statusAnswers.json(self.statusList()) }
         case .send: send(env, bytes, origin)
         case .restart:
             guard let target = Envelope.string(bytes, env.target) else {

@@ -5,6 +5,7 @@ import LinuxSupport
 import Logging
 import NIOCore
 import PluginProtocol
+import Protocol
 import NIOPosix
 import SupervisorCore
 
@@ -50,6 +51,8 @@ final class Engine: SeesShared {
     var upgrades = 0
     /// The metrics listener (`metricsListen`), handed over in an upgrade.
     var metricsListener: Channel?
+    /// `status`'s last answer, plugin by plugin: only what changed is written again.
+    var statusAnswers = PluginStatus.Answers()
 
 
     init(config: SupervisorConfig, logger: Logger, group: MultiThreadedEventLoopGroup, preflightPIDs: Guarded<Set<pid_t>>,
