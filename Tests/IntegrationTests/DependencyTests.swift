@@ -45,6 +45,37 @@ struct DependencyTests {
         #expect(try terminated("t.c") < terminated("t.a"))
     }
 
+    @Test("a dependency that fails before its dependents' workers said hello: they fail by it, and the ready line comes")
+    func dependencyFailsBeforeHello() throws {
+        let w = try TestWorld()
+        // Not a library: its worker ends at its dlopen (loadError, no restart), at once.
+        let broken = try w.rawBundle("f.broken", manifest: #"{"identifier":"f.broken","version":"1.0.0","library":"libbroken.so"}"#)
+        try "not a library".write(toFile: broken + "/libbroken.so", atomically: true, encoding: .utf8)
+        // The C example, loaded 300 ms late: its hello comes well after the dependency failed.
+        let example = try String(contentsOfFile: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("examples/CHello/chello.c").path, encoding: .utf8)
+        let slow = try Build.cLibrary("slowhello", source: example + """
+
+            #include <time.h>
+            __attribute__((constructor)) static void slow_load(void) { struct timespec t = {0, 300000000}; nanosleep(&t, 0); }
+            """)
+        try w.bundle("f.after", deps: [Dep("f.broken")], library: slow)
+        try w.bundle("f.last", deps: [Dep("f.after")], library: slow)
+        try w.bundle("f.fine", library: slow)
+        let sv = try RunningSupervisor(w)
+        #expect(sv.stdout.contains("1 plugins running, 3 failed") || sv.stdout.contains("1 plugin running, 3 failed"), "\(sv.stdout)")
+        let status = try sv.status()
+        #expect(status.first { $0.identifier == "f.broken" }?.lastExit?.reason == .loadError)
+        for id in ["f.after", "f.last"] {
+            let p = try #require(status.first { $0.identifier == id })
+            #expect(p.state == "failed" && p.pid == nil, "\(id): \(p.state), pid \(p.pid.map(String.init) ?? "none")")
+            #expect((p.error ?? "").contains("f."), "\(id): \(p.error ?? "no error")")
+        }
+        #expect(status.first { $0.identifier == "f.fine" }?.state == "running")
+        #expect(try sv.cli("stop").code == 0)
+        #expect(try sv.waitForExit() == 0)
+    }
+
     @Test("a cycle is reported whole, a missing dependency and an unmet range name the file; the rest start")
     func cyclesAndMissing() throws {
         let w = try TestWorld()

@@ -131,8 +131,7 @@ final class Lifecycle: SupervisorComponent {
             changed = false
             if startPass == .askedAgain { startPass = .running }
             for record in table.inOrder {
-                let deps = record.dependencyIDs.compactMap { table[$0]?.startFacts }
-                switch StartOrder.step(for: record.startFacts, dependencies: deps, shuttingDown: isShuttingDown) {
+                switch startStep(record) {
                 case .failByDependency(let dependency, let phase)?:
                     effects.now(.life(record, record.life.dependencyFailed(record.identifier, dependency: dependency, dependencyPhase: phase,
                                                           hasWorker: record.instance != nil)))
@@ -156,6 +155,11 @@ final class Lifecycle: SupervisorComponent {
     }
 
     private enum StartPass { case idle, running, askedAgain }
+
+    /// What the start order says to do with `record` now (StartOrder.step).
+    func startStep(_ record: PluginRecord) -> StartOrder.Step? {
+        StartOrder.step(for: record.startFacts, dependencies: record.dependencyIDs.compactMap { table[$0]?.startFacts }, shuttingDown: isShuttingDown)
+    }
 
     /// Once every plugin's first start has settled (running, failed, or ended once and now
     /// restarting, or waiting for a dependency whose first start did not make it), every running

@@ -304,6 +304,11 @@ extension Lifecycle {
             // The new version's dependencies were running when the update began; one went down since.
             let down = instance.manifest.dependencies.map(\.identifier).filter { table[$0]?.phase != .running }
             kill(instance, .startupFailed, "its dependencies \(down.joined(separator: ", ")) are not running")
+        } else if startStep(record) != nil {
+            // A dependency failed (or stopped) before this hello: the pass at that failure saw this
+            // worker unloaded and left it, so it fails by its dependency now. (Otherwise it waits,
+            // loaded, for its dependencies to run.)
+            startWaitingPlugins()
         }
     }
 
