@@ -83,17 +83,22 @@ struct ProgramBinaryTests {
         }
     }
 
-    @Test("a binaries folder without plugin-worker: the plugin fails with an error that says what to set")
-    func missingBinarySaysWhatToSet() async throws {
-        let w = try TestWorld()
-        try w.bundle("o.kit")
-        var configuration = PluginHost.Configuration(pluginFolders: [w.plugins], home: w.home)
-        configuration.binaries = w.home + "/no-binaries-here"
+    /// A host over `world`'s plugins whose `binaries` folder has no plugin-worker, running.
+    static func withoutBinaries(_ world: TestWorld) -> (PluginHost, Task<Void, any Error>) {
+        var configuration = PluginHost.Configuration(pluginFolders: [world.plugins], home: world.home)
+        configuration.binaries = world.home + "/no-binaries-here"
         configuration.workerStart = .exec
         var logger = Logger(label: "program-binary-test")
         logger.logLevel = .critical
         let host = PluginHost(configuration: configuration, logger: logger)
-        let running = Task { try await host.run() }
+        return (host, Task { try await host.run() })
+    }
+
+    @Test("a binaries folder without plugin-worker: the plugin fails with an error that says what to set")
+    func missingBinarySaysWhatToSet() async throws {
+        let w = try TestWorld()
+        try w.bundle("o.kit")
+        let (host, running) = Self.withoutBinaries(w)
         try? await host.waitUntilReady()
         var said = ""
         try await waitUntil("the plugin to fail") {
@@ -116,13 +121,7 @@ struct ProgramBinaryTests {
             if link(library, bundle + "/libTestKit.so") != 0 { try FileManager.default.copyItem(atPath: library, toPath: bundle + "/libTestKit.so") }
             try #"{"identifier":"o.many\#(i)","version":"1.0.0","library":"libTestKit.so"}"#.write(toFile: bundle + "/plugin.json", atomically: false, encoding: .utf8)
         }
-        var configuration = PluginHost.Configuration(pluginFolders: [w.plugins], home: w.home)
-        configuration.binaries = w.home + "/no-binaries-here"
-        configuration.workerStart = .exec
-        var logger = Logger(label: "program-binary-test")
-        logger.logLevel = .critical
-        let host = PluginHost(configuration: configuration, logger: logger)
-        let running = Task { try await host.run() }
+        let (host, running) = Self.withoutBinaries(w)
         try await host.waitUntilReady()
         let all = try await host.status()
         #expect(all.count == 1_000)
