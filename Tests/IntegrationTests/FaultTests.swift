@@ -373,6 +373,24 @@ struct FaultTests {
         }
     }
 
+    @Test("a log line whose metadata holds numbers, booleans, null, arrays and objects is written with them (a number as a number in JSON logs), never in another plugin's name, and its worker runs on")
+    func logMetadataOfAnyJSON() throws {
+        let w = try TestWorld()
+        try w.bundle("l.any", library: try Self.hostile(), extra: ["restart": "never"])
+        let sv = try RunningSupervisor(w, args: ["--log-format", "json"])
+        let r = try sv.cli("call", "l.any", "logAnyJSON", "{}")
+        #expect(r.code == 0, "\(r.err)")
+        let line = try sv.waitFor("the plugin's line") { sv.log.split(separator: "\n").first { $0.contains("metadata of every kind") } }
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(line)")
+        #expect(object["count"] as? Int == 3 && object["ratio"] as? Double == 0.5, "\(line)")
+        #expect(object["ok"] as? String == "true" && object["none"] as? String == "null" && object["name"] as? String == "plain", "\(line)")
+        #expect(object["where.file"] as? String == "x.c" && object["where.line"] as? Int == 7, "\(line)")
+        #expect((object["tags"] as? [Any]).map { "\($0)" } == #"["a", 1]"#, "\(line)")
+        #expect(object["plugin"] as? String == "l.any", "\(line)")
+        let p = try sv.plugin("l.any")
+        #expect(p.state == "running" && p.lastExit == nil, "\(p)")
+    }
+
     @Test("dependents hear dependencyRestarted; with restartDependents they restart too")
     func dependents() throws {
         let w = try TestWorld()

@@ -88,11 +88,12 @@ extension Router {
                 logger.warning("dropped \(droppedBefore) log messages over \(Self.logsPerSecond)/s", metadata: ["plugin": "\(instance.identifier)"])
             }
         }
-        guard let log = try? ProtocolJSON.decode(LogMessage.self, from: bytes) else {
-            return violated(instance, "malformed log message")
+        guard let log = try? ProtocolJSON.decode(PluginLogLine.self, from: bytes) else {
+            return violated(instance, "malformed log message: its level or message is missing or not a string, or its metadata is not an object")
         }
         var meta: Logger.Metadata = ["plugin": "\(instance.identifier)"]
-        for (k, v) in log.metadata ?? [:] { meta[k] = "\(v)" }
+        // `plugin` is the supervisor's to say: a plugin cannot write lines in another's name.
+        for (k, v) in log.metadata ?? [:] where k != "plugin" { meta[k] = v.logged }
         logger.log(level: Logger.Level(rawValue: log.level) ?? .info, "\(log.message)", metadata: meta)
     }
 }

@@ -3,7 +3,7 @@
  * Each method tries one thing and answers {"rc": <return>, "errno": <errno>} when it survives it;
  * the fatal ones end the worker instead (the supervisor records sandboxViolation + the syscall).
  * The misbehaviours for the fault tests (segv, abort, hang, alloc, stdoutFlood, socketFlood, garbage, garbageThenReply,
- * giant, exit3, exit0, forkbomb, blockLoop) live here too.
+ * giant, exit3, exit0, forkbomb, blockLoop, logAnyJSON) live here too.
  * If the bundle holds a file named `ctor-action`, that action also runs in the library constructor,
  * before sp_plugin_create; its outcome is returned by the method "ctorResult". The action
  * `announce` there counts the library's loads instead (see announce()).
@@ -255,6 +255,12 @@ static void attack(const char *what, const char *path, long number, char *out, s
         const char *junk = "{this is not json";
         rc = g_host->send(g_host->ctx, (const uint8_t *)junk, strlen(junk));
         usleep(200000);
+    } else if (!strcmp(what, "logAnyJSON")) {
+        /* A log line whose metadata values are JSON of every kind, not only strings. */
+        const char *line = "{\"type\":\"log\",\"level\":\"notice\",\"message\":\"metadata of every kind\","
+                           "\"metadata\":{\"count\":3,\"ratio\":0.5,\"ok\":true,\"none\":null,\"tags\":[\"a\",1],"
+                           "\"where\":{\"file\":\"x.c\",\"line\":7},\"name\":\"plain\",\"plugin\":\"some.other\"}}";
+        rc = g_host->send(g_host->ctx, (const uint8_t *)line, strlen(line));
     } else if (!strcmp(what, "giant")) {
         /* Straight onto the protocol socket: a header announcing 2 GiB. */
         unsigned char header[4] = { 0x7f, 0xff, 0xff, 0xff };
