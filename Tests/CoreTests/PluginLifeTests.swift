@@ -231,6 +231,34 @@ import SupervisorCore
         #expect(!waiting.dependencyFailed("p", dependency: "q", dependencyPhase: .stopped, hasWorker: false).contains(.stop))
     }
 
+    @Test func aDependencyMissingFailsItAsNotInstalled() {
+        var life = PluginLife(phase: .waiting)
+        _ = life.dependencyFailed("p", dependency: "gone", dependencyPhase: nil, hasWorker: false)
+        #expect(life.phase == .failed(byDependency: true) && life.problem == "dependency gone is not installed")
+    }
+
+    @Test func failedByADependencyThatCameBackWhileItsWorkerStoppedItStartsAgain() {
+        let stopped = PluginLife.Ending(status: ExitStatus(reason: .stopped), described: "stopped", abnormal: false, afterStop: true, everRan: false)
+        var back = PluginLife(phase: .starting)
+        _ = back.dependencyFailed("p", dependency: "q", dependencyPhase: .failed(byDependency: false), hasWorker: true)
+        var context = Self.context()
+        context.dependenciesRunning = true
+        let actions = ended(&back, stopped, context)
+        #expect(back.phase == .waiting && back.problem == nil)
+        #expect(actions.last == .startWaitingPlugins)
+        // Its dependency is still down: it stays failed by it.
+        var still = PluginLife(phase: .starting)
+        _ = still.dependencyFailed("p", dependency: "q", dependencyPhase: .failed(byDependency: false), hasWorker: true)
+        #expect(!ended(&still, stopped).contains(.startWaitingPlugins))
+        #expect(still.phase == .failed(byDependency: true) && still.problem == "dependency q is failed")
+        // Nor at shutdown.
+        var shutdown = PluginLife(phase: .starting)
+        _ = shutdown.dependencyFailed("p", dependency: "q", dependencyPhase: .failed(byDependency: false), hasWorker: true)
+        context.shuttingDown = true
+        _ = ended(&shutdown, stopped, context)
+        #expect(shutdown.phase == .failed(byDependency: true))
+    }
+
     @Test func anUpdateTakesOverEvenAfterTheOldWorkerCrashed() {
         var life = Self.running()
         life.problem = "an old problem"

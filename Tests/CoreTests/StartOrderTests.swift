@@ -30,6 +30,15 @@ import SupervisorCore
                 "a dependency stopped by the shutdown fails nobody")
     }
 
+    @Test func aDependencyNoLongerInstalledFailsIt() {
+        let parked = P(identifier: "p", phase: .starting, dependencies: ["a", "gone"], parked: true, hasWorker: true)
+        let a = P(identifier: "a", phase: .running)
+        #expect(StartOrder.step(for: parked, dependencies: [a], shuttingDown: false) == .failByDependency(dependency: "gone", phase: nil))
+        #expect(StartOrder.step(for: P(identifier: "w", phase: .waiting, dependencies: ["gone"]), dependencies: [], shuttingDown: false)
+            == .failByDependency(dependency: "gone", phase: nil))
+        #expect(StartOrder.step(for: parked, dependencies: [a], shuttingDown: true) == nil, "nothing fails at shutdown")
+    }
+
     @Test func aPluginThatRunsOrHasNoParkedWorkerIsLeftAlone() {
         #expect(StartOrder.step(for: P(identifier: "p", phase: .running, hasWorker: true), dependencies: [], shuttingDown: false) == nil)
         #expect(StartOrder.step(for: P(identifier: "p", phase: .starting, hasWorker: true), dependencies: [], shuttingDown: false) == nil,
@@ -52,6 +61,21 @@ import SupervisorCore
         #expect(StartOrder.firstStartSettled(P(identifier: "p", phase: .waiting, dependencies: ["d"]), lookup: lookup))
         #expect(!StartOrder.firstStartSettled(P(identifier: "q", phase: .waiting, dependencies: ["up"]), lookup: lookup),
                 "its dependency runs: it will start soon")
+    }
+
+    @Test func aLoadedPluginWaitingForADependencyThatDidNotMakeItIsSettled() {
+        let plugins = ["d": P(identifier: "d", phase: .restarting, hasExited: true), "slow": P(identifier: "slow", phase: .starting),
+                       "up": P(identifier: "up", phase: .running)]
+        let lookup: (String) -> P? = { plugins[$0] }
+        // Spawned at once beside its dependency, loaded, and waiting for `startup`: it does not hold
+        // the ready line through its dependency's restarts.
+        #expect(StartOrder.firstStartSettled(P(identifier: "p", phase: .starting, dependencies: ["d"], parked: true, hasWorker: true), lookup: lookup))
+        #expect(!StartOrder.firstStartSettled(P(identifier: "p", phase: .starting, dependencies: ["slow"], parked: true, hasWorker: true), lookup: lookup),
+                "its dependency's first start is not over")
+        #expect(!StartOrder.firstStartSettled(P(identifier: "p", phase: .starting, dependencies: ["d"], hasWorker: true), lookup: lookup),
+                "not loaded yet: its own first start is not over")
+        #expect(!StartOrder.firstStartSettled(P(identifier: "p", phase: .starting, dependencies: ["up"], parked: true, hasWorker: true), lookup: lookup),
+                "its dependency runs: it gets startup")
     }
 
     @Test func aWaitingCycleDoesNotLoop() {

@@ -76,6 +76,35 @@ struct DependencyTests {
         #expect(try sv.waitForExit() == 0)
     }
 
+    @Test("a dependency removed, or made unstartable, by a rescan while its dependent waits for it: the dependent fails by it, and the ready line comes",
+          arguments: ["removed", "unstartable"])
+    func dependencyGoneWhileItsDependentWaits(_ change: String) throws {
+        let w = try TestWorld()
+        let dependency = try w.bundle("g.dep")
+        try "3000".write(toFile: dependency + "/startup-delay-ms", atomically: true, encoding: .utf8)
+        try w.bundle("g.user", deps: [Dep("g.dep")])
+        try w.bundle("g.fine")
+        let sv = try RunningSupervisor(w, waitForReady: false)
+        try sv.waitUntil("g.user loaded, waiting for g.dep") {
+            guard let p = try? sv.plugin("g.user") else { return false }
+            return p.state == "starting" && !p.sandbox.isEmpty
+        }
+        if change == "removed" {
+            try FileManager.default.removeItem(atPath: dependency)
+        } else {
+            try #"{"identifier":"g.dep","version":"1.0.0","library":"libTestKit.so","dependencies":["no.such"]}"#
+                .write(toFile: dependency + "/plugin.json", atomically: true, encoding: .utf8)
+        }
+        sv.signal(SIGHUP)
+        try sv.waitForReady(timeout: 10)
+        let user = try sv.plugin("g.user")
+        #expect(user.state == "failed" && user.pid == nil, "\(user.state)")
+        #expect(user.error == (change == "removed" ? "dependency g.dep is not installed" : "dependency g.dep is failed"), "\(user.error ?? "no error")")
+        #expect(try sv.plugin("g.fine").state == "running")
+        #expect(try sv.cli("stop").code == 0)
+        #expect(try sv.waitForExit() == 0)
+    }
+
     @Test("a cycle is reported whole, a missing dependency and an unmet range name the file; the rest start")
     func cyclesAndMissing() throws {
         let w = try TestWorld()

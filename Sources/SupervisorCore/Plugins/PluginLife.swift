@@ -84,15 +84,19 @@ package struct PluginLife: Sendable {
         package var idleStopAfterMs: Int?
         /// An update of this plugin is within its grace period (it can be rolled back).
         package var updateGraceOpen = false
+        /// Every dependency of the plugin runs now.
+        package var dependenciesRunning = false
 
         package init(identifier: String, restartPolicy: Manifest.RestartPolicy, shuttingDown: Bool = false,
-                     successorComing: Bool = false, updateGraceOpen: Bool = false, idleStopAfterMs: Int? = nil) {
+                     successorComing: Bool = false, updateGraceOpen: Bool = false, idleStopAfterMs: Int? = nil,
+                     dependenciesRunning: Bool = false) {
             self.identifier = identifier
             self.restartPolicy = restartPolicy
             self.shuttingDown = shuttingDown
             self.successorComing = successorComing
             self.updateGraceOpen = updateGraceOpen
             self.idleStopAfterMs = idleStopAfterMs
+            self.dependenciesRunning = dependenciesRunning
         }
     }
 
@@ -155,6 +159,13 @@ package struct PluginLife: Sendable {
         let discard = Action.discardStandby(because: "\(context.identifier) is not restarted at once")
         if phase == .failed(byDependency: true) {
             actions += [.log(.info, "\(context.identifier) stopped: \(problem ?? "a dependency failed")"), .runExitCallbacks, discard]
+            // Its dependencies came back while this worker was stopping (their notice passes over
+            // a plugin that still has a worker): it starts again, as it would have without one.
+            if context.dependenciesRunning, !context.shuttingDown {
+                _ = move(to: .waiting)
+                problem = nil
+                actions += [.log(.info, "\(context.identifier) starts again: its dependencies run"), .startWaitingPlugins]
+            }
             return actions
         }
         if idleStop, let idleMs = context.idleStopAfterMs {
@@ -263,9 +274,9 @@ package struct PluginLife: Sendable {
 
     /// A dependency it needs has failed, or stopped for good: it fails too (`byDependency`: it is
     /// tried again when that dependency runs), and its worker, if it has one, is stopped.
-    package mutating func dependencyFailed(_ identifier: String, dependency: String, dependencyPhase: PluginPhase, hasWorker: Bool) -> [Action] {
+    package mutating func dependencyFailed(_ identifier: String, dependency: String, dependencyPhase: PluginPhase?, hasWorker: Bool) -> [Action] {
         _ = move(to: .failed(byDependency: true))
-        let why = "dependency \(dependency) is \(dependencyPhase.shown)"
+        let why = "dependency \(dependency) is \(dependencyPhase?.shown ?? "not installed")"
         problem = why
         return [.log(.error, "\(identifier) will not start: \(why)"), .announceFailed] + (hasWorker ? [.stop] : []) + [.settleWaiters(why)]
     }

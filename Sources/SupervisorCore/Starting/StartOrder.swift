@@ -32,20 +32,27 @@ package enum StartOrder {
     package enum Step: Equatable, Sendable {
         /// A dependency is `inactive` (SPEC §16): it is activated first, for this dependent.
         case activate(dependency: String)
-        /// A dependency failed, or stopped outside a shutdown: it fails too (`PluginLife.dependencyFailed`).
-        case failByDependency(dependency: String, phase: PluginPhase)
+        /// A dependency failed, or stopped outside a shutdown, or is no longer installed (`phase`
+        /// nil: a rescan or an uninstall removed it while this plugin was coming up): it fails too
+        /// (`PluginLife.dependencyFailed`).
+        case failByDependency(dependency: String, phase: PluginPhase?)
         /// Spawn its worker.
         case spawn
         /// Its dependencies run: send `startup` to its parked worker.
         case startup
     }
 
-    /// The step for `plugin`, given its dependencies as they are now (a missing one is skipped:
-    /// the catalog made such a plugin unstartable already). Nil: nothing to do yet.
+    /// The step for `plugin`, given those of its dependencies that are installed, as they are now.
+    /// Nil: nothing to do yet.
     package static func step(for plugin: Plugin, dependencies: [Plugin], shuttingDown: Bool) -> Step? {
         guard plugin.phase == .waiting || (plugin.phase.isStarting && plugin.parked) else { return nil }
         if let dead = dependencies.first(where: { $0.phase.isFailed || ($0.phase == .stopped && !shuttingDown) }) {
             return .failByDependency(dependency: dead.identifier, phase: dead.phase)
+        }
+        // One that is gone: the catalog refuses a plugin whose dependency is missing, but a rescan
+        // or an uninstall may remove the dependency while this plugin is coming up.
+        if !shuttingDown, let gone = plugin.dependencies.first(where: { id in !dependencies.contains { $0.identifier == id } }) {
+            return .failByDependency(dependency: gone, phase: nil)
         }
         if let idle = dependencies.first(where: { $0.phase == .inactive }) { return .activate(dependency: idle.identifier) }
         if plugin.phase == .waiting { return .spawn }
@@ -65,14 +72,23 @@ package enum StartOrder {
         switch plugin.phase {
         // An inactive plugin is ready as it is: nothing of it runs until it is needed (SPEC §16).
         case .running, .failed, .stopped, .inactive: return true
-        case .starting, .restarting: return plugin.hasRun || plugin.hasExited
+        case .starting, .restarting:
+            if plugin.hasRun || plugin.hasExited { return true }
+            // Loaded and waiting for `startup` until its dependencies run: as a waiting plugin.
+            return plugin.phase.isStarting && plugin.parked && waitsOnSettled(plugin, lookup: lookup, seen: &seen)
         case .waiting:
-            // A cycle never starts (the catalog refuses it); followed once, it settles nothing.
-            guard seen.insert(plugin.identifier).inserted else { return false }
-            return plugin.dependencies.contains { id in
-                guard let dependency = lookup(id) else { return true }
-                return dependency.phase != .running && settled(dependency, lookup: lookup, seen: &seen)
-            }
+            return waitsOnSettled(plugin, lookup: lookup, seen: &seen)
+        }
+    }
+
+    /// Whether one of `plugin`'s dependencies is not running and its own first start is over (it
+    /// failed, or restarts: it may be long).
+    private static func waitsOnSettled(_ plugin: Plugin, lookup: (String) -> Plugin?, seen: inout Set<String>) -> Bool {
+        // A cycle never starts (the catalog refuses it); followed once, it settles nothing.
+        guard seen.insert(plugin.identifier).inserted else { return false }
+        return plugin.dependencies.contains { id in
+            guard let dependency = lookup(id) else { return true }
+            return dependency.phase != .running && settled(dependency, lookup: lookup, seen: &seen)
         }
     }
 

@@ -30,7 +30,10 @@ extension Engine {
         case .activate(let record, let trigger): lifecycle.activate(record, by: trigger)
         case .stopIdle(let record):
             if let instance = record.instance { lifecycle.stopWorker(record, instance) {} } else { record.idleStopping = nil }
-        case .forget(let record, let reason): router.forget(record, because: reason)
+        case .forget(let record, let reason):
+            router.forget(record, because: reason)
+            // Its dependents still coming up fail by it now (they waited for it to run).
+            lifecycle.startWaitingPlugins()
         case .replay(let kind, let target, let frame, let origin): replay(kind, to: target, frame, origin)
 
         // Installs'.

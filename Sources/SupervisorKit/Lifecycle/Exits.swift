@@ -147,7 +147,7 @@ extension Lifecycle {
     func circumstances(_ record: PluginRecord) -> PluginLife.Circumstances {
         PluginLife.Circumstances(identifier: record.identifier, restartPolicy: record.manifest.restart, shuttingDown: isShuttingDown,
                                  successorComing: record.successor != nil, updateGraceOpen: record.update.withinGrace(now: .now),
-                                 idleStopAfterMs: record.idleStopping)
+                                 idleStopAfterMs: record.idleStopping, dependenciesRunning: table.dependenciesRunning(record))
     }
 
     static func jitter() -> Double { Double.random(in: 0.8...1.2) }

@@ -87,6 +87,8 @@ extension Lifecycle {
                     move(existing, to: .failed(byDependency: false))
                     existing.problem = reason
                     events.failed(existing)
+                    // Its dependents still coming up fail by it now (they waited for it to run).
+                    startWaitingPlugins()
                 }
             case .restart(let manifest, let cured):
                 guard let existing = table[id] else { continue }
