@@ -36,13 +36,45 @@ import SupervisorCore
         #expect(credit.grantAnswer(1) == "credit for a call that did not ask for a stream (\"stream\": true)")
     }
 
-    @Test func inputWaitsForItsReadersFirstWindow() {
+    @Test func theCallerMaySendTheInitialWindowWhichIsHeldUntilTheCalleeGrantsRoom() {
         var credit = StreamCredit(answers: false, input: true)
-        #expect(credit.inputChunk(seq: 0, end: false, hasData: true) == .refused("input chunk 0 beyond the credit its reader granted"))
+        let window = UInt64(StreamFrames.initialCredit)
+        for seq in 0..<window { #expect(credit.inputChunk(seq: seq, end: false, hasData: true) == .hold(seq: seq)) }
+        #expect(credit.inputChunk(seq: window, end: false, hasData: true) == .refused("input chunk \(window) beyond the credit its reader granted"))
+        #expect(credit.input?.held == StreamFrames.initialCredit)
+        // The callee grants 4: the 4 oldest go on; the caller may send 4 more, held behind the rest.
+        #expect(credit.grantInput(4, what: "call 1") == nil)
+        #expect(credit.releaseHeld() == (chunks: 4, end: false))
+        #expect(credit.inputChunk(seq: window, end: false, hasData: true) == .hold(seq: window))
+        #expect(credit.input?.held == StreamFrames.initialCredit - 3)
+        // The end waits behind what is held, and goes once they have.
+        #expect(credit.inputChunk(seq: window + 1, end: true, hasData: false) == .endHeld(count: window + 1))
+        #expect(credit.grantInput(100, what: "call 1") == nil)
+        #expect(credit.releaseHeld() == (chunks: StreamFrames.initialCredit - 3, end: true))
+        #expect(credit.releaseHeld() == (chunks: 0, end: false), "released once")
+    }
+
+    @Test func withRoomAndNothingHeldAChunkGoesOnAtOnce() {
+        var credit = StreamCredit(answers: false, input: true)
         #expect(credit.grantInput(2, what: "call 1") == nil)
         #expect(credit.inputChunk(seq: 0, end: false, hasData: true) == .chunk(seq: 0))
         #expect(credit.inputChunk(seq: 1, end: false, hasData: true) == .chunk(seq: 1))
-        #expect(credit.inputChunk(seq: 2, end: false, hasData: true) == .refused("input chunk 2 beyond the credit its reader granted"))
+        #expect(credit.inputChunk(seq: 2, end: false, hasData: true) == .hold(seq: 2), "no room left: held")
+        #expect(credit.inputChunk(seq: 3, end: true, hasData: false) == .endHeld(count: 3))
+    }
+
+    @Test func beforeTheCallIsForwardedEverythingIsHeldEvenTheEnd() {
+        var credit = StreamCredit(answers: true, input: true, forwarded: false)
+        #expect(credit.inputChunk(seq: 0, end: true, hasData: false) == .endHeld(count: 0))
+        #expect(credit.grantAnswer(8) == nil)
+        #expect(credit.answerCreditBeyondInitial == 8)
+        credit.callForwarded()
+        #expect(credit.releaseHeld() == (chunks: 0, end: true), "an empty input's end goes right after the call")
+        var waiting = StreamCredit(answers: false, input: true, forwarded: false)
+        #expect(waiting.grantInput(5, what: "call 2") == nil)
+        #expect(waiting.inputChunk(seq: 0, end: false, hasData: true) == .hold(seq: 0), "held while the call waits, room or not")
+        waiting.callForwarded()
+        #expect(waiting.releaseHeld() == (chunks: 1, end: false))
     }
 
     @Test func theInputEndsOnceAndNothingFollows() {
@@ -62,8 +94,32 @@ import SupervisorCore
         _ = credit.grantInput(3, what: "call 1")
         #expect(credit.inputChunk(seq: 5, end: false, hasData: true) == .refused("input chunk 5, expected 0"))
         #expect(credit.inputChunk(seq: 0, end: false, hasData: false) == .refused("an input chunk without data"))
-        #expect(credit.input?.credit == 3, "refused chunks take no credit")
+        #expect(credit.input?.credit == StreamFrames.initialCredit + 3 && credit.input?.room == 3, "refused chunks take no credit")
         #expect(credit.grantInput(0, what: "call 1") != nil)
+    }
+
+    @Test func whatTheSupervisorHoldsNeverExceedsTheInitialWindow() {
+        // Random grants from the callee and chunks from a caller that sends all it may: the
+        // supervisor holds at most the initial window, and passes on no more than was granted.
+        var rng = SplitMix(seed: 7)
+        var credit = StreamCredit(answers: false, input: true)
+        var granted = 0, passed = 0, seq: UInt64 = 0
+        for _ in 0..<5_000 {
+            if rng.next() % 3 == 0 {
+                let n = Int(rng.next() % 6) + 1
+                if credit.grantInput(UInt64(n), what: "call 1") == nil { granted += n }
+                passed += credit.releaseHeld().chunks
+            } else {
+                switch credit.inputChunk(seq: seq, end: false, hasData: true) {
+                case .chunk: passed += 1; seq += 1
+                case .hold: seq += 1
+                default: break
+                }
+            }
+            #expect((credit.input?.held ?? 0) <= StreamFrames.initialCredit)
+            #expect(passed <= granted)
+            #expect(Int(seq) - passed == credit.input?.held)
+        }
     }
 
     @Test func aProducerNeverGetsMoreThanItsReaderGranted() {

@@ -42,7 +42,9 @@ extension Engine {
             case .chunk, .credit:
                 // Its call's input, or credit for its answer (Routing/Streams.swift); a call that
                 // ended meanwhile is past caring.
-                if let entry = connection.inFlight[id], let why = router.fromCaller(kind, entry, env, bytes) {
+                if let entry = connection.inFlight[id] {
+                    if let why = router.fromCaller(kind, entry, env, bytes) { control.drop(connection, ErrorBody(.protocolViolation, why)) }
+                } else if let early = connection.waitingStreams[id], let why = router.whileWaiting(kind, early, env, bytes) {
                     control.drop(connection, ErrorBody(.protocolViolation, why))
                 }
             default:

@@ -13,6 +13,7 @@ extension Outbox {
         case .client(let connection, let id):
             connection.answered()
             connection.inFlight[id] = nil
+            connection.waitingStreams[id] = nil
             guard !connection.closed else { return }
             write(errorFrame(id: id, error, for: connection.channel), to: connection.channel)
         case .plugin(let caller, let id):

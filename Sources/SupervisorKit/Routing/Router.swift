@@ -47,13 +47,16 @@ final class Router: SupervisorComponent {
         let metrics = callMetrics(of: record)
         switch Route.decide(record.routeTarget, named: target, shuttingDown: isShuttingDown) {
         case .forward: break
-        case .wait: return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload, attempts: attempts)
+        case .wait:
+            if let refused = enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload,
+                                     attempts: attempts) { return refused }
+            return waitsWithItsStream(kind, env, origin)
         case .activate:
             // It waits, as for a starting plugin, and the plugin comes up for it (SPEC §16).
             if let refused = enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload,
                                      attempts: attempts) { return refused }
             effects.post(.activate(record, by: kind.rawValue))
-            return nil
+            return waitsWithItsStream(kind, env, origin)
         case .refuse(let error):
             metrics.count(.unavailable)
             return error
@@ -93,6 +96,9 @@ final class Router: SupervisorComponent {
         case .local: break
         }
         outbox.write(frame, to: channel)
+        if let flow, case .client(let connection, let clientID) = origin, let early = connection.waitingStreams.removeValue(forKey: clientID) {
+            adopt(early, into: flow, id: id, to: channel)
+        }
         // A plugin's call has reached its dependency (now, or from the wait queue once it runs):
         // the next ones may go over a peer link.
         if kind == .call, case .plugin(let caller, _) = origin { offerLink(from: caller, to: target) }

@@ -15,6 +15,9 @@ final class StreamFlow {
     let idleMs: Int
     let callDeadline: Instant
     let counters: StreamCounters
+    /// Input chunks the caller sent beyond the callee's room, oldest first (`StreamCredit.Input`:
+    /// at most the initial window).
+    var heldInput: [HeldChunk] = []
 
     init(answers: Bool, input: Bool, idleMs: Int, callDeadline: Instant, counters: StreamCounters) {
         credit = StreamCredit(answers: answers, input: input)
@@ -85,21 +88,21 @@ extension Router {
         }
         guard env.input else { return "an answer chunk from the caller (input chunks carry \"input\": true)" }
         let element = StreamFrames.element(of: env)
-        let seq: UInt64
         switch flow.credit.inputChunk(seq: env.seq, end: env.end, hasData: element != nil) {
         case .refused(let why): return why
         case .end(let count):
             outbox.write(StreamFrames.inputEnd(id: entry.id, count: count, into: channel.allocator.buffer(capacity: 64)), to: channel)
-            return nil
-        case .chunk(let passed): seq = passed
+        case .endHeld:
+            break
+        case .chunk(let seq):
+            guard let (data, isBytes) = element else { return "an input chunk without data" }
+            callee.pending[entry.id]?.deadline = flow.deadline(after: .now)
+            passInput(seq: seq, UnsafeRawBufferPointer(rebasing: bytes[data]), isBytes: isBytes, id: entry.id, flow, to: channel)
+        case .hold(let seq):
+            guard let (data, isBytes) = element else { return "an input chunk without data" }
+            callee.pending[entry.id]?.deadline = flow.deadline(after: .now)
+            flow.heldInput.append(HeldChunk(seq: seq, bytes: UnsafeRawBufferPointer(rebasing: bytes[data]), isBytes: isBytes))
         }
-        guard let (data, isBytes) = element else { return "an input chunk without data" }
-        flow.counters.input.increment()
-        callee.pending[entry.id]?.deadline = flow.deadline(after: .now)
-        let raw = UnsafeRawBufferPointer(rebasing: bytes[data])
-        let buffer = channel.allocator.buffer(capacity: raw.count + 96)
-        outbox.write(isBytes ? StreamFrames.bytesChunk(id: entry.id, seq: seq, bytes: raw, input: true, into: buffer)
-                             : StreamFrames.chunk(id: entry.id, seq: seq, data: raw, input: true, into: buffer), to: channel)
         return nil
     }
 
@@ -167,6 +170,7 @@ extension Router {
         guard let flow = request.stream else { return "input credit for \(request.what) \(id), which came without input" }
         if let refused = flow.credit.grantInput(env.n, what: "\(request.what) \(id)") { return refused }
         guard let n = env.n else { return nil }
+        if let channel = instance.channel { releaseHeldInput(flow, id: id, to: channel) }
         switch request.origin {
         case .client(let connection, let clientID):
             guard !connection.closed else { return nil }

@@ -186,6 +186,8 @@ final class ControlConnection {
     }
     /// Its forwarded calls in flight: its id → (the callee, the callee's id), cancelled if it goes away.
     var inFlight: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
+    /// Its calls with a stream that wait for their plugin, and what it sent for them meanwhile.
+    var waitingStreams: [UInt64: EarlyStream] = [:]
     /// Its `events` requests being followed (EventHub), by id.
     var following: Set<UInt64> = []
     /// The host methods it provides (HostMethods), and the plugins' calls of them it has not answered,

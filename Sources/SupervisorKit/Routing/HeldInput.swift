@@ -1,0 +1,97 @@
+import NIOCore
+import PluginProtocol
+import SupervisorCore
+
+/// An input chunk the supervisor holds for its callee (SPEC §13: a caller may send the first 16
+/// chunks of its input before any grant; `StreamCredit.Input`): its element, copied.
+struct HeldChunk {
+    var seq: UInt64
+    var bytes: [UInt8]
+    var isBytes: Bool
+
+    init(seq: UInt64, bytes: UnsafeRawBufferPointer, isBytes: Bool) {
+        self.seq = seq
+        self.bytes = Array(bytes)
+        self.isBytes = isBytes
+    }
+}
+
+/// What a control client sent for its call with a stream while the call waited for its plugin (a
+/// plugin starting, or activated for it): the input's first window and its end, and answer credit
+/// beyond the initial window. Kept on the connection under the client's id until the call goes to
+/// the plugin (`Router.forward` adopts it) or is answered without going.
+final class EarlyStream {
+    var credit: StreamCredit
+    var held: [HeldChunk] = []
+
+    init(answers: Bool, input: Bool) {
+        credit = StreamCredit(answers: answers, input: input, forwarded: false)
+    }
+}
+
+extension Router {
+    /// A client's call with a stream waits for its plugin: what the client sends for it meanwhile
+    /// is kept (`whileWaiting`). Nil: nothing to answer now.
+    func waitsWithItsStream(_ kind: MessageKind, _ env: Envelope, _ origin: ReplyOrigin) -> ErrorBody? {
+        guard kind == .call, env.stream || env.input, case .client(let connection, let clientID) = origin,
+              connection.waitingStreams[clientID] == nil else { return nil }
+        connection.waitingStreams[clientID] = EarlyStream(answers: env.stream, input: env.input)
+        return nil
+    }
+
+    /// A client's chunk or credit for its call `id` that waits for its plugin, kept in `early`;
+    /// the reason when it may not send it (as for a call in flight).
+    func whileWaiting(_ kind: MessageKind, _ early: EarlyStream, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> String? {
+        if kind == .credit {
+            guard !env.input else { return "input credit from the caller (the callee grants it)" }
+            return early.credit.grantAnswer(env.n)
+        }
+        if let why = StreamFrames.bytesProblem(of: env, in: bytes) { return why }
+        guard env.input else { return "an answer chunk from the caller (input chunks carry \"input\": true)" }
+        let element = StreamFrames.element(of: env)
+        switch early.credit.inputChunk(seq: env.seq, end: env.end, hasData: element != nil) {
+        case .refused(let why): return why
+        case .hold(let seq):
+            guard let (data, isBytes) = element else { return "an input chunk without data" }
+            early.held.append(HeldChunk(seq: seq, bytes: UnsafeRawBufferPointer(rebasing: bytes[data]), isBytes: isBytes))
+        case .end, .endHeld, .chunk:
+            // Nothing goes on before the call does: the end is held (`forwarded` is false).
+            break
+        }
+        return nil
+    }
+
+    /// The call goes to the callee now, under `id` on `channel`: what its client sent while it
+    /// waited becomes the stream's (answer credit beyond the initial window is told at once; held
+    /// input goes as the callee grants room).
+    func adopt(_ early: EarlyStream, into flow: StreamFlow, id: UInt64, to channel: Channel) {
+        flow.credit = early.credit
+        flow.credit.callForwarded()
+        flow.heldInput = early.held
+        let extra = flow.credit.answerCreditBeyondInitial
+        if extra > 0 { outbox.write(StreamFrames.credit(id: id, n: UInt64(extra), into: channel.allocator.buffer(capacity: 48)), to: channel) }
+        releaseHeldInput(flow, id: id, to: channel)
+    }
+
+    /// Held input the callee now has room for goes to it, oldest first, then the input's end if
+    /// it waited behind them.
+    func releaseHeldInput(_ flow: StreamFlow, id: UInt64, to channel: Channel) {
+        let (chunks, end) = flow.credit.releaseHeld()
+        for chunk in flow.heldInput.prefix(chunks) {
+            chunk.bytes.withUnsafeBytes { passInput(seq: chunk.seq, $0, isBytes: chunk.isBytes, id: id, flow, to: channel) }
+        }
+        flow.heldInput.removeFirst(chunks)
+        if end, let count = flow.credit.input?.seq {
+            outbox.write(StreamFrames.inputEnd(id: id, count: count, into: channel.allocator.buffer(capacity: 64)), to: channel)
+        }
+    }
+
+    /// Input chunk `seq` to the callee, under its `id` there: `raw`, its JSON `data` or (`isBytes`)
+    /// its inline bytes.
+    func passInput(seq: UInt64, _ raw: UnsafeRawBufferPointer, isBytes: Bool, id: UInt64, _ flow: StreamFlow, to channel: Channel) {
+        flow.counters.input.increment()
+        let buffer = channel.allocator.buffer(capacity: raw.count + 96)
+        outbox.write(isBytes ? StreamFrames.bytesChunk(id: id, seq: seq, bytes: raw, input: true, into: buffer)
+                             : StreamFrames.chunk(id: id, seq: seq, data: raw, input: true, into: buffer), to: channel)
+    }
+}
