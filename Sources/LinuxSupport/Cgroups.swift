@@ -164,13 +164,20 @@ public final class CgroupTree: Sendable {
         }
     }
 
-    /// A new group named `name` with `limits`. Throws what could not be made or set (the half-made
-    /// group is removed).
-    public func makeGroup(_ name: String, limits: CgroupLimits) throws(SystemError) -> CgroupGroup {
+    /// A new group named `name` with `limits`, or nil when a group of that name exists already: it
+    /// is another worker's (one adopted by an upgrade, or still being removed), and is neither
+    /// shared nor touched. Throws what could not be made or set (what this made is removed).
+    public func makeGroup(_ name: String, limits: CgroupLimits) throws(SystemError) -> CgroupGroup? {
         let group = CgroupGroup(version: version, folders: bases.mapValues { $0 + "/" + name })
-        for folder in Set(group.folders.values) where mkdir(folder, 0o755) != 0 && errno != EEXIST {
+        var made: [String] = []
+        for folder in Set(group.folders.values) {
+            if mkdir(folder, 0o755) == 0 {
+                made.append(folder)
+                continue
+            }
             let e = errno
-            group.remove()
+            for folder in made { _ = rmdir(folder) }
+            if e == EEXIST { return nil }
             throw SystemError(call: "mkdir", errno: e, context: folder)
         }
         do { try group.apply(limits) } catch {

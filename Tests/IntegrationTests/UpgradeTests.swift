@@ -281,6 +281,38 @@ struct UpgradeTests {
         try Self.expectWorkersEndWithIt(sup, count: 4, standbys: true)
     }
 
+    @Test("after an upgrade, a worker the new binary starts (a restart, after each of two upgrades) gets a control group of its own, never the one an adopted worker has or had: its cgroup layer is there")
+    func ownGroupsAfterAnUpgrade() async throws {
+        let w = try TestWorld()
+        try w.bundle("u.s")
+        let sup = try RunningSupervisor(w)
+        let before = try sup.plugin("u.s")
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        _ = try await client.upgrade()
+        #expect(try sup.cli("restart", "u.s").code == 0)
+        let after = try sup.waitFor("u.s running again") { () -> PluginStatus? in
+            let p = try sup.plugin("u.s")
+            return p.state == "running" && p.pid != before.pid ? p : nil
+        }
+        #expect(after.sandbox.contains("cgroup") == before.sandbox.contains("cgroup"), "\(after.sandbox)")
+        #expect(!(after.sandboxMissing ?? []).contains { $0.hasPrefix("cgroup") }, "\(after.sandboxMissing ?? [])")
+        // A second upgrade, and a restart again: the new worker is in a group of its own.
+        _ = try await client.upgrade()
+        let adopted = try #require(try sup.plugin("u.s").pid)
+        #expect(try sup.cli("restart", "u.s").code == 0)
+        let next = try sup.waitFor("u.s running again") { () -> Int32? in
+            let p = try sup.plugin("u.s")
+            return p.state == "running" && p.pid != adopted ? p.pid : nil
+        }
+        #expect(!(try sup.plugin("u.s").sandboxMissing ?? []).contains { $0.hasPrefix("cgroup") })
+        func groups(_ pid: Int32) -> Set<String> {
+            let text = (try? String(contentsOfFile: "/proc/\(pid)/cgroup", encoding: .utf8)) ?? ""
+            return Set(text.split(separator: "\n").compactMap { $0.split(separator: ":", maxSplits: 2).last.map(String.init) }.filter { $0.contains("sandboxed-plugins-") })
+        }
+        if before.sandbox.contains("cgroup") { #expect(!groups(next).isEmpty, "the new worker is in no group of the supervisor's") }
+    }
+
     @Test("with exec'd workers (no fork server): a worker exec'd before the upgrade and one exec'd after it (a crash's restart) are both the supervisor's children, and both end with it")
     func execdWorkersAcrossAnUpgrade() async throws {
         let w = try TestWorld()

@@ -92,9 +92,13 @@ extension Lifecycle {
         // the worker's path until the plugin loads) and says so on the descriptor channel.
         var cgroup: CgroupGroup?
         if let tree = shared.cgroups {
-            spawnCount &+= 1
             do {
-                cgroup = try tree.makeGroup("\(id)-\(spawnCount)", limits: cgroupLimits(manifest))
+                // A name no group has: after an upgrade the count starts again, and the groups of
+                // the workers the new binary adopted keep theirs.
+                repeat {
+                    spawnCount &+= 1
+                    cgroup = try tree.makeGroup("\(id)-\(spawnCount)", limits: cgroupLimits(manifest))
+                } while cgroup == nil
                 spec.cgroupFolders = cgroup?.limitFolders
                 if notifier != nil && tree.version == .v2 {
                     spec.cgroupBySupervisor = true
