@@ -172,7 +172,9 @@ package struct PluginLife: Sendable {
             // SPEC §16: not a restart, not a failure, not counted by the intensity limit.
             _ = move(to: .inactive)
             problem = nil
-            actions += [.log(.info, "\(context.identifier) stopped after \(idleMs) ms without traffic; it starts again when it is needed"),
+            // 0: started only to prove that an install loads (Installs.backToInactive).
+            let why = idleMs > 0 ? "stopped after \(idleMs) ms without traffic" : "stopped"
+            actions += [.log(.info, "\(context.identifier) \(why); it starts again when it is needed"),
                         .runExitCallbacks, .discardStandby(because: "\(context.identifier) is inactive"),
                         .announceDeactivated(idleMs: idleMs), .activateIfAwaited]
             return actions

@@ -161,12 +161,22 @@ final class Installs: SupervisorComponent {
             return done(.failure(InstallError(.invalidManifest, "\(error)").body))
         }
         let what = "\(id) \(staged.version)" + (staged.previous.map { " (was \($0))" } ?? "")
-        // Its dependencies must be installed, in range, and not make a cycle.
+        // Its dependencies must be installed, in range, and not make a cycle; and no installed
+        // plugin that can start now may be left unable to (a dependent whose range the new
+        // version is outside of), as the next folder scan would find it.
         var others = table.all.filter { $0.identifier != id }.map(\.manifest)
         others.append(manifest)
-        if let problem = PluginCatalog(manifests: others).unstartable[id] {
+        let after = PluginCatalog(manifests: others)
+        if let problem = after.unstartable[id] {
             try? store.rollBack(staged)
             return done(.failure(InstallError(.conflict, "\(id) \(staged.version) cannot start here: \(problem); not installed").body))
+        }
+        let before = PluginCatalog(manifests: table.all.map(\.manifest))
+        if let (dependent, problem) = table.dependents(of: id).lazy.compactMap({ d in
+            after.unstartable[d.identifier].flatMap { before.unstartable[d.identifier] == nil ? (d.identifier, $0) : nil }
+        }).first {
+            try? store.rollBack(staged)
+            return done(.failure(InstallError(.conflict, "\(id) \(staged.version) would leave \(dependent) unable to start (\(problem)): update or uninstall \(dependent) first; not installed").body))
         }
         guard !isShuttingDown else {
             store.finish(staged)
@@ -184,7 +194,8 @@ final class Installs: SupervisorComponent {
                     store.finish(staged)
                     logger.notice("installed \(what)")
                     events.installed(id, version: "\(staged.version)")
-                    return done(.success(what))
+                    done(.success(what))
+                    return backToInactive(record, startedFor: true)
                 }
                 try? store.rollBack(staged)
                 effects.post(.forget(record, because: "\(id) \(staged.version) failed to start: \(problem); not installed"))
@@ -192,6 +203,20 @@ final class Installs: SupervisorComponent {
             }
             effects.post(.startWaitingPlugins)
         }
+    }
+
+    /// An `onCall` plugin installed, or updated (or rolled back) while it was inactive, was started
+    /// only to prove that its version loads and starts (the install's verdict): it stops again
+    /// until something needs it (SPEC §16), as an idle one does. One that a call waits for or is
+    /// inside of stays, as it would for its idle stop.
+    func backToInactive(_ record: PluginRecord, startedFor: Bool) {
+        record.startedForUpdate = false
+        guard startedFor, config.activation(of: record.manifest) == .onCall, record.phase == .running, record.idleStopping == nil,
+              let instance = record.instance, instance.pending.isEmpty, record.waiting.isEmpty else { return }
+        record.idleStopping = 0
+        logger.info("\(record.identifier) \(record.manifest.version) loads and starts; it is onCall, so it stops until it is needed",
+                    metadata: ["plugin": "\(record.identifier)"])
+        effects.post(.stopIdle(record))
     }
 
     /// An upgrade of a known plugin. A running one gets its new version started beside the old

@@ -37,12 +37,14 @@ extension Installs {
                 })
             case .stopAndStart:
                 guard case .stopAndStart(let files) = record.update else { continue }
+                record.startedForUpdate = record.phase == .inactive
                 let begin: () -> Void = { [self] in
                     record.manifest = files.new
                     record.installAwaitsVerdict = true
                     effects.post(.startAgain(record) { [self] problem in
                         record.installAwaitsVerdict = false
                         carryOut(record.update.verdict(problem, now: .now, graceSeconds: config.updateGraceSeconds), record, done)
+                        if problem == nil { backToInactive(record, startedFor: record.startedForUpdate) }
                     })
                 }
                 if record.instance != nil { effects.post(.stopPlugin(record, then: begin)) } else { begin() }
@@ -75,7 +77,10 @@ extension Installs {
                     }
                 case .stopAndStart:
                     record.manifest = old
-                    effects.post(.restart(id) { _ in })
+                    let wasInactive = record.startedForUpdate
+                    effects.post(.restart(id) { [self] problem in
+                        if problem == nil { backToInactive(record, startedFor: wasInactive) }
+                    })
                 }
                 done(.failure(InstallError(.loadFailed, "\(id) \(files.staged.version) failed to start: \(problem); rolled back to \(old.version)").body))
             case .rollBackAfterCrash:

@@ -44,6 +44,8 @@ final class PluginRecord {
     var lastTraffic = NIODeadline.now()
     /// Its worker is being stopped for having been idle this long (ms): its end makes it `inactive`.
     var idleStopping: Int?
+    /// An update (or its rollback) started it from `inactive`, only to prove the version loads.
+    var startedForUpdate = false
 
     init(manifest: Manifest, phase: PluginPhase) {
         self.manifest = manifest

@@ -1,0 +1,46 @@
+import Foundation
+import Testing
+
+/// Installs and updates that meet other plugins: a dependent's version range, and SPEC §16's
+/// `onCall` activation.
+extension InstallTests {
+    @Test("an update that would leave an installed dependent unable to start (a version outside its range) is refused, naming the dependent; nothing changes")
+    func updateOutsideADependentsRange() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let a1 = try shop.archive("r.a", "1.0.0")
+        let a2 = try shop.archive("r.a", "2.0.0")
+        let b = try shop.archive("r.b", "1.0.0", extra: ["dependencies": [["id": "r.a", "version": ">=1.0.0 <2.0.0"]]])
+        let sv = try start(w, config: try shop.config())
+        for name in [a1, b] {
+            let r = try sv.cli("install", shop.server.base + "/" + name)
+            #expect(r.code == 0, "\(name): \(r.out)\(r.err)")
+        }
+        let refused = try sv.cli("install", shop.server.base + "/" + a2)
+        #expect(refused.code != 0 && refused.err.contains("r.a 2.0.0 would leave r.b unable to start") && refused.err.contains(">=1.0.0 <2.0.0"),
+                "\(refused.out)\(refused.err)")
+        let a = try sv.plugin("r.a")
+        #expect(a.version == "1.0.0" && a.state == "running", "\(a.version) \(a.state)")
+        #expect(try sv.plugin("r.b").state == "running")
+        #expect(try sv.call("r.b", "echo", "3", as: Int.self) == 3)
+    }
+
+    @Test("an onCall plugin installed, or updated while inactive, is started to prove that it loads, then stops until it is needed; a call starts it")
+    func onCallInstallsStayInactive() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let v1 = try shop.archive("o.lazy", "1.0.0", extra: ["activation": "onCall"])
+        let v2 = try shop.archive("o.lazy", "1.1.0", extra: ["activation": "onCall"])
+        let sv = try start(w, config: try shop.config())
+        let first = try sv.cli("install", shop.server.base + "/" + v1)
+        #expect(first.code == 0 && first.out.contains("o.lazy 1.0.0"), "\(first.out)\(first.err)")
+        try sv.waitUntil("o.lazy inactive after its install") { try sv.plugin("o.lazy").state == "inactive" }
+        #expect(try sv.plugin("o.lazy").pid == nil)
+        let update = try sv.cli("install", shop.server.base + "/" + v2)
+        #expect(update.code == 0 && update.out.contains("o.lazy 1.1.0 (was 1.0.0)"), "\(update.out)\(update.err)")
+        try sv.waitUntil("o.lazy inactive after its update") { let p = try sv.plugin("o.lazy"); return p.state == "inactive" && p.version == "1.1.0" }
+        #expect(try sv.call("o.lazy", "echo", "5", as: Int.self) == 5)
+        #expect(try sv.plugin("o.lazy").state == "running")
+        #expect(sv.log.contains("o.lazy 1.0.0 loads and starts; it is onCall, so it stops until it is needed"))
+    }
+}
