@@ -153,6 +153,21 @@ import SupervisorCore
         #expect(life.restarts == 0)
     }
 
+    @Test func aKillForARestartedDependencyIsNotCountedByTheIntensityLimit() {
+        var life = Self.running()
+        let killed = PluginLife.Ending(status: ExitStatus(signal: "SIGKILL", reason: .dependencyRestarted), described: "dependencyRestarted",
+                                       abnormal: true, afterStop: false, everRan: true)
+        for round in 1...10 {
+            let actions = ended(&life, killed, Self.context(), at: Self.now.adding(milliseconds: round * 1_000))
+            #expect(actions.contains(.scheduleRestart(delayMs: 0, reason: "dependencyRestarted")), "round \(round): \(actions)")
+            #expect(life.phase == .restarting)
+            _ = life.workerRuns("p", version: "1.0.0")
+        }
+        #expect(life.restarts == 10)
+        // Its own crash afterwards is its first in the window: restarted at once.
+        #expect(ended(&life, Self.crash(), Self.context(), at: Self.now.adding(milliseconds: 11_000)).contains(Self.restarted(0)))
+    }
+
     @Test func aCrashDuringShutdownIsNotRestarted() {
         var life = Self.running()
         _ = ended(&life, Self.crash(), Self.context(.always, shuttingDown: true))

@@ -409,6 +409,14 @@ struct FaultTests {
         _ = try sv2.cli("call", "d.base", "crash", #"{"how":"segv"}"#)
         try sv2.waitUntil("d.user restarted") { let p = try sv2.plugin("d.user"); return p.pid != userPID && p.state == "running" }
         #expect(try sv2.plugin("d.user").lastExit?.reason == .dependencyRestarted)
+        // Six more restarts of the dependency within the minute: the dependent is restarted each
+        // time, and its intensity limit (5 in 60 s) does not count them: it is not its failure.
+        for round in 2...7 {
+            #expect(try sv2.cli("restart", "d.base").code == 0)
+            try sv2.waitUntil("d.user restarted (\(round))") { let p = try sv2.plugin("d.user"); return p.restarts == round && p.state == "running" }
+        }
+        #expect(try sv2.plugin("d.user").state == "running")
+        #expect(try sv2.call("d.user", "echo", "7", as: Int.self) == 7)
     }
 
     @Test("SIGKILL of the supervisor leaves no worker alive within a second")

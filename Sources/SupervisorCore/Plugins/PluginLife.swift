@@ -336,6 +336,15 @@ package struct PluginLife: Sendable {
             problem = nil
             return [.settleWaiters("exited cleanly"), .startWaitingPlugins]
         }
+        if ending.status.reason == .dependencyRestarted {
+            // Killed because a dependency restarted (`restartDependents`): not a failure of its
+            // own, so at once, and not counted by the intensity limit (a dependency restarted six
+            // times in a minute must not leave a healthy dependent failed).
+            restarts += 1
+            _ = move(to: .restarting)
+            return [.log(.info, "restarting \(id) at once: a dependency restarted (restartDependents)"),
+                    .scheduleRestart(delayMs: 0, reason: ending.status.reason.rawValue), .checkLaunch]
+        }
         switch restartPolicy.decide(history: &restartHistory, now: now, jitter: jitter) {
         case .giveUp(let count):
             let why = "restarted \(count) times in \(restartPolicy.windowSeconds) s; stays failed until `supervisor restart \(id)` (last exit: \(ending.described))"
