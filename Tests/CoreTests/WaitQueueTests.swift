@@ -55,6 +55,14 @@ import SupervisorCore
         #expect(released.map(\.name) == ["a", "c"])
     }
 
+    @Test func aWithdrawnRequestLeavesAloneAndTheRestKeepTheirOrder() {
+        var queue = WaitQueue<Request>()
+        for name in ["a", "b", "c"] { _ = queue.add(Self.request(name), limit: 10) }
+        #expect(queue.withdraw { $0.name == "b" }.map(\.name) == ["b"])
+        #expect(queue.withdraw { $0.name == "z" }.isEmpty)
+        #expect(queue.release().map(\.name) == ["a", "c"])
+    }
+
     @Test func deadlinesExpireEachRequestOnItsOwn() {
         var queue = WaitQueue<Request>()
         let gone = Caller()

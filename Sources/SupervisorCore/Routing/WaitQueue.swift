@@ -10,7 +10,8 @@ package protocol WaitingRequest {
 /// The requests that wait for one plugin to take them, oldest first, as values: each input says
 /// which requests go where, and the driver does it. No request is lost: each
 /// leaves by `release` (forwarded), `expire` (its deadline passed), `abandon` (the plugin will not
-/// run) or because its caller is gone; a request whose caller is gone is never forwarded.
+/// run), `withdraw` (its caller cancelled it) or because its caller is gone; a request whose caller
+/// is gone is never forwarded.
 package struct WaitQueue<Request: WaitingRequest> {
     package private(set) var requests: [Request] = []
 
@@ -36,6 +37,18 @@ package struct WaitQueue<Request: WaitingRequest> {
     /// everything still wanted, to fail.
     package mutating func abandon() -> [Request] {
         release()
+    }
+
+    /// The requests `matching` says their caller withdrew (it cancelled them): they leave,
+    /// unanswered and never forwarded.
+    package mutating func withdraw(where matching: (Request) -> Bool) -> [Request] {
+        var withdrawn: [Request] = []
+        requests.removeAll { request in
+            guard matching(request) else { return false }
+            withdrawn.append(request)
+            return true
+        }
+        return withdrawn
     }
 
     /// The requests whose deadline has passed, to fail with `timeout`; those whose caller is gone

@@ -150,6 +150,8 @@ extension Engine {
         if let entry = connection.inFlight.removeValue(forKey: id) {
             connection.answered()
             shared.cancelInFlight([id: entry])
+        } else if router.cancelWaiting(connection, id) {
+            // It was waiting for its plugin: it never reaches it.
         } else if connection.following.contains(id) {
             events.unfollow(connection, id: id)
         }

@@ -106,6 +106,25 @@ extension Router {
     }
 }
 
+extension Router {
+    /// A client cancels its request `id` that waits for its plugin: it leaves the queue, is never
+    /// forwarded, and gets no answer (as a cancelled call in flight). False: none waits.
+    func cancelWaiting(_ connection: ControlConnection, _ id: UInt64) -> Bool {
+        var found = false
+        for record in table.all where !record.waiting.isEmpty {
+            let withdrawn = record.waiting.withdraw { request in
+                guard case .client(let client, let clientID) = request.origin else { return false }
+                return client === connection && clientID == id
+            }
+            found = found || !withdrawn.isEmpty
+        }
+        guard found else { return false }
+        connection.answered()
+        connection.waitingStreams[id] = nil
+        return true
+    }
+}
+
 extension QueuedRequest {
     /// Its client disconnected, or its calling worker ended: nobody would read the answer.
     var callerIsGone: Bool { origin.callerIsGone }
