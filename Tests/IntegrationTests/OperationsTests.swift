@@ -35,6 +35,9 @@ struct OperationsTests {
         let r = try sv.cli("reload")
         #expect(r.code == 0, "\(r.err)")
         #expect(r.out.contains(#""new":1"#) && r.out.contains(#""running":2"#), "\(r.out)")
+        // The supervisor sends READY=1 before it answers, but the fake socket's own thread reads
+        // the datagrams: the answer may come first.
+        try notify.wait("READY=1 after the reload") { _ in notify.received[before...].contains { $0.text.hasPrefix("READY=1") } }
         let afterReload = Array(notify.received[before...]).map(\.text).filter { $0 != "WATCHDOG=1" }
         let reloading = try #require(afterReload.firstIndex { $0.hasPrefix("RELOADING=1") }, "\(afterReload)")
         #expect(afterReload[reloading].contains("MONOTONIC_USEC="))
