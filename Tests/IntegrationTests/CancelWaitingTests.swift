@@ -26,3 +26,26 @@ struct CancelWaitingTests {
         #expect(events.contains("sleeping:50") && !events.contains("sleeping:7"), "\(events)")
     }
 }
+
+/// `send` of an event to one plugin that is not running yet (SPEC §16).
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct SendWhileStartingTests {
+    @Test("two events sent at once to an inactive onCall plugin: the first starts it, the second finds it starting; both wait for it and both are delivered")
+    func twoEventsToAnInactivePlugin() throws {
+        let w = try TestWorld()
+        let lazy = try w.bundle("e.lazy", extra: ["activation": "onCall"])
+        try "300".write(toFile: lazy + "/startup-delay-ms", atomically: true, encoding: .utf8)
+        let sup = try RunningSupervisor(w)
+        let raw = try rawControl(sup.socket)
+        defer { raw.close() }
+        for (id, name) in [(1, "background"), (2, "foreground")] {
+            try raw.sendFrame([UInt8].frame(body: Array(#"{"type":"send","id":\#(id),"name":"\#(name)","target":"e.lazy"}"#.utf8)))
+        }
+        for _ in 0..<2 {
+            let answer = String(decoding: try #require(try raw.receiveFrame()), as: UTF8.self)
+            #expect(answer.contains(#""delivered":["e.lazy"]"#), "\(answer)")
+        }
+        let names = try sup.info("e.lazy").names
+        #expect(names.contains("background") && names.contains("foreground"), "\(names)")
+    }
+}

@@ -1,4 +1,6 @@
 import Foundation
+import Protocol
+import SupervisorClient
 import Testing
 
 /// Installs and updates that meet other plugins: a dependent's version range, and SPEC §16's
@@ -42,5 +44,27 @@ extension InstallTests {
         #expect(try sv.call("o.lazy", "echo", "5", as: Int.self) == 5)
         #expect(try sv.plugin("o.lazy").state == "running")
         #expect(sv.log.contains("o.lazy 1.0.0 loads and starts; it is onCall, so it stops until it is needed"))
+    }
+}
+
+extension InstallTests {
+    @Test("an update's old worker, once it has drained, is announced `exited` (reason stopped) to events readers, after `updated` and the new worker's `started`")
+    func updateAnnouncesTheOldWorkersExit() async throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let v1 = try shop.archive("e.up", "1.0.0")
+        let v2 = try shop.archive("e.up", "1.0.1")
+        let sv = try start(w, config: try shop.config())
+        #expect(try sv.cli("install", shop.server.base + "/" + v1).code == 0)
+        let old = try #require(try sv.plugin("e.up").pid)
+        let client = try await SupervisorClient.connect(socket: sv.socket)
+        defer { client.close() }
+        var events = try await client.followEvents(plugin: "e.up").makeAsyncIterator()
+        let update = try sv.cli("install", shop.server.base + "/" + v2)
+        #expect(update.code == 0, "\(update.out)\(update.err)")
+        let updated = try await nextEvent(&events, "updated") { $0.event == .updated }
+        #expect(updated.from == "1.0.0" && updated.to == "1.0.1")
+        let exited = try await nextEvent(&events, "exited of the old worker") { $0.event == .exited }
+        #expect(exited.pid == old && exited.lastExit?.reason == .stopped, "\(exited)")
     }
 }

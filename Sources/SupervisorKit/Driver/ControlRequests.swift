@@ -275,18 +275,21 @@ extension Engine {
         if let only, table[only] == nil {
             return outbox.answer(origin, error: ErrorBody(.notFound, "no plugin \(only) is installed"))
         }
-        // An event addressed to an inactive plugin starts it (SPEC §16), and goes to it once it runs.
-        // One sent to every plugin goes to those running: the others have no state to tell.
-        if let only, let record = table[only], record.phase == .inactive {
+        // An event addressed to an inactive plugin starts it (SPEC §16), and goes to it once it runs;
+        // one addressed to a plugin coming up (starting, activated, restarting) waits for it the same
+        // way. One sent to every plugin goes to those running: the others have no state to tell.
+        if let only, let record = table[only], record.phase == .inactive || record.phase.isStarting {
+            let activating = record.phase == .inactive
             record.startWaiters.append { [self] problem in
                 if let problem {
-                    return outbox.answer(origin, error: ErrorBody(.unavailable, "\(only) was started for \(name) and did not run: \(problem)"))
+                    return outbox.answer(origin, error: ErrorBody(.unavailable, "\(only) \(activating ? "was started for \(name) and " : "")did not run: \(problem)"))
                 }
                 shared.broadcast(event, only: only) { [self] delivered, failed in
                     outbox.respond(origin) { try ProtocolJSON.encode(SendOutcome(event: name, delivered: delivered, failed: failed)) }
                 }
             }
-            return lifecycle.activate(record, by: "event \(name)")
+            if activating { lifecycle.activate(record, by: "event \(name)") }
+            return
         }
         shared.broadcast(event, only: only) { [self] delivered, failed in
             outbox.respond(origin) { try ProtocolJSON.encode(SendOutcome(event: name, delivered: delivered, failed: failed)) }

@@ -111,6 +111,11 @@ extension Lifecycle {
             // What it held goes to the plugin's serving worker, if it has one (an old version's
             // calls to the new one).
             _ = settleHeld(instance, of: table[instance.identifier], crash: described)
+            // An old version that served until its update switched: a worker whose `started` a
+            // reader saw, so it hears it `exited` (the plugin's own `lastExit` stays as it was).
+            if let record = table[instance.identifier], record.role(of: instance) == .retiring {
+                events.exited(record, pid: exit.pid, status, resent: Resent())
+            }
             callbacks.forEach { $0() }
             return
         }
