@@ -63,6 +63,8 @@ final class Shared {
     /// Where control clients pick up descriptors: their direct links' ends and the bytes of
     /// answers passed as descriptors (Routing/LinkHandoff.swift; nil without a control socket).
     var handoff: LinkHandoff?
+    /// Connections to the metrics endpoint open now (at most `MetricsServer.connectionsMax`).
+    var metricsConnections = 0
     /// Missing sandbox layers already warned about (once each).
     private var warnedMissingLayers = Set<String>()
 

@@ -39,6 +39,13 @@ struct MetricsEndpoint: Equatable {
 /// Serves the Prometheus text at `GET /metrics` over HTTP/1.1 (SwiftNIO's HTTP/1 codec) on the
 /// supervisor's own event loop: a scrape reads the same state the loop owns, without a lock.
 enum MetricsServer {
+    /// Connections to the endpoint open at once, at most.
+    static let connectionsMax = 64
+    /// A connection that sends nothing for this long is closed (a scraper opens a new one).
+    static let idleTimeout = TimeAmount.seconds(10)
+
+    struct TooManyConnections: Error {}
+
     /// Binds `config.metricsListen` if set; nil when not. A bind failure stops the start with the reason.
     /// `adopting`: the listener the previous binary handed over in an upgrade (bound already).
     static func start(config: SupervisorConfig, logger: Logger, engine: Handed<Engine>, adopting: Int32? = nil,
@@ -52,8 +59,17 @@ enum MetricsServer {
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    // Scrapers are few: past `connectionsMax` open at once a connection is closed as
+                    // it comes, and one that sends nothing for `idleTimeout` is closed, so that
+                    // connections held open cannot take the descriptors the control socket and the
+                    // workers need (nor the listener be a way to freeze the supervisor).
+                    let shared = engine.value.shared
+                    guard shared.metricsConnections < connectionsMax else { throw TooManyConnections() }
+                    shared.metricsConnections += 1
+                    channel.closeFuture.whenComplete { _ in engine.value.shared.metricsConnections -= 1 }
+                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: idleTimeout))
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                    try channel.pipeline.syncOperations.addHandler(MetricsHandler(engine.value.shared))
+                    try channel.pipeline.syncOperations.addHandler(MetricsHandler(shared))
                 }
             }
         if let adopting {
@@ -82,6 +98,12 @@ final class MetricsHandler: ChannelInboundHandler {
 
     init(_ shared: Shared) {
         self.shared = shared
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        // It sent nothing for `idleTimeout`.
+        if event is IdleStateHandler.IdleStateEvent { return context.close(promise: nil) }
+        context.fireUserInboundEventTriggered(event)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

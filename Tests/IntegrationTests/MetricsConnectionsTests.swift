@@ -1,0 +1,65 @@
+import Foundation
+import Testing
+
+/// The metrics endpoint cannot be used to hold the supervisor's descriptors: at most 64 connections
+/// at once, and one that sends nothing for 10 s is closed.
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct MetricsConnectionsTests {
+    /// A TCP connection to 127.0.0.1:`port` that sent `text`.
+    static func connect(_ port: Int, sending text: String) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw HarnessError("socket: \(String(cString: strerror(errno)))") }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = UInt16(port).bigEndian
+        let connected = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard connected == 0 else {
+            let e = errno
+            close(fd)
+            throw HarnessError("connect: \(String(cString: strerror(e)))")
+        }
+        _ = text.withCString { send(fd, $0, strlen($0), 0) }
+        return fd
+    }
+
+    /// Whether the peer has closed `fd` (a read gives end of file) within `seconds`.
+    static func closed(_ fd: Int32, within seconds: Int) -> Bool {
+        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var byte: UInt8 = 0
+        while true {
+            let n = recv(fd, &byte, 1, 0)
+            if n == 0 { return true }
+            if n < 0 { return errno == ECONNRESET }
+        }
+    }
+
+    @Test("connections held open on the metrics endpoint: past 64 each is closed as it comes, the held ones are closed after 10 s without a request, and scrapes and the control socket go on")
+    func heldConnections() throws {
+        let w = try TestWorld()
+        try w.bundle("m.one")
+        let port = try freeLocalPort()
+        let config = try w.config(#"{"metrics": {"listen": "127.0.0.1:\#(port)"}}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", config])
+        // A request never finished: what a client that holds the connection sends.
+        let held = try (0..<64).map { _ in try Self.connect(port, sending: "GET /metrics HTTP/1.1\r\n") }
+        defer { held.forEach { close($0) } }
+        let extra = try Self.connect(port, sending: "GET /metrics HTTP/1.1\r\n")
+        defer { close(extra) }
+        #expect(Self.closed(extra, within: 5), "the 65th connection was kept")
+        #expect(try sv.cli("status").code == 0)
+        #expect(try sv.call("m.one", "echo", "4", as: Int.self) == 4)
+        for fd in held { #expect(Self.closed(fd, within: 20), "a connection that sent nothing for 10 s was kept") }
+        // Room again: a scrape is served.
+        try sv.waitUntil("a scrape to be served") {
+            let fd = try Self.connect(port, sending: "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            defer { close(fd) }
+            var buffer = [UInt8](repeating: 0, count: 64)
+            var timeout = timeval(tv_sec: 5, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            let n = recv(fd, &buffer, buffer.count, 0)
+            return n > 0 && String(decoding: buffer.prefix(n), as: UTF8.self).hasPrefix("HTTP/1.1 200")
+        }
+    }
+}
