@@ -169,6 +169,8 @@ final class ControlHandler: ChannelInboundHandler {
         let read = context.channel.isWritable && !engine.upgradeHoldsReads
         context.channel.setOption(ChannelOptions.autoRead, value: read).whenFailure { _ in }
         if read { context.read() }
+        // An events reader that fell behind hears what it missed as soon as there is room.
+        if context.channel.isWritable { engine.events.roomAgain(for: connection) }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

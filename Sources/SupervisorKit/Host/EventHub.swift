@@ -164,6 +164,18 @@ final class EventHub {
         }
     }
 
+    /// `connection` takes writes again: its followers that missed events hear `dropped` now, not
+    /// with the next event (which may not come for long).
+    func roomAgain(for connection: ControlConnection) {
+        loop.preconditionInEventLoop()
+        guard let byID = followers[ObjectIdentifier(connection)] else { return }
+        for follower in byID.values where follower.missed > 0 && connection.channel.isWritable {
+            let notice = HostEvent(event: .dropped, plugin: nil, time: Self.now(), count: follower.missed)
+            if let bytes = try? ProtocolJSON.encode(notice) { write(bytes, to: follower) }
+            follower.missed = 0
+        }
+    }
+
     private func write(_ encoded: [UInt8], to follower: Follower) {
         let channel = follower.connection.channel
         var frame = outbox.encoder(.hostEvent, for: channel, capacity: encoded.count + 16)
