@@ -13,6 +13,12 @@ struct Send: ParsableCommand {
     @Option(help: "Only this plugin.")
     var plugin: String?
 
+    func validate() throws {
+        if let plugin, !PluginIdentifier.isValid(plugin) {
+            throw badUsage("'\(plugin)' is not a plugin identifier ([A-Za-z0-9.-])")
+        }
+    }
+
     func run() throws {
         try options.run(.send) { b in
             b.string("name", event)

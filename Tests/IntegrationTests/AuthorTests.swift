@@ -157,6 +157,8 @@ struct AuthorTests {
         #expect(badID.code == 64 && badID.err.hasPrefix("badRequest: 'bad id!' is not a plugin identifier"), "\(badID.err)")
         let badURI = try sv.cli("open", "http://x/y")
         #expect(badURI.code == 64 && badURI.err.hasPrefix("badRequest: 'http://x/y' is not a plugin://"), "\(badURI.err)")
+        let badTarget = try sv.cli("send", "background", "--plugin", "x y")
+        #expect(badTarget.code == 64 && badTarget.err.hasPrefix("badRequest: 'x y' is not a plugin identifier"), "\(badTarget.err)")
     }
 
     @Test("a relative --home works: the workers get absolute paths")
