@@ -68,3 +68,19 @@ extension InstallTests {
         #expect(exited.pid == old && exited.lastExit?.reason == .stopped, "\(exited)")
     }
 }
+
+extension InstallTests {
+    @Test("a new plugin that fails to start is not installed, and leaves no data or live folder behind")
+    func failedFirstInstallLeavesNothing() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let bad = try shop.archive("f.bad", "1.0.0", files: ["fail-startup": ""])
+        let sv = try start(w, config: try shop.config())
+        let r = try sv.cli("install", shop.server.base + "/" + bad)
+        #expect(r.code != 0 && r.err.contains("f.bad 1.0.0 failed to start") && r.err.contains("not installed"), "\(r.out)\(r.err)")
+        #expect(try !sv.status().contains { $0.identifier == "f.bad" })
+        for folder in ["data", "live", "plugins"] {
+            #expect(!FileManager.default.fileExists(atPath: w.home + "/\(folder)/f.bad"), "\(folder)/f.bad is left")
+        }
+    }
+}

@@ -198,6 +198,9 @@ final class Installs: SupervisorComponent {
                     return backToInactive(record, startedFor: true)
                 }
                 try? store.rollBack(staged)
+                // The data and live folders its start made, if nothing was written there: an
+                // install that did not happen leaves nothing behind (a folder with content stays).
+                for folder in ["/data/", "/live/"] { _ = rmdir(config.home + folder + id) }
                 effects.post(.forget(record, because: "\(id) \(staged.version) failed to start: \(problem); not installed"))
                 done(.failure(InstallError(.loadFailed, "\(id) \(staged.version) failed to start: \(problem); not installed").body))
             }
