@@ -42,20 +42,13 @@ extension Router {
     /// A client's chunk or credit for its call `id` that waits for its plugin, kept in `early`;
     /// the reason when it may not send it (as for a call in flight).
     func whileWaiting(_ kind: MessageKind, _ early: EarlyStream, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> String? {
-        if kind == .credit {
-            guard !env.input else { return "input credit from the caller (the callee grants it)" }
-            return early.credit.grantAnswer(env.n)
-        }
-        if let why = StreamFrames.bytesProblem(of: env, in: bytes) { return why }
-        guard env.input else { return "an answer chunk from the caller (input chunks carry \"input\": true)" }
-        let element = StreamFrames.element(of: env)
-        switch early.credit.inputChunk(seq: env.seq, end: env.end, hasData: element != nil) {
+        if kind == .chunk, let why = StreamFrames.bytesProblem(of: env, in: bytes) { return why }
+        switch Self.callerFrame(kind, env, bytes, &early.credit) {
         case .refused(let why): return why
-        case .hold(let seq):
-            guard let (data, isBytes) = element else { return "an input chunk without data" }
+        case .inputChunk(let seq, let data, let isBytes, _):
             early.held.append(HeldChunk(seq: seq, bytes: UnsafeRawBufferPointer(rebasing: bytes[data]), isBytes: isBytes))
-        case .end, .endHeld, .chunk:
-            // Nothing goes on before the call does: the end is held (`forwarded` is false).
+        case .answerCredit, .inputEnd:
+            // Answer credit stays in `early.credit` until the call goes; the end is held with it.
             break
         }
         return nil

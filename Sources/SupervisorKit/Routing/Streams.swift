@@ -79,31 +79,59 @@ extension Router {
         guard let request = callee.pending[entry.id] else { return nil }
         guard let flow = request.stream else { return "\(kind.rawValue) for a call made without a stream" }
         guard let channel = callee.channel else { return nil }
-        if kind == .credit {
-            guard !env.input else { return "input credit from the caller (the callee grants it)" }
-            if let refused = flow.credit.grantAnswer(env.n) { return refused }
-            guard let n = env.n else { return nil }
-            outbox.write(StreamFrames.credit(id: entry.id, n: n, into: channel.allocator.buffer(capacity: 48)), to: channel)
-            return nil
-        }
-        guard env.input else { return "an answer chunk from the caller (input chunks carry \"input\": true)" }
-        let element = StreamFrames.element(of: env)
-        switch flow.credit.inputChunk(seq: env.seq, end: env.end, hasData: element != nil) {
+        switch Self.callerFrame(kind, env, bytes, &flow.credit) {
         case .refused(let why): return why
-        case .end(let count):
-            outbox.write(StreamFrames.inputEnd(id: entry.id, count: count, into: channel.allocator.buffer(capacity: 64)), to: channel)
-        case .endHeld:
-            break
-        case .chunk(let seq):
-            guard let (data, isBytes) = element else { return "an input chunk without data" }
+        case .answerCredit(let n):
+            outbox.write(StreamFrames.credit(id: entry.id, n: n, into: channel.allocator.buffer(capacity: 48)), to: channel)
+        case .inputEnd(let count, let now):
+            if now { outbox.write(StreamFrames.inputEnd(id: entry.id, count: count, into: channel.allocator.buffer(capacity: 64)), to: channel) }
+        case .inputChunk(let seq, let data, let isBytes, let now):
             callee.pending[entry.id]?.deadline = flow.deadline(after: .now)
-            passInput(seq: seq, UnsafeRawBufferPointer(rebasing: bytes[data]), isBytes: isBytes, id: entry.id, flow, to: channel)
-        case .hold(let seq):
-            guard let (data, isBytes) = element else { return "an input chunk without data" }
-            callee.pending[entry.id]?.deadline = flow.deadline(after: .now)
-            flow.heldInput.append(HeldChunk(seq: seq, bytes: UnsafeRawBufferPointer(rebasing: bytes[data]), isBytes: isBytes))
+            let raw = UnsafeRawBufferPointer(rebasing: bytes[data])
+            if now {
+                passInput(seq: seq, raw, isBytes: isBytes, id: entry.id, flow, to: channel)
+            } else {
+                flow.heldInput.append(HeldChunk(seq: seq, bytes: raw, isBytes: isBytes))
+            }
         }
         return nil
+    }
+
+    /// A caller's `credit` or `chunk` for its call with a stream, as its `credit` counts it.
+    enum CallerFrame {
+        /// Room for `n` more answer chunks, to pass on to the callee.
+        case answerCredit(UInt64)
+        /// The input ends after `count` chunks: `now`, or after the chunks held (`releaseHeld`).
+        case inputEnd(count: UInt64, now: Bool)
+        /// Input chunk `seq`, its element at `data` (`isBytes`: inline bytes): to pass on `now`, or
+        /// to hold until the callee has room.
+        case inputChunk(seq: UInt64, data: Range<Int>, isBytes: Bool, now: Bool)
+        /// Not allowed: the reason.
+        case refused(String)
+    }
+
+    /// What a caller's stream frame is, checked against `credit` (which it moves on, unless it is
+    /// refused): the same rules for a call in flight and one that waits for its plugin.
+    static func callerFrame(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer,
+                            _ credit: inout StreamCredit) -> CallerFrame {
+        if kind == .credit {
+            guard !env.input else { return .refused("input credit from the caller (the callee grants it)") }
+            if let refused = credit.grantAnswer(env.n) { return .refused(refused) }
+            return .answerCredit(env.n ?? 0)
+        }
+        guard env.input else { return .refused("an answer chunk from the caller (input chunks carry \"input\": true)") }
+        let element = StreamFrames.element(of: env)
+        switch credit.inputChunk(seq: env.seq, end: env.end, hasData: element != nil) {
+        case .refused(let why): return .refused(why)
+        case .end(let count): return .inputEnd(count: count, now: true)
+        case .endHeld(let count): return .inputEnd(count: count, now: false)
+        case .chunk(let seq):
+            guard let (data, isBytes) = element else { return .refused("an input chunk without data") }
+            return .inputChunk(seq: seq, data: data, isBytes: isBytes, now: true)
+        case .hold(let seq):
+            guard let (data, isBytes) = element else { return .refused("an input chunk without data") }
+            return .inputChunk(seq: seq, data: data, isBytes: isBytes, now: false)
+        }
     }
 
     /// A chunk of the answer to request `id` of the supervisor's, passed on to whoever asked.
