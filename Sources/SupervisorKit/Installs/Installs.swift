@@ -171,10 +171,9 @@ final class Installs: SupervisorComponent {
             try? store.rollBack(staged)
             return done(.failure(InstallError(.conflict, "\(id) \(staged.version) cannot start here: \(problem); not installed").body))
         }
-        let before = PluginCatalog(manifests: table.all.map(\.manifest))
-        if let (dependent, problem) = table.dependents(of: id).lazy.compactMap({ d in
-            after.unstartable[d.identifier].flatMap { before.unstartable[d.identifier] == nil ? (d.identifier, $0) : nil }
-        }).first {
+        let broken = table.dependents(of: id).compactMap { d in after.unstartable[d.identifier].map { (d.identifier, $0) } }
+        let before = broken.isEmpty ? nil : PluginCatalog(manifests: table.all.map(\.manifest))
+        if let before, let (dependent, problem) = broken.first(where: { before.unstartable[$0.0] == nil }) {
             try? store.rollBack(staged)
             return done(.failure(InstallError(.conflict, "\(id) \(staged.version) would leave \(dependent) unable to start (\(problem)): update or uninstall \(dependent) first; not installed").body))
         }

@@ -107,14 +107,15 @@ extension Lifecycle {
                                          libraryChanged: instance.library.flatMap { FileStamp(path: $0.path) != $0.stamp ? $0.path : nil })
         let status = ExitClassifier.classify(facts)
         let described = ExitClassifier.describe(status)
-        guard let record = table[instance.identifier], let role = record.role(of: instance), role != .retiring else {
+        let known = table[instance.identifier]
+        guard let record = known, let role = record.role(of: instance), role != .retiring else {
             // What it held goes to the plugin's serving worker, if it has one (an old version's
             // calls to the new one).
-            _ = settleHeld(instance, of: table[instance.identifier], crash: described)
+            _ = settleHeld(instance, of: known, crash: described)
             // An old version that served until its update switched: a worker whose `started` a
             // reader saw, so it hears it `exited` (the plugin's own `lastExit` stays as it was).
-            if let record = table[instance.identifier], record.role(of: instance) == .retiring {
-                events.exited(record, pid: exit.pid, status, resent: Resent())
+            if let known, known.role(of: instance) == .retiring {
+                events.exited(known, pid: exit.pid, status, resent: Resent())
             }
             callbacks.forEach { $0() }
             return

@@ -30,13 +30,12 @@ final class EarlyStream {
 }
 
 extension Router {
-    /// A client's call with a stream waits for its plugin: what the client sends for it meanwhile
-    /// is kept (`whileWaiting`). Nil: nothing to answer now.
-    func waitsWithItsStream(_ kind: MessageKind, _ env: Envelope, _ origin: ReplyOrigin) -> ErrorBody? {
+    /// A request was queued for its plugin: if it is a client's call with a stream, what the
+    /// client sends for it meanwhile is kept (`whileWaiting`).
+    func keepsItsStream(_ kind: MessageKind, _ env: Envelope, _ origin: ReplyOrigin) {
         guard kind == .call, env.stream || env.input, case .client(let connection, let clientID) = origin,
-              connection.waitingStreams[clientID] == nil else { return nil }
+              connection.waitingStreams[clientID] == nil else { return }
         connection.waitingStreams[clientID] = EarlyStream(answers: env.stream, input: env.input)
-        return nil
     }
 
     /// A client's chunk or credit for its call `id` that waits for its plugin, kept in `early`;

@@ -32,6 +32,7 @@ extension Router {
         }
         // Checked at every tick while anything waits (`expireWaiting`).
         deadlines.due(.now())
+        keepsItsStream(kind, env, origin)
         return nil
     }
 

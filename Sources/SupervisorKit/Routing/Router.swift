@@ -47,16 +47,13 @@ final class Router: SupervisorComponent {
         let metrics = callMetrics(of: record)
         switch Route.decide(record.routeTarget, named: target, shuttingDown: isShuttingDown) {
         case .forward: break
-        case .wait:
-            if let refused = enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload,
-                                     attempts: attempts) { return refused }
-            return waitsWithItsStream(kind, env, origin)
+        case .wait: return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload, attempts: attempts)
         case .activate:
             // It waits, as for a starting plugin, and the plugin comes up for it (SPEC §16).
             if let refused = enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload,
                                      attempts: attempts) { return refused }
             effects.post(.activate(record, by: kind.rawValue))
-            return waitsWithItsStream(kind, env, origin)
+            return nil
         case .refuse(let error):
             metrics.count(.unavailable)
             return error
