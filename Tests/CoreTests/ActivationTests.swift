@@ -14,6 +14,18 @@ import SupervisorCore
         .init(identifier: "p", restartPolicy: .onFailure, shuttingDown: shuttingDown, idleStopAfterMs: ms)
     }
 
+    @Test func anOnCallPluginStartedOnlyToProveItsInstallStopsAgainUnlessSomethingNeedsIt() {
+        #expect(IdleStop.afterItsInstall(startedOnlyToProve: true, onCall: true, phase: .running, stopping: false, busy: false))
+        #expect(!IdleStop.afterItsInstall(startedOnlyToProve: true, onCall: true, phase: .running, stopping: false, busy: true),
+                "a call waits for it or is inside it")
+        #expect(!IdleStop.afterItsInstall(startedOnlyToProve: false, onCall: true, phase: .running, stopping: false, busy: false),
+                "it ran before its update: it runs on")
+        #expect(!IdleStop.afterItsInstall(startedOnlyToProve: true, onCall: false, phase: .running, stopping: false, busy: false))
+        #expect(!IdleStop.afterItsInstall(startedOnlyToProve: true, onCall: true, phase: .failed(byDependency: false), stopping: false, busy: false))
+        #expect(!IdleStop.afterItsInstall(startedOnlyToProve: true, onCall: true, phase: .running, stopping: true, busy: false),
+                "already being stopped")
+    }
+
     @Test func aRequestForAnInactivePluginActivatesIt() {
         let target = Route.Target(identifier: "p", phase: .inactive)
         #expect(Route.decide(target, named: "p", shuttingDown: false) == .activate)

@@ -38,4 +38,11 @@ package enum IdleStop {
         if idleNs >= Int64(limit) * 1_000_000 { return .stop(idleMs: Int(idleNs / 1_000_000)) }
         return .check(at: facts.lastTraffic.adding(milliseconds: limit))
     }
+
+    /// Whether a plugin just started for an install or an update (or its rollback) stops again at
+    /// once: it is `onCall`, it was started only to prove that its version loads (new, or
+    /// `inactive` before), it runs, and nothing is inside or waiting for it.
+    package static func afterItsInstall(startedOnlyToProve: Bool, onCall: Bool, phase: PluginPhase, stopping: Bool, busy: Bool) -> Bool {
+        startedOnlyToProve && onCall && phase == .running && !stopping && !busy
+    }
 }

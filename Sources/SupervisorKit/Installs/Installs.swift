@@ -213,8 +213,9 @@ final class Installs: SupervisorComponent {
     /// inside of stays, as it would for its idle stop.
     func backToInactive(_ record: PluginRecord, startedFor: Bool) {
         record.startedForUpdate = false
-        guard startedFor, config.activation(of: record.manifest) == .onCall, record.phase == .running, record.idleStopping == nil,
-              let instance = record.instance, instance.pending.isEmpty, record.waiting.isEmpty else { return }
+        let busy = !(record.instance?.pending.isEmpty ?? false) || !record.waiting.isEmpty
+        guard IdleStop.afterItsInstall(startedOnlyToProve: startedFor, onCall: config.activation(of: record.manifest) == .onCall,
+                                       phase: record.phase, stopping: record.idleStopping != nil, busy: busy) else { return }
         record.idleStopping = 0
         logger.info("\(record.identifier) \(record.manifest.version) loads and starts; it is onCall, so it stops until it is needed",
                     metadata: ["plugin": "\(record.identifier)"])
