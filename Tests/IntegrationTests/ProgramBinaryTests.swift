@@ -111,7 +111,7 @@ struct ProgramBinaryTests {
         try await running.value
     }
 
-    @Test("1,000 plugins whose workers cannot be spawned at all: each fails with the reason, and the supervisor is ready and answers (the failures' passes over the plugins once overflowed the event loop's stack, one level a plugin)")
+    @Test("1,000 plugins whose workers cannot be spawned at all: each fails with the reason, and the supervisor is ready and answers (passes over the plugins nested one in another, one level a failure, would overflow the event loop's stack)")
     func thousandSpawnFailures() async throws {
         let w = try TestWorld()
         let library = Build.library("TestKit")

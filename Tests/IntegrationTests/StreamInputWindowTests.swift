@@ -66,4 +66,23 @@ struct StreamInputWindowTests {
         defer { again.close() }
         #expect(try Self.sumAtOnce(again, target: "i.slow", id: 1, count: 3).elements == Self.totals(3))
     }
+
+    @Test("while its call waits for its plugin, a client that breaks the stream's rules (a chunk out of order, input credit from the caller, an answer chunk from the caller, credit of 0) is dropped with protocolViolation, naming what; the plugin runs on",
+          arguments: [(#"{"type":"chunk","id":5,"input":true,"seq":3,"data":1}"#, "input chunk 3, expected 0"),
+                      (#"{"type":"credit","id":5,"input":true,"n":4}"#, "input credit from the caller"),
+                      (#"{"type":"chunk","id":5,"seq":0,"data":1}"#, "an answer chunk from the caller"),
+                      (#"{"type":"credit","id":5,"n":0}"#, "credit 0")])
+    func hostileWhileWaiting(_ frame: String, _ reason: String) throws {
+        let w = try TestWorld()
+        let slow = try w.bundle("i.wait", extra: ["activation": "onCall"])
+        try "300".write(toFile: slow + "/startup-delay-ms", atomically: true, encoding: .utf8)
+        let sup = try RunningSupervisor(w)
+        let raw = try rawControl(sup.socket)
+        defer { raw.close() }
+        try raw.sendFrame([UInt8].frame(body: Array(#"{"type":"call","id":5,"target":"i.wait","method":"sum","params":{},"stream":true,"input":true}"#.utf8)))
+        try raw.sendFrame([UInt8].frame(body: Array(frame.utf8)))
+        let answer = String(decoding: try #require(try raw.receiveFrame()), as: UTF8.self)
+        #expect(answer.contains("protocolViolation") && answer.contains(reason), "\(answer)")
+        #expect(try sup.call("i.wait", "echo", "2", as: Int.self) == 2)
+    }
 }

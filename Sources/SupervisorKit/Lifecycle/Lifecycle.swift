@@ -122,8 +122,8 @@ final class Lifecycle: SupervisorComponent {
         loop.preconditionInEventLoop()
         // Asked from within a pass (a spawn that failed at once fails the plugin, and that asks
         // for its dependents), the pass under way goes round once more instead of a pass nested in
-        // it: nested, one level a plugin, 1,000 plugins whose workers could not be spawned (no
-        // worker binary, no descriptor left) overflowed the event loop's stack.
+        // it: nested, it would take one stack level a plugin, and 1,000 plugins whose workers cannot
+        // be spawned (no worker binary, no descriptor left) would overflow the event loop's stack.
         guard startPass == .idle else { return startPass = .askedAgain }
         startPass = .running
         var changed = true
