@@ -40,6 +40,8 @@ public final class Supervisor: Sendable {
     private let door = LoopDoor()
     /// The main thread's job queue while `run` serves (`supervisor start` only: SpawnerThread).
     private let spawner = Guarded<SpawnerThread?>(nil)
+    /// Removes ended workers' groups and folders off the loop; `serve` waits for it before it returns.
+    private let janitor: Janitor
 
     /// With `config.handlesSignals`, blocks the lifecycle signals first: every thread created from
     /// here on (NIO's included) inherits the mask, so the signals reach only the relay thread's
@@ -67,10 +69,10 @@ public final class Supervisor: Sendable {
         let made = loop.submit {
             let engine = Engine(config: config, logger: logger, group: group, preflightPIDs: preflight,
                                 runtimePaths: paths, networkNamespace: namespace, door: door)
-            return (engine.handOff(engine), engine.lifecycle.finished.futureResult)
+            return (engine.handOff(engine), engine.lifecycle.finished.futureResult, engine.shared.janitor)
         }
         do {
-            (engine, finished) = try made.wait()
+            (engine, finished, janitor) = try made.wait()
         } catch {
             preconditionFailure("the supervisor's new event loop refused its first task: \(error)")
         }
@@ -109,6 +111,7 @@ public final class Supervisor: Sendable {
         engine.execute { $0.lifecycle.finished.fail(error) }
         door.close()
         group.shutdownGracefully { _ in }
+        janitor.finish()
         // By now the fork server has ended too (it ends with its socket) and been reaped.
         watcher.withLock { $0 }?.stop()
     }
@@ -157,6 +160,7 @@ public final class Supervisor: Sendable {
         onLoop { $0.shared.homeLockFD = lockFD }
         // An install interrupted by a crash left its staging folder; the bundles are complete.
         onLoop { $0.installs.store.cleanLeftovers() }
+        janitor.sweepLeftovers()
         var cgroups: CgroupTree?
         var notifier: SeccompNotifier?
         if config.sandboxEnabled {
@@ -181,6 +185,7 @@ public final class Supervisor: Sendable {
         // Every worker has been reaped by the time `serve` returns: their groups are empty, and the
         // watcher threads have nothing left to watch (an embedded host's program goes on without them).
         defer {
+            janitor.finish()
             cgroups?.removeAll()
             notifier?.stop()
         }

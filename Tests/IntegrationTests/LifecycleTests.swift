@@ -246,6 +246,31 @@ struct SignalMaskTests {
         #expect(p.terminationStatus == 0)
         #expect(((try? String(contentsOfFile: err, encoding: .utf8)) ?? "").contains("shutting down (SIGTERM)"))
     }
+
+    @Test("a worker's temporary folder is emptied when it ends (a restart, the stop), and ended folders an earlier supervisor left are removed at start")
+    func temporaryFolders() throws {
+        let w = try TestWorld()
+        try w.bundle("t.temp")
+        let tmp = w.home + "/tmp"
+        // What an upgrade's exec or a SIGKILL cut short: an ended folder still holding a file.
+        try FileManager.default.createDirectory(atPath: tmp + "/.ended-1-7/deep", withIntermediateDirectories: true)
+        try Data("left".utf8).write(to: URL(fileURLWithPath: tmp + "/.ended-1-7/deep/file"))
+        let sv = try RunningSupervisor(w)
+        try sv.waitUntil("the earlier supervisor's ended folder removed") { !FileManager.default.fileExists(atPath: tmp + "/.ended-1-7") }
+        let scratch = tmp + "/t.temp/scratch"
+        try Data("x".utf8).write(to: URL(fileURLWithPath: scratch))
+        #expect(try sv.cli("restart", "t.temp").code == 0)
+        #expect(try sv.plugin("t.temp").state == "running")
+        #expect(!FileManager.default.fileExists(atPath: scratch), "the new worker found its predecessor's file")
+        #expect(FileManager.default.fileExists(atPath: tmp + "/t.temp"))
+        try sv.waitUntil("the ended worker's folder removed") {
+            try FileManager.default.contentsOfDirectory(atPath: tmp).filter { $0.hasPrefix(".ended-") }.isEmpty
+        }
+        #expect(try sv.cli("stop").code == 0)
+        #expect(try sv.waitForExit() == 0)
+        // Removed before the supervisor ends, not after.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: tmp) == [])
+    }
 }
 
 /// The state letter in /proc/<pid>/stat (R, S, T for stopped, Z for a zombie), or nil when gone.

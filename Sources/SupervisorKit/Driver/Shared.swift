@@ -32,6 +32,8 @@ final class Shared {
     let door: LoopDoor
     /// The timer behind every request's deadline: whoever sets one tells it (`due`).
     let deadlines: DeadlineTimer
+    /// Removes ended workers' groups and temporary folders off the loop (`Supervisor.serve` waits for it).
+    let janitor: Janitor
     /// Preflight workers of installs: refused on the control socket like any worker. Written by the
     /// install queue, read on the loop, hence the lock (shared with `Supervisor`).
     let preflightPIDs: Guarded<Set<pid_t>>
@@ -84,6 +86,7 @@ final class Shared {
         events = EventHub(loop: loop, outbox: outbox, door: door)
         effects = Effects(loop: loop)
         deadlines = DeadlineTimer(loop: loop)
+        janitor = Janitor(folder: config.home + "/tmp")
     }
 
     /// `values` made ready to travel to another thread and back: only the loop can open them.

@@ -80,15 +80,12 @@ extension Lifecycle {
         if instance.killReason == nil, exit.signaled, let kills = instance.cgroup?.oomKills(), kills > 0 {
             instance.killReason = (.memoryLimit, "the kernel's OOM killer ended it at its cgroup's memory limit of \(hardLimit >> 20) MiB")
         }
-        // Its group goes once whatever follows (a restart) is under way: removing a v1 memory
-        // group can hold the loop for a millisecond, and nothing below needs it gone. Scheduled as
-        // this function ends, so the turn's flush (the restart's `load` to a standby, scheduled by
-        // its write below) goes first.
-        let group = instance.cgroup
+        // Its group and (SPEC §5) its private temporary folder go off the loop: removing a v1
+        // memory group or a folder on a disk mounted with `discard` can take a millisecond each,
+        // and nothing below needs them gone.
+        if let group = instance.cgroup { shared.janitor.remove(group) }
         instance.cgroup = nil
-        defer { if let group { loop.execute { group.remove() } } }
-        // SPEC §5: the worker's private temporary folder is emptied when it ends.
-        FileSystem.removeTree(instance.temporaryFolder)
+        shared.janitor.removeTree(instance.temporaryFolder)
         // A standby that ended before it was taken (its sandbox failed, say): the restart, if one
         // comes, spawns a worker as usual and reports what fails then.
         if let record = table[instance.identifier], let standby = record.standby, standby.instance === instance {

@@ -1,0 +1,60 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import LinuxSupport
+import PluginProtocol
+import NIOPosix
+
+/// Clean-up that can wait on the disk or on the kernel's cgroup lock: an ended worker's control
+/// group and its emptied temporary folder. It is done in order on one thread of its own, so that
+/// the event loop never waits for it; when a thousand workers end together (a stop), their
+/// `rmdir`s had held the loop for most of the supervisor's stop.
+///
+/// A temporary folder is first renamed, on the caller's thread, to `<home>/tmp/.ended-<n>` (a
+/// rename frees the plugin's name at once: its next worker makes a new folder under it), and the
+/// renamed tree is removed here. `finish` does what is left and waits: the supervisor calls it
+/// before it returns, so nothing outlives it but what an upgrade's exec cut short, which the next
+/// start sweeps (`sweepLeftovers`).
+final class Janitor: Sendable {
+    private let pool = NIOThreadPool(numberOfThreads: 1)
+    private let folder: String
+    private let serial = Guarded<UInt64>(0)
+
+    /// `folder`: where ended workers' temporary folders wait for removal (`<home>/tmp`).
+    init(folder: String) {
+        self.folder = folder
+        pool.start()
+    }
+
+    /// Removes `group` (its worker has been reaped).
+    func remove(_ group: CgroupGroup) {
+        pool.submit { _ in group.remove() }
+    }
+
+    /// Empties and removes the folder at `path`: renamed out of the way now, removed later. Where
+    /// it cannot be renamed (it does not exist, or lies elsewhere), it is removed here and now.
+    func removeTree(_ path: String) {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return }
+        let n = serial.withLock { n -> UInt64 in
+            n &+= 1
+            return n
+        }
+        let ended = folder + "/.ended-\(getpid())-\(n)"
+        guard rename(path, ended) == 0 else { return FileSystem.removeTree(path) }
+        pool.submit { _ in FileSystem.removeTree(ended) }
+    }
+
+    /// Ended folders an earlier supervisor with this home left behind (an upgrade's exec, a kill).
+    func sweepLeftovers() {
+        for name in (try? FileSystem.list(folder)) ?? [] where name.hasPrefix(".ended-") {
+            let path = folder + "/" + name
+            pool.submit { _ in FileSystem.removeTree(path) }
+        }
+    }
+
+    /// Does what is queued, then ends the thread. Blocks: call it off the loop, once.
+    func finish() {
+        try? pool.syncShutdownGracefully()
+    }
+}
