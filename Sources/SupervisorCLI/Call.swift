@@ -18,7 +18,9 @@ struct Call: ParsableCommand {
     @Argument(help: ArgumentHelp("Parameters as JSON (default: none).", valueName: "json-params"))
     var params: String?
 
-    @Option(help: "Give up after this many milliseconds (default: the plugin's callTimeoutMs).")
+    // `.unconditional`: `--timeout -1` is read as the value it is (and refused as one), not as an
+    // option named `-1` that leaves `--timeout` without a value.
+    @Option(parsing: .unconditional, help: "Give up after this many milliseconds (default: the plugin's callTimeoutMs).")
     var timeout: UInt64?
 
     @OptionGroup var trace: TraceOption

@@ -12,7 +12,7 @@ import Glibc
 struct ClientOptions: ParsableArguments {
     @OptionGroup var location: LocationOptions
 
-    @Option(help: "Wait up to this many seconds for a supervisor that is still starting (`supervisor start &` just before).")
+    @Option(parsing: .unconditional, help: "Wait up to this many seconds for a supervisor that is still starting (`supervisor start &` just before).")
     var wait: Double?
 
     func validate() throws {

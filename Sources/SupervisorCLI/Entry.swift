@@ -1,4 +1,8 @@
 import ArgumentParser
+#if canImport(Glibc)
+import Glibc
+#endif
+import LinuxSupport
 import Protocol
 
 /// Every command names itself (`commandName`): without a name ArgumentParser derives one from the
@@ -13,4 +17,24 @@ struct SupervisorCommand: ParsableCommand {
         version: ProductVersion.current,
         subcommands: [Start.self, Status.self, Call.self, Open.self, Send.self, Restart.self, Reload.self, Metrics.self, Events.self, Stop.self,
                       Install.self, Update.self, Uninstall.self, New.self, Upgrade.self, UpgradeProbeCommand.self])
+
+    /// ArgumentParser's own, but for one rule of SPEC §6: `call` and `open` print every error as
+    /// `code: message`, also a value ArgumentParser refuses (`--timeout -1`), as `badRequest`
+    /// (exit 64), the code of the checks their `validate` makes.
+    static func main() {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        do {
+            var command = try parseAsRoot(arguments)
+            try command.run()
+        } catch {
+            // An empty message: a check of ours that wrote its own line (`badUsage`).
+            let text = message(for: error)
+            if !text.isEmpty, let name = arguments.first, name == Call.configuration.commandName || name == Open.configuration.commandName,
+               exitCode(for: error) == .validationFailure {
+                StandardError.write("\(ErrorCode.badRequest.rawValue): \(text)\n")
+                Glibc.exit(ExitCode.validationFailure.rawValue)
+            }
+            exit(withError: error)
+        }
+    }
 }

@@ -157,6 +157,9 @@ struct AuthorTests {
         #expect(badID.code == 64 && badID.err.hasPrefix("badRequest: 'bad id!' is not a plugin identifier"), "\(badID.err)")
         let badURI = try sv.cli("open", "http://x/y")
         #expect(badURI.code == 64 && badURI.err.hasPrefix("badRequest: 'http://x/y' is not a plugin://"), "\(badURI.err)")
+        // A value ArgumentParser refuses is a `code: message` too; `-1` is read as the value it is.
+        let negative = try sv.cli("call", "--timeout", "-1", "s.slow", "echo")
+        #expect(negative.code == 64 && negative.err.hasPrefix("badRequest: The value '-1' is invalid for '--timeout <timeout>'"), "\(negative.err)")
         let badTarget = try sv.cli("send", "background", "--plugin", "x y")
         #expect(badTarget.code == 64 && badTarget.err.hasPrefix("badRequest: 'x y' is not a plugin identifier"), "\(badTarget.err)")
     }
