@@ -236,6 +236,22 @@ import SupervisorCore
         #expect(life.workerRuns("p", version: "1.0.0").last == .serveAgain(restarted: true))
     }
 
+    @Test func aStartAtAnotherVersionIsAnnouncedUpdated() {
+        var life = PluginLife(phase: .starting)
+        _ = life.workerRuns("p", version: "1.0.0")
+        // The same version again (a restart, an activation after an idle stop): no update.
+        _ = ended(&life)
+        #expect(!life.workerRuns("p", version: "1.0.0").contains(.announceUpdated(from: "1.0.0")))
+        // Another version on disk (a reload, an update of a plugin that was not running): announced
+        // before `started`, as an update's take-over is; the take-over's version counts as run.
+        _ = ended(&life)
+        #expect(Array(life.workerRuns("p", version: "1.1.0").dropFirst().prefix(2)) == [.announceUpdated(from: "1.0.0"), .announceStarted])
+        _ = life.updateTookOver("p", from: "1.1.0", to: "2.0.0")
+        _ = ended(&life)
+        #expect(!life.workerRuns("p", version: "2.0.0").contains(.announceUpdated(from: "1.1.0")))
+        #expect(life.ranVersion == "2.0.0")
+    }
+
     @Test func aFailedDependencyFailsItAndStopsItsWorker() {
         var life = PluginLife(phase: .starting)
         let actions = life.dependencyFailed("p", dependency: "q", dependencyPhase: .failed(byDependency: false), hasWorker: true)

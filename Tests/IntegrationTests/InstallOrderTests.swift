@@ -84,3 +84,25 @@ extension InstallTests {
         }
     }
 }
+
+extension RescanTests {
+    @Test("a reload that finds another version on disk announces it `updated` (from, to) before the new worker's `started`, as an install does")
+    func reloadAnnouncesTheNewVersion() async throws {
+        let w = try TestWorld()
+        try w.bundle("hup.versioned")
+        let sv = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sv.socket)
+        defer { client.close() }
+        var events = try await client.followEvents(plugin: "hup.versioned").makeAsyncIterator()
+        try w.bundle("hup.versioned", version: "1.1.0")
+        #expect(try sv.cli("reload").code == 0)
+        var before: [HostEvent] = []
+        let started = try await nextEvent(&events, "started") { event in
+            before.append(event)
+            return event.event == .started
+        }
+        #expect(started.version == "1.1.0", "\(started)")
+        let updated = before.first { $0.event == .updated }
+        #expect(updated?.from == "1.0.0" && updated?.to == "1.1.0", "\(before.map(\.event))")
+    }
+}

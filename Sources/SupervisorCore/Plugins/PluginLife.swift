@@ -25,6 +25,10 @@ package struct PluginLife: Sendable {
     package var hasRun = false
     /// Coming up because it was activated (SPEC §16), until it runs: `starting`, not `restarting`.
     package private(set) var activating = false
+    /// The version its last worker ran: a start at another version is announced `updated` (SPEC
+    /// §12), however it came (an update of a plugin that was not running, a reload that found a
+    /// new version on disk, an inactive plugin activated after either).
+    package private(set) var ranVersion: String?
 
     package init(phase: PluginPhase) {
         self.phase = phase
@@ -34,9 +38,10 @@ package struct PluginLife: Sendable {
     /// restarts in the window (their ages at the snapshot, oldest first) count towards the
     /// intensity limit and the backoff as if no upgrade had happened. An age that is negative or
     /// older than the clock is dropped.
-    package mutating func restore(restarts: Int, hasRun: Bool, restartAgesNs: [Int64] = [], now: Instant) {
+    package mutating func restore(restarts: Int, hasRun: Bool, restartAgesNs: [Int64] = [], ranVersion: String? = nil, now: Instant) {
         self.restarts = restarts
         self.hasRun = hasRun
+        self.ranVersion = ranVersion
         restartHistory = restartAgesNs
             .filter { $0 >= 0 && UInt64($0) <= now.nanoseconds }
             .map { now.adding(nanoseconds: -$0) }
@@ -261,7 +266,9 @@ package struct PluginLife: Sendable {
         _ = move(to: .running)
         problem = nil
         hasRun = true
-        return [.log(.info, "\(identifier) \(version) is running"), .announceStarted, .settleWaiters(nil), .serveAgain(restarted: wasRestart)]
+        let updated: [Action] = ranVersion.map { $0 == version ? [] : [.announceUpdated(from: $0)] } ?? []
+        ranVersion = version
+        return [.log(.info, "\(identifier) \(version) is running")] + updated + [.announceStarted, .settleWaiters(nil), .serveAgain(restarted: wasRestart)]
     }
 
     /// An update's new version answered `startup` and serves from now on (the previous version's
@@ -269,6 +276,7 @@ package struct PluginLife: Sendable {
     /// it runs again either way.
     package mutating func updateTookOver(_ identifier: String, from previous: String, to version: String) -> [Action] {
         problem = nil
+        ranVersion = version
         if phase != .running { _ = move(to: .running) }
         return [.log(.info, "\(identifier) \(version) is running and takes the calls; \(previous) finishes its own"),
                 .announceUpdated(from: previous), .announceStarted]

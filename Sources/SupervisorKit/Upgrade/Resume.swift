@@ -36,7 +36,8 @@ extension Engine {
                 if let w = saved.worker { endOrphan(w, saved.identifier) }
                 continue
             }
-            record.life.restore(restarts: saved.restarts, hasRun: saved.hasRun, restartAgesNs: saved.restartAgesNs ?? [], now: .now)
+            record.life.restore(restarts: saved.restarts, hasRun: saved.hasRun, restartAgesNs: saved.restartAgesNs ?? [],
+                                ranVersion: saved.worker?.version ?? (saved.hasRun ? record.manifest.version.description : nil), now: .now)
             record.problem = saved.problem
             record.lastError = saved.lastError
             record.life.lastExit = saved.lastExit
