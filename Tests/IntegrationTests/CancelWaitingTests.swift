@@ -49,3 +49,34 @@ struct SendWhileStartingTests {
         #expect(names.contains("background") && names.contains("foreground"), "\(names)")
     }
 }
+
+/// What waits for a plugin when the supervisor shuts down (docs/operations.md, "No call lost").
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct ShutdownWhileWaitingTests {
+    @Test("SIGTERM while one call waits for an onCall plugin's activation and another for a plugin in restart backoff, and no worker takes long to stop: both callers are answered `unavailable`, the supervisor is shutting down")
+    func answeredAtAQuickShutdown() throws {
+        let w = try TestWorld()
+        let slow = try w.bundle("w.slow", extra: ["activation": "onCall"])
+        try "3000".write(toFile: slow + "/startup-delay-ms", atomically: true, encoding: .utf8)
+        try w.bundle("w.crashy")
+        let sup = try RunningSupervisor(w, args: ["--config", try w.config(#"{"restartBackoffBaseMs": 5000}"#)])
+        // The first crash restarts at once, the second waits 5 s.
+        for n in 1...2 {
+            _ = try sup.cli("call", "w.crashy", "crash", #"{"how":"segv"}"#)
+            try sup.waitUntil("crash \(n) seen") { try sup.plugin("w.crashy").restarts == n }
+        }
+        let callers = try ["w.slow", "w.crashy"].map { target in
+            let raw = try rawControl(sup.socket)
+            try raw.sendFrame([UInt8].frame(body: Array(#"{"type":"call","id":1,"target":"\#(target)","method":"echo","params":[1]}"#.utf8)))
+            return raw
+        }
+        defer { callers.forEach { $0.close() } }
+        try sup.waitUntil("w.slow starting") { try sup.plugin("w.slow").state == "starting" }
+        sup.signal(SIGTERM)
+        for raw in callers {
+            let answer = try raw.receiveFrame().map { String(decoding: $0, as: UTF8.self) }
+            #expect(answer?.contains(#""code":"unavailable","message":"the supervisor is shutting down""#) == true, "\(answer ?? "the connection closed without an answer")")
+        }
+        #expect(try sup.waitForExit() == 0)
+    }
+}

@@ -107,8 +107,12 @@ final class Engine: SeesShared {
         shared.deadlines.start()
     }
 
+    /// Every worker has ended (or an upgrade hands over). A last check first: a shutdown quicker than
+    /// the timer's next tick (no worker to wait for) still answers what waits for a plugin
+    /// (`unavailable`, the supervisor is shutting down) before the control socket closes.
     func stopTimers() {
         health.stop()
+        if shared.isShuttingDown { _ = checkDeadlines(at: .now()) }
         shared.deadlines.stop()
     }
 

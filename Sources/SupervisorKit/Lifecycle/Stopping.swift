@@ -23,6 +23,8 @@ extension Lifecycle {
             record.settleWaiters("the supervisor is shutting down")
         }
         settleReloads()
+        // What waits for a plugin is answered at the timer's next tick, not when its plugin stops.
+        shared.deadlines.due(.now())
         stopNextWave()
     }
 
