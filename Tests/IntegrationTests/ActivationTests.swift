@@ -172,4 +172,20 @@ extension ActivationTests {
         #expect(try sv.plugin("a.sleepy").state == "running")
         #expect(try sv.call("a.sleepy", "echo", "[10]", as: [Int].self) == [10])
     }
+
+    @Test("an event sent while its plugin's idle stop is under way (a slow willTerminate) waits, as a call does: the plugin starts again and the event is delivered to it")
+    func eventDuringAnIdleStop() throws {
+        let w = try TestWorld()
+        let slow = try w.bundle("a.idle", extra: ["idleStopMs": 200])
+        try "1000".write(toFile: slow + "/terminate-delay-ms", atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"idleCheckIntervalMs": 50}"#)])
+        let first = try #require(try sv.plugin("a.idle").pid)
+        try sv.waitUntil("the idle stop to begin") { sv.log.contains("a.idle: no traffic for") }
+        let sent = try sv.cli("send", "background", "--plugin", "a.idle")
+        #expect(sent.code == 0 && sent.out.contains(#""delivered":["a.idle"]"#), "\(sent.out)\(sent.err)")
+        let now = try sv.plugin("a.idle")
+        #expect(now.state == "running" && now.pid != first, "\(now)")
+        #expect(try sv.info("a.idle").names.contains("background"))
+        #expect(sv.log.contains("activating a.idle: requests that came while it stopped"))
+    }
 }

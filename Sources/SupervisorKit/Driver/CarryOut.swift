@@ -60,6 +60,7 @@ extension Engine {
             guard let env = try? Envelope.parse(raw, maxDepth: config.maxJSONDepth) else {
                 return outbox.answer(origin, error: ErrorBody(.badRequest, "the request could not be replayed"))
             }
+            if kind == .send { return send(env, raw, origin) }
             if let error = router.forward(kind, to: target, from: nil, env: env, bytes: raw, origin: origin) {
                 outbox.answer(origin, error: error)
             }

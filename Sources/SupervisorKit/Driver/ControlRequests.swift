@@ -265,7 +265,7 @@ extension Engine {
         #endif
     }
 
-    private func send(_ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ origin: ReplyOrigin) {
+    func send(_ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ origin: ReplyOrigin) {
         let name = Envelope.string(bytes, env.name) ?? ""
         let allowed: [EventName] = [.memoryWarning, .background, .foreground]
         guard let event = EventName(rawValue: name), allowed.contains(event) else {
@@ -275,21 +275,21 @@ extension Engine {
         if let only, table[only] == nil {
             return outbox.answer(origin, error: ErrorBody(.notFound, "no plugin \(only) is installed"))
         }
-        // An event addressed to an inactive plugin starts it (SPEC §16), and goes to it once it runs;
-        // one addressed to a plugin coming up (starting, activated, restarting) waits for it the same
-        // way. One sent to every plugin goes to those running: the others have no state to tell.
-        if let only, let record = table[only], record.phase == .inactive || record.phase.isStarting {
-            let activating = record.phase == .inactive
-            record.startWaiters.append { [self] problem in
-                if let problem {
-                    return outbox.answer(origin, error: ErrorBody(.unavailable, "\(only) \(activating ? "was started for \(name) and " : "")did not run: \(problem)"))
+        // An event for one plugin that cannot take it now waits in the plugin's queue as a call does
+        // (the route's rule: an inactive plugin is started for it, SPEC §16; one coming up, or
+        // whose worker is being stopped, idle or replaced, is waited for), and is sent when its
+        // turn comes (`Router.forward`). One sent to every plugin goes to those running: the
+        // others have no state to tell. A failed or stopped one is named in `failed`.
+        if let only, let record = table[only] {
+            switch Route.decide(record.routeTarget, named: only, shuttingDown: isShuttingDown) {
+            case .wait, .activate:
+                if let error = router.forward(.send, to: only, from: nil, env: env, bytes: bytes, origin: origin) {
+                    outbox.answer(origin, error: error)
                 }
-                shared.broadcast(event, only: only) { [self] delivered, failed in
-                    outbox.respond(origin) { try ProtocolJSON.encode(SendOutcome(event: name, delivered: delivered, failed: failed)) }
-                }
+                return
+            case .forward, .refuse:
+                break
             }
-            if activating { lifecycle.activate(record, by: "event \(name)") }
-            return
         }
         shared.broadcast(event, only: only) { [self] delivered, failed in
             outbox.respond(origin) { try ProtocolJSON.encode(SendOutcome(event: name, delivered: delivered, failed: failed)) }

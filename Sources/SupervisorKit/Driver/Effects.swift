@@ -57,8 +57,8 @@ enum Effect {
     case forwardWaiting(PluginRecord)
     /// A plugin leaves the table: what waits for it fails with `reason`.
     case forget(PluginRecord, because: String)
-    /// A request held while its plugin was installed on demand, sent now (its frame as the client
-    /// wrote it).
+    /// A request held while its plugin was installed on demand, or an event (`send`) that waited
+    /// for its plugin, sent now (its frame as the client wrote it).
     case replay(MessageKind, target: String, frame: [UInt8], origin: ReplyOrigin)
 
     // MARK: For installs (Installs/*.swift)

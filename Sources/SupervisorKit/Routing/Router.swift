@@ -46,13 +46,18 @@ final class Router: SupervisorComponent {
         }
         let metrics = callMetrics(of: record)
         switch Route.decide(record.routeTarget, named: target, shuttingDown: isShuttingDown) {
-        case .forward: break
+        case .forward:
+            // An event for one plugin (`send`) that waited for it: sent as `send` sends it.
+            if kind == .send {
+                effects.post(.replay(kind, target: target, frame: Array(bytes), origin: origin))
+                return nil
+            }
         case .wait: return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload, attempts: attempts)
         case .activate:
             // It waits, as for a starting plugin, and the plugin comes up for it (SPEC §16).
             if let refused = enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload,
                                      attempts: attempts) { return refused }
-            effects.post(.activate(record, by: kind.rawValue))
+            effects.post(.activate(record, by: kind == .send ? "event \(Envelope.string(bytes, env.name) ?? "")" : kind.rawValue))
             return nil
         case .refuse(let error):
             metrics.count(.unavailable)
