@@ -118,6 +118,20 @@ import SupervisorCore
         #expect(IdleStop.decide(facts(), now: last.adding(milliseconds: 2_500)) == .stop(idleMs: 2_500))
         let now = last.adding(milliseconds: 5_000)
         #expect(IdleStop.decide(facts(busy: true), now: now) == .check(at: now.adding(milliseconds: 1_000)),
-                "a stream that is slow but alive, a request inside, a caller's link: not idle")
+                "a stream that is slow but alive, a request inside: not idle")
+    }
+
+    @Test func aLinkedPluginIsIdleOnlyAfterItsCallersWouldHaveReported() {
+        let last = Self.now
+        let linked = IdleStop.Facts(phase: .running, idleStopMs: 200, lastTraffic: last, busy: false, linked: true)
+        // Calls over a direct link are told once a second: 200 ms without a report says nothing.
+        #expect(IdleStop.decide(linked, now: last.adding(milliseconds: 900)) == .check(at: last.adding(milliseconds: IdleStop.linkReportsMs)))
+        #expect(IdleStop.decide(linked, now: last.adding(milliseconds: IdleStop.linkReportsMs)) == .stop(idleMs: IdleStop.linkReportsMs))
+        // A longer idleStopMs is its own.
+        var long = linked
+        long.idleStopMs = 10_000
+        #expect(IdleStop.decide(long, now: last.adding(milliseconds: 5_000)) == .check(at: last.adding(milliseconds: 10_000)))
+        long.linked = false
+        #expect(IdleStop.decide(long, now: last.adding(milliseconds: 10_000)) == .stop(idleMs: 10_000))
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import IPC
 import PluginProtocol
 import Protocol
+import SupervisorClient
 import Testing
 
 /// SPEC §16 with real workers: `onCall` plugins have no worker until something needs them, and
@@ -187,5 +188,27 @@ extension ActivationTests {
         #expect(now.state == "running" && now.pid != first, "\(now)")
         #expect(try sv.info("a.idle").names.contains("background"))
         #expect(sv.log.contains("activating a.idle: requests that came while it stopped"))
+    }
+}
+
+extension ActivationTests {
+    @Test("calls every 100 ms over a program's direct link keep a plugin with idleStopMs 300 running (the link tells its calls once a second); once they end it is stopped")
+    func callsOverADirectLinkAreTraffic() async throws {
+        let w = try TestWorld()
+        try w.bundle("a.linked", extra: ["idleStopMs": 300])
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"idleCheckIntervalMs": 50}"#)])
+        let client = try await SupervisorClient.connect(socket: sv.socket)
+        defer { client.close() }
+        #expect(try await client.call("a.linked", "ping", as: Int.self) == 1)
+        try await waitUntil("the direct link") { client.linkedPlugins == ["a.linked"] }
+        let pid = try sv.plugin("a.linked").pid
+        let until = ContinuousClock.now + .seconds(3)
+        while ContinuousClock.now < until {
+            #expect(try await client.call("a.linked", "ping", as: Int.self) == 1)
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(!sv.log.contains("a.linked: no traffic for"), "stopped as idle while it was called over its link")
+        #expect(try sv.plugin("a.linked").pid == pid)
+        try sv.waitUntil("the idle stop once the calls ended") { try sv.plugin("a.linked").state == "inactive" }
     }
 }

@@ -11,16 +11,25 @@ package enum IdleStop {
         /// When a call, a stream's chunk or credit, or a link's call last passed (or its worker began to serve).
         package var lastTraffic: Instant
         /// Something is inside or under way: a request in flight or waiting, an open stream, a
-        /// caller's peer or direct link, a stop, an update or a standby being taken. Never idle then.
+        /// stop, an update or a standby being taken. Never idle then.
         package var busy: Bool
+        /// Callers hold direct or peer links to it: their calls are known only from their
+        /// `linkCalls` reports, so it is idle only after `linkReportsMs` without one at least.
+        package var linked = false
 
-        package init(phase: PluginPhase, idleStopMs: Int?, lastTraffic: Instant, busy: Bool) {
+        package init(phase: PluginPhase, idleStopMs: Int?, lastTraffic: Instant, busy: Bool, linked: Bool = false) {
             self.phase = phase
             self.idleStopMs = idleStopMs
             self.lastTraffic = lastTraffic
             self.busy = busy
+            self.linked = linked
         }
     }
+
+    /// Twice the longest interval at which a link's caller reports the calls it made (a program's
+    /// direct link, every second while it calls; a worker's peer link, every 250 ms): a linked
+    /// plugin that has gone this long without a report has had no calls over its links.
+    package static let linkReportsMs = 2_000
 
     package enum Verdict: Sendable, Equatable {
         /// Stop it now: it has had no traffic for this long.
@@ -32,7 +41,8 @@ package enum IdleStop {
     }
 
     package static func decide(_ facts: Facts, now: Instant) -> Verdict {
-        guard let limit = facts.idleStopMs, limit > 0, facts.phase == .running else { return .never }
+        guard let wanted = facts.idleStopMs, wanted > 0, facts.phase == .running else { return .never }
+        let limit = facts.linked ? max(wanted, linkReportsMs) : wanted
         if facts.busy { return .check(at: now.adding(milliseconds: limit)) }
         let idleNs = now.nanoseconds(since: facts.lastTraffic)
         if idleNs >= Int64(limit) * 1_000_000 { return .stop(idleMs: Int(idleNs / 1_000_000)) }

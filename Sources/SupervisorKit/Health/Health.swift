@@ -112,7 +112,8 @@ final class Health: SupervisorComponent {
             if busy { record.lastTraffic = now }
             // A worker's start counts as traffic: a plugin just started (activated for a dependent,
             // say) has its whole `idleStopMs` before it may stop.
-            let facts = IdleStop.Facts(phase: record.phase, idleStopMs: limit, lastTraffic: max(record.lastTraffic, instance.spawnedAt).instant, busy: busy)
+            let facts = IdleStop.Facts(phase: record.phase, idleStopMs: limit, lastTraffic: max(record.lastTraffic, instance.spawnedAt).instant,
+                                       busy: busy, linked: !instance.linksIn.isEmpty)
             switch IdleStop.decide(facts, now: now.instant) {
             case .stop(let idleMs):
                 record.idleStopping = idleMs
