@@ -1,4 +1,5 @@
 import Foundation
+import IPC
 import Protocol
 import SupervisorClient
 import Testing
@@ -104,5 +105,26 @@ extension RescanTests {
         #expect(started.version == "1.1.0", "\(started)")
         let updated = before.first { $0.event == .updated }
         #expect(updated?.from == "1.0.0" && updated?.to == "1.1.0", "\(before.map(\.event))")
+    }
+}
+
+extension InstallTests {
+    @Test("uninstall while a call waits for the plugin's activation (a slow start and willTerminate): the caller is answered unavailable, naming the uninstall")
+    func uninstallWhileACallWaits() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let lazy = try shop.archive("u.lazy", "1.0.0", extra: ["activation": "onCall"], files: ["startup-delay-ms": "800", "terminate-delay-ms": "800"])
+        let sv = try start(w, config: try shop.config())
+        #expect(try sv.cli("install", shop.server.base + "/" + lazy).code == 0)
+        try sv.waitUntil("u.lazy inactive after its install") { try sv.plugin("u.lazy").state == "inactive" }
+        let raw = try rawControl(sv.socket)
+        defer { raw.close() }
+        try raw.sendFrame([UInt8].frame(body: Array(#"{"type":"call","id":1,"target":"u.lazy","method":"echo","params":[1]}"#.utf8)))
+        try sv.waitUntil("u.lazy starting for the call") { try sv.plugin("u.lazy").state == "starting" }
+        let uninstalled = try sv.cli("uninstall", "u.lazy")
+        #expect(uninstalled.code == 0, "\(uninstalled.err)")
+        let answer = String(decoding: try #require(try raw.receiveFrame()), as: UTF8.self)
+        #expect(answer.contains(#""code":"unavailable""#) && (answer.contains("u.lazy is stopped: being uninstalled") || answer.contains("u.lazy was uninstalled")),
+                "\(answer)")
     }
 }

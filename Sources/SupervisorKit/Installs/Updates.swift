@@ -72,6 +72,8 @@ extension Installs {
         }
         endGrace(record)
         record.cancelRestart()
+        // What waits for it meanwhile is answered with the reason (`<id> is stopped: being uninstalled`).
+        record.problem = "being uninstalled"
         effects.post(.move(record, .stopped))
         effects.post(.stopPlugin(record) { [self] in
             let folder = String(record.manifest.bundle.split(separator: "/").last ?? "")
