@@ -23,7 +23,10 @@ public struct ArchiveExtractor: Sendable {
     /// Extracts `archive` into `destination` (an empty folder). Throws on the first bad entry;
     /// the caller deletes the destination.
     /// `name` is how errors call the archive (its source, not the staging copy).
-    public func extract(_ path: String, into destination: String, name archive: String? = nil) throws(InstallError) {
+    /// Returns the symbolic links it made (path in the archive → target): where each leads, relative
+    /// to the bundle's own folder, is checked once that folder is known (`linkLeaving`).
+    @discardableResult
+    public func extract(_ path: String, into destination: String, name archive: String? = nil) throws(InstallError) -> [String: String] {
         let archive = archive ?? path
         guard let a = archive_read_new() else { throw Self.refusal(archive: archive, entry: nil, reason: "libarchive: out of memory") }
         defer { archive_read_free(a) }
@@ -40,7 +43,8 @@ public struct ArchiveExtractor: Sendable {
         }
         var total: Int64 = 0
         var count = 0
-        var links = Set<String>()
+        /// Each symbolic link made so far, by its path in the bundle, with its target.
+        var links: [String: String] = [:]
         var entry: OpaquePointer?
         while true {
             let rc = archive_read_next_header(a, &entry)
@@ -54,7 +58,7 @@ public struct ArchiveExtractor: Sendable {
             guard count <= maxEntries else { throw refuse("more than \(maxEntries) entries") }
             let path = try Self.normalized(name, refuse)
             if path.isEmpty { continue }  // "./"
-            for prefix in Self.prefixes(of: path) where links.contains(prefix) {
+            for prefix in Self.prefixes(of: path) where links[prefix] != nil {
                 throw refuse("writes through the symbolic link '\(prefix)'")
             }
             if archive_entry_hardlink(entry) != nil { throw refuse("hard links are not allowed") }
@@ -82,24 +86,53 @@ public struct ArchiveExtractor: Sendable {
             case 0o120000:  // AE_IFLNK
                 let linkTarget = archive_entry_symlink(entry).map { String(cString: $0) } ?? ""
                 guard !linkTarget.hasPrefix("/") else { throw refuse("symbolic link to the absolute path '\(linkTarget)'") }
-                let parent = path.split(separator: "/").dropLast().map(String.init)
-                var resolved = parent
-                for part in linkTarget.split(separator: "/") {
-                    if part == "." { continue }
-                    if part == ".." {
-                        guard !resolved.isEmpty else { throw refuse("symbolic link '\(linkTarget)' leaves the bundle") }
-                        resolved.removeLast()
-                    } else {
-                        resolved.append(String(part))
-                    }
-                }
+                links[path] = linkTarget
+                guard Self.resolve(path, links: links) != nil else { throw refuse("symbolic link '\(linkTarget)' leaves the bundle") }
                 try Self.makeDirectory(String(target[..<target.lastIndex(of: "/")!]), refuse)
                 guard symlink(linkTarget, target) == 0 else { throw refuse("cannot create the link: \(String(cString: strerror(errno)))") }
-                links.insert(path)
             default:
                 throw refuse("device nodes, FIFOs and sockets are not allowed")
             }
         }
+        // Again with every link made: a link made later can take an earlier one out (`a -> b/x`,
+        // then `b -> ../..`).
+        if let (path, linkTarget) = Self.linkLeaving([], links: links) {
+            throw Self.refusal(archive: archive, entry: path, reason: "symbolic link '\(linkTarget)' leaves the bundle (through the archive's other links)")
+        }
+        return links
+    }
+
+    /// The first link (by path) that leads out of the folder `bundle` (its path's parts; empty: the
+    /// archive's root), following the archive's `links`; nil when none does.
+    public static func linkLeaving(_ bundle: [String], links: [String: String]) -> (path: String, target: String)? {
+        links.sorted { $0.key < $1.key }.first { resolve($0.key, links: links, within: bundle) == nil }.map { ($0.key, $0.value) }
+    }
+
+    /// Where the link at `path` leads (its parts), following the archive's links (`links`: path →
+    /// target) as the kernel would; nil when it leaves the folder `bundle` (its parts, a prefix of
+    /// `path`'s), or goes round more than 40 links (a loop). A link to a path that does not exist
+    /// inside is fine.
+    static func resolve(_ path: String, links: [String: String], within bundle: [String] = []) -> [String]? {
+        guard let first = links[path] else { return nil }
+        var resolved = path.split(separator: "/").dropLast().map(String.init)
+        guard resolved.starts(with: bundle) else { return nil }
+        var pending = first.split(separator: "/").map(String.init)[...]
+        var hops = 1
+        while let part = pending.popFirst() {
+            if part == "." { continue }
+            if part == ".." {
+                guard resolved.count > bundle.count else { return nil }
+                resolved.removeLast()
+                continue
+            }
+            resolved.append(part)
+            guard let next = links[resolved.joined(separator: "/")] else { continue }
+            hops += 1
+            guard hops <= 40, !next.hasPrefix("/") else { return nil }
+            resolved.removeLast()
+            pending = (next.split(separator: "/").map(String.init) + pending)[...]
+        }
+        return resolved
     }
 
     /// `name` without `./`, refusing absolute paths and `..`.

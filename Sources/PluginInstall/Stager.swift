@@ -99,8 +99,13 @@ public struct Stager: Sendable {
         progress?("unpack", 0, 0)
         let unpacked = folder + "/unpacked"
         try FileSystem.makeDirectories(unpacked)
-        try extractor.extract(archive, into: unpacked, name: source)
+        let links = try extractor.extract(archive, into: unpacked, name: source)
         let bundle = try Self.bundleRoot(unpacked, archive: source)
+        // Each link leads somewhere in the bundle's own folder, which is all that is installed.
+        let top = bundle == unpacked ? [] : [String(bundle.dropFirst(unpacked.count + 1))]
+        if let (path, target) = ArchiveExtractor.linkLeaving(top, links: links) {
+            throw ArchiveExtractor.refusal(archive: source, entry: path, reason: "symbolic link '\(target)' leaves the bundle")
+        }
 
         // 4. The manifest against the catalog and what is installed.
         let manifest = try Manifest.load(bundle: bundle)

@@ -2,7 +2,8 @@
 """Makes plugin archives for the install tests, good and hostile.
 usage: make_archive.py KIND OUT BUNDLE_DIR
 KIND: tgz, txz, tzst, zip (a good archive of BUNDLE_DIR under a top folder), or one of the hostile
-kinds: slip, absolute, symlink-escape, hardlink, device, fifo, setuid, bomb, two-bundles."""
+kinds: slip, absolute, symlink-escape, symlink-chain, symlink-later, symlink-sibling, hardlink, device, fifo, setuid, bomb,
+two-bundles."""
 import io, os, subprocess, sys, tarfile, zipfile
 
 kind, out, bundle = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -40,6 +41,20 @@ else:
         elif kind == "symlink-escape":
             tar.addfile(info(f"{top}/out", type=tarfile.SYMTYPE, linkname="../../../../../../tmp"))
             tar.addfile(info(f"{top}/out/written-through-link.txt", 3), io.BytesIO(b"bad"))
+        elif kind == "symlink-chain":
+            # Each link alone stays inside: `up` is the bundle's own folder, but `esc` goes through
+            # it to the bundle's parent.
+            tar.addfile(info(f"{top}/d", type=tarfile.DIRTYPE, mode=0o755))
+            tar.addfile(info(f"{top}/d/up", type=tarfile.SYMTYPE, linkname=".."))
+            tar.addfile(info(f"{top}/esc", type=tarfile.SYMTYPE, linkname="d/up/../"))
+        elif kind == "symlink-later":
+            # Inside when it is made; the link made after it takes it out of the bundle.
+            tar.addfile(info(f"{top}/a", type=tarfile.SYMTYPE, linkname="b/x"))
+            tar.addfile(info(f"{top}/b", type=tarfile.SYMTYPE, linkname=".."))
+        elif kind == "symlink-sibling":
+            # Inside the archive, but the bundle's own folder is all that is installed: once it is,
+            # this is another plugin's.
+            tar.addfile(info(f"{top}/other", type=tarfile.SYMTYPE, linkname="../h.other"))
         elif kind == "hardlink":
             tar.addfile(info(f"{top}/hard", type=tarfile.LNKTYPE, linkname=f"{top}/plugin.json"))
         elif kind == "device":

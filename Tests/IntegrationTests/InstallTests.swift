@@ -216,6 +216,9 @@ struct InstallTests {
 
     @Test("hostile and broken archives fail with a clear error and change nothing",
           arguments: [("slip", "path with '..'"), ("absolute", "absolute path"), ("symlink-escape", "leaves the bundle"),
+                      ("symlink-chain", "/esc': symbolic link 'd/up/../' leaves the bundle"),
+                      ("symlink-later", "/a': symbolic link 'b/x' leaves the bundle"),
+                      ("symlink-sibling", "/other': symbolic link '../h.other' leaves the bundle"),
                       ("hardlink", "hard links"), ("device", "device nodes"), ("fifo", "FIFOs"), ("setuid", "setuid"),
                       ("bomb", "unpacks to more than"), ("two-bundles", "exactly one plugin bundle")])
     func hostileArchives(_ kind: String, _ reason: String) throws {
