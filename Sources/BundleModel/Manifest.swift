@@ -283,7 +283,11 @@ extension Manifest {
         }
         // Bounded so a cgroup quota (percent × 1000 µs) and a timer cannot overflow.
         if let cpu = l?.cpuPercent, cpu > 100_000 { throw fail("limits.cpuPercent", "\(cpu) is over 100000 (a thousand CPUs)") }
+        if let t = l?.callTimeoutMs, t > 86_400_000 { throw fail("limits.callTimeoutMs", "\(t) is over a day") }
         if let t = l?.startupTimeoutMs, t > 86_400_000 { throw fail("limits.startupTimeoutMs", "\(t) is over a day") }
+        if let mb = l?.memoryMB, mb > 1 << 30 { throw fail("limits.memoryMB", "\(mb) is over 1073741824 (a PiB)") }
+        if let mb = l?.softMemoryMB, mb > 1 << 30 { throw fail("limits.softMemoryMB", "\(mb) is over 1073741824 (a PiB)") }
+        if let n = l?.openFiles, n > 1 << 30 { throw fail("limits.openFiles", "\(n) is over 1073741824") }
         if let t = l?.streamIdleTimeoutMs, t > 86_400_000 { throw fail("limits.streamIdleTimeoutMs", "\(t) is over a day") }
         if let mb = l?.maxPayloadMB, mb > 1 << 20 { throw fail("limits.maxPayloadMB", "\(mb) is over 1048576 (a TiB)") }
         let retries = l?.retries ?? Limits.defaultRetries

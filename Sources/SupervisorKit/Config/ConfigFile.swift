@@ -36,24 +36,32 @@ extension SupervisorConfig {
     typealias Setting = @Sendable (inout SupervisorConfig, ConfigValue) throws -> Void
 
     static let settings: [String: Setting] = [
-        "plugins": { $0.pluginDirectories = try $1.strings() },
-        "socket": { $0.socketPath = try $1.string() },
-        "maxFrameBytes": positive(\.maxFrameBytes),
-        "maxPayloadMB": positive(\.maxPayloadMB),
-        "startupTimeoutMs": positive(\.startupTimeoutMs),
-        "callTimeoutMs": positive(\.callTimeoutMs),
-        "streamIdleTimeoutMs": positive(\.streamIdleTimeoutMs),
-        "shutdownGraceMs": positive(\.shutdownGraceMs),
-        "callQueueLimit": positive(\.callQueueLimit),
-        "drainTimeoutMs": positive(\.drainTimeoutMs),
-        "updateGraceSeconds": positive(\.updateGraceSeconds),
-        "restartLimit": positive(\.restartLimit),
-        "restartWindowSeconds": positive(\.restartWindowSeconds),
-        "restartBackoffBaseMs": positive(\.restartBackoffBaseMs),
-        "restartBackoffMaxMs": positive(\.restartBackoffMaxMs),
+        "plugins": { config, value in
+            let folders = try value.strings()
+            if let i = folders.firstIndex(of: "") { throw SettingError("[\(i)] is empty; give a folder's path") }
+            config.pluginDirectories = folders
+        },
+        "socket": { config, value in
+            let path = try value.string()
+            guard !path.isEmpty else { throw SettingError("is empty; give the control socket's path (or leave it out for <home>/supervisor.sock)") }
+            config.socketPath = path
+        },
+        "maxFrameBytes": positive(\.maxFrameBytes, atMost: 1 << 30, "1 GiB"),
+        "maxPayloadMB": positive(\.maxPayloadMB, atMost: 1 << 20, "a TiB"),
+        "startupTimeoutMs": positive(\.startupTimeoutMs, atMost: 86_400_000, "a day"),
+        "callTimeoutMs": positive(\.callTimeoutMs, atMost: 86_400_000, "a day"),
+        "streamIdleTimeoutMs": positive(\.streamIdleTimeoutMs, atMost: 86_400_000, "a day"),
+        "shutdownGraceMs": positive(\.shutdownGraceMs, atMost: 86_400_000, "a day"),
+        "callQueueLimit": positive(\.callQueueLimit, atMost: 1_000_000, "a million"),
+        "drainTimeoutMs": positive(\.drainTimeoutMs, atMost: 86_400_000, "a day"),
+        "updateGraceSeconds": positive(\.updateGraceSeconds, atMost: 86_400, "a day"),
+        "restartLimit": positive(\.restartLimit, atMost: 1_000_000, "a million"),
+        "restartWindowSeconds": positive(\.restartWindowSeconds, atMost: 86_400, "a day"),
+        "restartBackoffBaseMs": positive(\.restartBackoffBaseMs, atMost: 86_400_000, "a day"),
+        "restartBackoffMaxMs": positive(\.restartBackoffMaxMs, atMost: 86_400_000, "a day"),
         "restartDependents": { $0.restartDependents = try $1.bool() },
-        "pingIntervalMs": positive(\.pingIntervalMs),
-        "pingTimeoutMs": positive(\.pingTimeoutMs),
+        "pingIntervalMs": positive(\.pingIntervalMs, atMost: 86_400_000, "a day"),
+        "pingTimeoutMs": positive(\.pingTimeoutMs, atMost: 86_400_000, "a day"),
         "activation": oneOf(\.activation),
         "idleStopMs": { config, value in
             let ms = try value.integer()
@@ -65,7 +73,7 @@ extension SupervisorConfig {
             guard rate > Router.logsPerSecond else { throw SettingError("is \(rate); it is above the \(Router.logsPerSecond) log messages a second a plugin may send") }
             config.floodLogsPerSecond = rate
         },
-        "idleCheckIntervalMs": positive(\.idleCheckIntervalMs),
+        "idleCheckIntervalMs": positive(\.idleCheckIntervalMs, atMost: 86_400_000, "a day"),
         "sandbox": { $0.sandboxEnabled = try $1.bool() },
         "workerCgroups": { $0.workerCgroups = try $1.bool() },
         "peerLinks": { $0.peerLinks = try $1.bool() },
@@ -84,7 +92,13 @@ extension SupervisorConfig {
                 return layer
             }
         },
-        "catalog": { $0.catalogURL = try $1.string() },
+        "catalog": { config, value in
+            let url = try value.string()
+            guard ["http://", "https://", "file://"].contains(where: { url.lowercased().hasPrefix($0) && url.count > $0.count }) else {
+                throw SettingError("is '\(url)'; it is an http://, https:// or file:// URL")
+            }
+            config.catalogURL = url
+        },
         "trustedKeys": { config, value in
             // Each a base64 key, or {"key": "<base64>", "expires": "<RFC 3339>"}.
             var keys: [String] = []
@@ -125,8 +139,8 @@ extension SupervisorConfig {
             }
         },
         "updates": { $0.updatesEnabled = try $1.bool() },
-        "downloadLowSpeedSeconds": positive(\.downloadLowSpeedSeconds),
-        "downloadMaxBytes": positive(\.downloadMaxBytes),
+        "downloadLowSpeedSeconds": positive(\.downloadLowSpeedSeconds, atMost: 86_400, "a day"),
+        "downloadMaxBytes": positive(\.downloadMaxBytes, atMost: 1 << 40, "a TiB"),
         "metrics": { config, value in
             let fields = try value.object()
             for key in fields.keys where key != "listen" {
@@ -158,10 +172,13 @@ extension SupervisorConfig {
         }
     }
 
-    private static func positive(_ field: WritableKeyPath<SupervisorConfig, Int> & Sendable) -> Setting {
+    /// A whole number from 1 to `most` (`named`: how the largest is said, "a day"): bounded so that
+    /// no deadline, size or count the supervisor works out from it can overflow.
+    private static func positive(_ field: WritableKeyPath<SupervisorConfig, Int> & Sendable, atMost most: Int, _ named: String) -> Setting {
         { config, value in
             let n = try value.integer()
             guard n > 0 else { throw SettingError("must be positive, got \(n)") }
+            guard n <= most else { throw SettingError("is \(n); it is at most \(most) (\(named))") }
             config[keyPath: field] = n
         }
     }
@@ -185,7 +202,10 @@ indirect enum ConfigValue: Decodable {
         else if let list = try? c.decode([String].self) { self = .strings(list) }
         else if let fields = try? c.decode([String: ConfigValue].self) { self = .object(fields) }
         else if let list = try? c.decode([ConfigValue].self) { self = .list(list) }
-        else { self = .other(c.decodeNil() ? "null" : "a fractional number or a mixed list") }
+        else if let d = try? c.decode(Double.self) {
+            self = .other(d.rounded() == d ? "\(d), a number too large for a whole number" : "the fractional number \(d)")
+        }
+        else { self = .other(c.decodeNil() ? "null" : "a mixed list") }
     }
 
     func bool() throws(SettingError) -> Bool {
