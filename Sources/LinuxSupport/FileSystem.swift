@@ -6,12 +6,20 @@ import Glibc
 /// The few file-system calls the supervisor makes, each failing with a `SystemError` naming the path.
 public enum FileSystem {
     /// Reads a whole regular file of at most `limit` bytes, to its end (procfs files report size 0).
+    /// Anything else is refused before a byte is read: opened without blocking, so that a FIFO,
+    /// which would wait for a writer, is named rather than waited on.
     public static func readFile(_ path: String, limit: Int) throws(SystemError) -> [UInt8] {
-        let fd = try syscallRetrying("open", context: path) { open(path, O_RDONLY | O_CLOEXEC) }
+        let fd = try syscallRetrying("open", context: path) { open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
         defer { close(fd) }
         var st = stat()
         _ = try syscallRetrying("fstat", context: path) { fstat(fd, &st) }
-        guard (st.st_mode & S_IFMT) == S_IFREG else { throw SystemError(call: "open", errno: EISDIR, context: path) }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: break
+        case S_IFDIR: throw SystemError(call: "open", errno: EISDIR, context: path)
+        case let type:
+            let kind = [S_IFIFO: "a FIFO", S_IFCHR: "a character device", S_IFBLK: "a block device", S_IFSOCK: "a socket"][type] ?? "a special file"
+            throw SystemError(call: "open", errno: EINVAL, context: "\(path), \(kind) and not a regular file")
+        }
         guard Int(st.st_size) <= limit else { throw SystemError(call: "read", errno: EFBIG, context: path) }
         var out: [UInt8] = []
         out.reserveCapacity(Int(st.st_size))

@@ -80,8 +80,18 @@ public struct ArchiveExtractor: Sendable {
                     guard n > 0 else { throw refuse("corrupt or truncated data: \(Self.error(a))") }
                     total += Int64(n)
                     guard total <= maxTotalBytes else { throw refuse("unpacks to more than \(maxTotalBytes) bytes") }
-                    let written = buffer.withUnsafeBytes { write(fd, $0.baseAddress, n) }
-                    guard written == n else { throw refuse("write failed: \(String(cString: strerror(errno)))") }
+                    // The disk's fault, not the archive's (full, say): `fileSystem`, with the errno
+                    // of the write that failed (a short write goes on with the rest first).
+                    var done = 0
+                    while done < n {
+                        let written = buffer.withUnsafeBytes { write(fd, $0.baseAddress! + done, n - done) }
+                        if written < 0, errno == EINTR { continue }
+                        guard written > 0 else {
+                            let reason = written < 0 ? String(cString: strerror(errno)) : "nothing written"
+                            throw InstallError(.fileSystem, "cannot write \(target) (unpacking \(archive)): \(reason)")
+                        }
+                        done += written
+                    }
                 }
             case 0o120000:  // AE_IFLNK
                 let linkTarget = archive_entry_symlink(entry).map { String(cString: $0) } ?? ""

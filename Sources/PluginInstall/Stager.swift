@@ -72,7 +72,7 @@ public struct Stager: Sendable {
         } else {
             guard FileSystem.exists(source) else { throw InstallError(.archiveRefused, "\(source): no such archive") }
             let original = try FileSystem.readFile(source, limit: Int(fetcher.maxBytes))
-            try Data(original).write(to: URL(fileURLWithPath: archive))
+            try FileSystem.writeAtomically(archive, original)
         }
         let bytes = try FileSystem.readFile(archive, limit: Int(fetcher.maxBytes))
         progress?("verify", Int64(bytes.count), Int64(bytes.count))

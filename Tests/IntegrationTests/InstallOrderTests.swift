@@ -128,3 +128,21 @@ extension InstallTests {
                 "\(answer)")
     }
 }
+
+extension InstallTests {
+    @Test("install of a FIFO or a device is refused at once, naming what it is: the installs behind it are not held up")
+    func installOfASpecialFile() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let good = try shop.archive("s.good", "1.0.0")
+        let sv = try start(w, config: try shop.config())
+        let fifo = w.root + "/archive.fifo"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let r = try sv.cli("install", fifo)
+        #expect(r.code != 0 && r.err.contains("archive.fifo, a FIFO and not a regular file"), "\(r.err)")
+        let device = try sv.cli("install", "/dev/zero")
+        #expect(device.code != 0 && device.err.contains("/dev/zero, a character device and not a regular file"), "\(device.err)")
+        let next = try sv.cli("install", shop.server.base + "/" + good)
+        #expect(next.code == 0, "\(next.err)")
+    }
+}
