@@ -57,13 +57,19 @@ public enum CatalogCache {
         var entries: [CatalogEntry]
         var version: Int?
         var expires: String?
-        if let doc = try? JSONDecoder().decode(Document.self, from: data) {
+        do {
+            let doc = try JSONDecoder().decode(Document.self, from: data)
             entries = doc.plugins
             version = doc.version
             expires = doc.expires
-        } else {
-            do { entries = try JSONDecoder().decode([CatalogEntry].self, from: data) } catch {
-                throw InstallError(.catalogInvalid, "the catalog at \(url) is not a list of {identifier, version, url, sha256, signature}: \(error)")
+        } catch let asDocument {
+            if let list = try? JSONDecoder().decode([CatalogEntry].self, from: data) {
+                entries = list
+            } else if bytes.first(where: { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }) == UInt8(ascii: "{") {
+                // A document whose fields are wrong: the field is named, not the bare list it is not.
+                throw InstallError(.catalogInvalid, "the catalog at \(url): \(Self.describe(asDocument))")
+            } else {
+                throw InstallError(.catalogInvalid, "the catalog at \(url) is not a list of {identifier, version, url, sha256, signature}")
             }
         }
         for (i, e) in entries.enumerated() {
@@ -86,6 +92,45 @@ public enum CatalogCache {
             expiresAt = date
         }
         return CatalogDocument(entries: entries, version: version, expires: expires, expiresAt: expiresAt)
+    }
+}
+
+extension CatalogCache {
+    /// One entry per plugin, the newest version of those the catalog lists (a catalog may list
+    /// several), in the order the plugins first appear.
+    public static func newest(_ entries: [CatalogEntry]) -> [CatalogEntry] {
+        var best: [String: CatalogEntry] = [:]
+        var order: [String] = []
+        for entry in entries {
+            guard let current = best[entry.identifier] else {
+                best[entry.identifier] = entry
+                order.append(entry.identifier)
+                continue
+            }
+            if let v = SemanticVersion(entry.version), let w = SemanticVersion(current.version), v > w { best[entry.identifier] = entry }
+        }
+        return order.compactMap { best[$0] }
+    }
+
+    /// A decoding error as a reader of the catalog wants it: the field and what is wrong with it.
+    static func describe(_ error: any Error) -> String {
+        guard let error = error as? DecodingError else { return "\(error)" }
+        func field(_ path: [any CodingKey]) -> String {
+            path.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined().drop { $0 == "." }.description
+        }
+        switch error {
+        case .typeMismatch(let type, let c):
+            return "'\(field(c.codingPath))' is not \(type == Int.self ? "an integer" : type == String.self ? "a string" : "a \(type)")"
+        case .dataCorrupted(let c) where c.codingPath.isEmpty:
+            // What the decoder says of a fraction or an exponent where an integer belongs, too.
+            return "not valid JSON, or a number that is not a whole number where an integer belongs (as `version`)"
+        case .valueNotFound(_, let c), .dataCorrupted(let c):
+            return "'\(field(c.codingPath))': \(c.debugDescription)"
+        case .keyNotFound(let key, let c):
+            return "'\(field(c.codingPath + [key]))' is missing"
+        @unknown default:
+            return "\(error)"
+        }
     }
 }
 

@@ -217,3 +217,33 @@ import Testing
         }
     }
 }
+
+/// The plugin catalog document as the installer reads it (install.md, "The catalog").
+@Suite struct CatalogDocumentTests {
+    func parse(_ json: String) throws -> CatalogDocument { try CatalogCache.parseDocument(Array(json.utf8), url: "https://x/catalog.json") }
+
+    func refusal(_ json: String) -> String {
+        do { _ = try parse(json); return "accepted" } catch { return "\(error)" }
+    }
+
+    @Test func aFieldOfTheWrongTypeIsNamed() {
+        let entry = #"{"identifier":"a.b","version":"1.0.0","url":"a.tgz"}"#
+        #expect(refusal(#"{"version":"10","plugins":[\#(entry)]}"#).contains("the catalog at https://x/catalog.json: 'version' is not an integer"))
+        #expect(refusal(#"{"version":10.5,"plugins":[\#(entry)]}"#).contains("a number that is not a whole number where an integer belongs (as `version`)"))
+        #expect(refusal(#"{"version":1,"plugins":[{"identifier":"a.b","version":1,"url":"a.tgz"}]}"#).contains("'plugins[0].version' is not a string"))
+        #expect(refusal(#"{"version":1,"plugins":[{"identifier":"a.b","url":"a.tgz"}]}"#).contains("'plugins[0].version' is missing"))
+        #expect(refusal(#"[1, 2]"#).contains("is not a list of {identifier, version, url, sha256, signature}"))
+        #expect(refusal(#"[\#(entry)]"#) == "accepted")
+    }
+
+    @Test func theNewestOfEachPluginIsOffered() throws {
+        let doc = try parse(#"""
+            {"version":1,"plugins":[{"identifier":"a.b","version":"3.0.0","url":"a3.tgz"},{"identifier":"c.d","version":"1.0.0","url":"c.tgz"},
+                                    {"identifier":"a.b","version":"2.0.0","url":"a2.tgz"},{"identifier":"a.b","version":"3.1.0-beta.1","url":"a31.tgz"}]}
+            """#)
+        let newest = CatalogCache.newest(doc.entries)
+        #expect(newest.map(\.identifier) == ["a.b", "c.d"])
+        #expect(newest.map(\.version) == ["3.1.0-beta.1", "1.0.0"])
+        #expect(newest.first?.url == "https://x/a31.tgz")
+    }
+}

@@ -49,8 +49,8 @@ extension Installs {
         let home = config.home
         let back = handOff((self, settle))
         offLoop { runner in
-            let cached = CatalogCache.entries(home: home, url: url).first { $0.identifier == target }
-            let entry = cached ?? (try? runner.loadCatalog(request))?.entries.first { $0.identifier == target }
+            let cached = CatalogCache.newest(CatalogCache.entries(home: home, url: url)).first { $0.identifier == target }
+            let entry = cached ?? (try? runner.loadCatalog(request)).flatMap { CatalogCache.newest($0.entries).first { $0.identifier == target } }
             back.execute { installs, settle in
                 installs.installOnDemand(target, entry: entry, settle)
             }

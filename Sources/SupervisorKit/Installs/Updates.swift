@@ -27,7 +27,7 @@ extension Installs {
 
     private func offerUpdates(_ loaded: CatalogLoaded, origin: ReplyOrigin, checkOnly: Bool) {
         var updates: [(CatalogEntry, UpdateCheck.Available)] = []
-        for entry in loaded.entries {
+        for entry in CatalogCache.newest(loaded.entries) {
             guard let record = table[entry.identifier], let v = SemanticVersion(entry.version), v > record.manifest.version,
                   isInstalledHere(record) else { continue }
             updates.append((entry, UpdateCheck.Available(identifier: entry.identifier, installed: record.manifest.version.description, available: entry.version)))
