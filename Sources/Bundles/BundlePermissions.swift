@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import LinuxSupport
 
 /// SPEC §9: a bundle that someone other than the supervisor's user can change is refused, as osquery
 /// refuses such extensions: whoever can write a plugin's library can run code in its worker, and
@@ -14,8 +15,14 @@ public enum BundlePermissions {
         for path in [bundle] + files.map({ bundle + "/" + $0 }) {
             var st = stat()
             guard lstat(path, &st) == 0 else { continue }  // a missing library is the loader's error to name
+            var what = path == bundle ? "the bundle folder \(path)" : path
+            if (st.st_mode & S_IFMT) == S_IFLNK {
+                // A link's own mode means nothing (it is always 0777): what it leads to is what
+                // could be replaced.
+                guard stat(path, &st) == 0 else { continue }
+                what += " (a link to \(FileSystem.realPath(path) ?? "?"))"
+            }
             let mode = st.st_mode
-            let what = path == bundle ? "the bundle folder \(path)" : path
             if mode & S_IWOTH != 0 {
                 return "\(what) is writable by every user (mode \(octal(mode))): anyone could replace the plugin's code; `chmod o-w` it"
             }

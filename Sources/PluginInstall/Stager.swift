@@ -140,8 +140,12 @@ public struct Stager: Sendable {
         if FileSystem.exists(unpacked + "/plugin.json") { return unpacked }
         let names = (try? FileSystem.list(unpacked)) ?? []
         let bundles = names.filter { FileSystem.exists(unpacked + "/" + $0 + "/plugin.json") }
-        guard bundles.count == 1, names.count == 1 else {
+        guard bundles.count == 1 else {
             throw InstallError(.archiveRefused, "\(archive) must hold exactly one plugin bundle (a plugin.json at its root or in its one top folder); found \(bundles.count)")
+        }
+        guard names.count == 1 else {
+            let others = names.filter { $0 != bundles[0] }
+            throw InstallError(.archiveRefused, "\(archive) holds \(others.map { "'\($0)'" }.joined(separator: ", ")) beside its bundle folder '\(bundles[0])'; a plugin archive holds its one bundle folder and nothing else (or the bundle's files at its root)")
         }
         return unpacked + "/" + bundles[0]
     }

@@ -3,7 +3,7 @@
 usage: make_archive.py KIND OUT BUNDLE_DIR
 KIND: tgz, txz, tzst, zip (a good archive of BUNDLE_DIR under a top folder), or one of the hostile
 kinds: slip, absolute, symlink-escape, symlink-chain, symlink-later, symlink-sibling, hardlink, device, fifo, setuid, bomb,
-two-bundles."""
+two-bundles, beside (a README beside the bundle folder)."""
 import io, os, subprocess, sys, tarfile, zipfile
 
 kind, out, bundle = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -73,6 +73,8 @@ else:
                     n = min(len(b), self.left); b[:n] = bytes(n); self.left -= n; return n
             size = 1 << 30
             tar.addfile(info(f"{top}/zeros", size), io.BufferedReader(Zeros(size), 1 << 20))
+        elif kind == "beside":
+            tar.addfile(info("README", 5), io.BytesIO(b"hello"))
         elif kind == "two-bundles":
             tar.inodes.clear()  # real copies, not hard links to the first bundle's files
             for name in sorted(os.listdir(bundle)):

@@ -220,7 +220,8 @@ struct InstallTests {
                       ("symlink-later", "/a': symbolic link 'b/x' leaves the bundle"),
                       ("symlink-sibling", "/other': symbolic link '../h.other' leaves the bundle"),
                       ("hardlink", "hard links"), ("device", "device nodes"), ("fifo", "FIFOs"), ("setuid", "setuid"),
-                      ("bomb", "unpacks to more than"), ("two-bundles", "exactly one plugin bundle")])
+                      ("bomb", "unpacks to more than"), ("two-bundles", "exactly one plugin bundle"),
+                      ("beside", "holds 'README' beside its bundle folder")])
     func hostileArchives(_ kind: String, _ reason: String) throws {
         let w = try TestWorld()
         let shop = try Shop(w)

@@ -1,3 +1,4 @@
+import Foundation
 @testable import Bundles
 @testable import BundleModel
 import Testing
@@ -245,5 +246,22 @@ import Testing
         #expect(newest.map(\.identifier) == ["a.b", "c.d"])
         #expect(newest.map(\.version) == ["3.1.0-beta.1", "1.0.0"])
         #expect(newest.first?.url == "https://x/a31.tgz")
+    }
+}
+
+@Suite struct BundlePermissionsTests {
+    @Test func aLinkIsJudgedByWhatItLeadsTo() throws {
+        let bundle = FileManager.default.temporaryDirectory.appendingPathComponent("perm-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: bundle) }
+        chmod(bundle, 0o755)
+        try Data("{}".utf8).write(to: URL(fileURLWithPath: bundle + "/manifest.real"))
+        chmod(bundle + "/manifest.real", 0o644)
+        #expect(symlink("manifest.real", bundle + "/plugin.json") == 0)
+        // The link's own mode (0777) is not the file's.
+        #expect(BundlePermissions.problem(bundle: bundle, files: ["plugin.json"]) == nil)
+        chmod(bundle + "/manifest.real", 0o666)
+        let problem = BundlePermissions.problem(bundle: bundle, files: ["plugin.json"]) ?? ""
+        #expect(problem.contains("plugin.json (a link to \(bundle)/manifest.real) is writable by every user (mode 0666)"), "\(problem)")
     }
 }
