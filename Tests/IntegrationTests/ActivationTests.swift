@@ -177,7 +177,8 @@ extension ActivationTests {
     @Test("an event sent while its plugin's idle stop is under way (a slow willTerminate) waits, as a call does: the plugin starts again and the event is delivered to it")
     func eventDuringAnIdleStop() throws {
         let w = try TestWorld()
-        let slow = try w.bundle("a.idle", extra: ["idleStopMs": 200])
+        // Long enough for the checks below to reach the worker the event started, not a later one.
+        let slow = try w.bundle("a.idle", extra: ["idleStopMs": 1_500])
         try "1000".write(toFile: slow + "/terminate-delay-ms", atomically: true, encoding: .utf8)
         let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"idleCheckIntervalMs": 50}"#)])
         let first = try #require(try sv.plugin("a.idle").pid)
