@@ -69,7 +69,7 @@ struct HostTests {
     @Test("host methods: a plugin's @host call gets the program's answer; denied without the permission, notFound with no provider, pluginError when it throws, timeout (and cancelled) when it never returns, unavailable past 64 in flight")
     func hostMethods() async throws {
         let w = try TestWorld()
-        try w.bundle("h.allowed", extra: ["permissions": ["host.call:greet", "host.call:fail", "host.call:hang", "host.call:missing"]])
+        try w.bundle("h.allowed", extra: ["permissions": ["host.call:greet", "host.call:fail", "host.call:hang", "host.call:missing", "host.call:own"]])
         try w.bundle("h.all", extra: ["permissions": ["host.call:*"]])
         try w.bundle("h.none")
         let (host, running) = try await Self.start(w) {
@@ -83,6 +83,7 @@ struct HostTests {
         host.method("greet") { (p: Name) in "hello \(p.name)" }
         host.method("huge") { (_: String?) in String(repeating: "x", count: 2 << 20) }
         host.method("fail") { (_: String?) -> String in throw Broken() }
+        host.method("own") { (_: String?) -> String in throw ErrorBody(code: "myOwnCode", message: "not today") }
         host.method("hang") { (_: String?) -> String in
             hung.add(1, ordering: .relaxed)
             do { try await Task.sleep(for: .seconds(60)) } catch { cancelled.add(1, ordering: .relaxed) }
@@ -106,6 +107,8 @@ struct HostTests {
         #expect(await code { try await viaPlugin("h.none", "greet", Name(name: "x")) } == "denied")
         #expect(await code { try await viaPlugin("h.allowed", "missing") } == "notFound")
         #expect(await code { try await viaPlugin("h.allowed", "fail") } == "pluginError")
+        // A code of the program's own reaches the plugin as it is, as a plugin's own reach its callers.
+        #expect(await code { try await viaPlugin("h.allowed", "own") } == "myOwnCode")
         #expect(await code { try await viaPlugin("h.allowed", "greet", "not an object") } == "badRequest")
         #expect(await code { try await viaPlugin("h.allowed", "hang") } == "timeout")
         // An answer over the frame limit is the host method's error; the plugin's worker lives on.

@@ -328,3 +328,99 @@ def test_the_asyncio_client_upgrades_too(plugin_supervisor, bundles):
             assert await client.call("py.aup", "ping") == 1
 
     asyncio.run(run())
+
+
+def test_a_cancelled_call_on_a_direct_link_lets_its_unlink_go(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.cancel")])
+
+    async def main():
+        async with await AsyncClient.connect(socket=sup.socket) as client:
+            assert await client.call("py.cancel", "ping") == 1
+            await _until(lambda: _now(client.linked_plugins), lambda linked: linked == ["py.cancel"])
+            slow = asyncio.ensure_future(client.call("py.cancel", "sleep", {"ms": 20000}, timeout=30))
+            await _until(lambda: client.call("py.cancel", "info"), lambda info: "sleeping:20000" in [e["event"] for e in info["events"]])
+            started = time.monotonic()
+            restart = asyncio.ensure_future(client.restart("py.cancel"))
+            # The restart takes the link back; it waits for the call on it, which the task gives up.
+            await _until(lambda: _now(client.linked_plugins), lambda linked: linked == [])
+            slow.cancel()
+            await restart
+            # Not the supervisor's 5 s drain: the unlink was answered once the call was cancelled.
+            assert time.monotonic() - started < 4.0
+
+    asyncio.run(main())
+
+
+def test_the_asyncio_client_reconnects_once_for_many_tasks(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.many")])
+
+    def descriptors():
+        return len(os.listdir("/proc/self/fd"))
+
+    async def main():
+        async with await AsyncClient.connect(socket=sup.socket, direct_links=False) as client:
+            await client.method("greet", lambda params: "hi")
+            assert await client.call("py.many", "ping") == 1
+            before = descriptors()
+            # The connection is lost; twenty tasks call at once: one connection comes back.
+            client._writer.close()
+            await _until(lambda: _now(client._writer), lambda writer: writer is None)
+            answers = await asyncio.gather(*[client.call("py.many", "echo", i) for i in range(20)])
+            assert answers == list(range(20))
+            assert descriptors() <= before + 1
+
+    asyncio.run(main())
+
+
+def test_a_host_handler_of_a_lost_connection_answers_nobody(plugin_supervisor, bundles):
+    folder = bundles("py.host", permissions=["host.call:tag"])
+    sup = plugin_supervisor([folder])
+    client = sup.client
+    gates = {"OLD": threading.Event(), "NEW": threading.Event()}
+    seen = []
+
+    def tag(params):
+        seen.append(params["tag"])
+        gates[params["tag"]].wait(20)
+        seen.append(("returned", params["tag"]))
+        return params["tag"]
+
+    client.method("tag", tag)
+
+    def via(value):
+        return client.call("py.host", "callHost", {"target": "@host", "method": "tag", "params": {"tag": value}}, timeout=15)
+
+    def until(condition):
+        deadline = time.monotonic() + 10
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert condition()
+
+    old = threading.Thread(target=lambda: pytest.raises(PluginError, via, "OLD"), daemon=True)
+    old.start()
+    until(lambda: "OLD" in seen)
+    # The connection is lost with OLD's handler still running; the next call reconnects, and the
+    # supervisor's ids on the new connection start again: NEW gets the id OLD had.
+    client._lost(client._sock)
+    old.join(15)
+    answers = []
+    new = threading.Thread(target=lambda: answers.append(via("NEW")), daemon=True)
+    new.start()
+    until(lambda: "NEW" in seen)
+    # OLD's handler returns first: its answer must not go to NEW's call.
+    gates["OLD"].set()
+    until(lambda: ("returned", "OLD") in seen)
+    time.sleep(0.2)
+    gates["NEW"].set()
+    new.join(15)
+    assert answers == ["NEW"]
+
+
+def test_params_that_are_not_json_leave_nothing_waiting(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.json")])
+    client = sup.client
+    for _ in range(3):
+        with pytest.raises((TypeError, ValueError)):
+            client.call("py.json", "echo", {"a": object()})
+    assert client._waiting == {}
+    assert client.call("py.json", "echo", 5) == 5

@@ -35,6 +35,8 @@ class AsyncDirectLink:
         self._closed = False
         self._unlinked = False
         self._answer_unlink: Optional[Callable[[], Awaitable[None]]] = None
+        # Unlinks answered from a task of their own (a cancelled call was the last one).
+        self._settling: set = set()
         self._tally = Tally()
         self._last_report = time.monotonic()
         self._task = asyncio.get_running_loop().create_task(self._read())
@@ -67,9 +69,14 @@ class AsyncDirectLink:
                 await self._settled_maybe_unlink()
             raise PluginError("timeout", f"{self.target} did not answer call in time") from None
         except asyncio.CancelledError:
-            # The task was cancelled: so is its call, at the plugin.
+            # The task was cancelled: so is its call, at the plugin. An unlink that waited for it
+            # is answered now, from a task of its own (this one is being cancelled).
             if self._waiting.pop(call_id, None) is not None:
                 self._send_quietly({"type": "cancel", "id": call_id})
+                if not self._waiting and self._answer_unlink is not None:
+                    settle = asyncio.get_running_loop().create_task(self._settled_maybe_unlink())
+                    self._settling.add(settle)
+                    settle.add_done_callback(self._settling.discard)
             raise
         if reply is None:
             raise ended_call(self.target, self.number, call_id, started + ms * 1_000_000)

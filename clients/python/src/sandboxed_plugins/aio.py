@@ -117,6 +117,9 @@ class AsyncClient:
         self._links = LinkSlots()
         self._ids = itertools.count(1)
         self._writer: Optional[asyncio.StreamWriter] = None
+        # One connection at a time: tasks that find none at once wait for the first one's (made on
+        # first use, in the running loop).
+        self._connect_lock: Optional[asyncio.Lock] = None
         self._reader_task: Optional[asyncio.Task] = None
         self._waiting: Dict[int, asyncio.Future] = {}
         self._streams: Dict[int, AsyncEventStream] = {}
@@ -163,8 +166,7 @@ class AsyncClient:
         """Calls the stream method ``method`` of ``target`` (SPEC §13): its elements as they come."""
         if self._closed:
             raise PluginError("unavailable", "the client is closed")
-        if self._writer is None:
-            await self._connect()
+        await self._ensure_connected()
         request_id = next(self._ids)
         stream = AsyncChunkStream(self, request_id)
         self._chunk_streams[request_id] = stream
@@ -265,6 +267,15 @@ class AsyncClient:
 
     # -- the connection ----------------------------------------------------------
 
+    async def _ensure_connected(self) -> None:
+        if self._writer is not None:
+            return
+        if self._connect_lock is None:
+            self._connect_lock = asyncio.Lock()
+        async with self._connect_lock:
+            if self._writer is None:
+                await self._connect()
+
     async def _connect(self) -> None:
         deadline = time.monotonic() + self.connect_timeout
         while True:
@@ -298,8 +309,7 @@ class AsyncClient:
                        whole: bool = False) -> Any:
         if self._closed:
             raise PluginError("unavailable", "the client is closed")
-        if self._writer is None:
-            await self._connect()
+        await self._ensure_connected()
         if request_id is None:
             request_id = next(self._ids)
         message["id"] = request_id

@@ -376,7 +376,8 @@ class Client:
         self._waiting[request_id] = waiting
         try:
             self._send(message)
-        except PluginError:
+        except (PluginError, TypeError, ValueError):
+            # Refused before a byte left (params that are not JSON, or too large): nothing waits.
             self._waiting.pop(request_id, None)
             raise
         except OSError as error:
@@ -426,7 +427,11 @@ class Client:
         chunk_streams, self._chunk_streams = self._chunk_streams, {}
         for chunks in chunk_streams.values():
             chunks._put(_END)
-        self._host_calls.clear()
+        # Handlers still running for the lost connection answer nobody: their calls count as
+        # cancelled, and the next connection's calls (whose ids start again) are in a table of their own.
+        host_calls, self._host_calls = self._host_calls, {}
+        for call_id in host_calls:
+            host_calls[call_id] = True
 
     def _dispatch(self, frame: dict) -> None:
         kind = frame.get("type")
@@ -495,7 +500,8 @@ class Client:
             self._send_quietly({"type": "reply", "id": call_id,
                                 "error": {"code": "notFound", "message": f"this client provides no method {frame.get('method')}"}})
             return
-        self._host_calls[call_id] = False
+        calls = self._host_calls
+        calls[call_id] = False
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="sandboxed-plugins-method")
 
@@ -507,8 +513,8 @@ class Client:
             except Exception as error:  # the plugin hears it as the host method's failure
                 reply = {"type": "reply", "id": call_id,
                          "error": {"code": "pluginError", "message": f"the host's {frame.get('method')} failed: {error}"}}
-            if self._host_calls.pop(call_id, True):
-                return  # cancelled (timed out, or its plugin ended): nobody waits for it
+            if calls.pop(call_id, True):
+                return  # cancelled (timed out, its plugin ended, or its connection was lost): nobody waits for it
             try:
                 self._send(reply)
             except (TypeError, ValueError) as error:
