@@ -205,7 +205,9 @@ class Client:
     def call(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None,
              sending: Optional[list] = None) -> Any:
         """Calls ``method`` of plugin ``target``; returns its result (decoded JSON). ``timeout``
-        in seconds defaults to the plugin's own. ``sending``: raw bytes (bytes-like values) that
+        in seconds defaults to the plugin's own, which the supervisor keeps: a call through it
+        waits for its answer, and with a ``timeout`` gives up 5 s past it at the latest (a
+        supervisor that stopped answering, SIGSTOP say). ``sending``: raw bytes (bytes-like values) that
         ``params`` name ``{"$bytes": i}`` (SPEC §13): no base64; above 64 KiB a sealed memfd handed
         in at the supervisor's handoff socket. Those calls go through the supervisor."""
         if sending is not None:
