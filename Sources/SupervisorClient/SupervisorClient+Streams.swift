@@ -23,7 +23,9 @@ extension SupervisorClient {
         let receiver = ChunkReceiver(grant: { [weak self] n in
             self?.sendOnStream(id, StreamFrames.credit(id: id, n: UInt64(n), into: [UInt8]()))
         }, giveUp: { [weak self] in self?.giveUpStream(id) })
-        let gate = input.map { _ in CreditGate(initial: 0) }
+        // SPEC §13: the first 16 chunks of an input may go before any grant (the supervisor holds what
+        // the plugin has no room for yet); the plugin's grants add to them.
+        let gate = input.map { _ in CreditGate(initial: StreamFrames.initialCredit) }
         state.withLock { $0.streamCalls[id] = StreamCall(link: nil, receiver: receiver, input: gate) }
         Task {
             do {
