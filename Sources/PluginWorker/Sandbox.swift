@@ -184,7 +184,14 @@ enum Sandbox {
             var sentListener = false
             if let listener {
                 let sent = cls_send_fd(channel, listener.raw)
-                guard sent == 0 else { throw failure("sending the seccomp listener", -sent) }
+                guard sent == 0 else {
+                    guard -sent == ETOOMANYREFS else { throw failure("sending the seccomp listener", -sent) }
+                    // Linux counts descriptors in flight per user: past this worker's RLIMIT_NOFILE
+                    // it may send none (docs/sandbox.md, "Known gaps").
+                    throw WorkerError(code: .sandboxError, message: "sending the seccomp listener failed: the supervisor's user has more "
+                                      + "descriptors in flight in Unix sockets (sent, not yet received) than this worker's RLIMIT_NOFILE; "
+                                      + "a process of that user, another plugin's worker say, holds them unread")
+                }
                 sentListener = true
             }
             // The supervisor's word on its cgroup (J joined, F failed) comes before it watches the

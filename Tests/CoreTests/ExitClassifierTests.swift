@@ -85,3 +85,15 @@ import SupervisorCore
         #expect(ExitClassifier.classify(facts(signal: 9, killed: (.stopped, "grace period over"), stop: true)).reason == .stopped)
     }
 }
+
+@Suite struct DenialKeysTests {
+    @Test func thousandsOfMadeUpSyscallsCountUnderSixtyFiveNames() {
+        var counted: [String: Int] = [:]
+        for nr in 100_000..<105_000 { counted[DenialKeys.key("syscall:\(nr)", counted: counted), default: 0] += 1 }
+        #expect(counted.count == DenialKeys.limit + 1)
+        #expect(counted[DenialKeys.other] == 5_000 - DenialKeys.limit)
+        // A name already counted keeps its own count.
+        #expect(DenialKeys.key("syscall:100000", counted: counted) == "syscall:100000")
+        #expect(DenialKeys.key("ptrace", counted: counted) == DenialKeys.other)
+    }
+}

@@ -391,6 +391,24 @@ struct FaultTests {
         #expect(p.state == "running" && p.lastExit == nil, "\(p)")
     }
 
+    @Test("a plugin's log text cannot start a line of its own (a newline, a carriage return, a terminal escape are written as escapes) and is cut at 4096 bytes")
+    func logTextCannotForgeALine() throws {
+        let w = try TestWorld()
+        try w.bundle("l.forge", library: try Self.hostile(), extra: ["restart": "never"])
+        let sv = try RunningSupervisor(w)
+        let r = try sv.cli("call", "l.forge", "logForged", "{}")
+        #expect(r.code == 0, "\(r.err)")
+        let cut = try sv.waitFor("the long line") { sv.log.split(separator: "\n").first { $0.contains("(100000 bytes, cut)") } }
+        #expect(cut.utf8.count < 4096 + 300, "\(cut.utf8.count) bytes")
+        let lines = sv.log.split(separator: "\n")
+        #expect(!lines.contains { $0.hasPrefix("2026-01-01T00:00:00+0000") }, "a forged line was written")
+        let harmless = try #require(lines.first { $0.contains("harmless") })
+        #expect(harmless.contains(#"harmless\n2026-01-01T00:00:00+0000 error supervisor: plugin=other.victim FORGED\u{1b}[2K"#), "\(harmless)")
+        #expect(harmless.contains(#"k\ney=v\r"#) && harmless.contains("plugin=l.forge"), "\(harmless)")
+        #expect(!sv.log.contains("\u{1b}"))
+        #expect(try sv.plugin("l.forge").state == "running")
+    }
+
     @Test("dependents hear dependencyRestarted; with restartDependents they restart too")
     func dependents() throws {
         let w = try TestWorld()

@@ -44,8 +44,9 @@ extension Lifecycle {
     func sandboxRefused(_ instance: WorkerInstance, syscall: String, arguments: String, fatal: Bool) {
         loop.preconditionInEventLoop()
         if let record = table[instance.identifier], record.role(of: instance) != nil {
-            record.sandboxDenials[syscall, default: 0] += 1
-            shared.metrics.denied(record.identifier, syscall: syscall)
+            let key = DenialKeys.key(syscall, counted: record.sandboxDenials)
+            record.sandboxDenials[key, default: 0] += 1
+            shared.metrics.denied(record.identifier, syscall: key)
         }
         let meta: Logger.Metadata = ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)", "syscall": "\(syscall)"]
         if fatal {

@@ -3,7 +3,7 @@
  * Each method tries one thing and answers {"rc": <return>, "errno": <errno>} when it survives it;
  * the fatal ones end the worker instead (the supervisor records sandboxViolation + the syscall).
  * The misbehaviours for the fault tests (segv, abort, hang, alloc, stdoutFlood, socketFlood, garbage, garbageThenReply,
- * giant, exit3, exit0, forkbomb, blockLoop, logAnyJSON) live here too.
+ * giant, exit3, exit0, forkbomb, blockLoop, logAnyJSON, logForged) live here too.
  * If the bundle holds a file named `ctor-action`, that action also runs in the library constructor,
  * before sp_plugin_create; its outcome is returned by the method "ctorResult". The action
  * `announce` there counts the library's loads instead (see announce()).
@@ -261,6 +261,22 @@ static void attack(const char *what, const char *path, long number, char *out, s
                            "\"metadata\":{\"count\":3,\"ratio\":0.5,\"ok\":true,\"none\":null,\"tags\":[\"a\",1],"
                            "\"where\":{\"file\":\"x.c\",\"line\":7},\"name\":\"plain\",\"plugin\":\"some.other\"}}";
         rc = g_host->send(g_host->ctx, (const uint8_t *)line, strlen(line));
+    } else if (!strcmp(what, "logForged")) {
+        /* A message that would start a line of its own, forged in another plugin's name, with a
+         * terminal escape; then one of 100,000 bytes. */
+        const char *forged = "{\"type\":\"log\",\"level\":\"notice\",\"message\":\"harmless\\n2026-01-01T00:00:00+0000 error "
+                             "supervisor: plugin=other.victim FORGED\\u001b[2K\",\"metadata\":{\"k\\ney\":\"v\\r\"}}";
+        rc = g_host->send(g_host->ctx, (const uint8_t *)forged, strlen(forged));
+        size_t n = 100000;
+        char *big = malloc(n + 128);
+        if (big) {
+            size_t at = (size_t)snprintf(big, 128, "{\"type\":\"log\",\"level\":\"notice\",\"message\":\"");
+            memset(big + at, 'x', n);
+            at += n;
+            at += (size_t)snprintf(big + at, 16, "\"}");
+            if (rc == 0) rc = g_host->send(g_host->ctx, (const uint8_t *)big, at);
+            free(big);
+        }
     } else if (!strcmp(what, "giant")) {
         /* Straight onto the protocol socket: a header announcing 2 GiB. */
         unsigned char header[4] = { 0x7f, 0xff, 0xff, 0xff };

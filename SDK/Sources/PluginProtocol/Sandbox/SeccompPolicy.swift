@@ -94,6 +94,11 @@ public enum SeccompPolicy {
         // Locking its own pages in memory (OpenSSL's secure heap, crypto libraries): bounded by
         // RLIMIT_MEMLOCK, and it touches only this process's memory.
         "mlock", "mlock2", "munlock", "mlockall", "munlockall",
+        // Waiting for a signal (`for (;;) pause();` in a worker's idle thread; `rt_sigsuspend`, its
+        // newer form, is above), the old form of `inotify_init1`, reading this process's NUMA
+        // policy and scheduling attributes, and reading ahead a file it has open: each touches only
+        // this process, and refusing them turned loops around them into floods of denials.
+        "pause", "inotify_init", "get_mempolicy", "sched_getattr", "sched_rr_get_interval", "readahead",
     ]
 
     /// Calls that end the worker: process creation and replacement, other processes' memory, kernel
