@@ -141,7 +141,16 @@ enum Sandbox {
         // 6. Landlock.
         let network = plan.network
         if let abi = ProcessControl.landlockABI().map(Int32.init) {
-            let ll = try confined { () throws(ConfinementError) in try Landlock.apply(plan.landlockRules, abi: abi, denyTCP: !network) }
+            // In its own root (minimal_root.c): the devices there, and its private /dev/shm (`shm_open`,
+            // POSIX semaphores). /dev/zero is writable as /dev/null is (a write is discarded; a shared
+            // mapping of it opens it read-write). Without that root, /dev/shm is the host's, shared with
+            // every process: not granted.
+            var rules = plan.landlockRules
+            if applied.report.layers.contains(SandboxLayer.mountNamespace.rawValue) {
+                rules += [.init(path: "/dev/zero", writable: true, required: false), .init(path: "/dev/random", writable: false, required: false),
+                          .init(path: "/dev/shm", writable: true, required: false)]
+            }
+            let ll = try confined { () throws(ConfinementError) in try Landlock.apply(rules, abi: abi, denyTCP: !network) }
             layer(.landlock)
             if ll.scoped { layer(.landlockScopes) } else {
                 try missing(.landlockScopes, "Landlock ABI \(abi) < 6: signals and abstract sockets are not scoped (seccomp still limits kill to the worker itself)")

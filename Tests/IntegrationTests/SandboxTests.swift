@@ -153,9 +153,12 @@ struct SandboxTests {
             #expect(o.rc < 0 && o.errno == ENOENT, "\(path): rc \(o.rc) errno \(o.errno)")
         }
         // What it was given is there: its bundle, its data and temporary folders, the libraries.
-        for path in [w.plugins + "/p.bad/plugin.json", "/etc/ld.so.cache", "/dev/urandom"] {
+        for path in [w.plugins + "/p.bad/plugin.json", "/etc/ld.so.cache", "/dev/urandom", "/dev/random", "/dev/zero"] {
             #expect(try attack(sv, "p.bad", "openPath", path: path).rc >= 0, "\(path)")
         }
+        // Its private /dev/shm (shm_open): writable, and its own.
+        #expect(try attack(sv, "p.bad", "writePath", path: "/dev/shm/p.bad-segment").rc >= 0)
+        #expect(!FileManager.default.fileExists(atPath: "/dev/shm/p.bad-segment"), "written to the host's /dev/shm")
         #expect(try attack(sv, "p.bad", "writePath", path: w.home + "/data/p.bad/out").rc >= 0)
         #expect(try attack(sv, "p.bad", "writePath", path: w.home + "/tmp/p.bad/scratch").rc >= 0)
         // The supervisor still sees the worker by its own pid, and signals reach it there.
