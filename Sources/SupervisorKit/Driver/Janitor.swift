@@ -7,8 +7,8 @@ import NIOPosix
 
 /// Clean-up that can wait on the disk or on the kernel's cgroup lock: an ended worker's control
 /// group and its emptied temporary folder. It is done in order on one thread of its own, so that
-/// the event loop never waits for it; when a thousand workers end together (a stop), their
-/// `rmdir`s had held the loop for most of the supervisor's stop.
+/// the event loop never waits for it: a thousand workers ending together (a stop) would hold the
+/// loop in `rmdir` for most of the supervisor's stop.
 ///
 /// A temporary folder is first renamed, on the caller's thread, to `<home>/tmp/.ended-<n>` (a
 /// rename frees the plugin's name at once: its next worker makes a new folder under it), and the

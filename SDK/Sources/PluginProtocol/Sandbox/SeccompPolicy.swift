@@ -97,7 +97,7 @@ public enum SeccompPolicy {
         // Waiting for a signal (`for (;;) pause();` in a worker's idle thread; `rt_sigsuspend`, its
         // newer form, is above), the old form of `inotify_init1`, reading this process's NUMA
         // policy and scheduling attributes, and reading ahead a file it has open: each touches only
-        // this process, and refusing them turned loops around them into floods of denials.
+        // this process, and a loop around one, refused, would be a flood of denials.
         "pause", "inotify_init", "get_mempolicy", "sched_getattr", "sched_rr_get_interval", "readahead",
     ]
 
