@@ -50,6 +50,20 @@ struct SendWhileStartingTests {
     }
 }
 
+extension SendWhileStartingTests {
+    @Test("an event that waited for an onCall plugin that then fails to start is answered unavailable with the reason, and is not counted as one of the plugin's calls")
+    func eventForAPluginThatFailsToStart() throws {
+        let w = try TestWorld()
+        let broken = try w.bundle("e.broken", extra: ["activation": "onCall", "restart": "never"])
+        try "".write(toFile: broken + "/fail-startup", atomically: true, encoding: .utf8)
+        let sup = try RunningSupervisor(w)
+        let sent = try sup.cli("send", "background", "--plugin", "e.broken")
+        #expect(sent.code != 0 && sent.err.contains("unavailable") && sent.err.contains("startup refused on purpose"), "\(sent.out)\(sent.err)")
+        let metrics = try sup.cli("metrics").out
+        #expect(metrics.contains(#"plugin_calls_total{plugin="e.broken",outcome="unavailable"} 0"#), "\(metrics)")
+    }
+}
+
 /// What waits for a plugin when the supervisor shuts down (docs/operations.md, "No call lost").
 @Suite(.serialized, .timeLimit(.minutes(2)))
 struct ShutdownWhileWaitingTests {

@@ -17,6 +17,10 @@ struct QueuedRequest: WaitingRequest {
     var payload: Payload?
     /// Workers that died holding it, and times it was sent again after its plugin had started it.
     var attempts = Attempts.first
+
+    /// A call or an `open`, which the plugin's call metrics count; not an event (`send`) that
+    /// waits for its plugin.
+    var isCall: Bool { kind != .send }
 }
 
 extension Router {
@@ -27,7 +31,7 @@ extension Router {
         let request = QueuedRequest(kind: kind, caller: caller, bytes: Array(bytes), origin: origin, deadline: deadline, payload: payload,
                                     attempts: attempts)
         guard record.waiting.add(request, limit: config.callQueueLimit) else {
-            record.callMetrics?.count(.unavailable)
+            if request.isCall { record.callMetrics?.count(.unavailable) }
             return Route.queueFull(record.routeTarget, limit: config.callQueueLimit)
         }
         // Checked at every tick while anything waits (`expireWaiting`).
@@ -80,7 +84,7 @@ extension Router {
                 continue
             }
             for request in record.waiting.expire(now: now.instant) {
-                record.callMetrics?.count(.timeout)
+                if request.isCall { record.callMetrics?.count(.timeout) }
                 outbox.answer(request.origin, error: ErrorBody(.timeout, "\(record.identifier) was \(record.phase.shown) for the whole of the request's timeout"))
             }
             if !record.waiting.isEmpty { waiting = true }
@@ -101,7 +105,7 @@ extension Router {
     /// Everything waiting for `record` fails now with `unavailable: <reason>`.
     private func failWaiting(_ record: PluginRecord, because reason: String) {
         for request in record.waiting.abandon() {
-            record.callMetrics?.count(.unavailable)
+            if request.isCall { record.callMetrics?.count(.unavailable) }
             outbox.answer(request.origin, error: ErrorBody(.unavailable, reason))
         }
     }
