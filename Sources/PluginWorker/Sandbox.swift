@@ -112,8 +112,8 @@ enum Sandbox {
         }
         lap("cgroup")
 
-        // 3b. Resource limits.
-        for limit in plan.limits {
+        // 3b. Resource limits; RLIMIT_NOFILE last of all (step 8).
+        for limit in plan.limits where limit.resource != CWS_RLIMIT_NOFILE {
             let rc = cws_set_rlimit(limit.resource, limit.value)
             guard rc == 0 else { throw failure("setrlimit(\(limit.name))", -rc) }
         }
@@ -220,6 +220,15 @@ enum Sandbox {
         }
         listener = nil
         if let why = notifyMissing { try missing(.seccompNotify, why) } else { layer(.seccompNotify) }
+        // RLIMIT_NOFILE, once the listener has gone: Linux lets a process send descriptors only while
+        // its user has no more in flight than its own RLIMIT_NOFILE, and every worker is the
+        // supervisor's user: a plugin holding descriptors unread in a socket pair of its own would
+        // otherwise stop other workers from handing over their listener. Its hard limit goes
+        // down too, and nothing raises it again (the filter allows only this one resource).
+        for limit in plan.limits where limit.resource == CWS_RLIMIT_NOFILE {
+            let rc = cws_set_rlimit(limit.resource, limit.value)
+            guard rc == 0 else { throw failure("setrlimit(\(limit.name))", -rc) }
+        }
         lap("seccomp")
         return applied
     }

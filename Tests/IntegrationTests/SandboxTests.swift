@@ -37,6 +37,7 @@ struct SandboxTests {
             ("writePath", w.plugins + "/h.bad/plugin.json", 0, [EACCES, EROFS]),
             ("connect", "", 9, [EPERM]),
             ("setrlimitUp", "", 0, [EPERM]),
+            ("setrlimitNofileUp", "", 0, [EPERM]),
             ("kill", "", Int(sv.pid), [EPERM]),
             ("readMem", "", Int(sv.pid), [EACCES, ENOENT]),
             ("clearPdeathsig", "", 0, [EPERM]),
@@ -403,5 +404,22 @@ struct CgroupTests {
         sv.signal(SIGTERM)
         try sv.waitUntil("the supervisor's exit") { !sv.process.isRunning }
         #expect(!FileManager.default.fileExists(atPath: base))
+    }
+}
+
+extension SandboxTests {
+    @Test("a plugin holding descriptors unread in a socket pair of its own (Linux counts them for the user every worker shares) does not stop another plugin from starting")
+    func descriptorsInFlightStopNoStart() throws {
+        let w = try TestWorld()
+        try w.bundle("f.hoard", library: try Self.hostileLibrary(), extra: ["restart": "never"])
+        try w.bundle("f.other")
+        let sv = try RunningSupervisor(w)
+        let held = try attack(sv, "f.hoard", "fdsInFlight")
+        #expect(held.rc >= 400, "only \(held.rc) descriptors in flight")
+        let restarted = try sv.cli("restart", "f.other")
+        #expect(restarted.code == 0, "\(restarted.err)")
+        let other = try sv.plugin("f.other")
+        #expect(other.state == "running" && other.sandbox.contains("seccompNotify"), "\(other)")
+        #expect(try sv.plugin("f.hoard").state == "running")
     }
 }

@@ -146,6 +146,13 @@ static void attack(const char *what, const char *path, long number, char *out, s
         memset(params, 0, sizeof params);
         rc = syscall(425 /* io_uring_setup */, 8, params);
     } else if (!strcmp(what, "setrlimitUp")) {
+        /* Its memory limit raised: refused by the filter (its own RLIMIT_NOFILE may be set, and the
+         * kernel refuses raising that one: setrlimitNofileUp). */
+        struct rlimit rl;
+        getrlimit(RLIMIT_DATA, &rl);
+        rl.rlim_cur = rl.rlim_max = rl.rlim_max * 2 + 1024;
+        rc = setrlimit(RLIMIT_DATA, &rl);
+    } else if (!strcmp(what, "setrlimitNofileUp")) {
         struct rlimit rl;
         getrlimit(RLIMIT_NOFILE, &rl);
         rl.rlim_cur = rl.rlim_max = rl.rlim_max * 2 + 1024;
@@ -281,6 +288,32 @@ static void attack(const char *what, const char *path, long number, char *out, s
         /* Straight onto the protocol socket: a header announcing 2 GiB. */
         unsigned char header[4] = { 0x7f, 0xff, 0xff, 0xff };
         rc = write(3, header, 4);
+    } else if (!strcmp(what, "fdsInFlight")) {
+        /* Descriptors sent into a socket pair of its own and never read: Linux counts them in
+         * flight for the user, which every worker shares. Both ends stay open; as many as the
+         * kernel takes (it refuses once this process's RLIMIT_NOFILE is passed). */
+        int pair[2];
+        rc = socketpair(AF_UNIX, SOCK_STREAM, 0, pair);
+        if (rc == 0) {
+            int null = open("/dev/null", O_RDONLY);
+            int fds[200];
+            for (int i = 0; i < 200; i++) fds[i] = null;
+            int sent = 0;
+            for (int round = 0; round < 10; round++) {
+                char byte = 'x';
+                struct iovec iov = { &byte, 1 };
+                union { char buf[CMSG_SPACE(sizeof fds)]; struct cmsghdr align; } u;
+                struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf };
+                struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof fds);
+                memcpy(CMSG_DATA(c), fds, sizeof fds);
+                if (sendmsg(pair[0], &msg, MSG_DONTWAIT) < 0) break;
+                sent += 200;
+            }
+            rc = sent;
+        }
     } else if (!strcmp(what, "fds")) {
         /* Lists the open descriptors from 3 to 1024. */
         size_t at = (size_t)snprintf(out, cap, "{\"fds\":[");

@@ -154,8 +154,12 @@ public enum SeccompPolicy {
             Rule(syscall: "kill", action: .allow, conditions: [when(0, .equal, me)]),
             Rule(syscall: "kill", action: .allow, conditions: [when(0, .equal, 0)]),
             Rule(syscall: "tgkill", action: .allow, conditions: [when(0, .equal, me)]),
-            // Limits can be read, never changed.
+            // Limits can be read, never raised. Its own RLIMIT_NOFILE (7) may be set: the worker sets
+            // it itself once its filter's listener has gone to the supervisor (Sandbox, step 8), its
+            // hard limit with it, which no call can raise again; a plugin can only lower it.
             Rule(syscall: "prlimit64", action: .allow, conditions: [when(2, .equal, 0)]),
+            Rule(syscall: "prlimit64", action: .allow, conditions: [when(0, .equal, 0), when(1, .equal, 7)]),
+            Rule(syscall: "setrlimit", action: .allow, conditions: [when(0, .equal, 7)]),
             // The default personality, or the query, only.
             Rule(syscall: "personality", action: .allow, conditions: [when(0, .equal, 0)]),
             Rule(syscall: "personality", action: .allow, conditions: [when(0, .equal, 0xFFFF_FFFF)]),
