@@ -391,7 +391,7 @@ struct FaultTests {
         #expect(p.state == "running" && p.lastExit == nil, "\(p)")
     }
 
-    @Test("a plugin's log text cannot start a line of its own (a newline, a carriage return, a terminal escape are written as escapes) and is cut at 4096 bytes")
+    @Test("a plugin's log text and output lines cannot start a line of their own (a newline, a carriage return, a terminal escape are written as escapes), and log text is cut at 4096 bytes")
     func logTextCannotForgeALine() throws {
         let w = try TestWorld()
         try w.bundle("l.forge", library: try Self.hostile(), extra: ["restart": "never"])
@@ -405,7 +405,9 @@ struct FaultTests {
         let harmless = try #require(lines.first { $0.contains("harmless") })
         #expect(harmless.contains(#"harmless\n2026-01-01T00:00:00+0000 error supervisor: plugin=other.victim FORGED\u{1b}[2K"#), "\(harmless)")
         #expect(harmless.contains(#"k\ney=v\r"#) && harmless.contains("plugin=l.forge"), "\(harmless)")
-        #expect(!sv.log.contains("\u{1b}"))
+        let out = try sv.waitFor("the stdout line") { sv.log.split(separator: "\n").first { $0.contains("out harmless") } }
+        #expect(out.contains(#"stdout: out harmless\r2026-01-01T00:00:00+0000 error supervisor: FORGED-OUT\u{1b}[2K"#), "\(out)")
+        #expect(!sv.log.contains("\u{1b}") && !sv.log.contains("\r"))
         #expect(try sv.plugin("l.forge").state == "running")
     }
 

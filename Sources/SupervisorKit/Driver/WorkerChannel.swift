@@ -164,7 +164,7 @@ final class OutputCapture: ChannelInboundHandler {
         defer { partial.removeAll(keepingCapacity: true) }
         guard case .admit(let droppedBefore) = window.admit(now: .now) else { return }
         reportDropped(droppedBefore)
-        logger.info("\(stream): \(String(decoding: partial, as: UTF8.self))", metadata: ["plugin": "\(plugin)"])
+        logger.info("\(stream): \(LogText.shown(String(decoding: partial, as: UTF8.self)))", metadata: ["plugin": "\(plugin)"])
     }
 
     private func reportDropped(_ dropped: Int) {

@@ -11,33 +11,13 @@ struct PluginLogLine: Decodable {
     var message: String
     var metadata: [String: Value]?
 
-    /// The most a message, a metadata key or a string value keeps, in bytes (as a line of its
-    /// output: `WorkerOutput.lineLimit`); the rest is cut, and said so. The frame limit is far
-    /// larger, and the rate limit counts messages, not bytes.
-    static let textLimit = 4096
-    /// The most metadata keys a line keeps.
+    /// The most metadata keys a line keeps, at each level.
     static let metadataLimit = 64
 
-    /// `text` as a log line may carry it: control characters (a newline that would start a line
-    /// of its own, a carriage return, a terminal's escape sequences) written as escapes, and at
-    /// most `textLimit` bytes. A plugin's text cannot forge a line, or the terminal it is read on.
-    static func shown(_ text: String) -> String {
-        var out = ""
-        var bytes = 0
-        for scalar in text.unicodeScalars {
-            let piece: String
-            switch scalar.value {
-            case 0x0A: piece = "\\n"
-            case 0x0D: piece = "\\r"
-            case 0x09: piece = "\\t"
-            case 0x00..<0x20, 0x7F..<0xA0: piece = "\\u{" + String(scalar.value, radix: 16) + "}"
-            default: piece = String(scalar)
-            }
-            bytes += piece.utf8.count
-            guard bytes <= textLimit else { return out + "… (\(text.utf8.count) bytes, cut)" }
-            out += piece
-        }
-        return out
+    /// `members` as a line's metadata: at most `metadataLimit` of them, keys and strings as
+    /// `LogText` shows them.
+    static func logged(_ members: [String: Value]) -> Logger.Metadata {
+        Dictionary(members.prefix(metadataLimit).map { (LogText.shown($0.key), $0.value.logged) }, uniquingKeysWith: { first, _ in first })
     }
 
     /// One metadata value, as JSON has it.
@@ -60,16 +40,15 @@ struct PluginLogLine: Decodable {
             else { self = .object(try c.decode([String: Value].self)) }
         }
 
-        /// The value as swift-log carries it (strings as `shown`).
+        /// The value as swift-log carries it (strings as `LogText` shows them).
         var logged: Logger.Metadata.Value {
             switch self {
-            case .string(let s): .string(PluginLogLine.shown(s))
+            case .string(let s): .string(LogText.shown(s))
             case .word(let s): .string(s)
             case .int(let i): .stringConvertible(i)
             case .double(let d): .stringConvertible(d)
             case .array(let items): .array(items.map(\.logged))
-            case .object(let members): .dictionary(Dictionary(members.prefix(PluginLogLine.metadataLimit).map { (PluginLogLine.shown($0.key), $0.value.logged) },
-                                                             uniquingKeysWith: { first, _ in first }))
+            case .object(let members): .dictionary(PluginLogLine.logged(members))
             }
         }
     }

@@ -91,11 +91,11 @@ extension Router {
         guard let log = try? ProtocolJSON.decode(PluginLogLine.self, from: bytes) else {
             return violated(instance, "malformed log message: not JSON in UTF-8, its level or message is missing or not a string, or its metadata is not an object")
         }
-        var meta: Logger.Metadata = ["plugin": "\(instance.identifier)"]
         // `plugin` is the supervisor's to say, and a line's text cannot start another line: a
         // plugin cannot write lines in another's name.
-        for (k, v) in (log.metadata ?? [:]).prefix(PluginLogLine.metadataLimit) where k != "plugin" { meta[PluginLogLine.shown(k)] = v.logged }
-        logger.log(level: Logger.Level(rawValue: log.level) ?? .info, "\(PluginLogLine.shown(log.message))", metadata: meta)
+        var meta = PluginLogLine.logged(log.metadata ?? [:])
+        meta["plugin"] = "\(instance.identifier)"
+        logger.log(level: Logger.Level(rawValue: log.level) ?? .info, "\(LogText.shown(log.message))", metadata: meta)
     }
 }
 

@@ -284,6 +284,8 @@ static void attack(const char *what, const char *path, long number, char *out, s
             if (rc == 0) rc = g_host->send(g_host->ctx, (const uint8_t *)big, at);
             free(big);
         }
+        /* And a line of its stdout that would overwrite its own start on a terminal. */
+        dprintf(1, "out harmless\r2026-01-01T00:00:00+0000 error supervisor: FORGED-OUT\x1b[2K\n");
     } else if (!strcmp(what, "giant")) {
         /* Straight onto the protocol socket: a header announcing 2 GiB. */
         unsigned char header[4] = { 0x7f, 0xff, 0xff, 0xff };
