@@ -101,9 +101,9 @@ public struct Stager: Sendable {
         try FileSystem.makeDirectories(unpacked)
         let links = try extractor.extract(archive, into: unpacked, name: source)
         let bundle = try Self.bundleRoot(unpacked, archive: source)
-        // Each link leads somewhere in the bundle's own folder, which is all that is installed.
-        let top = bundle == unpacked ? [] : [String(bundle.dropFirst(unpacked.count + 1))]
-        if let (path, target) = ArchiveExtractor.linkLeaving(top, links: links) {
+        // Each link leads somewhere in the bundle's own folder, which is all that is installed. A
+        // bundle at the archive's root was checked as the archive was unpacked.
+        if bundle != unpacked, let (path, target) = ArchiveExtractor.linkLeaving([String(bundle.dropFirst(unpacked.count + 1))], links: links) {
             throw ArchiveExtractor.refusal(archive: source, entry: path, reason: "symbolic link '\(target)' leaves the bundle")
         }
 

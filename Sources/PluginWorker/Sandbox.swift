@@ -195,11 +195,12 @@ enum Sandbox {
                 let sent = cls_send_fd(channel, listener.raw)
                 guard sent == 0 else {
                     guard -sent == ETOOMANYREFS else { throw failure("sending the seccomp listener", -sent) }
-                    // Linux counts descriptors in flight per user: past this worker's RLIMIT_NOFILE
-                    // it may send none (docs/sandbox.md, "Known gaps").
+                    // Linux counts descriptors in flight per user, against the sender's RLIMIT_NOFILE:
+                    // still the one it inherited here (it is lowered below), so this takes far more
+                    // than a plugin can hold (docs/sandbox.md, "Known gaps").
                     throw WorkerError(code: .sandboxError, message: "sending the seccomp listener failed: the supervisor's user has more "
-                                      + "descriptors in flight in Unix sockets (sent, not yet received) than this worker's RLIMIT_NOFILE; "
-                                      + "a process of that user, another plugin's worker say, holds them unread")
+                                      + "descriptors in flight in Unix sockets (sent, not yet received) than this worker's open-files limit; "
+                                      + "a process of that user holds them unread")
                 }
                 sentListener = true
             }

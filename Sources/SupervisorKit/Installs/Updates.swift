@@ -78,6 +78,8 @@ extension Installs {
         effects.post(.stopPlugin(record) { [self] in
             let folder = String(record.manifest.bundle.split(separator: "/").last ?? "")
             do throws(InstallError) { try store.remove(folder) } catch {
+                // Stopped, not uninstalled: `status` says why, rather than "being uninstalled".
+                record.problem = "uninstall failed: \(error.message)"
                 return outbox.answer(origin, error: error.body)
             }
             effects.post(.forget(record, because: "\(record.identifier) was uninstalled"))
