@@ -401,16 +401,17 @@ def test_a_host_handler_of_a_lost_connection_answers_nobody(plugin_supervisor, b
     until(lambda: "OLD" in seen)
     # The connection is lost with OLD's handler still running; the next call reconnects, and the
     # supervisor's ids on the new connection start again: NEW gets the id OLD had.
+    old_calls = client._host_calls
     client._lost(client._sock)
     old.join(15)
     answers = []
     new = threading.Thread(target=lambda: answers.append(via("NEW")), daemon=True)
     new.start()
     until(lambda: "NEW" in seen)
-    # OLD's handler returns first: its answer must not go to NEW's call.
+    # OLD's handler returns first, and its call is settled (taken from its connection's table)
+    # before NEW's: its answer must not go to NEW's call.
     gates["OLD"].set()
-    until(lambda: ("returned", "OLD") in seen)
-    time.sleep(0.2)
+    until(lambda: ("returned", "OLD") in seen and not old_calls)
     gates["NEW"].set()
     new.join(15)
     assert answers == ["NEW"]
