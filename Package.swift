@@ -198,7 +198,7 @@ let package = Package(
         .testTarget(
             name: "UnitTests",
             dependencies: [.product(name: "PluginProtocol", package: "SDK"), .product(name: "PluginSDK", package: "SDK"), "IPC", "LinuxSupport", "Bundles", "Protocol",
-                           "SupervisorKit", "PluginWorker", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio")],
+                           "SupervisorKit", "PluginWorker", "PluginInstall", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio")],
             path: "Tests/UnitTests"
         ),
         .testTarget(
