@@ -425,3 +425,31 @@ def test_params_that_are_not_json_leave_nothing_waiting(plugin_supervisor, bundl
             client.call("py.json", "echo", {"a": object()})
     assert client._waiting == {}
     assert client.call("py.json", "echo", 5) == 5
+
+
+def test_status_send_and_restart_take_a_timeout(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.t")])
+    client = sup.client
+    assert client.status(timeout=5.0)[0]["state"] == "running"
+    assert client.send("background", plugin="py.t", timeout=5.0)["delivered"] == ["py.t"]
+    assert client.restart("py.t", timeout=10.0)
+    # A supervisor that does not answer (stopped by SIGSTOP): each gives up at its timeout.
+    loop = asyncio.new_event_loop()
+    aclient = loop.run_until_complete(AsyncClient.connect(socket=sup.socket))
+    os.kill(sup.process.pid, signal.SIGSTOP)
+    try:
+        asks = (lambda: client.status(timeout=0.3), lambda: client.send("foreground", timeout=0.3),
+                lambda: client.restart("py.t", timeout=0.3),
+                lambda: loop.run_until_complete(aclient.status(timeout=0.3)),
+                lambda: loop.run_until_complete(aclient.restart("py.t", timeout=0.3)))
+        for ask in asks:
+            started = time.monotonic()
+            with pytest.raises(PluginError) as late:
+                ask()
+            assert late.value.code == "timeout"
+            assert time.monotonic() - started < 3.0
+    finally:
+        os.kill(sup.process.pid, signal.SIGCONT)
+    assert client.status(timeout=5.0)[0]["identifier"] == "py.t"
+    loop.run_until_complete(aclient.close())
+    loop.close()

@@ -212,17 +212,17 @@ class AsyncClient:
             message["timeoutMs"] = max(1, int(timeout * 1000))
         return await self._request(message, timeout)
 
-    async def send(self, event: str, plugin: Optional[str] = None) -> dict:
+    async def send(self, event: str, plugin: Optional[str] = None, timeout: Optional[float] = None) -> dict:
         message: Dict[str, Any] = {"type": "send", "name": event}
         if plugin is not None:
             message["target"] = plugin
-        return await self._request(message)
+        return await self._request(message, timeout, margin=0.0)
 
-    async def status(self) -> list:
-        return await self._request({"type": "status"})
+    async def status(self, timeout: Optional[float] = None) -> list:
+        return await self._request({"type": "status"}, timeout, margin=0.0)
 
-    async def restart(self, plugin: str) -> dict:
-        return await self._request({"type": "restart", "target": plugin})
+    async def restart(self, plugin: str, timeout: Optional[float] = None) -> dict:
+        return await self._request({"type": "restart", "target": plugin}, timeout, margin=0.0)
 
     async def upgrade(self, binary: Optional[str] = None, timeout: float = 30.0) -> dict:
         """``Client.upgrade``'s twin: the supervisor replaced in place; its outcome."""
@@ -306,7 +306,7 @@ class AsyncClient:
             pass
 
     async def _request(self, message: Dict[str, Any], timeout: Optional[float] = None, request_id: Optional[int] = None,
-                       whole: bool = False) -> Any:
+                       whole: bool = False, margin: float = 5.0) -> Any:
         if self._closed:
             raise PluginError("unavailable", "the client is closed")
         await self._ensure_connected()
@@ -317,7 +317,7 @@ class AsyncClient:
         self._waiting[request_id] = future
         try:
             await self._send(message)
-            reply = await asyncio.wait_for(future, None if timeout is None else timeout + 5.0)
+            reply = await asyncio.wait_for(future, None if timeout is None else timeout + margin)
         except asyncio.TimeoutError:
             await self._send_quietly({"type": "cancel", "id": request_id})
             raise PluginError("timeout", f"no answer from the supervisor within {timeout} s") from None

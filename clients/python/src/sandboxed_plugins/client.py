@@ -259,19 +259,24 @@ class Client:
             message["timeoutMs"] = max(1, int(timeout * 1000))
         return self._request(message, timeout)
 
-    def send(self, event: str, plugin: Optional[str] = None) -> dict:
-        """Sends ``memoryWarning``, ``background`` or ``foreground`` to every running plugin (or one)."""
+    def send(self, event: str, plugin: Optional[str] = None, timeout: Optional[float] = None) -> dict:
+        """Sends ``memoryWarning``, ``background`` or ``foreground`` to every running plugin (or one).
+        With a ``timeout`` (seconds), ``PluginError("timeout")`` if the supervisor has not answered by then."""
         message: Dict[str, Any] = {"type": "send", "name": event}
         if plugin is not None:
             message["target"] = plugin
-        return self._request(message)
+        return self._request(message, timeout, margin=0.0)
 
-    def status(self) -> list:
-        """Every plugin's status, as ``supervisor status --json`` prints it."""
-        return self._request({"type": "status"})
+    def status(self, timeout: Optional[float] = None) -> list:
+        """Every plugin's status, as ``supervisor status --json`` prints it. With a ``timeout``
+        (seconds), ``PluginError("timeout")`` if the supervisor has not answered by then."""
+        return self._request({"type": "status"}, timeout, margin=0.0)
 
-    def restart(self, plugin: str) -> dict:
-        return self._request({"type": "restart", "target": plugin})
+    def restart(self, plugin: str, timeout: Optional[float] = None) -> dict:
+        """Restarts ``plugin`` (also one that has failed) and returns once it runs. With a
+        ``timeout`` (seconds), ``PluginError("timeout")`` if it is not running by then (the
+        restart itself goes on)."""
+        return self._request({"type": "restart", "target": plugin}, timeout, margin=0.0)
 
     def upgrade(self, binary: Optional[str] = None, timeout: float = 30.0) -> dict:
         """Replaces the running supervisor with ``binary`` (default: the path it was started
@@ -369,7 +374,9 @@ class Client:
             pass
 
     def _request(self, message: Dict[str, Any], timeout: Optional[float] = None, request_id: Optional[int] = None,
-                 progress: Optional[Callable[[dict], None]] = None, whole: bool = False) -> Any:
+                 progress: Optional[Callable[[dict], None]] = None, whole: bool = False, margin: float = 5.0) -> Any:
+        """``timeout``: how long to wait for the answer, plus ``margin`` for a request whose
+        deadline the supervisor keeps itself (a call's ``timeoutMs``)."""
         self._ensure_connected()
         if request_id is None:
             request_id = next(self._ids)
@@ -386,8 +393,8 @@ class Client:
             self._waiting.pop(request_id, None)
             self._lost(self._sock)
             raise PluginError("unavailable", f"the connection to the supervisor was lost ({error})") from None
-        # The supervisor answers by the call's deadline itself; the margin covers a wedged one.
-        if not waiting.done.wait(None if timeout is None else timeout + 5.0):
+        # The supervisor answers by a call's deadline itself; the margin covers a wedged one.
+        if not waiting.done.wait(None if timeout is None else timeout + margin):
             self._waiting.pop(request_id, None)
             self._send_quietly({"type": "cancel", "id": request_id})
             raise PluginError("timeout", f"no answer from the supervisor within {timeout} s")
