@@ -167,7 +167,8 @@ extension Manifest {
         var maxPayloadMB: Int?
     }
 
-    /// Why `bytes` is not one strict JSON object, with its line and column (1-based), or nil.
+    /// Why `bytes` is not one strict JSON object (or has a key twice in one object), with its line
+    /// and column (1-based), or nil.
     static func strictJSONProblem(_ bytes: [UInt8]) -> String? {
         let failure: JSONScanner.Failure? = bytes.withUnsafeBytes { raw in
             var scanner = JSONScanner(raw, maxDepth: 64)
@@ -178,8 +179,10 @@ extension Manifest {
                 return error
             }
         }
-        guard let failure else { return nil }
         func place(_ offset: Int) -> String { lineAndColumn(offset, in: bytes) }
+        guard let failure else {
+            return DuplicateKeys.first(in: bytes).map { "\(DuplicateKeys.describe($0)) (\(place($0.offset)))" }
+        }
         func found(_ offset: Int) -> String {
             guard offset < bytes.count else { return "the end of the file" }
             let c = bytes[offset]

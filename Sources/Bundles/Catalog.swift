@@ -3,6 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import BundleModel
 import LinuxSupport
 
 /// One plugin the catalog offers (SPEC §9).
@@ -71,6 +72,9 @@ public enum CatalogCache {
             } else {
                 throw InstallError(.catalogInvalid, "the catalog at \(url) is not a list of {identifier, version, url, sha256, signature}")
             }
+        }
+        if let duplicate = DuplicateKeys.first(in: bytes) {
+            throw InstallError(.catalogInvalid, "the catalog at \(url): \(DuplicateKeys.describe(duplicate))")
         }
         for (i, e) in entries.enumerated() {
             guard SemanticVersion(e.version) != nil else {

@@ -62,6 +62,23 @@ import Testing
         #expect(problem(#"{"identifier": "a.b", "version": 3, "library": "x.so"}"#).contains("field 'version': wrong type"))
     }
 
+    @Test("a key written twice in one object is refused with its place, at any depth, also when spelled with an escape")
+    func duplicateKeys() {
+        func problem(_ json: String) -> String {
+            do { _ = try parse(json); return "" } catch { return error.description }
+        }
+        #expect(problem("{\"identifier\": \"a.b\",\n \"version\": \"1.0.0\", \"library\": \"x.so\",\n \"identifier\": \"c.d\"}")
+                == "/b/plugin.json: key 'identifier' appears twice in the top-level object: JSON keeps only one of them (line 3, column 2)")
+        #expect(problem(#"{"identifier": "a.b", "version": "1.0.0", "library": "x.so", "limits": {"memoryMB": 64, "memoryMB": 128}}"#)
+                .contains("key 'memoryMB' appears twice in 'limits'"))
+        #expect(problem(#"{"identifier": "a.b", "version": "1.0.0", "library": "x.so", "dependencies": [{"id": "c.d"}, {"id": "e.f", "\u0069d": "g.h"}]}"#)
+                .contains("key 'id' appears twice in 'dependencies[1]'"))
+        // The same name in two objects is no duplicate.
+        #expect(DuplicateKeys.first(in: Array(#"{"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 1}, {"x": 2}]}"#.utf8)) == nil)
+        #expect(DuplicateKeys.first(in: Array(#"{"a": 1, "b": [1, {"c": {"d": 1, "d": 2}}]}"#.utf8))
+                == DuplicateKeys.Found(key: "d", object: "b[1].c", offset: 33))
+    }
+
     @Test("a field's fault names where the field is (SPEC §6: file, line and column); a missing one, the object that lacks it")
     func fieldsWithLineAndColumn() {
         func problem(_ json: String) -> String {
@@ -235,6 +252,8 @@ import Testing
         #expect(refusal(#"{"version":1,"plugins":[{"identifier":"a.b","url":"a.tgz"}]}"#).contains("'plugins[0].version' is missing"))
         #expect(refusal(#"[1, 2]"#).contains("is not a list of {identifier, version, url, sha256, signature}"))
         #expect(refusal(#"[\#(entry)]"#) == "accepted")
+        #expect(refusal(#"{"version":1,"plugins":[{"identifier":"a.b","version":"1.0.0","url":"a.tgz","url":"b.tgz"}]}"#)
+                .contains("the catalog at https://x/catalog.json: key 'url' appears twice in 'plugins[0]'"))
     }
 
     @Test func theNewestOfEachPluginIsOffered() throws {

@@ -156,6 +156,9 @@ import Testing
         #expect(apply(#"{"metrics": {"listen": ":9464"}}"#)?.contains("names no address") == true)
         #expect(apply(#"{"metrics": {"port": 9464}}"#)?.contains("unknown key 'port'") == true)
         #expect(apply(#"{"callQueueLimit": 0}"#)?.contains("must be positive") == true)
+        #expect(apply(#"{"callTimeoutMs": 100, "callQueueLimit": 10, "callTimeoutMs": 200}"#)?
+            .contains("key 'callTimeoutMs' appears twice in the top-level object") == true)
+        #expect(apply(#"{"metrics": {"listen": "127.0.0.1:1", "listen": "127.0.0.1:2"}}"#)?.contains("key 'listen' appears twice in 'metrics'") == true)
         // Bounded, so that no deadline or size worked out from a setting overflows.
         #expect(apply(#"{"callTimeoutMs": 10000000000000}"#)?.contains("is 10000000000000; it is at most 86400000 (a day)") == true)
         #expect(apply(#"{"shutdownGraceMs": 9223372036854775807}"#)?.contains("it is at most 86400000 (a day)") == true)

@@ -3,6 +3,7 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
+import BundleModel
 import Bundles
 import LinuxSupport
 import PluginProtocol
@@ -23,6 +24,7 @@ extension SupervisorConfig {
         do { values = try JSONDecoder().decode([String: ConfigValue].self, from: Data(bytes)) } catch {
             throw SupervisorError.config(file: path, reason: "not a valid config (a JSON object of settings): \(error)")
         }
+        if let duplicate = DuplicateKeys.first(in: bytes) { throw SupervisorError.config(file: path, reason: DuplicateKeys.describe(duplicate)) }
         for (key, value) in values.sorted(by: { $0.key < $1.key }) {
             guard let setting = Self.settings[key] else {
                 throw SupervisorError.config(file: path, reason: "unknown key '\(key)'; known keys: \(Self.settings.keys.sorted().joined(separator: ", "))")

@@ -1,0 +1,61 @@
+import PluginProtocol
+
+/// A key written twice in one JSON object of a hand-edited file (a manifest, the config file, a
+/// catalog): a decoder keeps one of the two values without a word, so the file says something
+/// other than what its reader believes. Found here, named with its place.
+public enum DuplicateKeys {
+    public struct Found: Equatable, Sendable {
+        /// The key, and the object it is in as a path (`limits`, `dependencies[1]`; "" at the top).
+        public var key: String
+        public var object: String
+        /// Where its second appearance starts (the key's opening quote).
+        public var offset: Int
+    }
+
+    /// The first key that stands twice in one object of `bytes`, which the caller has checked to be
+    /// valid JSON; nil when there is none (or the bytes are not valid JSON after all).
+    public static func first(in bytes: [UInt8]) -> Found? {
+        bytes.withUnsafeBytes { raw in
+            var found: Found?
+            walk(raw, 0..<raw.count, path: "", found: &found)
+            return found
+        }
+    }
+
+    /// A sentence for an error message: `key 'x' appears twice in 'limits'`.
+    public static func describe(_ found: Found) -> String {
+        "key '\(found.key)' appears twice in \(found.object.isEmpty ? "the top-level object" : "'\(found.object)'"): JSON keeps only one of them"
+    }
+
+    private static func walk(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>, path: String, found: inout Found?) {
+        guard found == nil, let first = range.first(where: { !isSpace(raw[$0]) }) else { return }
+        let part = UnsafeRawBufferPointer(rebasing: raw[range])
+        var scanner = JSONScanner(part, maxDepth: 512)
+        switch raw[first] {
+        case UInt8(ascii: "{"):
+            var seen = Set<String>()
+            try? scanner.scanObject { key, value throws(JSONScanner.Failure) in
+                let quoted = (key.lowerBound - 1)..<(key.upperBound + 1)
+                let name = JSONScanner.decodeString(part, quoted) ?? ""
+                guard found == nil else { return }
+                guard seen.insert(name).inserted else {
+                    found = Found(key: name, object: path, offset: range.lowerBound + quoted.lowerBound)
+                    return
+                }
+                walk(raw, (range.lowerBound + value.lowerBound)..<(range.lowerBound + value.upperBound),
+                     path: path.isEmpty ? name : path + "." + name, found: &found)
+            }
+        case UInt8(ascii: "["):
+            var index = 0
+            try? scanner.scanArray { value throws(JSONScanner.Failure) in
+                walk(raw, (range.lowerBound + value.lowerBound)..<(range.lowerBound + value.upperBound),
+                     path: path + "[\(index)]", found: &found)
+                index += 1
+            }
+        default:
+            return
+        }
+    }
+
+    private static func isSpace(_ c: UInt8) -> Bool { c == 0x20 || c == 0x09 || c == 0x0A || c == 0x0D }
+}
