@@ -66,6 +66,19 @@ struct PluginArgument: ParsableArguments {
     }
 }
 
+/// `--plugin <identifier>`, narrowing a command to one plugin (`send`, `events`), checked before
+/// anything is sent.
+struct PluginFilter: ParsableArguments {
+    @Option(help: "Only this plugin.")
+    var plugin: String?
+
+    func validate() throws {
+        if let plugin, !PluginIdentifier.isValid(plugin) {
+            throw badUsage("'\(plugin)' is not a plugin identifier ([A-Za-z0-9.-])")
+        }
+    }
+}
+
 /// A command that asks the running supervisor to act on one plugin (`restart`, `uninstall`): it
 /// sends `request` with the plugin as its `target` and prints the reply, so each such command
 /// declares only its name, its request and its arguments.

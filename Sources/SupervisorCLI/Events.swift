@@ -17,14 +17,7 @@ struct Events: ParsableCommand {
     @Flag(help: "One JSON object a line: event, plugin, time and the event's fields.")
     var json = false
 
-    @Option(help: "Only this plugin's events.")
-    var plugin: String?
-
-    func validate() throws {
-        if let plugin, !PluginIdentifier.isValid(plugin) {
-            throw badUsage("'\(plugin)' is not a plugin identifier ([A-Za-z0-9.-])")
-        }
-    }
+    @OptionGroup var filter: PluginFilter
 
     func run() throws {
         let outcome: Result<Void, SupervisorConnection.Failure> = follow()
@@ -40,7 +33,7 @@ struct Events: ParsableCommand {
             let connection = try SupervisorConnection(socketPath: options.socketPath, startingWait: options.wait ?? 5, waitForAny: options.wait != nil)
             defer { connection.close() }
             let json = self.json
-            try connection.followEvents(plugin: plugin) { event in
+            try connection.followEvents(plugin: filter.plugin) { event in
                 let line = json ? (try? ProtocolJSON.encode(event)).map { String(decoding: $0, as: UTF8.self) } ?? "" : EventLine.render(event)
                 print(line)
                 fflush(nil)

@@ -10,19 +10,12 @@ struct Send: ParsableCommand {
     @Argument(help: "memoryWarning, background or foreground.")
     var event: String
 
-    @Option(help: "Only this plugin.")
-    var plugin: String?
-
-    func validate() throws {
-        if let plugin, !PluginIdentifier.isValid(plugin) {
-            throw badUsage("'\(plugin)' is not a plugin identifier ([A-Za-z0-9.-])")
-        }
-    }
+    @OptionGroup var filter: PluginFilter
 
     func run() throws {
         try options.run(.send) { b in
             b.string("name", event)
-            if let plugin { b.string("target", plugin) }
+            if let plugin = filter.plugin { b.string("target", plugin) }
         }
     }
 }
