@@ -161,21 +161,11 @@ final class Installs: SupervisorComponent {
             return done(.failure(InstallError(.invalidManifest, "\(error)").body))
         }
         let what = "\(id) \(staged.version)" + (staged.previous.map { " (was \($0))" } ?? "")
-        // Its dependencies must be installed, in range, and not make a cycle; and no installed
-        // plugin that can start now may be left unable to (a dependent whose range the new
-        // version is outside of), as the next folder scan would find it.
-        var others = table.all.filter { $0.identifier != id }.map(\.manifest)
-        others.append(manifest)
-        let after = PluginCatalog(manifests: others)
-        if let problem = after.unstartable[id] {
+        // Its files' permissions (SPEC §9) are the disk's to tell; the rest is the core's rule.
+        let refused = BundlePermissions.refusal(manifest).map { "\(id) \(staged.version) cannot start here: \(manifest.file): refused: \($0); not installed" }
+        if let refusal = refused ?? InstallVerdict.judge(manifest, installed: table.all.map(\.manifest)).refusal("\(id) \(staged.version)") {
             try? store.rollBack(staged)
-            return done(.failure(InstallError(.conflict, "\(id) \(staged.version) cannot start here: \(problem); not installed").body))
-        }
-        let broken = table.dependents(of: id).compactMap { d in after.unstartable[d.identifier].map { (d.identifier, $0) } }
-        let before = broken.isEmpty ? nil : PluginCatalog(manifests: table.all.map(\.manifest))
-        if let before, let (dependent, problem) = broken.first(where: { before.unstartable[$0.0] == nil }) {
-            try? store.rollBack(staged)
-            return done(.failure(InstallError(.conflict, "\(id) \(staged.version) would leave \(dependent) unable to start (\(problem)): update or uninstall \(dependent) first; not installed").body))
+            return done(.failure(InstallError(.conflict, refusal).body))
         }
         guard !isShuttingDown else {
             store.finish(staged)

@@ -1,6 +1,7 @@
-import LinuxSupport
 /// The plugins found in the plugin folders, checked as a whole: duplicates, missing dependencies,
 /// unmet version ranges and cycles. Plugins that cannot start are listed with why; the rest can.
+/// Values only: `PluginCatalog(directories:)` (Bundles) reads the folders and the bundles' file
+/// permissions, and the supervisor's core judges installs with it (`InstallVerdict`).
 public struct PluginCatalog: Sendable {
     /// Plugins that can be started, by identifier.
     public private(set) var manifests: [String: Manifest] = [:]
@@ -13,39 +14,11 @@ public struct PluginCatalog: Sendable {
     /// All manifests with an identifier, startable or not.
     public private(set) var all: [String: Manifest] = [:]
 
-    public init(directories: [String]) {
-        var found: [Manifest] = []
-        var problems: [String] = []
-        // Bundles whose plugin.json cannot be used: listed (after the usable ones, which win a
-        // clash of names) as unstartable, with the error and the fix.
-        var unusable: [(Manifest, String)] = []
-        for dir in directories {
-            guard FileSystem.isDirectory(dir) else {
-                problems.append("\(dir): plugin folder does not exist")
-                continue
-            }
-            let names: [String]
-            do { names = try FileSystem.list(dir) } catch {
-                problems.append("\(dir): cannot list plugin folder: \(error)")
-                continue
-            }
-            for name in names where !name.hasPrefix(".") {
-                let bundle = dir + "/" + name
-                guard FileSystem.isDirectory(bundle), FileSystem.exists(bundle + "/plugin.json") else { continue }
-                let path = FileSystem.realPath(bundle) ?? bundle
-                do { found.append(try Manifest.load(bundle: path)) } catch {
-                    // Not among `problems`: the stand-in's reason says it where the plugin is listed.
-                    let bytes = (try? FileSystem.readFile(path + "/plugin.json", limit: 1 << 20)) ?? []
-                    unusable.append((Manifest.unusable(bundle: path, bytes: bytes), "\(error.description); fix it, then `supervisor reload`"))
-                }
-            }
-        }
-        self.init(manifests: found, problems: problems, unusable: unusable)
-    }
-
     /// `unusable`: stand-ins for bundles whose plugin.json cannot be used (`Manifest.unusable`), with
-    /// why; each is unstartable, and so is whatever depends on it.
-    public init(manifests list: [Manifest], problems: [String] = [], unusable: [(Manifest, String)] = []) {
+    /// why; each is unstartable, and so is whatever depends on it. `refusal`: why a bundle may not
+    /// be loaded as it is on disk (its files' permissions, SPEC §9), asked of each usable one.
+    public init(manifests list: [Manifest], problems: [String] = [], unusable: [(Manifest, String)] = [],
+                refusal: (Manifest) -> String? = { _ in nil }) {
         self.problems = problems
         for m in list {
             if let first = all[m.identifier] {
@@ -63,12 +36,8 @@ public struct PluginCatalog: Sendable {
             all[placeholder.identifier] = placeholder
             unstartable[placeholder.identifier] = reason
         }
-        // Bundles someone else can write (SPEC §9).
         for m in all.values where unstartable[m.identifier] == nil {
-            let libraries = [m.library].compactMap { $0 } + m.variants.map(\.library)
-            if let problem = BundlePermissions.problem(bundle: m.bundle, files: ["plugin.json"] + libraries) {
-                unstartable[m.identifier] = "\(m.file): refused: \(problem)"
-            }
+            if let problem = refusal(m) { unstartable[m.identifier] = "\(m.file): refused: \(problem)" }
         }
         // Missing dependencies and unmet version ranges.
         for m in all.values.sorted(by: { $0.identifier < $1.identifier }) where unstartable[m.identifier] == nil {

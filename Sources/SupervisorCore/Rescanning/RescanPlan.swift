@@ -1,20 +1,23 @@
-import Bundles
-import SupervisorCore
-
 /// What a rescan of the plugin folders (SIGHUP, `supervisor reload`) does with each plugin, decided
 /// from values alone: the plugins known before, and the folders as read now. `Lifecycle.rescan`
-/// (Rescan.swift) carries it out. Pure, like `RestartPolicy`: tested without a folder or a worker.
-struct RescanPlan {
+/// (SupervisorKit, Lifecycle/Rescan.swift) carries it out. Pure, like `RestartPolicy`: tested without a folder or a worker.
+package struct RescanPlan {
     /// What the rescan knows of a plugin it already had.
-    struct Known: Equatable {
-        var fingerprint: [UInt8]
-        var bundle: String
+    package struct Known: Equatable {
+        package var fingerprint: [UInt8]
+        package var bundle: String
         /// An install or update of it is under way (a new version starting beside it, or waiting
         /// for its verdict).
-        var installUnderWay: Bool
+        package var installUnderWay: Bool
+
+        package init(fingerprint: [UInt8], bundle: String, installUnderWay: Bool) {
+            self.fingerprint = fingerprint
+            self.bundle = bundle
+            self.installUnderWay = installUnderWay
+        }
     }
 
-    enum Step {
+    package enum Step {
         /// An install or update is under way: its files are the install's to change, and it
         /// settles the plugin itself (the next rescan sees the outcome).
         case leftToItsInstall
@@ -31,9 +34,9 @@ struct RescanPlan {
 
     /// Each plugin with a step, new and changed ones in the folders' start order, then the removed
     /// ones in name order; a plugin left as it was has none.
-    var steps: [(identifier: String, step: Step)] = []
+    package var steps: [(identifier: String, step: Step)] = []
 
-    init(known: [String: Known], before: PluginCatalog, now fresh: PluginCatalog) {
+    package init(known: [String: Known], before: PluginCatalog, now fresh: PluginCatalog) {
         for id in fresh.order {
             guard let manifest = fresh.all[id] else { continue }
             guard let existing = known[id] else {
@@ -57,12 +60,12 @@ struct RescanPlan {
         }
     }
 
-    var removed: Set<String> {
+    package var removed: Set<String> {
         Set(steps.compactMap { if case .remove = $0.step { $0.identifier } else { nil } })
     }
 
     /// Each step in a word or two (`b: restart`, `c: add refused`), for logs and tests.
-    var summary: [String] {
+    package var summary: [String] {
         steps.map { id, step in
             switch step {
             case .leftToItsInstall: return "\(id): left to its install"

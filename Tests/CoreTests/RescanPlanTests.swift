@@ -1,8 +1,7 @@
-import Bundles
 import Testing
-@testable import SupervisorKit
+import SupervisorCore
 
-/// What a rescan does with each plugin (Lifecycle/RescanPlan.swift), from values alone.
+/// What a rescan does with each plugin (Rescanning/RescanPlan.swift), from values alone.
 @Suite struct RescanPlanTests {
     static func manifest(_ id: String, _ text: String = "v1") -> Manifest {
         Manifest.unusable(bundle: "/plugins/\(id)", bytes: Array(#"{"identifier":"\#(id)","note":"\#(text)"}"#.utf8))
