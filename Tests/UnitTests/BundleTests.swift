@@ -283,4 +283,30 @@ import Testing
         let problem = BundlePermissions.problem(bundle: bundle, files: ["plugin.json"]) ?? ""
         #expect(problem.contains("plugin.json (a link to \(bundle)/manifest.real) is writable by every user (mode 0666)"), "\(problem)")
     }
+
+    @Test("a file or folder of another user is refused whatever its mode (its owner may chmod it), and so is a writable folder on the way to a library")
+    func ownersAndFoldersOnTheWay() throws {
+        let bundle = FileManager.default.temporaryDirectory.appendingPathComponent("perm-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: bundle + "/sub", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: bundle) }
+        chmod(bundle, 0o755)
+        chmod(bundle + "/sub", 0o755)
+        for file in ["plugin.json", "sub/lib.so"] {
+            try Data("x".utf8).write(to: URL(fileURLWithPath: bundle + "/" + file))
+            chmod(bundle + "/" + file, 0o444)
+        }
+        let uid = geteuid(), gid = getegid()
+        #expect(BundlePermissions.problem(bundle: bundle, files: ["plugin.json", "sub/lib.so"], uid: uid, gid: gid) == nil)
+        // Another owner, no write bit anywhere: still refused (giving a file away takes root, as
+        // the suite runs in CI).
+        if uid == 0 {
+            #expect(chown(bundle + "/sub/lib.so", 65534, 65534) == 0)
+            let problem = BundlePermissions.problem(bundle: bundle, files: ["plugin.json", "sub/lib.so"], uid: uid, gid: gid) ?? ""
+            #expect(problem.contains("\(bundle)/sub/lib.so belongs to uid 65534, who can change it"), "\(problem)")
+            #expect(chown(bundle + "/sub/lib.so", 0, 0) == 0)
+        }
+        chmod(bundle + "/sub", 0o777)
+        let problem = BundlePermissions.problem(bundle: bundle, files: ["plugin.json", "sub/lib.so"], uid: uid, gid: gid) ?? ""
+        #expect(problem.contains("\(bundle)/sub is writable by every user (mode 0777)"), "\(problem)")
+    }
 }
