@@ -57,7 +57,7 @@ package struct StreamCredit: Sendable, Equatable {
     /// The caller grants `n` more answer chunks.
     package mutating func grantAnswer(_ n: UInt64?) -> String? {
         guard answers else { return "credit for a call that did not ask for a stream (\"stream\": true)" }
-        guard let n, n > 0, UInt64(credit) + n <= StreamFrames.largestCredit else {
+        guard let n, n > 0, StreamFrames.creditFits(credit, n) else {
             return "credit \(n.map { "\($0)" } ?? "without n"): n is from 1 to what keeps the window within \(StreamFrames.largestCredit) chunks"
         }
         credit += Int(n)
@@ -67,7 +67,7 @@ package struct StreamCredit: Sendable, Equatable {
     /// The caller's own plugin grants `n` more answer chunks: trusted, so clamped to the largest
     /// window rather than refused (a worker's calls over peer links).
     package mutating func grantAnswer(clamping n: UInt64) {
-        credit = Int(min(UInt64(credit) + n, StreamFrames.largestCredit))
+        credit = StreamFrames.creditClamped(credit, n)
     }
 
     /// The callee sends answer chunk `seq` of call `id`; on success it takes one credit, and the
@@ -121,7 +121,7 @@ package struct StreamCredit: Sendable, Equatable {
     /// passed on to it). `what`: the request, for the reason.
     package mutating func grantInput(_ n: UInt64?, what: String) -> String? {
         guard var state = input else { return "input credit for \(what), which came without input" }
-        guard let n, n > 0, UInt64(state.room) + n <= StreamFrames.largestCredit else {
+        guard let n, n > 0, StreamFrames.creditFits(state.room, n) else {
             return "input credit \(n.map { "\($0)" } ?? "without n"): n is from 1 to what keeps the window within \(StreamFrames.largestCredit) chunks"
         }
         state.room += Int(n)

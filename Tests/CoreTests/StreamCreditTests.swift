@@ -31,6 +31,23 @@ import SupervisorCore
         #expect(UInt64(credit.credit) == StreamFrames.largestCredit)
     }
 
+    /// A peer's `n` of 2^64 - 1 (from a control client or a plugin) is refused, not an overflow:
+    /// it crashed the supervisor once the window held any credit.
+    @Test func theLargestNumberAPeerCanSendIsRefusedNotAnOverflow() {
+        var answers = StreamCredit(answers: true, input: false)
+        #expect(answers.grantAnswer(UInt64.max)?.contains("n is from 1 to what keeps the window within") == true)
+        #expect(answers.grantAnswer(UInt64.max - 5) != nil)
+        #expect(answers.credit == StreamFrames.initialCredit, "a refused grant changes nothing")
+        answers.grantAnswer(clamping: UInt64.max)
+        #expect(answers.credit == Int(StreamFrames.largestCredit))
+        var input = StreamCredit(answers: false, input: true)
+        #expect(input.grantInput(1, what: "call 1") == nil)
+        #expect(input.grantInput(UInt64.max, what: "call 1")?.contains("input credit 18446744073709551615") == true)
+        #expect(input.input?.room == 1)
+        #expect(StreamFrames.creditClamped(-3, UInt64.max) == Int(StreamFrames.largestCredit))
+        #expect(!StreamFrames.creditFits(-1, 1) && StreamFrames.creditFits(0, StreamFrames.largestCredit))
+    }
+
     @Test func creditForACallWithoutAStreamIsRefused() {
         var credit = StreamCredit(answers: false, input: true)
         #expect(credit.grantAnswer(1) == "credit for a call that did not ask for a stream (\"stream\": true)")

@@ -302,7 +302,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     mutating func streamOut(_ local: UInt64, inputCredit n: UInt64? = nil) -> ServedCall? {
         guard var call = served[local] else { return nil }
         if let n, var input = call.input {
-            input.credit = Int(min(UInt64(input.credit) + n, StreamFrames.largestCredit))
+            input.credit = StreamFrames.creditClamped(input.credit, n)
             call.input = input
             served[local] = call
         }

@@ -209,7 +209,7 @@ public final class CreditGate: Sendable {
     @discardableResult
     public func grant(_ n: UInt64) -> Bool {
         let (waiter, ok) = state.withLock { s -> (CheckedContinuation<Void, any Error>?, Bool) in
-            guard UInt64(s.credit) + n <= StreamFrames.largestCredit else { return (nil, false) }
+            guard StreamFrames.creditFits(s.credit, n) else { return (nil, false) }
             s.credit += Int(n)
             guard let waiter = s.waiter, s.credit > 0 else { return (nil, true) }
             s.waiter = nil

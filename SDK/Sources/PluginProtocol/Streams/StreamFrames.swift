@@ -25,6 +25,17 @@ public enum StreamFrames {
     /// (an unbounded window is no window).
     public static let largestCredit: UInt64 = 1 << 20
 
+    /// Whether a window of `current` chunks may grow by `n` and stay within `largestCredit`;
+    /// safe for any `n` a peer sends (2^64 - 1 included: no addition that could overflow).
+    public static func creditFits(_ current: Int, _ n: UInt64) -> Bool {
+        current >= 0 && UInt64(current) <= largestCredit && n <= largestCredit - UInt64(current)
+    }
+
+    /// `current` grown by `n`, at most `largestCredit` (for a grant that is trusted, so clamped).
+    public static func creditClamped(_ current: Int, _ n: UInt64) -> Int {
+        Int(min(largestCredit, UInt64(max(0, current)) + min(n, largestCredit)))
+    }
+
     /// Writes one chunk carrying `data` (raw JSON).
     @inlinable
     public static func chunk<Sink: FrameSink>(id: UInt64, seq: UInt64, data: UnsafeRawBufferPointer, input: Bool = false,
