@@ -49,4 +49,54 @@ import SupervisorCore
                               now: PluginCatalog(manifests: [], unusable: [(Self.manifest("x"), "bad")]))
         #expect(plan.summary == ["x: add refused"])
     }
+
+    static func real(_ id: String, _ version: String, dependsOn dependency: String? = nil) -> Manifest {
+        let deps = dependency.map { #"[{"id": "\#($0)", "version": "^1.0.0"}]"# } ?? "[]"
+        let json = #"{"identifier": "\#(id)", "version": "\#(version)", "library": "lib.so", "dependencies": \#(deps)}"#
+        var m = try! Manifest.parse(Array(json.utf8), bundle: "/plugins/\(id)", file: "/plugins/\(id)/plugin.json")
+        m.fingerprint = Array(json.utf8)
+        return m
+    }
+
+    /// A running plugin whose bundle turns into one that cannot start (a save cut short) goes on
+    /// with what it loaded; one that runs no worker is refused.
+    @Test func aRunningPluginIsKeptWhenItsBundleBreaks() {
+        let a = Self.manifest("a")
+        let now = PluginCatalog(manifests: [], unusable: [(Self.manifest("a", "cut short"), "plugin.json: not valid JSON")])
+        var known = Self.known(a)
+        known.isRunning = true
+        #expect(RescanPlan(known: ["a": known], before: PluginCatalog(manifests: [a]), now: now).summary == ["a: keep"])
+        #expect(RescanPlan(known: ["a": Self.known(a)], before: PluginCatalog(manifests: [a]), now: now).summary == ["a: refuse"])
+        // Refused already, and nothing new on disk: nothing to do.
+        #expect(RescanPlan(known: ["a": Self.known(Self.manifest("a", "cut short"))], before: now, now: now).summary.isEmpty)
+    }
+
+    /// Once the bundle is as it was, a running plugin only loses its reason: no restart.
+    @Test func aRunningPluginNoLongerRefusedIsNotRestarted() {
+        let a = Self.manifest("a")
+        let before = PluginCatalog(manifests: [], unusable: [(a, "its bundle folder is writable by every user")])
+        var known = Self.known(a)
+        known.isRunning = true
+        #expect(RescanPlan(known: ["a": known], before: before, now: PluginCatalog(manifests: [a])).summary == ["a: cleared"])
+    }
+
+    /// A dependency's new version out of a plugin's range: the running dependent goes on (with the
+    /// reason shown), the one that runs no worker (an inactive onCall plugin) is refused and will
+    /// not start on its next call.
+    @Test func aDependencyOutOfRangeRefusesDependentsThatDoNotRun() {
+        let base1 = Self.real("base", "1.0.0"), base2 = Self.real("base", "2.0.0")
+        let eager = Self.real("eager", "1.0.0", dependsOn: "base"), lazy = Self.real("lazy", "1.0.0", dependsOn: "base")
+        let before = PluginCatalog(manifests: [base1, eager, lazy]), now = PluginCatalog(manifests: [base2, eager, lazy])
+        var running = Self.known(eager)
+        running.isRunning = true
+        var inactive = Self.known(lazy)
+        inactive.isInactive = true
+        let plan = RescanPlan(known: ["base": Self.known(base1), "eager": running, "lazy": inactive], before: before, now: now)
+        #expect(plan.summary == ["base: restart", "eager: keep", "lazy: refuse"])
+        guard case .refuse(_, let reason)? = plan.steps.first(where: { $0.identifier == "lazy" })?.step else { Issue.record("\(plan.summary)"); return }
+        #expect(reason.contains("dependency base ^1.0.0 is not met by the installed 2.0.0"))
+        // One still coming up fails by its dependency as it would have: no step of the rescan's.
+        #expect(RescanPlan(known: ["base": Self.known(base1), "eager": Self.known(eager)], before: PluginCatalog(manifests: [base1, eager]),
+                           now: PluginCatalog(manifests: [base2, eager])).summary == ["base: restart"])
+    }
 }

@@ -1,6 +1,7 @@
 import Foundation
 @testable import Bundles
 @testable import BundleModel
+import LinuxSupport
 import Testing
 
 @Suite struct SemanticVersionTests {
@@ -308,5 +309,47 @@ import Testing
         chmod(bundle + "/sub", 0o777)
         let problem = BundlePermissions.problem(bundle: bundle, files: ["plugin.json", "sub/lib.so"], uid: uid, gid: gid) ?? ""
         #expect(problem.contains("\(bundle)/sub is writable by every user (mode 0777)"), "\(problem)")
+    }
+}
+
+/// The plugin folders read again while plugins run (`PluginCatalog(directories:known:)`): what the
+/// folders say never takes a plugin away by accident.
+@Suite struct PluginFoldersTests {
+    let root = FileManager.default.temporaryDirectory.appendingPathComponent("folders-\(UUID().uuidString.prefix(8))").path
+
+    func bundle(_ folder: String, _ name: String, _ json: String) throws -> String {
+        let path = root + "/" + folder + "/" + name
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        try json.write(toFile: path + "/plugin.json", atomically: true, encoding: .utf8)
+        return FileSystem.realPath(path) ?? path
+    }
+
+    @Test("a bundle of the same identifier dropped in beside a running one is the one ignored, also when the running one's plugin.json breaks")
+    func theKnownBundleWins() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let running = try bundle("p", "zzz", #"{"identifier": "com.x.svc", "version": "1.0.0", "library": "lib.so"}"#)
+        let known = try Manifest.load(bundle: running)
+        _ = try bundle("p", "aaa", #"{"identifier": "com.x.svc", "version": "0.0.1", "library": "lib.so"}"#)
+        let catalog = PluginCatalog(directories: [root + "/p"], known: [known])
+        #expect(catalog.all["com.x.svc"]?.bundle == running)
+        #expect(catalog.problems.contains { $0.contains("/aaa/plugin.json: field 'identifier': duplicate identifier com.x.svc") })
+        // Its plugin.json cut short: it is still that plugin, refused, and the newcomer still ignored.
+        try #"{"identifier": "com.x.s"#.write(toFile: running + "/plugin.json", atomically: true, encoding: .utf8)
+        let broken = PluginCatalog(directories: [root + "/p"], known: [known])
+        #expect(broken.all["com.x.svc"]?.bundle == running)
+        #expect(broken.unstartable["com.x.svc"]?.contains("not valid JSON") == true)
+        #expect(broken.all["zzz"] == nil)
+    }
+
+    @Test("the known plugins of a folder that cannot be read are kept, the folder's fault reported")
+    func anUnreadableFolderKeepsItsPlugins() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let path = try bundle("q", "a", #"{"identifier": "com.x.a", "version": "1.0.0", "library": "lib.so"}"#)
+        let known = try Manifest.load(bundle: path)
+        try FileManager.default.moveItem(atPath: root + "/q", toPath: root + "/q-elsewhere")
+        let catalog = PluginCatalog(directories: [root + "/q"], known: [known])
+        #expect(catalog.all["com.x.a"]?.bundle == path)
+        #expect(catalog.unstartable["com.x.a"] == nil)
+        #expect(catalog.problems == ["\(root)/q: plugin folder does not exist; its plugins keep running as they are (com.x.a)"])
     }
 }

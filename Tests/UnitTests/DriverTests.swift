@@ -203,3 +203,17 @@ import SupervisorCore
         #expect(checks.count == 4)
     }
 }
+
+/// A worker's cgroup folder's name, made also as a mount point in the worker's own root: never a
+/// file name over 255 bytes, whatever the identifier (up to 255 characters) and the spawn count.
+@Suite struct GroupNameTests {
+    @Test func aLongIdentifierIsCutAndHashed() {
+        #expect(Lifecycle.groupName("com.example.a", 7) == "com.example.a-7")
+        let long = String(repeating: "a.", count: 127)  // 254 bytes
+        let name = Lifecycle.groupName(long, Int.max)
+        #expect(name.utf8.count <= 255, "\(name.utf8.count)")
+        #expect(name.hasPrefix(String(long.prefix(200)) + "~") && name.hasSuffix("-\(Int.max)"))
+        // Two identifiers with the same first 200 bytes get different names.
+        #expect(Lifecycle.groupName(long, 1) != Lifecycle.groupName(long.dropLast(2) + "bb", 1))
+    }
+}

@@ -9,11 +9,17 @@ package struct RescanPlan {
         /// An install or update of it is under way (a new version starting beside it, or waiting
         /// for its verdict).
         package var installUnderWay: Bool
+        /// A worker of it serves now (`running`).
+        package var isRunning: Bool
+        /// It runs no worker until something needs it (`inactive`, SPEC §16).
+        package var isInactive: Bool
 
-        package init(fingerprint: [UInt8], bundle: String, installUnderWay: Bool) {
+        package init(fingerprint: [UInt8], bundle: String, installUnderWay: Bool, isRunning: Bool = false, isInactive: Bool = false) {
             self.fingerprint = fingerprint
             self.bundle = bundle
             self.installUnderWay = installUnderWay
+            self.isRunning = isRunning
+            self.isInactive = isInactive
         }
     }
 
@@ -24,8 +30,16 @@ package struct RescanPlan {
         /// Changed on disk (an offline install, a rebuilt library), or no longer refused (a
         /// permission or a dependency fixed without touching it): restarted on its bundle as read now.
         case restart(Manifest, cured: Bool)
-        /// Changed on disk, and cannot start as it is now: stopped, failed with the reason.
+        /// Not running, and changed on disk into something that cannot start, or unable to start
+        /// now for another plugin's change (a dependency's version out of its range): failed
+        /// with the reason (stopped first if it was coming up).
         case refuse(Manifest, reason: String)
+        /// Running, and its bundle as read now could not start (a plugin.json cut short by a save
+        /// under way, a field wrong, a dependency's new version out of its range): its worker goes
+        /// on with what it loaded, and the reason is shown until the bundle is fixed.
+        case keep(reason: String)
+        /// Running, refused before and not any more, its bundle unchanged: nothing to restart.
+        case cleared
         /// New: added, and started unless refused.
         case add(Manifest, refused: String?)
         /// Its bundle is gone: stopped (dependents first) and forgotten.
@@ -47,12 +61,22 @@ package struct RescanPlan {
                 steps.append((id, .leftToItsInstall))
                 continue
             }
-            let cured = before.unstartable[id] != nil && fresh.unstartable[id] == nil
-            guard existing.fingerprint != manifest.fingerprint || existing.bundle != manifest.bundle || cured else { continue }
+            let changed = existing.fingerprint != manifest.fingerprint || existing.bundle != manifest.bundle
+            let refusedBefore = before.unstartable[id] != nil
             if let reason = fresh.unstartable[id] {
-                steps.append((id, .refuse(manifest, reason: reason)))
-            } else {
-                steps.append((id, .restart(manifest, cured: cured && existing.fingerprint == manifest.fingerprint)))
+                if changed {
+                    steps.append((id, existing.isRunning ? .keep(reason: reason) : .refuse(manifest, reason: reason)))
+                } else if !refusedBefore {
+                    // Unchanged, refused now for another plugin's change (a dependency's version
+                    // out of its range): a running one goes on, an inactive one is not to be woken
+                    // by a call; one coming up fails by its dependency as it would have.
+                    if existing.isRunning { steps.append((id, .keep(reason: reason))) }
+                    if existing.isInactive { steps.append((id, .refuse(manifest, reason: reason))) }
+                }
+            } else if changed {
+                steps.append((id, .restart(manifest, cured: false)))
+            } else if refusedBefore {
+                steps.append((id, existing.isRunning ? .cleared : .restart(manifest, cured: true)))
             }
         }
         for id in known.keys.sorted() where fresh.all[id] == nil {
@@ -71,6 +95,8 @@ package struct RescanPlan {
             case .leftToItsInstall: return "\(id): left to its install"
             case .restart(_, let cured): return "\(id): restart" + (cured ? " (cured)" : "")
             case .refuse: return "\(id): refuse"
+            case .keep: return "\(id): keep"
+            case .cleared: return "\(id): cleared"
             case .add(_, let refused): return "\(id): add" + (refused == nil ? "" : " refused")
             case .remove: return "\(id): remove"
             }

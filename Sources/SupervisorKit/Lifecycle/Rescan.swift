@@ -61,14 +61,15 @@ extension Lifecycle {
     func rescan() -> ReloadSummary {
         loop.preconditionInEventLoop()
         guard !isShuttingDown else { return ReloadSummary() }
-        let fresh = PluginCatalog(directories: config.pluginDirectories)
+        let fresh = PluginCatalog(directories: config.pluginDirectories, known: table.all.map(\.manifest))
         for problem in fresh.problems { logger.error("\(problem)") }
         let previous = table.catalog
         table.catalog = fresh
         var known: [String: RescanPlan.Known] = [:]
         for record in table.all {
             known[record.identifier] = .init(fingerprint: record.manifest.fingerprint, bundle: record.manifest.bundle,
-                                             installUnderWay: record.successor != nil || record.installAwaitsVerdict)
+                                             installUnderWay: record.successor != nil || record.installAwaitsVerdict,
+                                             isRunning: record.phase == .running, isInactive: record.phase == .inactive)
         }
         let plan = RescanPlan(known: known, before: previous, now: fresh)
         let removed = plan.removed
@@ -90,6 +91,16 @@ extension Lifecycle {
                     // Its dependents still coming up fail by it now (they waited for it to run).
                     startWaitingPlugins()
                 }
+            case .keep(let reason):
+                guard let existing = table[id] else { continue }
+                changed += 1
+                existing.problem = reason
+                logger.error("\(id) cannot start as its bundle is now: \(reason); its running worker goes on with what it loaded (fix the bundle, then `supervisor reload`)",
+                             metadata: ["plugin": "\(id)"])
+            case .cleared:
+                guard let existing = table[id] else { continue }
+                existing.problem = nil
+                logger.notice("\(id) is no longer refused (\(previous.unstartable[id] ?? "")); it runs already", metadata: ["plugin": "\(id)"])
             case .restart(let manifest, let cured):
                 guard let existing = table[id] else { continue }
                 changed += 1

@@ -97,7 +97,7 @@ extension Lifecycle {
                 // the workers the new binary adopted keep theirs.
                 repeat {
                     spawnCount &+= 1
-                    cgroup = try tree.makeGroup("\(id)-\(spawnCount)", limits: cgroupLimits(manifest))
+                    cgroup = try tree.makeGroup(Self.groupName(id, spawnCount), limits: cgroupLimits(manifest))
                 } while cgroup == nil
                 spec.cgroupFolders = cgroup?.limitFolders
                 if notifier != nil && tree.version == .v2 {
@@ -258,6 +258,17 @@ extension Lifecycle {
     func cgroupLimits(_ m: Manifest) -> CgroupLimits {
         let memory = MemoryLimits(m)
         return CgroupLimits(memoryMax: memory.hard, memoryHigh: memory.soft, pidsMax: Self.workerPidsMax, cpuPercent: m.limits.cpuPercent)
+    }
+
+    /// A worker's group's folder name: `<identifier>-<n>`, or for an identifier too long for that to
+    /// be a file name (one folder name is at most 255 bytes, and the worker's own root makes one of
+    /// that name too) its first 200 bytes, a hash of the whole and `-<n>`.
+    static func groupName(_ identifier: String, _ count: Int) -> String {
+        let utf8 = Array(identifier.utf8)
+        guard utf8.count > 200 else { return "\(identifier)-\(count)" }
+        // FNV-1a: stable across runs and binaries.
+        let hash = utf8.reduce(UInt32(2_166_136_261)) { ($0 ^ UInt32($1)) &* 16_777_619 }
+        return String(decoding: utf8.prefix(200), as: UTF8.self) + "~" + String(hash, radix: 16) + "-\(count)"
     }
 
     /// pids.max of a worker's group: threads (and, were they allowed, processes).
