@@ -512,4 +512,33 @@ struct RescanTests {
         #expect(try sv.plugin("hup.changing").pid == current)
         #expect(try sv.plugin("hup.unrelated").pid == unrelated)
     }
+
+    @Test("a rescan never takes a running plugin away: a duplicate dropped in is ignored, a plugin.json cut short keeps the worker, and its repair restarts nothing")
+    func aRescanKeepsWhatRuns() throws {
+        let w = try TestWorld()
+        let bundle = try w.bundle("hup.keep", folder: "zzz")
+        let sv = try RunningSupervisor(w)
+        let pid = try sv.plugin("hup.keep").pid
+        // A bundle of the same identifier that sorts first, and an older version.
+        try w.bundle("hup.keep", version: "0.0.1", folder: "aaa")
+        #expect(try sv.cli("reload").code == 0)
+        #expect(sv.log.contains("/aaa/plugin.json: field 'identifier': duplicate identifier hup.keep"))
+        #expect(try sv.plugin("hup.keep").pid == pid && sv.plugin("hup.keep").version == "1.0.0")
+        // Its own plugin.json cut short by a save under way.
+        let manifest = bundle + "/plugin.json"
+        let whole = try String(contentsOfFile: manifest, encoding: .utf8)
+        try String(whole.prefix(20)).write(toFile: manifest, atomically: true, encoding: .utf8)
+        #expect(try sv.cli("reload").code == 0)
+        let kept = try sv.plugin("hup.keep")
+        #expect(kept.state == "running" && kept.pid == pid)
+        #expect(kept.error?.contains("not valid JSON") == true, "\(kept.error ?? "no error")")
+        #expect(try sv.cli("call", "hup.keep", "ping").code == 0)
+        // Put back as it was: the reason goes, the worker stays.
+        try whole.write(toFile: manifest, atomically: true, encoding: .utf8)
+        #expect(try sv.cli("reload").code == 0)
+        let repaired = try sv.plugin("hup.keep")
+        #expect(repaired.state == "running" && repaired.pid == pid && repaired.error == nil, "\(repaired.error ?? "")")
+        #expect(try sv.plugin("hup.keep").restarts == 0)
+    }
 }
+
