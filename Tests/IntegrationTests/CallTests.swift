@@ -260,3 +260,57 @@ struct CallTests {
         #expect(st.first { $0.identifier == "e.fine" }?.state == "running")
     }
 }
+
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct ControlBackPressureTests {
+    /// A client that pipelines requests and reads none of the answers is not served past its
+    /// answers' high-water mark; when it closes, what it left unread in the socket (which NIO
+    /// reads at the end of the stream whatever the back-pressure) is dropped, not run for nobody.
+    @Test("a client that reads no answers and closes: the requests it left unread are not run")
+    func requestsOfAClientThatLeftAreNotRun() throws {
+        let w = try TestWorld()
+        try w.bundle("bp.one")
+        // More plugins, for a metrics answer many times a request's size.
+        for i in 0..<24 { try w.bundle("bp.more\(i)") }
+        let sv = try RunningSupervisor(w)
+        let conn = try rawControl(sv.socket)
+        var first = FrameBuilder(kind: .call)
+        first.uint("id", 1)
+        first.string("target", "bp.one")
+        first.string("method", "sleep")
+        first.raw("params", Array(#"{"ms":60000}"#.utf8))
+        try conn.sendFrame(first.finish())
+        // Each pair: a metrics request (a large answer) and a 1 ms call (recorded by the plugin
+        // when it runs), until the socket takes no more.
+        var timeout = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(conn.fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        // One burst, as a client pipelining does: many frames to a write.
+        var burst: [UInt8] = []
+        for i in 0..<20_000 {
+            var metrics = FrameBuilder(kind: .metrics)
+            metrics.uint("id", UInt64(2 * i + 2))
+            var call = FrameBuilder(kind: .call)
+            call.uint("id", UInt64(2 * i + 3))
+            call.string("target", "bp.one")
+            call.string("method", "sleep")
+            call.raw("params", Array(#"{"ms":1}"#.utf8))
+            burst += metrics.finish() + call.finish()
+        }
+        let pairSize = burst.count / 20_000
+        var sent = 0
+        while sent < burst.count {
+            let n = burst[sent...].withUnsafeBytes { send(conn.fd, $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { break }
+            sent += n
+        }
+        let written = sent / pairSize
+        conn.close()
+        // Its first call is cancelled when the supervisor sees the connection end, after it has
+        // read what was left in the socket.
+        try sv.waitUntil("the closed client's call cancelled") { try sv.info("bp.one").events.contains { $0.event == "cancelled:60000" } }
+        let ran = try sv.info("bp.one").events.filter { $0.event == "sleeping:1" }.count
+        #expect(written > 1_000, "only \(written) requests went into the socket")
+        #expect(ran < written / 2, "\(ran) of the \(written) calls ran for a client that read none of its answers and left")
+        #expect(try sv.cli("status").code == 0)
+    }
+}

@@ -69,7 +69,7 @@ extension ControlServer {
 
     /// A client's pipeline: the frame codec (named, with its leftovers kept for an upgrade), then its handler.
     static func addHandlers(_ channel: Channel, connection: ControlConnection, maxBody: Int, engine: Engine) throws {
-        try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: maxBody, leftovers: connection.leftovers)),
+        try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: maxBody, leftovers: connection.leftovers, readsPastTheEnd: false)),
                                                        name: FrameCodec.handlerName)
         try channel.pipeline.syncOperations.addHandler(ControlHandler(engine: engine, connection: connection))
     }
@@ -77,14 +77,17 @@ extension ControlServer {
 
 /// Requests from one CLI client on the control socket. Only the supervisor's own user (or root)
 /// may talk to it: checked with SO_PEERCRED on connect. A client that sends nothing for
-/// `idleTimeout` while nothing of it is in flight, and that neither follows events nor provides
-/// host methods, is dropped.
+/// `idleTimeout` while nothing of it is in flight, that reads none of the answers queued for it
+/// in that time, and that neither follows events nor provides host methods, is dropped.
 final class ControlHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     let engine: Engine
     let connection: ControlConnection
     static let idleTimeout = TimeAmount.seconds(10)
     var idleCheck: Scheduled<Void>?
+    /// The answers' bytes waiting to be written at the last idle check: fewer now means the
+    /// client is reading them (slowly, perhaps), which is not idle.
+    var unwrittenAtLastCheck = 0
 
     init(engine: Engine, connection: ControlConnection) {
         self.engine = engine
@@ -132,6 +135,9 @@ final class ControlHandler: ChannelInboundHandler {
 
     private func scheduleIdleCheck(_ loop: EventLoop, _ channel: Channel) {
         idleCheck = loop.assumeIsolated().scheduleTask(in: Self.idleTimeout) { [self] in
+            let unwritten = (try? channel.syncOptions?.getOption(ChannelOptions.bufferedWritableBytes)) ?? 0
+            if unwritten > 0, unwritten < unwrittenAtLastCheck { connection.lastActivity = .now() }
+            unwrittenAtLastCheck = unwritten
             if NIODeadline.now() - connection.lastActivity >= Self.idleTimeout, connection.outstanding == 0, !connection.listens, !connection.closed {
                 engine.logger.debug("dropping an idle control client")
                 Self.refuse(connection)
@@ -146,11 +152,15 @@ final class ControlHandler: ChannelInboundHandler {
         // Only whole frames count as activity: a client trickling half a frame is still idle.
         connection.lastActivity = .now()
         guard !connection.closed else { return }
+        // A client that does not read its answers is not served either (ControlConnection.deferred).
+        guard connection.deferred.isEmpty, context.channel.isWritable else { return connection.deferred.append(unwrapInboundIn(data)) }
         engine.controlRequest(connection, unwrapInboundIn(data))
     }
 
+
     func channelInactive(context: ChannelHandlerContext) {
         connection.closed = true
+        connection.deferred.removeAll()
         engine.control.gone(connection)
         idleCheck?.cancel()
         // Whatever it was still waiting for is no longer wanted.
@@ -167,8 +177,9 @@ final class ControlHandler: ChannelInboundHandler {
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         // An upgrade waiting for quiet reads from no client.
         let read = context.channel.isWritable && !engine.upgradeHoldsReads
-        context.channel.setOption(ChannelOptions.autoRead, value: read).whenFailure { _ in }
-        if read { context.read() }
+        if read { engine.serveDeferred(connection) }
+        context.channel.setOption(ChannelOptions.autoRead, value: read && connection.deferred.isEmpty).whenFailure { _ in }
+        if read && connection.deferred.isEmpty { context.read() }
         // An events reader that fell behind hears what it missed as soon as there is room.
         if context.channel.isWritable { engine.events.roomAgain(for: connection) }
     }
@@ -179,6 +190,16 @@ final class ControlHandler: ChannelInboundHandler {
         } else {
             connection.closed = true
             context.close(promise: nil)
+        }
+    }
+}
+
+extension Engine {
+    /// A client's requests that waited for room (`ControlConnection.deferred`), in order, for as
+    /// long as there is room.
+    func serveDeferred(_ connection: ControlConnection) {
+        while !connection.closed, connection.channel.isWritable, !upgradeHoldsReads, let frame = connection.deferred.popFirst() {
+            controlRequest(connection, frame)
         }
     }
 }

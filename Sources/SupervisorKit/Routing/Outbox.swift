@@ -108,10 +108,15 @@ struct FrameCodec: ByteToMessageDecoder {
     /// Where the bytes of a frame not yet whole go when the codec is taken out of its pipeline for
     /// an upgrade (Upgrade/Quiesce.swift); nil for a connection that is never handed over.
     let leftovers: Leftovers?
+    /// Whether whole frames still in the buffer when the peer's end closes are acted on: a
+    /// worker's are (its last reply or log before it died), a control client's are not (nobody
+    /// would read their answers, and a call would run for no one).
+    let readsPastTheEnd: Bool
 
-    init(maxBody: Int, leftovers: Leftovers? = nil) {
+    init(maxBody: Int, leftovers: Leftovers? = nil, readsPastTheEnd: Bool = true) {
         parser = FrameParser(maxBody: maxBody)
         self.leftovers = leftovers
+        self.readsPastTheEnd = readsPastTheEnd
     }
 
     /// The name the codec has in a pipeline (an upgrade removes it by that name).
@@ -132,6 +137,13 @@ struct FrameCodec: ByteToMessageDecoder {
     }
 
     mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+        // Taken out of the pipeline for an upgrade, every whole frame goes on; at the end of a
+        // client's connection, none does.
+        let handingOver = leftovers?.collecting ?? false
+        guard readsPastTheEnd || handingOver else {
+            buffer.moveReaderIndex(to: buffer.writerIndex)
+            return .needMoreData
+        }
         while try decode(context: context, buffer: &buffer) == .continue {}
         if let leftovers, leftovers.collecting, !seenEOF {
             leftovers.bytes = buffer.readBytes(length: buffer.readableBytes) ?? []

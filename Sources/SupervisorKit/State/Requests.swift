@@ -172,6 +172,24 @@ final class HostRequest: Sendable {
 final class ControlConnection {
     let channel: Channel
     var closed = false
+    /// Whole requests read while its answers could not be written (it is not reading them): they
+    /// wait here, in order, and are acted on once there is room again, or dropped with the
+    /// connection. NIO reads what is left in the socket when the client closes, whatever the
+    /// back-pressure; without this, all of it would be acted on for a client that is gone.
+    var deferred = CircularBuffer<ByteBuffer>()
+
+    /// The deferred requests as the bytes they came in (each with its length prefix), for the
+    /// binary an upgrade hands this connection to: it reads them first.
+    var deferredBytes: [UInt8] {
+        var bytes: [UInt8] = []
+        for frame in deferred {
+            let start = bytes.count
+            bytes += [0, 0, 0, 0]
+            bytes.setLengthPrefix(UInt32(frame.readableBytes), at: start)
+            bytes += frame.readableBytesView
+        }
+        return bytes
+    }
     /// Requests of this client still waiting for an answer.
     var outstanding = 0
     /// When it last sent a whole frame or was last answered: a client is idle only when neither

@@ -121,11 +121,11 @@ extension Engine {
         upgrade = .idle
         for worker in table.liveWorkers {
             if let channel = worker.channel, let leftovers = worker.frameLeftovers {
-                restoreCodec(channel, leftovers)
+                restoreCodec(channel, leftovers, readsPastTheEnd: true)
             }
         }
         for connection in control.connections.values where !connection.closed {
-            restoreCodec(connection.channel, connection.leftovers)
+            restoreCodec(connection.channel, connection.leftovers, readsPastTheEnd: false)
         }
         // Stopped for the exec (it is nil then): started again with what it held.
         if shared.notifier == nil, !held.isEmpty || config.sandboxEnabled {
@@ -143,12 +143,13 @@ extension Engine {
         upgradeFailed(q.origin, ErrorBody(.unavailable, "no upgrade: \(why); the supervisor carries on unchanged"))
     }
 
-    private func restoreCodec(_ channel: Channel, _ leftovers: FrameCodec.Leftovers) {
+    private func restoreCodec(_ channel: Channel, _ leftovers: FrameCodec.Leftovers, readsPastTheEnd: Bool) {
         leftovers.collecting = false
         let bytes = leftovers.bytes
         leftovers.bytes = []
         do {
-            try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: config.maxFrameBytes, leftovers: leftovers)),
+            try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(FrameCodec(maxBody: config.maxFrameBytes, leftovers: leftovers,
+                                                                                                         readsPastTheEnd: readsPastTheEnd)),
                                                            name: FrameCodec.handlerName, position: .first)
             if !bytes.isEmpty { Upgrade.feed(bytes, to: channel) }
         } catch {
@@ -189,7 +190,7 @@ extension Engine {
             guard let fd = connectionFD(connection) else { return .failure(UpgradeProbe.Refusal(m: "a control client's descriptor could not be found")) }
             connectionIndex[ObjectIdentifier(connection)] = savedConnections.count
             let follows = events.following(connection).map { UpgradeSnapshot.Connection.Follow(id: $0.id, plugin: $0.plugin) }
-            savedConnections.append(UpgradeSnapshot.Connection(fd: fd, leftover: connection.leftovers.bytes, following: follows,
+            savedConnections.append(UpgradeSnapshot.Connection(fd: fd, leftover: connection.deferredBytes + connection.leftovers.bytes, following: follows,
                                                                provides: connection.provides.sorted(), nextHostCallID: connection.nextHostCallID))
         }
         var requester: UpgradeSnapshot.Requester?

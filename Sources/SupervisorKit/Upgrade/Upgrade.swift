@@ -244,6 +244,8 @@ extension Engine {
     func resumeReading() {
         control.server?.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
         for connection in control.connections.values where connection.channel.isWritable {
+            serveDeferred(connection)
+            guard connection.deferred.isEmpty else { continue }
             connection.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
         }
         for worker in table.liveWorkers {
