@@ -76,7 +76,7 @@ struct Start: ParsableCommand {
                 handler.logLevel = level
                 return handler
             }
-            var handler = StreamLogHandler.standardError(label: label)
+            var handler = TextLogHandler(label: label)
             handler.logLevel = level
             return handler
         }

@@ -53,10 +53,27 @@ enum StatusTable {
         }
         // The serving supervisor's version (it changes with `supervisor upgrade`).
         if let version = list.first?.supervisorVersion { out.append("supervisor \(version)") }
-        return out.joined(separator: "\n")
+        // A name or a reason from a bundle (a folder's name) cannot move the cursor or start a line.
+        return out.map(\.printable).joined(separator: "\n")
     }
 }
 
 extension String {
     func padding(to width: Int) -> String { count >= width ? self : self + String(repeating: " ", count: width - count) }
+}
+
+extension String {
+    /// With control characters (but a tab) written as escapes, for a terminal.
+    var printable: String {
+        guard unicodeScalars.contains(where: { $0.value != 0x09 && ($0.value < 0x20 || (0x7F..<0xA0).contains($0.value)) }) else { return self }
+        return unicodeScalars.map { scalar -> String in
+            switch scalar.value {
+            case 0x0A: "\\n"
+            case 0x0D: "\\r"
+            case 0x09: "\t"
+            case 0x00..<0x20, 0x7F..<0xA0: "\\u{" + String(scalar.value, radix: 16) + "}"
+            default: String(scalar)
+            }
+        }.joined()
+    }
 }

@@ -411,6 +411,25 @@ struct FaultTests {
         #expect(try sv.plugin("l.forge").state == "running")
     }
 
+    @Test("a control client's text (a request's type, an install's URI) cannot start a line of the supervisor's log either")
+    func clientTextCannotForgeALine() throws {
+        let w = try TestWorld()
+        try w.bundle("l.quiet")
+        let sv = try RunningSupervisor(w)
+        let conn = try rawControl(sv.socket)
+        defer { conn.close() }
+        let body = Array(#"{"type":"zz\n2026-01-01T00:00:00+0000 critical supervisor: FORGED-TYPE\u001b[2K","id":1}"#.utf8)
+        try conn.sendFrame(withUnsafeBytes(of: UInt32(body.count).bigEndian, Array.init) + body)
+        _ = try conn.receiveFrame()
+        _ = try sv.cli("install", "/nonexistent\n2026-01-01T00:00:00+0000 critical supervisor: FORGED-URI")
+        let type = try sv.waitFor("the type's line") { sv.log.split(separator: "\n").first { $0.contains("FORGED-TYPE") } }
+        #expect(type.contains(#"zz\n2026-01-01T00:00:00+0000 critical supervisor: FORGED-TYPE\u{1b}[2K"#), "\(type)")
+        _ = try sv.waitFor("the URI's line") { sv.log.split(separator: "\n").first { $0.contains("FORGED-URI") } }
+        let lines = sv.log.split(separator: "\n")
+        #expect(!lines.contains { $0.hasPrefix("2026-01-01T00:00:00+0000") }, "a forged line was written")
+        #expect(!sv.log.contains("\u{1b}"))
+    }
+
     @Test("dependents hear dependencyRestarted; with restartDependents they restart too")
     func dependents() throws {
         let w = try TestWorld()

@@ -1,3 +1,5 @@
+import Logging
+
 /// A plugin's text as the supervisor's log carries it: a `log` message, its metadata's keys and
 /// strings, a line of its stdout or stderr. Control characters (a carriage return or a newline
 /// that would start a line of its own, a terminal's escape sequences) are written as escapes, and
@@ -7,7 +9,9 @@ enum LogText {
     /// As a line of a worker's output (`OutputCapture.lineLimit`).
     static let limit = OutputCapture.lineLimit
 
-    static func shown(_ text: String) -> String {
+    static func shown(_ text: String, limit: Int = limit) -> String {
+        // Most text has nothing to escape and fits: as it is.
+        if text.utf8.count <= limit, !text.unicodeScalars.contains(where: needsEscape) { return text }
         var out = ""
         var bytes = 0
         for scalar in text.unicodeScalars {
@@ -24,5 +28,59 @@ enum LogText {
             out += piece
         }
         return out
+    }
+
+    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value != 0x09 && (scalar.value < 0x20 || (0x7F..<0xA0).contains(scalar.value))
+    }
+
+    /// Metadata with each string escaped the same way.
+    static func shown(_ value: Logger.Metadata.Value, limit: Int) -> Logger.Metadata.Value {
+        switch value {
+        case .string(let text): .string(shown(text, limit: limit))
+        case .stringConvertible(let convertible): .string(shown(convertible.description, limit: limit))
+        case .array(let values): .array(values.map { shown($0, limit: limit) })
+        case .dictionary(let values): .dictionary(values.reduce(into: [:]) { $0[shown($1.key, limit: limit)] = shown($1.value, limit: limit) })
+        }
+    }
+}
+
+/// The supervisor's text log (`start`, the default format): swift-log's `StreamLogHandler` on
+/// stderr, with every message and metadata string escaped as `LogText` does a plugin's. Text from
+/// outside reaches the log in many places (a control client's request type, an install's URI, an
+/// upgrade's binary path, a manifest's identifier, a folder's name): none can forge a line of its
+/// own or send escapes to the terminal the log is read on. (`--log-format json` escapes by JSON.)
+public struct TextLogHandler: LogHandler {
+    private var inner: StreamLogHandler
+    /// Longer than a plugin's line: the supervisor's own messages list plugins.
+    static let limit = 1 << 16
+
+    public init(label: String) { inner = StreamLogHandler.standardError(label: label) }
+
+    public var logLevel: Logger.Level {
+        get { inner.logLevel }
+        set { inner.logLevel = newValue }
+    }
+
+    public var metadata: Logger.Metadata {
+        get { inner.metadata }
+        set { inner.metadata = newValue }
+    }
+
+    public var metadataProvider: Logger.MetadataProvider? {
+        get { inner.metadataProvider }
+        set { inner.metadataProvider = newValue }
+    }
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { inner[metadataKey: key] }
+        set { inner[metadataKey: key] = newValue }
+    }
+
+    public func log(event: LogEvent) {
+        var escaped = event
+        escaped.message = "\(LogText.shown(event.message.description, limit: Self.limit))"
+        escaped.metadata = event.metadata.map { $0.reduce(into: [:]) { $0[LogText.shown($1.key, limit: Self.limit)] = LogText.shown($1.value, limit: Self.limit) } }
+        inner.log(event: escaped)
     }
 }
