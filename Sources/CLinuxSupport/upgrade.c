@@ -132,13 +132,29 @@ int cls_rescue_fire(const char *reason) {
     return -errno;
 }
 
-void cls_rescue_disarm(void) {
-    alarm(0);
+void cls_default_fatal_signals(void) {
     struct sigaction action;
     memset(&action, 0, sizeof action);
     sigemptyset(&action.sa_mask);
     action.sa_handler = SIG_DFL;
-    for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++) sigaction(fatal_signals[i], &action, NULL);
+    sigset_t fatal;
+    sigemptyset(&fatal);
+    for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++) {
+        sigaction(fatal_signals[i], &action, NULL);
+        sigaddset(&fatal, fatal_signals[i]);
+    }
+    /* Not blocked either (a mask inherited from whoever started the process): the calling thread,
+       and the threads it makes after. */
+    pthread_sigmask(SIG_UNBLOCK, &fatal, NULL);
+}
+
+void cls_rescue_disarm(void) {
+    alarm(0);
+    cls_default_fatal_signals();
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    sigemptyset(&action.sa_mask);
+    action.sa_handler = SIG_DFL;
     sigaction(SIGALRM, &action, NULL);
     rescue_fd = -1;
 }

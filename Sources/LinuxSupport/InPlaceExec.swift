@@ -168,4 +168,11 @@ public enum InPlaceExec {
     }
 
     public static func disarmRescue() { cls_rescue_disarm() }
+
+    /// A fatal signal ends the process at once, with its default action: what `disarmRescue` leaves
+    /// after an upgrade, for a supervisor that started without one. (The Swift runtime's crash
+    /// handler would otherwise run its backtracer, which cannot read the non-dumpable supervisor
+    /// and holds it for good: a watchdog's SIGABRT would leave a supervisor that serves nothing,
+    /// with every worker alive. A runtime error's message is written before its trap still.)
+    public static func fatalSignalsEndTheProcess() { cls_default_fatal_signals() }
 }

@@ -47,12 +47,15 @@ struct Start: ParsableCommand {
         if let workerStart, SupervisorConfig.WorkerStart(rawValue: workerStart) == nil {
             throw ValidationError("--worker-start must be fork-server or exec, not '\(workerStart)'")
         }
+        if pluginDirectories.contains("") { throw ValidationError("--plugins is empty; give a folder of plugin bundles") }
         for id in debug where !PluginIdentifier.isValid(id) {
             throw ValidationError("--debug '\(id)' is not a plugin identifier ([A-Za-z0-9.-])")
         }
     }
 
     func run() throws {
+        // A crash or a watchdog's SIGABRT ends the supervisor at once (and its workers with it).
+        InPlaceExec.fatalSignalsEndTheProcess()
         // Exec'd by an upgrade in place: until this binary has taken over, a crash or a stall
         // brings the previous one back with the same handover (docs/operations.md).
         if let fds = UpgradeHandover.descriptorsFromEnvironment(), !UpgradeHandover.isRescue {

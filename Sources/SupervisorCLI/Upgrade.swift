@@ -21,6 +21,10 @@ struct Upgrade: ParsableCommand {
 
     @OptionGroup var options: ClientOptions
 
+    func validate() throws {
+        if binary == "" { throw badUsage("--binary is empty; give the new binary's path (or leave it out for the one the supervisor was started from)") }
+    }
+
     func run() throws {
         let path = binary.map(FileSystem.absolute)
         try options.run(.upgrade) { b in

@@ -189,9 +189,13 @@ public final class Supervisor: Sendable {
             cgroups?.removeAll()
             notifier?.stop()
         }
-        if config.handlesSignals {
-            LifecycleSignals.startRelay(also: SIGUSR2) { [engine] signal in engine.execute { $0.handleSignal(signal) } }
+        let relaySignals = { [engine] in
+            LifecycleSignals.startRelay(also: SIGUSR2) { signal in engine.execute { $0.handleSignal(signal) } }
         }
+        // Signals are read from here on (a SIGTERM during start-up stops it), but after an
+        // upgrade's exec only once the workers are taken over: one that came during the handover
+        // stays pending (blocked) until then, instead of finding an empty plugin table.
+        if config.handlesSignals && handover == nil { relaySignals() }
         onLoop { $0.lifecycle.loadPlugins() }
         let snapshot = handover?.snapshot
         if config.servesControlSocket {
@@ -230,6 +234,7 @@ public final class Supervisor: Sendable {
                 $0.systemd.start()
                 if let handover { $0.resume(handover) } else { $0.lifecycle.startAll(onReady: onReady) }
             }
+            if config.handlesSignals && handover != nil { relaySignals() }
             try wait(for: finished)
         } catch {
             throw .home(config.home, "the event loop failed: \(error)")

@@ -17,7 +17,8 @@ import SupervisorCore
         return UpgradeSnapshot(fromVersion: "0.4.0", pausedAtNs: 1, upgrades: 1, homeLock: 3, controlListener: 4, handoff: handoff,
                                oldForkServer: .init(pid: 5, pidfd: 22), cgroupsMissing: "", systemdReady: true, launched: true, plugins: plugins,
                                connections: [.init(fd: 30, leftover: [], following: [.init(id: 1, plugin: "a")], provides: ["greet"], nextHostCallID: 3)],
-                               links: [.init(number: 7, callee: "a", callerPlugin: "b", markSlot: 3, witness: 32)], nextLinkNumber: 8, notifier: [.init(pid: 100, fd: 31, isListener: true)])
+                               links: [.init(number: 7, callee: "a", callerPlugin: "b", markSlot: 3, witness: 32)], nextLinkNumber: 8, notifier: [.init(pid: 100, fd: 31, isListener: true)],
+                               signals: [15, 1])
     }
 
     @Test func itRoundTripsAsJSON() throws {
@@ -33,6 +34,7 @@ import SupervisorCore
         #expect(back.plugins[0].lastExit == ExitStatus(signal: "SIGSEGV", reason: .signaled))
         #expect(back.links.first?.callerPlugin == "b" && back.connections.first?.following.first?.plugin == "a")
         #expect(back.descriptors == snapshot.descriptors)
+        #expect(back.signals == [15, 1], "the signals that came during the handover, in order")
     }
 
     @Test("a worker written by a binary that kept no idempotent methods of its hello reads as none kept")

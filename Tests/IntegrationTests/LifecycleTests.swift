@@ -113,6 +113,19 @@ struct LifecycleTests {
         }
     }
 
+    @Test("a fatal signal (a watchdog's SIGABRT, a SIGSEGV) ends the supervisor at once, and its workers with it", arguments: [SIGABRT, SIGSEGV])
+    func aFatalSignalEndsTheSupervisor(_ fatal: Int32) throws {
+        let w = try TestWorld()
+        try w.bundle("f.one")
+        let sv = try RunningSupervisor(w)
+        let worker = try #require(try sv.plugin("f.one").pid)
+        sv.signal(fatal)
+        // The Swift runtime's backtracer held it for good before (it cannot read the non-dumpable supervisor).
+        try sv.waitUntil("the supervisor to end") { !sv.process.isRunning }
+        #expect(sv.process.terminationReason == .uncaughtSignal && sv.process.terminationStatus == fatal)
+        try sv.waitUntil("its worker to end") { [nil, "Z"].contains(processState(worker)) }
+    }
+
     @Test("SIGINT also shuts down cleanly")
     func sigint() throws {
         let w = try TestWorld()

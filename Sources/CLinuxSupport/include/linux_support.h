@@ -229,6 +229,10 @@ int cls_rescue_arm(int previous_binary, char *const argv[], char *const envp[], 
    unless the rescue is not armed (-EBADF) or the exec fails. */
 int cls_rescue_fire(const char *reason);
 void cls_rescue_disarm(void);
+/* The fatal signals (SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS) back to their
+   default action and unblocked in the calling thread: the process ends at once (the Swift runtime's backtracer, which cannot read a
+   non-dumpable process, would hold it instead). */
+void cls_default_fatal_signals(void);
 /* SO_COOKIE of a socket (unique while the system runs), or 0 when it has none. */
 uint64_t cls_socket_cookie(int fd);
 /* The product's version ("0.4.0"), from the stamp "@(#)sandboxed-plugins <version>" in the binary. */

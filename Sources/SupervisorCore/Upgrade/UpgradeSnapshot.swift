@@ -45,6 +45,9 @@ package struct UpgradeSnapshot: Codable, Sendable {
     package var nextLinkNumber: UInt64
     /// The seccomp notifier's descriptors (listeners, or channels a listener is yet to come on).
     package var notifier: [Held]
+    /// Lifecycle signals that came while the handover was under way, in order: the new binary acts
+    /// on them once it has taken over (nil from a binary that did not keep them).
+    package var signals: [Int32]?
 
     package struct CgroupTreeState: Codable, Sendable {
         package var version: String
@@ -319,7 +322,7 @@ package struct UpgradeSnapshot: Codable, Sendable {
         return all
     }
 
-    package init(fromVersion: String, pausedAtNs: Int64, upgrades: Int, homeLock: Int32, controlListener: Int32? = nil, metricsListener: Int32? = nil, handoff: Handoff? = nil, oldForkServer: Child? = nil, executables: [String: String] = [:], cgroupTree: CgroupTreeState? = nil, cgroupsMissing: String, systemdReady: Bool, launched: Bool, requester: Requester? = nil, plugins: [Plugin], connections: [Connection], links: [Link], nextLinkNumber: UInt64, notifier: [Held]) {
+    package init(fromVersion: String, pausedAtNs: Int64, upgrades: Int, homeLock: Int32, controlListener: Int32? = nil, metricsListener: Int32? = nil, handoff: Handoff? = nil, oldForkServer: Child? = nil, executables: [String: String] = [:], cgroupTree: CgroupTreeState? = nil, cgroupsMissing: String, systemdReady: Bool, launched: Bool, requester: Requester? = nil, plugins: [Plugin], connections: [Connection], links: [Link], nextLinkNumber: UInt64, notifier: [Held], signals: [Int32]? = nil) {
         self.fromVersion = fromVersion
         self.pausedAtNs = pausedAtNs
         self.upgrades = upgrades
@@ -339,5 +342,6 @@ package struct UpgradeSnapshot: Codable, Sendable {
         self.links = links
         self.nextLinkNumber = nextLinkNumber
         self.notifier = notifier
+        self.signals = signals
     }
 }

@@ -47,6 +47,9 @@ final class Engine: SeesShared {
 
     /// An upgrade in place, from its check to its exec (Upgrade/Upgrade.swift).
     var upgrade = UpgradePhase.idle
+    /// Signals that came while an upgrade handed over (`UpgradeSnapshot.signals`): acted on by the
+    /// next binary, or here if the handover fails.
+    var signalsDuringHandover: [Int32] = []
     /// Upgrades this process has been through (the snapshot carries the count on).
     var upgrades = 0
     /// The metrics listener (`metricsListen`), handed over in an upgrade.
@@ -74,8 +77,13 @@ final class Engine: SeesShared {
     /// SPEC §7: the signals sent to the supervisor's pid.
     func handleSignal(_ signal: Int32) {
         loop.preconditionInEventLoop()
+        // Handing over to the next binary: it acts on the signal once it has taken over (or this
+        // binary does, if the handover fails), rather than a shutdown or a rescan racing the exec.
+        if isHandingOver { return signalsDuringHandover.append(signal) }
         switch signal {
-        case SIGTERM, SIGINT: lifecycle.shutdown(reason: LifecycleSignals.name(signal))
+        case SIGTERM, SIGINT:
+            cancelUpgrade(because: "the supervisor is shutting down")
+            lifecycle.shutdown(reason: LifecycleSignals.name(signal))
         case SIGUSR1: shared.broadcastFromSignal(.memoryWarning)
         case SIGTSTP: shared.broadcastFromSignal(.background)
         case SIGCONT: shared.broadcastFromSignal(.foreground)

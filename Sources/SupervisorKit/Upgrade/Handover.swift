@@ -119,6 +119,10 @@ extension Engine {
     private func handOverFailed(_ q: Quieting, held: [SeccompNotifier.Held], _ why: String) {
         q.binary.close()
         upgrade = .idle
+        // The signals that came meanwhile are this binary's to act on, after the rest is undone.
+        let signals = signalsDuringHandover
+        signalsDuringHandover = []
+        defer { for signal in signals { handleSignal(signal) } }
         for worker in table.liveWorkers {
             if let channel = worker.channel, let leftovers = worker.frameLeftovers {
                 restoreCodec(channel, leftovers, readsPastTheEnd: true)
@@ -253,6 +257,7 @@ extension Engine {
             cgroupTree: shared.cgroups.map { .init(version: $0.version.rawValue, bases: $0.bases) }, cgroupsMissing: shared.cgroupsMissing,
             systemdReady: shared.phase == .launched,
             launched: shared.phase == .launched, requester: requester, plugins: plugins, connections: savedConnections, links: links,
-            nextLinkNumber: router.nextLinkNumber, notifier: held.map { UpgradeSnapshot.Held(pid: $0.pid, fd: $0.fd, isListener: $0.isListener) }))
+            nextLinkNumber: router.nextLinkNumber, notifier: held.map { UpgradeSnapshot.Held(pid: $0.pid, fd: $0.fd, isListener: $0.isListener) },
+            signals: signalsDuringHandover))
     }
 }

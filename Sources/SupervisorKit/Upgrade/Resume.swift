@@ -111,6 +111,8 @@ extension Engine {
             logger.notice("upgraded from \(s.fromVersion) to \(ProductVersion.current): \(s.plugins.compactMap(\.worker).count) workers taken over in \(ms(pauseMs)) ms (exec and start \(ms(execMs)) ms, takeover \(ms(pauseMs - execMs)) ms)")
             metrics.upgraded(outcome: "ok")
         }
+        // What the previous binary was sent while it handed over, now that the plugins are here.
+        for signal in s.signals ?? [] { handleSignal(signal) }
     }
 
     /// The requester's answer: the new version and the pause, or (the previous binary brought

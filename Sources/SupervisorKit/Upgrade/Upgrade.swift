@@ -156,6 +156,28 @@ extension Engine {
     /// An upgrade is waiting for quiet or handing over: no control client is read from.
     var upgradeHoldsReads: Bool { if case .quieting = upgrade { true } else { false } }
 
+    /// Quiet was found and the handover to the next binary is under way (its tick is done).
+    var isHandingOver: Bool { if case .quieting(let q) = upgrade { q.tick == nil } else { false } }
+
+    /// An upgrade still being checked or waiting for quiet is given up (a shutdown began), its
+    /// requester told why at once. One handing over already goes on.
+    func cancelUpgrade(because why: String) {
+        switch upgrade {
+        case .idle: return
+        case .checking(let origin):
+            // The check's answer finds the phase moved on and closes the binary.
+            upgrade = .idle
+            upgradeFailed(origin, ErrorBody(.unavailable, "no upgrade: \(why)"))
+        case .quieting(let q):
+            guard q.tick != nil else { return }
+            q.tick?.cancel()
+            upgrade = .idle
+            resumeReading()
+            q.binary.close()
+            upgradeFailed(q.origin, ErrorBody(.unavailable, "no upgrade: \(why)"))
+        }
+    }
+
     private func startQuieting(_ quieting: Quieting) {
         var quieting = quieting
         // What is in flight to the workers now decides how long to wait for them (QuietWait).
