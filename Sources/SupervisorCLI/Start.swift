@@ -54,6 +54,12 @@ struct Start: ParsableCommand {
     }
 
     func run() throws {
+        // Asked by a running supervisor before it execs this binary with these arguments
+        // (`UpgradeHandover.startProbeVariable`): they were taken, and that is all it asks.
+        if ProcessEnvironment[UpgradeHandover.startProbeVariable] == "1" {
+            print(UpgradeHandover.probeAnswer)
+            return
+        }
         // A crash or a watchdog's SIGABRT ends the supervisor at once (and its workers with it).
         InPlaceExec.fatalSignalsEndTheProcess()
         // Exec'd by an upgrade in place: until this binary has taken over, a crash or a stall

@@ -354,6 +354,22 @@ struct UpgradeTests {
         #expect(try sup.plugin("u.a").restarts == 1)
     }
 
+    @Test("a wrapper that runs the supervisor when asked `upgrade-probe` but not with the supervisor's own arguments (it exits, or runs something else): refused before the exec, the old supervisor serves on", arguments: ["exit 1", "exec sleep 30"])
+    func aWrapperThatRunsTheSupervisorOnlyForTheProbe(_ otherwise: String) async throws {
+        let w = try TestWorld()
+        try w.bundle("u.a")
+        let sup = try RunningSupervisor(w)
+        let pid = try #require(try sup.plugin("u.a").pid)
+        let wrapper = w.root + "/two-faced"
+        try "#!/bin/sh\nif [ \"$1\" = upgrade-probe ]; then exec '\(Build.supervisor)' \"$@\"; fi\n\(otherwise)\n".write(toFile: wrapper, atomically: true, encoding: .utf8)
+        chmod(wrapper, 0o755)
+        let r = try sup.cli("upgrade", "--binary", wrapper)
+        #expect(r.code != 0 && r.err.contains("as the exec will run it"), "\(r.out)\(r.err)")
+        #expect(try sup.plugin("u.a").pid == pid)
+        #expect(try sup.call("u.a", "ping", as: Int.self) == 1)
+        #expect(sup.process.isRunning)
+    }
+
     @Test("`supervisor start` with a stray or forged SP_UPGRADE_SNAPSHOT in its environment: it says what is wrong with it and exits 1, and starts nothing")
     func strayHandoverVariable() throws {
         let w = try TestWorld()

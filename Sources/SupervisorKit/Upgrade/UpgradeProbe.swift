@@ -17,15 +17,35 @@ enum UpgradeProbe {
     struct Answer: Decodable {
         var version: String
         var snapshotFormats: [Int]
+        /// It answers the second probe too (`UpgradeHandover.startProbeVariable`); nil from a
+        /// binary that does not, which is asked `upgrade-probe` alone.
+        var startProbe: Bool?
     }
 
     /// Runs the probe (by its path: the spawn closes every descriptor above 5) and reads its answer within
-    /// `timeoutSeconds`; or says what went wrong.
+    /// `timeoutSeconds`; or says what went wrong. A binary that answers the second probe is then
+    /// run as the exec will run it (this supervisor's arguments, `start ...`), and must answer
+    /// the same way there: a wrapper that does not run the supervisor for those arguments would
+    /// end every plugin with this process.
     static func run(_ binary: InPlaceExec.Binary, timeoutSeconds: Int) -> Result<Answer, Refusal> {
+        // With this supervisor's own arguments: the new binary must take them.
+        let arguments = Array(InPlaceExec.arguments().dropFirst())
+        let first = ask(binary, ["upgrade-probe"] + arguments, what: "`upgrade-probe`", timeoutSeconds: timeoutSeconds)
+        guard case .success(let answer) = first, answer.startProbe == true, !arguments.isEmpty else { return first }
+        let asStarted = ask(binary, arguments, environment: ["\(UpgradeHandover.startProbeVariable)=1"],
+                            what: "`\(arguments.joined(separator: " ").prefix(80))` as the exec will run it", timeoutSeconds: timeoutSeconds)
+        guard case .success(let second) = asStarted else { return asStarted }
+        guard second.version == answer.version else {
+            return .failure(Refusal(m: "\(binary.path) runs \(second.version) for the supervisor's arguments but said \(answer.version) to `upgrade-probe`"))
+        }
+        return first
+    }
+
+    private static func ask(_ binary: InPlaceExec.Binary, _ arguments: [String], environment: [String] = [], what: String,
+                            timeoutSeconds: Int) -> Result<Answer, Refusal> {
         let spawned: SpawnedChild
         do {
-            // With this supervisor's own arguments: the new binary must take them.
-            spawned = try Spawner.spawn(executable: binary.path, arguments: ["upgrade-probe"] + InPlaceExec.arguments().dropFirst())
+            spawned = try Spawner.spawn(executable: binary.path, arguments: arguments, extraEnvironment: environment)
         } catch {
             return .failure(Refusal(m: "\(binary.path) cannot be run: \(error)"))
         }
@@ -50,16 +70,16 @@ enum UpgradeProbe {
         }
         if timedOut { process.signal(SIGKILL) }
         let exit = try? process.wait()
-        if timedOut { return .failure(Refusal(m: "\(binary.path) did not answer `upgrade-probe` within \(timeoutSeconds) s")) }
+        if timedOut { return .failure(Refusal(m: "\(binary.path) did not answer \(what) within \(timeoutSeconds) s")) }
         guard let exit else { return .failure(Refusal(m: "\(binary.path) ended and could not be waited for")) }
-        if exit.signaled { return .failure(Refusal(m: "\(binary.path) crashed (\(exit.signalName)) when asked `upgrade-probe`")) }
+        if exit.signaled { return .failure(Refusal(m: "\(binary.path) crashed (\(exit.signalName)) when asked \(what)")) }
         guard exit.code == 0 else {
             let said = String(decoding: spawned.stderrTail(), as: UTF8.self)
-            return .failure(Refusal(m: "\(binary.path) exited with status \(exit.code) when asked `upgrade-probe`\(said.isEmpty ? "" : ": \(said)")"))
+            return .failure(Refusal(m: "\(binary.path) exited with status \(exit.code) when asked \(what)\(said.isEmpty ? "" : ": \(said)")"))
         }
         let line = output.split(separator: 0x0A).last.map(Array.init) ?? []
         guard let answer = try? ProtocolJSON.decode(Answer.self, from: line) else {
-            return .failure(Refusal(m: "\(binary.path) is not a supervisor that can take over (its `upgrade-probe` answer is not one: \(String(decoding: line.prefix(120), as: UTF8.self)))"))
+            return .failure(Refusal(m: "\(binary.path) is not a supervisor that can take over (its answer when asked \(what) is not one: \(String(decoding: line.prefix(120), as: UTF8.self)))"))
         }
         return .success(answer)
     }

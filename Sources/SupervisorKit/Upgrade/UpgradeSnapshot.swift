@@ -114,6 +114,12 @@ public struct UpgradeHandover: Sendable {
 
     /// What `supervisor upgrade-probe` prints: the binary's version and the snapshot formats it reads.
     public static var probeAnswer: String {
-        #"{"version":"\#(ProductVersion.current)","snapshotFormats":[\#(Array(UpgradeSnapshot.readable).map(String.init).joined(separator: ","))]}"#
+        #"{"version":"\#(ProductVersion.current)","snapshotFormats":[\#(Array(UpgradeSnapshot.readable).map(String.init).joined(separator: ","))],"startProbe":true}"#
     }
+
+    /// Set in the environment of a second probe, which runs the binary with the running
+    /// supervisor's own arguments (`start ...`), as the exec will: `start` then prints
+    /// `probeAnswer` and exits instead of starting. A wrapper script that runs the supervisor for
+    /// `upgrade-probe` but not for `start` is found out before the exec, not after it.
+    public static let startProbeVariable = "SP_UPGRADE_START_PROBE"
 }
