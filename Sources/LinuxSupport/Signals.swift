@@ -46,6 +46,11 @@ public enum LifecycleSignals {
 /// a Dispatch or NIO thread.
 public enum Threads {
     public static func start(name: String, _ run: @escaping @Sendable () -> Void) {
+        precondition(tryStart(name: name, run), "pthread_create for the \(name) thread failed")
+    }
+
+    /// `start`, or false (nothing started) when no thread can be made now (a tasks limit).
+    public static func tryStart(name: String, _ run: @escaping @Sendable () -> Void) -> Bool {
         let body: @Sendable () -> Void = {
             cls_set_thread_name(name)
             run()
@@ -60,7 +65,11 @@ public enum Threads {
             Unmanaged<Box>.fromOpaque(arg!).takeRetainedValue().body()
             return nil
         }, box)
-        precondition(rc == 0, "pthread_create for the \(name) thread failed: \(rc)")
+        guard rc == 0 else {
+            Unmanaged<Box>.fromOpaque(box).release()
+            return false
+        }
         pthread_detach(thread)
+        return true
     }
 }

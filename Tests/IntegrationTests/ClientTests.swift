@@ -339,6 +339,38 @@ struct ClientTests {
         return (String(decoding: buffer[4..<max(4, n)], as: UTF8.self), fd)
     }
 
+    @Test("clients holding the link handoff socket silent, or trickling a request a byte at a time, keep no other client waiting")
+    func aSlowHandoffClientKeepsNoOtherWaiting() throws {
+        let w = try TestWorld()
+        try w.bundle("c.h")
+        let sup = try RunningSupervisor(w)
+        let path = sup.socket + ".links"
+        let silent = try (0..<8).map { _ in try BlockingConnection.connect(path: path) }
+        defer { silent.forEach { $0.close() } }
+        // A header that announces 4,000 bytes, then a byte every 100 ms.
+        let trickler = try BlockingConnection.connect(path: path)
+        defer { trickler.close() }
+        let header: [UInt8] = [0, 0, 0x0F, 0xA0]
+        _ = header.withUnsafeBytes { send(trickler.fd, $0.baseAddress, 4, Int32(MSG_NOSIGNAL)) }
+        let fd = trickler.fd
+        Thread {
+            for _ in 0..<30 {
+                var byte: UInt8 = 0x20
+                guard send(fd, &byte, 1, Int32(MSG_NOSIGNAL)) == 1 else { return }
+                usleep(100_000)
+            }
+        }.start()
+        let asked = Date()
+        let other = try BlockingConnection.connect(path: path)
+        defer { other.close() }
+        try other.sendFrame(ProtocolJSON.frame(["token": "00000000000000000000000000000000"]))
+        let answer = try #require(try other.receiveFrame())
+        #expect(String(decoding: answer, as: UTF8.self).contains("unknown token"))
+        #expect(Date().timeIntervalSince(asked) < 0.9, "answered \(Date().timeIntervalSince(asked)) s later")
+        // The trickler is cut off at its request's one-second deadline, not a second a byte.
+        #expect(try trickler.receiveFrame().map { String(decoding: $0, as: UTF8.self).contains("expected") } == true)
+    }
+
     @Test("a link's descriptor is handed only for a token the supervisor gave, once: an unknown token gets an error and nothing else")
     func linkTokens() async throws {
         let w = try TestWorld()

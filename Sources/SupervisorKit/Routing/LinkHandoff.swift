@@ -179,19 +179,42 @@ final class LinkHandoff: Sendable {
         unlink(path)
     }
 
+    /// Clients served at once, each on a thread of its own for at most a second or so: one that
+    /// is slow (or sends nothing, or a byte at a time) keeps no other waiting. Past this many, the
+    /// next are served on this thread, one after another.
+    static let concurrentClients = 16
+    private let serving = Guarded(0)
+
     private func serve() {
         while !stopped.withLock({ $0 }) {
             let client = cls_accept_cloexec(listener)
             if client < 0 { break }
-            handOver(to: client)
-            close(client)
+            let own = serving.withLock { n -> Bool in
+                guard n < Self.concurrentClients else { return false }
+                n += 1
+                return true
+            }
+            let started = own && Threads.tryStart(name: "link-handoff-1") { [self] in
+                handOver(to: client)
+                close(client)
+                serving.withLock { $0 -= 1 }
+            }
+            if own && !started { serving.withLock { $0 -= 1 } }
+            if !started {
+                handOver(to: client)
+                close(client)
+            }
         }
         close(listener)
     }
 
+    /// How long one client's request may take to arrive, all of it.
+    static let requestMilliseconds: Int64 = 1000
+
     /// One client: its credentials, then its request: a token, answered with the descriptor and
     /// `{"link":n}`; or bytes handed in (`put`), answered with a token. Else an error.
     private func handOver(to client: Int32) {
+        let deadline = ProcessControl.monotonicNanoseconds() + Self.requestMilliseconds * 1_000_000
         // A client that sends nothing is not waited for long.
         var limit = timeval(tv_sec: 1, tv_usec: 0)
         setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
@@ -210,9 +233,13 @@ final class LinkHandoff: Sendable {
         var received = Array(fds.prefix(Int(count)))
         defer { for fd in received { close(fd) } }
         let length = n >= 4 ? (try? Frame.bodyLength(b0: frame[0], b1: frame[1], b2: frame[2], b3: frame[3], limit: 4092)) : nil
-        // The rest of a request split across reads (no more descriptors come with it).
+        // The rest of a request split across reads (no more descriptors come with it), within
+        // the request's one deadline: a byte at a time does not earn a second each.
         while let length, n >= 4, n < 4 + length {
-            let more = frame.withUnsafeMutableBytes { recv(client, $0.baseAddress! + n, 4 + length - n, 0) }
+            let left = (deadline - ProcessControl.monotonicNanoseconds()) / 1_000_000
+            var p = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
+            guard left > 0, poll(&p, 1, Int32(left)) > 0 else { break }
+            let more = frame.withUnsafeMutableBytes { recv(client, $0.baseAddress! + n, 4 + length - n, Int32(MSG_DONTWAIT)) }
             guard more > 0 else { break }
             n += more
         }
