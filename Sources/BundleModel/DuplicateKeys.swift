@@ -17,7 +17,19 @@ public enum DuplicateKeys {
     public static func first(in bytes: [UInt8]) -> Found? {
         bytes.withUnsafeBytes { raw in
             var found: Found?
-            walk(raw, 0..<raw.count, path: "", found: &found)
+            walk(raw, 0..<raw.count, path: "", found: &found, scalar: { _, _ in nil })
+            return found
+        }
+    }
+
+    /// The first scalar value (a number, a string, a literal) for which `matches` is true of its
+    /// raw bytes, as the path to it (`limits.memoryMB`, `dependencies[1].id`) and where it starts.
+    public static func firstScalar(in bytes: [UInt8], where matches: @escaping (UnsafeRawBufferPointer) -> Bool) -> Found? {
+        bytes.withUnsafeBytes { raw in
+            var found: Found?
+            walk(raw, 0..<raw.count, path: "", found: &found) { path, range in
+                matches(UnsafeRawBufferPointer(rebasing: raw[range])) ? Found(key: path, object: path, offset: range.lowerBound) : nil
+            }
             return found
         }
     }
@@ -27,7 +39,8 @@ public enum DuplicateKeys {
         "key '\(found.key)' appears twice in \(found.object.isEmpty ? "the top-level object" : "'\(found.object)'"): JSON keeps only one of them"
     }
 
-    private static func walk(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>, path: String, found: inout Found?) {
+    private static func walk(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>, path: String, found: inout Found?,
+                             scalar: (String, Range<Int>) -> Found?) {
         guard found == nil, let first = range.first(where: { !isSpace(raw[$0]) }) else { return }
         let part = UnsafeRawBufferPointer(rebasing: raw[range])
         var scanner = JSONScanner(part, maxDepth: 512)
@@ -43,17 +56,20 @@ public enum DuplicateKeys {
                     return
                 }
                 walk(raw, (range.lowerBound + value.lowerBound)..<(range.lowerBound + value.upperBound),
-                     path: path.isEmpty ? name : path + "." + name, found: &found)
+                     path: path.isEmpty ? name : path + "." + name, found: &found, scalar: scalar)
             }
         case UInt8(ascii: "["):
             var index = 0
             try? scanner.scanArray { value throws(JSONScanner.Failure) in
                 walk(raw, (range.lowerBound + value.lowerBound)..<(range.lowerBound + value.upperBound),
-                     path: path + "[\(index)]", found: &found)
+                     path: path + "[\(index)]", found: &found, scalar: scalar)
                 index += 1
             }
         default:
-            return
+            let end = range.upperBound
+            var last = end
+            while last > first, isSpace(raw[last - 1]) { last -= 1 }
+            found = scalar(path, first..<last)
         }
     }
 

@@ -180,7 +180,11 @@ extension Manifest {
             }
         }
         func place(_ offset: Int) -> String { lineAndColumn(offset, in: bytes) }
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) {
+            return "not valid JSON: it starts with a byte order mark (BOM); save it as UTF-8 without one"
+        }
         guard let failure else {
+            if let bad = firstInvalidUTF8(bytes) { return "not valid JSON at \(place(bad)): bytes that are not UTF-8" }
             return DuplicateKeys.first(in: bytes).map { "\(DuplicateKeys.describe($0)) (\(place($0.offset)))" }
         }
         func found(_ offset: Int) -> String {
@@ -188,6 +192,7 @@ extension Manifest {
             let c = bytes[offset]
             return c >= 0x20 && c < 0x7F ? "'\(Character(Unicode.Scalar(c)))'" : "byte 0x" + String(c, radix: 16, uppercase: true)
         }
+
         switch failure {
         case .notAnObject: return "not valid JSON: the file must hold one JSON object ({...})"
         case .truncated: return "not valid JSON: it ends early (\(place(bytes.count))): a missing '}', ']' or '\"'?"
@@ -205,6 +210,42 @@ extension Manifest {
         }
     }
 
+    /// A JSON number with a fraction or an exponent, or with more digits than 64 bits hold.
+    static func isNotAWholeNumber(_ raw: UnsafeRawBufferPointer) -> Bool {
+        guard let first = raw.first, first == UInt8(ascii: "-") || (0x30...0x39).contains(first) else { return false }
+        return raw.contains { $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "e") || $0 == UInt8(ascii: "E") } || raw.count > 19
+    }
+
+    /// Where the first byte that is not part of valid UTF-8 is, or nil.
+    static func firstInvalidUTF8(_ bytes: [UInt8]) -> Int? {
+        var i = 0
+        while i < bytes.count {
+            let b = bytes[i]
+            let length: Int
+            switch b {
+            case 0x00...0x7F: i += 1; continue
+            case 0xC2...0xDF: length = 2
+            case 0xE0...0xEF: length = 3
+            case 0xF0...0xF4: length = 4
+            default: return i
+            }
+            guard i + length <= bytes.count else { return i }
+            for k in 1..<length where bytes[i + k] & 0xC0 != 0x80 { return i }
+            // Overlong forms, surrogates and code points past U+10FFFF.
+            let second = bytes[i + 1]
+            if (b == 0xE0 && second < 0xA0) || (b == 0xED && second > 0x9F) || (b == 0xF0 && second < 0x90) || (b == 0xF4 && second > 0x8F) { return i }
+            i += length
+        }
+        return nil
+    }
+
+    /// A decoder's path as a field's name: `limits.memoryMB`, `dependencies[0].version`.
+    static func fieldPath(_ path: [any CodingKey]) -> String {
+        path.reduce(into: "") { out, key in
+            if let index = key.intValue { out += "[\(index)]" } else { out += (out.isEmpty ? "" : ".") + key.stringValue }
+        }
+    }
+
     public static func parse(_ bytes: [UInt8], bundle: String, file: String) throws(ManifestError) -> Manifest {
         func fail(_ field: String?, _ reason: String) -> ManifestError {
             ManifestError(file: file, field: field, reason: reason, place: field.flatMap { place(of: $0, in: bytes) })
@@ -218,9 +259,18 @@ extension Manifest {
         } catch let error as DecodingError {
             switch error {
             case .typeMismatch(_, let ctx), .valueNotFound(_, let ctx), .keyNotFound(_, let ctx):
-                let path = ctx.codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+                let path = fieldPath(ctx.codingPath)
                 throw fail(path.isEmpty ? nil : path, "wrong type: \(ctx.debugDescription)")
+            case .dataCorrupted(let ctx) where !ctx.codingPath.isEmpty:
+                // A value of the right kind that does not fit (256.5 for an integer, a number too
+                // large for one): the field is named.
+                throw fail(fieldPath(ctx.codingPath), "wrong value: \(ctx.debugDescription)")
             case .dataCorrupted(let ctx):
+                // Valid JSON by now: what the decoder could not take is a number no field of a
+                // manifest holds (a fraction, an exponent, or past 64 bits). Named where it is.
+                if let number = DuplicateKeys.firstScalar(in: bytes, where: Self.isNotAWholeNumber) {
+                    throw fail(number.key, "\(String(decoding: bytes[number.offset...].prefix(40).prefix { ![0x2C, 0x7D, 0x5D, 0x0A].contains($0) }, as: UTF8.self)) is not a whole number this field can hold")
+                }
                 throw fail(nil, "not valid JSON: \(ctx.underlyingError.map { "\($0)" } ?? ctx.debugDescription)")
             @unknown default:
                 throw fail(nil, "not valid JSON: \(error)")

@@ -63,6 +63,21 @@ import Testing
         #expect(problem(#"{"identifier": "a.b", "version": 3, "library": "x.so"}"#).contains("field 'version': wrong type"))
     }
 
+    @Test("a number that does not fit its field, bytes that are not UTF-8, a byte order mark: each named, with its field or place")
+    func valuesThatDoNotFit() {
+        func problem(_ bytes: [UInt8]) -> String {
+            do { _ = try Manifest.parse(bytes, bundle: "/b", file: "/b/plugin.json"); return "" } catch { return error.description }
+        }
+        func problem(_ json: String) -> String { problem(Array(json.utf8)) }
+        let base = #""identifier": "a.b", "version": "1.0.0", "library": "x.so""#
+        #expect(problem("{\(base), \"limits\": {\"memoryMB\": 256.5}}").contains("field 'limits.memoryMB': 256.5 is not a whole number this field can hold"))
+        #expect(problem("{\(base), \"idleStopMs\": 99999999999999999999}").contains("field 'idleStopMs': 99999999999999999999 is not a whole number"))
+        #expect(problem("{\(base), \"dependencies\": [{\"id\": 3}]}").contains("field 'dependencies[0].id'"))
+        #expect(problem([0xEF, 0xBB, 0xBF] + Array("{\(base)}".utf8)).contains("starts with a byte order mark (BOM)"))
+        #expect(problem(Array("{\"identifier\": \"a".utf8) + [0xC3] + Array("b\", \"version\": \"1.0.0\", \"library\": \"x.so\"}".utf8))
+                == "/b/plugin.json: not valid JSON at line 1, column 18: bytes that are not UTF-8")
+    }
+
     @Test("a key written twice in one object is refused with its place, at any depth, also when spelled with an escape")
     func duplicateKeys() {
         func problem(_ json: String) -> String {
