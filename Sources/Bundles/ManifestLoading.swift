@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import LinuxSupport
 
 extension Manifest {
@@ -12,9 +15,36 @@ extension Manifest {
         }
         var manifest = try parse(bytes, bundle: bundle, file: file)
         manifest.fingerprint = bytes
-        for lib in [manifest.library].compactMap({ $0 }) + manifest.variants.map(\.library) {
+        let libraries = [manifest.library.map { ("library", $0) }].compactMap { $0 }
+            + manifest.variants.enumerated().map { ("variants[\($0.offset)].library", $0.element.library) }
+        for (field, lib) in libraries {
+            if let problem = libraryProblem(bundle: bundle, lib) { throw ManifestError(file: file, field: field, reason: problem) }
             if let stamp = FileStamp(path: bundle + "/" + lib) { manifest.fingerprint += Array("\(lib):\(stamp);".utf8) }
         }
         return manifest
+    }
+
+    /// Why `lib` (a path inside `bundle`, as the manifest names it) cannot be a plugin's library:
+    /// it leads out of the bundle through a link (the worker's sandbox shows it only its bundle,
+    /// and the file could be anyone's), or it is not a regular file (a FIFO would hold the worker's
+    /// start until its timeout). Nil when it is fine, or missing (the loader names that).
+    static func libraryProblem(bundle: String, _ lib: String) -> String? {
+        let path = bundle + "/" + lib
+        guard FileSystem.exists(path) else { return nil }
+        if let real = FileSystem.realPath(path), let home = FileSystem.realPath(bundle), !real.hasPrefix(home + "/") {
+            return "'\(lib)' leads out of the bundle (to \(real)): a plugin's worker sees only its own bundle; copy the library in"
+        }
+        var st = stat()
+        guard stat(path, &st) == 0 else { return nil }
+        let kind: String
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: return nil
+        case S_IFDIR: kind = "a folder"
+        case S_IFIFO: kind = "a FIFO"
+        case S_IFSOCK: kind = "a socket"
+        case S_IFCHR, S_IFBLK: kind = "a device"
+        default: kind = "not a file"
+        }
+        return "'\(lib)' is \(kind), not a regular file"
     }
 }

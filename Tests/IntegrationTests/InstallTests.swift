@@ -513,6 +513,25 @@ struct RescanTests {
         #expect(try sv.plugin("hup.unrelated").pid == unrelated)
     }
 
+    @Test("a reload's answer counts what the rescan left: a removed plugin has stopped, a refused one has failed, by then")
+    func aReloadAnswersOnceItsStopsAreDone() throws {
+        let w = try TestWorld()
+        let gone = try w.bundle("hup.gone")
+        try w.bundle("hup.stays")
+        let broken = try w.bundle("hup.broken")
+        let sv = try RunningSupervisor(w)
+        try FileManager.default.removeItem(atPath: gone)
+        // Not running now and refused as it is: it fails. (Running, it would go on: a test above.)
+        _ = try sv.cli("call", "hup.broken", "crash", #"{"how":"exit0"}"#)
+        try sv.waitUntil("hup.broken to stop") { try sv.plugin("hup.broken").state == "stopped" }
+        try #"{"identifier":"hup.broken","version":"1.x","library":"libTestKit.so"}"#.write(toFile: broken + "/plugin.json", atomically: true, encoding: .utf8)
+        let r = try sv.cli("reload")
+        #expect(r.code == 0, "\(r.err)")
+        struct Answer: Decodable { var new: Int; var changed: Int; var removed: Int; var running: Int; var failed: Int }
+        let answer = try JSONDecoder().decode(Answer.self, from: Data(r.out.utf8))
+        #expect(answer.removed == 1 && answer.changed == 1 && answer.running == 1 && answer.failed == 1, "\(r.out)")
+    }
+
     @Test("a rescan never takes a running plugin away: a duplicate dropped in is ignored, a plugin.json cut short keeps the worker, and its repair restarts nothing")
     func aRescanKeepsWhatRuns() throws {
         let w = try TestWorld()

@@ -356,6 +356,20 @@ import Testing
         #expect(broken.all["zzz"] == nil)
     }
 
+    @Test("a library that leads out of its bundle through a link, or is not a regular file (a FIFO, a folder), is refused at load, naming the field")
+    func librariesThatCannotBe() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let out = try bundle("r", "out", #"{"identifier": "r.out", "version": "1.0.0", "library": "lib.so"}"#)
+        #expect(symlink("/bin/true", out + "/lib.so") == 0)
+        let fifo = try bundle("r", "fifo", #"{"identifier": "r.fifo", "version": "1.0.0", "variants": [{"library": "v.so"}]}"#)
+        #expect(mkfifo(fifo + "/v.so", 0o600) == 0)
+        func problem(_ path: String) -> String {
+            do { _ = try Manifest.load(bundle: path); return "" } catch { return error.description }
+        }
+        #expect(problem(out).contains("field 'library': 'lib.so' leads out of the bundle (to /usr/bin/true)") || problem(out).contains("leads out of the bundle (to /bin/true)"), "\(problem(out))")
+        #expect(problem(fifo).contains("field 'variants[0].library': 'v.so' is a FIFO, not a regular file"), "\(problem(fifo))")
+    }
+
     @Test("the known plugins of a folder that cannot be read are kept, the folder's fault reported")
     func anUnreadableFolderKeepsItsPlugins() throws {
         defer { try? FileManager.default.removeItem(atPath: root) }

@@ -36,6 +36,9 @@ final class Lifecycle: SupervisorComponent {
     var forkServer = ForkServerState<ForkServerConnection>()
     /// Reloads waiting for the plugins they started (Rescan.swift).
     var reloadsUnderWay: [ReloadUnderWay] = []
+    /// Plugins a rescan is stopping (removed, or refused as they are now): a reload is answered
+    /// once they have stopped, so that its counts are what the rescan left.
+    var rescanStopping: Set<String> = []
     /// Stops of the current shutdown wave not yet ended: the next wave is worked out once they all
     /// have, not at each worker's end (Stopping.swift).
     var waveStopsLeft = 0

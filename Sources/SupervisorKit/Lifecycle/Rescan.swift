@@ -27,7 +27,7 @@ extension Lifecycle {
     /// deadline has passed, or any at shutdown, is answered as things stand.
     func settleReloads() {
         guard !reloadsUnderWay.isEmpty else { return }
-        let busy = table.all.contains { $0.phase == .waiting || $0.phase.isStarting }
+        let busy = rescanStopping.contains { table[$0] != nil } || table.all.contains { $0.phase == .waiting || $0.phase.isStarting }
         let now = NIODeadline.now()
         let shuttingDown = isShuttingDown
         let isDue = { (reload: ReloadUnderWay) in !busy || shuttingDown || now >= reload.until }
@@ -84,7 +84,9 @@ extension Lifecycle {
                 changed += 1
                 existing.manifest = manifest
                 logger.error("\(id) changed on disk and cannot start: \(reason)")
+                rescanStopping.insert(id)
                 stopPlugin(existing) { [self] in
+                    rescanStopping.remove(id)
                     move(existing, to: .failed(byDependency: false))
                     existing.problem = reason
                     events.failed(existing)

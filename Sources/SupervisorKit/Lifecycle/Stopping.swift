@@ -136,6 +136,8 @@ extension Lifecycle {
     func stopRemoved(_ removed: Set<String>) {
         let remaining = removed.filter { table[$0] != nil }
         guard !remaining.isEmpty else { return }
+        // A reload is answered once they have stopped (`settleReloads`).
+        rescanStopping.formUnion(remaining)
         let wave = Set(StopOrder.wave(of: Dictionary(uniqueKeysWithValues: remaining.compactMap { table[$0] }.map { ($0.identifier, $0.dependencyIDs) })))
         var left = wave.count
         for id in wave {
@@ -143,8 +145,10 @@ extension Lifecycle {
             record.cancelRestart()
             stopPlugin(record) { [self] in
                 effects.post(.forget(record, because: "\(record.identifier) was removed from the plugin folders"))
+                rescanStopping.remove(record.identifier)
                 left -= 1
                 if left == 0 { stopRemoved(remaining.subtracting(wave)) }
+                settleReloads()
             }
         }
     }
