@@ -12,7 +12,8 @@ import SupervisorCore
                                             linkedCallees: ["b"], idempotent: ["echo"], taken: 40, linkMarks: true)
         let plugins = [UpgradeSnapshot.Plugin(identifier: "a", phase: .running, restarts: 2, restartAgesNs: [1_000, 2_000], hasRun: true,
                                               lastExit: ExitStatus(signal: "SIGSEGV", reason: .signaled), sandboxDenials: ["ptrace": 1], worker: worker),
-                       UpgradeSnapshot.Plugin(identifier: "b", phase: .failed, restarts: 0, hasRun: false, problem: "no library", sandboxDenials: [:])]
+                       UpgradeSnapshot.Plugin(identifier: "b", phase: .failed, restarts: 0, hasRun: false, problem: "no library", sandboxDenials: [:]),
+                       UpgradeSnapshot.Plugin(identifier: "c", phase: .restarting, restarts: 2, hasRun: true, sandboxDenials: [:], restartInNs: 1_500_000_000)]
         let handoff = UpgradeSnapshot.Handoff(listener: 20, offers: [.init(token: "t", fd: 21, tag: 1, until: 9)], deposits: [])
         return UpgradeSnapshot(fromVersion: "0.4.0", pausedAtNs: 1, upgrades: 1, homeLock: 3, controlListener: 4, handoff: handoff,
                                oldForkServer: .init(pid: 5, pidfd: 22), cgroupsMissing: "", systemdReady: true, launched: true, plugins: plugins,
@@ -26,7 +27,8 @@ import SupervisorCore
         let bytes = try JSONEncoder().encode(snapshot)
         let back = try JSONDecoder().decode(UpgradeSnapshot.self, from: bytes)
         #expect(back.format == UpgradeSnapshot.format)
-        #expect(back.plugins.map(\.identifier) == ["a", "b"])
+        #expect(back.plugins.map(\.identifier) == ["a", "b", "c"])
+        #expect(back.plugins[2].restartInNs == 1_500_000_000 && back.plugins[0].restartInNs == nil)
         #expect(back.plugins[0].worker?.nextID == 42 && back.plugins[0].restartAgesNs == [1_000, 2_000])
         #expect(back.plugins[0].worker?.idempotent == ["echo"])
         #expect(back.plugins[0].worker?.taken == 40 && back.plugins[0].worker?.linkMarks == true)

@@ -370,6 +370,27 @@ struct UpgradeTests {
         #expect(sup.process.isRunning)
     }
 
+    @Test("an upgrade while a crashed plugin waits for its restart's backoff: the new binary restarts it when the delay ends, not at once")
+    func theBackoffGoesOnAcrossAnUpgrade() async throws {
+        let w = try TestWorld()
+        try w.bundle("u.crashy")
+        let config = try w.config(#"{"restartBackoffBaseMs": 3000, "restartBackoffMaxMs": 3000}"#)
+        let sup = try RunningSupervisor(w, args: ["--config", config])
+        let first = try #require(try sup.plugin("u.crashy").pid)
+        kill(first, SIGSEGV)
+        try sup.waitUntil("the first restart, at once") { let p = try sup.plugin("u.crashy"); return p.state == "running" && p.pid != first }
+        let second = try #require(try sup.plugin("u.crashy").pid)
+        let crashed = Date()
+        kill(second, SIGSEGV)
+        try sup.waitUntil("the second restart to wait for its delay") { try sup.plugin("u.crashy").state == "restarting" }
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        _ = try await client.upgrade()
+        try sup.waitUntil(timeout: 15, "the restart once its delay has passed") { try sup.plugin("u.crashy").state == "running" }
+        #expect(Date().timeIntervalSince(crashed) >= 1.5, "restarted \(Date().timeIntervalSince(crashed)) s after the crash")
+        #expect(try sup.plugin("u.crashy").restarts == 2)
+    }
+
     @Test("`supervisor start` with a stray or forged SP_UPGRADE_SNAPSHOT in its environment: it says what is wrong with it and exits 1, and starts nothing")
     func strayHandoverVariable() throws {
         let w = try TestWorld()

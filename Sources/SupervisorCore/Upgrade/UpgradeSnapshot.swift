@@ -106,8 +106,11 @@ package struct UpgradeSnapshot: Codable, Sendable {
         package var lastExit: ExitStatus?
         package var sandboxDenials: [String: Int]
         package var worker: Worker?
+        /// `restarting`: how long (ns) its backoff delay still had to run; the new binary restarts
+        /// it after that, not at once. Absent from a binary that did not keep it (then at once).
+        package var restartInNs: Int64?
 
-        package init(identifier: String, phase: Phase, restarts: Int, restartAgesNs: [Int64]? = nil, hasRun: Bool, problem: String? = nil, lastError: String? = nil, lastExit: ExitStatus? = nil, sandboxDenials: [String: Int], worker: Worker? = nil) {
+        package init(identifier: String, phase: Phase, restarts: Int, restartAgesNs: [Int64]? = nil, hasRun: Bool, problem: String? = nil, lastError: String? = nil, lastExit: ExitStatus? = nil, sandboxDenials: [String: Int], worker: Worker? = nil, restartInNs: Int64? = nil) {
             self.identifier = identifier
             self.phase = phase
             self.restarts = restarts
@@ -118,6 +121,7 @@ package struct UpgradeSnapshot: Codable, Sendable {
             self.lastExit = lastExit
             self.sandboxDenials = sandboxDenials
             self.worker = worker
+            self.restartInNs = restartInNs
         }
     }
 
@@ -133,7 +137,8 @@ package struct UpgradeSnapshot: Codable, Sendable {
         case stopped
         /// No worker until something needs it (SPEC §16).
         case inactive
-        /// No worker: a restart was waiting for its delay; the new binary starts it at once.
+        /// No worker: a restart was waiting for its delay; the new binary restarts it once what
+        /// was left of the delay (`restartInNs`) has passed.
         case restarting
 
         /// How `phase` is written; `hasWorker`: its serving worker is handed over.

@@ -1,4 +1,5 @@
 import Logging
+import NIOCore
 import SupervisorCore
 
 extension Engine {
@@ -43,15 +44,10 @@ extension Engine {
             case .scheduleRestart(let delayMs, let reason):
                 shared.metrics.restarted(record.identifier, reason: reason)
                 events.restarting(record, delayMs: delayMs)
-                let due: () -> Void = { [self] in
-                    if case .restart = record.next { record.next = .none }
-                    carryOut(record.life.restartDue(dependenciesRunning: table.dependenciesRunning(record), hasWorker: record.instance != nil,
-                                                    shuttingDown: isShuttingDown), record, nil)
-                }
-                if delayMs == 0 { due() } else {
+                if delayMs == 0 { restartDue(record) } else {
                     // A standby is for an immediate restart only.
                     lifecycle.discardStandby(record, because: "\(record.identifier) is restarted after \(delayMs) ms")
-                    record.next = .restart(loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(delayMs))) { due() })
+                    armRestart(record, in: .milliseconds(Int64(delayMs)))
                 }
             case .checkLaunch:
                 lifecycle.checkLaunch()
@@ -75,5 +71,18 @@ extension Engine {
                 if let pid = record.instance?.pid { events.updated(record, from: previous, pid: pid) }
             }
         }
+    }
+
+    /// A restart after its backoff delay: the timer, and when it is due (an upgrade carries what
+    /// is left of it, `UpgradeSnapshot.Plugin.restartInNs`).
+    func armRestart(_ record: PluginRecord, in delay: TimeAmount) {
+        let task = loop.assumeIsolated().scheduleTask(in: delay) { [self] in restartDue(record) }
+        record.next = .restart(task, due: .now() + delay)
+    }
+
+    private func restartDue(_ record: PluginRecord) {
+        if case .restart = record.next { record.next = .none }
+        carryOut(record.life.restartDue(dependenciesRunning: table.dependenciesRunning(record), hasWorker: record.instance != nil,
+                                        shuttingDown: isShuttingDown), record, nil)
     }
 }

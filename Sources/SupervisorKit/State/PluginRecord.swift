@@ -80,7 +80,7 @@ final class PluginRecord {
 
     /// A restart waiting for its delay is called off.
     func cancelRestart() {
-        guard case .restart(let timer) = next else { return }
+        guard case .restart(let timer, _) = next else { return }
         timer.cancel()
         next = .none
     }
@@ -166,8 +166,8 @@ enum NextWorker {
     /// waiting sandboxed, before its plugin loads, to be taken for the restart or discarded
     /// (Lifecycle/Standby.swift).
     case standby(Standby)
-    /// A restart waiting for its backoff delay (Lifecycle/Exits.swift).
-    case restart(Scheduled<Void>)
+    /// A restart waiting for its backoff delay (Lifecycle/Exits.swift), due then.
+    case restart(Scheduled<Void>, due: NIODeadline)
 
     var isNone: Bool { if case .none = self { true } else { false } }
 }

@@ -221,7 +221,7 @@ extension Engine {
             plugins.append(UpgradeSnapshot.Plugin(identifier: record.identifier, phase: .init(record.phase, hasWorker: worker != nil), restarts: record.restarts,
                                                   restartAgesNs: record.restartHistory.map { now.instant.nanoseconds(since: $0) }, hasRun: record.hasRun,
                                                   problem: record.problem, lastError: record.lastError, lastExit: record.lastExit,
-                                                  sandboxDenials: record.sandboxDenials, worker: worker))
+                                                  sandboxDenials: record.sandboxDenials, worker: worker, restartInNs: restartLeft(record, now: now)))
         }
         var links: [UpgradeSnapshot.Link] = []
         for w in workers {
@@ -259,5 +259,11 @@ extension Engine {
             launched: shared.phase == .launched, requester: requester, plugins: plugins, connections: savedConnections, links: links,
             nextLinkNumber: router.nextLinkNumber, notifier: held.map { UpgradeSnapshot.Held(pid: $0.pid, fd: $0.fd, isListener: $0.isListener) },
             signals: signalsDuringHandover))
+    }
+
+    /// What is left of `record`'s backoff delay (ns), if a restart waits for one.
+    private func restartLeft(_ record: PluginRecord, now: NIODeadline) -> Int64? {
+        guard case .restart(_, let due) = record.next else { return nil }
+        return max(0, (due - now).nanoseconds)
     }
 }

@@ -43,9 +43,13 @@ extension Engine {
             record.life.lastExit = saved.lastExit
             record.sandboxDenials = saved.sandboxDenials
             // Its phase as the previous binary left it (the snapshot's `Phase` says which): a running
-            // plugin's worker is adopted; one whose restart was waiting starts now (startWaitingPlugins).
+            // plugin's worker is adopted; one whose restart was waiting restarts when its delay ends.
             if saved.phase == .running, let w = saved.worker {
                 adoptWorker(record, w)
+            } else if saved.phase == .restarting, let left = saved.restartInNs, left > 0, PluginPhase.allows(from: record.phase, to: .restarting) {
+                // Its backoff goes on where the previous binary left it.
+                _ = record.move(to: .restarting, logger: logger)
+                armRestart(record, in: .nanoseconds(left))
             } else if let phase = saved.phase.restored, record.phase != phase {
                 _ = record.move(to: phase, logger: logger)
                 if phase.isFailed { record.problem = saved.problem }
