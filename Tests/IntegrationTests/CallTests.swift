@@ -59,6 +59,25 @@ struct CallTests {
         #expect(openDenied.err.contains("denied"))
     }
 
+    @Test("a call whose timeoutMs is not a whole number is refused as such, not run with the default deadline")
+    func aTimeoutThatIsNotOne() throws {
+        let w = try TestWorld()
+        try w.bundle("k.t")
+        let sv = try RunningSupervisor(w)
+        let conn = try rawControl(sv.socket)
+        defer { conn.close() }
+        for (id, bad) in [(1, #""500""#), (2, "-1"), (3, "2.5"), (4, "{}")] {
+            let body = Array(#"{"type":"call","id":\#(id),"target":"k.t","method":"echo","params":1,"timeoutMs":\#(bad)}"#.utf8)
+            try conn.sendFrame(withUnsafeBytes(of: UInt32(body.count).bigEndian, Array.init) + body)
+            let reply = String(decoding: try #require(try conn.receiveFrame()), as: UTF8.self)
+            #expect(reply.contains("badRequest") && reply.contains("timeoutMs must be a whole number of milliseconds"), "\(bad): \(reply)")
+        }
+        // null is no deadline of its own: the plugin's.
+        let body = Array(#"{"type":"call","id":5,"target":"k.t","method":"echo","params":7,"timeoutMs":null}"#.utf8)
+        try conn.sendFrame(withUnsafeBytes(of: UInt32(body.count).bigEndian, Array.init) + body)
+        #expect(String(decoding: try #require(try conn.receiveFrame()), as: UTF8.self).contains(#""result":7"#))
+    }
+
     @Test("100 calls in flight on one connection; one slow call finishes last without delaying the others")
     func concurrentCalls() throws {
         let w = try TestWorld()

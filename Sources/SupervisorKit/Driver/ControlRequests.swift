@@ -49,6 +49,10 @@ extension Engine {
                 }
             default:
                 connection.outstanding += 1
+                // A deadline that is not one is said so, rather than the default put in its place.
+                if env.badTimeout {
+                    return outbox.answer(.client(connection, id: id), error: ErrorBody(.badRequest, "timeoutMs must be a whole number of milliseconds"))
+                }
                 handle(kind, env, bytes, origin: .client(connection, id: id))
             }
         }

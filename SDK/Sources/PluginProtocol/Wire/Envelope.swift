@@ -25,6 +25,8 @@ public struct Envelope: Sendable {
     public var name: Range<Int>?
     public var payload: Range<Int>?
     public var timeoutMs: UInt64?
+    /// True when a `timeoutMs` member is present but is not an unsigned integer (nor null).
+    public var badTimeout = false
     /// A W3C trace context (`call`, `open`).
     public var traceparent: Range<Int>?
     /// Streams (docs/protocol.md "Streams"): a `call`'s `"stream": true` (answer with chunks) and
@@ -75,7 +77,9 @@ public struct Envelope: Sendable {
             case 6 where Self.matches(bytes, key, "result"): env.result = value
             case 6 where Self.matches(bytes, key, "stream"): env.stream = Self.isTrue(bytes, value)
             case 7 where Self.matches(bytes, key, "payload"): env.payload = value
-            case 9 where Self.matches(bytes, key, "timeoutMs"): env.timeoutMs = JSONScanner.decodeUInt(bytes, value)
+            case 9 where Self.matches(bytes, key, "timeoutMs"):
+                env.timeoutMs = JSONScanner.decodeUInt(bytes, value)
+                env.badTimeout = env.timeoutMs == nil && !(value.count == 4 && Self.matches(bytes, value, "null"))
             case 9 where Self.matches(bytes, key, "afterLink"): env.afterLink = value
             case 11 where Self.matches(bytes, key, "traceparent"): env.traceparent = value
             case 11 where Self.matches(bytes, key, "attachments"): env.attachments = value
