@@ -67,14 +67,12 @@ struct CallTests {
         let conn = try rawControl(sv.socket)
         defer { conn.close() }
         for (id, bad) in [(1, #""500""#), (2, "-1"), (3, "2.5"), (4, "{}")] {
-            let body = Array(#"{"type":"call","id":\#(id),"target":"k.t","method":"echo","params":1,"timeoutMs":\#(bad)}"#.utf8)
-            try conn.sendFrame(withUnsafeBytes(of: UInt32(body.count).bigEndian, Array.init) + body)
+            try conn.sendFrame(framed(#"{"type":"call","id":\#(id),"target":"k.t","method":"echo","params":1,"timeoutMs":\#(bad)}"#))
             let reply = String(decoding: try #require(try conn.receiveFrame()), as: UTF8.self)
             #expect(reply.contains("badRequest") && reply.contains("timeoutMs must be a whole number of milliseconds"), "\(bad): \(reply)")
         }
         // null is no deadline of its own: the plugin's.
-        let body = Array(#"{"type":"call","id":5,"target":"k.t","method":"echo","params":7,"timeoutMs":null}"#.utf8)
-        try conn.sendFrame(withUnsafeBytes(of: UInt32(body.count).bigEndian, Array.init) + body)
+        try conn.sendFrame(framed(#"{"type":"call","id":5,"target":"k.t","method":"echo","params":7,"timeoutMs":null}"#))
         #expect(String(decoding: try #require(try conn.receiveFrame()), as: UTF8.self).contains(#""result":7"#))
     }
 

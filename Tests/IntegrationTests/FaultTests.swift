@@ -418,8 +418,7 @@ struct FaultTests {
         let sv = try RunningSupervisor(w)
         let conn = try rawControl(sv.socket)
         defer { conn.close() }
-        let body = Array(#"{"type":"zz\n2026-01-01T00:00:00+0000 critical supervisor: FORGED-TYPE\u001b[2K","id":1}"#.utf8)
-        try conn.sendFrame(withUnsafeBytes(of: UInt32(body.count).bigEndian, Array.init) + body)
+        try conn.sendFrame(framed(#"{"type":"zz\n2026-01-01T00:00:00+0000 critical supervisor: FORGED-TYPE\u001b[2K","id":1}"#))
         _ = try conn.receiveFrame()
         _ = try sv.cli("install", "/nonexistent\n2026-01-01T00:00:00+0000 critical supervisor: FORGED-URI")
         let type = try sv.waitFor("the type's line") { sv.log.split(separator: "\n").first { $0.contains("FORGED-TYPE") } }

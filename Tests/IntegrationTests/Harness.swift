@@ -408,6 +408,12 @@ func freeLocalPort() throws -> Int {
 }
 
 /// A raw client on the control socket, for protocol-level tests.
+/// `json` as one frame: its length (4 bytes, big-endian), then its bytes as they are.
+func framed(_ json: String) -> [UInt8] {
+    let body = Array(json.utf8)
+    return withUnsafeBytes(of: UInt32(body.count).bigEndian, Array.init) + body
+}
+
 func rawControl(_ path: String) throws -> BlockingConnection {
     try BlockingConnection.connect(path: path)
 }
