@@ -35,7 +35,7 @@ struct MetricsConnectionsTests {
         }
     }
 
-    @Test("connections held open on the metrics endpoint: past 64 each is closed as it comes, the held ones are closed after 10 s without a request, and scrapes and the control socket go on")
+    @Test("connections held open on the metrics endpoint: past 64 the one longest without a whole request is closed, a request trickled a line at a time or none at all is closed after 10 s, and scrapes and the control socket go on")
     func heldConnections() throws {
         let w = try TestWorld()
         try w.bundle("m.one")
@@ -45,12 +45,22 @@ struct MetricsConnectionsTests {
         // A request never finished: what a client that holds the connection sends.
         let held = try (0..<64).map { _ in try Self.connect(port, sending: "GET /metrics HTTP/1.1\r\n") }
         defer { held.forEach { close($0) } }
+        // The 65th takes the place of the oldest, which is closed.
         let extra = try Self.connect(port, sending: "GET /metrics HTTP/1.1\r\n")
         defer { close(extra) }
-        #expect(Self.closed(extra, within: 5), "the 65th connection was kept")
+        #expect(Self.closed(held[0], within: 5), "the oldest connection was kept past 64")
+        // One of them trickles a header line a second: that is not a whole request.
+        let trickling = dup(held[1])
+        Thread {
+            defer { close(trickling) }
+            for _ in 0..<30 {
+                guard send(trickling, "X-Slow: 1\r\n", 11, Int32(MSG_NOSIGNAL)) == 11 else { return }
+                sleep(1)
+            }
+        }.start()
         #expect(try sv.cli("status").code == 0)
         #expect(try sv.call("m.one", "echo", "4", as: Int.self) == 4)
-        for fd in held { #expect(Self.closed(fd, within: 20), "a connection that sent nothing for 10 s was kept") }
+        for fd in held + [extra] { #expect(Self.closed(fd, within: 20), "a connection that sent no whole request for 10 s was kept") }
         // Room again: a scrape is served.
         try sv.waitUntil("a scrape to be served") {
             let fd = try Self.connect(port, sending: "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -61,5 +71,36 @@ struct MetricsConnectionsTests {
             let n = recv(fd, &buffer, buffer.count, 0)
             return n > 0 && String(decoding: buffer.prefix(n), as: UTF8.self).hasPrefix("HTTP/1.1 200")
         }
+    }
+}
+
+extension MetricsConnectionsTests {
+    @Test("a client that pipelines scrapes and reads no answer is answered no faster than it reads: the supervisor's memory stays put")
+    func pipelinedScrapesUnread() throws {
+        let w = try TestWorld()
+        try w.bundle("m.two")
+        let port = try freeLocalPort()
+        let config = try w.config(#"{"metrics": {"listen": "127.0.0.1:\#(port)"}}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", config])
+        func rssKiB() -> Int {
+            let status = (try? String(contentsOfFile: "/proc/\(sv.pid)/status", encoding: .utf8)) ?? ""
+            return status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }.flatMap { Int($0.split(separator: " ")[1]) } ?? 0
+        }
+        let before = rssKiB()
+        let fd = try Self.connect(port, sending: "")
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let request = Array(String(repeating: "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", count: 1_000).utf8)
+        var sent = 0
+        // Until the socket takes no more (the supervisor stopped reading), or 50,000 requests.
+        while sent < 50 * request.count {
+            let n = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard n > 0 else { break }
+            sent += n
+        }
+        // Each scrape is ~2 KB or more: had every one been answered, that is tens of MiB at least.
+        #expect(rssKiB() - before < 16 * 1024, "RSS grew from \(before) KiB to \(rssKiB()) KiB")
+        #expect(try sv.cli("status").code == 0)
     }
 }

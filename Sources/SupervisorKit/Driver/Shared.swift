@@ -66,7 +66,8 @@ final class Shared {
     /// answers passed as descriptors (Routing/LinkHandoff.swift; nil without a control socket).
     var handoff: LinkHandoff?
     /// Connections to the metrics endpoint open now (at most `MetricsServer.connectionsMax`).
-    var metricsConnections = 0
+    /// The metrics endpoint's connections, with when each last completed a request (or opened).
+    var metricsConnections: [ObjectIdentifier: (channel: Channel, since: NIODeadline)] = [:]
     /// Missing sandbox layers already warned about (once each).
     private var warnedMissingLayers = Set<String>()
 

@@ -39,12 +39,12 @@ struct MetricsEndpoint: Equatable {
 /// Serves the Prometheus text at `GET /metrics` over HTTP/1.1 (SwiftNIO's HTTP/1 codec) on the
 /// supervisor's own event loop: a scrape reads the same state the loop owns, without a lock.
 enum MetricsServer {
-    /// Connections to the endpoint open at once, at most.
+    /// Connections to the endpoint open at once, at most: past it, the one that has gone longest
+    /// without a whole request is closed to make room (a scraper's, which asks at once, is not).
     static let connectionsMax = 64
-    /// A connection that sends nothing for this long is closed (a scraper opens a new one).
+    /// A connection that sends nothing for this long is closed (a scraper opens a new one); one
+    /// that has not sent a whole request in this long either (a byte at a time keeps no slot).
     static let idleTimeout = TimeAmount.seconds(10)
-
-    struct TooManyConnections: Error {}
 
     /// Binds `config.metricsListen` if set; nil when not. A bind failure stops the start with the reason.
     /// `adopting`: the listener the previous binary handed over in an upgrade (bound already).
@@ -59,14 +59,20 @@ enum MetricsServer {
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    // Scrapers are few: past `connectionsMax` open at once a connection is closed as
-                    // it comes, and one that sends nothing for `idleTimeout` is closed, so that
-                    // connections held open cannot take the descriptors the control socket and the
-                    // workers need (nor the listener be a way to freeze the supervisor).
+                    // Scrapers are few: past `connectionsMax` open at once the connection that has
+                    // gone longest without a whole request is closed, and one that sends no whole
+                    // request for `idleTimeout` is closed, so that connections held open cannot take
+                    // the descriptors the control socket and the workers need, nor keep a scraper
+                    // (a liveness probe) out.
                     let shared = engine.value.shared
-                    guard shared.metricsConnections < connectionsMax else { throw TooManyConnections() }
-                    shared.metricsConnections += 1
-                    channel.closeFuture.whenComplete { _ in engine.value.shared.metricsConnections -= 1 }
+                    if shared.metricsConnections.count >= connectionsMax,
+                       let oldest = shared.metricsConnections.min(by: { $0.value.since < $1.value.since }) {
+                        shared.metricsConnections[oldest.key] = nil
+                        oldest.value.channel.close(promise: nil)
+                    }
+                    let key = ObjectIdentifier(channel)
+                    shared.metricsConnections[key] = (channel, .now())
+                    channel.closeFuture.whenComplete { _ in engine.value.shared.metricsConnections[key] = nil }
                     try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: idleTimeout))
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                     try channel.pipeline.syncOperations.addHandler(MetricsHandler(shared))
@@ -95,9 +101,25 @@ final class MetricsHandler: ChannelInboundHandler {
 
     let shared: Shared
     private var request: HTTPRequestHead?
+    /// A whole request whose answer waits for room: a client that pipelines requests and reads
+    /// no answers is answered no faster than it reads (the pipeline handler holds the requests
+    /// after this one, and stops reading).
+    private var waiting: HTTPRequestHead?
+    /// Closes a connection that has not sent a whole request within `idleTimeout`.
+    private var deadline: Scheduled<Void>?
 
     init(_ shared: Shared) {
         self.shared = shared
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) { armDeadline(context) }
+
+    func handlerRemoved(context: ChannelHandlerContext) { deadline?.cancel() }
+
+    private func armDeadline(_ context: ChannelHandlerContext) {
+        deadline?.cancel()
+        let channel = context.channel
+        deadline = context.eventLoop.assumeIsolated().scheduleTask(in: MetricsServer.idleTimeout) { channel.close(promise: nil) }
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -113,8 +135,19 @@ final class MetricsHandler: ChannelInboundHandler {
         case .end:
             guard let head = request else { return }
             request = nil
+            armDeadline(context)
+            shared.metricsConnections[ObjectIdentifier(context.channel)]?.since = .now()
+            guard context.channel.isWritable else { return waiting = head }
             respond(context, head)
         }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, let head = waiting {
+            waiting = nil
+            respond(context, head)
+        }
+        context.fireChannelWritabilityChanged()
     }
 
     private func respond(_ context: ChannelHandlerContext, _ head: HTTPRequestHead) {
