@@ -136,6 +136,15 @@ import Testing
         var negative = Self.tally()
         negative.sumNs = -1
         #expect(negative.problem != nil)
+        // Counts whose sums would wrap past Int64 (they "added up" with a wrapping sum, and the
+        // next scrape of the metrics crashed the supervisor).
+        var huge = CallHop.Tally()
+        huge.counts.ok = 1 << 62
+        huge.counts.error = 1 << 62
+        huge.buckets[0] = 1 << 62
+        huge.buckets[1] = 1 << 62
+        #expect(huge.problem == "a count over \(CallHop.largestReportedCount)")
+        #expect(CallHop.StreamTally(opened: .max).problem != nil)
         // Named counts: an outcome it does not know is not counted, one it does not name counts 0.
         let read = try ProtocolJSON.decode(CallHop.LinkCalls.self, from: Array(#"{"type":"linkCalls","target":"b","counts":{"ok":1,"later":9},"buckets":[1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"sumNs":5}"#.utf8))
         #expect(read.calls.counts[.ok] == 1 && read.calls.counts.total == 1 && read.calls.problem == nil)

@@ -337,10 +337,12 @@ final class CallMetrics {
 
     /// Calls a caller's worker counted over a peer link (`linkCalls`), checked (`Tally.problem`).
     func add(_ calls: CallHop.Tally) {
-        for outcome in CallHop.Outcome.allCases { slots[Self.countsAt + outcome.index] &+= calls.counts[outcome] }
-        for (i, n) in calls.buckets.prefix(CallHop.bucketCount).enumerated() { slots[Self.bucketsAt + i] &+= n }
-        slots[Self.sumAt] &+= calls.sumNs
-        slots[Self.observedAt] &+= calls.buckets.reduce(0, &+)
+        // Saturating: however long a caller reports, a count stops at its largest, never wraps.
+        func plus(_ a: Int64, _ b: Int64) -> Int64 { let (sum, over) = a.addingReportingOverflow(b); return over ? .max : sum }
+        for outcome in CallHop.Outcome.allCases { slots[Self.countsAt + outcome.index] = plus(slots[Self.countsAt + outcome.index], calls.counts[outcome]) }
+        for (i, n) in calls.buckets.prefix(CallHop.bucketCount).enumerated() { slots[Self.bucketsAt + i] = plus(slots[Self.bucketsAt + i], n) }
+        slots[Self.sumAt] = plus(slots[Self.sumAt], calls.sumNs)
+        slots[Self.observedAt] = plus(slots[Self.observedAt], calls.buckets.reduce(0, &+))
     }
 
     /// Moves the counts into the registry's counters.
@@ -359,7 +361,8 @@ final class CallMetrics {
         let labels = "plugin=\"\(plugin)\""
         var cumulative: Int64 = 0
         for (i, bound) in CallHop.bucketBounds.enumerated() {
-            cumulative += slots[Self.bucketsAt + i]
+            let (sum, over) = cumulative.addingReportingOverflow(slots[Self.bucketsAt + i])
+            cumulative = over ? .max : sum
             out.append(contentsOf: "plugin_call_duration_seconds_bucket{\(labels),le=\"\(Metrics.seconds(bound))\"} \(cumulative)\n".utf8)
         }
         let observed = slots[Self.observedAt]

@@ -65,6 +65,10 @@ extension CallHop {
 
         public var isEmpty: Bool { opened == 0 && answer == 0 && input == 0 }
         /// Why a report's counts cannot be true (negative), or nil.
-        public var problem: String? { opened < 0 || answer < 0 || input < 0 ? "negative stream counts" : nil }
+        public var problem: String? {
+            if opened < 0 || answer < 0 || input < 0 { return "negative stream counts" }
+            if [opened, answer, input].contains(where: { $0 > CallHop.largestReportedCount }) { return "a stream count over \(CallHop.largestReportedCount)" }
+            return nil
+        }
     }
 }

@@ -112,6 +112,11 @@ extension CallHop {
         public var problem: String? {
             guard buckets.count == CallHop.bucketCount else { return "\(buckets.count) buckets, not \(CallHop.bucketCount)" }
             guard (Outcome.allCases.map { counts[$0] } + buckets + [sumNs]).allSatisfy({ $0 >= 0 }) else { return "a negative number" }
+            // A report covers about a second of calls: a count past this could only be made up,
+            // and bounded so no sum below can overflow.
+            guard (Outcome.allCases.map { counts[$0] } + buckets).allSatisfy({ $0 <= CallHop.largestReportedCount }) else {
+                return "a count over \(CallHop.largestReportedCount)"
+            }
             guard counts.denied == 0 else { return "denied calls" }
             guard buckets.reduce(0, &+) == counts.total else { return "counts that do not add up" }
             return nil
@@ -147,4 +152,11 @@ extension CallHop.Outcome {
         public init?(stringValue: String) { self.stringValue = stringValue }
         public init?(intValue: Int) { nil }
     }
+}
+
+extension CallHop {
+    /// The most calls (or stream chunks) one `linkCalls` report may count of one kind: far more
+    /// than a caller answers between two reports, and small enough that the report's sums and a
+    /// long run of them cannot overflow.
+    public static let largestReportedCount: Int64 = 1 << 40
 }
