@@ -1,3 +1,5 @@
+import CLinuxSupport
+import Foundation
 import PluginProtocol
 import Testing
 @testable import PluginWorker
@@ -289,5 +291,36 @@ import Testing
         let cancelled = table.cancelOut(7), again = table.cancelOut(7)
         #expect(out != nil && cancelled === socket && again == nil)
         #expect(table.calls[7] == nil && table.links[1]?.outstanding == 0)
+    }
+}
+
+/// What a link's reader does with descriptors that came with its frames (`LinkReader`).
+@Suite struct LinkReaderTests {
+    /// A frame sent with `fds` riding on its first bytes, as a peer would.
+    static func send(_ fd: Int32, _ json: String, fds: [Int32]) {
+        let body = Array(json.utf8)
+        let frame = withUnsafeBytes(of: UInt32(body.count).bigEndian, Array.init) + body
+        _ = frame.withUnsafeBytes { raw in fds.withUnsafeBufferPointer { cls_send_fds_now(fd, $0.baseAddress, Int32($0.count), raw.baseAddress, raw.count) } }
+    }
+
+    @Test("descriptors that no frame announces are closed and the link is not trusted; a frame not yet whole may have one message's worth waiting")
+    func unannouncedDescriptors() throws {
+        var pair: [Int32] = [-1, -1]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
+        defer { close(pair[0]) }
+        let socket = LinkSocket(fd: pair[1])
+        let reader = LinkReader(socket, maxBody: 1 << 20)
+        // Received, a descriptor is a new number in this process: count them before and after.
+        let before = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0
+        var pipes: [Int32] = [-1, -1]
+        #expect(pipe(&pipes) == 0)
+        Self.send(pair[0], #"{"type":"cancel","id":1}"#, fds: pipes)
+        close(pipes[0]); close(pipes[1])
+        #expect(reader.read() == .some)
+        while (try? reader.decoder.next({ _ in })) != nil {}
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0 == before + 2)
+        #expect(!reader.settleDescriptors(partialFrame: false))
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0 == before, "the unannounced descriptors were kept")
+        #expect(reader.settleDescriptors(partialFrame: false), "nothing left")
     }
 }

@@ -194,6 +194,19 @@ final class LinkReader {
         for fd in descriptors { Glibc.close(fd) }
     }
 
+    /// After the whole frames read so far have taken theirs: descriptors no frame announced (a
+    /// peer sending them with frames that carry no bytes) are closed, and the link is not to be
+    /// trusted (false). Only a frame not yet whole may still have some waiting, one message's
+    /// worth at most. Without this a peer could fill this worker's descriptor table, and every
+    /// call with bytes it serves for others would fail.
+    func settleDescriptors(partialFrame: Bool) -> Bool {
+        guard !descriptors.isEmpty else { return true }
+        if partialFrame && descriptors.count <= Int(CLS_MAX_PASSED_FDS) { return true }
+        for fd in descriptors { Glibc.close(fd) }
+        descriptors = []
+        return false
+    }
+
     /// The next `count` descriptors that came, now the caller's; nil (none taken) when fewer came.
     func take(_ count: Int) -> [Int32]? {
         guard count <= descriptors.count else { return nil }

@@ -196,7 +196,7 @@ extension LinksThread {
 
     /// A link whose other end broke the rules of streams: it ends (its calls are settled as for
     /// any link that ends), and the supervisor's log says why.
-    private func linkBroken(_ link: LinkTable<LinkSocket>.Polled, _ why: String) {
+    func linkBroken(_ link: LinkTable<LinkSocket>.Polled, _ why: String) {
         link.socket.shutdown()
         guard let frame = try? ProtocolJSON.frame(LogMessage(level: "warning", message: "peer link \(link.number) ended: \(why)", metadata: nil)) else { return }
         try? links.connection.sendFrame(frame)

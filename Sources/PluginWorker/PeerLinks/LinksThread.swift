@@ -155,6 +155,9 @@ final class LinksThread {
                 return gone(link.number)
             }
             if holds { link.socket.sendHeld(stopHolding: true) }
+            guard reader.settleDescriptors(partialFrame: reader.decoder.bufferedCount > 0 || reader.decoder.state != .waitingForHeader) else {
+                return linkBroken(link, "descriptors came that no frame announced")
+            }
         } while toEnd
     }
 
