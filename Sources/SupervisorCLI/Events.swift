@@ -34,7 +34,7 @@ struct Events: ParsableCommand {
             defer { connection.close() }
             let json = self.json
             try connection.followEvents(plugin: filter.plugin) { event in
-                let line = json ? (try? ProtocolJSON.encode(event)).map { String(decoding: $0, as: UTF8.self) } ?? "" : EventLine.render(event)
+                let line = json ? (try? ProtocolJSON.encode(event)).map { String(decoding: $0, as: UTF8.self) } ?? "" : EventLine.render(event).printable
                 print(line)
                 fflush(nil)
                 return true

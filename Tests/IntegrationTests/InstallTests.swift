@@ -2,6 +2,7 @@ import Bundles
 import Foundation
 import PluginInstall
 import PluginProtocol
+import SupervisorClient
 import Testing
 
 /// A publisher: an Ed25519 key pair that signs archives.
@@ -530,6 +531,22 @@ struct RescanTests {
         struct Answer: Decodable { var new: Int; var changed: Int; var removed: Int; var running: Int; var failed: Int }
         let answer = try JSONDecoder().decode(Answer.self, from: Data(r.out.utf8))
         #expect(answer.removed == 1 && answer.changed == 1 && answer.running == 1 && answer.failed == 1, "\(r.out)")
+    }
+
+    @Test("a bundle a rescan finds refused (a manifest that cannot be used) is announced failed, as one that fails to load is")
+    func aBundleFoundRefusedIsAnnounced() async throws {
+        let w = try TestWorld()
+        try w.bundle("hup.first")
+        let sv = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sv.socket)
+        defer { client.close() }
+        var events = try await client.followEvents(plugin: "hup.bad").makeAsyncIterator()
+        let bad = w.plugins + "/hup.bad"
+        try FileManager.default.createDirectory(atPath: bad, withIntermediateDirectories: true)
+        try #"{"identifier":"hup.bad","version":"1.x","library":"libTestKit.so"}"#.write(toFile: bad + "/plugin.json", atomically: true, encoding: .utf8)
+        #expect(try sv.cli("reload").code == 0)
+        let failed = try await nextEvent(&events, "failed") { $0.event == .failed }
+        #expect(failed.plugin == "hup.bad" && (failed.lastError ?? "").contains("semantic version"), "\(failed)")
     }
 
     @Test("a rescan never takes a running plugin away: a duplicate dropped in is ignored, a plugin.json cut short keeps the worker, and its repair restarts nothing")

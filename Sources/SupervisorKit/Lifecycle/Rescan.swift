@@ -126,6 +126,8 @@ extension Lifecycle {
                     started += 1
                 }
                 table.add(record)
+                // Found refused: the programs that listen hear it failed, as for one that fails to load.
+                if refused != nil { events.failed(record) }
             case .remove:
                 break
             }
