@@ -411,6 +411,25 @@ struct FaultTests {
         #expect(try sv.plugin("l.forge").state == "running")
     }
 
+    @Test("a 20,000-byte stderr line written at once with its newline is logged whole, in 4,096-byte pieces; a character is never cut in two")
+    func aLongOutputLineIsLoggedWhole() throws {
+        let w = try TestWorld()
+        try w.bundle("l.long")
+        let sv = try RunningSupervisor(w)
+        let long = String(repeating: "B", count: 20_000)
+        #expect(try sv.cli("call", "l.long", "stderr", #"{"line":"\#(long)"}"#).code == 0)
+        let pieces = try sv.waitFor("the line's last piece") { () -> [Substring]? in
+            let lines = sv.log.split(separator: "\n").filter { $0.contains("stderr: B") }
+            return lines.count == 5 ? lines : nil
+        }
+        #expect(pieces.map { $0.count(where: { $0 == "B" }) } == [4096, 4096, 4096, 4096, 3616])
+        // A three-byte character across the cut goes whole into the next piece.
+        let euro = String(repeating: "a", count: 4095) + "€" + "z"
+        #expect(try sv.cli("call", "l.long", "stderr", #"{"line":"\#(euro)"}"#).code == 0)
+        let next = try sv.waitFor("the euro's piece") { sv.log.split(separator: "\n").first { $0.contains("stderr: €z") } }
+        #expect(!sv.log.contains("\u{FFFD}") && !next.isEmpty)
+    }
+
     @Test("a control client's text (a request's type, an install's URI) cannot start a line of the supervisor's log either")
     func clientTextCannotForgeALine() throws {
         let w = try TestWorld()

@@ -137,18 +137,32 @@ final class OutputCapture: ChannelInboundHandler {
             var start = 0
             for i in 0..<bytes.count where bytes[i] == 0x0A {
                 partial.append(contentsOf: bytes[start..<i])
-                emit()
+                // A long line is logged in pieces, its end with its newline (a line that ends
+                // exactly at a cut has nothing more to say).
+                if !emitPieces() || !partial.isEmpty { emit() }
                 start = i + 1
             }
             partial.append(contentsOf: bytes[start..<bytes.count])
-            while partial.count >= Self.lineLimit {
-                let rest = Array(partial[Self.lineLimit...])
-                partial.removeSubrange(Self.lineLimit...)
-                emit()
-                partial = rest
-            }
+            emitPieces()
         }
         buffer.clear()
+    }
+
+    /// Logs what is held in `lineLimit`-byte pieces, each cut before a character that a cut would
+    /// split (UTF-8's continuation bytes), leaving the rest held; whether any was.
+    @discardableResult
+    private func emitPieces() -> Bool {
+        var any = false
+        while partial.count >= Self.lineLimit {
+            var cut = Self.lineLimit
+            while cut > Self.lineLimit - 4, cut < partial.count, partial[cut] & 0xC0 == 0x80 { cut -= 1 }
+            let rest = Array(partial[cut...])
+            partial.removeSubrange(cut...)
+            emit()
+            partial = rest
+            any = true
+        }
+        return any
     }
 
     func channelInactive(context: ChannelHandlerContext) {
