@@ -170,12 +170,34 @@ import Testing
         #expect(first !== second)
     }
 
+    @Test("calls written straight onto a link are bounded: past mostServedPerLink in the plugin, the next is refused until one is answered")
+    func aLinkCannotMakeThePluginHoldEverything() throws {
+        var table = Table()
+        let added = (table.add(PeerLinkOrder(kind: .callee, peer: "com.a", link: 2), socket: Socket()),
+                     table.add(PeerLinkOrder(kind: .callee, peer: "com.c", link: 3), socket: Socket()))
+        #expect(added.0 && added.1)
+        var first: UInt64 = 0
+        for id in 0..<UInt64(Table.mostServedPerLink) {
+            let served = table.serve(id, on: 2).taken
+            if id == 0 { first = served?.local ?? 0 }
+            if served == nil { Issue.record("call \(id) refused"); return }
+        }
+        let over = table.serve(1_000_000, on: 2)
+        #expect(over == .tooMany)
+        // Another link is not held back by it.
+        let other = table.serve(1, on: 3).taken
+        #expect(other != nil)
+        _ = table.answered(first)
+        let room = table.serve(1_000_001, on: 2).taken, full = table.serve(1_000_002, on: 2)
+        #expect(room != nil && full == .tooMany)
+    }
+
     @Test func aCalleeMapsCallsToLocalIdsAndBack() throws {
         var table = Table()
         let socket = Socket()
         let added = table.add(PeerLinkOrder(kind: .callee, peer: "com.a", link: 2), socket: socket)
         #expect(added)
-        let served = (table.serve(7, on: 2), table.serve(8, on: 2), table.serve(9, on: 5))
+        let served = (table.serve(7, on: 2).taken, table.serve(8, on: 2).taken, table.serve(9, on: 5).taken)
         let first = try #require(served.0), second = try #require(served.1)
         #expect(first.peer == "com.a" && Table.localIDs.contains(first.local) && second.local == first.local + 1)
         #expect(served.2 == nil, "no such link")
@@ -188,12 +210,12 @@ import Testing
         #expect(cancels.0 == second.local && cancels.1 == nil && cancels.2 == nil)
         // Another caller's link may use the same ids: each link's calls are its own.
         let addedOther = table.add(PeerLinkOrder(kind: .callee, peer: "com.c", link: 3), socket: Socket())
-        let servedOther = table.serve(7, on: 3)
+        let servedOther = table.serve(7, on: 3).taken
         let other = try #require(servedOther)
         #expect(addedOther)
         #expect(other.peer == "com.c" && other.local != first.local && table.answerCredit(7, on: 2) == nil)
         // The caller's worker ended: what is still served is cancelled, and only that link's.
-        let third = try #require(table.serve(10, on: 2).map { $0 })
+        let third = try #require(table.serve(10, on: 2).taken)
         let removed = table.remove(2, now: 0)
         let gone = try #require(removed)
         #expect(!gone.isCaller && gone.cancelled == [third.local] && gone.failed.isEmpty)
@@ -262,7 +284,7 @@ import Testing
         var table = Table()
         let added = table.add(PeerLinkOrder(kind: .callee, peer: "com.a", link: 3), socket: Socket())
         #expect(added)
-        let served = table.serve(5, on: 3, input: true)
+        let served = table.serve(5, on: 3, input: true).taken
         let local = try #require(served).local
         // Nothing may come before the plugin grants its first window.
         let early = table.inputChunk(5, seq: 0, end: false, hasData: true, on: 3)

@@ -25,6 +25,14 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// Callee role: the link and the caller's id → local id, for `cancel` and the input's chunks
     /// (one table for every link: an entry of a link's own would be copied out and back on each change).
     private var servedByCaller: [CallerKey: UInt64] = [:]
+    /// Callee role: how many of `served` each link brought. A caller's worker keeps its calls'
+    /// deadlines; a plugin writing calls straight onto its link does not, and this bounds what it
+    /// can make this worker hold (`mostServedPerLink`).
+    private var servedPerLink: [UInt64: Int] = [:]
+
+    /// Calls one link may have in this worker's plugin at once: far past what a caller's worker
+    /// sends (its plugin's calls in flight), and a bound on the memory one link can take here.
+    static var mostServedPerLink: Int { 65_536 }
     private var nextLocal = localIDs.lowerBound
     /// Caller role: the calls settled per callee since the last report.
     private(set) var stats: [String: CallHop.Tally] = [:]
@@ -109,6 +117,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
             for local in cancelled {
                 if let call = served.removeValue(forKey: local) { servedByCaller[CallerKey(link: number, id: call.peerID)] = nil }
             }
+            servedPerLink[number] = nil
         }
         return Removed(peer: link.peer, isCaller: link.isCaller, socket: link.socket, failed: failed.sorted(),
                        sentAgain: sentAgain.sorted { $0.id < $1.id }, cancelled: cancelled.sorted(), unlinkReply: link.unlinkReply)
@@ -254,13 +263,32 @@ struct LinkTable<Socket: AnyObject & Sendable> {
 
     /// A call came over link `number` with the caller's id: the local id the plugin gets it under,
     /// and the caller (its `from`). Nil when the link is gone.
-    mutating func serve(_ callerID: UInt64, on number: UInt64, input: Bool = false) -> (local: UInt64, peer: String, markSlot: Int?)? {
-        guard let link = links[number] else { return nil }
+    enum Serving: Equatable {
+        case call(local: UInt64, peer: String, markSlot: Int?)
+        /// The link is gone.
+        case gone
+        /// The link has `mostServedPerLink` calls in the plugin already: refused.
+        case tooMany
+
+        /// The call as served, if it was.
+        var taken: (local: UInt64, peer: String, markSlot: Int?)? {
+            if case .call(let local, let peer, let markSlot) = self { (local, peer, markSlot) } else { nil }
+        }
+    }
+
+    mutating func serve(_ callerID: UInt64, on number: UInt64, input: Bool = false) -> Serving {
+        guard let link = links[number] else { return .gone }
+        guard servedPerLink[number, default: 0] < Self.mostServedPerLink else { return .tooMany }
+        servedPerLink[number, default: 0] += 1
         let local = nextLocal
         nextLocal = local + 1 < Self.localIDs.upperBound ? local + 1 : Self.localIDs.lowerBound
         served[local] = ServedCall(link: number, peerID: callerID, socket: link.socket, input: input ? InStream() : nil)
         servedByCaller[CallerKey(link: number, id: callerID)] = local
-        return (local, link.peer, link.markSlot)
+        return .call(local: local, peer: link.peer, markSlot: link.markSlot)
+    }
+
+    private mutating func servedOne(on number: UInt64) {
+        if let n = servedPerLink[number] { servedPerLink[number] = n > 1 ? n - 1 : nil }
     }
 
     /// The caller cancelled its call `callerID` on link `number`: the local id to `cancel`, if the
@@ -268,6 +296,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     mutating func cancelled(_ callerID: UInt64, on number: UInt64) -> UInt64? {
         guard let local = servedByCaller.removeValue(forKey: CallerKey(link: number, id: callerID)) else { return nil }
         served[local] = nil
+        servedOne(on: number)
         return local
     }
 
@@ -314,6 +343,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     mutating func answered(_ local: UInt64) -> ServedCall? {
         guard let call = served.removeValue(forKey: local) else { return nil }
         servedByCaller[CallerKey(link: call.link, id: call.peerID)] = nil
+        servedOne(on: call.link)
         return call
     }
 

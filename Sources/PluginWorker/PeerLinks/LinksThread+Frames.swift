@@ -132,9 +132,15 @@ extension LinksThread {
                 for fd in Attachments.descriptors(list) { close(fd) }
                 return refuse(id, on: link, why)
             }
-            guard let (local, peer, markSlot) = links.table.withLock({ $0.serve(id, on: link.number, input: env.input) }) else {
+            let local: UInt64, peer: String, markSlot: Int?
+            switch links.table.withLock({ $0.serve(id, on: link.number, input: env.input) }) {
+            case .call(let l, let p, let m): (local, peer, markSlot) = (l, p, m)
+            case .gone:
                 for fd in Attachments.descriptors(attached ?? []) { close(fd) }
                 return
+            case .tooMany:
+                for fd in Attachments.descriptors(attached ?? []) { close(fd) }
+                return refuse(id, on: link, "more than \(LinkTable<LinkSocket>.mostServedPerLink) calls of this link are in the plugin already")
             }
             if let markSlot { links.marks?.handingOver(linkCall: id, slot: markSlot) }
             // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
