@@ -75,6 +75,14 @@ import Testing
         #expect(!line.contains(UInt8(ascii: "\n")))
     }
 
+    @Test("each key once, sorted, the key given as it is winning over one made by flattening or by the prefix")
+    func eachKeyOnceAndSorted() throws {
+        let line = JSONLogHandler.line(time: "t", level: .info, message: "m",
+                                       metadata: ["a.b": "x", "a": ["b": "y"], "time": "t1", "metadata.time": "t2", "z": "last"])
+        let text = String(decoding: line, as: UTF8.self)
+        #expect(text == #"{"time":"t","level":"info","message":"m","a.b":"x","metadata.time":"t2","z":"last"}"#, "\(text)")
+    }
+
     @Test func timeIsRFC3339UTC() {
         let now = JSONLogHandler.now()
         #expect(now.count == 27 && now.hasSuffix("Z") && now.dropFirst(10).first == "T", "\(now)")

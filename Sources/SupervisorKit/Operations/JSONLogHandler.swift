@@ -56,25 +56,32 @@ public struct JSONLogHandler: LogHandler {
         out.append(contentsOf: JSONEscaping.quoted(level.rawValue))
         out.append(contentsOf: #","message":"#.utf8)
         out.append(contentsOf: JSONEscaping.quoted(message))
-        var flat: [(String, Logger.Metadata.Value)] = []
+        var flat: [(key: String, flattened: Bool, value: Logger.Metadata.Value)] = []
         flatten(metadata, prefix: "", into: &flat)
-        for (key, value) in flat.sorted(by: { $0.0 < $1.0 }) {
-            let name = ["time", "level", "message"].contains(key) ? "metadata." + key : key
+        // Each key once, sorted as written: a name made by flattening or by the prefix that keeps
+        // the first three free gives way to the same name given as it is (`a.b` beside `{"a":{"b":..}}`).
+        let named = flat.map { entry -> (name: String, made: Bool, value: Logger.Metadata.Value) in
+            let reserved = ["time", "level", "message"].contains(entry.key)
+            return (reserved ? "metadata." + entry.key : entry.key, reserved || entry.flattened, entry.value)
+        }.sorted { ($0.name, $0.made ? 1 : 0) < ($1.name, $1.made ? 1 : 0) }
+        var last: String?
+        for entry in named where entry.name != last {
+            last = entry.name
             out.append(UInt8(ascii: ","))
-            out.append(contentsOf: JSONEscaping.quoted(name))
+            out.append(contentsOf: JSONEscaping.quoted(entry.name))
             out.append(UInt8(ascii: ":"))
-            append(value, to: &out)
+            append(entry.value, to: &out)
         }
         out.append(UInt8(ascii: "}"))
         return out
     }
 
-    private static func flatten(_ metadata: Logger.Metadata, prefix: String, into out: inout [(String, Logger.Metadata.Value)]) {
+    private static func flatten(_ metadata: Logger.Metadata, prefix: String, into out: inout [(key: String, flattened: Bool, value: Logger.Metadata.Value)]) {
         for (key, value) in metadata {
             if case .dictionary(let inner) = value {
                 flatten(inner, prefix: prefix + key + ".", into: &out)
             } else {
-                out.append((prefix + key, value))
+                out.append((prefix + key, !prefix.isEmpty, value))
             }
         }
     }
