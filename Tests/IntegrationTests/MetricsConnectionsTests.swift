@@ -103,4 +103,21 @@ extension MetricsConnectionsTests {
         #expect(rssKiB() - before < 16 * 1024, "RSS grew from \(before) KiB to \(rssKiB()) KiB")
         #expect(try sv.cli("status").code == 0)
     }
+
+    @Test("a request in the absolute form (GET http://host:port/metrics) is served as /metrics")
+    func absoluteForm() throws {
+        let w = try TestWorld()
+        try w.bundle("m.three")
+        let port = try freeLocalPort()
+        let config = try w.config(#"{"metrics": {"listen": "127.0.0.1:\#(port)"}}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", config])
+        defer { withExtendedLifetime(sv) {} }
+        let fd = try Self.connect(port, sending: "GET http://127.0.0.1:\(port)/metrics?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 64)
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let n = recv(fd, &buffer, buffer.count, 0)
+        #expect(n > 0 && String(decoding: buffer.prefix(max(n, 0)), as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+    }
 }

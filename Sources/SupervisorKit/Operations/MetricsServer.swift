@@ -151,7 +151,13 @@ final class MetricsHandler: ChannelInboundHandler {
     }
 
     private func respond(_ context: ChannelHandlerContext, _ head: HTTPRequestHead) {
-        let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
+        var target = Substring(head.uri)
+        // The absolute form (`GET http://host:port/metrics`), which an HTTP/1.1 server must take.
+        if let scheme = target.firstRange(of: "://") {
+            let rest = target[scheme.upperBound...]
+            target = rest.firstIndex(of: "/").map { rest[$0...] } ?? "/"
+        }
+        let path = target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? String(target)
         var headers = HTTPHeaders()
         let status: HTTPResponseStatus
         var body: [UInt8]
