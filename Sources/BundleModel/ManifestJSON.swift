@@ -76,7 +76,7 @@ extension Manifest {
     }
 
     /// A decoder's path as a field's name: `limits.memoryMB`, `dependencies[0].version`.
-    static func fieldPath(_ path: [any CodingKey]) -> String {
+    public static func fieldPath(_ path: [any CodingKey]) -> String {
         path.reduce(into: "") { out, key in
             if let index = key.intValue { out += "[\(index)]" } else { out += (out.isEmpty ? "" : ".") + key.stringValue }
         }

@@ -119,9 +119,7 @@ extension CatalogCache {
     /// A decoding error as a reader of the catalog wants it: the field and what is wrong with it.
     static func describe(_ error: any Error) -> String {
         guard let error = error as? DecodingError else { return "\(error)" }
-        func field(_ path: [any CodingKey]) -> String {
-            path.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined().drop { $0 == "." }.description
-        }
+        let field = Manifest.fieldPath
         switch error {
         case .typeMismatch(let type, let c):
             return "'\(field(c.codingPath))' is not \(type == Int.self ? "an integer" : type == String.self ? "a string" : "a \(type)")"

@@ -35,16 +35,7 @@ extension Manifest {
             return "'\(lib)' leads out of the bundle (to \(real)): a plugin's worker sees only its own bundle; copy the library in"
         }
         var st = stat()
-        guard stat(path, &st) == 0 else { return nil }
-        let kind: String
-        switch st.st_mode & S_IFMT {
-        case S_IFREG: return nil
-        case S_IFDIR: kind = "a folder"
-        case S_IFIFO: kind = "a FIFO"
-        case S_IFSOCK: kind = "a socket"
-        case S_IFCHR, S_IFBLK: kind = "a device"
-        default: kind = "not a file"
-        }
-        return "'\(lib)' is \(kind), not a regular file"
+        guard stat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG else { return nil }
+        return "'\(lib)' is \(FileSystem.kindName(st.st_mode & S_IFMT)), not a regular file"
     }
 }

@@ -8,6 +8,12 @@ public enum FileSystem {
     /// Reads a whole regular file of at most `limit` bytes, to its end (procfs files report size 0).
     /// Anything else is refused before a byte is read: opened without blocking, so that a FIFO,
     /// which would wait for a writer, is named rather than waited on.
+    /// What a file of type `type` (`st_mode & S_IFMT`) is, in words: "a FIFO", "a folder", ...
+    public static func kindName(_ type: mode_t) -> String {
+        [S_IFREG: "a regular file", S_IFDIR: "a folder", S_IFLNK: "a symbolic link", S_IFIFO: "a FIFO",
+         S_IFCHR: "a character device", S_IFBLK: "a block device", S_IFSOCK: "a socket"][type] ?? "a special file"
+    }
+
     public static func readFile(_ path: String, limit: Int) throws(SystemError) -> [UInt8] {
         let fd = try syscallRetrying("open", context: path) { open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
         defer { close(fd) }
@@ -17,8 +23,7 @@ public enum FileSystem {
         case S_IFREG: break
         case S_IFDIR: throw SystemError(call: "open", errno: EISDIR, context: path)
         case let type:
-            let kind = [S_IFIFO: "a FIFO", S_IFCHR: "a character device", S_IFBLK: "a block device", S_IFSOCK: "a socket"][type] ?? "a special file"
-            throw SystemError(call: "open", errno: EINVAL, context: "\(path), \(kind) and not a regular file")
+            throw SystemError(call: "open", errno: EINVAL, context: "\(path), \(kindName(type)) and not a regular file")
         }
         guard Int(st.st_size) <= limit else { throw SystemError(call: "read", errno: EFBIG, context: path) }
         var out: [UInt8] = []

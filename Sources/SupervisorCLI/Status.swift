@@ -1,6 +1,7 @@
 import ArgumentParser
 import Protocol
 import SupervisorClient
+import SupervisorKit
 
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "status", abstract: "Show every plugin's state, pid, restarts, last exit and sandbox.")
@@ -63,17 +64,6 @@ extension String {
 }
 
 extension String {
-    /// With control characters (but a tab) written as escapes, for a terminal.
-    var printable: String {
-        guard unicodeScalars.contains(where: { $0.value != 0x09 && ($0.value < 0x20 || (0x7F..<0xA0).contains($0.value)) }) else { return self }
-        return unicodeScalars.map { scalar -> String in
-            switch scalar.value {
-            case 0x0A: "\\n"
-            case 0x0D: "\\r"
-            case 0x09: "\t"
-            case 0x00..<0x20, 0x7F..<0xA0: "\\u{" + String(scalar.value, radix: 16) + "}"
-            default: String(scalar)
-            }
-        }.joined()
-    }
+    /// With control characters (but a tab) written as escapes, for a terminal (`LogText`).
+    var printable: String { LogText.escaped(self) }
 }

@@ -5,9 +5,13 @@ import Logging
 /// that would start a line of its own, a terminal's escape sequences) are written as escapes, and
 /// at most `limit` bytes are kept (the rest is cut, and said so): a plugin's text cannot forge a
 /// line, nor reach the terminal the log is read on. A tab stays a tab.
-enum LogText {
+public enum LogText {
     /// As a line of a worker's output (`OutputCapture.lineLimit`).
     static let limit = OutputCapture.lineLimit
+
+    /// `text` with its control characters (but a tab) written as escapes, uncut: for a terminal
+    /// (the CLI's tables and event lines).
+    public static func escaped(_ text: String) -> String { shown(text, limit: .max) }
 
     static func shown(_ text: String, limit: Int = limit) -> String {
         // Most text has nothing to escape and fits: as it is.

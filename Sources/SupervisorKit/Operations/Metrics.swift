@@ -336,9 +336,14 @@ final class CallMetrics {
     func count(of outcome: CallHop.Outcome) -> Int64 { slots[Self.countsAt + outcome.index] }
 
     /// Calls a caller's worker counted over a peer link (`linkCalls`), checked (`Tally.problem`).
+    /// `a + b`, stopping at the largest count rather than wrapping: however long callers report.
+    private static func plus(_ a: Int64, _ b: Int64) -> Int64 {
+        let (sum, over) = a.addingReportingOverflow(b)
+        return over ? .max : sum
+    }
+
     func add(_ calls: CallHop.Tally) {
-        // Saturating: however long a caller reports, a count stops at its largest, never wraps.
-        func plus(_ a: Int64, _ b: Int64) -> Int64 { let (sum, over) = a.addingReportingOverflow(b); return over ? .max : sum }
+        let plus = Self.plus
         for outcome in CallHop.Outcome.allCases { slots[Self.countsAt + outcome.index] = plus(slots[Self.countsAt + outcome.index], calls.counts[outcome]) }
         for (i, n) in calls.buckets.prefix(CallHop.bucketCount).enumerated() { slots[Self.bucketsAt + i] = plus(slots[Self.bucketsAt + i], n) }
         slots[Self.sumAt] = plus(slots[Self.sumAt], calls.sumNs)
@@ -361,8 +366,7 @@ final class CallMetrics {
         let labels = "plugin=\"\(plugin)\""
         var cumulative: Int64 = 0
         for (i, bound) in CallHop.bucketBounds.enumerated() {
-            let (sum, over) = cumulative.addingReportingOverflow(slots[Self.bucketsAt + i])
-            cumulative = over ? .max : sum
+            cumulative = Self.plus(cumulative, slots[Self.bucketsAt + i])
             out.append(contentsOf: "plugin_call_duration_seconds_bucket{\(labels),le=\"\(Metrics.seconds(bound))\"} \(cumulative)\n".utf8)
         }
         let observed = slots[Self.observedAt]

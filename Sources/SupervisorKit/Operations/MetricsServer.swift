@@ -73,7 +73,6 @@ enum MetricsServer {
                     let key = ObjectIdentifier(channel)
                     shared.metricsConnections[key] = (channel, .now())
                     channel.closeFuture.whenComplete { _ in engine.value.shared.metricsConnections[key] = nil }
-                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: idleTimeout))
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                     try channel.pipeline.syncOperations.addHandler(MetricsHandler(shared))
                 }
@@ -120,12 +119,6 @@ final class MetricsHandler: ChannelInboundHandler {
         deadline?.cancel()
         let channel = context.channel
         deadline = context.eventLoop.assumeIsolated().scheduleTask(in: MetricsServer.idleTimeout) { channel.close(promise: nil) }
-    }
-
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        // It sent nothing for `idleTimeout`.
-        if event is IdleStateHandler.IdleStateEvent { return context.close(promise: nil) }
-        context.fireUserInboundEventTriggered(event)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
