@@ -49,7 +49,8 @@ extension Engine {
             } else if saved.phase == .restarting, let left = saved.restartInNs, left > 0, PluginPhase.allows(from: record.phase, to: .restarting) {
                 // Its backoff goes on where the previous binary left it.
                 _ = record.move(to: .restarting, logger: logger)
-                armRestart(record, in: .nanoseconds(left))
+                // No longer than this binary's longest delay: a snapshot's number is not a promise.
+                armRestart(record, in: .nanoseconds(min(left, Int64(config.restartBackoffMaxMs) * 1_000_000)))
             } else if let phase = saved.phase.restored, record.phase != phase {
                 _ = record.move(to: phase, logger: logger)
                 if phase.isFailed { record.problem = saved.problem }
