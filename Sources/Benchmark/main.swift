@@ -8,6 +8,7 @@ import PluginProtocol
 import Synchronization
 
 let arguments = CommandLine.arguments
+BenchArguments.check(arguments)
 let asJSON = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 let calls = quick ? 2_000 : 20_000

@@ -201,8 +201,8 @@ extension Manifest {
         }
 
         guard let identifier = raw.identifier else { throw fail("identifier", "missing (required)") }
-        guard PluginIdentifier.isValid(identifier) else {
-            throw fail("identifier", "'\(identifier)' is not a reverse-DNS identifier of [A-Za-z0-9.-]")
+        if let problem = PluginIdentifier.problem(identifier) {
+            throw fail("identifier", "'\(identifier)' is not a reverse-DNS identifier: \(problem)")
         }
         guard let versionText = raw.version else { throw fail("version", "missing (required)") }
         guard let version = SemanticVersion(versionText) else {
@@ -217,8 +217,8 @@ extension Manifest {
                 guard let id else { throw fail("dependencies[\(i)].id", "missing") }
                 dep = Dependency(identifier: id, range: range)
             }
-            guard PluginIdentifier.isValid(dep.identifier) else {
-                throw fail("dependencies[\(i)]", "'\(dep.identifier)' is not a valid identifier")
+            if let problem = PluginIdentifier.problem(dep.identifier) {
+                throw fail("dependencies[\(i)]", "'\(dep.identifier)' is not a valid identifier: \(problem)")
             }
             if let range = dep.range, VersionRange(range) == nil {
                 throw fail("dependencies[\(i)].version", "'\(range)' is not a version range like \">=1.2.0 <2.0.0\"")

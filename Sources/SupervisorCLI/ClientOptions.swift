@@ -60,8 +60,8 @@ struct PluginArgument: ParsableArguments {
     var identifier: String
 
     func validate() throws {
-        guard PluginIdentifier.isValid(identifier) else {
-            throw badUsage("'\(identifier)' is not a plugin identifier ([A-Za-z0-9.-])")
+        if let problem = PluginIdentifier.problem(identifier) {
+            throw badUsage("'\(identifier.printable)' is not a plugin identifier: \(problem)")
         }
     }
 }
@@ -73,8 +73,8 @@ struct PluginFilter: ParsableArguments {
     var plugin: String?
 
     func validate() throws {
-        if let plugin, !PluginIdentifier.isValid(plugin) {
-            throw badUsage("'\(plugin)' is not a plugin identifier ([A-Za-z0-9.-])")
+        if let plugin, let problem = PluginIdentifier.problem(plugin) {
+            throw badUsage("'\(plugin.printable)' is not a plugin identifier: \(problem)")
         }
     }
 }

@@ -104,19 +104,14 @@ struct Update: ParsableCommand {
 
     func run() throws {
         let display = ProgressDisplay()
-        var failures: [String: String] = [:]
+        var failures = FailedEntries()
         try options.run(.update, { b in
             b.raw("params", Array(#"{"check":\#(check)}"#.utf8))
         }, print: { raw in
             display.finish()
-            struct Outcome: Decodable { var failed: [String: String]? }
-            failures = (try? ProtocolJSON.decode(Outcome.self, from: raw))?.failed ?? [:]
-            return String(decoding: raw, as: UTF8.self)
+            return failures.read(raw)
         }, progress: { display.show($0) })
-        guard failures.isEmpty else {
-            for (id, why) in failures.sorted(by: { $0.key < $1.key }) { StandardError.write("\(id): \(why)\n") }
-            throw ExitCode(1)
-        }
+        try failures.exitIfAny()
     }
 }
 

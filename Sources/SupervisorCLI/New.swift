@@ -30,7 +30,7 @@ struct New: ParsableCommand {
         if FileSystem.exists(folder) {
             let entries = (try? FileSystem.list(folder)) ?? ["?"]
             guard FileSystem.isDirectory(folder), entries.isEmpty else {
-                throw ValidationError("\(folder) exists and is not an empty folder; give another --output")
+                throw failure("\(folder) exists and is not an empty folder; give another --output", code: 64)
             }
         }
         let sdkFolder = try findSDK()
@@ -42,7 +42,7 @@ struct New: ParsableCommand {
                 try FileSystem.writeAtomically(path, Array(file.text.utf8), mode: 0o644)
             }
         } catch {
-            throw ValidationError("cannot write the bundle in \(folder): \(error)")
+            throw failure("cannot write the bundle in \(folder): \(error)", code: 1)
         }
         let parent = String(folder[..<folder.lastIndex(of: "/")!])
         print("""
@@ -53,17 +53,30 @@ struct New: ParsableCommand {
             """)
     }
 
+    /// What an SDK folder must hold for the language: the package for Swift, the header alone for C.
+    private var sdkFiles: [String] {
+        language == .c ? ["Sources/CPluginABI/include/sp_plugin.h"] : ["Package.swift", "Sources/CPluginABI/include/sp_plugin.h"]
+    }
+
+    /// An error of `new` itself, printed as `new`'s (ArgumentParser would print the root usage for
+    /// a `ValidationError` thrown from `run`).
+    private func failure(_ why: String, code: Int32) -> ExitCode {
+        StandardError.write("supervisor new: \(why)\n")
+        return ExitCode(code)
+    }
+
     /// `--sdk`, `$SUPERVISOR_SDK`, or the SDK/ folder in a parent of this executable's folder (a
     /// build in a clone: <clone>/.build/<config>/supervisor).
     private func findSDK() throws -> String {
-        func isSDK(_ path: String) -> Bool { FileSystem.exists(path + "/Package.swift") && FileSystem.exists(path + "/Sources/CPluginABI/include/sp_plugin.h") }
+        func isSDK(_ path: String) -> Bool { sdkFiles.allSatisfy { FileSystem.exists(path + "/" + $0) } }
+        let needs = sdkFiles.joined(separator: " and ")
         if let sdk {
             let path = FileSystem.absolute(sdk)
-            guard isSDK(path) else { throw ValidationError("--sdk \(sdk): no plugin SDK there (Package.swift and Sources/CPluginABI/include/sp_plugin.h)") }
+            guard isSDK(path) else { throw failure("--sdk \(sdk): no plugin SDK there (a \(language.rawValue) plugin needs \(needs))", code: 64) }
             return FileSystem.realPath(path) ?? path
         }
         if let env = ProcessEnvironment.all["SUPERVISOR_SDK"], !env.isEmpty {
-            guard isSDK(env) else { throw ValidationError("SUPERVISOR_SDK=\(env): no plugin SDK there") }
+            guard isSDK(env) else { throw failure("SUPERVISOR_SDK=\(env): no plugin SDK there (a \(language.rawValue) plugin needs \(needs))", code: 64) }
             return FileSystem.realPath(env) ?? env
         }
         var dir = FileSystem.realPath(FileSystem.executableDirectory()) ?? FileSystem.executableDirectory()
@@ -72,6 +85,6 @@ struct New: ParsableCommand {
             guard let slash = dir.lastIndex(of: "/") else { break }
             dir = String(dir[..<slash])
         }
-        throw ValidationError("cannot find the plugin SDK (an SDK/ folder above \(FileSystem.executableDirectory())); give --sdk <clone>/SDK")
+        throw failure("cannot find the plugin SDK (an SDK/ folder above \(FileSystem.executableDirectory())); give --sdk <clone>/SDK or set SUPERVISOR_SDK", code: 64)
     }
 }

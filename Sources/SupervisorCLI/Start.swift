@@ -48,8 +48,8 @@ struct Start: ParsableCommand {
             throw ValidationError("--worker-start must be fork-server or exec, not '\(workerStart)'")
         }
         if pluginDirectories.contains("") { throw ValidationError("--plugins is empty; give a folder of plugin bundles") }
-        for id in debug where !PluginIdentifier.isValid(id) {
-            throw ValidationError("--debug '\(id)' is not a plugin identifier ([A-Za-z0-9.-])")
+        for id in debug {
+            if let problem = PluginIdentifier.problem(id) { throw ValidationError("--debug '\(id.printable)' is not a plugin identifier: \(problem)") }
         }
     }
 

@@ -133,6 +133,11 @@ struct FaultTests {
             ((try? String(contentsOfFile: w.home + "/data/\(id)/loads", encoding: .utf8)) ?? "").split(separator: "\n").count
         }
         func alive(_ pid: Int32) -> Bool { kill(pid, 0) == 0 && !isZombie(pid) }
+        // Followed throughout: a standby never loaded its plugin, so no `started` was heard of it
+        // and no `exited` is (checked once the shutdown has ended every worker).
+        let eventsFile = w.root + "/events.txt"
+        let follower = try ClientTests.follow(sv, [], to: eventsFile)
+        defer { follower.terminate() }
         try sv.waitUntil("a standby beside each plugin") { try sv.status().allSatisfy { $0.standbyPid != nil } }
         #expect(workerChildren(of: sv.pid).count == 4)
         #expect(loads("k.crash") == 1 && loads("k.planned") == 1, "a standby ran plugin code")
@@ -183,6 +188,10 @@ struct FaultTests {
         sv.signal(SIGTERM)
         #expect(try sv.waitForExit() == 0)
         try sv.waitUntil("no worker left") { everyone.allSatisfy { !alive($0) } }
+        follower.waitUntilExit()
+        let heard = try String(contentsOfFile: eventsFile, encoding: .utf8)
+        #expect(heard.contains("exited  k.planned  pid \(planned.pid ?? 0) "), "\(heard)")
+        for pid in [next, plannedStandby] { #expect(!heard.contains("pid \(pid) "), "a standby that never loaded was announced: \(heard)") }
     }
 
     @Test("crashing in the constructor or in startup counts towards the intensity limit; restart brings it back")

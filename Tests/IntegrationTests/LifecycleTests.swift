@@ -60,6 +60,22 @@ struct LifecycleTests {
         #expect(try sv.cli("restart", "l.nobody").err.contains("no plugin l.nobody"))
     }
 
+    @Test("send to one plugin that is failed: the answer names it in failed with the reason, and the CLI exits 1")
+    func sendToAFailedPlugin() throws {
+        let w = try TestWorld()
+        let bundle = try w.bundle("l.broken", extra: ["restart": "never"])
+        try "".write(toFile: bundle + "/crash-in-startup", atomically: true, encoding: .utf8)
+        try w.bundle("l.fine")
+        let sv = try RunningSupervisor(w)
+        try sv.waitUntil("l.broken failed") { try sv.plugin("l.broken").state == "failed" }
+        let one = try sv.cli("send", "memoryWarning", "--plugin", "l.broken")
+        #expect(one.code == 1, "\(one.out)\(one.err)")
+        #expect(one.out.contains(#""delivered":[]"#) && one.out.contains(#""failed":{"l.broken":"unavailable: "#), "\(one.out)")
+        #expect(one.err.contains("l.broken: unavailable: "), "\(one.err)")
+        let all = try sv.cli("send", "memoryWarning")
+        #expect(all.code == 0 && all.out.contains(#""delivered":["l.fine"]"#), "\(all.out)\(all.err)")
+    }
+
     @Test("signals to the supervisor: USR1, TSTP, CONT reach every plugin; HUP rescans; TERM stops cleanly")
     func supervisorSignals() throws {
         let w = try TestWorld()

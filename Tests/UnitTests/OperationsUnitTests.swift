@@ -163,6 +163,11 @@ import Testing
         #expect(apply(#"{"catalogSignatures": "sometimes"}"#)?.contains("must be \"required\" or \"optional\"") == true)
         #expect(apply(#"{"metrics": {"listen": ":9464"}}"#)?.contains("names no address") == true)
         #expect(apply(#"{"metrics": {"port": 9464}}"#)?.contains("unknown key 'port'") == true)
+        // What is not an object is named, not shown as a decoder's type names.
+        #expect(apply("[1]")?.contains("not a valid config: it holds a list of 1 item, not a JSON object of settings") == true, "\(apply("[1]") ?? "")")
+        #expect(apply(#""callQueueLimit""#)?.contains(#"it holds "callQueueLimit", not a JSON object"#) == true)
+        #expect(apply("{callQueueLimit: 1}")?.contains("not a valid config: not JSON") == true)
+        #expect(apply("[1]")?.contains("Dictionary") == false)
         #expect(apply(#"{"callQueueLimit": 0}"#)?.contains("must be positive") == true)
         #expect(apply(#"{"callTimeoutMs": 100, "callQueueLimit": 10, "callTimeoutMs": 200}"#)?
             .contains("key 'callTimeoutMs' appears twice in the top-level object") == true)

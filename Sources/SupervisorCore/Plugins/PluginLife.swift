@@ -314,6 +314,15 @@ package struct PluginLife: Sendable {
             && !installAwaitsVerdict && context.restartPolicy != .never
     }
 
+    /// What cures a permanent reason: the thing at fault is not always the bundle.
+    static func remedy(_ reason: ExitReason) -> String {
+        switch reason {
+        case .sandboxUnavailable: "give the host what the sandbox needs or change the configuration's sandbox settings (docs/sandbox.md)"
+        case .badSpec: "install the supervisor and its plugin-worker together (they do not match)"
+        default: "fix the bundle"
+        }
+    }
+
     // MARK: Rules
 
     private mutating func afterCrash(_ ending: Ending, _ context: Circumstances, restartPolicy: RestartPolicy, now: Instant,
@@ -327,7 +336,7 @@ package struct PluginLife: Sendable {
         }
         if ending.status.reason.isPermanent {
             // SPEC §6: a restart cannot cure a missing library or symbol or an ABI mismatch.
-            return fail("\(ending.described); a restart cannot cure this: fix the bundle, then `supervisor restart \(id)`")
+            return fail("\(ending.described); a restart cannot cure this: \(Self.remedy(ending.status.reason)), then `supervisor restart \(id)`")
         }
         if installAwaitsVerdict {
             // The install rolls back at once: no restarts for a version not yet accepted.

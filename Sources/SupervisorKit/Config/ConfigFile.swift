@@ -21,8 +21,10 @@ extension SupervisorConfig {
             throw SupervisorError.config(file: path, reason: "cannot read: \(error)")
         }
         let values: [String: ConfigValue]
-        do { values = try JSONDecoder().decode([String: ConfigValue].self, from: Data(bytes)) } catch {
-            throw SupervisorError.config(file: path, reason: "not a valid config (a JSON object of settings): \(error)")
+        switch try? JSONDecoder().decode(ConfigValue.self, from: Data(bytes)) {
+        case .object(let fields)?: values = fields
+        case let other?: throw SupervisorError.config(file: path, reason: "not a valid config: it holds \(other.shown), not a JSON object of settings")
+        case nil: throw SupervisorError.config(file: path, reason: "not a valid config: not JSON (a JSON object of settings, UTF-8)")
         }
         if let duplicate = DuplicateKeys.first(in: bytes) { throw SupervisorError.config(file: path, reason: DuplicateKeys.describe(duplicate)) }
         for (key, value) in values.sorted(by: { $0.key < $1.key }) {
@@ -244,14 +246,14 @@ indirect enum ConfigValue: Decodable {
         return fields
     }
 
-    private var shown: String {
+    fileprivate var shown: String {
         switch self {
         case .bool(let b): return "\(b)"
         case .integer(let i): return "\(i)"
         case .string(let s): return "\"\(s)\""
-        case .strings(let list): return "a list of \(list.count) strings"
+        case .strings(let list): return list.count == 1 ? "a list of 1 string" : "a list of \(list.count) strings"
         case .object: return "an object"
-        case .list(let list): return "a list of \(list.count) items"
+        case .list(let list): return list.count == 1 ? "a list of 1 item" : "a list of \(list.count) items"
         case .other(let what): return what
         }
     }

@@ -291,7 +291,9 @@ extension Engine {
                     outbox.answer(origin, error: error)
                 }
                 return
-            case .forward, .refuse:
+            case .refuse(let error):
+                return outbox.respond(origin) { try ProtocolJSON.encode(SendOutcome(event: name, delivered: [], failed: [only: error.description])) }
+            case .forward:
                 break
             }
         }

@@ -19,8 +19,15 @@ extension ControlServer {
     static func bind(config: SupervisorConfig, group: EventLoopGroup, engine: Handed<Engine>,
                      wait: (EventLoopFuture<Channel>) throws -> Channel = { try $0.wait() }) throws(SupervisorError) -> Channel {
         let path = config.socketPath
-        if let slash = path.lastIndex(of: "/") {
-            try? FileSystem.makeDirectories(String(path[..<slash]))
+        let longest = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
+        guard path.utf8.count <= longest else {
+            throw .controlSocket(path, "the path is \(path.utf8.count) bytes long, and a Unix socket's path holds \(longest) at most: give a shorter --socket")
+        }
+        if let slash = path.lastIndex(of: "/"), slash != path.startIndex {
+            let folder = String(path[..<slash])
+            do { try FileSystem.makeDirectories(folder) } catch {
+                throw .controlSocket(path, "cannot make its folder \(folder): \(error)")
+            }
         }
         // We hold the home's lock, so a socket file left in the home is stale; one elsewhere may belong
         // to a supervisor with another home: refuse rather than take it over.
@@ -36,6 +43,8 @@ extension ControlServer {
         let server: Channel
         do {
             server = try wait(bootstrap(config: config, group: group, engine: engine).bind(unixDomainSocketPath: path))
+        } catch let error as IOError {
+            throw .controlSocket(path, String(cString: strerror(error.errnoCode)))
         } catch {
             throw .controlSocket(path, "\(error)")
         }

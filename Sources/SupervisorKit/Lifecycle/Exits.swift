@@ -111,7 +111,8 @@ extension Lifecycle {
             _ = settleHeld(instance, of: known, crash: described)
             // An old version that served until its update switched: a worker whose `started` a
             // reader saw, so it hears it `exited` (the plugin's own `lastExit` stays as it was).
-            if let known, known.role(of: instance) == .retiring {
+            // A discarded standby never loaded its plugin: no reader heard of it.
+            if let known, known.role(of: instance) == .retiring, instance.everRan {
                 events.exited(known, pid: exit.pid, status, resent: Resent())
             }
             callbacks.forEach { $0() }

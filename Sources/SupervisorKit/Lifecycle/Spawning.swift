@@ -45,11 +45,11 @@ extension Lifecycle {
     /// for and what to set.
     var missingWorkerAdvice: String {
         guard !config.workersRunProgram, !FileSystem.exists(config.workerExecutable) else { return "" }
-        return ". No plugin-worker is there. `supervisor start` runs the plugin-worker and plugin-forkserver beside its own"
-            + " executable: build or install them together. A program embedding PluginHost runs those beside it, in"
-            + " $SUPERVISOR_BINARIES or beside the `supervisor` on $PATH, else its own executable (docs/host.md, \"Binaries\"):"
-            + " set SUPERVISOR_BINARIES, or the configuration's `binaries`, to a folder that has plugin-worker,"
-            + " plugin-forkserver and libPluginWorkerCore.so (this project's .build/debug after `swift build`)"
+        return ". No plugin-worker is there. `supervisor start` runs the plugin-worker, plugin-forkserver and"
+            + " libPluginWorkerCore.so beside its own executable: install or build them together (this project's"
+            + " .build/release after `swift build -c release`). A program embedding PluginHost finds them where its"
+            + " `Configuration.binaries` says, else beside the program, in $SUPERVISOR_BINARIES or beside the"
+            + " `supervisor` on $PATH (docs/host.md, \"Binaries\")"
     }
 
     /// Why a worker could not be spawned.

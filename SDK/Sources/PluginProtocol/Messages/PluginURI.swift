@@ -68,11 +68,22 @@ public struct PluginURI: Sendable, Equatable, CustomStringConvertible {
 
 /// Plugin identifiers: reverse-DNS, `[A-Za-z0-9.-]` (SPEC §2).
 public enum PluginIdentifier {
-    public static func isValid(_ s: String) -> Bool {
-        guard !s.isEmpty, s.utf8.count <= 255, s.first != ".", s.last != "." else { return false }
-        return s.utf8.allSatisfy { c in
-            (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
-                || c == UInt8(ascii: ".") || c == UInt8(ascii: "-")
+    public static func isValid(_ s: String) -> Bool { problem(s) == nil }
+
+    /// Why `s` is not a plugin identifier (1 to 255 of `[A-Za-z0-9.-]`, neither starting nor
+    /// ending with `.`), or nil when it is one.
+    public static func problem(_ s: String) -> String? {
+        if s.isEmpty { return "it is empty" }
+        if s.utf8.count > 255 { return "it is \(s.utf8.count) bytes long (255 at most)" }
+        if let c = s.unicodeScalars.first(where: { !isAllowed($0) }) {
+            return "it has '\(c.isASCII && c.value >= 0x20 && c.value < 0x7F ? String(c) : "U+" + String(c.value, radix: 16, uppercase: true))', not one of [A-Za-z0-9.-]"
         }
+        if s.first == "." { return "it starts with '.'" }
+        if s.last == "." { return "it ends with '.'" }
+        return nil
+    }
+
+    private static func isAllowed(_ c: Unicode.Scalar) -> Bool {
+        ("0"..."9").contains(c) || ("A"..."Z").contains(c) || ("a"..."z").contains(c) || c == "." || c == "-"
     }
 }
