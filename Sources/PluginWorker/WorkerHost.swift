@@ -269,5 +269,7 @@ private let workerHostSend: @convention(c) (UnsafeMutableRawPointer?, UnsafePoin
     guard let ctx else { return -EINVAL }
     let host = Unmanaged<WorkerHost>.fromOpaque(ctx).takeUnretainedValue()
     guard let json else { return -EINVAL }
+    // A size_t past Int.max arrives negative: more than any frame may hold.
+    guard len >= 0 else { return -EMSGSIZE }
     return host.send(UnsafeRawBufferPointer(start: json, count: len))
 }

@@ -350,7 +350,7 @@ struct FaultTests {
         } else {
             try sv.waitUntil("f.socketFlood's log messages rate-limited, or f.socketFlood dropped") {
                 try sv.plugin("f.socketFlood").lastExit?.message?.contains("flooding") == true
-                    || sv.log.split(separator: "\n").contains { $0.contains("plugin=f.socketFlood") && $0.contains("log messages over 200/s") }
+                    || sv.log.split(separator: "\n").contains { $0.contains("plugin=f.socketFlood") && $0.contains("log messages over 200 or 1 MiB a second") }
             }
         }
         #expect(try sv.plugin("f.giant").lastExit?.message?.contains("over the limit") == true)
@@ -380,6 +380,45 @@ struct FaultTests {
             try sv.waitUntil("v.garbage dropped") { try sv.plugin("v.garbage").state != "running" }
             #expect(try sv.plugin("v.garbage").lastExit?.reason == .protocolViolation)
         }
+    }
+
+    @Test("misbehaviour on the protocol socket: a pong made up ahead of its ping, requests while reading no answer, a flood of late replies each end their worker with the reason; a length no frame can have is refused; huge log messages are dropped undecoded; the neighbour is served throughout")
+    func protocolSocketMisbehaviour() throws {
+        let w = try TestWorld()
+        let lib = try Self.hostile()
+        for name in ["pong", "ask", "late", "len", "logs"] { try w.bundle("p.\(name)", library: lib, extra: ["restart": "never"]) }
+        try w.bundle("p.fine")
+        // The watchdog would end p.ask first, its I/O thread being held: given time, the check
+        // of its unread answers does.
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"pingTimeoutMs": 60000}"#)])
+        func ended(_ id: String, _ reason: String) throws {
+            try sv.waitUntil("\(id) ended") { try sv.plugin(id).lastExit != nil }
+            let exit = try #require(try sv.plugin(id).lastExit)
+            #expect(exit.reason == .protocolViolation && exit.message?.contains(reason) == true, "\(id): \(exit)")
+            #expect(try sv.call("p.fine", "echo", "1", as: Int.self) == 1)
+        }
+        // Without the check, the watchdog would take that pong for its ping's answer.
+        _ = try sv.cli("call", "p.pong", "pongAhead", "{}")
+        try ended("p.pong", "which was never pinged")
+        // Its I/O thread held, a thread asks on: the answers would pile up in the supervisor.
+        _ = try sv.cli("call", "--timeout", "1000", "p.ask", "askWithoutReading", "{}")
+        try ended("p.ask", "it does not read its socket")
+        #expect(try rss(sv.pid) < 400 << 20, "the supervisor held the answers")
+        if !Build.threadSanitized {
+            // (An instrumented supervisor may read fewer than 20,000 a second.)
+            _ = try sv.cli("call", "p.late", "lateReplyFlood", "{}")
+            try ended("p.late", "replies in one second to requests already answered or given up on")
+        }
+        let len = try sv.cli("call", "p.len", "sendHugeLength", "{}")
+        #expect(len.out.trimmingCharacters(in: .whitespacesAndNewlines) == "\(-EMSGSIZE)", "\(len.out)\(len.err)")
+        #expect(try sv.plugin("p.len").state == "running")
+        // Three messages of 8 MiB (4 M escapes each): over a second's 1 MiB, dropped undecoded.
+        #expect(try sv.cli("call", "p.logs", "bigLogs", "{}").code == 0)
+        try sv.waitUntil("the next second's message, and the drop reported") {
+            sv.log.contains("after the big logs") && sv.log.contains("dropped 3 log messages over 200 or 1 MiB a second")
+        }
+        #expect(!sv.log.split(separator: "\n").contains { $0.utf8.count > 70_000 })
+        #expect(try sv.plugin("p.logs").state == "running")
     }
 
     @Test("a log line whose metadata holds numbers, booleans, null, arrays and objects is written with them (a number as a number in JSON logs), never in another plugin's name, and its worker runs on")
@@ -414,6 +453,10 @@ struct FaultTests {
         let harmless = try #require(lines.first { $0.contains("harmless") })
         #expect(harmless.contains(#"harmless\n2026-01-01T00:00:00+0000 error supervisor: plugin=other.victim FORGED\u{1b}[2K"#), "\(harmless)")
         #expect(harmless.contains(#"k\ney=v\r"#) && harmless.contains("plugin=l.forge"), "\(harmless)")
+        // Metadata cannot pass for more fields: a value with a space, `=` or a quote is quoted
+        // (logfmt), a key's space or `=` becomes `_`.
+        #expect(harmless.contains(#"a="1 plugin=other.victim \"q\"""#) && harmless.contains("b_c_d=e") && harmless.contains(#"empty="""#), "\(harmless)")
+        #expect(!harmless.contains(" plugin=other.victim \"q\" "), "\(harmless)")
         let out = try sv.waitFor("the stdout line") { sv.log.split(separator: "\n").first { $0.contains("out harmless") } }
         #expect(out.contains(#"stdout: out harmless\r2026-01-01T00:00:00+0000 error supervisor: FORGED-OUT\u{1b}[2K"#), "\(out)")
         #expect(!sv.log.contains("\u{1b}") && !sv.log.contains("\r"))

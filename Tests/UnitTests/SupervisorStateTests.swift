@@ -38,6 +38,18 @@ import SupervisorCore
         // The next window reports what was dropped in the last.
         #expect(w.admit(now: t + .seconds(1)) == .admit(droppedBefore: 2), "the flood verdict is not a drop")
     }
+
+    @Test("with a byte limit: what would pass it is dropped (one larger than the limit always), the small ones after it still pass")
+    func rateWindowBytes() {
+        var w = RateWindow(limit: 10, byteLimit: 100)
+        let t = Instant(nanoseconds: 5_000_000_000)
+        #expect(w.admit(now: t, size: 500) == .drop, "larger than a whole window")
+        #expect(w.admit(now: t, size: 60) == .admit(droppedBefore: 0))
+        #expect(w.admit(now: t, size: 60) == .drop)
+        #expect(w.admit(now: t, size: 40) == .admit(droppedBefore: 0))
+        #expect(w.admit(now: t, size: 1) == .drop)
+        #expect(w.admit(now: t + .seconds(1), size: 100) == .admit(droppedBefore: 3))
+    }
 }
 
 /// The core names signals as LinuxSupport does (LinuxSignal, for ExitClassifier).

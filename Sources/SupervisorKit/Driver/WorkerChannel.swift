@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import LinuxSupport
 import Logging
 import NIOCore
@@ -93,8 +96,9 @@ final class WorkerHandler: ChannelInboundHandler {
 }
 
 /// Captures a worker's stdout or stderr: lines are logged under the plugin's identifier, at most
-/// `lineLimit` bytes a line and `linesPerSecond` lines a second (the rest are counted and dropped),
-/// so a plugin can never corrupt the protocol nor flood the supervisor's log.
+/// `lineLimit` bytes a line and `linesPerSecond` lines a second (the rest are counted and dropped,
+/// and once a second's are spent the pipe is read again only when the next second begins), so a
+/// plugin can never corrupt the protocol, flood the supervisor's log nor spend its CPU.
 final class OutputCapture: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     static let lineLimit = 4096
@@ -105,6 +109,8 @@ final class OutputCapture: ChannelInboundHandler {
     let stream: String
     var partial: [UInt8] = []
     var window = RateWindow(limit: OutputCapture.linesPerSecond)
+    /// Reading waits for the window's end (its rate is spent).
+    var paused = false
 
     init(logger: Logger, plugin: String, stream: String) {
         self.logger = logger
@@ -131,42 +137,64 @@ final class OutputCapture: ChannelInboundHandler {
         return fd
     }
 
+    /// A read's lines: found with `memchr`, and counted against the window with one reading of
+    /// the clock for the whole read, so that a flood of short lines costs little more than reading
+    /// it. A line whole in one read is logged from the read's own bytes; a longer or split one is
+    /// gathered in `partial`.
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var buffer = unwrapInboundIn(data)
+        let now = Instant.now
         buffer.withUnsafeReadableBytes { bytes in
+            guard let base = bytes.baseAddress else { return }
             var start = 0
-            for i in 0..<bytes.count where bytes[i] == 0x0A {
-                partial.append(contentsOf: bytes[start..<i])
-                // A long line is logged in pieces, its end with its newline (a line that ends
-                // exactly at a cut has nothing more to say).
-                if !emitPieces() || !partial.isEmpty { emit() }
-                start = i + 1
+            while start < bytes.count, let found = memchr(base + start, 0x0A, bytes.count - start) {
+                let end = base.distance(to: UnsafeRawPointer(found))
+                if partial.isEmpty, end - start <= Self.lineLimit {
+                    emit(UnsafeRawBufferPointer(rebasing: bytes[start..<end]), now: now)
+                } else {
+                    partial.append(contentsOf: bytes[start..<end])
+                    // A long line is logged in pieces, its end with its newline (a line that ends
+                    // exactly at a cut has nothing more to say).
+                    if !emitPieces(now: now) || !partial.isEmpty { emitPartial(now: now) }
+                }
+                start = end + 1
             }
             partial.append(contentsOf: bytes[start..<bytes.count])
-            emitPieces()
+            emitPieces(now: now)
         }
         buffer.clear()
+        // Past its rate, the rest of the second's output would be read only to be dropped: it
+        // waits in the pipe instead, unread until the window ends, and a plugin that writes on
+        // waits for room there, rather than costing the supervisor a core to throw away.
+        if window.isDropping, !paused {
+            paused = true
+            let channel = context.channel
+            channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+            context.eventLoop.assumeIsolated().scheduleTask(deadline: window.windowEnd.deadline) { [self] in
+                paused = false
+                channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
+                channel.read()
+            }
+        }
     }
 
     /// Logs what is held in `lineLimit`-byte pieces, each cut before a character that a cut would
     /// split (UTF-8's continuation bytes), leaving the rest held; whether any was.
     @discardableResult
-    private func emitPieces() -> Bool {
-        var any = false
-        while partial.count >= Self.lineLimit {
-            var cut = Self.lineLimit
-            while cut > Self.lineLimit - 4, cut < partial.count, partial[cut] & 0xC0 == 0x80 { cut -= 1 }
-            let rest = Array(partial[cut...])
-            partial.removeSubrange(cut...)
-            emit()
-            partial = rest
-            any = true
+    private func emitPieces(now: Instant) -> Bool {
+        var from = 0
+        while partial.count - from >= Self.lineLimit {
+            var cut = from + Self.lineLimit
+            while cut > from + Self.lineLimit - 4, cut < partial.count, partial[cut] & 0xC0 == 0x80 { cut -= 1 }
+            partial.withUnsafeBytes { emit(UnsafeRawBufferPointer(rebasing: $0[from..<cut]), now: now) }
+            from = cut
         }
-        return any
+        partial.removeSubrange(0..<from)
+        return from > 0
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        if !partial.isEmpty { emit() }
+        if !partial.isEmpty { emitPartial(now: .now) }
         reportDropped(window.takeDropped())
     }
 
@@ -174,11 +202,16 @@ final class OutputCapture: ChannelInboundHandler {
         context.close(promise: nil)
     }
 
-    private func emit() {
-        defer { partial.removeAll(keepingCapacity: true) }
-        guard case .admit(let droppedBefore) = window.admit(now: .now) else { return }
+    private func emitPartial(now: Instant) {
+        partial.withUnsafeBytes { emit($0, now: now) }
+        partial.removeAll(keepingCapacity: true)
+    }
+
+    /// One line (or piece), if the window admits it: the text is made only then.
+    private func emit(_ line: UnsafeRawBufferPointer, now: Instant) {
+        guard case .admit(let droppedBefore) = window.admit(now: now) else { return }
         reportDropped(droppedBefore)
-        logger.info("\(stream): \(LogText.shown(String(decoding: partial, as: UTF8.self)))", metadata: ["plugin": "\(plugin)"])
+        logger.info("\(stream): \(LogText.shown(String(decoding: line, as: UTF8.self)))", metadata: ["plugin": "\(plugin)"])
     }
 
     private func reportDropped(_ dropped: Int) {

@@ -137,7 +137,7 @@ extension Lifecycle {
             return .failure(SpawnFailure(reason: "cannot start a worker (\(config.workerExecutable)): \(error)\(missingWorkerAdvice)"))
         }
         let instance = WorkerInstance(process: spawned.process, manifest: manifest, temporaryFolder: temp, now: .now())
-        instance.logWindow = RateWindow(limit: Router.logsPerSecond, floodLimit: config.floodLogsPerSecond)
+        instance.logWindow = RateWindow.logs(floodLimit: config.floodLogsPerSecond)
         instance.cgroup = cgroup
         instance.forked = spawned.forked
         instance.startProblem = startProblem

@@ -84,7 +84,30 @@ public struct TextLogHandler: LogHandler {
     public func log(event: LogEvent) {
         var escaped = event
         escaped.message = "\(LogText.shown(event.message.description, limit: Self.limit))"
-        escaped.metadata = event.metadata.map { $0.reduce(into: [:]) { $0[LogText.shown($1.key, limit: Self.limit)] = LogText.shown($1.value, limit: Self.limit) } }
+        escaped.metadata = event.metadata.map {
+            $0.reduce(into: [:]) { $0[Self.key(LogText.shown($1.key, limit: Self.limit))] = Self.quoted(LogText.shown($1.value, limit: Self.limit)) }
+        }
         inner.log(event: escaped)
+    }
+
+    /// A key as `key=value` can carry it: a character that would end it (a space, `=`, a quote)
+    /// becomes `_`.
+    static func key(_ text: String) -> String {
+        guard text.contains(where: { $0 == " " || $0 == "=" || $0 == "\"" }) else { return text }
+        return String(text.map { $0 == " " || $0 == "=" || $0 == "\"" ? "_" : $0 })
+    }
+
+    /// A string value that has a space, `=` or a quote, or none at all, in quotes (a quote or a
+    /// backslash in it escaped), as logfmt writes it: a value cannot pass for more fields of the
+    /// line (`a=1 plugin=other`).
+    static func quoted(_ value: Logger.Metadata.Value) -> Logger.Metadata.Value {
+        guard case .string(let text) = value else { return value }
+        guard text.isEmpty || text.contains(where: { $0 == " " || $0 == "=" || $0 == "\"" }) else { return value }
+        var out = "\""
+        for c in text {
+            if c == "\"" || c == "\\" { out.append("\\") }
+            out.append(c)
+        }
+        return .string(out + "\"")
     }
 }

@@ -23,6 +23,8 @@ final class Router: SupervisorComponent {
     }
 
     static let logsPerSecond = 200
+    static let logBytesPerSecond = 1 << 20
+    static let lateRepliesPerSecond = 20_000
 
     // MARK: Requests to plugins
 
@@ -146,6 +148,12 @@ final class Router: SupervisorComponent {
             return nil
         }
         guard let channel = instance.channel else { return nil }
+        if let why = instance.unread.request(full: !channel.isWritable, waiting: {
+            (try? channel.syncOptions?.getOption(ChannelOptions.bufferedWritableBytes)) ?? 0
+        }) {
+            violated(instance, why)
+            return nil
+        }
         let target: String
         switch validateRequest(kind, env, bytes) {
         case .failure(let error):
@@ -279,5 +287,13 @@ final class Router: SupervisorComponent {
         frame.uint("id", id)
         frame.answer(of: env, in: bytes)
         return frame.finish()
+    }
+}
+
+extension RateWindow {
+    /// A worker's `log` messages: `Router.logsPerSecond` and `Router.logBytesPerSecond` shown,
+    /// more than `floodLimit` a second a flood.
+    static func logs(floodLimit: Int) -> RateWindow {
+        RateWindow(limit: Router.logsPerSecond, floodLimit: floodLimit, byteLimit: Router.logBytesPerSecond)
     }
 }

@@ -38,11 +38,19 @@ extension Router {
                     return nil
                 case .success(let p): payload = p
                 }
-                // Late replies to requests that timed out or were cancelled are expected; others are not.
-                if !deliverReply(from: instance, id: id, env, bytes, payload: payload), !instance.pending.wasIssued(id) {
-                    violated(instance, "reply to id \(id), which was never asked")
+                // Late replies to requests that timed out or were cancelled are expected (and
+                // dropped); others are not, nor a flood of them.
+                if !deliverReply(from: instance, id: id, env, bytes, payload: payload) {
+                    if !instance.pending.wasIssued(id) {
+                        violated(instance, "reply to id \(id), which was never asked")
+                    } else if instance.lateReplies.admit(now: .now) == .flood {
+                        violated(instance, "flooding: more than \(instance.lateReplies.floodLimit) replies in one second to requests already answered or given up on")
+                    }
                 }
             case .pong(let id):
+                // A pong can only answer a ping sent: one for an id not yet given out was made up
+                // ahead of the ping (a plugin keeping the watchdog quiet while its receive blocks).
+                if let id, !instance.pending.wasIssued(id) { violated(instance, "pong for id \(id), which was never pinged") }
                 instance.ponged(id: id)
             case .request(let kind):
                 guard let env else { return nil }
@@ -78,14 +86,17 @@ extension Router {
     /// A plugin's `log` message, at most `logsPerSecond` a second; past the config's `floodLogsPerSecond` the
     /// worker is flooding and is dropped.
     private func log(from instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
-        switch instance.logWindow.admit(now: .now) {
+        // Counted by their size too before any is decoded: a few huge messages cost the loop as
+        // much to decode as a flood of small ones.
+        switch instance.logWindow.admit(now: .now, size: bytes.count) {
         case .flood:
             return violated(instance, "flooding: more than \(config.floodLogsPerSecond) log messages in one second")
         case .drop:
             return
         case .admit(let droppedBefore):
             if droppedBefore > 0 {
-                logger.warning("dropped \(droppedBefore) log messages over \(Self.logsPerSecond)/s", metadata: ["plugin": "\(instance.identifier)"])
+                logger.warning("dropped \(droppedBefore) log messages over \(Self.logsPerSecond) or \(Self.logBytesPerSecond >> 20) MiB a second",
+                               metadata: ["plugin": "\(instance.identifier)"])
             }
         }
         guard let log = try? ProtocolJSON.decode(PluginLogLine.self, from: bytes) else {

@@ -210,6 +210,10 @@ final class WorkerInstance {
     var exitNotice: ExitNotice?
     /// Closed at its first protocol violation: nothing it sends after that is acted on.
     var gate = FrameGate()
+    /// Its requests while its socket stays full (it does not read its answers).
+    var unread = UnreadAnswers()
+    /// Its replies to requests already answered or given up on (dropped; a flood of them ends it).
+    var lateReplies = RateWindow(limit: .max, floodLimit: Router.lateRepliesPerSecond)
     /// Set when the supervisor killed it, with why.
     var killReason: (reason: ExitReason, message: String)?
     /// The forbidden syscall its filter handed over, for which the notifier killed it.
@@ -222,7 +226,7 @@ final class WorkerInstance {
     /// Last memory sample and whether `memoryWarning` was sent for the current excursion.
     var memory = MemorySample()
     /// Its `log` messages, rate-limited.
-    var logWindow = RateWindow(limit: Router.logsPerSecond, floodLimit: SupervisorConfig.defaultFloodLogsPerSecond)
+    var logWindow = RateWindow.logs(floodLimit: SupervisorConfig.defaultFloodLogsPerSecond)
     /// Start-up timings for `status`.
     var timings: [String: Int] = [:]
     /// Forked by the fork server (else exec'd).

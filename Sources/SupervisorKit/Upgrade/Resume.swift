@@ -156,7 +156,7 @@ extension Engine {
         for phase in [WorkerPhase.loaded, .startingUp, .running] { instance.move(to: phase, logger: logger) }
         instance.hello = HelloFacts(sandbox: w.sandbox, sandboxMissing: w.sandboxMissing, idempotent: w.idempotent ?? [])
         instance.timings = w.timings
-        instance.logWindow = RateWindow(limit: Router.logsPerSecond, floodLimit: config.floodLogsPerSecond)
+        instance.logWindow = RateWindow.logs(floodLimit: config.floodLogsPerSecond)
         instance.forked = w.forked
         instance.startProblem = w.startProblem
         if let library = w.library { instance.library = (library, FileStamp(path: library)) }

@@ -62,6 +62,17 @@ static void *socket_flood(void *arg) {
     return NULL;
 }
 
+/* Calls to a plugin nobody installed, as fast as they go, from a thread, while the worker's I/O
+ * thread is held in `receive` and reads none of the answers (askWithoutReading). */
+static void *ask_without_reading(void *arg) {
+    (void)arg;
+    char call[160];
+    for (unsigned long long id = 1ULL << 40;; id++) {
+        int n = snprintf(call, sizeof call, "{\"type\":\"call\",\"id\":%llu,\"target\":\"nobody.here\",\"method\":\"x\",\"params\":{}}", id);
+        if (g_host->send(g_host->ctx, (const uint8_t *)call, (size_t)n) != 0) return NULL;
+    }
+}
+
 static void *exec_in_thread(void *arg) {
     (void)arg;
     execl("/bin/sh", "sh", "-c", "true", (char *)NULL);
@@ -270,9 +281,11 @@ static void attack(const char *what, const char *path, long number, char *out, s
         rc = g_host->send(g_host->ctx, (const uint8_t *)line, strlen(line));
     } else if (!strcmp(what, "logForged")) {
         /* A message that would start a line of its own, forged in another plugin's name, with a
-         * terminal escape; then one of 100,000 bytes. */
+         * terminal escape, and metadata that would pass for more fields (a value with spaces and
+         * `plugin=`, a key with a space and `=`); then one of 100,000 bytes. */
         const char *forged = "{\"type\":\"log\",\"level\":\"notice\",\"message\":\"harmless\\n2026-01-01T00:00:00+0000 error "
-                             "supervisor: plugin=other.victim FORGED\\u001b[2K\",\"metadata\":{\"k\\ney\":\"v\\r\"}}";
+                             "supervisor: plugin=other.victim FORGED\\u001b[2K\",\"metadata\":{\"k\\ney\":\"v\\r\","
+                             "\"a\":\"1 plugin=other.victim \\\"q\\\"\",\"b c=d\":\"e\",\"empty\":\"\"}}";
         rc = g_host->send(g_host->ctx, (const uint8_t *)forged, strlen(forged));
         size_t n = 100000;
         char *big = malloc(n + 128);
@@ -509,6 +522,53 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
                          id, announced, fd);
         g_host->send(g_host->ctx, (const uint8_t *)head, (size_t)h);
         close(fd);
+        return;
+    }
+    /* Misbehaviours on the protocol socket itself (FaultTests), each ended with its reason or
+       refused: a pong made up ahead of the ping it would answer; requests made while the worker
+       reads none of its answers; a flood of replies to a call already answered; a length no frame
+       can have; log messages too large to decode on the supervisor's loop. */
+    if (!strcmp(method, "pongAhead")) {
+        char pong[64];
+        int n = snprintf(pong, sizeof pong, "{\"type\":\"pong\",\"id\":%llu}", id + 3);
+        g_host->send(g_host->ctx, (const uint8_t *)pong, (size_t)n);
+        reply(id, "null");
+        return;
+    }
+    if (!strcmp(method, "askWithoutReading")) {
+        pthread_t t;
+        pthread_create(&t, NULL, ask_without_reading, NULL);
+        for (;;) pause();
+    }
+    if (!strcmp(method, "lateReplyFlood")) {
+        reply(id, "null");
+        char late[64];
+        int n = snprintf(late, sizeof late, "{\"type\":\"reply\",\"id\":%llu,\"result\":0}", id);
+        for (int i = 0; i < 1000000; i++) {
+            if (g_host->send(g_host->ctx, (const uint8_t *)late, (size_t)n) != 0) break;
+        }
+        return;
+    }
+    if (!strcmp(method, "sendHugeLength")) {
+        char rc[32];
+        snprintf(rc, sizeof rc, "%d", g_host->send(g_host->ctx, (const uint8_t *)"{}", (size_t)-1));
+        reply(id, rc);
+        return;
+    }
+    if (!strcmp(method, "bigLogs")) {
+        size_t n = 4u << 20;
+        char *big = malloc(n + 128);
+        if (big) {
+            size_t at = (size_t)snprintf(big, 128, "{\"type\":\"log\",\"level\":\"info\",\"message\":\"");
+            for (size_t i = 0; i < n / 2; i++) { big[at++] = '\\'; big[at++] = 'n'; }
+            at += (size_t)snprintf(big + at, 16, "\"}");
+            for (int i = 0; i < 3; i++) g_host->send(g_host->ctx, (const uint8_t *)big, at);
+            free(big);
+        }
+        usleep(1100 * 1000);
+        const char *after = "{\"type\":\"log\",\"level\":\"info\",\"message\":\"after the big logs\"}";
+        g_host->send(g_host->ctx, (const uint8_t *)after, strlen(after));
+        reply(id, "null");
         return;
     }
     if (!strcmp(method, "noReplies")) {
