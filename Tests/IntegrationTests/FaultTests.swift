@@ -421,6 +421,20 @@ struct FaultTests {
         #expect(try sv.plugin("p.logs").state == "running")
     }
 
+    @Test("a plugin whose willTerminate never returns is stopped at the end of the grace period, as a stop, not killed by the watchdog meanwhile")
+    func aSlowWillTerminateIsAStop() throws {
+        let w = try TestWorld()
+        try w.bundle("s.slow", library: try Self.hostile())
+        let cfg = try w.config(#"{"pingIntervalMs": 100, "pingTimeoutMs": 300, "shutdownGraceMs": 1500}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        #expect(try sv.cli("call", "s.slow", "blockWillTerminate", "{}").code == 0)
+        let restart = try sv.cli("restart", "s.slow")
+        #expect(restart.code == 0, "\(restart.err)")
+        let exit = try #require(try sv.plugin("s.slow").lastExit)
+        #expect(exit.reason == .stopped && exit.message?.contains("1500 ms grace period") == true, "\(exit)")
+        #expect(!sv.log.contains("no pong within"), "the watchdog killed a worker being stopped")
+    }
+
     @Test("a log line whose metadata holds numbers, booleans, null, arrays and objects is written with them (a number as a number in JSON logs), never in another plugin's name, and its worker runs on")
     func logMetadataOfAnyJSON() throws {
         let w = try TestWorld()

@@ -144,7 +144,9 @@ final class Health: SupervisorComponent {
     /// from the next tick on.
     private func watchdog(_ records: [PluginRecord], now: NIODeadline, idleToo: Bool) {
         for record in records where record.phase == .running && !config.isDebugged(record.identifier) {
-            guard let instance = record.instance, let channel = instance.channel else { continue }
+            // A worker being stopped has its own deadlines (the drain, then `willTerminate`'s grace
+            // period): a plugin slow to finish is stopped as that, not killed by the watchdog.
+            guard let instance = record.instance, let channel = instance.channel, !instance.phase.stopRequested else { continue }
             switch instance.awaiting {
             case .start:
                 // Not running yet: its start-up timeout watches it.

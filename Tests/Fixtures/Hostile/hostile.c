@@ -407,6 +407,7 @@ static void reply(unsigned long long id, const char *result) {
 
 /* How many `noReply` calls came (read with `noReplies`). */
 static int no_replies;
+static volatile int block_will_terminate;
 
 static void receive(void *ctx, const uint8_t *bytes, size_t len) {
     (void)ctx;
@@ -414,12 +415,18 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
     char type[16], method[64], path[512] = "";
     if (!find_string(json, len, "type", type, sizeof type)) return;
     unsigned long long id = (unsigned long long)find_number(json, len, "id", 0);
-    if (strcmp(type, "call") != 0) { reply(id, "null"); return; }
+    if (strcmp(type, "call") != 0) {
+        /* After `blockWillTerminate`, its `willTerminate` never returns (a plugin slow to finish). */
+        if (block_will_terminate && memmem(json, len, "willTerminate", 13)) for (;;) pause();
+        reply(id, "null");
+        return;
+    }
     find_string(json, len, "method", method, sizeof method);
     if (!strcmp(method, "ctorResult")) { reply(id, ctor_result); return; }
     /* Never answered (a plugin that is slow, or lost the call); its `cancel` is answered like any
        other message above: a late reply (PeerLinkTests). */
     if (!strcmp(method, "noReply")) { no_replies++; return; }
+    if (!strcmp(method, "blockWillTerminate")) { block_will_terminate = 1; reply(id, "null"); return; }
     if (!strcmp(method, "breakLinks")) {
         /* Straight onto every socket above the protocol socket, the order channel and the payload
            channel (its peer links): a frame header announcing 2 GiB, which ends each link at its
