@@ -4,7 +4,9 @@
  * brings the previous binary back when the new one crashes or stalls before it has taken over. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include <dirent.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -13,6 +15,26 @@ int cls_set_cloexec(int fd, int on) {
     if (flags < 0) return -errno;
     flags = on ? (flags | FD_CLOEXEC) : (flags & ~FD_CLOEXEC);
     return fcntl(fd, F_SETFD, flags) == 0 ? 0 : -errno;
+}
+
+/* Every descriptor above stderr but those in `keep` closes at the next exec: what a library
+ * opened without O_CLOEXEC (an event loop's epoll instance) would otherwise live on, unused, in
+ * every binary an upgrade execs. Returns how many were marked, or -errno. */
+int cls_cloexec_all_but(const int *keep, int count) {
+    DIR *dir = opendir("/proc/self/fd");
+    if (!dir) return -errno;
+    int self = dirfd(dir), marked = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+        int fd = atoi(entry->d_name), kept = fd <= 2 || fd == self;
+        for (int i = 0; i < count && !kept; i++) kept = keep[i] == fd;
+        if (kept) continue;
+        int flags = fcntl(fd, F_GETFD);
+        if (flags >= 0 && !(flags & FD_CLOEXEC) && fcntl(fd, F_SETFD, flags | FD_CLOEXEC) == 0) marked++;
+    }
+    closedir(dir);
+    return marked;
 }
 
 int cls_exec_fd(int fd, char *const argv[], char *const envp[]) {

@@ -99,6 +99,13 @@ public enum InPlaceExec {
         }
     }
 
+    /// Every other descriptor (above stderr) closes at the exec, whoever opened it and how: a
+    /// library's descriptor opened without `O_CLOEXEC` is not carried into the next binary.
+    public static func closeOthersAtExec(keeping fds: [Int32]) throws(SystemError) {
+        let rc = fds.withUnsafeBufferPointer { cls_cloexec_all_but($0.baseAddress, Int32($0.count)) }
+        if rc < 0 { throw SystemError(call: "opendir", errno: -rc, context: "/proc/self/fd") }
+    }
+
     /// Runs `binary` in place of this process, with `arguments` and `environment`. Returns only if
     /// the exec failed, with why. Call it from the thread that made every child (`SpawnerThread`).
     public static func exec(_ binary: Binary, arguments: [String], environment: [String]) -> SystemError {

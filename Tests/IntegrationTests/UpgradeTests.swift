@@ -122,6 +122,14 @@ struct UpgradeTests {
         // u.b calls u.a over a peer link.
         #expect(try await listener.call("u.b", "pingVia", "u.a", as: Int.self) == 1)
         let before = try Self.workers(sup)
+        // A library's descriptors opened without O_CLOEXEC (the event loops' epoll instances) are
+        // not carried into the next binary, where nothing would use or close them.
+        func epolls() throws -> Int {
+            try FileManager.default.contentsOfDirectory(atPath: "/proc/\(sup.pid)/fd").count {
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(sup.pid)/fd/\($0)")) == "anon_inode:[eventpoll]"
+            }
+        }
+        let epollsBefore = try epolls()
         let upgrader = try await SupervisorClient.connect(socket: sup.socket)
         defer { upgrader.close() }
         var outcomes: [UpgradeOutcome] = []
@@ -137,6 +145,7 @@ struct UpgradeTests {
         print("upgrade pauses (ms): \(outcomes.map(\.pauseMs)); longest gap between answered calls of one client: \(gapMs) ms")
         #expect(gapMs < 2_000, "a client waited \(gapMs) ms for an answer")
         let after = try Self.workers(sup)
+        #expect(try epolls() == epollsBefore, "an epoll instance was carried across an exec")
         #expect(after.mapValues(\.pid) == before.mapValues(\.pid))
         #expect(after.mapValues(\.restarts) == before.mapValues(\.restarts) && after["u.a"]?.restarts == 1)
         #expect(try sup.status().allSatisfy { $0.supervisorVersion == ProductVersion.current && $0.state == "running" })

@@ -219,6 +219,7 @@ void cls_link_hold_flush(int timeout_ms);
 /* ---- upgrading in place (upgrade.c) ---- */
 /* Sets (on != 0) or clears FD_CLOEXEC on `fd`: a descriptor handed to the new binary loses it. */
 int cls_set_cloexec(int fd, int on);
+int cls_cloexec_all_but(const int *keep, int count);
 /* execveat(fd, "", AT_EMPTY_PATH): runs the binary opened as `fd` (the file that was checked, even
    if its path has been replaced since). Returns -errno when it fails (it does not return otherwise). */
 int cls_exec_fd(int fd, char *const argv[], char *const envp[]);

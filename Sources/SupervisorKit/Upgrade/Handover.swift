@@ -88,7 +88,10 @@ extension Engine {
             return handOverFailed(q, held: held, "\(error)")
         }
         let kept = snapshot.descriptors + [memfd.raw, previous.fd]
-        do { try InPlaceExec.keepAcrossExec(kept) } catch {
+        do {
+            try InPlaceExec.keepAcrossExec(kept)
+            try InPlaceExec.closeOthersAtExec(keeping: kept)
+        } catch {
             try? InPlaceExec.keepAcrossExec(kept, false)
             previous.close()
             return handOverFailed(q, held: held, "\(error)")
