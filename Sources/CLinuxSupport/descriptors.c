@@ -39,8 +39,17 @@ static long send_with_fd(int sock, int fd, const void *data, size_t len, int fla
 /* One recvmsg of up to `len` bytes (retried on EINTR) with up to `max` descriptors (close-on-exec)
    into `fds`, *count how many came; -EBADMSG when some were dropped (MSG_CTRUNC) or more than
    `max` came: everything that came is closed. */
+static long receive_fds_noting(int sock, void *data, size_t len, int *fds, int max, int *count, int flags, int *truncated);
+
 static long receive_fds(int sock, void *data, size_t len, int *fds, int max, int *count, int flags) {
+    return receive_fds_noting(sock, data, len, fds, max, count, flags, NULL);
+}
+
+/* As receive_fds; with `truncated`, descriptors dropped for want of room are not an error: the
+   bytes that came are returned, with no descriptor (*count 0) and *truncated set. */
+static long receive_fds_noting(int sock, void *data, size_t len, int *fds, int max, int *count, int flags, int *truncated) {
     *count = 0;
+    if (truncated) *truncated = 0;
     struct iovec iov = { data, len };
     union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int) * CLS_MAX_PASSED_FDS)]; } control;
     struct msghdr msg = { 0 };
@@ -64,6 +73,10 @@ static long receive_fds(int sock, void *data, size_t len, int *fds, int max, int
     /* Descriptors dropped for want of room, or more than expected: not the message that was sent. */
     if ((msg.msg_flags & MSG_CTRUNC) || extra) {
         for (int i = 0; i < got; i++) close(fds[i]);
+        if (truncated && (msg.msg_flags & MSG_CTRUNC) && !extra) {
+            *truncated = 1;
+            return (long)n;
+        }
         return -EBADMSG;
     }
     *count = got;
@@ -126,6 +139,13 @@ long cls_send_with_fd(int sock, int fd, const void *data, size_t len) {
 
 long cls_receive_with_fd(int sock, void *data, size_t len, int *fd) {
     return receive_with_fd(sock, data, len, fd, 0);
+}
+
+long cls_receive_with_fd_noting(int sock, void *data, size_t len, int *fd, int *truncated) {
+    int count = 0;
+    long n = receive_fds_noting(sock, data, len, fd, 1, &count, 0, truncated);
+    if (count == 0) *fd = -1;
+    return n;
 }
 
 int cls_accept_cloexec(int listener) {

@@ -144,6 +144,10 @@ long cls_receive_fds(int sock, void *data, size_t len, int *fds, int max, int *c
 /* Reads up to `len` bytes (waiting for some), and the descriptor attached to them if any (*fd, made
    close-on-exec; else -1): the bytes read, 0 at end of stream, -errno. */
 long cls_receive_with_fd(int sock, void *data, size_t len, int *fd);
+/* As cls_receive_with_fd, but a descriptor dropped for want of room (MSG_CTRUNC: this process is
+   at its open-files limit) is no error: the bytes that came are returned, *fd is -1 and
+   *truncated is 1, so that the caller can drop that one message and read the next. */
+long cls_receive_with_fd_noting(int sock, void *data, size_t len, int *fd, int *truncated);
 /* An eventfd (close-on-exec, non-blocking) to wake a thread waiting in poll, or -errno. */
 int cls_wake_fd(void);
 

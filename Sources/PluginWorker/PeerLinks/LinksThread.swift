@@ -97,7 +97,10 @@ final class LinksThread {
     private func readOrder() -> Bool {
         var header = [UInt8](repeating: 0, count: 4)
         var fd: Int32 = -1
-        let n = header.withUnsafeMutableBytes { cls_receive_with_fd(channel, $0.baseAddress, 4, &fd) }
+        // At this process's open-files limit the order's socket is dropped on the way in: that
+        // order alone is lost (below), not the channel.
+        var truncated: Int32 = 0
+        let n = header.withUnsafeMutableBytes { cls_receive_with_fd_noting(channel, $0.baseAddress, 4, &fd, &truncated) }
         if n == -Int(EAGAIN) || n == -Int(EINTR) { return true }
         let length = n == 4 ? try? Frame.bodyLength(b0: header[0], b1: header[1], b2: header[2], b3: header[3], limit: PeerLinkOrder.maxBytes) : nil
         // The supervisor writes an order whole, in one send: the rest is there, or never will be

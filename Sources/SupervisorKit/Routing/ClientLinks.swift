@@ -37,7 +37,7 @@ extension Router {
         case .failure(.socketpair(let why)): return outbox.answer(origin, error: ErrorBody(.unavailable, "socketpair: \(why)"))
         case .failure(.calleeTakesNone): return outbox.answer(origin, error: ErrorBody(.unavailable, "\(target)'s worker takes no links"))
         }
-        let token = handoff.offer(callerEnd, link: link.number)
+        let token = handoff.offer(callerEnd, link: link.number, to: ObjectIdentifier(connection))
         connection.linksOut[target] = link
         connection.linkedCallees.insert(target)
         callee.linksIn[ObjectIdentifier(link)] = link
@@ -73,8 +73,10 @@ extension Router {
         return true
     }
 
-    /// A client went away: its links are settled (the callees see their ends close by themselves).
+    /// A client went away: its links are settled (the callees see their ends close by themselves),
+    /// and what was offered to it at the handoff socket and not picked up is closed.
     func clientGone(_ connection: ControlConnection) {
+        shared.handoff?.withdraw(from: ObjectIdentifier(connection))
         for unlink in connection.unlinks.values {
             unlink.deadline.cancel()
             settle(unlink.link)

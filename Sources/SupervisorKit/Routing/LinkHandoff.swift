@@ -39,12 +39,20 @@ final class LinkHandoff: Sendable {
     static let tokenLifetimeNanoseconds: Int64 = 10_000_000_000
 
     /// A descriptor kept for a token: a link's end or an answer's memfd (`tag`: the link's number,
-    /// 0 for bytes), or bytes a client handed in (`tag`: their length).
+    /// 0 for bytes), or bytes a client handed in (`tag`: their length). `owner`: the control
+    /// connection it was offered to, which withdraws it when it goes (nil: handed over by an
+    /// upgrade, or a deposit).
     private struct Offer {
         let fd: Int32
         let tag: UInt64
         let until: Int64
+        var owner: ObjectIdentifier? = nil
     }
+
+    /// Offers one client may leave uncollected: past this, its oldest is withdrawn. An answer's
+    /// memfd that is never collected holds the answering plugin's memory (its pages are charged
+    /// to that worker's group), and a link's end a descriptor in that worker.
+    static let offersPerClient = 64
 
     /// A descriptor kept for a token, as an upgrade hands it to the next binary.
     typealias Kept = UpgradeSnapshot.Kept
@@ -131,21 +139,37 @@ final class LinkHandoff: Sendable {
         return deposit.fd
     }
 
-    /// Keeps `fd` (the client's end of link `link`, now owned here) for the client that brings the
-    /// returned token. Expired offers are closed on the way.
-    func offer(_ fd: Int32, link: UInt64) -> String {
+    /// Keeps `fd` (the client's end of link `link`, or an answer's memfd with `link` 0, now owned
+    /// here) for the client `owner` that brings the returned token. Expired offers are closed on
+    /// the way, and the owner's oldest past `offersPerClient`.
+    func offer(_ fd: Int32, link: UInt64, to owner: ObjectIdentifier) -> String {
         let token = Self.token()
         let now = ProcessControl.monotonicNanoseconds()
         let until = now + Self.tokenLifetimeNanoseconds
         let expired = offers.withLock { offers -> [Int32] in
-            let gone = offers.filter { $0.value.until < now }
-            for key in gone.keys { offers[key] = nil }
-            offers[token] = Offer(fd: fd, tag: link, until: until)
-            return gone.values.map(\.fd)
+            var gone = offers.filter { $0.value.until < now }.map(\.key)
+            let owned = offers.filter { $0.value.owner == owner && $0.value.until >= now }
+            if owned.count >= Self.offersPerClient {
+                gone += owned.sorted { $0.value.until < $1.value.until }.prefix(owned.count - Self.offersPerClient + 1).map(\.key)
+            }
+            let fds = gone.compactMap { offers.removeValue(forKey: $0)?.fd }
+            offers[token] = Offer(fd: fd, tag: link, until: until, owner: owner)
+            return fds
         }
         for fd in expired { close(fd) }
         expiring(until)
         return token
+    }
+
+    /// The client `owner` went away: what was offered to it and not picked up is closed now
+    /// (its links' ends, so that their callees see them end; its answers' memfds, so that their
+    /// memory is freed), not when the tokens expire.
+    func withdraw(from owner: ObjectIdentifier) {
+        let left = offers.withLock { offers -> [Int32] in
+            let keys = offers.filter { $0.value.owner == owner }.map(\.key)
+            return keys.compactMap { offers.removeValue(forKey: $0)?.fd }
+        }
+        for fd in left { close(fd) }
     }
 
     /// Closes the offers nobody picked up in time (a client that went away: an answer's memfd is

@@ -117,13 +117,14 @@ extension Router {
     /// Writes `frame`'s attachments and inline bytes to a control client: each descriptor becomes
     /// a token for the handoff socket (`LinkHandoff.offer`, the same one-time pick-up as a link's
     /// end). False when there is no handoff socket (the descriptors are closed).
-    func attach(_ payload: Payload, to frame: consuming FrameEncoder<ByteBuffer>, _ bytes: UnsafeRawBufferPointer) -> ByteBuffer? {
+    func attach(_ payload: Payload, to frame: consuming FrameEncoder<ByteBuffer>, _ bytes: UnsafeRawBufferPointer,
+                for connection: ControlConnection) -> ByteBuffer? {
         var list = payload.list
         if payload.hasDescriptors {
             guard let handoff = shared.handoff else { return nil }
             var fds = payload.take()[...]
             for i in list.indices where list[i].isDescriptor {
-                list[i].place = .token(handoff.offer(fds.removeFirst(), link: 0))
+                list[i].place = .token(handoff.offer(fds.removeFirst(), link: 0, to: ObjectIdentifier(connection)))
             }
         }
         frame.attachments(list)

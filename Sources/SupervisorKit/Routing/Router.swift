@@ -233,7 +233,7 @@ final class Router: SupervisorComponent {
             var frame = outbox.encoder(.reply, for: channel, capacity: bytes.count)
             frame.uint("id", clientID)
             frame.answer(of: env, in: bytes)
-            guard let written = attach(payload, to: frame, bytes) else {
+            guard let written = attach(payload, to: frame, bytes, for: connection) else {
                 let none = ErrorBody(.unavailable, "the answer's bytes are passed as descriptors, and this supervisor has no handoff socket for them")
                 outbox.write(outbox.errorFrame(id: clientID, none, for: channel), to: channel)
                 return true
