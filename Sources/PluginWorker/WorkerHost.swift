@@ -60,10 +60,15 @@ final class WorkerHost: Sendable {
     /// Whether a plugin is attached (loaded and created, not yet destroyed).
     var hasPlugin: Bool { pluginLock.withLock { $0 != 0 } }
 
-    /// Hands one message to the plugin.
-    func deliver(_ bytes: UnsafeRawBufferPointer) {
+    /// Hands one message to the plugin. `handingOver` runs just before the plugin's `receive`,
+    /// with the plugin's lock held (SPEC §15): a call's taken mark must say it was handed over only
+    /// once no other thread is inside the plugin. Marked before the lock, a call that the I/O
+    /// thread (or the links thread) took off its socket while the other thread held the plugin
+    /// counted as started if that one crashed, though the plugin never had it.
+    func deliver(_ bytes: UnsafeRawBufferPointer, handingOver: () -> Void = {}) {
         pluginLock.withLock { bits in
             guard let plugin = UnsafePointer<sp_plugin>(bitPattern: bits), let receive = plugin.pointee.receive else { return }
+            handingOver()
             receive(plugin.pointee.ctx, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
         }
     }
@@ -72,9 +77,10 @@ final class WorkerHost: Sendable {
     /// if it lists any (docs/abi.md "Bytes"): they were sent on the payload channel just before it.
     /// Each is checked (a sealed memfd of the announced length) and the message reaches the plugin
     /// with this process's descriptor numbers in place of `true`; the plugin owns them from then on.
-    func deliverFromSupervisor(_ body: UnsafeRawBufferPointer) {
+    /// `handingOver` as for `deliver` (the request's taken mark).
+    func deliverFromSupervisor(_ body: UnsafeRawBufferPointer, handingOver: () -> Void = {}) {
         guard Self.mayHaveAttachments(body), let env = try? Envelope.parse(body), let range = env.attachments,
-              var list = try? Attachments.read(body, range), list.contains(where: \.isDescriptor) else { return deliver(body) }
+              var list = try? Attachments.read(body, range), list.contains(where: \.isDescriptor) else { return deliver(body, handingOver: handingOver) }
         var fds = [Int32](repeating: -1, count: Attachments.maxDescriptors)
         var count: Int32 = 0
         var marker: UInt8 = 0
@@ -102,7 +108,7 @@ final class WorkerHost: Sendable {
             for fd in received { close(fd) }
             return undeliverable(env, why, code: .badRequest)
         }
-        deliver(frame: Attachments.replacing(in: body, env, with: list))
+        deliver(frame: Attachments.replacing(in: body, env, with: list), handingOver: handingOver)
     }
 
     /// Why a call's bytes are over its plugin's `limits.maxPayloadMB` (SPEC §13), or nil.
@@ -127,8 +133,8 @@ final class WorkerHost: Sendable {
     }
 
     /// Hands one frame the worker built itself (length prefix included) to the plugin.
-    func deliver(frame: [UInt8]) {
-        frame.withUnsafeBytes { deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...])) }
+    func deliver(frame: [UInt8], handingOver: () -> Void = {}) {
+        frame.withUnsafeBytes { deliver(UnsafeRawBufferPointer(rebasing: $0[Frame.headerSize...]), handingOver: handingOver) }
     }
 
     /// Calls the plugin's `destroy` once; later deliveries are dropped.

@@ -151,8 +151,9 @@ public func workerMain() -> Int32 {
                 links.unlink(body)
                 return true
             }
-            taken?.handingOver(body)
-            host.deliverFromSupervisor(body)
+            // The mark is stored once the plugin's lock is held, just before `receive` (the links
+            // thread may be inside the plugin meanwhile: this request is not started until then).
+            host.deliverFromSupervisor(body) { taken?.handingOver(body) }
             return true
         }) != nil {}
     } catch {

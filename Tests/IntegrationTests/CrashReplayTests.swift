@@ -74,6 +74,51 @@ struct CrashReplayTests {
         try Self.expectWaitingCallsReplayed(in: "r.serial", w, sv)
     }
 
+    @Test("a worker that crashes while a restart drains it: the calls its plugin never started go to the worker the restart brings up, in order; removed by a reload instead, they fail with why, not as started")
+    func aCrashDuringARestartsDrain() throws {
+        let w = try TestWorld()
+        let bundle = try w.bundle("r.serial")
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"drainTimeoutMs": 20000}"#)])
+        for ending in ["restart", "reload"] {
+            let connection = try Self.slowCallThenWaiting(16, in: "r.serial", w, sv)
+            defer { connection.close() }
+            let pid = try #require(try sv.plugin("r.serial").pid)
+            let asker = try rawControl(sv.socket)
+            defer { asker.close() }
+            if ending == "reload" { try FileManager.default.moveItem(atPath: bundle, toPath: w.root + "/removed") }
+            try asker.sendFrame(framed(#"{"type":"\#(ending)","id":7,"target":"r.serial"}"#))
+            try sv.waitUntil("the \(ending)'s drain to wait for the calls inside") {
+                sv.log.components(separatedBy: "r.serial: waiting for").count == (ending == "restart" ? 2 : 3)
+            }
+            kill(pid, SIGKILL)
+            var answers: [UInt64: Answer] = [:]
+            var order: [UInt64] = []
+            while answers.count < 17 {
+                let answer = try Self.read(connection)
+                #expect(answers[answer.id] == nil, "answered twice: \(answer.id)")
+                answers[answer.id] = answer
+                order.append(answer.id)
+            }
+            #expect(answers[1]?.error?.started == true, "\(String(describing: answers[1]))")
+            let done = try Self.read(asker)
+            if ending == "restart" {
+                #expect(done.error == nil, "\(String(describing: done.error))")
+                for i in 0..<16 {
+                    let answer = try #require(answers[UInt64(100 + i)])
+                    #expect(answer.result == "\(i)" && answer.error == nil, "call \(i): \(String(describing: answer.error))")
+                }
+                #expect(order.filter { $0 >= 100 } == (100..<116).map { UInt64($0) }, "answered out of order")
+                #expect(try Self.ran(sv, "r.serial") == Array(0..<16))
+                #expect(try sv.plugin("r.serial").pid != pid)
+            } else {
+                for i in 0..<16 {
+                    let error = try #require(answers[UInt64(100 + i)]?.error, "call \(i) answered")
+                    #expect(error.code == "unavailable" && error.started != true && error.message.contains("removed"), "call \(i): \(error)")
+                }
+            }
+        }
+    }
+
     @Test("the same after an upgrade in place: the worker the new binary took over sent its taken page again, so its waiting calls are replayed on its crash, not failed as started")
     func waitingCallsAcrossAnUpgrade() async throws {
         let w = try TestWorld()

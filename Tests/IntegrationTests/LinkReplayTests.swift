@@ -59,6 +59,49 @@ struct LinkReplayTests {
         #expect(metrics["plugin_calls_retried_total", ["plugin": "l.serial"]] == nil)
     }
 
+    @Test("calls taken off a direct link while a call through the supervisor holds the plugin, and the other way round: the worker killed, each call its plugin never had is replayed, none counted as started")
+    func aCallTakenOffItsSocketIsNotStarted() async throws {
+        let w = try TestWorld()
+        try w.bundle("l.both")
+        let sv = try RunningSupervisor(w)
+        let client = try await Self.linkedClient(sv, to: "l.both")
+        defer { client.close() }
+        for slowOverTheLink in [false, true] {
+            // The slow call holds the plugin from one thread (the worker's I/O thread, or its links
+            // thread); the other thread takes the next call off its own socket and waits for the plugin.
+            let raw = try rawControl(sv.socket)
+            defer { raw.close() }
+            let slowTask: Task<Int, any Error>? = slowOverTheLink ? Task { try await client.call("l.both", "block", ["ms": 60_000], as: Int.self) } : nil
+            if !slowOverTheLink { try raw.sendFrame(callFrame(id: 1, target: "l.both", method: "block", params: #"{"ms":60000}"#)) }
+            try sv.waitUntil("the slow call to start") { FileManager.default.fileExists(atPath: w.home + "/data/l.both/blocking") }
+            var waiting: [Task<Int, any Error>] = []
+            if slowOverTheLink {
+                for i in 0..<4 { try raw.sendFrame(callFrame(id: UInt64(100 + i), target: "l.both", method: "tally", params: "\(i)")) }
+                #expect(try CrashReplayTests.routed(raw).isEmpty, "answered before the kill")
+            } else {
+                waiting = (0..<4).map { i in Task { try await client.call("l.both", "tally", i, as: Int.self) } }
+                try sv.waitUntil("4 calls in flight over the link") { client.linkCallsInFlight(to: "l.both") == 4 }
+            }
+            _ = try CrashReplayTests.killWorker(sv, "l.both")
+            if let slowTask { await #expect(throws: ErrorBody.self) { _ = try await slowTask.value } }
+            for (i, call) in waiting.enumerated() { #expect(try await call.value == i, "call \(i) over the link") }
+            var answers: [UInt64: CrashReplayTests.Answer] = [:]
+            while answers.count < (slowOverTheLink ? 4 : 1) {
+                let answer = try CrashReplayTests.read(raw)
+                answers[answer.id] = answer
+            }
+            if slowOverTheLink {
+                for i in 0..<4 { #expect(answers[UInt64(100 + i)]?.result == "\(i)", "call \(i) through the supervisor: \(String(describing: answers[UInt64(100 + i)]))") }
+            } else {
+                #expect(answers[1]?.error?.started == true)
+            }
+            // Each ran once (the plugin's record of them goes on across its workers).
+            let ran = try await client.call("l.both", "ran", as: [Int].self)
+            #expect(ran.count == (slowOverTheLink ? 8 : 4) && ran.suffix(4).sorted() == Array(0..<4), "\(ran)")
+            try await Self.waitForLink(client, to: "l.both")
+        }
+    }
+
     @Test("over a direct link, 4 callers, the worker killed 10 times: an idempotent method loses no call; one that is not fails only calls its plugin had started, each with started: true, and none runs twice")
     func killsUnderLoad() async throws {
         let w = try TestWorld()

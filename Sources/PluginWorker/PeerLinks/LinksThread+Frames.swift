@@ -142,18 +142,23 @@ extension LinksThread {
                 for fd in Attachments.descriptors(attached ?? []) { close(fd) }
                 return refuse(id, on: link, "more than \(LinkTable<LinkSocket>.mostServedPerLink) calls of this link are in the plugin already")
             }
-            if let markSlot { links.marks?.handingOver(linkCall: id, slot: markSlot) }
             // Forwarded as the supervisor forwards a call (Router.forward): the same hop.
             let bytes = keptBuffer(capacity: CallHop.frameCapacity(forwarding: body.count, from: peer) + 32)
             // A control client's link has no peer plugin: its calls carry no `from`, as through the supervisor.
             let frame = hop.forward(.call, id: local, from: peer.isEmpty ? nil : peer, env, in: body, into: consume bytes).frame
             defer { keep(frame) }
-            guard let attached else { return host.deliver(frame: frame) }
+            // The link's mark goes up once the plugin's lock is held, just before `receive`: taken
+            // off the link is not started (the I/O thread may be inside the plugin, and it may die there).
+            guard let attached else {
+                return host.deliver(frame: frame) { if let markSlot { links.marks?.handingOver(linkCall: id, slot: markSlot) } }
+            }
             // Its bytes with this process's descriptor numbers.
             frame.withUnsafeBytes { raw in
                 let forwarded = UnsafeRawBufferPointer(rebasing: raw[Frame.headerSize...])
                 guard let again = try? Envelope.parse(forwarded, maxDepth: maxDepth) else { return }
-                host.deliver(frame: Attachments.replacing(in: forwarded, again, with: attached))
+                host.deliver(frame: Attachments.replacing(in: forwarded, again, with: attached)) {
+                    if let markSlot { links.marks?.handingOver(linkCall: id, slot: markSlot) }
+                }
             }
         case .cancel:
             if let local = links.table.withLock({ $0.cancelled(id, on: link.number) }) { deliverCancel(local) }

@@ -133,7 +133,7 @@ extension Lifecycle {
         record.idleStopping = nil
         // The calls it held, decided with the plugin's phase as its life just made it (a restart
         // comes, or never), before the actions announce the end with what became of them.
-        exited.resent = settleHeld(instance, of: record, crash: described)
+        exited.resent = settleHeld(instance, of: record, crash: described, afterStop: afterStop)
         effects.now(.life(record, actions, exited: exited))
     }
 

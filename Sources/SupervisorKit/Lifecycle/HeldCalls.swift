@@ -15,8 +15,9 @@ extension Lifecycle {
 
     /// Settles every request `instance` held (those it held when its socket closed, and any still
     /// in its table), reading its taken page one last time. `record`: its plugin, if still known
-    /// (its phase already moved by the end); `crash`: the end as the log says it.
-    func settleHeld(_ instance: WorkerInstance, of record: PluginRecord?, crash: String) -> Resent {
+    /// (its phase already moved by the end); `crash`: the end as the log says it; `afterStop`: the
+    /// worker was being stopped on purpose (drained for a restart, an update, an uninstall...).
+    func settleHeld(_ instance: WorkerInstance, of record: PluginRecord?, crash: String, afterStop: Bool = false) -> Resent {
         instance.crash.held += instance.pending.removeAll()
         // The marks of the links it served, while its page is mapped; their callers see them end now.
         instance.concludeLinks(crash: crash)
@@ -42,8 +43,20 @@ extension Lifecycle {
         }
         guard !replayable.isEmpty else { return Resent() }
         let rules = CrashReplay(manifest: record?.manifest ?? instance.manifest, flagged: instance.hello?.idempotent ?? [])
-        let successor: CrashReplay.Successor = record.map { .after($0.routeTarget, shuttingDown: isShuttingDown) }
-            ?? .never(reason: "\(instance.identifier) is no longer installed")
+        let successor: CrashReplay.Successor
+        if let record {
+            // A worker that ended while being stopped leaves its plugin `stopped` for a moment: whoever
+            // asked for the stop (a restart, an update's stop and start, a reload, an uninstall)
+            // decides in its exit callbacks, which run after this, whether a worker follows. So what
+            // its plugin never started joins what came during the drain in the wait queue (SPEC §8,
+            // §15): the next worker takes it, or, when none follows, the queue fails it at the
+            // deadline timer's next tick with the reason the plugin stays down (`Router.expireWaiting`:
+            // `<id> is stopped`, `<id> was uninstalled`, `<id> is failed: ...`). At shutdown nothing follows.
+            let stopping = afterStop && !isShuttingDown && record.phase == .stopped
+            successor = stopping ? .comes : .after(record.routeTarget, shuttingDown: isShuttingDown)
+        } else {
+            successor = .never(reason: "\(instance.identifier) is no longer installed")
+        }
         let outcome = rules.decide(replayable, watermark: witness, unread: [], crash: crash, successor: successor, now: .now)
         for (request, error, started) in outcome.failures {
             fail(request, of: instance, error, started: started)
