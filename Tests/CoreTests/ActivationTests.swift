@@ -38,8 +38,8 @@ import SupervisorCore
         var life = PluginLife(phase: .inactive)
         life.hasRun = true  // it ran before an idle stop
         let actions = life.activate("p", by: "call", dependenciesRunning: true)
-        #expect(actions == [.log(.info, "activating p: call"), .spawn(takingStandby: false), .announceActivated(by: "call")])
-        life.workerSpawned()
+        #expect(actions == [.log(.info, "activating p: call"), .spawn(takingStandby: false)])
+        #expect(life.workerSpawned() == [.announceActivated(by: "call")], "announced once its worker (its pid) exists")
         #expect(life.phase == .starting, "an activation shows as starting, not restarting")
         let runs = life.workerRuns("p", version: "1.0.0")
         #expect(runs.contains(.serveAgain(restarted: false)), "its dependents lost nothing: no dependencyRestarted")
@@ -53,7 +53,8 @@ import SupervisorCore
         let actions = life.activate("p", by: "dependent q", dependenciesRunning: false)
         #expect(life.phase == .waiting)
         #expect(actions.contains(.startWaitingPlugins) && !actions.contains(.spawn(takingStandby: false)))
-        life.workerSpawned()
+        #expect(!actions.contains(.announceActivated(by: "dependent q")), "no worker, no pid yet: announced when it spawns")
+        #expect(life.workerSpawned() == [.announceActivated(by: "dependent q")])
         #expect(life.phase == .starting)
     }
 

@@ -380,6 +380,25 @@ import SupervisorCore
         #expect(waiting.phase == .waiting && waiting.restarts == 0)
     }
 
+    /// `supervisor restart` of a plugin that ran, whose dependency is not running (idle-stopped,
+    /// restarting): it waits for it, and its restart counts once its worker is spawned.
+    @Test func aRestartThatWaitsForItsDependenciesCountsWhenItSpawns() {
+        var life = Self.running()
+        let stopped = PluginLife.Ending(status: ExitStatus(reason: .stopped), described: "stopped", abnormal: false, afterStop: true, everRan: true)
+        _ = ended(&life, stopped)
+        #expect(life.startRequested(dependenciesRunning: false) == [.startWaitingPlugins])
+        #expect(life.phase == .waiting && life.restarts == 0)
+        life.workerSpawned()
+        #expect(life.restarts == 1 && life.phase == .restarting)
+        _ = life.workerRuns("p", version: "1.0.0")
+        life.workerSpawned()
+        #expect(life.restarts == 1, "counted once")
+        var fresh = PluginLife(phase: .stopped)
+        _ = fresh.startRequested(dependenciesRunning: false)
+        fresh.workerSpawned()
+        #expect(fresh.restarts == 0, "a plugin that never ran is not restarted")
+    }
+
     /// Two restarts asked while the worker drains: the first one's worker comes up once the old
     /// one has ended; the second finds it coming up and waits for it. One restart, counted once.
     @Test func aSecondRestartDuringTheDrainJoinsTheFirst() {

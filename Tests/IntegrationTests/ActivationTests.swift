@@ -35,6 +35,33 @@ struct ActivationTests {
         #expect(sv.log.contains("activating a.base: dependent a.user"))
     }
 
+    @Test("a call to an onCall plugin whose onCall dependency starts first: both are announced activated, the dependency first, each with its worker's pid; a restart of the dependent while its dependency is idle-stopped counts one restart")
+    func activationsAnnouncedInOrderWithTheirPids() throws {
+        let w = try TestWorld()
+        try w.bundle("a.dep", extra: ["activation": "onCall", "idleStopMs": 300])
+        try w.bundle("a.top", deps: [Dep("a.dep")], extra: ["activation": "onCall"])
+        let sv = try RunningSupervisor(w)
+        let file = w.root + "/events.json"
+        let follower = try ClientTests.follow(sv, ["--json"], to: file)
+        defer { follower.terminate() }
+        try sv.waitUntil("the follower to listen") { try sv.cli("metrics").out.contains("supervisor_host_event_listeners 1") }
+        #expect(try sv.call("a.top", "echo", "[1]", as: [Int].self) == [1])
+        let activated = try sv.waitFor("both activations heard") { () -> [HostEvent]? in
+            let lines = ((try? String(contentsOfFile: file, encoding: .utf8)) ?? "").split(separator: "\n")
+            let events = lines.compactMap { try? JSONDecoder().decode(HostEvent.self, from: Data($0.utf8)) }.filter { $0.event == .activated }
+            return events.count == 2 ? events : nil
+        }
+        #expect(activated.map(\.plugin) == ["a.dep", "a.top"], "\(activated)")
+        #expect(activated[0].pid == (try sv.plugin("a.dep").pid) && activated[0].pid != nil, "\(activated)")
+        #expect(activated[1].pid == (try sv.plugin("a.top").pid) && activated[1].pid != nil, "\(activated)")
+        #expect(activated.map(\.trigger) == ["dependent a.top", "call"], "\(activated)")
+        // The dependency stops after its 300 ms; the dependent runs on (it has no idleStopMs).
+        try sv.waitUntil("a.dep idle-stopped") { try sv.plugin("a.dep").state == "inactive" }
+        let restart = try sv.cli("restart", "a.top")
+        #expect(restart.code == 0, "\(restart.err)")
+        #expect(try sv.plugin("a.top").restarts == 1)
+    }
+
     @Test("a plugin idle for its idleStopMs is stopped cleanly (willTerminate), shown inactive, not counted as a restart; its next call starts it again")
     func idleStopAndBack() throws {
         let w = try TestWorld()

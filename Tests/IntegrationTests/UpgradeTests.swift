@@ -258,6 +258,53 @@ struct UpgradeTests {
         #expect(try sup.waitForExit() == 0)
     }
 
+    @Test("upgrades while new clients keep connecting to call plugins that stop when idle (onCall and eager): a client that connects during the handover is handed over too, the new binary takes none before its plugins are as the snapshot left them; every call answered, no phase refused")
+    func newClientsWaitForTheResume() async throws {
+        let w = try TestWorld()
+        let ids = ["v.lazy1", "v.lazy2", "v.lazy3", "v.eager"]
+        for id in ids { try w.bundle(id, extra: ["idleStopMs": 120] .merging(id == "v.eager" ? [:] : ["activation": "onCall"]) { a, _ in a }) }
+        let sup = try RunningSupervisor(w)
+        let stop = Atomic<Bool>(false)
+        let failures = Guarded<[String]>([])
+        let answered = Atomic<Int>(0)
+        let threads = (0..<4).map { lane in
+            Thread {
+                var n: UInt64 = 0
+                while !stop.load(ordering: .relaxed) {
+                    n += 1
+                    do {
+                        // A new connection each time: some are made while the exec is under way.
+                        let connection = try BlockingConnection.connect(path: sup.socket)
+                        defer { connection.close() }
+                        // A connection no binary serves would wait for ever: 10 s is a failure.
+                        var limit = timeval(tv_sec: 10, tv_usec: 0)
+                        setsockopt(connection.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+                        try connection.sendFrame(callFrame(id: n, target: ids[Int(n) % ids.count], method: "echo", params: "[\(n)]"))
+                        let answer = try CrashReplayTests.read(connection)
+                        if answer.result != "[\(n)]" { failures.withLock { $0.append("lane \(lane): \(answer)") } }
+                        answered.add(1, ordering: .relaxed)
+                    } catch {
+                        if !stop.load(ordering: .relaxed) { failures.withLock { $0.append("lane \(lane): \(error)") } }
+                    }
+                }
+            }
+        }
+        for t in threads { t.start() }
+        defer { stop.store(true, ordering: .relaxed) }
+        try await waitUntil("calls to flow") { answered.load(ordering: .relaxed) > 50 }
+        let upgrader = try await SupervisorClient.connect(socket: sup.socket)
+        defer { upgrader.close() }
+        for _ in 0..<3 {
+            _ = try await upgrader.upgrade()
+            let after = answered.load(ordering: .relaxed)
+            try await waitUntil("calls to flow after it") { answered.load(ordering: .relaxed) > after + 20 }
+        }
+        stop.store(true, ordering: .relaxed)
+        #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0.prefix(5) })")
+        #expect(!sup.log.contains("internal error"), "\(sup.log.split(separator: "\n").filter { $0.contains("internal error") }.prefix(5))")
+        for id in ids { #expect(try sup.plugin(id).restarts == 0, "\(id)") }
+    }
+
     @Test("with standbyWorkers always: the kept standbys end before the handover (they are not handed over) and the new binary keeps its own; a crash after it takes one")
     func keptStandbysAcrossAnUpgrade() async throws {
         let w = try TestWorld()

@@ -23,8 +23,15 @@ package struct PluginLife: Sendable {
     package var installAwaitsVerdict = false
     /// Has reached `running` at least once (so a later start is a restart dependents hear of).
     package var hasRun = false
+    /// A start on request (`supervisor restart`, an install) of a plugin that ran waits for its
+    /// dependencies: the restart is counted when its worker is spawned, as it is at once when
+    /// they run.
+    package private(set) var restartAsked = false
     /// Coming up because it was activated (SPEC §16), until it runs: `starting`, not `restarting`.
     package private(set) var activating = false
+    /// What activated it, until its worker exists: `activated` is announced then, with the
+    /// worker's pid (SPEC §16), after the dependencies it waited for were announced.
+    package private(set) var activatedBy: String?
     /// The version its last worker ran: a start at another version is announced `updated` (SPEC
     /// §12), however it came (an update of a plugin that was not running, a reload that found a
     /// new version on disk, an inactive plugin activated after either).
@@ -222,20 +229,35 @@ package struct PluginLife: Sendable {
     package mutating func startRequested(dependenciesRunning: Bool, hasWorker: Bool = false) -> [Action] {
         restartHistory = []
         problem = nil
+        // Not an activation (one that waited, then was stopped, is not announced by this start).
+        activatedBy = nil
         if hasWorker { return [] }
         if dependenciesRunning {
+            restartAsked = false
             if hasRun { restarts += 1 }
             return [.spawn(takingStandby: false)]
         }
+        // Its dependencies first (an idle-stopped one activated, a crashed one restarting): counted
+        // by `workerSpawned`, once they let it spawn.
+        restartAsked = hasRun
         _ = move(to: .waiting)
         return [.startWaitingPlugins]
     }
 
     /// Its next worker was spawned (what `.spawn` asked for): a plugin that ran before, or is
-    /// coming back from a crash, is restarting; otherwise (or activated) starting.
-    package mutating func workerSpawned() {
+    /// coming back from a crash, is restarting; otherwise (or activated) starting. An activation
+    /// is announced now that its worker (and its pid) exists.
+    @discardableResult
+    package mutating func workerSpawned() -> [Action] {
+        if restartAsked {
+            restartAsked = false
+            restarts += 1
+        }
         if phase == .inactive { activating = true }
         _ = move(to: !activating && (hasRun || phase == .restarting) ? .restarting : .starting)
+        guard let trigger = activatedBy else { return [] }
+        activatedBy = nil
+        return [.announceActivated(by: trigger)]
     }
 
     /// Something needs an `inactive` plugin (SPEC §16): `trigger` says what (`call`, `open`,
@@ -246,10 +268,13 @@ package struct PluginLife: Sendable {
         guard phase == .inactive else { return [] }
         problem = nil
         activating = true
+        // Announced by `workerSpawned`, with its worker's pid: now, or once its dependencies
+        // (activated first, and announced first) let it spawn.
+        activatedBy = trigger
         let said = Action.log(.info, "activating \(identifier): \(trigger)")
-        if dependenciesRunning { return [said, .spawn(takingStandby: false), .announceActivated(by: trigger)] }
+        if dependenciesRunning { return [said, .spawn(takingStandby: false)] }
         _ = move(to: .waiting)
-        return [said, .announceActivated(by: trigger), .startWaitingPlugins]
+        return [said, .startWaitingPlugins]
     }
 
     /// No worker could be spawned for it at all: failed, with the reason as its last exit.
@@ -286,6 +311,8 @@ package struct PluginLife: Sendable {
     /// tried again when that dependency runs), and its worker, if it has one, is stopped.
     package mutating func dependencyFailed(_ identifier: String, dependency: String, dependencyPhase: PluginPhase?, hasWorker: Bool) -> [Action] {
         _ = move(to: .failed(byDependency: true))
+        // An activation that waited for this dependency did not happen.
+        activatedBy = nil
         let why = "dependency \(dependency) is \(dependencyPhase?.shown ?? "not installed")"
         problem = why
         return [.log(.error, "\(identifier) will not start: \(why)"), .announceFailed] + (hasWorker ? [.stop] : []) + [.settleWaiters(why)]
@@ -377,6 +404,7 @@ package struct PluginLife: Sendable {
     /// Failed until asked again: said, and whoever waits hears why; dependents may now fail too.
     private mutating func fail(_ why: String) -> [Action] {
         _ = move(to: .failed(byDependency: false))
+        activatedBy = nil
         problem = why
         return [.announceFailed, .settleWaiters(why), .startWaitingPlugins]
     }

@@ -53,11 +53,17 @@ extension ControlServer {
     }
 
     /// Serves the listener the previous binary handed over in an upgrade (it never closed: a
-    /// client connecting meanwhile waited in its backlog).
+    /// client connecting meanwhile waited in its backlog). It accepts nothing until `resume` has
+    /// put the plugins back as the snapshot left them and turns reading on: a request taken
+    /// before would find the table as `loadPlugins` made it (an `onCall` plugin `inactive` whose
+    /// worker the snapshot hands over, an idle-stopped eager one `waiting`) and activate or queue
+    /// against it.
     static func adopt(listener: Int32, config: SupervisorConfig, group: EventLoopGroup, engine: Handed<Engine>,
                       wait: (EventLoopFuture<Channel>) throws -> Channel) throws(SupervisorError) -> Channel {
         do {
-            return try wait(bootstrap(config: config, group: group, engine: engine).withBoundSocket(listener))
+            return try wait(bootstrap(config: config, group: group, engine: engine)
+                .serverChannelOption(ChannelOptions.autoRead, value: false)
+                .withBoundSocket(listener))
         } catch {
             throw .controlSocket(config.socketPath, "cannot take over the listener (descriptor \(listener)): \(error)")
         }

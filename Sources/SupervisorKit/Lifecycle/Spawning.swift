@@ -30,7 +30,9 @@ extension Lifecycle {
         record.library = spawned.library
         record.variant = spawned.variant
         record.instance = spawned.instance
-        record.life.workerSpawned()
+        // An activation is announced here, with the pid of the worker that now exists (SPEC §16).
+        let announced = record.life.workerSpawned()
+        if !announced.isEmpty { effects.now(.life(record, announced)) }
         settleReloads()
     }
 

@@ -20,22 +20,39 @@ extension Engine {
     func handOver(_ q: Quieting) {
         let workers = Array(table.liveWorkers)
         let connections = Array(control.connections.values.filter { !$0.closed })
-        var channels: [Channel] = workers.compactMap(\.channel) + connections.map(\.channel)
-        let empty = ByteBuffer()
-        var flushed: [EventLoopFuture<Void>] = []
-        for channel in channels {
-            flushed.append(channel.writeAndFlush(empty))
-        }
         var listeners: [Channel] = []
         if let server = control.server { listeners.append(server) }
         if let metrics = metricsListener { listeners.append(metrics) }
-        channels += listeners
+        prepare(workers: workers, connections: connections, listeners: listeners) { [self] cookies in
+            handOverLate(q, workers: workers, connections: connections, cookies: cookies)
+        }
+    }
+
+    /// A client whose connection became active while the others were being prepared (its accept
+    /// was under way as the listener stopped) is prepared too, and handed over with them: left
+    /// out, it would be closed by the exec with its request unanswered.
+    private func handOverLate(_ q: Quieting, workers: [WorkerInstance], connections: [ControlConnection], cookies: [ObjectIdentifier: UInt64]) {
+        let prepared = Set(connections.map(ObjectIdentifier.init))
+        let late = control.connections.values.filter { !$0.closed && !prepared.contains(ObjectIdentifier($0)) }
+        guard !late.isEmpty else { return exec(q, workers: workers, connections: connections, cookies: cookies) }
+        for connection in late { connection.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in } }
+        prepare(workers: [], connections: Array(late), listeners: []) { [self] more in
+            handOverLate(q, workers: workers, connections: connections + late, cookies: cookies.merging(more) { a, _ in a })
+        }
+    }
+
+    /// Flushes what is queued for `workers` and `connections`, takes their frame codecs out
+    /// (collecting what they held), and reads every socket's cookie (the listeners' too).
+    private func prepare(workers: [WorkerInstance], connections: [ControlConnection], listeners: [Channel],
+                         then done: @escaping ([ObjectIdentifier: UInt64]) -> Void) {
+        let streams: [Channel] = workers.compactMap(\.channel) + connections.map(\.channel)
+        let channels = streams + listeners
+        let empty = ByteBuffer()
+        let flushed = streams.map { $0.writeAndFlush(empty) }
         EventLoopFuture.whenAllComplete(flushed, on: loop).assumeIsolated().flatMap { [self] _ -> EventLoopFuture<[Result<Void, any Error>]> in
             for worker in workers { worker.frameLeftovers?.collecting = true }
             for connection in connections { connection.leftovers.collecting = true }
-            let removed = (workers.compactMap(\.channel) + connections.map(\.channel)).map {
-                $0.pipeline.removeHandler(name: FrameCodec.handlerName)
-            }
+            let removed = streams.map { $0.pipeline.removeHandler(name: FrameCodec.handlerName) }
             return EventLoopFuture.whenAllComplete(removed, on: loop)
         }.flatMap { [self] _ -> EventLoopFuture<[UInt64?]> in
             let cookies = channels.map { channel -> EventLoopFuture<UInt64?> in
@@ -44,11 +61,11 @@ extension Engine {
                 return cookie.map { Optional($0) }.recover { _ in nil }
             }
             return EventLoopFuture.whenAllSucceed(cookies, on: loop)
-        }.whenComplete { [self] result in
+        }.whenComplete { result in
             let cookies = (try? result.get()) ?? []
             var byChannel: [ObjectIdentifier: UInt64] = [:]
             for (channel, cookie) in zip(channels, cookies) { if let cookie { byChannel[ObjectIdentifier(channel)] = cookie } }
-            exec(q, workers: workers, connections: connections, cookies: byChannel)
+            done(byChannel)
         }
     }
 

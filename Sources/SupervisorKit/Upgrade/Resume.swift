@@ -102,6 +102,9 @@ extension Engine {
         }
         if s.systemdReady { systemd.ready() }
         lifecycle.startAll { _ in }
+        // Every plugin is as the snapshot left it: new clients, which waited in the listener's
+        // backlog (ControlServer.adopt holds it), are accepted from here on.
+        control.server?.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
         // Taken over: a crash from here on is this binary's own.
         handover.tookOver()
         // The previous binary ended its kept standbys before the handover (`standbyWorkers: "always"`).
