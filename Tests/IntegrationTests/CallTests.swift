@@ -330,4 +330,28 @@ struct ControlBackPressureTests {
         #expect(ran < written / 2, "\(ran) of the \(written) calls ran for a client that read none of its answers and left")
         #expect(try sv.cli("status").code == 0)
     }
+
+    @Test("a client that pipelines calls with large answers and reads none is dropped once 64 MiB of them wait for it, not held in the supervisor's memory")
+    func unreadAnswersHaveALimit() throws {
+        let w = try TestWorld()
+        try w.bundle("bp.echo")
+        let sv = try RunningSupervisor(w)
+        let conn = try rawControl(sv.socket)
+        defer { conn.close() }
+        var timeout = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(conn.fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        // Small requests, read at once (nothing is unread yet), each answered 1 MiB a second later.
+        for i in 0..<200 {
+            var call = FrameBuilder(kind: .call)
+            call.uint("id", UInt64(i + 1))
+            call.string("target", "bp.echo")
+            call.string("method", "text")
+            call.raw("params", Array(#"{"size":1048576,"ms":1000}"#.utf8))
+            try conn.sendFrame(call.finish())
+        }
+        try sv.waitUntil("the client dropped") { sv.log.contains("dropping a control client that does not read its answers") }
+        #expect(try rss(sv.pid) < 300 << 20)
+        #expect(try sv.cli("metrics").out.contains(#"supervisor_control_clients_dropped_total{reason="unread"} 1"#))
+        #expect(try sv.call("bp.echo", "echo", "[1]", as: [Int].self) == [1])
+    }
 }

@@ -92,10 +92,16 @@ extension ControlServer {
 
 /// Requests from one CLI client on the control socket. Only the supervisor's own user (or root)
 /// may talk to it: checked with SO_PEERCRED on connect. A client that sends nothing for
-/// `idleTimeout` while nothing of it is in flight, that reads none of the answers queued for it
-/// in that time, and that neither follows events nor provides host methods, is dropped.
-final class ControlHandler: ChannelInboundHandler {
+/// `idleTimeout` while nothing of it is in flight or waits to be read (an answer queued for it, a
+/// request held back until it reads), and that neither follows events nor provides host methods,
+/// is dropped; so is one that lets more than `unreadLimit` of answers pile up unread.
+final class ControlHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    /// Answers one client may leave unread (its requests wait meanwhile, unread too): past this,
+    /// it is dropped rather than held in the supervisor's memory, as a server drops a client whose
+    /// output buffer passes its hard limit.
+    static let unreadLimit = 64 << 20
     let engine: Engine
     let connection: ControlConnection
     static let idleTimeout = TimeAmount.seconds(10)
@@ -153,7 +159,8 @@ final class ControlHandler: ChannelInboundHandler {
             let unwritten = (try? channel.syncOptions?.getOption(ChannelOptions.bufferedWritableBytes)) ?? 0
             if unwritten > 0, unwritten < unwrittenAtLastCheck { connection.lastActivity = .now() }
             unwrittenAtLastCheck = unwritten
-            if NIODeadline.now() - connection.lastActivity >= Self.idleTimeout, connection.outstanding == 0, !connection.listens, !connection.closed {
+            if NIODeadline.now() - connection.lastActivity >= Self.idleTimeout, connection.outstanding == 0, unwritten == 0,
+               connection.deferred.isEmpty, !connection.listens, !connection.closed {
                 engine.logger.debug("dropping an idle control client")
                 Self.refuse(connection)
                 engine.metrics.controlClientDropped(reason: "idle")
@@ -186,6 +193,20 @@ final class ControlHandler: ChannelInboundHandler {
         engine.events.unfollow(connection)
         engine.hostMethods.providerGone(connection)
         engine.router.clientGone(connection)
+    }
+
+    /// Every answer passes here: one that would pile up past `unreadLimit` ends the connection.
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if !context.channel.isWritable, !connection.closed,
+           let waiting = try? context.channel.syncOptions?.getOption(ChannelOptions.bufferedWritableBytes), waiting > Self.unreadLimit {
+            engine.logger.warning("dropping a control client that does not read its answers: \(waiting >> 20) MiB wait for it (\(Self.unreadLimit >> 20) MiB at most)")
+            engine.metrics.controlClientDropped(reason: "unread")
+            connection.closed = true
+            promise?.fail(ChannelError.ioOnClosedChannel)
+            context.close(promise: nil)
+            return
+        }
+        context.write(data, promise: promise)
     }
 
     /// A client that does not read its replies is not read from either.

@@ -108,7 +108,7 @@ final class Metrics: SupervisorComponent {
     /// exposition only, not in an embedding program's metrics backend.
     func controlClientDropped(reason: String) {
         count("supervisor_control_clients_dropped_total", [("reason", reason)],
-              help: "Control clients the supervisor dropped, by reason: protocolViolation, idle or refused.", mirrored: false)
+              help: "Control clients the supervisor dropped, by reason: protocolViolation, idle, unread (answers left unread past 64 MiB) or refused.", mirrored: false)
     }
 
     /// Adds `amount` (one, unless said) to the counter `name` with `labels` (registered the first time), and to the

@@ -35,6 +35,7 @@ final class TestKit: Pluggable {
     }
 
     struct SleepParams: Codable, Sendable { var ms: Int }
+    struct TextParams: Codable, Sendable { var size: Int; var ms: Int }
     struct OnceRace: Codable, Sendable { var value: Int; var mainThread: Bool }
     struct CallParams: Codable, Sendable { var target: String; var method: String; var params: JSONValue? }
     struct OpenParams: Codable, Sendable { var uri: String }
@@ -419,6 +420,11 @@ final class TestKit: Pluggable {
             junk += Array("\nJUNK-LINE-FROM-PLUGIN\n".utf8)
             _ = junk.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
             return "ok"
+        }
+        // A large answer to a small request, after `ms` (ControlBackPressureTests).
+        api.method("text") { (p: TextParams) async throws -> String in
+            try await Task.sleep(for: .milliseconds(p.ms))
+            return String(repeating: "t", count: p.size)
         }
         api.method("fail") { () throws -> String in
             throw PluginError(code: "custom", message: "failed on purpose")
