@@ -119,6 +119,30 @@ struct CrashReplayTests {
         }
     }
 
+    @Test("a stream call waiting behind a slow one, its worker killed: the next worker streams it whole (its plugin never started it); a call with an input stream is not sent again")
+    func aStreamNeverStartedGoesToTheNextWorker() throws {
+        let w = try TestWorld()
+        try w.bundle("r.serial")
+        let sv = try RunningSupervisor(w)
+        let connection = try Self.slowCallThenWaiting(0, in: "r.serial", w, sv)
+        defer { connection.close() }
+        try connection.sendFrame(framed(#"{"type":"call","id":50,"target":"r.serial","method":"rows","params":{"count":5},"stream":true}"#))
+        try connection.sendFrame(framed(#"{"type":"call","id":60,"target":"r.serial","method":"sum","params":{},"input":true,"stream":true}"#))
+        #expect(try Self.routed(connection).isEmpty, "answered before the kill")
+        try Self.killWorker(sv, "r.serial")
+        var chunks: [UInt64] = []
+        var replies: [UInt64: String] = [:]
+        while replies.count < 3 {
+            let frame = try #require(try connection.receiveFrame())
+            let (kind, id, seq) = try frame.withUnsafeBytes { let e = try Envelope.parse($0); return (e.kind, e.id, e.seq) }
+            if kind == .chunk, id == 50 { chunks.append(seq ?? 99) } else if let id { replies[id] = String(decoding: frame, as: UTF8.self) }
+        }
+        #expect(chunks == [0, 1, 2, 3, 4], "\(chunks)")
+        #expect(replies[50]?.contains("error") == false, "\(replies[50] ?? "")")
+        #expect(replies[60]?.contains("a call with an input stream is not sent again") == true, "\(replies[60] ?? "")")
+        #expect(replies[1]?.contains(#""started":true"#) == true, "\(replies[1] ?? "")")
+    }
+
     @Test("the same after an upgrade in place: the worker the new binary took over sent its taken page again, so its waiting calls are replayed on its crash, not failed as started")
     func waitingCallsAcrossAnUpgrade() async throws {
         let w = try TestWorld()

@@ -35,10 +35,11 @@ extension Lifecycle {
                 replayable.append((id, request))
                 continue
             }
-            // An event, an unlink, a stream or a call whose descriptors went to the worker: not sent again.
+            // An event, an unlink, a call with an input stream or whose descriptors went to the
+            // worker: not sent again.
             let started = request.isCall && witness.mayHaveStarted(id, unread: [])
             fail(request, of: instance, ErrorBody(.unavailable, "\(instance.identifier) exited (\(crash)) before answering \(request.what)"
-                                                    + (request.stream != nil ? "; a stream call is not sent again" : "")),
+                                                    + (request.stream?.credit.input != nil ? "; a call with an input stream is not sent again" : "")),
                  started: started)
         }
         guard !replayable.isEmpty else { return Resent() }
@@ -121,7 +122,8 @@ extension QueuedRequest {
     init(resending request: PendingRequest) {
         let resend = request.resend!
         let body = resend.frame.withUnsafeReadableBytes { Array($0[min(Frame.headerSize, $0.count)...]) }
+        // A stream's deadline in the table is its idle one: the call's own goes with it.
         self.init(kind: request.what == .open ? .open : .call, caller: resend.caller, bytes: body, origin: request.origin,
-                  deadline: request.deadline, payload: nil, attempts: resend.attempts)
+                  deadline: request.stream?.callDeadline ?? request.deadline, payload: nil, attempts: resend.attempts)
     }
 }

@@ -84,9 +84,11 @@ final class Router: SupervisorComponent {
             : nil
         let flow = streamFlow(kind, env, to: record, callDeadline: deadline)
         let due = flow?.deadline(after: now.instant) ?? deadline
-        // Kept to go to the next worker if this one dies holding it (SPEC §15): not a stream (its
-        // chunks are not kept) nor one whose descriptors went to this worker.
-        let resend = flow == nil && !handsDescriptors ? Resend(frame: frame, caller: caller, attempts: attempts) : nil
+        // Kept to go to the next worker if this one dies holding it (SPEC §15), a stream of answers
+        // too (its plugin, never started, sent no chunk: the next worker's stream is the whole
+        // one); not a call with an input stream (the chunks it took are not kept) nor one whose
+        // descriptors went to this worker.
+        let resend = !env.input && !handsDescriptors ? Resend(frame: frame, caller: caller, attempts: attempts) : nil
         instance.crash.watermark.sent(id)
         // Something inside from now on: the health tick watches it (once; it stays watched while busy).
         if instance.pending.isEmpty { table.watch(instance) }
