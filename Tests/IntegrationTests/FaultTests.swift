@@ -400,12 +400,14 @@ struct FaultTests {
         // Without the check, the watchdog would take that pong for its ping's answer.
         _ = try sv.cli("call", "p.pong", "pongAhead", "{}")
         try ended("p.pong", "which was never pinged")
-        // Its I/O thread held, a thread asks on: the answers would pile up in the supervisor.
-        _ = try sv.cli("call", "--timeout", "1000", "p.ask", "askWithoutReading", "{}")
-        try ended("p.ask", "it does not read its socket")
-        #expect(try rss(sv.pid) < 400 << 20, "the supervisor held the answers")
+        // (An instrumented supervisor reads too slowly for these two: the rules are the core's
+        // UnreadAnswersTests and RateWindow's.)
         if !Build.threadSanitized {
-            // (An instrumented supervisor may read fewer than 20,000 a second.)
+            // Its I/O thread held, a thread asks on: the answers would pile up in the supervisor.
+            _ = try sv.cli("call", "--timeout", "1000", "p.ask", "askWithoutReading", "{}")
+            try ended("p.ask", "it does not read its socket")
+            #expect(try rss(sv.pid) < 400 << 20, "the supervisor held the answers")
+            // More than 20,000 replies a second to a call already answered.
             _ = try sv.cli("call", "p.late", "lateReplyFlood", "{}")
             try ended("p.late", "replies in one second to requests already answered or given up on")
         }
