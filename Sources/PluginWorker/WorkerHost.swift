@@ -242,11 +242,19 @@ final class WorkerHost: Sendable {
         var methods: [String]
     }
 
-    /// Keeps a declaration for `hello`: 0, or -EINVAL once `hello` is sent (or for no names).
+    /// Methods a plugin may declare idempotent, and the longest name: `hello` carries them all,
+    /// and must stay far below a frame's limit.
+    static let mostIdempotent = 1_024
+    static let longestMethodName = 256
+
+    /// Keeps a declaration for `hello`: 0; -EINVAL once `hello` is sent (or for no names, or a
+    /// name over `longestMethodName` bytes); -E2BIG past `mostIdempotent` names in all.
     private func declare(_ methods: [String]) -> Int32 {
         declaredIdempotent.withLock { declared in
-            guard declared != nil, !methods.isEmpty else { return -EINVAL }
-            declared! += methods.filter { !$0.isEmpty }
+            guard declared != nil, !methods.isEmpty, methods.allSatisfy({ $0.utf8.count <= Self.longestMethodName }) else { return -EINVAL }
+            let all = Set(declared!).union(methods.filter { !$0.isEmpty })
+            guard all.count <= Self.mostIdempotent else { return -E2BIG }
+            declared = Array(all)
             return 0
         }
     }

@@ -423,6 +423,16 @@ struct FaultTests {
         #expect(try sv.plugin("p.logs").state == "running")
     }
 
+    @Test("a plugin may declare at most 1,024 methods idempotent: the next is refused with -E2BIG, and the worker starts with the rest")
+    func idempotentDeclarationsHaveALimit() throws {
+        let w = try TestWorld()
+        let bundle = try w.bundle("d.many", library: try Self.hostile())
+        try "declareMany".write(toFile: bundle + "/ctor-action", atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.call("d.many", "ctorResult", as: [Int32].self) == [0, -E2BIG])
+        #expect(try sv.plugin("d.many").state == "running")
+    }
+
     @Test("a plugin whose willTerminate never returns is stopped at the end of the grace period, as a stop, not killed by the watchdog meanwhile")
     func aSlowWillTerminateIsAStop() throws {
         let w = try TestWorld()

@@ -38,6 +38,9 @@
 
 static const sp_host *g_host;
 static char ctor_result[128] = "null";
+/* ctor-action `declareMany`: sp_plugin_create declares 1,024 methods idempotent, then one more;
+ * `ctorResult` answers both return codes. */
+static int declare_many;
 
 static long find_number(const char *json, size_t len, const char *key, long fallback) {
     char pattern[64];
@@ -394,6 +397,7 @@ __attribute__((constructor)) static void hostile_constructor(void) {
     long number = 0;
     if (fscanf(f, "%63s %ld", what, &number) >= 1) {
         if (!strcmp(what, "announce")) announce();
+        else if (!strcmp(what, "declareMany")) declare_many = 1;
         else attack(what, "/etc/shadow", number, ctor_result, sizeof ctor_result);
     }
     fclose(f);
@@ -595,5 +599,19 @@ static const sp_plugin plugin = { SP_ABI_VERSION, NULL, receive, NULL };
 
 const sp_plugin *sp_plugin_create(const sp_host *host) {
     g_host = host;
+    if (declare_many) {
+        size_t cap = 32 + 1024 * 12;
+        char *list = malloc(cap);
+        if (list) {
+            size_t at = (size_t)snprintf(list, cap, "{\"type\":\"idempotent\",\"methods\":[");
+            for (int i = 0; i < 1024; i++) at += (size_t)snprintf(list + at, cap - at, "%s\"m%d\"", i ? "," : "", i);
+            at += (size_t)snprintf(list + at, cap - at, "]}");
+            int first = host->send(host->ctx, (const uint8_t *)list, at);
+            const char *more = "{\"type\":\"idempotent\",\"methods\":[\"one-more\"]}";
+            int second = host->send(host->ctx, (const uint8_t *)more, strlen(more));
+            snprintf(ctor_result, sizeof ctor_result, "[%d,%d]", first, second);
+            free(list);
+        }
+    }
     return &plugin;
 }
