@@ -354,4 +354,41 @@ struct ControlBackPressureTests {
         #expect(try sv.cli("metrics").out.contains(#"supervisor_control_clients_dropped_total{reason="unread"} 1"#))
         #expect(try sv.call("bp.echo", "echo", "[1]", as: [Int].self) == [1])
     }
+
+    @Test("a client that pipelines 1,000 calls with 100 KB answers and reads them slowly (100 MB in all, 25 MB a second) gets every answer: at most 256 of its requests wait for answers at once, the rest are read as answers leave")
+    func aSlowReaderGetsEveryAnswer() throws {
+        let w = try TestWorld()
+        try w.bundle("bp.echo")
+        let sv = try RunningSupervisor(w)
+        let conn = try rawControl(sv.socket)
+        defer { conn.close() }
+        var burst: [UInt8] = []
+        for i in 0..<1_000 {
+            var call = FrameBuilder(kind: .call)
+            call.uint("id", UInt64(i + 1))
+            call.string("target", "bp.echo")
+            call.string("method", "text")
+            // Each answered after 200 ms: every request could be read before any answer is queued.
+            call.raw("params", Array(#"{"size":100000,"ms":200}"#.utf8))
+            burst += call.finish()
+        }
+        var sent = 0
+        while sent < burst.count {
+            let n = burst[sent...].withUnsafeBytes { send(conn.fd, $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { break }
+            sent += n
+        }
+        #expect(sent == burst.count)
+        var seen = Set<UInt64>()
+        var peak = 0
+        while seen.count < 1_000 {
+            let answer = try CrashReplayTests.read(conn)
+            #expect(answer.error == nil && answer.result?.count == 100_002, "\(answer.id): \(String(describing: answer.error))")
+            seen.insert(answer.id)
+            if seen.count % 100 == 0 { peak = max(peak, try rss(sv.pid)) }
+            usleep(4_000)  // a slow reader
+        }
+        #expect(!sv.log.contains("dropping a control client"))
+        #expect(peak < 200 << 20, "supervisor RSS \(peak >> 20) MiB")
+    }
 }

@@ -143,6 +143,8 @@ final class ControlHandler: ChannelDuplexHandler {
             }
         }
         engine.control.opened(connection)
+        // Room for its requests again after an answer (`ControlConnection.mostInFlight`).
+        connection.onRoom = { [weak self, weak channel] in if let self, let channel { self.roomAgain(channel) } }
         // Accepted just as an upgrade began to wait for quiet: it waits, unread, like the others.
         if engine.upgradeHoldsReads { channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in } }
         scheduleIdleCheck(context.eventLoop, channel)
@@ -174,8 +176,13 @@ final class ControlHandler: ChannelDuplexHandler {
         // Only whole frames count as activity: a client trickling half a frame is still idle.
         connection.lastActivity = .now()
         guard !connection.closed else { return }
-        // A client that does not read its answers is not served either (ControlConnection.deferred).
-        guard connection.deferred.isEmpty, context.channel.isWritable else { return connection.deferred.append(unwrapInboundIn(data)) }
+        // A client that does not read its answers is not served either, nor one with
+        // `mostInFlight` requests waiting for answers (ControlConnection.deferred).
+        guard connection.deferred.isEmpty, context.channel.isWritable, connection.outstanding < ControlConnection.mostInFlight else {
+            connection.deferred.append(unwrapInboundIn(data))
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+            return
+        }
         engine.controlRequest(connection, unwrapInboundIn(data))
     }
 
@@ -211,13 +218,18 @@ final class ControlHandler: ChannelDuplexHandler {
 
     /// A client that does not read its replies is not read from either.
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        // An upgrade waiting for quiet reads from no client.
-        let read = context.channel.isWritable && !engine.upgradeHoldsReads
-        if read { engine.serveDeferred(connection) }
-        context.channel.setOption(ChannelOptions.autoRead, value: read && connection.deferred.isEmpty).whenFailure { _ in }
-        if read && connection.deferred.isEmpty { context.read() }
+        roomAgain(context.channel)
         // An events reader that fell behind hears what it missed as soon as there is room.
         if context.channel.isWritable { engine.events.roomAgain(for: connection) }
+    }
+
+    /// Serves what waited, and reads again once nothing waits (not while an upgrade waits for quiet).
+    private func roomAgain(_ channel: Channel) {
+        let read = channel.isWritable && !engine.upgradeHoldsReads
+        if read { engine.serveDeferred(connection) }
+        let resume = read && connection.deferred.isEmpty && connection.outstanding < ControlConnection.mostInFlight
+        channel.setOption(ChannelOptions.autoRead, value: resume).whenFailure { _ in }
+        if resume { channel.read() }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -234,7 +246,8 @@ extension Engine {
     /// A client's requests that waited for room (`ControlConnection.deferred`), in order, for as
     /// long as there is room.
     func serveDeferred(_ connection: ControlConnection) {
-        while !connection.closed, connection.channel.isWritable, !upgradeHoldsReads, let frame = connection.deferred.popFirst() {
+        while !connection.closed, connection.channel.isWritable, !upgradeHoldsReads, connection.outstanding < ControlConnection.mostInFlight,
+              let frame = connection.deferred.popFirst() {
             controlRequest(connection, frame)
         }
     }

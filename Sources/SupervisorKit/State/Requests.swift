@@ -192,6 +192,13 @@ final class ControlConnection {
     }
     /// Requests of this client still waiting for an answer.
     var outstanding = 0
+    /// Requests one client may have waiting for answers: past this, the next wait unread (as
+    /// when it does not read its answers), so that a client pipelining many requests with large
+    /// answers has at most this many answers coming, however slowly it reads them.
+    static let mostInFlight = 256
+    /// Called (on the loop, after the answer that made room) when it can be served again.
+    var onRoom: (() -> Void)?
+    private var roomAsked = false
     /// When it last sent a whole frame or was last answered: a client is idle only when neither
     /// happened for the idle timeout (an answer written in the same turn as the idle check must
     /// not be dropped with the connection).
@@ -201,6 +208,14 @@ final class ControlConnection {
     func answered() {
         outstanding -= 1
         lastActivity = .now()
+        // Requests it sent meanwhile waited (held, or unread in its socket since it reached the
+        // limit): served, and reading resumed, once this answer's turn is over.
+        guard outstanding < Self.mostInFlight, !deferred.isEmpty || outstanding == Self.mostInFlight - 1, !roomAsked, let onRoom else { return }
+        roomAsked = true
+        channel.eventLoop.execute { [self] in
+            roomAsked = false
+            onRoom()
+        }
     }
     /// Its forwarded calls in flight: its id → (the callee, the callee's id), cancelled if it goes away.
     var inFlight: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]

@@ -427,6 +427,12 @@ def test_params_that_are_not_json_leave_nothing_waiting(plugin_supervisor, bundl
     assert client.call("py.json", "echo", 5) == 5
 
 
+def _state(pid):
+    """The process state letter from /proc/<pid>/stat (T: stopped)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 def test_status_send_and_restart_take_a_timeout(plugin_supervisor, bundles):
     sup = plugin_supervisor([bundles("py.t")])
     client = sup.client
@@ -438,6 +444,11 @@ def test_status_send_and_restart_take_a_timeout(plugin_supervisor, bundles):
     aclient = loop.run_until_complete(AsyncClient.connect(socket=sup.socket))
     os.kill(sup.process.pid, signal.SIGSTOP)
     try:
+        # The signal stops it soon, not at once: every ask waits until it has (state T).
+        deadline = time.monotonic() + 10
+        while _state(sup.process.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(sup.process.pid) == "T"
         asks = (lambda: client.status(timeout=0.3), lambda: client.send("foreground", timeout=0.3),
                 lambda: client.restart("py.t", timeout=0.3),
                 lambda: loop.run_until_complete(aclient.status(timeout=0.3)),
