@@ -66,7 +66,7 @@ enum Sandbox {
             for name: SandboxLayer in [.cgroup, .rlimits, .userNamespace, .networkNamespace, .ipcNamespace, .utsNamespace,
                                        .pidNamespace, .mountNamespace, .noNewPrivs,
                                        .landlock, .capabilities, .seccomp, .seccompNotify] {
-                try missing(name, "sandbox switched off (--no-sandbox)")
+                try missing(name, "sandbox switched off (--no-sandbox, or \"sandbox\": false in the configuration)")
             }
             return applied
         }

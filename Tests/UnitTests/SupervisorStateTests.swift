@@ -32,8 +32,8 @@ import SupervisorCore
         let t = Instant(nanoseconds: 5_000_000_000)
         #expect(w.admit(now: t) == .admit(droppedBefore: 0))
         #expect(w.admit(now: t) == .admit(droppedBefore: 0))
-        #expect(w.admit(now: t) == .drop)
-        #expect(w.admit(now: t) == .drop)
+        #expect(w.admit(now: t) == .drop(droppedBefore: 0))
+        #expect(w.admit(now: t) == .drop(droppedBefore: 0))
         #expect(w.admit(now: t) == .flood)
         // The next window reports what was dropped in the last.
         #expect(w.admit(now: t + .seconds(1)) == .admit(droppedBefore: 2), "the flood verdict is not a drop")
@@ -43,12 +43,15 @@ import SupervisorCore
     func rateWindowBytes() {
         var w = RateWindow(limit: 10, byteLimit: 100)
         let t = Instant(nanoseconds: 5_000_000_000)
-        #expect(w.admit(now: t, size: 500) == .drop, "larger than a whole window")
+        #expect(w.admit(now: t, size: 500) == .drop(droppedBefore: 0), "larger than a whole window")
         #expect(w.admit(now: t, size: 60) == .admit(droppedBefore: 0))
-        #expect(w.admit(now: t, size: 60) == .drop)
+        #expect(w.admit(now: t, size: 60) == .drop(droppedBefore: 0))
         #expect(w.admit(now: t, size: 40) == .admit(droppedBefore: 0))
-        #expect(w.admit(now: t, size: 1) == .drop)
+        #expect(w.admit(now: t, size: 1) == .drop(droppedBefore: 0))
         #expect(w.admit(now: t + .seconds(1), size: 100) == .admit(droppedBefore: 3))
+        // Only large ones: each second's first says what the one before dropped.
+        #expect(w.admit(now: t + .seconds(2), size: 500) == .drop(droppedBefore: 0))
+        #expect(w.admit(now: t + .seconds(3), size: 500) == .drop(droppedBefore: 1))
     }
 }
 

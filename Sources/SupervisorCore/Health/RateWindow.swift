@@ -19,7 +19,8 @@ package struct RateWindow {
     package enum Verdict: Equatable {
         /// Pass it on; `droppedBefore` items were dropped in the window that just ended (report them).
         case admit(droppedBefore: Int)
-        case drop
+        /// Drop it; `droppedBefore` as for `admit` (reported even when nothing is admitted any more).
+        case drop(droppedBefore: Int)
         case flood
     }
 
@@ -37,7 +38,7 @@ package struct RateWindow {
         if count > floodLimit { return .flood }
         if count > limit || size > byteLimit - bytes {
             dropped += 1
-            return .drop
+            return .drop(droppedBefore: droppedBefore)
         }
         bytes += size
         return .admit(droppedBefore: droppedBefore)

@@ -61,7 +61,7 @@ final class Shared {
     var notifier: SeccompNotifier?
     /// Where each worker gets a control group of its own (nil without one: `cgroupsMissing` says why).
     var cgroups: CgroupTree?
-    var cgroupsMissing = "sandbox switched off (--no-sandbox)"
+    var cgroupsMissing = "sandbox switched off (--no-sandbox, or \"sandbox\": false in the configuration)"
     /// Where control clients pick up descriptors: their direct links' ends and the bytes of
     /// answers passed as descriptors (Routing/LinkHandoff.swift; nil without a control socket).
     var handoff: LinkHandoff?

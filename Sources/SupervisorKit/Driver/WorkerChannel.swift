@@ -209,7 +209,12 @@ final class OutputCapture: ChannelInboundHandler {
 
     /// One line (or piece), if the window admits it: the text is made only then.
     private func emit(_ line: UnsafeRawBufferPointer, now: Instant) {
-        guard case .admit(let droppedBefore) = window.admit(now: now) else { return }
+        let droppedBefore: Int
+        switch window.admit(now: now) {
+        case .admit(let before): droppedBefore = before
+        case .drop(let before): return reportDropped(before)
+        case .flood: return  // output has no flood limit
+        }
         reportDropped(droppedBefore)
         logger.info("\(stream): \(LogText.shown(String(decoding: line, as: UTF8.self)))", metadata: ["plugin": "\(plugin)"])
     }

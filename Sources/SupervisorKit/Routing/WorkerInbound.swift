@@ -91,13 +91,10 @@ extension Router {
         switch instance.logWindow.admit(now: .now, size: bytes.count) {
         case .flood:
             return violated(instance, "flooding: more than \(config.floodLogsPerSecond) log messages in one second")
-        case .drop:
-            return
+        case .drop(let droppedBefore):
+            return reportDropped(droppedBefore, by: instance)
         case .admit(let droppedBefore):
-            if droppedBefore > 0 {
-                logger.warning("dropped \(droppedBefore) log messages over \(Self.logsPerSecond) or \(Self.logBytesPerSecond >> 20) MiB a second",
-                               metadata: ["plugin": "\(instance.identifier)"])
-            }
+            reportDropped(droppedBefore, by: instance)
         }
         guard let log = try? ProtocolJSON.decode(PluginLogLine.self, from: bytes) else {
             return violated(instance, "malformed log message: not JSON in UTF-8, its level or message is missing or not a string, or its metadata is not an object")
@@ -111,6 +108,13 @@ extension Router {
 }
 
 extension Router {
+    /// Says how many of `instance`'s log messages the last second dropped, if any.
+    func reportDropped(_ count: Int, by instance: WorkerInstance) {
+        guard count > 0 else { return }
+        logger.warning("dropped \(count) log messages over \(Self.logsPerSecond) or \(Self.logBytesPerSecond >> 20) MiB a second",
+                       metadata: ["plugin": "\(instance.identifier)"])
+    }
+
     /// `instance` broke the protocol: its gate closes now, so nothing else it sent is acted on
     /// (not even the rest of what was read with this frame), and the lifecycle kills it.
     func violated(_ instance: WorkerInstance, _ why: String) {
