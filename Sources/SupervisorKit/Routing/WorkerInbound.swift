@@ -13,6 +13,12 @@ extension Router {
         // (FrameGate); nor does what a worker killed for another reason (its watchdog) says.
         guard instance.gate.isOpen, instance.killReason == nil || instance.phase.stopRequested else { return nil }
         return frame.withUnsafeReadableBytes { bytes -> HostCall? in
+            // A `log` over a second's bytes is dropped whatever it holds: one that says so at
+            // its start is not even read through (a frame of escapes costs the loop ~1 ms a MiB).
+            if bytes.count > Self.logBytesPerSecond, bytes.starts(with: Self.logPrefix) {
+                logUnread(from: instance, size: bytes.count)
+                return nil
+            }
             let (message, env) = WorkerMessage.read(bytes, maxDepth: config.maxJSONDepth, saidHello: instance.hello != nil,
                                                     plugin: instance.identifier)
             switch message {
@@ -85,6 +91,16 @@ extension Router {
 
     /// A plugin's `log` message, at most `logsPerSecond` a second; past the config's `floodLogsPerSecond` the
     /// worker is flooding and is dropped.
+    private static let logPrefix = Array(#"{"type":"log""#.utf8)
+
+    /// A `log` too large to show, counted (it is dropped) but not decoded.
+    private func logUnread(from instance: WorkerInstance, size: Int) {
+        switch instance.logWindow.admit(now: .now, size: size) {
+        case .flood: violated(instance, "flooding: more than \(config.floodLogsPerSecond) log messages in one second")
+        case .drop(let droppedBefore), .admit(let droppedBefore): reportDropped(droppedBefore, by: instance)
+        }
+    }
+
     private func log(from instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
         // Counted by their size too before any is decoded: a few huge messages cost the loop as
         // much to decode as a flood of small ones.
