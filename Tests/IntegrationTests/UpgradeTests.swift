@@ -305,6 +305,21 @@ struct UpgradeTests {
         for id in ids { #expect(try sup.plugin(id).restarts == 0, "\(id)") }
     }
 
+    @Test("answers' memfds a client has not picked up are still its after an upgrade: withdrawn when it goes, not held for their tokens' 10 s")
+    func offersKeepTheirClientAcrossAnUpgrade() async throws {
+        let w = try TestWorld()
+        try w.bundle("u.kit")
+        let sup = try RunningSupervisor(w)
+        let plain = try await SupervisorClient.connect(socket: sup.socket, directLinks: false)
+        for _ in 0..<5 { _ = try await plain.callJSON("u.kit", "bytes", params: Array(#"{"size":200000}"#.utf8)) }
+        let upgrader = try await SupervisorClient.connect(socket: sup.socket)
+        _ = try await upgrader.upgrade()
+        upgrader.close()
+        let held = try openFDs(sup.pid)
+        plain.close()
+        try sup.waitUntil(timeout: 3, "the 5 memfds withdrawn") { try openFDs(sup.pid) <= held - 5 }
+    }
+
     @Test("with standbyWorkers always: the kept standbys end before the handover (they are not handed over) and the new binary keeps its own; a crash after it takes one")
     func keptStandbysAcrossAnUpgrade() async throws {
         let w = try TestWorld()

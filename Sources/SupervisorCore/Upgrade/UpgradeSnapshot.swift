@@ -291,12 +291,16 @@ package struct UpgradeSnapshot: Codable, Sendable {
         package var fd: Int32
         package var tag: UInt64
         package var until: Int64
+        /// The client it was offered to (an index into `connections`), which withdraws it when it
+        /// goes; nil for a deposit, or from a binary that did not keep it.
+        package var connection: Int?
 
-        package init(token: String, fd: Int32, tag: UInt64, until: Int64) {
+        package init(token: String, fd: Int32, tag: UInt64, until: Int64, connection: Int? = nil) {
             self.token = token
             self.fd = fd
             self.tag = tag
             self.until = until
+            self.connection = connection
         }
     }
 

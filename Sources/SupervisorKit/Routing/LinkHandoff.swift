@@ -47,6 +47,9 @@ final class LinkHandoff: Sendable {
         let tag: UInt64
         let until: Int64
         var owner: ObjectIdentifier? = nil
+        /// Handed over by an upgrade: its owner's index in the snapshot, until that client is
+        /// taken over (`adoptOwner`).
+        var connection: Int? = nil
     }
 
     /// Offers one client may leave uncollected: past this, its oldest is withdrawn. An answer's
@@ -60,11 +63,30 @@ final class LinkHandoff: Sendable {
     /// The listener and what is kept for tokens, for the binary an upgrade execs (the serving
     /// thread goes on until the exec ends it: a client picking up at that moment sees the end of
     /// its connection, and its call goes through the supervisor).
-    func handOver() -> (listener: Int32, offers: [Kept], deposits: [Kept]) {
+    /// `owners`: a client's index among the connections handed over.
+    func handOver(owners: (ObjectIdentifier) -> Int?) -> (listener: Int32, offers: [Kept], deposits: [Kept]) {
         func kept(_ table: Guarded<[String: Offer]>) -> [Kept] {
-            table.withLock { $0.map { Kept(token: $0.key, fd: $0.value.fd, tag: $0.value.tag, until: $0.value.until) } }
+            table.withLock { $0.map { Kept(token: $0.key, fd: $0.value.fd, tag: $0.value.tag, until: $0.value.until, connection: $0.value.owner.flatMap(owners)) } }
         }
         return (listener, kept(offers), kept(deposits))
+    }
+
+    /// The client at `index` among the connections an upgrade handed over is `owner` here (nil:
+    /// it could not be taken over): what was offered to it is its again, or withdrawn.
+    func adoptOwner(connection index: Int, as owner: ObjectIdentifier?) {
+        let left = offers.withLock { offers -> [Int32] in
+            var closed: [Int32] = []
+            for (token, offer) in offers where offer.connection == index {
+                if let owner {
+                    offers[token]?.owner = owner
+                    offers[token]?.connection = nil
+                } else if let gone = offers.removeValue(forKey: token) {
+                    closed.append(gone.fd)
+                }
+            }
+            return closed
+        }
+        for fd in left { close(fd) }
     }
 
     /// Serves the listener the previous binary handed over, with what it kept.
@@ -77,7 +99,7 @@ final class LinkHandoff: Sendable {
             table.withLock { t in
                 for k in list {
                     _ = cls_set_cloexec(k.fd, 1)
-                    t[k.token] = Offer(fd: k.fd, tag: k.tag, until: k.until)
+                    t[k.token] = Offer(fd: k.fd, tag: k.tag, until: k.until, connection: k.connection)
                 }
             }
         }

@@ -262,7 +262,7 @@ extension Engine {
         }
         var handoffState: UpgradeSnapshot.Handoff?
         if let handoff = shared.handoff {
-            let h = handoff.handOver()
+            let h = handoff.handOver { connectionIndex[$0] }
             handoffState = UpgradeSnapshot.Handoff(listener: h.listener, offers: h.offers, deposits: h.deposits)
         }
         var oldForkServer: UpgradeSnapshot.Child?

@@ -73,6 +73,8 @@ extension Engine {
         }
         for (index, saved) in s.connections.enumerated() {
             adoptConnection(saved) { [self] connection in
+                // What was offered to it at the handoff socket is its again (or withdrawn).
+                shared.handoff?.adoptOwner(connection: index, as: connection.map(ObjectIdentifier.init))
                 guard let connection else {
                     // Its client cannot be taken over: nor can its links, whose witnesses go.
                     for link in s.links where link.callerConnection == index { if let witness = link.witness { close(witness) } }
