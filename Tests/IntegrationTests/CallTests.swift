@@ -391,4 +391,43 @@ struct ControlBackPressureTests {
         #expect(!sv.log.contains("dropping a control client"))
         #expect(peak < 200 << 20, "supervisor RSS \(peak >> 20) MiB")
     }
+
+    @Test("300 stream calls on one connection (256 wait for answers at once): the chunks' credit and a cancel still go through while the rest wait, every stream ends")
+    func streamsPastTheLimitStillMove() throws {
+        let w = try TestWorld()
+        try w.bundle("bp.kit", extra: ["limits": ["streamIdleTimeoutMs": 5000]])
+        let sv = try RunningSupervisor(w)
+        let conn = try rawControl(sv.socket)
+        defer { conn.close() }
+        var burst: [UInt8] = []
+        for i in 1...300 {
+            burst += [UInt8].frame(body: Array(#"{"type":"call","id":\#(i),"target":"bp.kit","method":"rows","params":{"count":40},"stream":true}"#.utf8))
+        }
+        // One more, cancelled while it waits: it never runs, and is not answered.
+        burst += [UInt8].frame(body: Array(#"{"type":"call","id":999,"target":"bp.kit","method":"rows","params":{"count":40},"stream":true}"#.utf8))
+        burst += [UInt8].frame(body: Array(#"{"type":"cancel","id":999}"#.utf8))
+        var sent = 0
+        while sent < burst.count {
+            let n = burst[sent...].withUnsafeBytes { send(conn.fd, $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { break }
+            sent += n
+        }
+        var chunks: [UInt64: Int] = [:]
+        var ended = Set<UInt64>()
+        while ended.count < 300 {
+            let frame = try #require(try conn.receiveFrame())
+            let (kind, id) = try frame.withUnsafeBytes { let e = try Envelope.parse($0); return (e.kind, e.id ?? 0) }
+            if kind == .chunk {
+                chunks[id, default: 0] += 1
+                // Credit as a reader gives it: one chunk taken, one more allowed.
+                try conn.sendFrame(StreamFrames.credit(id: id, n: 1, into: [UInt8]()))
+            } else {
+                #expect(!frame.withUnsafeBytes { String(decoding: $0, as: UTF8.self) }.contains("error"), "\(id): \(String(decoding: frame, as: UTF8.self))")
+                #expect(id != 999, "the cancelled call was answered")
+                ended.insert(id)
+            }
+        }
+        #expect(chunks.values.allSatisfy { $0 == 40 } && chunks.count == 300, "\(chunks.count) streams")
+        #expect(chunks[999] == nil)
+    }
 }

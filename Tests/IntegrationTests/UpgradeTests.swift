@@ -320,6 +320,53 @@ struct UpgradeTests {
         try sup.waitUntil(timeout: 3, "the 5 memfds withdrawn") { try openFDs(sup.pid) <= held - 5 }
     }
 
+    @Test("a client that had sent part of a frame (its length read, not all its body) when the upgrade came is answered once it sends the rest")
+    func aFrameCutByTheUpgrade() async throws {
+        let w = try TestWorld()
+        try w.bundle("u.kit")
+        let sup = try RunningSupervisor(w)
+        let conn = try rawControl(sup.socket)
+        defer { conn.close() }
+        // A whole request first: once answered, the supervisor has read all that was before it.
+        try conn.sendFrame(callFrame(id: 1, target: "u.kit", method: "echo", params: "[1]"))
+        #expect(try CrashReplayTests.read(conn).result == "[1]")
+        let frame = callFrame(id: 2, target: "u.kit", method: "echo", params: "[2]")
+        _ = frame.prefix(10).withUnsafeBytes { send(conn.fd, $0.baseAddress, $0.count, 0) }
+        // (A round trip on another connection: the 10 bytes were read meanwhile.)
+        #expect(try sup.cli("status").code == 0)
+        let upgrader = try await SupervisorClient.connect(socket: sup.socket)
+        defer { upgrader.close() }
+        _ = try await upgrader.upgrade()
+        _ = frame.dropFirst(10).withUnsafeBytes { send(conn.fd, $0.baseAddress, $0.count, 0) }
+        let answer = try CrashReplayTests.read(conn)
+        #expect(answer.id == 2 && answer.result == "[2]", "\(answer)")
+    }
+
+    @Test("an upgrade while a control client reads none of the answers queued for it: refused within seconds with why, and the others are served meanwhile and after")
+    func anUpgradeDoesNotWaitForANonReader() async throws {
+        let w = try TestWorld()
+        try w.bundle("u.kit")
+        let sup = try RunningSupervisor(w)
+        let stuck = try rawControl(sup.socket)
+        defer { stuck.close() }
+        for i in 1...20 {
+            try stuck.sendFrame(callFrame(id: UInt64(i), target: "u.kit", method: "text", params: #"{"size":1000000,"ms":0}"#))
+        }
+        // Its answers fill its socket and wait in the supervisor (it reads none).
+        let stuckAnswers = try sup.waitFor("the answers to wait for it") { () -> Int? in
+            let metrics = try Prometheus(sup.cli("metrics").out)
+            let n = metrics["plugin_calls_total", ["plugin": "u.kit", "outcome": "ok"]] ?? 0
+            return n >= 20 ? Int(n) : nil
+        }
+        #expect(stuckAnswers >= 20)
+        let started = ContinuousClock.now
+        let upgrade = try sup.cli("upgrade")
+        #expect(upgrade.code != 0 && upgrade.err.contains("did not go out within 2 s"), "\(upgrade.out)\(upgrade.err)")
+        #expect(ContinuousClock.now - started < .seconds(10))
+        #expect(try sup.cli("status").code == 0)
+        #expect(try sup.call("u.kit", "echo", "[3]", as: [Int].self) == [3])
+    }
+
     @Test("with standbyWorkers always: the kept standbys end before the handover (they are not handed over) and the new binary keeps its own; a crash after it takes one")
     func keptStandbysAcrossAnUpgrade() async throws {
         let w = try TestWorld()

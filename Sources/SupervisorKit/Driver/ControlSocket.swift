@@ -176,20 +176,34 @@ final class ControlHandler: ChannelDuplexHandler {
         // Only whole frames count as activity: a client trickling half a frame is still idle.
         connection.lastActivity = .now()
         guard !connection.closed else { return }
-        // A client that does not read its answers is not served either, nor one with
-        // `mostInFlight` requests waiting for answers (ControlConnection.deferred).
-        guard connection.deferred.isEmpty, context.channel.isWritable, connection.outstanding < ControlConnection.mostInFlight else {
-            connection.deferred.append(unwrapInboundIn(data))
-            context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
-            return
+        let frame = unwrapInboundIn(data)
+        let writable = context.channel.isWritable
+        if connection.deferred.isEmpty, writable, connection.outstanding < ControlConnection.mostInFlight {
+            return engine.controlRequest(connection, frame)
         }
-        engine.controlRequest(connection, unwrapInboundIn(data))
+        // A client that does not read its answers is not served: all it sends waits. One with
+        // `mostInFlight` requests waiting for answers has its next requests wait, but not what
+        // its requests in flight need (a stream's chunks and credit, a cancel, its replies to
+        // host calls and unlinks, link reports), unless that is about a request that waits.
+        if writable {
+            switch engine.whileHeld(connection, frame) {
+            case .pass: return engine.controlRequest(connection, frame)
+            case .withdraw(let id): return connection.withdrawHeld(id)
+            case .hold: break
+            }
+        }
+        connection.hold(frame)
+        // Reading goes on while it only waits for answers (what its requests in flight need must
+        // be read), up to `heldLimit` of requests held; not while it does not read its answers.
+        if !writable || connection.heldBytes > ControlConnection.heldLimit {
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+        }
     }
 
 
     func channelInactive(context: ChannelHandlerContext) {
         connection.closed = true
-        connection.deferred.removeAll()
+        connection.dropHeld()
         engine.control.gone(connection)
         idleCheck?.cancel()
         // Whatever it was still waiting for is no longer wanted.
@@ -227,7 +241,9 @@ final class ControlHandler: ChannelDuplexHandler {
     private func roomAgain(_ channel: Channel) {
         let read = channel.isWritable && !engine.upgradeHoldsReads
         if read { engine.serveDeferred(connection) }
-        let resume = read && connection.deferred.isEmpty && connection.outstanding < ControlConnection.mostInFlight
+        // Requests that still wait (`mostInFlight`) do not stop the reading: what the ones in
+        // flight need must be read; past `heldLimit` of them, they do.
+        let resume = read && connection.heldBytes <= ControlConnection.heldLimit
         channel.setOption(ChannelOptions.autoRead, value: resume).whenFailure { _ in }
         if resume { channel.read() }
     }
@@ -246,9 +262,29 @@ extension Engine {
     /// A client's requests that waited for room (`ControlConnection.deferred`), in order, for as
     /// long as there is room.
     func serveDeferred(_ connection: ControlConnection) {
-        while !connection.closed, connection.channel.isWritable, !upgradeHoldsReads, connection.outstanding < ControlConnection.mostInFlight,
-              let frame = connection.deferred.popFirst() {
+        while !connection.closed, connection.channel.isWritable, !upgradeHoldsReads, let frame = connection.deferred.first {
+            let request = ControlConnection.requestID(of: frame, maxDepth: config.maxJSONDepth)
+            if request != nil, connection.outstanding >= ControlConnection.mostInFlight { return }
+            _ = connection.takeHeld()
+            if let request { connection.heldRequests.remove(request) }
             controlRequest(connection, frame)
+        }
+    }
+
+    /// What becomes of a frame from a client whose requests wait (`ControlConnection.mostInFlight`).
+    enum HeldFrame { case pass, hold, withdraw(UInt64) }
+
+    func whileHeld(_ connection: ControlConnection, _ frame: ByteBuffer) -> HeldFrame {
+        frame.withUnsafeReadableBytes { bytes -> HeldFrame in
+            // Not a frame it may send: said so in its turn.
+            guard let env = try? Envelope.parse(bytes, maxDepth: config.maxJSONDepth), let kind = env.kind else { return .hold }
+            let aboutHeld = env.id.map { connection.heldRequests.contains($0) } ?? false
+            switch kind {
+            case .reply, .linkCalls: return .pass
+            case .cancel: return aboutHeld ? .withdraw(env.id!) : .pass
+            case .chunk, .credit: return aboutHeld ? .hold : .pass
+            default: return .hold
+            }
         }
     }
 }

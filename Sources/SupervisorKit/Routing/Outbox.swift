@@ -146,7 +146,14 @@ struct FrameCodec: ByteToMessageDecoder {
         }
         while try decode(context: context, buffer: &buffer) == .continue {}
         if let leftovers, leftovers.collecting, !seenEOF {
-            leftovers.bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
+            // A frame whose header was read and whose body was not: its header goes first again
+            // (the parser took it off the buffer), so that the next binary reads the frame whole.
+            var header: [UInt8] = []
+            if case .waitingForFrame(let length) = parser.state {
+                header = [UInt8(truncatingIfNeeded: length >> 24), UInt8(truncatingIfNeeded: length >> 16),
+                          UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length)]
+            }
+            leftovers.bytes = header + (buffer.readBytes(length: buffer.readableBytes) ?? [])
         }
         return .needMoreData
     }

@@ -178,6 +178,56 @@ final class ControlConnection {
     /// back-pressure; without this, all of it would be acted on for a client that is gone.
     var deferred = CircularBuffer<ByteBuffer>()
 
+    /// The ids of the requests among `deferred`, and the bytes it holds.
+    var heldRequests: Set<UInt64> = []
+    private(set) var heldBytes = 0
+    /// Bytes of requests held while the client only waits for answers (its socket is still read,
+    /// for what its requests in flight need): past this, reading stops too.
+    static let heldLimit = 4 << 20
+
+    /// `frame` waits, after what waits already.
+    func hold(_ frame: ByteBuffer) {
+        if let id = Self.requestID(of: frame, maxDepth: .max) { heldRequests.insert(id) }
+        heldBytes += frame.readableBytes
+        deferred.append(frame)
+    }
+
+    /// The first frame that waits, taken to be served.
+    func takeHeld() -> ByteBuffer? {
+        guard let frame = deferred.popFirst() else { return nil }
+        heldBytes -= frame.readableBytes
+        return frame
+    }
+
+    /// Nothing waits any more (the client went away).
+    func dropHeld() {
+        deferred.removeAll()
+        heldRequests.removeAll()
+        heldBytes = 0
+    }
+
+    /// The client cancelled request `id` while it waited: it goes, unanswered (as a cancelled
+    /// call's caller is).
+    func withdrawHeld(_ id: UInt64) {
+        heldRequests.remove(id)
+        if let index = deferred.firstIndex(where: { Self.requestID(of: $0, maxDepth: .max) == id }) {
+            heldBytes -= deferred[index].readableBytes
+            deferred.remove(at: index)
+        }
+    }
+
+    /// The id of `frame` if it is a request that is answered (not a reply, cancel, stream frame or
+    /// link report).
+    static func requestID(of frame: ByteBuffer, maxDepth: Int) -> UInt64? {
+        frame.withUnsafeReadableBytes { bytes in
+            guard let env = try? Envelope.parse(bytes, maxDepth: maxDepth), let kind = env.kind else { return nil }
+            switch kind {
+            case .reply, .cancel, .chunk, .credit, .linkCalls: return nil
+            default: return env.id
+            }
+        }
+    }
+
     /// The deferred requests as the bytes they came in (each with its length prefix), for the
     /// binary an upgrade hands this connection to: it reads them first.
     var deferredBytes: [UInt8] {

@@ -24,6 +24,7 @@ extension Engine {
         if let server = control.server { listeners.append(server) }
         if let metrics = metricsListener { listeners.append(metrics) }
         prepare(workers: workers, connections: connections, listeners: listeners) { [self] cookies in
+            guard let cookies else { return handOverFailed(q, held: [], Self.unflushed) }
             handOverLate(q, workers: workers, connections: connections, cookies: cookies)
         }
     }
@@ -37,19 +38,42 @@ extension Engine {
         guard !late.isEmpty else { return exec(q, workers: workers, connections: connections, cookies: cookies) }
         for connection in late { connection.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in } }
         prepare(workers: [], connections: Array(late), listeners: []) { [self] more in
+            guard let more else { return handOverFailed(q, held: [], Self.unflushed) }
             handOverLate(q, workers: workers, connections: connections + late, cookies: cookies.merging(more) { a, _ in a })
         }
     }
 
-    /// Flushes what is queued for `workers` and `connections`, takes their frame codecs out
-    /// (collecting what they held), and reads every socket's cookie (the listeners' too).
+    /// How long what is queued for the workers and clients may take to go out: a client that
+    /// reads none of its answers would otherwise hold the handover, and every other client with
+    /// it, for good.
+    static let flushLimit = TimeAmount.seconds(2)
+    static let unflushed = "what was queued for a control client did not go out within 2 s (a client that does not read its answers); try again"
+
+    /// Flushes what is queued for `workers` and `connections` (within `flushLimit`, else `done`
+    /// gets nil), takes their frame codecs out (collecting what they held), and reads every
+    /// socket's cookie (the listeners' too).
     private func prepare(workers: [WorkerInstance], connections: [ControlConnection], listeners: [Channel],
-                         then done: @escaping ([ObjectIdentifier: UInt64]) -> Void) {
+                         then done: @escaping ([ObjectIdentifier: UInt64]?) -> Void) {
         let streams: [Channel] = workers.compactMap(\.channel) + connections.map(\.channel)
         let channels = streams + listeners
         let empty = ByteBuffer()
-        let flushed = streams.map { $0.writeAndFlush(empty) }
-        EventLoopFuture.whenAllComplete(flushed, on: loop).assumeIsolated().flatMap { [self] _ -> EventLoopFuture<[Result<Void, any Error>]> in
+        let flushed = EventLoopFuture.whenAllComplete(streams.map { $0.writeAndFlush(empty) }, on: loop)
+        final class Settled { var done = false }
+        let settled = Settled()
+        let inTime = loop.makePromise(of: Void.self)
+        let limit = loop.assumeIsolated().scheduleTask(in: Self.flushLimit) {
+            guard !settled.done else { return }
+            settled.done = true
+            inTime.fail(ChannelError.writeHostUnreachable)
+        }
+        flushed.assumeIsolated().whenComplete { _ in
+            guard !settled.done else { return }
+            settled.done = true
+            limit.cancel()
+            inTime.succeed()
+        }
+        inTime.futureResult.assumeIsolated().whenFailure { _ in done(nil) }
+        inTime.futureResult.assumeIsolated().flatMap { [self] _ -> EventLoopFuture<[Result<Void, any Error>]> in
             for worker in workers { worker.frameLeftovers?.collecting = true }
             for connection in connections { connection.leftovers.collecting = true }
             let removed = streams.map { $0.pipeline.removeHandler(name: FrameCodec.handlerName) }
@@ -61,8 +85,7 @@ extension Engine {
                 return cookie.map { Optional($0) }.recover { _ in nil }
             }
             return EventLoopFuture.whenAllSucceed(cookies, on: loop)
-        }.whenComplete { result in
-            let cookies = (try? result.get()) ?? []
+        }.whenSuccess { cookies in
             var byChannel: [ObjectIdentifier: UInt64] = [:]
             for (channel, cookie) in zip(channels, cookies) { if let cookie { byChannel[ObjectIdentifier(channel)] = cookie } }
             done(byChannel)
@@ -169,6 +192,9 @@ extension Engine {
 
     private func restoreCodec(_ channel: Channel, _ leftovers: FrameCodec.Leftovers, readsPastTheEnd: Bool) {
         leftovers.collecting = false
+        // A handover that failed before the codecs came out (what was queued did not go out in
+        // time) left this one in place: a second would read bodies as frames.
+        if (try? channel.pipeline.syncOperations.context(name: FrameCodec.handlerName)) != nil { return }
         let bytes = leftovers.bytes
         leftovers.bytes = []
         do {
