@@ -138,7 +138,9 @@ package struct PluginLife: Sendable {
     /// restart history and the failure are cleared; it starts now, or once its dependencies run.
     /// `hasWorker`: another request's worker is already coming up (two restarts asked during one
     /// drain): this one waits for it, and it counts once.
-    package mutating func startRequested(dependenciesRunning: Bool, hasWorker: Bool = false) -> [Action] {
+    /// `counted`: false for a start that is no restart (an update trying its new version on a
+    /// plugin that was `inactive`, and its rollback: nothing ran to be restarted).
+    package mutating func startRequested(dependenciesRunning: Bool, hasWorker: Bool = false, counted: Bool = true) -> [Action] {
         restartHistory = []
         problem = nil
         // Not an activation (one that waited, then was stopped, is not announced by this start).
@@ -146,12 +148,12 @@ package struct PluginLife: Sendable {
         if hasWorker { return [] }
         if dependenciesRunning {
             restartAsked = false
-            if hasRun { restarts += 1 }
+            if hasRun && counted { restarts += 1 }
             return [.spawn(takingStandby: false)]
         }
         // Its dependencies first (an idle-stopped one activated, a crashed one restarting): counted
         // by `workerSpawned`, once they let it spawn.
-        restartAsked = hasRun
+        restartAsked = hasRun && counted
         _ = move(to: .waiting)
         return [.startWaitingPlugins]
     }

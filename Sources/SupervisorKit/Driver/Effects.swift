@@ -30,7 +30,8 @@ enum Effect {
     /// Plugins waiting to start (a new one installed) may start.
     case startWaitingPlugins
     /// Starts a stopped plugin from a clean slate; `done` hears nil once it runs, or why not.
-    case startAgain(PluginRecord, done: (String?) -> Void)
+    /// `counted`: a restart (`PluginLife.startRequested`).
+    case startAgain(PluginRecord, counted: Bool = true, done: (String?) -> Void)
     /// Starts `manifest` beside the running version of `record` (an update with zero drops).
     case startBeside(PluginRecord, Manifest, done: (String?) -> Void)
     /// Stops a plugin's worker (drained first); `then` runs once it has ended.

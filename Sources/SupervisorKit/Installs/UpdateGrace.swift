@@ -41,7 +41,8 @@ extension Installs {
                 let begin: () -> Void = { [self] in
                     record.manifest = files.new
                     record.installAwaitsVerdict = true
-                    effects.post(.startAgain(record) { [self] problem in
+                    // A plugin that was inactive is tried, not restarted: nothing of it ran.
+                    effects.post(.startAgain(record, counted: !record.startedForUpdate) { [self] problem in
                         record.installAwaitsVerdict = false
                         carryOut(record.update.verdict(problem, now: .now, graceSeconds: config.updateGraceSeconds), record, done)
                         if problem == nil { backToInactive(record, startedFor: record.startedForUpdate) }
@@ -78,9 +79,15 @@ extension Installs {
                 case .stopAndStart:
                     record.manifest = old
                     let wasInactive = record.startedForUpdate
-                    effects.post(.restart(id) { [self] problem in
+                    let then: (String?) -> Void = { [self] problem in
                         if problem == nil { backToInactive(record, startedFor: wasInactive) }
-                    })
+                    }
+                    // Put back on a plugin that was inactive (the new version never started): no restart either.
+                    if wasInactive, record.instance == nil {
+                        effects.post(.startAgain(record, counted: false, done: then))
+                    } else {
+                        effects.post(.restart(id, done: then))
+                    }
                 }
                 done(.failure(InstallError(.loadFailed, "\(id) \(files.staged.version) failed to start: \(problem); rolled back to \(old.version)").body))
             case .rollBackAfterCrash:
