@@ -78,6 +78,8 @@ import SupervisorCore
         #expect(!actions.contains { if case .announceExit = $0 { true } else { false } }, "announced as deactivated alone")
         #expect(life.restarts == 0 && life.restartHistory.isEmpty, "not a restart, not counted by the intensity limit")
         #expect(actions.contains(.announceDeactivated(idleMs: 60_000)))
+        // Announced before whoever waited for the stop hears of it (an uninstall's `uninstalled` comes after).
+        #expect(actions.firstIndex(of: .announceDeactivated(idleMs: 60_000))! < actions.firstIndex(of: .runExitCallbacks)!)
         #expect(actions.last == .activateIfAwaited, "requests that came during its drain activate it again")
         #expect(!actions.contains(.announceFailed) && !actions.contains { if case .scheduleRestart = $0 { true } else { false } })
         // A worker that ended badly on its way out is an exit all the same; the plugin still goes inactive.

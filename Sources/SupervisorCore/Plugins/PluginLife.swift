@@ -98,9 +98,11 @@ package struct PluginLife: Sendable {
             problem = nil
             // 0: started only to prove that an install loads (Installs.backToInactive).
             let why = idleMs > 0 ? "stopped after \(idleMs) ms without traffic" : "stopped"
+            // Announced before whoever waited for the stop hears of it: an uninstall that came
+            // meanwhile is announced after, as the plugin's last event.
             actions += [.log(.info, "\(context.identifier) \(why); it starts again when it is needed"),
-                        .runExitCallbacks, .discardStandby(because: "\(context.identifier) is inactive"),
-                        .announceDeactivated(idleMs: idleMs), .activateIfAwaited]
+                        .announceDeactivated(idleMs: idleMs), .runExitCallbacks,
+                        .discardStandby(because: "\(context.identifier) is inactive"), .activateIfAwaited]
             return actions
         }
         if ending.afterStop || context.shuttingDown {
