@@ -185,14 +185,16 @@ final class ControlHandler: ChannelDuplexHandler {
         // `mostInFlight` requests waiting for answers has its next requests wait, but not what
         // its requests in flight need (a stream's chunks and credit, a cancel, its replies to
         // host calls and unlinks, link reports), unless that is about a request that waits.
-        if writable {
-            switch engine.whileHeld(connection, frame) {
+        let depth = engine.config.maxJSONDepth
+        let heading = ControlConnection.heading(of: frame, maxDepth: depth)
+        if writable, let kind = heading.kind {
+            switch HeldRequests.verdict(kind, aboutHeld: heading.id.map(connection.heldRequests.contains) ?? false) {
             case .pass: return engine.controlRequest(connection, frame)
-            case .withdraw(let id): return connection.withdrawHeld(id)
+            case .withdraw: return connection.withdrawHeld(heading.id!, maxDepth: depth)
             case .hold: break
             }
         }
-        connection.hold(frame)
+        connection.hold(frame, request: heading.request)
         // Reading goes on while it only waits for answers (what its requests in flight need must
         // be read), up to `heldLimit` of requests held; not while it does not read its answers.
         if !writable || connection.heldBytes > ControlConnection.heldLimit {
@@ -263,28 +265,11 @@ extension Engine {
     /// long as there is room.
     func serveDeferred(_ connection: ControlConnection) {
         while !connection.closed, connection.channel.isWritable, !upgradeHoldsReads, let frame = connection.deferred.first {
-            let request = ControlConnection.requestID(of: frame, maxDepth: config.maxJSONDepth)
+            let request = ControlConnection.heading(of: frame, maxDepth: config.maxJSONDepth).request
             if request != nil, connection.outstanding >= ControlConnection.mostInFlight { return }
             _ = connection.takeHeld()
             if let request { connection.heldRequests.remove(request) }
             controlRequest(connection, frame)
-        }
-    }
-
-    /// What becomes of a frame from a client whose requests wait (`ControlConnection.mostInFlight`).
-    enum HeldFrame { case pass, hold, withdraw(UInt64) }
-
-    func whileHeld(_ connection: ControlConnection, _ frame: ByteBuffer) -> HeldFrame {
-        frame.withUnsafeReadableBytes { bytes -> HeldFrame in
-            // Not a frame it may send: said so in its turn.
-            guard let env = try? Envelope.parse(bytes, maxDepth: config.maxJSONDepth), let kind = env.kind else { return .hold }
-            let aboutHeld = env.id.map { connection.heldRequests.contains($0) } ?? false
-            switch kind {
-            case .reply, .linkCalls: return .pass
-            case .cancel: return aboutHeld ? .withdraw(env.id!) : .pass
-            case .chunk, .credit: return aboutHeld ? .hold : .pass
-            default: return .hold
-            }
         }
     }
 }

@@ -185,9 +185,9 @@ final class ControlConnection {
     /// for what its requests in flight need): past this, reading stops too.
     static let heldLimit = 4 << 20
 
-    /// `frame` waits, after what waits already.
-    func hold(_ frame: ByteBuffer) {
-        if let id = Self.requestID(of: frame, maxDepth: .max) { heldRequests.insert(id) }
+    /// `frame` waits, after what waits already; `request`: its id if it is a request.
+    func hold(_ frame: ByteBuffer, request: UInt64?) {
+        if let request { heldRequests.insert(request) }
         heldBytes += frame.readableBytes
         deferred.append(frame)
     }
@@ -208,23 +208,20 @@ final class ControlConnection {
 
     /// The client cancelled request `id` while it waited: it goes, unanswered (as a cancelled
     /// call's caller is).
-    func withdrawHeld(_ id: UInt64) {
+    func withdrawHeld(_ id: UInt64, maxDepth: Int) {
         heldRequests.remove(id)
-        if let index = deferred.firstIndex(where: { Self.requestID(of: $0, maxDepth: .max) == id }) {
+        if let index = deferred.firstIndex(where: { Self.heading(of: $0, maxDepth: maxDepth).request == id }) {
             heldBytes -= deferred[index].readableBytes
             deferred.remove(at: index)
         }
     }
 
-    /// The id of `frame` if it is a request that is answered (not a reply, cancel, stream frame or
-    /// link report).
-    static func requestID(of frame: ByteBuffer, maxDepth: Int) -> UInt64? {
+    /// What a frame is (nil: not a frame a client may send, said so in its turn) and its id, and
+    /// that id again when the frame is a request it is answered for (`HeldRequests.isRequest`).
+    static func heading(of frame: ByteBuffer, maxDepth: Int) -> (kind: MessageKind?, id: UInt64?, request: UInt64?) {
         frame.withUnsafeReadableBytes { bytes in
-            guard let env = try? Envelope.parse(bytes, maxDepth: maxDepth), let kind = env.kind else { return nil }
-            switch kind {
-            case .reply, .cancel, .chunk, .credit, .linkCalls: return nil
-            default: return env.id
-            }
+            guard let env = try? Envelope.parse(bytes, maxDepth: maxDepth), let kind = env.kind else { return (nil, nil, nil) }
+            return (kind, env.id, HeldRequests.isRequest(kind) ? env.id : nil)
         }
     }
 
@@ -262,7 +259,7 @@ final class ControlConnection {
         // limit): served, and reading resumed, once this answer's turn is over.
         guard outstanding < Self.mostInFlight, !deferred.isEmpty || outstanding == Self.mostInFlight - 1, !roomAsked, let onRoom else { return }
         roomAsked = true
-        channel.eventLoop.execute { [self] in
+        channel.eventLoop.assumeIsolated().execute { [self] in
             roomAsked = false
             onRoom()
         }
