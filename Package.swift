@@ -86,9 +86,10 @@ let package = Package(
         // Blocking framed connections (worker, CLI, installer preflight).
         .target(name: "IPC", dependencies: [.product(name: "PluginProtocol", package: "SDK"), "CLinuxSupport", "LinuxSupport"], path: "Sources/IPC"),
         // Plugin bundles on disk: manifests, versions, the dependency graph, variants, the bundle
-        // store, the home lock, the installer's request and answer. Shared by the supervisor and the
-        // installer; links no SwiftNIO.
-        .target(name: "Bundles", dependencies: ["BundleModel", .product(name: "PluginProtocol", package: "SDK"), "LinuxSupport"], path: "Sources/Bundles"),
+        // store, the home lock, the installer's request and answer (its progress is the control
+        // protocol's, Protocol, passed on as it is). Shared by the supervisor and the installer; links
+        // no SwiftNIO.
+        .target(name: "Bundles", dependencies: ["BundleModel", .product(name: "PluginProtocol", package: "SDK"), "LinuxSupport", "Protocol"], path: "Sources/Bundles"),
         // The bundle model's values: a manifest, parsed and validated from its bytes, and versions.
         // No file system: the supervisor's core decides with them.
         .target(name: "BundleModel", dependencies: [.product(name: "PluginProtocol", package: "SDK")], path: "Sources/BundleModel"),

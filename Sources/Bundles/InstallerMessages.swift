@@ -4,6 +4,7 @@ import FoundationEssentials
 import Foundation
 #endif
 import PluginProtocol
+import Protocol
 
 /// What the supervisor (or the CLI, offline) asks `supervisor-installer` to do. Downloading,
 /// unpacking and signature checks run in that separate process, so the code that parses untrusted
@@ -92,16 +93,10 @@ public struct Fetched: Codable, Sendable {
 
 /// One line of the installer's output: progress on the way, then exactly one result or error.
 public struct InstallerLine: Codable, Sendable {
-    public struct Progress: Codable, Sendable {
-        public var stage: String
-        public var done: Int64
-        public var total: Int64
-        public init(stage: String, done: Int64, total: Int64) {
-            self.stage = stage
-            self.done = done
-            self.total = total
-        }
-    }
+    /// The control socket's progress report (ControlReplies.swift): the supervisor passes the
+    /// installer's on to the client that asked, so both are one value (the installer sends no
+    /// `message`, which JSON then leaves out).
+    public typealias Progress = ProgressReport
 
     public var progress: Progress?
     /// A preflight worker the installer spawned (refused on the control socket like any worker).
