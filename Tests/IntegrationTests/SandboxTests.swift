@@ -389,6 +389,14 @@ struct CgroupTests {
             let file = own + "/" + (limitFiles[0] as NSString).lastPathComponent
             #expect(try opens(file).rc < 0, "the supervisor's \(file) is readable")
         }
+        // Without a CPU limit, a v1 host gives it no `cpu` group (nothing to set, and each costs
+        // the kernel an offline pass when removed); its memory and pids groups are its own.
+        let freePID = try #require(try sv.plugin("g.free").pid)
+        let freeMemory = try #require(folder(freePID, "memory"))
+        #expect(freeMemory.contains("sandboxed-plugins-\(sv.pid)/g.free-"))
+        if !FileManager.default.fileExists(atPath: memory + "/memory.max") {
+            #expect(folder(freePID, "cpu") == folder(sv.pid, "cpu"), "g.free has a cpu group of its own: \(folder(freePID, "cpu") ?? "none")")
+        }
         // A second of busy wall time gets about a fifth of a CPU; the unlimited plugin most of one.
         let limited = try sv.call("g.slow", "spin", #"{"number":1000}"#, as: Outcome.self).rc
         let free = try sv.call("g.free", "spin", #"{"number":1000}"#, as: Outcome.self).rc
