@@ -48,6 +48,26 @@ import SupervisorCore
         #expect(life.activate("p", by: "call", dependenciesRunning: true).isEmpty)
     }
 
+    @Test func aStartAskedOfAnInactivePluginIsAnActivationByWhatAsked() {
+        // `supervisor restart` of an inactive plugin, an update trying its new version on one.
+        for trigger in ["restart", "update"] {
+            var life = PluginLife(phase: .inactive)
+            life.hasRun = true
+            #expect(life.startRequested(dependenciesRunning: true, counted: trigger == "restart", trigger: trigger) == [.spawn(takingStandby: false)])
+            #expect(life.workerSpawned() == [.announceActivated(by: trigger)], "announced once its worker (its pid) exists")
+        }
+        // Waiting for its dependencies first: announced when it spawns, after theirs.
+        var waiting = PluginLife(phase: .inactive)
+        #expect(waiting.startRequested(dependenciesRunning: false) == [.startWaitingPlugins])
+        #expect(waiting.workerSpawned() == [.announceActivated(by: "restart")])
+        // From any other phase a start is no activation.
+        for phase: PluginPhase in [.stopped, .failed(byDependency: false), .running] {
+            var life = PluginLife(phase: phase)
+            _ = life.startRequested(dependenciesRunning: true)
+            #expect(life.workerSpawned().isEmpty, "\(phase)")
+        }
+    }
+
     @Test func anActivationWaitsForItsDependencies() {
         var life = PluginLife(phase: .inactive)
         let actions = life.activate("p", by: "dependent q", dependenciesRunning: false)

@@ -221,6 +221,24 @@ import SupervisorCore
         #expect(life.restarts == 0)
         // No other plugin is told: the install rolls back and puts the old one in service.
         #expect(!actions.contains(.startWaitingPlugins))
+        // Nor is it announced `failed` ("stays down until restarted by hand" would be untrue).
+        #expect(!actions.contains(.announceFailed))
+    }
+
+    @Test func aVersionAnInstallTriesIsNeverAnnouncedFailed() {
+        // A reason a restart cannot cure, in the version tried: rolled back all the same, unannounced.
+        var permanent = PluginLife(phase: .starting)
+        permanent.installAwaitsVerdict = true
+        let ending = PluginLife.Ending(status: ExitStatus(code: 78, reason: .missingSymbol), described: "missing symbol sp_plugin_create",
+                                       abnormal: true, afterStop: false, everRan: false)
+        let actions = ended(&permanent, ending, Self.context(.always))
+        #expect(actions.contains(.settleWaiters("missing symbol sp_plugin_create")) && !actions.contains(.announceFailed))
+        #expect(!actions.contains(.startWaitingPlugins) && permanent.restarts == 0)
+        // A worker that cannot even be spawned for it.
+        var unspawned = PluginLife(phase: .starting)
+        unspawned.installAwaitsVerdict = true
+        #expect(unspawned.spawnFailed("p", reason: "no such file") == [.log(.error, "p cannot start: no such file"), .settleWaiters("no such file")])
+        #expect(unspawned.phase == .failed(byDependency: false), "until the install puts the previous version back")
     }
 
     // MARK: Running, and dependencies

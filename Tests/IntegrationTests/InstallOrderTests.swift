@@ -48,6 +48,36 @@ extension InstallTests {
         #expect(try sv.plugin("o.lazy").state == "running")
         #expect(sv.log.contains("o.lazy 1.0.0 loads and starts; it is onCall, so it stops until it is needed"))
     }
+
+    @Test("an inactive plugin that an update tries or a restart starts is announced activated (update, restart); a version that fails to start is rolled back without a failed event")
+    func inactivePluginsStartsAnnounced() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let v1 = try shop.archive("o.lazy", "1.0.0", extra: ["activation": "onCall"])
+        let bad = try shop.archive("o.lazy", "1.1.0", extra: ["activation": "onCall"], files: ["fail-startup": ""])
+        let sv = try start(w, config: try shop.config())
+        #expect(try sv.cli("install", shop.server.base + "/" + v1).code == 0)
+        try sv.waitUntil("o.lazy inactive after its install") { try sv.plugin("o.lazy").state == "inactive" }
+        let file = w.root + "/events.json"
+        let follower = try ClientTests.follow(sv, ["--json", "--plugin", "o.lazy"], to: file)
+        defer { follower.terminate() }
+        try sv.waitUntil("the follower to listen") { try sv.cli("metrics").out.contains("supervisor_host_event_listeners 1") }
+        let update = try sv.cli("install", shop.server.base + "/" + bad)
+        #expect(update.code != 0 && update.err.contains("rolled back to 1.0.0"), "\(update.out)\(update.err)")
+        try sv.waitUntil("o.lazy inactive at 1.0.0 again") { let p = try sv.plugin("o.lazy"); return p.state == "inactive" && p.version == "1.0.0" }
+        let lastError = try sv.plugin("o.lazy").lastError ?? ""
+        #expect(lastError.hasPrefix("the update to 1.1.0 was rolled back to 1.0.0: it failed to start"), "\(lastError)")
+        let restart = try sv.cli("restart", "o.lazy")
+        #expect(restart.code == 0, "\(restart.err)")
+        let events = try sv.waitFor("the restart's started") { () -> [HostEvent]? in
+            let lines = ((try? String(contentsOfFile: file, encoding: .utf8)) ?? "").split(separator: "\n")
+            let events = lines.compactMap { try? JSONDecoder().decode(HostEvent.self, from: Data($0.utf8)) }
+            return events.filter { $0.event == .started }.count == 2 ? events : nil
+        }
+        #expect(!events.contains { $0.event == .failed }, "\(events.map(\.event))")
+        #expect(events.filter { $0.event == .activated }.map(\.trigger) == ["update", "restart"], "\(events.map(\.event))")
+        #expect(events.last?.event == .started && events.dropLast().last?.event == .activated, "\(events.map(\.event))")
+    }
 }
 
 extension InstallTests {

@@ -142,11 +142,15 @@ package struct PluginLife: Sendable {
     /// drain): this one waits for it, and it counts once.
     /// `counted`: false for a start that is no restart (an update trying its new version on a
     /// plugin that was `inactive`, and its rollback: nothing ran to be restarted).
-    package mutating func startRequested(dependenciesRunning: Bool, hasWorker: Bool = false, counted: Bool = true) -> [Action] {
+    /// `trigger`: what asked (`restart`, `update`): a plugin that is `inactive` is activated by it,
+    /// and `activated` says so when its worker is spawned, as for a call (SPEC §16).
+    package mutating func startRequested(dependenciesRunning: Bool, hasWorker: Bool = false, counted: Bool = true,
+                                         trigger: String = "restart") -> [Action] {
         restartHistory = []
         problem = nil
-        // Not an activation (one that waited, then was stopped, is not announced by this start).
-        activatedBy = nil
+        // From `inactive` an activation; from any other phase not (one that was activated, waited,
+        // then was stopped, is not announced by this start).
+        activatedBy = phase == .inactive ? trigger : nil
         if hasWorker { return [] }
         if dependenciesRunning {
             restartAsked = false
@@ -277,15 +281,17 @@ package struct PluginLife: Sendable {
             _ = move(to: .restarting)
             return []
         }
+        if installAwaitsVerdict {
+            // The install rolls back at once: no restarts for a version not yet accepted. Not
+            // announced `failed`: the plugin does not stay down (the previous version goes back,
+            // or a new one is not installed); the install's answer says why.
+            _ = move(to: .failed(byDependency: false))
+            problem = ending.described
+            return [.settleWaiters(ending.described)]
+        }
         if ending.status.reason.isPermanent {
             // SPEC §6: a restart cannot cure a missing library or symbol or an ABI mismatch.
             return fail("\(ending.described); a restart cannot cure this: \(Self.remedy(ending.status.reason)), then `supervisor restart \(id)`")
-        }
-        if installAwaitsVerdict {
-            // The install rolls back at once: no restarts for a version not yet accepted.
-            _ = move(to: .failed(byDependency: false))
-            problem = ending.described
-            return [.announceFailed, .settleWaiters(ending.described)]
         }
         let policy = context.restartPolicy
         guard policy == .always || (policy == .onFailure && ending.abnormal) else {
@@ -322,6 +328,9 @@ package struct PluginLife: Sendable {
         _ = move(to: .failed(byDependency: false))
         activatedBy = nil
         problem = why
+        // A version an install is trying is rolled back (or not installed): the plugin does not
+        // stay down, so it is not announced and no other plugin is told; the answer says why.
+        if installAwaitsVerdict { return [.settleWaiters(why)] }
         return [.announceFailed, .settleWaiters(why), .startWaitingPlugins]
     }
 }

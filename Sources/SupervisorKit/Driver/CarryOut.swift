@@ -16,7 +16,7 @@ extension Engine {
         case .kill(let instance, let reason, let message): lifecycle.kill(instance, reason, message)
         case .settleReloads: lifecycle.settleReloads()
         case .startWaitingPlugins: lifecycle.startWaitingPlugins()
-        case .startAgain(let record, let counted, let done): lifecycle.startAgain(record, counted: counted, done)
+        case .startAgain(let record, let counted, let trigger, let done): lifecycle.startAgain(record, counted: counted, trigger: trigger, done)
         case .startBeside(let record, let manifest, let done): lifecycle.startBeside(record, manifest, done)
         case .stopPlugin(let record, let then): lifecycle.stopPlugin(record, then)
         case .restart(let id, let done): lifecycle.restartCommand(id, done)

@@ -31,7 +31,7 @@ enum Effect {
     case startWaitingPlugins
     /// Starts a stopped plugin from a clean slate; `done` hears nil once it runs, or why not.
     /// `counted`: a restart (`PluginLife.startRequested`).
-    case startAgain(PluginRecord, counted: Bool = true, done: (String?) -> Void)
+    case startAgain(PluginRecord, counted: Bool = true, trigger: String = "restart", done: (String?) -> Void)
     /// Starts `manifest` beside the running version of `record` (an update with zero drops).
     case startBeside(PluginRecord, Manifest, done: (String?) -> Void)
     /// Stops a plugin's worker (drained first); `then` runs once it has ended.

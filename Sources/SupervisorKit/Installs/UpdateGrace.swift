@@ -42,7 +42,7 @@ extension Installs {
                     record.manifest = files.new
                     record.installAwaitsVerdict = true
                     // A plugin that was inactive is tried, not restarted: nothing of it ran.
-                    effects.post(.startAgain(record, counted: !record.startedForUpdate) { [self] problem in
+                    effects.post(.startAgain(record, counted: !record.startedForUpdate, trigger: "update") { [self] problem in
                         record.installAwaitsVerdict = false
                         carryOut(record.update.verdict(problem, now: .now, graceSeconds: config.updateGraceSeconds), record, done)
                         if problem == nil { backToInactive(record, startedFor: record.startedForUpdate) }
@@ -78,6 +78,9 @@ extension Installs {
                     }
                 case .stopAndStart:
                     record.manifest = old
+                    // Said as the update's failure, not the plugin's ("failed to start" alone
+                    // would read as if the version back in place did not).
+                    record.lastError = "the update to \(files.staged.version) was rolled back to \(old.version): it failed to start (\(problem))"
                     let wasInactive = record.startedForUpdate
                     let then: (String?) -> Void = { [self] problem in
                         if problem == nil { backToInactive(record, startedFor: wasInactive) }

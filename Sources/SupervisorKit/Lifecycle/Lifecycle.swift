@@ -203,12 +203,12 @@ final class Lifecycle: SupervisorComponent {
 
     /// Starts a stopped plugin from a clean slate (restart history and failure cleared): now, or once
     /// its dependencies run. `done` hears nil when it runs, or why it did not start.
-    /// `counted`: as `PluginLife.startRequested` says.
-    func startAgain(_ record: PluginRecord, counted: Bool = true, _ done: @escaping (String?) -> Void) {
+    /// `counted`, `trigger`: as `PluginLife.startRequested` says.
+    func startAgain(_ record: PluginRecord, counted: Bool = true, trigger: String = "restart", _ done: @escaping (String?) -> Void) {
         guard !isShuttingDown else { return done("the supervisor is shutting down") }
         record.startWaiters.append(done)
         effects.now(.life(record, record.life.startRequested(dependenciesRunning: table.dependenciesRunning(record), hasWorker: record.instance != nil,
-                                                             counted: counted)))
+                                                             counted: counted, trigger: trigger)))
     }
 
     /// `supervisor restart <id>`: stop it if running, clear its failure and restart history, start it.
