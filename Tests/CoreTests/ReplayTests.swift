@@ -12,6 +12,7 @@ import SupervisorCore
         var retries = 0
         var crashes = 0
         var callerIsGone = false
+        var answerBegun = false
     }
 
     static let now = Instant(nanoseconds: 1_000_000_000_000)
@@ -176,6 +177,20 @@ import SupervisorCore
         #expect(outcome.failures.map(\.error.code) == ["timeout", "timeout"])
         #expect(outcome.failures.map(\.started) == [true, false])
         #expect(outcome.resent.isEmpty)
+    }
+
+    @Test func aStreamWhoseAnswerHadBegunIsNotRunAgainEvenIfIdempotent() {
+        var streaming = Call(number: 1, method: "get", deadline: Self.later)
+        streaming.answerBegun = true
+        #expect(Self.replay.decide(streaming, started: true, crash: "x", successor: .comes, now: Self.now)
+                == .fail(streaming, ErrorBody(.unavailable, "p's worker ended (x) while get answered in a stream; part of its answer reached the caller, "
+                                                   + "so it is not run again"), started: true))
+        // Its answer not begun: retried as any idempotent call.
+        streaming.answerBegun = false
+        guard case .retry = Self.replay.decide(streaming, started: true, crash: "x", successor: .comes, now: Self.now) else {
+            Issue.record("an idempotent stream call none of whose answer came is retried")
+            return
+        }
     }
 
     @Test func aCallerThatLeftIsDroppedNotAnsweredNotSent() {

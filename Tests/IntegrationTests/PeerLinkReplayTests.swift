@@ -14,9 +14,11 @@ import Testing
 struct PeerLinkReplayTests {
     /// A C plugin that puts calls on its link at once: `fan` ({"target", "count", "base", "block"})
     /// sends `block` (id 4999, when asked) and `count` calls of `tally` (ids 5000..., params
-    /// base + i) to `target` with `host->send`, one after another, and only then answers `count`:
-    /// once it has answered, every call is on the link. `answers` lists what came back, as
-    /// "<id> ok <result>" or "<id> <code>[ started]".
+    /// base + i) to `target` with `host->send`, one after another, then (`rows`) a stream call of
+    /// `rows` (id 5999, never granted credit), and only then answers `count`: once it has
+    /// answered, every call is on the link. `answers` lists what came back, as "<id> ok <result>",
+    /// "<id> <code>[ started]" or "5999 rows <chunks seen>[ out of order]"; `rowsSeen` counts
+    /// the stream's chunks so far.
     static let cFanner = #"""
     #define _GNU_SOURCE
     #include <pthread.h>
@@ -26,6 +28,8 @@ struct PeerLinkReplayTests {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static char answers[16384];
     static size_t used = 0;
+    /* The chunks of the stream call 5999 (`rows`) seen so far, and how many came out of order. */
+    static unsigned long long rows_seen = 0, rows_bad = 0;
     static void say(const char *frame, int n) { host->send(host->ctx, (const uint8_t *)frame, (size_t)n); }
     static void receive(void *ctx, const uint8_t *bytes, size_t len) {
         (void)ctx;
@@ -33,11 +37,19 @@ struct PeerLinkReplayTests {
         unsigned long long id = 0;
         find_uint(json, len, "id", &id);
         char frame[20480];
-        if (memmem(json, len, "\"type\":\"reply\"", 14)) {
+        if (memmem(json, len, "\"type\":\"chunk\"", 14) && id == 5999) {
+            unsigned long long seq = 0;
+            pthread_mutex_lock(&lock);
+            if (!find_uint(json, len, "seq", &seq) || seq != rows_seen) rows_bad++;
+            rows_seen++;
+            pthread_mutex_unlock(&lock);
+        } else if (memmem(json, len, "\"type\":\"reply\"", 14)) {
             char code[64] = "";
             unsigned long long result = 0;
             pthread_mutex_lock(&lock);
-            if (find_uint(json, len, "result", &result)) {
+            if (id == 5999 && memmem(json, len, "\"result\":", 9)) {
+                used += (size_t)snprintf(answers + used, sizeof answers - used, "%s\"5999 rows %llu%s\"", used ? "," : "", rows_seen, rows_bad ? " out of order" : "");
+            } else if (find_uint(json, len, "result", &result)) {
                 used += (size_t)snprintf(answers + used, sizeof answers - used, "%s\"%llu ok %llu\"", used ? "," : "", id, result);
             } else {
                 find_string(json, len, "code", code, sizeof code);
@@ -71,7 +83,20 @@ struct PeerLinkReplayTests {
             for (unsigned long long i = 0; i < count; i++) {
                 say(frame, snprintf(frame, sizeof frame, "{\"type\":\"call\",\"id\":%llu,\"target\":\"%s\",\"method\":\"tally\",\"params\":%llu,\"timeoutMs\":30000}", 5000 + i, target, base + i));
             }
+            /* Then a stream call, `rows`, for which it never grants credit: 16 chunks at most. */
+            unsigned long long rows = 0;
+            if (params && find_uint(params, rest, "rows", &rows) && rows > 0) {
+                pthread_mutex_lock(&lock);
+                rows_seen = rows_bad = 0;
+                pthread_mutex_unlock(&lock);
+                say(frame, snprintf(frame, sizeof frame, "{\"type\":\"call\",\"id\":5999,\"target\":\"%s\",\"method\":\"rows\",\"params\":{\"count\":%llu},\"stream\":true,\"timeoutMs\":30000}", target, rows));
+            }
             say(frame, snprintf(frame, sizeof frame, "{\"type\":\"reply\",\"id\":%llu,\"result\":%llu}", id, count));
+        } else if (memmem(json, len, "\"type\":\"call\"", 13) && memmem(json, len, "\"method\":\"rowsSeen\"", 19)) {
+            pthread_mutex_lock(&lock);
+            int n = snprintf(frame, sizeof frame, "{\"type\":\"reply\",\"id\":%llu,\"result\":%llu}", id, rows_seen);
+            pthread_mutex_unlock(&lock);
+            say(frame, n);
         } else if (memmem(json, len, "\"type\":\"call\"", 13) && memmem(json, len, "\"method\":\"answers\"", 18)) {
             pthread_mutex_lock(&lock);
             int n = snprintf(frame, sizeof frame, "{\"type\":\"reply\",\"id\":%llu,\"result\":[%s]}", id, answers);
@@ -88,9 +113,9 @@ struct PeerLinkReplayTests {
     const sp_plugin *sp_plugin_create(const sp_host *h) { host = h; return &plugin; }
     """#
 
-    /// `fan`'s params.
-    static func fan(_ target: String, count: Int, base: Int, block: Bool = false) -> String {
-        #"{"target":"\#(target)","count":\#(count),"base":\#(base),"block":\#(block)}"#
+    /// `fan`'s params (`rows`: then a stream call of that many rows, id 5999).
+    static func fan(_ target: String, count: Int, base: Int, block: Bool = false, rows: Int = 0) -> String {
+        #"{"target":"\#(target)","count":\#(count),"base":\#(base),"block":\#(block),"rows":\#(rows)}"#
     }
 
     @Test("a plugin that forges afterLink on its own calls (malformed, or a link it never held): malformed is refused as badRequest; otherwise a call that is not idempotent fails with started and never runs, an idempotent one runs once; the plugin and its dependencies keep running")
@@ -129,6 +154,44 @@ struct PeerLinkReplayTests {
         let sv = try RunningSupervisor(w)
         try Self.linkFirst(sv)
         try Self.expectLinkCallsReplayed(w, sv)
+    }
+
+    @Test("over a peer link, a stream call: one its callee's plugin never started goes through the supervisor to the next worker, and its whole answer comes once, in order; one that had begun answering fails with started: true")
+    func streamCallsOverAPeerLink() throws {
+        let w = try TestWorld()
+        try w.bundle("p.base")
+        try w.bundle("p.fanner", deps: [Dep("p.base")], library: try Build.cLibrary("fanner", source: Self.cFanner))
+        let sv = try RunningSupervisor(w)
+        try Self.linkFirst(sv)
+        func answers() throws -> [String] { try sv.call("p.fanner", "answers", as: [String].self) }
+        // Behind `block`, unread by the callee's worker: never started.
+        #expect(try sv.call("p.fanner", "fan", Self.fan("p.base", count: 4, base: 0, block: true, rows: 10), as: Int.self) == 4)
+        try sv.waitUntil("the slow call to start") { FileManager.default.fileExists(atPath: w.home + "/data/p.base/blocking") }
+        kill(try #require(try sv.plugin("p.base").pid), SIGKILL)
+        var seen: [String] = []
+        try sv.waitUntil("6 answers") {
+            seen += try answers()
+            return seen.count >= 6
+        }
+        #expect(Set(seen) == Set((0..<4).map { "\(5000 + $0) ok \($0)" } + ["4999 unavailable started", "5999 rows 10"]), "\(seen)")
+        let metrics = try Prometheus(sv.cli("metrics").out)
+        #expect(metrics["plugin_calls_replayed_total", ["plugin": "p.base"]] == 5, "the tallies and the stream")
+        // Begun: the stream's first window came (16 chunks; the caller grants no more), then the
+        // callee's worker is killed.
+        try sv.waitUntil("a new link") {
+            _ = try sv.call("p.fanner", "fan", Self.fan("p.base", count: 1, base: 2000), as: Int.self)
+            return try sv.plugin("p.fanner").links == ["p.base"]
+        }
+        #expect(try sv.call("p.fanner", "fan", Self.fan("p.base", count: 0, base: 0, rows: 100), as: Int.self) == 0)
+        try sv.waitUntil("16 chunks over the link") { try sv.call("p.fanner", "rowsSeen", as: Int.self) == 16 }
+        kill(try #require(try sv.plugin("p.base").pid), SIGKILL)
+        seen = []
+        try sv.waitUntil("the stream's answer") {
+            seen += try answers().filter { $0.hasPrefix("5999") }
+            return !seen.isEmpty
+        }
+        #expect(seen == ["5999 unavailable started"], "\(seen)")
+        #expect(try sv.call("p.fanner", "rowsSeen", as: Int.self) == 16, "no chunk twice")
     }
 
     @Test("the same after an upgrade in place: the link made before it keeps its mark in the callee's page, which the new binary read again, so the waiting calls are replayed, not failed as started")

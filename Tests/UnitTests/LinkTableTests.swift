@@ -117,7 +117,7 @@ import Testing
         let removed = table.remove(1, now: 5)
         let gone = try #require(removed)
         #expect(gone.isCaller && gone.peer == "com.b" && gone.socket === socket)
-        #expect(gone.failed == [3, 9] && gone.cancelled.isEmpty && gone.unlinkReply == nil)
+        #expect(gone.failed.map(\.id) == [3, 9] && gone.failed.allSatisfy { !$0.started } && gone.cancelled.isEmpty && gone.unlinkReply == nil)
         let again = table.remove(1, now: 6)
         #expect(again == nil, "settled once")
         #expect(table.calls.isEmpty && table.links.isEmpty)
@@ -244,6 +244,24 @@ import Testing
     }
 
     // MARK: Streams over a link (docs/protocol.md "Streams")
+
+    @Test func aStreamCallWhoseCalleeEndsGoesAgainUnlessItsAnswerHadBegunOrItHadAnInput() throws {
+        var table = Table()
+        let added = table.add(PeerLinkOrder(kind: .caller, peer: "com.b", link: 1, timeoutMs: 5_000, streamIdleTimeoutMs: 100), socket: Socket())
+        #expect(added)
+        let written: [UInt8] = Array(#"{"type":"call","id":7,"target":"com.b","method":"rows","stream":true}"#.utf8)
+        #expect(table.callOut(7, to: "com.b", requestedMs: nil, now: 0, stream: true, written: written) != nil)
+        #expect(table.callOut(8, to: "com.b", requestedMs: nil, now: 0, stream: true, written: written) != nil)
+        #expect(table.callOut(9, to: "com.b", requestedMs: nil, now: 0, input: true, written: written) != nil)
+        #expect(table.answerChunk(8, seq: 0, hasData: true, on: 1, now: Self.ms) == .deliver(8))
+        let removed = table.remove(1, now: 2 * Self.ms)
+        let gone = try #require(removed)
+        // 7: no chunk came, it goes again with the call's own deadline (5 s), not the idle one.
+        #expect(gone.sentAgain.map(\.id) == [7] && gone.sentAgain.first?.deadline == 5_000 * Self.ms)
+        #expect(gone.sentAgain.first?.written == written)
+        // 8: a chunk came (its plugin ran it): started. 9: its input is not kept.
+        #expect(gone.failed.map(\.id) == [8, 9] && gone.failed.map(\.started) == [true, false])
+    }
 
     @Test func aStreamsAnswerIsCheckedAgainstItsWindowAndItsIdleTimeoutMoves() throws {
         var table = Table()

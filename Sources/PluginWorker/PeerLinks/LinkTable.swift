@@ -80,8 +80,9 @@ struct LinkTable<Socket: AnyObject & Sendable> {
         let peer: String
         let isCaller: Bool
         let socket: Socket
-        /// Caller role: the plugin's calls on it, to fail with `unavailable` (counted so).
-        let failed: [UInt64]
+        /// Caller role: the plugin's calls on it, to fail with `unavailable` (counted so): a
+        /// stream call part of whose answer came (`started`: its plugin ran it), or one with an input.
+        let failed: [(id: UInt64, started: Bool)]
         /// Caller role: the plugin's calls on it that go again through the supervisor (the link
         /// ended by itself: its callee's worker may have died), in id order. Counted there.
         let sentAgain: [SentAgain]
@@ -97,18 +98,23 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     mutating func remove(_ number: UInt64, now: Int64) -> Removed? {
         guard let link = links.removeValue(forKey: number) else { return nil }
         if byPeer[link.peer] == number { byPeer[link.peer] = nil }
-        var failed: [UInt64] = []
+        var failed: [(id: UInt64, started: Bool)] = []
         var sentAgain: [SentAgain] = []
         if link.isCaller {
             for (id, call) in calls.entries where call.link == number {
-                if let written = call.written {
-                    sentAgain.append(SentAgain(id: id, written: written, deadline: call.deadline.monotonic))
+                // A stream of answers none of which came goes again as a plain call does: the
+                // supervisor decides from the link's mark. One that had begun answering had run.
+                let answered = (call.stream?.credit.seq ?? 0) > 0
+                if let written = call.written, !answered {
+                    // What is left of its time: a stream's table deadline is its idle one.
+                    let deadline = call.stream.map { $0.callDeadline } ?? call.deadline.monotonic
+                    sentAgain.append(SentAgain(id: id, written: written, deadline: deadline))
                 } else {
-                    failed.append(id)
+                    failed.append((id, answered))
                     record(link.peer, .unavailable, started: call.started, now: now)
                 }
             }
-            for id in failed { _ = calls.settle(id) }
+            for (id, _) in failed { _ = calls.settle(id) }
             for call in sentAgain { _ = calls.settle(call.id) }
         }
         var cancelled: [UInt64] = []
@@ -119,7 +125,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
             }
             servedPerLink[number] = nil
         }
-        return Removed(peer: link.peer, isCaller: link.isCaller, socket: link.socket, failed: failed.sorted(),
+        return Removed(peer: link.peer, isCaller: link.isCaller, socket: link.socket, failed: failed.sorted { $0.id < $1.id },
                        sentAgain: sentAgain.sorted { $0.id < $1.id }, cancelled: cancelled.sorted(), unlinkReply: link.unlinkReply)
     }
 
@@ -153,8 +159,8 @@ struct LinkTable<Socket: AnyObject & Sendable> {
     /// supervisor. `wake`: the links thread must be woken for the new deadline.
     /// A call with a stream (`stream`: it asks for an answer of chunks; `input`: it sends input)
     /// also gets the idle timeout: its deadline is the sooner of the two. `written`: the call as
-    /// the plugin wrote it, kept (a plain call only) to go again through the supervisor if its
-    /// callee dies with it.
+    /// the plugin wrote it, kept (not for a call with an input: its chunks are not kept) to go
+    /// again through the supervisor if its callee dies with it before answering.
     mutating func callOut(_ id: UInt64, to target: String, requestedMs: UInt64?, now: Int64,
                           stream: Bool = false, input: Bool = false, written: [UInt8]? = nil) -> (socket: Socket, wake: Bool)? {
         guard let number = byPeer[target], !calls.contains(id), let i = links.index(forKey: number), links.values[i].accepting else { return nil }
@@ -169,7 +175,7 @@ struct LinkTable<Socket: AnyObject & Sendable> {
             streamStats[links.values[i].peer, default: CallHop.StreamTally()].opened += 1
         }
         calls.insert(OutCall(link: number, deadline: Instant(monotonic: deadline), started: now, stream: flow,
-                             written: flow == nil ? written : nil), id: id)
+                             written: input ? nil : written), id: id)
         return (links.values[i].socket, deadline < plannedWake)
     }
 

@@ -167,7 +167,8 @@ final class LinksThread {
     /// A link that ended (its peer's worker ended, it broke, or it was taken back and its calls
     /// are settled): its calls are settled as the supervisor settles calls in a worker that ended
     /// (caller role: each plain call goes again through the supervisor, which read the link's
-    /// mark at the callee's death and decides, SPEC §15; a stream's fails `unavailable`; callee
+    /// mark at the callee's death and decides, SPEC §15, a stream call none of whose answer came
+    /// too; one that had begun answering or had an input fails `unavailable`; callee
     /// role: `cancel` to the plugin), and it is closed.
     private func gone(_ number: UInt64) {
         let now = Self.now()
@@ -177,7 +178,10 @@ final class LinksThread {
         readers[ObjectIdentifier(gone.socket)] = nil
         gone.socket.close()
         for call in gone.sentAgain { sendAgain(call, after: number, to: gone.peer, now: now) }
-        for id in gone.failed { deliverError(id, .unavailable, "the worker of \(gone.peer) ended before answering call") }
+        for (id, started) in gone.failed {
+            deliverError(id, .unavailable, started ? "the worker of \(gone.peer) ended while its stream answered call; part of the answer came, so it is not run again"
+                                                   : "the worker of \(gone.peer) ended before answering call", started: started)
+        }
         for local in gone.cancelled { deliverCancel(local) }
         if let reply = gone.unlinkReply { links.answerUnlink(reply) }
         // A caller's link that ended by itself (not taken back) goes in the report: the supervisor
@@ -203,6 +207,8 @@ final class LinksThread {
             frame.raw("method", UnsafeRawBufferPointer(rebasing: bytes[method]))
             if let params = env.params { frame.raw("params", UnsafeRawBufferPointer(rebasing: bytes[params])) }
             if let trace = env.traceparent { frame.raw("traceparent", UnsafeRawBufferPointer(rebasing: bytes[trace])) }
+            // A stream of answers none of which came: its answer comes through the supervisor now.
+            if env.stream { frame.flag("stream") }
             frame.uint("timeoutMs", UInt64(leftMs))
             frame.raw("afterLink", AfterLink(link: number, id: call.id).json)
             do { try links.connection.sendFrame(frame.finish()) } catch {
@@ -258,10 +264,10 @@ final class LinksThread {
         host.deliver(frame: cancel.finish())
     }
 
-    func deliverError(_ id: UInt64, _ code: ErrorCode, _ message: String) {
+    func deliverError(_ id: UInt64, _ code: ErrorCode, _ message: String, started: Bool = false) {
         var reply = FrameBuilder(kind: .reply, capacity: message.utf8.count + 64)
         reply.uint("id", id)
-        reply.error(code, message)
+        reply.error(code: code.rawValue, message, started: started)
         host.deliver(frame: reply.finish())
     }
 }

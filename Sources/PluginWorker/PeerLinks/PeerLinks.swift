@@ -178,8 +178,9 @@ final class PeerLinks: Sendable {
     private func callOverLink(_ id: UInt64, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> Bool {
         guard bytes.count <= Self.largestLinkedCall, let target = Envelope.string(bytes, env.target) else { return false }
         let now = Self.now()
-        // Kept to go again through the supervisor if the callee dies with it (a plain call only).
-        let written = env.stream || env.input ? nil : Array(bytes)
+        // Kept to go again through the supervisor if the callee dies with it before answering
+        // (not a call with an input: the chunks it sends are not kept).
+        let written = env.input ? nil : Array(bytes)
         guard let (socket, wakeNeeded) = table.withLock({
             $0.callOut(id, to: target, requestedMs: env.timeoutMs, now: now, stream: env.stream, input: env.input, written: written)
         }) else { return false }

@@ -26,8 +26,9 @@ import PluginProtocol
 /// 4. not started: replayed to the next worker, in its original order, with its original deadline,
 ///    ahead of what arrived later (`WaitQueue.putAhead`), unless `crashLimit` workers have now died
 ///    holding it (a frame that kills a worker before its plugin takes it must not loop);
-/// 5. started: retried if its method is idempotent, `retries < retryLimit` (`limits.retries`) and
-///    the deadline holds; otherwise fails with `unavailable` and `started: true`.
+/// 5. started: retried if its method is idempotent, `retries < retryLimit` (`limits.retries`), the
+///    deadline holds and no part of its answer (a stream's chunk) has reached its caller;
+///    otherwise fails with `unavailable` and `started: true`.
 /// A call is in exactly one action, so it is answered at most once; a started call is sent again
 /// only if its method is idempotent, so no other call runs twice.
 package struct CrashReplay: Sendable, Equatable {
@@ -175,6 +176,10 @@ package struct CrashReplay: Sendable, Equatable {
                                                  + "have ended holding this call (at most \(crashLimit)): it is not sent again"), started: false)
             }
             return .replay(next)
+        }
+        guard !call.answerBegun else {
+            return .fail(call, ErrorBody(.unavailable, "\(plugin)'s worker ended (\(crash)) while \(method) answered in a stream; part of its "
+                                             + "answer reached the caller, so it is not run again"), started: true)
         }
         guard idempotent.contains(method) else {
             return .fail(call, ErrorBody(.unavailable, "\(plugin)'s worker ended (\(crash)) after its plugin started \(method); it is not run again: "

@@ -10,4 +10,11 @@ package protocol ReplayableCall: WaitingRequest {
     var retries: Int { get set }
     /// Workers that died while holding it, before the one that died now.
     var crashes: Int { get set }
+    /// Part of its answer (a chunk of its stream) has reached its caller: running it again would
+    /// answer that part twice, so it is not sent again, idempotent or not.
+    var answerBegun: Bool { get }
+}
+
+extension ReplayableCall {
+    package var answerBegun: Bool { false }
 }

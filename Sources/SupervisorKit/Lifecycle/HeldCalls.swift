@@ -114,6 +114,9 @@ extension PendingRequest: ReplayableCall {
     }
 
     var callerIsGone: Bool { origin.callerIsGone }
+
+    /// A chunk of its stream's answer has gone to its caller.
+    var answerBegun: Bool { (stream?.credit.seq ?? 0) > 0 }
 }
 
 extension QueuedRequest {
