@@ -463,6 +463,8 @@ struct FaultTests {
         #expect(object["plugin"] as? String == "l.any", "\(line)")
         let p = try sv.plugin("l.any")
         #expect(p.state == "running" && p.lastExit == nil, "\(p)")
+        // Which worker said it: the supervisor's to say, as `plugin` is.
+        #expect(object["pid"] as? String == p.pid.map(String.init), "\(line)")
     }
 
     @Test("a plugin's log text and output lines cannot start a line of their own (a newline, a carriage return, a terminal escape are written as escapes), and log text is cut at 4096 bytes")

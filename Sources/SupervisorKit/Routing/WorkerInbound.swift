@@ -115,10 +115,12 @@ extension Router {
         guard let log = try? ProtocolJSON.decode(PluginLogLine.self, from: bytes) else {
             return violated(instance, "malformed log message: not JSON in UTF-8, its level or message is missing or not a string, or its metadata is not an object")
         }
-        // `plugin` is the supervisor's to say, and a line's text cannot start another line: a
-        // plugin cannot write lines in another's name.
+        // `plugin` and `pid` are the supervisor's to say, and a line's text cannot start another
+        // line: a plugin cannot write lines in another's name, nor another worker's (an update
+        // runs two of one plugin for a moment).
         var meta = PluginLogLine.logged(log.metadata ?? [:])
         meta["plugin"] = "\(instance.identifier)"
+        meta["pid"] = "\(instance.pid)"
         logger.log(level: Logger.Level(rawValue: log.level) ?? .info, "\(LogText.shown(log.message))", metadata: meta)
     }
 }

@@ -280,7 +280,7 @@ static void attack(const char *what, const char *path, long number, char *out, s
         /* A log line whose metadata values are JSON of every kind, not only strings. */
         const char *line = "{\"type\":\"log\",\"level\":\"notice\",\"message\":\"metadata of every kind\","
                            "\"metadata\":{\"count\":3,\"ratio\":0.5,\"ok\":true,\"none\":null,\"tags\":[\"a\",1],"
-                           "\"where\":{\"file\":\"x.c\",\"line\":7},\"name\":\"plain\",\"plugin\":\"some.other\"}}";
+                           "\"where\":{\"file\":\"x.c\",\"line\":7},\"name\":\"plain\",\"plugin\":\"some.other\",\"pid\":1}}";
         rc = g_host->send(g_host->ctx, (const uint8_t *)line, strlen(line));
     } else if (!strcmp(what, "logForged")) {
         /* A message that would start a line of its own, forged in another plugin's name, with a
