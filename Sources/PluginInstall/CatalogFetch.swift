@@ -62,6 +62,8 @@ public struct CatalogFetch: Sendable {
         }
         switch outcome {
         case .notModified:
+            // Only a conditional request (this URL's copy's validators) gets a 304 from `fetch`.
+            guard validators != nil else { throw Fetcher.failure(url: url, reason: "the server answered HTTP 304 to a request that named no version") }
             // Accepted when it was downloaded; a 304 never makes an expired copy usable again.
             return try usable(try FileSystem.readFile(cached, limit: 8 << 20), source: "notModified")
         case .downloaded(_, let etag, let lastModified):

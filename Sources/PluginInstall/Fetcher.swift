@@ -73,9 +73,13 @@ public struct Fetcher: Sendable {
             failed = "larger than the limit of \(maxBytes) bytes"
         } else if result.curl_code != 0 {
             failed = text(result.error)
-        } else if result.http_status == 304 {
+        } else if result.http_status == 304 && !(etag.isEmpty && lastModified.isEmpty) {
             unlink(path)
             return .notModified
+        } else if result.http_status == 304 {
+            // "Not modified" answers a condition, and none was sent: there is no copy here that
+            // the answer could mean (a file of another URL, or none at all).
+            failed = "the server answered HTTP 304 (not modified) to a request that named no version it could mean"
         } else if result.http_status != 0 && !(200..<300).contains(result.http_status) {
             failed = "the server answered HTTP \(result.http_status)"
         } else {

@@ -2,7 +2,9 @@
 """A test web server on 127.0.0.1 for the install tests: serves a folder with ETag and
 Last-Modified (answering 304 to conditional requests), counts requests per path, and has routes
 that misbehave: /hang (never answers), /trickle/<file> (one byte a second), /truncated/<file>
-(promises more than it sends), /redirect-file (to file:///etc/passwd), /redirect-to/<url>.
+(promises more than it sends), /redirect-file (to file:///etc/passwd), /redirect-to/<url>,
+/not-modified/<anything> (304 whatever was asked, a condition or none), /slow/<file> (in 20
+pieces over two seconds).
 Prints its port on the first line of stdout; GET /_count/<path> returns the count of requests for
 <path> as text, GET /_count/<path>?status=304 how many of them were answered, in full, with that
 status (so a test can wait until a conditional request has been answered, not merely received;
@@ -60,6 +62,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         if path == "/redirect-file":
             return self.send_body(302, b"", {"Location": "file:///etc/passwd"})
+        if path.startswith("/not-modified/"):
+            return self.send_body(304, b"")
         if path.startswith("/redirect-to/"):
             return self.send_body(302, b"", {"Location": path[len("/redirect-to/"):]})
         if path.startswith("/trickle/"):
@@ -71,6 +75,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(bytes([b]))
                 self.wfile.flush()
                 time.sleep(1)
+            return
+        if path.startswith("/slow/"):
+            data = open(os.path.join(ROOT, path[len("/slow/"):]), "rb").read()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            step = max(1, (len(data) + 19) // 20)
+            for i in range(0, len(data), step):
+                self.wfile.write(data[i:i + step])
+                self.wfile.flush()
+                time.sleep(0.1)
             return
         if path.startswith("/truncated/"):
             data = open(os.path.join(ROOT, path[len("/truncated/"):]), "rb").read()

@@ -149,6 +149,21 @@ struct CatalogTrustTests {
         try optional.waitUntil("the warning") { optional.log.contains("is not signed") && optional.log.contains("catalogSignatures is \"optional\"") }
     }
 
+    @Test("a catalog URL whose server answers 304 to a request that named no version (the cached copy is another URL's, or there is none) is refused naming it; the other URL's copy is not used")
+    func notModifiedWithoutACondition() throws {
+        let (w, shop, v2) = try world()
+        try shop.offer("c.app", "2.0.0", archive: v2)
+        let first = try RunningSupervisor(w, args: ["--config", try config(w, shop)])
+        #expect(try refusal(first) == nil, "the first URL's catalog is accepted and cached")
+        #expect(try first.cli("stop").code == 0)
+        _ = try first.waitForExit()
+        let moved = try RunningSupervisor(w, args: ["--config", try config(w, shop, extra: ["catalog": shop.server.base + "/not-modified/catalog.json"])])
+        let check = try moved.cli("update", "--check")
+        #expect(check.code != 0 && check.err.contains("HTTP 304 (not modified) to a request that named no version"), "\(check.out) \(check.err)")
+        #expect(!check.out.contains("2.0.0"), "the other URL's catalog was used: \(check.out)")
+        #expect(w.installed()["c.app"] == "1.0.0")
+    }
+
     @Test("a bundle whose library or folder others can write is refused at load, with the reason in status; the others run")
     func writableBundlesRefused() throws {
         let w = try TestWorld()

@@ -49,6 +49,27 @@ extension InstallTests {
         #expect(sv.log.contains("o.lazy 1.0.0 loads and starts; it is onCall, so it stops until it is needed"))
     }
 
+    @Test("a plugin uninstalled while its update from the catalog downloads stays uninstalled: the update says so, and installs nothing")
+    func anUpdateDoesNotBringBackAnUninstalledPlugin() async throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let v1 = try shop.archive("u.gone", "1.0.0")
+        let v2 = try shop.archive("u.gone", "2.0.0")
+        let sv = try start(w, config: try shop.config())
+        #expect(try sv.cli("install", shop.server.base + "/" + v1).code == 0)
+        try shop.offer("u.gone", "2.0.0", archive: v2)
+        shop.entries[0]["url"] = "slow/" + v2
+        try shop.publishCatalog()
+        let update = Task.detached { try sv.cli("update") }
+        try sv.waitUntil("the update's download to start") { try shop.server.count("/slow/" + v2) == 1 }
+        let uninstall = try sv.cli("uninstall", "u.gone")
+        #expect(uninstall.code == 0, "\(uninstall.err)")
+        let answer = try await update.value
+        #expect(answer.code != 0 && answer.out.contains("u.gone was uninstalled while its update downloaded; not installed"), "\(answer.out) \(answer.err)")
+        #expect(try !sv.status().contains { $0.identifier == "u.gone" })
+        #expect(w.installed()["u.gone"] == nil && !FileManager.default.fileExists(atPath: w.home + "/plugins/u.gone"))
+    }
+
     @Test("an inactive plugin that an update tries or a restart starts is announced activated (update, restart); a version that fails to start is rolled back without a failed event")
     func inactivePluginsStartsAnnounced() throws {
         let w = try TestWorld()

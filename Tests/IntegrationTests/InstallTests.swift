@@ -277,6 +277,8 @@ struct InstallTests {
         try fails(["install", shop.server.base + "/hang"], "downloading")
         #expect(Date().timeIntervalSince(t0) < 20)
         try fails(["install", shop.server.base + "/redirect-file"], "downloading")
+        // "Not modified" to a request that named no version: nothing here it could mean.
+        try fails(["install", shop.server.base + "/not-modified/" + good], "the server answered HTTP 304 (not modified) to a request that named no version")
         // A redirect to another http port is followed.
         let other = try WebServer(root: shop.dir)
         let via = try sv.cli("install", shop.server.base + "/redirect-to/" + other.base + "/" + good)

@@ -98,8 +98,9 @@ final class Installs: SupervisorComponent {
     }
 
     /// Stages with `supervisor-installer` on `queue`, then swaps in and (re)starts on the loop.
-    /// `done` runs on the loop.
-    func install(source: String, entry: CatalogEntry?, options: InstallOptions, origin: ReplyOrigin?,
+    /// `done` runs on the loop. `updating`: an update from the catalog, which installs nothing
+    /// new: a plugin uninstalled while its update downloaded stays uninstalled.
+    func install(source: String, entry: CatalogEntry?, options: InstallOptions, origin: ReplyOrigin?, updating: Bool = false,
                  _ done: @escaping (Result<String, ErrorBody>) -> Void) {
         inFlight += 1
         let done: (Result<String, ErrorBody>) -> Void = { [self] result in
@@ -135,7 +136,13 @@ final class Installs: SupervisorComponent {
                 back.execute { _, done, _ in done(.failure(error)) }
                 return
             }
-            back.execute { installs, done, _ in installs.apply(staged, done) }
+            back.execute { installs, done, _ in
+                guard !updating || installs.table[staged.identifier] != nil else {
+                    installs.store.finish(staged)
+                    return done(.failure(InstallError(.conflict, "\(staged.identifier) was uninstalled while its update downloaded; not installed").body))
+                }
+                installs.apply(staged, done)
+            }
         }
     }
 

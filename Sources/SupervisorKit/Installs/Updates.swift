@@ -47,7 +47,7 @@ extension Installs {
         }
         outbox.sendProgress(origin, stage: "update", done: Int64(done.count + failed.count), total: Int64(done.count + failed.count + remaining.count),
                             message: "\(entry.identifier) \(entry.version)")
-        install(source: entry.url, entry: entry, options: InstallOptions(), origin: origin) { [self] result in
+        install(source: entry.url, entry: entry, options: InstallOptions(), origin: origin, updating: true) { [self] result in
             var done = done, failed = failed
             switch result {
             case .success(let text): done.append(text)
