@@ -298,6 +298,12 @@ extension Manifest {
             for (i, f) in files.enumerated() {
                 try checkRelative(f, field: "resources.files[\(i)]", fail)
                 if f.hasPrefix(".") { throw fail("resources.files[\(i)]", "'\(f)' must not start with a dot") }
+                // `<file>.download` is where a file is fetched to before it replaces the live copy.
+                if f.hasSuffix(".download") { throw fail("resources.files[\(i)]", "'\(f)' ends in .download, the name a file takes while it downloads") }
+                // One file cannot also be the folder of another (`a` and `a/b`), nor be listed twice.
+                if let other = files[..<i].first(where: { $0 == f || $0.hasPrefix(f + "/") || f.hasPrefix($0 + "/") }) {
+                    throw fail("resources.files[\(i)]", other == f ? "'\(f)' is listed twice" : "'\(f)' and '\(other)': one would be the other's folder")
+                }
             }
             guard r.refresh == nil || r.refresh == "launch" || r.refresh == "daily" else {
                 throw fail("resources.refresh", "'\(r.refresh!)' is not launch or daily")

@@ -166,6 +166,11 @@ import Testing
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"https://"}}"#, "resources.baseURL", "no host"),
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"http:///x"}}"#, "resources.baseURL", "no host"),
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"file:///"}}"#, "resources.baseURL", "no path"),
+        // A resource's name while it downloads, a file that is another's folder, one listed twice.
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"https://x","files":["x.download","x"]}}"#, "resources.files[0]", "ends in .download"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"https://x","files":["a","a/b"]}}"#, "resources.files[1]", "'a/b' and 'a': one would be the other's folder"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"https://x","files":["a/b","a"]}}"#, "resources.files[1]", "'a' and 'a/b'"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","resources":{"baseURL":"https://x","files":["c","c"]}}"#, "resources.files[1]", "'c' is listed twice"),
     ])
     func errors(_ json: String, _ field: String, _ reason: String) {
         do {
