@@ -80,6 +80,10 @@ public enum CatalogCache {
             guard SemanticVersion(e.version) != nil else {
                 throw InstallError(.catalogInvalid, "catalog entry \(i) (\(e.identifier)): '\(e.version)' is not a semantic version")
             }
+            if let digest = e.sha256, digest.utf8.count != 64 || !digest.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x66) }) {
+                // Else every download would fail as if corrupt or tampered with.
+                throw InstallError(.catalogInvalid, "catalog entry \(i) (\(e.identifier)): sha256 '\(digest.prefix(80))' is not 64 hex digits")
+            }
             if let length = e.length, length <= 0 {
                 throw InstallError(.catalogInvalid, "catalog entry \(i) (\(e.identifier)): length \(length) is not a positive number of bytes")
             }

@@ -273,6 +273,9 @@ import Testing
         #expect(refusal(#"{"version":1,"plugins":[{"identifier":"a.b","url":"a.tgz"}]}"#).contains("'plugins[0].version' is missing"))
         #expect(refusal(#"[1, 2]"#).contains("is not a list of {identifier, version, url, sha256, signature}"))
         #expect(refusal(#"[\#(entry)]"#) == "accepted")
+        // A digest that is not one: every download would look corrupt or tampered with.
+        #expect(refusal(#"[{"identifier":"a.b","version":"1.0.0","url":"a.tgz","sha256":"zz"}]"#).contains("catalog entry 0 (a.b): sha256 'zz' is not 64 hex digits"))
+        #expect(refusal(#"[{"identifier":"a.b","version":"1.0.0","url":"a.tgz","sha256":"\#(String(repeating: "Ab", count: 32))"}]"#) == "accepted")
         #expect(refusal(#"{"version":1,"plugins":[{"identifier":"a.b","version":"1.0.0","url":"a.tgz","url":"b.tgz"}]}"#)
                 .contains("the catalog at https://x/catalog.json: key 'url' appears twice in 'plugins[0]'"))
     }
