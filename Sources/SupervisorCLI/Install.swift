@@ -33,6 +33,10 @@ struct Install: ParsableCommand {
     @Option(help: "Config file (trusted keys) for an install with no supervisor running.")
     var config: String?
 
+    func validate() throws {
+        if archive.isEmpty { throw badUsage("<archive> is empty: give a path or an http(s)/file URL") }
+    }
+
     func run() throws {
         let display = ProgressDisplay()
         let source = archive.contains("://") ? archive : (FileSystem.realPath(archive) ?? archive)

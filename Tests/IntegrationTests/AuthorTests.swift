@@ -162,6 +162,8 @@ struct AuthorTests {
         #expect(negative.code == 64 && negative.err.hasPrefix("badRequest: The value '-1' is invalid for '--timeout <timeout>'"), "\(negative.err)")
         let badTarget = try sv.cli("send", "background", "--plugin", "x y")
         #expect(badTarget.code == 64 && badTarget.err.hasPrefix("badRequest: 'x y' is not a plugin identifier"), "\(badTarget.err)")
+        let noArchive = try sv.cli("install", "")
+        #expect(noArchive.code == 64 && noArchive.err.hasPrefix("badRequest: <archive> is empty"), "\(noArchive.err)")
     }
 
     @Test("a relative --home works: the workers get absolute paths")
