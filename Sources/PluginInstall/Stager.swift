@@ -83,10 +83,10 @@ public struct Stager: Sendable {
             let sigPath = folder + "/archive.sig"
             if isURL {
                 if case .downloaded = (try? fetcher.fetch(source + ".sig", to: sigPath)) ?? .notModified {
-                    signature = Integrity.signatureText(try FileSystem.readFile(sigPath, limit: 4096))
+                    signature = try Self.signature(at: sigPath, named: source + ".sig")
                 }
             } else if FileSystem.exists(source + ".sig") {
-                signature = Integrity.signatureText(try FileSystem.readFile(source + ".sig", limit: 4096))
+                signature = try Self.signature(at: source + ".sig", named: source + ".sig")
             }
         }
         if signature == nil, entry?.sha256 == nil, allowUnsigned {
@@ -148,5 +148,21 @@ public struct Stager: Sendable {
             throw InstallError(.archiveRefused, "\(archive) holds \(others.map { "'\($0)'" }.joined(separator: ", ")) beside its bundle folder '\(bundles[0])'; a plugin archive holds its one bundle folder and nothing else (or the bundle's files at its root)")
         }
         return unpacked + "/" + bundles[0]
+    }
+}
+
+extension Stager {
+    /// The most a detached signature file may hold (one signature is 64 bytes, or 88 in base64).
+    static let largestSignatureFile = 4096
+
+    /// A detached signature's text, from the file at `path` (as the user knows it: `name`).
+    static func signature(at path: String, named name: String) throws -> String {
+        var st = stat()
+        if stat(path, &st) == 0, Int(st.st_size) > largestSignatureFile {
+            throw InstallError(.integrityFailed, "\(name) holds \(st.st_size) bytes, more than a signature file may (\(largestSignatureFile))")
+        }
+        let text = Integrity.signatureText(try FileSystem.readFile(path, limit: largestSignatureFile))
+        guard text.contains(where: { !$0.isWhitespace }) else { throw InstallError(.integrityFailed, "\(name) is empty: it holds no signature") }
+        return text
     }
 }

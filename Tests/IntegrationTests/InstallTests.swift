@@ -266,6 +266,13 @@ struct InstallTests {
         try shop.publisher.sign(shop.dir + "/" + good).write(toFile: shop.dir + "/" + good + ".sig", atomically: true, encoding: .utf8)
         // No signature at all.
         try fails(["install", shop.server.base + "/" + unsigned], "no signature")
+        // An empty .sig, and one too large to be a signature: each said as such, by its URL.
+        for (prefix, text) in [("empty-", ""), ("big-", String(repeating: "A", count: 6_000))] {
+            try FileManager.default.copyItem(atPath: shop.dir + "/" + good, toPath: shop.dir + "/" + prefix + good)
+            try text.write(toFile: shop.dir + "/" + prefix + good + ".sig", atomically: true, encoding: .utf8)
+        }
+        try fails(["install", shop.server.base + "/empty-" + good], "/empty-\(good).sig is empty: it holds no signature")
+        try fails(["install", shop.server.base + "/big-" + good], "/big-\(good).sig holds 6000 bytes, more than a signature file may (4096)")
         // Wrong digest in the catalog.
         try shop.offer("r.app", "3.0.0", archive: good, sha256: String(repeating: "0", count: 64))
         try fails(["update"], "SHA-256 mismatch")
