@@ -108,7 +108,7 @@ public struct Stager: Sendable {
         }
 
         // 4. The manifest against the catalog and what is installed.
-        let manifest = try Manifest.load(bundle: bundle)
+        let manifest = try Self.manifest(bundle, unpacked: unpacked, source: source)
         if let entry {
             guard manifest.identifier == entry.identifier, manifest.version.description == SemanticVersion(entry.version)?.description else {
                 throw InstallError(.versionRefused, "\(source) holds \(manifest.identifier) \(manifest.version), but the catalog entry is \(entry.identifier) \(entry.version)")
@@ -152,6 +152,16 @@ public struct Stager: Sendable {
 }
 
 extension Stager {
+    /// The unpacked bundle's manifest; a fault in it is named as the archive holds it (`source`:
+    /// `<folder>/plugin.json`): the staging folder it was unpacked in is gone by then.
+    static func manifest(_ bundle: String, unpacked: String, source: String) throws -> Manifest {
+        do { return try Manifest.load(bundle: bundle) } catch {
+            guard let fault = error as? ManifestError else { throw error }
+            let inArchive = (bundle == unpacked ? "" : String(bundle.dropFirst(unpacked.count + 1)) + "/") + "plugin.json"
+            throw ManifestError(file: source + ": " + inArchive, field: fault.field, reason: fault.reason, place: fault.place)
+        }
+    }
+
     /// The most a detached signature file may hold (one signature is 64 bytes, or 88 in base64).
     static let largestSignatureFile = 4096
 

@@ -273,6 +273,9 @@ struct InstallTests {
         }
         try fails(["install", shop.server.base + "/empty-" + good], "/empty-\(good).sig is empty: it holds no signature")
         try fails(["install", shop.server.base + "/big-" + good], "/big-\(good).sig holds 6000 bytes, more than a signature file may (4096)")
+        // A manifest that does not parse: named inside the archive, by its URL.
+        let broken = try shop.archive("r.app", "3.2.0", files: ["plugin.json": #"{"identifier":"r.app","version":"3.2.0""#])
+        try fails(["install", shop.server.base + "/" + broken], "invalidManifest: \(shop.server.base)/\(broken): r.app-3.2.0-tgz/plugin.json: ")
         // Wrong digest in the catalog.
         try shop.offer("r.app", "3.0.0", archive: good, sha256: String(repeating: "0", count: 64))
         try fails(["update"], "SHA-256 mismatch")
