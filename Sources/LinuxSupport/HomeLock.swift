@@ -3,25 +3,34 @@ import Glibc
 #endif
 
 /// One supervisor (or offline install) per home: an exclusive flock on `<home>/supervisor.lock`,
-/// which holds the holder's pid. Released when the value ends.
+/// which holds the holder's pid and what it is (`<pid> supervisor`, `<pid> install`). Released
+/// when the value ends.
 public final class HomeLock {
+    /// What holds a home.
+    public enum Holder: String, Sendable {
+        case supervisor
+        /// `supervisor install` with no supervisor running, installing into the home itself.
+        case install
+    }
+
     public enum Failure: Error, CustomStringConvertible {
         case cannotOpen(String, SystemError)
-        /// Another process holds it; its pid as the file says.
-        case held(path: String, pid: String)
+        /// Another process holds it; its pid and what it is, as the file says (a file without the
+        /// second word, from an older binary: a supervisor).
+        case held(path: String, pid: String, by: Holder)
 
         public var description: String {
             switch self {
             case .cannotOpen(let path, let error): return "cannot open \(path): \(error)"
-            case .held(let path, let pid): return "\(path) is held by pid \(pid)"
+            case .held(let path, let pid, let holder): return "\(path) is held by pid \(pid) (\(holder == .install ? "an offline install" : "a supervisor"))"
             }
         }
     }
 
     private let fd: OwnedDescriptor
 
-    /// Takes the lock without waiting, and writes our pid into it.
-    public init(home: String) throws(Failure) {
+    /// Takes the lock without waiting, and writes our pid and `holder` into it.
+    public init(home: String, holder: Holder = .supervisor) throws(Failure) {
         let path = home + "/supervisor.lock"
         let raw: Int32
         do { raw = try syscallRetrying("open", context: path) { open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600) } } catch {
@@ -29,12 +38,12 @@ public final class HomeLock {
         }
         let fd = OwnedDescriptor(raw)
         if flock(fd.raw, LOCK_EX | LOCK_NB) != 0 {
-            let other = (try? FileSystem.readFile(path, limit: 64))
-                .map { String(decoding: $0.filter { $0 >= 0x30 && $0 <= 0x39 }, as: UTF8.self) } ?? "?"
-            throw .held(path: path, pid: other.isEmpty ? "?" : other)
+            let words = String(decoding: (try? FileSystem.readFile(path, limit: 64)) ?? [], as: UTF8.self).split(whereSeparator: \.isWhitespace)
+            let pid = words.first.map { String($0.filter(\.isNumber)) } ?? ""
+            throw .held(path: path, pid: pid.isEmpty ? "?" : pid, by: words.dropFirst().first.flatMap { Holder(rawValue: String($0)) } ?? .supervisor)
         }
         _ = ftruncate(fd.raw, 0)
-        let pid = "\(getpid())\n"
+        let pid = "\(getpid()) \(holder.rawValue)\n"
         _ = pid.withCString { pwrite(fd.raw, $0, strlen($0), 0) }
         self.fd = fd
     }

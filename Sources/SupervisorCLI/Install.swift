@@ -61,8 +61,12 @@ struct Install: ParsableCommand {
         // Hold the home's lock, so a supervisor starting meanwhile does not see half an install.
         try FileSystem.makeDirectories(settings.home)
         let lock: HomeLock
-        do { lock = try HomeLock(home: settings.home) } catch {
-            StandardError.write("install failed: a supervisor holds \(settings.home) but its control socket does not answer (\(error))\n")
+        do { lock = try HomeLock(home: settings.home, holder: .install) } catch {
+            if case .held(_, let pid, .install) = error {
+                StandardError.write("install failed: another offline install (pid \(pid)) is installing into \(settings.home); try again once it is done\n")
+            } else {
+                StandardError.write("install failed: a supervisor holds \(settings.home) but its control socket does not answer (\(error))\n")
+            }
             throw ExitCode(1)
         }
         defer { withExtendedLifetime(lock) {} }

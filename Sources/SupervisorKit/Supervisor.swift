@@ -150,7 +150,9 @@ public final class Supervisor: Sendable {
         } else {
             do { lock = try HomeLock(home: config.home) } catch {
                 switch error {
-                case .held(_, let pid): throw .alreadyRunning(home: config.home, pid: pid)
+                case .held(_, let pid, .supervisor): throw .alreadyRunning(home: config.home, pid: pid)
+                case .held(_, let pid, .install):
+                    throw .home(config.home, "an offline install (`supervisor install`, pid \(pid)) is installing into it; start the supervisor once it is done")
                 case .cannotOpen: throw .home(config.home, "\(error)")
                 }
             }

@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import PluginProtocol
 import Testing
+import LinuxSupport
 @testable import SupervisorKit
 
 /// The pure parts of SPEC §10: the traceparent reader, the JSON log line, the notify environment,
@@ -230,6 +231,39 @@ import Testing
             try #"{"workerStart": "\#(text)"}"#.write(toFile: path, atomically: true, encoding: .utf8)
             try config.apply(configFile: path)
             #expect(config.workerStart == mode)
+        }
+    }
+}
+
+/// One supervisor or offline install per home (`HomeLock`): the lock says who holds it.
+@Suite struct HomeLockTests {
+    @Test func theLockSaysWhatHoldsIt() throws {
+        let home = NSTemporaryDirectory() + "homelock-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: home) }
+        do {
+            let install = try HomeLock(home: home, holder: .install)
+            defer { withExtendedLifetime(install) {} }
+            #expect(try String(contentsOfFile: home + "/supervisor.lock", encoding: .utf8) == "\(getpid()) install\n")
+            do {
+                _ = try HomeLock(home: home)
+                Issue.record("a second holder took the lock")
+            } catch {
+                guard case .held(_, let pid, let holder) = error else { throw error }
+                #expect(pid == "\(getpid())" && holder == .install)
+            }
+        }
+        // A file an older binary wrote (its pid alone) is a supervisor's.
+        try "4711\n".write(toFile: home + "/supervisor.lock", atomically: false, encoding: .utf8)
+        let other = open(home + "/supervisor.lock", O_RDONLY)
+        defer { close(other) }
+        #expect(flock(other, LOCK_EX | LOCK_NB) == 0)
+        do {
+            _ = try HomeLock(home: home)
+            Issue.record("the lock was taken while held")
+        } catch {
+            guard case .held(_, let pid, let holder) = error else { throw error }
+            #expect(pid == "4711" && holder == .supervisor)
         }
     }
 }
