@@ -120,13 +120,26 @@ extension CatalogCache {
         return order.compactMap { best[$0] }
     }
 
+    /// What a JSON value of Swift type `type` is, as a catalog's author says it.
+    static func kind(_ type: Any.Type) -> String {
+        switch type {
+        case is Int.Type, is Int64.Type, is UInt64.Type: return "an integer"
+        case is String.Type: return "a string"
+        case is Bool.Type: return "true or false"
+        case is Double.Type: return "a number"
+        default:
+            let name = "\(type)"
+            return name.hasPrefix("Array") ? "a list" : name.hasPrefix("Dictionary") ? "an object" : "a \(name)"
+        }
+    }
+
     /// A decoding error as a reader of the catalog wants it: the field and what is wrong with it.
     static func describe(_ error: any Error) -> String {
         guard let error = error as? DecodingError else { return "\(error)" }
         let field = Manifest.fieldPath
         switch error {
         case .typeMismatch(let type, let c):
-            return "'\(field(c.codingPath))' is not \(type == Int.self ? "an integer" : type == String.self ? "a string" : "a \(type)")"
+            return "'\(field(c.codingPath))' is not \(Self.kind(type))"
         case .dataCorrupted(let c) where c.codingPath.isEmpty:
             // What the decoder says of a fraction or an exponent where an integer belongs, too.
             return "not valid JSON, or a number that is not a whole number where an integer belongs (as `version`)"

@@ -272,6 +272,9 @@ import Testing
         #expect(refusal(#"{"version":1,"plugins":[{"identifier":"a.b","version":1,"url":"a.tgz"}]}"#).contains("'plugins[0].version' is not a string"))
         #expect(refusal(#"{"version":1,"plugins":[{"identifier":"a.b","url":"a.tgz"}]}"#).contains("'plugins[0].version' is missing"))
         #expect(refusal(#"[1, 2]"#).contains("is not a list of {identifier, version, url, sha256, signature}"))
+        // Named as JSON names them, not as Swift's types.
+        #expect(refusal(#"{"version":1,"plugins":{}}"#).contains("'plugins' is not a list"), "\(refusal(#"{"version":1,"plugins":{}}"#))")
+        #expect(refusal(#"{"version":1,"plugins":[{"identifier":"a.b","version":"1.0.0","url":"a.tgz","onDemand":"yes"}]}"#).contains("'plugins[0].onDemand' is not true or false"))
         #expect(refusal(#"[\#(entry)]"#) == "accepted")
         // A digest that is not one: every download would look corrupt or tampered with.
         #expect(refusal(#"[{"identifier":"a.b","version":"1.0.0","url":"a.tgz","sha256":"zz"}]"#).contains("catalog entry 0 (a.b): sha256 'zz' is not 64 hex digits"))
