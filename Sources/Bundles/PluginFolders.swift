@@ -37,7 +37,9 @@ extension PluginCatalog {
             }
             for name in names where !name.hasPrefix(".") {
                 let bundle = dir + "/" + name
-                guard FileSystem.isDirectory(bundle), FileSystem.exists(bundle + "/plugin.json") else { continue }
+                // A plugin.json that is a link to nothing (or a loop) is a bundle with an unusable
+                // manifest, listed as such: skipped, it would take a running plugin away.
+                guard FileSystem.isDirectory(bundle), FileSystem.hasEntry(bundle + "/plugin.json") else { continue }
                 let path = FileSystem.realPath(bundle) ?? bundle
                 do { found.append(try Manifest.load(bundle: path)) } catch {
                     // Not among `problems`: the stand-in's reason says it where the plugin is listed.

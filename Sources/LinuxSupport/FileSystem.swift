@@ -61,6 +61,13 @@ public enum FileSystem {
 
     public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
 
+    /// Whether there is an entry at `path` itself, of any type: a symbolic link counts, whether
+    /// or not what it points to exists.
+    public static func hasEntry(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0
+    }
+
     /// mkdir -p with `mode` for the folders it creates. From the folder itself upwards: one call
     /// when it or its parent exists already (every spawn makes its worker's data, live and
     /// temporary folders, which are nearly always there or one level away), not one per level.

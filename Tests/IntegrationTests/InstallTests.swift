@@ -586,6 +586,15 @@ struct RescanTests {
         #expect(try sv.cli("reload").code == 0)
         let repaired = try sv.plugin("hup.keep")
         #expect(repaired.state == "running" && repaired.pid == pid && repaired.error == nil, "\(repaired.error ?? "")")
+        // Its plugin.json a symbolic link to nothing (a link swap caught half-way): kept, the reason shown.
+        try FileManager.default.moveItem(atPath: manifest, toPath: manifest + ".saved")
+        try FileManager.default.createSymbolicLink(atPath: manifest, withDestinationPath: bundle + "/plugin.json.next")
+        #expect(try sv.cli("reload").code == 0)
+        let linked = try sv.plugin("hup.keep")
+        #expect(linked.state == "running" && linked.pid == pid && linked.error?.contains("plugin.json") == true, "\(linked.error ?? "no error")")
+        try FileManager.default.removeItem(atPath: manifest)
+        try FileManager.default.moveItem(atPath: manifest + ".saved", toPath: manifest)
+        #expect(try sv.cli("reload").code == 0)
         #expect(try sv.plugin("hup.keep").restarts == 0)
     }
 }
