@@ -18,6 +18,10 @@ struct CallTests {
         #expect(try sv.call("com.example.welcome", "welcome", as: String.self) == "Welcome back, ELMaestro! Hello, friend!")
         #expect(try sv.call("com.example.chello", "add", "[40, 2]", as: Int.self) == 42)
         #expect(try sv.call("com.example.chello", "hello", as: String.self) == "hello from C")
+        // A message with quotes in it is sent as JSON: the worker lives on.
+        let typo = try sv.cli("call", "com.example.chello", "bytes", #"{"n":-1}"#)
+        #expect(typo.code != 0 && typo.err.contains(#"badRequest: bytes takes {"n": N}"#), "\(typo.err)")
+        #expect(try sv.plugin("com.example.chello").restarts == 0)
         let opened = try sv.cli("open", "plugin://com.example.greeter/hello?name=Ada%20L")
         #expect(opened.code == 0)
         #expect(opened.out.contains(#""greeting":"Hello, Ada L!""#))

@@ -31,7 +31,8 @@ final class AsyncWorks: Pluggable {
     func exports(_ api: PluginAPI) {
         // Holds its caller for `ms` milliseconds without holding up other calls.
         api.method("sleep") { (p: SleepParams) async throws -> Int in
-            try await Task.sleep(nanoseconds: UInt64(max(0, p.ms)) * 1_000_000)
+            // At most a day: a larger `ms` would overflow the nanoseconds.
+            try await Task.sleep(nanoseconds: UInt64(min(max(0, p.ms), 86_400_000)) * 1_000_000)
             return p.ms
         }
         // Answers with a stream: `supervisor call --stream com.example.asyncworks rows '{"count":5}'`

@@ -49,10 +49,19 @@ static void reply(unsigned long long id, const char *result) {
     g_host->send(g_host->ctx, (const uint8_t *)buf, (size_t)n);
 }
 
+/* The message goes into a JSON string: a quote or a backslash in it is escaped (a frame that is
+   not JSON is a protocol violation, and the worker is ended for it). */
 static void reply_error(unsigned long long id, const char *code, const char *message) {
+    char escaped[256];
+    size_t e = 0;
+    for (const char *m = message; *m && e + 2 < sizeof escaped; m++) {
+        if (*m == '"' || *m == '\\') escaped[e++] = '\\';
+        escaped[e++] = *m;
+    }
+    escaped[e] = 0;
     char buf[512];
     int n = snprintf(buf, sizeof buf, "{\"type\":\"reply\",\"id\":%llu,\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}",
-                     id, code, message);
+                     id, code, escaped);
     g_host->send(g_host->ctx, (const uint8_t *)buf, (size_t)n);
 }
 
