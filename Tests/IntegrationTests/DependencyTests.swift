@@ -45,6 +45,26 @@ struct DependencyTests {
         #expect(try terminated("t.c") < terminated("t.a"))
     }
 
+    @Test("at shutdown a plugin stops as soon as its dependents have, not when an unrelated slow stop (a call draining) has ended")
+    func aSlowStopHoldsBackOnlyWhatItNeeds() async throws {
+        let w = try TestWorld()
+        try w.bundle("t.a")
+        try w.bundle("t.b", deps: [Dep("t.a")])
+        try w.bundle("t.slow")
+        let sv = try RunningSupervisor(w)
+        let call = Task.detached { try sv.cli("call", "t.slow", "block", #"{"ms":2000}"#) }
+        try sv.waitUntil("the slow call to start") { FileManager.default.fileExists(atPath: w.home + "/data/t.slow/blocking") }
+        #expect(try sv.cli("stop").code == 0)
+        #expect(try sv.waitForExit() == 0)
+        #expect(try await call.value.code == 0, "the call in flight is answered")
+        func terminated(_ id: String) throws -> UInt64 {
+            let text = try String(contentsOfFile: w.home + "/data/\(id)/terminated", encoding: .utf8)
+            return try #require(UInt64(text.split(separator: "\n").first ?? ""))
+        }
+        #expect(try terminated("t.b") < terminated("t.a"))
+        #expect(try terminated("t.a") < terminated("t.slow"), "t.a waited for t.slow's drain")
+    }
+
     @Test("a dependency that fails before its dependents' workers said hello: they fail by it, and the ready line comes")
     func dependencyFailsBeforeHello() throws {
         let w = try TestWorld()

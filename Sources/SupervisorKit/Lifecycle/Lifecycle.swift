@@ -39,9 +39,8 @@ final class Lifecycle: SupervisorComponent {
     /// Plugins a rescan is stopping (removed, or refused as they are now): a reload is answered
     /// once they have stopped, so that its counts are what the rescan left.
     var rescanStopping: Set<String> = []
-    /// Stops of the current shutdown wave not yet ended: the next wave is worked out once they all
-    /// have, not at each worker's end (Stopping.swift).
-    var waveStopsLeft = 0
+    /// The shutdown's stops as they go: which plugins may stop as each one ends (Stopping.swift).
+    var shutdownOrder: StopOrder.Progress?
     /// Whether `startWaitingPlugins` is running, and was asked again from within.
     private var startPass = StartPass.idle
 

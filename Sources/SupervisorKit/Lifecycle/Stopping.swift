@@ -28,27 +28,36 @@ extension Lifecycle {
         stopNextWave()
     }
 
-    /// Stops every plugin that no live plugin depends on; repeats as they stop. The supervisor
-    /// finishes once no plugin has a worker left (old versions still draining after an update too).
-    /// The wave is worked out once per wave (when its last stop has ended), not at each worker's
-    /// end: with 1,000 plugins that was a walk, a graph and a sort per exit.
+    /// Stops every plugin that no live plugin depends on, then each one as soon as its last
+    /// dependent has stopped (`StopOrder.Progress`). The supervisor finishes once every stop has
+    /// ended and no plugin has a worker left (old versions still draining after an update too).
     func stopNextWave() {
-        guard phase == .shuttingDown, waveStopsLeft == 0 else { return }
-        let live = table.all.filter { !$0.workers.isEmpty }
-        if live.isEmpty { return finish() }
-        let graph = Dictionary(uniqueKeysWithValues: live.map { ($0.identifier, $0.dependencyIDs) })
-        // A worker already being stopped (a restart asked before the shutdown) is waited for too:
-        // `stopPlugin` only adds to what runs when it ends.
-        let wave = StopOrder.wave(of: graph).compactMap { id -> PluginRecord? in
-            guard let record = table[id], record.instance != nil else { return nil }
-            return record
+        guard phase == .shuttingDown else { return }
+        if shutdownOrder == nil {
+            let live = table.all.filter { !$0.workers.isEmpty }
+            var order = StopOrder.Progress(Dictionary(uniqueKeysWithValues: live.map { ($0.identifier, $0.dependencyIDs) }))
+            let first = order.begin()
+            shutdownOrder = order
+            stopInOrder(first)
         }
-        waveStopsLeft = wave.count
-        for record in wave {
-            stopPlugin(record) { [self] in
-                waveStopsLeft -= 1
-                if waveStopsLeft == 0 { stopNextWave() }
+        if shutdownOrder?.isDone == true, table.all.allSatisfy({ $0.workers.isEmpty }) { finish() }
+    }
+
+    /// Stops the plugins `ids` for the shutdown; as each stop ends, what it held back follows.
+    /// A worker already being stopped (a restart asked before the shutdown) is waited for too:
+    /// `stopPlugin` only adds to what runs when it ends.
+    private func stopInOrder(_ ids: [String]) {
+        for id in ids {
+            let ended = { [self] in
+                let next = shutdownOrder?.stopped(id) ?? []
+                stopInOrder(next)
+                stopNextWave()
             }
+            guard let record = table[id], record.instance != nil else {
+                ended()
+                continue
+            }
+            stopPlugin(record, ended)
         }
     }
 
