@@ -170,6 +170,9 @@ import LinuxSupport
         #expect(apply("{callQueueLimit: 1}")?.contains("not a valid config: not JSON") == true)
         #expect(apply("[1]")?.contains("Dictionary") == false)
         #expect(apply(#"{"callQueueLimit": 0}"#)?.contains("must be positive") == true)
+        // A frame limit a worker's hello or a `stop` would not fit in.
+        #expect(apply(#"{"maxFrameBytes": 64}"#)?.contains("'maxFrameBytes' is 64; it is from 1048576 (1 MiB: a worker's hello and every command must fit)") == true)
+        #expect(apply(#"{"maxFrameBytes": 1048576}"#) == nil)
         #expect(apply(#"{"callTimeoutMs": 100, "callQueueLimit": 10, "callTimeoutMs": 200}"#)?
             .contains("key 'callTimeoutMs' appears twice in the top-level object") == true)
         #expect(apply(#"{"metrics": {"listen": "127.0.0.1:1", "listen": "127.0.0.1:2"}}"#)?.contains("key 'listen' appears twice in 'metrics'") == true)

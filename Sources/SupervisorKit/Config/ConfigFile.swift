@@ -50,7 +50,15 @@ extension SupervisorConfig {
             guard !path.isEmpty else { throw SettingError("is empty; give the control socket's path (or leave it out for <home>/supervisor.sock)") }
             config.socketPath = path
         },
-        "maxFrameBytes": positive(\.maxFrameBytes, atMost: 1 << 30, "1 GiB"),
+        "maxFrameBytes": { config, value in
+            // Below a MiB a worker's own `hello` (up to 1,024 idempotent names) or a client's
+            // `stop` may not fit: every plugin would crash-loop, and no command reach the supervisor.
+            let n = try value.integer()
+            guard (SupervisorConfig.smallestFrameLimit...(1 << 30)).contains(n) else {
+                throw SettingError("is \(n); it is from \(SupervisorConfig.smallestFrameLimit) (1 MiB: a worker's hello and every command must fit) to 1073741824 (1 GiB) bytes")
+            }
+            config.maxFrameBytes = n
+        },
         "maxPayloadMB": positive(\.maxPayloadMB, atMost: 1 << 20, "a TiB"),
         "startupTimeoutMs": positive(\.startupTimeoutMs, atMost: 86_400_000, "a day"),
         "callTimeoutMs": positive(\.callTimeoutMs, atMost: 86_400_000, "a day"),

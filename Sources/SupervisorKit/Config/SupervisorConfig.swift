@@ -65,6 +65,8 @@ public struct SupervisorConfig: Sendable {
     /// The `supervisor-installer` executable (default: beside the running supervisor).
     public var installerExecutable: String
     public var maxFrameBytes = Frame.defaultMaxBody
+    /// The least `maxFrameBytes` may be (the config file refuses less).
+    public static let smallestFrameLimit = 1 << 20
     /// The largest bytes one attachment may carry (SPEC §13), in MiB; larger ones are refused with
     /// `badRequest` before anything maps them.
     public var maxPayloadMB = Attachments.defaultMaxPayloadMB
