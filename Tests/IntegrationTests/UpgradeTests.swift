@@ -488,6 +488,22 @@ struct UpgradeTests {
         #expect(sup.process.isRunning)
     }
 
+    @Test("a binary whose probe hangs is refused after 5 s, and what the probe started goes with it")
+    func aHungProbeLeavesNothingBehind() throws {
+        let w = try TestWorld()
+        try w.bundle("u.a")
+        let sup = try RunningSupervisor(w)
+        let marker = "97.\(Int.random(in: 100...999))"
+        let wrapper = w.root + "/hangs"
+        try "#!/bin/sh\nsleep \(marker)\n".write(toFile: wrapper, atomically: true, encoding: .utf8)
+        chmod(wrapper, 0o755)
+        let r = try sup.cli("upgrade", "--binary", wrapper)
+        #expect(r.code != 0 && r.err.contains("did not answer `upgrade-probe` within 5 s"), "\(r.out)\(r.err)")
+        let left = try Shell.run("/usr/bin/pgrep", ["-f", "sleep \(marker)"])
+        #expect(left.out.isEmpty, "left behind: \(left.out)")
+        #expect(try sup.call("u.a", "ping", as: Int.self) == 1)
+    }
+
     @Test("an upgrade while a crashed plugin waits for its restart's backoff: the new binary restarts it when the delay ends, not at once")
     func theBackoffGoesOnAcrossAnUpgrade() async throws {
         let w = try TestWorld()

@@ -68,8 +68,11 @@ enum UpgradeProbe {
             if n == 0 { break }
             output += chunk[0..<n]
         }
-        if timedOut { process.signal(SIGKILL) }
+        // The probe leads a process group of its own (it was spawned in a session of its own):
+        // what it started goes with it, a hung wrapper's children too.
+        if timedOut { _ = kill(-process.pid, SIGKILL) }
         let exit = try? process.wait()
+        _ = kill(-process.pid, SIGKILL)
         if timedOut { return .failure(Refusal(m: "\(binary.path) did not answer \(what) within \(timeoutSeconds) s")) }
         guard let exit else { return .failure(Refusal(m: "\(binary.path) ended and could not be waited for")) }
         if exit.signaled { return .failure(Refusal(m: "\(binary.path) crashed (\(exit.signalName)) when asked \(what)")) }
