@@ -37,12 +37,40 @@ struct Call: ParsableCommand {
     func validate() throws {
         if let params { try JSONArgument.check(params, name: "<json-params>") }
         if stream, input != nil { throw badUsage("--stream does not take --input") }
+        if timeout == 0 { throw badUsage("--timeout is 0; give at least 1 millisecond (or leave it out for the plugin's callTimeoutMs)") }
+        if let input, let problem = Self.unreadable(input) { throw badUsage("--input \(input.printable): \(problem)") }
+        // Checked before the call runs: its answer must have somewhere to go.
+        if let output, let problem = Self.unwritable(output) { throw badUsage("--output \(output.printable): \(problem)") }
+    }
+
+    /// Why `path` cannot be sent as a call's bytes, if it cannot.
+    static func unreadable(_ path: String) -> String? {
+        guard !path.isEmpty else { return "is empty; give a file's path" }
+        var st = stat()
+        guard stat(path, &st) == 0 else { return String(cString: strerror(errno)) }
+        guard (st.st_mode & S_IFMT) == S_IFREG else { return "is not a regular file" }
+        return access(path, R_OK) == 0 ? nil : String(cString: strerror(errno))
+    }
+
+    /// Why the answer's bytes could not be written to `path`, if they could not.
+    static func unwritable(_ path: String) -> String? {
+        guard !path.isEmpty else { return "is empty; give a file's path" }
+        var st = stat()
+        if stat(path, &st) == 0 {
+            if (st.st_mode & S_IFMT) == S_IFDIR { return "is a folder" }
+            return access(path, W_OK) == 0 ? nil : String(cString: strerror(errno))
+        }
+        let folder = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+        guard access(folder.isEmpty ? "/" : folder, W_OK) == 0 else { return "cannot be made in \(folder.isEmpty ? "/" : folder): \(String(cString: strerror(errno)))" }
+        return nil
     }
 
     func run() throws {
         if stream { return try runStream() }
         if input != nil || output != nil { return try runWithBytes() }
-        try options.run(.call) { b in
+        // The supervisor answers `timeout` at the call's own; a supervisor that does not answer at
+        // all (stopped, wedged) is given up on 5 s after it.
+        try options.run(.call, readLimitMs: timeout.map { $0 + 5_000 }) { b in
             b.string("target", plugin.identifier)
             b.string("method", method)
             if let params { b.raw("params", Array(params.utf8)) }
@@ -60,9 +88,9 @@ extension Call {
     private func runWithBytes() throws {
         var sending: [AttachedBytes] = []
         if let input {
-            do { sending = [try AttachedBytes.file(input)] } catch {
-                StandardError.write("\(ErrorCode.badRequest.rawValue): --input: \(error)\n")
-                throw ExitCode(2)
+            // What `validate` could not see coming (the file changed since): said once, as bad usage.
+            do { sending = [try AttachedBytes.file(input)] } catch let error as ErrorBody {
+                throw badUsage("--input: \(error.message)")
             }
         }
         defer { for b in sending { b.close() } }
@@ -167,14 +195,19 @@ extension Call {
 }
 
 enum JSONArgument {
+    /// A value that goes inside the request's own object: one level less than a frame may hold.
     static func check(_ text: String, name: String) throws {
         let bytes = Array(text.utf8)
+        let limit = Frame.defaultMaxDepth - 1
         do {
             try bytes.withUnsafeBytes { raw in
-                var scanner = JSONScanner(raw)
+                var scanner = JSONScanner(raw, maxDepth: limit)
                 try scanner.validateValue()
             }
         } catch {
+            if case JSONScanner.Failure.tooDeep? = error as? JSONScanner.Failure {
+                throw badUsage("\(name) is nested deeper than \(limit) levels: inside the request around it, that is over the protocol's \(Frame.defaultMaxDepth)")
+            }
             throw badUsage("\(name) is not valid JSON: \(error)")
         }
     }

@@ -22,10 +22,11 @@ struct ClientOptions: ParsableArguments {
     var socketPath: String { SupervisorConnection.socketPath(home: location.home, socket: location.socket) }
 
     /// Runs one request and prints its result; errors go to stderr as `code: message`.
-    func run(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in }, print format: (([UInt8]) -> String)? = nil,
-             progress: (ProgressReport) -> Void = { _ in }) throws {
+    /// `readLimitMs`: the longest to wait for the supervisor's answer (nil: as long as it takes).
+    func run(_ kind: MessageKind, readLimitMs: UInt64? = nil, _ fill: (inout FrameBuilder) -> Void = { _ in },
+             print format: (([UInt8]) -> String)? = nil, progress: (ProgressReport) -> Void = { _ in }) throws {
         let result: [UInt8]
-        switch request(kind, fill, progress) {
+        switch request(kind, readLimitMs, fill, progress) {
         case .success(let r): result = r
         case .failure(let failure):
             StandardError.write("\(failure)\n")
@@ -35,10 +36,11 @@ struct ClientOptions: ParsableArguments {
         if !text.isEmpty { print(text) }
     }
 
-    private func request(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void,
+    private func request(_ kind: MessageKind, _ readLimitMs: UInt64?, _ fill: (inout FrameBuilder) -> Void,
                          _ progress: (ProgressReport) -> Void) -> Result<[UInt8], SupervisorConnection.Failure> {
         do throws(SupervisorConnection.Failure) {
-            let client = try SupervisorConnection(socketPath: socketPath, startingWait: wait ?? 5, waitForAny: wait != nil)
+            var client = try SupervisorConnection(socketPath: socketPath, startingWait: wait ?? 5, waitForAny: wait != nil)
+            if let readLimitMs { client.giveUp(afterMilliseconds: readLimitMs) }
             defer { client.close() }
             return .success(try client.request(kind, fill, progress: progress))
         } catch {

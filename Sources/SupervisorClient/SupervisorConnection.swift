@@ -14,6 +14,8 @@ public struct SupervisorConnection {
     /// The control socket this connection reached.
     public let socketPath: String
     let connection: BlockingConnection
+    /// What `giveUp` set, if anything.
+    private var readLimitMs: UInt64?
 
     /// What a request can end in, besides a result.
     public enum Failure: Error, CustomStringConvertible {
@@ -63,6 +65,22 @@ public struct SupervisorConnection {
         SupervisorLocation.socketPath(socket: socket, home: home, environment: ProcessEnvironment.all)
     }
 
+    /// Waits at most `milliseconds` for each read from now on (a supervisor that is stopped or
+    /// wedged does not hold the caller for good); past it a request fails with `timeout`.
+    public mutating func giveUp(afterMilliseconds milliseconds: UInt64) {
+        readLimitMs = milliseconds
+        var limit = timeval(tv_sec: Int(milliseconds / 1000), tv_usec: Int(milliseconds % 1000) * 1000)
+        _ = setsockopt(connection.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    /// The failure of a read that ended: `timeout` when `giveUp` set the limit that ended it.
+    private func readFailed(_ error: any Error) -> Failure {
+        if let limit = readLimitMs, let e = error as? SystemError, e.errno == EAGAIN || e.errno == EWOULDBLOCK {
+            return .remote(ErrorBody(.timeout, "the supervisor did not answer within \(limit) ms; it may be stopped or overloaded"))
+        }
+        return .broken("\(error)")
+    }
+
     /// Sends a request of `kind` with the given fields and waits for its reply; returns the raw
     /// result JSON. `progress` gets each `progress` frame the supervisor sends before its reply.
     public func request(_ kind: MessageKind, _ fill: (inout FrameBuilder) -> Void = { _ in },
@@ -100,7 +118,7 @@ public struct SupervisorConnection {
         do { try connection.sendFrame(frame) } catch { throw .unreachable(socketPath, error) }
         var reply: [UInt8]?
         while true {
-            do { reply = try connection.receiveFrame() } catch { throw .broken("\(error)") }
+            do { reply = try connection.receiveFrame() } catch { throw readFailed(error) }
             // Only a progress frame is decoded whole (a reply can be large: `status` with 1,000 plugins).
             guard let frame = reply else { break }
             parsed = frame.withUnsafeBytes { try? Envelope.parse($0) }

@@ -188,6 +188,16 @@ struct CallTests {
         let perCall = try sv.cli("call", "--timeout", "100", "k.slow", "sleep", #"{"ms":2000}"#)
         #expect(perCall.err.contains("timeout"))
         #expect(try sv.call("k.slow", "echo", "\"after\"", as: String.self) == "after")
+        // A supervisor that does not answer at all (stopped): the CLI gives up 5 s after the call's
+        // own timeout, saying so.
+        kill(sv.pid, SIGSTOP)
+        defer { kill(sv.pid, SIGCONT) }
+        let t1 = Date()
+        let stopped = try sv.cli("call", "--timeout", "200", "k.slow", "echo", "1")
+        #expect(stopped.code == 1 && stopped.err.contains("timeout: the supervisor did not answer within 5200 ms"), "\(stopped.err)")
+        #expect(Date().timeIntervalSince(t1) < 10)
+        kill(sv.pid, SIGCONT)
+        #expect(try sv.call("k.slow", "echo", "\"again\"", as: String.self) == "again")
     }
 
     @Test("oversized and garbage frames drop that client only; the supervisor keeps serving")
