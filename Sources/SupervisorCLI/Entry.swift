@@ -22,6 +22,14 @@ struct SupervisorCommand: ParsableCommand {
     /// `code: message`, also a value ArgumentParser refuses (`--timeout -1`), as `badRequest`
     /// (exit 64), the code of the checks their `validate` makes.
     static func main() {
+        // Paths and values are taken as UTF-8: an argument that is not (a 0xFF byte) would reach the
+        // commands with U+FFFD in its place, naming another folder than the one given.
+        for i in 1..<Int(CommandLine.argc) {
+            guard let raw = CommandLine.unsafeArgv[i], String(validatingCString: raw) == nil else { continue }
+            let shown = String(decoding: UnsafeBufferPointer(start: UnsafeRawPointer(raw).assumingMemoryBound(to: UInt8.self), count: strlen(raw)), as: UTF8.self)
+            StandardError.write("\(ErrorCode.badRequest.rawValue): argument \(i) ('\(shown.printable)') is not UTF-8; paths and values must be\n")
+            Glibc.exit(ExitCode.validationFailure.rawValue)
+        }
         let arguments = Array(CommandLine.arguments.dropFirst())
         do {
             var command = try parseAsRoot(arguments)

@@ -162,6 +162,9 @@ struct AuthorTests {
         #expect(negative.code == 64 && negative.err.hasPrefix("badRequest: The value '-1' is invalid for '--timeout <timeout>'"), "\(negative.err)")
         let badTarget = try sv.cli("send", "background", "--plugin", "x y")
         #expect(badTarget.code == 64 && badTarget.err.hasPrefix("badRequest: 'x y' is not a plugin identifier"), "\(badTarget.err)")
+        // An argument that is not UTF-8 (a 0xFF byte in a path) is refused, not read as another path.
+        let bytes = try Shell.run("/bin/sh", ["-c", #""$0" status --home "$(printf '/tmp/x\377')""#, Build.supervisor])
+        #expect(bytes.code == 64 && bytes.err.hasPrefix("badRequest: argument 3") && bytes.err.contains("is not UTF-8"), "\(bytes.err)")
         let noArchive = try sv.cli("install", "")
         #expect(noArchive.code == 64 && noArchive.err.hasPrefix("badRequest: <archive> is empty"), "\(noArchive.err)")
     }
