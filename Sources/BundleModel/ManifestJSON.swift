@@ -5,7 +5,7 @@ import PluginProtocol
 extension Manifest {
     /// Why `bytes` is not one strict JSON object (or has a key twice in one object), with its line
     /// and column (1-based), or nil.
-    static func strictJSONProblem(_ bytes: [UInt8]) -> String? {
+    package static func strictJSONProblem(_ bytes: [UInt8]) -> String? {
         let failure: JSONScanner.Failure? = bytes.withUnsafeBytes { raw in
             var scanner = JSONScanner(raw, maxDepth: 64)
             do throws(JSONScanner.Failure) {

@@ -134,10 +134,12 @@ import LinuxSupport
 
 /// The config file's new settings: metrics, the trust settings, the wait queue, how workers start.
 @Suite struct NewConfigKeysTests {
-    func apply(_ json: String) -> String? {
+    func apply(_ json: String) -> String? { apply(bytes: Array(json.utf8)) }
+
+    func apply(bytes: [UInt8]) -> String? {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("cfg-\(UUID().uuidString).json").path
         defer { try? FileManager.default.removeItem(atPath: path) }
-        try? json.write(toFile: path, atomically: true, encoding: .utf8)
+        try? Data(bytes).write(to: URL(fileURLWithPath: path))
         var config = SupervisorConfig(home: "/tmp/x", pluginDirectories: [], socketPath: nil)
         do { try config.apply(configFile: path); return nil } catch { return "\(error)" }
     }
@@ -170,6 +172,10 @@ import LinuxSupport
         #expect(apply("{callQueueLimit: 1}")?.contains("not a valid config: not JSON") == true)
         #expect(apply("[1]")?.contains("Dictionary") == false)
         #expect(apply(#"{"callQueueLimit": 0}"#)?.contains("must be positive") == true)
+        // Read as strictly as a manifest: a trailing comma, bytes that are not UTF-8, each with its place.
+        #expect(apply(#"{"callTimeoutMs": 1000,}"#)?.contains("not a valid config: not valid JSON at line 1, column 24") == true, "\(apply(#"{"callTimeoutMs": 1000,}"#) ?? "")")
+        let notUTF8 = Array(#"{"socket": "/tmp/a"#.utf8) + [0xFF] + Array(#""}"#.utf8)
+        #expect(apply(bytes: notUTF8)?.contains("not a valid config: not valid JSON at line 1, column 19: bytes that are not UTF-8") == true, "\(apply(bytes: notUTF8) ?? "")")
         // A frame limit a worker's hello or a `stop` would not fit in.
         #expect(apply(#"{"maxFrameBytes": 64}"#)?.contains("'maxFrameBytes' is 64; it is from 1048576 (1 MiB: a worker's hello and every command must fit)") == true)
         #expect(apply(#"{"maxFrameBytes": 1048576}"#) == nil)

@@ -22,9 +22,15 @@ extension SupervisorConfig {
         }
         let values: [String: ConfigValue]
         switch try? JSONDecoder().decode(ConfigValue.self, from: Data(bytes)) {
-        case .object(let fields)?: values = fields
+        case .object(let fields)?:
+            // Strict JSON, as a manifest is read (with the place of the fault): the decoder forgives
+            // a trailing comma, and reads bytes that are not UTF-8 as something else.
+            if let problem = Manifest.strictJSONProblem(bytes) { throw SupervisorError.config(file: path, reason: "not a valid config: \(problem)") }
+            values = fields
         case let other?: throw SupervisorError.config(file: path, reason: "not a valid config: it holds \(other.shown), not a JSON object of settings")
-        case nil: throw SupervisorError.config(file: path, reason: "not a valid config: not JSON (a JSON object of settings, UTF-8)")
+        case nil:
+            let why = Manifest.strictJSONProblem(bytes).map { ": \($0)" } ?? ""
+            throw SupervisorError.config(file: path, reason: "not a valid config: not JSON (a JSON object of settings, UTF-8)\(why)")
         }
         if let duplicate = DuplicateKeys.first(in: bytes) { throw SupervisorError.config(file: path, reason: DuplicateKeys.describe(duplicate)) }
         for (key, value) in values.sorted(by: { $0.key < $1.key }) {
