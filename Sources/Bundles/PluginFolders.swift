@@ -27,7 +27,7 @@ extension PluginCatalog {
         }
         for dir in directories {
             guard FileSystem.isDirectory(dir) else {
-                keepKnown(in: dir, "plugin folder does not exist")
+                keepKnown(in: dir, FileSystem.exists(dir) ? "the plugin folder is not a folder" : "plugin folder does not exist")
                 continue
             }
             let names: [String]

@@ -28,6 +28,7 @@ extension ControlServer {
             do { try FileSystem.makeDirectories(folder) } catch {
                 throw .controlSocket(path, "cannot make its folder \(folder): \(error)")
             }
+            guard FileSystem.isDirectory(folder) else { throw .controlSocket(path, "cannot make its folder \(folder): something that is not a folder is there") }
         }
         // We hold the home's lock, so a socket file left in the home is stale; one elsewhere may belong
         // to a supervisor with another home: refuse rather than take it over.
