@@ -193,7 +193,7 @@ struct BytesTests {
         let refused = try sup.cli("call", "--input", tooBig, "b.kit", "digest")
         #expect(refused.code != 0 && refused.err.contains("maxPayloadMB"), "\(refused.err)")
         let missing = try sup.cli("call", "--input", w.root + "/nothing.bin", "b.kit", "digest")
-        #expect(missing.code == 2 && missing.err.contains("nothing.bin"), "\(missing.err)")
+        #expect(missing.code == 64 && missing.err.contains("nothing.bin"), "\(missing.err)")
 
         let client = try await SupervisorClient.connect(socket: sup.socket)
         let big = try AttachedBytes.from(Self.pattern(2_000_000))
