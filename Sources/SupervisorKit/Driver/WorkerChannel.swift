@@ -33,21 +33,25 @@ enum WorkerChannel {
             .assumeIsolated().whenComplete { result in
                 switch result {
                 case .success(let channel):
-                    if instance.phase.hasExited { channel.close(promise: nil) } else {
-                        instance.connection = .open(channel)
-                        if !leftover.isEmpty { Upgrade.feed(leftover, to: channel) }
-                        // A worker taken over in an upgrade: its taken page, to read its marks again
-                        // (asked before any call reaches it, so a call that blocks its I/O thread
-                        // does not hold the answer back).
-                        engine.router.askForTakenPage(instance)
-                        // A worker taken over in an upgrade runs already: calls that came before its
-                        // socket was wired in waited for this.
-                        if instance.phase == .running, let record = engine.table.record(servedBy: instance) {
-                            engine.router.forwardWaiting(record)
-                        }
-                        // A standby told to load before its socket was wired in.
-                        engine.lifecycle.sendLoad(instance)
+                    // A worker that ended before its socket was wired in (one whose plugin failed at
+                    // once, on a loaded machine): what it wrote last, its exit notice, is read all the
+                    // same, until the end of stream or its exit's finalizing closes it. One already
+                    // finalized has nothing left to say.
+                    if instance.phase == .finalized { return channel.close(promise: nil) }
+                    instance.connection = .open(channel)
+                    if instance.phase.hasExited { return }
+                    if !leftover.isEmpty { Upgrade.feed(leftover, to: channel) }
+                    // A worker taken over in an upgrade: its taken page, to read its marks again
+                    // (asked before any call reaches it, so a call that blocks its I/O thread
+                    // does not hold the answer back).
+                    engine.router.askForTakenPage(instance)
+                    // A worker taken over in an upgrade runs already: calls that came before its
+                    // socket was wired in waited for this.
+                    if instance.phase == .running, let record = engine.table.record(servedBy: instance) {
+                        engine.router.forwardWaiting(record)
                     }
+                    // A standby told to load before its socket was wired in.
+                    engine.lifecycle.sendLoad(instance)
                 case .failure(let error):
                     // NIO closes the descriptor once it has made a channel of it.
                     instance.connection = .closed
