@@ -96,8 +96,10 @@ extension Call {
         defer { for b in sending { b.close() } }
         let answer: (result: [UInt8], bytes: [AttachedBytes])
         do throws(SupervisorConnection.Failure) {
-            let client = try SupervisorConnection(socketPath: options.socketPath, startingWait: options.wait ?? 5, waitForAny: options.wait != nil)
+            var client = try SupervisorConnection(socketPath: options.socketPath, startingWait: options.wait ?? 5, waitForAny: options.wait != nil)
             defer { client.close() }
+            // As a plain call: given up on 5 s after the call's own timeout.
+            if let timeout { client.giveUp(afterMilliseconds: timeout + 5_000) }
             let params = params ?? (input != nil ? #"{"data":{"$bytes":0}}"# : nil)
             answer = try client.requestWithBytes(.call, sending: sending) { b in
                 b.string("target", plugin.identifier)

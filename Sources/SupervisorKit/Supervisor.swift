@@ -124,6 +124,10 @@ public final class Supervisor: Sendable {
     }
 
     private func serve(onReady: @escaping @Sendable (String) -> Void) throws(SupervisorError) {
+        // What the config file refuses, a program's own settings may not have either (PluginHost).
+        guard config.maxFrameBytes >= SupervisorConfig.smallestFrameLimit else {
+            throw .config(file: "(the settings given)", reason: "'maxFrameBytes' is \(config.maxFrameBytes); it is at least \(SupervisorConfig.smallestFrameLimit) (1 MiB: a worker's hello and every command must fit)")
+        }
         if config.handlesSignals {
             LifecycleSignals.block()
             LifecycleSignals.blockAlso(SIGUSR2)

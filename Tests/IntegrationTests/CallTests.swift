@@ -196,6 +196,9 @@ struct CallTests {
         let stopped = try sv.cli("call", "--timeout", "200", "k.slow", "echo", "1")
         #expect(stopped.code == 1 && stopped.err.contains("timeout: the supervisor did not answer within 5200 ms"), "\(stopped.err)")
         #expect(Date().timeIntervalSince(t1) < 10)
+        // The same for a call whose answer's bytes go to a file.
+        let stoppedBytes = try sv.cli("call", "--timeout", "200", "--output", w.root + "/out.bin", "k.slow", "echo", "1")
+        #expect(stoppedBytes.code == 1 && stoppedBytes.err.contains("timeout: the supervisor did not answer within 5200 ms"), "\(stoppedBytes.err)")
         kill(sv.pid, SIGCONT)
         #expect(try sv.call("k.slow", "echo", "\"again\"", as: String.self) == "again")
     }

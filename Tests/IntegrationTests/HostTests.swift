@@ -31,6 +31,15 @@ struct HostTests {
         return (host, running)
     }
 
+    @Test("a program's settings are held to what the config file is: a frame limit under 1 MiB stops run with the reason")
+    func aFrameLimitTooSmallIsRefused() async throws {
+        let w = try TestWorld()
+        var configuration = PluginHost.Configuration(pluginFolders: [w.plugins], home: w.home)
+        configuration.settings.maxFrameBytes = 64
+        let host = PluginHost(configuration: configuration, logger: Logger(label: "host-test"))
+        await #expect { try await host.run() } throws: { "\($0)".contains("'maxFrameBytes' is 64; it is at least 1048576") }
+    }
+
     @Test("an embedded host calls, opens, sends and reads status straight from the program; a cancelled task cancels its call in the plugin")
     func callsFromTheProgram() async throws {
         let w = try TestWorld()
