@@ -343,6 +343,11 @@ struct InstallTests {
         #expect(try shop.server.count("/" + archive) == 1)
         #expect(try sv.plugin("od.lazy").state == "running")
         #expect(try sv.cli("call", "od.nothing", "echo", "1").err.contains("notFound: no plugin od.nothing is installed"))
+        // Asked again at once, the same answer without another look at the catalog (one installer
+        // run per name and 10 s, not one per call).
+        let fetches = try shop.server.count("/catalog.json")
+        for _ in 0..<3 { #expect(try sv.cli("call", "od.nothing", "echo", "1").err.contains("notFound: no plugin od.nothing is installed")) }
+        #expect(try shop.server.count("/catalog.json") == fetches)
         // A new plugin whose dependency is missing is refused, and nothing is left behind.
         let needy = try shop.archive("od.needy", "1.0.0", extra: ["dependencies": ["od.absent"]])
         let r = try sv.cli("install", shop.dir + "/" + needy)

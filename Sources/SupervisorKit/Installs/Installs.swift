@@ -26,6 +26,10 @@ final class Installs: SupervisorComponent {
     var inFlight = 0
     /// Callers waiting for an on-demand install, by plugin.
     var onDemandWaiters: [String: [(ErrorBody?) -> Void]] = [:]
+    /// Names the catalog did not list when a call asked for them, and until when that answer
+    /// stands (OnDemand.swift): calls to a name nobody offers cost one catalog fetch (an installer
+    /// run on the one install queue) per `OnDemand.missRemembered`, not one each.
+    var catalogMisses: [String: (until: NIODeadline, answer: ErrorBody)] = [:]
 
     init(_ shared: Shared) {
         self.shared = shared

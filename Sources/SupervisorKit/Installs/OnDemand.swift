@@ -36,6 +36,10 @@ extension Installs {
     /// nil once installed, or the error to answer. False when no catalog is configured.
     private func onDemand(_ target: String, replay: @escaping (ErrorBody?) -> Void) -> Bool {
         guard let url = catalogURL else { return false }
+        if let miss = catalogMisses[target], miss.until > .now() {
+            replay(miss.answer)
+            return true
+        }
         if onDemandWaiters[target] != nil {
             onDemandWaiters[target]!.append(replay)
             return true
@@ -61,7 +65,9 @@ extension Installs {
     /// The catalog's answer for an on-demand install, back on the loop.
     private func installOnDemand(_ target: String, entry: CatalogEntry?, _ settle: @escaping (ErrorBody?) -> Void) {
         guard let entry, entry.onDemand == true else {
-            return settle(ErrorBody(.notFound, "no plugin \(target) is installed" + (entry == nil ? "" : "; the catalog has it, but not on demand: `supervisor install` it")))
+            let answer = Self.notOffered(target, entry: entry)
+            remember(target, answer)
+            return settle(answer)
         }
         logger.notice("installing \(target) \(entry.version) on demand")
         install(source: entry.url, entry: entry, options: InstallOptions(), origin: nil) { result in
@@ -70,5 +76,25 @@ extension Installs {
             case .failure(let e): settle(ErrorBody(.unavailable, "on-demand install of \(target) failed: \(e.message)"))
             }
         }
+    }
+
+    /// How long a name the catalog does not offer on demand is answered `notFound` without looking
+    /// at the catalog again.
+    static let missRemembered = TimeAmount.seconds(10)
+
+    /// The answer for a name the catalog does not offer on demand.
+    static func notOffered(_ target: String, entry: CatalogEntry?) -> ErrorBody {
+        ErrorBody(.notFound, "no plugin \(target) is installed" + (entry == nil ? "" : "; the catalog has it, but not on demand: `supervisor install` it"))
+    }
+
+    /// Notes that the catalog does not offer `target` on demand (`answer`), for `missRemembered`. At most
+    /// 4,096 names are kept: past them the expired go, then all (a flood of made-up names).
+    private func remember(_ target: String, _ answer: ErrorBody) {
+        let now = NIODeadline.now()
+        if catalogMisses.count >= 4_096 {
+            catalogMisses = catalogMisses.filter { $0.value.until > now }
+            if catalogMisses.count >= 4_096 { catalogMisses = [:] }
+        }
+        catalogMisses[target] = (now + Self.missRemembered, answer)
     }
 }
