@@ -16,7 +16,7 @@ extension Router {
             // A `log` over a second's bytes is dropped whatever it holds: one that says so at
             // its start is not even read through (a frame of escapes costs the loop ~1 ms a MiB).
             if bytes.count > Self.logBytesPerSecond, bytes.starts(with: Self.logPrefix) {
-                logUnread(from: instance, size: bytes.count)
+                _ = admitLog(from: instance, size: bytes.count)
                 return nil
             }
             let (message, env) = WorkerMessage.read(bytes, maxDepth: config.maxJSONDepth, saidHello: instance.hello != nil,
@@ -89,29 +89,30 @@ extension Router {
         }
     }
 
-    /// A plugin's `log` message, at most `logsPerSecond` a second; past the config's `floodLogsPerSecond` the
-    /// worker is flooding and is dropped.
+    /// How a `log` frame starts: one over a second's bytes is dropped without being read through.
     private static let logPrefix = Array(#"{"type":"log""#.utf8)
 
-    /// A `log` too large to show, counted (it is dropped) but not decoded.
-    private func logUnread(from instance: WorkerInstance, size: Int) {
+    /// Counts a `log` of `size` bytes in its worker's window, by size too, before any is decoded
+    /// (a few huge messages cost the loop as much to decode as a flood of small ones): whether it
+    /// may be shown. What was dropped is said; past the config's `floodLogsPerSecond` the worker is
+    /// flooding and is dropped.
+    private func admitLog(from instance: WorkerInstance, size: Int) -> Bool {
         switch instance.logWindow.admit(now: .now, size: size) {
-        case .flood: violated(instance, "flooding: more than \(config.floodLogsPerSecond) log messages in one second")
-        case .drop(let droppedBefore), .admit(let droppedBefore): reportDropped(droppedBefore, by: instance)
+        case .flood:
+            violated(instance, "flooding: more than \(config.floodLogsPerSecond) log messages in one second")
+            return false
+        case .drop(let droppedBefore):
+            reportDropped(droppedBefore, by: instance)
+            return false
+        case .admit(let droppedBefore):
+            reportDropped(droppedBefore, by: instance)
+            return true
         }
     }
 
+    /// A plugin's `log` message, at most `logsPerSecond` a second (`admitLog`).
     private func log(from instance: WorkerInstance, _ bytes: UnsafeRawBufferPointer) {
-        // Counted by their size too before any is decoded: a few huge messages cost the loop as
-        // much to decode as a flood of small ones.
-        switch instance.logWindow.admit(now: .now, size: bytes.count) {
-        case .flood:
-            return violated(instance, "flooding: more than \(config.floodLogsPerSecond) log messages in one second")
-        case .drop(let droppedBefore):
-            return reportDropped(droppedBefore, by: instance)
-        case .admit(let droppedBefore):
-            reportDropped(droppedBefore, by: instance)
-        }
+        guard admitLog(from: instance, size: bytes.count) else { return }
         guard let log = try? ProtocolJSON.decode(PluginLogLine.self, from: bytes) else {
             return violated(instance, "malformed log message: not JSON in UTF-8, its level or message is missing or not a string, or its metadata is not an object")
         }
