@@ -159,8 +159,11 @@ extension Call {
         defer { if file >= 0 { close(file) } }
         var failedWrite: String?
         do throws(SupervisorConnection.Failure) {
-            let client = try SupervisorConnection(socketPath: options.socketPath, startingWait: options.wait ?? 5, waitForAny: options.wait != nil)
+            var client = try SupervisorConnection(socketPath: options.socketPath, startingWait: options.wait ?? 5, waitForAny: options.wait != nil)
             defer { client.close() }
+            // The supervisor ends the stream at its timeout; one that does not answer at all
+            // (stopped) is given up on 5 s after that, as a plain call's is.
+            if let timeout { client.giveUp(afterMilliseconds: timeout + 5_000) }
             result = try client.stream({ b in
                 b.string("target", plugin.identifier)
                 b.string("method", method)

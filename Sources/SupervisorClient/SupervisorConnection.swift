@@ -163,7 +163,7 @@ public struct SupervisorConnection {
                     }
                 } ?? .failure(.broken("the supervisor closed the connection before the stream ended"))
             } catch {
-                throw .broken("\(error)")
+                throw readFailed(error)
             }
             if let outcome { return try outcome.get() }
         }

@@ -199,6 +199,9 @@ struct CallTests {
         // The same for a call whose answer's bytes go to a file.
         let stoppedBytes = try sv.cli("call", "--timeout", "200", "--output", w.root + "/out.bin", "k.slow", "echo", "1")
         #expect(stoppedBytes.code == 1 && stoppedBytes.err.contains("timeout: the supervisor did not answer within 5200 ms"), "\(stoppedBytes.err)")
+        // And a stream's.
+        let stoppedStream = try sv.cli("call", "--stream", "--timeout", "200", "k.slow", "echo", "1")
+        #expect(stoppedStream.code == 1 && stoppedStream.err.contains("timeout: the supervisor did not answer within 5200 ms"), "\(stoppedStream.err)")
         kill(sv.pid, SIGCONT)
         #expect(try sv.call("k.slow", "echo", "\"again\"", as: String.self) == "again")
     }
