@@ -65,6 +65,29 @@ struct DependencyTests {
         #expect(try terminated("t.a") < terminated("t.slow"), "t.a waited for t.slow's drain")
     }
 
+    @Test("plugins a reload removes stop as at shutdown: each as soon as its removed dependents have, not after an unrelated slow stop")
+    func aRemovalHoldsBackOnlyWhatItNeeds() async throws {
+        let w = try TestWorld()
+        let a = try w.bundle("r.a")
+        let b = try w.bundle("r.b", deps: [Dep("r.a")])
+        let slow = try w.bundle("r.slow")
+        try w.bundle("r.stays")
+        let sv = try RunningSupervisor(w)
+        let call = Task.detached { try sv.cli("call", "r.slow", "block", #"{"ms":2000}"#) }
+        try sv.waitUntil("the slow call to start") { FileManager.default.fileExists(atPath: w.home + "/data/r.slow/blocking") }
+        for bundle in [a, b, slow] { try FileManager.default.removeItem(atPath: bundle) }
+        let reload = try sv.cli("reload")
+        #expect(reload.code == 0 && reload.out.contains(#""removed":3"#), "\(reload.out) \(reload.err)")
+        #expect(try await call.value.code == 0, "the call in flight is answered")
+        func terminated(_ id: String) throws -> UInt64 {
+            let text = try String(contentsOfFile: w.home + "/data/\(id)/terminated", encoding: .utf8)
+            return try #require(UInt64(text.split(separator: "\n").first ?? ""))
+        }
+        #expect(try terminated("r.b") < terminated("r.a"))
+        #expect(try terminated("r.a") < terminated("r.slow"), "r.a waited for r.slow's drain")
+        #expect(try sv.status().map(\.identifier) == ["r.stays"])
+    }
+
     @Test("a dependency that fails before its dependents' workers said hello: they fail by it, and the ready line comes")
     func dependencyFailsBeforeHello() throws {
         let w = try TestWorld()

@@ -143,22 +143,29 @@ extension Lifecycle {
 
     /// Stops removed plugins in waves, dependents before what they depend on, as shutdown does.
     func stopRemoved(_ removed: Set<String>) {
-        let remaining = removed.filter { table[$0] != nil }
-        guard !remaining.isEmpty else { return }
+        let records = removed.compactMap { table[$0] }
+        guard !records.isEmpty else { return }
         // A reload is answered once they have stopped (`settleReloads`).
-        rescanStopping.formUnion(remaining)
-        let wave = Set(StopOrder.wave(of: Dictionary(uniqueKeysWithValues: remaining.compactMap { table[$0] }.map { ($0.identifier, $0.dependencyIDs) })))
-        var left = wave.count
-        for id in wave {
-            guard let record = table[id] else { continue }
-            record.cancelRestart()
-            stopPlugin(record) { [self] in
-                effects.post(.forget(record, because: "\(record.identifier) was removed from the plugin folders"))
-                rescanStopping.remove(record.identifier)
-                left -= 1
-                if left == 0 { stopRemoved(remaining.subtracting(wave)) }
-                settleReloads()
+        rescanStopping.formUnion(records.map(\.identifier))
+        // As at shutdown: each stops as soon as every removed plugin that depends on it has.
+        var order = StopOrder.Progress(Dictionary(uniqueKeysWithValues: records.map { ($0.identifier, $0.dependencyIDs) }))
+        func stop(_ ids: [String]) {
+            for id in ids {
+                guard let record = table[id] else {
+                    // Gone from the table meanwhile (uninstalled): what it held back follows.
+                    rescanStopping.remove(id)
+                    stop(order.stopped(id))
+                    continue
+                }
+                record.cancelRestart()
+                stopPlugin(record) { [self] in
+                    effects.post(.forget(record, because: "\(record.identifier) was removed from the plugin folders"))
+                    rescanStopping.remove(record.identifier)
+                    stop(order.stopped(record.identifier))
+                    settleReloads()
+                }
             }
         }
+        stop(order.begin())
     }
 }
