@@ -33,7 +33,11 @@ final class Janitor: Sendable {
 
     /// Empties and removes the folder at `path`: renamed out of the way now, removed later. Where
     /// it cannot be renamed (it does not exist, or lies elsewhere), it is removed here and now.
-    func removeTree(_ path: String) {
+    /// `renamed: false` (the supervisor is shutting down: no worker will want the name again)
+    /// leaves it where it is for the thread to remove: a rename costs the loop ~30 µs a worker on
+    /// ext4, 30 ms of a stop of 1,000 plugins spent after the last worker has ended.
+    func removeTree(_ path: String, renamed: Bool = true) {
+        guard renamed else { return pool.submit { _ in FileSystem.removeTree(path) } }
         var st = stat()
         guard lstat(path, &st) == 0 else { return }
         let n = serial.withLock { n -> UInt64 in

@@ -85,7 +85,7 @@ extension Lifecycle {
         // and nothing below needs them gone.
         if let group = instance.cgroup { shared.janitor.remove(group) }
         instance.cgroup = nil
-        shared.janitor.removeTree(instance.temporaryFolder)
+        shared.janitor.removeTree(instance.temporaryFolder, renamed: !isShuttingDown)
         // A standby that ended before it was taken (its sandbox failed, say): the restart, if one
         // comes, spawns a worker as usual and reports what fails then.
         if let record = table[instance.identifier], let standby = record.standby, standby.instance === instance {
@@ -101,7 +101,7 @@ extension Lifecycle {
         // no longer known: whoever stopped it hears it ended, nothing more.
         let facts = ExitClassifier.Facts(exit: exit, notice: instance.exitNotice, killed: instance.killReason, violation: instance.violation,
                                          stopRequested: afterStop, lastDataBytes: instance.memory.data, hardLimitBytes: hardLimit,
-                                         libraryChanged: instance.library.flatMap { FileStamp(path: $0.path) != $0.stamp ? $0.path : nil })
+                                         libraryChanged: exit.signaled ? instance.library.flatMap { FileStamp(path: $0.path) != $0.stamp ? $0.path : nil } : nil)
         let status = ExitClassifier.classify(facts)
         let described = ExitClassifier.describe(status)
         let known = table[instance.identifier]
