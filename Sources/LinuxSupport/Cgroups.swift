@@ -338,6 +338,16 @@ public struct CgroupGroup: Sendable {
         return Self.counter(CgroupTree.read(folder + file), "oom_kill")
     }
 
+    /// The memory charged to the group that the kernel cannot take back by dropping file pages:
+    /// its anonymous and shared-memory pages (memory.stat `anon` + `shmem` on v2, `rss` + `shmem`
+    /// on v1). Not the pages of files it maps, nor a memfd another process wrote and handed it (a
+    /// page is charged to the group that first touched it); nil without a memory controller.
+    public func memoryHeld() -> Int? {
+        guard let folder = folder("memory"), let text = CgroupTree.read(folder + "/memory.stat"),
+              let anonymous = Self.counter(text, version == .v2 ? "anon" : "rss"), let shared = Self.counter(text, "shmem") else { return nil }
+        return anonymous + shared
+    }
+
     static func counter(_ text: String?, _ key: String) -> Int? {
         for line in (text ?? "").split(separator: "\n") {
             let kv = line.split(separator: " ")

@@ -310,14 +310,26 @@ struct FaultTests {
         #expect(try rss(sv.pid) < supervisorRSS + 32 << 20)
     }
 
+    @Test("memory: pages of a file read through mmap are not memory the plugin holds; reading a file larger than its limit does not end it")
+    func mappedFilesAreNotHeldMemory() throws {
+        let w = try TestWorld()
+        try w.bundle("m.reader", library: try Self.hostile(), extra: ["limits": ["memoryMB": 64], "restart": "never"])
+        let sv = try RunningSupervisor(w)
+        let pid = try sv.plugin("m.reader").pid
+        let r = try sv.cli("call", "--timeout", "30000", "m.reader", "mapFile", "{}")
+        #expect(r.code == 0 && r.out.contains(#""rc":"#), "\(r.out) \(r.err)")
+        let after = try sv.plugin("m.reader")
+        #expect(after.pid == pid && after.lastExit == nil, "\(String(describing: after.lastExit))")
+    }
+
     @Test("soft memory limit sends memoryWarning")
     func softMemoryWarning() throws {
         let w = try TestWorld()
-        // A Swift worker already uses more than 1 MiB: it is over this soft limit from the start.
-        try w.bundle("m.soft", extra: ["limits": ["memoryMB": 512, "softMemoryMB": 1]])
+        try w.bundle("m.soft", extra: ["limits": ["memoryMB": 512, "softMemoryMB": 8]])
         let sv = try RunningSupervisor(w)
+        #expect(try sv.call("m.soft", "hold", #"{"mb":16}"#, as: Int.self) == 16)
         try sv.waitUntil("memoryWarning at m.soft") { try sv.info("m.soft").names.contains("memoryWarning") }
-        #expect(sv.log.contains("over its soft limit of 1 MiB"))
+        #expect(sv.log.contains("over its soft limit of 8 MiB"))
     }
 
     @Test("floods and bad frames from a worker drop that worker (protocolViolation), never the supervisor")

@@ -27,6 +27,15 @@ import SupervisorCore
         #expect(MemoryLimits.parseStatm(Array("garbage".utf8)) == nil)
     }
 
+    @Test func heldMemoryIsAnonymousAndSharedNotMappedFiles() {
+        let status = "Name:\tplugin-worker\nVmRSS:\t  170000 kB\nRssAnon:\t    3000 kB\nRssFile:\t  166000 kB\nRssShmem:\t    1000 kB\nThreads:\t3\n"
+        #expect(MemoryLimits.parseHeld(Array(status.utf8)) == 4000 << 10)
+        #expect(MemoryLimits.parseHeld(Array("Name:\tx\nRssAnon:\t 12 kB\n".utf8)) == nil, "without RssShmem: no figure")
+        #expect(MemoryLimits.parseHeld(Array("garbage".utf8)) == nil)
+        let limits = MemoryLimits(hard: 100 << 20, soft: 75 << 20)
+        #expect(!limits.mayMatter(resident: 60 << 20) && limits.mayMatter(resident: 68 << 20))
+    }
+
     @Test func rateWindow() {
         var w = RateWindow(limit: 2, floodLimit: 4)
         let t = Instant(nanoseconds: 5_000_000_000)

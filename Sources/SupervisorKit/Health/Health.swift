@@ -194,12 +194,20 @@ final class Health: SupervisorComponent {
                     continue
                 }
             }
-            switch limits.verdict(resident: sample.resident, warned: instance.memory.warned) {
+            // Near a limit, what it holds decides: what its group is charged for, else its own
+            // anonymous and shared pages; not the pages of files it maps.
+            var held = sample.resident
+            if limits.mayMatter(resident: held) {
+                held = instance.cgroup?.memoryHeld()
+                    ?? (try? FileSystem.readFile("/proc/\(instance.pid)/status", limit: 8192)).flatMap(MemoryLimits.parseHeld)
+                    ?? held
+            }
+            switch limits.verdict(resident: held, warned: instance.memory.warned) {
             case .overHard:
-                effects.post(.kill(instance, .memoryLimit, "resident memory \(sample.resident >> 20) MiB is over the limit of \(limits.hard >> 20) MiB"))
+                effects.post(.kill(instance, .memoryLimit, "resident memory \(held >> 20) MiB (not counting mapped files) is over the limit of \(limits.hard >> 20) MiB"))
             case .overSoft where record.phase == .running:
                 instance.memory.warned = true
-                logger.warning("\(record.identifier) uses \(sample.resident >> 20) MiB, over its soft limit of \(limits.soft >> 20) MiB: sending memoryWarning",
+                logger.warning("\(record.identifier) uses \(held >> 20) MiB, over its soft limit of \(limits.soft >> 20) MiB: sending memoryWarning",
                                metadata: ["plugin": "\(record.identifier)"])
                 shared.sendEvent(record, .memoryWarning) { _ in }
             case .backUnderSoft:

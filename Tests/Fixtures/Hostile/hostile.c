@@ -2,7 +2,7 @@
  * A hostile plugin for the sandbox tests, in C so each attack is the raw call it claims to be.
  * Each method tries one thing and answers {"rc": <return>, "errno": <errno>} when it survives it;
  * the fatal ones end the worker instead (the supervisor records sandboxViolation + the syscall).
- * The misbehaviours for the fault tests (segv, abort, hang, alloc, stdoutFlood, socketFlood, garbage, garbageThenReply,
+ * The misbehaviours for the fault tests (segv, abort, hang, alloc, mapFile, stdoutFlood, socketFlood, garbage, garbageThenReply,
  * giant, exit3, exit0, forkbomb, blockLoop, logAnyJSON, logForged) live here too.
  * If the bundle holds a file named `ctor-action`, that action also runs in the library constructor,
  * before sp_plugin_create; its outcome is returned by the method "ctorResult". The action
@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
@@ -259,6 +260,29 @@ static void attack(const char *what, const char *path, long number, char *out, s
             if (!p) { raise(SIGABRT); }
             memset(p, 1, 8 << 20);
         }
+    } else if (!strcmp(what, "mapFile")) {
+        /* Reads a 160 MiB file through mmap, 16 MiB every 100 ms: resident file pages, which the
+         * kernel takes back when memory is short, not memory the plugin holds. */
+        const char *tmp = getenv("TMPDIR");
+        char path[4096];
+        snprintf(path, sizeof path, "%s/mapped", tmp ? tmp : "/tmp");
+        size_t size = (size_t)160 << 20, step = (size_t)16 << 20;
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0 || ftruncate(fd, (off_t)size) != 0) { rc = -1; }
+        else {
+            volatile const char *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+            if (map == MAP_FAILED) { rc = -1; }
+            else {
+                unsigned long sum = 0;
+                for (size_t at = 0; at < size; at += step) {
+                    for (size_t i = at; i < at + step; i += 4096) sum += map[i];
+                    usleep(100 * 1000);
+                }
+                rc = (int)(sum & 1);
+                munmap((void *)map, size);
+            }
+        }
+        if (fd >= 0) close(fd);
     } else if (!strcmp(what, "forkbomb")) {
         for (;;) { if (fork() == 0) continue; }
     } else if (!strcmp(what, "stdoutFlood")) {

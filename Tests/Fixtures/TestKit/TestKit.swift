@@ -177,6 +177,8 @@ final class TestKit: Pluggable {
     }
     struct StreamReport: Codable, Sendable { var sent: Int; var cancelled: Int; var completed: Int }
     private let streams = Mutex(StreamReport(sent: 0, cancelled: 0, completed: 0))
+    /// Memory `hold` keeps, written to so it is resident.
+    private let held = Mutex<[[UInt8]]>([])
 
     private func exportStreams(_ api: PluginAPI) {
         // Rows {"row": i} for i in 0..<count, as fast as the reader takes them (or `delayMs` apart).
@@ -441,6 +443,14 @@ final class TestKit: Pluggable {
             return "unknown crash \(p.how)"
         }
         api.route("/echo") { request in request.query }
+        // Keeps `mb` MiB more, resident, until the worker ends; answers how many it keeps.
+        api.method("hold") { (p: [String: Int]) -> Int in
+            let block = [UInt8](repeating: 1, count: max(0, p["mb"] ?? 1) << 20)
+            return self.held.withLock { held in
+                held.append(block)
+                return held.reduce(0) { $0 + $1.count } >> 20
+            }
+        }
         // The current copy of a resource (live if refreshed, else bundled) and its contents.
         api.method("resource") { (p: [String: String]) throws -> [String: String] in
             let path = try self.ctx().resourcePath(p["name"] ?? "")
