@@ -131,8 +131,15 @@ public func workerMain() -> Int32 {
     // Answered calls are not lost to a plugin that calls exit() (or crashes: the fatal-signal
     // reporter sends them too) while their replies are held.
     connection.sendsHeldAtExit()
+    // Whether the supervisor asked this worker to end (`willTerminate`): an end of the socket
+    // before that is no stop of the supervisor's.
+    var askedToEnd = false
     do {
         while try connection.receive({ body -> Bool in
+            if !askedToEnd, body.count < 256, let env = try? Envelope.parse(body), env.kind == .event,
+               Envelope.string(body, env.name) == EventName.willTerminate.rawValue {
+                askedToEnd = true
+            }
             // The supervisor's own short questions (the longest, `takenPage` with a 20-digit id, is
             // 46 bytes): a ping, and, from one that took this worker over in an upgrade in place,
             // its taken page.
@@ -157,12 +164,19 @@ public func workerMain() -> Int32 {
             return true
         }) != nil {}
     } catch {
+        askedToEnd = false
         let line = "plugin-worker[\(spec.identifier)]: protocol socket failed: \(error)\n"
         _ = line.withCString { write(2, $0, strlen($0)) }
     }
-    // The supervisor closed the socket (shutdown, or it died): destroy the plugin and exit. What
-    // `destroy` sends is not held (it could only fail, but it must not wait for a read).
+    if !askedToEnd {
+        let line = "plugin-worker[\(spec.identifier)]: the protocol socket ended before the supervisor asked this worker to end (did the plugin close or replace descriptor \(connection.fd)?)\n"
+        _ = line.withCString { write(2, $0, strlen($0)) }
+    }
+    // The supervisor closed the socket after `willTerminate` (a stop, or it died): destroy the
+    // plugin and exit. What `destroy` sends is not held (it could only fail, but it must not wait
+    // for a read). A socket that failed or ended before that is no clean end: the exit code says
+    // `disconnected`, and the plugin's restart policy applies.
     connection.stopHolding()
     host.destroy()
-    exit(0)
+    exit(askedToEnd ? 0 : ExitReason.disconnected.workerExitCode ?? 74)
 }

@@ -21,6 +21,24 @@ import SupervisorCore
         #expect(ExitClassifier.describe(signaled) == "signal SIGSEGV")
     }
 
+    @Test func aCleanExitBeforeItRanIsAFailedStartNotAStop() {
+        var early = facts(code: 0)
+        early.ran = false
+        #expect(ExitClassifier.isAbnormal(early))
+        #expect(ExitClassifier.classify(early).message?.contains("before its plugin was running") == true)
+        // Asked to stop before it ran: a stop.
+        var stopped = facts(code: 0, stop: true)
+        stopped.ran = false
+        #expect(!ExitClassifier.isAbnormal(stopped) && ExitClassifier.classify(stopped).reason == .stopped)
+    }
+
+    @Test func aSocketLostBeforeWillTerminateIsDisconnected() {
+        let lost = ExitClassifier.classify(facts(code: 74))
+        #expect(lost.reason == .disconnected && lost.code == 74 && ExitClassifier.isAbnormal(facts(code: 74)))
+        #expect(lost.message?.contains("protocol socket") == true)
+        #expect(ExitClassifier.classify(facts(signal: 9, killed: (.disconnected, "closed its socket but did not exit"))).reason == .disconnected)
+    }
+
     @Test func sandboxViolationWithSyscallOnlyWithItsExitCode() {
         let notice = ExitNotice(reason: .sandboxViolation, message: "the sandbox denied the system call ptrace", syscall: "ptrace")
         let believed = ExitClassifier.classify(facts(code: 159, notice: notice))

@@ -194,6 +194,28 @@ struct FaultTests {
         for pid in [next, plannedStandby] { #expect(!heard.contains("pid \(pid) "), "a standby that never loaded was announced: \(heard)") }
     }
 
+    @Test("a plugin that ends its worker cleanly before it runs, or closes the worker's socket, has not stopped: it is restarted, its cause said")
+    func cleanEndsThatAreNoStop() throws {
+        let w = try TestWorld()
+        let ctor = try w.bundle("e.ctor", library: try Self.hostile())
+        try "exit0".write(toFile: ctor + "/ctor-action", atomically: true, encoding: .utf8)
+        try w.bundle("e.closer", library: try Self.hostile())
+        try w.bundle("e.healthy")
+        let cfg = try w.config(#"{"restartLimit": 2, "restartWindowSeconds": 60, "restartBackoffBaseMs": 50}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        try sv.waitUntil("e.ctor to fail") { try sv.plugin("e.ctor").state == "failed" }
+        let early = try sv.plugin("e.ctor")
+        #expect(early.restarts == 2)
+        #expect(early.error?.contains("before its plugin was running") == true, "\(early.error ?? "")")
+        let pid = try sv.plugin("e.closer").pid
+        _ = try sv.cli("call", "e.closer", "closeAll", "{}")
+        try sv.waitUntil("e.closer to run again") { let p = try sv.plugin("e.closer"); return p.state == "running" && p.pid != pid }
+        let closer = try sv.plugin("e.closer")
+        #expect(closer.lastExit?.reason == .disconnected && closer.lastExit?.code == 74, "\(String(describing: closer.lastExit))")
+        #expect(sv.log.contains("before the supervisor asked this worker to end"), "\(sv.log)")
+        #expect(try sv.call("e.healthy", "echo", "1", as: Int.self) == 1)
+    }
+
     @Test("crashing in the constructor or in startup counts towards the intensity limit; restart brings it back")
     func intensityAndBackoff() throws {
         let w = try TestWorld()

@@ -16,9 +16,11 @@ package enum ExitClassifier {
         package var hardLimitBytes = Int.max
         /// Its library, when that file changed in place while it ran.
         package var libraryChanged: String? = nil
+        /// It was running (said hello and started) before it ended.
+        package var ran = true
 
         package init(exit: WorkerExit, notice: ExitNotice? = nil, killed: (reason: ExitReason, message: String)? = nil, violation: String? = nil,
-                     stopRequested: Bool = false, lastDataBytes: Int = 0, hardLimitBytes: Int = .max, libraryChanged: String? = nil) {
+                     stopRequested: Bool = false, lastDataBytes: Int = 0, hardLimitBytes: Int = .max, libraryChanged: String? = nil, ran: Bool = true) {
             self.exit = exit
             self.notice = notice
             self.killed = killed
@@ -27,6 +29,7 @@ package enum ExitClassifier {
             self.lastDataBytes = lastDataBytes
             self.hardLimitBytes = hardLimitBytes
             self.libraryChanged = libraryChanged
+            self.ran = ran
         }
     }
 
@@ -72,14 +75,25 @@ package enum ExitClassifier {
             // The reporter ran but could not send its notice (another frame was half-written).
             status.reason = .sandboxViolation
             status.message = "ended by the sandbox's violation reporter (the system call's name was not delivered)"
+        } else if !exit.signaled, exit.code == ExitReason.disconnected.workerExitCode {
+            // Its socket failed or ended before `willTerminate`: no notice could come (a plugin
+            // that closed or replaced the worker's descriptor, as daemon-style code does).
+            status.reason = .disconnected
+            status.message = "the worker's protocol socket failed or was closed before it was asked to stop (did the plugin close or replace its descriptors?)"
         } else if f.stopRequested {
             status.reason = .stopped
+        } else if !f.ran, !exit.signaled, exit.code == 0 {
+            // Its library's constructor or `sp_plugin_create` ended the process: no clean stop.
+            status.message = "the worker ended (exit code 0) before its plugin was running: the library's constructor or sp_plugin_create ended the process"
         }
         return status
     }
 
-    /// Ended badly: a signal, a non-zero code, or killed by the supervisor.
-    package static func isAbnormal(_ f: Facts) -> Bool { f.exit.signaled || f.exit.code != 0 || f.killed != nil }
+    /// Ended badly: a signal, a non-zero code, killed by the supervisor, or ended before it was
+    /// running without being asked to stop (a start that failed, whatever its exit code).
+    package static func isAbnormal(_ f: Facts) -> Bool {
+        f.exit.signaled || f.exit.code != 0 || f.killed != nil || (!f.ran && !f.stopRequested)
+    }
 
     /// One line for the log: "exit code 1, watchdog, no pong within 3000 ms".
     package static func describe(_ s: ExitStatus) -> String {

@@ -101,7 +101,8 @@ extension Lifecycle {
         // no longer known: whoever stopped it hears it ended, nothing more.
         let facts = ExitClassifier.Facts(exit: exit, notice: instance.exitNotice, killed: instance.killReason, violation: instance.violation,
                                          stopRequested: afterStop, lastDataBytes: instance.memory.data, hardLimitBytes: hardLimit,
-                                         libraryChanged: exit.signaled ? instance.library.flatMap { FileStamp(path: $0.path) != $0.stamp ? $0.path : nil } : nil)
+                                         libraryChanged: exit.signaled || exit.code != 0 ? instance.library.flatMap { FileStamp(path: $0.path) != $0.stamp ? $0.path : nil } : nil,
+                                         ran: instance.everRan)
         let status = ExitClassifier.classify(facts)
         let described = ExitClassifier.describe(status)
         let known = table[instance.identifier]

@@ -2,7 +2,7 @@
  * A hostile plugin for the sandbox tests, in C so each attack is the raw call it claims to be.
  * Each method tries one thing and answers {"rc": <return>, "errno": <errno>} when it survives it;
  * the fatal ones end the worker instead (the supervisor records sandboxViolation + the syscall).
- * The misbehaviours for the fault tests (segv, abort, hang, alloc, mapFile, stdoutFlood, socketFlood, garbage, garbageThenReply,
+ * The misbehaviours for the fault tests (segv, abort, hang, alloc, mapFile, closeAll, stdoutFlood, socketFlood, garbage, garbageThenReply,
  * giant, exit3, exit0, forkbomb, blockLoop, logAnyJSON, logForged) live here too.
  * If the bundle holds a file named `ctor-action`, that action also runs in the library constructor,
  * before sp_plugin_create; its outcome is returned by the method "ctorResult". The action
@@ -260,6 +260,9 @@ static void attack(const char *what, const char *path, long number, char *out, s
             if (!p) { raise(SIGABRT); }
             memset(p, 1, 8 << 20);
         }
+    } else if (!strcmp(what, "closeAll")) {
+        /* What daemon-style code does: every descriptor above stderr closed, the worker's own too. */
+        for (int fd = 3; fd < 1024; fd++) close(fd);
     } else if (!strcmp(what, "mapFile")) {
         /* Reads a 160 MiB file through mmap, 16 MiB every 100 ms: resident file pages, which the
          * kernel takes back when memory is short, not memory the plugin holds. */

@@ -33,6 +33,8 @@ public enum ExitReason: String, Sendable, Codable, CaseIterable {
         case .sandboxUnavailable: return 72
         case .loadError, .missingSymbol, .abiMismatch, .createFailed: return 78
         case .sandboxViolation: return 159
+        // Its protocol socket failed, or ended before `willTerminate` (no notice can follow).
+        case .disconnected: return 74
         case .terminated: return 0
         default: return nil
         }
