@@ -57,7 +57,7 @@ struct SandboxPlan {
     var landlockRules: [Landlock.PathRule]
     /// The seccomp policy, with the supervisor answering for the filter or without.
     func seccompRules(notify: Bool) -> [SeccompPolicy.Rule] {
-        SeccompPolicy.rules(network: network, pid: getpid(), notify: notify)
+        SeccompPolicy.rules(network: network, pid: getpid(), notify: notify, owner: (uid ?? getuid(), gid ?? getgid()))
     }
 
     init(_ spec: WorkerSpec) {

@@ -223,7 +223,7 @@ extension Lifecycle {
         if let known = seccompPrograms[network] { return known }
         let program: Data?
         do throws(ConfinementError) {
-            program = Data(try Seccomp.Filter.program(SeccompPolicy.rules(network: network, pid: 1, notify: true)))
+            program = Data(try Seccomp.Filter.program(SeccompPolicy.rules(network: network, pid: 1, notify: true, owner: (getuid(), getgid()))))
         } catch {
             logger.warning("the seccomp filter could not be compiled in the supervisor (\(error.message)); each worker compiles its own")
             program = nil

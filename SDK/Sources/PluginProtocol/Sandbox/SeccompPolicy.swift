@@ -133,7 +133,8 @@ public enum SeccompPolicy {
     ///   - pid: the worker's own pid (signals may only go to itself).
     ///   - notify: the supervisor answers for the filter (user notification): nothing traps, so the
     ///     SIGSYS reporter needs no protection and SIGSYS's action may be set like any other's.
-    public static func rules(network: Bool, pid: Int32, notify: Bool = false) -> [Rule] {
+    ///   - owner: the worker's uid and gid (a file's owner may "change" it to itself).
+    public static func rules(network: Bool, pid: Int32, notify: Bool = false, owner: (uid: UInt32, gid: UInt32)? = nil) -> [Rule] {
         var rules = allowed.map { Rule(syscall: $0, action: .allow) }
         if notify { rules.append(Rule(syscall: "rt_sigaction", action: .allow)) }
         rules += fatal.map { Rule(syscall: $0, action: .trap) }
@@ -182,6 +183,17 @@ public enum SeccompPolicy {
             Rule(syscall: "sched_setscheduler", action: .allow, conditions: [when(0, .equal, 0), when(1, .maskedEqual(mask: 0xFFFF_FFFF & ~resetOnFork), 3)]),
             Rule(syscall: "sched_setscheduler", action: .allow, conditions: [when(0, .equal, 0), when(1, .maskedEqual(mask: 0xFFFF_FFFF & ~resetOnFork), 5)]),
         ]
+        if let owner {
+            // `fchown` to the owner it has (or -1, unchanged): a no-op the kernel allows any owner,
+            // which SQLite makes for its journal whenever it runs as root. Any other owner stays
+            // denied (the worker has no CAP_CHOWN anyway).
+            let word: Condition.Op = .maskedEqual(mask: 0xFFFF_FFFF)
+            for uid in [UInt64(owner.uid), 0xFFFF_FFFF] {
+                for gid in [UInt64(owner.gid), 0xFFFF_FFFF] {
+                    rules.append(Rule(syscall: "fchown", action: .allow, conditions: [when(1, word, uid), when(2, word, gid)]))
+                }
+            }
+        }
         rules += prctlOptions.map { Rule(syscall: "prctl", action: .allow, conditions: [when(0, .equal, $0)]) }
         rules += ioctlRequests.map { Rule(syscall: "ioctl", action: .allow, conditions: [when(1, .equal, $0)]) }
         if network {
