@@ -45,13 +45,22 @@ import Testing
         let ok = try Attachments.placing([7, 8], in: list) { _, _ in 0 }
         #expect(ok.map(\.place) == [.inline, .descriptor(7), .descriptor(8)])
         #expect(throws: Attachments.Problem("2 descriptors announced, 1 came")) { try Attachments.placing([7], in: list) { _, _ in 0 } }
-        for (rc, why) in [(-EBADF, "not a memfd"), (-EPERM, "not sealed"), (-EINVAL, "not of the announced 200 bytes")] {
+        for (rc, why) in [(-EBADF, "not a memfd: it is"), (-EPERM, "not sealed"), (-EINVAL, "not of the announced 200 bytes")] {
             do {
                 _ = try Attachments.placing([7, 8], in: list) { fd, _ in fd == 8 ? Int32(rc) : 0 }
                 Issue.record("rc \(rc) was taken")
             } catch {
-                #expect(error.description.contains("attachment descriptor 1 is \(why)"), "\(error)")
+                #expect(error.description.contains("attachment 2 (the 2nd descriptor that came) is \(why)"), "\(error)")
             }
         }
+    }
+
+    @Test("a descriptor that is not a memfd is named by what it is")
+    func kinds() throws {
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        #expect(Attachments.kind(of: fds[0]) == "a pipe")
+        #expect(Attachments.kind(of: -1) == "not an open descriptor")
     }
 }

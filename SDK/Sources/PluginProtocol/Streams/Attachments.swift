@@ -132,9 +132,9 @@ public enum Attachments {
         for i in placed.indices where placed[i].isDescriptor {
             let rc = check(descriptors[next], placed[i].length)
             if rc != 0 {
-                let why = rc == -EBADF ? "not a memfd (a regular file)"
+                let why = rc == -EBADF ? "not a memfd: it is \(kind(of: descriptors[next]))"
                     : rc == -EPERM ? "not sealed against writes, shrinking and growing" : "not of the announced \(placed[i].length) bytes"
-                throw Problem("attachment descriptor \(next) is \(why)")
+                throw Problem("attachment \(i) (the \(ordinal(next + 1)) descriptor that came) is \(why)")
             }
             placed[i].place = .descriptor(descriptors[next])
             next += 1
@@ -144,6 +144,26 @@ public enum Attachments {
 }
 
 extension Attachments {
+    /// What the descriptor `fd` is, for a message: "a pipe", "a socket", "a regular file", ...
+    public static func kind(of fd: Int32) -> String {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return "not an open descriptor" }
+        switch st.st_mode & S_IFMT {
+        case S_IFIFO: return "a pipe"
+        case S_IFSOCK: return "a socket"
+        case S_IFREG: return "a regular file"
+        case S_IFDIR: return "a folder"
+        case S_IFCHR: return "a character device"
+        case S_IFBLK: return "a block device"
+        default: return "a descriptor of another kind"
+        }
+    }
+
+    static func ordinal(_ n: Int) -> String {
+        let suffix = (11...13).contains(n % 100) ? "th" : ["th", "st", "nd", "rd"][n % 10 < 4 ? n % 10 : 0]
+        return "\(n)\(suffix)"
+    }
+
     /// The message `body` (which lists attachments, `env` its reading) with `list` in place of its
     /// own attachments, every other member and the inline bytes as they were: a whole frame,
     /// length prefix included. How a receiver puts its own descriptor numbers in.
