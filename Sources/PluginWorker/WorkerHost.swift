@@ -92,7 +92,9 @@ final class WorkerHost: Sendable {
         let received = Array(fds.prefix(Int(count)))
         var problem: String?
         if n != 1 {
-            problem = n == 0 ? "the payload channel ended" : "the payload channel: \(String(cString: strerror(Int32(-n))))"
+            problem = n == 0 ? "the payload channel ended"
+                : n == -Int(EBADMSG) ? "its descriptors were dropped as they came, as they are when the worker has no descriptor left under its open-files limit (\(ProcessControl.openFilesLimit(raisingTo: 0).soft), limits.openFiles)"
+                : "the payload channel: \(String(cString: strerror(Int32(-n))))"
         } else {
             do throws(Attachments.Problem) {
                 list = try Attachments.placing(received, in: list) { sp_bytes_check($0, UInt64($1)) }

@@ -216,6 +216,21 @@ struct FaultTests {
         #expect(try sv.call("e.healthy", "echo", "1", as: Int.self) == 1)
     }
 
+    @Test("bytes sent to a worker with no descriptor left under its limit fail with a reason that names the limit; the worker serves on")
+    func bytesToAWorkerOutOfDescriptors() throws {
+        let w = try TestWorld()
+        try w.bundle("d.full", library: try Self.hostile(), extra: ["limits": ["openFiles": 64]])
+        let sv = try RunningSupervisor(w)
+        let pid = try sv.plugin("d.full").pid
+        let taken = try sv.cli("call", "d.full", "exhaustFds", "{}")
+        #expect(taken.code == 0, "\(taken.err)")
+        let input = w.root + "/big.bin"
+        #expect(FileManager.default.createFile(atPath: input, contents: Data(repeating: 7, count: 200_000)))
+        let r = try sv.cli("call", "--input", input, "d.full", "echo", "{}")
+        #expect(r.code != 0 && r.err.contains("no descriptor left under its open-files limit (64, limits.openFiles)"), "\(r.out) \(r.err)")
+        #expect(try sv.plugin("d.full").pid == pid)
+    }
+
     @Test("crashing in the constructor or in startup counts towards the intensity limit; restart brings it back")
     func intensityAndBackoff() throws {
         let w = try TestWorld()
@@ -453,6 +468,8 @@ struct FaultTests {
         try sv.waitUntil("the next second's message, and the drop reported") {
             sv.log.contains("after the big logs") && sv.log.contains("dropped 3 log messages over 200 or 1 MiB a second")
         }
+        // The first is said as it is dropped: a plugin may send nothing after it.
+        #expect(sv.log.contains("KiB: one may have at most 1 MiB"), "\(sv.log)")
         #expect(!sv.log.split(separator: "\n").contains { $0.utf8.count > 70_000 })
         #expect(try sv.plugin("p.logs").state == "running")
     }

@@ -97,12 +97,21 @@ extension Router {
     /// may be shown. What was dropped is said; past the config's `floodLogsPerSecond` the worker is
     /// flooding and is dropped.
     private func admitLog(from instance: WorkerInstance, size: Int) -> Bool {
+        let wasDropping = instance.logWindow.isDropping
         switch instance.logWindow.admit(now: .now, size: size) {
         case .flood:
             violated(instance, "flooding: more than \(config.floodLogsPerSecond) log messages in one second")
             return false
         case .drop(let droppedBefore):
             reportDropped(droppedBefore, by: instance)
+            // The first drop of a second is said at once (how many follows with the next message):
+            // a plugin may send nothing more for a long time.
+            if !wasDropping || droppedBefore > 0 {
+                logger.warning(size > Self.logBytesPerSecond
+                               ? "dropped a log message of \(size >> 10) KiB: one may have at most \(Self.logBytesPerSecond >> 20) MiB"
+                               : "dropping log messages over \(Self.logsPerSecond) or \(Self.logBytesPerSecond >> 20) MiB a second",
+                               metadata: ["plugin": "\(instance.identifier)"])
+            }
             return false
         case .admit(let droppedBefore):
             reportDropped(droppedBefore, by: instance)

@@ -2,7 +2,7 @@
  * A hostile plugin for the sandbox tests, in C so each attack is the raw call it claims to be.
  * Each method tries one thing and answers {"rc": <return>, "errno": <errno>} when it survives it;
  * the fatal ones end the worker instead (the supervisor records sandboxViolation + the syscall).
- * The misbehaviours for the fault tests (segv, abort, hang, alloc, mapFile, closeAll, stdoutFlood, socketFlood, garbage, garbageThenReply,
+ * The misbehaviours for the fault tests (segv, abort, hang, alloc, mapFile, closeAll, exhaustFds, stdoutFlood, socketFlood, garbage, garbageThenReply,
  * giant, exit3, exit0, forkbomb, blockLoop, logAnyJSON, logForged) live here too.
  * If the bundle holds a file named `ctor-action`, that action also runs in the library constructor,
  * before sp_plugin_create; its outcome is returned by the method "ctorResult". The action
@@ -260,6 +260,9 @@ static void attack(const char *what, const char *path, long number, char *out, s
             if (!p) { raise(SIGABRT); }
             memset(p, 1, 8 << 20);
         }
+    } else if (!strcmp(what, "exhaustFds")) {
+        /* Every descriptor its open-files limit leaves, kept: rc is how many it got. */
+        while (open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0) rc++;
     } else if (!strcmp(what, "closeAll")) {
         /* What daemon-style code does: every descriptor above stderr closed, the worker's own too. */
         for (int fd = 3; fd < 1024; fd++) close(fd);
