@@ -39,6 +39,14 @@ public struct Manifest: Sendable {
         public static let defaultRetries = 1
         /// The most `retries` may be: each retry is one more crash a call may cause.
         public static let maxRetries = 10
+        /// `memoryMB` when the manifest gives none.
+        public static let defaultMemoryMB = 1024
+        /// The least `memoryMB` may be: the worker itself takes about 20 MiB of the address space
+        /// its RLIMIT_DATA counts (its runtime, its threads' stacks) before the plugin allocates.
+        public static let minimumMemoryMB = 32
+        /// The least `openFiles` may be: the worker holds up to 8 descriptors of its own (the
+        /// standard streams, its sockets, the taken page) and the loader opens more.
+        public static let minimumOpenFiles = 16
     }
 
     /// Live resources (LiveBundle): files refreshed from `baseURL` at launch or daily.
@@ -262,6 +270,16 @@ extension Manifest {
         if let mb = l?.memoryMB, mb > 1 << 30 { throw fail("limits.memoryMB", "\(mb) is over 1073741824 (a PiB)") }
         if let mb = l?.softMemoryMB, mb > 1 << 30 { throw fail("limits.softMemoryMB", "\(mb) is over 1073741824 (a PiB)") }
         if let n = l?.openFiles, n > 1 << 30 { throw fail("limits.openFiles", "\(n) is over 1073741824") }
+        // Limits a worker cannot start under: refused here, not met as a load error that blames the library.
+        if let mb = l?.memoryMB, mb < Limits.minimumMemoryMB {
+            throw fail("limits.memoryMB", "\(mb) is under \(Limits.minimumMemoryMB): the worker itself takes about 20 MiB of it (its runtime and its threads' stacks) before the plugin allocates anything")
+        }
+        if let n = l?.openFiles, n < Limits.minimumOpenFiles {
+            throw fail("limits.openFiles", "\(n) is under \(Limits.minimumOpenFiles): the worker holds up to 8 descriptors of its own, and loading the library opens more")
+        }
+        if let soft = l?.softMemoryMB, soft > l?.memoryMB ?? Limits.defaultMemoryMB {
+            throw fail("limits.softMemoryMB", "\(soft) is over the hard limit (memoryMB \(l?.memoryMB ?? Limits.defaultMemoryMB)): the warning could only come after the kill")
+        }
         if let t = l?.streamIdleTimeoutMs, t > 86_400_000 { throw fail("limits.streamIdleTimeoutMs", "\(t) is over a day") }
         if let mb = l?.maxPayloadMB, mb > 1 << 20 { throw fail("limits.maxPayloadMB", "\(mb) is over 1048576 (a TiB)") }
         let retries = l?.retries ?? Limits.defaultRetries

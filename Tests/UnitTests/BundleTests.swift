@@ -155,6 +155,11 @@ import Testing
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"callTimeoutMs":9223372036854775807}}"#, "limits.callTimeoutMs", "over a day"),
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"memoryMB":9007199254740992}}"#, "limits.memoryMB", "a PiB"),
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"openFiles":9007199254740992}}"#, "limits.openFiles", "over 1073741824"),
+        // Limits a worker cannot start under, and a warning that could only come after the kill.
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"memoryMB":16}}"#, "limits.memoryMB", "16 is under 32: the worker itself takes about 20 MiB"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"openFiles":3}}"#, "limits.openFiles", "3 is under 16"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"memoryMB":64,"softMemoryMB":128}}"#, "limits.softMemoryMB", "128 is over the hard limit (memoryMB 64)"),
+        (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","limits":{"softMemoryMB":2048}}"#, "limits.softMemoryMB", "2048 is over the hard limit (memoryMB 1024)"),
         (#"{"identifier":"a.b","version":"1.0.0","library":5}"#, "library", "wrong type"),
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","idempotent":["get",""]}"#, "idempotent[1]", "an empty method name"),
         (#"{"identifier":"a.b","version":"1.0.0","library":"a.so","idempotent":["*get"]}"#, "idempotent[0]", "'*' may only end a name"),

@@ -18,7 +18,7 @@ struct MemoryLimits: Equatable {
     }
 
     init(_ m: Manifest) {
-        hard = (m.limits.memoryMB ?? 1024) << 20
+        hard = (m.limits.memoryMB ?? Manifest.Limits.defaultMemoryMB) << 20
         soft = m.limits.softMemoryMB.map { $0 << 20 } ?? hard / 4 * 3
     }
 
