@@ -12,7 +12,8 @@ enum PluginLoader {
     static func load(library path: String, host: UnsafePointer<sp_host>,
                      dlopened: (Int64) -> Void = { _ in }) throws(WorkerError) -> UnsafePointer<sp_plugin> {
         guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
-            throw .loadError(path, dlerror().map { String(cString: $0) } ?? "unknown dlopen error")
+            let said = dlerror().map { String(cString: $0) } ?? "unknown dlopen error"
+            throw .loadError(path, LibraryFile.problem(path).map { "\($0) (the loader said: \(said))" } ?? said)
         }
         dlopened(ProcessControl.monotonicMicroseconds())
         guard let symbol = dlsym(handle, "sp_plugin_create") else {

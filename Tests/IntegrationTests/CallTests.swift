@@ -276,6 +276,14 @@ struct CallTests {
         try w.bundle("e.wrongabi", library: wrongABI)
         try w.bundle("e.null", library: nullCreate)
         try w.bundle("e.notelf", library: notELF)
+        // A real library whose header says another machine (AArch64, 183): the loader says the
+        // file is not there.
+        var elf = try Data(contentsOf: URL(fileURLWithPath: nullCreate))
+        elf[18] = 183
+        elf[19] = 0
+        let foreign = w.root + "/libforeign.so"
+        try elf.write(to: URL(fileURLWithPath: foreign))
+        try w.bundle("e.foreign", library: foreign)
         let missing = try w.bundle("e.missing")
         try FileManager.default.removeItem(atPath: missing + "/libTestKit.so")
         try w.bundle("e.fine")
@@ -292,7 +300,10 @@ struct CallTests {
         let null = try exit("e.null")
         #expect(null.reason == .createFailed, "\(null): \(sv.log.split(separator: "\n").filter { $0.contains("e.null") }.joined(separator: "\n"))")
         #expect(try exit("e.notelf").reason == .loadError)
-        #expect(try exit("e.notelf").message?.contains("libnotelf.so") == true)
+        let notELFExit = try exit("e.notelf")
+        #expect(notELFExit.message?.contains("libnotelf.so: it is not an ELF shared library (it starts with \"this is not a li\")") == true, "\(notELFExit)")
+        let foreignExit = try exit("e.foreign")
+        #expect(foreignExit.reason == .loadError && foreignExit.message?.contains("libforeign.so: it is built for AArch64; this worker runs on x86-64") == true, "\(foreignExit)")
         #expect(try exit("e.missing").reason == .loadError)
         #expect(try exit("e.missing").message?.contains("e.missing/libTestKit.so") == true)
         #expect(st.first { $0.identifier == "e.fine" }?.state == "running")
