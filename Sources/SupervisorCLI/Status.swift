@@ -41,6 +41,12 @@ enum StatusTable {
         for p in list where p.error != nil { out.append("\(p.identifier): \(p.error!)") }
         // Recovered from, but worth knowing (an update rolled back after the new version crashed).
         for p in list where p.error == nil && p.lastError != nil { out.append("\(p.identifier): last error: \(p.lastError!)") }
+        // What its sandbox refused it (a library that misbehaves for want of a permission).
+        for p in list {
+            guard let denials = p.sandboxDenials, !denials.isEmpty else { continue }
+            let counted = denials.sorted { $0.key < $1.key }.map { "\($0.key) ×\($0.value)" }.joined(separator: ", ")
+            out.append("\(p.identifier): the sandbox refused \(counted) (each with its arguments at --log-level debug; docs/sandbox.md says what each permission allows)")
+        }
         for p in list where p.debug == true { out.append("\(p.identifier): debug mode (attach with gdb -p \(p.pid.map(String.init) ?? "<pid>"))") }
         for p in list { if let u = p.updating { out.append("\(p.identifier): \(u.version) is starting beside \(p.version) (pid \(u.pid))") } }
         // Peer links (docs/protocol.md): the dependencies a plugin calls without passing through here.

@@ -124,6 +124,9 @@ struct SandboxTests {
         #expect(denials["prlimit64"] == 3, "\(denials)")
         #expect(denials["ioctl"] == 1, "\(denials)")
         #expect(try sv.plugin("d.bad").state == "running")
+        // The text status says so too.
+        let text = try sv.cli("status")
+        #expect(text.out.contains("d.bad: the sandbox refused ioctl ×1, prlimit64 ×3"), "\(text.out)")
         // Counted for the plugin that made them only; a Swift plugin that tries nothing refused has
         // none (libdispatch's attempts to syslog at start are switched off: Spawner.baseEnvironment).
         let other = try sv.plugin("d.good").sandboxDenials ?? [:]

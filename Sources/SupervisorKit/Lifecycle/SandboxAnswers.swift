@@ -53,7 +53,8 @@ extension Lifecycle {
             if instance.violation == nil { instance.violation = syscall }
             logger.warning("sandbox violation: \(instance.identifier) called \(syscall)(\(arguments)); the worker is killed", metadata: meta)
         } else {
-            logger.debug("sandbox denied \(syscall)(\(arguments)) to \(instance.identifier): EPERM", metadata: meta)
+            let hint = syscall == "socket" ? "; the manifest's `network` permission allows AF_UNIX, AF_INET and AF_INET6 sockets" : ""
+            logger.debug("sandbox denied \(syscall)(\(arguments)) to \(instance.identifier): EPERM\(hint)", metadata: meta)
         }
     }
 }
