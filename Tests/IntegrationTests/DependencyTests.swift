@@ -35,14 +35,16 @@ struct DependencyTests {
 
         #expect(try sv.cli("stop").code == 0)
         #expect(try sv.waitForExit() == 0)
-        func terminated(_ id: String) throws -> UInt64 {
-            let text = try String(contentsOfFile: w.home + "/data/\(id)/terminated", encoding: .utf8)
-            return try #require(UInt64(text.split(separator: "\n").first ?? ""))
-        }
-        #expect(try terminated("t.d") < terminated("t.b"))
-        #expect(try terminated("t.d") < terminated("t.c"))
-        #expect(try terminated("t.b") < terminated("t.a"))
-        #expect(try terminated("t.c") < terminated("t.a"))
+        #expect(try terminated("t.d", w) < terminated("t.b", w))
+        #expect(try terminated("t.d", w) < terminated("t.c", w))
+        #expect(try terminated("t.b", w) < terminated("t.a", w))
+        #expect(try terminated("t.c", w) < terminated("t.a", w))
+    }
+
+    /// When the plugin `id` heard `willTerminate` (TestKit writes the time to its data folder).
+    func terminated(_ id: String, _ w: TestWorld) throws -> UInt64 {
+        let text = try String(contentsOfFile: w.home + "/data/\(id)/terminated", encoding: .utf8)
+        return try #require(UInt64(text.split(separator: "\n").first ?? ""))
     }
 
     @Test("at shutdown a plugin stops as soon as its dependents have, not when an unrelated slow stop (a call draining) has ended")
@@ -57,12 +59,8 @@ struct DependencyTests {
         #expect(try sv.cli("stop").code == 0)
         #expect(try sv.waitForExit() == 0)
         #expect(try await call.value.code == 0, "the call in flight is answered")
-        func terminated(_ id: String) throws -> UInt64 {
-            let text = try String(contentsOfFile: w.home + "/data/\(id)/terminated", encoding: .utf8)
-            return try #require(UInt64(text.split(separator: "\n").first ?? ""))
-        }
-        #expect(try terminated("t.b") < terminated("t.a"))
-        #expect(try terminated("t.a") < terminated("t.slow"), "t.a waited for t.slow's drain")
+        #expect(try terminated("t.b", w) < terminated("t.a", w))
+        #expect(try terminated("t.a", w) < terminated("t.slow", w), "t.a waited for t.slow's drain")
     }
 
     @Test("plugins a reload removes stop as at shutdown: each as soon as its removed dependents have, not after an unrelated slow stop")
@@ -79,12 +77,8 @@ struct DependencyTests {
         let reload = try sv.cli("reload")
         #expect(reload.code == 0 && reload.out.contains(#""removed":3"#), "\(reload.out) \(reload.err)")
         #expect(try await call.value.code == 0, "the call in flight is answered")
-        func terminated(_ id: String) throws -> UInt64 {
-            let text = try String(contentsOfFile: w.home + "/data/\(id)/terminated", encoding: .utf8)
-            return try #require(UInt64(text.split(separator: "\n").first ?? ""))
-        }
-        #expect(try terminated("r.b") < terminated("r.a"))
-        #expect(try terminated("r.a") < terminated("r.slow"), "r.a waited for r.slow's drain")
+        #expect(try terminated("r.b", w) < terminated("r.a", w))
+        #expect(try terminated("r.a", w) < terminated("r.slow", w), "r.a waited for r.slow's drain")
         #expect(try sv.status().map(\.identifier) == ["r.stays"])
     }
 
