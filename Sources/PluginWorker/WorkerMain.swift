@@ -3,6 +3,7 @@
 // or forked by the fork server (`plugin-forkserver`, Sources/ForkServer), which calls
 // `sp_worker_main` in the child; confines itself, loads the plugin, says hello, then relays frames
 // between the socket and the plugin until the supervisor closes the socket.
+import CLinuxSupport
 import CPluginABI
 import IPC
 import LinuxSupport
@@ -134,10 +135,12 @@ public func workerMain() -> Int32 {
     // Whether the supervisor asked this worker to end (`willTerminate`): an end of the socket
     // before that is no stop of the supervisor's.
     var askedToEnd = false
+    let willTerminate = Array(#""willTerminate""#.utf8)
     do {
         while try connection.receive({ body -> Bool in
-            if !askedToEnd, body.count < 256, let env = try? Envelope.parse(body), env.kind == .event,
-               Envelope.string(body, env.name) == EventName.willTerminate.rawValue {
+            // (Parsed only when the bytes are there: a call's frame is not read twice.)
+            if !askedToEnd, body.count < 256, willTerminate.withUnsafeBytes({ cls_find(body.baseAddress, body.count, $0.baseAddress, $0.count) }) != nil,
+               let env = try? Envelope.parse(body), env.kind == .event, Envelope.string(body, env.name) == EventName.willTerminate.rawValue {
                 askedToEnd = true
             }
             // The supervisor's own short questions (the longest, `takenPage` with a 20-digit id, is
