@@ -166,10 +166,12 @@ public func workerMain() -> Int32 {
             host.deliverFromSupervisor(body) { taken?.handingOver(body) }
             return true
         }) != nil {}
-    } catch {
-        askedToEnd = false
+    } catch where !askedToEnd {
         let line = "plugin-worker[\(spec.identifier)]: protocol socket failed: \(error)\n"
         _ = line.withCString { write(2, $0, strlen($0)) }
+    } catch {
+        // After `willTerminate` the supervisor closed its end: unread frames the plugin sent
+        // since (a log from its own thread) make that a reset rather than an end of stream.
     }
     if !askedToEnd {
         let line = "plugin-worker[\(spec.identifier)]: the protocol socket ended before the supervisor asked this worker to end (did the plugin close or replace descriptor \(connection.fd)?)\n"

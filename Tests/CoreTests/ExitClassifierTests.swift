@@ -25,7 +25,7 @@ import SupervisorCore
         var early = facts(code: 0)
         early.ran = false
         #expect(ExitClassifier.isAbnormal(early))
-        #expect(ExitClassifier.classify(early).message?.contains("before its plugin was running") == true)
+        #expect(ExitClassifier.classify(early).reason == .startupFailed && ExitClassifier.classify(early).message?.contains("before its plugin was running") == true)
         // Asked to stop before it ran: a stop.
         var stopped = facts(code: 0, stop: true)
         stopped.ran = false
@@ -36,6 +36,8 @@ import SupervisorCore
         let lost = ExitClassifier.classify(facts(code: 74))
         #expect(lost.reason == .disconnected && lost.code == 74 && ExitClassifier.isAbnormal(facts(code: 74)))
         #expect(lost.message?.contains("protocol socket") == true)
+        // Asked to stop, it ended cleanly: whatever came after `willTerminate` on its socket.
+        #expect(ExitClassifier.classify(facts(code: 0, stop: true)).reason == .stopped)
         #expect(ExitClassifier.classify(facts(signal: 9, killed: (.disconnected, "closed its socket but did not exit"))).reason == .disconnected)
     }
 

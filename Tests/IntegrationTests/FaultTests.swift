@@ -207,6 +207,7 @@ struct FaultTests {
         let early = try sv.plugin("e.ctor")
         #expect(early.restarts == 2)
         #expect(early.error?.contains("before its plugin was running") == true, "\(early.error ?? "")")
+        #expect(early.lastExit?.reason == .startupFailed && early.lastExit?.code == 0, "\(String(describing: early.lastExit))")
         let pid = try sv.plugin("e.closer").pid
         _ = try sv.cli("call", "e.closer", "closeAll", "{}")
         try sv.waitUntil("e.closer to run again") { let p = try sv.plugin("e.closer"); return p.state == "running" && p.pid != pid }
@@ -214,6 +215,20 @@ struct FaultTests {
         #expect(closer.lastExit?.reason == .disconnected && closer.lastExit?.code == 74, "\(String(describing: closer.lastExit))")
         #expect(sv.log.contains("before the supervisor asked this worker to end"), "\(sv.log)")
         #expect(try sv.call("e.healthy", "echo", "1", as: Int.self) == 1)
+    }
+
+    @Test("a plugin that sends from a thread of its own as it is stopped ends stopped, not disconnected: what it sent after willTerminate makes the supervisor's close a reset")
+    func aChattyPluginStopsCleanly() throws {
+        let w = try TestWorld()
+        try w.bundle("e.chatty", library: try Self.hostile())
+        let sv = try RunningSupervisor(w)
+        for round in 0..<25 {
+            #expect(try sv.cli("call", "e.chatty", "chatty", "{}").code == 0)
+            #expect(try sv.cli("restart", "e.chatty").code == 0)
+            let exit = try sv.plugin("e.chatty").lastExit
+            #expect(exit?.reason == .stopped && exit?.code == 0, "round \(round): \(String(describing: exit))")
+        }
+        #expect(!sv.log.contains("before the supervisor asked this worker to end"))
     }
 
     @Test("bytes sent to a worker with no descriptor left under its limit fail with a reason that names the limit; the worker serves on")
@@ -469,7 +484,7 @@ struct FaultTests {
             sv.log.contains("after the big logs") && sv.log.contains("dropped 3 log messages over 200 or 1 MiB a second")
         }
         // The first is said as it is dropped: a plugin may send nothing after it.
-        #expect(sv.log.contains("KiB: one may have at most 1 MiB"), "\(sv.log)")
+        #expect(sv.log.contains("bytes: one may have at most 1048576 (1 MiB)"), "\(sv.log)")
         #expect(!sv.log.split(separator: "\n").contains { $0.utf8.count > 70_000 })
         #expect(try sv.plugin("p.logs").state == "running")
     }

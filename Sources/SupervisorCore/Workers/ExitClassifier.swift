@@ -83,8 +83,9 @@ package enum ExitClassifier {
         } else if f.stopRequested {
             status.reason = .stopped
         } else if !f.ran, !exit.signaled, exit.code == 0 {
-            // Its library's constructor or `sp_plugin_create` ended the process: no clean stop.
-            status.message = "the worker ended (exit code 0) before its plugin was running: the library's constructor or sp_plugin_create ended the process"
+            // Its plugin's code ended the process while it started: a failed start, no clean stop.
+            status.reason = .startupFailed
+            status.message = "the worker ended (exit code 0) before its plugin was running: the library's constructor, sp_plugin_create or the plugin's startup ended the process"
         }
         return status
     }

@@ -2,7 +2,7 @@
  * A hostile plugin for the sandbox tests, in C so each attack is the raw call it claims to be.
  * Each method tries one thing and answers {"rc": <return>, "errno": <errno>} when it survives it;
  * the fatal ones end the worker instead (the supervisor records sandboxViolation + the syscall).
- * The misbehaviours for the fault tests (segv, abort, hang, alloc, mapFile, closeAll, exhaustFds, stdoutFlood, socketFlood, garbage, garbageThenReply,
+ * The misbehaviours for the fault tests (segv, abort, hang, alloc, mapFile, closeAll, exhaustFds, chatty, stdoutFlood, socketFlood, garbage, garbageThenReply,
  * giant, exit3, exit0, forkbomb, blockLoop, logAnyJSON, logForged) live here too.
  * If the bundle holds a file named `ctor-action`, that action also runs in the library constructor,
  * before sp_plugin_create; its outcome is returned by the method "ctorResult". The action
@@ -48,6 +48,17 @@ static long find_number(const char *json, size_t len, const char *key, long fall
     snprintf(pattern, sizeof pattern, "\"%s\":", key);
     const char *p = memmem(json, len, pattern, strlen(pattern));
     return p ? strtol(p + strlen(pattern), NULL, 10) : fallback;
+}
+
+/* `chatty`: a log message from a thread of its own every 300 µs, for as long as the worker lives. */
+static void *chatter(void *arg) {
+    (void)arg;
+    const char *line = "{\"type\":\"log\",\"level\":\"debug\",\"message\":\"chat\"}";
+    for (;;) {
+        g_host->send(g_host->ctx, (const uint8_t *)line, strlen(line));
+        usleep(300);
+    }
+    return NULL;
 }
 
 static void *stdout_flood(void *arg) {
@@ -260,6 +271,9 @@ static void attack(const char *what, const char *path, long number, char *out, s
             if (!p) { raise(SIGABRT); }
             memset(p, 1, 8 << 20);
         }
+    } else if (!strcmp(what, "chatty")) {
+        pthread_t t;
+        rc = pthread_create(&t, NULL, chatter, NULL);
     } else if (!strcmp(what, "exhaustFds")) {
         /* Every descriptor its open-files limit leaves, kept: rc is how many it got. */
         while (open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0) rc++;
