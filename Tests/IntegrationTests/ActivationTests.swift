@@ -62,6 +62,20 @@ struct ActivationTests {
         #expect(try sv.plugin("a.top").restarts == 1)
     }
 
+    @Test("a standby kept beside an idle plugin (standbyWorkers always) does not keep it from its idle stop, and goes with it")
+    func idleStopWithAKeptStandby() throws {
+        let w = try TestWorld()
+        try w.bundle("a.kept", extra: ["idleStopMs": 300])
+        let cfg = try w.config(#"{"idleCheckIntervalMs": 100, "standbyWorkers": "always"}"#)
+        let sv = try RunningSupervisor(w, args: ["--config", cfg])
+        try sv.waitUntil("a.kept's standby") { try sv.plugin("a.kept").standbyPid != nil }
+        let standby = try #require(try sv.plugin("a.kept").standbyPid)
+        try sv.waitUntil(timeout: 10, "a.kept inactive") { try sv.plugin("a.kept").state == "inactive" }
+        try sv.waitUntil("its standby gone") { kill(standby, 0) != 0 }
+        #expect(try sv.plugin("a.kept").lastExit == nil)
+        #expect(try sv.call("a.kept", "echo", "[3]", as: [Int].self) == [3])
+    }
+
     @Test("a plugin idle for its idleStopMs is stopped cleanly (willTerminate), shown inactive, not counted as a restart; its next call starts it again")
     func idleStopAndBack() throws {
         let w = try TestWorld()

@@ -107,8 +107,12 @@ final class Health: SupervisorComponent {
         var next = NIODeadline.distantFuture
         for record in table.all where record.phase == .running && record.idleStopping == nil {
             guard let limit = config.idleStopMs(of: record.manifest), let instance = record.instance else { continue }
+            // A standby kept beside it (`standbyWorkers: "always"`) is no change under way: the
+            // idle stop discards it.
+            let changing: Bool
+            if case .standby(let standby) = record.next { changing = !standby.isKept } else { changing = !record.next.isNone }
             let busy = instance.phase != .running || !instance.pending.isEmpty || !record.waiting.isEmpty
-                || !record.next.isNone || record.update.isStarting || !record.retiring.isEmpty
+                || changing || record.update.isStarting || !record.retiring.isEmpty
             if busy { record.lastTraffic = now }
             // A worker's start counts as traffic: a plugin just started (activated for a dependent,
             // say) has its whole `idleStopMs` before it may stop.
