@@ -108,7 +108,7 @@ extension Router {
             // a plugin may send nothing more for a long time.
             if !wasDropping || droppedBefore > 0 {
                 logger.warning(size > Self.logBytesPerSecond
-                               ? "dropped a log message of \(size >> 10) KiB: one may have at most \(Self.logBytesPerSecond >> 20) MiB"
+                               ? "dropped a log message of \(size) bytes: one may have at most \(Self.logBytesPerSecond) (\(Self.logBytesPerSecond >> 20) MiB)"
                                : "dropping log messages over \(Self.logsPerSecond) or \(Self.logBytesPerSecond >> 20) MiB a second",
                                metadata: ["plugin": "\(instance.identifier)"])
             }
