@@ -167,6 +167,8 @@ struct AuthorTests {
         #expect(bytes.code == 64 && bytes.err.hasPrefix("badRequest: argument 3") && bytes.err.contains("is not UTF-8"), "\(bytes.err)")
         let noArchive = try sv.cli("install", "")
         #expect(noArchive.code == 64 && noArchive.err.hasPrefix("badRequest: <archive> is empty"), "\(noArchive.err)")
+        let folder = try sv.cli("install", w.plugins)
+        #expect(folder.code == 64 && folder.err.contains("is a folder: install takes an archive of a bundle"), "\(folder.err)")
     }
 
     @Test("a relative --home works: the workers get absolute paths")
