@@ -70,13 +70,19 @@ struct Call: ParsableCommand {
         if input != nil || output != nil { return try runWithBytes() }
         // The supervisor answers `timeout` at the call's own; a supervisor that does not answer at
         // all (stopped, wedged) is given up on 5 s after it.
-        try options.run(.call, readLimitMs: timeout.map { $0 + 5_000 }) { b in
+        try options.run(.call, readLimitMs: timeout.map { $0 + 5_000 }, { b in
             b.string("target", plugin.identifier)
             b.string("method", method)
             if let params { b.raw("params", Array(params.utf8)) }
             if let timeout { b.uint("timeoutMs", timeout) }
             if let traceparent = trace.traceparent { b.string("traceparent", traceparent) }
-        }
+        }, print: { result in
+            // The answer's raw bytes do not print: say where they can go.
+            if Self.bytesIndex(result) != nil {
+                StandardError.write("the answer is raw bytes; give --output FILE to write them\n")
+            }
+            return String(decoding: result, as: UTF8.self)
+        })
     }
 }
 

@@ -10,7 +10,7 @@ import SupervisorClient
 struct Events: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "events",
-        abstract: "Follow what happens to plugins (started, exited, restarting, failed, updated, installed, uninstalled) until interrupted.")
+        abstract: "Follow what happens to plugins (started, exited, restarting, failed, updated, installed, uninstalled, activated, deactivated) until interrupted.")
 
     @OptionGroup var options: ClientOptions
 

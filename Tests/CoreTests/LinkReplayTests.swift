@@ -41,7 +41,7 @@ import SupervisorCore
         let put = Self.rules.decide(afterLink: nil, id: 1, Self.call("put"), successor: .comes, now: Self.now)
         guard case .fail(_, let error, true) = put else { Issue.record("\(put)"); return }
         #expect(error.message == "the link to p ended with put in flight and no crash of its worker is known: its plugin may have started it; "
-                + "it is not run again: put is not idempotent (the manifest's `idempotent` does not name it)")
+                + "it is not run again: put is not idempotent (neither the manifest's `idempotent` nor the plugin's own declaration names it)")
         var again = Self.call("getUser")
         again.retries = 1
         again.crashes = 1

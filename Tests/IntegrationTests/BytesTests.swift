@@ -36,6 +36,9 @@ struct BytesTests {
         try w.bundle("b.c", library: try Build.cHello())
         let sup = try RunningSupervisor(w)
         let fdsBefore = try openFDs(sup.pid)
+        // Without --output the bytes cannot print: the CLI says where they can go.
+        let printed = try sup.cli("call", "b.c", "bytes", #"{"n":100}"#)
+        #expect(printed.code == 0 && printed.err.contains("the answer is raw bytes; give --output FILE to write them"), "\(printed.out) \(printed.err)")
         for (id, method, params, count) in [("b.kit", "bytes", #"{"size":1000}"#, 1000), ("b.kit", "bytes", #"{"size":3000000}"#, 3_000_000),
                                             ("b.c", "bytes", #"{"n":5000000}"#, 5_000_000), ("b.c", "bytes", #"{"n":100}"#, 100)] {
             let out = w.root + "/\(id)-\(count).bin"

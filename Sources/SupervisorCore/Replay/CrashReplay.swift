@@ -149,7 +149,7 @@ package struct CrashReplay: Sendable, Equatable {
 
     /// Why a started call of `method` is not sent again, when it is not idempotent.
     func notIdempotent(_ method: String) -> String {
-        "\(method) is not idempotent (the manifest's `idempotent` does not name it)"
+        "\(method) is not idempotent (neither the manifest's `idempotent` nor the plugin's own declaration names it)"
     }
 
     /// Why a started idempotent call is not sent again: its retries are spent.

@@ -1,10 +1,10 @@
 /// The methods of one plugin that may run twice with the same effect (SPEC §15): a started call of
 /// one of them is sent again after its worker crashed; any other started call is never run twice.
 ///
-/// Two sources: the manifest's `idempotent` list, where an entry ending in `*` matches every method
-/// that starts with what comes before it (`"*"` matches them all), and the methods the plugin's
-/// worker flagged in `hello` (the SDK's `idempotent: true` on a method), which are names, matched
-/// whole. A flag only widens what the plugin itself may be asked to run again.
+/// Two sources, read alike: the manifest's `idempotent` list and the methods the plugin's worker
+/// flagged in `hello` (the SDK's `idempotent: true` on a method, a C plugin's `idempotent`
+/// message). An entry ending in `*` matches every method that starts with what comes before it
+/// (`"*"` matches them all). A flag only widens what the plugin itself may be asked to run again.
 package struct IdempotentMethods: Sendable, Equatable {
     /// Methods matched whole.
     package private(set) var names: Set<String> = []
@@ -31,10 +31,12 @@ package struct IdempotentMethods: Sendable, Equatable {
         self = adding(flagged: flagged)
     }
 
-    /// These, and `methods` (a `hello`'s flagged names, matched whole even if one ends in `*`).
+    /// These, and `methods` (a `hello`'s flagged entries, read as the manifest's are).
     package func adding(flagged methods: [String]) -> IdempotentMethods {
         var widened = self
-        widened.names.formUnion(methods)
+        let flagged = IdempotentMethods(patterns: methods)
+        widened.names.formUnion(flagged.names)
+        widened.prefixes += flagged.prefixes
         return widened
     }
 
