@@ -32,6 +32,12 @@ struct Events: ParsableCommand {
         do throws(SupervisorConnection.Failure) {
             let connection = try SupervisorConnection(socketPath: options.socketPath, startingWait: options.wait ?? 5, waitForAny: options.wait != nil)
             defer { connection.close() }
+            // A name no plugin has (a typo, say) is followed too, for one installed later: said
+            // once, so that nobody waits without knowing.
+            if let plugin = filter.plugin, let list = try? ProtocolJSON.decode([PluginStatus].self, from: try connection.request(.status)),
+               !list.contains(where: { $0.identifier == plugin }) {
+                StandardError.write("supervisor events: no plugin \(plugin.printable) is installed now; following its events as they come (it may be installed later)\n")
+            }
             let json = self.json
             try connection.followEvents(plugin: filter.plugin) { event in
                 let line = json ? (try? ProtocolJSON.encode(event)).map { String(decoding: $0, as: UTF8.self) } ?? "" : EventLine.render(event).printable
