@@ -65,12 +65,14 @@ struct Call: ParsableCommand {
         return nil
     }
 
+    /// The supervisor answers `timeout` (or ends a stream) at the call's own timeout; one that does
+    /// not answer at all (stopped, wedged) is given up on 5 s after it, whatever the call's form.
+    var readLimitMs: UInt64? { timeout.map { $0 + 5_000 } }
+
     func run() throws {
         if stream { return try runStream() }
         if input != nil || output != nil { return try runWithBytes() }
-        // The supervisor answers `timeout` at the call's own; a supervisor that does not answer at
-        // all (stopped, wedged) is given up on 5 s after it.
-        try options.run(.call, readLimitMs: timeout.map { $0 + 5_000 }, { b in
+        try options.run(.call, readLimitMs: readLimitMs, { b in
             b.string("target", plugin.identifier)
             b.string("method", method)
             if let params { b.raw("params", Array(params.utf8)) }
@@ -102,10 +104,8 @@ extension Call {
         defer { for b in sending { b.close() } }
         let answer: (result: [UInt8], bytes: [AttachedBytes])
         do throws(SupervisorConnection.Failure) {
-            var client = try SupervisorConnection(socketPath: options.socketPath, startingWait: options.wait ?? 5, waitForAny: options.wait != nil)
+            let client = try options.connect(readLimitMs: readLimitMs)
             defer { client.close() }
-            // As a plain call: given up on 5 s after the call's own timeout.
-            if let timeout { client.giveUp(afterMilliseconds: timeout + 5_000) }
             let params = params ?? (input != nil ? #"{"data":{"$bytes":0}}"# : nil)
             answer = try client.requestWithBytes(.call, sending: sending) { b in
                 b.string("target", plugin.identifier)
@@ -165,11 +165,8 @@ extension Call {
         defer { if file >= 0 { close(file) } }
         var failedWrite: String?
         do throws(SupervisorConnection.Failure) {
-            var client = try SupervisorConnection(socketPath: options.socketPath, startingWait: options.wait ?? 5, waitForAny: options.wait != nil)
+            let client = try options.connect(readLimitMs: readLimitMs)
             defer { client.close() }
-            // The supervisor ends the stream at its timeout; one that does not answer at all
-            // (stopped) is given up on 5 s after that, as a plain call's is.
-            if let timeout { client.giveUp(afterMilliseconds: timeout + 5_000) }
             result = try client.stream({ b in
                 b.string("target", plugin.identifier)
                 b.string("method", method)

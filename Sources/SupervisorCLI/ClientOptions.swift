@@ -36,11 +36,18 @@ struct ClientOptions: ParsableArguments {
         if !text.isEmpty { print(text) }
     }
 
+    /// A connection to the supervisor as `--wait` says; `readLimitMs`: the longest to wait for each
+    /// answer (nil: as long as it takes).
+    func connect(readLimitMs: UInt64? = nil) throws(SupervisorConnection.Failure) -> SupervisorConnection {
+        var client = try SupervisorConnection(socketPath: socketPath, startingWait: wait ?? 5, waitForAny: wait != nil)
+        if let readLimitMs { client.giveUp(afterMilliseconds: readLimitMs) }
+        return client
+    }
+
     private func request(_ kind: MessageKind, _ readLimitMs: UInt64?, _ fill: (inout FrameBuilder) -> Void,
                          _ progress: (ProgressReport) -> Void) -> Result<[UInt8], SupervisorConnection.Failure> {
         do throws(SupervisorConnection.Failure) {
-            var client = try SupervisorConnection(socketPath: socketPath, startingWait: wait ?? 5, waitForAny: wait != nil)
-            if let readLimitMs { client.giveUp(afterMilliseconds: readLimitMs) }
+            let client = try connect(readLimitMs: readLimitMs)
             defer { client.close() }
             return .success(try client.request(kind, fill, progress: progress))
         } catch {

@@ -30,7 +30,7 @@ struct Events: ParsableCommand {
 
     private func follow() -> Result<Void, SupervisorConnection.Failure> {
         do throws(SupervisorConnection.Failure) {
-            let connection = try SupervisorConnection(socketPath: options.socketPath, startingWait: options.wait ?? 5, waitForAny: options.wait != nil)
+            let connection = try options.connect()
             defer { connection.close() }
             // A name no plugin has (a typo, say) is followed too, for one installed later: said
             // once, so that nobody waits without knowing.

@@ -35,8 +35,7 @@ struct Install: ParsableCommand {
 
     func validate() throws {
         if archive.isEmpty { throw badUsage("<archive> is empty: give a path or an http(s)/file URL") }
-        var st = stat()
-        if !archive.contains("://"), stat(archive, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR {
+        if !archive.contains("://"), FileSystem.isDirectory(archive) {
             throw badUsage("\(archive.printable) is a folder: install takes an archive of a bundle (.tar.gz, .tar.xz, .tar.zst or .zip); put a bundle folder in a plugin folder (--plugins) instead, or archive it (docs/install.md)")
         }
     }

@@ -99,19 +99,13 @@ struct ClientTests {
         #expect(try !String(contentsOfFile: textOut, encoding: .utf8).contains("c.crashy"))
     }
 
-    @Test("events --plugin with a name no plugin has says so once, and follows it for a plugin installed later")
+    @Test("events --plugin with a name no plugin has says so on stderr and goes on following")
     func eventsOfAnUnknownPlugin() throws {
         let w = try TestWorld()
         try w.bundle("c.known")
         let sup = try RunningSupervisor(w)
         let errFile = w.root + "/events.err"
-        _ = FileManager.default.createFile(atPath: errFile, contents: nil)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Build.supervisor)
-        process.arguments = ["events", "--socket", sup.socket, "--plugin", "c.typo"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errFile))
-        try process.run()
+        let process = try Self.follow(sup, ["--plugin", "c.typo"], to: w.root + "/events.out", errors: errFile)
         defer { process.terminate() }
         try sup.waitUntil("the note on stderr") {
             ((try? String(contentsOfFile: errFile, encoding: .utf8)) ?? "").contains("no plugin c.typo is installed now; following its events as they come")
@@ -119,14 +113,19 @@ struct ClientTests {
         #expect(process.isRunning)
     }
 
-    /// `supervisor events` with `args`, its output into `file`.
-    static func follow(_ sup: RunningSupervisor, _ args: [String], to file: String) throws -> Process {
+    /// `supervisor events` with `args`, its output into `file` (and its stderr into `errors`).
+    static func follow(_ sup: RunningSupervisor, _ args: [String], to file: String, errors: String? = nil) throws -> Process {
         _ = FileManager.default.createFile(atPath: file, contents: nil)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Build.supervisor)
         process.arguments = ["events", "--socket", sup.socket] + args
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: file))
-        process.standardError = FileHandle.nullDevice
+        if let errors {
+            _ = FileManager.default.createFile(atPath: errors, contents: nil)
+            process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errors))
+        } else {
+            process.standardError = FileHandle.nullDevice
+        }
         try process.run()
         return process
     }
