@@ -1,5 +1,6 @@
 import NIOCore
 import NIOEmbedded
+import Foundation
 import Testing
 import SupervisorCore
 @testable import SupervisorKit
@@ -215,5 +216,29 @@ import SupervisorCore
         #expect(name.hasPrefix(String(long.prefix(200)) + "~") && name.hasSuffix("-\(Int.max)"))
         // Two identifiers with the same first 200 bytes get different names.
         #expect(Lifecycle.groupName(long, 1) != Lifecycle.groupName(long.dropLast(2) + "bb", 1))
+    }
+}
+
+/// The janitor (Driver/Janitor.swift): what it was handed is done when `finish` returns.
+@Suite struct JanitorTests {
+    /// `finish` waits for every queued removal, done on its own thread: the supervisor removes the
+    /// cgroup tree's bases right after it, and an embedded host's program goes on.
+    @Test func finishReturnsOnceEverythingQueuedIsDone() throws {
+        let root = FileManager.default.temporaryDirectory.path + "/janitor-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
+        try FileManager.default.createDirectory(atPath: root + "/tmp", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let janitor = Janitor(folder: root + "/tmp")
+        // Made first, then all handed over at once, so that the thread is far behind at `finish`.
+        let folders = (0..<120).map { root + "/w\($0)" }
+        for folder in folders {
+            try FileManager.default.createDirectory(atPath: folder + "/a", withIntermediateDirectories: true)
+            for f in 0..<30 { FileManager.default.createFile(atPath: folder + "/a/\(f)", contents: Data(count: 512)) }
+        }
+        for (i, folder) in folders.enumerated() { janitor.removeTree(folder, renamed: i % 2 == 0) }
+        janitor.finish()
+        let left = folders.filter { FileManager.default.fileExists(atPath: $0) }
+        let ended = (try? FileManager.default.contentsOfDirectory(atPath: root + "/tmp")) ?? []
+        #expect(left.count == 0, "\(left.count) of 120 folders were still there when finish returned")
+        #expect(ended.count == 0, "\(ended.count) renamed folders were still there when finish returned")
     }
 }

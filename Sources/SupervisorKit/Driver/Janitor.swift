@@ -4,6 +4,7 @@ import Glibc
 import LinuxSupport
 import PluginProtocol
 import NIOPosix
+import Dispatch
 
 /// Clean-up that can wait on the disk or on the kernel's cgroup lock: an ended worker's control
 /// group and its emptied temporary folder. It is done in order on one thread of its own, so that
@@ -57,8 +58,15 @@ final class Janitor: Sendable {
         }
     }
 
-    /// Does what is queued, then ends the thread. Blocks: call it off the loop, once.
+    /// Does what is queued, on the janitor's thread and in order, then ends the thread. Blocks:
+    /// call it off the loop. A pool shut down with work queued hands that work to a Dispatch
+    /// queue and returns before it has run: the supervisor's own clean-up of the cgroup tree then
+    /// raced it folder by folder, and an embedded host's program went on with it still running.
+    /// So a last item is queued behind the rest and waited for first.
     func finish() {
+        let drained = DispatchSemaphore(value: 0)
+        pool.submit { _ in drained.signal() }
+        drained.wait()
         try? pool.syncShutdownGracefully()
     }
 }
