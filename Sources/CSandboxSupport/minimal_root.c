@@ -123,6 +123,8 @@ int cws_enter_minimal_root(const char *const *paths, const int *writable, const 
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return fail_step(what, what_len, "making / private", NULL);
     /* Parents before children. A read-only path inside another read-only one is visible through
        it already, and a path under /proc is in the new /proc: neither needs a mount. */
+    const char *devices[] = { "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random" };
+    enum { DEVICES = sizeof devices / sizeof devices[0] };
     const char *order[MAX_PATHS];
     const char *link[MAX_PATHS];
     int rw[MAX_PATHS], fds[MAX_PATHS];
@@ -134,6 +136,11 @@ int cws_enter_minimal_root(const char *const *paths, const int *writable, const 
         for (int j = 0; j < n; j++) if (paths[j] == order[i]) { rw[i] = writable[j]; link[i] = links ? links[j] : NULL; }
         fds[i] = -1;
         if (inside(order[i], "/proc")) continue;
+        /* A device of the list below is bound once, there (a path list may name /dev/null or
+           /dev/urandom too: a second mount on the same point costs a mount and an unmount). */
+        int device = 0;
+        for (int d = 0; d < DEVICES && !device; d++) device = strcmp(order[i], devices[d]) == 0;
+        if (device) continue;
         int covered = 0;
         for (int k = 0; k < i && !covered; k++) covered = fds[k] >= 0 && !rw[k] && !rw[i] && inside(order[i], order[k]);
         if (covered || link[i]) continue;
@@ -142,8 +149,6 @@ int cws_enter_minimal_root(const char *const *paths, const int *writable, const 
     }
     int rc = 0, pivoted = 0;
     char target[4096];
-    const char *devices[] = { "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random" };
-    enum { DEVICES = sizeof devices / sizeof devices[0] };
     int devfd[DEVICES];
     for (int i = 0; i < DEVICES; i++) devfd[i] = open(devices[i], O_PATH | O_CLOEXEC);
     if (mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") != 0) {
