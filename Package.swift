@@ -189,6 +189,8 @@ let package = Package(
         // A host program (docs/host.md): the README's twenty lines.
         .executableTarget(name: "HostHello", dependencies: ["PluginHost", .product(name: "Logging", package: "swift-log")], path: "examples/HostHello"),
 
+        // Test fixture: a program embedding the supervisor with handlesSignals in an async main.
+        .executableTarget(name: "HostSignals", dependencies: ["PluginHost", .product(name: "Logging", package: "swift-log")], path: "Tests/Fixtures/HostSignals"),
         .target(name: "TestKit", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Tests/Fixtures/TestKit"),
         .target(name: "NoExport", dependencies: [.product(name: "PluginSDK", package: "SDK")], path: "Tests/Fixtures/NoExport"),
         .target(name: "CRelay", dependencies: [.product(name: "CPluginABI", package: "SDK")], path: "Benchmarks/CRelay"),

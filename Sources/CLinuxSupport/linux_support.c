@@ -156,6 +156,61 @@ int cls_wait_lifecycle_signal_or(int extra) {
     }
 }
 
+/* The pipe the handler writes caught signals to: the write end non-blocking (a handler must never
+   wait; a signal that finds it full is one of 64 Ki unread, dropped as a repeated signal is), the
+   read end blocking for the relay. */
+static int caught_pipe[2] = { -1, -1 };
+
+static void caught_signal(int sig) {
+    int saved = errno;
+    unsigned char number = (unsigned char)sig;
+    ssize_t n = write(caught_pipe[1], &number, 1);
+    (void)n;
+    errno = saved;
+}
+
+int cls_catch_lifecycle_signals(int extra) {
+    static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&once);
+    int rc = 0;
+    if (caught_pipe[0] < 0) {
+        int fds[2];
+        if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0 || fcntl(fds[0], F_SETFL, 0) != 0) rc = -errno;
+        else { caught_pipe[0] = fds[0]; caught_pipe[1] = fds[1]; }
+    }
+    if (rc == 0) {
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_handler = caught_signal;
+        /* The program's system calls the handler interrupts go on (SA_RESTART); one signal at a
+           time runs it on a thread (the set masked while it runs). */
+        action.sa_flags = SA_RESTART;
+        lifecycle_set(&action.sa_mask);
+        if (extra > 0) sigaddset(&action.sa_mask, extra);
+        for (int sig = 1; sig < 65 && rc == 0; sig++) {
+            if (!sigismember(&action.sa_mask, sig)) continue;
+            if (sigaction(sig, &action, NULL) != 0) rc = -errno;
+        }
+        signal(SIGPIPE, SIG_IGN);
+    }
+    pthread_mutex_unlock(&once);
+    return rc;
+}
+
+int cls_wait_caught_signal(int extra) {
+    sigset_t set;
+    lifecycle_set(&set);
+    if (extra > 0) sigaddset(&set, extra);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    for (;;) {
+        unsigned char number;
+        ssize_t n = read(caught_pipe[0], &number, 1);
+        if (n == 1) return number;
+        if (n < 0 && errno == EINTR) continue;
+        return n < 0 ? -errno : -EIO;
+    }
+}
+
 int cls_wait_lifecycle_signal(void) {
     sigset_t set;
     lifecycle_set(&set);

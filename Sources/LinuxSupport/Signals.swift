@@ -31,6 +31,28 @@ public enum LifecycleSignals {
         }
     }
 
+    /// Catches them (and `also`, if not 0) with a handler that hands each to `startCaughtRelay`'s
+    /// thread, whichever thread the kernel gives it to. Blocking them reaches only the threads made
+    /// after: a program's own (an embedded host's main thread, its task pool, made before the host)
+    /// would take a SIGTERM with the default action and end at once. The handler only writes the
+    /// number to a pipe. Idempotent; exec resets the handler, and the pipe is close-on-exec.
+    public static func catchEverywhere(also: Int32 = 0) throws(SystemError) {
+        let rc = cls_catch_lifecycle_signals(also)
+        if rc < 0 { throw SystemError(call: "sigaction", errno: -rc, context: "the lifecycle signals") }
+    }
+
+    /// `startRelay` for signals `catchEverywhere` catches: the thread unblocks them for itself (one
+    /// pending while every thread blocked it comes to it), and calls `handler` with each.
+    public static func startCaughtRelay(also: Int32 = 0, _ handler: @escaping @Sendable (Int32) -> Void) {
+        Threads.start(name: "signals") {
+            while true {
+                let sig = cls_wait_caught_signal(also)
+                guard sig > 0 else { return }
+                handler(sig)
+            }
+        }
+    }
+
     /// "SIGTERM" for 15; "signal N" for one without a name.
     public static func name(_ sig: Int32) -> String {
         cls_signal_name(sig).map { String(cString: $0) } ?? "signal \(sig)"

@@ -42,18 +42,30 @@ public final class Supervisor: Sendable {
     private let spawner = Guarded<SpawnerThread?>(nil)
     /// Removes ended workers' groups and folders off the loop; `serve` waits for it before it returns.
     private let janitor: Janitor
+    /// The lifecycle signals are caught on every thread (`handlesSignals`), not only blocked.
+    private let signalsCaught: Bool
 
     /// With `config.handlesSignals`, blocks the lifecycle signals first: every thread created from
-    /// here on (NIO's included) inherits the mask, so the signals reach only the relay thread's
-    /// sigwaitinfo. Without it (an embedded host), the process's signals are left alone.
+    /// here on (NIO's included) inherits the mask. A thread made before (a host program's main
+    /// thread and task pool) does not, so they are also caught with a handler that hands them to the
+    /// relay thread (`LifecycleSignals.catchEverywhere`). Without it (an embedded host's default),
+    /// the process's signals are left alone.
     /// `handover`: what the previous binary handed over, when an upgrade exec'd this one
     /// (`UpgradeHandover.fromEnvironment`); the supervisor then takes over its workers, sockets and
     /// state instead of starting plugins.
     public init(config: SupervisorConfig, logger: Logger, handover: UpgradeHandover? = nil) {
+        var caught = false
         if config.handlesSignals {
             LifecycleSignals.block()
             LifecycleSignals.blockAlso(SIGUSR2)
+            do {
+                try LifecycleSignals.catchEverywhere(also: SIGUSR2)
+                caught = true
+            } catch {
+                logger.warning("cannot catch the lifecycle signals (\(error)): they reach the supervisor only on threads made after it, and end the program on the others")
+            }
         }
+        signalsCaught = caught
         self.handover = handover
         self.config = config
         self.logger = logger
@@ -195,12 +207,17 @@ public final class Supervisor: Sendable {
             cgroups?.removeAll()
             notifier?.stop()
         }
-        let relaySignals = { [engine] in
-            LifecycleSignals.startRelay(also: SIGUSR2) { signal in engine.execute { $0.handleSignal(signal) } }
+        let relaySignals = { [engine, signalsCaught] in
+            let relay: @Sendable (Int32) -> Void = { signal in engine.execute { $0.handleSignal(signal) } }
+            if signalsCaught {
+                LifecycleSignals.startCaughtRelay(also: SIGUSR2, relay)
+            } else {
+                LifecycleSignals.startRelay(also: SIGUSR2, relay)
+            }
         }
         // Signals are read from here on (a SIGTERM during start-up stops it), but after an
         // upgrade's exec only once the workers are taken over: one that came during the handover
-        // stays pending (blocked) until then, instead of finding an empty plugin table.
+        // waits (pending, or in the handler's pipe) until then, instead of finding an empty plugin table.
         if config.handlesSignals && handover == nil { relaySignals() }
         onLoop { $0.lifecycle.loadPlugins() }
         let snapshot = handover?.snapshot

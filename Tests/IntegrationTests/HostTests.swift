@@ -298,6 +298,40 @@ struct HostTests {
     }
 }
 
+/// `handlesSignals` in a program whose main thread and task pool were made before the host (an
+/// async main, Tests/Fixtures/HostSignals): blocking the signals reaches only the threads made
+/// after, and a SIGTERM the kernel gave the main thread ended the program at once, its plugins
+/// never told.
+@Suite(.serialized) struct HostSignalTests {
+    @Test("handlesSignals in an async main: SIGTERM and SIGINT stop the plugins and end run; the program goes on and ends 0",
+          arguments: [SIGTERM, SIGINT])
+    func signalsStopTheHostNotTheProgram(_ sig: Int32) async throws {
+        let w = try TestWorld()
+        try w.bundle("o.kit")
+        let out = w.root + "/host-signals.out", err = w.root + "/host-signals.err"
+        for file in [out, err] { _ = FileManager.default.createFile(atPath: file, contents: nil) }
+        let program = Process()
+        program.executableURL = URL(fileURLWithPath: Build.dir + "/HostSignals")
+        program.arguments = [w.plugins, w.home]
+        program.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
+        program.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: err))
+        try program.run()
+        defer { if program.isRunning { kill(program.processIdentifier, SIGKILL) } }
+        let printed = { (try? String(contentsOfFile: out, encoding: .utf8)) ?? "" }
+        let logged = { (try? String(contentsOfFile: err, encoding: .utf8)) ?? "" }
+        try await waitUntil("the host to be ready", within: 60) { printed().contains("ready") || !program.isRunning }
+        #expect(printed().contains("ready"), "stdout: \(printed()) stderr: \(logged())")
+        let status = try Shell.run(Build.supervisor, ["status", "--home", w.home, "--json"])
+        let worker = try #require(try JSONDecoder().decode([PluginStatus].self, from: Data(status.out.utf8)).first?.pid, "status: \(status.out) \(status.err)")
+        kill(program.processIdentifier, sig)
+        try await waitUntil("the program to end", within: 30) { !program.isRunning }
+        #expect(program.terminationReason == .exit && program.terminationStatus == 0,
+                "ended by \(program.terminationReason == .exit ? "exit" : "signal") \(program.terminationStatus); stderr: \(logged())")
+        #expect(printed().contains("stopped"), "run did not return: \(printed())")
+        #expect(kill(worker, 0) != 0, "the worker \(worker) outlived the host")
+    }
+}
+
 /// Waits for `condition` to hold, up to `seconds`.
 func waitUntil(_ what: String, within seconds: Double = 15, _ condition: () async throws -> Bool) async throws {
     let deadline = ContinuousClock.now + .seconds(seconds)

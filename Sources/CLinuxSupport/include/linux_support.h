@@ -98,6 +98,15 @@ int cls_block_signal(int sig);
 /* cls_wait_lifecycle_signal, also waiting for `extra` (the supervisor's SIGUSR2; 0: none). */
 int cls_wait_lifecycle_signal_or(int extra);
 int cls_wait_lifecycle_signal(void);
+/* Catches the lifecycle signals and `extra` (0: none) with a handler that writes the signal's
+   number to a pipe, whichever thread the kernel gives it to: one of a program's own threads made
+   before the signals were blocked (an embedded host's main thread, a task pool) takes it as well as
+   the relay. Idempotent. 0, or -errno. */
+int cls_catch_lifecycle_signals(int extra);
+/* Waits for a signal cls_catch_lifecycle_signals caught: unblocks them (and `extra`) in the calling
+   thread first, so that one pending while every thread blocked it comes to the handler here. Its
+   number, or -errno. */
+int cls_wait_caught_signal(int extra);
 /* The kernel's name of a signal ("SIGSEGV"), or NULL. */
 const char *cls_signal_name(int sig);
 

@@ -1,0 +1,20 @@
+import Glibc
+import Logging
+import PluginHost
+
+// A program that embeds the supervisor with `handlesSignals` in an async main: its main thread and
+// task pool exist before the host does, with no signal blocked. SIGTERM or SIGINT must stop the
+// plugins and end `run`, and the program goes on: it prints `ready`, then `stopped` and ends 0.
+// Usage: host-signals <plugin folder> <home>
+var configuration = PluginHost.Configuration(pluginFolders: [CommandLine.arguments[1]], home: CommandLine.arguments[2])
+configuration.handlesSignals = true
+var logger = Logger(label: "host-signals")
+logger.logLevel = .warning
+let host = PluginHost(configuration: configuration, logger: logger)
+let running = Task { try await host.run() }
+try await host.waitUntilReady()
+print("ready")
+fflush(nil)
+try await running.value
+print("stopped")
+fflush(nil)
