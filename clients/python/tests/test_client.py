@@ -464,3 +464,61 @@ def test_status_send_and_restart_take_a_timeout(plugin_supervisor, bundles):
     assert client.status(timeout=5.0)[0]["identifier"] == "py.t"
     loop.run_until_complete(aclient.close())
     loop.close()
+
+
+def test_calls_on_a_direct_link_when_the_supervisor_dies(plugin_supervisor, bundles):
+    """The supervisor killed (SIGKILL: its workers end with it) with calls in flight on a direct
+    link: each one goes back to the supervisor (afterLink), finds none, and fails ``unavailable``
+    (it may have run) by its own deadline. They waited out the 5 s connect window one after
+    another and failed ``unreachable``: four calls of 2 s took 5.5 to 20.5 s."""
+    sup = plugin_supervisor([bundles("py.gone")])
+    client = Client(socket=sup.socket)
+    try:
+        assert client.call("py.gone", "ping") == 1
+        sup.wait_until(lambda: client.linked_plugins == ["py.gone"], what="the direct link")
+        results = {}
+
+        def slow(i):
+            began = time.monotonic()
+            results[i] = (_error(lambda: client.call("py.gone", "sleep", {"ms": 20000}, timeout=2)), time.monotonic() - began)
+        callers = [threading.Thread(target=slow, args=(i,)) for i in range(4)]
+        for caller in callers:
+            caller.start()
+        sup.wait_until(lambda: sum(e["event"].startswith("sleeping") for e in sup.client.call("py.gone", "info")["events"]) >= 1,
+                       what="a sleep under way")
+        sup.process.kill()
+        for caller in callers:
+            caller.join(15)
+        assert len(results) == 4
+        for error, took in results.values():
+            assert error is not None and error.code == "unavailable" and error.started, error
+            assert took < 4.5, f"a 2 s call failed after {took:.1f} s"
+    finally:
+        client.close()
+
+
+def test_the_asyncio_client_when_the_supervisor_dies(plugin_supervisor, bundles):
+    sup = plugin_supervisor([bundles("py.agone")])
+
+    async def main():
+        async with await AsyncClient.connect(socket=sup.socket) as client:
+            assert await client.call("py.agone", "ping") == 1
+            await _until(lambda: _now(client.linked_plugins), lambda linked: linked == ["py.agone"])
+
+            async def slow():
+                began = time.monotonic()
+                try:
+                    await client.call("py.agone", "sleep", {"ms": 20000}, timeout=2)
+                    return None, time.monotonic() - began
+                except PluginError as error:
+                    return error, time.monotonic() - began
+            calls = [asyncio.ensure_future(slow()) for _ in range(4)]
+            await asyncio.sleep(0)
+            await _until(lambda: _now(sum(e["event"].startswith("sleeping") for e in sup.client.call("py.agone", "info")["events"])),
+                         lambda n: n >= 1)
+            sup.process.kill()
+            for error, took in await asyncio.gather(*calls):
+                assert error is not None and error.code == "unavailable" and error.started, error
+                assert took < 4.5, f"a 2 s call failed after {took:.1f} s"
+
+    asyncio.run(main())

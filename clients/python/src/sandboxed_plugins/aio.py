@@ -5,13 +5,13 @@ import asyncio
 import errno
 import itertools
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Tuple, Union
 
 from . import _wire
 from ._alink import open_link
 from ._link import LinkEnded, LinkSlots, NotTaken, attach, named_bytes
 from .client import _StreamReading
-from .errors import PluginError, unreachable
+from .errors import PluginError, after_link_lost, connect_window, connection_lost, unreachable
 
 _END = object()
 
@@ -120,6 +120,7 @@ class AsyncClient:
         # One connection at a time: tasks that find none at once wait for the first one's (made on
         # first use, in the running loop).
         self._connect_lock: Optional[asyncio.Lock] = None
+        self._connect_failed: Optional[Tuple[float, PluginError]] = None
         self._reader_task: Optional[asyncio.Task] = None
         self._waiting: Dict[int, asyncio.Future] = {}
         self._streams: Dict[int, AsyncEventStream] = {}
@@ -152,7 +153,10 @@ class AsyncClient:
                 pass
             except LinkEnded as ended:
                 flags, timeout = {"afterLink": ended.after_link}, ended.remaining
-        result = await self._request(_wire.call_message(target, method, params, timeout, **flags), timeout)
+        try:
+            result = await self._request(_wire.call_message(target, method, params, timeout, **flags), timeout)
+        except PluginError as error:
+            raise after_link_lost(target, error) if flags else error
         self._ask_for_link(target)
         return result
 
@@ -174,7 +178,7 @@ class AsyncClient:
             await self._send(_wire.call_message(target, method, params, timeout, id=request_id, stream=True))
         except (OSError, PluginError, ConnectionError) as error:
             self._chunk_streams.pop(request_id, None)
-            raise PluginError("unavailable", f"the connection to the supervisor was lost ({error})") from None
+            raise connection_lost(f" ({error})") from None
         return stream
 
     @property
@@ -267,17 +271,26 @@ class AsyncClient:
 
     # -- the connection ----------------------------------------------------------
 
-    async def _ensure_connected(self) -> None:
+    async def _ensure_connected(self, within: Optional[float] = None) -> None:
         if self._writer is not None:
             return
         if self._connect_lock is None:
             self._connect_lock = asyncio.Lock()
+        asked = time.monotonic()
         async with self._connect_lock:
             if self._writer is None:
-                await self._connect()
+                # As Client's: a try that failed while this caller waited answers it too.
+                failed = self._connect_failed
+                if failed is not None and failed[0] >= asked:
+                    raise failed[1]
+                try:
+                    await self._connect(within)
+                except PluginError as error:
+                    self._connect_failed = (time.monotonic(), error)
+                    raise
 
-    async def _connect(self) -> None:
-        deadline = time.monotonic() + self.connect_timeout
+    async def _connect(self, within: Optional[float] = None) -> None:
+        deadline = time.monotonic() + connect_window(self.connect_timeout, within)
         while True:
             try:
                 reader, writer = await asyncio.open_unix_connection(self.socket_path)
@@ -295,7 +308,7 @@ class AsyncClient:
     async def _send(self, message: Dict[str, Any]) -> None:
         writer = self._writer
         if writer is None:
-            raise PluginError("unavailable", "the connection to the supervisor was lost")
+            raise connection_lost()
         writer.write(_wire.encode(message))
         await writer.drain()
 
@@ -309,7 +322,7 @@ class AsyncClient:
                        whole: bool = False, margin: float = 5.0) -> Any:
         if self._closed:
             raise PluginError("unavailable", "the client is closed")
-        await self._ensure_connected()
+        await self._ensure_connected(timeout)
         if request_id is None:
             request_id = next(self._ids)
         message["id"] = request_id
@@ -326,11 +339,11 @@ class AsyncClient:
             await asyncio.shield(self._send_quietly({"type": "cancel", "id": request_id}))
             raise
         except (OSError, ConnectionError) as error:
-            raise PluginError("unavailable", f"the connection to the supervisor was lost ({error})") from None
+            raise connection_lost(f" ({error})") from None
         finally:
             self._waiting.pop(request_id, None)
         if reply is None:
-            raise PluginError("unavailable", "the connection to the supervisor was lost before it answered")
+            raise connection_lost(" before it answered")
         if "error" in reply:
             raise PluginError.from_body(reply["error"])
         return reply if whole else reply.get("result")

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from . import _wire
 from ._link import DirectLink, LinkEnded, LinkSlots, NotTaken, attach, named_bytes, pick_up
-from .errors import PluginError, unreachable
+from .errors import PluginError, after_link_lost, connect_window, connection_lost, unreachable
 
 #: Events a plugin can be sent (``send``).
 SENDABLE_EVENTS = ("memoryWarning", "background", "foreground")
@@ -118,7 +118,7 @@ class _StreamReading:
             return True, None
         if item is _END:
             self._ended = True
-            raise PluginError("unavailable", "the connection to the supervisor was lost before the stream ended")
+            raise connection_lost(" before the stream ended")
         return False, item
 
     def _credit_due(self) -> Optional[dict]:
@@ -198,6 +198,8 @@ class Client:
         self._host_calls: Dict[int, bool] = {}  # the supervisor's id -> cancelled
         self._pool: Optional[ThreadPoolExecutor] = None
         self._closed = False
+        #: When the last try to connect failed, and how: see ``_ensure_connected``.
+        self._connect_failed: Optional[Tuple[float, PluginError]] = None
         self._connect()
 
     # -- the calls of SPEC §12 -------------------------------------------------
@@ -222,7 +224,10 @@ class Client:
                 pass
             except LinkEnded as ended:
                 flags, timeout = {"afterLink": ended.after_link}, ended.remaining
-        result = self._request(_wire.call_message(target, method, params, timeout, **flags), timeout)
+        try:
+            result = self._request(_wire.call_message(target, method, params, timeout, **flags), timeout)
+        except PluginError as error:
+            raise after_link_lost(target, error) if flags else error
         self._ask_for_link(target)
         return result
 
@@ -244,7 +249,7 @@ class Client:
             self._send(_wire.call_message(target, method, params, timeout, id=request_id, stream=True))
         except (OSError, PluginError) as error:
             self._chunk_streams.pop(request_id, None)
-            raise PluginError("unavailable", f"the connection to the supervisor was lost ({error})") from None
+            raise connection_lost(f" ({error})") from None
         return stream
 
     @property
@@ -333,8 +338,8 @@ class Client:
 
     # -- the connection ----------------------------------------------------------
 
-    def _connect(self) -> None:
-        deadline = time.monotonic() + self.connect_timeout
+    def _connect(self, within: Optional[float] = None) -> None:
+        deadline = time.monotonic() + connect_window(self.connect_timeout, within)
         while True:
             sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             try:
@@ -352,19 +357,29 @@ class Client:
         for name in list(self._methods):
             self._send_quietly({"type": "provide", "id": next(self._ids), "method": name})
 
-    def _ensure_connected(self) -> None:
+    def _ensure_connected(self, within: Optional[float] = None) -> None:
+        asked = time.monotonic()
         with self._state_lock:
             if self._closed:
                 raise PluginError("unavailable", "the client is closed")
             if self._sock is None:
-                self._connect()
+                # A try that failed while this caller waited for the lock answers it too: callers
+                # of a supervisor gone do not each wait out a connect_timeout of their own in turn.
+                failed = self._connect_failed
+                if failed is not None and failed[0] >= asked:
+                    raise failed[1]
+                try:
+                    self._connect(within)
+                except PluginError as error:
+                    self._connect_failed = (time.monotonic(), error)
+                    raise
 
     def _send(self, message: Dict[str, Any]) -> None:
         frame = _wire.encode(message)
         with self._send_lock:
             sock = self._sock
             if sock is None:
-                raise PluginError("unavailable", "the connection to the supervisor was lost")
+                raise connection_lost()
             sock.sendall(frame)
 
     def _send_quietly(self, message: Dict[str, Any]) -> None:
@@ -377,7 +392,7 @@ class Client:
                  progress: Optional[Callable[[dict], None]] = None, whole: bool = False, margin: float = 5.0) -> Any:
         """``timeout``: how long to wait for the answer, plus ``margin`` for a request whose
         deadline the supervisor keeps itself (a call's ``timeoutMs``)."""
-        self._ensure_connected()
+        self._ensure_connected(timeout)
         if request_id is None:
             request_id = next(self._ids)
         message["id"] = request_id
@@ -392,7 +407,7 @@ class Client:
         except OSError as error:
             self._waiting.pop(request_id, None)
             self._lost(self._sock)
-            raise PluginError("unavailable", f"the connection to the supervisor was lost ({error})") from None
+            raise connection_lost(f" ({error})") from None
         # The supervisor answers by a call's deadline itself; the margin covers a wedged one.
         if not waiting.done.wait(None if timeout is None else timeout + margin):
             self._waiting.pop(request_id, None)
@@ -400,7 +415,7 @@ class Client:
             raise PluginError("timeout", f"no answer from the supervisor within {timeout} s")
         reply = waiting.reply
         if reply is None:
-            raise PluginError("unavailable", "the connection to the supervisor was lost before it answered")
+            raise connection_lost(" before it answered")
         if "error" in reply:
             raise PluginError.from_body(reply["error"])
         return reply if whole else reply.get("result")

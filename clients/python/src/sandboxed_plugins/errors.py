@@ -34,3 +34,26 @@ class PluginError(Exception):
 
 def unreachable(path: str, why: Optional[BaseException]) -> PluginError:
     return PluginError("unreachable", f"cannot reach the supervisor at {path} ({why}); is `supervisor start` running with this home or socket?")
+
+
+def connect_window(connect_timeout: float, within: Optional[float]) -> float:
+    """How long a try to (re)connect waits for the supervisor's socket: ``connect_timeout``, or
+    less when the request it is for has less time left (``within``, seconds)."""
+    return connect_timeout if within is None else max(0.0, min(connect_timeout, within))
+
+
+def connection_lost(detail: str = "") -> PluginError:
+    """``unavailable``: the connection to the supervisor ended before it answered (no answer of its)."""
+    error = PluginError("unavailable", "the connection to the supervisor was lost" + detail)
+    error.unanswered = True
+    return error
+
+
+def after_link_lost(target: str, error: PluginError) -> PluginError:
+    """What a call in flight on a direct link that ended becomes when the supervisor it went back
+    to could not take it (none answers, or its connection ended too): ``unavailable``, and it may
+    have run (its worker had it). An answer of the supervisor's stands as it is."""
+    if error.code != "unreachable" and not getattr(error, "unanswered", False):
+        return error
+    return PluginError("unavailable", f"the direct link to {target} ended with the call in flight, and the supervisor could not "
+                                      f"take it back: {error.message}", started=True)
