@@ -82,6 +82,22 @@ struct DependencyTests {
         #expect(try sv.status().map(\.identifier) == ["r.stays"])
     }
 
+    @Test("a dependency a reload removes while its dependent stays: the log says what the dependent gets, and it gets that (notFound)")
+    func aRemovedDependencyIsNotFound() throws {
+        let w = try TestWorld()
+        let a = try w.bundle("g.a")
+        try w.bundle("g.b", deps: [Dep("g.a")])
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.call("g.b", "pingVia", #""g.a""#, as: Int.self) == 1)
+        try FileManager.default.removeItem(atPath: a)
+        let reload = try sv.cli("reload")
+        #expect(reload.code == 0 && reload.out.contains(#""removed":1"#), "\(reload.out) \(reload.err)")
+        #expect(sv.log.contains("g.a was removed; g.b still depends on it and will get notFound from it"), "\(sv.log)")
+        let call = try sv.cli("call", "g.b", "pingVia", #""g.a""#)
+        #expect(call.code != 0 && call.err.contains("notFound") && call.err.contains("g.a"), "\(call.out) \(call.err)")
+        #expect(try sv.plugin("g.b").state == "running")
+    }
+
     @Test("a dependency that fails before its dependents' workers said hello: they fail by it, and the ready line comes")
     func dependencyFailsBeforeHello() throws {
         let w = try TestWorld()

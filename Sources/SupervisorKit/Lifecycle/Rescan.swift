@@ -135,7 +135,7 @@ extension Lifecycle {
         for id in removed {
             let dependents = table.dependents(of: id).map(\.identifier).filter { !removed.contains($0) }
             if !dependents.isEmpty {
-                logger.warning("\(id) was removed; \(dependents.sorted().joined(separator: ", ")) still depend\(dependents.count == 1 ? "s" : "") on it and will get unavailable from it")
+                logger.warning("\(id) was removed; \(dependents.sorted().joined(separator: ", ")) still depend\(dependents.count == 1 ? "s" : "") on it and will get notFound from it until it is installed again")
             }
         }
         stopRemoved(removed)
