@@ -116,10 +116,24 @@ public final class PluginHost: Service, PluginCaller {
     }
 
     /// Returns once every startable plugin has started (the moment `supervisor start` prints its
-    /// ready line); throws if the host stops or fails first.
+    /// ready line); throws if the host stops or fails first. Nothing starts before `run()`: waiting
+    /// 5 s with no `run()` logs a warning that says so (it waits on, for a `run()` called late).
     public func waitUntilReady() async throws {
+        guard isIdle else { return try await ready.value.get() }
+        let reminder = Task { [phase, logger] in
+            try await Task.sleep(for: .seconds(5))
+            guard phase.withLock({ if case .idle = $0 { true } else { false } }) else { return }
+            logger.warning("waitUntilReady() has waited 5 s and run() has not been called: the host starts its plugins in run(); call it in a task of its own (group.addTask { try await host.run() }) before waiting")
+        }
+        defer { reminder.cancel() }
         try await ready.value.get()
     }
+
+    /// What a request before `run()` gets.
+    static let notRunning = ErrorBody(.unavailable, "the plugin host is not running: call run() in a task of its own, then waitUntilReady(), before calling it")
+
+    /// `run()` has not been called (nor `shutdown()`).
+    var isIdle: Bool { phase.withLock { if case .idle = $0 { true } else { false } } }
 
     /// Stops every plugin in reverse dependency order (each gets `willTerminate` and a grace
     /// period) and returns once all have stopped; `run` returns then too. During start-up, during
@@ -258,6 +272,8 @@ public final class PluginHost: Service, PluginCaller {
     /// the plugin).
     func request(_ frame: [UInt8], progress: (@Sendable (ProgressReport) -> Void)? = nil,
                  bytes: (@Sendable (Supervisor.HostBytes) -> Void)? = nil) async throws -> [UInt8] {
+        // Before `run()` no plugin is loaded: every call would be `notFound`, which blames the plugin.
+        if isIdle { throw Self.notRunning }
         let ticket = Guarded<TicketState>(.waiting)
         let supervisor = self.supervisor
         let result: Result<[UInt8], ErrorBody> = await withTaskCancellationHandler {

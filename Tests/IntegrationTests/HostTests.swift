@@ -238,6 +238,35 @@ struct HostTests {
         await host.shutdown()
     }
 
+    @Test("before run(): requests say the host is not running (not notFound); waitUntilReady reminds after 5 s that run() starts it, and returns once run() comes late")
+    func requestsBeforeRun() async throws {
+        let w = try TestWorld()
+        try w.bundle("h.early")
+        var configuration = PluginHost.Configuration(pluginFolders: [w.plugins], home: w.home)
+        configuration.controlSocket = false
+        let said = Guarded<[String]>([])
+        let host = PluginHost(configuration: configuration, logger: Logger(label: "host-test") { _ in CapturingLog(said) })
+        for request in ["call", "status", "stream"] {
+            do {
+                switch request {
+                case "call": _ = try await host.call("h.early", "ping", as: Int.self)
+                case "status": _ = try await host.status()
+                default: for try await _ in host.stream("h.early", "rows", ["count": 1], as: [String: Int].self) {}
+                }
+                Issue.record("\(request) before run() succeeded")
+            } catch let error as ErrorBody {
+                #expect(error.code == "unavailable" && error.message.contains("call run()"), "\(request): \(error)")
+            }
+        }
+        let waiting = Task { try await host.waitUntilReady() }
+        try await waitUntil("the reminder", within: 15) { said.withLock { $0 }.contains { $0.contains("run() has not been called") } }
+        let running = Task { try await host.run() }
+        try await waiting.value
+        #expect(try await host.call("h.early", "ping", as: Int.self) == 1)
+        await host.shutdown()
+        try await running.value
+    }
+
     @Test("a shutdown right after run starts (before any plugin was loaded) ends run cleanly: no worker and no socket file left")
     func shutdownRightAway() async throws {
         let w = try TestWorld()
@@ -340,4 +369,19 @@ func waitUntil(_ what: String, within seconds: Double = 15, _ condition: () asyn
         try await Task.sleep(for: .milliseconds(20))
     }
     throw HarnessError("\(what): not within \(seconds) s")
+}
+
+/// A log handler that keeps the messages of warning and above (for tests of what the host logs).
+struct CapturingLog: LogHandler {
+    let said: Guarded<[String]>
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .warning
+    init(_ said: Guarded<[String]>) { self.said = said }
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String, function: String, line: UInt) {
+        said.withLock { $0.append("\(message)") }
+    }
 }
