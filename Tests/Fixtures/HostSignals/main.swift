@@ -15,6 +15,11 @@ let running = Task { try await host.run() }
 try await host.waitUntilReady()
 print("ready")
 fflush(nil)
-try await running.value
+do {
+    try await running.value
+} catch let error as ErrorBody {  // `import PluginHost` alone brings the errors calls throw
+    print("run failed: \(error.code): \(error.message)")
+    exit(1)
+}
 print("stopped")
 fflush(nil)
