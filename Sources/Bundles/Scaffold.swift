@@ -36,7 +36,9 @@ public enum Scaffold {
         switch language {
         case .swift:
             let library = "lib\(module).so"
-            let build = "swift build -c release && cp .build/release/\(library) ."
+            // A new file, not the old one written over: a running worker maps the old one, and
+            // writing into it crashes that worker (docs/abi.md, "Replacing a library").
+            let build = "swift build -c release && cp --remove-destination .build/release/\(library) ."
             return Plan(files: [
                 ("plugin.json", manifest(identifier, library: library)),
                 ("Package.swift", swiftPackage(module, sdk: sdk)),
@@ -74,6 +76,7 @@ public enum Scaffold {
         # \(identifier)
         Build, in this folder: `\(build)`
         Run: `supervisor start --plugins <the folder that holds this one>`
+        After a rebuild: `supervisor reload` starts the new library
         Call: `supervisor call \(identifier) hello`
 
         """

@@ -246,11 +246,11 @@ import Testing
 
     @Test func plans() {
         let swift = Scaffold.plan(identifier: "com.example.hello", language: .swift, sdk: "/sdk")
-        #expect(swift.library == "libHello.so" && swift.build == "swift build -c release && cp .build/release/libHello.so .")
+        #expect(swift.library == "libHello.so" && swift.build == "swift build -c release && cp --remove-destination .build/release/libHello.so .")
         #expect(swift.files.map(\.path) == ["plugin.json", "Package.swift", "Sources/Hello/Hello.swift", "README.md", ".gitignore"])
         #expect(swift.files.first { $0.path == "Package.swift" }?.text.contains(#".package(path: "/sdk")"#) == true)
         let readme = swift.files.first { $0.path == "README.md" }!.text
-        #expect(readme.split(separator: "\n").count == 4)
+        #expect(readme.split(separator: "\n").count == 5 && readme.contains("supervisor reload"))
         let c = Scaffold.plan(identifier: "com.example.hello", language: .c, sdk: "/sdk")
         #expect(c.library == "libhello.so" && c.build == "make")
         #expect(c.files.first { $0.path == "Makefile" }?.text.contains("\tcc -shared -fPIC") == true)
