@@ -35,6 +35,11 @@ extension PluginCatalog {
                 keepKnown(in: dir, "cannot list plugin folder: \(error)")
                 continue
             }
+            // The likeliest slip: the bundle's own folder given where the folder of bundles goes.
+            if FileSystem.hasEntry(dir + "/plugin.json") {
+                let parent = String(dir[..<(dir.lastIndex(of: "/") ?? dir.startIndex)])
+                problems.append("\(dir): holds a plugin.json of its own, and is read as a folder of bundles (one folder each), not as one: give the folder that holds it (\(parent.isEmpty ? "/" : parent)) as the plugin folder")
+            }
             for name in names where !name.hasPrefix(".") {
                 let bundle = dir + "/" + name
                 // A plugin.json that is a link to nothing (or a loop) is a bundle with an unusable

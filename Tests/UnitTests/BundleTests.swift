@@ -386,6 +386,16 @@ import Testing
         #expect(problem(fifo).contains("field 'variants[0].library': 'v.so' is a FIFO, not a regular file"), "\(problem(fifo))")
     }
 
+    @Test("a bundle's own folder given as the plugin folder: said, naming the folder to give instead")
+    func aBundleGivenAsThePluginFolder() throws {
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let path = try bundle("s", "hello", #"{"identifier": "com.x.hello", "version": "1.0.0", "library": "lib.so"}"#)
+        let catalog = PluginCatalog(directories: [path])
+        #expect(catalog.all.isEmpty)
+        #expect(catalog.problems == ["\(path): holds a plugin.json of its own, and is read as a folder of bundles (one folder each), not as one: give the folder that holds it (\((path as NSString).deletingLastPathComponent)) as the plugin folder"], "\(catalog.problems)")
+        #expect(PluginCatalog(directories: [(path as NSString).deletingLastPathComponent]).problems.isEmpty)
+    }
+
     @Test("the known plugins of a folder that cannot be read are kept, the folder's fault reported")
     func anUnreadableFolderKeepsItsPlugins() throws {
         defer { try? FileManager.default.removeItem(atPath: root) }
