@@ -21,6 +21,16 @@ import SupervisorCore
         #expect(ExitClassifier.describe(signaled) == "signal SIGSEGV")
     }
 
+    /// SIGILL and SIGTRAP: the plugin's code trapped (Swift's failed checks), said in words.
+    @Test func aTrapSaysWhatItMeans() {
+        for signal: Int32 in [4, 5] {
+            let status = ExitClassifier.classify(facts(signal: signal))
+            #expect(status.reason == .signaled && status.message == ExitClassifier.trapAdvice)
+            #expect(ExitClassifier.describe(status).contains("a trap in the plugin's code (in Swift a failed check"))
+        }
+        #expect(ExitClassifier.classify(facts(signal: 6)).message == nil)
+    }
+
     @Test func aCleanExitBeforeItRanIsAFailedStartNotAStop() {
         var early = facts(code: 0)
         early.ran = false

@@ -40,6 +40,8 @@ struct FaultTests {
         try sv.waitUntil("x.fatal running again") { try sv.plugin("x.fatal").restarts == 1 && sv.plugin("x.fatal").state == "running" }
         let fatal = try #require(try sv.plugin("x.fatal").lastExit)
         #expect(fatal.signal == "SIGILL" || fatal.signal == "SIGTRAP", "\(fatal)")
+        #expect(fatal.message?.contains("a trap in the plugin's code") == true, "\(fatal)")
+        #expect(sv.log.contains("fatalError on purpose"), "the runtime's message is in the log")
         // exit(0) out of the blue: clean, so on-failure leaves it stopped; `always` restarts it.
         _ = try sv.cli("call", "x.exit0", "exit0", "{}")
         try sv.waitUntil("x.exit0 stopped") { try sv.plugin("x.exit0").state == "stopped" }

@@ -80,6 +80,9 @@ package enum ExitClassifier {
             // that closed or replaced the worker's descriptor, as daemon-style code does).
             status.reason = .disconnected
             status.message = "the worker's protocol socket failed or was closed before it was asked to stop (did the plugin close or replace its descriptors?)"
+        } else if exit.signaled, exit.code == LinuxSignal.ill || exit.code == LinuxSignal.trap {
+            // What a bare SIGILL means is not what a newcomer guesses: the plugin's own code trapped.
+            status.message = Self.trapAdvice
         } else if f.stopRequested {
             status.reason = .stopped
         } else if !f.ran, !exit.signaled, exit.code == 0 {
@@ -89,6 +92,9 @@ package enum ExitClassifier {
         }
         return status
     }
+
+    /// What a worker ended by SIGILL or SIGTRAP is told.
+    package static let trapAdvice = "a trap in the plugin's code (in Swift a failed check: nil force-unwrapped, an index out of range, an overflow, precondition, fatalError); a message the runtime printed is among its stderr lines in the log"
 
     /// Ended badly: a signal, a non-zero code, killed by the supervisor, or ended before it was
     /// running without being asked to stop (a start that failed, whatever its exit code).

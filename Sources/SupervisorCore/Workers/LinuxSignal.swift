@@ -3,6 +3,7 @@
 /// `LifecycleSignals.name` writes them (a unit test holds the two together).
 package enum LinuxSignal {
     package static let ill: Int32 = 4
+    package static let trap: Int32 = 5
     package static let bus: Int32 = 7
     package static let segv: Int32 = 11
     package static let sys: Int32 = 31
