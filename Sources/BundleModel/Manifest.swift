@@ -94,6 +94,9 @@ public struct Manifest: Sendable {
     /// The bundle folder (absolute) and the manifest file in it.
     public var bundle: String
     public var file: String
+    /// What the supervisor says about the file without refusing it: fields it ignores that look
+    /// like typos of fields it has (ManifestFieldNames.swift).
+    public var notes: [String] = []
 }
 
 /// A manifest that cannot be used: names the file, the field, and what is wrong.
@@ -328,13 +331,15 @@ extension Manifest {
             }
             resources = Resources(baseURL: base.hasSuffix("/") ? String(base.dropLast()) : base, files: files, daily: r.refresh == "daily")
         }
-        return Manifest(
+        var manifest = Manifest(
             identifier: identifier, version: version, dependencies: dependencies, library: raw.library,
             variants: variants, permissions: permissions, restart: restart,
             limits: Limits(memoryMB: l?.memoryMB, softMemoryMB: l?.softMemoryMB, openFiles: l?.openFiles, callTimeoutMs: l?.callTimeoutMs,
                            cpuPercent: l?.cpuPercent, startupTimeoutMs: l?.startupTimeoutMs, streamIdleTimeoutMs: l?.streamIdleTimeoutMs,
                            maxPayloadMB: l?.maxPayloadMB, retries: retries),
             resources: resources, idempotent: idempotent, activation: activation, idleStopMs: raw.idleStopMs, bundle: bundle, file: file)
+        manifest.notes = misspelledFields(bytes, file: file)
+        return manifest
     }
 
     /// Whether this stands in for an unusable plugin.json (`unusable`): a real manifest names a

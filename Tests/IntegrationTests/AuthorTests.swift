@@ -180,6 +180,19 @@ struct AuthorTests {
         #expect(try sv.cli("call", "h.one", "echo", "[1]").out.contains("1"))
     }
 
+    @Test("a manifest field spelt almost as one the supervisor has is warned of, with the field meant, at start and at a reload; the plugin runs")
+    func misspelledFieldsAreWarned() throws {
+        let w = try TestWorld()
+        try w.bundle("m.typo", extra: ["limits": ["callTimeoutMS": 100]])
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.plugin("m.typo").state == "running")
+        let line = "field 'limits.callTimeoutMS' is not a manifest field and is ignored; did you mean 'callTimeoutMs'?"
+        #expect(sv.log.contains(line), "\(sv.log)")
+        try w.bundle("m.later", extra: ["permission": ["network"]])
+        #expect(try sv.cli("reload").code == 0)
+        #expect(sv.log.contains("field 'permission' is not a manifest field and is ignored; did you mean 'permissions'?"), "\(sv.log)")
+    }
+
     @Test("a library written over under its running worker is named libraryReplaced, with the safe way to replace one")
     func libraryWrittenOver() throws {
         let w = try TestWorld()

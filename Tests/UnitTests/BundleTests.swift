@@ -50,6 +50,28 @@ import Testing
         try Manifest.parse(Array(json.utf8), bundle: "/b", file: "/b/plugin.json")
     }
 
+    /// Unknown fields are ignored (SPEC §2), but one a case or a letter or two away from a field
+    /// is said, with the field meant; others (a description, a newer manifest's field) are not.
+    @Test func misspelledFieldsAreSaidUnknownOnesAreNot() throws {
+        let m = try parse(#"""
+            {"identifier": "a.b", "version": "1.0.0", "library": "l.so", "permission": ["network"], "dependancies": [],
+             "limits": {"callTimeoutMS": 100, "memoryMb": 64, "memoryMB": 64}, "resources": {"baseURL": "https://x", "file": []},
+             "variants_": 1, "description": "a plugin", "futureField": {"callTimeoutMS": 1}, "idleStopMS": 5}
+            """#)
+        #expect(m.notes == [
+            "/b/plugin.json: field 'dependancies' is not a manifest field and is ignored; did you mean 'dependencies'?",
+            "/b/plugin.json: field 'idleStopMS' is not a manifest field and is ignored; did you mean 'idleStopMs'?",
+            "/b/plugin.json: field 'permission' is not a manifest field and is ignored; did you mean 'permissions'?",
+            "/b/plugin.json: field 'variants_' is not a manifest field and is ignored; did you mean 'variants'?",
+            "/b/plugin.json: field 'limits.callTimeoutMS' is not a manifest field and is ignored; did you mean 'callTimeoutMs'?",
+            "/b/plugin.json: field 'limits.memoryMb' is not a manifest field and is ignored; did you mean 'memoryMB'?",
+            "/b/plugin.json: field 'resources.file' is not a manifest field and is ignored; did you mean 'files'?",
+        ], "\(m.notes)")
+        let deps = try parse(#"{"identifier": "a.b", "version": "1.0.0", "library": "l.so", "dependencies": ["x.y", {"id": "c.d", "verison": ">=1.0.0"}]}"#)
+        #expect(deps.notes == ["/b/plugin.json: field 'dependencies[1].verison' is not a manifest field and is ignored; did you mean 'version'?"])
+        #expect(try parse(#"{"identifier": "a.b", "version": "1.0.0", "library": "l.so", "limits": {"callTimeoutMs": 5}}"#).notes.isEmpty)
+    }
+
     @Test func strictJSONWithLineAndColumn() {
         func problem(_ json: String) -> String {
             do { _ = try parse(json); return "" } catch { return error.description }

@@ -77,6 +77,7 @@ final class Lifecycle: SupervisorComponent {
         table.catalog = catalog
         for problem in catalog.problems { logger.error("\(problem)") }
         for id in catalog.order {
+            for note in catalog.all[id]!.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
             // An `onCall` plugin begins `inactive`: no worker until something needs it (SPEC §16).
             let record = PluginRecord(manifest: catalog.all[id]!, phase: config.initialPhase(of: catalog.all[id]!))
             if let reason = catalog.unstartable[id] {

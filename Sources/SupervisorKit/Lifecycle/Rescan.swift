@@ -106,6 +106,7 @@ extension Lifecycle {
             case .restart(let manifest, let cured):
                 guard let existing = table[id] else { continue }
                 changed += 1
+                for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
                 existing.manifest = manifest
                 // An inactive plugin runs nothing to restart: it loads what is on disk when it is
                 // next needed (SPEC §16), unless its manifest now wants it started with the supervisor.
@@ -117,6 +118,7 @@ extension Lifecycle {
                                     : "\(id) changed on disk (now \(manifest.version)): restarting it")
                 restartCommand(id) { _ in }
             case .add(let manifest, let refused):
+                for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
                 let record = PluginRecord(manifest: manifest, phase: config.initialPhase(of: manifest))
                 if let refused {
                     logger.error("\(refused); \(id) will not start")
