@@ -19,16 +19,35 @@ enum LibraryFile {
     static let machineNames: [UInt16: String] = [3: "x86 (32-bit)", 8: "MIPS", 20: "PowerPC", 21: "PowerPC64", 22: "s390",
                                                  40: "ARM (32-bit)", 62: "x86-64", 183: "AArch64", 243: "RISC-V", 258: "LoongArch"]
 
-    /// Why the file at `path` cannot be this worker's library, if its first bytes say; nil when
-    /// they look right (the loader's message then stands) or it cannot be read.
+    /// Why the file at `path` cannot be this worker's library, if its first bytes say (or there is
+    /// none); nil when they look right (the loader's message then stands) or it cannot be read.
     static func problem(_ path: String) -> String? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
+        guard fd >= 0 else { return errno == ENOENT ? missing(path) : nil }
         defer { close(fd) }
         var header = [UInt8](repeating: 0, count: 64)
         let n = header.withUnsafeMutableBytes { read(fd, $0.baseAddress, 64) }
         guard n >= 0 else { return nil }
         return problem(header: Array(header.prefix(n)))
+    }
+
+    /// No file at `path`: the library not built yet, or not copied into the bundle, or named with
+    /// another case; the libraries the folder does hold are named.
+    static func missing(_ path: String) -> String {
+        let slash = path.lastIndex(of: "/")
+        let folder = slash.map { String(path[..<$0]) } ?? "."
+        let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
+        var found: [String] = []
+        if let dir = opendir(folder.isEmpty ? "/" : folder) {
+            while let entry = readdir(dir) {
+                let entryName = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                if entryName.hasSuffix(".so") || entryName.contains(".so.") || entryName.lowercased() == name.lowercased() { found.append(entryName) }
+            }
+            closedir(dir)
+        }
+        let also = found.sorted().prefix(8)
+        let hint = also.isEmpty ? "the bundle's folder holds no library" : "the bundle's folder holds \(also.joined(separator: ", "))"
+        return "there is no file \(name) in the bundle: build the library and put it there under the name the manifest gives (\(hint))"
     }
 
     static func problem(header: [UInt8]) -> String? {

@@ -286,6 +286,9 @@ struct CallTests {
         try w.bundle("e.foreign", library: foreign)
         let missing = try w.bundle("e.missing")
         try FileManager.default.removeItem(atPath: missing + "/libTestKit.so")
+        // Named with another case than the manifest's: the folder's libraries are named.
+        let wrongCase = try w.bundle("e.case")
+        try FileManager.default.moveItem(atPath: wrongCase + "/libTestKit.so", toPath: wrongCase + "/libtestkit.so")
         try w.bundle("e.fine")
         let sv = try RunningSupervisor(w, args: [])
         try sv.waitUntil(timeout: 20, "the broken plugins to fail") {
@@ -306,6 +309,10 @@ struct CallTests {
         #expect(foreignExit.reason == .loadError && foreignExit.message?.contains("libforeign.so: it is built for AArch64; this worker runs on x86-64") == true, "\(foreignExit)")
         #expect(try exit("e.missing").reason == .loadError)
         #expect(try exit("e.missing").message?.contains("e.missing/libTestKit.so") == true)
+        let missingExit = try exit("e.missing"), caseExit = try exit("e.case")
+        #expect(missingExit.message?.contains("there is no file libTestKit.so in the bundle: build the library and put it there") == true, "\(missingExit)")
+        #expect(missingExit.message?.contains("the bundle's folder holds no library") == true, "\(missingExit)")
+        #expect(caseExit.message?.contains("the bundle's folder holds libtestkit.so") == true, "\(caseExit)")
         #expect(st.first { $0.identifier == "e.fine" }?.state == "running")
     }
 }
