@@ -311,7 +311,7 @@ public enum SupervisorError: Error, CustomStringConvertible {
         switch self {
         case .home(let home, let why): return "cannot use the home folder \(home): \(why)"
         case .alreadyRunning(let home, let pid):
-            return "another supervisor (pid \(pid)) is already running with home \(home); stop it with `supervisor stop`, or give this one another --home"
+            return "another supervisor (pid \(pid)) is already running with home \(home); stop it with `supervisor stop`, or give this one another home (--home; a PluginHost's Configuration(home:))"
         case .controlSocket(let path, let why): return "cannot listen on the control socket \(path): \(why)"
         case .config(let file, let reason): return "config \(file): \(reason)"
         }

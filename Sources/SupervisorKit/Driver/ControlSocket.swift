@@ -35,7 +35,7 @@ extension ControlServer {
         if FileSystem.exists(path) {
             if let probe = try? BlockingConnection.connect(path: path) {
                 probe.close()
-                throw .controlSocket(path, "another supervisor is listening there; give this one another --socket")
+                throw .controlSocket(path, "another supervisor is listening there; give this one another socket (--socket; a PluginHost's settings.socketPath)")
             }
             unlink(path)
         }
