@@ -197,6 +197,18 @@ int cls_catch_lifecycle_signals(int extra) {
     return rc;
 }
 
+void cls_release_caught_signals(int extra) {
+    sigset_t set;
+    lifecycle_set(&set);
+    if (extra > 0) sigaddset(&set, extra);
+    for (int sig = 1; sig < 65; sig++) if (sigismember(&set, sig)) signal(sig, SIG_DFL);
+    if (caught_pipe[1] >= 0) {
+        unsigned char end = 0;
+        ssize_t n = write(caught_pipe[1], &end, 1);
+        (void)n;
+    }
+}
+
 int cls_wait_caught_signal(int extra) {
     sigset_t set;
     lifecycle_set(&set);
@@ -205,7 +217,7 @@ int cls_wait_caught_signal(int extra) {
     for (;;) {
         unsigned char number;
         ssize_t n = read(caught_pipe[0], &number, 1);
-        if (n == 1) return number;
+        if (n == 1) return number;  /* 0: released (cls_release_caught_signals) */
         if (n < 0 && errno == EINTR) continue;
         return n < 0 ? -errno : -EIO;
     }

@@ -53,6 +53,13 @@ public enum LifecycleSignals {
         }
     }
 
+    /// Gives them (and `also`) back their default action and ends the relay `startCaughtRelay`
+    /// started: an embedded host that has stopped leaves the signals to its program (a Ctrl-C
+    /// ends it again). Not for `supervisor start`, whose last moments must not die of a SIGTERM.
+    public static func releaseCaught(also: Int32 = 0) {
+        cls_release_caught_signals(also)
+    }
+
     /// "SIGTERM" for 15; "signal N" for one without a name.
     public static func name(_ sig: Int32) -> String {
         cls_signal_name(sig).map { String(cString: $0) } ?? "signal \(sig)"

@@ -105,6 +105,8 @@ public final class PluginHost: Service, PluginCaller {
             }
         }
         phase.withLock { $0 = .stopped }
+        // The signals are the program's again (handlesSignals): a Ctrl-C after this ends it.
+        supervisor.releaseSignals()
         switch outcome {
         case .success:
             ready.settle(.failure(ErrorBody(.unavailable, "the plugin host stopped before its plugins were ready")))

@@ -44,6 +44,8 @@ public final class Supervisor: Sendable {
     private let janitor: Janitor
     /// The lifecycle signals are caught on every thread (`handlesSignals`), not only blocked.
     private let signalsCaught: Bool
+    /// A relay for the caught signals was started (`releaseSignals` ends it).
+    private let caughtRelay = Guarded(false)
 
     /// With `config.handlesSignals`, blocks the lifecycle signals first: every thread created from
     /// here on (NIO's included) inherits the mask. A thread made before (a host program's main
@@ -128,6 +130,13 @@ public final class Supervisor: Sendable {
         watcher.withLock { $0 }?.stop()
     }
 
+    /// For an embedded host whose `run` has returned: the lifecycle signals it caught get their
+    /// default action back and its relay thread ends, so that the program's Ctrl-C ends it again.
+    public func releaseSignals() {
+        guard caughtRelay.withLock({ started in defer { started = false }; return started }) else { return }
+        LifecycleSignals.releaseCaught(also: SIGUSR2)
+    }
+
     /// Ends the event loop: other threads' hand-ins stop first (a child reaped or a signal after
     /// this point is dropped, not scheduled on a loop that has ended).
     private func shutDownLoop() {
@@ -207,9 +216,10 @@ public final class Supervisor: Sendable {
             cgroups?.removeAll()
             notifier?.stop()
         }
-        let relaySignals = { [engine, signalsCaught] in
+        let relaySignals = { [engine, signalsCaught, caughtRelay] in
             let relay: @Sendable (Int32) -> Void = { signal in engine.execute { $0.handleSignal(signal) } }
             if signalsCaught {
+                caughtRelay.withLock { $0 = true }
                 LifecycleSignals.startCaughtRelay(also: SIGUSR2, relay)
             } else {
                 LifecycleSignals.startRelay(also: SIGUSR2, relay)

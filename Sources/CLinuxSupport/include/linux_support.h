@@ -107,6 +107,9 @@ int cls_catch_lifecycle_signals(int extra);
    thread first, so that one pending while every thread blocked it comes to the handler here. Its
    number, or -errno. */
 int cls_wait_caught_signal(int extra);
+/* Gives the lifecycle signals and `extra` back their default action, and ends one relay waiting in
+   cls_wait_caught_signal (it returns 0): an embedded host that stopped leaves them to its program. */
+void cls_release_caught_signals(int extra);
 /* The kernel's name of a signal ("SIGSEGV"), or NULL. */
 const char *cls_signal_name(int sig);
 
