@@ -40,14 +40,14 @@ extension SupervisorClient {
                     return true
                 }
                 guard live else {
-                    return continuation.resume(throwing: ErrorBody(.unavailable, "the connection to the supervisor was lost"))
+                    return continuation.resume(throwing: ErrorBody(.unavailable, Self.connectionLost))
                 }
                 if Task.isCancelled { return giveUp(id, link) }
                 do {
                     try link.connection.sendFrame(frame)
                 } catch {
                     if let waiter = state.withLock({ $0.waiting.removeValue(forKey: id) }) {
-                        waiter.continuation.resume(throwing: ErrorBody(.unavailable, "the connection to the supervisor was lost: \(error)"))
+                        waiter.continuation.resume(throwing: ErrorBody(.unavailable, "\(Self.connectionLost): \(error)"))
                     }
                 }
             }
@@ -76,6 +76,16 @@ extension SupervisorClient {
 
     // MARK: The connection
 
+    /// How the client's own errors for a supervisor that gave no answer begin (what `unanswered` knows).
+    static let connectionLost = "the connection to the supervisor was lost"
+    static let unreachable = "cannot reach the supervisor"
+
+    /// An error of the client's own: the supervisor did not answer (not there, or its connection
+    /// ended), as opposed to an answer of the supervisor's.
+    static func unanswered(_ error: ErrorBody) -> Bool {
+        error.data?.started == nil && (error.message.hasPrefix(connectionLost) || error.message.hasPrefix(unreachable))
+    }
+
     /// The connection, made (again) when there is none: a supervisor that is not there yet is
     /// waited for, up to `waiting`.
     func currentLink(waiting: Duration) async throws -> Link {
@@ -88,7 +98,7 @@ extension SupervisorClient {
             } catch {
                 let notYet = error.errno == ENOENT || error.errno == ECONNREFUSED
                 guard notYet, ContinuousClock.now < deadline else {
-                    throw ErrorBody(.unavailable, "cannot reach the supervisor at \(socketPath) (\(error)); is `supervisor start` running with this home or socket?")
+                    throw ErrorBody(.unavailable, "\(Self.unreachable) at \(socketPath) (\(error)); is `supervisor start` running with this home or socket?")
                 }
                 try await Task.sleep(for: .milliseconds(20))
             }
@@ -149,7 +159,7 @@ extension SupervisorClient {
             if reconnect { s.reproviding = true }
             return (waiters, followers, calls, reconnect, streamCalls)
         }
-        let gone = ErrorBody(.unavailable, "the connection to the supervisor was lost")
+        let gone = ErrorBody(.unavailable, Self.connectionLost)
         for waiter in waiters { waiter.continuation.resume(throwing: gone) }
         for call in streamCalls {
             call.feeder?.cancel()

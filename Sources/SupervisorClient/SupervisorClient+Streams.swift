@@ -44,7 +44,7 @@ extension SupervisorClient {
                     return true
                 }
                 // Given up before it went out: nothing to cancel.
-                guard live else { return receiver.finish(.failure(ErrorBody(.unavailable, "the connection to the supervisor was lost"))) }
+                guard live else { return receiver.finish(.failure(ErrorBody(.unavailable, Self.connectionLost))) }
                 try link.connection.sendFrame(b.finish())
                 if let input, let gate { startFeeding(id, input, gate, on: link, receiver) }
             } catch {

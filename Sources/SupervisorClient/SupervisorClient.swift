@@ -138,12 +138,20 @@ public final class SupervisorClient: PluginCaller {
     public func callJSON(_ target: String, _ method: String, params: [UInt8]?, timeout: Duration? = nil) async throws -> [UInt8] {
         var route = ThroughSupervisor(timeout: timeout)
         if let answer = try await links.call(target, method, params: params, route: &route) { return answer }
-        let answer = try await request(.call, timeout: route.timeout) { [route] b in
-            b.string("target", target)
-            b.string("method", method)
-            if let params { b.raw("params", params) }
-            if let timeout = route.timeout { b.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
-            if let afterLink = route.afterLink { b.raw("afterLink", afterLink.json) }
+        let answer: [UInt8]
+        do {
+            answer = try await request(.call, timeout: route.timeout) { [route] b in
+                b.string("target", target)
+                b.string("method", method)
+                if let params { b.raw("params", params) }
+                if let timeout = route.timeout { b.uint("timeoutMs", HostCoding.milliseconds(timeout)) }
+                if let afterLink = route.afterLink { b.raw("afterLink", afterLink.json) }
+            }
+        } catch let error as ErrorBody where route.afterLink != nil && Self.unanswered(error) {
+            // In flight on a link whose worker ended, and no supervisor took it back (killed, its
+            // workers with it): it may have run.
+            throw ErrorBody(code: error.code, message: "the direct link to \(target) ended with the call in flight, and the supervisor could not take it back: \(error.message)",
+                            data: ErrorData(started: true))
         }
         askForLink(to: target)
         return answer

@@ -323,6 +323,33 @@ struct ClientTests {
         #expect(client.linkedPlugins == ["c.d"])
     }
 
+    @Test("calls in flight on a direct link when the supervisor is killed (its workers with it) fail unavailable with started, each by its own timeout")
+    func supervisorKilledUnderLinkedCalls() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.k")
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        #expect(try await client.call("c.k", "ping", as: Int.self) == 1)
+        try await waitUntil("the direct link") { client.linkedPlugins == ["c.k"] }
+        let began = ContinuousClock.now
+        let calls = (0..<4).map { _ in
+            Task { () -> ErrorBody? in
+                do {
+                    _ = try await client.call("c.k", "sleep", ["ms": 20_000], as: Int.self, timeout: .seconds(2))
+                    return nil
+                } catch { return error as? ErrorBody }
+            }
+        }
+        try await waitUntil("a sleep under way") { try await client.call("c.k", "info", as: KitInfo.self).names.contains("sleeping:20000") }
+        kill(sup.pid, SIGKILL)
+        for call in calls {
+            let error = await call.value
+            #expect(error?.code == "unavailable" && error?.data?.started == true, "\(String(describing: error))")
+        }
+        #expect(ContinuousClock.now - began < .seconds(6), "the calls of 2 s took \(ContinuousClock.now - began)")
+    }
+
     /// What a `link` request is answered with: the token and where to pick the link up.
     struct LinkGrantResult: Decodable { var token: String; var socket: String }
 
