@@ -416,6 +416,8 @@ import Testing
         #expect(catalog.all.isEmpty)
         #expect(catalog.problems == ["\(path): holds a plugin.json of its own, and is read as a folder of bundles (one folder each), not as one: give the folder that holds it (\((path as NSString).deletingLastPathComponent)) as the plugin folder"], "\(catalog.problems)")
         #expect(PluginCatalog(directories: [(path as NSString).deletingLastPathComponent]).problems.isEmpty)
+        // With a trailing slash, the folder to give is still the one above.
+        #expect(PluginCatalog(directories: [path + "/"]).problems.first?.contains("(\((path as NSString).deletingLastPathComponent)) as the plugin folder") == true)
     }
 
     @Test("the known plugins of a folder that cannot be read are kept, the folder's fault reported")

@@ -39,9 +39,7 @@ extension Shared {
             for (id, request) in expired {
                 settled(request, .timeout, by: instance)
                 let why = request.stream?.timeoutReason(request.deadline, plugin: instance.identifier)
-                    ?? "\(instance.identifier) did not answer \(request.what) in time" + (request.call.map {
-                        " (its timeout: \(request.deadline.nanoseconds(since: $0.started.instant) / 1_000_000) ms)"
-                    } ?? "")
+                    ?? "\(instance.identifier) did not answer \(request.what) in time"
                 outbox.answer(request.origin, error: ErrorBody(.timeout, why))
                 // An unlink is the worker's own business, not its plugin's: nothing to cancel there.
                 if request.what.cancelledOnTimeout { sendCancel(id, to: instance) }

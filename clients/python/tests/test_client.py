@@ -522,3 +522,60 @@ def test_the_asyncio_client_when_the_supervisor_dies(plugin_supervisor, bundles)
                 assert took < 4.5, f"a 2 s call failed after {took:.1f} s"
 
     asyncio.run(main())
+
+
+def test_a_short_requests_failed_connect_does_not_fail_a_longer_one(plugin_supervisor, bundles):
+    """With no supervisor, a call of 0.3 s tries to connect for 0.3 s and fails; a call of 10 s that
+    waited for that try goes on trying, and is answered by the supervisor started 1 s later."""
+    folder = bundles("py.back")
+    sup = plugin_supervisor([folder])
+    client = Client(socket=sup.socket, direct_links=False)
+    try:
+        assert client.call("py.back", "ping") == 1
+        sup.process.kill()
+        sup.process.wait()
+        sup.wait_until(lambda: client._sock is None, what="the client to see the supervisor gone")
+        results = {}
+
+        def call(name, timeout):
+            results[name] = _error(lambda: client.call("py.back", "ping", timeout=timeout))
+        short = threading.Thread(target=call, args=("short", 0.3))
+        short.start()
+        time.sleep(0.05)
+        longer = threading.Thread(target=call, args=("longer", 10))
+        longer.start()
+        short.join(5)
+        time.sleep(1)
+        plugin_supervisor([folder], home=sup.home)
+        longer.join(15)
+        assert results["short"] is not None and results["short"].code == "unreachable", results
+        assert results["longer"] is None, results
+    finally:
+        client.close()
+
+
+def test_the_asyncio_client_keeps_a_longer_requests_own_connect_window(plugin_supervisor, bundles):
+    folder = bundles("py.aback")
+    sup = plugin_supervisor([folder])
+
+    async def main():
+        async with await AsyncClient.connect(socket=sup.socket, direct_links=False) as client:
+            assert await client.call("py.aback", "ping") == 1
+            sup.process.kill()
+            sup.process.wait()
+            await _until(lambda: _now(client._writer), lambda writer: writer is None)
+
+            async def call(timeout):
+                try:
+                    return await client.call("py.aback", "ping", timeout=timeout)
+                except PluginError as error:
+                    return error
+            short = asyncio.ensure_future(call(0.3))
+            await asyncio.sleep(0.05)
+            longer = asyncio.ensure_future(call(10))
+            assert isinstance(await short, PluginError) and (await short).code == "unreachable"
+            await asyncio.sleep(1)
+            await asyncio.get_running_loop().run_in_executor(None, lambda: plugin_supervisor([folder], home=sup.home))
+            assert await longer == 1
+
+    asyncio.run(main())

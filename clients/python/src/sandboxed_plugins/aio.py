@@ -120,7 +120,7 @@ class AsyncClient:
         # One connection at a time: tasks that find none at once wait for the first one's (made on
         # first use, in the running loop).
         self._connect_lock: Optional[asyncio.Lock] = None
-        self._connect_failed: Optional[Tuple[float, PluginError]] = None
+        self._connect_failed: Optional[Tuple[float, float, PluginError]] = None
         self._reader_task: Optional[asyncio.Task] = None
         self._waiting: Dict[int, asyncio.Future] = {}
         self._streams: Dict[int, AsyncEventStream] = {}
@@ -279,14 +279,16 @@ class AsyncClient:
         asked = time.monotonic()
         async with self._connect_lock:
             if self._writer is None:
-                # As Client's: a try that failed while this caller waited answers it too.
+                # As Client's: a try that failed while this caller waited, and that waited as long
+                # as this caller would have, answers it too.
+                deadline = asked + connect_window(self.connect_timeout, within)
                 failed = self._connect_failed
-                if failed is not None and failed[0] >= asked:
-                    raise failed[1]
+                if failed is not None and failed[0] >= asked and failed[1] >= deadline:
+                    raise failed[2]
                 try:
-                    await self._connect(within)
+                    await self._connect(max(0.0, deadline - time.monotonic()))
                 except PluginError as error:
-                    self._connect_failed = (time.monotonic(), error)
+                    self._connect_failed = (time.monotonic(), deadline, error)
                     raise
 
     async def _connect(self, within: Optional[float] = None) -> None:

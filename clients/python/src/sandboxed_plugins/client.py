@@ -198,8 +198,8 @@ class Client:
         self._host_calls: Dict[int, bool] = {}  # the supervisor's id -> cancelled
         self._pool: Optional[ThreadPoolExecutor] = None
         self._closed = False
-        #: When the last try to connect failed, and how: see ``_ensure_connected``.
-        self._connect_failed: Optional[Tuple[float, PluginError]] = None
+        #: When the last try to connect failed, until when it waited, and how: see ``_ensure_connected``.
+        self._connect_failed: Optional[Tuple[float, float, PluginError]] = None
         self._connect()
 
     # -- the calls of SPEC §12 -------------------------------------------------
@@ -363,15 +363,17 @@ class Client:
             if self._closed:
                 raise PluginError("unavailable", "the client is closed")
             if self._sock is None:
-                # A try that failed while this caller waited for the lock answers it too: callers
-                # of a supervisor gone do not each wait out a connect_timeout of their own in turn.
+                # A try that failed while this caller waited for the lock, and that waited for the
+                # supervisor as long as this caller would have, answers it too: callers of a
+                # supervisor gone do not each wait out a connect_timeout of their own in turn.
+                deadline = asked + connect_window(self.connect_timeout, within)
                 failed = self._connect_failed
-                if failed is not None and failed[0] >= asked:
-                    raise failed[1]
+                if failed is not None and failed[0] >= asked and failed[1] >= deadline:
+                    raise failed[2]
                 try:
-                    self._connect(within)
+                    self._connect(max(0.0, deadline - time.monotonic()))
                 except PluginError as error:
-                    self._connect_failed = (time.monotonic(), error)
+                    self._connect_failed = (time.monotonic(), deadline, error)
                     raise
 
     def _send(self, message: Dict[str, Any]) -> None:
