@@ -301,7 +301,14 @@ public final class Supervisor: Sendable {
 
     func prepareHome() throws(SupervisorError) {
         do {
-            for folder in ["", "/data", "/live", "/plugins"] { try FileSystem.makeDirectories(config.home + folder) }
+            try FileSystem.makeDirectories(config.home)
+        } catch {
+            throw .home(config.home, "\(error)")
+        }
+        // Before anything in it is used: its plugins' data folders become their workers' to write.
+        if let why = FileSystem.writableByOthers(config.home) { throw .home(config.home, why) }
+        do {
+            for folder in ["/data", "/live", "/plugins"] { try FileSystem.makeDirectories(config.home + folder) }
         } catch {
             throw .home(config.home, "\(error)")
         }

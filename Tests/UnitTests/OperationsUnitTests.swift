@@ -276,3 +276,38 @@ import LinuxSupport
         }
     }
 }
+
+/// A home another user could change is refused (LinuxSupport/FolderTrust.swift): its plugins' data
+/// folders become their workers' to write, and a link planted where one goes would lead anywhere.
+@Suite struct HomeTrustTests {
+    @Test func aHomeOthersCanChangeIsNamedWithWhy() throws {
+        let root = NSTemporaryDirectory() + "hometrust-\(UUID().uuidString.prefix(8))"
+        let home = root + "/a/home"
+        try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        for folder in [root, root + "/a", home] { chmod(folder, 0o755) }
+        #expect(FileSystem.writableByOthers(home) == nil)
+        chmod(home, 0o777)
+        #expect(FileSystem.writableByOthers(home)?.contains("is writable by every user (mode 777)") == true)
+        chmod(home, 0o775)
+        #expect(FileSystem.writableByOthers(home)?.contains("is writable by its group") == true)
+        chmod(home, 0o700)
+        // A folder above: writable by others only with the sticky bit (as /tmp).
+        chmod(root + "/a", 0o777)
+        #expect(FileSystem.writableByOthers(home)?.contains("a folder above the home, is writable by every user without the sticky bit") == true)
+        chmod(root + "/a", 0o1777)
+        #expect(FileSystem.writableByOthers(home) == nil)
+        chmod(root + "/a", 0o755)
+        // Owned by another user (the test runs as root in CI; elsewhere that part is skipped).
+        if geteuid() == 0 {
+            #expect(chown(root + "/a", 65534, 65534) == 0)
+            #expect(FileSystem.writableByOthers(home)?.contains("\(root)/a is owned by uid 65534") == true, "\(FileSystem.writableByOthers(home) ?? "nil")")
+            #expect(chown(root + "/a", 0, 0) == 0)
+            // A link to a home others can write is judged by where it leads.
+            let link = root + "/link"
+            chmod(home, 0o777)
+            #expect(symlink(home, link) == 0)
+            #expect(FileSystem.writableByOthers(link)?.contains("\(home) is writable by every user") == true)
+        }
+    }
+}
