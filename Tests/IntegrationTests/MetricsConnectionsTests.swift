@@ -1,4 +1,6 @@
 import Foundation
+import IPC
+import SupervisorClient
 import Testing
 
 /// The metrics endpoint cannot be used to hold the supervisor's descriptors: at most 64 connections
@@ -119,5 +121,50 @@ extension MetricsConnectionsTests {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let n = recv(fd, &buffer, buffer.count, 0)
         #expect(n > 0 && String(decoding: buffer.prefix(max(n, 0)), as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+    }
+}
+
+/// A supervisor out of descriptors, with connections waiting in a listener's backlog: `accept`
+/// fails (EMFILE) and the listener stays readable. It waits between tries, says so once, and
+/// serves again when descriptors come back; it spun on `accept4` (thousands a second, a core).
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct AcceptBackoffTests {
+    /// CPU seconds `pid` has used (user and system).
+    static func cpuSeconds(_ pid: pid_t) -> Double {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = text.lastIndex(of: ")") else { return 0 }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        // utime and stime, the 14th and 15th fields (the 3rd, the state, is the first after ')').
+        return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    @Test("out of descriptors with clients waiting to be accepted: no spin, one warning naming the limit, served again once descriptors come back (the control socket, and the links' handoff socket, which stopped for good)")
+    func noSpinOutOfDescriptors() async throws {
+        let w = try TestWorld()
+        try w.bundle("a.one")
+        let sv = try RunningSupervisor(w)
+        let open = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(sv.pid)/fd").count
+        // util-linux's prlimit: the call is not in Swift's Glibc module.
+        let was = try Shell.run("/usr/bin/prlimit", ["--pid", "\(sv.pid)", "--nofile", "--output", "SOFT", "--noheadings"]).out
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(try Shell.run("/usr/bin/prlimit", ["--pid", "\(sv.pid)", "--nofile=\(open + 2):"]).code == 0)
+        var clients: [BlockingConnection] = []
+        defer { clients.forEach { $0.close() } }
+        for _ in 0..<8 { if let c = try? BlockingConnection.connect(path: sv.socket) { clients.append(c) } }
+        for _ in 0..<4 { if let c = try? BlockingConnection.connect(path: sv.socket + ".links") { clients.append(c) } }
+        try sv.waitUntil("the warning") { sv.log.contains("the control socket cannot accept a connection: Too many open files") }
+        let before = Self.cpuSeconds(sv.pid)
+        usleep(1_000_000)
+        let spent = Self.cpuSeconds(sv.pid) - before
+        #expect(spent < 0.3, "the supervisor spent \(spent) s of CPU in 1 s with clients it could not accept")
+        #expect(sv.log.contains("raise its open-files limit"), "\(sv.log)")
+        #expect(try Shell.run("/usr/bin/prlimit", ["--pid", "\(sv.pid)", "--nofile=\(was):"]).code == 0, "soft limit was \(was)")
+        clients.forEach { $0.close() }
+        clients = []
+        #expect(try sv.call("a.one", "ping", as: Int.self) == 1)
+        // A client's direct link is picked up at the handoff socket, which serves again.
+        let client = try await SupervisorClient.connect(socket: sv.socket)
+        defer { client.close() }
+        try await waitUntil("a direct link") { _ = try await client.call("a.one", "ping", as: Int.self); return client.linkedPlugins == ["a.one"] }
     }
 }

@@ -74,6 +74,7 @@ extension ControlServer {
         let maxBody = config.maxFrameBytes
         return ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 128)
+            .serverChannelInitializer { AcceptBackoff.install(on: $0, logger: engine.value.logger, listener: "the control socket") }
             .childChannelOption(ChannelOptions.writeBufferWaterMark, value: Outbox.waterMark)
             .childChannelOption(ChannelOptions.recvAllocator, value: Outbox.receiveBuffers)
             .childChannelInitializer { channel in

@@ -57,6 +57,7 @@ enum MetricsServer {
         }
         let bootstrap = ServerBootstrap(group: engine.eventLoop)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelInitializer { AcceptBackoff.install(on: $0, logger: logger, listener: "the metrics endpoint") }
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     // Scrapers are few: past `connectionsMax` open at once the connection that has
@@ -87,6 +88,9 @@ enum MetricsServer {
             let shown = endpoint.host.contains(":") ? "[\(endpoint.host)]:\(endpoint.port)" : "\(endpoint.host):\(endpoint.port)"
             logger.info("metrics: GET http://\(shown)/metrics")
             return channel
+        } catch let error as IOError {
+            let privileged = error.errnoCode == EACCES && endpoint.port < 1024 ? " (a port under 1024 needs root or CAP_NET_BIND_SERVICE)" : ""
+            throw .config(file: "metrics.listen", reason: "cannot listen on \(listen): \(String(cString: strerror(error.errnoCode)))\(privileged)")
         } catch {
             throw .config(file: "metrics.listen", reason: "cannot listen on \(listen): \(error)")
         }

@@ -234,7 +234,13 @@ final class LinkHandoff: Sendable {
     private func serve() {
         while !stopped.withLock({ $0 }) {
             let client = cls_accept_cloexec(listener)
-            if client < 0 { break }
+            if client < 0 {
+                // Out of descriptors (or memory) for now: the client waits in the backlog, and the
+                // socket serves again once some are back. Anything else: the listener was closed.
+                guard [EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED].contains(-client) else { break }
+                if -client != ECONNABORTED { usleep(100_000) }
+                continue
+            }
             let own = serving.withLock { n -> Bool in
                 guard n < Self.concurrentClients else { return false }
                 n += 1
