@@ -180,6 +180,16 @@ struct AuthorTests {
         #expect(try sv.cli("call", "h.one", "echo", "[1]").out.contains("1"))
     }
 
+    @Test("a control socket path of 104 to 107 bytes (what Linux holds, not what SwiftNIO takes) stops start with the limit, not an error's name")
+    func aSocketPathTooLongForNIO() throws {
+        let w = try TestWorld()
+        var path = w.root + "/"
+        path += String(repeating: "s", count: 105 - path.utf8.count)
+        let run = try Shell.run(Build.supervisor, ["start", "--home", w.home, "--plugins", w.plugins, "--socket", path], timeout: 30)
+        #expect(run.code == 1 && run.err.contains("the path is 105 bytes long, and a Unix socket's path holds 103 at most: give a shorter --socket"),
+                "\(run.code) \(run.err)")
+    }
+
     @Test("a manifest field spelt almost as one the supervisor has is warned of, with the field meant, at start and at a reload; the plugin runs")
     func misspelledFieldsAreWarned() throws {
         let w = try TestWorld()

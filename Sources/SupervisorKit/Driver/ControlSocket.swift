@@ -19,7 +19,9 @@ extension ControlServer {
     static func bind(config: SupervisorConfig, group: EventLoopGroup, engine: Handed<Engine>,
                      wait: (EventLoopFuture<Channel>) throws -> Channel = { try $0.wait() }) throws(SupervisorError) -> Channel {
         let path = config.socketPath
-        let longest = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
+        // A Unix socket's path holds 107 bytes on Linux, but SwiftNIO, which serves it, takes 103 at
+        // most (what macOS holds too); 104 to 107 failed later as `unixDomainSocketPathTooLong`.
+        let longest = min(MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1, 103)
         guard path.utf8.count <= longest else {
             throw .controlSocket(path, "the path is \(path.utf8.count) bytes long, and a Unix socket's path holds \(longest) at most: give a shorter --socket")
         }
