@@ -104,11 +104,13 @@ struct Start: ParsableCommand {
         if noSandbox { settings.sandboxEnabled = false }
         if let mode = workerStart.flatMap(SupervisorConfig.WorkerStart.init(rawValue:)) { settings.workerStart = mode }
         settings.debugPlugins = Set(debug)
+        let logger = Logger(label: "supervisor")
         let companions = handover?.fillMissingExecutables(&settings) ?? []
         for taken in companions {
-            StandardError.write("supervisor: upgrade: this binary has no \(taken); the previous binary's is used\n")
+            // Through the log, in its format: a JSON log is one object a line.
+            logger.warning("upgrade: this binary has no \(taken); the previous binary's is used")
         }
-        let supervisor = Supervisor(config: settings, logger: Logger(label: "supervisor"), handover: handover)
+        let supervisor = Supervisor(config: settings, logger: logger, handover: handover)
         do {
             try supervisor.run { line in
                 print(line)
