@@ -11,6 +11,10 @@ package struct DescriptorBudget: Equatable, Sendable {
     package static let perWorker = 7
     package static let perPlugin = perWorker + 1
     package static let reserve = 256
+    /// What the supervisor holds of its own before any worker runs (about 30: its event loop, the
+    /// listeners, the fork server, the log, the lock): what is left of a limit under the reserve
+    /// goes to workers, so a low limit's count of plugins that fit is what does run.
+    package static let own = 32
 
     /// Plugins the supervisor knows (running, or able to run on a call).
     package var plugins: Int
@@ -25,9 +29,10 @@ package struct DescriptorBudget: Equatable, Sendable {
     /// The open-files limit these plugins need.
     package var needed: Int { Self.reserve + Self.perPlugin * plugins + peerLinks }
 
-    /// How many plugins can run at once under `limit`.
+    /// How many plugins can run at once under `limit`: the reserve kept while it lasts, what the
+    /// supervisor holds of its own below it.
     package static func plugins(under limit: Int) -> Int {
-        max(0, (limit - reserve) / perPlugin)
+        limit >= reserve + perWorker ? (limit - reserve) / perPlugin : max(0, (limit - own) / perWorker)
     }
 
     /// What to tell the operator when `limit` (the soft limit after raising it as far as the hard
