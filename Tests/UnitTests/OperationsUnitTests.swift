@@ -187,6 +187,7 @@ import LinuxSupport
         #expect(apply(#"{"shutdownGraceMs": 9223372036854775807}"#)?.contains("it is at most 86400000 (a day)") == true)
         #expect(apply(#"{"restartLimit": 1000000}"#) == nil)
         #expect(apply(#"{"startupTimeoutMs": 1e20}"#)?.contains("a number too large for a whole number") == true)
+        #expect(apply(#"{"callTimeoutMs": 1e400}"#)?.contains("got a number too large to read") == true, "\(apply(#"{"callTimeoutMs": 1e400}"#) ?? "")")
         #expect(apply(#"{"startupTimeoutMs": 1.5}"#)?.contains("the fractional number 1.5") == true)
         #expect(apply(#"{"socket": ""}"#)?.contains("'socket' is empty") == true)
         #expect(apply(#"{"plugins": ["/p", ""]}"#)?.contains("[1] is empty") == true)

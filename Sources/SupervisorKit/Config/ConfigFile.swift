@@ -223,7 +223,8 @@ indirect enum ConfigValue: Decodable {
         else if let d = try? c.decode(Double.self) {
             self = .other(d.rounded() == d ? "\(d), a number too large for a whole number" : "the fractional number \(d)")
         }
-        else { self = .other(c.decodeNil() ? "null" : "a mixed list") }
+        // A list or an object of any values decodes above: what is left is a number no Double holds (1e400).
+        else { self = .other(c.decodeNil() ? "null" : "a number too large to read") }
     }
 
     func bool() throws(SettingError) -> Bool {
