@@ -44,9 +44,14 @@ public final class HomeLock {
         }
         _ = ftruncate(fd.raw, 0)
         let pid = "\(getpid()) \(holder.rawValue)\n"
-        _ = pid.withCString { pwrite(fd.raw, $0, strlen($0), 0) }
+        let written = pid.withCString { pwrite(fd.raw, $0, strlen($0), 0) }
+        unwritten = written == pid.utf8.count ? nil : String(cString: strerror(written < 0 ? errno : ENOSPC))
         self.fd = fd
     }
+
+    /// Why our pid could not be written into the lock (a full disk), if it could not: the lock
+    /// holds all the same, but another supervisor turned away cannot say whose it is.
+    public private(set) var unwritten: String? = nil
 
     /// The lock the previous binary held, handed over by an upgrade in place (the same open file,
     /// so the same lock: there is no moment another supervisor could take the home).

@@ -183,6 +183,7 @@ public final class Supervisor: Sendable {
             }
         }
         defer { withExtendedLifetime(lock) {} }
+        if let why = lock.unwritten { logger.warning("cannot write this supervisor's pid into \(config.home)/supervisor.lock (\(why)): it holds the home all the same, but another one turned away cannot say whose it is") }
         let lockFD = lock.descriptor
         onLoop { $0.shared.homeLockFD = lockFD }
         // An install interrupted by a crash left its staging folder; the bundles are complete.
@@ -328,7 +329,7 @@ public enum SupervisorError: Error, CustomStringConvertible {
         switch self {
         case .home(let home, let why): return "cannot use the home folder \(home): \(why)"
         case .alreadyRunning(let home, let pid):
-            return "another supervisor (pid \(pid)) is already running with home \(home); stop it with `supervisor stop`, or give this one another home (--home; a PluginHost's Configuration(home:))"
+            return "another supervisor (\(pid == "?" ? "its pid is not in the lock file" : "pid \(pid)")) is already running with home \(home); stop it with `supervisor stop`, or give this one another home (--home; a PluginHost's Configuration(home:))"
         case .controlSocket(let path, let why): return "cannot listen on the control socket \(path): \(why)"
         case .config(let file, let reason): return "config \(file): \(reason)"
         }
