@@ -137,6 +137,13 @@ int cls_block_lifecycle_signals(void) {
     return rc == 0 ? 0 : -rc;
 }
 
+int cls_mask_lifecycle_signals(void) {
+    sigset_t set;
+    lifecycle_set(&set);
+    int rc = pthread_sigmask(SIG_BLOCK, &set, NULL);
+    return rc == 0 ? 0 : -rc;
+}
+
 int cls_block_signal(int sig) {
     sigset_t set;
     sigemptyset(&set);
@@ -169,9 +176,14 @@ static void caught_signal(int sig) {
     errno = saved;
 }
 
+/* Catching is counted: the first catch keeps what the program had for each signal (its own
+   handler, SIG_IGN under nohup, the default), and the last release gives it back. */
+static pthread_mutex_t caught_lock = PTHREAD_MUTEX_INITIALIZER;
+static int caught_count;
+static struct sigaction caught_previous[65];
+
 int cls_catch_lifecycle_signals(int extra) {
-    static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&once);
+    pthread_mutex_lock(&caught_lock);
     int rc = 0;
     if (caught_pipe[0] < 0) {
         int fds[2];
@@ -189,24 +201,35 @@ int cls_catch_lifecycle_signals(int extra) {
         if (extra > 0) sigaddset(&action.sa_mask, extra);
         for (int sig = 1; sig < 65 && rc == 0; sig++) {
             if (!sigismember(&action.sa_mask, sig)) continue;
-            if (sigaction(sig, &action, NULL) != 0) rc = -errno;
+            if (sigaction(sig, &action, caught_count == 0 ? &caught_previous[sig] : NULL) != 0) rc = -errno;
         }
-        signal(SIGPIPE, SIG_IGN);
+        /* A write to a closed socket or pipe is an error for us, not the end of the process. */
+        struct sigaction ignore;
+        memset(&ignore, 0, sizeof ignore);
+        ignore.sa_handler = SIG_IGN;
+        if (rc == 0) sigaction(SIGPIPE, &ignore, caught_count == 0 ? &caught_previous[SIGPIPE] : NULL);
+        if (rc == 0) caught_count++;
     }
-    pthread_mutex_unlock(&once);
+    pthread_mutex_unlock(&caught_lock);
     return rc;
 }
 
 void cls_release_caught_signals(int extra) {
-    sigset_t set;
-    lifecycle_set(&set);
-    if (extra > 0) sigaddset(&set, extra);
-    for (int sig = 1; sig < 65; sig++) if (sigismember(&set, sig)) signal(sig, SIG_DFL);
+    pthread_mutex_lock(&caught_lock);
+    if (caught_count > 0 && --caught_count == 0) {
+        sigset_t set;
+        lifecycle_set(&set);
+        if (extra > 0) sigaddset(&set, extra);
+        sigaddset(&set, SIGPIPE);
+        for (int sig = 1; sig < 65; sig++) if (sigismember(&set, sig)) sigaction(sig, &caught_previous[sig], NULL);
+    }
+    /* After the dispositions: nothing the handler writes follows the end. */
     if (caught_pipe[1] >= 0) {
         unsigned char end = 0;
         ssize_t n = write(caught_pipe[1], &end, 1);
         (void)n;
     }
+    pthread_mutex_unlock(&caught_lock);
 }
 
 int cls_wait_caught_signal(int extra) {

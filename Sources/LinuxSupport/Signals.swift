@@ -53,9 +53,10 @@ public enum LifecycleSignals {
         }
     }
 
-    /// Gives them (and `also`) back their default action and ends the relay `startCaughtRelay`
-    /// started: an embedded host that has stopped leaves the signals to its program (a Ctrl-C
-    /// ends it again). Not for `supervisor start`, whose last moments must not die of a SIGTERM.
+    /// Ends the relay `startCaughtRelay` started and, at the last release of as many as there were
+    /// catches, gives them (and `also`) back what the program had for them: an embedded host that
+    /// has stopped leaves the signals to its program. Not for `supervisor start`, whose last
+    /// moments must not die of a SIGTERM.
     public static func releaseCaught(also: Int32 = 0) {
         cls_release_caught_signals(also)
     }
@@ -82,6 +83,10 @@ public enum Threads {
     public static func tryStart(name: String, _ run: @escaping @Sendable () -> Void) -> Bool {
         let body: @Sendable () -> Void = {
             cls_set_thread_name(name)
+            // Our threads take no lifecycle signal (a relay unblocks them for itself): in an
+            // embedded host's program, where they are caught, not blocked, they go to the
+            // program's threads or the relay, never into a blocking call of ours.
+            _ = cls_mask_lifecycle_signals()
             run()
         }
         final class Box: Sendable {  // handed to exactly one new thread, read once there

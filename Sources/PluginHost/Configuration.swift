@@ -26,6 +26,7 @@ extension PluginHost {
         public init(pluginFolders: [String], home: String) {
             settings = SupervisorConfig(home: home, pluginDirectories: pluginFolders)
             settings.handlesSignals = false
+            settings.ownsProcess = false
             settings.metricsFactory = MetricsSystem.factory
             if let folder = Self.binariesFolder() {
                 settings.useBinaries(in: folder)

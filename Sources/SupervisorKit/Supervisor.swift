@@ -42,32 +42,24 @@ public final class Supervisor: Sendable {
     private let spawner = Guarded<SpawnerThread?>(nil)
     /// Removes ended workers' groups and folders off the loop; `serve` waits for it before it returns.
     private let janitor: Janitor
-    /// The lifecycle signals are caught on every thread (`handlesSignals`), not only blocked.
-    private let signalsCaught: Bool
     /// A relay for the caught signals was started (`releaseSignals` ends it).
     private let caughtRelay = Guarded(false)
 
-    /// With `config.handlesSignals`, blocks the lifecycle signals first: every thread created from
-    /// here on (NIO's included) inherits the mask. A thread made before (a host program's main
-    /// thread and task pool) does not, so they are also caught with a handler that hands them to the
-    /// relay thread (`LifecycleSignals.catchEverywhere`). Without it (an embedded host's default),
-    /// the process's signals are left alone.
+    /// With `config.handlesSignals` in a process of its own (`supervisor start`), blocks the
+    /// lifecycle signals first: every thread created from here on (NIO's included) inherits the
+    /// mask, and one that comes before the relay waits for it. Either way they are caught, once
+    /// the relay starts, with a handler that hands them to it (`LifecycleSignals.catchEverywhere`),
+    /// whichever thread takes them: an embedded host's program has threads made before the host
+    /// (an async main's, its task pool), whose masks are the program's. Without `handlesSignals`
+    /// (an embedded host's default), the process's signals are left alone.
     /// `handover`: what the previous binary handed over, when an upgrade exec'd this one
     /// (`UpgradeHandover.fromEnvironment`); the supervisor then takes over its workers, sockets and
     /// state instead of starting plugins.
     public init(config: SupervisorConfig, logger: Logger, handover: UpgradeHandover? = nil) {
-        var caught = false
-        if config.handlesSignals {
+        if config.handlesSignals && config.ownsProcess {
             LifecycleSignals.block()
             LifecycleSignals.blockAlso(SIGUSR2)
-            do {
-                try LifecycleSignals.catchEverywhere(also: SIGUSR2)
-                caught = true
-            } catch {
-                logger.warning("cannot catch the lifecycle signals (\(error)): they reach the supervisor only on threads made after it, and end the program on the others")
-            }
         }
-        signalsCaught = caught
         self.handover = handover
         self.config = config
         self.logger = logger
@@ -130,8 +122,9 @@ public final class Supervisor: Sendable {
         watcher.withLock { $0 }?.stop()
     }
 
-    /// For an embedded host whose `run` has returned: the lifecycle signals it caught get their
-    /// default action back and its relay thread ends, so that the program's Ctrl-C ends it again.
+    /// For an embedded host whose `run` has returned (or failed): the lifecycle signals it caught
+    /// get back what the program had for them, and its relay thread ends, so that the program's
+    /// Ctrl-C does what it did before. Nothing when no relay started.
     public func releaseSignals() {
         guard caughtRelay.withLock({ started in defer { started = false }; return started }) else { return }
         LifecycleSignals.releaseCaught(also: SIGUSR2)
@@ -149,7 +142,7 @@ public final class Supervisor: Sendable {
         guard config.maxFrameBytes >= SupervisorConfig.smallestFrameLimit else {
             throw .config(file: "(the settings given)", reason: "'maxFrameBytes' is \(config.maxFrameBytes); it is at least \(SupervisorConfig.smallestFrameLimit) (1 MiB: a worker's hello and every command must fit)")
         }
-        if config.handlesSignals {
+        if config.handlesSignals && config.ownsProcess {
             LifecycleSignals.block()
             LifecycleSignals.blockAlso(SIGUSR2)
         }
@@ -217,12 +210,14 @@ public final class Supervisor: Sendable {
             cgroups?.removeAll()
             notifier?.stop()
         }
-        let relaySignals = { [engine, signalsCaught, caughtRelay] in
+        let relaySignals = { [engine, caughtRelay, logger] in
             let relay: @Sendable (Int32) -> Void = { signal in engine.execute { $0.handleSignal(signal) } }
-            if signalsCaught {
+            do {
+                try LifecycleSignals.catchEverywhere(also: SIGUSR2)
                 caughtRelay.withLock { $0 = true }
                 LifecycleSignals.startCaughtRelay(also: SIGUSR2, relay)
-            } else {
+            } catch {
+                logger.warning("cannot catch the lifecycle signals (\(error)): they reach the supervisor only where they are blocked, and end the program on other threads")
                 LifecycleSignals.startRelay(also: SIGUSR2, relay)
             }
         }

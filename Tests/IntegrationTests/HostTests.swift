@@ -332,16 +332,16 @@ struct HostTests {
 /// after, and a SIGTERM the kernel gave the main thread ended the program at once, its plugins
 /// never told.
 @Suite(.serialized) struct HostSignalTests {
-    @Test("handlesSignals in an async main: SIGTERM and SIGINT stop the plugins and end run; the program goes on, and the next one ends it",
-          arguments: [SIGTERM, SIGINT])
-    func signalsStopTheHostNotTheProgram(_ sig: Int32) async throws {
+    @Test("handlesSignals, the main thread in dispatch's loop (as an async main's) or in a wait of its own: SIGTERM and SIGINT stop the plugins and end run; the program goes on, and the next one ends it",
+          arguments: [(SIGTERM, "async"), (SIGINT, "async"), (SIGTERM, "sync"), (SIGINT, "sync")])
+    func signalsStopTheHostNotTheProgram(_ sig: Int32, _ mode: String) async throws {
         let w = try TestWorld()
         try w.bundle("o.kit")
         let out = w.root + "/host-signals.out", err = w.root + "/host-signals.err"
         for file in [out, err] { _ = FileManager.default.createFile(atPath: file, contents: nil) }
         let program = Process()
         program.executableURL = URL(fileURLWithPath: Build.dir + "/HostSignals")
-        program.arguments = [w.plugins, w.home]
+        program.arguments = [w.plugins, w.home, mode]
         program.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
         program.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: err))
         try program.run()

@@ -92,6 +92,9 @@ size_t cls_loaded_objects(char *buf, size_t len);
 /* Blocks the lifecycle signals (TERM, INT, USR1, TSTP, CONT, HUP) in the calling thread, so threads
    created later inherit the mask, and ignores SIGPIPE. */
 int cls_block_lifecycle_signals(void);
+/* Blocks them in the calling thread alone, SIGPIPE left as it is (a thread of ours in a program
+   whose signals are its own). */
+int cls_mask_lifecycle_signals(void);
 /* Waits for one of the lifecycle signals; returns its number, or -errno. */
 /* Blocks `sig` in the calling thread (threads made after inherit it). */
 int cls_block_signal(int sig);
@@ -107,8 +110,9 @@ int cls_catch_lifecycle_signals(int extra);
    thread first, so that one pending while every thread blocked it comes to the handler here. Its
    number, or -errno. */
 int cls_wait_caught_signal(int extra);
-/* Gives the lifecycle signals and `extra` back their default action, and ends one relay waiting in
-   cls_wait_caught_signal (it returns 0): an embedded host that stopped leaves them to its program. */
+/* Ends one relay waiting in cls_wait_caught_signal (it returns 0) and, at the last release of as
+   many as there were catches, gives the lifecycle signals and `extra` back what the program had
+   for them before the first: an embedded host that stopped leaves them to its program. */
 void cls_release_caught_signals(int extra);
 /* The kernel's name of a signal ("SIGSEGV"), or NULL. */
 const char *cls_signal_name(int sig);

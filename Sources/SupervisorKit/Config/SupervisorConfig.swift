@@ -145,6 +145,10 @@ public struct SupervisorConfig: Sendable {
     /// thread and waits for them on a thread of its own). `supervisor start` does; an embedded
     /// `PluginHost` does not unless asked, since the signals belong to the program it runs in.
     public var handlesSignals = true
+    /// The process is the supervisor's own (`supervisor start`): the signals it handles are blocked
+    /// in every thread from the start and stay its own to the end. An embedded host's (false) are
+    /// only caught while it runs, and given back to the program when `run` returns.
+    public var ownsProcess = true
     /// Whether the control socket is served (`supervisor status` and the other client commands
     /// reach an embedded host through it too).
     public var servesControlSocket = true
