@@ -11,6 +11,9 @@ extension FileSystem {
     /// folder goes, and the plugin would get read-write access to wherever it leads. The path is
     /// looked at as it resolves (its links followed); one that does not exist is nil (said elsewhere).
     public static func writableByOthers(_ path: String) -> String? {
+        // The path as given first: a link in it (or a folder a `..` passes through) that another
+        // user owns could be pointed elsewhere after the check, whatever it leads to now.
+        if let why = linkOfAnother(on: path) { return why }
         guard var current = realPath(path) else { return nil }
         let me = geteuid()
         var isFolder = true
@@ -19,7 +22,7 @@ extension FileSystem {
             guard stat(current, &st) == 0 else { return nil }
             let mode = st.st_mode & 0o7777
             let shown = "mode \(String(mode, radix: 8))"
-            if st.st_uid != 0 && st.st_uid != me {
+            if !trusted(st.st_uid, me) {
                 return "\(current) is owned by uid \(st.st_uid), neither this user (uid \(me)) nor root: its owner could replace what is in it; give a home of your own (--home, or $HOME)"
             }
             if isFolder, mode & 0o022 != 0 {
@@ -34,4 +37,50 @@ extension FileSystem {
             isFolder = false
         }
     }
+
+    /// A link on `path` (as given, each of its leading parts) that another user than this one or
+    /// root owns, or one in a folder others may change (writable by them, without the sticky bit).
+    static func linkOfAnother(on path: String) -> String? {
+        let me = geteuid()
+        var prefix = ""
+        for part in absolute(path).split(separator: "/", omittingEmptySubsequences: true) {
+            if part == "..", !prefix.isEmpty {
+                // Passed through: one its owner could replace with a link.
+                var passed = stat()
+                if lstat(prefix, &passed) == 0, !trusted(passed.st_uid, me) {
+                    return "\(prefix), which the path passes through with '..', is owned by uid \(passed.st_uid): give the home by a path of your own (--home)"
+                }
+            }
+            prefix += "/" + part
+            var st = stat()
+            guard lstat(prefix, &st) == 0 else { return nil }
+            guard st.st_mode & S_IFMT == S_IFLNK else { continue }
+            if !trusted(st.st_uid, me) {
+                return "\(prefix) is a link owned by uid \(st.st_uid), neither this user (uid \(me)) nor root: its owner could point it elsewhere; give the home by a path of your own (--home)"
+            }
+            let folder = prefix.lastIndex(of: "/").map { $0 == prefix.startIndex ? "/" : String(prefix[..<$0]) } ?? "/"
+            var dir = stat()
+            if stat(folder, &dir) == 0, dir.st_mode & 0o022 != 0, dir.st_mode & UInt32(S_ISVTX) == 0 {
+                return "\(prefix) is a link in \(folder), which others may change (mode \(String(dir.st_mode & 0o7777, radix: 8))): give the home by a path of your own (--home)"
+            }
+        }
+        return nil
+    }
+
+    /// An owner who cannot be another user of ours: root, this user, or, in a user namespace that
+    /// does not map every user (a rootless container), the overflow uid that stands for owners
+    /// outside it (the host's root owns `/` there), whom no process inside can act as.
+    static func trusted(_ owner: uid_t, _ me: uid_t) -> Bool {
+        owner == 0 || owner == me || (owner == overflowUID && !mapsEveryUser)
+    }
+
+    static let overflowUID: uid_t = (try? readFile("/proc/sys/kernel/overflowuid", limit: 32))
+        .flatMap { UInt32(String(decoding: $0, as: UTF8.self).filter(\.isNumber)) } ?? 65534
+
+    /// Whether this process's user namespace maps every uid (the initial one: `0 0 4294967295`).
+    static let mapsEveryUser: Bool = {
+        guard let map = try? readFile("/proc/self/uid_map", limit: 4096) else { return true }
+        let fields = String(decoding: map, as: UTF8.self).split(whereSeparator: \.isWhitespace)
+        return fields.count == 3 && fields[0] == "0" && fields[1] == "0" && fields[2] == "4294967295"
+    }()
 }

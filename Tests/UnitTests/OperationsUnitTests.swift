@@ -309,6 +309,16 @@ import LinuxSupport
             chmod(home, 0o777)
             #expect(symlink(home, link) == 0)
             #expect(FileSystem.writableByOthers(link)?.contains("\(home) is writable by every user") == true)
+            chmod(home, 0o700)
+            #expect(FileSystem.writableByOthers(link) == nil)
+            // A link another user owns (in a sticky folder they may put it in) could be pointed
+            // elsewhere after the check, whatever it leads to now; so could a folder '..' passes.
+            #expect(lchown(link, 65534, 65534) == 0)
+            #expect(FileSystem.writableByOthers(link)?.contains("\(link) is a link owned by uid 65534") == true, "\(FileSystem.writableByOthers(link) ?? "nil")")
+            let theirs = root + "/theirs"
+            try FileManager.default.createDirectory(atPath: theirs, withIntermediateDirectories: true)
+            #expect(chown(theirs, 65534, 65534) == 0)
+            #expect(FileSystem.writableByOthers(theirs + "/../a/home")?.contains("\(theirs), which the path passes through with '..', is owned by uid 65534") == true)
         }
     }
 }
