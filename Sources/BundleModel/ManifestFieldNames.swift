@@ -23,6 +23,8 @@ extension Manifest {
     /// One line for each field of `bytes` (a manifest that parsed) that no manifest has but that is
     /// close to one that it does: `<file>: field 'limits.callTimeoutMS' is not a manifest field and
     /// is ignored; did you mean 'callTimeoutMs'?`.
+    static let maxNotes = 10
+
     static func misspelledFields(_ bytes: [UInt8], file: String) -> [String] {
         guard let shape = try? JSONDecoder().decode(Shape.self, from: Data(bytes)) else { return [] }
         var notes: [String] = []
@@ -38,7 +40,9 @@ extension Manifest {
         for (name, elements) in shape.lists.sorted(by: { $0.key < $1.key }) {
             for (i, keys) in elements.enumerated() { check(keys, in: name + "[]") { "\(name)[\(i)].\($0)" } }
         }
-        return notes
+        // A few say it; thousands of one typo (a list of 70,000 variants) would flood the log.
+        guard notes.count > maxNotes else { return notes }
+        return notes.prefix(maxNotes) + ["\(file): \(notes.count - maxNotes) more fields like these are ignored"]
     }
 
     /// The field `key` probably means: the same but for case, or one (two for a long name) letters

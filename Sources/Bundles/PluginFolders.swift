@@ -37,8 +37,8 @@ extension PluginCatalog {
             }
             // The likeliest slip: the bundle's own folder given where the folder of bundles goes.
             if FileSystem.hasEntry(dir + "/plugin.json") {
-                var bundle = Substring(dir)
-                while bundle.count > 1, bundle.hasSuffix("/") { bundle = bundle.dropLast() }
+                var bundle = Substring(FileSystem.absolute(dir))
+                while bundle.count > 1, bundle.hasSuffix("/") || bundle.hasSuffix("/.") { bundle = bundle.hasSuffix("/") ? bundle.dropLast() : bundle.dropLast(2) }
                 let parent = bundle.lastIndex(of: "/").map { String(bundle[..<$0]) }.map { $0.isEmpty ? "/" : $0 } ?? "."
                 problems.append("\(dir): holds a plugin.json of its own, and is read as a folder of bundles (one folder each), not as one: give the folder that holds it (\(parent)) as the plugin folder")
             }

@@ -37,16 +37,20 @@ enum LibraryFile {
         let slash = path.lastIndex(of: "/")
         let folder = slash.map { String(path[..<$0]) } ?? "."
         let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
-        var found: [String] = []
-        if let dir = opendir(folder.isEmpty ? "/" : folder) {
-            while let entry = readdir(dir) {
-                let entryName = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-                if entryName.hasSuffix(".so") || entryName.contains(".so.") || entryName.lowercased() == name.lowercased() { found.append(entryName) }
-            }
-            closedir(dir)
+        guard let dir = opendir(folder.isEmpty ? "/" : folder) else {
+            return "there is no folder \(folder) in the bundle for \(name): build the library and put it where the manifest says"
         }
-        let also = found.sorted().prefix(8)
-        let hint = also.isEmpty ? "the bundle's folder holds no library" : "the bundle's folder holds \(also.joined(separator: ", "))"
+        // The name in another case first (the likeliest slip), then the first few libraries.
+        var sameButCase: String?
+        var found: [String] = []
+        while let entry = readdir(dir), sameButCase == nil || found.count < 8 {
+            let entryName = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if entryName.lowercased() == name.lowercased() { sameButCase = entryName }
+            else if found.count < 8, entryName.hasSuffix(".so") || entryName.contains(".so.") { found.append(entryName) }
+        }
+        closedir(dir)
+        let also = (sameButCase.map { [$0] } ?? []) + found.sorted()
+        let hint = also.isEmpty ? "the bundle's folder holds no library" : "the bundle's folder holds \(also.prefix(8).joined(separator: ", "))"
         return "there is no file \(name) in the bundle: build the library and put it there under the name the manifest gives (\(hint))"
     }
 

@@ -18,7 +18,7 @@ import Testing
         #expect(budget.shortfall(limit: budget.needed, hard: budget.needed) == nil)
         #expect(budget.shortfall(limit: 1_000_000, hard: 1_000_000) == nil)
         let said = try #require(budget.shortfall(limit: 1_024, hard: 4_096))
-        #expect(said.contains("about 96 of these 1000 plugins"))
+        #expect(said.contains("about 141 of these 1000 plugins"))
         #expect(said.contains("(1024, hard limit 4096)"))
         #expect(said.contains("at least \(budget.needed)"))
         #expect(said.contains("LimitNOFILE="))
@@ -26,5 +26,7 @@ import Testing
         // 5 ran there), and never a negative count.
         #expect(DescriptorBudget.plugins(under: 64) == 4)
         #expect(DescriptorBudget.plugins(under: 20) == 0)
+        // Never fewer for a higher limit.
+        #expect((20..<5_000).allSatisfy { DescriptorBudget.plugins(under: $0 + 1) >= DescriptorBudget.plugins(under: $0) })
     }
 }

@@ -29,6 +29,9 @@ import SupervisorCore
             #expect(ExitClassifier.describe(status).contains("a trap in the plugin's code (in Swift a failed check"))
         }
         #expect(ExitClassifier.classify(facts(signal: 6)).message == nil)
+        // Asked to stop, a trap is the stop's (as a SIGSEGV then is), with the words all the same.
+        let stopping = ExitClassifier.classify(facts(signal: 4, stop: true))
+        #expect(stopping.reason == .stopped && stopping.message == ExitClassifier.trapAdvice)
     }
 
     @Test func aCleanExitBeforeItRanIsAFailedStartNotAStop() {

@@ -70,6 +70,10 @@ import Testing
         let deps = try parse(#"{"identifier": "a.b", "version": "1.0.0", "library": "l.so", "dependencies": ["x.y", {"id": "c.d", "verison": ">=1.0.0"}]}"#)
         #expect(deps.notes == ["/b/plugin.json: field 'dependencies[1].verison' is not a manifest field and is ignored; did you mean 'version'?"])
         #expect(try parse(#"{"identifier": "a.b", "version": "1.0.0", "library": "l.so", "limits": {"callTimeoutMs": 5}}"#).notes.isEmpty)
+        // Thousands of one typo: ten said, the rest counted.
+        let many = (0..<500).map { _ in #"{"library": "v.so", "requirs": {}}"# }.joined(separator: ", ")
+        let flood = try parse(#"{"identifier": "a.b", "version": "1.0.0", "variants": [\#(many)]}"#)
+        #expect(flood.notes.count == 11 && flood.notes.last == "/b/plugin.json: 490 more fields like these are ignored", "\(flood.notes.last ?? "")")
     }
 
     @Test func strictJSONWithLineAndColumn() {
@@ -417,7 +421,9 @@ import Testing
         #expect(catalog.problems == ["\(path): holds a plugin.json of its own, and is read as a folder of bundles (one folder each), not as one: give the folder that holds it (\((path as NSString).deletingLastPathComponent)) as the plugin folder"], "\(catalog.problems)")
         #expect(PluginCatalog(directories: [(path as NSString).deletingLastPathComponent]).problems.isEmpty)
         // With a trailing slash, the folder to give is still the one above.
-        #expect(PluginCatalog(directories: [path + "/"]).problems.first?.contains("(\((path as NSString).deletingLastPathComponent)) as the plugin folder") == true)
+        for given in [path + "/", path + "/.", path + "/./"] {
+            #expect(PluginCatalog(directories: [given]).problems.first?.contains("(\((path as NSString).deletingLastPathComponent)) as the plugin folder") == true, "\(given)")
+        }
     }
 
     @Test("the known plugins of a folder that cannot be read are kept, the folder's fault reported")

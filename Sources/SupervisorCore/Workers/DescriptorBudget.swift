@@ -29,10 +29,11 @@ package struct DescriptorBudget: Equatable, Sendable {
     /// The open-files limit these plugins need.
     package var needed: Int { Self.reserve + Self.perPlugin * plugins + peerLinks }
 
-    /// How many plugins can run at once under `limit`: the reserve kept while it lasts, what the
-    /// supervisor holds of its own below it.
+    /// How many plugins can run at once under `limit`: what is left after the supervisor's own,
+    /// a worker's descriptors each (the reserve's headroom is what the need asks for, not what a
+    /// worker takes).
     package static func plugins(under limit: Int) -> Int {
-        limit >= reserve + perWorker ? (limit - reserve) / perPlugin : max(0, (limit - own) / perWorker)
+        max(0, (limit - reserve) / perPlugin, (limit - own) / perWorker)
     }
 
     /// What to tell the operator when `limit` (the soft limit after raising it as far as the hard

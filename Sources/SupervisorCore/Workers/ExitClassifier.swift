@@ -80,15 +80,16 @@ package enum ExitClassifier {
             // that closed or replaced the worker's descriptor, as daemon-style code does).
             status.reason = .disconnected
             status.message = "the worker's protocol socket failed or was closed before it was asked to stop (did the plugin close or replace its descriptors?)"
-        } else if exit.signaled, exit.code == LinuxSignal.ill || exit.code == LinuxSignal.trap {
-            // What a bare SIGILL means is not what a newcomer guesses: the plugin's own code trapped.
-            status.message = Self.trapAdvice
         } else if f.stopRequested {
             status.reason = .stopped
         } else if !f.ran, !exit.signaled, exit.code == 0 {
             // Its plugin's code ended the process while it started: a failed start, no clean stop.
             status.reason = .startupFailed
             status.message = "the worker ended (exit code 0) before its plugin was running: the library's constructor, sp_plugin_create or the plugin's startup ended the process"
+        }
+        if status.message == nil, exit.signaled, exit.code == LinuxSignal.ill || exit.code == LinuxSignal.trap {
+            // What a bare SIGILL means is not what a newcomer guesses: the plugin's own code trapped.
+            status.message = Self.trapAdvice
         }
         return status
     }

@@ -579,3 +579,26 @@ def test_the_asyncio_client_keeps_a_longer_requests_own_connect_window(plugin_su
             assert await longer == 1
 
     asyncio.run(main())
+
+
+def test_a_short_request_waits_no_longer_than_its_timeout_for_anothers_try(plugin_supervisor, bundles):
+    """A request of 10 s tries to reach a supervisor that is gone; one of 0.3 s made meanwhile
+    fails by its own timeout, not after the other's 10 s."""
+    sup = plugin_supervisor([bundles("py.wait")])
+    client = Client(socket=sup.socket, direct_links=False)
+    try:
+        assert client.call("py.wait", "ping") == 1
+        sup.process.kill()
+        sup.process.wait()
+        sup.wait_until(lambda: client._sock is None, what="the client to see the supervisor gone")
+        longer = threading.Thread(target=lambda: _error(lambda: client.call("py.wait", "ping", timeout=10)))
+        longer.start()
+        time.sleep(0.1)
+        began = time.monotonic()
+        error = _error(lambda: client.call("py.wait", "ping", timeout=0.3))
+        took = time.monotonic() - began
+        assert error is not None and error.code == "unreachable", error
+        assert took < 2, f"a 0.3 s request failed after {took:.1f} s"
+        longer.join(15)
+    finally:
+        client.close()

@@ -11,7 +11,7 @@ from . import _wire
 from ._alink import open_link
 from ._link import LinkEnded, LinkSlots, NotTaken, attach, named_bytes
 from .client import _StreamReading
-from .errors import PluginError, after_link_lost, connect_window, connection_lost, unreachable
+from .errors import PluginError, after_link_lost, again, connect_window, connection_lost, unreachable
 
 _END = object()
 
@@ -170,7 +170,7 @@ class AsyncClient:
         """Calls the stream method ``method`` of ``target`` (SPEC §13): its elements as they come."""
         if self._closed:
             raise PluginError("unavailable", "the client is closed")
-        await self._ensure_connected()
+        await self._ensure_connected(timeout)
         request_id = next(self._ids)
         stream = AsyncChunkStream(self, request_id)
         self._chunk_streams[request_id] = stream
@@ -277,19 +277,27 @@ class AsyncClient:
         if self._connect_lock is None:
             self._connect_lock = asyncio.Lock()
         asked = time.monotonic()
-        async with self._connect_lock:
+        deadline = asked + connect_window(self.connect_timeout, within)
+        # As Client's: another request's try holds the lock; wait for it no longer than this
+        # request's window.
+        try:
+            await asyncio.wait_for(self._connect_lock.acquire(), None if within is None else max(0.0, deadline - asked))
+        except asyncio.TimeoutError:
+            raise unreachable(self.socket_path, "no connection within the request's timeout while another request tried to connect") from None
+        try:
             if self._writer is None:
                 # As Client's: a try that failed while this caller waited, and that waited as long
                 # as this caller would have, answers it too.
-                deadline = asked + connect_window(self.connect_timeout, within)
                 failed = self._connect_failed
                 if failed is not None and failed[0] >= asked and failed[1] >= deadline:
-                    raise failed[2]
+                    raise again(failed[2])
                 try:
                     await self._connect(max(0.0, deadline - time.monotonic()))
                 except PluginError as error:
                     self._connect_failed = (time.monotonic(), deadline, error)
                     raise
+        finally:
+            self._connect_lock.release()
 
     async def _connect(self, within: Optional[float] = None) -> None:
         deadline = time.monotonic() + connect_window(self.connect_timeout, within)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from . import _wire
 from ._link import DirectLink, LinkEnded, LinkSlots, NotTaken, attach, named_bytes, pick_up
-from .errors import PluginError, after_link_lost, connect_window, connection_lost, unreachable
+from .errors import PluginError, after_link_lost, again, connect_window, connection_lost, unreachable
 
 #: Events a plugin can be sent (``send``).
 SENDABLE_EVENTS = ("memoryWarning", "background", "foreground")
@@ -241,7 +241,7 @@ class Client:
     def stream(self, target: str, method: str, params: Any = None, timeout: Optional[float] = None) -> ChunkStream:
         """Calls the stream method ``method`` of ``target`` (SPEC §13): a ``ChunkStream`` of its
         elements (decoded JSON), read as they come. ``timeout`` bounds the whole stream."""
-        self._ensure_connected()
+        self._ensure_connected(timeout)
         request_id = next(self._ids)
         stream = ChunkStream(self, request_id)
         self._chunk_streams[request_id] = stream
@@ -359,22 +359,28 @@ class Client:
 
     def _ensure_connected(self, within: Optional[float] = None) -> None:
         asked = time.monotonic()
-        with self._state_lock:
+        deadline = asked + connect_window(self.connect_timeout, within)
+        # Another request's try to connect holds the lock: a request with a timeout waits for it
+        # no longer than its own window.
+        if not self._state_lock.acquire(timeout=-1 if within is None else max(0.0, deadline - asked)):
+            raise unreachable(self.socket_path, "no connection within the request's timeout while another request tried to connect")
+        try:
             if self._closed:
                 raise PluginError("unavailable", "the client is closed")
             if self._sock is None:
                 # A try that failed while this caller waited for the lock, and that waited for the
                 # supervisor as long as this caller would have, answers it too: callers of a
                 # supervisor gone do not each wait out a connect_timeout of their own in turn.
-                deadline = asked + connect_window(self.connect_timeout, within)
                 failed = self._connect_failed
                 if failed is not None and failed[0] >= asked and failed[1] >= deadline:
-                    raise failed[2]
+                    raise again(failed[2])
                 try:
                     self._connect(max(0.0, deadline - time.monotonic()))
                 except PluginError as error:
                     self._connect_failed = (time.monotonic(), deadline, error)
                     raise
+        finally:
+            self._state_lock.release()
 
     def _send(self, message: Dict[str, Any]) -> None:
         frame = _wire.encode(message)

@@ -32,7 +32,7 @@ class PluginError(Exception):
         return body
 
 
-def unreachable(path: str, why: Optional[BaseException]) -> PluginError:
+def unreachable(path: str, why: object) -> PluginError:
     return PluginError("unreachable", f"cannot reach the supervisor at {path} ({why}); is `supervisor start` running with this home or socket?")
 
 
@@ -57,3 +57,12 @@ def after_link_lost(target: str, error: PluginError) -> PluginError:
         return error
     return PluginError("unavailable", f"the direct link to {target} ended with the call in flight, and the supervisor could not "
                                       f"take it back: {error.message}", started=True)
+
+
+def again(error: PluginError) -> PluginError:
+    """A copy of ``error`` to raise in another caller (one exception object raised in many threads
+    keeps each one's frames in its traceback)."""
+    copy = PluginError(error.code, error.message, error.started)
+    if getattr(error, "unanswered", False):
+        copy.unanswered = True
+    return copy
