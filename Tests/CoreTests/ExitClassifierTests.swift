@@ -105,6 +105,10 @@ import SupervisorCore
         let hard = 64 << 20
         #expect(ExitClassifier.classify(facts(signal: 11, rss: 60 << 20, hard: hard)).reason == .memoryLimit)
         #expect(ExitClassifier.classify(facts(code: 1, data: 55 << 20, hard: hard)).reason == .memoryLimit)
+        // Address space, not resident memory, said as such (a Go runtime's arenas at load).
+        let reserved = ExitClassifier.classify(facts(signal: 6, rss: 10 << 20, data: 60 << 20, hard: hard))
+        #expect(reserved.message?.contains("its address space (60 MiB reserved, 10 MiB resident) reached limits.memoryMB 64 MiB") == true, "\(reserved)")
+        #expect(ExitClassifier.classify(facts(signal: 11, rss: 60 << 20, hard: hard)).message?.contains("peak resident 60 MiB, limit 64 MiB") == true)
         #expect(ExitClassifier.classify(facts(signal: 11, rss: 10 << 20, hard: hard)).reason == .signaled)
         // A clean exit near the limit is just a clean exit.
         #expect(ExitClassifier.classify(facts(code: 0, rss: 60 << 20, hard: hard)).reason == .exited)

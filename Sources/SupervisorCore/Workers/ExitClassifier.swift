@@ -66,7 +66,14 @@ package enum ExitClassifier {
         } else if exit.signaled || exit.code != 0, max(exit.maxRSS, f.lastDataBytes) >= f.hardLimitBytes / 10 * 8 {
             // An allocation failed at the RLIMIT_DATA backstop before the sampler saw the hard limit.
             status.reason = .memoryLimit
-            status.message = "ended (\(exit.signaled ? LinuxSignal.name(exit.code) : "exit code \(exit.code)")) at its memory limit: peak resident \(exit.maxRSS >> 20) MiB, limit \(f.hardLimitBytes >> 20) MiB"
+            let how = exit.signaled ? LinuxSignal.name(exit.code) : "exit code \(exit.code)"
+            if exit.maxRSS >= f.hardLimitBytes / 10 * 8 {
+                status.message = "ended (\(how)) at its memory limit: peak resident \(exit.maxRSS >> 20) MiB, limit \(f.hardLimitBytes >> 20) MiB"
+            } else {
+                // Address space, not resident memory: what a runtime reserves as it loads (Go's arenas,
+                // threads' stacks) counts against RLIMIT_DATA, which holds limits.memoryMB.
+                status.message = "ended (\(how)) at its memory limit: its address space (\(f.lastDataBytes >> 20) MiB reserved, \(exit.maxRSS >> 20) MiB resident) reached limits.memoryMB \(f.hardLimitBytes >> 20) MiB, which counts what the plugin's runtime reserves as well as what it uses (a Go runtime needs 128)"
+            }
         } else if exit.signaled, exit.code == LinuxSignal.sys {
             // The seccomp trap fired where the reporter could not run (SIGSYS blocked or replaced).
             status.reason = .sandboxViolation
