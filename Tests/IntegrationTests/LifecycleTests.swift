@@ -308,3 +308,50 @@ func processState(_ pid: Int32) -> Character? {
           stat.distance(from: close, to: stat.endIndex) > 2 else { return nil }
     return stat[stat.index(close, offsetBy: 2)]
 }
+
+/// `supervisor reload` and `restart` as their counts say (docs/operations.md).
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct ReloadCountTests {
+    @Test("reload of a changed bundle answers once it runs again, counted as running")
+    func reloadWaitsForWhatItRestarts() throws {
+        let w = try TestWorld()
+        let slow = try w.bundle("r.slow")
+        let sv = try RunningSupervisor(w)
+        // The new version takes 1.5 s to start.
+        try w.bundle("r.slow", version: "1.0.1")
+        try "1500".write(toFile: slow + "/startup-delay-ms", atomically: true, encoding: .utf8)
+        let began = Date()
+        let reload = try sv.cli("reload")
+        #expect(Date().timeIntervalSince(began) >= 1.3, "reload answered after \(Date().timeIntervalSince(began)) s")
+        #expect(reload.code == 0 && reload.out.contains(#""changed":1"#) && reload.out.contains(#""running":1"#), "\(reload.out) \(reload.err)")
+        #expect(try sv.plugin("r.slow").state == "running" && sv.plugin("r.slow").version == "1.0.1")
+    }
+
+    @Test("restart during a scheduled restart takes its place: restarts counts it once")
+    func restartDuringBackoffCountsOnce() throws {
+        let w = try TestWorld()
+        try w.bundle("r.crash")
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"restartBackoffBaseMs": 5000, "restartBackoffMaxMs": 8000}"#)])
+        _ = try sv.cli("call", "r.crash", "crash", #"{"how":"segv"}"#)
+        try sv.waitUntil("the first restart") { let p = try sv.plugin("r.crash"); return p.state == "running" && p.restarts == 1 }
+        _ = try sv.cli("call", "r.crash", "crash", #"{"how":"segv"}"#)
+        try sv.waitUntil("the second, scheduled") { let p = try sv.plugin("r.crash"); return p.state == "restarting" && p.restarts == 2 }
+        #expect(try sv.cli("restart", "r.crash").code == 0)
+        let p = try sv.plugin("r.crash")
+        #expect(p.state == "running" && p.restarts == 2, "\(p.state), restarts \(p.restarts)")
+    }
+
+    @Test("reload of a changed bundle leaves an idle-stopped plugin inactive (it loads the new one when needed), not counted as a restart")
+    func reloadLeavesAnIdleStoppedPluginInactive() throws {
+        let w = try TestWorld()
+        try w.bundle("r.idle", extra: ["idleStopMs": 300])
+        let sv = try RunningSupervisor(w)
+        try sv.waitUntil("the idle stop") { try sv.plugin("r.idle").state == "inactive" }
+        try w.bundle("r.idle", version: "1.1.0", extra: ["idleStopMs": 300])
+        let reload = try sv.cli("reload")
+        #expect(reload.code == 0 && reload.out.contains(#""changed":1"#), "\(reload.out) \(reload.err)")
+        let p = try sv.plugin("r.idle")
+        #expect(p.state == "inactive" && p.restarts == 0 && p.version == "1.1.0", "\(p.state), restarts \(p.restarts), \(p.version)")
+        #expect(try sv.call("r.idle", "ping", as: Int.self) == 1)
+    }
+}

@@ -39,6 +39,9 @@ final class Lifecycle: SupervisorComponent {
     /// Plugins a rescan is stopping (removed, or refused as they are now): a reload is answered
     /// once they have stopped, so that its counts are what the rescan left.
     var rescanStopping: Set<String> = []
+    /// Plugins a rescan restarts on their changed bundles: a reload is answered once each runs
+    /// again (or failed), so that its counts are what the rescan left.
+    var rescanRestarting: Set<String> = []
     /// The shutdown's stops as they go: which plugins may stop as each one ends (Stopping.swift).
     var shutdownOrder: StopOrder.Progress?
     /// Whether `startWaitingPlugins` is running, and was asked again from within.
@@ -216,11 +219,12 @@ final class Lifecycle: SupervisorComponent {
         guard let record = table[id] else { return done("no plugin \(id) is installed") }
         if let problem = table.catalog.unstartable[id] { return done(problem) }
         guard !isShuttingDown else { return done("the supervisor is shutting down") }
-        record.cancelRestart()
+        // A restart that was scheduled was counted when it was: this one takes its place.
+        let counted = !record.cancelRestart()
         if record.instance != nil {
-            stopPlugin(record) { [self] in startAgain(record, done) }
+            stopPlugin(record) { [self] in startAgain(record, counted: counted, done) }
         } else {
-            startAgain(record, done)
+            startAgain(record, counted: counted, done)
         }
     }
 }

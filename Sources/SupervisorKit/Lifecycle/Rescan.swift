@@ -27,7 +27,8 @@ extension Lifecycle {
     /// deadline has passed, or any at shutdown, is answered as things stand.
     func settleReloads() {
         guard !reloadsUnderWay.isEmpty else { return }
-        let busy = rescanStopping.contains { table[$0] != nil } || table.all.contains { $0.phase == .waiting || $0.phase.isStarting }
+        let busy = rescanStopping.contains { table[$0] != nil } || rescanRestarting.contains { table[$0] != nil }
+            || table.all.contains { $0.phase == .waiting || $0.phase.isStarting }
         let now = NIODeadline.now()
         let shuttingDown = isShuttingDown
         let isDue = { (reload: ReloadUnderWay) in !busy || shuttingDown || now >= reload.until }
@@ -107,16 +108,23 @@ extension Lifecycle {
                 guard let existing = table[id] else { continue }
                 changed += 1
                 for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
+                let wasOnCall = config.activation(of: existing.manifest) == .onCall
                 existing.manifest = manifest
                 // An inactive plugin runs nothing to restart: it loads what is on disk when it is
-                // next needed (SPEC §16), unless its manifest now wants it started with the supervisor.
-                if existing.phase == .inactive, config.activation(of: manifest) == .onCall {
+                // next needed (SPEC §16), idle-stopped or never started; unless its manifest now
+                // wants it started with the supervisor where it did not.
+                if existing.phase == .inactive, !(wasOnCall && config.activation(of: manifest) == .eager) {
                     logger.notice("\(id) changed on disk (now \(manifest.version)); inactive, it loads that when it is next needed")
                     continue
                 }
                 logger.notice(cured ? "\(id) is no longer refused (\(previous.unstartable[id] ?? "")): starting it"
                                     : "\(id) changed on disk (now \(manifest.version)): restarting it")
-                restartCommand(id) { _ in }
+                // The reload is answered once it runs again (or failed).
+                rescanRestarting.insert(id)
+                restartCommand(id) { [self] _ in
+                    rescanRestarting.remove(id)
+                    settleReloads()
+                }
             case .add(let manifest, let refused):
                 for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
                 let record = PluginRecord(manifest: manifest, phase: config.initialPhase(of: manifest))

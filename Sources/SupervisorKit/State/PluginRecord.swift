@@ -79,10 +79,13 @@ final class PluginRecord {
     var standby: Standby? { if case .standby(let s) = next { s } else { nil } }
 
     /// A restart waiting for its delay is called off.
-    func cancelRestart() {
-        guard case .restart(let timer, _) = next else { return }
+    /// Whether one was scheduled (it was counted in `restarts` then).
+    @discardableResult
+    func cancelRestart() -> Bool {
+        guard case .restart(let timer, _) = next else { return false }
         timer.cancel()
         next = .none
+        return true
     }
 
     var identifier: String { manifest.identifier }
