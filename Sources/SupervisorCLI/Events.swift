@@ -68,6 +68,8 @@ enum EventLine {
         if let delay = e.delayMs { parts.append("in \(delay) ms") }
         if let error = e.lastError { parts.append(error) }
         if let count = e.count { parts.append("\(count) missed") }
+        if let trigger = e.trigger { parts.append("by \(trigger)") }
+        if let idle = e.idleMs { parts.append("idle \(idle) ms") }
         return parts.joined(separator: "  ")
     }
 }

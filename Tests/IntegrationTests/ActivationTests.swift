@@ -44,7 +44,11 @@ struct ActivationTests {
         let file = w.root + "/events.json"
         let follower = try ClientTests.follow(sv, ["--json"], to: file)
         defer { follower.terminate() }
-        try sv.waitUntil("the follower to listen") { try sv.cli("metrics").out.contains("supervisor_host_event_listeners 1") }
+        // The text form too: what woke it, and how long it idled.
+        let text = w.root + "/events.txt"
+        let textFollower = try ClientTests.follow(sv, [], to: text)
+        defer { textFollower.terminate() }
+        try sv.waitUntil("the followers to listen") { try sv.cli("metrics").out.contains("supervisor_host_event_listeners 2") }
         #expect(try sv.call("a.top", "echo", "[1]", as: [Int].self) == [1])
         let activated = try sv.waitFor("both activations heard") { () -> [HostEvent]? in
             let lines = ((try? String(contentsOfFile: file, encoding: .utf8)) ?? "").split(separator: "\n")
@@ -57,6 +61,11 @@ struct ActivationTests {
         #expect(activated.map(\.trigger) == ["dependent a.top", "call"], "\(activated)")
         // The dependency stops after its 300 ms; the dependent runs on (it has no idleStopMs).
         try sv.waitUntil("a.dep idle-stopped") { try sv.plugin("a.dep").state == "inactive" }
+        try sv.waitUntil("the text lines") {
+            let lines = ((try? String(contentsOfFile: text, encoding: .utf8)) ?? "").split(separator: "\n")
+            return lines.contains { $0.contains("activated") && $0.contains("a.top") && $0.contains("by call") }
+                && lines.contains { $0.contains("deactivated") && $0.contains("a.dep") && $0.contains("idle ") && $0.contains(" ms") }
+        }
         let restart = try sv.cli("restart", "a.top")
         #expect(restart.code == 0, "\(restart.err)")
         #expect(try sv.plugin("a.top").restarts == 1)
@@ -176,7 +185,7 @@ extension ActivationTests {
         #expect(try sv.call("a.race", "echo", "[5]", as: [Int].self) == [5])
         let p = try sv.plugin("a.race")
         #expect(p.state == "running" && p.pid != first && p.restarts == 0, "\(p)")
-        #expect(sv.log.contains("activating a.race: requests that came while it stopped"))
+        #expect(sv.log.contains("activating a.race: call"), "the trigger names what waited: \(sv.log)")
     }
 
     @Test("a stream that is slow but alive keeps its plugin from the idle stop")
@@ -229,7 +238,7 @@ extension ActivationTests {
         let now = try sv.plugin("a.idle")
         #expect(now.state == "running" && now.pid != first, "\(now)")
         #expect(try sv.info("a.idle").names.contains("background"))
-        #expect(sv.log.contains("activating a.idle: requests that came while it stopped"))
+        #expect(sv.log.contains("activating a.idle: event background"), "the trigger names what waited")
     }
 }
 

@@ -341,6 +341,20 @@ struct ReloadCountTests {
         #expect(p.state == "running" && p.restarts == 2, "\(p.state), restarts \(p.restarts)")
     }
 
+    @Test("send to every plugin while one is being stopped by a restart: it is in neither list, and the send succeeds")
+    func sendToAllSkipsAPluginBeingStopped() async throws {
+        let w = try TestWorld()
+        let q = try w.bundle("r.q")
+        try w.bundle("r.other")
+        try "1500".write(toFile: q + "/terminate-delay-ms", atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w)
+        let restart = Task.detached { try sv.cli("restart", "r.q") }
+        try sv.waitUntil("r.q to be told willTerminate") { FileManager.default.fileExists(atPath: w.home + "/data/r.q/terminating") }
+        let send = try sv.cli("send", "memoryWarning")
+        #expect(send.code == 0 && send.out.contains(#""delivered":["r.other"]"#) && !send.out.contains("r.q"), "\(send.code) \(send.out) \(send.err)")
+        #expect(try await restart.value.code == 0)
+    }
+
     @Test("reload of a changed bundle leaves an idle-stopped plugin inactive (it loads the new one when needed), not counted as a restart")
     func reloadLeavesAnIdleStoppedPluginInactive() throws {
         let w = try TestWorld()

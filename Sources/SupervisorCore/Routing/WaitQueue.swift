@@ -19,6 +19,8 @@ package struct WaitQueue<Request: WaitingRequest> {
 
     package var isEmpty: Bool { requests.isEmpty }
     package var count: Int { requests.count }
+    /// The one that has waited longest.
+    package var first: Request? { requests.first }
 
     /// Adds `request` at the end; false (and nothing added) when `limit` already wait.
     package mutating func add(_ request: Request, limit: Int) -> Bool {

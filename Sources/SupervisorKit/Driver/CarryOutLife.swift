@@ -56,7 +56,8 @@ extension Engine {
             case .announceDeactivated(let idleMs):
                 events.deactivated(record, idleMs: idleMs)
             case .activateIfAwaited:
-                if !record.waiting.isEmpty { lifecycle.activate(record, by: "requests that came while it stopped") }
+                // Named by what has waited longest, as the trigger of any activation is.
+                if let first = record.waiting.first { lifecycle.activate(record, by: first.trigger) }
             case .discardStandby(let reason):
                 lifecycle.discardStandby(record, because: reason)
             case .spawn(let takingStandby):

@@ -110,7 +110,13 @@ extension Shared {
 
     /// Sends `name` to every running plugin (or one); `done` gets who acknowledged and who did not.
     func broadcast(_ name: EventName, only: String? = nil, _ done: @escaping ([String], [String: String]) -> Void) {
-        let targets = table.inOrder.filter { $0.phase == .running && (only == nil || $0.identifier == only) }
+        // Those that take a request now: a running plugin whose worker is being stopped (idle,
+        // restarted, replaced) has no state left to tell, and would end before it answered.
+        let targets = table.inOrder.filter { record in
+            guard record.phase == .running, only == nil || record.identifier == only else { return false }
+            if case .forward = Route.decide(record.routeTarget, named: record.identifier, shuttingDown: isShuttingDown) { return true }
+            return false
+        }
         var delivered: [String] = []
         var failed: [String: String] = [:]
         var remaining = targets.count

@@ -7,6 +7,13 @@ import SupervisorCore
 /// planned change). The bytes are a copy of the request as it came; it is forwarded from them.
 struct QueuedRequest: WaitingRequest {
     var kind: MessageKind
+
+    /// What it is as an activation's `trigger` (SPEC §16): `call`, `open`, `event <name>`.
+    var trigger: String {
+        guard kind == .send else { return kind.rawValue }
+        let name = bytes.withUnsafeBytes { raw in (try? Envelope.parse(raw, maxDepth: 8)).flatMap { Envelope.string(raw, $0.name) } }
+        return "event \(name ?? "")"
+    }
     /// The calling plugin, for a request from a plugin.
     var caller: String?
     var bytes: [UInt8]

@@ -123,6 +123,10 @@ final class TestKit: Pluggable {
 
     func willTerminate() async {
         record("willTerminate")
+        // Told to stop: a test can see it begin (the slow goodbye below then holds the worker).
+        if let dir = context.withLock({ $0?.dataDirectory }) {
+            close(open(dir + "/terminating", O_WRONLY | O_CREAT, 0o600))
+        }
         // A slow goodbye, for the tests of calls that come while a plugin stops.
         if let bundle = context.withLock({ $0?.bundleDirectory }), let ms = Self.milliseconds(in: bundle + "/terminate-delay-ms") {
             try? await Task.sleep(nanoseconds: ms * 1_000_000)
