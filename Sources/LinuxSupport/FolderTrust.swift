@@ -25,11 +25,14 @@ extension FileSystem {
             if !trusted(st.st_uid, me) {
                 return "\(current) is owned by uid \(st.st_uid), neither this user (uid \(me)) nor root: its owner could replace what is in it; give a home of your own (--home, or $HOME)"
             }
-            if isFolder, mode & 0o022 != 0 {
-                return "\(current) is writable by \(mode & 0o002 != 0 ? "every user" : "its group") (\(shown)): another user could put a link where a plugin's data folder goes; `chmod go-w \(current)`"
+            // Writable by its group: by others only when this process is not in that group (a
+            // user's private group under umask 002, a pod's fsGroup, OpenShift's gid 0 are ours).
+            let others: mode_t = inOurGroups(st.st_gid) ? 0o002 : 0o022
+            if isFolder, mode & others != 0 {
+                return "\(current) is writable by \(mode & 0o002 != 0 ? "every user" : "its group (gid \(st.st_gid), which this process is not in)") (\(shown)): another user could put a link where a plugin's data folder goes; `chmod go-w \(current)`"
             }
-            if !isFolder, mode & 0o022 != 0, mode & UInt32(S_ISVTX) == 0 {
-                return "\(current), a folder above the home, is writable by \(mode & 0o002 != 0 ? "every user" : "its group") without the sticky bit (\(shown)): another user could move the home away and put one of theirs there; give a home elsewhere"
+            if !isFolder, mode & others != 0, mode & UInt32(S_ISVTX) == 0 {
+                return "\(current), a folder above the home, is writable by \(mode & 0o002 != 0 ? "every user" : "its group (gid \(st.st_gid), which this process is not in)") without the sticky bit (\(shown)): another user could move the home away and put one of theirs there; give a home elsewhere"
             }
             if current == "/" { return nil }
             let slash = current.lastIndex(of: "/")!
@@ -65,6 +68,16 @@ extension FileSystem {
             }
         }
         return nil
+    }
+
+    /// Whether this process is in group `gid` (its effective group or a supplementary one).
+    static func inOurGroups(_ gid: gid_t) -> Bool {
+        if getegid() == gid { return true }
+        let count = getgroups(0, nil)
+        guard count > 0 else { return false }
+        var groups = [gid_t](repeating: 0, count: Int(count))
+        let n = getgroups(count, &groups)
+        return n > 0 && groups.prefix(Int(n)).contains(gid)
     }
 
     /// An owner who cannot be another user of ours: root, this user, or, in a user namespace that

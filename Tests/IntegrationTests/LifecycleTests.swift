@@ -327,6 +327,25 @@ struct ReloadCountTests {
         #expect(try sv.plugin("r.slow").state == "running" && sv.plugin("r.slow").version == "1.0.1")
     }
 
+    @Test("two reloads of one changed plugin, the second while the first's restart starts: each answers once it runs")
+    func twoReloadsOfOnePlugin() async throws {
+        let w = try TestWorld()
+        let slow = try w.bundle("r.twice")
+        let sv = try RunningSupervisor(w)
+        try "1500".write(toFile: slow + "/startup-delay-ms", atomically: true, encoding: .utf8)
+        try w.bundle("r.twice", version: "1.0.1")
+        let first = Task.detached { try sv.cli("reload") }
+        try sv.waitUntil("the first reload's restart to start") { try sv.plugin("r.twice").version == "1.0.1" }
+        try w.bundle("r.twice", version: "1.0.2")
+        let second = try sv.cli("reload")
+        let one = try await first.value
+        for answer in [one, second] {
+            #expect(answer.code == 0 && answer.out.contains(#""running":1"#), "\(answer.out) \(answer.err)")
+        }
+        let p = try sv.plugin("r.twice")
+        #expect(p.state == "running" && p.version == "1.0.2", "\(p.state) \(p.version)")
+    }
+
     @Test("restart during a scheduled restart takes its place: restarts counts it once")
     func restartDuringBackoffCountsOnce() throws {
         let w = try TestWorld()

@@ -290,8 +290,15 @@ import LinuxSupport
         #expect(FileSystem.writableByOthers(home) == nil)
         chmod(home, 0o777)
         #expect(FileSystem.writableByOthers(home)?.contains("is writable by every user (mode 777)") == true)
+        // Group-writable: by others only when the group is not this process's own.
         chmod(home, 0o775)
-        #expect(FileSystem.writableByOthers(home)?.contains("is writable by its group") == true)
+        #expect(chown(home, geteuid(), getegid()) == 0)
+        #expect(FileSystem.writableByOthers(home) == nil, "its group is this process's: \(FileSystem.writableByOthers(home) ?? "")")
+        if geteuid() == 0 {
+            #expect(chown(home, 0, 65534) == 0)
+            #expect(FileSystem.writableByOthers(home)?.contains("is writable by its group (gid 65534, which this process is not in)") == true)
+            #expect(chown(home, 0, 0) == 0)
+        }
         chmod(home, 0o700)
         // A folder above: writable by others only with the sticky bit (as /tmp).
         chmod(root + "/a", 0o777)

@@ -41,7 +41,7 @@ final class Lifecycle: SupervisorComponent {
     var rescanStopping: Set<String> = []
     /// Plugins a rescan restarts on their changed bundles: a reload is answered once each runs
     /// again (or failed), so that its counts are what the rescan left.
-    var rescanRestarting: Set<String> = []
+    var rescanRestarting: [String: Int] = [:]
     /// The shutdown's stops as they go: which plugins may stop as each one ends (Stopping.swift).
     var shutdownOrder: StopOrder.Progress?
     /// Whether `startWaitingPlugins` is running, and was asked again from within.
@@ -222,7 +222,11 @@ final class Lifecycle: SupervisorComponent {
         // A restart that was scheduled was counted when it was: this one takes its place.
         let counted = !record.cancelRestart()
         if record.instance != nil {
-            stopPlugin(record) { [self] in startAgain(record, counted: counted, done) }
+            stopPlugin(record) { [self] in
+                // Removed while it stopped (an uninstall, a rescan): nothing to start again.
+                guard table[id] === record else { return done("\(id) was removed") }
+                startAgain(record, counted: counted, done)
+            }
         } else {
             startAgain(record, counted: counted, done)
         }

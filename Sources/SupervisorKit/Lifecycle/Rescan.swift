@@ -27,7 +27,7 @@ extension Lifecycle {
     /// deadline has passed, or any at shutdown, is answered as things stand.
     func settleReloads() {
         guard !reloadsUnderWay.isEmpty else { return }
-        let busy = rescanStopping.contains { table[$0] != nil } || rescanRestarting.contains { table[$0] != nil }
+        let busy = rescanStopping.contains { table[$0] != nil } || rescanRestarting.keys.contains { table[$0] != nil }
             || table.all.contains { $0.phase == .waiting || $0.phase.isStarting }
         let now = NIODeadline.now()
         let shuttingDown = isShuttingDown
@@ -120,9 +120,11 @@ extension Lifecycle {
                 logger.notice(cured ? "\(id) is no longer refused (\(previous.unstartable[id] ?? "")): starting it"
                                     : "\(id) changed on disk (now \(manifest.version)): restarting it")
                 // The reload is answered once it runs again (or failed).
-                rescanRestarting.insert(id)
+                // Counted: a second reload (or a `restart`) of the same plugin before this one
+                // runs ends this start early, and must not let either reload answer before it runs.
+                rescanRestarting[id, default: 0] += 1
                 restartCommand(id) { [self] _ in
-                    rescanRestarting.remove(id)
+                    rescanRestarting[id] = (rescanRestarting[id] ?? 1) > 1 ? rescanRestarting[id]! - 1 : nil
                     settleReloads()
                 }
             case .add(let manifest, let refused):

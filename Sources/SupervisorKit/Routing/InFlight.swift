@@ -110,17 +110,22 @@ extension Shared {
 
     /// Sends `name` to every running plugin (or one); `done` gets who acknowledged and who did not.
     func broadcast(_ name: EventName, only: String? = nil, _ done: @escaping ([String], [String: String]) -> Void) {
-        // Those that take a request now: a running plugin whose worker is being stopped (idle,
-        // restarted, replaced) has no state left to tell, and would end before it answered.
-        let targets = table.inOrder.filter { record in
-            guard record.phase == .running, only == nil || record.identifier == only else { return false }
-            if case .forward = Route.decide(record.routeTarget, named: record.identifier, shuttingDown: isShuttingDown) { return true }
-            return false
-        }
+        // A running plugin whose worker is being stopped (idle, restarted, replaced) has no state
+        // left to tell, and would end before it answered: in neither list. One that cannot take
+        // it now (not keeping up) is named in `failed` with why.
         var delivered: [String] = []
         var failed: [String: String] = [:]
+        let targets = table.inOrder.filter { record in
+            guard record.phase == .running, only == nil || record.identifier == only else { return false }
+            switch Route.decide(record.routeTarget, named: record.identifier, shuttingDown: isShuttingDown) {
+            case .forward: return true
+            case .refuse(let error): failed[record.identifier] = error.description
+            case .wait, .activate: break
+            }
+            return false
+        }
         var remaining = targets.count
-        if remaining == 0 { done([], [:]); return }
+        if remaining == 0 { done([], failed); return }
         for record in targets {
             sendEvent(record, name) { result in
                 switch result {

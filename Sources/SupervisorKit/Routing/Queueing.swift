@@ -11,7 +11,7 @@ struct QueuedRequest: WaitingRequest {
     /// What it is as an activation's `trigger` (SPEC §16): `call`, `open`, `event <name>`.
     var trigger: String {
         guard kind == .send else { return kind.rawValue }
-        let name = bytes.withUnsafeBytes { raw in (try? Envelope.parse(raw, maxDepth: 8)).flatMap { Envelope.string(raw, $0.name) } }
+        let name = bytes.withUnsafeBytes { raw in (try? Envelope.parse(raw, maxDepth: 1_024)).flatMap { Envelope.string(raw, $0.name) } }
         return "event \(name ?? "")"
     }
     /// The calling plugin, for a request from a plugin.
@@ -105,6 +105,8 @@ extension Router {
     /// waited for it fails now, with `reason`.
     func forget(_ record: PluginRecord, because reason: String) {
         failWaiting(record, because: reason)
+        // Who waited for it to start (a `restart`, a reload) hears it will not.
+        record.settleWaiters(reason)
         table.remove(record)
         effects.post(.settleReloads)
     }
