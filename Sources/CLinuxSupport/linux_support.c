@@ -129,19 +129,16 @@ static void lifecycle_set(sigset_t *set) {
     sigaddset(set, SIGHUP);
 }
 
-int cls_block_lifecycle_signals(void) {
-    sigset_t set;
-    lifecycle_set(&set);
-    signal(SIGPIPE, SIG_IGN);
-    int rc = pthread_sigmask(SIG_BLOCK, &set, NULL);
-    return rc == 0 ? 0 : -rc;
-}
-
 int cls_mask_lifecycle_signals(void) {
     sigset_t set;
     lifecycle_set(&set);
     int rc = pthread_sigmask(SIG_BLOCK, &set, NULL);
     return rc == 0 ? 0 : -rc;
+}
+
+int cls_block_lifecycle_signals(void) {
+    signal(SIGPIPE, SIG_IGN);
+    return cls_mask_lifecycle_signals();
 }
 
 int cls_block_signal(int sig) {

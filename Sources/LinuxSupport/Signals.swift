@@ -35,7 +35,8 @@ public enum LifecycleSignals {
     /// thread, whichever thread the kernel gives it to. Blocking them reaches only the threads made
     /// after: a program's own (an embedded host's main thread, its task pool, made before the host)
     /// would take a SIGTERM with the default action and end at once. The handler only writes the
-    /// number to a pipe. Idempotent; exec resets the handler, and the pipe is close-on-exec.
+    /// number to a pipe. Counted: each catch is paired with a `releaseCaught`; exec resets the
+    /// handler, and the pipe is close-on-exec.
     public static func catchEverywhere(also: Int32 = 0) throws(SystemError) {
         let rc = cls_catch_lifecycle_signals(also)
         if rc < 0 { throw SystemError(call: "sigaction", errno: -rc, context: "the lifecycle signals") }

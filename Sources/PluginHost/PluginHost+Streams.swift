@@ -19,12 +19,12 @@ extension PluginHost {
         let call = HostStreamCall(supervisor)
         let receiver = ChunkReceiver(grant: { n in call.send(StreamFrames.credit(id: 0, n: UInt64(n), into: [UInt8]())) },
                                      giveUp: { call.giveUp() })
-        // SPEC §13: the first 16 chunks of an input may go before any grant (the supervisor holds what
-        // the plugin has no room for yet); the plugin's grants add to them.
         if isIdle {
             receiver.finish(.failure(Self.notRunning))
             return receiver
         }
+        // SPEC §13: the first 16 chunks of an input may go before any grant (the supervisor holds what
+        // the plugin has no room for yet); the plugin's grants add to them.
         let gate = input.map { _ in CreditGate(initial: StreamFrames.initialCredit) }
         var frame = Self.callFrame(target, method, params: json, timeout: timeout)
         frame.flag("stream")

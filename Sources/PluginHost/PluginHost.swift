@@ -48,6 +48,9 @@ public final class PluginHost: Service, PluginCaller {
         case stopped
         /// `shutdown()` came first: `run` returns at once.
         case stoppedBeforeRun
+
+        /// `run()` has not been called (nor `shutdown()`).
+        var isIdle: Bool { if case .idle = self { true } else { false } }
     }
 
     /// A host that runs `configuration` and logs through `logger`; nothing starts until `run()`.
@@ -124,7 +127,7 @@ public final class PluginHost: Service, PluginCaller {
         guard isIdle else { return try await ready.value.get() }
         let reminder = Task { [phase, logger] in
             try await Task.sleep(for: .seconds(5))
-            guard phase.withLock({ if case .idle = $0 { true } else { false } }) else { return }
+            guard phase.withLock({ $0.isIdle }) else { return }
             logger.warning("waitUntilReady() has waited 5 s and run() has not been called: the host starts its plugins in run(); call it in a task of its own (group.addTask { try await host.run() }) before waiting")
         }
         defer { reminder.cancel() }
@@ -135,7 +138,7 @@ public final class PluginHost: Service, PluginCaller {
     static let notRunning = ErrorBody(.unavailable, "the plugin host is not running: call run() in a task of its own, then waitUntilReady(), before calling it")
 
     /// `run()` has not been called (nor `shutdown()`).
-    var isIdle: Bool { phase.withLock { if case .idle = $0 { true } else { false } } }
+    var isIdle: Bool { phase.withLock { $0.isIdle } }
 
     /// Stops every plugin in reverse dependency order (each gets `willTerminate` and a grace
     /// period) and returns once all have stopped; `run` returns then too. During start-up, during

@@ -104,7 +104,8 @@ int cls_wait_lifecycle_signal(void);
 /* Catches the lifecycle signals and `extra` (0: none) with a handler that writes the signal's
    number to a pipe, whichever thread the kernel gives it to: one of a program's own threads made
    before the signals were blocked (an embedded host's main thread, a task pool) takes it as well as
-   the relay. Idempotent. 0, or -errno. */
+   the relay. Counted: each catch is paired with a release (cls_release_caught_signals). 0, or
+   -errno. */
 int cls_catch_lifecycle_signals(int extra);
 /* Waits for a signal cls_catch_lifecycle_signals caught: unblocks them (and `extra`) in the calling
    thread first, so that one pending while every thread blocked it comes to the handler here. Its

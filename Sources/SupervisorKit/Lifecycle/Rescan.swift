@@ -124,7 +124,8 @@ extension Lifecycle {
                 // runs ends this start early, and must not let either reload answer before it runs.
                 rescanRestarting[id, default: 0] += 1
                 restartCommand(id) { [self] _ in
-                    rescanRestarting[id] = (rescanRestarting[id] ?? 1) > 1 ? rescanRestarting[id]! - 1 : nil
+                    rescanRestarting[id, default: 1] -= 1
+                    if rescanRestarting[id] == 0 { rescanRestarting[id] = nil }
                     settleReloads()
                 }
             case .add(let manifest, let refused):

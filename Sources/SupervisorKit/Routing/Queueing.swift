@@ -8,11 +8,19 @@ import SupervisorCore
 struct QueuedRequest: WaitingRequest {
     var kind: MessageKind
 
-    /// What it is as an activation's `trigger` (SPEC §16): `call`, `open`, `event <name>`.
+    /// What a request of `kind` is as an activation's `trigger` (SPEC §16): `call`, `open`,
+    /// `event <name>`.
+    static func trigger(_ kind: MessageKind, event name: String?) -> String {
+        kind == .send ? "event \(name ?? "")" : kind.rawValue
+    }
+
+    /// This one's trigger. Its event's name is read from its bytes again: they passed the
+    /// configured depth when they came, and the bound here only keeps that read from failing.
     var trigger: String {
-        guard kind == .send else { return kind.rawValue }
-        let name = bytes.withUnsafeBytes { raw in (try? Envelope.parse(raw, maxDepth: 1_024)).flatMap { Envelope.string(raw, $0.name) } }
-        return "event \(name ?? "")"
+        let name = kind != .send ? nil : bytes.withUnsafeBytes { raw in
+            (try? Envelope.parse(raw, maxDepth: 1_024)).flatMap { Envelope.string(raw, $0.name) }
+        }
+        return Self.trigger(kind, event: name)
     }
     /// The calling plugin, for a request from a plugin.
     var caller: String?

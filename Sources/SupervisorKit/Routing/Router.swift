@@ -59,7 +59,7 @@ final class Router: SupervisorComponent {
             // It waits, as for a starting plugin, and the plugin comes up for it (SPEC §16).
             if let refused = enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload,
                                      attempts: attempts) { return refused }
-            effects.post(.activate(record, by: kind == .send ? "event \(Envelope.string(bytes, env.name) ?? "")" : kind.rawValue))
+            effects.post(.activate(record, by: QueuedRequest.trigger(kind, event: Envelope.string(bytes, env.name))))
             return nil
         case .refuse(let error):
             metrics.count(.unavailable)
