@@ -6,9 +6,9 @@ import Logging
 import NIOCore
 
 /// A listener whose `accept` fails for want of resources (the process is out of descriptors:
-/// EMFILE) stays readable, and NIO's server channel tries again at once: the event loop spun on
-/// `accept4` (thousands of failures a second, every other client and worker served a few at a
-/// time). NIO's `AcceptBackoffHandler` delays only the next `read` asked for, which autoRead never
+/// EMFILE) stays readable, and NIO's server channel tries again at once: left so, the event loop
+/// spins on `accept4` (thousands of failures a second, every other client and worker served a few
+/// at a time). NIO's `AcceptBackoffHandler` delays only the next `read` asked for, which autoRead never
 /// asks while the failed one is still pending; turning autoRead off ends the pending read and the
 /// listener's readable interest. So: off for a short wait, then on again, and why in the log, at
 /// most once a minute a listener.

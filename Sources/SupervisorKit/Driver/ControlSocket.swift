@@ -20,7 +20,7 @@ extension ControlServer {
                      wait: (EventLoopFuture<Channel>) throws -> Channel = { try $0.wait() }) throws(SupervisorError) -> Channel {
         let path = config.socketPath
         // A Unix socket's path holds 107 bytes on Linux, but SwiftNIO, which serves it, takes 103 at
-        // most (what macOS holds too); 104 to 107 failed later as `unixDomainSocketPathTooLong`.
+        // most (what macOS holds too): 104 to 107 would pass here and fail at the bind.
         let longest = min(MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1, 103)
         guard path.utf8.count <= longest else {
             throw .controlSocket(path, "the path is \(path.utf8.count) bytes long, and a Unix socket's path holds \(longest) at most: give a shorter --socket")

@@ -60,9 +60,9 @@ final class Janitor: Sendable {
 
     /// Does what is queued, on the janitor's thread and in order, then ends the thread. Blocks:
     /// call it off the loop. A pool shut down with work queued hands that work to a Dispatch
-    /// queue and returns before it has run: the supervisor's own clean-up of the cgroup tree then
-    /// raced it folder by folder, and an embedded host's program went on with it still running.
-    /// So a last item is queued behind the rest and waited for first.
+    /// queue and returns before it has run, so that the supervisor's own clean-up of the cgroup
+    /// tree would race it and an embedded host's program would go on with it still running; a
+    /// last item is queued behind the rest and waited for first.
     func finish() {
         let drained = DispatchSemaphore(value: 0)
         pool.submit { _ in drained.signal() }
