@@ -34,14 +34,8 @@ final class Lifecycle: SupervisorComponent {
     /// The fork server workers are forked from (`workerStart: "fork-server"`; WorkerStart.swift):
     /// none, launching, ready, or given up for exec with the reason `status` shows.
     var forkServer = ForkServerState<ForkServerConnection>()
-    /// Reloads waiting for the plugins they started (Rescan.swift).
-    var reloadsUnderWay: [ReloadUnderWay] = []
-    /// Plugins a rescan is stopping (removed, or refused as they are now): a reload is answered
-    /// once they have stopped, so that its counts are what the rescan left.
-    var rescanStopping: Set<String> = []
-    /// Plugins a rescan restarts on their changed bundles: a reload is answered once each runs
-    /// again (or failed), so that its counts are what the rescan left.
-    var rescanRestarting: [String: Int] = [:]
+    /// Reloads waiting for what they started, stopped and restarted to settle (Rescan.swift).
+    var reloads = ReloadWaits<ReloadUnderWay>()
     /// The shutdown's stops as they go: which plugins may stop as each one ends (Stopping.swift).
     var shutdownOrder: StopOrder.Progress?
     /// Whether `startWaitingPlugins` is running, and was asked again from within.

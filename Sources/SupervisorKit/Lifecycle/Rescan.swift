@@ -14,27 +14,20 @@ extension Lifecycle {
         guard !isShuttingDown else { return done(.failure(ErrorBody(.unavailable, "the supervisor is shutting down"))) }
         shared.systemd.reloadBegan()
         let found = rescan()
-        // Settled when nothing is waiting or starting (`settleReloads`, after every phase change),
-        // or at this deadline.
-        let limit = TimeAmount.milliseconds(Int64(config.startupTimeoutMs) + 5_000)
-        let until = NIODeadline.now() + limit
-        let deadline = loop.assumeIsolated().scheduleTask(deadline: until) { [self] in settleReloads() }
-        reloadsUnderWay.append(ReloadUnderWay(found: found, until: until, deadline: deadline, done: done))
+        // Settled when nothing is coming up or on its way (`settleReloads`, after every phase
+        // change), or at this deadline.
+        let until = Instant.now.adding(milliseconds: config.startupTimeoutMs + 5_000)
+        let deadline = loop.assumeIsolated().scheduleTask(deadline: until.deadline) { [self] in settleReloads() }
+        reloads.began(ReloadUnderWay(found: found, deadline: deadline, done: done), until: until)
         settleReloads()
     }
 
-    /// Answers the reloads under way once nothing is waiting or starting; a reload whose own
-    /// deadline has passed, or any at shutdown, is answered as things stand.
+    /// Answers the reloads that may be answered now (`ReloadWaits.due`, SupervisorCore), with the
+    /// counts as things stand.
     func settleReloads() {
-        guard !reloadsUnderWay.isEmpty else { return }
-        let busy = rescanStopping.contains { table[$0] != nil } || rescanRestarting.keys.contains { table[$0] != nil }
-            || table.all.contains { $0.phase == .waiting || $0.phase.isStarting }
-        let now = NIODeadline.now()
-        let shuttingDown = isShuttingDown
-        let isDue = { (reload: ReloadUnderWay) in !busy || shuttingDown || now >= reload.until }
-        let due = reloadsUnderWay.filter(isDue)
+        guard !reloads.isEmpty else { return }
+        let due = reloads.due(now: .now, shuttingDown: isShuttingDown, phases: table.all.lazy.map(\.phase)) { table[$0] != nil }
         guard !due.isEmpty else { return }
-        reloadsUnderWay.removeAll(where: isDue)
         let running = table.all.filter { $0.phase == .running }.count
         let failed = table.all.filter { $0.phase.isFailed }.count
         for reload in due {
@@ -85,9 +78,9 @@ extension Lifecycle {
                 changed += 1
                 existing.manifest = manifest
                 logger.error("\(id) changed on disk and cannot start: \(reason)")
-                rescanStopping.insert(id)
+                reloads.stopping([id])
                 stopPlugin(existing) { [self] in
-                    rescanStopping.remove(id)
+                    reloads.stopped(id)
                     move(existing, to: .failed(byDependency: false))
                     existing.problem = reason
                     events.failed(existing)
@@ -120,12 +113,9 @@ extension Lifecycle {
                 logger.notice(cured ? "\(id) is no longer refused (\(previous.unstartable[id] ?? "")): starting it"
                                     : "\(id) changed on disk (now \(manifest.version)): restarting it")
                 // The reload is answered once it runs again (or failed).
-                // Counted: a second reload (or a `restart`) of the same plugin before this one
-                // runs ends this start early, and must not let either reload answer before it runs.
-                rescanRestarting[id, default: 0] += 1
+                reloads.restarting(id)
                 restartCommand(id) { [self] _ in
-                    rescanRestarting[id, default: 1] -= 1
-                    if rescanRestarting[id] == 0 { rescanRestarting[id] = nil }
+                    reloads.restarted(id)
                     settleReloads()
                 }
             case .add(let manifest, let refused):
@@ -164,8 +154,7 @@ extension Lifecycle {
 /// A reload waiting for what it started to settle.
 struct ReloadUnderWay {
     var found: ReloadSummary
-    /// Answered by then, settled or not.
-    var until: NIODeadline
+    /// Its deadline's timer, cancelled when it is answered.
     var deadline: Scheduled<Void>
     var done: (Result<ReloadSummary, ErrorBody>) -> Void
 }

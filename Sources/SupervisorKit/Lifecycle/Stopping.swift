@@ -146,21 +146,21 @@ extension Lifecycle {
         let records = removed.compactMap { table[$0] }
         guard !records.isEmpty else { return }
         // A reload is answered once they have stopped (`settleReloads`).
-        rescanStopping.formUnion(records.map(\.identifier))
+        reloads.stopping(records.map(\.identifier))
         // As at shutdown: each stops as soon as every removed plugin that depends on it has.
         var order = StopOrder.Progress(Dictionary(uniqueKeysWithValues: records.map { ($0.identifier, $0.dependencyIDs) }))
         func stop(_ ids: [String]) {
             for id in ids {
                 guard let record = table[id] else {
                     // Gone from the table meanwhile (uninstalled): what it held back follows.
-                    rescanStopping.remove(id)
+                    reloads.stopped(id)
                     stop(order.stopped(id))
                     continue
                 }
                 record.cancelRestart()
                 stopPlugin(record) { [self] in
                     effects.post(.forget(record, because: "\(record.identifier) was removed from the plugin folders"))
-                    rescanStopping.remove(record.identifier)
+                    reloads.stopped(record.identifier)
                     stop(order.stopped(record.identifier))
                     settleReloads()
                 }
