@@ -56,4 +56,29 @@ import SupervisorCore
         guard case .violation(let old) = Self.read(Self.hello(protocol: Frame.protocolVersion + 1), saidHello: false) else { Issue.record("taken"); return }
         #expect(old.hasPrefix("hello speaks protocol \(Frame.protocolVersion + 1)"))
     }
+
+    /// A `hello` is plugin code's to forge (a library constructor runs before the worker's own is
+    /// sent): lists beyond a worker's are a violation, not thousands of warnings kept for good.
+    @Test func aHelloListsNoMoreThanAWorkerWould() {
+        func hello(_ field: String, _ value: String) -> String {
+            #"{"type":"hello","protocol":\#(Frame.protocolVersion),"abi":1,"pid":7,"plugin":"p","version":"1.0.0","\#(field)":\#(value)}"#
+        }
+        func strings(_ n: Int, length: Int = 8) -> String {
+            "[" + (0..<n).map { "\"\(String(repeating: "x", count: length))\($0)\"" }.joined(separator: ",") + "]"
+        }
+        // A worker's own: taken.
+        guard case .hello = Self.read(hello("sandboxMissing", strings(3)), saidHello: false) else { Issue.record("refused"); return }
+        guard case .hello = Self.read(hello("idempotent", strings(WorkerMessage.idempotentLimit)), saidHello: false) else { Issue.record("refused"); return }
+        let cases = [
+            (hello("sandboxMissing", strings(WorkerMessage.helloListLimit + 1)), "hello lists 65 entries in sandboxMissing; a worker may list 64"),
+            (hello("sandbox", strings(100_001)), "hello lists 100001 entries in sandbox; a worker may list 64"),
+            (hello("sandboxMissing", strings(1, length: 600)), "hello has an entry of 601 bytes in sandboxMissing; one may have 512"),
+            (hello("idempotent", strings(WorkerMessage.idempotentLimit + 1)), "hello lists 1025 entries in idempotent; a worker may list 1024"),
+            (hello("timings", "{" + (0..<65).map { "\"t\($0)\":1" }.joined(separator: ",") + "}"), "hello lists 65 entries in timings; a worker may list 64"),
+        ]
+        for (json, expected) in cases {
+            guard case .violation(let why) = Self.read(json, saidHello: false) else { Issue.record("taken: \(expected)"); continue }
+            #expect(why == expected)
+        }
+    }
 }

@@ -57,6 +57,7 @@ package enum WorkerMessage: Equatable {
             guard hello.plugin == plugin else {
                 return (.violation("hello names plugin \(hello.plugin), expected \(plugin)"), env)
             }
+            if let why = helloBeyondBounds(hello) { return (.violation(why), env) }
             return (.hello(hello), env)
         case .reply:
             guard let id = env.id else { return (.violation("reply without an id"), env) }
@@ -74,5 +75,31 @@ package enum WorkerMessage: Equatable {
         case .exit: return (.exit(try? ProtocolJSON.decode(ExitNotice.self, from: bytes)), env)
         default: return (.violation("a worker may not send \(kind.rawValue)"), env)
         }
+    }
+}
+
+extension WorkerMessage {
+    /// The most a `hello` may list. A worker's own lists are a few dozen short lines (its 19
+    /// layers, the few a host lacks, its timings); a `hello` is plugin code's to forge too (a
+    /// library constructor runs before the worker's own is sent), and what it lists is logged and
+    /// kept: beyond these it is a violation, not 100,000 warnings.
+    package static let helloListLimit = 64
+    package static let helloTextLimit = 512
+    /// Methods a plugin declared idempotent as it was created (SPEC §15): its worker takes no more.
+    package static let idempotentLimit = 1_024
+
+    /// Why `hello` lists more than a worker may, if it does.
+    static func helloBeyondBounds(_ hello: HelloMessage) -> String? {
+        let lists: [(String, [String], Int)] = [("sandbox", hello.sandbox ?? [], helloListLimit),
+                                                ("sandboxMissing", hello.sandboxMissing ?? [], helloListLimit),
+                                                ("idempotent", hello.idempotent ?? [], idempotentLimit),
+                                                ("timings", Array((hello.timings ?? [:]).keys), helloListLimit)]
+        for (field, list, limit) in lists {
+            if list.count > limit { return "hello lists \(list.count) entries in \(field); a worker may list \(limit)" }
+            if let long = list.first(where: { $0.utf8.count > helloTextLimit }) {
+                return "hello has an entry of \(long.utf8.count) bytes in \(field); one may have \(helloTextLimit)"
+            }
+        }
+        return nil
     }
 }

@@ -105,10 +105,20 @@ final class Shared {
     func isWorker(pid: Int32) -> Bool { table.worker(pid: pid) != nil || preflightPIDs.withLock { $0.contains(pid) } }
 
     /// Warns once per missing sandbox layer (a host property: every worker would say the same).
-    /// `who`: "workers" or "the installer", for the log line.
-    func noteMissingLayers(_ missing: [String], who: String = "workers") {
-        for layer in missing where warnedMissingLayers.insert(who + layer).inserted {
-            logger.warning("sandbox layer missing on this host: \(layer); \(who) run\(who == "workers" ? "" : "s") without it")
+    /// `who`: "workers" or "the installer", for the log line; `reporter`: the plugin whose worker
+    /// said it first (its `hello` is plugin code's to forge: the line names whose word it is).
+    /// Distinct reports are kept up to `WorkerMessage.helloListLimit` (a host lacks a few layers;
+    /// more are a plugin's inventions, each restart with new ones).
+    func noteMissingLayers(_ missing: [String], who: String = "workers", reporter: String? = nil) {
+        for layer in missing where !warnedMissingLayers.contains(who + layer) {
+            guard warnedMissingLayers.count < WorkerMessage.helloListLimit else {
+                if warnedMissingLayers.insert("").inserted {
+                    logger.warning("more than \(WorkerMessage.helloListLimit) different sandbox layers reported missing\(reporter.map { " (the last by \($0)'s worker)" } ?? ""); no more are logged")
+                }
+                return
+            }
+            warnedMissingLayers.insert(who + layer)
+            logger.warning("sandbox layer missing on this host: \(layer); \(who) run\(who == "workers" ? "" : "s") without it\(reporter.map { " (said first by \($0)'s worker)" } ?? "")")
         }
     }
 }

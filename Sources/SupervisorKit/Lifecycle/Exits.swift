@@ -68,9 +68,7 @@ extension Lifecycle {
         instance.channel?.close(promise: nil)
         instance.crash.held += instance.pending.removeAll()
         effects.post(.forgetLinks(instance))
-        let outgoing = instance.outgoing
-        instance.outgoing = [:]
-        shared.cancelInFlight(outgoing)
+        shared.cancelInFlight(instance.outgoing.removeAll())
         effects.post(.hostCallerEnded(instance))
         let callbacks = instance.onExit
         instance.onExit = []

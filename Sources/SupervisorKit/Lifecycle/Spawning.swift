@@ -314,7 +314,7 @@ extension Lifecycle {
             instance.timings["spawnUs"] = max(0, started - Int(instance.spawnedAt.uptimeNanoseconds / 1000))
             instance.timings["startedAtUs"] = nil
         }
-        shared.noteMissingLayers(instance.hello!.sandboxMissing)
+        shared.noteMissingLayers(instance.hello!.sandboxMissing, reporter: instance.identifier)
         if table.dependenciesRunning(instance.manifest) {
             sendStartup(record, instance)
         } else if role == .successor {

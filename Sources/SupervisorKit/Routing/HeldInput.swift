@@ -56,10 +56,10 @@ extension Router {
     /// The call goes to the callee now, under `id` on `channel`: what its client sent while it
     /// waited becomes the stream's (answer credit beyond the initial window is told at once; held
     /// input goes as the callee grants room).
-    func adopt(_ early: EarlyStream, into flow: StreamFlow, id: UInt64, to channel: Channel) {
+    func adopt(_ early: EarlyStream, into flow: StreamFlow, id: UInt64, at instance: WorkerInstance, to channel: Channel) {
         flow.credit = early.credit
         flow.credit.callForwarded()
-        flow.heldInput = early.held
+        flow.hold(early.held, for: instance)
         let extra = flow.credit.answerCreditBeyondInitial
         if extra > 0 { outbox.write(StreamFrames.credit(id: id, n: UInt64(extra), into: channel.allocator.buffer(capacity: 48)), to: channel) }
         releaseHeldInput(flow, id: id, to: channel)
@@ -69,10 +69,9 @@ extension Router {
     /// it waited behind them.
     func releaseHeldInput(_ flow: StreamFlow, id: UInt64, to channel: Channel) {
         let (chunks, end) = flow.credit.releaseHeld()
-        for chunk in flow.heldInput.prefix(chunks) {
+        for chunk in flow.release(chunks) {
             chunk.bytes.withUnsafeBytes { passInput(seq: chunk.seq, $0, isBytes: chunk.isBytes, id: id, flow, to: channel) }
         }
-        flow.heldInput.removeFirst(chunks)
         if end, let count = flow.credit.input?.seq {
             outbox.write(StreamFrames.inputEnd(id: id, count: count, into: channel.allocator.buffer(capacity: 64)), to: channel)
         }

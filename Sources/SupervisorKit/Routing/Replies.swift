@@ -17,7 +17,7 @@ extension Outbox {
             guard !connection.closed else { return }
             write(errorFrame(id: id, error, for: connection.channel), to: connection.channel)
         case .plugin(let caller, let id):
-            caller.outgoing[id] = nil
+            caller.outgoing.remove(id)
             guard let channel = caller.channel else { return }
             write(errorFrame(id: id, error, for: channel), to: channel)
         case .host(let request):

@@ -97,13 +97,13 @@ final class Router: SupervisorComponent {
         deadlines.due(due.deadline)
         switch origin {
         case .client(let connection, let clientID): connection.inFlight[clientID] = (instance, id)
-        case .plugin(let caller, let callerID): caller.outgoing[callerID] = (instance, id)
+        case .plugin(let caller, let callerID): caller.outgoing.add(callerID, callee: instance, id: id, bytes: bytes.count)
         case .host(let request): request.inFlight = (instance, id)
         case .local: break
         }
         outbox.write(frame, to: channel)
         if let flow, case .client(let connection, let clientID) = origin, let early = connection.waitingStreams.removeValue(forKey: clientID) {
-            adopt(early, into: flow, id: id, to: channel)
+            adopt(early, into: flow, id: id, at: instance, to: channel)
         }
         // A plugin's call has reached its dependency (now, or from the wait queue once it runs):
         // the next ones may go over a peer link.
@@ -171,6 +171,11 @@ final class Router: SupervisorComponent {
                 return nil
             }
             return HostCall(id: id, env: env)
+        }
+        // What the supervisor holds for its calls in flight is bounded (`OutgoingCalls`).
+        if let refused = instance.outgoing.refusal(caller: instance.identifier, adding: bytes.count) {
+            outbox.write(outbox.errorFrame(id: id, refused, for: channel), to: channel)
+            return nil
         }
         // The caller's own version decides (during an update, the old and the new one may differ).
         guard instance.manifest.dependencies.contains(where: { $0.identifier == target }) else {
@@ -242,7 +247,7 @@ final class Router: SupervisorComponent {
             }
             outbox.write(written, to: channel)
         case .plugin(let caller, let callerID):
-            caller.outgoing[callerID] = nil
+            caller.outgoing.remove(callerID)
             guard let channel = caller.channel else { return true }
             if let payload {
                 if let error = refused ?? handOver(payload, to: caller) {

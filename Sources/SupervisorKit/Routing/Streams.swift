@@ -16,14 +16,34 @@ final class StreamFlow {
     let callDeadline: Instant
     let counters: StreamCounters
     /// Input chunks the caller sent beyond the callee's room, oldest first (`StreamCredit.Input`:
-    /// at most the initial window).
-    var heldInput: [HeldChunk] = []
+    /// at most the initial window), counted in their callee's `heldInputBytes` while held.
+    private(set) var heldInput: [HeldChunk] = []
+    private weak var holder: WorkerInstance?
 
     init(answers: Bool, input: Bool, idleMs: Int, callDeadline: Instant, counters: StreamCounters) {
         credit = StreamCredit(answers: answers, input: input)
         self.idleMs = idleMs
         self.callDeadline = callDeadline
         self.counters = counters
+    }
+
+    deinit {
+        holder?.heldInputBytes -= heldInput.reduce(0) { $0 + $1.bytes.count }
+    }
+
+    /// Holds `chunks` until `callee` has room for them.
+    func hold(_ chunks: [HeldChunk], for callee: WorkerInstance) {
+        holder = callee
+        heldInput += chunks
+        callee.heldInputBytes += chunks.reduce(0) { $0 + $1.bytes.count }
+    }
+
+    /// The oldest `n` held chunks, no longer held.
+    func release(_ n: Int) -> ArraySlice<HeldChunk> {
+        let taken = heldInput.prefix(n)
+        heldInput.removeFirst(taken.count)
+        holder?.heldInputBytes -= taken.reduce(0) { $0 + $1.bytes.count }
+        return taken
     }
 
     /// The request's deadline after a chunk went by at `now`.
@@ -90,8 +110,16 @@ extension Router {
             let raw = UnsafeRawBufferPointer(rebasing: bytes[data])
             if now {
                 passInput(seq: seq, raw, isBytes: isBytes, id: entry.id, flow, to: channel)
+            } else if let refused = HeldInput.refusal(callee: callee.identifier, held: callee.heldInputBytes, adding: raw.count) {
+                // Its reader has more held for it than the supervisor keeps for one plugin: this
+                // stream ends here, its caller told why and the callee told to cancel.
+                guard let request = callee.pending.settle(entry.id) else { return nil }
+                shared.settled(request, .unavailable, by: callee)
+                outbox.answer(request.origin, error: refused)
+                shared.sendCancel(entry.id, to: callee)
+                shared.callLeft(callee)
             } else {
-                flow.heldInput.append(HeldChunk(seq: seq, bytes: raw, isBytes: isBytes))
+                flow.hold([HeldChunk(seq: seq, bytes: raw, isBytes: isBytes)], for: callee)
             }
         }
         return nil

@@ -69,7 +69,7 @@ extension Router {
                     violated(instance, why)
                 }
             case .cancel(let id):
-                if let entry = instance.outgoing.removeValue(forKey: id) { shared.cancelInFlight([id: entry]) }
+                if let entry = instance.outgoing.remove(id) { shared.cancelInFlight([id: entry]) }
             case .log:
                 log(from: instance, bytes)
             case .linkCalls:

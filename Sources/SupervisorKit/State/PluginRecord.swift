@@ -205,8 +205,12 @@ final class WorkerInstance {
     /// Requests sent to it and not yet answered, by the id this supervisor gave them.
     var pending = CallTable<PendingRequest>()
     /// Requests this plugin made that are being served elsewhere: its id → (the callee, the callee's
-    /// id). Cancelled at the callee if this worker dies first.
-    var outgoing: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
+    /// id), within the limits one plugin has (`OutgoingCalls`). Cancelled at the callee if this
+    /// worker dies first.
+    var outgoing = OutgoingCalls<WorkerInstance>()
+    /// Bytes of input chunks the supervisor holds for this worker's streams until their readers
+    /// grant room (`StreamFlow.hold`; at most `HeldInput.limit`).
+    var heldInputBytes = 0
     /// What the supervisor waits for from it (its start, or a pong), with the deadline.
     private(set) var awaiting = Awaited.nothing
     /// Set when the worker said why it is ending itself.

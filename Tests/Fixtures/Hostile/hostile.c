@@ -427,6 +427,24 @@ static void announce(void) {
     snprintf(ctor_result, sizeof ctor_result, "\"announced\"");
 }
 
+/* ctor-action `forgeHello <n>`: before the worker says its own hello, a hello of the plugin's on
+ * the worker's socket (descriptor 3) claiming `n` sandbox layers missing. */
+static void forge_hello(long n) {
+    size_t cap = 256 + (size_t)n * 40;
+    char *frame = malloc(cap);
+    if (!frame) return;
+    size_t at = 4;
+    at += (size_t)snprintf(frame + at, cap - at, "{\"type\":\"hello\",\"protocol\":1,\"abi\":%d,\"pid\":%d,\"plugin\":\"f.hello\",\"version\":\"1.0.0\",\"sandbox\":[\"forged\"],\"sandboxMissing\":[",
+                           SP_ABI_VERSION, (int)getpid());
+    for (long i = 0; i < n; i++) at += (size_t)snprintf(frame + at, cap - at, "%s\"seccomp: FORGED %ld\"", i ? "," : "", i);
+    at += (size_t)snprintf(frame + at, cap - at, "]}");
+    uint32_t body = (uint32_t)(at - 4);
+    frame[0] = (char)(body >> 24); frame[1] = (char)(body >> 16); frame[2] = (char)(body >> 8); frame[3] = (char)body;
+    ssize_t rc = write(3, frame, at);
+    (void)rc;
+    free(frame);
+}
+
 __attribute__((constructor)) static void hostile_constructor(void) {
     Dl_info info;
     if (!dladdr((void *)hostile_constructor, &info) || !info.dli_fname) return;
@@ -442,6 +460,7 @@ __attribute__((constructor)) static void hostile_constructor(void) {
     if (fscanf(f, "%63s %ld", what, &number) >= 1) {
         if (!strcmp(what, "announce")) announce();
         else if (!strcmp(what, "declareMany")) declare_many = 1;
+        else if (!strcmp(what, "forgeHello")) forge_hello(number);
         else attack(what, "/etc/shadow", number, ctor_result, sizeof ctor_result);
     }
     fclose(f);
@@ -457,12 +476,45 @@ static void reply(unsigned long long id, const char *result) {
 static int no_replies;
 static volatile int block_will_terminate;
 
+/* Calls and streams it sends as raw frames (`callFlood`, `inputFlood`) carry ids from here: their
+   answers are counted, not answered. */
+#define FLOOD_IDS (1ULL << 42)
+static int flood_answers, flood_refused;
+
+/* Sends `count` raw calls to `target`'s `noReply`, or (`chunk` > 0) `count` calls with input,
+   each followed by the 16 chunks of `chunk` bytes a caller may send before its reader grants room. */
+static void flood(const char *target, long count, long chunk) {
+    static unsigned long long next = FLOOD_IDS;
+    size_t cap = (size_t)(chunk > 0 ? chunk : 0) + 512;
+    char *frame = malloc(cap);
+    if (!frame) return;
+    for (long i = 0; i < count; i++) {
+        unsigned long long id = next++;
+        int n = snprintf(frame, cap, "{\"type\":\"call\",\"id\":%llu,\"target\":\"%s\",\"method\":\"noReply\",\"params\":{}%s,\"timeoutMs\":600000}",
+                         id, target, chunk > 0 ? ",\"input\":true" : "");
+        if (g_host->send(g_host->ctx, (const uint8_t *)frame, (size_t)n) != 0) break;
+        for (int seq = 0; chunk > 0 && seq < 16; seq++) {
+            size_t at = (size_t)snprintf(frame, cap, "{\"type\":\"chunk\",\"id\":%llu,\"input\":true,\"seq\":%d,\"data\":\"", id, seq);
+            memset(frame + at, 'x', (size_t)chunk);
+            at += (size_t)chunk;
+            at += (size_t)snprintf(frame + at, cap - at, "\"}");
+            if (g_host->send(g_host->ctx, (const uint8_t *)frame, at) != 0) break;
+        }
+    }
+    free(frame);
+}
+
 static void receive(void *ctx, const uint8_t *bytes, size_t len) {
     (void)ctx;
     const char *json = (const char *)bytes;
     char type[16], method[64], path[512] = "";
     if (!find_string(json, len, "type", type, sizeof type)) return;
     unsigned long long id = (unsigned long long)find_number(json, len, "id", 0);
+    if (!strcmp(type, "reply") && id >= FLOOD_IDS) {
+        __atomic_add_fetch(&flood_answers, 1, __ATOMIC_RELAXED);
+        if (memmem(json, len, "\"unavailable\"", 13)) __atomic_add_fetch(&flood_refused, 1, __ATOMIC_RELAXED);
+        return;
+    }
     if (strcmp(type, "call") != 0) {
         /* After `blockWillTerminate`, its `willTerminate` never returns (a plugin slow to finish). */
         if (block_will_terminate && memmem(json, len, "willTerminate", 13)) for (;;) pause();
@@ -624,6 +676,21 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
         const char *after = "{\"type\":\"log\",\"level\":\"info\",\"message\":\"after the big logs\"}";
         g_host->send(g_host->ctx, (const uint8_t *)after, strlen(after));
         reply(id, "null");
+        return;
+    }
+    /* A plugin and a dependency that never answers (`noReply`): calls in flight, and input held
+       for a reader that grants no room, until the supervisor's limits (OutgoingCalls, HeldInput).
+       `floodAnswers`: [answers, of which unavailable]. */
+    if (!strcmp(method, "callFlood") || !strcmp(method, "inputFlood")) {
+        find_string(json, len, "path", path, sizeof path);
+        flood(path, find_number(json, len, "number", 0), !strcmp(method, "inputFlood") ? 1L << 20 : 0);
+        reply(id, "null");
+        return;
+    }
+    if (!strcmp(method, "floodAnswers")) {
+        char counts[64];
+        snprintf(counts, sizeof counts, "[%d,%d]", __atomic_load_n(&flood_answers, __ATOMIC_RELAXED), __atomic_load_n(&flood_refused, __ATOMIC_RELAXED));
+        reply(id, counts);
         return;
     }
     if (!strcmp(method, "noReplies")) {

@@ -1,0 +1,78 @@
+import Foundation
+import PluginProtocol
+import Testing
+
+/// What the supervisor holds for one plugin is bounded: its calls in flight (`OutgoingCalls`), the
+/// stream input held for a reader that grants no room (`HeldInput`), what its `hello` lists. A
+/// plugin and a dependency that never answers would otherwise grow the supervisor's memory without
+/// end; each limit answers the call that would pass it, and nothing else is touched.
+@Suite(.serialized) struct HeldLimitsTests {
+    static func hostile() throws -> String { try SandboxTests.hostileLibrary() }
+
+    /// [answers, of which unavailable] to what `flooder` sent as raw frames.
+    static func floodAnswers(_ sv: RunningSupervisor, _ flooder: String) throws -> [Int] {
+        try sv.call(flooder, "floodAnswers", as: [Int].self)
+    }
+
+    @Test("a plugin may have 65,536 calls in flight through the supervisor: the next are refused unavailable, the callee got exactly those, the neighbour is served")
+    func callsInFlight() throws {
+        let w = try TestWorld()
+        let lib = try Self.hostile()
+        try w.bundle("h.sink", library: lib)
+        try w.bundle("h.flood", deps: [Dep("h.sink")], library: lib)
+        try w.bundle("h.fine")
+        // Through the supervisor (over a peer link the calls would wait in the callee's worker,
+        // in its memory, not the supervisor's).
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"peerLinks": false}"#)])
+        let sent = 70_000
+        _ = try sv.cli("call", "h.flood", "callFlood", #"{"path":"h.sink","number":\#(sent)}"#)
+        try sv.waitUntil(timeout: 60, "the calls past the limit answered") {
+            try Self.floodAnswers(sv, "h.flood") == [sent - 65_536, sent - 65_536]
+        }
+        try sv.waitUntil(timeout: 60, "the sink got the rest") { try sv.call("h.sink", "noReplies", as: Int.self) == 65_536 }
+        #expect(try sv.call("h.fine", "echo", "1", as: Int.self) == 1)
+        #expect(try sv.plugin("h.flood").state == "running")
+        #expect(try sv.plugin("h.sink").state == "running")
+    }
+
+    @Test("input held for a reader that grants no room stops at 256 MiB for that plugin: each stream that would pass it fails unavailable, and the supervisor holds no more")
+    func heldInput() throws {
+        let w = try TestWorld()
+        let lib = try Self.hostile()
+        try w.bundle("h.slow", library: lib)
+        try w.bundle("h.pusher", deps: [Dep("h.slow")], library: lib)
+        try w.bundle("h.fine")
+        let sv = try RunningSupervisor(w)
+        let before = try rss(sv.pid)
+        // 40 streams of 16 chunks of 1 MiB: 640 MiB sent, at most 256 held.
+        let streams = 40
+        _ = try sv.cli("call", "--timeout", "120000", "h.pusher", "inputFlood", #"{"path":"h.slow","number":\#(streams)}"#)
+        try sv.waitUntil(timeout: 120, "the streams past the limit refused") {
+            let answers = try Self.floodAnswers(sv, "h.pusher")
+            return answers[0] >= streams - 16 && answers[0] == answers[1]
+        }
+        let answers = try Self.floodAnswers(sv, "h.pusher")
+        // Sixteen streams' first windows fit, less the chunk that would pass the limit (each is 1 MiB
+        // and its quotes): 24 or 25 refused.
+        #expect((streams - 16)...(streams - 15) ~= answers[1], "\(answers)")
+        let grown = try rss(sv.pid) - before
+        #expect(grown < 400 << 20, "the supervisor holds \(grown >> 20) MiB more")
+        #expect(try sv.call("h.fine", "echo", "1", as: Int.self) == 1)
+        #expect(try sv.plugin("h.pusher").state == "running")
+        #expect(try sv.plugin("h.slow").state == "running")
+    }
+
+    @Test("a hello that a plugin's constructor writes before the worker's own, listing 100,000 missing layers, ends the worker as a violation: none is logged")
+    func forgedHello() throws {
+        let w = try TestWorld()
+        let bundle = try w.bundle("f.hello", library: try Self.hostile(), extra: ["restart": "never"])
+        try "forgeHello 100000".write(toFile: bundle + "/ctor-action", atomically: true, encoding: .utf8)
+        try w.bundle("f.fine")
+        let sv = try RunningSupervisor(w, waitForReady: false)
+        try sv.waitUntil("f.hello ended") { try sv.plugin("f.hello").lastExit != nil }
+        let exit = try #require(try sv.plugin("f.hello").lastExit)
+        #expect(exit.reason == .protocolViolation && exit.message?.contains("hello lists 100000 entries in sandboxMissing; a worker may list 64") == true, "\(exit)")
+        #expect(!sv.log.contains("FORGED"))
+        #expect(try sv.call("f.fine", "echo", "1", as: Int.self) == 1)
+    }
+}
