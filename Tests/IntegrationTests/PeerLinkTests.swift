@@ -185,6 +185,26 @@ struct PeerLinkTests {
         #expect(try nested(sv, "b.user", "b.base", "getpid").code == 0)
     }
 
+    @Test("a link its callee's worker ends (the caller wrote a frame no link may carry) ends for the caller too: its next call goes through the supervisor and is answered, not lost in the dead link")
+    func aLinkTheCalleeEndsEndsForTheCaller() throws {
+        let w = try TestWorld()
+        try w.bundle("e.base")
+        try w.bundle("e.user", deps: [Dep("e.base")], library: try SandboxTests.hostileLibrary())
+        let sv = try RunningSupervisor(w)
+        func answers() throws -> [Int] { try sv.call("e.user", "floodAnswers", as: [Int].self) }
+        #expect(try sv.call("e.user", "callEcho", #"{"path":"e.base"}"#, as: Bool.self))
+        try sv.waitUntil("the first call answered") { try answers() == [1, 0] }
+        try waitForLink(sv, from: "e.user", to: "e.base")
+        // A header of 2 GiB on its end of the link: e.base's worker ends the link. The supervisor
+        // holds a duplicate of e.base's end (the witness of its mark): without a shutdown, e.user
+        // would read nothing, and its next call would wait out its 20 s in the dead link.
+        #expect(try sv.call("e.user", "breakLinks", as: Int.self) == 1)
+        try sv.waitUntil("the ended link forgotten") { try sv.plugin("e.user").links == nil }
+        #expect(try sv.call("e.user", "callEcho", #"{"path":"e.base"}"#, as: Bool.self))
+        try sv.waitUntil(timeout: 5, "the next call answered") { try answers() == [2, 0] }
+        #expect(try sv.plugin("e.base").restarts == 0 && sv.plugin("e.user").restarts == 0)
+    }
+
     @Test("four callers through a linked plugin lose no call while the callee is restarted and reloaded (the links are drained first)")
     func drainsLinks() throws {
         let w = try TestWorld()

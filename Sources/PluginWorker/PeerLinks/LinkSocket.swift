@@ -162,10 +162,14 @@ final class LinkSocket: Sendable {
         _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
     }
 
+    /// Ends the link and gives up its descriptor. Shut down first: the supervisor holds a duplicate
+    /// of a callee's end (the witness it reads the link's mark by, SPEC §15), so a close alone
+    /// would leave the caller writing into a socket nobody reads, its calls waiting out their time.
     func close() {
         sendLock.withLock {
             closed.store(true, ordering: .relaxed)
             sendLock.pointer.pointee.held_len = 0
+            _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
             _ = Glibc.close(fd)
         }
     }

@@ -687,6 +687,16 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
         reply(id, "null");
         return;
     }
+    /* One call to `path`'s `echo`, as a plugin's call goes (over its peer link when it has one);
+       its answer counted as the floods' are. */
+    if (!strcmp(method, "callEcho")) {
+        static unsigned long long next = FLOOD_IDS + (1ULL << 40);
+        find_string(json, len, "path", path, sizeof path);
+        char frame[768];
+        int n = snprintf(frame, sizeof frame, "{\"type\":\"call\",\"id\":%llu,\"target\":\"%s\",\"method\":\"echo\",\"params\":1,\"timeoutMs\":20000}", next++, path);
+        reply(id, g_host->send(g_host->ctx, (const uint8_t *)frame, (size_t)n) == 0 ? "true" : "false");
+        return;
+    }
     if (!strcmp(method, "floodAnswers")) {
         char counts[64];
         snprintf(counts, sizeof counts, "[%d,%d]", __atomic_load_n(&flood_answers, __ATOMIC_RELAXED), __atomic_load_n(&flood_refused, __ATOMIC_RELAXED));
