@@ -266,4 +266,20 @@ extension ActivationTests {
         #expect(idleMs >= 2_000, "stopped after \(idleMs) ms without a report from its link")
         #expect(try sv.plugin("a.linked").restarts == 0)
     }
+
+    @Test("a plugin held by a program's direct link is stopped after its idleStopMs each time it was woken, not at the next idle check (the default 30 s)")
+    func linkedPluginsStopEachTime() async throws {
+        let w = try TestWorld()
+        try w.bundle("a.held", extra: ["activation": "onCall", "idleStopMs": 300])
+        let sv = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sv.socket)
+        defer { client.close() }
+        for round in 1...2 {
+            #expect(try await client.call("a.held", "ping", as: Int.self) == 1)
+            try await waitUntil("the direct link, round \(round)") { client.linkedPlugins == ["a.held"] }
+            // Held by the link: stopped once its callers' reports are 2 s overdue, well before 30 s.
+            try sv.waitUntil(timeout: 8, "the idle stop, round \(round)") { try sv.plugin("a.held").state == "inactive" }
+        }
+        #expect(try sv.plugin("a.held").restarts == 0)
+    }
 }

@@ -73,14 +73,17 @@ final class Health: SupervisorComponent {
         if memoryDue || idleDue { checkMemory(looked, busy: memoryDue, idle: idleDue) }
         if pingDue { watchdog(looked, now: now, idleToo: idleDue) }
         if now >= nextIdleStop { stopIdlePlugins(now: now) }
-        // What has nothing inside, no start under way and no ping out leaves the watch until
-        // something is sent to it (PluginTable.watch).
-        for instance in table.watched.values where !Self.starting(instance) && !Self.busy(instance) {
-            table.unwatch(instance)
-            // Idle from now on: its idle stop, if it has one, may be due before the next look.
+        for instance in table.watched.values where !Self.starting(instance) {
+            // Its idle stop, if it has one, may be due before the next look: one that stays watched
+            // too (held by callers' links, which keep it watched for good, until it had no traffic
+            // for its time and theirs: `IdleStop.linkReportsMs`).
             if let record = table.record(servedBy: instance), let limit = config.idleStopMs(of: record.manifest) {
-                nextIdleStop = min(nextIdleStop, max(record.lastTraffic, instance.spawnedAt) + .milliseconds(Int64(limit)))
+                let wait = instance.linksIn.isEmpty ? limit : max(limit, IdleStop.linkReportsMs)
+                nextIdleStop = min(nextIdleStop, max(record.lastTraffic, instance.spawnedAt) + .milliseconds(Int64(wait)))
             }
+            // What has nothing inside and no ping out leaves the watch until something is sent to
+            // it (PluginTable.watch).
+            if !Self.busy(instance) { table.unwatch(instance) }
         }
     }
 
