@@ -228,4 +228,12 @@ public struct FileStamp: Equatable, Sendable, CustomStringConvertible {
     }
 
     public var description: String { "\(size):\(modifiedSeconds).\(modifiedNanoseconds):\(device):\(inode)" }
+
+    /// Whether this is the file `earlier` was, changed since: written over in place (`cp new old`
+    /// truncates and rewrites it), not replaced by another file at its path (renamed over it, a
+    /// bundle swapped), which leaves the earlier file as it was for whoever has it open or mapped.
+    public func writtenOver(since earlier: FileStamp) -> Bool {
+        device == earlier.device && inode == earlier.inode
+            && (size != earlier.size || modifiedSeconds != earlier.modifiedSeconds || modifiedNanoseconds != earlier.modifiedNanoseconds)
+    }
 }

@@ -223,4 +223,22 @@ struct AuthorTests {
         #expect(exit.message?.contains("rename it over the old one") == true && exit.message?.contains("supervisor install") == true,
                 "\(exit.message ?? "")")
     }
+
+    @Test("a library replaced the safe way (a new file renamed over it) under a running worker: the worker's crash after that is its own signal, not libraryReplaced")
+    func libraryRenamedOver() throws {
+        let w = try TestWorld()
+        let bundle = w.plugins + "/l.renamed"
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: Build.library("TestKit"), toPath: bundle + "/libTestKit.so")
+        try #"{"identifier": "l.renamed", "version": "1.0.0", "library": "libTestKit.so", "restart": "never"}"#
+            .write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.cli("call", "l.renamed", "echo", "[1]").code == 0)
+        try FileManager.default.copyItem(atPath: Build.library("TestKit"), toPath: bundle + "/.new.so")
+        #expect(rename(bundle + "/.new.so", bundle + "/libTestKit.so") == 0)
+        _ = try sv.cli("call", "l.renamed", "crash", #"{"how":"segv"}"#)
+        try sv.waitUntil("the worker to end") { try sv.plugin("l.renamed").state == "failed" }
+        let exit = try #require(try sv.plugin("l.renamed").lastExit)
+        #expect(exit.reason == .signaled && exit.signal == "SIGSEGV", "\(exit)")
+    }
 }

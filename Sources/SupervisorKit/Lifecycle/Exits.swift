@@ -60,6 +60,13 @@ extension Lifecycle {
         }
     }
 
+    /// The path of the library a worker loaded, if that very file has been written over since
+    /// (not one renamed over it, nor a bundle swapped by an install: those leave its mapping whole).
+    static func writtenOver(_ library: (path: String, stamp: FileStamp?)?) -> String? {
+        guard let library, let loaded = library.stamp, FileStamp(path: library.path)?.writtenOver(since: loaded) == true else { return nil }
+        return library.path
+    }
+
     /// Records the exit and acts on it: a stop completes, a crash is restarted by policy.
     func finalizeExit(_ instance: WorkerInstance) {
         guard case .exited(let afterStop, let exit) = instance.phase else { return }
@@ -99,7 +106,7 @@ extension Lifecycle {
         // no longer known: whoever stopped it hears it ended, nothing more.
         let facts = ExitClassifier.Facts(exit: exit, notice: instance.exitNotice, killed: instance.killReason, violation: instance.violation,
                                          stopRequested: afterStop, lastDataBytes: instance.memory.data, hardLimitBytes: hardLimit,
-                                         libraryChanged: exit.signaled || exit.code != 0 ? instance.library.flatMap { FileStamp(path: $0.path) != $0.stamp ? $0.path : nil } : nil,
+                                         libraryChanged: exit.signaled || exit.code != 0 ? Self.writtenOver(instance.library) : nil,
                                          ran: instance.everRan)
         let status = ExitClassifier.classify(facts)
         let described = ExitClassifier.describe(status)
