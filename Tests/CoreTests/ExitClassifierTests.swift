@@ -29,9 +29,18 @@ import SupervisorCore
             #expect(ExitClassifier.describe(status).contains("a trap in the plugin's code (in Swift a failed check"))
         }
         #expect(ExitClassifier.classify(facts(signal: 6)).message == nil)
-        // Asked to stop, a trap is the stop's (as a SIGSEGV then is), with the words all the same.
+        // Asked to stop, a trap is still a trap (as a SIGSEGV then is a crash), said as it is.
         let stopping = ExitClassifier.classify(facts(signal: 4, stop: true))
-        #expect(stopping.reason == .stopped && stopping.message == ExitClassifier.trapAdvice)
+        #expect(stopping.reason == .signaled && stopping.message == "\(ExitClassifier.trapAdvice), while it was being stopped")
+        let crashed = ExitClassifier.classify(facts(signal: 11, stop: true))
+        #expect(crashed.reason == .signaled && crashed.signal == "SIGSEGV" && crashed.message == "while it was being stopped")
+        #expect(ExitClassifier.describe(crashed) == "signal SIGSEGV, while it was being stopped")
+        let failed = ExitClassifier.classify(facts(code: 3, stop: true))
+        #expect(failed.reason == .exited && failed.code == 3 && failed.message == "while it was being stopped")
+        // Its grace period's SIGKILL, a SIGTERM, exit 0: a stop.
+        for stop in [facts(signal: 9, stop: true), facts(signal: 15, stop: true), facts(code: 0, stop: true)] {
+            #expect(ExitClassifier.classify(stop).reason == .stopped)
+        }
     }
 
     @Test func aCleanExitBeforeItRanIsAFailedStartNotAStop() {

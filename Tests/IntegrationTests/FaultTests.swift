@@ -491,6 +491,19 @@ struct FaultTests {
         #expect(try sv.plugin("p.logs").state == "running")
     }
 
+    @Test("a worker that crashes in its willTerminate while `restart` stops it: lastExit says the signal and when, not stopped; the plugin runs again")
+    func crashWhileStopping() throws {
+        let w = try TestWorld()
+        try w.bundle("c.out", library: try Self.hostile())
+        let sv = try RunningSupervisor(w)
+        let pid = try sv.plugin("c.out").pid
+        _ = try sv.cli("call", "c.out", "crashWillTerminate", "{}")
+        #expect(try sv.cli("restart", "c.out").code == 0)
+        try sv.waitUntil("a new worker") { let p = try sv.plugin("c.out"); return p.state == "running" && p.pid != pid }
+        let exit = try #require(try sv.plugin("c.out").lastExit)
+        #expect(exit.reason == .signaled && exit.signal == "SIGSEGV" && exit.message == "while it was being stopped", "\(exit)")
+    }
+
     @Test("a plugin may declare at most 1,024 methods idempotent: the next is refused with -E2BIG, and the worker starts with the rest")
     func idempotentDeclarationsHaveALimit() throws {
         let w = try TestWorld()

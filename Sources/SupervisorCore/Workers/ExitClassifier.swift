@@ -33,6 +33,9 @@ package enum ExitClassifier {
         }
     }
 
+    /// What an end that was no stop's says when it came while the worker was being stopped.
+    package static let whileStopping = "while it was being stopped"
+
     /// The safe ways to replace a plugin's library, for the `libraryReplaced` message.
     package static let replaceAdvice = "write the new library to another file and rename it over the old one (the running worker keeps the old file), or use `supervisor install` (docs/abi.md#replacing-a-library)"
 
@@ -88,15 +91,22 @@ package enum ExitClassifier {
             status.reason = .disconnected
             status.message = "the worker's protocol socket failed or was closed before it was asked to stop (did the plugin close or replace its descriptors?)"
         } else if f.stopRequested {
-            status.reason = .stopped
+            // Asked to stop, it ended as a stop ends (exit 0, or the SIGKILL after its grace period,
+            // which `killed` names): else it crashed or failed on its way out (in `willTerminate`,
+            // `destroy`, a call it drained), which `lastExit` says as it is.
+            if exit.signaled ? exit.code == 9 || exit.code == 15 : exit.code == 0 {
+                status.reason = .stopped
+            } else {
+                status.message = Self.whileStopping
+            }
         } else if !f.ran, !exit.signaled, exit.code == 0 {
             // Its plugin's code ended the process while it started: a failed start, no clean stop.
             status.reason = .startupFailed
             status.message = "the worker ended (exit code 0) before its plugin was running: the library's constructor, sp_plugin_create or the plugin's startup ended the process"
         }
-        if status.message == nil, exit.signaled, exit.code == LinuxSignal.ill || exit.code == LinuxSignal.trap {
+        if status.message == nil || status.message == Self.whileStopping, exit.signaled, exit.code == LinuxSignal.ill || exit.code == LinuxSignal.trap {
             // What a bare SIGILL means is not what a newcomer guesses: the plugin's own code trapped.
-            status.message = Self.trapAdvice
+            status.message = status.message == nil ? Self.trapAdvice : "\(Self.trapAdvice), \(Self.whileStopping)"
         }
         return status
     }

@@ -475,6 +475,7 @@ static void reply(unsigned long long id, const char *result) {
 /* How many `noReply` calls came (read with `noReplies`). */
 static int no_replies;
 static volatile int block_will_terminate;
+static volatile int crash_will_terminate;
 
 /* Calls and streams it sends as raw frames (`callFlood`, `inputFlood`) carry ids from here: their
    answers are counted, not answered. */
@@ -518,6 +519,8 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
     if (strcmp(type, "call") != 0) {
         /* After `blockWillTerminate`, its `willTerminate` never returns (a plugin slow to finish). */
         if (block_will_terminate && memmem(json, len, "willTerminate", 13)) for (;;) pause();
+        /* After `crashWillTerminate`, its `willTerminate` crashes (a plugin's bug on its way out). */
+        if (crash_will_terminate && memmem(json, len, "willTerminate", 13)) raise(SIGSEGV);
         reply(id, "null");
         return;
     }
@@ -527,6 +530,7 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
        other message above: a late reply (PeerLinkTests). */
     if (!strcmp(method, "noReply")) { no_replies++; return; }
     if (!strcmp(method, "blockWillTerminate")) { block_will_terminate = 1; reply(id, "null"); return; }
+    if (!strcmp(method, "crashWillTerminate")) { crash_will_terminate = 1; reply(id, "null"); return; }
     if (!strcmp(method, "breakLinks")) {
         /* Straight onto every socket above the protocol socket, the order channel and the payload
            channel (its peer links): a frame header announcing 2 GiB, which ends each link at its
