@@ -78,6 +78,11 @@ public struct SupervisorConnection {
         if let limit = readLimitMs, let e = error as? SystemError, e.errno == EAGAIN || e.errno == EWOULDBLOCK {
             return .remote(ErrorBody(.timeout, "the supervisor did not answer within \(limit) ms; it may be stopped or overloaded"))
         }
+        if let e = error as? SystemError, e.errno == EPIPE || e.errno == ECONNRESET {
+            // The supervisor ended the connection under a read: it drops a client that leaves too
+            // much unread (answers, or a stream's chunks read too slowly) or breaks the protocol.
+            return .broken("the supervisor closed the connection (\(error)); it drops a client that leaves more than 256 MiB of answers unread (a stream read too slowly) or sends what it may not, and its log says which")
+        }
         return .broken("\(error)")
     }
 

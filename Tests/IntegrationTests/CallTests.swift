@@ -370,7 +370,7 @@ struct ControlBackPressureTests {
         #expect(try sv.cli("status").code == 0)
     }
 
-    @Test("a client that pipelines calls with large answers and reads none is dropped once 64 MiB of them wait for it, not held in the supervisor's memory")
+    @Test("a client that pipelines calls with large answers and reads none is dropped once 256 MiB of them wait for it (sixteen of the largest frames), not held in the supervisor's memory")
     func unreadAnswersHaveALimit() throws {
         let w = try TestWorld()
         try w.bundle("bp.echo")
@@ -380,7 +380,7 @@ struct ControlBackPressureTests {
         var timeout = timeval(tv_sec: 1, tv_usec: 0)
         setsockopt(conn.fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         // Small requests, read at once (nothing is unread yet), each answered 1 MiB a second later.
-        for i in 0..<200 {
+        for i in 0..<400 {
             var call = FrameBuilder(kind: .call)
             call.uint("id", UInt64(i + 1))
             call.string("target", "bp.echo")
@@ -389,9 +389,22 @@ struct ControlBackPressureTests {
             try conn.sendFrame(call.finish())
         }
         try sv.waitUntil("the client dropped") { sv.log.contains("dropping a control client that does not read its answers") }
-        #expect(try rss(sv.pid) < 300 << 20)
+        #expect(try rss(sv.pid) < 500 << 20)
         #expect(try sv.cli("metrics").out.contains(#"supervisor_control_clients_dropped_total{reason="unread"} 1"#))
         #expect(try sv.call("bp.echo", "echo", "[1]", as: [Int].self) == [1])
+    }
+
+    @Test("a stream read late at 5 MiB chunks (its whole window of 16, 80 MiB, waiting for the reader) is not dropped: every chunk arrives")
+    func aLateStreamReaderIsNotDropped() throws {
+        let w = try TestWorld()
+        try w.bundle("bp.big")
+        let sv = try RunningSupervisor(w)
+        // The CLI writes each chunk to a pipe nobody reads for 3 s: it stops reading its socket.
+        let size = 5 << 20
+        let r = try Shell.run("/bin/sh", ["-c", "\"$0\" call --socket \"$1\" --stream --timeout 60000 bp.big blob '{\"count\":40,\"size\":\(size)}' | (sleep 3; wc -c)",
+                                          Build.supervisor, sv.socket], timeout: 120)
+        #expect(Int(r.out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 >= 40 * size, "\(r.out)\(r.err)")
+        #expect(!sv.log.contains("dropping a control client"), "\(sv.log)")
     }
 
     @Test("a client that pipelines 1,000 calls with 100 KB answers and reads them slowly (100 MB in all, 25 MB a second) gets every answer: at most 256 of its requests wait for answers at once, the rest are read as answers leave")

@@ -104,8 +104,10 @@ final class ControlHandler: ChannelDuplexHandler {
     typealias OutboundIn = ByteBuffer
     /// Answers one client may leave unread (its requests wait meanwhile, unread too): past this,
     /// it is dropped rather than held in the supervisor's memory, as a server drops a client whose
-    /// output buffer passes its hard limit.
-    static let unreadLimit = 64 << 20
+    /// output buffer passes its hard limit. Sixteen of the largest frames (64 MiB at least): a
+    /// stream's whole window at the largest chunks, which an honest reader may leave unread
+    /// (SPEC §13), is never past it.
+    static func unreadLimit(maxFrameBytes: Int) -> Int { max(64 << 20, 16 * maxFrameBytes) }
     let engine: Engine
     let connection: ControlConnection
     static let idleTimeout = TimeAmount.seconds(10)
@@ -224,9 +226,10 @@ final class ControlHandler: ChannelDuplexHandler {
 
     /// Every answer passes here: one that would pile up past `unreadLimit` ends the connection.
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let limit = Self.unreadLimit(maxFrameBytes: engine.config.maxFrameBytes)
         if !context.channel.isWritable, !connection.closed,
-           let waiting = try? context.channel.syncOptions?.getOption(ChannelOptions.bufferedWritableBytes), waiting > Self.unreadLimit {
-            engine.logger.warning("dropping a control client that does not read its answers: \(waiting >> 20) MiB wait for it (\(Self.unreadLimit >> 20) MiB at most)")
+           let waiting = try? context.channel.syncOptions?.getOption(ChannelOptions.bufferedWritableBytes), waiting > limit {
+            engine.logger.warning("dropping a control client that does not read its answers: \(waiting >> 20) MiB wait for it (\(limit >> 20) MiB at most: sixteen of the largest frames)")
             engine.metrics.controlClientDropped(reason: "unread")
             connection.closed = true
             promise?.fail(ChannelError.ioOnClosedChannel)
