@@ -21,6 +21,11 @@ struct ClientOptions: ParsableArguments {
 
     var socketPath: String { SupervisorConnection.socketPath(home: location.home, socket: location.socket) }
 
+    /// How long `status` and `metrics` wait for their answer, which the supervisor makes from what
+    /// it holds: a supervisor that accepts but does not answer (stopped with SIGSTOP, wedged) does
+    /// not hold a health check or `systemctl reload` for good.
+    static let quickAnswerMs: UInt64 = 30_000
+
     /// Runs one request and prints its result; errors go to stderr as `code: message`.
     /// `readLimitMs`: the longest to wait for the supervisor's answer (nil: as long as it takes).
     func run(_ kind: MessageKind, readLimitMs: UInt64? = nil, _ fill: (inout FrameBuilder) -> Void = { _ in },

@@ -11,7 +11,7 @@ struct Metrics: ParsableCommand {
     @OptionGroup var options: ClientOptions
 
     func run() throws {
-        try options.run(.metrics, print: { result in
+        try options.run(.metrics, readLimitMs: ClientOptions.quickAnswerMs, print: { result in
             // The result is the exposition as one JSON string.
             (try? ProtocolJSON.decode(String.self, from: result))?.trimmingSuffixNewlines ?? String(decoding: result, as: UTF8.self)
         })

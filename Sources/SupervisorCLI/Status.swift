@@ -12,7 +12,7 @@ struct Status: ParsableCommand {
     var json = false
 
     func run() throws {
-        try options.run(.status, print: { raw in
+        try options.run(.status, readLimitMs: ClientOptions.quickAnswerMs, print: { raw in
             if json { return String(decoding: raw, as: UTF8.self) }
             guard let list = try? ProtocolJSON.decode([PluginStatus].self, from: raw) else { return String(decoding: raw, as: UTF8.self) }
             return StatusTable.render(list)
