@@ -207,7 +207,7 @@ import LinuxSupport
         #expect(apply(#"{"idleStopMs": 0}"#)?.contains("it is from 1 to 86400000 (a day) milliseconds") == true)
         #expect(apply(#"{"idleStopMs": 86400001}"#)?.contains("idleStopMs") == true)
         #expect(apply(#"{"idleStopMs": "1s"}"#)?.contains("must be a whole number") == true)
-        #expect(apply(#"{"floodLogsPerSecond": 10}"#)?.contains("above the") == true)
+        #expect(apply(#"{"floodLogsPerSecond": 10}"#)?.contains("is 10; it must be over the 200 log messages a second") == true)
     }
 
     @Test func standbyWorkers() throws {

@@ -88,7 +88,7 @@ extension SupervisorConfig {
         },
         "floodLogsPerSecond": { config, value in
             let rate = try value.integer()
-            guard rate > Router.logsPerSecond else { throw SettingError("is \(rate); it is above the \(Router.logsPerSecond) log messages a second a plugin may send") }
+            guard rate > Router.logsPerSecond else { throw SettingError("is \(rate); it must be over the \(Router.logsPerSecond) log messages a second a plugin may send (more are dropped; this many kill it)") }
             config.floodLogsPerSecond = rate
         },
         "idleCheckIntervalMs": positive(\.idleCheckIntervalMs, atMost: 86_400_000, "a day"),
