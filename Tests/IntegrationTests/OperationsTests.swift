@@ -15,12 +15,14 @@ struct OperationsTests {
     func systemdNotify() throws {
         let w = try TestWorld()
         try w.bundle("k.one")
+        // Inactive until called: not "starting" in systemctl status.
+        try w.bundle("k.lazy", extra: ["activation": "onCall"])
         let notify = try FakeNotifySocket(path: w.root + "/notify.sock")
         defer { notify.close() }
         let sv = try RunningSupervisor(w, environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"], waitForReady: false)
         let ready = try notify.wait("READY=1") { $0.contains("READY=1") }
         #expect(sv.stdout.contains("ready"), "READY=1 came before the ready line")
-        #expect(ready.text.contains("STATUS=1 plugin running"))
+        #expect(ready.text.contains("STATUS=1 plugin running, 1 inactive until needed"), "\(ready.text)")
 
         // Keep-alives every 100 ms: wait for ten, then look at the gaps.
         try notify.wait("10 WATCHDOG=1", timeout: 10) { _ in notify.count { $0 == "WATCHDOG=1" } >= 10 }
@@ -43,7 +45,7 @@ struct OperationsTests {
         #expect(afterReload[reloading].contains("MONOTONIC_USEC="))
         let readyAgain = try #require(afterReload.lastIndex { $0.hasPrefix("READY=1") }, "\(afterReload)")
         #expect(readyAgain > reloading)
-        #expect(afterReload[readyAgain].contains("STATUS=2 plugins running"))
+        #expect(afterReload[readyAgain].contains("STATUS=2 plugins running, 1 inactive until needed"), "\(afterReload[readyAgain])")
 
         // SIGHUP does the same.
         let beforeHUP = notify.received.count
@@ -135,6 +137,7 @@ struct OperationsTests {
     func metrics() throws {
         let w = try TestWorld()
         try w.bundle("k.one", extra: ["restart": "always"])
+        try w.bundle("k.later", extra: ["activation": "onCall"])
         let port = try freeLocalPort()
         let config = w.root + "/config.json"
         try #"{"metrics": {"listen": "127.0.0.1:\#(port)"}}"#.write(toFile: config, atomically: true, encoding: .utf8)
@@ -142,8 +145,11 @@ struct OperationsTests {
         let first = try sv.cli("metrics").out
         let before = try Prometheus(first)
         #expect(before["plugin_up", ["plugin": "k.one"]] == 1)
+        // Down by design, told apart from down by failure.
+        #expect(before["plugin_up", ["plugin": "k.later"]] == 0 && before["plugin_inactive", ["plugin": "k.later"]] == 1)
+        #expect(before["plugin_inactive", ["plugin": "k.one"]] == 0)
         // Every SPEC §10 family from the first scrape on, before any call, restart, denial or install.
-        let families = ["plugin_up": "gauge", "plugin_calls_total": "counter", "plugin_call_duration_seconds": "histogram",
+        let families = ["plugin_up": "gauge", "plugin_inactive": "gauge", "plugin_calls_total": "counter", "plugin_call_duration_seconds": "histogram",
                         "plugin_restarts_total": "counter", "plugin_resident_memory_bytes": "gauge", "plugin_cpu_seconds_total": "counter",
                         "plugin_sandbox_denials_total": "counter", "supervisor_installs_total": "counter"]
         for (family, type) in families {

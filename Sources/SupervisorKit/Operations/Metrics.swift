@@ -25,6 +25,7 @@ final class Metrics: SupervisorComponent {
 
     private var calls: [String: CallMetrics] = [:]
     private var up: [String: Gauge] = [:]
+    private var inactive: [String: Gauge] = [:]
     private var memory: [String: Gauge] = [:]
     private var cpu: [String: Counter] = [:]
 
@@ -192,6 +193,7 @@ final class Metrics: SupervisorComponent {
         for record in table.all {
             let id = record.identifier
             mirror.set("plugin_up", [("plugin", id)], to: record.phase == .running ? 1 : 0)
+            mirror.set("plugin_inactive", [("plugin", id)], to: record.phase == .inactive ? 1 : 0)
             var resident = 0
             if let instance = record.instance, !instance.phase.hasExited {
                 resident = instance.memory.resident
@@ -239,6 +241,10 @@ final class Metrics: SupervisorComponent {
             cached(&up, id) {
                 registry.gauge("plugin_up", labels: [("plugin", id)], help: "1 while the plugin is running, else 0.")
             }.set(to: record.phase == .running ? 1.0 : 0.0)
+            // Down by design (SPEC §16), which an alert on plugin_up == 0 leaves out with this.
+            cached(&inactive, id) {
+                registry.gauge("plugin_inactive", labels: [("plugin", id)], help: "1 while the plugin has no worker until it is needed (inactive), else 0.")
+            }.set(to: record.phase == .inactive ? 1.0 : 0.0)
             var resident = 0
             if let instance = record.instance, !instance.phase.hasExited {
                 // Read now: the 250 ms sample is not there yet for a worker that just started.
@@ -255,6 +261,7 @@ final class Metrics: SupervisorComponent {
         // A plugin that was removed has no state to show any more; its counters stay.
         for gone in Set(up.keys).subtracting(present) {
             if let g = up.removeValue(forKey: gone) { registry.unregisterGauge(g) }
+            if let g = inactive.removeValue(forKey: gone) { registry.unregisterGauge(g) }
             if let g = memory.removeValue(forKey: gone) { registry.unregisterGauge(g) }
         }
         exportHost()

@@ -103,19 +103,21 @@ final class SystemdNotify: SupervisorComponent {
         send("STATUS=\(now)")
     }
 
-    /// One line: how many plugins run, start, have failed or stopped.
+    /// One line: how many plugins run, start, wait to be needed, have failed or stopped.
     func summary() -> String {
-        var running = 0, starting = 0, failed = 0, stopped = 0
+        var running = 0, starting = 0, inactive = 0, failed = 0, stopped = 0
         for record in table.all {
-            switch record.phase.shown {
-            case "running": running += 1
-            case "failed": failed += 1
-            case "stopped": stopped += 1
-            default: starting += 1
+            switch record.phase {
+            case .running: running += 1
+            case .failed: failed += 1
+            case .stopped: stopped += 1
+            case .inactive: inactive += 1
+            case .waiting, .starting, .restarting: starting += 1
             }
         }
         var parts = ["\(running) plugin\(running == 1 ? "" : "s") running"]
         if starting > 0 { parts.append("\(starting) starting") }
+        if inactive > 0 { parts.append("\(inactive) inactive until needed") }
         if failed > 0 { parts.append("\(failed) failed") }
         if stopped > 0 { parts.append("\(stopped) stopped") }
         return parts.joined(separator: ", ")
