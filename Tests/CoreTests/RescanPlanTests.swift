@@ -99,4 +99,35 @@ import SupervisorCore
         #expect(RescanPlan(known: ["base": Self.known(base1), "eager": Self.known(eager)], before: PluginCatalog(manifests: [base1, eager]),
                            now: PluginCatalog(manifests: [base2, eager])).summary == ["base: restart"])
     }
+
+    /// A plugin that starts on demand, with nothing of it running, is not started by a rescan: an
+    /// inactive one stays so (unless it now starts with the supervisor), a failed or stopped one
+    /// becomes inactive, refused before or changed.
+    @Test func aPluginStartedOnDemandWaitsForDemand() {
+        let a = Self.manifest("a"), changedA = Self.manifest("a", "v2")
+        let refused = PluginCatalog(manifests: [], unusable: [(a, "plugin.json: field 'version': missing")])
+        func plan(_ known: RescanPlan.Known, before: PluginCatalog, now: PluginCatalog, onCallNow: Bool = true) -> [String] {
+            RescanPlan(known: ["a": known], before: before, now: now) { _ in onCallNow }.summary
+        }
+        var failed = Self.known(a)
+        failed.isDown = true
+        failed.startsOnCall = true
+        // Its bundle fixed: waits to be needed, as at start.
+        #expect(plan(failed, before: refused, now: PluginCatalog(manifests: [a])) == ["a: await need (cured)"])
+        #expect(plan(failed, before: PluginCatalog(manifests: [a]), now: PluginCatalog(manifests: [changedA])) == ["a: await need"])
+        // Started with the supervisor now: started.
+        #expect(plan(failed, before: refused, now: PluginCatalog(manifests: [a]), onCallNow: false) == ["a: restart (cured)"])
+        var inactive = Self.known(a)
+        inactive.isInactive = true
+        inactive.startsOnCall = true
+        #expect(plan(inactive, before: PluginCatalog(manifests: [a]), now: PluginCatalog(manifests: [changedA])) == ["a: await need"])
+        #expect(plan(inactive, before: PluginCatalog(manifests: [a]), now: PluginCatalog(manifests: [changedA]), onCallNow: false) == ["a: restart"])
+        // Idle-stopped, started with the supervisor before and now: it stays inactive too.
+        inactive.startsOnCall = false
+        #expect(plan(inactive, before: PluginCatalog(manifests: [a]), now: PluginCatalog(manifests: [changedA]), onCallNow: false) == ["a: await need"])
+        // One that runs, or one coming up (a call waits for it), is restarted.
+        var coming = Self.known(a)
+        coming.startsOnCall = true
+        #expect(plan(coming, before: PluginCatalog(manifests: [a]), now: PluginCatalog(manifests: [changedA])) == ["a: restart"])
+    }
 }

@@ -224,6 +224,24 @@ extension ActivationTests {
         #expect(try sv.call("a.sleepy", "echo", "[10]", as: [Int].self) == [10])
     }
 
+    @Test("an onCall plugin whose manifest a reload finds broken fails; fixed, the next reload leaves it inactive (no worker) until a call starts it")
+    func aFixedOnCallPluginWaitsToBeNeeded() throws {
+        let w = try TestWorld()
+        let bundle = try w.bundle("a.fixed", extra: ["activation": "onCall"])
+        let sv = try RunningSupervisor(w)
+        let good = try String(contentsOfFile: bundle + "/plugin.json", encoding: .utf8)
+        try #"{"identifier": "a.fixed", "activation": "onCall"}"#.write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
+        #expect(try sv.cli("reload").code == 0)
+        #expect(try sv.plugin("a.fixed").state == "failed")
+        try good.write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
+        #expect(try sv.cli("reload").code == 0)
+        let p = try sv.plugin("a.fixed")
+        #expect(p.state == "inactive" && p.pid == nil && p.error == nil, "\(p)")
+        #expect(workerChildren(of: sv.pid).isEmpty)
+        #expect(try sv.call("a.fixed", "echo", "[3]", as: [Int].self) == [3])
+        #expect(try sv.plugin("a.fixed").state == "running")
+    }
+
     @Test("an event sent while its plugin's idle stop is under way (a slow willTerminate) waits, as a call does: the plugin starts again and the event is delivered to it")
     func eventDuringAnIdleStop() throws {
         let w = try TestWorld()

@@ -60,8 +60,9 @@ package enum PluginPhase: Equatable, Sendable, CustomStringConvertible {
         // Activated (SPEC §16): its worker is spawned, or it waits for its dependencies first. An
         // `onCall` plugin found at start (or resumed after an upgrade) that nothing needs yet.
         case (.inactive, .starting), (.inactive, .waiting), (.waiting, .inactive): return true
-        // Stopped after being idle: its worker ended on an idle stop.
-        case (.running, .inactive): return true
+        // Stopped after being idle: its worker ended on an idle stop. A failed or stopped plugin
+        // that starts on demand, its bundle changed or no longer refused: it waits to be needed.
+        case (.running, .inactive), (.failed, .inactive), (.stopped, .inactive): return true
         // Anything can fail or be stopped.
         case (_, .failed), (_, .stopped): return true
         default: return false

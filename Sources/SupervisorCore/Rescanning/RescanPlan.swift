@@ -13,13 +13,21 @@ package struct RescanPlan {
         package var isRunning: Bool
         /// It runs no worker until something needs it (`inactive`, SPEC §16).
         package var isInactive: Bool
+        /// It runs no worker and starts only when asked (`failed` or `stopped`).
+        package var isDown: Bool
+        /// Its manifest as it was starts it only on demand (`activation: onCall`, or the
+        /// configuration's default).
+        package var startsOnCall: Bool
 
-        package init(fingerprint: [UInt8], bundle: String, installUnderWay: Bool, isRunning: Bool = false, isInactive: Bool = false) {
+        package init(fingerprint: [UInt8], bundle: String, installUnderWay: Bool, isRunning: Bool = false, isInactive: Bool = false,
+                     isDown: Bool = false, startsOnCall: Bool = false) {
             self.fingerprint = fingerprint
             self.bundle = bundle
             self.installUnderWay = installUnderWay
             self.isRunning = isRunning
             self.isInactive = isInactive
+            self.isDown = isDown
+            self.startsOnCall = startsOnCall
         }
     }
 
@@ -40,6 +48,10 @@ package struct RescanPlan {
         case keep(reason: String)
         /// Running, refused before and not any more, its bundle unchanged: nothing to restart.
         case cleared
+        /// Changed on disk (or no longer refused), and started only on demand: no worker now, it
+        /// loads the bundle as read now when it is next needed (`inactive`, SPEC §16). An inactive
+        /// plugin stays so; a failed or stopped one becomes so.
+        case awaitNeed(Manifest, cured: Bool)
         /// New: added, and started unless refused.
         case add(Manifest, refused: String?)
         /// Its bundle is gone: stopped (dependents first) and forgotten.
@@ -50,7 +62,8 @@ package struct RescanPlan {
     /// ones in name order; a plugin left as it was has none.
     package var steps: [(identifier: String, step: Step)] = []
 
-    package init(known: [String: Known], before: PluginCatalog, now fresh: PluginCatalog) {
+    /// `startsOnCall`: whether a manifest as read now starts its plugin only on demand.
+    package init(known: [String: Known], before: PluginCatalog, now fresh: PluginCatalog, startsOnCall: (Manifest) -> Bool = { _ in false }) {
         for id in fresh.order {
             guard let manifest = fresh.all[id] else { continue }
             guard let existing = known[id] else {
@@ -73,10 +86,18 @@ package struct RescanPlan {
                     if existing.isRunning { steps.append((id, .keep(reason: reason))) }
                     if existing.isInactive { steps.append((id, .refuse(manifest, reason: reason))) }
                 }
-            } else if changed {
-                steps.append((id, .restart(manifest, cured: false)))
-            } else if refusedBefore {
-                steps.append((id, existing.isRunning ? .cleared : .restart(manifest, cured: true)))
+            } else if changed || refusedBefore {
+                let cured = !changed
+                if cured, existing.isRunning {
+                    steps.append((id, .cleared))
+                    continue
+                }
+                // Nothing runs to restart: an inactive plugin loads what is on disk when it is next
+                // needed, unless its manifest now wants it started with the supervisor where it did
+                // not; a failed or stopped one that starts on demand waits for that demand.
+                let onCall = startsOnCall(manifest)
+                let awaits = existing.isInactive ? !(existing.startsOnCall && !onCall) : existing.isDown && onCall
+                steps.append((id, awaits ? .awaitNeed(manifest, cured: cured) : .restart(manifest, cured: cured)))
             }
         }
         for id in known.keys.sorted() where fresh.all[id] == nil {
@@ -97,6 +118,7 @@ package struct RescanPlan {
             case .refuse: return "\(id): refuse"
             case .keep: return "\(id): keep"
             case .cleared: return "\(id): cleared"
+            case .awaitNeed(_, let cured): return "\(id): await need" + (cured ? " (cured)" : "")
             case .add(_, let refused): return "\(id): add" + (refused == nil ? "" : " refused")
             case .remove: return "\(id): remove"
             }

@@ -63,9 +63,11 @@ extension Lifecycle {
         for record in table.all {
             known[record.identifier] = .init(fingerprint: record.manifest.fingerprint, bundle: record.manifest.bundle,
                                              installUnderWay: record.successor != nil || record.installAwaitsVerdict,
-                                             isRunning: record.phase == .running, isInactive: record.phase == .inactive)
+                                             isRunning: record.phase == .running, isInactive: record.phase == .inactive,
+                                             isDown: record.phase.isFailed || record.phase == .stopped,
+                                             startsOnCall: config.activation(of: record.manifest) == .onCall)
         }
-        let plan = RescanPlan(known: known, before: previous, now: fresh)
+        let plan = RescanPlan(known: known, before: previous, now: fresh) { [config] in config.activation(of: $0) == .onCall }
         let removed = plan.removed
         let previousOrder = table.order
         var started = 0, changed = 0
@@ -101,15 +103,7 @@ extension Lifecycle {
                 guard let existing = table[id] else { continue }
                 changed += 1
                 for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
-                let wasOnCall = config.activation(of: existing.manifest) == .onCall
                 existing.manifest = manifest
-                // An inactive plugin runs nothing to restart: it loads what is on disk when it is
-                // next needed (SPEC §16), idle-stopped or never started; unless its manifest now
-                // wants it started with the supervisor where it did not.
-                if existing.phase == .inactive, !(wasOnCall && config.activation(of: manifest) == .eager) {
-                    logger.notice("\(id) changed on disk (now \(manifest.version)); inactive, it loads that when it is next needed")
-                    continue
-                }
                 logger.notice(cured ? "\(id) is no longer refused (\(previous.unstartable[id] ?? "")): starting it"
                                     : "\(id) changed on disk (now \(manifest.version)): restarting it")
                 // The reload is answered once it runs again (or failed).
@@ -118,6 +112,16 @@ extension Lifecycle {
                     reloads.restarted(id)
                     settleReloads()
                 }
+            case .awaitNeed(let manifest, let cured):
+                guard let existing = table[id] else { continue }
+                changed += 1
+                for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
+                existing.manifest = manifest
+                existing.problem = nil
+                // Nothing of it runs: it loads the bundle as it is now when it is next needed (SPEC §16).
+                if existing.phase != .inactive { move(existing, to: .inactive) }
+                logger.notice(cured ? "\(id) is no longer refused (\(previous.unstartable[id] ?? "")); inactive, it starts when it is needed"
+                                    : "\(id) changed on disk (now \(manifest.version)); inactive, it loads that when it is next needed")
             case .add(let manifest, let refused):
                 for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
                 let record = PluginRecord(manifest: manifest, phase: config.initialPhase(of: manifest))
