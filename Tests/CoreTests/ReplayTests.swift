@@ -120,7 +120,8 @@ import SupervisorCore
         let slow = try #require(outcome.failures.first)
         #expect(slow.started && slow.error.code == "unavailable" && slow.error.message.contains("slow is not idempotent"))
         #expect(outcome.resent.map(\.number) == Array(2...65))
-        #expect(outcome.resent.allSatisfy { $0.crashes == 1 && $0.retries == 0 && $0.deadline == Self.later })
+        // The death is the slow call's (it had started): not counted against the 64.
+        #expect(outcome.resent.allSatisfy { $0.crashes == 0 && $0.retries == 0 && $0.deadline == Self.later })
 
         var queue = WaitQueue<Call>()
         for number in 66...68 { _ = queue.add(Call(number: number, method: "put", deadline: Self.later), limit: 8) }
@@ -141,8 +142,9 @@ import SupervisorCore
             .fail(calls[1].entry, outcome.failures[0].error, started: true),
             .retry(Call(number: 3, method: "sum", deadline: Self.later, retries: 1, crashes: 1)),
             .fail(calls[3].entry, outcome.failures[1].error, started: true),
-            .replay(Call(number: 5, method: "getAll", deadline: Self.later, crashes: 1)),
-            .replay(Call(number: 6, method: "put", deadline: Self.later, crashes: 1)),
+            // Calls had started: the death is theirs, not counted against these two.
+            .replay(Call(number: 5, method: "getAll", deadline: Self.later, crashes: 0)),
+            .replay(Call(number: 6, method: "put", deadline: Self.later, crashes: 0)),
         ])
         #expect(outcome.failures.allSatisfy { $0.started && $0.error.code == "unavailable" })
         #expect(outcome.replayed == 2 && outcome.retried == 2 && outcome.failedStarted == 2 && outcome.failedUnstarted == 0)
@@ -257,6 +259,34 @@ import SupervisorCore
         #expect(sends == Self.replay.crashLimit)
         guard case .fail(_, let error, let started) = last else { Issue.record("not failed: \(String(describing: last))"); return }
         #expect(!started && error.message.contains("5 workers have ended holding this call"))
+    }
+
+    /// Six calls that each kill the worker that takes them, and a harmless one queued behind them:
+    /// each death is laid to the call that had started, so the harmless one is replayed each time,
+    /// uncounted, and runs once they are gone (it failed after five deaths it had no part in).
+    @Test func aCallBehindPoisonCallsIsNotCountedForTheirDeaths() throws {
+        let replay = CrashReplay(plugin: "p", idempotent: IdempotentMethods(patterns: []), retryLimit: 1, crashLimit: 5)
+        var queue = (1...6).map { Call(number: $0, method: "crash\($0)", deadline: Self.later) } + [Call(number: 7, method: "echo", deadline: Self.later)]
+        for death in 1...6 {
+            // The next worker gets the queue in order; its plugin takes the first call and dies.
+            var watermark = TakenWatermark()
+            let calls = queue.enumerated().map { (id: UInt64($0.offset + 1), entry: $0.element) }
+            for call in calls { watermark.sent(call.id) }
+            _ = watermark.reported(1)
+            let outcome = replay.decide(calls, watermark: watermark, unread: [], crash: "killed by SIGSEGV", successor: .comes, now: Self.now)
+            try #require(outcome.failures.count == 1, "death \(death)")
+            #expect(outcome.failures[0].started && outcome.failures[0].call.number == death)
+            queue = outcome.resent
+        }
+        #expect(queue.map(\.number) == [7] && queue[0].crashes == 0)
+        // A death with no call started (a frame that kills the worker before its plugin takes it)
+        // counts against every call it held.
+        var watermark = TakenWatermark()
+        watermark.sent(1)
+        watermark.sent(2)
+        let calls = [(id: UInt64(1), entry: queue[0]), (id: UInt64(2), entry: Call(number: 8, method: "echo", deadline: Self.later))]
+        let outcome = replay.decide(calls, watermark: watermark, unread: [1, 2], crash: "killed by SIGSEGV", successor: .comes, now: Self.now)
+        #expect(outcome.resent.map(\.crashes) == [1, 1])
     }
 
     /// A crash loop that hits the restart intensity limit: the plugin is failed, and the calls of

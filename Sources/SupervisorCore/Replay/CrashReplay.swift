@@ -25,7 +25,10 @@ import PluginProtocol
 ///    loop that hit the restart intensity limit): fails with `unavailable` and the reason, at once;
 /// 4. not started: replayed to the next worker, in its original order, with its original deadline,
 ///    ahead of what arrived later (`WaitQueue.putAhead`), unless `crashLimit` workers have now died
-///    holding it (a frame that kills a worker before its plugin takes it must not loop);
+///    holding it (a frame that kills a worker before its plugin takes it must not loop). A death
+///    counts against the calls that had not started only when none had: one that had started is
+///    what the death is laid to, and the calls waiting behind it are not (six poison calls in a
+///    row must not fail the harmless call queued behind them);
 /// 5. started: retried if its method is idempotent, `retries < retryLimit` (`limits.retries`), the
 ///    deadline holds and no part of its answer (a stream's chunk) has reached its caller;
 ///    otherwise fails with `unavailable` and `started: true`.
@@ -134,8 +137,10 @@ package struct CrashReplay: Sendable, Equatable {
     package func decide<Call: ReplayableCall>(_ calls: [(id: UInt64, entry: Call)], watermark: TakenWatermark, unread: Set<UInt64>,
                                               crash: String, successor: Successor, now: Instant) -> Outcome<Call> {
         var outcome = Outcome<Call>()
+        let explained = calls.contains { watermark.mayHaveStarted($0.id, unread: unread) }
         for (id, call) in calls.sorted(by: { $0.id < $1.id }) {
-            let action = decide(call, started: watermark.mayHaveStarted(id, unread: unread), crash: crash, successor: successor, now: now)
+            let action = decide(call, started: watermark.mayHaveStarted(id, unread: unread), crash: crash, successor: successor, now: now,
+                                explained: explained)
             switch action {
             case .replay: outcome.replayed += 1
             case .retry: outcome.retried += 1
@@ -157,8 +162,10 @@ package struct CrashReplay: Sendable, Equatable {
         "retried \(retries) time\(retries == 1 ? "" : "s") already (limits.retries: \(retryLimit))"
     }
 
-    /// One call's fate, `started` as the witness says.
-    package func decide<Call: ReplayableCall>(_ call: Call, started: Bool, crash: String, successor: Successor, now: Instant) -> Action<Call> {
+    /// One call's fate, `started` as the witness says; `explained`: a call the worker held had
+    /// started (the death is laid to it, not to one that had not).
+    package func decide<Call: ReplayableCall>(_ call: Call, started: Bool, crash: String, successor: Successor, now: Instant,
+                                              explained: Bool = false) -> Action<Call> {
         if call.callerIsGone { return .drop(call) }
         let method = call.method
         if call.deadline <= now {
@@ -169,7 +176,7 @@ package struct CrashReplay: Sendable, Equatable {
             return .fail(call, ErrorBody(.unavailable, "\(plugin)'s worker ended (\(crash)) and no worker follows it: \(reason)"), started: started)
         }
         var next = call
-        next.crashes += 1
+        if started || !explained { next.crashes += 1 }
         guard started else {
             guard next.crashes < crashLimit else {
                 return .fail(call, ErrorBody(.unavailable, "\(plugin)'s worker ended (\(crash)) before its plugin started \(method); \(next.crashes) workers "
