@@ -246,7 +246,17 @@ struct BytesTests {
         let answer = String(decoding: try raw.receiveFrame() ?? [], as: UTF8.self)
         #expect(answer.contains("badRequest") && answer.contains("no bytes of 1"), "\(answer)")
         raw.close()
-        // The hand-in nobody called with expires (10 s) and is closed.
+        // Hand-ins nobody calls with are held 10 s each, and at most 1,024 at once: the next is
+        // refused, the supervisor's descriptors bounded.
+        let many = Self.pattern(10).withUnsafeBytes { sp_bytes_create($0.baseAddress, $0.count) }
+        var refusedAt: Int?
+        for i in 0..<1_100 where refusedAt == nil {
+            if try put(many, 10).contains("handed-in bytes wait for the calls that name them") { refusedAt = i }
+        }
+        close(many)
+        // The one made above (70,000 bytes) was used up; the first (100,000) still waits.
+        #expect(refusedAt == 1_023, "\(String(describing: refusedAt))")
+        // The hand-ins nobody called with expire (10 s) and are closed.
         try sup.waitUntil(timeout: 20, "the supervisor's descriptors back where they were") { try openFDs(sup.pid) <= fdsBefore }
     }
 

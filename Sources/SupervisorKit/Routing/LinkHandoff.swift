@@ -260,6 +260,9 @@ final class LinkHandoff: Sendable {
         close(listener)
     }
 
+    /// Bytes handed in (`put`) that may wait for their calls at once.
+    static let depositsLimit = 1_024
+
     /// How long one client's request may take to arrive, all of it.
     static let requestMilliseconds: Int64 = 1000
 
@@ -300,7 +303,12 @@ final class LinkHandoff: Sendable {
         }
         if let size = request.put {
             guard received.count == 1 else { return refuse(client, "a put brings exactly one descriptor, and \(received.count) came") }
-            guard size <= UInt64(maxPayloadBytes) else { return refuse(client, "bytes of \(size >> 20) MiB, over the \(maxPayloadBytes >> 20) MiB limit (maxPayloadMB)") }
+            guard size <= UInt64(maxPayloadBytes) else { return refuse(client, "bytes of \(size) bytes, over the \(maxPayloadBytes) bytes (\(maxPayloadBytes >> 20) MiB) of maxPayloadMB") }
+            // Each waits, a descriptor held, until a call names it or it expires: a client handing
+            // in bytes it never sends (a loop, a leak) must not take every descriptor there is.
+            guard deposits.withLock({ $0.count }) < Self.depositsLimit else {
+                return refuse(client, "\(Self.depositsLimit) handed-in bytes wait for the calls that name them (each is kept \(Self.tokenLifetimeNanoseconds / 1_000_000_000) s); send those calls first")
+            }
             let rc = sp_bytes_check(received[0], size)
             guard rc == 0 else {
                 return refuse(client, rc == -EBADF ? "the descriptor is not a memfd" : rc == -EPERM ? "the memfd is not sealed against writes, shrinking and growing" : "the memfd is not of the announced \(size) bytes")

@@ -111,7 +111,7 @@ extension Router {
     /// Why bytes over `maxPayloadMB` are refused (not the worker's fault: the caller is answered).
     func oversized(_ payload: Payload) -> ErrorBody? {
         guard let big = payload.list.first(where: { $0.length > maxPayloadBytes }) else { return nil }
-        return ErrorBody(.badRequest, "bytes of \(big.length >> 20) MiB, over the \(config.maxPayloadMB) MiB limit (maxPayloadMB)")
+        return ErrorBody(.badRequest, "bytes of \(big.length) bytes, over the \(maxPayloadBytes) bytes (\(config.maxPayloadMB) MiB) of maxPayloadMB")
     }
 
     /// Writes `frame`'s attachments and inline bytes to a control client: each descriptor becomes
