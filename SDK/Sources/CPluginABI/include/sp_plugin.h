@@ -38,6 +38,7 @@ typedef struct sp_host {
     void *ctx;
     /* Hand one JSON message to the supervisor. Thread-safe; may be called from any thread, any time.
        Returns 0, or a negative errno (-EINVAL for an empty message, -EMSGSIZE over the frame limit,
+       -EBADF when its attachments name a descriptor the process does not hold: nothing is sent,
        -EPIPE once the supervisor is gone). */
     int (*send)(void *ctx, const uint8_t *json, size_t len);
 } sp_host;
