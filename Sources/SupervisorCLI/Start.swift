@@ -71,12 +71,6 @@ struct Start: ParsableCommand {
                 fatalError("SP_TEST_CRASH_ON_TAKEOVER")
             }
         }
-        let handover: UpgradeHandover?
-        do { handover = try UpgradeHandover.fromEnvironment() } catch {
-            InPlaceExec.fireRescue("the new binary refused the snapshot: \(error)")
-            StandardError.write("supervisor: \(error)\n")
-            throw ExitCode(1)
-        }
         let level = Logger.Level(rawValue: logLevel)!
         let json = logFormat == "json"
         LoggingSystem.bootstrap { label in
@@ -89,13 +83,19 @@ struct Start: ParsableCommand {
             handler.logLevel = level
             return handler
         }
+        let handover: UpgradeHandover?
+        do { handover = try UpgradeHandover.fromEnvironment() } catch {
+            InPlaceExec.fireRescue("the new binary refused the snapshot: \(error)")
+            fatal(error)
+            throw ExitCode(1)
+        }
         var settings = SupervisorConfig(home: location.home, pluginDirectories: pluginDirectories, socketPath: location.socket)
         if let config {
             do { try settings.apply(configFile: config) } catch {
                 // After an upgrade's exec: the previous binary comes back (and says why) rather
                 // than every plugin going with this process. Nothing happens otherwise.
                 InPlaceExec.fireRescue("the new binary cannot read the config file: \(error)")
-                StandardError.write("supervisor: \(error)\n")
+                fatal(error)
                 throw ExitCode(2)
             }
             if !pluginDirectories.isEmpty { settings.pluginDirectories = pluginDirectories.map(FileSystem.absolute) }
@@ -118,8 +118,18 @@ struct Start: ParsableCommand {
             }
         } catch {
             InPlaceExec.fireRescue("the new binary could not take over: \(error)")
-            StandardError.write("supervisor: \(error)\n")
+            fatal(error)
             throw ExitCode(1)
+        }
+    }
+
+    /// Why the supervisor cannot start (or go on), last: a line of the log in its format (one JSON
+    /// object with `--log-format json`), as a person reads it otherwise.
+    private func fatal(_ error: any Error) {
+        if logFormat == "json" {
+            Logger(label: "supervisor").critical("\(error)")
+        } else {
+            StandardError.write("supervisor: \(error)\n")
         }
     }
 }

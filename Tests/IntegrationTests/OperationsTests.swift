@@ -250,6 +250,25 @@ struct OperationsTests {
         #expect((callLog["duration_ms"] as? Double).map { $0 >= 0 } == true, "a number: \(String(describing: callLog["duration_ms"]))")
         let time = try #require(objects.first?["time"] as? String)
         #expect(time.hasSuffix("Z") && time.count == 27, "\(time)")
+
+        // Why it cannot start is a line of that log too (the metrics port taken, a config wrong).
+        let taken = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(taken) }
+        var address = sockaddr_in(sin_family: sa_family_t(AF_INET), sin_port: 0, sin_addr: in_addr(s_addr: inet_addr("127.0.0.1")), sin_zero: (0, 0, 0, 0, 0, 0, 0, 0))
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(taken, $0, length) } }
+        _ = listen(taken, 1)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(taken, $0, &length) } }
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        let second = try TestWorld()
+        for config in [#"{"metrics": {"listen": "127.0.0.1:\#(port)"}}"#, #"{"metrics": {"listen": "bogus"}}"#] {
+            let r = try Shell.run(Build.supervisor, ["start", "--home", second.home, "--plugins", second.plugins, "--config", try second.config(config),
+                                                     "--log-format", "json"])
+            #expect(r.code != 0)
+            let lines = r.err.split(separator: "\n")
+            for line in lines { #expect((try? JSONSerialization.jsonObject(with: Data(line.utf8))) is [String: Any], "not a JSON object: \(line)") }
+            #expect(lines.last?.contains(#""level":"critical""#) == true && lines.last?.contains("listen") == true, "\(r.err)")
+        }
     }
 
     // MARK: Trace context
