@@ -101,6 +101,9 @@ import LinuxSupport
         #expect(SystemdNotify.Endpoint.from(environment: ["NOTIFY_SOCKET": "/run/n", "WATCHDOG_USEC": "100", "WATCHDOG_PID": "7"], pid: 42)?.watchdogInterval == nil)
         #expect(SystemdNotify.Endpoint.from(environment: ["NOTIFY_SOCKET": "/run/n", "WATCHDOG_USEC": "100", "WATCHDOG_PID": "42"], pid: 42)?.watchdogInterval != nil)
         #expect(SystemdNotify.Endpoint.from(environment: ["NOTIFY_SOCKET": "/run/n", "WATCHDOG_USEC": "zero"], pid: 42)?.watchdogInterval == nil)
+        // Said at start, not passed over in silence (systemd's watchdog would kill a supervisor sending no keep-alive).
+        #expect(SystemdNotify.Endpoint.from(environment: ["NOTIFY_SOCKET": "/run/n", "WATCHDOG_USEC": "zero"], pid: 42)?.unreadableWatchdog == "zero")
+        #expect(SystemdNotify.Endpoint.from(environment: ["NOTIFY_SOCKET": "/run/n", "WATCHDOG_USEC": "100"], pid: 42)?.unreadableWatchdog == nil)
     }
 
     @Test func ignoresWhatIsNotASocketAddress() {

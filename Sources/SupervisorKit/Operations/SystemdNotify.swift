@@ -26,17 +26,20 @@ final class SystemdNotify: SupervisorComponent {
         var socketPath: String
         /// Half of WATCHDOG_USEC: the interval of WATCHDOG=1 (nil: no watchdog for this process).
         var watchdogInterval: TimeAmount?
+        /// WATCHDOG_USEC as given when it is no positive number of microseconds (said at start:
+        /// systemd's watchdog would kill a supervisor that sends no keep-alive).
+        var unreadableWatchdog: String?
 
         /// `NOTIFY_SOCKET`, `WATCHDOG_USEC` and `WATCHDOG_PID` as sd_notify(3) and sd_watchdog_enabled(3)
         /// read them: the watchdog is ours only when WATCHDOG_PID is unset or is our pid.
         static func from(environment: [String: String], pid: pid_t) -> Endpoint? {
             guard let path = environment["NOTIFY_SOCKET"], path.hasPrefix("/") || path.hasPrefix("@"), path.utf8.count > 1 else { return nil }
             var interval: TimeAmount?
-            if let text = environment["WATCHDOG_USEC"], let usec = Int64(text), usec > 0,
-               environment["WATCHDOG_PID"].map({ pid_t($0) == pid }) ?? true {
-                interval = .microseconds(usec / 2)
+            var unreadable: String?
+            if let text = environment["WATCHDOG_USEC"], environment["WATCHDOG_PID"].map({ pid_t($0) == pid }) ?? true {
+                if let usec = Int64(text), usec > 0 { interval = .microseconds(usec / 2) } else { unreadable = text }
             }
-            return Endpoint(socketPath: path, watchdogInterval: interval)
+            return Endpoint(socketPath: path, watchdogInterval: interval, unreadableWatchdog: unreadable)
         }
     }
 
@@ -57,6 +60,9 @@ final class SystemdNotify: SupervisorComponent {
             return
         }
         socketFD = fd
+        if let text = endpoint.unreadableWatchdog {
+            logger.warning("systemd watchdog: WATCHDOG_USEC is '\(LogText.escaped(text))', not a positive number of microseconds; no WATCHDOG=1 is sent")
+        }
         let me = handOff(self)
         if let interval = endpoint.watchdogInterval {
             logger.info("systemd watchdog: WATCHDOG=1 every \(interval.nanoseconds / 1_000_000) ms")
