@@ -151,7 +151,10 @@ struct OperationsTests {
         // Every SPEC §10 family from the first scrape on, before any call, restart, denial or install.
         let families = ["plugin_up": "gauge", "plugin_inactive": "gauge", "plugin_calls_total": "counter", "plugin_call_duration_seconds": "histogram",
                         "plugin_restarts_total": "counter", "plugin_resident_memory_bytes": "gauge", "plugin_cpu_seconds_total": "counter",
-                        "plugin_sandbox_denials_total": "counter", "supervisor_installs_total": "counter"]
+                        "plugin_sandbox_denials_total": "counter", "supervisor_installs_total": "counter",
+                        "plugin_streams_total": "counter", "plugin_stream_chunks_total": "counter", "plugin_calls_replayed_total": "counter",
+                        "plugin_calls_retried_total": "counter", "supervisor_upgrades_total": "counter",
+                        "supervisor_control_clients_dropped_total": "counter"]
         for (family, type) in families {
             #expect(before.types[family] == type, "\(family): \(String(describing: before.types[family]))")
             #expect(first.components(separatedBy: "# HELP \(family) ").count == 2, "\(family)'s HELP line once")

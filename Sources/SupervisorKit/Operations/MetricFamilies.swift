@@ -1,5 +1,5 @@
 /// SPEC §10's families whose series come with their first event: a call to a plugin, a restart, a
-/// denial, an install. Until then every exposition still has each one's HELP and TYPE lines, so a
+/// denial, an install, a stream, a crash's replay or retry, an upgrade, a dropped client. Until then every exposition still has each one's HELP and TYPE lines, so a
 /// scraper (or an alert on a family's absence) sees every family the supervisor exports from its
 /// first scrape on.
 extension Metrics {
@@ -10,6 +10,15 @@ extension Metrics {
         ("plugin_restarts_total", "counter", "Worker restarts by the restart policy, by the reason the worker ended."),
         ("plugin_sandbox_denials_total", "counter", "System calls a plugin's seccomp filter refused, by system call."),
         ("supervisor_installs_total", "counter", "Installs and updates, by outcome: ok or the error code."),
+        ("plugin_streams_total", "counter", "Calls to the plugin with a stream (an answer of chunks, an input of chunks, or both)."),
+        ("plugin_stream_chunks_total", "counter", "Chunks of streams to and from the plugin, by direction: answer (from the plugin) or input (to it)."),
+        ("plugin_calls_replayed_total", "counter",
+         "Calls a plugin's worker held but its plugin had not started when the worker ended, sent to the next worker."),
+        ("plugin_calls_retried_total", "counter",
+         "Calls of idempotent methods a plugin had started when its worker ended, sent again to the next worker."),
+        ("supervisor_upgrades_total", "counter", "Upgrades of the supervisor in place, by outcome: ok (counted by the new binary) or the error code."),
+        ("supervisor_control_clients_dropped_total", "counter",
+         "Control clients the supervisor dropped, by reason: protocolViolation, idle, unread (answers left unread past sixteen of the largest frames) or refused."),
     ]
 
     /// The HELP text of one of `eventFamilies`.

@@ -58,12 +58,11 @@ final class Metrics: SupervisorComponent {
     func streams(_ plugin: String) -> StreamCounters {
         if let known = streamCounters[plugin] { return known }
         let made = StreamCounters(
-            opened: registry.counter("plugin_streams_total", labels: [("plugin", plugin)],
-                                     help: "Calls to the plugin with a stream (an answer of chunks, an input of chunks, or both)."),
+            opened: registry.counter("plugin_streams_total", labels: [("plugin", plugin)], help: Self.help("plugin_streams_total")),
             answer: registry.counter("plugin_stream_chunks_total", labels: [("plugin", plugin), ("direction", "answer")],
-                                     help: "Chunks of streams to and from the plugin, by direction: answer (from the plugin) or input (to it)."),
+                                     help: Self.help("plugin_stream_chunks_total")),
             input: registry.counter("plugin_stream_chunks_total", labels: [("plugin", plugin), ("direction", "input")],
-                                    help: "Chunks of streams to and from the plugin, by direction: answer (from the plugin) or input (to it)."))
+                                    help: Self.help("plugin_stream_chunks_total")))
         streamCounters[plugin] = made
         return made
     }
@@ -80,10 +79,8 @@ final class Metrics: SupervisorComponent {
     /// Calls a worker of `plugin` held when it ended, sent to its next worker (SPEC §15):
     /// `replayed` its plugin never started, `retried` it had started, of idempotent methods.
     func resent(_ plugin: String, replayed: Int, retried: Int) {
-        count("plugin_calls_replayed_total", [("plugin", plugin)], by: replayed,
-              help: "Calls a plugin's worker held but its plugin had not started when the worker ended, sent to the next worker.")
-        count("plugin_calls_retried_total", [("plugin", plugin)], by: retried,
-              help: "Calls of idempotent methods a plugin had started when its worker ended, sent again to the next worker.")
+        count("plugin_calls_replayed_total", [("plugin", plugin)], by: replayed, help: Self.help("plugin_calls_replayed_total"))
+        count("plugin_calls_retried_total", [("plugin", plugin)], by: retried, help: Self.help("plugin_calls_retried_total"))
     }
 
     /// The plugin's sandbox refused `syscall` (a denial with EPERM, or a violation).
@@ -100,16 +97,15 @@ final class Metrics: SupervisorComponent {
     /// An upgrade in place that did not happen (its error code); the one that did is counted by
     /// the new binary (`ok`), whose counters start from zero.
     func upgraded(outcome: String) {
-        count("supervisor_upgrades_total", [("outcome", outcome)],
-              help: "Upgrades of the supervisor in place, by outcome: ok (counted by the new binary) or the error code.")
+        count("supervisor_upgrades_total", [("outcome", outcome)], help: Self.help("supervisor_upgrades_total"))
     }
 
     /// A control client was dropped: `protocolViolation` (garbage, a bad frame), `idle`, or
     /// `refused` (a worker, another uid, unreadable credentials). On the supervisor's own
     /// exposition only, not in an embedding program's metrics backend.
     func controlClientDropped(reason: String) {
-        count("supervisor_control_clients_dropped_total", [("reason", reason)],
-              help: "Control clients the supervisor dropped, by reason: protocolViolation, idle, unread (answers left unread past 64 MiB) or refused.", mirrored: false)
+        count("supervisor_control_clients_dropped_total", [("reason", reason)], help: Self.help("supervisor_control_clients_dropped_total"),
+              mirrored: false)
     }
 
     /// Adds `amount` (one, unless said) to the counter `name` with `labels` (registered the first time), and to the
@@ -274,7 +270,8 @@ final class Metrics: SupervisorComponent {
             for plugin in plugins { calls[plugin]!.writeHistogram(into: &out) }
         }
         let called: Set<String> = plugins.isEmpty ? [] : ["plugin_calls_total", "plugin_call_duration_seconds"]
-        return out + Self.familiesWithoutSeries(besides: counted.union(called))
+        let streamed: Set<String> = streamCounters.isEmpty ? [] : ["plugin_streams_total", "plugin_stream_chunks_total"]
+        return out + Self.familiesWithoutSeries(besides: counted.union(called).union(streamed))
     }
 }
 
