@@ -64,6 +64,8 @@ enum EventLine {
             let reason = exit.reason == .exited || exit.reason == .signaled ? nil : exit.reason.rawValue
             parts.append([exit.code.map { "code \($0)" }, exit.signal, reason, exit.syscall].compactMap { $0 }.joined(separator: " "))
         }
+        if let replayed = e.replayed, replayed > 0 { parts.append("\(replayed) replayed") }
+        if let retried = e.retried, retried > 0 { parts.append("\(retried) retried") }
         if let attempt = e.attempt { parts.append("attempt \(attempt)") }
         if let delay = e.delayMs { parts.append("in \(delay) ms") }
         if let error = e.lastError { parts.append(error) }

@@ -71,7 +71,15 @@ struct CrashReplayTests {
         let w = try TestWorld()
         try w.bundle("r.serial")
         let sv = try RunningSupervisor(w)
+        // `supervisor events` says how many went on, in text as in JSON.
+        let text = w.root + "/events.txt"
+        let follower = try ClientTests.follow(sv, [], to: text)
+        defer { follower.terminate() }
+        try sv.waitUntil("the follower to listen") { try sv.cli("metrics").out.contains("supervisor_host_event_listeners 1") }
         try Self.expectWaitingCallsReplayed(in: "r.serial", w, sv)
+        try sv.waitUntil("the exit's line") {
+            ((try? String(contentsOfFile: text, encoding: .utf8)) ?? "").split(separator: "\n").contains { $0.contains("exited") && $0.contains("64 replayed") }
+        }
     }
 
     @Test("a worker that crashes while a restart drains it: the calls its plugin never started go to the worker the restart brings up, in order; removed by a reload instead, they fail with why, not as started")
