@@ -59,6 +59,21 @@ import SupervisorCore
         #expect(life.restarts == 3)
     }
 
+    /// A plugin that failed by its crash loop, started on demand: a rescan that finds it fixed
+    /// leaves it `inactive`, its history cleared (the next crash is restarted at once, as after a
+    /// `restart`); what waits for it activates it. An inactive one stays as it is.
+    @Test func awaitingNeedAfterAFailure() {
+        var life = Self.running()
+        for second in 0..<4 {
+            _ = ended(&life, at: Self.now + .seconds(Int64(second)))
+            _ = life.move(to: .running)
+        }
+        #expect(life.phase == .failed(byDependency: false) && life.problem != nil && !life.restartHistory.isEmpty)
+        #expect(life.awaitNeed() == [.activateIfAwaited])
+        #expect(life.phase == .inactive && life.problem == nil && life.restartHistory.isEmpty)
+        #expect(life.awaitNeed().isEmpty && life.phase == .inactive)
+    }
+
     @Test func restartsOutsideTheWindowDoNotCount() {
         var life = Self.running()
         for second in [0, 61, 122, 183] {

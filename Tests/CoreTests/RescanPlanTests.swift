@@ -125,6 +125,11 @@ import SupervisorCore
         // Idle-stopped, started with the supervisor before and now: it stays inactive too.
         inactive.startsOnCall = false
         #expect(plan(inactive, before: PluginCatalog(manifests: [a]), now: PluginCatalog(manifests: [changedA]), onCallNow: false) == ["a: await need"])
+        // A worker of it still there (ending after its dependency failed): restarted, not left
+        // waiting behind a worker whose end would stop it.
+        var ending = failed
+        ending.hasWorker = true
+        #expect(plan(ending, before: refused, now: PluginCatalog(manifests: [a])) == ["a: restart (cured)"])
         // One that runs, or one coming up (a call waits for it), is restarted.
         var coming = Self.known(a)
         coming.startsOnCall = true

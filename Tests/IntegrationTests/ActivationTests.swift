@@ -242,6 +242,23 @@ extension ActivationTests {
         #expect(try sv.plugin("a.fixed").state == "running")
     }
 
+    @Test("an onCall plugin fixed by a reload while an eager dependent failed by it: the dependent is retried and its start activates the plugin; both run")
+    func aFixedOnCallPluginWithAFailedDependentStarts() throws {
+        let w = try TestWorld()
+        let bundle = try w.bundle("a.base", extra: ["activation": "onCall"])
+        try w.bundle("a.user", deps: [Dep("a.base")])
+        let good = try String(contentsOfFile: bundle + "/plugin.json", encoding: .utf8)
+        try #"{"identifier": "a.base", "activation": "onCall"}"#.write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.plugin("a.base").state == "failed")
+        #expect(try sv.plugin("a.user").state == "failed")
+        try good.write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
+        let reload = try sv.cli("reload")
+        #expect(reload.code == 0, "\(reload.err)")
+        try sv.waitUntil("both running") { try sv.plugin("a.base").state == "running" && sv.plugin("a.user").state == "running" }
+        #expect(try sv.call("a.user", "echo", "[4]", as: [Int].self) == [4])
+    }
+
     @Test("an event sent while its plugin's idle stop is under way (a slow willTerminate) waits, as a call does: the plugin starts again and the event is delivered to it")
     func eventDuringAnIdleStop() throws {
         let w = try TestWorld()

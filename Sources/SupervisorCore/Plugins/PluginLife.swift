@@ -164,6 +164,17 @@ package struct PluginLife: Sendable {
         return [.startWaitingPlugins]
     }
 
+    /// A rescan found its bundle changed, or no longer refused, and it starts only on demand, with
+    /// no worker now (`RescanPlan.Step.awaitNeed`): `inactive` until something needs it, its
+    /// restart history and failure cleared as a `restart` clears them. What already waits for it
+    /// activates it.
+    package mutating func awaitNeed() -> [Action] {
+        restartHistory = []
+        problem = nil
+        guard phase != .inactive, move(to: .inactive) else { return [] }
+        return [.activateIfAwaited]
+    }
+
     /// Its next worker was spawned (what `.spawn` asked for): a plugin that ran before, or is
     /// coming back from a crash, is restarting; otherwise (or activated) starting. An activation
     /// is announced now that its worker (and its pid) exists.

@@ -18,9 +18,12 @@ package struct RescanPlan {
         /// Its manifest as it was starts it only on demand (`activation: onCall`, or the
         /// configuration's default).
         package var startsOnCall: Bool
+        /// A worker of it is still there (one ending, say, after its dependency failed): what it
+        /// does next is its own, so the rescan restarts rather than waits.
+        package var hasWorker: Bool
 
         package init(fingerprint: [UInt8], bundle: String, installUnderWay: Bool, isRunning: Bool = false, isInactive: Bool = false,
-                     isDown: Bool = false, startsOnCall: Bool = false) {
+                     isDown: Bool = false, startsOnCall: Bool = false, hasWorker: Bool = false) {
             self.fingerprint = fingerprint
             self.bundle = bundle
             self.installUnderWay = installUnderWay
@@ -28,6 +31,7 @@ package struct RescanPlan {
             self.isInactive = isInactive
             self.isDown = isDown
             self.startsOnCall = startsOnCall
+            self.hasWorker = hasWorker
         }
     }
 
@@ -50,7 +54,9 @@ package struct RescanPlan {
         case cleared
         /// Changed on disk (or no longer refused), and started only on demand: no worker now, it
         /// loads the bundle as read now when it is next needed (`inactive`, SPEC §16). An inactive
-        /// plugin stays so; a failed or stopped one becomes so.
+        /// plugin stays so; a failed or stopped one becomes so, unless a worker of it is still there
+        /// (then it is restarted). A dependent that failed by it is retried after the rescan, and
+        /// its start activates it.
         case awaitNeed(Manifest, cured: Bool)
         /// New: added, and started unless refused.
         case add(Manifest, refused: String?)
@@ -96,7 +102,8 @@ package struct RescanPlan {
                 // needed, unless its manifest now wants it started with the supervisor where it did
                 // not; a failed or stopped one that starts on demand waits for that demand.
                 let onCall = startsOnCall(manifest)
-                let awaits = existing.isInactive ? !(existing.startsOnCall && !onCall) : existing.isDown && onCall
+                let awaits = existing.isInactive ? !(existing.startsOnCall && !onCall)
+                    : existing.isDown && onCall && !existing.hasWorker
                 steps.append((id, awaits ? .awaitNeed(manifest, cured: cured) : .restart(manifest, cured: cured)))
             }
         }

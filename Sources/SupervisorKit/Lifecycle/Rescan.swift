@@ -65,7 +65,7 @@ extension Lifecycle {
                                              installUnderWay: record.successor != nil || record.installAwaitsVerdict,
                                              isRunning: record.phase == .running, isInactive: record.phase == .inactive,
                                              isDown: record.phase.isFailed || record.phase == .stopped,
-                                             startsOnCall: config.activation(of: record.manifest) == .onCall)
+                                             startsOnCall: config.activation(of: record.manifest) == .onCall, hasWorker: !record.workers.isEmpty)
         }
         let plan = RescanPlan(known: known, before: previous, now: fresh) { [config] in config.activation(of: $0) == .onCall }
         let removed = plan.removed
@@ -117,9 +117,8 @@ extension Lifecycle {
                 changed += 1
                 for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
                 existing.manifest = manifest
-                existing.problem = nil
                 // Nothing of it runs: it loads the bundle as it is now when it is next needed (SPEC §16).
-                if existing.phase != .inactive { move(existing, to: .inactive) }
+                effects.now(.life(existing, existing.life.awaitNeed()))
                 logger.notice(cured ? "\(id) is no longer refused (\(previous.unstartable[id] ?? "")); inactive, it starts when it is needed"
                                     : "\(id) changed on disk (now \(manifest.version)); inactive, it loads that when it is next needed")
             case .add(let manifest, let refused):
