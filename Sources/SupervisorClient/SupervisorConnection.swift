@@ -81,7 +81,7 @@ public struct SupervisorConnection {
         if let e = error as? SystemError, e.errno == EPIPE || e.errno == ECONNRESET {
             // The supervisor ended the connection under a read: it drops a client that leaves too
             // much unread (answers, or a stream's chunks read too slowly) or breaks the protocol.
-            return .broken("the supervisor closed the connection (\(error)); it drops a client that leaves more than 256 MiB of answers unread (a stream read too slowly) or sends what it may not, and its log says which")
+            return .broken("the supervisor closed the connection (\(error)): it stopped, or it drops a client that leaves more of its answers unread than it holds for one (a stream read too slowly) or sends what it may not; its log says which")
         }
         return .broken("\(error)")
     }

@@ -379,13 +379,14 @@ struct ControlBackPressureTests {
         defer { conn.close() }
         var timeout = timeval(tv_sec: 1, tv_usec: 0)
         setsockopt(conn.fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        // Small requests, read at once (nothing is unread yet), each answered 1 MiB a second later.
-        for i in 0..<400 {
+        // Small requests, read at once (nothing is unread yet), each answered 2 MiB a second later:
+        // the 256 served at once (`mostInFlight`) answer 512 MiB, twice the limit.
+        for i in 0..<300 {
             var call = FrameBuilder(kind: .call)
             call.uint("id", UInt64(i + 1))
             call.string("target", "bp.echo")
             call.string("method", "text")
-            call.raw("params", Array(#"{"size":1048576,"ms":1000}"#.utf8))
+            call.raw("params", Array(#"{"size":2097152,"ms":1000}"#.utf8))
             try conn.sendFrame(call.finish())
         }
         try sv.waitUntil("the client dropped") { sv.log.contains("dropping a control client that does not read its answers") }

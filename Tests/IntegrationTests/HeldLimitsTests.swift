@@ -62,6 +62,39 @@ import Testing
         #expect(try sv.plugin("h.slow").state == "running")
     }
 
+    @Test("a client's input for calls that wait for their plugin to start is held up to 256 MiB: the stream that would pass it fails unavailable at once, while the plugin starts, and the supervisor holds no more")
+    func inputForWaitingCalls() throws {
+        let w = try TestWorld()
+        let bundle = try w.bundle("h.late", extra: ["activation": "onCall"])
+        try "3000".write(toFile: bundle + "/startup-delay-ms", atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w)
+        let before = try rss(sv.pid)
+        let connection = try rawControl(sv.socket)
+        defer { connection.close() }
+        // 20 calls with input, each with its 16 chunks of 1 MiB before any grant, while h.late
+        // takes 3 s to start: 320 MiB sent, at most 256 held.
+        let chunk = "\"" + String(repeating: "x", count: 1 << 20) + "\""
+        for id in 1...20 {
+            try connection.sendFrame([UInt8].frame(body: Array(#"{"type":"call","id":\#(id),"target":"h.late","method":"sum","params":{},"input":true,"timeoutMs":60000}"#.utf8)))
+            for seq in 0..<16 {
+                try connection.sendFrame([UInt8].frame(body: Array(#"{"type":"chunk","id":\#(id),"input":true,"seq":\#(seq),"data":\#(chunk)}"#.utf8)))
+            }
+        }
+        // Refused at once, while the plugin is still starting.
+        var refused = 0
+        while true {
+            var p = pollfd(fd: connection.fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&p, 1, 1_000) > 0, let frame = try connection.receiveFrame() else { break }
+            let text = String(decoding: frame, as: UTF8.self)
+            #expect(text.contains("unavailable") && text.contains("this client has") && text.contains("stream input held for it"), "\(text.prefix(300))")
+            refused += 1
+        }
+        #expect(refused == 5, "\(refused) refused")
+        #expect(try sv.plugin("h.late").state != "running", "refused only after the plugin ran")
+        let grown = try rss(sv.pid) - before
+        #expect(grown < 400 << 20, "the supervisor holds \(grown >> 20) MiB more")
+    }
+
     @Test("a hello that a plugin's constructor writes before the worker's own, listing 100,000 missing layers, ends the worker as a violation: none is logged")
     func forgedHello() throws {
         let w = try TestWorld()
@@ -69,6 +102,7 @@ import Testing
         try "forgeHello 100000".write(toFile: bundle + "/ctor-action", atomically: true, encoding: .utf8)
         try w.bundle("f.fine")
         let sv = try RunningSupervisor(w, waitForReady: false)
+        try sv.waitUntilListening()
         try sv.waitUntil("f.hello ended") { try sv.plugin("f.hello").lastExit != nil }
         let exit = try #require(try sv.plugin("f.hello").lastExit)
         #expect(exit.reason == .protocolViolation && exit.message?.contains("hello lists 100000 entries in sandboxMissing; a worker may list 64") == true, "\(exit)")

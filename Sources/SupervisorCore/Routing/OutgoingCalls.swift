@@ -4,14 +4,13 @@ import PluginProtocol
 /// (its callee, and the callee's id) and the bytes its request weighed. The supervisor holds every
 /// one of them until it is answered (a replayable request's whole frame, to send it to the next
 /// worker after a crash, SPEC §15), so a plugin calling one that never answers could otherwise grow
-/// the supervisor's memory without end: it may have `countLimit` calls or `bytesLimit` bytes of
-/// requests in flight, and past either its next call is refused `unavailable` until some are
-/// answered (as its calls to the host are, `HostCallRule`).
+/// the supervisor's memory without end: a worker may have `countLimit` calls, or `HeldBytes.limit`
+/// of requests, in flight, and past either its next call is refused `unavailable` until some are
+/// answered (as its calls to the host are, `HostCallRule`). One request is always let through
+/// when none is in flight, however large.
 package struct OutgoingCalls<Callee> {
     /// As many as a peer link serves at once.
     package static var countLimit: Int { 65_536 }
-    /// Sixteen of the largest frames (as `UnreadAnswers.bytesLimit`).
-    package static var bytesLimit: Int { 256 << 20 }
 
     private var entries: [UInt64: (callee: Callee, id: UInt64, bytes: Int)] = [:]
     /// The bytes of the requests in flight.
@@ -48,30 +47,38 @@ package struct OutgoingCalls<Callee> {
         return entries.mapValues { ($0.callee, $0.id) }
     }
 
-    /// Why `caller` may not send one more request of `size` bytes now, if it may not.
-    package func refusal(caller: String, adding size: Int) -> ErrorBody? {
+    /// Why `caller` may not send one more request of `size` bytes now, if it may not; `limit`:
+    /// the bytes one worker may have in flight (`HeldBytes.limit`).
+    package func refusal(caller: String, adding size: Int, limit: Int) -> ErrorBody? {
         if entries.count >= Self.countLimit {
-            return ErrorBody(.unavailable, "\(caller) has \(entries.count) calls in flight through the supervisor, the most one plugin may; try again when some are answered")
+            return ErrorBody(.unavailable, "\(caller) has \(entries.count) calls in flight through the supervisor, the most one worker may; try again when some are answered")
         }
-        if bytes + size > Self.bytesLimit {
-            return ErrorBody(.unavailable, "\(caller) has \(bytes >> 20) MiB of requests in flight through the supervisor, and this one (\(size) bytes) would pass the \(Self.bytesLimit >> 20) MiB one plugin may have; try again when some are answered")
+        if bytes > 0, bytes + size > limit {
+            return ErrorBody(.unavailable, "\(caller) has \(bytes >> 20) MiB of requests in flight through the supervisor, and this one (\(size) bytes) would pass the \(limit >> 20) MiB one worker may have; try again when some are answered")
         }
         return nil
     }
 }
 
+/// How much the supervisor holds for one worker's requests in flight, for one worker's stream
+/// input, or for one control client (its answers unread, its streams' input while their calls wait):
+/// sixteen of the largest frames (`maxFrameBytes`), one stream's whole window at the largest chunks,
+/// and 256 MiB at least.
+package enum HeldBytes {
+    package static func limit(maxFrameBytes: Int) -> Int { max(256 << 20, 16 * maxFrameBytes) }
+}
+
 /// Input chunks the supervisor holds for one worker's streams: a caller may send the first window
 /// (16 chunks) of its input before the reader grants room (SPEC §13), and the supervisor keeps
 /// them until it does. A reader that never grants room, called with stream after stream, would
-/// have the supervisor hold chunk after chunk: past `limit` bytes held for one worker, the stream
-/// whose chunk would go over fails `unavailable` (its caller told, the callee cancelled).
+/// have the supervisor hold chunk after chunk: past `limit` (`HeldBytes.limit`) held for one
+/// worker, the stream whose chunk would go over fails `unavailable` (its caller told, the callee
+/// cancelled). A chunk is always held when nothing else is.
 package enum HeldInput {
-    /// Sixteen of the largest frames: one stream's whole first window at the largest chunks.
-    package static var limit: Int { 256 << 20 }
-
-    /// Why one more chunk of `size` bytes may not be held for `callee`, if it may not.
-    package static func refusal(callee: String, held: Int, adding size: Int) -> ErrorBody? {
-        guard held + size > limit else { return nil }
-        return ErrorBody(.unavailable, "\(callee) has \(held >> 20) MiB of stream input held for it that its readers have not granted room for; this stream's input (a chunk of \(size) bytes) would pass the \(limit >> 20) MiB the supervisor holds for one plugin")
+    /// Why one more chunk of `size` bytes may not be held for `holder` (a worker's readers, or
+    /// the calls of one client that wait for their plugin), if it may not.
+    package static func refusal(holder: String, held: Int, adding size: Int, limit: Int) -> ErrorBody? {
+        guard held > 0, held + size > limit else { return nil }
+        return ErrorBody(.unavailable, "\(holder) has \(held >> 20) MiB of stream input held for it that no reader has granted room for; this stream's input (a chunk of \(size) bytes) would pass the \(limit >> 20) MiB the supervisor holds")
     }
 }

@@ -44,8 +44,12 @@ extension Engine {
                 // ended meanwhile is past caring.
                 if let entry = connection.inFlight[id] {
                     if let why = router.fromCaller(kind, entry, env, bytes) { control.drop(connection, ErrorBody(.protocolViolation, why)) }
-                } else if let early = connection.waitingStreams[id], let why = router.whileWaiting(kind, early, env, bytes) {
-                    control.drop(connection, ErrorBody(.protocolViolation, why))
+                } else if let early = connection.waitingStreams[id] {
+                    switch router.whileWaiting(kind, early, env, bytes, client: connection) {
+                    case .kept: break
+                    case .violation(let why): control.drop(connection, ErrorBody(.protocolViolation, why))
+                    case .overLimit(let error): router.refuseWaiting(connection, id, error)
+                    }
                 }
             default:
                 connection.outstanding += 1

@@ -104,10 +104,9 @@ final class ControlHandler: ChannelDuplexHandler {
     typealias OutboundIn = ByteBuffer
     /// Answers one client may leave unread (its requests wait meanwhile, unread too): past this,
     /// it is dropped rather than held in the supervisor's memory, as a server drops a client whose
-    /// output buffer passes its hard limit. Sixteen of the largest frames (64 MiB at least): a
-    /// stream's whole window at the largest chunks, which an honest reader may leave unread
-    /// (SPEC §13), is never past it.
-    static func unreadLimit(maxFrameBytes: Int) -> Int { max(64 << 20, 16 * maxFrameBytes) }
+    /// output buffer passes its hard limit. `HeldBytes.limit`: a stream's whole window at the
+    /// largest chunks, which an honest reader may leave unread (SPEC §13), is never past it.
+    static func unreadLimit(maxFrameBytes: Int) -> Int { HeldBytes.limit(maxFrameBytes: maxFrameBytes) }
     let engine: Engine
     let connection: ControlConnection
     static let idleTimeout = TimeAmount.seconds(10)
@@ -229,7 +228,7 @@ final class ControlHandler: ChannelDuplexHandler {
         let limit = Self.unreadLimit(maxFrameBytes: engine.config.maxFrameBytes)
         if !context.channel.isWritable, !connection.closed,
            let waiting = try? context.channel.syncOptions?.getOption(ChannelOptions.bufferedWritableBytes), waiting > limit {
-            engine.logger.warning("dropping a control client that does not read its answers: \(waiting >> 20) MiB wait for it (\(limit >> 20) MiB at most: sixteen of the largest frames)")
+            engine.logger.warning("dropping a control client that does not read its answers: \(waiting >> 20) MiB wait for it (\(limit >> 20) MiB at most: sixteen of the largest frames, 256 MiB at least)")
             engine.metrics.controlClientDropped(reason: "unread")
             connection.closed = true
             promise?.fail(ChannelError.ioOnClosedChannel)

@@ -22,10 +22,29 @@ struct HeldChunk {
 /// the plugin (`Router.forward` adopts it) or is answered without going.
 final class EarlyStream {
     var credit: StreamCredit
-    var held: [HeldChunk] = []
+    /// Counted in its client's `earlyHeldBytes` while held here.
+    private(set) var held: [HeldChunk] = []
+    private weak var client: ControlConnection?
 
-    init(answers: Bool, input: Bool) {
+    init(answers: Bool, input: Bool, client: ControlConnection) {
         credit = StreamCredit(answers: answers, input: input, forwarded: false)
+        self.client = client
+    }
+
+    deinit {
+        client?.earlyHeldBytes -= held.reduce(0) { $0 + $1.bytes.count }
+    }
+
+    func hold(_ chunk: HeldChunk) {
+        held.append(chunk)
+        client?.earlyHeldBytes += chunk.bytes.count
+    }
+
+    /// Everything held, no longer counted here (its call goes to its plugin, which holds it now).
+    func takeHeld() -> [HeldChunk] {
+        defer { held = [] }
+        client?.earlyHeldBytes -= held.reduce(0) { $0 + $1.bytes.count }
+        return held
     }
 }
 
@@ -35,22 +54,37 @@ extension Router {
     func keepsItsStream(_ kind: MessageKind, _ env: Envelope, _ origin: ReplyOrigin) {
         guard kind == .call, env.stream || env.input, case .client(let connection, let clientID) = origin,
               connection.waitingStreams[clientID] == nil else { return }
-        connection.waitingStreams[clientID] = EarlyStream(answers: env.stream, input: env.input)
+        connection.waitingStreams[clientID] = EarlyStream(answers: env.stream, input: env.input, client: connection)
     }
 
-    /// A client's chunk or credit for its call `id` that waits for its plugin, kept in `early`;
-    /// the reason when it may not send it (as for a call in flight).
-    func whileWaiting(_ kind: MessageKind, _ early: EarlyStream, _ env: Envelope, _ bytes: UnsafeRawBufferPointer) -> String? {
-        if kind == .chunk, let why = StreamFrames.bytesProblem(of: env, in: bytes) { return why }
+    /// What a client's chunk or credit for a call that waits for its plugin comes to.
+    enum EarlyFrame {
+        case kept
+        /// It may not send it (as for a call in flight): the client is dropped.
+        case violation(String)
+        /// The client has as much input held for its waiting calls as the supervisor keeps for one
+        /// client: this call fails with the error (`refuseWaiting`).
+        case overLimit(ErrorBody)
+    }
+
+    /// A client's chunk or credit for its call `id` that waits for its plugin, kept in `early`.
+    func whileWaiting(_ kind: MessageKind, _ early: EarlyStream, _ env: Envelope, _ bytes: UnsafeRawBufferPointer,
+                      client: ControlConnection) -> EarlyFrame {
+        if kind == .chunk, let why = StreamFrames.bytesProblem(of: env, in: bytes) { return .violation(why) }
+        if kind == .chunk, env.input, let data = StreamFrames.element(of: env)?.0,
+           let refused = HeldInput.refusal(holder: "this client", held: client.earlyHeldBytes, adding: data.count,
+                                           limit: HeldBytes.limit(maxFrameBytes: config.maxFrameBytes)) {
+            return .overLimit(refused)
+        }
         switch Self.callerFrame(kind, env, bytes, &early.credit) {
-        case .refused(let why): return why
+        case .refused(let why): return .violation(why)
         case .inputChunk(let seq, let data, let isBytes, _):
-            early.held.append(HeldChunk(seq: seq, bytes: UnsafeRawBufferPointer(rebasing: bytes[data]), isBytes: isBytes))
+            early.hold(HeldChunk(seq: seq, bytes: UnsafeRawBufferPointer(rebasing: bytes[data]), isBytes: isBytes))
         case .answerCredit, .inputEnd:
             // Answer credit stays in `early.credit` until the call goes; the end is held with it.
             break
         }
-        return nil
+        return .kept
     }
 
     /// The call goes to the callee now, under `id` on `channel`: what its client sent while it
@@ -59,7 +93,7 @@ extension Router {
     func adopt(_ early: EarlyStream, into flow: StreamFlow, id: UInt64, at instance: WorkerInstance, to channel: Channel) {
         flow.credit = early.credit
         flow.credit.callForwarded()
-        flow.hold(early.held, for: instance)
+        flow.hold(early.takeHeld(), for: instance)
         let extra = flow.credit.answerCreditBeyondInitial
         if extra > 0 { outbox.write(StreamFrames.credit(id: id, n: UInt64(extra), into: channel.allocator.buffer(capacity: 48)), to: channel) }
         releaseHeldInput(flow, id: id, to: channel)

@@ -129,6 +129,18 @@ extension Router {
 }
 
 extension Router {
+    /// A client's request `id` that waits for its plugin fails now with `error`: it leaves the
+    /// queue, is never forwarded, and what it held goes.
+    func refuseWaiting(_ connection: ControlConnection, _ id: UInt64, _ error: ErrorBody) {
+        for record in table.all where !record.waiting.isEmpty {
+            _ = record.waiting.withdraw { request in
+                guard case .client(let client, let clientID) = request.origin else { return false }
+                return client === connection && clientID == id
+            }
+        }
+        outbox.answer(.client(connection, id: id), error: error)
+    }
+
     /// A client cancels its request `id` that waits for its plugin: it leaves the queue, is never
     /// forwarded, and gets no answer (as a cancelled call in flight). False: none waits.
     func cancelWaiting(_ connection: ControlConnection, _ id: UInt64) -> Bool {

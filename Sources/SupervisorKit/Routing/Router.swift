@@ -173,7 +173,14 @@ final class Router: SupervisorComponent {
             return HostCall(id: id, env: env)
         }
         // What the supervisor holds for its calls in flight is bounded (`OutgoingCalls`).
-        if let refused = instance.outgoing.refusal(caller: instance.identifier, adding: bytes.count) {
+        if let refused = instance.outgoing.refusal(caller: instance.identifier, adding: bytes.count, limit: HeldBytes.limit(maxFrameBytes: config.maxFrameBytes)) {
+            if let callee = table[target] { callMetrics(of: callee).count(.unavailable) }
+            let now = NIODeadline.now()
+            if instance.lastRefusedForLimits.map({ now - $0 > .minutes(1) }) ?? true {
+                instance.lastRefusedForLimits = now
+                logger.warning("\(refused.message) (calls are refused until some are answered; said once a minute)",
+                               metadata: ["plugin": "\(instance.identifier)", "pid": "\(instance.pid)"])
+            }
             outbox.write(outbox.errorFrame(id: id, refused, for: channel), to: channel)
             return nil
         }

@@ -110,7 +110,8 @@ extension Router {
             let raw = UnsafeRawBufferPointer(rebasing: bytes[data])
             if now {
                 passInput(seq: seq, raw, isBytes: isBytes, id: entry.id, flow, to: channel)
-            } else if let refused = HeldInput.refusal(callee: callee.identifier, held: callee.heldInputBytes, adding: raw.count) {
+            } else if let refused = HeldInput.refusal(holder: callee.identifier, held: callee.heldInputBytes, adding: raw.count,
+                                                      limit: HeldBytes.limit(maxFrameBytes: config.maxFrameBytes)) {
                 // Its reader has more held for it than the supervisor keeps for one plugin: this
                 // stream ends here, its caller told why and the callee told to cancel.
                 guard let request = callee.pending.settle(entry.id) else { return nil }

@@ -209,8 +209,10 @@ final class WorkerInstance {
     /// worker dies first.
     var outgoing = OutgoingCalls<WorkerInstance>()
     /// Bytes of input chunks the supervisor holds for this worker's streams until their readers
-    /// grant room (`StreamFlow.hold`; at most `HeldInput.limit`).
+    /// grant room (`StreamFlow.hold`; at most `HeldBytes.limit`).
     var heldInputBytes = 0
+    /// It was last refused a call for its limits at this time (said in the log once a minute).
+    var lastRefusedForLimits: NIODeadline?
     /// What the supervisor waits for from it (its start, or a pong), with the deadline.
     private(set) var awaiting = Awaited.nothing
     /// Set when the worker said why it is ending itself.
