@@ -77,7 +77,8 @@ final class Health: SupervisorComponent {
             // Its idle stop, if it has one, may be due before the next look: one that stays watched
             // too (held by callers' links, which keep it watched for good, until it had no traffic
             // for its time and theirs: `IdleStop.linkReportsMs`).
-            if let record = table.record(servedBy: instance), let limit = config.idleStopMs(of: record.manifest) {
+            if let record = table.record(servedBy: instance), record.phase == .running, record.idleStopping == nil,
+               let limit = config.idleStopMs(of: record.manifest) {
                 let wait = instance.linksIn.isEmpty ? limit : max(limit, IdleStop.linkReportsMs)
                 nextIdleStop = min(nextIdleStop, max(record.lastTraffic, instance.spawnedAt) + .milliseconds(Int64(wait)))
             }
