@@ -89,4 +89,28 @@ import SupervisorCore
         #expect(abandoned.map(\.name) == ["a"])
         #expect(queue.isEmpty)
     }
+
+    /// What waits for a plugin slow to start is bounded by bytes too: the first request always,
+    /// the next while they fit together; every way out gives its bytes back.
+    @Test func theBytesThatWaitAreBounded() {
+        struct Sized: WaitingRequest {
+            var size: Int
+            var deadline: Instant
+            var callerIsGone = false
+        }
+        var queue = WaitQueue<Sized>()
+        #expect(queue.admits(size: 1_000, bytesLimit: 100))
+        _ = queue.add(Sized(size: 1_000, deadline: Self.start), limit: 10)
+        #expect(!queue.admits(size: 1, bytesLimit: 100) && queue.bytes == 1_000)
+        _ = queue.release()
+        #expect(queue.bytes == 0 && queue.admits(size: 60, bytesLimit: 100))
+        _ = queue.add(Sized(size: 60, deadline: Self.start), limit: 10)
+        _ = queue.add(Sized(size: 30, deadline: Self.start + .seconds(5)), limit: 10)
+        #expect(queue.admits(size: 10, bytesLimit: 100) && !queue.admits(size: 11, bytesLimit: 100))
+        #expect(queue.expire(now: Self.start + .seconds(1)).map(\.size) == [60])
+        #expect(queue.bytes == 30)
+        #expect(queue.withdraw { $0.size == 30 }.count == 1 && queue.bytes == 0)
+        queue.putAhead([Sized(size: 5, deadline: Self.start)])
+        #expect(queue.bytes == 5)
+    }
 }

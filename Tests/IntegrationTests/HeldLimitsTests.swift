@@ -1,4 +1,5 @@
 import Foundation
+import IPC
 import PluginProtocol
 import Testing
 
@@ -8,6 +9,18 @@ import Testing
 /// end; each limit answers the call that would pass it, and nothing else is touched.
 @Suite(.serialized) struct HeldLimitsTests {
     static func hostile() throws -> String { try SandboxTests.hostileLibrary() }
+
+    /// The frames `connection` gets until none comes for `settleMs` (a minute at most).
+    static func answers(_ connection: BlockingConnection, settleMs: Int) -> [String] {
+        var limit = timeval(tv_sec: settleMs / 1000, tv_usec: (settleMs % 1000) * 1000)
+        setsockopt(connection.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        var texts: [String] = []
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline, let frame = try? connection.receiveFrame() {
+            texts.append(String(decoding: frame, as: UTF8.self))
+        }
+        return texts
+    }
 
     /// [answers, of which unavailable] to what `flooder` sent as raw frames.
     static func floodAnswers(_ sv: RunningSupervisor, _ flooder: String) throws -> [Int] {
@@ -88,23 +101,42 @@ import Testing
         }
         // Refused at once, while the plugin is still starting: the five whose input would pass the
         // bound (the sixteenth's last chunk, then the four after it).
-        var refused = 0
-        let deadline = ContinuousClock.now + .seconds(60)
-        while refused < 5, ContinuousClock.now < deadline {
-            var p = pollfd(fd: connection.fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&p, 1, 1_000) > 0, let frame = try connection.receiveFrame() else { continue }
-            let text = String(decoding: frame, as: UTF8.self)
-            #expect(text.contains("unavailable") && text.contains("this client has") && text.contains("stream input held for it"), "\(text.prefix(300))")
-            refused += 1
+        let answers = Self.answers(connection, settleMs: 1_000)
+        for text in answers {
+            #expect(text.contains("unavailable") && text.contains("this client has") && text.contains("held for its calls that wait for their plugin to start"), "\(text.prefix(300))")
         }
-        #expect(refused == 5, "\(refused) refused")
         // No more: the rest wait for their plugin.
-        var p = pollfd(fd: connection.fd, events: Int16(POLLIN), revents: 0)
-        #expect(poll(&p, 1, 500) == 0, "more answered while the plugin is held at its start")
+        #expect(answers.count == 5, "\(answers.count) answered")
         #expect(try sv.plugin("h.late").state != "running")
         let grown = try rss(sv.pid) - before
         #expect(grown < 400 << 20, "the supervisor holds \(grown >> 20) MiB more")
         try "".write(toFile: w.home + "/data/h.late/go", atomically: true, encoding: .utf8)
+    }
+
+    @Test("requests that wait for a plugin slow to start hold at most 256 MiB: the next is answered unavailable at once, naming why")
+    func requestsWaitingForAPlugin() throws {
+        let w = try TestWorld()
+        let bundle = try w.bundle("h.gated", extra: ["activation": "onCall"])
+        try "".write(toFile: bundle + "/startup-gate", atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w)
+        // Two clients (each has 256 requests served at once), 150 calls of 1 MiB each.
+        let big = "\"" + String(repeating: "y", count: 1 << 20) + "\""
+        let clients = try (0..<2).map { _ in try rawControl(sv.socket) }
+        defer { for c in clients { c.close() } }
+        for (n, client) in clients.enumerated() {
+            for i in 0..<150 {
+                try client.sendFrame([UInt8].frame(body: Array(#"{"type":"call","id":\#(n * 1000 + i + 1),"target":"h.gated","method":"echo","params":[\#(big)],"timeoutMs":60000}"#.utf8)))
+            }
+        }
+        let answers = clients.flatMap { Self.answers($0, settleMs: 1_000) }
+        for text in answers {
+            #expect(text.contains("unavailable") && text.contains("of requests wait for it"), "\(text.prefix(300))")
+        }
+        // 255 of about 1 MiB fit in 256 MiB: 45 refused, give or take the first request's room.
+        #expect((44...46).contains(answers.count), "\(answers.count) refused")
+        #expect(try sv.plugin("h.gated").state != "running")
+        try "".write(toFile: w.home + "/data/h.gated/go", atomically: true, encoding: .utf8)
+        try sv.waitUntil("h.gated running") { try sv.plugin("h.gated").state == "running" }
     }
 
     @Test("a hello that a plugin's constructor writes before the worker's own, listing 100,000 missing layers, ends the worker as a violation: none is logged")

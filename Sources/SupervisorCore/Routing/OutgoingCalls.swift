@@ -75,10 +75,11 @@ package enum HeldBytes {
 /// worker, the stream whose chunk would go over fails `unavailable` (its caller told, the callee
 /// cancelled). A chunk is always held when nothing else is.
 package enum HeldInput {
-    /// Why one more chunk of `size` bytes may not be held for `holder` (a worker's readers, or
-    /// the calls of one client that wait for their plugin), if it may not.
-    package static func refusal(holder: String, held: Int, adding size: Int, limit: Int) -> ErrorBody? {
+    /// Why one more chunk of `size` bytes may not be held for `holder` (a worker's readers, or,
+    /// `waiting`, the calls of one client that wait for their plugin to start), if it may not.
+    package static func refusal(holder: String, held: Int, adding size: Int, limit: Int, waiting: Bool = false) -> ErrorBody? {
         guard held > 0, held + size > limit else { return nil }
-        return ErrorBody(.unavailable, "\(holder) has \(held >> 20) MiB of stream input held for it that no reader has granted room for; this stream's input (a chunk of \(size) bytes) would pass the \(limit >> 20) MiB the supervisor holds")
+        let whose = waiting ? "for its calls that wait for their plugin to start" : "for it that no reader has granted room for"
+        return ErrorBody(.unavailable, "\(holder) has \(held >> 20) MiB of stream input held \(whose); this stream's input (a chunk of \(size) bytes) would pass the \(limit >> 20) MiB the supervisor holds")
     }
 }

@@ -5,6 +5,12 @@ package protocol WaitingRequest {
     /// Nobody would read the answer (the client disconnected, the calling worker ended, the host
     /// gave up on it): it is dropped, and never sent to the plugin.
     var callerIsGone: Bool { get }
+    /// The bytes it holds while it waits (its request as it came).
+    var size: Int { get }
+}
+
+extension WaitingRequest {
+    package var size: Int { 0 }
 }
 
 /// The requests that wait for one plugin to take them, oldest first, as values: each input says
@@ -14,6 +20,8 @@ package protocol WaitingRequest {
 /// is gone is never forwarded.
 package struct WaitQueue<Request: WaitingRequest> {
     package private(set) var requests: [Request] = []
+    /// The bytes the requests hold.
+    package private(set) var bytes = 0
 
     package init() {}
 
@@ -26,12 +34,20 @@ package struct WaitQueue<Request: WaitingRequest> {
     package mutating func add(_ request: Request, limit: Int) -> Bool {
         guard requests.count < limit else { return false }
         requests.append(request)
+        bytes += request.size
         return true
+    }
+
+    /// Whether a request of `size` bytes may wait with the others: within `bytesLimit` of them
+    /// together, or the first (a plugin that is slow to start must not hold without bound what
+    /// its callers send meanwhile).
+    package func admits(size: Int, bytesLimit: Int) -> Bool {
+        bytes == 0 || bytes + size <= bytesLimit
     }
 
     /// The plugin runs: everything still wanted, in the order it came.
     package mutating func release() -> [Request] {
-        defer { requests = [] }
+        defer { requests = []; bytes = 0 }
         return requests.filter { !$0.callerIsGone }
     }
 
@@ -48,6 +64,7 @@ package struct WaitQueue<Request: WaitingRequest> {
         requests.removeAll { request in
             guard matching(request) else { return false }
             withdrawn.append(request)
+            bytes -= request.size
             return true
         }
         return withdrawn
@@ -58,9 +75,13 @@ package struct WaitQueue<Request: WaitingRequest> {
     package mutating func expire(now: Instant) -> [Request] {
         var expired: [Request] = []
         requests.removeAll { request in
-            if request.callerIsGone { return true }
+            if request.callerIsGone {
+                bytes -= request.size
+                return true
+            }
             guard request.deadline <= now else { return false }
             expired.append(request)
+            bytes -= request.size
             return true
         }
         return expired

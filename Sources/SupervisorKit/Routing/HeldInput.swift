@@ -73,7 +73,7 @@ extension Router {
         if kind == .chunk, let why = StreamFrames.bytesProblem(of: env, in: bytes) { return .violation(why) }
         if kind == .chunk, env.input, let data = StreamFrames.element(of: env)?.0,
            let refused = HeldInput.refusal(holder: "this client", held: client.earlyHeldBytes, adding: data.count,
-                                           limit: HeldBytes.limit(maxFrameBytes: config.maxFrameBytes)) {
+                                           limit: HeldBytes.limit(maxFrameBytes: config.maxFrameBytes), waiting: true) {
             return .overLimit(refused)
         }
         switch Self.callerFrame(kind, env, bytes, &early.credit) {

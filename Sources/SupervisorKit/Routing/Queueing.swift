@@ -36,6 +36,8 @@ struct QueuedRequest: WaitingRequest {
     /// A call or an `open`, which the plugin's call metrics count; not an event (`send`) that
     /// waits for its plugin.
     var isCall: Bool { kind != .send }
+
+    var size: Int { bytes.count }
 }
 
 extension Router {
@@ -43,6 +45,11 @@ extension Router {
     func enqueue(_ kind: MessageKind, for record: PluginRecord, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
                  origin: ReplyOrigin, payload: Payload? = nil, attempts: Attempts = .first) -> ErrorBody? {
         let deadline = Instant.now.adding(milliseconds: timeout(for: record, requested: env.timeoutMs))
+        let bytesLimit = HeldBytes.limit(maxFrameBytes: config.maxFrameBytes)
+        guard record.waiting.admits(size: bytes.count, bytesLimit: bytesLimit) else {
+            if kind != .send { record.callMetrics?.count(.unavailable) }
+            return ErrorBody(.unavailable, "\(record.identifier) is \(record.phase.shown), and \(record.waiting.bytes >> 20) MiB of requests wait for it: this one (\(bytes.count) bytes) would pass the \(bytesLimit >> 20) MiB that may wait for one plugin; try again when it runs")
+        }
         let request = QueuedRequest(kind: kind, caller: caller, bytes: Array(bytes), origin: origin, deadline: deadline, payload: payload,
                                     attempts: attempts)
         guard record.waiting.add(request, limit: config.callQueueLimit) else {
