@@ -130,6 +130,10 @@ import SupervisorCore
         var ending = failed
         ending.hasWorker = true
         #expect(plan(ending, before: refused, now: PluginCatalog(manifests: [a])) == ["a: restart (cured)"])
+        // A dependent failed by it, retried only when it runs: restarted.
+        var holding = failed
+        holding.holdsBackDependents = true
+        #expect(plan(holding, before: PluginCatalog(manifests: [a]), now: PluginCatalog(manifests: [changedA])) == ["a: restart"])
         // One that runs, or one coming up (a call waits for it), is restarted.
         var coming = Self.known(a)
         coming.startsOnCall = true

@@ -259,6 +259,26 @@ extension ActivationTests {
         #expect(try sv.call("a.user", "echo", "[4]", as: [Int].self) == [4])
     }
 
+    @Test("an onCall plugin that failed to start, fixed on disk and reloaded while its dependents failed by it: it starts, and its eager and onCall dependents run again")
+    func aFailedOnCallPluginFixedBringsItsDependentsBack() throws {
+        let w = try TestWorld()
+        let bundle = try w.bundle("a.lazy", extra: ["activation": "onCall"])
+        try "".write(toFile: bundle + "/fail-startup", atomically: true, encoding: .utf8)
+        try w.bundle("a.eager", deps: [Dep("a.lazy")])
+        try w.bundle("a.ondemand", deps: [Dep("a.lazy")], extra: ["activation": "onCall"])
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"restartLimit": 1}"#)])
+        _ = try sv.cli("call", "a.ondemand", "echo", "[1]")
+        try sv.waitUntil("all three failed") {
+            try ["a.lazy", "a.eager", "a.ondemand"].allSatisfy { try sv.plugin($0).state == "failed" }
+        }
+        try FileManager.default.removeItem(atPath: bundle + "/fail-startup")
+        try w.bundle("a.lazy", version: "1.0.1", extra: ["activation": "onCall"])
+        let reload = try sv.cli("reload")
+        #expect(reload.code == 0, "\(reload.err)")
+        try sv.waitUntil("a.lazy and a.eager running") { try sv.plugin("a.lazy").state == "running" && sv.plugin("a.eager").state == "running" }
+        #expect(try sv.call("a.ondemand", "echo", "[2]", as: [Int].self) == [2])
+    }
+
     @Test("an event sent while its plugin's idle stop is under way (a slow willTerminate) waits, as a call does: the plugin starts again and the event is delivered to it")
     func eventDuringAnIdleStop() throws {
         let w = try TestWorld()

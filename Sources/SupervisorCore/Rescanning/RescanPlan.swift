@@ -21,9 +21,13 @@ package struct RescanPlan {
         /// A worker of it is still there (one ending, say, after its dependency failed): what it
         /// does next is its own, so the rescan restarts rather than waits.
         package var hasWorker: Bool
+        /// A plugin that depends on it failed because of it (`failed (dependency)`), retried only
+        /// when it runs: it is restarted rather than left to wait, or that dependent would stay
+        /// failed until something called it.
+        package var holdsBackDependents: Bool
 
         package init(fingerprint: [UInt8], bundle: String, installUnderWay: Bool, isRunning: Bool = false, isInactive: Bool = false,
-                     isDown: Bool = false, startsOnCall: Bool = false, hasWorker: Bool = false) {
+                     isDown: Bool = false, startsOnCall: Bool = false, hasWorker: Bool = false, holdsBackDependents: Bool = false) {
             self.fingerprint = fingerprint
             self.bundle = bundle
             self.installUnderWay = installUnderWay
@@ -32,6 +36,7 @@ package struct RescanPlan {
             self.isDown = isDown
             self.startsOnCall = startsOnCall
             self.hasWorker = hasWorker
+            self.holdsBackDependents = holdsBackDependents
         }
     }
 
@@ -55,8 +60,8 @@ package struct RescanPlan {
         /// Changed on disk (or no longer refused), and started only on demand: no worker now, it
         /// loads the bundle as read now when it is next needed (`inactive`, SPEC §16). An inactive
         /// plugin stays so; a failed or stopped one becomes so, unless a worker of it is still there
-        /// (then it is restarted). A dependent that failed by it is retried after the rescan, and
-        /// its start activates it.
+        /// or a plugin that depends on it failed by it (then it is restarted, and that dependent
+        /// retried once it runs).
         case awaitNeed(Manifest, cured: Bool)
         /// New: added, and started unless refused.
         case add(Manifest, refused: String?)
@@ -103,7 +108,7 @@ package struct RescanPlan {
                 // not; a failed or stopped one that starts on demand waits for that demand.
                 let onCall = startsOnCall(manifest)
                 let awaits = existing.isInactive ? !(existing.startsOnCall && !onCall)
-                    : existing.isDown && onCall && !existing.hasWorker
+                    : existing.isDown && onCall && !existing.hasWorker && !existing.holdsBackDependents
                 steps.append((id, awaits ? .awaitNeed(manifest, cured: cured) : .restart(manifest, cured: cured)))
             }
         }
