@@ -209,11 +209,14 @@ enum Handoff {
         var descriptor = fd
         let sent = request.withUnsafeBytes { cls_send_fds(handoff.fd, &descriptor, 1, $0.baseAddress, $0.count) }
         guard sent == request.count else { throw ErrorBody(.unavailable, "cannot hand \(length) bytes to the supervisor: \(sent < 0 ? String(cString: strerror(Int32(-sent))) : "short write")") }
-        struct Answer: Decodable { var token: String?; var error: String? }
+        struct Answer: Decodable { var token: String?; var error: String?; var code: String? }
         guard let frame = try handoff.receiveFrame(), let answer = try? ProtocolJSON.decode(Answer.self, from: frame) else {
             throw ErrorBody(.unavailable, "the supervisor did not answer the hand-in of \(length) bytes")
         }
-        guard let token = answer.token else { throw ErrorBody(.badRequest, "the supervisor refused \(length) bytes: \(answer.error ?? "no reason given")") }
+        guard let token = answer.token else {
+            let code = answer.code.flatMap(ErrorCode.init(rawValue:)) ?? .badRequest
+            throw ErrorBody(code, "the supervisor refused \(length) bytes: \(answer.error ?? "no reason given")")
+        }
         return token
     }
 

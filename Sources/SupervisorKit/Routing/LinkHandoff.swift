@@ -260,8 +260,15 @@ final class LinkHandoff: Sendable {
         close(listener)
     }
 
-    /// Bytes handed in (`put`) that may wait for their calls at once.
-    static let depositsLimit = 1_024
+    /// Bytes handed in (`put`) that may wait for their calls at once: a quarter of the descriptors
+    /// this process may open (the supervisor raised its limit for its plugins before), 1,024 at
+    /// least, 65,536 at most. A client's calls beyond the 256 it has served at once wait unread
+    /// with their tokens, so one busy client's hand-ins may be many.
+    static let depositsLimit: Int = {
+        var limit = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1_024 }
+        return max(1_024, min(65_536, Int(min(limit.rlim_cur, 1 << 20)) / 4))
+    }()
 
     /// How long one client's request may take to arrive, all of it.
     static let requestMilliseconds: Int64 = 1000
@@ -306,8 +313,10 @@ final class LinkHandoff: Sendable {
             guard size <= UInt64(maxPayloadBytes) else { return refuse(client, "bytes of \(size) bytes, over the \(maxPayloadBytes) bytes (\(maxPayloadBytes >> 20) MiB) of maxPayloadMB") }
             // Each waits, a descriptor held, until a call names it or it expires: a client handing
             // in bytes it never sends (a loop, a leak) must not take every descriptor there is.
-            guard deposits.withLock({ $0.count }) < Self.depositsLimit else {
-                return refuse(client, "\(Self.depositsLimit) handed-in bytes wait for the calls that name them (each is kept \(Self.tokenLifetimeNanoseconds / 1_000_000_000) s); send those calls first")
+            let waiting = deposits.withLock { $0.count }
+            guard waiting < Self.depositsLimit else {
+                return refuse(client, "the supervisor holds \(waiting) handed-in bytes whose calls it has not taken yet (each kept \(Self.tokenLifetimeNanoseconds / 1_000_000_000) s, a descriptor each, at most a quarter of its descriptors); try again when those calls are answered",
+                              code: .unavailable)
             }
             let rc = sp_bytes_check(received[0], size)
             guard rc == 0 else {
@@ -333,8 +342,10 @@ final class LinkHandoff: Sendable {
         _ = answer.withUnsafeBytes { cls_send_with_fd(client, offer.fd, $0.baseAddress, $0.count) }
     }
 
-    private func refuse(_ client: Int32, _ why: String) {
-        guard let body = try? ProtocolJSON.encode(["error": why]) else { return }
+    /// `code`: `unavailable` for a refusal that a moment later may not be (a capacity), else the
+    /// request's own fault (`badRequest`, what a client takes an answer without a code for).
+    private func refuse(_ client: Int32, _ why: String, code: ErrorCode = .badRequest) {
+        guard let body = try? ProtocolJSON.encode(code == .badRequest ? ["error": why] : ["error": why, "code": code.rawValue]) else { return }
         let frame = [UInt8].frame(body: body)
         _ = frame.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }

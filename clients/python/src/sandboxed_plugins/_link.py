@@ -206,7 +206,7 @@ def deposit(path: str, fd: int, length: int) -> str:
                 answer = frames[0]
                 break
     if "token" not in answer:
-        raise PluginError("badRequest", f"the supervisor refused {length} bytes: {answer.get('error', 'no reason given')}")
+        raise PluginError(answer.get("code", "badRequest"), f"the supervisor refused {length} bytes: {answer.get('error', 'no reason given')}")
     return answer["token"]
 
 
