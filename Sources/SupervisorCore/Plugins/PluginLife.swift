@@ -100,7 +100,9 @@ package struct PluginLife: Sendable {
             let why = idleMs > 0 ? "stopped after \(idleMs) ms without traffic" : "stopped"
             // Announced before whoever waited for the stop hears of it: an uninstall that came
             // meanwhile is announced after, as the plugin's last event.
-            actions += [.log(.info, "\(context.identifier) \(why); it starts again when it is needed"),
+            // A worker that crashed on its way out, or outlived its grace period, is said as such.
+            let how = ending.abnormal ? " (its worker ended: \(ending.described))" : ""
+            actions += [.log(ending.abnormal ? .warning : .info, "\(context.identifier) \(why)\(how); it starts again when it is needed"),
                         .announceDeactivated(idleMs: idleMs), .runExitCallbacks,
                         .discardStandby(because: "\(context.identifier) is inactive"), .activateIfAwaited]
             return actions
@@ -109,7 +111,7 @@ package struct PluginLife: Sendable {
             _ = move(to: .stopped)
             // Whoever waited for this worker to run hears it stopped before the stop's own
             // callbacks (a restart, an install) queue waiters for the next one.
-            actions += [.log(.info, "\(context.identifier) stopped (\(ending.described))"), .settleWaiters("stopped"), .runExitCallbacks,
+            actions += [.log(ending.abnormal ? .warning : .info, "\(context.identifier) stopped (\(ending.described))"), .settleWaiters("stopped"), .runExitCallbacks,
                         .discardStandby(because: "\(context.identifier) stopped")]
             return actions
         }

@@ -104,13 +104,16 @@ extension Lifecycle {
                                          descriptorChannel: descriptorChannel, payloadChannel: true, takenPage: takenPage, isolated: isolated, emptyNetwork: emptyNetwork,
                                          forkServer: server)
             } catch {
+                // The fork server's own words, when it said any, are the whole reason (its
+                // error's context already names the server and the system's error).
+                let why = error.context.isEmpty ? "\(error)" : error.context
                 if server.isBroken {
                     // It is ended and reaped by the watcher, which starts another.
-                    problem = "the fork server failed (\(error)); this worker was exec'd"
+                    problem = "the fork server failed (\(why)); this worker was exec'd"
                     server.stop()
                     forkServer.broke(server)
                 } else {
-                    problem = "the fork server could not start this worker (\(error)); it was exec'd"
+                    problem = "the fork server could not start this worker (\(why)); it was exec'd"
                 }
                 logger.warning("\(manifest.identifier): \(problem!)")
             }
