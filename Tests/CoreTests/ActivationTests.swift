@@ -39,6 +39,10 @@ import SupervisorCore
         life.hasRun = true  // it ran before an idle stop
         let actions = life.activate("p", by: "call", dependenciesRunning: true)
         #expect(actions == [.log(.info, "activating p: call"), .spawn(takingStandby: false)])
+        // Its spawn may wait a turn (SpawnPace): asked again meanwhile, nothing more, and the
+        // first request stays its trigger.
+        let again = life.activate("p", by: "open", dependenciesRunning: true)
+        #expect(again.isEmpty && life.phase == .inactive)
         #expect(life.workerSpawned() == [.announceActivated(by: "call")], "announced once its worker (its pid) exists")
         #expect(life.phase == .starting, "an activation shows as starting, not restarting")
         let runs = life.workerRuns("p", version: "1.0.0")
@@ -85,6 +89,18 @@ import SupervisorCore
         #expect(StartOrder.step(for: dependent, dependencies: [inactive], shuttingDown: false) == .activate(dependency: "p"))
         #expect(StartOrder.step(for: parked, dependencies: [inactive], shuttingDown: false) == .activate(dependency: "p"))
         #expect(StartOrder.firstStartSettled(inactive) { _ in nil }, "an inactive plugin does not hold the ready line")
+    }
+
+    /// Back to inactive any way (an idle stop, a rescan), an activation under way is over: the
+    /// next request activates it again.
+    @Test func inactiveAgainEndsTheActivation() {
+        var life = PluginLife(phase: .inactive)
+        _ = life.activate("p", by: "call", dependenciesRunning: false)
+        #expect(life.phase == .waiting && life.activating)
+        _ = life.move(to: .inactive)
+        #expect(!life.activating && life.activatedBy == nil)
+        let next = life.activate("p", by: "event background", dependenciesRunning: true)
+        #expect(next.contains(.spawn(takingStandby: false)))
     }
 
     @Test func anIdleStopMakesItInactiveAndCountsNothing() {

@@ -337,4 +337,28 @@ extension ActivationTests {
         }
         #expect(try sv.plugin("a.held").restarts == 0)
     }
+
+    @Test("a burst of first calls to 60 inactive plugins does not hold the loop: a call to a running plugin sent after it is answered long before the burst's plugins have all started")
+    func aBurstOfActivationsLeavesTheLoopFree() throws {
+        let w = try TestWorld()
+        for i in 0..<60 { try w.bundle("b.p\(i)", extra: ["activation": "onCall"]) }
+        try w.bundle("b.hot")
+        let sv = try RunningSupervisor(w)
+        let burst = try rawControl(sv.socket)
+        let other = try rawControl(sv.socket)
+        defer { burst.close(); other.close() }
+        // All 60 first calls in one write: read in one go, each an activation.
+        var frames: [UInt8] = []
+        for i in 0..<60 { frames += callFrame(id: UInt64(i + 1), target: "b.p\(i)", method: "echo", params: "[\(i)]", timeoutMs: 60_000) }
+        let start = ContinuousClock.now
+        _ = frames.withUnsafeBytes { write(burst.fd, $0.baseAddress, $0.count) }
+        try other.sendFrame(callFrame(id: 1, target: "b.hot", method: "echo", params: "[1]"))
+        _ = try #require(try other.receiveFrame())
+        let hot = ContinuousClock.now - start
+        for _ in 0..<60 { _ = try #require(try burst.receiveFrame()) }
+        let all = ContinuousClock.now - start
+        // Spawned a few a turn (SpawnPace), the loop serves the other call between turns; spawned
+        // all in the read that brought them, it would wait for the whole burst's spawns.
+        #expect(hot * 4 < all, "the running plugin's call took \(hot) of the burst's \(all)")
+    }
 }

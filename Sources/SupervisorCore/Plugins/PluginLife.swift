@@ -59,6 +59,8 @@ package struct PluginLife: Sendable {
     package mutating func move(to next: PluginPhase) -> Bool {
         guard PluginPhase.allows(from: phase, to: next) else { return false }
         phase = next
+        // Inactive again: no activation under way, the next is a new one.
+        if next == .inactive { (activating, activatedBy) = (false, nil) }
         return true
     }
 
@@ -173,6 +175,7 @@ package struct PluginLife: Sendable {
     package mutating func awaitNeed() -> [Action] {
         restartHistory = []
         problem = nil
+        activating = false
         guard phase != .inactive, move(to: .inactive) else { return [] }
         return [.activateIfAwaited]
     }
@@ -198,7 +201,8 @@ package struct PluginLife: Sendable {
     /// driver activates those that are inactive, `StartOrder.Step.activate`). Not a restart: its
     /// dependents hear nothing, the intensity limit counts nothing. Nothing for any other phase.
     package mutating func activate(_ identifier: String, by trigger: String, dependenciesRunning: Bool) -> [Action] {
-        guard phase == .inactive else { return [] }
+        // Once: its spawn may wait a turn (`SpawnPace`), and what comes meanwhile waits with it.
+        guard phase == .inactive, !activating else { return [] }
         problem = nil
         activating = true
         // Announced by `workerSpawned`, with its worker's pid: now, or once its dependencies

@@ -36,6 +36,9 @@ final class Lifecycle: SupervisorComponent {
     var forkServer = ForkServerState<ForkServerConnection>()
     /// Reloads waiting for what they started, stopped and restarted to settle (Rescan.swift).
     var reloads = ReloadWaits<ReloadUnderWay>()
+    /// Activations spawned in this turn of the loop, and those waiting for the next (SpawnPacing.swift).
+    var spawnPace = SpawnPace()
+    var paceTurnScheduled = false
     /// The shutdown's stops as they go: which plugins may stop as each one ends (Stopping.swift).
     var shutdownOrder: StopOrder.Progress?
     /// Whether `startWaitingPlugins` is running, and was asked again from within.

@@ -17,8 +17,8 @@ import Protocol
 import SupervisorCore
 
 extension Lifecycle {
-    /// Spawns the worker that will serve `record` (its first, or the next after a stop or crash).
-    func spawn(_ record: PluginRecord) {
+    /// Spawns the worker that will serve `record` now (`spawn` paces activations first).
+    func spawnNow(_ record: PluginRecord) {
         loop.preconditionInEventLoop()
         // One serving worker per plugin, and none once shutdown has begun.
         guard record.instance == nil, !isShuttingDown else { return }

@@ -1,0 +1,34 @@
+import NIOCore
+import SupervisorCore
+
+extension Lifecycle {
+    /// Spawns the worker that will serve `record` (its first, or the next after a stop or crash).
+    /// An activation (SPEC §16) is paced (`SpawnPace`): a burst of first calls to many inactive
+    /// plugins spawns a few a turn, and the loop serves what else came between turns.
+    func spawn(_ record: PluginRecord) {
+        loop.preconditionInEventLoop()
+        guard record.instance == nil, !isShuttingDown else { return }
+        if record.phase == .inactive {
+            let now = spawnPace.admit(record.identifier)
+            schedulePaceTurn()
+            guard now else { return }
+        }
+        spawnNow(record)
+    }
+
+    /// The next turn, a millisecond from now (a task due now would run before the loop reads its
+    /// sockets again): the activations that waited, oldest first, each still wanted.
+    private func schedulePaceTurn() {
+        guard !paceTurnScheduled, spawnPace.wantsTurn else { return }
+        paceTurnScheduled = true
+        loop.assumeIsolated().scheduleTask(in: .milliseconds(1)) { [self] in
+            paceTurnScheduled = false
+            for id in spawnPace.turn() {
+                // Still inactive and activated (not removed, stopped or started another way meanwhile).
+                guard let record = table[id], record.phase == .inactive, record.life.activating, record.instance == nil else { continue }
+                spawnNow(record)
+            }
+            schedulePaceTurn()
+        }
+    }
+}
