@@ -120,8 +120,9 @@ import SupervisorCore
         let slow = try #require(outcome.failures.first)
         #expect(slow.started && slow.error.code == "unavailable" && slow.error.message.contains("slow is not idempotent"))
         #expect(outcome.resent.map(\.number) == Array(2...65))
-        // The death is the slow call's (it had started): not counted against the 64.
-        #expect(outcome.resent.allSatisfy { $0.crashes == 0 && $0.retries == 0 && $0.deadline == Self.later })
+        // The death is the slow call's (it had started) and the next in line's: not the 63 behind.
+        #expect(outcome.resent.map(\.crashes) == [1] + Array(repeating: 0, count: 63))
+        #expect(outcome.resent.allSatisfy { $0.retries == 0 && $0.deadline == Self.later })
 
         var queue = WaitQueue<Call>()
         for number in 66...68 { _ = queue.add(Call(number: number, method: "put", deadline: Self.later), limit: 8) }
@@ -142,8 +143,8 @@ import SupervisorCore
             .fail(calls[1].entry, outcome.failures[0].error, started: true),
             .retry(Call(number: 3, method: "sum", deadline: Self.later, retries: 1, crashes: 1)),
             .fail(calls[3].entry, outcome.failures[1].error, started: true),
-            // Calls had started: the death is theirs, not counted against these two.
-            .replay(Call(number: 5, method: "getAll", deadline: Self.later, crashes: 0)),
+            // Calls had started: the death is theirs and the next in line's (5), not the one behind.
+            .replay(Call(number: 5, method: "getAll", deadline: Self.later, crashes: 1)),
             .replay(Call(number: 6, method: "put", deadline: Self.later, crashes: 0)),
         ])
         #expect(outcome.failures.allSatisfy { $0.started && $0.error.code == "unavailable" })
@@ -262,8 +263,9 @@ import SupervisorCore
     }
 
     /// Six calls that each kill the worker that takes them, and a harmless one queued behind them:
-    /// each death is laid to the call that had started, so the harmless one is replayed each time,
-    /// uncounted, and runs once they are gone (it failed after five deaths it had no part in).
+    /// each death is laid to the call that had started and the next in line, so the harmless one
+    /// is counted once (when it was next), and runs once they are gone (it failed after five
+    /// deaths it had no part in).
     @Test func aCallBehindPoisonCallsIsNotCountedForTheirDeaths() throws {
         let replay = CrashReplay(plugin: "p", idempotent: IdempotentMethods(patterns: []), retryLimit: 1, crashLimit: 5)
         var queue = (1...6).map { Call(number: $0, method: "crash\($0)", deadline: Self.later) } + [Call(number: 7, method: "echo", deadline: Self.later)]
@@ -278,7 +280,7 @@ import SupervisorCore
             #expect(outcome.failures[0].started && outcome.failures[0].call.number == death)
             queue = outcome.resent
         }
-        #expect(queue.map(\.number) == [7] && queue[0].crashes == 0)
+        #expect(queue.map(\.number) == [7] && queue[0].crashes == 1)
         // A death with no call started (a frame that kills the worker before its plugin takes it)
         // counts against every call it held.
         var watermark = TakenWatermark()
@@ -286,7 +288,25 @@ import SupervisorCore
         watermark.sent(2)
         let calls = [(id: UInt64(1), entry: queue[0]), (id: UInt64(2), entry: Call(number: 8, method: "echo", deadline: Self.later))]
         let outcome = replay.decide(calls, watermark: watermark, unread: [1, 2], crash: "killed by SIGSEGV", successor: .comes, now: Self.now)
-        #expect(outcome.resent.map(\.crashes) == [1, 1])
+        #expect(outcome.resent.map(\.crashes) == [2, 1])
+    }
+
+    /// A frame that kills each worker on receipt, behind a long call the plugin has taken: it is
+    /// next in line at every death, counted each time, and fails after `crashLimit` of them.
+    @Test func aCallThatKillsOnReceiptBehindALongOneEnds() {
+        let replay = CrashReplay(plugin: "p", idempotent: IdempotentMethods(patterns: ["long"]), retryLimit: 100, crashLimit: 5)
+        var queue = [Call(number: 1, method: "long", deadline: Self.later), Call(number: 2, method: "poison", deadline: Self.later)]
+        var deaths = 0
+        while queue.contains(where: { $0.number == 2 }), deaths < 20 {
+            deaths += 1
+            var watermark = TakenWatermark()
+            let calls = queue.enumerated().map { (id: UInt64($0.offset + 1), entry: $0.element) }
+            for call in calls { watermark.sent(call.id) }
+            _ = watermark.reported(1)
+            let outcome = replay.decide(calls, watermark: watermark, unread: [], crash: "killed by SIGSEGV", successor: .comes, now: Self.now)
+            queue = outcome.resent
+        }
+        #expect(deaths == 5, "the poison frame was sent again \(deaths) times")
     }
 
     /// A crash loop that hits the restart intensity limit: the plugin is failed, and the calls of

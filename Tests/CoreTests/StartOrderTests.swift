@@ -113,4 +113,15 @@ import SupervisorCore
         #expect(!Self.beside(next: .other), "another version is coming up, or a restart is under way")
         #expect(!Self.beside(deps: false), "the new version's dependencies do not run")
     }
+
+    /// An inactive dependency activated already (its spawn waits for a turn) is waited for, not
+    /// activated again: a start pass that asked again would go round for good.
+    @Test func anActivatedDependencyIsWaitedFor() {
+        let dependent = StartOrder.Plugin(identifier: "top", phase: .waiting, dependencies: ["lazy"])
+        let asleep = StartOrder.Plugin(identifier: "lazy", phase: .inactive)
+        #expect(StartOrder.step(for: dependent, dependencies: [asleep], shuttingDown: false) == .activate(dependency: "lazy"))
+        var waking = asleep
+        waking.activating = true
+        #expect(StartOrder.step(for: dependent, dependencies: [waking], shuttingDown: false) == nil)
+    }
 }

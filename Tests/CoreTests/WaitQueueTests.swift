@@ -112,5 +112,12 @@ import SupervisorCore
         #expect(queue.withdraw { $0.size == 30 }.count == 1 && queue.bytes == 0)
         queue.putAhead([Sized(size: 5, deadline: Self.start)])
         #expect(queue.bytes == 5)
+        // A request whose caller is gone leaves at the next expiry, its bytes with it; abandoned,
+        // all of them.
+        _ = queue.add(Sized(size: 7, deadline: Self.start + .seconds(60), callerIsGone: true), limit: 10)
+        _ = queue.add(Sized(size: 9, deadline: Self.start + .seconds(60)), limit: 10)
+        #expect(queue.bytes == 21)
+        #expect(queue.expire(now: Self.start).map(\.size) == [5] && queue.bytes == 9)
+        #expect(queue.abandon().count == 1 && queue.bytes == 0)
     }
 }

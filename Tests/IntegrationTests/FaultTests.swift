@@ -141,7 +141,8 @@ struct FaultTests {
         let follower = try ClientTests.follow(sv, [], to: eventsFile)
         defer { follower.terminate() }
         try sv.waitUntil("a standby beside each plugin") { try sv.status().allSatisfy { $0.standbyPid != nil } }
-        #expect(workerChildren(of: sv.pid).count == 4)
+        // A standby just forked may not yet be named plugin-worker: waited for, not sampled.
+        try sv.waitUntil("four workers") { workerChildren(of: sv.pid).count == 4 }
         #expect(loads("k.crash") == 1 && loads("k.planned") == 1, "a standby ran plugin code")
         #expect(try sv.cli("status").out.contains("standby workers waiting to take a restart: 2"))
         #expect(try sv.cli("metrics").out.contains("supervisor_standby_workers 2"))

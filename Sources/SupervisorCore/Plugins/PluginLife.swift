@@ -103,8 +103,10 @@ package struct PluginLife: Sendable {
             // Announced before whoever waited for the stop hears of it: an uninstall that came
             // meanwhile is announced after, as the plugin's last event.
             // A worker that crashed on its way out, or outlived its grace period, is said as such.
-            let how = ending.abnormal ? " (its worker ended: \(ending.described))" : ""
-            actions += [.log(ending.abnormal ? .warning : .info, "\(context.identifier) \(why)\(how); it starts again when it is needed"),
+            // (A planned kill, the grace period's, is a stop's: `reason` says which.)
+            let crashed = ending.status.reason != .stopped && ending.abnormal
+            let how = crashed ? " (its worker ended: \(ending.described))" : ""
+            actions += [.log(crashed ? .warning : .info, "\(context.identifier) \(why)\(how); it starts again when it is needed"),
                         .announceDeactivated(idleMs: idleMs), .runExitCallbacks,
                         .discardStandby(because: "\(context.identifier) is inactive"), .activateIfAwaited]
             return actions
@@ -113,7 +115,8 @@ package struct PluginLife: Sendable {
             _ = move(to: .stopped)
             // Whoever waited for this worker to run hears it stopped before the stop's own
             // callbacks (a restart, an install) queue waiters for the next one.
-            actions += [.log(ending.abnormal ? .warning : .info, "\(context.identifier) stopped (\(ending.described))"), .settleWaiters("stopped"), .runExitCallbacks,
+            actions += [.log(ending.status.reason != .stopped && ending.abnormal ? .warning : .info, "\(context.identifier) stopped (\(ending.described))"),
+                        .settleWaiters("stopped"), .runExitCallbacks,
                         .discardStandby(because: "\(context.identifier) stopped")]
             return actions
         }
@@ -156,6 +159,9 @@ package struct PluginLife: Sendable {
         // then was stopped, is not announced by this start).
         activatedBy = phase == .inactive ? trigger : nil
         if hasWorker { return [] }
+        // From `inactive`, an activation under way until its worker is spawned (its spawn may wait
+        // for a turn, `SpawnPace`).
+        if phase == .inactive { activating = true }
         if dependenciesRunning {
             restartAsked = false
             if hasRun && counted { restarts += 1 }
@@ -175,7 +181,6 @@ package struct PluginLife: Sendable {
     package mutating func awaitNeed() -> [Action] {
         restartHistory = []
         problem = nil
-        activating = false
         guard phase != .inactive, move(to: .inactive) else { return [] }
         return [.activateIfAwaited]
     }

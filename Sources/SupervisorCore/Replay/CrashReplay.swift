@@ -25,10 +25,11 @@ import PluginProtocol
 ///    loop that hit the restart intensity limit): fails with `unavailable` and the reason, at once;
 /// 4. not started: replayed to the next worker, in its original order, with its original deadline,
 ///    ahead of what arrived later (`WaitQueue.putAhead`), unless `crashLimit` workers have now died
-///    holding it (a frame that kills a worker before its plugin takes it must not loop). A death
-///    counts against the calls that had not started only when none had: one that had started is
-///    what the death is laid to, and the calls waiting behind it are not (six poison calls in a
-///    row must not fail the harmless call queued behind them);
+///    holding it (a frame that kills a worker before its plugin takes it must not loop). When a call
+///    it held had started, the death is laid to that call and to the first that had not (the next
+///    one its plugin would have taken: a frame that kills a worker on receipt, behind a long call),
+///    not to the calls queued behind them (six crashing calls in a row must not fail the harmless
+///    one after them);
 /// 5. started: retried if its method is idempotent, `retries < retryLimit` (`limits.retries`), the
 ///    deadline holds and no part of its answer (a stream's chunk) has reached its caller;
 ///    otherwise fails with `unavailable` and `started: true`.
@@ -137,10 +138,13 @@ package struct CrashReplay: Sendable, Equatable {
     package func decide<Call: ReplayableCall>(_ calls: [(id: UInt64, entry: Call)], watermark: TakenWatermark, unread: Set<UInt64>,
                                               crash: String, successor: Successor, now: Instant) -> Outcome<Call> {
         var outcome = Outcome<Call>()
-        let explained = calls.contains { watermark.mayHaveStarted($0.id, unread: unread) }
-        for (id, call) in calls.sorted(by: { $0.id < $1.id }) {
-            let action = decide(call, started: watermark.mayHaveStarted(id, unread: unread), crash: crash, successor: successor, now: now,
-                                explained: explained)
+        let sorted = calls.sorted(by: { $0.id < $1.id })
+        let explained = sorted.contains { watermark.mayHaveStarted($0.id, unread: unread) }
+        let next = sorted.first { !watermark.mayHaveStarted($0.id, unread: unread) }?.id
+        for (id, call) in sorted {
+            let started = watermark.mayHaveStarted(id, unread: unread)
+            let action = decide(call, started: started, crash: crash, successor: successor, now: now,
+                                counted: started || !explained || id == next)
             switch action {
             case .replay: outcome.replayed += 1
             case .retry: outcome.retried += 1
@@ -162,10 +166,10 @@ package struct CrashReplay: Sendable, Equatable {
         "retried \(retries) time\(retries == 1 ? "" : "s") already (limits.retries: \(retryLimit))"
     }
 
-    /// One call's fate, `started` as the witness says; `explained`: a call the worker held had
-    /// started (the death is laid to it, not to one that had not).
+    /// One call's fate, `started` as the witness says; `counted`: the death counts against it
+    /// (not for a call queued behind the one the death is laid to).
     package func decide<Call: ReplayableCall>(_ call: Call, started: Bool, crash: String, successor: Successor, now: Instant,
-                                              explained: Bool = false) -> Action<Call> {
+                                              counted: Bool = true) -> Action<Call> {
         if call.callerIsGone { return .drop(call) }
         let method = call.method
         if call.deadline <= now {
@@ -176,7 +180,7 @@ package struct CrashReplay: Sendable, Equatable {
             return .fail(call, ErrorBody(.unavailable, "\(plugin)'s worker ended (\(crash)) and no worker follows it: \(reason)"), started: started)
         }
         var next = call
-        if started || !explained { next.crashes += 1 }
+        if counted { next.crashes += 1 }
         guard started else {
             guard next.crashes < crashLimit else {
                 return .fail(call, ErrorBody(.unavailable, "\(plugin)'s worker ended (\(crash)) before its plugin started \(method); \(next.crashes) workers "

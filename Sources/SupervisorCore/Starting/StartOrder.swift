@@ -15,9 +15,11 @@ package enum StartOrder {
         package var hasRun: Bool
         /// A worker of it has ended at least once.
         package var hasExited: Bool
+        /// Inactive, and activated already: its spawn waits for a turn (`SpawnPace`).
+        package var activating: Bool
 
         package init(identifier: String, phase: PluginPhase, dependencies: [String] = [], parked: Bool = false, hasWorker: Bool = false,
-                     hasRun: Bool = false, hasExited: Bool = false) {
+                     hasRun: Bool = false, hasExited: Bool = false, activating: Bool = false) {
             self.identifier = identifier
             self.phase = phase
             self.dependencies = dependencies
@@ -25,6 +27,7 @@ package enum StartOrder {
             self.hasWorker = hasWorker
             self.hasRun = hasRun
             self.hasExited = hasExited
+            self.activating = activating
         }
     }
 
@@ -54,7 +57,8 @@ package enum StartOrder {
         if !shuttingDown, let gone = plugin.dependencies.first(where: { id in !dependencies.contains { $0.identifier == id } }) {
             return .failByDependency(dependency: gone, phase: nil)
         }
-        if let idle = dependencies.first(where: { $0.phase == .inactive }) { return .activate(dependency: idle.identifier) }
+        // Activated once; one whose spawn waits for its turn is waited for, not activated again.
+        if let idle = dependencies.first(where: { $0.phase == .inactive }) { return idle.activating ? nil : .activate(dependency: idle.identifier) }
         if plugin.phase == .waiting { return .spawn }
         if !shuttingDown, plugin.hasWorker, dependencies.allSatisfy({ $0.phase == .running }) { return .startup }
         return nil

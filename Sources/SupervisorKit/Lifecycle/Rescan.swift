@@ -66,7 +66,7 @@ extension Lifecycle {
                                              isRunning: record.phase == .running, isInactive: record.phase == .inactive,
                                              isDown: record.phase.isFailed || record.phase == .stopped,
                                              startsOnCall: config.activation(of: record.manifest) == .onCall, hasWorker: !record.workers.isEmpty,
-                                             holdsBackDependents: record.phase.isFailed
+                                             holdsBackDependents: (record.phase.isFailed || record.phase == .stopped)
                                                 && table.dependents(of: record.identifier).contains { $0.phase == .failed(byDependency: true) })
         }
         let plan = RescanPlan(known: known, before: previous, now: fresh) { [config] in config.activation(of: $0) == .onCall }

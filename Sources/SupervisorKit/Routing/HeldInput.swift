@@ -71,14 +71,14 @@ extension Router {
     func whileWaiting(_ kind: MessageKind, _ early: EarlyStream, _ env: Envelope, _ bytes: UnsafeRawBufferPointer,
                       client: ControlConnection) -> EarlyFrame {
         if kind == .chunk, let why = StreamFrames.bytesProblem(of: env, in: bytes) { return .violation(why) }
-        if kind == .chunk, env.input, let data = StreamFrames.element(of: env)?.0,
-           let refused = HeldInput.refusal(holder: "this client", held: client.earlyHeldBytes, adding: data.count,
-                                           limit: HeldBytes.limit(maxFrameBytes: config.maxFrameBytes), waiting: true) {
-            return .overLimit(refused)
-        }
         switch Self.callerFrame(kind, env, bytes, &early.credit) {
         case .refused(let why): return .violation(why)
         case .inputChunk(let seq, let data, let isBytes, _):
+            // Within the rules: held, unless this client has as much held as it may.
+            if let refused = HeldInput.refusal(holder: "this client", held: client.earlyHeldBytes, adding: data.count,
+                                               limit: HeldBytes.limit(maxFrameBytes: config.maxFrameBytes), waiting: true) {
+                return .overLimit(refused)
+            }
             early.hold(HeldChunk(seq: seq, bytes: UnsafeRawBufferPointer(rebasing: bytes[data]), isBytes: isBytes))
         case .answerCredit, .inputEnd:
             // Answer credit stays in `early.credit` until the call goes; the end is held with it.

@@ -261,13 +261,13 @@ final class LinkHandoff: Sendable {
     }
 
     /// Bytes handed in (`put`) that may wait for their calls at once: a quarter of the descriptors
-    /// this process may open (the supervisor raised its limit for its plugins before), 1,024 at
+    /// this process may open (the supervisor raised its limit for its plugins before), 64 at
     /// least, 65,536 at most. A client's calls beyond the 256 it has served at once wait unread
     /// with their tokens, so one busy client's hand-ins may be many.
     static let depositsLimit: Int = {
         var limit = rlimit()
-        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1_024 }
-        return max(1_024, min(65_536, Int(min(limit.rlim_cur, 1 << 20)) / 4))
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 256 }
+        return max(64, min(65_536, Int(min(limit.rlim_cur, 1 << 20)) / 4))
     }()
 
     /// How long one client's request may take to arrive, all of it.

@@ -140,10 +140,11 @@ extension Router {
     /// queue, is never forwarded, and what it held goes.
     func refuseWaiting(_ connection: ControlConnection, _ id: UInt64, _ error: ErrorBody) {
         for record in table.all where !record.waiting.isEmpty {
-            _ = record.waiting.withdraw { request in
+            let refused = record.waiting.withdraw { request in
                 guard case .client(let client, let clientID) = request.origin else { return false }
                 return client === connection && clientID == id
             }
+            if refused.contains(where: \.isCall) { record.callMetrics?.count(.unavailable) }
         }
         outbox.answer(.client(connection, id: id), error: error)
     }

@@ -93,7 +93,7 @@ final class PluginRecord {
     /// The plugin as the core's start rules read it (`StartOrder`).
     var startFacts: StartOrder.Plugin {
         StartOrder.Plugin(identifier: identifier, phase: phase, dependencies: dependencyIDs, parked: instance?.phase == .loaded,
-                          hasWorker: instance != nil, hasRun: hasRun, hasExited: lastExit != nil)
+                          hasWorker: instance != nil, hasRun: hasRun, hasExited: lastExit != nil, activating: life.activating)
     }
 
     /// The plugin as the core's routing rule reads it (`Route`).

@@ -230,6 +230,7 @@ extension Engine {
     func inFlightThroughSupervisor(requester: ReplyOrigin?) -> String? {
         if installs.inFlight > 0 { return "an install is under way" }
         if !hostMethods.isIdle { return "a plugin's call of a host method is in flight" }
+        if !lifecycle.spawnPace.backlog.isEmpty || lifecycle.paceTurnScheduled { return "activations wait for their turn to be spawned" }
         for record in table.inOrder {
             let id = record.identifier
             if !record.waiting.isEmpty { return "calls wait for \(id) to start" }
