@@ -203,17 +203,23 @@ struct AuthorTests {
         #expect(sv.log.contains("field 'permission' is not a manifest field and is ignored; did you mean 'permissions'?"), "\(sv.log)")
     }
 
+    /// A bundle `id` with a copy of its own of TestKit's library (not a link to the build's: the
+    /// tests change it), `restart: never`, running and called once.
+    static func ownLibraryRunning(_ id: String, in w: TestWorld) throws -> (bundle: String, sv: RunningSupervisor) {
+        let bundle = w.plugins + "/" + id
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: Build.library("TestKit"), toPath: bundle + "/libTestKit.so")
+        try #"{"identifier": "\#(id)", "version": "1.0.0", "library": "libTestKit.so", "restart": "never"}"#
+            .write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.cli("call", id, "echo", "[1]").code == 0)
+        return (bundle, sv)
+    }
+
     @Test("a library written over under its running worker is named libraryReplaced, with the safe way to replace one")
     func libraryWrittenOver() throws {
         let w = try TestWorld()
-        let bundle = w.plugins + "/l.swap"
-        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
-        // A copy of its own (not a link to the build's): the test truncates it.
-        try FileManager.default.copyItem(atPath: Build.library("TestKit"), toPath: bundle + "/libTestKit.so")
-        try #"{"identifier": "l.swap", "version": "1.0.0", "library": "libTestKit.so", "restart": "never"}"#
-            .write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
-        let sv = try RunningSupervisor(w)
-        #expect(try sv.cli("call", "l.swap", "echo", "[1]").code == 0)
+        let (bundle, sv) = try Self.ownLibraryRunning("l.swap", in: w)
         // What `cp new.so libTestKit.so` does first: truncate the file the worker has mapped.
         #expect(truncate(bundle + "/libTestKit.so", 0) == 0)
         _ = try sv.cli("call", "l.swap", "echo", "[2]")
@@ -227,13 +233,7 @@ struct AuthorTests {
     @Test("a library replaced the safe way (a new file renamed over it) under a running worker: the worker's crash after that is its own signal, not libraryReplaced")
     func libraryRenamedOver() throws {
         let w = try TestWorld()
-        let bundle = w.plugins + "/l.renamed"
-        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
-        try FileManager.default.copyItem(atPath: Build.library("TestKit"), toPath: bundle + "/libTestKit.so")
-        try #"{"identifier": "l.renamed", "version": "1.0.0", "library": "libTestKit.so", "restart": "never"}"#
-            .write(toFile: bundle + "/plugin.json", atomically: true, encoding: .utf8)
-        let sv = try RunningSupervisor(w)
-        #expect(try sv.cli("call", "l.renamed", "echo", "[1]").code == 0)
+        let (bundle, sv) = try Self.ownLibraryRunning("l.renamed", in: w)
         try FileManager.default.copyItem(atPath: Build.library("TestKit"), toPath: bundle + "/.new.so")
         #expect(rename(bundle + "/.new.so", bundle + "/libTestKit.so") == 0)
         _ = try sv.cli("call", "l.renamed", "crash", #"{"how":"segv"}"#)
