@@ -22,6 +22,16 @@ import Testing
         return texts
     }
 
+    /// Two plugins of the hostile fixture, `caller` depending on `callee`, and a neighbour `h.fine`.
+    static func pair(caller: String, callee: String) throws -> TestWorld {
+        let w = try TestWorld()
+        let lib = try hostile()
+        try w.bundle(callee, library: lib)
+        try w.bundle(caller, deps: [Dep(callee)], library: lib)
+        try w.bundle("h.fine")
+        return w
+    }
+
     /// [answers, of which unavailable] to what `flooder` sent as raw frames.
     static func floodAnswers(_ sv: RunningSupervisor, _ flooder: String) throws -> [Int] {
         try sv.call(flooder, "floodAnswers", as: [Int].self)
@@ -32,11 +42,7 @@ import Testing
         // An instrumented supervisor reads 70,000 calls too slowly for the wait: the rule is the
         // core's (OutgoingCallsTests).
         guard !Build.threadSanitized else { return }
-        let w = try TestWorld()
-        let lib = try Self.hostile()
-        try w.bundle("h.sink", library: lib)
-        try w.bundle("h.flood", deps: [Dep("h.sink")], library: lib)
-        try w.bundle("h.fine")
+        let w = try Self.pair(caller: "h.flood", callee: "h.sink")
         // Through the supervisor (over a peer link the calls would wait in the callee's worker,
         // in its memory, not the supervisor's).
         let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"peerLinks": false}"#)])
@@ -55,11 +61,7 @@ import Testing
     func heldInput() throws {
         // As above: 640 MiB through an instrumented supervisor outlasts the wait (OutgoingCallsTests).
         guard !Build.threadSanitized else { return }
-        let w = try TestWorld()
-        let lib = try Self.hostile()
-        try w.bundle("h.slow", library: lib)
-        try w.bundle("h.pusher", deps: [Dep("h.slow")], library: lib)
-        try w.bundle("h.fine")
+        let w = try Self.pair(caller: "h.pusher", callee: "h.slow")
         let sv = try RunningSupervisor(w)
         let before = try rss(sv.pid)
         // 40 streams of 16 chunks of 1 MiB: 640 MiB sent, at most 256 held.

@@ -83,6 +83,9 @@ package struct PluginLife: Sendable {
         }
         // A standby spawned on this crash's notice is taken by an immediate restart only.
         let discard = Action.discardStandby(because: "\(context.identifier) is not restarted at once")
+        // Asked to stop, it crashed or failed on its way out (a planned kill, the grace period's
+        // or one before its hello, is a stop's: `reason` says which): a warning, not a quiet stop.
+        let endedBadly = ending.abnormal && ending.status.reason != .stopped
         if phase == .failed(byDependency: true) {
             actions += [.log(.info, "\(context.identifier) stopped: \(problem ?? "a dependency failed")"), .runExitCallbacks, discard]
             // Its dependencies came back while this worker was stopping (their notice passes over
@@ -102,11 +105,8 @@ package struct PluginLife: Sendable {
             let why = idleMs > 0 ? "stopped after \(idleMs) ms without traffic" : "stopped"
             // Announced before whoever waited for the stop hears of it: an uninstall that came
             // meanwhile is announced after, as the plugin's last event.
-            // A worker that crashed on its way out, or outlived its grace period, is said as such.
-            // (A planned kill, the grace period's, is a stop's: `reason` says which.)
-            let crashed = ending.status.reason != .stopped && ending.abnormal
-            let how = crashed ? " (its worker ended: \(ending.described))" : ""
-            actions += [.log(crashed ? .warning : .info, "\(context.identifier) \(why)\(how); it starts again when it is needed"),
+            let how = endedBadly ? " (its worker ended: \(ending.described))" : ""
+            actions += [.log(endedBadly ? .warning : .info, "\(context.identifier) \(why)\(how); it starts again when it is needed"),
                         .announceDeactivated(idleMs: idleMs), .runExitCallbacks,
                         .discardStandby(because: "\(context.identifier) is inactive"), .activateIfAwaited]
             return actions
@@ -115,7 +115,7 @@ package struct PluginLife: Sendable {
             _ = move(to: .stopped)
             // Whoever waited for this worker to run hears it stopped before the stop's own
             // callbacks (a restart, an install) queue waiters for the next one.
-            actions += [.log(ending.status.reason != .stopped && ending.abnormal ? .warning : .info, "\(context.identifier) stopped (\(ending.described))"),
+            actions += [.log(endedBadly ? .warning : .info, "\(context.identifier) stopped (\(ending.described))"),
                         .settleWaiters("stopped"), .runExitCallbacks,
                         .discardStandby(because: "\(context.identifier) stopped")]
             return actions

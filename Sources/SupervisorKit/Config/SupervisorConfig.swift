@@ -65,6 +65,9 @@ public struct SupervisorConfig: Sendable {
     /// The `supervisor-installer` executable (default: beside the running supervisor).
     public var installerExecutable: String
     public var maxFrameBytes = Frame.defaultMaxBody
+    /// What the supervisor holds at most for one worker (its requests in flight, its readers' held
+    /// input) or one control client (its unread answers, its waiting calls' input): `HeldBytes`.
+    var heldBytesLimit: Int { HeldBytes.limit(maxFrameBytes: maxFrameBytes) }
     /// The least `maxFrameBytes` may be (the config file refuses less).
     public static let smallestFrameLimit = 1 << 20
     /// The largest bytes one attachment may carry (SPEC §13), in MiB; larger ones are refused with

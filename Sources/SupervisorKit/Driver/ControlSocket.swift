@@ -98,15 +98,10 @@ extension ControlServer {
 /// may talk to it: checked with SO_PEERCRED on connect. A client that sends nothing for
 /// `idleTimeout` while nothing of it is in flight or waits to be read (an answer queued for it, a
 /// request held back until it reads), and that neither follows events nor provides host methods,
-/// is dropped; so is one that lets more than `unreadLimit` of answers pile up unread.
+/// is dropped; so is one that lets more answers pile up unread than it may (`write`).
 final class ControlHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
-    /// Answers one client may leave unread (its requests wait meanwhile, unread too): past this,
-    /// it is dropped rather than held in the supervisor's memory, as a server drops a client whose
-    /// output buffer passes its hard limit. `HeldBytes.limit`: a stream's whole window at the
-    /// largest chunks, which an honest reader may leave unread (SPEC §13), is never past it.
-    static func unreadLimit(maxFrameBytes: Int) -> Int { HeldBytes.limit(maxFrameBytes: maxFrameBytes) }
     let engine: Engine
     let connection: ControlConnection
     static let idleTimeout = TimeAmount.seconds(10)
@@ -223,11 +218,14 @@ final class ControlHandler: ChannelDuplexHandler {
         engine.router.clientGone(connection)
     }
 
-    /// Every answer passes here: one that would pile up past `unreadLimit` ends the connection.
+    /// Every answer passes here: one that would pile up past what a client may leave unread
+    /// (`heldBytesLimit`: a stream's whole window at the largest chunks, which an honest reader may
+    /// leave unread, SPEC §13, is never past it) ends the connection, rather than hold it in the
+    /// supervisor's memory, as a server drops a client whose output buffer passes its hard limit.
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        let limit = Self.unreadLimit(maxFrameBytes: engine.config.maxFrameBytes)
         if !context.channel.isWritable, !connection.closed,
-           let waiting = try? context.channel.syncOptions?.getOption(ChannelOptions.bufferedWritableBytes), waiting > limit {
+           let waiting = try? context.channel.syncOptions?.getOption(ChannelOptions.bufferedWritableBytes), waiting > engine.config.heldBytesLimit {
+            let limit = engine.config.heldBytesLimit
             engine.logger.warning("dropping a control client that does not read its answers: \(waiting >> 20) MiB wait for it (\(limit >> 20) MiB at most: sixteen of the largest frames, 256 MiB at least)")
             engine.metrics.controlClientDropped(reason: "unread")
             connection.closed = true

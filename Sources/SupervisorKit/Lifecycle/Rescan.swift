@@ -61,12 +61,13 @@ extension Lifecycle {
         table.catalog = fresh
         var known: [String: RescanPlan.Known] = [:]
         for record in table.all {
+            let isDown = record.phase.isFailed || record.phase == .stopped
             known[record.identifier] = .init(fingerprint: record.manifest.fingerprint, bundle: record.manifest.bundle,
                                              installUnderWay: record.successor != nil || record.installAwaitsVerdict,
                                              isRunning: record.phase == .running, isInactive: record.phase == .inactive,
-                                             isDown: record.phase.isFailed || record.phase == .stopped,
+                                             isDown: isDown,
                                              startsOnCall: config.activation(of: record.manifest) == .onCall, hasWorker: !record.workers.isEmpty,
-                                             holdsBackDependents: (record.phase.isFailed || record.phase == .stopped)
+                                             holdsBackDependents: isDown
                                                 && table.dependents(of: record.identifier).contains { $0.phase == .failed(byDependency: true) })
         }
         let plan = RescanPlan(known: known, before: previous, now: fresh) { [config] in config.activation(of: $0) == .onCall }

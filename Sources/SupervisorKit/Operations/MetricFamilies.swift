@@ -1,7 +1,7 @@
 /// SPEC §10's families whose series come with their first event: a call to a plugin, a restart, a
-/// denial, an install, a stream, a crash's replay or retry, an upgrade, a dropped client. Until then every exposition still has each one's HELP and TYPE lines, so a
-/// scraper (or an alert on a family's absence) sees every family the supervisor exports from its
-/// first scrape on.
+/// denial, an install, a stream, a crash's replay or retry, an upgrade, a dropped client. Until
+/// then every exposition still has each one's HELP and TYPE lines, so a scraper (or an alert on a
+/// family's absence) sees every family the supervisor exports from its first scrape on.
 extension Metrics {
     static let eventFamilies: [(name: String, type: String, help: String)] = [
         ("plugin_calls_total", "counter", "Requests (call and open) to the plugin, by how they ended."),

@@ -16,35 +16,58 @@ struct HeldChunk {
     }
 }
 
+/// Whom held input counts for: a worker (its readers' streams) or a control client (its calls that
+/// wait for their plugin). The sum is bounded (`SupervisorConfig.heldBytesLimit`).
+protocol InputHolder: AnyObject {
+    var heldInputBytes: Int { get set }
+}
+
+extension WorkerInstance: InputHolder {}
+extension ControlConnection: InputHolder {}
+
+/// Input chunks the supervisor holds, oldest first, counted in their holder's `heldInputBytes`
+/// while they are here: until the callee grants room (a stream's), or until the call goes to its
+/// plugin (a waiting call's). What is still here when it goes (its call ended) is counted out.
+final class HeldChunks {
+    private var chunks: [HeldChunk] = []
+    private weak var holder: (any InputHolder)?
+
+    deinit {
+        holder?.heldInputBytes -= Self.size(chunks)
+    }
+
+    /// Holds `more` after the others, counted for `holder` (one holder for its life).
+    func hold(_ more: [HeldChunk], for holder: any InputHolder) {
+        self.holder = holder
+        chunks += more
+        holder.heldInputBytes += Self.size(more)
+    }
+
+    /// The oldest `n`, no longer held.
+    func take(_ n: Int) -> ArraySlice<HeldChunk> {
+        let taken = chunks.prefix(n)
+        chunks.removeFirst(taken.count)
+        holder?.heldInputBytes -= Self.size(taken)
+        return taken
+    }
+
+    /// All of them, no longer held.
+    func takeAll() -> [HeldChunk] { Array(take(chunks.count)) }
+
+    private static func size(_ chunks: some Sequence<HeldChunk>) -> Int { chunks.reduce(0) { $0 + $1.bytes.count } }
+}
+
 /// What a control client sent for its call with a stream while the call waited for its plugin (a
 /// plugin starting, or activated for it): the input's first window and its end, and answer credit
 /// beyond the initial window. Kept on the connection under the client's id until the call goes to
 /// the plugin (`Router.forward` adopts it) or is answered without going.
 final class EarlyStream {
     var credit: StreamCredit
-    /// Counted in its client's `earlyHeldBytes` while held here.
-    private(set) var held: [HeldChunk] = []
-    private weak var client: ControlConnection?
+    /// Counted for its client while here.
+    let held = HeldChunks()
 
-    init(answers: Bool, input: Bool, client: ControlConnection) {
+    init(answers: Bool, input: Bool) {
         credit = StreamCredit(answers: answers, input: input, forwarded: false)
-        self.client = client
-    }
-
-    deinit {
-        client?.earlyHeldBytes -= held.reduce(0) { $0 + $1.bytes.count }
-    }
-
-    func hold(_ chunk: HeldChunk) {
-        held.append(chunk)
-        client?.earlyHeldBytes += chunk.bytes.count
-    }
-
-    /// Everything held, no longer counted here (its call goes to its plugin, which holds it now).
-    func takeHeld() -> [HeldChunk] {
-        defer { held = [] }
-        client?.earlyHeldBytes -= held.reduce(0) { $0 + $1.bytes.count }
-        return held
     }
 }
 
@@ -54,7 +77,7 @@ extension Router {
     func keepsItsStream(_ kind: MessageKind, _ env: Envelope, _ origin: ReplyOrigin) {
         guard kind == .call, env.stream || env.input, case .client(let connection, let clientID) = origin,
               connection.waitingStreams[clientID] == nil else { return }
-        connection.waitingStreams[clientID] = EarlyStream(answers: env.stream, input: env.input, client: connection)
+        connection.waitingStreams[clientID] = EarlyStream(answers: env.stream, input: env.input)
     }
 
     /// What a client's chunk or credit for a call that waits for its plugin comes to.
@@ -75,11 +98,11 @@ extension Router {
         case .refused(let why): return .violation(why)
         case .inputChunk(let seq, let data, let isBytes, _):
             // Within the rules: held, unless this client has as much held as it may.
-            if let refused = HeldInput.refusal(holder: "this client", held: client.earlyHeldBytes, adding: data.count,
-                                               limit: HeldBytes.limit(maxFrameBytes: config.maxFrameBytes), waiting: true) {
+            if let refused = HeldInput.refusal(holder: "this client", held: client.heldInputBytes, adding: data.count,
+                                               limit: config.heldBytesLimit, waiting: true) {
                 return .overLimit(refused)
             }
-            early.hold(HeldChunk(seq: seq, bytes: UnsafeRawBufferPointer(rebasing: bytes[data]), isBytes: isBytes))
+            early.held.hold([HeldChunk(seq: seq, bytes: UnsafeRawBufferPointer(rebasing: bytes[data]), isBytes: isBytes)], for: client)
         case .answerCredit, .inputEnd:
             // Answer credit stays in `early.credit` until the call goes; the end is held with it.
             break
@@ -93,7 +116,8 @@ extension Router {
     func adopt(_ early: EarlyStream, into flow: StreamFlow, id: UInt64, at instance: WorkerInstance, to channel: Channel) {
         flow.credit = early.credit
         flow.credit.callForwarded()
-        flow.hold(early.takeHeld(), for: instance)
+        // Counted for the plugin now, no longer for the client.
+        flow.heldInput.hold(early.held.takeAll(), for: instance)
         let extra = flow.credit.answerCreditBeyondInitial
         if extra > 0 { outbox.write(StreamFrames.credit(id: id, n: UInt64(extra), into: channel.allocator.buffer(capacity: 48)), to: channel) }
         releaseHeldInput(flow, id: id, to: channel)
@@ -103,7 +127,7 @@ extension Router {
     /// it waited behind them.
     func releaseHeldInput(_ flow: StreamFlow, id: UInt64, to channel: Channel) {
         let (chunks, end) = flow.credit.releaseHeld()
-        for chunk in flow.release(chunks) {
+        for chunk in flow.heldInput.take(chunks) {
             chunk.bytes.withUnsafeBytes { passInput(seq: chunk.seq, $0, isBytes: chunk.isBytes, id: id, flow, to: channel) }
         }
         if end, let count = flow.credit.input?.seq {

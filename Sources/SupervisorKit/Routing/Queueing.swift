@@ -45,7 +45,7 @@ extension Router {
     func enqueue(_ kind: MessageKind, for record: PluginRecord, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
                  origin: ReplyOrigin, payload: Payload? = nil, attempts: Attempts = .first) -> ErrorBody? {
         let deadline = Instant.now.adding(milliseconds: timeout(for: record, requested: env.timeoutMs))
-        let bytesLimit = HeldBytes.limit(maxFrameBytes: config.maxFrameBytes)
+        let bytesLimit = config.heldBytesLimit
         guard record.waiting.admits(size: bytes.count, bytesLimit: bytesLimit) else {
             if kind != .send { record.callMetrics?.count(.unavailable) }
             return ErrorBody(.unavailable, "\(record.identifier) is \(record.phase.shown), and \(record.waiting.bytes >> 20) MiB of requests wait for it: this one (\(bytes.count) bytes) would pass the \(bytesLimit >> 20) MiB that may wait for one plugin; try again when it runs")
@@ -139,11 +139,7 @@ extension Router {
     /// A client's request `id` that waits for its plugin fails now with `error`: it leaves the
     /// queue, is never forwarded, and what it held goes.
     func refuseWaiting(_ connection: ControlConnection, _ id: UInt64, _ error: ErrorBody) {
-        for record in table.all where !record.waiting.isEmpty {
-            let refused = record.waiting.withdraw { request in
-                guard case .client(let client, let clientID) = request.origin else { return false }
-                return client === connection && clientID == id
-            }
+        withdrawWaiting(connection, id) { record, refused in
             if refused.contains(where: \.isCall) { record.callMetrics?.count(.unavailable) }
         }
         outbox.answer(.client(connection, id: id), error: error)
@@ -152,18 +148,28 @@ extension Router {
     /// A client cancels its request `id` that waits for its plugin: it leaves the queue, is never
     /// forwarded, and gets no answer (as a cancelled call in flight). False: none waits.
     func cancelWaiting(_ connection: ControlConnection, _ id: UInt64) -> Bool {
+        guard withdrawWaiting(connection, id) else { return false }
+        connection.answered()
+        connection.waitingStreams[id] = nil
+        return true
+    }
+
+    /// Takes the client's request `id` out of the queue it waits in (`each` hears which, and what
+    /// left); whether it waited anywhere.
+    @discardableResult
+    private func withdrawWaiting(_ connection: ControlConnection, _ id: UInt64,
+                                 _ each: (PluginRecord, [QueuedRequest]) -> Void = { _, _ in }) -> Bool {
         var found = false
         for record in table.all where !record.waiting.isEmpty {
             let withdrawn = record.waiting.withdraw { request in
                 guard case .client(let client, let clientID) = request.origin else { return false }
                 return client === connection && clientID == id
             }
-            found = found || !withdrawn.isEmpty
+            guard !withdrawn.isEmpty else { continue }
+            found = true
+            each(record, withdrawn)
         }
-        guard found else { return false }
-        connection.answered()
-        connection.waitingStreams[id] = nil
-        return true
+        return found
     }
 }
 

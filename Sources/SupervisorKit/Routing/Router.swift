@@ -173,7 +173,7 @@ final class Router: SupervisorComponent {
             return HostCall(id: id, env: env)
         }
         // What the supervisor holds for its calls in flight is bounded (`OutgoingCalls`).
-        if let refused = instance.outgoing.refusal(caller: instance.identifier, adding: bytes.count, limit: HeldBytes.limit(maxFrameBytes: config.maxFrameBytes)) {
+        if let refused = instance.outgoing.refusal(caller: instance.identifier, adding: bytes.count, limit: config.heldBytesLimit) {
             if let callee = table[target] { callMetrics(of: callee).count(.unavailable) }
             let now = NIODeadline.now()
             if instance.lastRefusedForLimits.map({ now - $0 > .minutes(1) }) ?? true {

@@ -16,34 +16,14 @@ final class StreamFlow {
     let callDeadline: Instant
     let counters: StreamCounters
     /// Input chunks the caller sent beyond the callee's room, oldest first (`StreamCredit.Input`:
-    /// at most the initial window), counted in their callee's `heldInputBytes` while held.
-    private(set) var heldInput: [HeldChunk] = []
-    private weak var holder: WorkerInstance?
+    /// at most the initial window), counted for the callee's worker while held.
+    let heldInput = HeldChunks()
 
     init(answers: Bool, input: Bool, idleMs: Int, callDeadline: Instant, counters: StreamCounters) {
         credit = StreamCredit(answers: answers, input: input)
         self.idleMs = idleMs
         self.callDeadline = callDeadline
         self.counters = counters
-    }
-
-    deinit {
-        holder?.heldInputBytes -= heldInput.reduce(0) { $0 + $1.bytes.count }
-    }
-
-    /// Holds `chunks` until `callee` has room for them.
-    func hold(_ chunks: [HeldChunk], for callee: WorkerInstance) {
-        holder = callee
-        heldInput += chunks
-        callee.heldInputBytes += chunks.reduce(0) { $0 + $1.bytes.count }
-    }
-
-    /// The oldest `n` held chunks, no longer held.
-    func release(_ n: Int) -> ArraySlice<HeldChunk> {
-        let taken = heldInput.prefix(n)
-        heldInput.removeFirst(taken.count)
-        holder?.heldInputBytes -= taken.reduce(0) { $0 + $1.bytes.count }
-        return taken
     }
 
     /// The request's deadline after a chunk went by at `now`.
@@ -111,7 +91,7 @@ extension Router {
             if now {
                 passInput(seq: seq, raw, isBytes: isBytes, id: entry.id, flow, to: channel)
             } else if let refused = HeldInput.refusal(holder: callee.identifier, held: callee.heldInputBytes, adding: raw.count,
-                                                      limit: HeldBytes.limit(maxFrameBytes: config.maxFrameBytes)) {
+                                                      limit: config.heldBytesLimit) {
                 // Its reader has more held for it than the supervisor keeps for one plugin: this
                 // stream ends here, its caller told why and the callee told to cancel.
                 guard let request = callee.pending.settle(entry.id) else { return nil }
@@ -120,7 +100,7 @@ extension Router {
                 shared.sendCancel(entry.id, to: callee)
                 shared.callLeft(callee)
             } else {
-                flow.hold([HeldChunk(seq: seq, bytes: raw, isBytes: isBytes)], for: callee)
+                flow.heldInput.hold([HeldChunk(seq: seq, bytes: raw, isBytes: isBytes)], for: callee)
             }
         }
         return nil

@@ -209,7 +209,7 @@ final class WorkerInstance {
     /// worker dies first.
     var outgoing = OutgoingCalls<WorkerInstance>()
     /// Bytes of input chunks the supervisor holds for this worker's streams until their readers
-    /// grant room (`StreamFlow.hold`; at most `HeldBytes.limit`).
+    /// grant room (`InputHolder`; at most `heldBytesLimit`).
     var heldInputBytes = 0
     /// It was last refused a call for its limits at this time (said in the log once a minute).
     var lastRefusedForLimits: NIODeadline?

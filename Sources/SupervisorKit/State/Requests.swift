@@ -268,8 +268,8 @@ final class ControlConnection {
     var inFlight: [UInt64: (callee: WorkerInstance, id: UInt64)] = [:]
     /// Its calls with a stream that wait for their plugin, and what it sent for them meanwhile.
     var waitingStreams: [UInt64: EarlyStream] = [:]
-    /// The bytes of input those hold (at most `HeldBytes.limit`: past it, the call fails).
-    var earlyHeldBytes = 0
+    /// The bytes of input those hold (`InputHolder`; at most `heldBytesLimit`: past it, the call fails).
+    var heldInputBytes = 0
     /// Its `events` requests being followed (EventHub), by id.
     var following: Set<UInt64> = []
     /// The host methods it provides (HostMethods), and the plugins' calls of them it has not answered,
