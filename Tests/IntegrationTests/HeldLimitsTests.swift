@@ -10,14 +10,18 @@ import Testing
 @Suite(.serialized) struct HeldLimitsTests {
     static func hostile() throws -> String { try SandboxTests.hostileLibrary() }
 
-    /// The frames `connection` gets until none comes for `settleMs` (a minute at most).
-    static func answers(_ connection: BlockingConnection, settleMs: Int) -> [String] {
-        var limit = timeval(tv_sec: settleMs / 1000, tv_usec: (settleMs % 1000) * 1000)
-        setsockopt(connection.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+    /// The next `count` frames the connections get, together (read in turns), within a minute.
+    static func answers(_ connections: [BlockingConnection], count: Int) -> [String] {
+        for connection in connections {
+            var limit = timeval(tv_sec: 0, tv_usec: 100_000)
+            setsockopt(connection.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        }
         var texts: [String] = []
         let deadline = ContinuousClock.now + .seconds(60)
-        while ContinuousClock.now < deadline, let frame = try? connection.receiveFrame() {
-            texts.append(String(decoding: frame, as: UTF8.self))
+        while texts.count < count, ContinuousClock.now < deadline {
+            for connection in connections where texts.count < count {
+                if let frame = try? connection.receiveFrame() { texts.append(String(decoding: frame, as: UTF8.self)) }
+            }
         }
         return texts
     }
@@ -101,18 +105,22 @@ import Testing
                 try connection.sendFrame([UInt8].frame(body: Array(#"{"type":"chunk","id":\#(id),"input":true,"seq":\#(seq),"data":\#(chunk)}"#.utf8)))
             }
         }
-        // Refused at once, while the plugin is still starting: the five whose input would pass the
-        // bound (the sixteenth's last chunk, then the four after it).
-        let answers = Self.answers(connection, settleMs: 1_000)
-        for text in answers {
-            #expect(text.contains("unavailable") && text.contains("this client has") && text.contains("held for its calls that wait for their plugin to start"), "\(text.prefix(300))")
+        // Refused at once, while the plugin is still held at its start: the five whose input would
+        // pass the bound (the sixteenth's last chunk, then the four after it).
+        let refusal = "held for its calls that wait for their plugin to start"
+        let early = Self.answers([connection], count: 5)
+        for text in early {
+            #expect(text.contains("unavailable") && text.contains("this client has") && text.contains(refusal), "\(text.prefix(300))")
         }
-        // No more: the rest wait for their plugin.
-        #expect(answers.count == 5, "\(answers.count) answered")
         #expect(try sv.plugin("h.late").state != "running")
         let grown = try rss(sv.pid) - before
         #expect(grown < 400 << 20, "the supervisor holds \(grown >> 20) MiB more")
+        // Let go, the plugin answers the fifteen that waited (its `sum` refuses the text chunks):
+        // of all twenty, exactly those five were refused for what was held.
         try "".write(toFile: w.home + "/data/h.late/go", atomically: true, encoding: .utf8)
+        let all = early + Self.answers([connection], count: 15)
+        #expect(all.count == 20, "\(all.count) answered")
+        #expect(all.filter { $0.contains(refusal) }.count == 5)
     }
 
     @Test("requests that wait for a plugin slow to start hold at most 256 MiB: the next is answered unavailable at once, naming why")
@@ -130,14 +138,19 @@ import Testing
                 try client.sendFrame([UInt8].frame(body: Array(#"{"type":"call","id":\#(n * 1000 + i + 1),"target":"h.gated","method":"echo","params":[\#(big)],"timeoutMs":60000}"#.utf8)))
             }
         }
-        let answers = clients.flatMap { Self.answers($0, settleMs: 1_000) }
-        for text in answers {
-            #expect(text.contains("unavailable") && text.contains("of requests wait for it"), "\(text.prefix(300))")
+        // Refused at once, while the plugin is held at its start: 255 of about 1 MiB fit in 256 MiB,
+        // so about 45 are (give or take the first request's room).
+        let refusal = "of requests wait for it"
+        let early = Self.answers(clients, count: 44)
+        for text in early {
+            #expect(text.contains("unavailable") && text.contains(refusal), "\(text.prefix(300))")
         }
-        // 255 of about 1 MiB fit in 256 MiB: 45 refused, give or take the first request's room.
-        #expect((44...46).contains(answers.count), "\(answers.count) refused")
         #expect(try sv.plugin("h.gated").state != "running")
+        // Let go, it answers those that waited: of all 300, 44 to 46 were refused.
         try "".write(toFile: w.home + "/data/h.gated/go", atomically: true, encoding: .utf8)
+        let all = early + Self.answers(clients, count: 300 - early.count)
+        #expect(all.count == 300, "\(all.count) answered")
+        #expect((44...46).contains(all.filter { $0.contains(refusal) }.count), "\(all.filter { $0.contains(refusal) }.count) refused")
         try sv.waitUntil("h.gated running") { try sv.plugin("h.gated").state == "running" }
     }
 
