@@ -22,7 +22,8 @@ public struct HostEvent: Codable, Sendable, Equatable {
         /// An `inactive` plugin was started because something needed it (`trigger`: `call`, `open`,
         /// `dependent <id>`, ...; SPEC §16).
         case activated
-        /// It was stopped after `idleMs` without traffic and is `inactive` until it is needed again.
+        /// It was stopped after `idleMs` without traffic and is `inactive` until it is needed again;
+        /// without `idleMs`, a reload found a failed or stopped on-demand plugin's bundle fixed.
         case deactivated
         /// It was uninstalled (`version`: the one removed).
         case uninstalled

@@ -69,7 +69,7 @@ import SupervisorCore
             _ = life.move(to: .running)
         }
         #expect(life.phase == .failed(byDependency: false) && life.problem != nil && !life.restartHistory.isEmpty)
-        #expect(life.awaitNeed() == [.activateIfAwaited])
+        #expect(life.awaitNeed() == [.announceDeactivated(idleMs: nil), .activateIfAwaited])
         #expect(life.phase == .inactive && life.problem == nil && life.restartHistory.isEmpty)
         #expect(life.awaitNeed().isEmpty && life.phase == .inactive)
     }

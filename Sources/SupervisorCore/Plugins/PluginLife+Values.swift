@@ -86,8 +86,9 @@ extension PluginLife {
         case announceUpdated(from: String)
         /// Tell the programs that listen it was activated (the `activated` host event), by what.
         case announceActivated(by: String)
-        /// Tell the programs that listen it was stopped for being idle this long (`deactivated`).
-        case announceDeactivated(idleMs: Int)
+        /// Tell the programs that listen it is `inactive` until needed (`deactivated`): stopped for
+        /// being idle this long, or (nil) a reload found a failed or stopped plugin's bundle fixed.
+        case announceDeactivated(idleMs: Int?)
         /// Requests that came while its idle stop drained wait for it: it is activated again for them.
         case activateIfAwaited
     }

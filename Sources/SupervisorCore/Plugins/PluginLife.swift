@@ -176,13 +176,13 @@ package struct PluginLife: Sendable {
 
     /// A rescan found its bundle changed, or no longer refused, and it starts only on demand, with
     /// no worker now (`RescanPlan.Step.awaitNeed`): `inactive` until something needs it, its
-    /// restart history and failure cleared as a `restart` clears them. What already waits for it
-    /// activates it.
+    /// restart history and failure cleared as a `restart` clears them. The programs that listen,
+    /// which heard it fail or stop, hear it is inactive; what already waits for it activates it.
     package mutating func awaitNeed() -> [Action] {
         restartHistory = []
         problem = nil
         guard phase != .inactive, move(to: .inactive) else { return [] }
-        return [.activateIfAwaited]
+        return [.announceDeactivated(idleMs: nil), .activateIfAwaited]
     }
 
     /// Its next worker was spawned (what `.spawn` asked for): a plugin that ran before, or is

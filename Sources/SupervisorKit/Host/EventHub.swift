@@ -203,7 +203,7 @@ final class EventHub {
         publish(HostEvent(event: .activated, plugin: record.identifier, time: Self.now(), pid: record.instance?.pid, trigger: trigger))
     }
 
-    func deactivated(_ record: PluginRecord, idleMs: Int) {
+    func deactivated(_ record: PluginRecord, idleMs: Int?) {
         guard isHeard else { return }
         publish(HostEvent(event: .deactivated, plugin: record.identifier, time: Self.now(), idleMs: idleMs))
     }

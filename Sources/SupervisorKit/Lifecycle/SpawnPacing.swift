@@ -4,11 +4,12 @@ import SupervisorCore
 extension Lifecycle {
     /// Spawns the worker that will serve `record` (its first, or the next after a stop or crash).
     /// An activation (SPEC §16) is paced (`SpawnPace`): a burst of first calls to many inactive
-    /// plugins spawns a few a turn, and the loop serves what else came between turns.
+    /// plugins spawns a few a turn, and the loop serves what else came between turns. So is one
+    /// that waited for its dependencies: the dependents of one shared dependency come due together.
     func spawn(_ record: PluginRecord) {
         loop.preconditionInEventLoop()
         guard record.instance == nil, !isShuttingDown else { return }
-        if record.phase == .inactive {
+        if Self.isPaced(record) {
             let now = spawnPace.admit(record.identifier)
             schedulePaceTurn()
             guard now else { return }
@@ -24,11 +25,16 @@ extension Lifecycle {
         loop.assumeIsolated().scheduleTask(in: .milliseconds(1)) { [self] in
             paceTurnScheduled = false
             for id in spawnPace.turn() {
-                // Still inactive and activated (not removed, stopped or started another way meanwhile).
-                guard let record = table[id], record.phase == .inactive, record.life.activating, record.instance == nil else { continue }
+                // Still being activated (not removed, stopped, failed or started another way meanwhile).
+                guard let record = table[id], Self.isPaced(record), record.instance == nil else { continue }
                 spawnNow(record)
             }
             schedulePaceTurn()
         }
+    }
+
+    /// An activation on its way to its first spawn: inactive, or waiting for its dependencies.
+    private static func isPaced(_ record: PluginRecord) -> Bool {
+        record.life.activating && (record.phase == .inactive || record.phase == .waiting)
     }
 }
