@@ -229,18 +229,95 @@ void cls_release_caught_signals(int extra) {
     pthread_mutex_unlock(&caught_lock);
 }
 
+/* Commands to the relay, through the pipe behind what the handler wrote (signal numbers are 1-64;
+   0 is the release). */
+enum { RELAY_PAUSE = 0xFF, RELAY_RESUME = 0xFE };
+static pthread_cond_t relay_cond = PTHREAD_COND_INITIALIZER;
+/* Under caught_lock: a relay waits in cls_wait_caught_signal; it has paused (after the pause's byte). */
+static int relay_running, relay_paused;
+
 int cls_wait_caught_signal(int extra) {
     sigset_t set;
     lifecycle_set(&set);
     if (extra > 0) sigaddset(&set, extra);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    pthread_mutex_lock(&caught_lock);
+    relay_running = 1;
+    int paused = relay_paused;
+    pthread_mutex_unlock(&caught_lock);
+    /* Signals this relay took while paused and raised again (pending once; a repeat is one). */
+    unsigned long long raised = 0;
+    int rc;
     for (;;) {
         unsigned char number;
         ssize_t n = read(caught_pipe[0], &number, 1);
-        if (n == 1) return number;  /* 0: released (cls_release_caught_signals) */
         if (n < 0 && errno == EINTR) continue;
-        return n < 0 ? -errno : -EIO;
+        if (n != 1) { rc = n < 0 ? -errno : -EIO; break; }
+        if (number == 0) { rc = 0; break; }  /* released (cls_release_caught_signals) */
+        if (number == RELAY_PAUSE) {
+            /* Blocked here too, signals stay pending for the process: across an exec as well. */
+            pthread_sigmask(SIG_BLOCK, &set, NULL);
+            raised = 0;
+            paused = 1;
+            pthread_mutex_lock(&caught_lock);
+            relay_paused = 1;
+            pthread_cond_broadcast(&relay_cond);
+            pthread_mutex_unlock(&caught_lock);
+            continue;
+        }
+        if (number == RELAY_RESUME) {
+            paused = 0;
+            pthread_mutex_lock(&caught_lock);
+            relay_paused = 0;
+            pthread_mutex_unlock(&caught_lock);
+            /* What is pending comes to the handler here now, and through the pipe. */
+            pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+            continue;
+        }
+        if (!paused) { rc = number; break; }
+        /* Caught before the pause (in the pipe ahead of it) or by a thread that does not block it:
+           pending again, once. */
+        if (number < 64 && !(raised & (1ULL << number))) {
+            raised |= 1ULL << number;
+            kill(getpid(), number);
+        }
     }
+    pthread_mutex_lock(&caught_lock);
+    relay_running = 0;
+    pthread_mutex_unlock(&caught_lock);
+    return rc;
+}
+
+int cls_pause_caught_relay(int timeout_ms) {
+    pthread_mutex_lock(&caught_lock);
+    if (!relay_running || caught_pipe[1] < 0) {
+        pthread_mutex_unlock(&caught_lock);
+        return -ESRCH;
+    }
+    unsigned char pause = RELAY_PAUSE;
+    ssize_t n = write(caught_pipe[1], &pause, 1);
+    int rc = n == 1 ? 0 : -EAGAIN;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) { until.tv_sec += 1; until.tv_nsec -= 1000000000L; }
+    while (rc == 0 && !relay_paused) {
+        int waited = pthread_cond_timedwait(&relay_cond, &caught_lock, &until);
+        if (waited == ETIMEDOUT && !relay_paused) rc = -ETIMEDOUT;
+    }
+    pthread_mutex_unlock(&caught_lock);
+    return rc;
+}
+
+void cls_resume_caught_relay(void) {
+    pthread_mutex_lock(&caught_lock);
+    if (caught_pipe[1] >= 0) {
+        unsigned char resume = RELAY_RESUME;
+        ssize_t n = write(caught_pipe[1], &resume, 1);
+        (void)n;
+    }
+    pthread_mutex_unlock(&caught_lock);
 }
 
 int cls_wait_lifecycle_signal(void) {

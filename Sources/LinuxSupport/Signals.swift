@@ -54,6 +54,19 @@ public enum LifecycleSignals {
         }
     }
 
+    /// Has the relay `startCaughtRelay` started block them for itself too, after passing on what
+    /// was caught before: from then on they stay pending for the process, across an exec as well
+    /// (an upgrade's next binary takes them once its relay starts), until `resumeCaughtRelay`.
+    /// Whether it paused (false: no such relay runs, or it did not answer within `timeoutMs`).
+    public static func pauseCaughtRelay(timeoutMs: Int32 = 200) -> Bool {
+        cls_pause_caught_relay(timeoutMs) == 0
+    }
+
+    /// The relay `pauseCaughtRelay` paused takes them again, those pending first.
+    public static func resumeCaughtRelay() {
+        cls_resume_caught_relay()
+    }
+
     /// Ends the relay `startCaughtRelay` started and, at the last release of as many as there were
     /// catches, gives them (and `also`) back what the program had for them: an embedded host that
     /// has stopped leaves the signals to its program. Not for `supervisor start`, whose last

@@ -57,6 +57,15 @@ struct Start: ParsableCommand {
         // Asked by a running supervisor before it execs this binary with these arguments
         // (`UpgradeHandover.startProbeVariable`): they were taken, and that is all it asks.
         if ProcessEnvironment[UpgradeHandover.startProbeVariable] == "1" {
+            // The config file it would read must be usable too: one broken on disk refuses the
+            // upgrade here, rather than end this binary (and every plugin) after the exec.
+            if let config {
+                var settings = SupervisorConfig(home: location.home, pluginDirectories: pluginDirectories, socketPath: location.socket)
+                do { try settings.apply(configFile: config) } catch {
+                    StandardError.write("supervisor: \(error)\n")
+                    throw ExitCode(2)
+                }
+            }
             print(UpgradeHandover.probeAnswer)
             return
         }
@@ -90,13 +99,22 @@ struct Start: ParsableCommand {
             throw ExitCode(1)
         }
         var settings = SupervisorConfig(home: location.home, pluginDirectories: pluginDirectories, socketPath: location.socket)
+        var unusedConfig: SupervisorError?
         if let config {
             do { try settings.apply(configFile: config) } catch {
-                // After an upgrade's exec: the previous binary comes back (and says why) rather
-                // than every plugin going with this process. Nothing happens otherwise.
-                InPlaceExec.fireRescue("the new binary cannot read the config file: \(error)")
-                fatal(error)
-                throw ExitCode(2)
+                if handover?.failure != nil, let text = handover?.configText {
+                    // The previous binary, brought back by a rescue: it carries on with the settings
+                    // it had, whatever became of the file meanwhile (said once the log is up).
+                    settings = SupervisorConfig(home: location.home, pluginDirectories: pluginDirectories, socketPath: location.socket)
+                    try? settings.apply(configText: Array(text.utf8), file: config)
+                    unusedConfig = error
+                } else {
+                    // After an upgrade's exec: the previous binary comes back (and says why) rather
+                    // than every plugin going with this process. Nothing happens otherwise.
+                    InPlaceExec.fireRescue("the new binary cannot read the config file: \(error)")
+                    fatal(error)
+                    throw ExitCode(2)
+                }
             }
             if !pluginDirectories.isEmpty { settings.pluginDirectories = pluginDirectories.map(FileSystem.absolute) }
             if let socket = location.socket { settings.socketPath = socket }
@@ -105,6 +123,9 @@ struct Start: ParsableCommand {
         if let mode = workerStart.flatMap(SupervisorConfig.WorkerStart.init(rawValue:)) { settings.workerStart = mode }
         settings.debugPlugins = Set(debug)
         let logger = Logger(label: "supervisor")
+        if let unusedConfig {
+            logger.warning("upgrade: \(unusedConfig); this binary carries on with the settings it ran with before the upgrade")
+        }
         let companions = handover?.fillMissingExecutables(&settings) ?? []
         for taken in companions {
             // Through the log, in its format: a JSON log is one object a line.

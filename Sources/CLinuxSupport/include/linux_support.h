@@ -111,6 +111,13 @@ int cls_catch_lifecycle_signals(int extra);
    thread first, so that one pending while every thread blocked it comes to the handler here. Its
    number, or -errno. */
 int cls_wait_caught_signal(int extra);
+/* Has the relay waiting in cls_wait_caught_signal block the signals for itself too, after what the
+   handler wrote before (each of those raised again): from then on they stay pending for the
+   process, across an exec as well, until cls_resume_caught_relay. Waits up to `timeout_ms` for it.
+   0; -ESRCH when no relay waits; -ETIMEDOUT. */
+int cls_pause_caught_relay(int timeout_ms);
+/* The paused relay takes the signals again, those pending first. */
+void cls_resume_caught_relay(void);
 /* Ends one relay waiting in cls_wait_caught_signal (it returns 0) and, at the last release of as
    many as there were catches, gives the lifecycle signals and `extra` back what the program had
    for them before the first: an embedded host that stopped leaves them to its program. */

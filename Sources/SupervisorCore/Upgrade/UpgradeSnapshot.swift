@@ -45,6 +45,9 @@ package struct UpgradeSnapshot: Codable, Sendable {
     package var nextLinkNumber: UInt64
     /// The seccomp notifier's descriptors (listeners, or channels a listener is yet to come on).
     package var notifier: [Held]
+    /// The config file's text the writer ran with (nil: none, or a binary that did not keep it):
+    /// a rescued previous binary carries on with it when the file cannot be used any more.
+    package var configText: String?
     /// Lifecycle signals that came while the handover was under way, in order: the new binary acts
     /// on them once it has taken over (nil from a binary that did not keep them).
     package var signals: [Int32]?
@@ -109,8 +112,11 @@ package struct UpgradeSnapshot: Codable, Sendable {
         /// `restarting`: how long (ns) its backoff delay still had to run; the new binary restarts
         /// it after that, not at once. Absent from a binary that did not keep it (then at once).
         package var restartInNs: Int64?
+        /// How long ago (ns) its last call, stream or link traffic was: its idle stop (SPEC §16)
+        /// counts on from there. Absent from a binary that did not keep it (then from the takeover).
+        package var idleNs: Int64?
 
-        package init(identifier: String, phase: Phase, restarts: Int, restartAgesNs: [Int64]? = nil, hasRun: Bool, problem: String? = nil, lastError: String? = nil, lastExit: ExitStatus? = nil, sandboxDenials: [String: Int], worker: Worker? = nil, restartInNs: Int64? = nil) {
+        package init(identifier: String, phase: Phase, restarts: Int, restartAgesNs: [Int64]? = nil, hasRun: Bool, problem: String? = nil, lastError: String? = nil, lastExit: ExitStatus? = nil, sandboxDenials: [String: Int], worker: Worker? = nil, restartInNs: Int64? = nil, idleNs: Int64? = nil) {
             self.identifier = identifier
             self.phase = phase
             self.restarts = restarts
@@ -122,6 +128,7 @@ package struct UpgradeSnapshot: Codable, Sendable {
             self.sandboxDenials = sandboxDenials
             self.worker = worker
             self.restartInNs = restartInNs
+            self.idleNs = idleNs
         }
     }
 
@@ -331,7 +338,7 @@ package struct UpgradeSnapshot: Codable, Sendable {
         return all
     }
 
-    package init(fromVersion: String, pausedAtNs: Int64, upgrades: Int, homeLock: Int32, controlListener: Int32? = nil, metricsListener: Int32? = nil, handoff: Handoff? = nil, oldForkServer: Child? = nil, executables: [String: String] = [:], cgroupTree: CgroupTreeState? = nil, cgroupsMissing: String, systemdReady: Bool, launched: Bool, requester: Requester? = nil, plugins: [Plugin], connections: [Connection], links: [Link], nextLinkNumber: UInt64, notifier: [Held], signals: [Int32]? = nil) {
+    package init(fromVersion: String, pausedAtNs: Int64, upgrades: Int, homeLock: Int32, controlListener: Int32? = nil, metricsListener: Int32? = nil, handoff: Handoff? = nil, oldForkServer: Child? = nil, executables: [String: String] = [:], cgroupTree: CgroupTreeState? = nil, cgroupsMissing: String, systemdReady: Bool, launched: Bool, requester: Requester? = nil, plugins: [Plugin], connections: [Connection], links: [Link], nextLinkNumber: UInt64, notifier: [Held], signals: [Int32]? = nil, configText: String? = nil) {
         self.fromVersion = fromVersion
         self.pausedAtNs = pausedAtNs
         self.upgrades = upgrades
@@ -352,5 +359,6 @@ package struct UpgradeSnapshot: Codable, Sendable {
         self.nextLinkNumber = nextLinkNumber
         self.notifier = notifier
         self.signals = signals
+        self.configText = configText
     }
 }

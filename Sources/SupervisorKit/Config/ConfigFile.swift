@@ -20,6 +20,12 @@ extension SupervisorConfig {
         do { bytes = try FileSystem.readFile(path, limit: 1 << 20) } catch {
             throw SupervisorError.config(file: path, reason: "cannot read: \(error)")
         }
+        try apply(configText: bytes, file: path)
+    }
+
+    /// Applies `bytes`, the text of the config file at `path` (read now, or as an upgrade's
+    /// snapshot kept it), and keeps it (`configFileText`).
+    public mutating func apply(configText bytes: [UInt8], file path: String) throws(SupervisorError) {
         let values: [String: ConfigValue]
         switch try? JSONDecoder().decode(ConfigValue.self, from: Data(bytes)) {
         case .object(let fields)?:
@@ -41,6 +47,8 @@ extension SupervisorConfig {
                 throw SupervisorError.config(file: path, reason: "'\(key)' \((error as? SettingError)?.reason ?? "\(error)")")
             }
         }
+        // Strict JSON is UTF-8.
+        configFileText = String(decoding: bytes, as: UTF8.self)
     }
 
     typealias Setting = @Sendable (inout SupervisorConfig, ConfigValue) throws -> Void

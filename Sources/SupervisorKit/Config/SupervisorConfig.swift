@@ -23,6 +23,9 @@ public struct SupervisorConfig: Sendable {
     }
     private var extraPluginDirectories: [String]
     public var socketPath: String
+    /// The config file's text as it was applied (nil: none): an upgrade's snapshot carries it, for
+    /// the previous binary brought back by a rescue when the file cannot be used any more.
+    public var configFileText: String?
     /// The `plugin-worker` executable (default: beside the running supervisor).
     public var workerExecutable: String
     /// How workers are started (docs/sandbox.md, "The fork server").

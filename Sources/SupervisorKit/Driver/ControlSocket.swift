@@ -145,8 +145,9 @@ final class ControlHandler: ChannelDuplexHandler {
         engine.control.opened(connection)
         // Room for its requests again after an answer (`ControlConnection.mostInFlight`).
         connection.onRoom = { [weak self, weak channel] in if let self, let channel { self.roomAgain(channel) } }
-        // Accepted just as an upgrade began to wait for quiet: it waits, unread, like the others.
-        if engine.upgradeHoldsReads { channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in } }
+        // Accepted just as an upgrade began its handover: it waits, unread, like the others (while
+        // the upgrade waits for quiet, it is read and its requests wait, as the others' do).
+        if engine.isHandingOver { channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in } }
         scheduleIdleCheck(context.eventLoop, channel)
         context.fireChannelActive()
     }
@@ -178,13 +179,15 @@ final class ControlHandler: ChannelDuplexHandler {
         guard !connection.closed else { return }
         let frame = unwrapInboundIn(data)
         let writable = context.channel.isWritable
-        if connection.deferred.isEmpty, writable, connection.outstanding < ControlConnection.mostInFlight {
+        if connection.deferred.isEmpty, writable, connection.outstanding < ControlConnection.mostInFlight, !engine.upgradeHoldsReads {
             return engine.controlRequest(connection, frame)
         }
         // A client that does not read its answers is not served: all it sends waits. One with
-        // `mostInFlight` requests waiting for answers has its next requests wait, but not what
-        // its requests in flight need (a stream's chunks and credit, a cancel, its replies to
-        // host calls and unlinks, link reports), unless that is about a request that waits.
+        // `mostInFlight` requests waiting for answers, or any while an upgrade waits for quiet,
+        // has its next requests wait, but not what its requests in flight need (a stream's chunks
+        // and credit, a cancel, its replies to host calls and unlinks, link reports), unless that
+        // is about a request that waits. Requests held when the upgrade hands over go to the next
+        // binary with the connection, first in what it reads.
         let depth = engine.config.maxJSONDepth
         let heading = ControlConnection.heading(of: frame, maxDepth: depth)
         if writable, let kind = heading.kind {
@@ -243,13 +246,13 @@ final class ControlHandler: ChannelDuplexHandler {
         if context.channel.isWritable { engine.events.roomAgain(for: connection) }
     }
 
-    /// Serves what waited, and reads again once nothing waits (not while an upgrade waits for quiet).
+    /// Serves what waited (not while an upgrade waits for quiet), and reads again (not once its
+    /// handover began).
     private func roomAgain(_ channel: Channel) {
-        let read = channel.isWritable && !engine.upgradeHoldsReads
-        if read { engine.serveDeferred(connection) }
-        // Requests that still wait (`mostInFlight`) do not stop the reading: what the ones in
-        // flight need must be read; past `heldLimit` of them, they do.
-        let resume = read && connection.heldBytes <= ControlConnection.heldLimit
+        if channel.isWritable { engine.serveDeferred(connection) }
+        // Requests that still wait (`mostInFlight`, an upgrade's quiet) do not stop the reading:
+        // what the ones in flight need must be read; past `heldLimit` of them, they do.
+        let resume = channel.isWritable && !engine.isHandingOver && connection.heldBytes <= ControlConnection.heldLimit
         channel.setOption(ChannelOptions.autoRead, value: resume).whenFailure { _ in }
         if resume { channel.read() }
     }

@@ -113,6 +113,8 @@ extension Engine {
         case .success(let made): snapshot = made
         }
         snapshot.pausedAtNs = ProcessControl.monotonicNanoseconds()
+        // Tests: a signal that comes after the snapshot was taken, just before the exec.
+        if let signal = ProcessEnvironment["SP_TEST_SIGNAL_AT_HANDOVER"].flatMap(Int32.init) { kill(getpid(), signal) }
         let memfd: OwnedDescriptor
         do {
             // Sealed as bytes between processes are (sp_bytes.h): the next binary reads it as it is.
@@ -162,10 +164,14 @@ extension Engine {
     private func handOverFailed(_ q: Quieting, held: [SeccompNotifier.Held], _ why: String) {
         q.binary.close()
         upgrade = .idle
-        // The signals that came meanwhile are this binary's to act on, after the rest is undone.
+        // The signals that came meanwhile are this binary's to act on, after the rest is undone:
+        // those passed on before the relay paused, then those it left pending.
         let signals = signalsDuringHandover
         signalsDuringHandover = []
-        defer { for signal in signals { handleSignal(signal) } }
+        defer {
+            for signal in signals { handleSignal(signal) }
+            if q.signalsPaused { LifecycleSignals.resumeCaughtRelay() }
+        }
         for worker in table.liveWorkers {
             if let channel = worker.channel, let leftovers = worker.frameLeftovers {
                 restoreCodec(channel, leftovers, readsPastTheEnd: true)
@@ -267,7 +273,8 @@ extension Engine {
             plugins.append(UpgradeSnapshot.Plugin(identifier: record.identifier, phase: .init(record.phase, hasWorker: worker != nil), restarts: record.restarts,
                                                   restartAgesNs: record.restartHistory.map { now.instant.nanoseconds(since: $0) }, hasRun: record.hasRun,
                                                   problem: record.problem, lastError: record.lastError, lastExit: record.lastExit,
-                                                  sandboxDenials: record.sandboxDenials, worker: worker, restartInNs: restartLeft(record, now: now)))
+                                                  sandboxDenials: record.sandboxDenials, worker: worker, restartInNs: restartLeft(record, now: now),
+                                                  idleNs: max(0, (now - record.lastTraffic).nanoseconds)))
         }
         var links: [UpgradeSnapshot.Link] = []
         for w in workers {
@@ -304,7 +311,7 @@ extension Engine {
             systemdReady: shared.phase == .launched,
             launched: shared.phase == .launched, requester: requester, plugins: plugins, connections: savedConnections, links: links,
             nextLinkNumber: router.nextLinkNumber, notifier: held.map { UpgradeSnapshot.Held(pid: $0.pid, fd: $0.fd, isListener: $0.isListener) },
-            signals: signalsDuringHandover))
+            signals: signalsDuringHandover, configText: config.configFileText))
     }
 
     /// What is left of `record`'s backoff delay (ns), if a restart waits for one.

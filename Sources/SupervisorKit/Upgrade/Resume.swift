@@ -42,6 +42,8 @@ extension Engine {
             record.lastError = saved.lastError
             record.life.lastExit = saved.lastExit
             record.sandboxDenials = saved.sandboxDenials
+            // Idle for as long as it was (the pause of the handover counts, as any other moment).
+            if let idle = saved.idleNs { record.lastTraffic = .now() - .nanoseconds(max(0, idle)) }
             // Its phase as the previous binary left it (the snapshot's `Phase` says which): a running
             // plugin's worker is adopted; one whose restart was waiting restarts when its delay ends.
             if saved.phase == .running, let w = saved.worker {

@@ -51,6 +51,8 @@ struct Quieting {
     var tick: RepeatedTask?
     /// How long it waits for quiet (`QuietWait`).
     var limit = TimeAmount.milliseconds(Int64(QuietWait.quietMs))
+    /// The signal relay was paused for the handover (`LifecycleSignals.pauseCaughtRelay`).
+    var signalsPaused = false
 }
 
 /// Things an upgrade does that are not the engine's.
@@ -185,10 +187,10 @@ extension Engine {
             worker.pending.values.map { $0.isCall && $0.stream == nil ? QuietWait.InFlight.call(deadline: $0.deadline) : .other }
         }
         quieting.limit = .milliseconds(Int64(QuietWait.milliseconds(inFlight, now: .now)))
+        // New clients wait in the listener's queue for whichever binary carries on. Those connected
+        // are read on: their new requests wait (ControlSocket's `channelRead`), what their requests
+        // in flight need (a stream's credit, a host method's reply) is acted on, so that those end.
         control.server?.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
-        for connection in control.connections.values {
-            connection.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
-        }
         let me = handOff(self)
         quieting.tick = loop.scheduleRepeatedTask(initialDelay: .milliseconds(1), delay: .milliseconds(1)) { _ in me.value.quietTick() }
         upgrade = .quieting(quieting)
@@ -220,10 +222,17 @@ extension Engine {
         for worker in table.liveWorkers {
             worker.channel?.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
         }
+        for connection in control.connections.values {
+            connection.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+        }
         q.tick?.cancel()
         q.tick = nil
+        // Signals from here on stay pending for whichever binary carries on (the exec keeps them);
+        // those the relay passed on before it paused are tasks queued on the loop, which run
+        // before the handover does and are kept for the snapshot (`handleSignal`).
+        q.signalsPaused = config.handlesSignals && config.ownsProcess && LifecycleSignals.pauseCaughtRelay()
         upgrade = .quieting(q)
-        handOver(q)
+        loop.assumeIsolated().execute { [self] in handOver(q) }
     }
 
     /// What still passes through the supervisor, if anything (nil: quiet).
@@ -248,7 +257,10 @@ extension Engine {
             }
             guard let worker = record.instance else { continue }
             if worker.phase != .running { return "\(id)'s worker is \(worker.phase)" }
-            if !worker.pending.isEmpty { return "\(worker.pending.count) request(s) to \(id) in flight" }
+            if !worker.pending.isEmpty {
+                let streams = worker.pending.values.filter { $0.stream != nil }.count
+                return streams > 0 ? "\(streams) stream call(s) to \(id) in flight" : "\(worker.pending.count) request(s) to \(id) in flight"
+            }
             if !worker.outgoing.isEmpty { return "\(id)'s calls to other plugins in flight" }
             if worker.linksIn.values.contains(where: \.unlinking) { return "a link to \(id) is being given back" }
         }

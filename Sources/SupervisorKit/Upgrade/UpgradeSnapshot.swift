@@ -112,6 +112,9 @@ public struct UpgradeHandover: Sendable {
     /// (it arms no rescue of its own: there is nothing older to go back to).
     public static var isRescue: Bool { ProcessEnvironment[failureVariable] != nil }
 
+    /// The config file's text the previous binary ran with, if it had one and kept it.
+    public var configText: String? { snapshot.configText }
+
     /// What `supervisor upgrade-probe` prints: the binary's version and the snapshot formats it reads.
     public static var probeAnswer: String {
         #"{"version":"\#(ProductVersion.current)","snapshotFormats":[\#(Array(UpgradeSnapshot.readable).map(String.init).joined(separator: ","))],"startProbe":true}"#
