@@ -30,9 +30,14 @@ import SupervisorCore
         #expect(Route.decide(Self.target(.running, worker: nil), named: "p", shuttingDown: false) == .wait)
     }
 
-    @Test func aFullSocketRefusesInsteadOfQueueing() {
-        let route = Route.decide(Self.target(.running, worker: Route.Worker(writable: false)), named: "p", shuttingDown: false)
-        #expect(route == .refuse(ErrorBody(.unavailable, "p is not keeping up: its socket buffer is full")))
+    @Test func aFullSocketMakesItWaitForRoom() {
+        let full = Self.target(.running, worker: Route.Worker(writable: false))
+        #expect(Route.decide(full, named: "p", shuttingDown: false) == .wait)
+        #expect(Route.queueFull(full, limit: 3).message == "p is not keeping up (its socket buffer is full) and 3 requests already wait for it (callQueueLimit)")
+        #expect(Route.notKeepingUp(full) == ErrorBody(.unavailable, "p is not keeping up: its socket buffer is full"))
+        #expect(Route.notKeepingUp(Self.target(.running, worker: Route.Worker())) == nil)
+        // At shutdown it is refused, as every request that cannot go at once is.
+        #expect(Route.decide(full, named: "p", shuttingDown: true) == .refuse(ErrorBody(.unavailable, "p is stopping: the supervisor is shutting down")))
     }
 
     @Test func aFailedPluginRefusesWithItsProblem() {

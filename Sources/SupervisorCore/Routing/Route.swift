@@ -53,11 +53,8 @@ package enum Route: Equatable, Sendable {
     /// The route of a request for `target` (nil: no such plugin).
     package static func decide(_ target: Target?, named identifier: String, shuttingDown: Bool) -> Route {
         guard let target else { return .refuse(ErrorBody(.notFound, "no plugin \(identifier) is installed")) }
-        if target.phase == .running, let worker = target.worker, !worker.stopRequested, worker.connected, !worker.mayHaveEnded {
-            // Back-pressure: a plugin that is not reading its socket gets no more queued for it.
-            guard worker.writable else {
-                return .refuse(ErrorBody(.unavailable, "\(identifier) is not keeping up: its socket buffer is full"))
-            }
+        if target.phase == .running, let worker = target.worker, !worker.stopRequested, worker.connected, !worker.mayHaveEnded,
+           worker.writable {
             return .forward
         }
         if target.phase == .inactive, !shuttingDown { return .activate }
@@ -68,14 +65,17 @@ package enum Route: Equatable, Sendable {
 
     /// Whether a request that cannot go now waits: the plugin is coming up (waiting for its
     /// dependencies, starting, restarting after a crash), or its worker is draining for a planned
-    /// stop (a restart, a reload, an update, the shutdown) or not connected yet.
+    /// stop (a restart, a reload, an update, the shutdown), not connected yet, or has more queued
+    /// than its socket takes now (back-pressure: a large request, or a plugin slow to read, holds
+    /// the next ones in its wait queue, bounded as any wait is, until the socket drains; one that
+    /// stops reading for good answers no ping, and its watchdog ends it).
     package static func mustWait(_ target: Target, shuttingDown: Bool) -> Bool {
         guard !shuttingDown else { return false }
         switch target.phase {
         case .waiting, .starting, .restarting, .inactive: return true
         case .running:
             guard let worker = target.worker else { return true }
-            return worker.stopRequested || !worker.connected || worker.mayHaveEnded
+            return worker.stopRequested || !worker.connected || worker.mayHaveEnded || !worker.writable
         case .failed, .stopped: return false
         }
     }
@@ -87,7 +87,20 @@ package enum Route: Equatable, Sendable {
 
     /// The error for a request that would wait but finds `limit` waiting already.
     package static func queueFull(_ target: Target, limit: Int) -> ErrorBody {
-        ErrorBody(.unavailable, "\(target.identifier) is \(target.phase.shown) and \(limit) requests already wait for it (callQueueLimit)")
+        ErrorBody(.unavailable, "\(waitingFor(target)) and \(limit) requests already wait for it (callQueueLimit)")
+    }
+
+    /// What a request that waits for `target` waits for: its start, or (running) room in its socket.
+    package static func waitingFor(_ target: Target) -> String {
+        if target.phase == .running, target.worker?.writable == false { return "\(target.identifier) is not keeping up (its socket buffer is full)" }
+        return "\(target.identifier) is \(target.phase.shown)"
+    }
+
+    /// Whether `target` runs but its socket takes no more now: an event broadcast to every plugin
+    /// names it among those it did not reach, rather than wait for it.
+    package static func notKeepingUp(_ target: Target) -> ErrorBody? {
+        guard target.phase == .running, let worker = target.worker, worker.writable == false, !worker.stopRequested else { return nil }
+        return ErrorBody(.unavailable, "\(target.identifier) is not keeping up: its socket buffer is full")
     }
 
     /// Why requests still waiting for `target` fail now, or nil while they may wait on: the

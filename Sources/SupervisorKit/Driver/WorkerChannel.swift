@@ -81,8 +81,15 @@ final class WorkerHandler: ChannelInboundHandler {
     }
 
     // No read back-pressure on workers: a worker that answers on its I/O thread blocks in send when
-    // we stop reading, and then stops reading too. Instead `forward` refuses new requests for a
-    // worker whose queue is full, which bounds what we buffer for it.
+    // we stop reading, and then stops reading too. Instead new requests for a worker whose queue is
+    // full wait in its plugin's wait queue (`Route.mustWait`), bounded as any wait is, and go once
+    // its socket has taken what was queued.
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, let record = engine.table.record(servedBy: instance), record.instance === instance {
+            engine.router.forwardWaiting(record)
+        }
+        context.fireChannelWritabilityChanged()
+    }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if let header = error as? Frame.HeaderError {

@@ -117,10 +117,11 @@ extension Shared {
         var failed: [String: String] = [:]
         let targets = table.inOrder.filter { record in
             guard record.phase == .running, only == nil || record.identifier == only else { return false }
-            switch Route.decide(record.routeTarget, named: record.identifier, shuttingDown: isShuttingDown) {
+            let target = record.routeTarget
+            switch Route.decide(target, named: record.identifier, shuttingDown: isShuttingDown) {
             case .forward: return true
             case .refuse(let error): failed[record.identifier] = error.description
-            case .wait, .activate: break
+            case .wait, .activate: if let error = Route.notKeepingUp(target) { failed[record.identifier] = error.description }
             }
             return false
         }

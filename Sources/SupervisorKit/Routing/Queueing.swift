@@ -48,7 +48,7 @@ extension Router {
         let bytesLimit = config.heldBytesLimit
         guard record.waiting.admits(size: bytes.count, bytesLimit: bytesLimit) else {
             if kind != .send { record.callMetrics?.count(.unavailable) }
-            return ErrorBody(.unavailable, "\(record.identifier) is \(record.phase.shown), and \(record.waiting.bytes >> 20) MiB of requests wait for it: this one (\(bytes.count) bytes) would pass the \(bytesLimit >> 20) MiB that may wait for one plugin; try again when it runs")
+            return ErrorBody(.unavailable, "\(Route.waitingFor(record.routeTarget)), and \(record.waiting.bytes >> 20) MiB of requests wait for it: this one (\(bytes.count) bytes) would pass the \(bytesLimit >> 20) MiB that may wait for one plugin; try again later")
         }
         let request = QueuedRequest(kind: kind, caller: caller, bytes: Array(bytes), origin: origin, deadline: deadline, payload: payload,
                                     attempts: attempts)

@@ -242,7 +242,7 @@ extension Engine {
         if !lifecycle.spawnPace.backlog.isEmpty || lifecycle.paceTurnScheduled { return "activations wait for their turn to be spawned" }
         for record in table.inOrder {
             let id = record.identifier
-            if !record.waiting.isEmpty { return "calls wait for \(id) to start" }
+            if !record.waiting.isEmpty { return "requests wait for \(id) (\(Route.waitingFor(record.routeTarget)))" }
             if !record.retiring.isEmpty { return "a worker of \(id) is being stopped" }
             switch record.next {
             case .none, .restart: break
