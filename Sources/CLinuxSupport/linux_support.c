@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "internal.h"
+#include <malloc.h>
 
 int cls_epoll_create(void) {
     int fd = epoll_create1(EPOLL_CLOEXEC);
@@ -387,4 +388,8 @@ size_t cls_loaded_objects(char *buf, size_t len) {
     struct loaded_objects out = { buf, len, 0 };
     dl_iterate_phdr(add_loaded_object, &out);
     return out.at;
+}
+
+void cls_trim_memory(void) {
+    malloc_trim(0);
 }

@@ -250,6 +250,10 @@ extension SupervisorConnection {
             do { announced = try AttachedBytes.announce(sending, socketPath: socketPath) } catch let error as ErrorBody {
                 throw .remote(error)
             } catch let error as SystemError {
+                // Connected, and no answer in time: the supervisor is there, its hand-off busy.
+                if [EAGAIN, EWOULDBLOCK, ETIMEDOUT].contains(error.errno) {
+                    throw .broken("the supervisor did not answer on \(socketPath).links in time (\(error)); try again")
+                }
                 throw .unreachable(socketPath + ".links", error)
             } catch {
                 throw .broken("\(error)")

@@ -414,7 +414,7 @@ struct ClientTests {
         #expect(String(decoding: answer, as: UTF8.self).contains("unknown token"))
         #expect(Date().timeIntervalSince(asked) < 0.9, "answered \(Date().timeIntervalSince(asked)) s later")
         // The trickler is cut off at its request's one-second deadline, not a second a byte.
-        #expect(try trickler.receiveFrame().map { String(decoding: $0, as: UTF8.self).contains("expected") } == true)
+        #expect(try trickler.receiveFrame().map { String(decoding: $0, as: UTF8.self).contains("did not come within 1000 ms") } == true)
     }
 
     @Test("a link's descriptor is handed only for a token the supervisor gave, once: an unknown token gets an error and nothing else")
@@ -511,13 +511,14 @@ struct ClientTests {
             bad.close()
         }
         // The link socket: a token frame over its limit, or not JSON, gets an error and nothing else.
-        for frame in [[UInt8].frame(body: Array(repeating: UInt8(ascii: "x"), count: 5_000)), [UInt8].frame(body: Array("not json".utf8))] {
+        for (frame, said) in [([UInt8].frame(body: Array(repeating: UInt8(ascii: "x"), count: 5_000)), "a request is 4,092 bytes at most"),
+                              ([UInt8].frame(body: Array("not json".utf8)), #"expected {\"token\""#)] {
             let handoff = try BlockingConnection.connect(path: sup.socket + ".links")
             try handoff.sendFrame(frame)
             var buffer = [UInt8](repeating: 0, count: 256)
             var fd: Int32 = -1
             let n = buffer.withUnsafeMutableBytes { cls_receive_with_fd(handoff.fd, $0.baseAddress, $0.count, &fd) }
-            #expect(fd == -1 && n > 4 && String(decoding: buffer[4..<n], as: UTF8.self).contains(#"expected {\"token\""#))
+            #expect(fd == -1 && n > 4 && String(decoding: buffer[4..<n], as: UTF8.self).contains(said))
             handoff.close()
         }
         #expect(try ask(polite, .call) { $0.string("target", "c.h"); $0.string("method", "ping") }.contains(#""result":1"#))

@@ -122,6 +122,8 @@ void cls_resume_caught_relay(void);
    many as there were catches, gives the lifecycle signals and `extra` back what the program had
    for them before the first: an embedded host that stopped leaves them to its program. */
 void cls_release_caught_signals(int extra);
+/* Gives the allocator's free memory back to the system (malloc_trim). */
+void cls_trim_memory(void);
 /* The kernel's name of a signal ("SIGSEGV"), or NULL. */
 const char *cls_signal_name(int sig);
 

@@ -227,20 +227,28 @@ final class ControlHandler: ChannelDuplexHandler {
     /// supervisor's memory, as a server drops a client whose output buffer passes its hard limit.
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         if !context.channel.isWritable, !connection.closed,
-           let waiting = try? context.channel.syncOptions?.getOption(ChannelOptions.bufferedWritableBytes), waiting > engine.config.heldBytesLimit {
+           let waiting = try? context.channel.syncOptions?.getOption(ChannelOptions.bufferedWritableBytes) {
+            connection.framesUnwritable += 1
+            // What it holds is its bytes and each frame's bookkeeping.
+            let held = waiting + connection.framesUnwritable * ControlConnection.unreadFrameCost
             let limit = engine.config.heldBytesLimit
-            engine.logger.warning("dropping a control client that does not read its answers: \(waiting >> 20) MiB wait for it (\(limit >> 20) MiB at most: sixteen of the largest frames, 256 MiB at least)")
-            engine.metrics.controlClientDropped(reason: "unread")
-            connection.closed = true
-            promise?.fail(ChannelError.ioOnClosedChannel)
-            context.close(promise: nil)
-            return
+            if held > limit {
+                engine.logger.warning("dropping a control client that does not read its answers: \(waiting >> 20) MiB in \(connection.framesUnwritable) frames wait for it (\(limit >> 20) MiB at most, \(ControlConnection.unreadFrameCost) bytes a frame counted besides its own: sixteen of the largest frames, 256 MiB at least)")
+                engine.metrics.controlClientDropped(reason: "unread")
+                connection.closed = true
+                promise?.fail(ChannelError.ioOnClosedChannel)
+                context.close(promise: nil)
+                // What it held goes back to the system, not only to the allocator's free lists.
+                engine.shared.janitor.trimMemory()
+                return
+            }
         }
         context.write(data, promise: promise)
     }
 
     /// A client that does not read its replies is not read from either.
     func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { connection.framesUnwritable = 0 }
         roomAgain(context.channel)
         // An events reader that fell behind hears what it missed as soon as there is room.
         if context.channel.isWritable { engine.events.roomAgain(for: connection) }

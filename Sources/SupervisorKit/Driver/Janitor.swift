@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CLinuxSupport
 import LinuxSupport
 import PluginProtocol
 import NIOPosix
@@ -30,6 +31,12 @@ final class Janitor: Sendable {
     /// Removes `group` (its worker has been reaped).
     func remove(_ group: CgroupGroup) {
         pool.submit { _ in group.remove() }
+    }
+
+    /// Gives the allocator's free memory back to the system (`malloc_trim`), off the loop: after
+    /// a client dropped with hundreds of MiB it had left unread.
+    func trimMemory() {
+        pool.submit { _ in cls_trim_memory() }
     }
 
     /// Empties and removes the folder at `path`: renamed out of the way now, removed later. Where

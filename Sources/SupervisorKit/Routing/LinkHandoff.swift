@@ -25,11 +25,11 @@ import SupervisorCore
 /// Values only (`Sendable`): the loop offers a descriptor (`offer`), the thread hands it over.
 final class LinkHandoff: Sendable {
     let path: String
-    private let listener: Int32
+    let listener: Int32
     private let offers = Guarded<[String: Offer]>([:])
     /// Bytes clients handed in, by token, until their call takes them (or they expire).
     private let deposits = Guarded<[String: Offer]>([:])
-    private let stopped = Guarded(false)
+    let stopped = Guarded(false)
     /// The largest bytes a client may hand in (`maxPayloadMB`).
     private let maxPayloadBytes: Int
     /// Told each token's end (monotonic nanoseconds), from any thread: the loop's deadline timer
@@ -225,40 +225,9 @@ final class LinkHandoff: Sendable {
         unlink(path)
     }
 
-    /// Clients served at once, each on a thread of its own for at most a second or so: one that
-    /// is slow (or sends nothing, or a byte at a time) keeps no other waiting. Past this many, the
-    /// next are served on this thread, one after another.
-    static let concurrentClients = 16
-    private let serving = Guarded(0)
-
-    private func serve() {
-        while !stopped.withLock({ $0 }) {
-            let client = cls_accept_cloexec(listener)
-            if client < 0 {
-                // Out of descriptors (or memory) for now: the client waits in the backlog, and the
-                // socket serves again once some are back. Anything else: the listener was closed.
-                guard [EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED].contains(-client) else { break }
-                if -client != ECONNABORTED { usleep(100_000) }
-                continue
-            }
-            let own = serving.withLock { n -> Bool in
-                guard n < Self.concurrentClients else { return false }
-                n += 1
-                return true
-            }
-            let started = own && Threads.tryStart(name: "link-handoff-1") { [self] in
-                handOver(to: client)
-                close(client)
-                serving.withLock { $0 -= 1 }
-            }
-            if own && !started { serving.withLock { $0 -= 1 } }
-            if !started {
-                handOver(to: client)
-                close(client)
-            }
-        }
-        close(listener)
-    }
+    /// Clients with a request under way, waiting for a thread (`LinkHandoff+Serving.swift`), and
+    /// the threads serving them.
+    let ready = Guarded<(clients: [Int32], threads: Int)>(([], 0))
 
     /// Bytes handed in (`put`) that may wait for their calls at once: a quarter of the descriptors
     /// this process may open (the supervisor raised its limit for its plugins before), 64 at
@@ -275,7 +244,7 @@ final class LinkHandoff: Sendable {
 
     /// One client: its credentials, then its request: a token, answered with the descriptor and
     /// `{"link":n}`; or bytes handed in (`put`), answered with a token. Else an error.
-    private func handOver(to client: Int32) {
+    func handOver(to client: Int32) {
         let deadline = ProcessControl.monotonicNanoseconds() + Self.requestMilliseconds * 1_000_000
         // A client that sends nothing is not waited for long.
         var limit = timeval(tv_sec: 1, tv_usec: 0)
@@ -292,20 +261,34 @@ final class LinkHandoff: Sendable {
         var n = frame.withUnsafeMutableBytes { f in
             fds.withUnsafeMutableBufferPointer { cls_receive_fds_within(client, f.baseAddress, f.count, $0.baseAddress, CLS_MAX_PASSED_FDS, &count, 1000) }
         }
+        guard n >= 0 else {
+            return refuse(client, n == -Int(EBADMSG) ? "more descriptors came than a request brings (a put brings exactly one)"
+                : n == -Int(ETIMEDOUT) ? "no request came within \(Self.requestMilliseconds) ms"
+                : "the request could not be read: \(String(cString: strerror(Int32(-n))))")
+        }
         var received = Array(fds.prefix(Int(count)))
         defer { for fd in received { close(fd) } }
-        let length = n >= 4 ? (try? Frame.bodyLength(b0: frame[0], b1: frame[1], b2: frame[2], b3: frame[3], limit: 4092)) : nil
         // The rest of a request split across reads (no more descriptors come with it), within
         // the request's one deadline: a byte at a time does not earn a second each.
-        while let length, n >= 4, n < 4 + length {
+        func more(upTo wanted: Int) -> Bool {
             let left = (deadline - ProcessControl.monotonicNanoseconds()) / 1_000_000
             var p = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
-            guard left > 0, poll(&p, 1, Int32(left)) > 0 else { break }
-            let more = frame.withUnsafeMutableBytes { recv(client, $0.baseAddress! + n, 4 + length - n, Int32(MSG_DONTWAIT)) }
-            guard more > 0 else { break }
-            n += more
+            guard left > 0, poll(&p, 1, Int32(left)) > 0 else { return false }
+            let got = frame.withUnsafeMutableBytes { recv(client, $0.baseAddress! + n, wanted - n, Int32(MSG_DONTWAIT)) }
+            guard got > 0 else { return false }
+            n += got
+            return true
         }
-        guard let length, n == 4 + length, let request = try? ProtocolJSON.decode(Request.self, from: Array(frame[4..<n])) else {
+        while n < 4, more(upTo: 4) {}
+        guard n >= 4 else { return refuse(client, "the request's 4-byte length did not come within \(Self.requestMilliseconds) ms (\(n) came)") }
+        guard let length = try? Frame.bodyLength(b0: frame[0], b1: frame[1], b2: frame[2], b3: frame[3], limit: 4092) else {
+            return refuse(client, "a request is 4,092 bytes at most, and this one's length says more")
+        }
+        while n < 4 + length, more(upTo: 4 + length) {}
+        guard n == 4 + length else {
+            return refuse(client, "the request's \(length) bytes did not come within \(Self.requestMilliseconds) ms (\(max(0, n - 4)) came)")
+        }
+        guard let request = try? ProtocolJSON.decode(Request.self, from: Array(frame[4..<n])) else {
             return refuse(client, "expected {\"token\": \"...\"} or {\"put\": <length>} with a sealed memfd")
         }
         if let size = request.put {
@@ -344,7 +327,7 @@ final class LinkHandoff: Sendable {
 
     /// `code`: `unavailable` for a refusal that a moment later may not be (a capacity), else the
     /// request's own fault (`badRequest`, what a client takes an answer without a code for).
-    private func refuse(_ client: Int32, _ why: String, code: ErrorCode = .badRequest) {
+    func refuse(_ client: Int32, _ why: String, code: ErrorCode = .badRequest) {
         guard let body = try? ProtocolJSON.encode(code == .badRequest ? ["error": why] : ["error": why, "code": code.rawValue]) else { return }
         let frame = [UInt8].frame(body: body)
         _ = frame.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }

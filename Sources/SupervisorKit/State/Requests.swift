@@ -239,6 +239,11 @@ final class ControlConnection {
     }
     /// Requests of this client still waiting for an answer.
     var outstanding = 0
+    /// Frames written to it while it was not writable, since it last was: each costs the
+    /// supervisor its bookkeeping besides its bytes (a stream of 60-byte chunks held ~4 times its
+    /// bytes), which its unread bound counts (`unreadFrameCost` a frame).
+    var framesUnwritable = 0
+    static let unreadFrameCost = 256
     /// Requests one client may have waiting for answers: past this, the next wait unread (as
     /// when it does not read its answers), so that a client pipelining many requests with large
     /// answers has at most this many answers coming, however slowly it reads them.
