@@ -310,6 +310,14 @@ import SupervisorCore
         let actions = ended(&back, stopped, context)
         #expect(back.phase == .waiting && back.problem == nil)
         #expect(actions.last == .startWaitingPlugins)
+        // Started on demand, it waits to be needed instead.
+        var lazy = PluginLife(phase: .starting)
+        _ = lazy.dependencyFailed("p", dependency: "q", dependencyPhase: .failed(byDependency: false), hasWorker: true)
+        var onCall = Self.context()
+        onCall.dependenciesRunning = true
+        onCall.onCall = true
+        let waits = ended(&lazy, stopped, onCall)
+        #expect(lazy.phase == .inactive && lazy.problem == nil && waits.contains(.announceDeactivated(idleMs: nil)) && !waits.contains(.startWaitingPlugins))
         // Its dependency is still down: it stays failed by it.
         var still = PluginLife(phase: .starting)
         _ = still.dependencyFailed("p", dependency: "q", dependencyPhase: .failed(byDependency: false), hasWorker: true)

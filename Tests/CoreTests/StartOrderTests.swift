@@ -84,12 +84,31 @@ import SupervisorCore
     }
 
     @Test func dependentsFailedByThisPluginTryAgainAndRunningOnesHearOfARestart() {
-        let dependents = [P(identifier: "x", phase: .failed(byDependency: true)), P(identifier: "y", phase: .running, hasWorker: true),
+        let dependents = [P(identifier: "x", phase: .failed(byDependency: true), dependencies: ["up"]), P(identifier: "y", phase: .running, hasWorker: true),
                           P(identifier: "z", phase: .failed(byDependency: false))]
-        #expect(StartOrder.notices(dependents: dependents, restarted: false, restartDependents: false, shuttingDown: false) == [.retry("x")])
-        #expect(StartOrder.notices(dependents: dependents, restarted: true, restartDependents: false, shuttingDown: false) == [.retry("x"), .tell("y")])
-        #expect(StartOrder.notices(dependents: dependents, restarted: true, restartDependents: true, shuttingDown: false) == [.retry("x"), .restart("y")])
-        #expect(StartOrder.notices(dependents: dependents, restarted: false, restartDependents: false, shuttingDown: true).isEmpty)
+        let lookup: (String) -> P? = { $0 == "up" ? P(identifier: "up", phase: .running) : nil }
+        #expect(StartOrder.notices(dependents: dependents, restarted: false, restartDependents: false, shuttingDown: false, lookup: lookup) == [.retry("x")])
+        #expect(StartOrder.notices(dependents: dependents, restarted: true, restartDependents: false, shuttingDown: false, lookup: lookup) == [.retry("x"), .tell("y")])
+        #expect(StartOrder.notices(dependents: dependents, restarted: true, restartDependents: true, shuttingDown: false, lookup: lookup) == [.retry("x"), .restart("y")])
+        #expect(StartOrder.notices(dependents: dependents, restarted: false, restartDependents: false, shuttingDown: true, lookup: lookup).isEmpty)
+    }
+
+    /// One failed by two dependencies, one of which comes back: it waits for the other (tried now,
+    /// it would fail again and say so again); once both run it is tried. One started on demand
+    /// is not started: it waits to be needed.
+    @Test func aDependentIsTriedAgainOnceNoDependencyIsDown() {
+        let d = P(identifier: "d", phase: .failed(byDependency: true), dependencies: ["a", "c"])
+        var phases: [String: PluginPhase] = ["a": .running, "c": .failed(byDependency: true)]
+        let lookup: (String) -> P? = { id in phases[id].map { P(identifier: id, phase: $0) } }
+        #expect(StartOrder.notices(dependents: [d], restarted: false, restartDependents: false, shuttingDown: false, lookup: lookup).isEmpty)
+        phases["c"] = .running
+        #expect(StartOrder.notices(dependents: [d], restarted: false, restartDependents: false, shuttingDown: false, lookup: lookup) == [.retry("d")])
+        phases["c"] = nil
+        #expect(StartOrder.notices(dependents: [d], restarted: false, restartDependents: false, shuttingDown: false, lookup: lookup).isEmpty, "one not installed holds it back")
+        phases["c"] = .starting
+        var lazy = d
+        lazy.onCall = true
+        #expect(StartOrder.notices(dependents: [lazy], restarted: false, restartDependents: false, shuttingDown: false, lookup: lookup) == [.awaitNeed("d")])
     }
 }
 

@@ -270,7 +270,7 @@ extension ActivationTests {
         #expect(try sv.call("a.user", "echo", "[4]", as: [Int].self) == [4])
     }
 
-    @Test("an onCall plugin that failed to start, fixed on disk and reloaded while its dependents failed by it: it starts, and its eager and onCall dependents run again")
+    @Test("an onCall plugin that failed to start, fixed on disk and reloaded while its dependents failed by it: it starts, its eager dependent runs again, its onCall dependent is inactive until called")
     func aFailedOnCallPluginFixedBringsItsDependentsBack() throws {
         let w = try TestWorld()
         let bundle = try w.bundle("a.lazy", extra: ["activation": "onCall"])
@@ -287,6 +287,7 @@ extension ActivationTests {
         let reload = try sv.cli("reload")
         #expect(reload.code == 0, "\(reload.err)")
         try sv.waitUntil("a.lazy and a.eager running") { try sv.plugin("a.lazy").state == "running" && sv.plugin("a.eager").state == "running" }
+        try sv.waitUntil("a.ondemand inactive") { try sv.plugin("a.ondemand").state == "inactive" }
         #expect(try sv.call("a.ondemand", "echo", "[2]", as: [Int].self) == [2])
     }
 

@@ -38,10 +38,12 @@ extension PluginLife {
         package var updateGraceOpen = false
         /// Every dependency of the plugin runs now.
         package var dependenciesRunning = false
+        /// It starts only when something needs it (`activation: onCall`, SPEC §16).
+        package var onCall = false
 
         package init(identifier: String, restartPolicy: Manifest.RestartPolicy, shuttingDown: Bool = false,
                      successorComing: Bool = false, updateGraceOpen: Bool = false, idleStopAfterMs: Int? = nil,
-                     dependenciesRunning: Bool = false) {
+                     dependenciesRunning: Bool = false, onCall: Bool = false) {
             self.identifier = identifier
             self.restartPolicy = restartPolicy
             self.shuttingDown = shuttingDown
@@ -49,6 +51,7 @@ extension PluginLife {
             self.updateGraceOpen = updateGraceOpen
             self.idleStopAfterMs = idleStopAfterMs
             self.dependenciesRunning = dependenciesRunning
+            self.onCall = onCall
         }
     }
 

@@ -89,8 +89,10 @@ package struct PluginLife: Sendable {
         if phase == .failed(byDependency: true) {
             actions += [.log(.info, "\(context.identifier) stopped: \(problem ?? "a dependency failed")"), .runExitCallbacks, discard]
             // Its dependencies came back while this worker was stopping (their notice passes over
-            // a plugin that still has a worker): it starts again, as it would have without one.
+            // a plugin that still has a worker): it starts again, as it would have without one;
+            // one started on demand waits to be needed again.
             if context.dependenciesRunning, !context.shuttingDown {
+                if context.onCall { return actions + awaitNeed() }
                 _ = move(to: .waiting)
                 problem = nil
                 actions += [.log(.info, "\(context.identifier) starts again: its dependencies run"), .startWaitingPlugins]

@@ -17,9 +17,11 @@ package enum StartOrder {
         package var hasExited: Bool
         /// Inactive, and activated already: its spawn waits for a turn (`SpawnPace`).
         package var activating: Bool
+        /// It starts only when something needs it (`activation: onCall`, SPEC §16).
+        package var onCall: Bool
 
         package init(identifier: String, phase: PluginPhase, dependencies: [String] = [], parked: Bool = false, hasWorker: Bool = false,
-                     hasRun: Bool = false, hasExited: Bool = false, activating: Bool = false) {
+                     hasRun: Bool = false, hasExited: Bool = false, activating: Bool = false, onCall: Bool = false) {
             self.identifier = identifier
             self.phase = phase
             self.dependencies = dependencies
@@ -28,6 +30,7 @@ package enum StartOrder {
             self.hasRun = hasRun
             self.hasExited = hasExited
             self.activating = activating
+            self.onCall = onCall
         }
     }
 
@@ -100,6 +103,8 @@ package enum StartOrder {
     package enum Notice: Equatable, Sendable {
         /// It failed only because this plugin was down: it waits to start again.
         case retry(String)
+        /// The same, for one that starts only on demand: `inactive` until something needs it.
+        case awaitNeed(String)
         /// The plugin restarted and lost its state: `dependencyRestarted`.
         case tell(String)
         /// The same, with `restartDependents`: its worker is restarted too.
@@ -107,11 +112,19 @@ package enum StartOrder {
     }
 
     /// The notices for `dependents` (in start order) when a plugin serves; `restarted`: it ran
-    /// before (a crash, a restart), not its first start.
-    package static func notices(dependents: [Plugin], restarted: Bool, restartDependents: Bool, shuttingDown: Bool) -> [Notice] {
+    /// before (a crash, a restart), not its first start. A dependent failed by its dependencies
+    /// is tried again only once none of them is down any more (else it would fail again, and say
+    /// so again); `lookup` finds a plugin by identifier (nil: not installed).
+    package static func notices(dependents: [Plugin], restarted: Bool, restartDependents: Bool, shuttingDown: Bool,
+                                lookup: (String) -> Plugin?) -> [Notice] {
         var out: [Notice] = []
         for dependent in dependents where !shuttingDown && !dependent.hasWorker && dependent.phase == .failed(byDependency: true) {
-            out.append(.retry(dependent.identifier))
+            let heldBack = dependent.dependencies.contains { id in
+                guard let dependency = lookup(id) else { return true }
+                return dependency.phase.isFailed || dependency.phase == .stopped
+            }
+            guard !heldBack else { continue }
+            out.append(dependent.onCall ? .awaitNeed(dependent.identifier) : .retry(dependent.identifier))
         }
         if restarted {
             for dependent in dependents where dependent.phase == .running {

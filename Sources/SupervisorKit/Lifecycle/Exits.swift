@@ -157,7 +157,8 @@ extension Lifecycle {
     func circumstances(_ record: PluginRecord) -> PluginLife.Circumstances {
         PluginLife.Circumstances(identifier: record.identifier, restartPolicy: record.manifest.restart, shuttingDown: isShuttingDown,
                                  successorComing: record.successor != nil, updateGraceOpen: record.update.withinGrace(now: .now),
-                                 idleStopAfterMs: record.idleStopping, dependenciesRunning: table.dependenciesRunning(record))
+                                 idleStopAfterMs: record.idleStopping, dependenciesRunning: table.dependenciesRunning(record),
+                                 onCall: config.activation(of: record.manifest) == .onCall)
     }
 
     static func jitter() -> Double { Double.random(in: 0.8...1.2) }

@@ -372,12 +372,25 @@ extension Lifecycle {
         effects.post(.forwardWaiting(record))
         // Dependents that could not start only because this plugin was down get another go; a
         // restarted plugin lost its state, so running dependents hear of it (or restart too).
-        let notices = StartOrder.notices(dependents: table.dependents(of: record.identifier).map(\.startFacts), restarted: restarted,
-                                         restartDependents: config.restartDependents, shuttingDown: isShuttingDown)
-        for case .retry(let id) in notices {
-            guard let dependent = table[id] else { continue }
-            move(dependent, to: .waiting)
-            dependent.problem = nil
+        let dependents = table.dependents(of: record.identifier).map { dependent in
+            var facts = dependent.startFacts
+            facts.onCall = config.activation(of: dependent.manifest) == .onCall
+            return facts
+        }
+        let notices = StartOrder.notices(dependents: dependents, restarted: restarted,
+                                         restartDependents: config.restartDependents, shuttingDown: isShuttingDown,
+                                         lookup: { self.table[$0]?.startFacts })
+        for notice in notices {
+            switch notice {
+            case .retry(let id):
+                guard let dependent = table[id] else { continue }
+                move(dependent, to: .waiting)
+                dependent.problem = nil
+            case .awaitNeed(let id):
+                guard let dependent = table[id] else { continue }
+                effects.now(.life(dependent, dependent.life.awaitNeed()))
+            case .tell, .restart: break
+            }
         }
         if phase == .launched {
             // Every other plugin has long started: this one (restarted, or added by a rescan) hears so now.
@@ -386,7 +399,7 @@ extension Lifecycle {
         }
         for notice in notices {
             switch notice {
-            case .retry: break
+            case .retry, .awaitNeed: break
             case .restart(let id):
                 if let inst = table[id]?.instance { kill(inst, .dependencyRestarted, "\(record.identifier) restarted (restartDependents)") }
             case .tell(let id):
