@@ -69,6 +69,11 @@ import SupervisorCore
         #expect(RescanPlan(known: ["a": Self.known(a)], before: PluginCatalog(manifests: [a]), now: now).summary == ["a: refuse"])
         // Refused already, and nothing new on disk: nothing to do.
         #expect(RescanPlan(known: ["a": Self.known(Self.manifest("a", "cut short"))], before: now, now: now).summary.isEmpty)
+        // Kept, and read again as it was: said once, not again (nor counted as changed again).
+        known.keptReason = "plugin.json: not valid JSON"
+        #expect(RescanPlan(known: ["a": known], before: now, now: now).summary.isEmpty)
+        known.keptReason = "another reason"
+        #expect(RescanPlan(known: ["a": known], before: now, now: now).summary == ["a: keep"])
     }
 
     /// Once the bundle is as it was, a running plugin only loses its reason: no restart.
@@ -93,8 +98,10 @@ import SupervisorCore
         inactive.isInactive = true
         let plan = RescanPlan(known: ["base": Self.known(base1), "eager": running, "lazy": inactive], before: before, now: now)
         #expect(plan.summary == ["base: restart", "eager: keep", "lazy: refuse"])
-        guard case .refuse(_, let reason)? = plan.steps.first(where: { $0.identifier == "lazy" })?.step else { Issue.record("\(plan.summary)"); return }
-        #expect(reason.contains("dependency base ^1.0.0 is not met by the installed 2.0.0"))
+        guard case .refuse(_, let reason, let changed)? = plan.steps.first(where: { $0.identifier == "lazy" })?.step else { Issue.record("\(plan.summary)"); return }
+        #expect(reason.contains("dependency base ^1.0.0 is not met by the installed 2.0.0") && !changed, "not its own change")
+        guard case .keep(_, let eagerChanged)? = plan.steps.first(where: { $0.identifier == "eager" })?.step else { Issue.record("\(plan.summary)"); return }
+        #expect(!eagerChanged)
         // One still coming up fails by its dependency as it would have: no step of the rescan's.
         #expect(RescanPlan(known: ["base": Self.known(base1), "eager": Self.known(eager)], before: PluginCatalog(manifests: [base1, eager]),
                            now: PluginCatalog(manifests: [base2, eager])).summary == ["base: restart"])

@@ -33,3 +33,34 @@ struct DependencyRecoveryTests {
         #expect(sv.log.components(separatedBy: "r.d will not start").count - 1 == 1, "\(sv.log)")
     }
 }
+
+/// A running plugin whose bundle on disk can no longer start (docs/operations.md, SIGHUP): its
+/// worker goes on, and `status` says why until a rescan finds the bundle fixed.
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct KeptBundleTests {
+    @Test("a running plugin whose manifest now needs a plugin that is not installed: kept, its status says why, also after a crash's restart; a reload with nothing new says nothing again and counts nothing changed; its dependent, unchanged, is not counted either")
+    func theReasonOutlivesACrashAndIsSaidOnce() throws {
+        let w = try TestWorld()
+        try w.bundle("k.a")
+        try w.bundle("k.b", deps: [Dep("k.a")])
+        let sv = try RunningSupervisor(w)
+        try w.bundle("k.a", deps: [Dep("k.missing")])
+        let first = try sv.cli("reload")
+        #expect(first.code == 0 && first.out.contains(#""changed":1"#), "\(first.out) \(first.err)")
+        let reason = "dependency k.missing is not installed"
+        #expect(try sv.plugin("k.a").error?.contains(reason) == true)
+        let pid = try #require(try sv.plugin("k.a").pid)
+        kill(pid, SIGSEGV)
+        try sv.waitUntil("k.a back") { let p = try sv.plugin("k.a"); return p.state == "running" && p.pid != pid }
+        let restarted = try sv.plugin("k.a")
+        #expect(restarted.error?.contains(reason) == true, "\(restarted)")
+        let said = sv.log.components(separatedBy: "k.a changed on disk and cannot start").count
+        let again = try sv.cli("reload")
+        #expect(again.code == 0 && again.out.contains(#""changed":0"#), "\(again.out) \(again.err)")
+        #expect(sv.log.components(separatedBy: "k.a changed on disk and cannot start").count == said)
+        // Fixed: cleared.
+        try w.bundle("k.a")
+        #expect(try sv.cli("reload").code == 0)
+        try sv.waitUntil("k.a without a reason") { try sv.plugin("k.a").error == nil }
+    }
+}

@@ -25,9 +25,13 @@ package struct RescanPlan {
         /// when it runs: it is restarted rather than left to wait, or that dependent would stay
         /// failed until something called it.
         package var holdsBackDependents: Bool
+        /// Running, why its bundle as read by an earlier rescan could not start (`keep`): said
+        /// once, not again while the reason stays the same.
+        package var keptReason: String?
 
         package init(fingerprint: [UInt8], bundle: String, installUnderWay: Bool, isRunning: Bool = false, isInactive: Bool = false,
-                     isDown: Bool = false, startsOnCall: Bool = false, hasWorker: Bool = false, holdsBackDependents: Bool = false) {
+                     isDown: Bool = false, startsOnCall: Bool = false, hasWorker: Bool = false, holdsBackDependents: Bool = false,
+                     keptReason: String? = nil) {
             self.fingerprint = fingerprint
             self.bundle = bundle
             self.installUnderWay = installUnderWay
@@ -37,6 +41,7 @@ package struct RescanPlan {
             self.startsOnCall = startsOnCall
             self.hasWorker = hasWorker
             self.holdsBackDependents = holdsBackDependents
+            self.keptReason = keptReason
         }
     }
 
@@ -48,13 +53,14 @@ package struct RescanPlan {
         /// permission or a dependency fixed without touching it): restarted on its bundle as read now.
         case restart(Manifest, cured: Bool)
         /// Not running, and changed on disk into something that cannot start, or unable to start
-        /// now for another plugin's change (a dependency's version out of its range): failed
-        /// with the reason (stopped first if it was coming up).
-        case refuse(Manifest, reason: String)
+        /// now for another plugin's change (a dependency's version out of its range; `changed`
+        /// false): failed with the reason (stopped first if it was coming up).
+        case refuse(Manifest, reason: String, changed: Bool)
         /// Running, and its bundle as read now could not start (a plugin.json cut short by a save
-        /// under way, a field wrong, a dependency's new version out of its range): its worker goes
-        /// on with what it loaded, and the reason is shown until the bundle is fixed.
-        case keep(reason: String)
+        /// under way, a field wrong; `changed` false: a dependency's new version out of its range,
+        /// a dependency gone): its worker goes on with what it loaded, and the reason is shown
+        /// until the bundle is fixed. Said once while the reason stays the same.
+        case keep(reason: String, changed: Bool)
         /// Running, refused before and not any more, its bundle unchanged: nothing to restart.
         case cleared
         /// Changed on disk (or no longer refused), and started only on demand: no worker now, it
@@ -88,14 +94,16 @@ package struct RescanPlan {
             let changed = existing.fingerprint != manifest.fingerprint || existing.bundle != manifest.bundle
             let refusedBefore = before.unstartable[id] != nil
             if let reason = fresh.unstartable[id] {
-                if changed {
-                    steps.append((id, existing.isRunning ? .keep(reason: reason) : .refuse(manifest, reason: reason)))
-                } else if !refusedBefore {
+                if existing.isRunning, existing.keptReason == reason {
+                    // Said already; its worker goes on.
+                } else if changed {
+                    steps.append((id, existing.isRunning ? .keep(reason: reason, changed: true) : .refuse(manifest, reason: reason, changed: true)))
+                } else if !refusedBefore || existing.isRunning {
                     // Unchanged, refused now for another plugin's change (a dependency's version
-                    // out of its range): a running one goes on, an inactive one is not to be woken
-                    // by a call; one coming up fails by its dependency as it would have.
-                    if existing.isRunning { steps.append((id, .keep(reason: reason))) }
-                    if existing.isInactive { steps.append((id, .refuse(manifest, reason: reason))) }
+                    // out of its range, a dependency gone): a running one goes on, an inactive one
+                    // is not to be woken by a call; one coming up fails by its dependency as it would have.
+                    if existing.isRunning { steps.append((id, .keep(reason: reason, changed: false))) }
+                    if existing.isInactive { steps.append((id, .refuse(manifest, reason: reason, changed: false))) }
                 }
             } else if changed || refusedBefore {
                 let cured = !changed

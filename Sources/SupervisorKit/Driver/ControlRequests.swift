@@ -322,7 +322,7 @@ extension Engine {
             identifier: r.identifier, version: r.manifest.version.description, state: r.phase.shown,
             pid: r.instance?.pid, restarts: r.restarts, lastExit: r.lastExit, dependencies: r.dependencyIDs,
             variant: r.variant ?? r.library, sandbox: r.instance?.hello?.sandbox ?? [],
-            sandboxMissing: r.instance.map { $0.hello?.sandboxMissing ?? [] }, error: r.problem,
+            sandboxMissing: r.instance.map { $0.hello?.sandboxMissing ?? [] }, error: r.problem ?? r.bundleProblem,
             timings: r.instance.map(\.timings), sandboxDenials: r.sandboxDenials, lastError: r.problem ?? r.lastError,
             updating: r.successor.map { .init(version: $0.instance.manifest.version.description, pid: $0.instance.pid) },
             debug: config.isDebugged(r.identifier) ? true : nil,

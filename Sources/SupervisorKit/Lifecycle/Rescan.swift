@@ -68,7 +68,8 @@ extension Lifecycle {
                                              isDown: isDown,
                                              startsOnCall: config.activation(of: record.manifest) == .onCall, hasWorker: !record.workers.isEmpty,
                                              holdsBackDependents: isDown
-                                                && table.dependents(of: record.identifier).contains { $0.phase == .failed(byDependency: true) })
+                                                && table.dependents(of: record.identifier).contains { $0.phase == .failed(byDependency: true) },
+                                             keptReason: record.bundleProblem)
         }
         let plan = RescanPlan(known: known, before: previous, now: fresh) { [config] in config.activation(of: $0) == .onCall }
         let removed = plan.removed
@@ -78,11 +79,12 @@ extension Lifecycle {
             switch step {
             case .leftToItsInstall:
                 logger.info("\(id) is being updated; the rescan leaves it to the update", metadata: ["plugin": "\(id)"])
-            case .refuse(let manifest, let reason):
+            case .refuse(let manifest, let reason, let itsOwn):
                 guard let existing = table[id] else { continue }
-                changed += 1
+                if itsOwn { changed += 1 }
                 existing.manifest = manifest
-                logger.error("\(id) changed on disk and cannot start: \(reason)")
+                existing.bundleProblem = nil
+                logger.error(itsOwn ? "\(id) changed on disk and cannot start: \(reason)" : "\(id) cannot start any more: \(reason)")
                 reloads.stopping([id])
                 stopPlugin(existing) { [self] in
                     reloads.stopped(id)
@@ -92,19 +94,25 @@ extension Lifecycle {
                     // Its dependents still coming up fail by it now (they waited for it to run).
                     startWaitingPlugins()
                 }
-            case .keep(let reason):
+            case .keep(let reason, let itsOwn):
                 guard let existing = table[id] else { continue }
-                changed += 1
+                if itsOwn { changed += 1 }
+                // Shown until the bundle is fixed, whatever becomes of its worker (a crash's
+                // restart runs what it loaded, and clears `problem`).
+                existing.bundleProblem = reason
                 existing.problem = reason
-                logger.error("\(id) cannot start as its bundle is now: \(reason); its running worker goes on with what it loaded (fix the bundle, then `supervisor reload`)",
+                logger.error(itsOwn ? "\(id) changed on disk and cannot start as its bundle is now: \(reason); its running worker goes on with what it loaded (fix the bundle, then `supervisor reload`)"
+                                    : "\(id) could not start again as the plugins are now: \(reason); its running worker goes on with what it loaded",
                              metadata: ["plugin": "\(id)"])
             case .cleared:
                 guard let existing = table[id] else { continue }
                 existing.problem = nil
+                existing.bundleProblem = nil
                 logger.notice("\(id) is no longer refused (\(previous.unstartable[id] ?? "")); it runs already", metadata: ["plugin": "\(id)"])
             case .restart(let manifest, let cured):
                 guard let existing = table[id] else { continue }
                 changed += 1
+                existing.bundleProblem = nil
                 for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
                 existing.manifest = manifest
                 logger.notice(cured ? "\(id) is no longer refused (\(previous.unstartable[id] ?? "")): starting it"
@@ -118,6 +126,7 @@ extension Lifecycle {
             case .awaitNeed(let manifest, let cured):
                 guard let existing = table[id] else { continue }
                 changed += 1
+                existing.bundleProblem = nil
                 for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
                 existing.manifest = manifest
                 // Nothing of it runs: it loads the bundle as it is now when it is next needed (SPEC §16).

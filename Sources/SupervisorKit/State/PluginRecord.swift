@@ -42,6 +42,9 @@ final class PluginRecord {
     var graceTimer: Scheduled<Void>?
     /// When a call, a stream or a link's calls last passed to it (SPEC §16: `idleStopMs`).
     var lastTraffic = NIODeadline.now()
+    /// Why its bundle on disk could not start when a rescan last read it, while a worker of what it
+    /// loaded runs on (`RescanPlan.Step.keep`): `status` shows it until a rescan finds it fixed.
+    var bundleProblem: String?
     /// Its worker is being stopped for having been idle this long (ms): its end makes it `inactive`.
     var idleStopping: Int?
     /// An update (or its rollback) started it from `inactive`, only to prove the version loads.
