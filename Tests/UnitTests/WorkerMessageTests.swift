@@ -36,6 +36,8 @@ import SupervisorCore
         (#"{"type":"call","id":1,"target":"q","method":"m"}"#, false, "call before hello"),
         (#"not json"#, true, "invalid frame"),
         (#"{"type":"teleport","id":1}"#, true, "unknown message type 'teleport'"),
+        (#"{"type":1,"id":1}"#, true, #"the message's "type" is not a string"#),
+        (#"{"id":1}"#, true, #"a message needs a "type""#),
         (#"{"type":"reply","id":-1}"#, true, "reply with an id that is not an unsigned integer"),
         (#"{"type":"reply","result":1}"#, true, "reply without an id"),
         (#"{"type":"restart","id":1,"target":"q"}"#, true, "a worker may not send restart"),

@@ -31,7 +31,7 @@ package enum WorkerMessage: Equatable {
             return (.violation("invalid frame: \(error)"), nil)
         }
         guard let kind = env.kind else {
-            return (.violation("unknown message type '\(env.typeName(in: bytes) ?? "(none)")'"), env)
+            return (.violation(env.unknownType(in: bytes)), env)
         }
         if env.badID { return (.violation("\(kind.rawValue) with an id that is not an unsigned integer"), env) }
         if !saidHello, kind != .hello, kind != .exit, kind != .log {

@@ -21,7 +21,7 @@ extension Engine {
                 return control.drop(connection, ErrorBody(.protocolViolation, "invalid frame: \(error)"))
             }
             guard let kind = env.kind else {
-                return control.drop(connection, ErrorBody(.protocolViolation, "unknown message type '\(env.typeName(in: bytes) ?? "(none)")'"))
+                return control.drop(connection, ErrorBody(.protocolViolation, env.unknownType(in: bytes)))
             }
             // A client's counts of the calls it sent over its direct links: no answer, no id needed.
             if kind == .linkCalls {
@@ -111,7 +111,11 @@ extension Engine {
             guard case .client(let connection, let id) = origin else {
                 return outbox.answer(origin, error: ErrorBody(.badRequest, "an embedded host follows events with PluginHost.events()"))
             }
-            events.follow(connection, id: id, plugin: Envelope.string(bytes, env.target))
+            let plugin = Envelope.string(bytes, env.target)
+            guard env.target == nil || plugin != nil else {
+                return outbox.answer(origin, error: ErrorBody(.badRequest, "events' \"target\" is a plugin's identifier, a string (leave it out to follow every plugin)"))
+            }
+            events.follow(connection, id: id, plugin: plugin)
             outbox.respond(origin) { Array(#"{"following":true}"#.utf8) }
         case .link:
             guard case .client(let connection, _) = origin else {
@@ -274,8 +278,10 @@ extension Engine {
     }
 
     func send(_ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ origin: ReplyOrigin) {
-        let name = Envelope.string(bytes, env.name) ?? ""
         let allowed: [EventName] = [.memoryWarning, .background, .foreground]
+        guard let name = Envelope.string(bytes, env.name) else {
+            return outbox.answer(origin, error: ErrorBody(.badRequest, "send needs a \"name\" string: \(allowed.map(\.rawValue).joined(separator: ", "))"))
+        }
         guard let event = EventName(rawValue: name), allowed.contains(event) else {
             return outbox.answer(origin, error: ErrorBody(.badRequest, "cannot send '\(name)'; events that can be sent: \(allowed.map(\.rawValue).joined(separator: ", "))"))
         }

@@ -10,6 +10,14 @@ public struct Envelope: Sendable {
     public func typeName(in bytes: UnsafeRawBufferPointer) -> String? {
         kind?.rawValue ?? typeValue.flatMap { JSONScanner.decodeString(bytes, $0) }
     }
+
+    /// Why a message with no known `kind` is refused: its `type` is missing, not a string, or
+    /// names no message.
+    public func unknownType(in bytes: UnsafeRawBufferPointer) -> String {
+        guard let value = typeValue else { return "a message needs a \"type\"" }
+        guard let name = JSONScanner.decodeString(bytes, value) else { return "the message's \"type\" is not a string" }
+        return "unknown message type '\(name)'"
+    }
     public var id: UInt64?
     /// Where the last `id` member's value is (the one `id` is read from).
     public var idValue: Range<Int>?
