@@ -92,11 +92,11 @@ extension Lifecycle {
         instance.move(to: .draining, logger: logger)
         effects.post(.unlinkCallers(of: instance))
         guard instance.hasCallsInside else { return drained(instance) }
-        logger.info("\(record.identifier): waiting for \(instance.callsInside) call(s) inside the worker before stopping it",
+        logger.info("\(record.identifier): waiting for \(instance.insideDescribed) before stopping it",
                     metadata: ["plugin": "\(record.identifier)", "pid": "\(instance.pid)"])
         loop.assumeIsolated().scheduleTask(in: .milliseconds(Int64(drainMs))) { [self, weak instance] in
             guard let instance, case .draining = instance.phase else { return }
-            logger.warning("\(instance.identifier): \(instance.callsInside) call(s) still unanswered after the \(drainMs) ms drain; stopping it",
+            logger.warning("\(instance.identifier): \(instance.insideDescribed) still, after the \(drainMs) ms drain; stopping it",
                            metadata: ["plugin": "\(instance.identifier)"])
             drained(instance)
         }

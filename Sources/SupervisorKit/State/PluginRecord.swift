@@ -304,6 +304,12 @@ final class WorkerInstance {
     /// callers' links not yet given back (calls over them may still be inside).
     var callsInside: Int { pending.callCount + linksIn.count }
     var hasCallsInside: Bool { !linksIn.isEmpty || pending.hasCalls }
+    /// What a drain waits for, in words: its calls, and the links to it its callers have yet to give back.
+    var insideDescribed: String {
+        let calls = pending.callCount, links = linksIn.count
+        let parts = (calls > 0 ? ["\(calls) call(s) inside the worker"] : []) + (links > 0 ? ["\(links) link(s) to it its callers have not given back"] : [])
+        return parts.joined(separator: " and ")
+    }
 
     /// Its start (hello, then `startup`'s answer) must come by `deadline`'s firing; a start
     /// deadline set before is cancelled.
