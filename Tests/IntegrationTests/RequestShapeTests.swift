@@ -22,4 +22,20 @@ struct RequestShapeTests {
         try c.sendFrame(callFrame(id: 3, target: "s.kit", method: "ping"))
         #expect(String(decoding: try #require(try c.receiveFrame()), as: UTF8.self).contains(#""result":1"#))
     }
+
+    @Test("a client that sends part of a frame and then nothing is dropped after 10 s told what came, as a bad frame is")
+    func halfAFrameIsTold() throws {
+        let w = try TestWorld()
+        try w.bundle("s.kit")
+        let sv = try RunningSupervisor(w)
+        let half = try rawControl(sv.socket)
+        defer { half.close() }
+        let header: [UInt8] = [0, 0, 0, 100] + Array(#"{"type":"#.utf8)
+        _ = header.withUnsafeBytes { write(half.fd, $0.baseAddress, $0.count) }
+        var timeout = timeval(tv_sec: 15, tv_usec: 0)
+        setsockopt(half.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let said = String(decoding: try #require(try half.receiveFrame()), as: UTF8.self)
+        #expect(said.contains("protocolViolation") && said.contains("12 of a frame's 104 bytes came, then nothing for 10 s"), "\(said)")
+        #expect(sv.log.contains("dropping control client: 12 of a frame's 104 bytes"))
+    }
 }

@@ -164,9 +164,16 @@ final class ControlHandler: ChannelDuplexHandler {
             unwrittenAtLastCheck = unwritten
             if NIODeadline.now() - connection.lastActivity >= Self.idleTimeout, connection.outstanding == 0, unwritten == 0,
                connection.deferred.isEmpty, !connection.listens, !connection.closed {
-                engine.logger.debug("dropping an idle control client")
-                Self.refuse(connection)
-                engine.metrics.controlClientDropped(reason: "idle")
+                let partial = connection.leftovers.partial
+                if partial.came > 0 {
+                    // Stopped halfway through a frame: told what came, as a bad frame is.
+                    let came = partial.of > 0 ? "\(partial.came) of a frame's \(partial.of) bytes" : "\(partial.came) bytes of a frame's 4-byte length"
+                    engine.control.drop(connection, ErrorBody(.protocolViolation, "\(came) came, then nothing for \(Self.idleTimeout.nanoseconds / 1_000_000_000) s"))
+                } else {
+                    engine.logger.debug("dropping an idle control client")
+                    Self.refuse(connection)
+                    engine.metrics.controlClientDropped(reason: "idle")
+                }
             } else if !connection.closed {
                 scheduleIdleCheck(loop, channel)
             }

@@ -128,10 +128,24 @@ struct FrameCodec: ByteToMessageDecoder {
         /// end of a stream they are an incomplete frame, as always).
         var collecting = false
         var bytes: [UInt8] = []
+        /// Of a frame not yet whole: the bytes that came (its length prefix counted), and its
+        /// whole size once its length is known (0 when no frame is under way). For the idle
+        /// check's words to a client that stopped halfway.
+        var partial = (came: 0, of: 0)
     }
 
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
-        guard let length = try parser.nextBody(in: &buffer) else { return .needMoreData }
+        guard let length = try parser.nextBody(in: &buffer) else {
+            if let leftovers {
+                if case .waitingForFrame(let body) = parser.state {
+                    leftovers.partial = (4 + buffer.readableBytes, 4 + body)
+                } else {
+                    leftovers.partial = (buffer.readableBytes, 0)
+                }
+            }
+            return .needMoreData
+        }
+        leftovers?.partial = (0, 0)
         context.fireChannelRead(wrapInboundOut(buffer.readSlice(length: length)!))
         return .continue
     }
