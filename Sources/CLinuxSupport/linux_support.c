@@ -233,19 +233,33 @@ void cls_release_caught_signals(int extra) {
 /* Commands to the relay, through the pipe behind what the handler wrote (signal numbers are 1-64;
    0 is the release). */
 enum { RELAY_PAUSE = 0xFF, RELAY_RESUME = 0xFE };
-static pthread_cond_t relay_cond = PTHREAD_COND_INITIALIZER;
-/* Under caught_lock: a relay waits in cls_wait_caught_signal; it has paused (after the pause's byte). */
+/* Timed waits on it are on CLOCK_MONOTONIC: a step of the wall clock does not stretch them. */
+static pthread_cond_t relay_cond;
+static pthread_once_t relay_cond_once = PTHREAD_ONCE_INIT;
+static void relay_cond_init(void) {
+    pthread_condattr_t attributes;
+    pthread_condattr_init(&attributes);
+    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
+    pthread_cond_init(&relay_cond, &attributes);
+    pthread_condattr_destroy(&attributes);
+}
+/* Under caught_lock: a relay serves (from its first wait until its release; between two waits it
+   is passing a signal on, and a pause's byte waits in the pipe for it); it has paused (after the
+   pause's byte). */
 static int relay_running, relay_paused;
 
 int cls_wait_caught_signal(int extra) {
+    pthread_once(&relay_cond_once, relay_cond_init);
     sigset_t set;
     lifecycle_set(&set);
     if (extra > 0) sigaddset(&set, extra);
-    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     pthread_mutex_lock(&caught_lock);
     relay_running = 1;
     int paused = relay_paused;
     pthread_mutex_unlock(&caught_lock);
+    /* Paused, this thread blocks them too (it returns no signal while paused, so this is only a
+       guard). */
+    if (!paused) pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     /* Signals this relay took while paused and raised again (pending once; a repeat is one). */
     unsigned long long raised = 0;
     int rc;
@@ -283,13 +297,17 @@ int cls_wait_caught_signal(int extra) {
             kill(getpid(), number);
         }
     }
-    pthread_mutex_lock(&caught_lock);
-    relay_running = 0;
-    pthread_mutex_unlock(&caught_lock);
+    /* Released, or the pipe failed: no relay serves any more. A signal passed on keeps it serving. */
+    if (rc <= 0) {
+        pthread_mutex_lock(&caught_lock);
+        relay_running = 0;
+        pthread_mutex_unlock(&caught_lock);
+    }
     return rc;
 }
 
 int cls_pause_caught_relay(int timeout_ms) {
+    pthread_once(&relay_cond_once, relay_cond_init);
     pthread_mutex_lock(&caught_lock);
     if (!relay_running || caught_pipe[1] < 0) {
         pthread_mutex_unlock(&caught_lock);
@@ -297,15 +315,20 @@ int cls_pause_caught_relay(int timeout_ms) {
     }
     unsigned char pause = RELAY_PAUSE;
     ssize_t n = write(caught_pipe[1], &pause, 1);
-    int rc = n == 1 ? 0 : -EAGAIN;
+    if (n != 1) {
+        pthread_mutex_unlock(&caught_lock);
+        return -EAGAIN;
+    }
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_sec += timeout_ms / 1000;
     until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L) { until.tv_sec += 1; until.tv_nsec -= 1000000000L; }
-    while (rc == 0 && !relay_paused) {
-        int waited = pthread_cond_timedwait(&relay_cond, &caught_lock, &until);
-        if (waited == ETIMEDOUT && !relay_paused) rc = -ETIMEDOUT;
+    /* Asked: the relay pauses when it reads the byte, whether or not that is within the wait (a
+       resume then follows the pause in the pipe). */
+    int rc = 0;
+    while (!relay_paused) {
+        if (pthread_cond_timedwait(&relay_cond, &caught_lock, &until) == ETIMEDOUT && !relay_paused) { rc = 1; break; }
     }
     pthread_mutex_unlock(&caught_lock);
     return rc;

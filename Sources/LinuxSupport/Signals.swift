@@ -57,9 +57,11 @@ public enum LifecycleSignals {
     /// Has the relay `startCaughtRelay` started block them for itself too, after passing on what
     /// was caught before: from then on they stay pending for the process, across an exec as well
     /// (an upgrade's next binary takes them once its relay starts), until `resumeCaughtRelay`.
-    /// Whether it paused (false: no such relay runs, or it did not answer within `timeoutMs`).
+    /// Whether it was asked to (false: no such relay runs): then `resumeCaughtRelay` must follow,
+    /// if the process goes on. One that did not answer within `timeoutMs` pauses when it reads the
+    /// request.
     public static func pauseCaughtRelay(timeoutMs: Int32 = 200) -> Bool {
-        cls_pause_caught_relay(timeoutMs) == 0
+        cls_pause_caught_relay(timeoutMs) >= 0
     }
 
     /// The relay `pauseCaughtRelay` paused takes them again, those pending first.

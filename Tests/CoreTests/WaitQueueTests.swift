@@ -34,6 +34,19 @@ import SupervisorCore
         #expect(queue.isEmpty)
     }
 
+    /// Released, then the worker's socket took no more: the rest go back ahead of what came
+    /// meanwhile, each with its own deadline (not a new one).
+    @Test func whatCouldNotGoWaitsAheadWithItsDeadline() {
+        var queue = WaitQueue<Request>()
+        for (name, ms) in [("a", 100), ("b", 200), ("c", 300)] { _ = queue.add(Self.request(name, afterMs: Int64(ms)), limit: 10) }
+        let released = queue.release()
+        _ = queue.add(Self.request("late", afterMs: 5_000), limit: 10)
+        queue.putBack(released.dropFirst())
+        #expect(queue.requests.map(\.name) == ["b", "c", "late"])
+        #expect(queue.requests.map(\.deadline) == [Self.start + .milliseconds(200), Self.start + .milliseconds(300), Self.start + .milliseconds(5_000)])
+        #expect(queue.expire(now: Self.start + .milliseconds(250)).map(\.name) == ["b"])
+    }
+
     @Test func aFullQueueRefusesWithoutLosingWhatWaits() {
         var queue = WaitQueue<Request>()
         let added = [queue.add(Self.request("a"), limit: 2), queue.add(Self.request("b"), limit: 2), queue.add(Self.request("c"), limit: 2)]

@@ -34,6 +34,23 @@ struct DependencyRecoveryTests {
     }
 }
 
+extension DependencyRecoveryTests {
+    @Test("b eager, c onCall on b, d eager on b and c: b fails for good and takes c and d down; fixed and restarted, b runs, c becomes inactive, d starts again and its start activates c: all three run")
+    func anOnCallMiddleDependencyLetsItsDependentsBack() throws {
+        let w = try TestWorld()
+        let b = try w.bundle("m.b")
+        try "".write(toFile: b + "/fail-startup", atomically: true, encoding: .utf8)
+        try w.bundle("m.c", deps: [Dep("m.b")], extra: ["activation": "onCall"])
+        try w.bundle("m.d", deps: [Dep("m.b"), Dep("m.c")])
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"restartLimit": 1}"#)])
+        try sv.waitUntil("all three failed") { try ["m.b", "m.c", "m.d"].allSatisfy { try sv.plugin($0).state == "failed" } }
+        try FileManager.default.removeItem(atPath: b + "/fail-startup")
+        #expect(try sv.cli("restart", "m.b").code == 0)
+        try sv.waitUntil("all three running") { try ["m.b", "m.c", "m.d"].allSatisfy { try sv.plugin($0).state == "running" } }
+        #expect(sv.log.contains("activating m.c: dependent m.d"), "\(sv.log)")
+    }
+}
+
 /// A running plugin whose bundle on disk can no longer start (docs/operations.md, SIGHUP): its
 /// worker goes on, and `status` says why until a rescan finds the bundle fixed.
 @Suite(.serialized, .timeLimit(.minutes(2)))

@@ -114,7 +114,8 @@ int cls_wait_caught_signal(int extra);
 /* Has the relay waiting in cls_wait_caught_signal block the signals for itself too, after what the
    handler wrote before (each of those raised again): from then on they stay pending for the
    process, across an exec as well, until cls_resume_caught_relay. Waits up to `timeout_ms` for it.
-   0; -ESRCH when no relay waits; -ETIMEDOUT. */
+   0: paused; 1: asked, and not paused yet within the wait (it pauses when it reads the request:
+   a resume must follow all the same); -ESRCH: no relay serves; -EAGAIN: it could not be asked. */
 int cls_pause_caught_relay(int timeout_ms);
 /* The paused relay takes the signals again, those pending first. */
 void cls_resume_caught_relay(void);

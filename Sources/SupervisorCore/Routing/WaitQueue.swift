@@ -51,6 +51,13 @@ package struct WaitQueue<Request: WaitingRequest> {
         return requests.filter { !$0.callerIsGone }
     }
 
+    /// Released requests that cannot go after all (the worker's socket took no more): back at the
+    /// front, in their order, ahead of what came meanwhile, with their own deadlines.
+    package mutating func putBack(_ released: some Collection<Request>) {
+        requests.insert(contentsOf: released, at: 0)
+        bytes += released.reduce(0) { $0 + $1.size }
+    }
+
     /// The plugin will not run (it failed or stopped for good, it left, the supervisor stops):
     /// everything still wanted, to fail.
     package mutating func abandon() -> [Request] {

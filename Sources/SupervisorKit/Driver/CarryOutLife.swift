@@ -55,6 +55,9 @@ extension Engine {
                 events.activated(record, by: trigger)
             case .announceDeactivated(let idleMs):
                 events.deactivated(record, idleMs: idleMs)
+                // From failed or stopped (a reload found it fixed, its dependencies came back): not
+                // down any more, the dependents it held back get their go.
+                if idleMs == nil { lifecycle.reviveDependents(of: record) }
             case .activateIfAwaited:
                 // Named by what has waited longest, as the trigger of any activation is.
                 if let first = record.waiting.first { lifecycle.activate(record, by: first.trigger) }

@@ -105,10 +105,14 @@ final class ControlHandler: ChannelDuplexHandler {
     let engine: Engine
     let connection: ControlConnection
     static let idleTimeout = TimeAmount.seconds(10)
+    /// What of a frame must come between two idle checks for its sender not to be idle.
+    static let steadyBytes = 4096
     var idleCheck: Scheduled<Void>?
     /// The answers' bytes waiting to be written at the last idle check: fewer now means the
     /// client is reading them (slowly, perhaps), which is not idle.
     var unwrittenAtLastCheck = 0
+    /// The bytes of a frame not yet whole at the last idle check.
+    var partialAtLastCheck = 0
 
     init(engine: Engine, connection: ControlConnection) {
         self.engine = engine
@@ -162,6 +166,11 @@ final class ControlHandler: ChannelDuplexHandler {
             let unwritten = (try? channel.syncOptions?.getOption(ChannelOptions.bufferedWritableBytes)) ?? 0
             if unwritten > 0, unwritten < unwrittenAtLastCheck { connection.lastActivity = .now() }
             unwrittenAtLastCheck = unwritten
+            // A large frame coming slowly but steadily is not idle; one trickling a few bytes a
+            // check (holding what came of it, up to a frame's limit) is.
+            let came = connection.leftovers.partial.came
+            if came >= partialAtLastCheck + Self.steadyBytes { connection.lastActivity = .now() }
+            partialAtLastCheck = came
             if NIODeadline.now() - connection.lastActivity >= Self.idleTimeout, connection.outstanding == 0, unwritten == 0,
                connection.deferred.isEmpty, !connection.listens, !connection.closed {
                 let partial = connection.leftovers.partial
@@ -249,13 +258,17 @@ final class ControlHandler: ChannelDuplexHandler {
                 engine.shared.janitor.trimMemory()
                 return
             }
+            // Counted until it has gone out (or failed with the connection).
+            let counted = context.eventLoop.makePromise(of: Void.self)
+            counted.futureResult.assumeIsolated().whenComplete { [connection] _ in connection.framesUnwritable -= 1 }
+            if let promise { counted.futureResult.cascade(to: promise) }
+            return context.write(data, promise: counted)
         }
         context.write(data, promise: promise)
     }
 
     /// A client that does not read its replies is not read from either.
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable { connection.framesUnwritable = 0 }
         roomAgain(context.channel)
         // An events reader that fell behind hears what it missed as soon as there is room.
         if context.channel.isWritable { engine.events.roomAgain(for: connection) }

@@ -6,7 +6,8 @@ import LinuxSupport
 
 /// How the hand-off socket serves its clients: one thread accepts them and waits, in one `poll`,
 /// for each to send something; only a client whose request has begun to arrive takes one of the
-/// `concurrentClients` threads that read and answer it (each within `requestMilliseconds`). So
+/// `concurrentClients` threads that read and answer it (all of it within `requestMilliseconds` of
+/// its connection). So
 /// clients that connect and send nothing cost a slot in the poll, not a thread, and keep no other
 /// waiting: they are refused after `requestMilliseconds` (`no request came within ...`).
 extension LinkHandoff {
@@ -37,7 +38,7 @@ extension LinkHandoff {
             let after = ProcessControl.monotonicNanoseconds()
             for (client, p) in zip(silent, polled.dropFirst()) {
                 if p.revents != 0 {
-                    dispatch(client.fd)
+                    dispatch(client)
                 } else if client.until <= after {
                     refuse(client.fd, "no request came within \(Self.requestMilliseconds) ms")
                     close(client.fd)
@@ -70,7 +71,7 @@ extension LinkHandoff {
     /// `client`'s request has begun to arrive: a thread reads and answers it, one of the
     /// `concurrentClients`, or the next of them to be free. Where no thread can be started at all,
     /// this one serves it.
-    private func dispatch(_ client: Int32) {
+    private func dispatch(_ client: (fd: Int32, until: Int64)) {
         let startThread = ready.withLock { state -> Bool in
             state.clients.append(client)
             guard state.threads < Self.concurrentClients else { return false }
@@ -84,15 +85,16 @@ extension LinkHandoff {
 
     /// Serves clients whose request has begun to arrive until none is left.
     private func serveReady() {
-        while let client = ready.withLock({ state -> Int32? in
+        while let client = ready.withLock({ state -> (fd: Int32, until: Int64)? in
             guard !state.clients.isEmpty else {
                 state.threads -= 1
                 return nil
             }
             return state.clients.removeFirst()
         }) {
-            handOver(to: client)
-            close(client)
+            // Within the time its request had from its connection, waiting for a thread included.
+            handOver(to: client.fd, until: client.until)
+            close(client.fd)
         }
     }
 }

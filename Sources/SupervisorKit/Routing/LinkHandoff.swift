@@ -227,7 +227,7 @@ final class LinkHandoff: Sendable {
 
     /// Clients with a request under way, waiting for a thread (`LinkHandoff+Serving.swift`), and
     /// the threads serving them.
-    let ready = Guarded<(clients: [Int32], threads: Int)>(([], 0))
+    let ready = Guarded<(clients: [(fd: Int32, until: Int64)], threads: Int)>(([], 0))
 
     /// Bytes handed in (`put`) that may wait for their calls at once: a quarter of the descriptors
     /// this process may open (the supervisor raised its limit for its plugins before), 64 at
@@ -244,8 +244,9 @@ final class LinkHandoff: Sendable {
 
     /// One client: its credentials, then its request: a token, answered with the descriptor and
     /// `{"link":n}`; or bytes handed in (`put`), answered with a token. Else an error.
-    func handOver(to client: Int32) {
-        let deadline = ProcessControl.monotonicNanoseconds() + Self.requestMilliseconds * 1_000_000
+    /// `deadline`: when its whole request must have come (monotonic nanoseconds; by default, a
+    /// `requestMilliseconds` from now).
+    func handOver(to client: Int32, until deadline: Int64 = ProcessControl.monotonicNanoseconds() + LinkHandoff.requestMilliseconds * 1_000_000) {
         // A client that sends nothing is not waited for long.
         var limit = timeval(tv_sec: 1, tv_usec: 0)
         setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
@@ -258,8 +259,9 @@ final class LinkHandoff: Sendable {
         var frame = [UInt8](repeating: 0, count: 4096)
         var fds = [Int32](repeating: -1, count: Int(CLS_MAX_PASSED_FDS))
         var count: Int32 = 0
+        let firstWait = Int32(max(0, min(Self.requestMilliseconds, (deadline - ProcessControl.monotonicNanoseconds()) / 1_000_000)))
         var n = frame.withUnsafeMutableBytes { f in
-            fds.withUnsafeMutableBufferPointer { cls_receive_fds_within(client, f.baseAddress, f.count, $0.baseAddress, CLS_MAX_PASSED_FDS, &count, 1000) }
+            fds.withUnsafeMutableBufferPointer { cls_receive_fds_within(client, f.baseAddress, f.count, $0.baseAddress, CLS_MAX_PASSED_FDS, &count, firstWait) }
         }
         guard n >= 0 else {
             return refuse(client, n == -Int(EBADMSG) ? "more descriptors came than a request brings (a put brings exactly one)"

@@ -42,9 +42,10 @@ struct QueuedRequest: WaitingRequest {
 
 extension Router {
     /// Queues a request for `record`; an error instead when its queue is full.
+    /// `deadline`: a request that waited already keeps its own.
     func enqueue(_ kind: MessageKind, for record: PluginRecord, from caller: String?, env: Envelope, bytes: UnsafeRawBufferPointer,
-                 origin: ReplyOrigin, payload: Payload? = nil, attempts: Attempts = .first) -> ErrorBody? {
-        let deadline = Instant.now.adding(milliseconds: timeout(for: record, requested: env.timeoutMs))
+                 origin: ReplyOrigin, deadline: Instant? = nil, payload: Payload? = nil, attempts: Attempts = .first) -> ErrorBody? {
+        let deadline = deadline ?? Instant.now.adding(milliseconds: timeout(for: record, requested: env.timeoutMs))
         let bytesLimit = config.heldBytesLimit
         guard record.waiting.admits(size: bytes.count, bytesLimit: bytesLimit) else {
             if kind != .send { record.callMetrics?.count(.unavailable) }
@@ -78,10 +79,15 @@ extension Router {
         }
     }
 
-    /// `record` runs (again): what waited for it is forwarded, in the order it came.
+    /// `record` runs (again), or its worker's socket takes more: what waited for it is forwarded,
+    /// in the order it came, until the socket takes no more; the rest waits on as it was.
     func forwardWaiting(_ record: PluginRecord) {
         guard !record.waiting.isEmpty else { return }
-        for request in record.waiting.release() {
+        let released = record.waiting.release()
+        for (index, request) in released.enumerated() {
+            if case .wait = Route.decide(record.routeTarget, named: record.identifier, shuttingDown: isShuttingDown) {
+                return record.waiting.putBack(released[index...])
+            }
             request.bytes.withUnsafeBytes { raw in
                 guard let env = try? Envelope.parse(raw, maxDepth: config.maxJSONDepth) else {
                     return outbox.answer(request.origin, error: ErrorBody(.badRequest, "the request could not be replayed"))

@@ -54,11 +54,12 @@ final class Router: SupervisorComponent {
                 effects.post(.replay(kind, target: target, frame: Array(bytes), origin: origin))
                 return nil
             }
-        case .wait: return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload, attempts: attempts)
+        case .wait: return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, deadline: deadline, payload: payload,
+                                   attempts: attempts)
         case .activate:
             // It waits, as for a starting plugin, and the plugin comes up for it (SPEC §16).
-            if let refused = enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, payload: payload,
-                                     attempts: attempts) { return refused }
+            if let refused = enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, deadline: deadline,
+                                     payload: payload, attempts: attempts) { return refused }
             effects.post(.activate(record, by: QueuedRequest.trigger(kind, event: Envelope.string(bytes, env.name))))
             return nil
         case .refuse(let error):

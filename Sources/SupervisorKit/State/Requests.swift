@@ -239,7 +239,7 @@ final class ControlConnection {
     }
     /// Requests of this client still waiting for an answer.
     var outstanding = 0
-    /// Frames written to it while it was not writable, since it last was: each costs the
+    /// Frames written to it while it was not writable and not gone out yet: each costs the
     /// supervisor its bookkeeping besides its bytes (a stream of 60-byte chunks held ~4 times its
     /// bytes), which its unread bound counts (`unreadFrameCost` a frame).
     var framesUnwritable = 0
