@@ -28,6 +28,43 @@ struct HandoffTests {
         #expect(said.contains("no request came within 1000 ms"), "\(said)")
     }
 
+    @Test("40 clients trickling a request to the hand-off socket (its length, then a byte every 100 ms): an honest call with 200 KB of input (handed in there) is answered at once")
+    func tricklersKeepNoOneWaiting() throws {
+        let w = try TestWorld()
+        try w.bundle("h.kit")
+        let sv = try RunningSupervisor(w)
+        let stop = Guarded(false)
+        let path = sv.socket + ".links"
+        var threads: [Thread] = []
+        for _ in 0..<40 {
+            let t = Thread {
+                while !stop.withLock({ $0 }) {
+                    guard let c = try? BlockingConnection.connect(path: path) else { continue }
+                    // A length, then its body a byte at a time: it never comes whole in time.
+                    var header: [UInt8] = [0, 0, 0, 100]
+                    var byte = UInt8(ascii: " ")
+                    if send(c.fd, &header, 4, Int32(MSG_NOSIGNAL)) == 4 {
+                        while !stop.withLock({ $0 }), send(c.fd, &byte, 1, Int32(MSG_NOSIGNAL)) == 1 { usleep(100_000) }
+                    }
+                    c.close()
+                }
+            }
+            t.start()
+            threads.append(t)
+        }
+        defer { stop.withLock { $0 = true } }
+        usleep(300_000)
+        let file = w.root + "/in.bin"
+        try Data(repeating: 7, count: 200_000).write(to: URL(fileURLWithPath: file))
+        for _ in 0..<3 {
+            let began = Date()
+            let r = try sv.cli("call", "--input", file, "h.kit", "digest")
+            let took = Date().timeIntervalSince(began)
+            #expect(r.code == 0, "\(r.out)\(r.err)")
+            #expect(took < 0.9, "the call took \(took) s")
+        }
+    }
+
     @Test("a request whose length does not come whole, or whose bytes do not, is refused saying which")
     func partialRequestsAreNamed() throws {
         let w = try TestWorld()

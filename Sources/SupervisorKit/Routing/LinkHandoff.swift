@@ -225,10 +225,6 @@ final class LinkHandoff: Sendable {
         unlink(path)
     }
 
-    /// Clients with a request under way, waiting for a thread (`LinkHandoff+Serving.swift`), and
-    /// the threads serving them.
-    let ready = Guarded<(clients: [(fd: Int32, until: Int64)], threads: Int)>(([], 0))
-
     /// Bytes handed in (`put`) that may wait for their calls at once: a quarter of the descriptors
     /// this process may open (the supervisor raised its limit for its plugins before), 64 at
     /// least, 65,536 at most. A client's calls beyond the 256 it has served at once wait unread
@@ -244,53 +240,11 @@ final class LinkHandoff: Sendable {
 
     /// One client: its credentials, then its request: a token, answered with the descriptor and
     /// `{"link":n}`; or bytes handed in (`put`), answered with a token. Else an error.
-    /// `deadline`: when its whole request must have come (monotonic nanoseconds; by default, a
-    /// `requestMilliseconds` from now).
-    func handOver(to client: Int32, until deadline: Int64 = ProcessControl.monotonicNanoseconds() + LinkHandoff.requestMilliseconds * 1_000_000) {
-        // A client that sends nothing is not waited for long.
-        var limit = timeval(tv_sec: 1, tv_usec: 0)
-        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-        var uid: UInt32 = 0
-        guard cls_peer_uid(client, &uid) == 0, uid == geteuid() || uid == 0 else {
-            return refuse(client, "only the supervisor's own user may take a link")
-        }
-        // One request, read with recvmsg: a `put` brings its descriptor on the frame's first bytes.
-        var frame = [UInt8](repeating: 0, count: 4096)
-        var fds = [Int32](repeating: -1, count: Int(CLS_MAX_PASSED_FDS))
-        var count: Int32 = 0
-        let firstWait = Int32(max(0, min(Self.requestMilliseconds, (deadline - ProcessControl.monotonicNanoseconds()) / 1_000_000)))
-        var n = frame.withUnsafeMutableBytes { f in
-            fds.withUnsafeMutableBufferPointer { cls_receive_fds_within(client, f.baseAddress, f.count, $0.baseAddress, CLS_MAX_PASSED_FDS, &count, firstWait) }
-        }
-        guard n >= 0 else {
-            return refuse(client, n == -Int(EBADMSG) ? "more descriptors came than a request brings (a put brings exactly one)"
-                : n == -Int(ETIMEDOUT) ? "no request came within \(Self.requestMilliseconds) ms"
-                : "the request could not be read: \(String(cString: strerror(Int32(-n))))")
-        }
-        var received = Array(fds.prefix(Int(count)))
-        defer { for fd in received { close(fd) } }
-        // The rest of a request split across reads (no more descriptors come with it), within
-        // the request's one deadline: a byte at a time does not earn a second each.
-        func more(upTo wanted: Int) -> Bool {
-            let left = (deadline - ProcessControl.monotonicNanoseconds()) / 1_000_000
-            var p = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
-            guard left > 0, poll(&p, 1, Int32(left)) > 0 else { return false }
-            let got = frame.withUnsafeMutableBytes { recv(client, $0.baseAddress! + n, wanted - n, Int32(MSG_DONTWAIT)) }
-            guard got > 0 else { return false }
-            n += got
-            return true
-        }
-        while n < 4, more(upTo: 4) {}
-        guard n >= 4 else { return refuse(client, "the request's 4-byte length did not come within \(Self.requestMilliseconds) ms (\(n) came)") }
-        guard let length = try? Frame.bodyLength(b0: frame[0], b1: frame[1], b2: frame[2], b3: frame[3], limit: 4092) else {
-            return refuse(client, "a request is 4,092 bytes at most, and this one's length says more")
-        }
-        while n < 4 + length, more(upTo: 4 + length) {}
-        guard n == 4 + length else {
-            return refuse(client, "the request's \(length) bytes did not come within \(Self.requestMilliseconds) ms (\(max(0, n - 4)) came)")
-        }
-        guard let request = try? ProtocolJSON.decode(Request.self, from: Array(frame[4..<n])) else {
+    /// Answers `client`'s whole request, `body` (its frame without the length): a token, answered
+    /// with the descriptor and `{"link":n}`; or bytes handed in (`put`, `received` its descriptors),
+    /// answered with a token. Else an error. What is left of `received` is the caller's to close.
+    func answer(_ client: Int32, body: ArraySlice<UInt8>, received: inout [Int32]) {
+        guard let request = try? ProtocolJSON.decode(Request.self, from: Array(body)) else {
             return refuse(client, "expected {\"token\": \"...\"} or {\"put\": <length>} with a sealed memfd")
         }
         if let size = request.put {
@@ -313,7 +267,7 @@ final class LinkHandoff: Sendable {
             deposits.withLock { $0[token] = Offer(fd: received.removeFirst(), tag: size, until: until) }
             expiring(until)
             let answer = [UInt8].frame(body: Array(#"{"token":"\#(token)"}"#.utf8))
-            _ = answer.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            _ = answer.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
             return
         }
         guard received.isEmpty, let wanted = request.token else { return refuse(client, "a token request brings no descriptor") }
@@ -332,7 +286,7 @@ final class LinkHandoff: Sendable {
     func refuse(_ client: Int32, _ why: String, code: ErrorCode = .badRequest) {
         guard let body = try? ProtocolJSON.encode(code == .badRequest ? ["error": why] : ["error": why, "code": code.rawValue]) else { return }
         let frame = [UInt8].frame(body: body)
-        _ = frame.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        _ = frame.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
     }
 
     private struct Request: Decodable {
