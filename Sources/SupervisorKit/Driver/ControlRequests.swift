@@ -329,7 +329,7 @@ extension Engine {
             pid: r.instance?.pid, restarts: r.restarts, lastExit: r.lastExit, dependencies: r.dependencyIDs,
             variant: r.variant ?? r.library, sandbox: r.instance?.hello?.sandbox ?? [],
             sandboxMissing: r.instance.map { $0.hello?.sandboxMissing ?? [] }, error: r.problem ?? r.bundleProblem,
-            timings: r.instance.map(\.timings), sandboxDenials: r.sandboxDenials, lastError: r.problem ?? r.lastError,
+            timings: r.instance.map(\.timings), sandboxDenials: r.sandboxDenials, lastError: r.problem ?? r.bundleProblem ?? r.lastError,
             updating: r.successor.map { .init(version: $0.instance.manifest.version.description, pid: $0.instance.pid) },
             debug: config.isDebugged(r.identifier) ? true : nil,
             workerStart: r.instance.map { $0.forked ? "fork-server" : "exec" },

@@ -168,16 +168,19 @@ final class ControlHandler: ChannelDuplexHandler {
             unwrittenAtLastCheck = unwritten
             // A large frame coming slowly but steadily is not idle; one trickling a few bytes a
             // check (holding what came of it, up to a frame's limit) is.
-            let came = connection.leftovers.partial.came
-            if came >= partialAtLastCheck + Self.steadyBytes { connection.lastActivity = .now() }
-            partialAtLastCheck = came
-            if NIODeadline.now() - connection.lastActivity >= Self.idleTimeout, connection.outstanding == 0, unwritten == 0,
-               connection.deferred.isEmpty, !connection.listens, !connection.closed {
-                let partial = connection.leftovers.partial
+            let partial = connection.leftovers.partial
+            // Part of a frame at the last check too, and hardly more now: whatever else it does
+            // (follows events, waits for answers), it stopped halfway.
+            let stalled = partial.came > 0 && partialAtLastCheck > 0 && partial.came < partialAtLastCheck + Self.steadyBytes
+            if partial.came >= partialAtLastCheck + Self.steadyBytes { connection.lastActivity = .now() }
+            partialAtLastCheck = partial.came
+            let idle = NIODeadline.now() - connection.lastActivity >= Self.idleTimeout && connection.outstanding == 0 && unwritten == 0
+                && connection.deferred.isEmpty && !connection.listens
+            if !connection.closed, stalled || idle {
                 if partial.came > 0 {
                     // Stopped halfway through a frame: told what came, as a bad frame is.
                     let came = partial.of > 0 ? "\(partial.came) of a frame's \(partial.of) bytes" : "\(partial.came) bytes of a frame's 4-byte length"
-                    engine.control.drop(connection, ErrorBody(.protocolViolation, "\(came) came, then nothing for \(Self.idleTimeout.nanoseconds / 1_000_000_000) s"))
+                    engine.control.drop(connection, ErrorBody(.protocolViolation, "\(came) came, then no more for \(Self.idleTimeout.nanoseconds / 1_000_000_000) s"))
                 } else {
                     engine.logger.debug("dropping an idle control client")
                     Self.refuse(connection)

@@ -101,7 +101,7 @@ extension Lifecycle {
                 // restart runs what it loaded, and clears `problem`).
                 existing.bundleProblem = reason
                 existing.problem = reason
-                logger.error(itsOwn ? "\(id) changed on disk and cannot start as its bundle is now: \(reason); its running worker goes on with what it loaded (fix the bundle, then `supervisor reload`)"
+                logger.error(itsOwn ? "\(id) changed on disk and cannot start as its bundle is now: \(reason); its running worker goes on with what it loaded"
                                     : "\(id) could not start again as the plugins are now: \(reason); its running worker goes on with what it loaded",
                              metadata: ["plugin": "\(id)"])
             case .cleared:
