@@ -48,6 +48,14 @@ extension Lifecycle {
         return record.move(to: next, logger: logger)
     }
 
+    /// `existing` has `manifest` from now on (its bundle as a rescan read it, startable): what the
+    /// manifest notes is warned of, and no reason of an earlier rescan's is shown any more.
+    private func takeUp(_ manifest: Manifest, for existing: PluginRecord) {
+        for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(existing.identifier)"]) }
+        existing.manifest = manifest
+        existing.bundleProblem = nil
+    }
+
     /// Reads the plugin folders again. New plugins start; removed ones stop (dependents
     /// first); a plugin whose manifest or library changed on disk (an offline install, a rebuilt
     /// library) is restarted on its new bundle. Unrelated plugins are not touched.
@@ -112,9 +120,7 @@ extension Lifecycle {
             case .restart(let manifest, let cured):
                 guard let existing = table[id] else { continue }
                 changed += 1
-                existing.bundleProblem = nil
-                for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
-                existing.manifest = manifest
+                takeUp(manifest, for: existing)
                 logger.notice(cured ? "\(id) is no longer refused (\(previous.unstartable[id] ?? "")): starting it"
                                     : "\(id) changed on disk (now \(manifest.version)): restarting it")
                 // The reload is answered once it runs again (or failed).
@@ -126,9 +132,7 @@ extension Lifecycle {
             case .awaitNeed(let manifest, let cured):
                 guard let existing = table[id] else { continue }
                 changed += 1
-                existing.bundleProblem = nil
-                for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
-                existing.manifest = manifest
+                takeUp(manifest, for: existing)
                 // Nothing of it runs: it loads the bundle as it is now when it is next needed (SPEC §16).
                 effects.now(.life(existing, existing.life.awaitNeed()))
                 logger.notice(cured ? "\(id) is no longer refused (\(previous.unstartable[id] ?? "")); inactive, it starts when it is needed"
