@@ -48,7 +48,7 @@ static int rescue_fd = -1;
 static char **rescue_argv;
 static char **rescue_envp;
 /* The environment slot the reason goes in: "SP_UPGRADE_FAILED=<reason>". */
-static char rescue_reason[256];
+static char rescue_reason[1024];
 static const char reason_prefix[] = "SP_UPGRADE_FAILED=";
 static const int fatal_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE, SIGSYS };
 #define RESCUE_TRAMPOLINE (SIGRTMIN + 5)

@@ -171,7 +171,7 @@ public enum InPlaceExec {
 
     /// The rescue, now, saying `why`. Returns only if it is not armed or its exec failed.
     public static func fireRescue(_ why: String) {
-        _ = cls_rescue_fire(String(why.prefix(200)))
+        _ = cls_rescue_fire(String(why.utf8.prefix(960)) ?? String(why.prefix(200)))
     }
 
     public static func disarmRescue() { cls_rescue_disarm() }

@@ -206,6 +206,12 @@ struct BytesTests {
         #expect(refused.code != 0 && refused.err.contains("maxPayloadMB"), "\(refused.err)")
         let missing = try sup.cli("call", "--input", w.root + "/nothing.bin", "b.kit", "digest")
         #expect(missing.code == 64 && missing.err.contains("nothing.bin"), "\(missing.err)")
+        // The C example takes only the one attachment its params name: another index is refused.
+        let direct = try rawControl(sup.socket)
+        try direct.sendFrame([UInt8].frame(body: Array(#"{"type":"call","id":1,"target":"b.c","method":"digest","params":{"data":{"$bytes":5}},"attachments":[{"length":3}]}"#.utf8) + [0] + Array("abc".utf8)))
+        let wrongIndex = String(decoding: try #require(try direct.receiveFrame()), as: UTF8.self)
+        #expect(wrongIndex.contains("badRequest") && wrongIndex.contains("the one attachment"), "\(wrongIndex)")
+        direct.close()
 
         let client = try await SupervisorClient.connect(socket: sup.socket)
         let big = try AttachedBytes.from(Self.pattern(2_000_000))

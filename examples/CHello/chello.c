@@ -170,6 +170,13 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
             }
             const unsigned char *data;
             int has_fd = find_uint(list, (size_t)((nul ? nul : json + len) - list), "fd", &fd);
+            /* The bytes it takes are the message's one attachment: {"$bytes": 0}, nothing else. */
+            unsigned long long index = 0;
+            if (!find_uint(json, (size_t)(list - json), "$bytes", &index) || index != 0) {
+                if (has_fd) close((int)fd);
+                reply_error(id, "badRequest", "digest takes {\"data\": {\"$bytes\": 0}}, the one attachment; these params name another");
+                return;
+            }
             if (has_fd) {
                 if (sp_bytes_check((int)fd, n) != 0) { close((int)fd); reply_error(id, "badRequest", "the attached descriptor is not a sealed memfd of its length"); return; }
                 data = sp_bytes_map((int)fd, n);

@@ -33,7 +33,7 @@ enum UpgradeProbe {
         let first = ask(binary, ["upgrade-probe"] + arguments, what: "`upgrade-probe`", timeoutSeconds: timeoutSeconds)
         guard case .success(let answer) = first, answer.startProbe == true, !arguments.isEmpty else { return first }
         let asStarted = ask(binary, arguments, environment: ["\(UpgradeHandover.startProbeVariable)=1"],
-                            what: "`\(arguments.joined(separator: " ").prefix(80))` as the exec will run it", timeoutSeconds: timeoutSeconds)
+                            what: "`\(arguments.joined(separator: " ").prefix(400))` as the exec will run it", timeoutSeconds: timeoutSeconds)
         guard case .success(let second) = asStarted else { return asStarted }
         guard second.version == answer.version else {
             return .failure(Refusal(m: "\(binary.path) runs \(second.version) for the supervisor's arguments but said \(answer.version) to `upgrade-probe`"))
