@@ -60,7 +60,7 @@ struct Start: ParsableCommand {
             // The config file it would read must be usable too: one broken on disk refuses the
             // upgrade here, rather than end this binary (and every plugin) after the exec.
             if let config {
-                var settings = SupervisorConfig(home: location.home, pluginDirectories: pluginDirectories, socketPath: location.socket)
+                var settings = commandLineSettings
                 do { try settings.apply(configFile: config) } catch {
                     StandardError.write("supervisor: \(error)\n")
                     throw ExitCode(2)
@@ -98,14 +98,14 @@ struct Start: ParsableCommand {
             fatal(error)
             throw ExitCode(1)
         }
-        var settings = SupervisorConfig(home: location.home, pluginDirectories: pluginDirectories, socketPath: location.socket)
+        var settings = commandLineSettings
         var unusedConfig: SupervisorError?
         if let config {
             do { try settings.apply(configFile: config) } catch {
                 if handover?.failure != nil, let text = handover?.configText {
                     // The previous binary, brought back by a rescue: it carries on with the settings
                     // it had, whatever became of the file meanwhile (said once the log is up).
-                    settings = SupervisorConfig(home: location.home, pluginDirectories: pluginDirectories, socketPath: location.socket)
+                    settings = commandLineSettings
                     try? settings.apply(configText: Array(text.utf8), file: config)
                     unusedConfig = error
                 } else {
@@ -142,6 +142,11 @@ struct Start: ParsableCommand {
             fatal(error)
             throw ExitCode(1)
         }
+    }
+
+    /// The settings the command line gives before any config file is applied.
+    private var commandLineSettings: SupervisorConfig {
+        SupervisorConfig(home: location.home, pluginDirectories: pluginDirectories, socketPath: location.socket)
     }
 
     /// Why the supervisor cannot start (or go on), last: a line of the log in its format (one JSON

@@ -169,10 +169,11 @@ final class ControlHandler: ChannelDuplexHandler {
             // A large frame coming slowly but steadily is not idle; one trickling a few bytes a
             // check (holding what came of it, up to a frame's limit) is.
             let partial = connection.leftovers.partial
+            let steady = partial.came >= partialAtLastCheck + Self.steadyBytes
+            if steady { connection.lastActivity = .now() }
             // Part of a frame at the last check too, and hardly more now: whatever else it does
             // (follows events, waits for answers), it stopped halfway.
-            let stalled = partial.came > 0 && partialAtLastCheck > 0 && partial.came < partialAtLastCheck + Self.steadyBytes
-            if partial.came >= partialAtLastCheck + Self.steadyBytes { connection.lastActivity = .now() }
+            let stalled = partial.came > 0 && partialAtLastCheck > 0 && !steady
             partialAtLastCheck = partial.came
             let idle = NIODeadline.now() - connection.lastActivity >= Self.idleTimeout && connection.outstanding == 0 && unwritten == 0
                 && connection.deferred.isEmpty && !connection.listens

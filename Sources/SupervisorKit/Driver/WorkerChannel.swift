@@ -85,7 +85,7 @@ final class WorkerHandler: ChannelInboundHandler {
     // full wait in its plugin's wait queue (`Route.mustWait`), bounded as any wait is, and go once
     // its socket has taken what was queued.
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable, let record = engine.table.record(servedBy: instance), record.instance === instance {
+        if context.channel.isWritable, let record = engine.table.record(servedBy: instance) {
             engine.router.forwardWaiting(record)
         }
         context.fireChannelWritabilityChanged()

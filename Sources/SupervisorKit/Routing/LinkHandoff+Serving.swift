@@ -58,12 +58,9 @@ extension LinkHandoff {
             let after = ProcessControl.monotonicNanoseconds()
             var still: [Incoming] = []
             for (var client, p) in zip(incoming, polled.dropFirst()) {
-                let progress: Progress = p.revents != 0 ? read(&client)
-                    : client.until <= after ? .refused(Self.late(client.bytes)) : .partial
+                var progress: Progress = p.revents != 0 ? read(&client) : .partial
+                if case .partial = progress, client.until <= after { progress = .refused(Self.late(client.bytes)) }
                 switch progress {
-                case .partial where client.until <= after:
-                    refuse(client.fd, Self.late(client.bytes))
-                    client.close()
                 case .partial:
                     still.append(client)
                 case .whole(let body):
