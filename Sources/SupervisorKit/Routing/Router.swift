@@ -49,9 +49,10 @@ final class Router: SupervisorComponent {
         let metrics = callMetrics(of: record)
         switch Route.decide(record.routeTarget, named: target, shuttingDown: isShuttingDown) {
         case .forward:
-            // An event for one plugin (`send`) that waited for it: sent as `send` sends it.
+            // An event for one plugin (`send`) that waited for it: sent as `send` sends it, now, so
+            // that the requests released after it (`forwardWaiting`) reach the plugin after it.
             if kind == .send {
-                effects.post(.replay(kind, target: target, frame: Array(bytes), origin: origin))
+                effects.now(.replay(kind, target: target, frame: Array(bytes), origin: origin))
                 return nil
             }
         case .wait: return enqueue(kind, for: record, from: caller, env: env, bytes: bytes, origin: origin, deadline: deadline, payload: payload,

@@ -42,6 +42,16 @@ static char ctor_result[128] = "null";
 /* ctor-action `declareMany`: sp_plugin_create declares 1,024 methods idempotent, then one more;
  * `ctorResult` answers both return codes. */
 static int declare_many;
+/* What it was handed, in order ("event:<name>" or "call:<method>"), for the `heard` method: a test
+   of the order in which requests that waited for it are delivered. Only `receive` touches it. */
+static char heard[4096] = "[";
+static size_t heard_len = 1;
+
+static void hear(const char *kind, const char *name) {
+    char item[96];
+    int n = snprintf(item, sizeof item, "%s\"%s:%s\"", heard_len > 1 ? "," : "", kind, name);
+    if (n > 0 && heard_len + (size_t)n + 2 < sizeof heard) { memcpy(heard + heard_len, item, (size_t)n); heard_len += (size_t)n; }
+}
 
 static long find_number(const char *json, size_t len, const char *key, long fallback) {
     char pattern[64];
@@ -517,6 +527,8 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
         return;
     }
     if (strcmp(type, "call") != 0) {
+        char name[64];
+        if (!strcmp(type, "event") && find_string(json, len, "name", name, sizeof name)) hear("event", name);
         /* After `blockWillTerminate`, its `willTerminate` never returns (a plugin slow to finish). */
         if (block_will_terminate && memmem(json, len, "willTerminate", 13)) for (;;) pause();
         /* After `crashWillTerminate`, its `willTerminate` crashes (a plugin's bug on its way out). */
@@ -525,6 +537,13 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
         return;
     }
     find_string(json, len, "method", method, sizeof method);
+    hear("call", method);
+    if (!strcmp(method, "heard")) {
+        char list[sizeof heard + 1];
+        snprintf(list, sizeof list, "%.*s]", (int)heard_len, heard);
+        reply(id, list);
+        return;
+    }
     if (!strcmp(method, "ctorResult")) { reply(id, ctor_result); return; }
     /* Never answered (a plugin that is slow, or lost the call); its `cancel` is answered like any
        other message above: a late reply (PeerLinkTests). */
