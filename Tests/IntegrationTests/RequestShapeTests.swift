@@ -23,6 +23,25 @@ struct RequestShapeTests {
         #expect(String(decoding: try #require(try c.receiveFrame()), as: UTF8.self).contains(#""result":1"#))
     }
 
+    @Test("attachments on a request that is not a call or an open, inline or by token: badRequest saying so, not ignored; the connection serves on")
+    func bytesOnARequestThatTakesNone() throws {
+        let w = try TestWorld()
+        try w.bundle("s.kit")
+        let sv = try RunningSupervisor(w)
+        let c = try rawControl(sv.socket)
+        defer { c.close() }
+        let statusWithBytes = Array(#"{"type":"status","id":1,"attachments":[{"length":3}]}"#.utf8) + [0, 1, 2, 3]
+        let sendWithToken = Array(#"{"type":"send","id":2,"name":"memoryWarning","attachments":[{"length":9,"token":"00"}]}"#.utf8)
+        for (body, said) in [(statusWithBytes, #"status carries no bytes, and this one has \"attachments\""#),
+                             (sendWithToken, #"send carries no bytes, and this one has \"attachments\""#)] {
+            try c.sendFrame([UInt8].frame(body: body))
+            let answer = String(decoding: try #require(try c.receiveFrame()), as: UTF8.self)
+            #expect(answer.contains("badRequest") && answer.contains(said), "\(answer)")
+        }
+        try c.sendFrame(callFrame(id: 3, target: "s.kit", method: "ping"))
+        #expect(String(decoding: try #require(try c.receiveFrame()), as: UTF8.self).contains(#""result":1"#))
+    }
+
     @Test("a client that sends part of a frame and then nothing is dropped after 10 s told what came, as a bad frame is")
     func halfAFrameIsTold() throws {
         let w = try TestWorld()

@@ -65,6 +65,11 @@ extension Engine {
     /// Does one request, from a client of the socket or from the program the supervisor is
     /// embedded in (`ReplyOrigin.host`): both take the same requests, checked the same way.
     func handle(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, origin: ReplyOrigin) {
+        // Only a call or an `open` carries bytes (bytes after the JSON without `attachments` end the
+        // frame's reading already): on any other request they are a client's mistake, said so.
+        if kind != .call && kind != .open, env.attachments != nil {
+            return outbox.answer(origin, error: ErrorBody(.badRequest, "\(kind.rawValue) carries no bytes, and this one has \"attachments\": only a call or an open does"))
+        }
         switch kind {
         case .call, .open: callOrOpen(kind, env, bytes, origin)
         case .status: outbox.respond(origin) { self.statusAnswers.json(self.statusList()) }
