@@ -76,7 +76,9 @@ struct Install: ParsableCommand {
         let display = ProgressDisplay()
         do {
             let store = BundleStore(home: settings.home)
-            store.cleanLeftovers()
+            // An update a supervisor left unfinished is put back as it was before it: the next start
+            // tries it again.
+            _ = store.cleanLeftovers()
             var request = InstallRequest(operation: .stage, home: settings.home, lowSpeedSeconds: settings.downloadLowSpeedSeconds,
                                          maxBytes: settings.downloadMaxBytes)
             request.source = source

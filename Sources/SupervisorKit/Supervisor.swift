@@ -179,8 +179,9 @@ public final class Supervisor: Sendable {
         if let why = lock.unwritten { logger.warning("cannot write this supervisor's pid into \(config.home)/supervisor.lock (\(why)): it holds the home all the same, but another one turned away cannot say whose it is") }
         let lockFD = lock.descriptor
         onLoop { $0.shared.homeLockFD = lockFD }
-        // An install interrupted by a crash left its staging folder; the bundles are complete.
-        onLoop { $0.installs.store.cleanLeftovers() }
+        // An install interrupted by a crash left its staging folder; the bundles are complete. An
+        // update that had not ended is put back as it was before it (and tried again once started).
+        onLoop { $0.installs.interrupted = $0.installs.store.cleanLeftovers() }
         janitor.sweepLeftovers()
         var cgroups: CgroupTree?
         var notifier: SeccompNotifier?

@@ -116,13 +116,14 @@ final class Shop: @unchecked Sendable {
         try (lines.joined(separator: "\n") + "\n").write(toFile: dir + "/catalog.json.sig", atomically: true, encoding: .utf8)
     }
 
+    /// `extra`: more settings, or these with other values.
     func config(updates: Bool = true, lowSpeed: Int = 15, maxBytes: Int = 64 << 20, catalog: String? = nil,
                 extra: [String: Any] = [:]) throws -> String {
         let path = world.root + "/install-config.json"
         let json: [String: Any] = extra.merging(["catalog": catalog ?? server.base + "/catalog.json", "trustedKeys": [publisher.publicKeyBase64],
                                    "updates": updates, "downloadLowSpeedSeconds": lowSpeed, "downloadMaxBytes": maxBytes,
                                    // The previous version of an update is kept this long to roll back to (30 s by default).
-                                   "updateGraceSeconds": 1]) { _, ours in ours }
+                                   "updateGraceSeconds": 1]) { theirs, _ in theirs }
         try JSONSerialization.data(withJSONObject: json).write(to: URL(fileURLWithPath: path))
         return path
     }

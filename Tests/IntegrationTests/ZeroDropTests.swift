@@ -209,6 +209,54 @@ struct ZeroDropTests {
         try callers.stopExpectingNoFailure(sv)
     }
 
+    @Test("a supervisor killed while an update's new version starts: the next start puts the previous version back, runs it, and tries the update again beside it")
+    func killedWhileTheNewVersionStarts() throws {
+        let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-gate": ""]])
+        let install = Background { try sv.cli("install", archives["2.0.0"]!) }
+        _ = try startingBeside(sv, install: install)
+        #expect(w.installed()["z.app"] == "2.0.0", "the new version is in place while it starts")
+        kill(sv.pid, SIGKILL)
+        _ = try sv.waitForExit()
+        _ = try install.wait()
+        let again = try RunningSupervisor(w, args: Array(sv.process.arguments!.dropFirst(5)))
+        let back = try again.plugin("z.app")
+        #expect(back.version == "1.0.0" && back.state == "running", "\(back)")
+        #expect(again.log.contains("z.app: its update to 2.0.0 had not ended when the supervisor stopped; 1.0.0 was put back and runs, and 2.0.0 is tried again"),
+                "\(again.log)")
+        // The update is under way again, the previous version serving meanwhile.
+        let next = try again.waitFor("2.0.0 starting beside 1.0.0 again") { try again.plugin("z.app").updating }
+        let answered = try again.call("z.app", "echo", "[1]", as: [Int].self)
+        #expect(next.version == "2.0.0" && answered == [1])
+        try openGate(w)
+        try again.waitUntil("the update done") { again.log.contains("z.app: the interrupted update is done: z.app 2.0.0 (was 1.0.0)") }
+        let after = try again.plugin("z.app")
+        #expect(after.version == "2.0.0" && after.state == "running" && after.updating == nil, "\(after)")
+        #expect(w.installed()["z.app"] == "2.0.0")
+    }
+
+    @Test("a supervisor killed within an update's grace period: the new version is tried again, and a crash within the new grace still rolls back to the previous one")
+    func killedWithinTheGracePeriod() throws {
+        // A grace period longer than the test takes (the shop's is 1 s).
+        let (w, sv, archives) = try appUpdates(["2.0.0": [:]], config: ["updateGraceSeconds": 30])
+        let r = try sv.cli("install", archives["2.0.0"]!)
+        #expect(r.code == 0, "\(r.err)")
+        #expect(try sv.plugin("z.app").version == "2.0.0")
+        kill(sv.pid, SIGKILL)
+        _ = try sv.waitForExit()
+        let again = try RunningSupervisor(w, args: Array(sv.process.arguments!.dropFirst(5)))
+        try again.waitUntil("the update done again") { again.log.contains("z.app: the interrupted update is done") }
+        #expect(try again.plugin("z.app").version == "2.0.0")
+        // Within the new grace period, the new version crashes: 1.0.0 is what runs after it.
+        _ = try again.cli("call", "z.app", "crash", #"{"how":"segv"}"#)
+        try again.waitUntil("rolled back to 1.0.0") {
+            let p = try again.plugin("z.app")
+            return p.version == "1.0.0" && p.state == "running"
+        }
+        #expect(w.installed()["z.app"] == "1.0.0")
+        #expect(again.log.contains("z.app 2.0.0 crashed within 30 s of its update"), "\(again.log)")
+        try again.waitUntil("staging empty") { (try FileManager.default.contentsOfDirectory(atPath: w.home + "/staging")).isEmpty }
+    }
+
     @Test("a shutdown while an update's new version starts: the update fails and is rolled back, both workers end, exit 0")
     func shutdownDuringUpdate() throws {
         let (w, sv, archives) = try appUpdates(["2.0.0": ["startup-gate": ""]])

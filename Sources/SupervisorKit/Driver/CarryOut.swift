@@ -39,6 +39,7 @@ extension Engine {
         // Installs'.
         case .refreshResources(let record, let force): installs.refreshResources(record, force: force)
         case .warmCatalog: installs.warmCatalog()
+        case .resumeUpdates: installs.resumeInterruptedUpdates()
         case .rollBack(let record, let crash, let then): then(installs.rollBackWithinGrace(record, crash: crash))
 
         // The host's methods'.

@@ -68,6 +68,8 @@ enum Effect {
     case refreshResources(PluginRecord, force: Bool = false)
     /// The catalog is fetched in the background, for on-demand installs.
     case warmCatalog
+    /// Every plugin has started: updates a stop interrupted are applied again.
+    case resumeUpdates
     /// A plugin crashed within its update's grace: the previous version is put back, if it can be;
     /// `then` hears whether it was.
     case rollBack(PluginRecord, crash: String, then: (Bool) -> Void)

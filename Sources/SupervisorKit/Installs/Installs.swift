@@ -30,6 +30,9 @@ final class Installs: SupervisorComponent {
     /// stands (OnDemand.swift): calls to a name nobody offers cost one catalog fetch (an installer
     /// run on the one install queue) per `OnDemand.missRemembered`, not one each.
     var catalogMisses: [String: (until: NIODeadline, answer: ErrorBody)] = [:]
+    /// Updates that had not ended when the supervisor last stopped, their previous versions back in
+    /// place (`BundleStore.cleanLeftovers`): tried again once every plugin has started.
+    var interrupted: [BundleStore.Staged] = []
 
     init(_ shared: Shared) {
         self.shared = shared
@@ -151,7 +154,7 @@ final class Installs: SupervisorComponent {
     }
 
     /// Swaps the staged version in and starts it; on failure swaps the old one back and restarts it.
-    private func apply(_ staged: BundleStore.Staged, _ done: @escaping (Result<String, ErrorBody>) -> Void) {
+    func apply(_ staged: BundleStore.Staged, _ done: @escaping (Result<String, ErrorBody>) -> Void) {
         loop.preconditionInEventLoop()
         // One update of a plugin at a time: the files of one still starting must stay as they are.
         if let record = table[staged.identifier], record.update.isStarting || record.installAwaitsVerdict {
@@ -160,7 +163,11 @@ final class Installs: SupervisorComponent {
         }
         // A previous update still in its grace period is final now: one rollback point at a time.
         if let record = table[staged.identifier] { endGrace(record) }
-        do { try store.swapIn(staged) } catch {
+        do throws(InstallError) {
+            // Until it ends, a supervisor that stops finds it at its next start (and tries it again).
+            if staged.previous != nil { try store.markUpdate(staged) }
+            try store.swapIn(staged)
+        } catch {
             store.finish(staged)
             return done(.failure(error.body))
         }

@@ -190,6 +190,7 @@ final class Lifecycle: SupervisorComponent {
         }
         for record in running { effects.post(.refreshResources(record)) }
         effects.post(.warmCatalog)
+        effects.post(.resumeUpdates)
         if remaining == 0 { announce(); return }
         for record in running {
             shared.sendEvent(record, .launch) { _ in
