@@ -24,6 +24,9 @@ package final class DirectLink: Sendable {
     /// The callee's call timeout, for calls that name none.
     let timeoutMs: Int
     private let connection: BlockingConnection
+    /// An eventfd the link's thread polls beside the link: written when a call due before the
+    /// thread wakes is added (-1: none could be made; such a call's timeout waits for the wake).
+    private let wakeFD: Int32
     /// What goes out over the link, written together where calls come together (LinkOutbox.swift).
     private let outbox: LinkOutbox
     private let state: Guarded<State>
@@ -52,6 +55,10 @@ package final class DirectLink: Sendable {
         var answerUnlink: (@Sendable () -> Void)?
         var unlinked = false
         var closed = false
+        /// When the link's thread, asleep in `poll`, wakes by itself (CLOCK_MONOTONIC ns); 0 while it
+        /// is awake. A call due earlier wakes it (`wakeFD`), so its timeout is kept to the
+        /// millisecond rather than at the next report.
+        var sleepsUntil: Int64 = 0
     }
 
     private struct Call: InFlightEntry {
@@ -70,6 +77,8 @@ package final class DirectLink: Sendable {
         targetJSON = JSONEscaping.quoted(target)
         self.timeoutMs = timeoutMs
         connection = BlockingConnection(fd: fd)
+        let wake = cls_wake_fd()
+        wakeFD = wake >= 0 ? wake : -1
         outbox = LinkOutbox(connection)
         state = Guarded(State(lastReport: ProcessControl.monotonicNanoseconds()))
         self.report = report
@@ -119,13 +128,14 @@ package final class DirectLink: Sendable {
             // `waiting` under the lock by whoever resumes it), without a checked one's allocation per call.
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<[UInt8], any Error>) in
                 // nil: not taken; else how many calls wait now, this one included.
-                let waiting = state.withLock { s -> Int? in
+                let taken = state.withLock { s -> (waiting: Int, wake: Bool)? in
                     guard !s.closed else { return nil }
                     let deadline = Instant(monotonic: started + Int64(ms) * 1_000_000)
                     s.waiting.insert(Call(continuation: continuation, started: started, deadline: deadline), id: id)
-                    return s.waiting.count
+                    return (s.waiting.count, deadline.monotonic < s.sleepsUntil)
                 }
-                guard let waiting else { return continuation.resume(throwing: NotTaken()) }
+                guard let (waiting, wake) = taken else { return continuation.resume(throwing: NotTaken()) }
+                if wake { wakeThread() }
                 if Task.isCancelled { return giveUp(id) }
                 if !outbox.write(bytes, byCaller: waiting == 1) {
                     // Never reached the worker: it goes through the supervisor instead.
@@ -135,6 +145,11 @@ package final class DirectLink: Sendable {
         } onCancel: {
             giveUp(id)
         }
+    }
+
+    private func wakeThread() {
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
     }
 
     /// Calls sent over the link and not yet settled.
@@ -192,7 +207,7 @@ package final class DirectLink: Sendable {
     // MARK: The link's thread
 
     private func run() {
-        var pollSet = pollfd(fd: connection.fd, events: Int16(POLLIN), revents: 0)
+        var pollSet = [pollfd(fd: connection.fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
         var spin = SpinWindow(maxNanoseconds: pollMicroseconds * 1000)
         reading: while true {
             let now = ProcessControl.monotonicNanoseconds()
@@ -206,18 +221,31 @@ package final class DirectLink: Sendable {
                 break
             }
             outbox.leaveCollected()
-            let next = state.withLock { s in min(s.waiting.earliest.monotonic, now + Self.reportIntervalNanoseconds) }
-            let waitMs = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
+            // When it wakes by itself, said under the same lock a call is added under: one due
+            // earlier wakes it (`send`).
+            let waitMs = state.withLock { s -> Int32 in
+                let next = min(s.waiting.earliest.monotonic, now + Self.reportIntervalNanoseconds)
+                let ms = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
+                s.sleepsUntil = now + Int64(ms) * 1_000_000
+                return ms
+            }
             let began = ProcessControl.monotonicNanoseconds()
             switch pollBriefly(&spin, from: began) {
             case .caught: continue
             case .ended: break reading
             case .nothing: break
             }
-            let ready = poll(&pollSet, 1, waitMs)
+            let ready = poll(&pollSet, 2, waitMs)
+            state.withLock { $0.sleepsUntil = 0 }
             spin.slept(waited: Int(ProcessControl.monotonicNanoseconds() - began))
             if ready == 0 || (ready < 0 && errno == EINTR) { continue }
-            guard let n = try? connection.readAvailable(), n > 0 else { break }
+            if pollSet[1].revents != 0 {
+                var count: UInt64 = 0
+                _ = read(wakeFD, &count, 8)
+            }
+            if pollSet[0].revents != 0 {
+                guard let n = try? connection.readAvailable(), n > 0 else { break }
+            }
         }
         outbox.stopCollecting()
         end()
@@ -308,6 +336,7 @@ package final class DirectLink: Sendable {
         for call in calls { call.continuation.resume(throwing: Ended(deadline: call.deadline.monotonic)) }
         answer?()
         connection.close()
+        if wakeFD >= 0 { Glibc.close(wakeFD) }
         ended(self)
     }
 }

@@ -323,6 +323,26 @@ struct ClientTests {
         #expect(client.linkedPlugins == ["c.d"])
     }
 
+    @Test("a short timeout on a direct link is kept to within a few milliseconds, though the link's thread was asleep until its next report")
+    func directLinkTimeoutsOnTime() async throws {
+        let w = try TestWorld()
+        try w.bundle("c.t")
+        let sup = try RunningSupervisor(w)
+        let client = try await SupervisorClient.connect(socket: sup.socket)
+        defer { client.close() }
+        #expect(try await client.call("c.t", "ping", as: Int.self) == 1)
+        try await waitUntil("the direct link") { client.linkedPlugins == ["c.t"] }
+        var took: [Duration] = []
+        for _ in 0..<5 {
+            let started = ContinuousClock.now
+            #expect(await Self.code { try await client.call("c.t", "sleep", ["ms": 5_000], as: Int.self, timeout: .milliseconds(100)) } == "timeout")
+            took.append(ContinuousClock.now - started)
+        }
+        // The link's thread sleeps up to a second between reports when no call is due earlier.
+        #expect(took.allSatisfy { $0 < .milliseconds(600) }, "timeouts of 100 ms ended after \(took)")
+        #expect(client.linkedPlugins == ["c.t"])
+    }
+
     @Test("calls in flight on a direct link when the supervisor is killed (its workers with it) fail unavailable with started, each by its own timeout")
     func supervisorKilledUnderLinkedCalls() async throws {
         let w = try TestWorld()
