@@ -43,22 +43,36 @@ public final class CgroupTree: Sendable {
     /// creation and exit on the machine meanwhile (docs/sandbox.md, "cgroups": the cost at start-up).
     /// Started by the first move asked for: only cgroup v2 asks (on v1 a worker joins its group
     /// itself, by moving its one thread: `CgroupGroup.tasksFiles`).
-    private let moves = Guarded<(queue: [(pid_t, CgroupGroup, @Sendable (String?) -> Void)], started: Bool)>(([], false))
-    /// Written one byte per requested move; the mover thread reads it to wake.
-    private let wake: (read: Int32, write: Int32)
+    /// `wakeWrite`: the pipe's end written one byte per requested move, under the lock; closed (-1)
+    /// by `removeAll`. `wakeRead`: the mover thread reads it to wake, and its end of file ends the
+    /// thread, which closes it then (`removeAll` does, when no thread was started).
+    private let moves: Guarded<(queue: [(pid_t, CgroupGroup, @Sendable (String?) -> Void)], started: Bool, wakeWrite: Int32, wakeRead: Int32)>
 
     init(version: Version, bases: [String: String]) {
         self.version = version
         self.bases = bases
         var fds: [Int32] = [-1, -1]
         _ = cls_pipe_cloexec(&fds)
-        wake = (fds[0], fds[1])
+        moves = Guarded(([], false, fds[1], fds[0]))
+    }
+
+    deinit {
+        moves.withLock { m in
+            for fd in [m.wakeWrite, m.wakeRead] where fd >= 0 { Glibc.close(fd) }
+        }
     }
 
     private func moveForever() {
         var byte: UInt8 = 0
+        let wakeRead = moves.withLock { $0.wakeRead }
+        defer {
+            moves.withLock { m in
+                if m.wakeRead >= 0 { Glibc.close(m.wakeRead) }
+                m.wakeRead = -1
+            }
+        }
         while true {
-            let n = Glibc.read(wake.read, &byte, 1)
+            let n = Glibc.read(wakeRead, &byte, 1)
             if n < 0 && errno == EINTR { continue }
             guard n == 1 else { return }
             let batch = moves.withLock { m in
@@ -195,18 +209,28 @@ public final class CgroupTree: Sendable {
 
     /// Moves `pid` into `group` on the mover's thread, then calls `done` there with nil or why not.
     public func admit(_ pid: pid_t, to group: CgroupGroup, done: @escaping @Sendable (String?) -> Void) {
-        let start = moves.withLock { m in
+        let start = moves.withLock { m -> Bool? in
+            guard m.wakeWrite >= 0 else { return nil }
             m.queue.append((pid, group, done))
+            var byte: UInt8 = 1
+            _ = Glibc.write(m.wakeWrite, &byte, 1)
             defer { m.started = true }
             return !m.started
         }
+        guard let start else { return done("the supervisor is stopping") }
         if start { Threads.start(name: "cgroup-mover") { [self] in moveForever() } }
-        var byte: UInt8 = 1
-        _ = Glibc.write(wake.write, &byte, 1)
     }
 
-    /// Removes the per-supervisor folders (empty once every worker is gone).
+    /// Removes the per-supervisor folders (empty once every worker is gone), and ends the mover's
+    /// thread: the tree is done with (an embedded host's program goes on without its thread and pipe).
     public func removeAll() {
+        moves.withLock { m in
+            if m.wakeWrite >= 0 { Glibc.close(m.wakeWrite) }
+            m.wakeWrite = -1
+            // No thread to see the end of file: the read end goes now.
+            if !m.started, m.wakeRead >= 0 { Glibc.close(m.wakeRead) }
+            if !m.started { m.wakeRead = -1 }
+        }
         for base in Set(bases.values) {
             for name in (try? FileSystem.list(base)) ?? [] where FileSystem.isDirectory(base + "/" + name) { _ = rmdir(base + "/" + name) }
             _ = rmdir(base)

@@ -33,6 +33,9 @@ extension PluginHost {
         let ticket = supervisor.submit(frame.finish(), stream: handlers) { result in
             gate?.fail(CancellationError())
             receiver.finish(result.map { _ in () }.mapError { $0 as any Error })
+            // The request keeps its handlers (which hold the receiver) and the receiver holds
+            // this call: the call lets go of the request, or the three would keep one another.
+            call.ended()
         }
         call.submitted(ticket)
         if let input, let gate {
@@ -60,10 +63,11 @@ extension PluginHost {
 }
 
 /// One stream call's way back to the loop: credit and input frames made before the ticket exists
-/// (a chunk can be read on the loop before `submit` returns) are sent once it does.
+/// (a chunk can be read on the loop before `submit` returns) are sent once it does; after the call
+/// has ended (`ended`), none is.
 final class HostStreamCall: Sendable {
     private let supervisor: Supervisor
-    private let state = Guarded<(ticket: Supervisor.HostTicket?, owed: [[UInt8]], gaveUp: Bool)>((nil, [], false))
+    private let state = Guarded<(ticket: Supervisor.HostTicket?, owed: [[UInt8]], gaveUp: Bool, ended: Bool)>((nil, [], false, false))
 
     init(_ supervisor: Supervisor) {
         self.supervisor = supervisor
@@ -71,6 +75,7 @@ final class HostStreamCall: Sendable {
 
     func submitted(_ ticket: Supervisor.HostTicket) {
         let (owed, gaveUp) = state.withLock { s in
+            guard !s.ended else { return ([[UInt8]](), false) }
             s.ticket = ticket
             defer { s.owed = [] }
             return (s.owed, s.gaveUp)
@@ -79,9 +84,18 @@ final class HostStreamCall: Sendable {
         if gaveUp { supervisor.cancel(ticket, with: ErrorBody(.unavailable, "the stream's reader stopped")) }
     }
 
+    /// The call is settled: it holds its request no longer.
+    func ended() {
+        state.withLock { s in
+            s.ended = true
+            s.ticket = nil
+            s.owed = []
+        }
+    }
+
     func send(_ frame: [UInt8]) {
         guard let ticket = state.withLock({ s -> Supervisor.HostTicket? in
-            if s.ticket == nil { s.owed.append(frame) }
+            if s.ticket == nil, !s.ended { s.owed.append(frame) }
             return s.ticket
         }) else { return }
         supervisor.streamFrame(ticket, frame)
@@ -89,7 +103,7 @@ final class HostStreamCall: Sendable {
 
     func giveUp() {
         guard let ticket = state.withLock({ s -> Supervisor.HostTicket? in
-            if s.ticket == nil { s.gaveUp = true }
+            if s.ticket == nil, !s.ended { s.gaveUp = true }
             return s.ticket
         }) else { return }
         supervisor.cancel(ticket, with: ErrorBody(.unavailable, "the stream's reader stopped"))
