@@ -42,6 +42,20 @@ public struct Fetcher: Sendable {
     /// Fetches `url` into a new file at `path` (replaced if it exists). A failed fetch removes it.
     public func fetch(_ url: String, to path: String, conditional: Conditional = Conditional(),
                       progress: ((Int64, Int64) -> Void)? = nil) throws(InstallError) -> Outcome {
+        guard let outcome = try fetch(url, to: path, conditional: conditional, progress: progress, absentIsNil: false) else {
+            throw Self.failure(url: url, reason: "nothing is there")
+        }
+        return outcome
+    }
+
+    /// Fetches `url` if anything is published there: nil when the server answers that nothing is
+    /// (HTTP 404 or 410; a `file://` URL's file does not exist). Any other failure throws, as `fetch`.
+    public func fetchIfPublished(_ url: String, to path: String) throws(InstallError) -> Outcome? {
+        try fetch(url, to: path, conditional: Conditional(), progress: nil, absentIsNil: true)
+    }
+
+    private func fetch(_ url: String, to path: String, conditional: Conditional, progress: ((Int64, Int64) -> Void)?,
+                       absentIsNil: Bool) throws(InstallError) -> Outcome? {
         Self.initialize
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw Self.failure(url: url, reason: "cannot create \(path): \(String(cString: strerror(errno)))") }
@@ -69,7 +83,12 @@ public struct Fetcher: Sendable {
             withUnsafeBytes(of: tuple) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         }
         let failed: String?
-        if result.too_large != 0 {
+        // CURLE_FILE_COULDNT_READ_FILE (37) for a file:// URL whose file is not there.
+        let absent = [404, 410].contains(result.http_status) || (result.http_status == 0 && result.curl_code == 37 && url.hasPrefix("file:"))
+        if absentIsNil, absent {
+            unlink(path)
+            return nil
+        } else if result.too_large != 0 {
             failed = "larger than the limit of \(maxBytes) bytes"
         } else if result.curl_code != 0 {
             failed = text(result.error)

@@ -82,7 +82,13 @@ public struct Stager: Sendable {
         if entry == nil {
             let sigPath = folder + "/archive.sig"
             if isURL {
-                if case .downloaded = (try? fetcher.fetch(source + ".sig", to: sigPath)) ?? .notModified {
+                // Nothing published beside it (404): an unsigned archive. A signature that could not
+                // be fetched (a server error, a timeout) is not a missing one: the install stops.
+                let published: Fetcher.Outcome?
+                do throws(InstallError) { published = try fetcher.fetchIfPublished(source + ".sig", to: sigPath) } catch {
+                    throw InstallError(.downloadFailed, "the archive's signature could not be fetched (\(error.message)); nothing was installed")
+                }
+                if case .downloaded = published {
                     signature = try Self.signature(at: sigPath, named: source + ".sig")
                 }
             } else if FileSystem.exists(source + ".sig") {

@@ -87,6 +87,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(0.1)
             return
+        if path.startswith("/sig-fails/"):
+            # The archive as it is; its signature answered with a server error.
+            if path.endswith(".sig"):
+                return self.send_body(500, b"the signature store is down")
+            return self.send_body(200, open(os.path.join(ROOT, path[len("/sig-fails/"):]), "rb").read())
         if path.startswith("/truncated/"):
             data = open(os.path.join(ROOT, path[len("/truncated/"):]), "rb").read()
             self.send_response(200)

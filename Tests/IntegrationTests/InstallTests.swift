@@ -267,6 +267,11 @@ struct InstallTests {
         try shop.publisher.sign(shop.dir + "/" + good).write(toFile: shop.dir + "/" + good + ".sig", atomically: true, encoding: .utf8)
         // No signature at all.
         try fails(["install", shop.server.base + "/" + unsigned], "no signature")
+        // A signature the server fails to serve is not a missing one, allowed unsigned or not.
+        for extra in [[], ["--allow-unsigned"]] {
+            try fails(["install", shop.server.base + "/sig-fails/" + good] + extra,
+                      "the archive's signature could not be fetched (downloading \(shop.server.base)/sig-fails/\(good).sig failed: the server answered HTTP 500)")
+        }
         // An empty .sig, and one too large to be a signature: each said as such, by its URL.
         for (prefix, text) in [("empty-", ""), ("big-", String(repeating: "A", count: 6_000))] {
             try FileManager.default.copyItem(atPath: shop.dir + "/" + good, toPath: shop.dir + "/" + prefix + good)
