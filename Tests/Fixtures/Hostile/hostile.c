@@ -545,6 +545,8 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
         return;
     }
     if (!strcmp(method, "ctorResult")) { reply(id, ctor_result); return; }
+    /* Holds the worker's I/O thread for `number` ms: what is sent to it meanwhile piles up. */
+    if (!strcmp(method, "stall")) { usleep((useconds_t)find_number(json, len, "number", 0) * 1000); reply(id, "null"); return; }
     /* Never answered (a plugin that is slow, or lost the call); its `cancel` is answered like any
        other message above: a late reply (PeerLinkTests). */
     if (!strcmp(method, "noReply")) { no_replies++; return; }
