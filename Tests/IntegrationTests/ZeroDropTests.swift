@@ -234,7 +234,7 @@ struct ZeroDropTests {
         #expect(w.installed()["z.app"] == "2.0.0")
     }
 
-    @Test("a supervisor killed within an update's grace period: the new version is tried again, and a crash within the new grace still rolls back to the previous one")
+    @Test("a supervisor killed within an update's grace period: the new version is tried again, and a crash within the new grace still rolls back to the previous one; installed again, the rollback is no longer its last error")
     func killedWithinTheGracePeriod() throws {
         // A grace period longer than the test takes (the shop's is 1 s).
         let (w, sv, archives) = try appUpdates(["2.0.0": [:]], config: ["updateGraceSeconds": 30])
@@ -255,6 +255,12 @@ struct ZeroDropTests {
         #expect(w.installed()["z.app"] == "1.0.0")
         #expect(again.log.contains("z.app 2.0.0 crashed within 30 s of its update"), "\(again.log)")
         try again.waitUntil("staging empty") { (try FileManager.default.contentsOfDirectory(atPath: w.home + "/staging")).isEmpty }
+        #expect(try again.plugin("z.app").lastError?.contains("the update to 2.0.0 was rolled back to 1.0.0") == true)
+        // Installed again, it runs: the earlier rollback is no longer its last error.
+        let retried = try again.cli("install", archives["2.0.0"]!)
+        #expect(retried.code == 0, "\(retried.err)")
+        let now = try again.plugin("z.app")
+        #expect(now.version == "2.0.0" && now.lastError == nil, "\(now)")
     }
 
     @Test("a shutdown while an update's new version starts: the update fails and is rolled back, both workers end, exit 0")

@@ -57,6 +57,8 @@ extension Installs {
                     carryOut(record.update.endGrace(), record)
                 }
                 if case .grace(let files, _) = record.update {
+                    // What went wrong before (an earlier update rolled back, say) was the other version's.
+                    record.lastError = nil
                     logger.notice("installed \(files.what); the previous version is kept for \(seconds) s in case the new one crashes",
                                   metadata: ["plugin": "\(id)"])
                     done(.success(files.what))
