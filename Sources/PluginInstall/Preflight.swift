@@ -54,7 +54,12 @@ public enum Preflight {
             next = try nextFrame()
         }
         guard let frame = next else {
-            throw InstallError(.loadFailed, "the worker for the new version exited before saying hello")
+            // How it ended, when it has (its socket closes a moment before its exit is seen).
+            var how = ""
+            if process.hasEnded(within: 1_000), let exit = try? process.reap(blocking: false) {
+                how = exit.signaled ? " (\(LifecycleSignals.name(exit.code)))" : " (exit code \(exit.code))"
+            }
+            throw InstallError(.loadFailed, "the worker for \(manifest.identifier) \(manifest.version) ended before saying hello\(how): its library, or a constructor in it, failed as it loaded")
         }
         if let notice = try? ProtocolJSON.decode(ExitNotice.self, from: frame), notice.type == .exit {
             throw InstallError(.loadFailed, notice.message + (notice.syscall.map { " (\($0))" } ?? ""))

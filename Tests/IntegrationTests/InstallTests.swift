@@ -75,8 +75,8 @@ final class Shop: @unchecked Sendable {
     /// Makes a bundle folder of TestKit with a manifest, then an archive of `kind`; returns the archive's file name.
     @discardableResult
     func archive(_ id: String, _ version: String, kind: String = "tgz", extra: [String: Any] = [:], files: [String: String] = [:],
-                 sign: Bool = true) throws -> String {
-        let bundle = try world.bundle(id, version: version, folder: "\(id)-\(version)-\(kind)", extra: extra, in: dir + "/src")
+                 sign: Bool = true, library: String = Build.library("TestKit")) throws -> String {
+        let bundle = try world.bundle(id, version: version, library: library, folder: "\(id)-\(version)-\(kind)", extra: extra, in: dir + "/src")
         for (name, content) in files { try content.write(toFile: bundle + "/" + name, atomically: true, encoding: .utf8) }
         let ext = ["tgz": "tar.gz", "txz": "tar.xz", "tzst": "tar.zst", "zip": "zip"][kind] ?? "\(kind).tar.gz"
         let name = "\(id)-\(version)-\(kind).\(ext)"
@@ -437,6 +437,28 @@ struct InstallTests {
         #expect(failed.error?.contains("no variant fits this host") == true)
         #expect(failed.error?.contains("a.so: needs arch sparc64") == true)
         #expect(failed.error?.contains("b.so: needs kernel <2.0.0") == true)
+    }
+
+    @Test("a new version whose library ends its worker as it loads (a crash, an exit) is refused naming the plugin, the version and how the worker ended")
+    func aLibraryThatEndsItsWorkerAsItLoads() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        try FileManager.default.createDirectory(atPath: w.home + "/plugins", withIntermediateDirectories: true)
+        try w.bundle("e.app", version: "1.0.0", in: w.home + "/plugins")
+        let sv = try start(w, config: try shop.config())
+        for (version, body, how) in [("2.0.0", "raise(SIGSEGV);", "(SIGSEGV)"), ("2.0.1", "exit(42);", "(exit code 42)")] {
+            let library = try Build.cLibrary("ends-\(version.replacingOccurrences(of: ".", with: "-"))", source: """
+                #include <signal.h>
+                #include <stdlib.h>
+                #include "sp_plugin.h"
+                const sp_plugin *sp_plugin_create(const sp_host *host) { (void)host; \(body) return 0; }
+                """)
+            let archive = try shop.archive("e.app", version, library: library)
+            let r = try sv.cli("install", shop.dir + "/" + archive)
+            #expect(r.code != 0 && r.err.contains("loadFailed: the worker for e.app \(version) ended before saying hello \(how)"), "\(r.err)")
+            #expect(w.installed()["e.app"] == "1.0.0")
+        }
+        #expect(try sv.plugin("e.app").state == "running")
     }
 
     @Test("kill -9 during an install leaves the old version complete; the next start cleans up")
