@@ -28,6 +28,28 @@ extension InstallTests {
         #expect(try sv.call("r.b", "echo", "3", as: Int.self) == 3)
     }
 
+    @Test("update applies the catalog's new versions dependencies first, whatever order the catalog lists them in: a dependent's version that needs its dependency's new one is installed in the same run")
+    func updateInDependencyOrder() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let lib1 = try shop.archive("r.lib", "1.0.0")
+        let app1 = try shop.archive("r.app", "1.0.0", extra: ["dependencies": [["id": "r.lib", "version": ">=1.0.0 <2.0.0"]]])
+        let sv = try start(w, config: try shop.config())
+        for name in [lib1, app1] {
+            let r = try sv.cli("install", shop.server.base + "/" + name)
+            #expect(r.code == 0, "\(name): \(r.out)\(r.err)")
+        }
+        // The dependent listed first, needing the dependency's new version.
+        let app2 = try shop.archive("r.app", "1.1.0", extra: ["dependencies": [["id": "r.lib", "version": ">=1.1.0 <2.0.0"]]])
+        let lib2 = try shop.archive("r.lib", "1.1.0")
+        try shop.offer("r.app", "1.1.0", archive: app2)
+        try shop.offer("r.lib", "1.1.0", archive: lib2)
+        let r = try sv.cli("update")
+        #expect(r.code == 0, "\(r.out)\(r.err)")
+        #expect(try sv.plugin("r.lib").version == "1.1.0")
+        #expect(try sv.plugin("r.app").version == "1.1.0")
+    }
+
     @Test("an onCall plugin installed, or updated while inactive, is started to prove that it loads, then stops until it is needed (not counted as a restart); a call starts it")
     func onCallInstallsStayInactive() throws {
         let w = try TestWorld()

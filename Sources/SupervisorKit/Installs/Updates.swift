@@ -32,6 +32,10 @@ extension Installs {
                   isInstalledHere(record) else { continue }
             updates.append((entry, UpdateCheck.Available(identifier: entry.identifier, installed: record.manifest.version.description, available: entry.version)))
         }
+        // Dependencies before their dependents (the start order), whatever order the catalog lists
+        // them in: a dependent's new version that needs its dependency's new one then finds it.
+        let order = Dictionary(table.inOrder.enumerated().map { ($1.identifier, $0) }) { first, _ in first }
+        updates.sort { order[$0.0.identifier, default: .max] < order[$1.0.identifier, default: .max] }
         if checkOnly {
             outbox.respond(origin) { try ProtocolJSON.encode(UpdateCheck(catalog: loaded.source, updates: updates.map(\.1))) }
             return
