@@ -163,6 +163,44 @@ struct HostTests {
         try await running.value
     }
 
+    @Test("a host method is in effect when method() returns: a plugin's call of it over a direct link while the loop was held finds it")
+    func aMethodIsThereWhenMethodReturns() async throws {
+        let w = try TestWorld()
+        try w.bundle("h.caller", extra: ["permissions": ["host.call:late"]])
+        let (host, running) = try await Self.start(w)
+        #expect(try await host.call("h.caller", "ping", as: Int.self) == 1)
+        try await waitUntil("the direct link") { host.linkedPlugins == ["h.caller"] }
+        // The loop held for 1 s; the test knows it is held once a status request goes unanswered.
+        let wedge = try rawControl(w.home + "/supervisor.sock")
+        defer { wedge.close() }
+        var frame = FrameBuilder(kind: .debugWedge)
+        frame.uint("id", 1)
+        frame.uint("timeoutMs", 1_000)
+        try wedge.sendFrame(frame.finish())
+        let probe = try rawControl(w.home + "/supervisor.sock")
+        defer { probe.close() }
+        var timeout = timeval(tv_sec: 0, tv_usec: 50_000)
+        setsockopt(probe.fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        try await waitUntil("the loop held") {
+            var status = FrameBuilder(kind: .status)
+            status.uint("id", 2)
+            try probe.sendFrame(status.finish())
+            return (try? probe.receiveFrame()) == nil
+        }
+        host.method("late") { (_: String?) in "here" }
+        // It returned once the loop had taken it: the hold (1 s) was over by then, and the status
+        // requests that went unanswered during it are answered at once (not ~950 ms later, as when
+        // method() returned while the loop was held and took the method only after).
+        var soon = timeval(tv_sec: 0, tv_usec: 300_000)
+        setsockopt(probe.fd, SOL_SOCKET, SO_RCVTIMEO, &soon, socklen_t(MemoryLayout<timeval>.size))
+        #expect((try? probe.receiveFrame()) != nil, "method() returned while the loop was still held")
+        // Over the link, past the loop: the plugin's @host call finds it.
+        let answer = try await host.call("h.caller", "callHost", CallParams<String>(target: "@host", method: "late"), as: String.self)
+        #expect(answer == "here")
+        await host.shutdown()
+        try await running.value
+    }
+
     @Test("events: a plugin crashed on purpose (SIGSEGV to its pid) is heard as exited, restarting, then started with a new pid")
     func crashEvents() async throws {
         let w = try TestWorld()

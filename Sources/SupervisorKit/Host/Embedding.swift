@@ -127,9 +127,12 @@ extension Supervisor {
     }
 
     /// Provides the host method `name` to plugins allowed to call it (`host.call:<name>`); the
-    /// handler gets the call's `params` JSON and returns the result's JSON (or throws).
+    /// handler gets the call's `params` JSON and returns the result's JSON (or throws). In effect
+    /// when it returns: a plugin's call of it that the loop reads after that finds it (the caller
+    /// waits for the loop, as `events` does).
     public func provide(method name: String, _ handler: @escaping @Sendable ([UInt8]) async throws -> [UInt8]) {
-        engine.execute { $0.hostMethods.provide(name, handler) }
+        if loop.inEventLoop { return engine.value.hostMethods.provide(name, handler) }
+        _ = try? loop.submit { [engine] in engine.value.hostMethods.provide(name, handler) }.wait()
     }
 
     /// The embedding program's end of a direct link to `target`'s worker (one hop, as a client's:
