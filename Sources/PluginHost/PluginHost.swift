@@ -140,6 +140,10 @@ public final class PluginHost: Service, PluginCaller {
     /// `run()` has not been called (nor `shutdown()`).
     var isIdle: Bool { phase.withLock { $0.isIdle } }
 
+    /// How many supervisors (running, or stopped and not yet freed) this process holds: for the
+    /// package's tests that a released host leaves nothing behind.
+    package static var supervisorsAlive: Int { Supervisor.enginesAlive }
+
     /// Stops every plugin in reverse dependency order (each gets `willTerminate` and a grace
     /// period) and returns once all have stopped; `run` returns then too. During start-up, during
     /// an update, twice, or before `run`: it ends cleanly.

@@ -273,9 +273,16 @@ public final class Supervisor: Sendable {
         // `run`) finished without it: the socket closes, and its file goes, here.
         _ = try? loop.flatSubmit { [engine] in
             engine.value.handoff?.stop()
+            // Its callbacks hold the engine, which holds it: let go, or neither is ever freed.
+            engine.value.handoff = nil
             return engine.value.control.close()
         }.wait()
     }
+
+    /// How many supervisors' engines (their plugin tables, timers and components) this process
+    /// holds: one a running supervisor; a stopped one that is released holds none (an embedded
+    /// host's program can make one host after another).
+    package static var enginesAlive: Int { Engine.alive.load(ordering: .relaxed) }
 
     /// Runs `body` on the loop with the engine and waits for it (only from another thread).
     private func onLoop(_ body: @escaping @Sendable (Engine) -> Void) {

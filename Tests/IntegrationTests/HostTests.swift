@@ -338,7 +338,7 @@ struct HostTests {
         func descriptors() -> Int { open().count }
         // One host first: what a process makes once (the logger's, Foundation's) is not the host's.
         for round in 0..<2 {
-            let before = (threads: threads().count, descriptors: descriptors())
+            let before = (threads: threads().count, descriptors: descriptors(), supervisors: PluginHost.supervisorsAlive)
             let listed = open()
             do {
                 let w = try TestWorld()
@@ -350,6 +350,8 @@ struct HostTests {
             }
             guard round == 1 else { continue }
             try await waitUntil("the host's threads to end") { threads().count == before.threads }
+            // Its engine too (a link hand-off's callbacks held it, and it held them: 25 kB a host).
+            try await waitUntil("the host's engine to be freed") { PluginHost.supervisorsAlive <= before.supervisors }
             try await waitUntil("the host's descriptors to close") { descriptors() <= before.descriptors }
             #expect(descriptors() <= before.descriptors, "more than before: \(Set(open()).subtracting(listed).sorted())")
         }

@@ -8,6 +8,7 @@ import PluginProtocol
 import Protocol
 import NIOPosix
 import SupervisorCore
+import Synchronization
 
 /// The supervisor's one driver: it holds the components and carries out what they ask of each
 /// other (`Effect`, Driver/CarryOut.swift), and it is where inputs come in: frames from workers
@@ -58,8 +59,14 @@ final class Engine: SeesShared {
     var statusAnswers = PluginStatus.Answers()
 
 
+    /// Engines in this process (`Supervisor.enginesAlive`).
+    static let alive = Atomic<Int>(0)
+
+    deinit { Self.alive.subtract(1, ordering: .relaxed) }
+
     init(config: SupervisorConfig, logger: Logger, group: MultiThreadedEventLoopGroup, preflightPIDs: Guarded<Set<pid_t>>,
          runtimePaths: [String], networkNamespace: UInt64?, door: LoopDoor) {
+        Self.alive.add(1, ordering: .relaxed)
         let shared = Shared(config: config, logger: logger, loop: group.next(), preflightPIDs: preflightPIDs,
                             runtimePaths: runtimePaths, networkNamespace: networkNamespace, door: door)
         self.shared = shared
