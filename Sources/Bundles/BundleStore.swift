@@ -12,8 +12,8 @@ import Glibc
 /// (made by `supervisor-installer`) is swapped in with one renameat2(RENAME_EXCHANGE); the old
 /// version stays in the staging folder until the new one runs, so it can be swapped back. A crash
 /// at any point leaves the old or the new bundle complete. The next start deletes staging folders,
-/// except an update's that had not ended (`interruptedUpdates`): its previous version goes back in
-/// place and the update is tried again.
+/// except an update's that had not ended (`cleanLeftovers`, BundleStore+Updates.swift): its previous
+/// version goes back in place and the update is tried again.
 public struct BundleStore: Sendable {
     public let home: String
     public var pluginsDirectory: String { home + "/plugins" }
@@ -42,58 +42,6 @@ public struct BundleStore: Sendable {
         }
     }
 
-    /// The file beside an update's staged bundle, written before its swap and deleted with the
-    /// folder when the update ends (`finish`, `rollBack`): one still there at start is an update
-    /// whose new version had not yet proved itself (started, then its grace period) when the
-    /// supervisor ended.
-    static let updateMark = "update.json"
-
-    /// Marks `staged`, an update of an installed plugin, as under way until it ends.
-    public func markUpdate(_ staged: Staged) throws(InstallError) {
-        do {
-            let bytes = try JSONEncoder().encode(staged)
-            try FileSystem.writeAtomically(staged.folder + "/" + Self.updateMark, Array(bytes))
-        } catch {
-            throw InstallError(.fileSystem, "cannot note the update of \(staged.identifier) in \(staged.folder): \(error)")
-        }
-    }
-
-    /// Deletes what interrupted installs left behind, and returns the updates that had not ended,
-    /// each as it was before its swap: the previous version back in `<home>/plugins` (swapped
-    /// back if the new one was in place), the new one in its staging folder, to be applied again.
-    public func cleanLeftovers() -> [Staged] {
-        var interrupted: [Staged] = []
-        for name in (try? FileSystem.list(stagingRoot)) ?? [] {
-            let folder = stagingRoot + "/" + name
-            if let staged = unfinishedUpdate(in: folder) {
-                interrupted.append(staged)
-            } else {
-                Self.removeTree(folder)
-            }
-        }
-        return interrupted
-    }
-
-    /// The update marked in `folder`, put back as it was before its swap; nil when there is none,
-    /// or its files are not the two versions it names (then the folder is only a leftover).
-    private func unfinishedUpdate(in folder: String) -> Staged? {
-        guard let bytes = try? FileSystem.readFile(folder + "/" + Self.updateMark, limit: 1 << 16),
-              let staged = try? JSONDecoder().decode(Staged.self, from: Data(bytes)),
-              staged.folder == folder, let previous = staged.previous,
-              staged.target == pluginsDirectory + "/" + staged.identifier, staged.bundle.hasPrefix(folder + "/") else { return nil }
-        let version = { (bundle: String) in (try? Manifest.load(bundle: bundle)).map { "\($0.version)" } }
-        switch (version(staged.target), version(staged.bundle)) {
-        case (previous, staged.version):
-            return staged
-        case (staged.version, previous):
-            do { try FileSystem.exchange(staged.bundle, staged.target) } catch { return nil }
-            try? FileSystem.sync(pluginsDirectory)
-            return staged
-        default:
-            return nil
-        }
-    }
-
     /// Swaps the staged bundle into place (atomically when one is installed).
     /// Afterwards the old bundle, if any, sits in the staging folder until `finish` or `rollBack`.
     public func swapIn(_ staged: Staged) throws(InstallError) {
@@ -119,11 +67,13 @@ public struct BundleStore: Sendable {
             Self.removeTree(staged.target)
         }
         try? FileSystem.sync(pluginsDirectory)
+        unmark(staged)
         Self.removeTree(staged.folder)
     }
 
-    /// The new version runs: the old one and the staging folder go.
+    /// The new version runs (or the staged one is not used): the other one and the staging folder go.
     public func finish(_ staged: Staged) {
+        unmark(staged)
         Self.removeTree(staged.folder)
     }
 

@@ -1,5 +1,6 @@
 import CLinuxSupport
 import PluginProtocol
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -46,6 +47,7 @@ public final class CgroupTree: Sendable {
     /// `wakeWrite`: the pipe's end written one byte per requested move, under the lock; closed (-1)
     /// by `removeAll`. `wakeRead`: the mover thread reads it to wake, and its end of file ends the
     /// thread, which closes it then (`removeAll` does, when no thread was started).
+    private let removedAll = Atomic<Bool>(false)
     private let moves: Guarded<(queue: [(pid_t, CgroupGroup, @Sendable (String?) -> Void)], started: Bool, wakeWrite: Int32, wakeRead: Int32)>
 
     init(version: Version, bases: [String: String]) {
@@ -217,13 +219,17 @@ public final class CgroupTree: Sendable {
             defer { m.started = true }
             return !m.started
         }
-        guard let start else { return done("the supervisor is stopping") }
+        guard let start else {
+            // Closed by `removeAll`, or never made (no descriptor left for the pipe at start).
+            return done(removedAll.load(ordering: .relaxed) ? "the supervisor is stopping" : "the cgroup mover has no pipe to be woken by")
+        }
         if start { Threads.start(name: "cgroup-mover") { [self] in moveForever() } }
     }
 
     /// Removes the per-supervisor folders (empty once every worker is gone), and ends the mover's
     /// thread: the tree is done with (an embedded host's program goes on without its thread and pipe).
     public func removeAll() {
+        removedAll.store(true, ordering: .relaxed)
         moves.withLock { m in
             if m.wakeWrite >= 0 { Glibc.close(m.wakeWrite) }
             m.wakeWrite = -1

@@ -83,8 +83,10 @@ public struct Fetcher: Sendable {
             withUnsafeBytes(of: tuple) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         }
         let failed: String?
-        // CURLE_FILE_COULDNT_READ_FILE (37) for a file:// URL whose file is not there.
-        let absent = [404, 410].contains(result.http_status) || (result.http_status == 0 && result.curl_code == 37 && url.hasPrefix("file:"))
+        // CURLE_FILE_COULDNT_READ_FILE (37) for a file:// URL whose file is not there (and not for
+        // one that is there but cannot be read: that is a failure like any other).
+        let absent = [404, 410].contains(result.http_status)
+            || (result.http_status == 0 && result.curl_code == 37 && url.hasPrefix("file://") && !Self.fileURLExists(url))
         if absentIsNil, absent {
             unlink(path)
             return nil
@@ -114,4 +116,13 @@ public struct Fetcher: Sendable {
     }
 
     private static let initialize: Void = { cis_curl_global_init() }()
+
+    /// Whether the file a `file://` URL names exists (its path as written: curl takes no
+    /// escapes there either).
+    private static func fileURLExists(_ url: String) -> Bool {
+        var path = url.dropFirst("file://".count)
+        if path.hasPrefix("localhost/") { path = path.dropFirst("localhost".count) }
+        var st = stat()
+        return lstat(String(path), &st) == 0 || errno != ENOENT
+    }
 }

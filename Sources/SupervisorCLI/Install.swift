@@ -76,9 +76,12 @@ struct Install: ParsableCommand {
         let display = ProgressDisplay()
         do {
             let store = BundleStore(home: settings.home)
-            // An update a supervisor left unfinished is put back as it was before it: the next start
-            // tries it again.
-            _ = store.cleanLeftovers()
+            // An update a supervisor left unfinished is dropped, its previous version back in place:
+            // what is installed now is the operator's choice, not to be updated over at the next start.
+            for dropped in store.cleanLeftovers() {
+                store.finish(dropped)
+                StandardError.write("install: the update of \(dropped.identifier) to \(dropped.version) that a supervisor left unfinished is dropped; \(dropped.identifier) \(dropped.previous ?? "") is back in place\n")
+            }
             var request = InstallRequest(operation: .stage, home: settings.home, lowSpeedSeconds: settings.downloadLowSpeedSeconds,
                                          maxBytes: settings.downloadMaxBytes)
             request.source = source

@@ -147,6 +147,12 @@ package final class DirectLink: Sendable {
         }
     }
 
+    /// The eventfd goes with the link itself, not with its thread: a caller that decided to wake
+    /// the thread may write it after the thread has ended, and must not write a number reused since.
+    deinit {
+        if wakeFD >= 0 { Glibc.close(wakeFD) }
+    }
+
     private func wakeThread() {
         var one: UInt64 = 1
         _ = write(wakeFD, &one, 8)
@@ -221,19 +227,20 @@ package final class DirectLink: Sendable {
                 break
             }
             outbox.leaveCollected()
-            // When it wakes by itself, said under the same lock a call is added under: one due
-            // earlier wakes it (`send`).
-            let waitMs = state.withLock { s -> Int32 in
-                let next = min(s.waiting.earliest.monotonic, now + Self.reportIntervalNanoseconds)
-                let ms = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
-                s.sleepsUntil = now + Int64(ms) * 1_000_000
-                return ms
-            }
             let began = ProcessControl.monotonicNanoseconds()
             switch pollBriefly(&spin, from: began) {
             case .caught: continue
             case .ended: break reading
             case .nothing: break
+            }
+            // When it wakes by itself, said under the same lock a call is added under (just before
+            // it sleeps): one due earlier wakes it (`send`).
+            let waitMs = state.withLock { s -> Int32 in
+                let now = ProcessControl.monotonicNanoseconds()
+                let next = min(s.waiting.earliest.monotonic, now + Self.reportIntervalNanoseconds)
+                let ms = Int32(max(1, min(Self.reportIntervalNanoseconds, next - now) / 1_000_000 + 1))
+                s.sleepsUntil = now + Int64(ms) * 1_000_000
+                return ms
             }
             let ready = poll(&pollSet, 2, waitMs)
             state.withLock { $0.sleepsUntil = 0 }
@@ -336,7 +343,6 @@ package final class DirectLink: Sendable {
         for call in calls { call.continuation.resume(throwing: Ended(deadline: call.deadline.monotonic)) }
         answer?()
         connection.close()
-        if wakeFD >= 0 { Glibc.close(wakeFD) }
         ended(self)
     }
 }

@@ -36,6 +36,8 @@ public final class Supervisor: Sendable {
     private let finished: EventLoopFuture<Void>
     /// What the previous binary handed over, when this one was exec'd by an upgrade in place.
     private let handover: UpgradeHandover?
+    /// The embedding program's host methods' bodies (`provide(method:)`), shared with the loop.
+    let hostMethodBodies = Guarded<[String: HostMethods.Handler]>([:])
     /// Where other threads hand work to the loop: closed before the loop's group shuts down.
     private let door = LoopDoor()
     /// The main thread's job queue while `run` serves (`supervisor start` only: SpawnerThread).
@@ -70,11 +72,12 @@ public final class Supervisor: Sendable {
         let namespace = ProcessControl.networkNamespace()
         let preflight = preflightPIDs
         let door = door
+        let programBodies = hostMethodBodies
         // Made on its loop, where it stays. `submit` fails only on a loop that was shut down, and
         // this one was made above and is held by nothing else yet.
         let made = loop.submit {
             let engine = Engine(config: config, logger: logger, group: group, preflightPIDs: preflight,
-                                runtimePaths: paths, networkNamespace: namespace, door: door)
+                                runtimePaths: paths, networkNamespace: namespace, door: door, programBodies: programBodies)
             return (engine.handOff(engine), engine.lifecycle.finished.futureResult, engine.shared.janitor)
         }
         do {
@@ -181,7 +184,9 @@ public final class Supervisor: Sendable {
         onLoop { $0.shared.homeLockFD = lockFD }
         // An install interrupted by a crash left its staging folder; the bundles are complete. An
         // update that had not ended is put back as it was before it (and tried again once started).
-        onLoop { $0.installs.interrupted = $0.installs.store.cleanLeftovers() }
+        // A binary taking over running workers (an upgrade) leaves marked ones for a later start.
+        let resuming = handover == nil
+        onLoop { $0.installs.interrupted = $0.installs.store.cleanLeftovers(resuming: resuming) }
         janitor.sweepLeftovers()
         var cgroups: CgroupTree?
         var notifier: SeccompNotifier?
@@ -228,6 +233,17 @@ public final class Supervisor: Sendable {
         if config.handlesSignals && handover == nil { relaySignals() }
         onLoop { $0.lifecycle.loadPlugins() }
         let snapshot = handover?.snapshot
+        // However `serve` ends from here on, a failure too: the hand-off stops and lets go of the
+        // engine (its callbacks hold the engine, which holds it: neither would ever be freed), and
+        // the control socket closes and its file goes (also after a shutdown asked for before the
+        // socket was bound: an embedded host stopped right after `run`).
+        defer {
+            _ = try? loop.flatSubmit { [engine] in
+                engine.value.handoff?.stop()
+                engine.value.handoff = nil
+                return engine.value.control.close()
+            }.wait()
+        }
         if config.servesControlSocket {
             let server: Channel
             if let fd = snapshot?.controlListener {
@@ -269,14 +285,6 @@ public final class Supervisor: Sendable {
         } catch {
             throw .home(config.home, "the event loop failed: \(error)")
         }
-        // A shutdown asked for before the socket was bound (an embedded host stopped right after
-        // `run`) finished without it: the socket closes, and its file goes, here.
-        _ = try? loop.flatSubmit { [engine] in
-            engine.value.handoff?.stop()
-            // Its callbacks hold the engine, which holds it: let go, or neither is ever freed.
-            engine.value.handoff = nil
-            return engine.value.control.close()
-        }.wait()
     }
 
     /// How many supervisors' engines (their plugin tables, timers and components) this process

@@ -50,6 +50,34 @@ extension InstallTests {
         #expect(try sv.plugin("r.app").version == "1.1.0")
     }
 
+    @Test("a dependency and its dependent updated, then the supervisor killed within their grace periods: the next start puts both previous versions back and applies both updates again, the dependency first")
+    func interruptedUpdatesResumeInDependencyOrder() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let config = try shop.config(extra: ["updateGraceSeconds": 60])
+        let sv = try start(w, config: config)
+        for name in [try shop.archive("r.lib", "1.0.0"),
+                     try shop.archive("r.app", "1.0.0", extra: ["dependencies": [["id": "r.lib", "version": ">=1.0.0 <2.0.0"]]])] {
+            let r = try sv.cli("install", shop.server.base + "/" + name)
+            #expect(r.code == 0, "\(name): \(r.out)\(r.err)")
+        }
+        try shop.offer("r.app", "1.1.0", archive: try shop.archive("r.app", "1.1.0", extra: ["dependencies": [["id": "r.lib", "version": ">=1.1.0 <2.0.0"]]]))
+        try shop.offer("r.lib", "1.1.0", archive: try shop.archive("r.lib", "1.1.0"))
+        let r = try sv.cli("update")
+        #expect(r.code == 0, "\(r.out)\(r.err)")
+        kill(sv.pid, SIGKILL)
+        _ = try sv.waitForExit()
+        let again = try start(w, config: config)
+        try again.waitUntil("both updates applied again") {
+            again.log.contains("r.lib: the interrupted update is done") && again.log.contains("r.app: the interrupted update is done")
+        }
+        #expect(try again.plugin("r.lib").version == "1.1.0")
+        #expect(try again.plugin("r.app").version == "1.1.0")
+        let lib = try #require(again.log.range(of: "r.lib: the interrupted update is done"))
+        let app = try #require(again.log.range(of: "r.app: its update to 1.1.0 had not ended"))
+        #expect(lib.lowerBound < app.lowerBound, "r.app's update was tried before r.lib's was done")
+    }
+
     @Test("an onCall plugin installed, or updated while inactive, is started to prove that it loads, then stops until it is needed (not counted as a restart); a call starts it")
     func onCallInstallsStayInactive() throws {
         let w = try TestWorld()

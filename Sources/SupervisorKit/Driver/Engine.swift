@@ -65,7 +65,7 @@ final class Engine: SeesShared {
     deinit { Self.alive.subtract(1, ordering: .relaxed) }
 
     init(config: SupervisorConfig, logger: Logger, group: MultiThreadedEventLoopGroup, preflightPIDs: Guarded<Set<pid_t>>,
-         runtimePaths: [String], networkNamespace: UInt64?, door: LoopDoor) {
+         runtimePaths: [String], networkNamespace: UInt64?, door: LoopDoor, programBodies: Guarded<[String: HostMethods.Handler]>) {
         Self.alive.add(1, ordering: .relaxed)
         let shared = Shared(config: config, logger: logger, loop: group.next(), preflightPIDs: preflightPIDs,
                             runtimePaths: runtimePaths, networkNamespace: networkNamespace, door: door)
@@ -76,7 +76,7 @@ final class Engine: SeesShared {
         health = Health(shared)
         installs = Installs(shared)
         control = ControlServer(shared)
-        hostMethods = HostMethods(shared)
+        hostMethods = HostMethods(shared, programBodies: programBodies)
         shared.effects.carryOut = { [unowned self] in carryOut($0) }
         shared.deadlines.check = { [unowned self] in checkDeadlines(at: $0) }
     }

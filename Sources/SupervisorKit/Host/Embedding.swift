@@ -128,11 +128,11 @@ extension Supervisor {
 
     /// Provides the host method `name` to plugins allowed to call it (`host.call:<name>`); the
     /// handler gets the call's `params` JSON and returns the result's JSON (or throws). In effect
-    /// when it returns: a plugin's call of it that the loop reads after that finds it (the caller
-    /// waits for the loop, as `events` does).
+    /// when it returns, from any thread and without waiting for the loop: a plugin's call of it
+    /// read after that finds it (the loop then puts it before the clients that provided it earlier).
     public func provide(method name: String, _ handler: @escaping @Sendable ([UInt8]) async throws -> [UInt8]) {
-        if loop.inEventLoop { return engine.value.hostMethods.provide(name, handler) }
-        _ = try? loop.submit { [engine] in engine.value.hostMethods.provide(name, handler) }.wait()
+        hostMethodBodies.withLock { $0[name] = handler }
+        engine.execute { $0.hostMethods.programProvides(name) }
     }
 
     /// The embedding program's end of a direct link to `target`'s worker (one hop, as a client's:

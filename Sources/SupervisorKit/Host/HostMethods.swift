@@ -26,9 +26,13 @@ final class HostMethods: SupervisorComponent {
 
     /// Who provides each method, oldest first: the last one gets its calls.
     private var providers: [String: [Provider]] = [:]
+    /// The program's bodies, by method: set from the program's thread when it provides one (in
+    /// effect at once, whatever the loop is doing), read here at each call.
+    let programBodies: Guarded<[String: Handler]>
 
     private enum Provider {
-        case program(Handler)
+        /// The program (its body in `programBodies`).
+        case program
         case client(ControlConnection)
 
         func isClient(_ connection: ControlConnection) -> Bool {
@@ -52,16 +56,18 @@ final class HostMethods: SupervisorComponent {
         }
     }
 
-    init(_ shared: Shared) {
+    init(_ shared: Shared, programBodies: Guarded<[String: Handler]>) {
         self.shared = shared
+        self.programBodies = programBodies
     }
 
-    /// The embedding program provides `name` (replacing its earlier handler of that name).
-    func provide(_ name: String, _ handler: @escaping Handler) {
+    /// The embedding program provides `name` (its body already in `programBodies`): it comes
+    /// before the clients that provided it earlier.
+    func programProvides(_ name: String) {
         loop.preconditionInEventLoop()
         var stack = providers[name] ?? []
         stack.removeAll { if case .program = $0 { true } else { false } }
-        stack.append(.program(handler))
+        stack.append(.program)
         providers[name] = stack
         countProviders()
     }
@@ -126,7 +132,9 @@ final class HostMethods: SupervisorComponent {
             metrics.count(outcome)
             outbox.write(outbox.errorFrame(id: id, error, for: channel), to: channel)
         }
-        let provider = providers[method]?.last
+        // One the program provided a moment ago, which the loop has not ordered yet, is there too.
+        let body = programBodies.withLock { $0[method] }
+        let provider = providers[method]?.last ?? body.map { _ in .program }
         let key = ObjectIdentifier(caller)
         var calls = running[key] ?? [:]
         if let refused = HostCallRule.check(method: method, caller: caller.identifier, permissions: caller.manifest.permissions,
@@ -160,8 +168,9 @@ final class HostMethods: SupervisorComponent {
             frame.uint("timeoutMs", UInt64(timeoutMs))
             outbox.write(frame.finish(), to: connection.channel)
             return
-        case .program(let h):
-            handler = h
+        case .program:
+            guard let body else { return settle(caller, id, .failure(ErrorBody(.notFound, "the host provides no method \(method)")), outcome: .error) }
+            handler = body
         }
         let back = handOff((methods: self, caller: caller))
         call.task = Task {

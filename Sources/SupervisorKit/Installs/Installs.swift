@@ -186,6 +186,9 @@ final class Installs: SupervisorComponent {
             return done(.failure(InstallError(.conflict, refusal).body))
         }
         guard !isShuttingDown else {
+            // An update stays marked: the next start puts the previous version back and applies
+            // it then, as any update that had not ended (a new version that never ran proves nothing).
+            if staged.previous != nil { return done(.success(what + "; the supervisor is stopping: it is applied when it starts again")) }
             store.finish(staged)
             return done(.success(what + "; it starts with the supervisor"))
         }

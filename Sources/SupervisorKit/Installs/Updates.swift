@@ -97,34 +97,40 @@ extension Installs {
 extension Installs {
     /// Once every plugin has started: each update that had not ended when the supervisor last
     /// stopped (its new version starting, or within its grace period) is applied again, as an
-    /// install of it would be; its previous version, back in place, serves meanwhile and stays if
-    /// the new one fails again.
+    /// install of it would be, one after the other, dependencies first; its previous version,
+    /// back in place, serves meanwhile and stays if the new one fails again. A shutdown leaves
+    /// the rest marked for the next start.
     func resumeInterruptedUpdates() {
-        let updates = interrupted
+        let order = Dictionary(table.inOrder.enumerated().map { ($1.identifier, $0) }) { first, _ in first }
+        let updates = interrupted.sorted { order[$0.identifier, default: .max] < order[$1.identifier, default: .max] }
         interrupted = []
-        for staged in updates {
-            let id = staged.identifier
-            let previous = staged.previous ?? "?"
-            guard let record = table[id], "\(record.manifest.version)" == previous else {
-                store.finish(staged)
-                logger.warning("\(id): its update to \(staged.version) had not ended when the supervisor stopped, and \(previous) is no longer what is installed; the update is dropped",
-                               metadata: ["plugin": "\(id)"])
-                continue
-            }
-            logger.warning("\(id): its update to \(staged.version) had not ended when the supervisor stopped; \(previous) was put back and runs, and \(staged.version) is tried again",
+        resume(updates[...])
+    }
+
+    private func resume(_ updates: ArraySlice<BundleStore.Staged>) {
+        guard !isShuttingDown, let staged = updates.first else { return }
+        let id = staged.identifier
+        let previous = staged.previous ?? "?"
+        guard let record = table[id], "\(record.manifest.version)" == previous else {
+            store.finish(staged)
+            logger.warning("\(id): its update to \(staged.version) had not ended when the supervisor stopped, and \(previous) is no longer what is installed; the update is dropped",
                            metadata: ["plugin": "\(id)"])
-            inFlight += 1
-            apply(staged) { [self] result in
-                inFlight -= 1
-                switch result {
-                case .success(let what):
-                    shared.metrics.installed(outcome: "ok")
-                    logger.notice("\(id): the interrupted update is done: \(what)", metadata: ["plugin": "\(id)"])
-                case .failure(let error):
-                    shared.metrics.installed(outcome: error.code)
-                    logger.error("\(id): the interrupted update to \(staged.version), tried again, failed: \(error.message)", metadata: ["plugin": "\(id)"])
-                }
+            return resume(updates.dropFirst())
+        }
+        logger.warning("\(id): its update to \(staged.version) had not ended when the supervisor stopped; \(previous) was put back and runs, and \(staged.version) is tried again",
+                       metadata: ["plugin": "\(id)"])
+        inFlight += 1
+        apply(staged) { [self] result in
+            inFlight -= 1
+            switch result {
+            case .success(let what):
+                shared.metrics.installed(outcome: "ok")
+                logger.notice("\(id): the interrupted update is done: \(what)", metadata: ["plugin": "\(id)"])
+            case .failure(let error):
+                shared.metrics.installed(outcome: error.code)
+                logger.error("\(id): the interrupted update to \(staged.version), tried again, failed: \(error.message)", metadata: ["plugin": "\(id)"])
             }
+            resume(updates.dropFirst())
         }
     }
 }

@@ -1,0 +1,125 @@
+import Bundles
+import Foundation
+import LinuxSupport
+import Testing
+
+/// An update's mark on disk (BundleStore+Updates.swift) at each point a supervisor can end: which
+/// version is back in place at the next start, and what is applied again. Files only, no process.
+struct UpdateMarkTests {
+    /// A home with `u.app` installed (a folder holding `version`: "old") and an update of it staged
+    /// (a folder holding "new"), as the installer leaves them.
+    struct Home {
+        let root: String
+        let store: BundleStore
+        let staged: BundleStore.Staged
+
+        init(version: String = "2.0.0", previous: String = "1.0.0") throws {
+            root = NSTemporaryDirectory() + "update-mark-" + UUID().uuidString
+            let target = root + "/plugins/u.app"
+            let folder = root + "/staging/u.app-" + UUID().uuidString.prefix(6)
+            for (dir, text) in [(target, "old"), (folder + "/unpacked/u.app", "new")] {
+                try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+                try text.write(toFile: dir + "/version", atomically: true, encoding: .utf8)
+            }
+            store = BundleStore(home: root)
+            staged = BundleStore.Staged(identifier: "u.app", version: version, previous: previous, folder: folder,
+                                        bundle: folder + "/unpacked/u.app", target: target)
+        }
+
+        /// What `<home>/plugins/u.app` holds now.
+        var installed: String { (try? String(contentsOfFile: root + "/plugins/u.app/version", encoding: .utf8)) ?? "(none)" }
+        var stagingFolders: [String] { (try? FileManager.default.contentsOfDirectory(atPath: root + "/staging")) ?? [] }
+
+        /// What a start finds, and what it would apply again: the staged bundle's contents.
+        func restart(resuming: Bool = true) throws -> [String] {
+            try BundleStore(home: root).cleanLeftovers(resuming: resuming).map { staged in
+                #expect(staged.target == root + "/plugins/u.app")
+                return try String(contentsOfFile: staged.bundle + "/version", encoding: .utf8)
+            }
+        }
+    }
+
+    @Test("marked, then the supervisor ends before the swap: the previous version stays, the update is applied again")
+    func beforeTheSwap() throws {
+        let home = try Home()
+        try home.store.markUpdate(home.staged)
+        #expect(try home.restart() == ["new"])
+        #expect(home.installed == "old")
+    }
+
+    @Test("swapped in, then the supervisor ends (starting, or within the grace period): the previous version goes back in place, the update is applied again")
+    func afterTheSwap() throws {
+        let home = try Home()
+        try home.store.markUpdate(home.staged)
+        try home.store.swapIn(home.staged)
+        #expect(home.installed == "new")
+        #expect(try home.restart() == ["new"])
+        #expect(home.installed == "old")
+        // A second start before the update is applied again finds the same.
+        #expect(try home.restart() == ["new"])
+        #expect(home.installed == "old")
+    }
+
+    @Test("the same version installed again: told apart by the folders, not by their versions")
+    func theSameVersionAgain() throws {
+        let home = try Home(version: "1.0.0", previous: "1.0.0")
+        try home.store.markUpdate(home.staged)
+        try home.store.swapIn(home.staged)
+        #expect(try home.restart() == ["new"])
+        #expect(home.installed == "old")
+    }
+
+    @Test("finished (the new version proved itself) or rolled back: nothing is applied again, and the folder goes")
+    func endedUpdates() throws {
+        let finished = try Home()
+        try finished.store.markUpdate(finished.staged)
+        try finished.store.swapIn(finished.staged)
+        finished.store.finish(finished.staged)
+        #expect(try finished.restart().isEmpty)
+        #expect(finished.installed == "new" && finished.stagingFolders.isEmpty)
+
+        let rolledBack = try Home()
+        try rolledBack.store.markUpdate(rolledBack.staged)
+        try rolledBack.store.swapIn(rolledBack.staged)
+        try rolledBack.store.rollBack(rolledBack.staged)
+        #expect(try rolledBack.restart().isEmpty)
+        #expect(rolledBack.installed == "old" && rolledBack.stagingFolders.isEmpty)
+    }
+
+    @Test("the plugin replaced by another install since (its folder is not the one the mark names): the mark is a leftover, what is installed stays")
+    func replacedSince() throws {
+        let home = try Home()
+        try home.store.markUpdate(home.staged)
+        try home.store.swapIn(home.staged)
+        let other = home.root + "/other"
+        try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
+        try "other".write(toFile: other + "/version", atomically: true, encoding: .utf8)
+        FileSystem.removeTree(home.root + "/plugins/u.app")
+        try FileSystem.rename(other, to: home.root + "/plugins/u.app")
+        #expect(try home.restart().isEmpty)
+        #expect(home.installed == "other" && home.stagingFolders.isEmpty)
+    }
+
+    @Test("a binary taking over running workers (an upgrade) leaves a mark as it is, for a later start")
+    func notResuming() throws {
+        let home = try Home()
+        try home.store.markUpdate(home.staged)
+        try home.store.swapIn(home.staged)
+        #expect(try home.restart(resuming: false).isEmpty)
+        #expect(home.installed == "new" && home.stagingFolders.count == 1)
+        #expect(try home.restart() == ["new"])
+        #expect(home.installed == "old")
+    }
+
+    @Test("the home named another way at the next start (a trailing slash, a link to it): the mark is found all the same")
+    func theHomeNamedAnotherWay() throws {
+        let home = try Home()
+        try home.store.markUpdate(home.staged)
+        try home.store.swapIn(home.staged)
+        let link = home.root + "-link"
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: home.root)
+        let found = BundleStore(home: link + "/").cleanLeftovers()
+        #expect(found.map(\.identifier) == ["u.app"])
+        #expect(home.installed == "old")
+    }
+}
