@@ -416,7 +416,3 @@ size_t cls_loaded_objects(char *buf, size_t len) {
 void cls_trim_memory(void) {
     malloc_trim(0);
 }
-
-int cls_fixed_mmap_threshold(size_t bytes) {
-    return mallopt(M_MMAP_THRESHOLD, (int)bytes) == 1 ? 0 : -1;
-}

@@ -1,7 +1,6 @@
 import ArgumentParser
 import Logging
 import Bundles
-import CLinuxSupport
 import LinuxSupport
 import Protocol
 import SupervisorKit
@@ -72,11 +71,6 @@ struct Start: ParsableCommand {
         }
         // A crash or a watchdog's SIGABRT ends the supervisor at once (and its workers with it).
         InPlaceExec.fatalSignalsEndTheProcess()
-        // Frames of a MiB or more (calls held for a worker that reads nothing, a client's large
-        // request) are mappings of their own, given back when freed. glibc's default threshold rises
-        // after the first such block is freed, and later ones stayed in its heaps for good: a
-        // supervisor that once held 256 MiB for a stuck plugin kept 250 MB resident while idle.
-        _ = cls_fixed_mmap_threshold(1 << 20)
         // Exec'd by an upgrade in place: until this binary has taken over, a crash or a stall
         // brings the previous one back with the same handover (docs/operations.md).
         if let fds = UpgradeHandover.descriptorsFromEnvironment(), !UpgradeHandover.isRescue {

@@ -125,9 +125,6 @@ void cls_resume_caught_relay(void);
 void cls_release_caught_signals(int extra);
 /* Gives the allocator's free memory back to the system (malloc_trim). */
 void cls_trim_memory(void);
-/* Every allocation of `bytes` or more is a mapping of its own, unmapped when freed: glibc's
-   threshold no longer rises after a large block is freed (M_MMAP_THRESHOLD). 0, or -1. */
-int cls_fixed_mmap_threshold(size_t bytes);
 /* The kernel's name of a signal ("SIGSEGV"), or NULL. */
 const char *cls_signal_name(int sig);
 

@@ -34,7 +34,8 @@ final class Janitor: Sendable {
     }
 
     /// Gives the allocator's free memory back to the system (`malloc_trim`), off the loop: after
-    /// a client dropped with hundreds of MiB it had left unread.
+    /// a client dropped with hundreds of MiB it had left unread, or large frames held for a worker
+    /// went out (`Shared.trimMemoryWhenQuiet`).
     func trimMemory() {
         pool.submit { _ in cls_trim_memory() }
     }

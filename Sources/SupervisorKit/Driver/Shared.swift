@@ -65,6 +65,8 @@ final class Shared {
     /// Where control clients pick up descriptors: their direct links' ends and the bytes of
     /// answers passed as descriptors (Routing/LinkHandoff.swift; nil without a control socket).
     var handoff: LinkHandoff?
+    /// The allocator's trim, due once a second has passed without another (`trimMemoryWhenQuiet`).
+    var trimWhenQuiet: Scheduled<Void>?
     /// Connections to the metrics endpoint open now (at most `MetricsServer.connectionsMax`).
     /// The metrics endpoint's connections, with when each last completed a request (or opened).
     var metricsConnections: [ObjectIdentifier: (channel: Channel, since: NIODeadline)] = [:]

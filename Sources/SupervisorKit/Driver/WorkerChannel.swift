@@ -87,6 +87,8 @@ final class WorkerHandler: ChannelInboundHandler {
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         if context.channel.isWritable, let record = engine.table.record(servedBy: instance) {
             engine.router.forwardWaiting(record)
+            // What waited for this socket has gone out: its memory goes back once all is quiet.
+            if record.waiting.isEmpty { engine.shared.trimMemoryWhenQuiet() }
         }
         context.fireChannelWritabilityChanged()
     }
