@@ -38,6 +38,13 @@ struct RequestShapeTests {
             let answer = String(decoding: try #require(try c.receiveFrame()), as: UTF8.self)
             #expect(answer.contains("badRequest") && answer.contains(said), "\(answer)")
         }
+        // None listed (null, an empty list): nothing to refuse. A type the socket does not take is said so first.
+        for (body, said) in [(#"{"type":"status","id":4,"attachments":null}"#, "[{"), (#"{"type":"metrics","id":5,"attachments":[ ]}"#, "plugin_"),
+                             (#"{"type":"ping","id":6,"attachments":[{"length":1}]}"#, "'ping' is not a request this socket takes")] {
+            try c.sendFrame([UInt8].frame(body: Array(body.utf8)))
+            let answer = String(decoding: try #require(try c.receiveFrame()), as: UTF8.self)
+            #expect(answer.contains(said), "\(body): \(answer.prefix(300))")
+        }
         try c.sendFrame(callFrame(id: 3, target: "s.kit", method: "ping"))
         #expect(String(decoding: try #require(try c.receiveFrame()), as: UTF8.self).contains(#""result":1"#))
     }

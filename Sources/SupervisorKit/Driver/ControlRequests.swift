@@ -66,8 +66,9 @@ extension Engine {
     /// embedded in (`ReplyOrigin.host`): both take the same requests, checked the same way.
     func handle(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, origin: ReplyOrigin) {
         // Only a call or an `open` carries bytes (bytes after the JSON without `attachments` end the
-        // frame's reading already): on any other request they are a client's mistake, said so.
-        if kind != .call && kind != .open, env.attachments != nil {
+        // frame's reading already): on another request, attachments listed are a client's mistake,
+        // said so (an empty list, or null, lists none). A type this socket does not take is said first.
+        if kind != .call && kind != .open, Self.takes(kind), let range = env.attachments, Self.listsSome(bytes, range) {
             return outbox.answer(origin, error: ErrorBody(.badRequest, "\(kind.rawValue) carries no bytes, and this one has \"attachments\": only a call or an open does"))
         }
         switch kind {
@@ -172,6 +173,17 @@ extension Engine {
         } else if connection.following.contains(id) {
             events.unfollow(connection, id: id)
         }
+    }
+
+    /// The requests this socket takes besides calls and opens (`handle`'s cases).
+    private static func takes(_ kind: MessageKind) -> Bool {
+        [.status, .send, .restart, .install, .update, .uninstall, .reload, .metrics, .debugWedge, .events, .link, .provide, .upgrade, .stop].contains(kind)
+    }
+
+    /// Whether the `attachments` value at `range` lists any: not `null`, not `[]`.
+    private static func listsSome(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> Bool {
+        let text = bytes[range].filter { ![UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"), UInt8(ascii: "\r")].contains($0) }
+        return text != Array("null".utf8) && text != Array("[]".utf8)
     }
 
     private func callOrOpen(_ kind: MessageKind, _ env: Envelope, _ bytes: UnsafeRawBufferPointer, _ origin: ReplyOrigin) {
