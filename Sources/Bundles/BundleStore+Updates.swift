@@ -91,12 +91,22 @@ extension BundleStore {
         case (mark.previousInode, mark.newInode):
             return staged
         case (mark.newInode, mark.previousInode):
+            // Only a previous version that is whole goes back (its manifest reads as the version
+            // it names, its libraries are there): else the new one stays, unproven but runnable.
+            guard Self.isWhole(staged.bundle, version: mark.previous) else { return nil }
             do { try FileSystem.exchange(staged.bundle, staged.target) } catch { return nil }
             try? FileSystem.sync(pluginsDirectory)
             return staged
         default:
             return nil
         }
+    }
+
+    /// Whether the bundle at `path` reads as `version` with every library it names present.
+    static func isWhole(_ path: String, version: String) -> Bool {
+        guard let manifest = try? Manifest.load(bundle: path), "\(manifest.version)" == version else { return false }
+        let libraries = (manifest.library.map { [$0] } ?? []) + manifest.variants.map(\.library)
+        return !libraries.isEmpty && libraries.allSatisfy { FileSystem.exists(path + "/" + $0) }
     }
 
     /// The inode of the folder at `path` (not followed if it is a link), or nil.

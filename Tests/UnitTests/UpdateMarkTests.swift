@@ -17,9 +17,11 @@ struct UpdateMarkTests {
             root = NSTemporaryDirectory() + "update-mark-" + UUID().uuidString
             let target = root + "/plugins/u.app"
             let folder = root + "/staging/u.app-" + UUID().uuidString.prefix(6)
-            for (dir, text) in [(target, "old"), (folder + "/unpacked/u.app", "new")] {
+            for (dir, text, v) in [(target, "old", previous), (folder + "/unpacked/u.app", "new", version)] {
                 try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
                 try text.write(toFile: dir + "/version", atomically: true, encoding: .utf8)
+                try #"{"identifier":"u.app","version":"\#(v)","library":"libu.so"}"#.write(toFile: dir + "/plugin.json", atomically: true, encoding: .utf8)
+                try "".write(toFile: dir + "/libu.so", atomically: true, encoding: .utf8)
             }
             store = BundleStore(home: root)
             staged = BundleStore.Staged(identifier: "u.app", version: version, previous: previous, folder: folder,
@@ -84,6 +86,22 @@ struct UpdateMarkTests {
         try rolledBack.store.rollBack(rolledBack.staged)
         #expect(try rolledBack.restart().isEmpty)
         #expect(rolledBack.installed == "old" && rolledBack.stagingFolders.isEmpty)
+    }
+
+    @Test("the previous version damaged since (its manifest unreadable, or its library gone): it does not go back; the new one stays, runnable")
+    func aDamagedPreviousStaysOut() throws {
+        for damage in ["plugin.json", "libu.so"] {
+            let home = try Home()
+            try home.store.markUpdate(home.staged)
+            try home.store.swapIn(home.staged)
+            if damage == "plugin.json" {
+                try #"{"identifier":"#.write(toFile: home.staged.bundle + "/plugin.json", atomically: true, encoding: .utf8)
+            } else {
+                try FileManager.default.removeItem(atPath: home.staged.bundle + "/libu.so")
+            }
+            #expect(try home.restart().isEmpty, "\(damage)")
+            #expect(home.installed == "new" && home.stagingFolders.isEmpty, "\(damage)")
+        }
     }
 
     @Test("the plugin replaced by another install since (its folder is not the one the mark names): the mark is a leftover, what is installed stays")
