@@ -20,14 +20,19 @@ extension BundleStore {
     static let updateMark = "update.json"
 
     struct UpdateMark: Codable {
+        /// The plugin, and the version the update brings.
         var identifier: String
         var version: String
-        var previous: String
         /// The staged bundle, inside its staging folder.
         var bundleName: String
-        /// The new version's folder and the installed one's, before the swap.
-        var newInode: UInt64
-        var previousInode: UInt64
+        /// The installed version before the update, and the inodes of the two folders.
+        var previous: String
+        var inodes: Inodes
+
+        struct Inodes: Codable, Equatable {
+            var new: UInt64
+            var previous: UInt64
+        }
     }
 
     /// Marks `staged`, an update of an installed plugin, as under way until it ends.
@@ -36,8 +41,8 @@ extension BundleStore {
               let newInode = Self.inode(staged.bundle), let previousInode = Self.inode(staged.target) else {
             throw InstallError(.fileSystem, "cannot note the update of \(staged.identifier) in \(staged.folder): its folders cannot be read")
         }
-        let mark = UpdateMark(identifier: staged.identifier, version: staged.version, previous: previous,
-                              bundleName: String(staged.bundle.dropFirst(staged.folder.count + 1)), newInode: newInode, previousInode: previousInode)
+        let mark = UpdateMark(identifier: staged.identifier, version: staged.version, bundleName: String(staged.bundle.dropFirst(staged.folder.count + 1)),
+                              previous: previous, inodes: UpdateMark.Inodes(new: newInode, previous: previousInode))
         do {
             try FileSystem.writeAtomically(staged.folder + "/" + Self.updateMark, Array(try JSONEncoder().encode(mark)))
             try FileSystem.sync(staged.folder)
@@ -88,9 +93,9 @@ extension BundleStore {
         let staged = Staged(identifier: mark.identifier, version: mark.version, previous: mark.previous, folder: folder,
                             bundle: folder + "/" + mark.bundleName, target: pluginsDirectory + "/" + mark.identifier)
         switch (Self.inode(staged.target), Self.inode(staged.bundle)) {
-        case (mark.previousInode, mark.newInode):
+        case (mark.inodes.previous, mark.inodes.new):
             return staged
-        case (mark.newInode, mark.previousInode):
+        case (mark.inodes.new, mark.inodes.previous):
             // Only a previous version that is whole goes back (its manifest reads as the version
             // it names, its libraries are there): else the new one stays, unproven but runnable.
             guard Self.isWhole(staged.bundle, version: mark.previous) else { return nil }
