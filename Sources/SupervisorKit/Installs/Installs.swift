@@ -109,15 +109,7 @@ final class Installs: SupervisorComponent {
     /// new: a plugin uninstalled while its update downloaded stays uninstalled.
     func install(source: String, entry: CatalogEntry?, options: InstallOptions, origin: ReplyOrigin?, updating: Bool = false,
                  _ done: @escaping (Result<String, ErrorBody>) -> Void) {
-        inFlight += 1
-        let done: (Result<String, ErrorBody>) -> Void = { [self] result in
-            inFlight -= 1
-            switch result {
-            case .success: shared.metrics.installed(outcome: "ok")
-            case .failure(let error): shared.metrics.installed(outcome: error.code)
-            }
-            done(result)
-        }
+        let done = counted(done)
         var staging = request(.stage)
         staging.source = source
         staging.entry = entry
@@ -150,6 +142,20 @@ final class Installs: SupervisorComponent {
                 }
                 installs.apply(staged, done)
             }
+        }
+    }
+
+    /// `done` for an install or update that begins now: it counts in `inFlight` until its outcome,
+    /// and its outcome in `supervisor_installs_total`.
+    func counted(_ done: @escaping (Result<String, ErrorBody>) -> Void) -> (Result<String, ErrorBody>) -> Void {
+        inFlight += 1
+        return { [self] result in
+            inFlight -= 1
+            switch result {
+            case .success: shared.metrics.installed(outcome: "ok")
+            case .failure(let error): shared.metrics.installed(outcome: error.code)
+            }
+            done(result)
         }
     }
 

@@ -34,8 +34,7 @@ extension Installs {
         }
         // Dependencies before their dependents (the start order), whatever order the catalog lists
         // them in: a dependent's new version that needs its dependency's new one then finds it.
-        let order = Dictionary(table.inOrder.enumerated().map { ($1.identifier, $0) }) { first, _ in first }
-        updates.sort { order[$0.0.identifier, default: .max] < order[$1.0.identifier, default: .max] }
+        updates = table.inStartOrder(updates) { $0.0.identifier }
         if checkOnly {
             outbox.respond(origin) { try ProtocolJSON.encode(UpdateCheck(catalog: loaded.source, updates: updates.map(\.1))) }
             return
@@ -101,8 +100,7 @@ extension Installs {
     /// back in place, serves meanwhile and stays if the new one fails again. A shutdown leaves
     /// the rest marked for the next start.
     func resumeInterruptedUpdates() {
-        let order = Dictionary(table.inOrder.enumerated().map { ($1.identifier, $0) }) { first, _ in first }
-        let updates = interrupted.sorted { order[$0.identifier, default: .max] < order[$1.identifier, default: .max] }
+        let updates = table.inStartOrder(interrupted, by: \.identifier)
         interrupted = []
         resume(updates[...])
     }
@@ -119,18 +117,14 @@ extension Installs {
         }
         logger.warning("\(id): its update to \(staged.version) had not ended when the supervisor stopped; \(previous) was put back and runs, and \(staged.version) is tried again",
                        metadata: ["plugin": "\(id)"])
-        inFlight += 1
-        apply(staged) { [self] result in
-            inFlight -= 1
+        apply(staged, counted { [self] result in
             switch result {
             case .success(let what):
-                shared.metrics.installed(outcome: "ok")
                 logger.notice("\(id): the interrupted update is done: \(what)", metadata: ["plugin": "\(id)"])
             case .failure(let error):
-                shared.metrics.installed(outcome: error.code)
                 logger.error("\(id): the interrupted update to \(staged.version), tried again, failed: \(error.message)", metadata: ["plugin": "\(id)"])
             }
             resume(updates.dropFirst())
-        }
+        })
     }
 }

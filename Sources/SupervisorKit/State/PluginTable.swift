@@ -37,6 +37,14 @@ final class PluginTable {
         return order.compactMap { records[$0] }
     }
 
+    /// `items` in the start order of the plugins they name (dependencies first); those that name
+    /// no known plugin last, in the order they came.
+    func inStartOrder<Item>(_ items: [Item], by identifier: (Item) -> String) -> [Item] {
+        loop.assertInEventLoop()
+        let rank = Dictionary(order.enumerated().map { ($1, $0) }) { first, _ in first }
+        return items.sorted { rank[identifier($0), default: .max] < rank[identifier($1), default: .max] }
+    }
+
     var all: Dictionary<String, PluginRecord>.Values {
         loop.assertInEventLoop()
         return records.values
