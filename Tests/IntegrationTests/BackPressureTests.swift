@@ -49,7 +49,7 @@ struct BackPressureTests {
             for _ in 1...4 { #expect(String(decoding: try #require(try client.receiveFrame()).prefix(100), as: UTF8.self).contains(#""result""#)) }
         }
         #expect(String(decoding: try #require(try stall.receiveFrame()), as: UTF8.self).contains(#""result":null"#))
-        // It held them (glibc kept such blocks in its heaps for good: 130 MB more, idle).
+        // It held them; glibc keeps such blocks in its heaps (130 MB more, idle) unless they are trimmed.
         var more = 0
         do {
             try sv.waitUntil("the held calls' memory back") {

@@ -349,7 +349,7 @@ struct HostTests {
             }
             guard round == 1 else { continue }
             try await waitUntil("the host's threads to end") { threads().count <= before.threads }
-            // Its engine too (a link hand-off's callbacks held it, and it held them: 25 kB a host).
+            // Its engine too (the link hand-off's callbacks hold it until the hand-off is let go: 25 kB a host).
             try await waitUntil("the host's engine to be freed") { PluginHost.supervisorsAlive <= before.supervisors }
             try await waitUntil("the host's descriptors to close") { descriptors() <= before.descriptors }
             #expect(descriptors() <= before.descriptors, "more than before: \(Set(open()).subtracting(listed).sorted())")

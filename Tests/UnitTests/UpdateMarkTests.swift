@@ -104,6 +104,26 @@ struct UpdateMarkTests {
         }
     }
 
+    @Test("a mark that is not one (truncated, not JSON, too large, a bundle outside its folder, an identifier that is not one): a leftover, deleted; what is installed stays")
+    func hostileMarks() throws {
+        let valid = try Home()
+        try valid.store.markUpdate(valid.staged)
+        let mark = try String(contentsOfFile: valid.staged.folder + "/update.json", encoding: .utf8)
+        func changed(_ key: String, _ value: String) throws -> String {
+            var fields = try #require(try JSONSerialization.jsonObject(with: Data(mark.utf8)) as? [String: Any])
+            fields[key] = value
+            return String(decoding: try JSONSerialization.data(withJSONObject: fields), as: UTF8.self)
+        }
+        for text in [String(mark.prefix(mark.count / 2)), "not json", String(repeating: " ", count: 70_000) + mark,
+                     try changed("bundleName", "../../plugins/u.app"), try changed("identifier", "..")] {
+            let home = try Home()
+            try home.store.swapIn(home.staged)
+            try text.write(toFile: home.staged.folder + "/update.json", atomically: true, encoding: .utf8)
+            #expect(try home.restart().isEmpty, "\(text.prefix(120))")
+            #expect(home.installed == "new" && home.stagingFolders.isEmpty, "\(text.prefix(120))")
+        }
+    }
+
     @Test("the plugin replaced by another install since (its folder is not the one the mark names): the mark is a leftover, what is installed stays")
     func replacedSince() throws {
         let home = try Home()
