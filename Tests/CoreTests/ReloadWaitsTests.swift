@@ -8,7 +8,7 @@ import SupervisorCore
 
     static func due(_ waits: inout ReloadWaits<String>, at now: Instant = t0, shuttingDown: Bool = false,
                     _ phases: [String: PluginPhase]) -> [String] {
-        waits.due(now: now, shuttingDown: shuttingDown, phases: phases.values) { phases[$0] != nil }
+        waits.due(now: now, shuttingDown: shuttingDown) { phases[$0] }
     }
 
     @Test func answeredAtOnceWhenNothingIsUnderWay() {
@@ -20,14 +20,35 @@ import SupervisorCore
         #expect(Self.due(&waits, ["a": .running]).isEmpty)
     }
 
-    @Test func aPluginComingUpHoldsEveryReloadBack() {
+    /// A plugin the rescan set coming up holds its reload back until it runs (or has failed);
+    /// the reloads that did not start it are answered.
+    @Test func aPluginTheRescanStartedHoldsItsReloadBack() {
         for phase in [PluginPhase.waiting, .starting, .restarting] {
             var waits = ReloadWaits<String>()
-            waits.began("r1", until: Self.until)
+            waits.began("r1", until: Self.until, comingUp: ["new"])
             waits.began("r2", until: Self.until)
+            #expect(Self.due(&waits, ["new": phase, "old": .running]) == ["r2"], "\(phase)")
             #expect(Self.due(&waits, ["new": phase, "old": .running]).isEmpty, "\(phase)")
-            #expect(Self.due(&waits, ["new": .running, "old": .running]) == ["r1", "r2"], "\(phase)")
+            #expect(Self.due(&waits, ["new": .failed(byDependency: false), "old": .running]) == ["r1"], "\(phase)")
         }
+    }
+
+    /// A plugin coming up for another reason (a crash loop's restarts, a backoff, an activation)
+    /// holds no reload back: the answer does not wait for the reload's deadline.
+    @Test func aPluginComingUpOfItsOwnHoldsNothingBack() {
+        for phase in [PluginPhase.waiting, .starting, .restarting] {
+            var waits = ReloadWaits<String>()
+            waits.began("r", until: Self.until)
+            #expect(Self.due(&waits, ["looping": phase, "old": .running]) == ["r"], "\(phase)")
+        }
+    }
+
+    /// One the rescan started and that is then forgotten (uninstalled) holds nothing back.
+    @Test func aForgottenPluginHoldsNothingBack() {
+        var waits = ReloadWaits<String>()
+        waits.began("r", until: Self.until, comingUp: ["new"])
+        #expect(Self.due(&waits, ["new": .starting]).isEmpty)
+        #expect(Self.due(&waits, [:]) == ["r"])
     }
 
     /// A plugin a rescan stops (removed from the folders) holds the answer back until it has
@@ -65,10 +86,10 @@ import SupervisorCore
 
     /// At its deadline a reload is answered as things stand; a later one waits on.
     @Test func theDeadlineAnswersOnlyTheReloadsItIsFor() {
-        var waits = ReloadWaits<String>()
-        waits.began("early", until: Self.until)
-        waits.began("late", until: Self.until.adding(milliseconds: 10_000))
         let slow: [String: PluginPhase] = ["slow": .starting]
+        var waits = ReloadWaits<String>()
+        waits.began("early", until: Self.until, comingUp: ["slow"])
+        waits.began("late", until: Self.until.adding(milliseconds: 10_000), comingUp: ["slow"])
         #expect(Self.due(&waits, at: Self.until.adding(milliseconds: -1), slow).isEmpty)
         #expect(Self.due(&waits, at: Self.until, slow) == ["early"])
         #expect(Self.due(&waits, at: Self.until.adding(milliseconds: 9_999), slow).isEmpty)
@@ -79,8 +100,8 @@ import SupervisorCore
         var waits = ReloadWaits<String>()
         waits.restarting("a")
         waits.stopping(["b"])
-        waits.began("r1", until: Self.until)
+        waits.began("r1", until: Self.until, comingUp: ["c"])
         waits.began("r2", until: Self.until)
-        #expect(Self.due(&waits, shuttingDown: true, ["a": .starting, "b": .running]) == ["r1", "r2"])
+        #expect(Self.due(&waits, shuttingDown: true, ["a": .starting, "b": .running, "c": .starting]) == ["r1", "r2"])
     }
 }

@@ -488,6 +488,44 @@ struct InstallTests {
         #expect((try FileManager.default.contentsOfDirectory(atPath: w.home + "/staging")).isEmpty)
     }
 
+    @Test("a supervisor stopped while an install downloads, then while an update does, answers each before it closes, naming what was not done; nothing is installed and the next start finds nothing staged")
+    func stoppedDuringDownloads() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        try FileManager.default.createDirectory(atPath: w.home + "/plugins", withIntermediateDirectories: true)
+        try w.bundle("s.app", version: "1.0.0", in: w.home + "/plugins")
+        let newer = try shop.archive("s.app", "2.0.0")
+        // The update's archive trickles (one byte a second): the catalog lists it under that route.
+        try shop.offer("s.app", "2.0.0", archive: "trickle/" + newer, signature: try shop.publisher.sign(shop.dir + "/" + newer),
+                       sha256: try shop.sha256(newer))
+        for (request, path, said) in [(["install", shop.server.base + "/hang"], "/hang",
+                                       "the supervisor stopped before the install of \(shop.server.base)/hang ended (nothing changed)"),
+                                      (["update"], "/trickle/" + newer, "the supervisor stopped before the update ended (nothing changed)")] {
+            let sv = try start(w, config: try shop.config(lowSpeed: 60))
+            let client = Process()
+            client.executableURL = URL(fileURLWithPath: Build.supervisor)
+            client.arguments = [request[0], "--socket", sv.socket] + request.dropFirst()
+            let err = Pipe()
+            client.standardError = err
+            client.standardOutput = FileHandle.nullDevice
+            try client.run()
+            let before = try shop.server.count(path)
+            try sv.waitUntil("the download of \(path) to begin") { try shop.server.count(path) > before }
+            let stopped = try sv.cli("stop")
+            #expect(stopped.code == 0, "\(stopped.err)")
+            _ = try sv.waitForExit()
+            client.waitUntilExit()
+            let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            // Answered (not "closed the connection without answering", exit 2), naming what was not done.
+            #expect(client.terminationStatus != 0 && client.terminationStatus != 2, "\(request[0]): exit \(client.terminationStatus)")
+            #expect(text.contains(said), "\(text)")
+            #expect(w.installed() == ["s.app": "1.0.0"])
+        }
+        let again = try start(w, config: try shop.config(updates: false))
+        #expect(try again.plugin("s.app").version == "1.0.0")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: w.home + "/staging")) ?? []).isEmpty)
+    }
+
     @Test("install with no supervisor running puts the plugin in the home; the next start runs it")
     func offlineInstall() throws {
         let w = try TestWorld()
@@ -576,6 +614,32 @@ struct RescanTests {
         struct Answer: Decodable { var new: Int; var changed: Int; var removed: Int; var running: Int; var failed: Int }
         let answer = try JSONDecoder().decode(Answer.self, from: Data(r.out.utf8))
         #expect(answer.removed == 1 && answer.changed == 1 && answer.running == 1 && answer.failed == 1, "\(r.out)")
+    }
+
+    @Test("a plugin restarting over and over holds no reload back: one that changes nothing is answered at once; one that adds a plugin slow to start is answered once that runs")
+    func aCrashLoopHoldsNoReloadBack() throws {
+        let w = try TestWorld()
+        let looping = try w.bundle("hup.loop", extra: ["restart": "always"])
+        try "".write(toFile: looping + "/fail-startup", atomically: true, encoding: .utf8)
+        try w.bundle("hup.stays")
+        // Its deadline (startupTimeoutMs + 5 s) is what a reload held back would wait for.
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"restartLimit": 1000000, "restartBackoffBaseMs": 100, "restartBackoffMaxMs": 100, "startupTimeoutMs": 10000}"#)])
+        try sv.waitUntil("hup.loop to restart a few times") { try sv.plugin("hup.loop").restarts >= 3 }
+        struct Answer: Decodable { var new: Int; var changed: Int; var removed: Int; var running: Int; var failed: Int }
+        var began = Date()
+        let unchanged = try sv.cli("reload")
+        #expect(unchanged.code == 0, "\(unchanged.err)")
+        #expect(Date().timeIntervalSince(began) < 5, "a reload that changed nothing took \(Date().timeIntervalSince(began)) s")
+        let slow = try w.bundle("hup.slow")
+        try "1500".write(toFile: slow + "/startup-delay-ms", atomically: true, encoding: .utf8)
+        began = Date()
+        let r = try sv.cli("reload")
+        let took = Date().timeIntervalSince(began)
+        #expect(r.code == 0, "\(r.err)")
+        let answer = try JSONDecoder().decode(Answer.self, from: Data(r.out.utf8))
+        #expect(answer.new == 1 && answer.running == 2, "\(r.out)")
+        #expect(took >= 1.4 && took < 8, "a reload that added a plugin starting in 1.5 s took \(took) s")
+        #expect(try sv.plugin("hup.slow").state == "running")
     }
 
     @Test("a bundle a rescan finds refused (a manifest that cannot be used) is announced failed, as one that fails to load is")

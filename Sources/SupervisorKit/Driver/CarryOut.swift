@@ -50,6 +50,8 @@ extension Engine {
         case .startTimers: startTimers()
         case .stopTimers: stopTimers()
         case .closeControlSocket(let then):
+            // What waits for work off the loop (a download) is answered before its client is cut off.
+            installs.answerUnfinished()
             handoff?.stop()
             control.close().assumeIsolated().whenComplete { _ in then() }
         }

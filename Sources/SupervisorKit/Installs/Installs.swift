@@ -33,6 +33,9 @@ final class Installs: SupervisorComponent {
     /// Updates that had not ended when the supervisor last stopped, their previous versions back in
     /// place (`BundleStore.cleanLeftovers`): tried again once every plugin has started.
     var interrupted: [BundleStore.Staged] = []
+    /// Install and update requests not answered yet: a stop answers them before the control
+    /// socket closes (`answerUnfinished`).
+    var unanswered = UnansweredInstalls()
 
     init(_ shared: Shared) {
         self.shared = shared
@@ -96,7 +99,9 @@ final class Installs: SupervisorComponent {
 
     /// Control request `install` (uri = archive path or URL; params: force, allowUnsigned).
     func installCommand(_ origin: ReplyOrigin, source: String, options: InstallOptions) {
-        install(source: source, entry: nil, options: options, origin: origin) { [self] result in
+        let ticket = unanswered.add(origin, "the install of \(source)")
+        install(source: source, entry: nil, options: options, origin: origin, ticket: ticket) { [self] result in
+            guard let origin = unanswered.take(ticket) else { return }
             switch result {
             case .success(let text): outbox.respond(origin) { try ProtocolJSON.encode(["installed": text]) }
             case .failure(let error): outbox.answer(origin, error: error)
@@ -106,9 +111,10 @@ final class Installs: SupervisorComponent {
 
     /// Stages with `supervisor-installer` on `queue`, then swaps in and (re)starts on the loop.
     /// `done` runs on the loop. `updating`: an update from the catalog, which installs nothing
-    /// new: a plugin uninstalled while its update downloaded stays uninstalled.
+    /// new: a plugin uninstalled while its update downloaded stays uninstalled. `ticket`: the
+    /// request it answers (`unanswered`); one a stop has answered meanwhile drops what is staged.
     func install(source: String, entry: CatalogEntry?, options: InstallOptions, origin: ReplyOrigin?, updating: Bool = false,
-                 _ done: @escaping (Result<String, ErrorBody>) -> Void) {
+                 ticket: UInt64? = nil, _ done: @escaping (Result<String, ErrorBody>) -> Void) {
         let done = counted(done)
         var staging = request(.stage)
         staging.source = source
@@ -136,6 +142,10 @@ final class Installs: SupervisorComponent {
                 return
             }
             back.execute { installs, done, _ in
+                if let ticket, !installs.unanswered.waits(ticket) {
+                    installs.store.finish(staged)
+                    return done(.failure(ErrorBody(.unavailable, "the supervisor stopped before \(staged.identifier) was installed")))
+                }
                 guard !updating || installs.table[staged.identifier] != nil else {
                     installs.store.finish(staged)
                     return done(.failure(InstallError(.conflict, "\(staged.identifier) was uninstalled while its update downloaded; not installed").body))
@@ -143,6 +153,12 @@ final class Installs: SupervisorComponent {
                 installs.apply(staged, done)
             }
         }
+    }
+
+    /// Answers the install and update requests still waiting for their work (a download, a
+    /// catalog): the supervisor has stopped every plugin and is about to close its control socket.
+    func answerUnfinished() {
+        for (origin, error) in unanswered.takeAll() { outbox.answer(origin, error: error) }
     }
 
     /// `done` for an install or update that begins now: it counts in `inFlight` until its outcome,

@@ -14,18 +14,22 @@ extension Installs {
             return outbox.answer(origin, error: ErrorBody(.badRequest, "no catalog is configured (config key catalog)"))
         }
         let request = catalogRequest(url)
+        let ticket = unanswered.add(origin, "the update")
         let back = handOff((self, origin))
         offLoop { runner in
             let loaded: CatalogLoaded
             do throws(InstallError) { loaded = try runner.loadCatalog(request) } catch {
-                back.execute { installs, origin in installs.outbox.answer(origin, error: error.body) }
+                back.execute { installs, _ in installs.unanswered.take(ticket).map { installs.outbox.answer($0, error: error.body) } }
                 return
             }
-            back.execute { installs, origin in installs.offerUpdates(loaded, origin: origin, checkOnly: options.check) }
+            back.execute { installs, origin in
+                guard installs.unanswered.waits(ticket) else { return }
+                installs.offerUpdates(loaded, origin: origin, ticket: ticket, checkOnly: options.check)
+            }
         }
     }
 
-    private func offerUpdates(_ loaded: CatalogLoaded, origin: ReplyOrigin, checkOnly: Bool) {
+    private func offerUpdates(_ loaded: CatalogLoaded, origin: ReplyOrigin, ticket: UInt64, checkOnly: Bool) {
         var updates: [(CatalogEntry, UpdateCheck.Available)] = []
         for entry in CatalogCache.newest(loaded.entries) {
             guard let record = table[entry.identifier], let v = SemanticVersion(entry.version), v > record.manifest.version,
@@ -36,27 +40,33 @@ extension Installs {
         // them in: a dependent's new version that needs its dependency's new one then finds it.
         updates = table.inStartOrder(updates) { $0.0.identifier }
         if checkOnly {
+            guard let origin = unanswered.take(ticket) else { return }
             outbox.respond(origin) { try ProtocolJSON.encode(UpdateCheck(catalog: loaded.source, updates: updates.map(\.1))) }
             return
         }
-        applyUpdates(updates.map(\.0), origin: origin, done: [], failed: [:])
+        applyUpdates(updates.map(\.0), origin: origin, ticket: ticket, done: [], failed: [:])
     }
 
-    /// Installs catalog entries one after the other, then answers.
-    private func applyUpdates(_ remaining: [CatalogEntry], origin: ReplyOrigin, done: [String], failed: [String: String]) {
+    /// Installs catalog entries one after the other, then answers; a stop that answered it first
+    /// ends it.
+    private func applyUpdates(_ remaining: [CatalogEntry], origin: ReplyOrigin, ticket: UInt64, done: [String], failed: [String: String]) {
+        guard unanswered.waits(ticket) else { return }
         guard let entry = remaining.first else {
+            guard let origin = unanswered.take(ticket) else { return }
             outbox.respond(origin) { try ProtocolJSON.encode(UpdateOutcome(updated: done, failed: failed)) }
             return
         }
         outbox.sendProgress(origin, stage: "update", done: Int64(done.count + failed.count), total: Int64(done.count + failed.count + remaining.count),
                             message: "\(entry.identifier) \(entry.version)")
-        install(source: entry.url, entry: entry, options: InstallOptions(), origin: origin, updating: true) { [self] result in
+        install(source: entry.url, entry: entry, options: InstallOptions(), origin: origin, updating: true, ticket: ticket) { [self] result in
             var done = done, failed = failed
             switch result {
-            case .success(let text): done.append(text)
+            case .success(let text):
+                done.append(text)
+                unanswered.did(text, for: ticket)
             case .failure(let error): failed[entry.identifier] = error.message
             }
-            applyUpdates(Array(remaining.dropFirst()), origin: origin, done: done, failed: failed)
+            applyUpdates(Array(remaining.dropFirst()), origin: origin, ticket: ticket, done: done, failed: failed)
         }
     }
 

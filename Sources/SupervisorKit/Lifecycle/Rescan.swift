@@ -13,12 +13,15 @@ extension Lifecycle {
         loop.preconditionInEventLoop()
         guard !isShuttingDown else { return done(.failure(ErrorBody(.unavailable, "the supervisor is shutting down"))) }
         shared.systemd.reloadBegan()
+        let comingUpBefore = Set(table.all.lazy.filter { ReloadWaits<ReloadUnderWay>.holdsBack($0.phase) }.map(\.identifier))
         let found = rescan()
-        // Settled when nothing is coming up or on its way (`settleReloads`, after every phase
-        // change), or at this deadline.
+        // Settled when nothing the rescan set coming up or on its way is still so
+        // (`settleReloads`, after every phase change), or at this deadline.
+        let comingUp = Set(table.all.lazy.filter { ReloadWaits<ReloadUnderWay>.holdsBack($0.phase) }.map(\.identifier))
+            .subtracting(comingUpBefore)
         let until = Instant.now.adding(milliseconds: config.startupTimeoutMs + 5_000)
         let deadline = loop.assumeIsolated().scheduleTask(deadline: until.deadline) { [self] in settleReloads() }
-        reloads.began(ReloadUnderWay(found: found, deadline: deadline, done: done), until: until)
+        reloads.began(ReloadUnderWay(found: found, deadline: deadline, done: done), until: until, comingUp: comingUp)
         settleReloads()
     }
 
@@ -26,7 +29,7 @@ extension Lifecycle {
     /// counts as things stand.
     func settleReloads() {
         guard !reloads.isEmpty else { return }
-        let due = reloads.due(now: .now, shuttingDown: isShuttingDown, phases: table.all.lazy.map(\.phase)) { table[$0] != nil }
+        let due = reloads.due(now: .now, shuttingDown: isShuttingDown) { table[$0]?.phase }
         guard !due.isEmpty else { return }
         let running = table.all.filter { $0.phase == .running }.count
         let failed = table.all.filter { $0.phase.isFailed }.count
