@@ -130,6 +130,23 @@ import SupervisorCore
         #expect(ended(&always, Self.clean, Self.context(.always)).contains(.scheduleRestart(delayMs: 0, reason: "exited")))
     }
 
+    /// SPEC §16: a plugin started on demand whose worker exits cleanly (a SIGTERM from outside, an
+    /// `exit(0)`) is `inactive` again, not stopped for good: the next call starts it.
+    @Test(arguments: [Manifest.RestartPolicy.never, .onFailure])
+    func aCleanExitOfAnOnCallPluginLeavesItInactive(_ policy: Manifest.RestartPolicy) {
+        var life = Self.running()
+        var context = Self.context(policy)
+        context.onCall = true
+        let actions = ended(&life, Self.clean, context)
+        #expect(life.phase == .inactive && life.problem == nil)
+        #expect(actions.contains(.settleWaiters("exited cleanly")))
+        #expect(actions.contains(.announceDeactivated(idleMs: nil)) && actions.contains(.activateIfAwaited))
+        #expect(life.restarts == 0, "not a restart")
+        // What waits for it activates it, as a first start.
+        let woken = life.activate("p", by: "call", dependenciesRunning: true)
+        #expect(woken.contains(.spawn(takingStandby: false)) || woken.contains(.spawn(takingStandby: true)), "\(woken)")
+    }
+
     @Test func aCrashUnderNeverFails() {
         var life = Self.running()
         let actions = ended(&life, Self.crash(), Self.context(.never))

@@ -291,6 +291,28 @@ extension ActivationTests {
         #expect(try sv.call("a.ondemand", "echo", "[2]", as: [Int].self) == [2])
     }
 
+    @Test("an onCall plugin whose worker exits cleanly (exit(0), a SIGTERM from outside) is inactive again, not stopped for good: its eager dependent runs on, and the next call starts it")
+    func aCleanExitOfAnOnCallPluginLeavesItInactive() throws {
+        let w = try TestWorld()
+        try w.bundle("a.lazy", extra: ["activation": "onCall"])
+        try w.bundle("a.user", deps: [Dep("a.lazy")], extra: ["restart": "always"])
+        let sv = try RunningSupervisor(w)
+        for (n, end) in ["exit0", "SIGTERM"].enumerated() {
+            try sv.waitUntil("a.lazy running") { try sv.plugin("a.lazy").state == "running" || sv.plugin("a.lazy").state == "inactive" }
+            #expect(try sv.call("a.lazy", "echo", "[\(n)]", as: [Int].self) == [n])
+            let pid = try sv.plugin("a.lazy").pid ?? 0
+            if end == "exit0" { _ = try sv.cli("call", "a.lazy", "crash", #"{"how":"exit0"}"#) } else { kill(pid_t(pid), SIGTERM) }
+            try sv.waitUntil("a.lazy inactive after \(end)") { try sv.plugin("a.lazy").state == "inactive" }
+            #expect(try sv.plugin("a.user").state == "running", "\(end)")
+            #expect(try sv.call("a.lazy", "echo", "[\(n + 10)]", as: [Int].self) == [n + 10], "\(end)")
+            #expect(try sv.plugin("a.lazy").pid != pid)
+        }
+        // Its dependent's restart (a crash) finds it as a dependency that starts when needed.
+        _ = try sv.cli("call", "a.user", "crash", #"{"how":"segv"}"#)
+        try sv.waitUntil("a.user running again") { try sv.plugin("a.user").state == "running" && sv.plugin("a.user").restarts == 1 }
+        #expect(try sv.call("a.user", "echo", "[7]", as: [Int].self) == [7])
+    }
+
     @Test("an event sent while its plugin's idle stop is under way (a slow willTerminate) waits, as a call does: the plugin starts again and the event is delivered to it")
     func eventDuringAnIdleStop() throws {
         let w = try TestWorld()

@@ -322,6 +322,12 @@ package struct PluginLife: Sendable {
             if ending.abnormal {
                 return fail("exited: \(ending.described) (restart policy \(policy.rawValue))")
             }
+            // One started on demand is `inactive` again (SPEC §16: no worker until something
+            // needs it): its next call, or a dependent's start, starts it; a dependent does not
+            // fail by it as by one stopped for good.
+            if context.onCall {
+                return [.settleWaiters("exited cleanly")] + awaitNeed() + [.startWaitingPlugins]
+            }
             _ = move(to: .stopped)
             problem = nil
             return [.settleWaiters("exited cleanly"), .startWaitingPlugins]
