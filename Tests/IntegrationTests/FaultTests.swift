@@ -459,7 +459,8 @@ struct FaultTests {
         // of its unread answers does.
         let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"pingTimeoutMs": 60000}"#)])
         func ended(_ id: String, _ reason: String) throws {
-            try sv.waitUntil("\(id) ended") { try sv.plugin(id).lastExit != nil }
+            // 65,537 calls (p.ask) take a debug supervisor 10 s and more on a loaded machine.
+            try sv.waitUntil(timeout: 60, "\(id) ended") { try sv.plugin(id).lastExit != nil }
             let exit = try #require(try sv.plugin(id).lastExit)
             #expect(exit.reason == .protocolViolation && exit.message?.contains(reason) == true, "\(id): \(exit)")
             #expect(try sv.call("p.fine", "echo", "1", as: Int.self) == 1)
@@ -490,6 +491,24 @@ struct FaultTests {
         #expect(sv.log.contains("bytes: one may have at most 1048576 (1 MiB)"), "\(sv.log)")
         #expect(!sv.log.split(separator: "\n").contains { $0.utf8.count > 70_000 })
         #expect(try sv.plugin("p.logs").state == "running")
+    }
+
+    @Test("a burst of log messages and stderr lines over their rate, then nothing: how many were dropped is said when the second ends, and counted in plugin_log_dropped_total")
+    func droppedLogsAreToldWhenTheSecondEnds() throws {
+        let w = try TestWorld()
+        try w.bundle("l.burst", library: try Self.hostile())
+        let sv = try RunningSupervisor(w)
+        #expect(try sv.cli("call", "l.burst", "logBurst", #"{"number": 1000}"#).code == 0)
+        // 200 a second are shown; the other 800 messages are dropped, and nothing comes after them.
+        try sv.waitUntil("the log messages' drop told") { sv.log.contains("dropped 800 log messages over 200 or 1 MiB a second") }
+        try sv.waitUntil("the stderr lines' drop told") { sv.log.contains("stderr: dropped ") }
+        let told = sv.log.split(separator: "\n").compactMap { line -> Int? in
+            guard let r = line.range(of: "stderr: dropped ") else { return nil }
+            return Int(line[r.upperBound...].prefix { $0.isNumber })
+        }.reduce(0, +)
+        let metrics = try sv.cli("metrics").out
+        #expect(metrics.contains(#"plugin_log_dropped_total{plugin="l.burst",source="log"} 800"#), "\(metrics)")
+        #expect(told > 0 && metrics.contains(#"plugin_log_dropped_total{plugin="l.burst",source="stderr"} \#(told)"#), "\(told) \(metrics)")
     }
 
     @Test("a worker that crashes in its willTerminate while `restart` stops it: lastExit says the signal and when, not stopped; the plugin runs again")

@@ -48,6 +48,13 @@ package struct RateWindow {
     package var isDropping: Bool { dropped > 0 }
     package var windowEnd: Instant { start.adding(nanoseconds: 1_000_000_000) }
 
+    /// Items the window that ended by `now` dropped, taken (0 while the window goes on): told when
+    /// it ends even if nothing comes after it.
+    package mutating func takeDroppedIfEnded(now: Instant) -> Int {
+        guard now.nanoseconds(since: start) >= 1_000_000_000 else { return 0 }
+        return takeDropped()
+    }
+
     /// Items dropped in the current window (reported when the stream ends), and resets the count.
     package mutating func takeDropped() -> Int {
         defer { dropped = 0 }

@@ -120,15 +120,18 @@ final class OutputCapture: ChannelInboundHandler {
     let logger: Logger
     let plugin: String
     let stream: String
+    /// Where what is dropped is counted (`plugin_log_dropped_total`), on the loop.
+    let shared: Handed<Shared>
     var partial: [UInt8] = []
     var window = RateWindow(limit: OutputCapture.linesPerSecond)
     /// Reading waits for the window's end (its rate is spent).
     var paused = false
 
-    init(logger: Logger, plugin: String, stream: String) {
+    init(logger: Logger, plugin: String, stream: String, shared: Handed<Shared>) {
         self.logger = logger
         self.plugin = plugin
         self.stream = stream
+        self.shared = shared
     }
 
     /// Returns the descriptor's number (NIO owns it now), for an upgrade to hand over.
@@ -136,10 +139,11 @@ final class OutputCapture: ChannelInboundHandler {
     static func attach(_ descriptor: consuming OwnedDescriptor, stream: String, plugin: String, shared: Shared) -> Int32 {
         let fd = descriptor.release()
         let logger = shared.logger
+        let handed = shared.handOff(shared)
         NIOPipeBootstrap(group: shared.loop)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(OutputCapture(logger: logger, plugin: plugin, stream: stream))
+                    try channel.pipeline.syncOperations.addHandler(OutputCapture(logger: logger, plugin: plugin, stream: stream, shared: handed))
                 }
             }
             .takingOwnershipOfDescriptor(input: fd)
@@ -184,6 +188,8 @@ final class OutputCapture: ChannelInboundHandler {
             let channel = context.channel
             channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
             context.eventLoop.assumeIsolated().scheduleTask(deadline: window.windowEnd.deadline) { [self] in
+                // What the second dropped is said now, not only with the next line (which may never come).
+                reportDropped(window.takeDroppedIfEnded(now: .now))
                 paused = false
                 channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
                 channel.read()
@@ -234,6 +240,7 @@ final class OutputCapture: ChannelInboundHandler {
 
     private func reportDropped(_ dropped: Int) {
         if dropped > 0 {
+            shared.value.metrics.logsDropped(plugin, source: stream, dropped)
             logger.warning("\(stream): dropped \(dropped) lines over \(Self.linesPerSecond)/s", metadata: ["plugin": "\(plugin)"])
         }
     }

@@ -9,6 +9,8 @@ extension Metrics {
          "Time from forwarding a request to the plugin until it was answered (replies, errors and timeouts)."),
         ("plugin_restarts_total", "counter", "Worker restarts by the restart policy, by the reason the worker ended."),
         ("plugin_sandbox_denials_total", "counter", "System calls a plugin's seccomp filter refused, by system call."),
+        ("plugin_log_dropped_total", "counter",
+         "Log messages (source log) and output lines (stdout, stderr) of the plugin dropped over their rate of 200 a second (and 1 MiB for log messages)."),
         ("supervisor_installs_total", "counter", "Installs and updates, by outcome: ok or the error code."),
         ("plugin_streams_total", "counter", "Calls to the plugin with a stream (an answer of chunks, an input of chunks, or both)."),
         ("plugin_stream_chunks_total", "counter", "Chunks of streams to and from the plugin, by direction: answer (from the plugin) or input (to it)."),

@@ -89,6 +89,11 @@ final class Metrics: SupervisorComponent {
               help: Self.help("plugin_sandbox_denials_total"))
     }
 
+    /// `n` of `plugin`'s log messages (`source` log) or output lines (stdout, stderr) dropped over their rate.
+    func logsDropped(_ plugin: String, source: String, _ n: Int) {
+        count("plugin_log_dropped_total", [("plugin", plugin), ("source", source)], by: n, help: Self.help("plugin_log_dropped_total"))
+    }
+
     /// An install or update ended: `ok`, or its error code (docs/install.md).
     func installed(outcome: String) {
         count("supervisor_installs_total", [("outcome", outcome)], help: Self.help("supervisor_installs_total"))

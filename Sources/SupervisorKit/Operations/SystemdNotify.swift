@@ -65,7 +65,7 @@ final class SystemdNotify: SupervisorComponent {
         }
         let me = handOff(self)
         if let interval = endpoint.watchdogInterval {
-            logger.info("systemd watchdog: WATCHDOG=1 every \(interval.nanoseconds / 1_000_000) ms")
+            logger.info("systemd watchdog: WATCHDOG=1 every \(interval.nanoseconds >= 10_000_000 ? "\(interval.nanoseconds / 1_000_000) ms" : "\(interval.nanoseconds / 1_000) µs")")
             send("WATCHDOG=1")
             timers.append(loop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in me.value.send("WATCHDOG=1") })
         }

@@ -104,8 +104,14 @@ extension Router {
             return false
         case .drop(let droppedBefore):
             reportDropped(droppedBefore, by: instance)
-            // The first drop of a second is said at once (how many follows with the next message):
-            // a plugin may send nothing more for a long time.
+            // The first drop of a second is said at once, and how many when the second ends (or
+            // with the next message, if that comes first): a plugin may send nothing more.
+            if !wasDropping {
+                let end = instance.logWindow.windowEnd
+                loop.assumeIsolated().scheduleTask(deadline: end.deadline) { [self] in
+                    reportDropped(instance.logWindow.takeDroppedIfEnded(now: .now), by: instance)
+                }
+            }
             if !wasDropping || droppedBefore > 0 {
                 logger.warning(size > Self.logBytesPerSecond
                                ? "dropped a log message of \(size) bytes: one may have at most \(Self.logBytesPerSecond) (\(Self.logBytesPerSecond >> 20) MiB)"
@@ -139,6 +145,7 @@ extension Router {
     /// Says how many of `instance`'s log messages the last second dropped, if any.
     func reportDropped(_ count: Int, by instance: WorkerInstance) {
         guard count > 0 else { return }
+        shared.metrics.logsDropped(instance.identifier, source: "log", count)
         logger.warning("dropped \(count) log messages over \(Self.logsPerSecond) or \(Self.logBytesPerSecond >> 20) MiB a second",
                        metadata: ["plugin": "\(instance.identifier)"])
     }

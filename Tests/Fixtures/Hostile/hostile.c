@@ -687,6 +687,25 @@ static void receive(void *ctx, const uint8_t *bytes, size_t len) {
         reply(id, rc);
         return;
     }
+    /* `number` log messages and as many stderr lines at once, then nothing more: what the
+       supervisor drops over its rates must be told when the second ends, not with a next one. */
+    if (!strcmp(method, "logBurst")) {
+        long n = find_number(json, len, "number", 1000);
+        const char *line = "{\"type\":\"log\",\"level\":\"info\",\"message\":\"burst\"}";
+        for (long i = 0; i < n; i++) g_host->send(g_host->ctx, (const uint8_t *)line, strlen(line));
+        char *lines = malloc((size_t)n * 5);
+        if (lines) {
+            for (long i = 0; i < n; i++) memcpy(lines + i * 5, "line\n", 5);
+            for (size_t at = 0, all = (size_t)n * 5; at < all;) {
+                ssize_t w = write(2, lines + at, all - at);
+                if (w <= 0) break;
+                at += (size_t)w;
+            }
+            free(lines);
+        }
+        reply(id, "null");
+        return;
+    }
     if (!strcmp(method, "bigLogs")) {
         size_t n = 4u << 20;
         char *big = malloc(n + 128);
