@@ -79,13 +79,21 @@ public struct BundleStore: Sendable {
 
     /// Removes an installed plugin's bundle (moved to staging first, so the removal is atomic).
     public func remove(_ identifier: String) throws(InstallError) {
+        Self.removeTree(try takeOut(identifier))
+    }
+
+    /// Moves an installed plugin's bundle out of the plugins folder, into staging (one rename), and
+    /// returns where it is now, for `removeTree`. An uninstall does this before it stops the
+    /// plugin: a bundle that cannot be moved (a read-only or immutable folder) changes nothing. One
+    /// left there by a supervisor that ended meanwhile goes at the next start (`cleanLeftovers`).
+    public func takeOut(_ identifier: String) throws(InstallError) -> String {
         let target = pluginsDirectory + "/" + identifier
         guard FileSystem.exists(target) else { throw InstallError(.fileSystem, "\(identifier) is not installed in \(pluginsDirectory)") }
         do { try FileSystem.makeDirectories(stagingRoot) } catch { throw InstallError(.fileSystem, "\(error)") }
         let trash = stagingRoot + "/removed-" + identifier + "-" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
         do { try FileSystem.rename(target, to: trash) } catch { throw InstallError(.fileSystem, "cannot remove \(target): \(error)") }
         try? FileSystem.sync(pluginsDirectory)
-        Self.removeTree(trash)
+        return trash
     }
 
     public static func removeTree(_ path: String) {

@@ -59,7 +59,7 @@ enum InstallerSandbox {
             }
             try ProcessControl.setNotDumpable()
         } catch {
-            throw ConfinementError(error.description)
+            throw ConfinementError(error.description, code: (error as? SystemError)?.errno)
         }
         guard cws_set_rlimit(CWS_RLIMIT_CORE, 0) == 0 else { throw ConfinementError(call: "setrlimit(RLIMIT_CORE)", errno: errno) }
         // Compiled before anything changes, loaded last.

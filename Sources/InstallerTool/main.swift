@@ -57,7 +57,9 @@ do {
     line.sandboxMissing = confined.missing
     emit(line)
 } catch {
-    fail(InstallError(.internalError, "the installer cannot confine itself: \(error)"))
+    // A folder it could not make (a full disk, a read-only home) is the disk's fault, not a bug.
+    let disk = error.code.map { [ENOSPC, EDQUOT, EROFS, EIO, EACCES, EPERM].contains($0) } ?? false
+    fail(InstallError(disk ? .fileSystem : .internalError, "the installer cannot confine itself: \(error)"))
 }
 
 var fetcher = Fetcher()

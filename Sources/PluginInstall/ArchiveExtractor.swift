@@ -71,7 +71,7 @@ public struct ArchiveExtractor: Sendable {
             case 0o100000:  // AE_IFREG
                 try Self.makeDirectory(String(target[..<target.lastIndex(of: "/")!]), refuse)
                 let fd = open(target, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode & 0o111) != 0 ? 0o755 : 0o644)
-                guard fd >= 0 else { throw refuse("cannot create: \(String(cString: strerror(errno)))") }
+                guard fd >= 0 else { throw Self.notCreated(target, archive: archive, refuse) }
                 defer { close(fd) }
                 var buffer = [UInt8](repeating: 0, count: 64 * 1024)
                 while true {
@@ -99,7 +99,7 @@ public struct ArchiveExtractor: Sendable {
                 links[path] = linkTarget
                 guard Self.resolve(path, links: links) != nil else { throw refuse("symbolic link '\(linkTarget)' leaves the bundle") }
                 try Self.makeDirectory(String(target[..<target.lastIndex(of: "/")!]), refuse)
-                guard symlink(linkTarget, target) == 0 else { throw refuse("cannot create the link: \(String(cString: strerror(errno)))") }
+                guard symlink(linkTarget, target) == 0 else { throw Self.notCreated(target, archive: archive, refuse) }
             default:
                 throw refuse("device nodes, FIFOs and sockets are not allowed")
             }
@@ -165,8 +165,21 @@ public struct ArchiveExtractor: Sendable {
         var current = ""
         for part in path.split(separator: "/") {
             current += "/" + part
-            if mkdir(current, 0o755) != 0 && errno != EEXIST { throw refuse("cannot create folder \(current): \(String(cString: strerror(errno)))") }
+            if mkdir(current, 0o755) != 0 && errno != EEXIST { throw notCreated(current, archive: nil, refuse) }
         }
+    }
+
+    /// Why `path` could not be made (`errno` as the call left it): the disk's or the system's fault
+    /// (full, out of inodes or quota, read-only, an I/O error, out of descriptors or memory, not
+    /// allowed) is `fileSystem`, naming the path; anything else (an entry twice, a name too long)
+    /// is the archive's, refused.
+    public static func notCreated(_ path: String, archive: String?, _ refuse: (String) -> InstallError) -> InstallError {
+        let code = errno
+        let reason = String(cString: strerror(code))
+        guard [ENOSPC, EDQUOT, EROFS, EIO, EMFILE, ENFILE, ENOMEM, EACCES, EPERM].contains(code) else {
+            return refuse("cannot create \(path): \(reason)")
+        }
+        return InstallError(.fileSystem, "cannot create \(path)\(archive.map { " (unpacking \($0))" } ?? ""): \(reason)")
     }
 
     static func error(_ a: OpaquePointer) -> String {

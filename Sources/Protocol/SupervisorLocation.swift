@@ -1,12 +1,29 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Where a supervisor lives: its home folder and its control socket (SPEC §6), found the same way
 /// by `supervisor start`, the CLI, `SupervisorClient` and `PluginHost`.
 public enum SupervisorLocation {
     /// The default home: `$SUPERVISOR_HOME`, else `$XDG_DATA_HOME/sandboxed-plugins`, else
-    /// `~/.local/share/sandboxed-plugins`.
+    /// `~/.local/share/sandboxed-plugins`, `~` being `$HOME`, or where `HOME` is not set (cron,
+    /// `env -i`, a unit without it) the user's home in the password database: never a folder
+    /// every user can write to, such as `/tmp`, where another user could make it first.
     public static func defaultHome(environment: [String: String]) -> String {
         if let h = environment["SUPERVISOR_HOME"], !h.isEmpty { return h }
         if let x = environment["XDG_DATA_HOME"], !x.isEmpty { return x + "/sandboxed-plugins" }
-        return (environment["HOME"] ?? "/tmp") + "/.local/share/sandboxed-plugins"
+        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? userHome() ?? "/"
+        return (home == "/" ? "" : home) + "/.local/share/sandboxed-plugins"
+    }
+
+    /// This user's home folder in the password database, if it has one.
+    static func userHome() -> String? {
+        var entry = passwd()
+        var found: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getpwuid_r(getuid(), &entry, &buffer, buffer.count, &found) == 0, found != nil, let dir = entry.pw_dir else { return nil }
+        let path = String(cString: dir)
+        return path.isEmpty ? nil : path
     }
 
     /// The control socket: `socket` (`--socket`), else `$SUPERVISOR_SOCKET`, else `<home>/supervisor.sock`.

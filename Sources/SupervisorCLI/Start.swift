@@ -132,6 +132,8 @@ struct Start: ParsableCommand {
             logger.warning("upgrade: this binary has no \(taken); the previous binary's is used")
         }
         let supervisor = Supervisor(config: settings, logger: logger, handover: handover)
+        // The log is written by a thread of its own (LogWriter), which exit ends: its last lines first.
+        defer { LogWriter.flushAll() }
         do {
             try supervisor.run { line in
                 print(line)
@@ -154,6 +156,7 @@ struct Start: ParsableCommand {
     private func fatal(_ error: any Error) {
         if logFormat == "json" {
             Logger(label: "supervisor").critical("\(error)")
+            LogWriter.flushAll()
         } else {
             StandardError.write("supervisor: \(error)\n")
         }

@@ -22,6 +22,10 @@ import Testing
         #expect(said.contains("(1024, hard limit 4096)"))
         #expect(said.contains("at least \(budget.needed)"))
         #expect(said.contains("LimitNOFILE="))
+        // Every worker fits, the headroom does not: said so, never "32 of these 30".
+        let few = DescriptorBudget(plugins: 30)
+        let tight = try #require(few.shortfall(limit: 256, hard: 256))
+        #expect(tight.contains("lets all 30 plugins run, with little room left") && tight.contains("at least \(few.needed)"), "\(tight)")
         // Below the reserve, what the supervisor holds of its own is all it keeps (ulimit -n 64: 4 fit;
         // 5 ran there), and never a negative count.
         #expect(DescriptorBudget.plugins(under: 64) == 4)

@@ -511,6 +511,53 @@ struct FaultTests {
         #expect(told > 0 && metrics.contains(#"plugin_log_dropped_total{plugin="l.burst",source="stderr"} \#(told)"#), "\(told) \(metrics)")
     }
 
+    @Test("a log reader that stops reading (a hung journald, a `| less` left open) holds nothing: with the pipe full, status and calls are answered and SIGTERM stops the supervisor")
+    func aStalledLogReaderHoldsNothing() throws {
+        let w = try TestWorld()
+        try w.bundle("l.chat", library: try Self.hostile())
+        try w.bundle("l.fine")
+        let err = Pipe()
+        let supervisor = Process()
+        supervisor.executableURL = URL(fileURLWithPath: Build.supervisor)
+        // At debug, the chatter's messages are written.
+        supervisor.arguments = ["start", "--home", w.home, "--plugins", w.plugins, "--log-level", "debug"]
+        supervisor.standardOutput = FileHandle.nullDevice
+        supervisor.standardError = err
+        try supervisor.run()
+        defer { if supervisor.isRunning { kill(supervisor.processIdentifier, SIGKILL) } }
+        let socket = w.home + "/supervisor.sock"
+        func cli(_ args: String...) throws -> Shell.Result {
+            try Shell.run(Build.supervisor, [args[0], "--socket", socket] + args.dropFirst(), timeout: 10)
+        }
+        func waitUntil(_ what: String, _ condition: () throws -> Bool) throws {
+            let deadline = Date().addingTimeInterval(30)
+            while Date() < deadline { if try condition() { return }; usleep(20_000) }
+            throw HarnessError("timed out waiting for \(what)")
+        }
+        try waitUntil("the supervisor to answer") { try cli("status").code == 0 }
+        // 200 log lines a second from the plugin's chatter, and nobody reads them.
+        _ = try cli("call", "l.chat", "chatty", #"{"path":"","number":0}"#)
+        let readEnd = err.fileHandleForReading.fileDescriptor
+        var capacity = fcntl(readEnd, 1032 /* F_GETPIPE_SZ */)
+        if capacity <= 0 { capacity = 65_536 }
+        try waitUntil("the log pipe to fill") {
+            var waiting: Int32 = 0
+            return ioctl(readEnd, UInt(FIONREAD), &waiting) == 0 && Int(waiting) >= Int(capacity) - 4_096
+        }
+        for n in 0..<5 {
+            let began = Date()
+            #expect(try cli("status").code == 0)
+            let echo = try cli("call", "l.fine", "echo", "[\(n)]")
+            #expect(echo.code == 0 && echo.out.contains("\(n)"), "\(echo.err)")
+            #expect(Date().timeIntervalSince(began) < 5)
+        }
+        kill(supervisor.processIdentifier, SIGTERM)
+        try waitUntil("the supervisor to exit") { !supervisor.isRunning }
+        #expect(supervisor.terminationStatus == 0)
+        let said = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(said.contains("chat"))
+    }
+
     @Test("a worker that crashes in its willTerminate while `restart` stops it: lastExit says the signal and when, not stopped; the plugin runs again")
     func crashWhileStopping() throws {
         let w = try TestWorld()

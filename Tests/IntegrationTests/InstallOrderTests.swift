@@ -249,3 +249,32 @@ extension InstallTests {
         #expect(next.code == 0, "\(next.err)")
     }
 }
+
+extension InstallTests {
+    @Test("an uninstall whose bundle cannot leave the plugins folder (immutable) is refused with nothing changed: the plugin runs on and answers; once it can, the uninstall goes through")
+    func uninstallThatCannotMoveTheBundle() throws {
+        let w = try TestWorld()
+        let shop = try Shop(w)
+        let archive = try shop.archive("u.kept", "1.0.0")
+        let sv = try start(w, config: try shop.config())
+        #expect(try sv.cli("install", shop.server.base + "/" + archive).code == 0)
+        let pid = try sv.plugin("u.kept").pid
+        // The folder immutable (as root): no name in it can change.
+        let plugins = w.home + "/plugins"
+        guard try Shell.run("/usr/bin/chattr", ["+i", plugins]).code == 0 else {
+            Issue.record("chattr +i is not possible on \(plugins): the test needs a file system with attributes (ext4, xfs)")
+            return
+        }
+        defer { _ = try? Shell.run("/usr/bin/chattr", ["-i", plugins]) }
+        let refused = try sv.cli("uninstall", "u.kept")
+        #expect(refused.code != 0 && refused.err.contains("fileSystem: cannot remove \(plugins)/u.kept"), "\(refused.err)")
+        let after = try sv.plugin("u.kept")
+        #expect(after.state == "running" && after.pid == pid && after.lastError == nil, "\(after.state) \(after.lastError ?? "")")
+        #expect(try sv.call("u.kept", "echo", "[1]", as: [Int].self) == [1])
+        _ = try Shell.run("/usr/bin/chattr", ["-i", plugins])
+        let done = try sv.cli("uninstall", "u.kept")
+        #expect(done.code == 0, "\(done.err)")
+        #expect(w.installed().isEmpty)
+        #expect(try sv.status().contains { $0.identifier == "u.kept" } == false)
+    }
+}

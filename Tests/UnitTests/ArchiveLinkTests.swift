@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Bundles
 import PluginInstall
 import Testing
 
@@ -26,5 +30,27 @@ import Testing
         #expect(ArchiveExtractor.linkLeaving(["p"], links: ["p/other": "../h.other"])?.target == "../h.other")
         #expect(ArchiveExtractor.linkLeaving(["p"], links: ["p/a": "b/x", "p/b": "a/y"]) != nil)
         #expect(ArchiveExtractor.linkLeaving(["p"], links: ["p/abs": "x", "p/x": "/etc/passwd"]) != nil)
+    }
+}
+
+/// What an unpacking that cannot make a file or folder says: the disk's fault is `fileSystem`,
+/// naming the path, never `archiveRefused` (which tells the operator the archive is bad).
+@Suite struct UnpackFailureTests {
+    static func failure(_ code: Int32) -> InstallError {
+        errno = code
+        return ArchiveExtractor.notCreated("/h/staging/x/b/plugin.json", archive: "x.tar.gz") { InstallError(.archiveRefused, "archive x.tar.gz refused: \($0)") }
+    }
+
+    @Test(arguments: [ENOSPC, EDQUOT, EROFS, EIO, EMFILE, ENFILE, ENOMEM, EACCES, EPERM])
+    func theDisksFaultIsAFileSystemError(_ code: Int32) {
+        let error = Self.failure(code)
+        #expect(error.code == .fileSystem, "\(error)")
+        #expect(error.message == "cannot create /h/staging/x/b/plugin.json (unpacking x.tar.gz): \(String(cString: strerror(code)))")
+    }
+
+    @Test(arguments: [EEXIST, ENAMETOOLONG, ENOTDIR])
+    func theArchivesFaultIsARefusal(_ code: Int32) {
+        let error = Self.failure(code)
+        #expect(error.code == .archiveRefused && error.message.contains("cannot create /h/staging/x/b/plugin.json: "), "\(error)")
     }
 }

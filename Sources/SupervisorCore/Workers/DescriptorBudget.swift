@@ -41,6 +41,13 @@ package struct DescriptorBudget: Equatable, Sendable {
     package func shortfall(limit: Int, hard: Int) -> String? {
         guard limit < needed else { return nil }
         let fit = Self.plugins(under: limit)
+        guard fit < plugins else {
+            // Every worker fits, but not the headroom: control clients, direct links, a restart's
+            // standby or an update's second worker are what would find no descriptor.
+            return "the open-files limit (\(limit), hard limit \(hard)) lets all \(plugins) plugins run, with little room left for "
+                + "control clients, direct links, restarts' standbys and updates (each worker holds \(Self.perWorker) descriptors in the supervisor); "
+                + "raise it (LimitNOFILE= in the systemd unit, or ulimit -Hn and -n) to at least \(needed)"
+        }
         return "the open-files limit (\(limit), hard limit \(hard)) lets about \(fit) of these \(plugins) plugins run at once: "
             + "each running worker holds \(Self.perWorker) descriptors in the supervisor (its sockets, output pipes, pidfd and seccomp listener), "
             + "and \(needed) are needed for all of them; raise it (LimitNOFILE= in the systemd unit, or ulimit -Hn and -n) to at least \(needed). "

@@ -83,18 +83,20 @@ extension Installs {
         guard needed.isEmpty else {
             return outbox.answer(origin, error: ErrorBody(.denied, "\(identifier) is needed by \(needed.joined(separator: ", ")); uninstall those first"))
         }
+        // Its bundle leaves the plugins folder first: one that cannot (a read-only or immutable
+        // folder) is refused with nothing changed, the plugin still running.
+        let folder = String(record.manifest.bundle.split(separator: "/").last ?? "")
+        let removed: String
+        do throws(InstallError) { removed = try store.takeOut(folder) } catch {
+            return outbox.answer(origin, error: error.body)
+        }
         endGrace(record)
         record.cancelRestart()
         // What waits for it meanwhile is answered with the reason (`<id> is stopped: being uninstalled`).
         record.problem = "being uninstalled"
         effects.post(.move(record, .stopped))
         effects.post(.stopPlugin(record) { [self] in
-            let folder = String(record.manifest.bundle.split(separator: "/").last ?? "")
-            do throws(InstallError) { try store.remove(folder) } catch {
-                // Stopped, not uninstalled: `status` says why, rather than "being uninstalled".
-                record.problem = "uninstall failed: \(error.message)"
-                return outbox.answer(origin, error: error.body)
-            }
+            BundleStore.removeTree(removed)
             effects.post(.forget(record, because: "\(record.identifier) was uninstalled"))
             logger.notice("uninstalled \(identifier) \(record.manifest.version)")
             events.uninstalled(identifier, version: record.manifest.version.description)

@@ -14,14 +14,12 @@ public struct JSONLogHandler: LogHandler {
     public var logLevel: Logger.Level = .info
     public var metadata: Logger.Metadata = [:]
     public var metadataProvider: Logger.MetadataProvider?
-    private let descriptor: Int32
+    /// Whole lines, in order, written off the thread that logs (`LogWriter`): lines from two
+    /// threads never interleave, and a reader that stops reading holds nobody.
+    private let writer: LogWriter
 
-    /// One lock for every handler writing to the same descriptor, so lines from two threads never
-    /// interleave (a line can be longer than a pipe's atomic write).
-    private static let writeLock = Mutex<Void>(())
-
-    public init(label: String, descriptor: Int32 = 2) {
-        self.descriptor = descriptor
+    public init(label: String, writer: LogWriter = .json) {
+        self.writer = writer
     }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
@@ -35,15 +33,7 @@ public struct JSONLogHandler: LogHandler {
         if let extra = event.metadata { merged.merge(extra) { _, new in new } }
         var line = Self.line(time: Self.now(), level: event.level, message: "\(event.message)", metadata: merged)
         line.append(UInt8(ascii: "\n"))
-        Self.writeLock.withLock { _ in
-            line.withUnsafeBytes { bytes in
-                var offset = 0
-                while offset < bytes.count {
-                    let n = write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-                    if n > 0 { offset += n } else if n < 0 && errno == EINTR { continue } else { return }
-                }
-            }
-        }
+        writer.write(line)
     }
 
     /// One log line's JSON object (without the newline).

@@ -50,7 +50,7 @@ public enum LogText {
 }
 
 /// The supervisor's text log (`start`, the default format): swift-log's `StreamLogHandler` on
-/// stderr, with every message and metadata string escaped as `LogText` does a plugin's. Text from
+/// stderr (through `LogWriter`, off the thread that logs), with every message and metadata string escaped as `LogText` does a plugin's. Text from
 /// outside reaches the log in many places (a control client's request type, an install's URI, an
 /// upgrade's binary path, a manifest's identifier, a folder's name): none can forge a line of its
 /// own or send escapes to the terminal the log is read on. (`--log-format json` escapes by JSON.)
@@ -59,7 +59,9 @@ public struct TextLogHandler: LogHandler {
     /// Longer than a plugin's line: the supervisor's own messages list plugins.
     static let limit = 1 << 16
 
-    public init(label: String) { inner = StreamLogHandler.standardError(label: label) }
+    public init(label: String, writer: LogWriter = .text) {
+        inner = StreamLogHandler(label: label, stream: LogWriterStream(writer: writer))
+    }
 
     public var logLevel: Logger.Level {
         get { inner.logLevel }

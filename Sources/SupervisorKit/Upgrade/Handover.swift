@@ -143,6 +143,9 @@ extension Engine {
         arguments[0] = q.binary.path
         let environment = Self.environmentForUpgrade(snapshot: memfd.raw, previous: previous.fd)
         logger.notice("upgrade: handing over to \(q.binary.path) (\(q.version))")
+        // The exec ends the log's writing thread: what it has is written first (a reader that
+        // does not read costs the pause half a second at most, and those lines).
+        LogWriter.flushAll(milliseconds: 500)
         // From the main thread, which made every worker (SpawnerThread): it returns only on failure.
         var failure: SystemError?
         shared.onSpawnerThread {
