@@ -322,6 +322,16 @@ public struct CgroupGroup: Sendable {
         return Self.counter(CgroupTree.read(folder + file), "oom_kill")
     }
 
+    /// Whether the group's usage ever reached its own memory limit (v2's memory.events `max`, v1's
+    /// memory.failcnt); nil where it cannot be read. An OOM kill in a group that never reached it
+    /// came from around it: the machine, or a group the supervisor itself runs in.
+    public func reachedMemoryLimit() -> Bool? {
+        guard let folder = folder("memory") else { return nil }
+        let count = version == .v2 ? Self.counter(CgroupTree.read(folder + "/memory.events"), "max")
+            : CgroupTree.read(folder + "/memory.failcnt").flatMap { $0.split(separator: "\n").first.flatMap { Int($0) } }
+        return count.map { $0 > 0 }
+    }
+
     /// The memory charged to the group that the kernel cannot take back by dropping file pages:
     /// its anonymous and shared-memory pages (memory.stat `anon` + `shmem` on v2, `rss` + `shmem`
     /// on v1). Not the pages of files it maps, nor a memfd another process wrote and handed it (a

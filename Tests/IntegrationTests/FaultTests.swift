@@ -365,6 +365,54 @@ struct FaultTests {
         #expect(try rss(sv.pid) < supervisorRSS + 32 << 20)
     }
 
+    /// A v1 memory group around the supervisor (a systemd `MemoryMax=`, a container's limit).
+    static let enclosingGroupRoot = "/sys/fs/cgroup/memory"
+
+    @Test("memory: a worker the OOM killer ends because the group the supervisor runs in is full is not blamed on its own limit (it never reached it); one at its own limit still is",
+          .enabled(if: FileManager.default.fileExists(atPath: FaultTests.enclosingGroupRoot + "/memory.limit_in_bytes")))
+    func anEnclosingGroupsOOMIsNotTheWorkersLimit() throws {
+        let w = try TestWorld()
+        try w.bundle("m.big", library: try Self.hostile(), extra: ["limits": ["memoryMB": 1024], "restart": "never"])
+        try w.bundle("m.small", library: try Self.hostile(), extra: ["limits": ["memoryMB": 96], "restart": "never"])
+        let group = Self.enclosingGroupRoot + "/sp-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: group, withIntermediateDirectories: false)
+        defer { _ = rmdir(group) }
+        try String(256 << 20).write(toFile: group + "/memory.limit_in_bytes", atomically: false, encoding: .utf8)
+        let supervisor = Process()
+        supervisor.executableURL = URL(fileURLWithPath: "/bin/sh")
+        // Into the group, then the supervisor in its place (its workers' groups are made under it).
+        supervisor.arguments = ["-c", "echo $$ > \(group)/cgroup.procs && exec \"$0\" \"$@\"", Build.supervisor, "start", "--home", w.home, "--plugins", w.plugins]
+        supervisor.standardOutput = FileHandle.nullDevice
+        supervisor.standardError = FileHandle.nullDevice
+        try supervisor.run()
+        defer {
+            if supervisor.isRunning { kill(supervisor.processIdentifier, SIGKILL) }
+            supervisor.waitUntilExit()
+        }
+        let socket = w.home + "/supervisor.sock"
+        func status(_ id: String) throws -> PluginStatus? {
+            let r = try Shell.run(Build.supervisor, ["status", "--json", "--socket", socket], timeout: 10)
+            guard r.code == 0 else { return nil }
+            return try JSONDecoder().decode([PluginStatus].self, from: Data(r.out.utf8)).first { $0.identifier == id }
+        }
+        func waitUntil(_ what: String, _ condition: () throws -> Bool) throws {
+            let deadline = Date().addingTimeInterval(30)
+            while Date() < deadline { if try condition() { return }; usleep(50_000) }
+            throw HarnessError("timed out waiting for \(what)")
+        }
+        try waitUntil("both plugins running") { try status("m.big")?.state == "running" && status("m.small")?.state == "running" }
+        // Its own limit (1 GiB) is far; the group around the supervisor (256 MiB) runs out first.
+        _ = try Shell.run(Build.supervisor, ["call", "--socket", socket, "m.big", "alloc", "{}"], timeout: 30)
+        try waitUntil("m.big to end") { try status("m.big")?.lastExit != nil }
+        let big = try #require(try status("m.big")?.lastExit)
+        #expect(big.reason != .memoryLimit && big.message?.contains("memory ran out around its group") == true
+                && big.message?.contains("not at its own limit of 1024 MiB") == true, "\(big)")
+        _ = try Shell.run(Build.supervisor, ["call", "--socket", socket, "m.small", "alloc", "{}"], timeout: 30)
+        try waitUntil("m.small to end") { try status("m.small")?.lastExit != nil }
+        let small = try #require(try status("m.small")?.lastExit)
+        #expect(small.reason == .memoryLimit, "\(small) \(small.message ?? "")")
+    }
+
     @Test("memory: pages of a file read through mmap are not memory the plugin holds; reading a file larger than its limit does not end it")
     func mappedFilesAreNotHeldMemory() throws {
         let w = try TestWorld()

@@ -83,7 +83,11 @@ extension Lifecycle {
         // SIGKILL the supervisor did not send; an exit of its own is no OOM kill).
         let hardLimit = MemoryLimits(instance.manifest).hard
         if instance.killReason == nil, exit.signaled, let kills = instance.cgroup?.oomKills(), kills > 0 {
-            instance.killReason = (.memoryLimit, "the kernel's OOM killer ended it at its cgroup's memory limit of \(hardLimit >> 20) MiB")
+            // One whose group never reached its own limit was killed for memory that ran out
+            // around it (the machine, or a group the supervisor runs in): not its limit's doing.
+            instance.killReason = instance.cgroup?.reachedMemoryLimit() == false
+                ? (.signaled, "the kernel's OOM killer ended it: memory ran out around its group (the machine, or a group the supervisor runs in), not at its own limit of \(hardLimit >> 20) MiB")
+                : (.memoryLimit, "the kernel's OOM killer ended it at its cgroup's memory limit of \(hardLimit >> 20) MiB")
         }
         // Its group and (SPEC §5) its private temporary folder go off the loop: removing a v1
         // memory group or a folder on a disk mounted with `discard` can take a millisecond each,
