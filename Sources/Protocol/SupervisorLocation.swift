@@ -20,8 +20,13 @@ public enum SupervisorLocation {
     static func userHome() -> String? {
         var entry = passwd()
         var found: UnsafeMutablePointer<passwd>?
-        var buffer = [CChar](repeating: 0, count: 4096)
-        guard getpwuid_r(getuid(), &entry, &buffer, buffer.count, &found) == 0, found != nil, let dir = entry.pw_dir else { return nil }
+        var size = max(Int(sysconf(Int32(_SC_GETPW_R_SIZE_MAX))), 4096)
+        var buffer = [CChar](repeating: 0, count: size)
+        while getpwuid_r(getuid(), &entry, &buffer, buffer.count, &found) == ERANGE, size < 1 << 20 {
+            size *= 2
+            buffer = [CChar](repeating: 0, count: size)
+        }
+        guard found != nil, let dir = entry.pw_dir else { return nil }
         let path = String(cString: dir)
         return path.isEmpty ? nil : path
     }

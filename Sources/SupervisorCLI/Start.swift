@@ -54,6 +54,12 @@ struct Start: ParsableCommand {
     }
 
     func run() throws {
+        // Before any thread is made: one it could not make would end it without a word, or hold
+        // it for good at its exit (a thread pool's queue sleeps and retries where it cannot).
+        if UpgradeHandover.descriptorsFromEnvironment() == nil, let why = Self.addressSpaceTooSmall() {
+            StandardError.write("supervisor: \(why)\n")
+            throw ExitCode(1)
+        }
         // Asked by a running supervisor before it execs this binary with these arguments
         // (`UpgradeHandover.startProbeVariable`): they were taken, and that is all it asks.
         if ProcessEnvironment[UpgradeHandover.startProbeVariable] == "1" {
@@ -94,6 +100,7 @@ struct Start: ParsableCommand {
         }
         let handover: UpgradeHandover?
         do { handover = try UpgradeHandover.fromEnvironment() } catch {
+            LogWriter.flushAll(milliseconds: 500)
             InPlaceExec.fireRescue("the new binary refused the snapshot: \(error)")
             fatal(error)
             throw ExitCode(1)
@@ -111,6 +118,7 @@ struct Start: ParsableCommand {
                 } else {
                     // After an upgrade's exec: the previous binary comes back (and says why) rather
                     // than every plugin going with this process. Nothing happens otherwise.
+                    LogWriter.flushAll(milliseconds: 500)
                     InPlaceExec.fireRescue("the new binary cannot read the config file: \(error)")
                     fatal(error)
                     throw ExitCode(2)
@@ -140,10 +148,31 @@ struct Start: ParsableCommand {
                 fflush(nil)
             }
         } catch {
+            LogWriter.flushAll(milliseconds: 500)
             InPlaceExec.fireRescue("the new binary could not take over: \(error)")
             fatal(error)
             throw ExitCode(1)
         }
+    }
+
+    /// The least address space (RLIMIT_AS) the supervisor starts with: each of its threads
+    /// reserves a stack and a malloc arena (64 MiB of address space, not of memory).
+    static let addressSpaceFloor = 1 << 30
+
+    /// Why the address-space limit (`ulimit -v`, systemd `LimitAS=`) is too small, once its soft
+    /// value has been raised as far as the hard one allows; nil when it is enough or unlimited.
+    static func addressSpaceTooSmall() -> String? {
+        var limit = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_AS.rawValue)
+        guard getrlimit(resource, &limit) == 0, limit.rlim_cur != rlim_t.max, limit.rlim_cur < rlim_t(addressSpaceFloor) else { return nil }
+        if limit.rlim_max > limit.rlim_cur {
+            limit.rlim_cur = limit.rlim_max
+            _ = setrlimit(resource, &limit)
+            if limit.rlim_cur == rlim_t.max || limit.rlim_cur >= rlim_t(addressSpaceFloor) { return nil }
+        }
+        return "the address-space limit (RLIMIT_AS: ulimit -v, or LimitAS= in a systemd unit) is \(limit.rlim_cur >> 20) MiB; "
+            + "the supervisor needs \(addressSpaceFloor >> 20) MiB at least, as each of its threads reserves a stack and a malloc arena "
+            + "(address space, not memory). Raise or remove it; limit memory with a cgroup instead (MemoryMax= in the unit)"
     }
 
     /// The settings the command line gives before any config file is applied.
@@ -154,6 +183,8 @@ struct Start: ParsableCommand {
     /// Why the supervisor cannot start (or go on), last: a line of the log in its format (one JSON
     /// object with `--log-format json`), as a person reads it otherwise.
     private func fatal(_ error: any Error) {
+        // Its line last, after what the log's thread has not written yet.
+        LogWriter.flushAll()
         if logFormat == "json" {
             Logger(label: "supervisor").critical("\(error)")
             LogWriter.flushAll()

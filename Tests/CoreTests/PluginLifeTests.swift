@@ -147,6 +147,25 @@ import SupervisorCore
         #expect(woken.contains(.spawn(takingStandby: false)) || woken.contains(.spawn(takingStandby: true)), "\(woken)")
     }
 
+    /// An onCall plugin whose worker exits cleanly each time it is activated (calls keep waiting
+    /// for it) reaches the intensity limit, as a crash loop does: it fails rather than loop.
+    @Test func anOnCallPluginThatExitsAtEveryActivationFails() {
+        var life = Self.running()
+        var context = Self.context(.onFailure)
+        context.onCall = true
+        for n in 1...Self.policy.limit {
+            _ = ended(&life, Self.clean, context)
+            #expect(life.phase == .inactive, "exit \(n)")
+            _ = life.activate("p", by: "call", dependenciesRunning: true)
+            _ = life.workerSpawned()
+            _ = life.workerRuns("p", version: "1.0.0")
+        }
+        let actions = ended(&life, Self.clean, context)
+        #expect(life.phase == .failed(byDependency: false), "\(life.phase)")
+        #expect(life.problem?.contains("exited \(Self.policy.limit + 1) times in 60 s as it was activated") == true, "\(life.problem ?? "")")
+        #expect(actions.contains(.settleWaiters(life.problem)))
+    }
+
     @Test func aCrashUnderNeverFails() {
         var life = Self.running()
         let actions = ended(&life, Self.crash(), Self.context(.never))

@@ -25,12 +25,22 @@ import SupervisorCore
     @Test func aPluginTheRescanStartedHoldsItsReloadBack() {
         for phase in [PluginPhase.waiting, .starting, .restarting] {
             var waits = ReloadWaits<String>()
-            waits.began("r1", until: Self.until, comingUp: ["new"])
             waits.began("r2", until: Self.until)
+            waits.began("r1", until: Self.until, comingUp: ["new"])
             #expect(Self.due(&waits, ["new": phase, "old": .running]) == ["r2"], "\(phase)")
             #expect(Self.due(&waits, ["new": phase, "old": .running]).isEmpty, "\(phase)")
             #expect(Self.due(&waits, ["new": .failed(byDependency: false), "old": .running]) == ["r1"], "\(phase)")
         }
+    }
+
+    /// A second reload while the first waits for a plugin it started (which is, for the second's
+    /// rescan, already coming up): the second waits for it too, and is not answered first.
+    @Test func aLaterReloadWaitsForWhatAnEarlierOneStarted() {
+        var waits = ReloadWaits<String>()
+        waits.began("r1", until: Self.until, comingUp: ["new"])
+        waits.began("r2", until: Self.until)
+        #expect(Self.due(&waits, ["new": .starting]).isEmpty)
+        #expect(Self.due(&waits, ["new": .running]) == ["r1", "r2"])
     }
 
     /// A plugin coming up for another reason (a crash loop's restarts, a backoff, an activation)

@@ -30,6 +30,16 @@ import SupervisorCore
         #expect(plan.removed.isEmpty)
     }
 
+    /// Its bundle gone from the folders because an uninstall moved it out (and stops it): the
+    /// rescan leaves it to the uninstall rather than stop and forget it a second time.
+    @Test func aReloadDuringAnUninstallLeavesThePluginToIt() {
+        let a = Self.manifest("a")
+        let plan = RescanPlan(known: ["a": Self.known(a, installUnderWay: true)], before: PluginCatalog(manifests: [a]),
+                              now: PluginCatalog(manifests: []))
+        #expect(plan.summary == ["a: left to its install"])
+        #expect(plan.removed.isEmpty)
+    }
+
     @Test func changedAndRefusedIsStoppedNotRestarted() {
         let a = Self.manifest("a")
         let now = PluginCatalog(manifests: [], unusable: [(Self.manifest("a", "broken"), "plugin.json: field 'version': missing")])

@@ -388,3 +388,19 @@ struct ReloadCountTests {
         #expect(try sv.call("r.idle", "ping", as: Int.self) == 1)
     }
 }
+
+extension LifecycleTests {
+    // (A thread-sanitized binary needs terabytes of address space and cannot start under any such limit.)
+    @Test("an address-space limit too small for the supervisor's threads (ulimit -v) is refused at once, naming it, before anything starts",
+          .enabled(if: !Build.threadSanitized))
+    func addressSpaceTooSmall() throws {
+        let w = try TestWorld()
+        try w.bundle("as.one")
+        let r = try Shell.run("/bin/sh", ["-c", "ulimit -v 500000 && exec \"$0\" start --home \"$1\" --plugins \"$2\"", Build.supervisor, w.home, w.plugins],
+                              timeout: 30)
+        #expect(r.code == 1, "\(r.out)\(r.err)")
+        #expect(r.err.contains("the address-space limit (RLIMIT_AS: ulimit -v, or LimitAS= in a systemd unit) is 488 MiB; the supervisor needs 1024 MiB at least"), "\(r.err)")
+        #expect(!r.out.contains("ready"))
+        #expect(!FileManager.default.fileExists(atPath: w.home + "/supervisor.sock"))
+    }
+}

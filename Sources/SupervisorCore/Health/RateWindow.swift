@@ -46,6 +46,8 @@ package struct RateWindow {
 
     /// Items are being dropped in the current window, which ends at `windowEnd`.
     package var isDropping: Bool { dropped > 0 }
+    /// Items dropped in the current window so far (1: the drop just counted was its first).
+    package var droppedInWindow: Int { dropped }
     package var windowEnd: Instant { start.adding(nanoseconds: 1_000_000_000) }
 
     /// Items the window that ended by `now` dropped, taken (0 while the window goes on): told when

@@ -324,9 +324,18 @@ package struct PluginLife: Sendable {
             }
             // One started on demand is `inactive` again (SPEC §16: no worker until something
             // needs it): its next call, or a dependent's start, starts it; a dependent does not
-            // fail by it as by one stopped for good.
+            // fail by it as by one stopped for good. Counted by the intensity limit as a restart
+            // is: one that exits at every activation while calls wait for it would otherwise be
+            // started again and again, without end.
             if context.onCall {
-                return [.settleWaiters("exited cleanly")] + awaitNeed() + [.startWaitingPlugins]
+                if case .giveUp(let count) = restartPolicy.decide(history: &restartHistory, now: now, jitter: jitter) {
+                    let why = "exited \(count + 1) times in \(restartPolicy.windowSeconds) s as it was activated; stays failed until `supervisor restart \(id)` (last exit: \(ending.described))"
+                    return [.log(.error, "\(id) failed: \(why)")] + fail(why)
+                }
+                let history = restartHistory
+                let actions: [Action] = [.settleWaiters("exited cleanly")] + awaitNeed() + [.startWaitingPlugins]
+                restartHistory = history
+                return actions
             }
             _ = move(to: .stopped)
             problem = nil

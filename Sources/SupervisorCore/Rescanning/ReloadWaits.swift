@@ -26,8 +26,11 @@ package struct ReloadWaits<Reload> {
 
     /// A reload has rescanned; it is answered by `until` at the latest. `comingUp`: the plugins its
     /// rescan set coming up (new ones, ones it took from a stop or a failure).
+    /// A reload that comes while earlier ones wait waits for what they started too: answered
+    /// first, it would count those plugins before their starts had ended.
     package mutating func began(_ reload: Reload, until: Instant, comingUp: Set<String> = []) {
-        waiting.append((until, reload, comingUp))
+        let earlier = waiting.reduce(into: Set<String>()) { $0.formUnion($1.comingUp) }
+        waiting.append((until, reload, comingUp.union(earlier)))
     }
 
     /// A rescan stops `ids`; `stopped` as each has.

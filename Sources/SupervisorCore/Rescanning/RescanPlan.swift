@@ -6,8 +6,8 @@ package struct RescanPlan {
     package struct Known: Equatable {
         package var fingerprint: [UInt8]
         package var bundle: String
-        /// An install or update of it is under way (a new version starting beside it, or waiting
-        /// for its verdict).
+        /// An install, update or uninstall of it is under way (a new version starting beside it,
+        /// waiting for its verdict, or its bundle moved out while it stops).
         package var installUnderWay: Bool
         /// A worker of it serves now (`running`).
         package var isRunning: Bool
@@ -121,7 +121,8 @@ package struct RescanPlan {
             }
         }
         for id in known.keys.sorted() where fresh.all[id] == nil {
-            steps.append((id, .remove))
+            // Gone from the folders for an install or an uninstall under way: left to it.
+            steps.append((id, known[id]?.installUnderWay == true ? .leftToItsInstall : .remove))
         }
     }
 

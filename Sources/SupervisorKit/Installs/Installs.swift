@@ -36,6 +36,8 @@ final class Installs: SupervisorComponent {
     /// Install and update requests not answered yet: a stop answers them before the control
     /// socket closes (`answerUnfinished`).
     var unanswered = UnansweredInstalls()
+    /// The stop has answered what waited (`answerUnfinished`): what an install brings back later is dropped.
+    var answeredAtStop = false
 
     init(_ shared: Shared) {
         self.shared = shared
@@ -128,7 +130,8 @@ final class Installs: SupervisorComponent {
             do throws(InstallError) {
                 line = try runner.runInstaller(request) { p in
                     back.execute { installs, _, origin in
-                        if let origin { installs.outbox.sendProgress(origin, stage: p.stage, done: p.done, total: p.total) }
+                        guard let origin, ticket.map(installs.unanswered.waits) ?? true else { return }
+                        installs.outbox.sendProgress(origin, stage: p.stage, done: p.done, total: p.total)
                     }
                 }
             } catch {
@@ -142,7 +145,7 @@ final class Installs: SupervisorComponent {
                 return
             }
             back.execute { installs, done, _ in
-                if let ticket, !installs.unanswered.waits(ticket) {
+                if ticket.map({ !installs.unanswered.waits($0) }) ?? installs.answeredAtStop {
                     installs.store.finish(staged)
                     return done(.failure(ErrorBody(.unavailable, "the supervisor stopped before \(staged.identifier) was installed")))
                 }
@@ -158,7 +161,13 @@ final class Installs: SupervisorComponent {
     /// Answers the install and update requests still waiting for their work (a download, a
     /// catalog): the supervisor has stopped every plugin and is about to close its control socket.
     func answerUnfinished() {
+        answeredAtStop = true
         for (origin, error) in unanswered.takeAll() { outbox.answer(origin, error: error) }
+        // Calls and opens that wait for an install on demand.
+        for (target, waiters) in onDemandWaiters.sorted(by: { $0.key < $1.key }) {
+            onDemandWaiters[target] = nil
+            for waiter in waiters { waiter(ErrorBody(.unavailable, "the supervisor stopped before \(target) was installed on demand")) }
+        }
     }
 
     /// `done` for an install or update that begins now: it counts in `inFlight` until its outcome,

@@ -51,6 +51,12 @@ extension Installs {
     /// ends it.
     private func applyUpdates(_ remaining: [CatalogEntry], origin: ReplyOrigin, ticket: UInt64, done: [String], failed: [String: String]) {
         guard unanswered.waits(ticket) else { return }
+        // A stop under way: the rest is not begun (each would download for nothing).
+        if isShuttingDown, !remaining.isEmpty {
+            var failed = failed
+            for entry in remaining { failed[entry.identifier] = "not updated: the supervisor is stopping" }
+            return applyUpdates([], origin: origin, ticket: ticket, done: done, failed: failed)
+        }
         guard let entry = remaining.first else {
             guard let origin = unanswered.take(ticket) else { return }
             outbox.respond(origin) { try ProtocolJSON.encode(UpdateOutcome(updated: done, failed: failed)) }
@@ -79,6 +85,7 @@ extension Installs {
         guard !record.update.isStarting, !record.installAwaitsVerdict else {
             return outbox.answer(origin, error: InstallError(.conflict, "\(identifier) is being updated; try again once that is done").body)
         }
+        guard !record.uninstalling else { return outbox.answer(origin, error: InstallError(.conflict, "\(identifier) is being uninstalled").body) }
         let needed = table.dependents(of: identifier).map(\.identifier).sorted()
         guard needed.isEmpty else {
             return outbox.answer(origin, error: ErrorBody(.denied, "\(identifier) is needed by \(needed.joined(separator: ", ")); uninstall those first"))
@@ -90,6 +97,7 @@ extension Installs {
         do throws(InstallError) { removed = try store.takeOut(folder) } catch {
             return outbox.answer(origin, error: error.body)
         }
+        record.uninstalling = true
         endGrace(record)
         record.cancelRestart()
         // What waits for it meanwhile is answered with the reason (`<id> is stopped: being uninstalled`).

@@ -74,7 +74,7 @@ extension Lifecycle {
         for record in table.all {
             let isDown = record.phase.isFailed || record.phase == .stopped
             known[record.identifier] = .init(fingerprint: record.manifest.fingerprint, bundle: record.manifest.bundle,
-                                             installUnderWay: record.successor != nil || record.installAwaitsVerdict,
+                                             installUnderWay: record.successor != nil || record.installAwaitsVerdict || record.uninstalling,
                                              isRunning: record.phase == .running, isInactive: record.phase == .inactive,
                                              isDown: isDown,
                                              startsOnCall: config.activation(of: record.manifest) == .onCall, hasWorker: !record.workers.isEmpty,

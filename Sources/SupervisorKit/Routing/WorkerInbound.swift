@@ -106,7 +106,7 @@ extension Router {
             reportDropped(droppedBefore, by: instance)
             // The first drop of a second is said at once, and how many when the second ends (or
             // with the next message, if that comes first): a plugin may send nothing more.
-            if !wasDropping {
+            if instance.logWindow.droppedInWindow == 1 {
                 let end = instance.logWindow.windowEnd
                 loop.assumeIsolated().scheduleTask(deadline: end.deadline) { [self] in
                     reportDropped(instance.logWindow.takeDroppedIfEnded(now: .now), by: instance)

@@ -49,6 +49,9 @@ final class PluginRecord {
     var idleStopping: Int?
     /// An update (or its rollback) started it from `inactive`, only to prove the version loads.
     var startedForUpdate = false
+    /// Its bundle has left the plugins folder for an uninstall that stops it: a rescan leaves it
+    /// to that, and a second uninstall is refused.
+    var uninstalling = false
 
     init(manifest: Manifest, phase: PluginPhase) {
         self.manifest = manifest
