@@ -54,6 +54,12 @@ struct Start: ParsableCommand {
     }
 
     func run() throws {
+        // A standard descriptor started closed (`2>&-`) is /dev/null: otherwise the first
+        // descriptor the supervisor opens takes its number, and the log is written into it.
+        for fd in Int32(0)...2 where fcntl(fd, F_GETFD) == -1 {
+            let null = open("/dev/null", O_RDWR)
+            if null >= 0, null != fd { _ = dup2(null, fd); close(null) }
+        }
         // Before any thread is made: one it could not make would end it without a word, or hold
         // it for good at its exit (a thread pool's queue sleeps and retries where it cannot).
         if UpgradeHandover.descriptorsFromEnvironment() == nil, let why = Self.addressSpaceTooSmall() {

@@ -77,8 +77,13 @@ struct ActivationTests {
         try w.bundle("a.kept", extra: ["idleStopMs": 300])
         let cfg = try w.config(#"{"idleCheckIntervalMs": 100, "standbyWorkers": "always"}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
-        try sv.waitUntil("a.kept's standby") { try sv.plugin("a.kept").standbyPid != nil }
-        let standby = try #require(try sv.plugin("a.kept").standbyPid)
+        // Read where it is seen: the plugin may be idle enough to stop by the next `status`.
+        var seen: pid_t?
+        try sv.waitUntil("a.kept's standby") {
+            seen = try sv.plugin("a.kept").standbyPid
+            return seen != nil
+        }
+        let standby = try #require(seen)
         try sv.waitUntil(timeout: 10, "a.kept inactive") { try sv.plugin("a.kept").state == "inactive" }
         try sv.waitUntil("its standby gone") { kill(standby, 0) != 0 }
         #expect(try sv.plugin("a.kept").lastExit == nil)
@@ -121,7 +126,8 @@ struct ActivationTests {
     @Test("a slow call keeps a plugin from its idle stop: only a plugin with nothing inside is idle")
     func aLongCallIsNotIdleness() throws {
         let w = try TestWorld()
-        try w.bundle("a.busy", extra: ["idleStopMs": 300])
+        // Idle for a second, not less: reading its pid after the first call must not race its stop.
+        try w.bundle("a.busy", extra: ["idleStopMs": 1_000])
         let cfg = try w.config(#"{"idleCheckIntervalMs": 50}"#)
         let sv = try RunningSupervisor(w, args: ["--config", cfg])
         // From this test's own connection, one call right after another: the plugin is never idle
@@ -132,8 +138,8 @@ struct ActivationTests {
         #expect(try CrashReplayTests.read(connection).result == "[1]")
         let pid = try #require(try sv.plugin("a.busy").pid)
         let stopsBefore = sv.log.components(separatedBy: "a.busy: no traffic for").count
-        try connection.sendFrame(callFrame(id: 2, target: "a.busy", method: "sleep", params: #"{"ms":1500}"#))
-        #expect(try CrashReplayTests.read(connection).result == "1500")
+        try connection.sendFrame(callFrame(id: 2, target: "a.busy", method: "sleep", params: #"{"ms":2500}"#))
+        #expect(try CrashReplayTests.read(connection).result == "2500")
         #expect(sv.log.components(separatedBy: "a.busy: no traffic for").count == stopsBefore, "an idle stop began while a call was inside")
         #expect(try sv.plugin("a.busy").pid == pid)
     }

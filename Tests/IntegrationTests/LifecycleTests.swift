@@ -404,3 +404,28 @@ extension LifecycleTests {
         #expect(!FileManager.default.fileExists(atPath: w.home + "/supervisor.sock"))
     }
 }
+
+extension LifecycleTests {
+    @Test("started with stdin and stderr closed (2>&-), the supervisor puts /dev/null there: its log goes nowhere rather than into the first descriptor it opens")
+    func closedStandardDescriptors() throws {
+        let w = try TestWorld()
+        try w.bundle("fd.one")
+        let launcher = Process()
+        launcher.executableURL = URL(fileURLWithPath: "/bin/sh")
+        launcher.arguments = ["-c", "exec \"$0\" start --home \"$1\" --plugins \"$2\" <&- 2>&- >/dev/null", Build.supervisor, w.home, w.plugins]
+        try launcher.run()
+        defer { if launcher.isRunning { kill(launcher.processIdentifier, SIGKILL) } }
+        let socket = w.home + "/supervisor.sock"
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, (try? Shell.run(Build.supervisor, ["status", "--socket", socket], timeout: 10).code) != 0 { usleep(50_000) }
+        for fd in [0, 2] {
+            let target = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(launcher.processIdentifier)/fd/\(fd)")
+            #expect(target == "/dev/null", "fd \(fd) is \(target)")
+        }
+        let echo = try Shell.run(Build.supervisor, ["call", "--socket", socket, "fd.one", "echo", "[1]"], timeout: 10)
+        #expect(echo.code == 0, "\(echo.err)")
+        kill(launcher.processIdentifier, SIGTERM)
+        launcher.waitUntilExit()
+        #expect(launcher.terminationStatus == 0)
+    }
+}
