@@ -389,7 +389,8 @@ struct ControlBackPressureTests {
             call.raw("params", Array(#"{"size":2097152,"ms":1000}"#.utf8))
             try conn.sendFrame(call.finish())
         }
-        try sv.waitUntil("the client dropped") { sv.log.contains("dropping a control client that does not read its answers") }
+        // 512 MiB of answers made by a debug worker: a slow machine takes more than ten seconds.
+        try sv.waitUntil(timeout: 90, "the client dropped") { sv.log.contains("dropping a control client that does not read its answers") }
         #expect(try rss(sv.pid) < 500 << 20)
         #expect(try sv.cli("metrics").out.contains(#"supervisor_control_clients_dropped_total{reason="unread"} 1"#))
         #expect(try sv.call("bp.echo", "echo", "[1]", as: [Int].self) == [1])

@@ -49,7 +49,9 @@ import Testing
         let w = try Self.pair(caller: "h.flood", callee: "h.sink")
         // Through the supervisor (over a peer link the calls would wait in the callee's worker,
         // in its memory, not the supervisor's).
-        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"peerLinks": false}"#)])
+        // The flooder's I/O thread sends from inside `receive` and answers no ping meanwhile: on a
+        // slow machine a debug supervisor takes more than the 3 s ping timeout to read 70,000 calls.
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"peerLinks": false, "pingTimeoutMs": 120000}"#)])
         let sent = 70_000
         _ = try sv.cli("call", "h.flood", "callFlood", #"{"path":"h.sink","number":\#(sent)}"#)
         try sv.waitUntil(timeout: 60, "the calls past the limit answered") {
@@ -66,7 +68,8 @@ import Testing
         // As above: 640 MiB through an instrumented supervisor outlasts the wait (OutgoingCallsTests).
         guard !Build.threadSanitized else { return }
         let w = try Self.pair(caller: "h.pusher", callee: "h.slow")
-        let sv = try RunningSupervisor(w)
+        // As above: the pusher's I/O thread answers no ping while it sends.
+        let sv = try RunningSupervisor(w, args: ["--config", try w.config(#"{"pingTimeoutMs": 120000}"#)])
         let before = try rss(sv.pid)
         // 40 streams of 16 chunks of 1 MiB: 640 MiB sent, at most 256 held.
         let streams = 40
