@@ -365,6 +365,14 @@ struct FaultTests {
         #expect(try rss(sv.pid) < supervisorRSS + 32 << 20)
     }
 
+    /// Waits up to 30 s for `condition`, for a supervisor these tests start themselves (not a
+    /// `RunningSupervisor`, whose `waitUntil` also prints its log).
+    static func waitUntil(_ what: String, _ condition: () throws -> Bool) throws {
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline { if try condition() { return }; usleep(20_000) }
+        throw HarnessError("timed out waiting for \(what)")
+    }
+
     /// A v1 memory group around the supervisor (a systemd `MemoryMax=`, a container's limit).
     static let enclosingGroupRoot = "/sys/fs/cgroup/memory"
 
@@ -402,22 +410,17 @@ struct FaultTests {
             guard r.code == 0 else { return nil }
             return try JSONDecoder().decode([PluginStatus].self, from: Data(r.out.utf8)).first { $0.identifier == id }
         }
-        func waitUntil(_ what: String, _ condition: () throws -> Bool) throws {
-            let deadline = Date().addingTimeInterval(30)
-            while Date() < deadline { if try condition() { return }; usleep(50_000) }
-            throw HarnessError("timed out waiting for \(what)")
-        }
-        try waitUntil("both plugins running") { try status("m.big")?.state == "running" && status("m.small")?.state == "running" }
+        try Self.waitUntil("both plugins running") { try status("m.big")?.state == "running" && status("m.small")?.state == "running" }
         // The OOM killer chooses by size: the worker that allocates without end, not the
         // supervisor (~30 MiB), whose memory stays flat.
         // Its own limit (1 GiB) is far; the group around the supervisor (256 MiB) runs out first.
         _ = try Shell.run(Build.supervisor, ["call", "--socket", socket, "m.big", "alloc", "{}"], timeout: 30)
-        try waitUntil("m.big to end") { try status("m.big")?.lastExit != nil }
+        try Self.waitUntil("m.big to end") { try status("m.big")?.lastExit != nil }
         let big = try #require(try status("m.big")?.lastExit)
         #expect(big.reason != .memoryLimit && big.message?.contains("memory ran out around its group") == true
                 && big.message?.contains("not at its own limit of 1024 MiB") == true, "\(big)")
         _ = try Shell.run(Build.supervisor, ["call", "--socket", socket, "m.small", "alloc", "{}"], timeout: 30)
-        try waitUntil("m.small to end") { try status("m.small")?.lastExit != nil }
+        try Self.waitUntil("m.small to end") { try status("m.small")?.lastExit != nil }
         let small = try #require(try status("m.small")?.lastExit)
         #expect(small.reason == .memoryLimit, "\(small) \(small.message ?? "")")
     }
@@ -601,18 +604,13 @@ struct FaultTests {
         func cli(_ args: String...) throws -> Shell.Result {
             try Shell.run(Build.supervisor, [args[0], "--socket", socket] + args.dropFirst(), timeout: 10)
         }
-        func waitUntil(_ what: String, _ condition: () throws -> Bool) throws {
-            let deadline = Date().addingTimeInterval(30)
-            while Date() < deadline { if try condition() { return }; usleep(20_000) }
-            throw HarnessError("timed out waiting for \(what)")
-        }
-        try waitUntil("the supervisor to answer") { try cli("status").code == 0 }
+        try Self.waitUntil("the supervisor to answer") { try cli("status").code == 0 }
         // 200 log lines a second from the plugin's chatter, and nobody reads them.
         _ = try cli("call", "l.chat", "chatty", #"{"path":"","number":0}"#)
         let readEnd = err.fileHandleForReading.fileDescriptor
         var capacity = fcntl(readEnd, 1032 /* F_GETPIPE_SZ */)
         if capacity <= 0 { capacity = 65_536 }
-        try waitUntil("the log pipe to fill") {
+        try Self.waitUntil("the log pipe to fill") {
             var waiting: Int32 = 0
             return ioctl(readEnd, UInt(FIONREAD), &waiting) == 0 && Int(waiting) >= Int(capacity) - 4_096
         }
@@ -624,7 +622,7 @@ struct FaultTests {
             #expect(Date().timeIntervalSince(began) < 5)
         }
         kill(supervisor.processIdentifier, SIGTERM)
-        try waitUntil("the supervisor to exit") { !supervisor.isRunning }
+        try Self.waitUntil("the supervisor to exit") { !supervisor.isRunning }
         #expect(supervisor.terminationStatus == 0)
         let said = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(said.contains("chat"))
