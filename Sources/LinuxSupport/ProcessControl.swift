@@ -26,6 +26,14 @@ public enum ProcessControl {
         try check("close_range", keep.withUnsafeBufferPointer { cls_close_descriptors_from(first, $0.baseAddress, Int32($0.count)) })
     }
 
+    /// pipe2(O_CLOEXEC): the reading and the writing end, the writing one non-blocking.
+    public static func wakeUpPipe() throws(SystemError) -> (read: Int32, write: Int32) {
+        var fds: [Int32] = [-1, -1]
+        try check("pipe2", cls_pipe_cloexec(&fds))
+        _ = fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK)
+        return (fds[0], fds[1])
+    }
+
     /// RLIMIT_NOFILE: raises the soft limit to `wanted` (as far as the hard limit allows; never
     /// lowers it) and returns both as they are then.
     public static func openFilesLimit(raisingTo wanted: Int) -> (soft: Int, hard: Int) {

@@ -4,100 +4,80 @@ import PluginProtocol
 import Protocol
 import Testing
 
-/// Activations are spawned a few a loop turn (`SpawnPace`): what else comes to the supervisor is
-/// served between turns, however many plugins come due at once.
+/// Activations are spawned a few a loop turn (`SpawnPace`), each turn after the loop has polled its
+/// sockets (`AfterPoll`): what else comes to the supervisor is served between turns, however many
+/// plugins come due at once. Seen in the supervisor's own answers: each `status` says how many
+/// workers it had when it answered.
 extension ActivationTests {
-    @Test("a burst of first calls to 60 inactive plugins does not hold the loop: a status request sent after it is answered before the burst's plugins have all been spawned")
-    func aBurstOfActivationsLeavesTheLoopFree() throws {
-        // An order in time between the loop's turns: an instrumented supervisor's turns and its
-        // status answer are too slow to say it (the rule is the core's, SpawnPaceTests).
-        guard !Build.threadSanitized else { return }
-        let w = try TestWorld()
-        for i in 0..<60 { try w.bundle("b.p\(i)", extra: ["activation": "onCall"]) }
-        try w.bundle("b.hot")
-        let sv = try RunningSupervisor(w)
-        // Each activation is announced as its worker is spawned, with the supervisor's time.
-        let file = w.root + "/events.json"
-        let follower = try ClientTests.follow(sv, ["--json"], to: file)
-        defer { follower.terminate() }
-        try sv.waitUntil("the follower to listen") { try sv.cli("metrics").out.contains("supervisor_host_event_listeners 1") }
+    /// Writes a first call to each of `targets` in one write on one connection; meanwhile asks
+    /// `status` on another until each has a worker. Returns, for each answer, how many had one, and
+    /// the burst's connection (its answers unread).
+    static func statusDuringBurst(_ sv: RunningSupervisor, targets: [String]) throws -> (counts: [Int], burst: BlockingConnection) {
         let burst = try rawControl(sv.socket)
         let other = try rawControl(sv.socket)
-        defer { burst.close(); other.close() }
-        // All 60 first calls in one write: read in one go, each an activation.
+        defer { other.close() }
         var frames: [UInt8] = []
-        for i in 0..<60 { frames += callFrame(id: UInt64(i + 1), target: "b.p\(i)", method: "echo", params: "[\(i)]", timeoutMs: 60_000) }
-        _ = frames.withUnsafeBytes { write(burst.fd, $0.baseAddress, $0.count) }
-        // `status`: the supervisor's own answer, whatever the CPU the new workers take from b.hot's.
-        var status = FrameBuilder(kind: .status)
-        status.uint("id", 1)
-        try other.sendFrame(status.finish())
-        let hotAnswer = String(decoding: try #require(try other.receiveFrame()), as: UTF8.self)
-        let answeredAt = Self.logTime(Date())
-        #expect(hotAnswer.contains(#""result""#) && hotAnswer.contains("b.hot"), "\(hotAnswer.prefix(300))")
-        for _ in 0..<60 {
-            let answer = String(decoding: try #require(try burst.receiveFrame()), as: UTF8.self)
-            #expect(answer.contains(#""result""#), "\(answer)")
+        for (i, target) in targets.enumerated() {
+            frames += callFrame(id: UInt64(i + 1), target: target, method: "echo", params: "[\(i)]", timeoutMs: 60_000)
         }
-        let activated = try sv.waitFor("60 activations heard") { () -> [HostEvent]? in
-            let lines = ((try? String(contentsOfFile: file, encoding: .utf8)) ?? "").split(separator: "\n")
-            let events = lines.compactMap { try? JSONDecoder().decode(HostEvent.self, from: Data($0.utf8)) }.filter { $0.event == .activated }
-            return events.count == 60 ? events : nil
+        let written = frames.withUnsafeBytes { write(burst.fd, $0.baseAddress, $0.count) }
+        #expect(written == frames.count)
+        struct Answer: Decodable { var result: [PluginStatus] }
+        let wanted = Set(targets)
+        var counts: [Int] = []
+        let deadline = Date().addingTimeInterval(60)
+        while counts.last != targets.count {
+            guard Date() < deadline else { throw HarnessError("\(counts.last ?? 0) of \(targets.count) spawned in 60 s; log:\n\(sv.log)") }
+            var status = FrameBuilder(kind: .status)
+            status.uint("id", UInt64(counts.count + 1))
+            try other.sendFrame(status.finish())
+            let answer = try JSONDecoder().decode(Answer.self, from: Data(try #require(try other.receiveFrame())))
+            counts.append(answer.result.filter { wanted.contains($0.identifier) && $0.pid != nil }.count)
         }
-        // Spawned a few a turn (SpawnPace), the loop served the other call between turns; spawned
-        // all in the read that brought them, the call would be read after the last was spawned.
-        let last = activated.map(\.time).max() ?? ""
-        #expect(answeredAt < last, "status was answered at \(answeredAt), after the last activation at \(last)")
+        return (counts, burst)
     }
 
-    @Test("60 onCall dependents of one onCall dependency, called at once, wait for it; when it runs they are spawned a few a turn: a status request is answered while some of them are spawned and others not yet")
+    /// Reads `count` answers from `connection`, each a result.
+    static func readResults(_ connection: BlockingConnection, count: Int) throws {
+        for _ in 0..<count {
+            let answer = String(decoding: try #require(try connection.receiveFrame()), as: UTF8.self)
+            #expect(answer.contains(#""result""#), "\(answer.prefix(300))")
+        }
+    }
+
+    @Test("a burst of first calls to 60 inactive plugins does not hold the loop: status requests sent meanwhile are answered while some are spawned and others not yet, and every call is answered")
+    func aBurstOfActivationsLeavesTheLoopFree() throws {
+        let w = try TestWorld()
+        let targets = (0..<60).map { "b.p\($0)" }
+        for id in targets { try w.bundle(id, extra: ["activation": "onCall"]) }
+        try w.bundle("b.hot")
+        let sv = try RunningSupervisor(w)
+        let (counts, burst) = try Self.statusDuringBurst(sv, targets: targets)
+        defer { burst.close() }
+        try Self.readResults(burst, count: 60)
+        // Spawned all in one go (or turn after turn without a poll between), every status would be
+        // answered before the first spawn or after the last.
+        #expect(counts.contains { $0 > 0 && $0 < 60 }, "status answered only with \(Set(counts).sorted()) of 60 spawned")
+    }
+
+    @Test("60 onCall dependents of one onCall dependency, called at once: the dependency is activated for them, their workers are spawned a few a turn beside it, and their calls wait until it runs")
     func dependentsOfOneDependencyArePaced() throws {
-        guard !Build.threadSanitized else { return }
         let w = try TestWorld()
         let hub = try w.bundle("d.hub", extra: ["activation": "onCall"])
         // Its start waits at a gate until the test opens it (TestKit's `startup-gate`).
         try "".write(toFile: hub + "/startup-gate", atomically: true, encoding: .utf8)
-        for i in 0..<60 { try w.bundle("d.p\(i)", deps: [Dep("d.hub")], extra: ["activation": "onCall"]) }
+        let targets = (0..<60).map { "d.p\($0)" }
+        for id in targets { try w.bundle(id, deps: [Dep("d.hub")], extra: ["activation": "onCall"]) }
         let sv = try RunningSupervisor(w)
-        let burst = try rawControl(sv.socket)
-        let other = try rawControl(sv.socket)
-        defer { burst.close(); other.close() }
-        var frames: [UInt8] = []
-        for i in 0..<60 { frames += callFrame(id: UInt64(i + 1), target: "d.p\(i)", method: "echo", params: "[\(i)]", timeoutMs: 60_000) }
-        _ = frames.withUnsafeBytes { write(burst.fd, $0.baseAddress, $0.count) }
-        try sv.waitUntil("all 60 wait for d.hub") { try sv.status().filter { $0.identifier.hasPrefix("d.p") && $0.state == "starting" }.count == 60 }
-        // Let d.hub run: its 60 dependents come due in one pass. Status asked again and again
-        // meanwhile: each answer says how many had a worker when the supervisor answered (its
-        // own moment, whatever CPU this test gets).
-        try "".write(toFile: w.home + "/data/d.hub/go", atomically: true, encoding: .utf8)
-        struct Answer: Decodable { var result: [PluginStatus] }
-        var counts: [Int] = []
-        var id: UInt64 = 0
-        let deadline = Date().addingTimeInterval(30)
-        while counts.last != 60 {
-            guard Date() < deadline else { throw HarnessError("\(counts.last ?? 0) of 60 dependents spawned in 30 s; log:\n\(sv.log)") }
-            id += 1
-            var status = FrameBuilder(kind: .status)
-            status.uint("id", id)
-            try other.sendFrame(status.finish())
-            let answer = try JSONDecoder().decode(Answer.self, from: Data(try #require(try other.receiveFrame())))
-            counts.append(answer.result.filter { $0.identifier.hasPrefix("d.p") && $0.pid != nil }.count)
-        }
-        for _ in 0..<60 {
-            let answer = String(decoding: try #require(try burst.receiveFrame()), as: UTF8.self)
-            #expect(answer.contains(#""result""#), "\(answer)")
-        }
-        // Spawned all in the pass that found d.hub running, every status would be answered before
-        // the first spawn or after the last (here, none was between); paced, one or more are.
+        let (counts, burst) = try Self.statusDuringBurst(sv, targets: targets)
+        defer { burst.close() }
         #expect(counts.contains { $0 > 0 && $0 < 60 }, "status answered only with \(Set(counts).sorted()) of 60 spawned")
-    }
-
-    /// `time` as the supervisor writes it in events and JSON logs (`JSONLogHandler.now`).
-    static func logTime(_ date: Date) -> String {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        formatter.dateFormat = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
-        return formatter.string(from: date)
+        // Each worker loaded, waiting for `startup`: none runs, no call is answered, before d.hub runs.
+        let list = try sv.status()
+        #expect(list.filter { $0.identifier.hasPrefix("d.p") && $0.state == "starting" }.count == 60)
+        #expect(list.first { $0.identifier == "d.hub" }?.state == "starting")
+        try "".write(toFile: w.home + "/data/d.hub/go", atomically: true, encoding: .utf8)
+        try Self.readResults(burst, count: 60)
+        #expect(try sv.status().filter { $0.state == "running" }.count == 61)
     }
 }

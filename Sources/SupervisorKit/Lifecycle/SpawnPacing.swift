@@ -17,20 +17,21 @@ extension Lifecycle {
         spawnNow(record)
     }
 
-    /// The next turn, a millisecond from now (a task due now would run before the loop reads its
-    /// sockets again): the activations that waited, oldest first, each still wanted.
+    /// The next turn, once the loop has polled its sockets and served what they brought (a task
+    /// scheduled a moment on would not wait for that, `AfterPoll`): the activations that waited,
+    /// oldest first, each still wanted.
     private func schedulePaceTurn() {
-        guard !paceTurnScheduled, spawnPace.wantsTurn else { return }
-        paceTurnScheduled = true
-        loop.assumeIsolated().scheduleTask(in: .milliseconds(1)) { [self] in
-            paceTurnScheduled = false
-            for id in spawnPace.turn() {
-                // Still being activated (not removed, stopped, failed or started another way meanwhile).
-                guard let record = table[id], Self.isPaced(record), record.instance == nil else { continue }
-                spawnNow(record)
-            }
-            schedulePaceTurn()
+        guard spawnPace.wantsTurn else { return }
+        paceTurns.request()
+    }
+
+    func paceTurn() {
+        for id in spawnPace.turn() {
+            // Still being activated (not removed, stopped, failed or started another way meanwhile).
+            guard let record = table[id], Self.isPaced(record), record.instance == nil else { continue }
+            spawnNow(record)
         }
+        schedulePaceTurn()
     }
 
     /// An activation on its way to its first spawn: inactive, or waiting for its dependencies.

@@ -239,7 +239,7 @@ extension Engine {
     func inFlightThroughSupervisor(requester: ReplyOrigin?) -> String? {
         if installs.inFlight > 0 { return "an install is under way" }
         if !hostMethods.isIdle { return "a plugin's call of a host method is in flight" }
-        if !lifecycle.spawnPace.backlog.isEmpty || lifecycle.paceTurnScheduled { return "activations wait for their turn to be spawned" }
+        if !lifecycle.spawnPace.backlog.isEmpty || lifecycle.paceTurns.isRequested { return "activations wait for their turn to be spawned" }
         for record in table.inOrder {
             let id = record.identifier
             if !record.waiting.isEmpty { return "requests wait for \(id) (\(Route.waitingFor(record.routeTarget)))" }

@@ -1,0 +1,98 @@
+import Glibc
+import LinuxSupport
+import Logging
+import NIOCore
+import NIOPosix
+
+/// Runs a piece of work once the event loop has next polled its descriptors, beside what they
+/// brought. A task scheduled on the loop cannot promise that: NIO runs every task that is due
+/// before it polls again, those the tasks themselves scheduled included, so work that schedules
+/// its next round a moment on, where a round and what it posts take longer than that moment, runs
+/// round after round and reads no socket meanwhile (activations spawned a few a turn,
+/// `SpawnPace`: 60 of them in 15 turns, no request read between the first and the last). A byte
+/// written to a pipe the loop reads is seen only when the loop polls, with all else then ready.
+///
+/// On the loop only. The pipe is made at the first request and closed with the loop.
+final class AfterPoll {
+    private let loop: EventLoop
+    private let work: () -> Void
+    private let logger: Logger
+    /// The pipe's end this side writes to; -1 before the first request, or once the loop closed it.
+    private var writeEnd: Int32 = -1
+    private var made = false
+    /// The loop has closed (the pipe with it): nothing runs any more.
+    private var loopClosed = false
+    /// Asked, and not yet run.
+    private(set) var isRequested = false
+
+    init(loop: EventLoop, logger: Logger, work: @escaping () -> Void) {
+        self.loop = loop
+        self.logger = logger
+        self.work = work
+    }
+
+    /// Runs the work after the loop's next poll (once, however often asked before it runs).
+    func request() {
+        loop.preconditionInEventLoop()
+        guard !isRequested, !loopClosed else { return }
+        isRequested = true
+        if !made { made = true; makePipe() }
+        var byte: UInt8 = 1
+        // A full pipe holds a byte already: the read it brings runs the work.
+        if writeEnd < 0 || (write(writeEnd, &byte, 1) < 0 && errno != EAGAIN) {
+            // No pipe (out of descriptors): a scheduled task, which runs the work, if later than it should.
+            loop.assumeIsolated().scheduleTask(in: .milliseconds(1)) { [self] in fire() }
+        }
+    }
+
+    private func fire() {
+        guard isRequested else { return }
+        isRequested = false
+        work()
+    }
+
+    private func makePipe() {
+        let readEnd: Int32
+        do throws(SystemError) {
+            (readEnd, writeEnd) = try ProcessControl.wakeUpPipe()
+        } catch {
+            return logger.warning("cannot make a pipe for the event loop's turns (\(error)): timers stand in for it")
+        }
+        let me = NIOLoopBound(self, eventLoop: loop)
+        NIOPipeBootstrap(group: loop)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(Reader(owner: me.value)) }
+            }
+            .takingOwnershipOfDescriptor(input: readEnd)
+            .assumeIsolated()
+            .whenFailure { [self] error in
+                _ = Glibc.close(readEnd)
+                if writeEnd >= 0 { _ = Glibc.close(writeEnd) }
+                writeEnd = -1
+                logger.warning("cannot read a pipe for the event loop's turns (\(error)): timers stand in for it")
+                if isRequested { isRequested = false; request() }
+            }
+    }
+
+    /// The loop closed the pipe's reading end: it is shutting down.
+    fileprivate func closed() {
+        loopClosed = true
+        isRequested = false
+        if writeEnd >= 0 { _ = Glibc.close(writeEnd) }
+        writeEnd = -1
+    }
+
+    private final class Reader: ChannelInboundHandler {
+        typealias InboundIn = ByteBuffer
+        private var owner: AfterPoll?
+
+        init(owner: AfterPoll) { self.owner = owner }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) { owner?.fire() }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            owner?.closed()
+            owner = nil
+        }
+    }
+}
