@@ -35,7 +35,7 @@ final class Installs: SupervisorComponent {
     var interrupted: [BundleStore.Staged] = []
     /// Install and update requests not answered yet: a stop answers them before the control
     /// socket closes (`answerUnfinished`).
-    var unanswered = UnansweredInstalls()
+    var unanswered = UnansweredInstalls<ReplyOrigin>()
     /// The stop has answered what waited (`answerUnfinished`): what an install brings back later is dropped.
     var answeredAtStop = false
 
