@@ -20,6 +20,7 @@ final class AfterPoll {
     /// The pipe's end this side writes to; -1 before the first request, or once the loop closed it.
     private var writeEnd: Int32 = -1
     private var made = false
+    private var warned = false
     /// The loop has closed (the pipe with it): nothing runs any more.
     private var loopClosed = false
     /// Asked, and not yet run.
@@ -40,7 +41,8 @@ final class AfterPoll {
         var byte: UInt8 = 1
         // A full pipe holds a byte already: the read it brings runs the work.
         if writeEnd < 0 || (write(writeEnd, &byte, 1) < 0 && errno != EAGAIN) {
-            // No pipe (out of descriptors): a scheduled task, which runs the work, if later than it should.
+            // No pipe (no descriptor was left for it): a task a millisecond on, which runs the
+            // work but, as said above, not always after a poll. The pipe is tried again next time.
             loop.assumeIsolated().scheduleTask(in: .milliseconds(1)) { [self] in fire() }
         }
     }
@@ -56,7 +58,10 @@ final class AfterPoll {
         do throws(SystemError) {
             (readEnd, writeEnd) = try ProcessControl.wakeUpPipe()
         } catch {
-            return logger.warning("cannot make a pipe for the event loop's turns (\(error)): timers stand in for it")
+            made = false
+            if !warned { logger.warning("cannot make a pipe for the event loop's turns (\(error)): timers stand in for it until one can be made") }
+            warned = true
+            return
         }
         let me = NIOLoopBound(self, eventLoop: loop)
         NIOPipeBootstrap(group: loop)
@@ -66,7 +71,9 @@ final class AfterPoll {
             .takingOwnershipOfDescriptor(input: readEnd)
             .assumeIsolated()
             .whenFailure { [self] error in
-                _ = Glibc.close(readEnd)
+                // NIO closed the reading end with the channel it failed to register (its future
+                // fails only after the channel exists): closed here too, it could close a
+                // descriptor another thread has opened under the same number since.
                 if writeEnd >= 0 { _ = Glibc.close(writeEnd) }
                 writeEnd = -1
                 logger.warning("cannot read a pipe for the event loop's turns (\(error)): timers stand in for it")
@@ -74,7 +81,8 @@ final class AfterPoll {
             }
     }
 
-    /// The loop closed the pipe's reading end: it is shutting down.
+    /// The loop closed the pipe's reading end: it is shutting down (nothing else closes it; its
+    /// writing end is closed only here, and its reading is never turned off).
     fileprivate func closed() {
         loopClosed = true
         isRequested = false

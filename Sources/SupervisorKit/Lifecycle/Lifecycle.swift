@@ -39,7 +39,7 @@ final class Lifecycle: SupervisorComponent {
     /// Activations spawned in this turn of the loop, and those waiting for the next (SpawnPacing.swift).
     var spawnPace = SpawnPace()
     /// Runs the next turn of `spawnPace` after the loop's next poll.
-    lazy var paceTurns = AfterPoll(loop: loop, logger: logger) { [unowned self] in paceTurn() }
+    lazy var paceTurns = AfterPoll(loop: loop, logger: logger) { [weak self] in self?.paceTurn() }
     /// The shutdown's stops as they go: which plugins may stop as each one ends (Stopping.swift).
     var shutdownOrder: StopOrder.Progress?
     /// Whether `startWaitingPlugins` is running, and was asked again from within.

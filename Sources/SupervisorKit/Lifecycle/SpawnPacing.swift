@@ -5,7 +5,8 @@ extension Lifecycle {
     /// Spawns the worker that will serve `record` (its first, or the next after a stop or crash).
     /// An activation (SPEC §16) is paced (`SpawnPace`): a burst of first calls to many inactive
     /// plugins spawns a few a turn, and the loop serves what else came between turns. So is one
-    /// that waited for its dependencies: the dependents of one shared dependency come due together.
+    /// that waited for a dependency being activated: the dependents of one inactive dependency,
+    /// called at once, come due together as soon as its worker is spawned.
     func spawn(_ record: PluginRecord) {
         loop.preconditionInEventLoop()
         guard record.instance == nil, !isShuttingDown else { return }
