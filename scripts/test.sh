@@ -23,8 +23,8 @@ if [ $# -gt 0 ]; then exec swift test --skip-build --no-parallel "$@"; fi
 # attacks, clients that read nothing until hundreds of MiB wait for them) run in one, in the
 # background, its output shown when it ends; everything else, then the Python client's suite
 # (clients/python) and a 20-second chaos run (scripts/chaos.py), in the other. The two take about
-# as long (11-12 minutes each on a slow day here: 670 s and 690 s). A suite added later goes to
-# the second.
+# as long (in CI on a slow day here, with its lane's builds beside them: 801 s and 826 s). A suite
+# added later goes to the second.
 # `swift test` holds the build folder's lock for its whole run: each passes --ignore-lock (there
 # is nothing to build).
 long='IntegrationTests\.(InstallTests|ScaffoldTests|BytesTests|SandboxTests|LanguageTests|RealLibraryTests|UnreadFramesTests|ControlBackPressureTests)/'
