@@ -156,4 +156,51 @@ import SupervisorCore
         coming.startsOnCall = true
         #expect(plan(coming, before: PluginCatalog(manifests: [a]), now: PluginCatalog(manifests: [changedA])) == ["a: restart"])
     }
+
+    /// A folder moved away, a reload, the folder put back and a second reload before the first
+    /// one's stop has ended: the plugin comes back once that stop has ended, rather than being
+    /// forgotten with its folder in place.
+    @Test func aPluginFoundAgainWhileItsRemovalIsUnderWayIsAddedAgainAfterIt() {
+        let a = Self.manifest("a"), changedA = Self.manifest("a", "v2")
+        var removing = Self.known(a)
+        removing.removal = .underWay
+        let back = RescanPlan(known: ["a": removing], before: PluginCatalog(manifests: []), now: PluginCatalog(manifests: [changedA]))
+        #expect(back.summary == ["a: add after its removal"])
+        #expect(back.removed.isEmpty)
+        if case .addAfterItsRemoval(let manifest, _, _)? = back.steps.first?.step {
+            #expect(manifest.fingerprint == changedA.fingerprint)
+        } else {
+            Issue.record("no step to add it again")
+        }
+        // Back unchanged: the same (it is a new plugin once its stop ends, whatever it was).
+        #expect(RescanPlan(known: ["a": removing], before: PluginCatalog(manifests: []), now: PluginCatalog(manifests: [a])).summary
+                == ["a: add after its removal"])
+        // Back, and refused as it is now: added again as refused.
+        let refused = PluginCatalog(manifests: [], unusable: [(a, "its bundle folder is writable by every user")])
+        #expect(RescanPlan(known: ["a": removing], before: PluginCatalog(manifests: []), now: refused).summary
+                == ["a: add after its removal refused"])
+        // Still gone: its removal goes on, nothing new (not stopped a second time).
+        let gone = RescanPlan(known: ["a": removing], before: PluginCatalog(manifests: []), now: PluginCatalog(manifests: []))
+        #expect(gone.summary.isEmpty)
+        #expect(gone.removed.isEmpty)
+    }
+
+    /// Found back by one rescan while being removed, then seen by more: read again while back
+    /// (not new twice), forgotten after its stop if gone again.
+    @Test func aPluginFoundAgainThenGoneAgainIsForgottenAfterItsRemoval() {
+        let a = Self.manifest("a")
+        var foundAgain = Self.known(a)
+        foundAgain.removal = .foundAgain
+        #expect(RescanPlan(known: ["a": foundAgain], before: PluginCatalog(manifests: [a]), now: PluginCatalog(manifests: [a])).summary
+                == ["a: add after its removal (again)"])
+        let goneAgain = RescanPlan(known: ["a": foundAgain], before: PluginCatalog(manifests: [a]), now: PluginCatalog(manifests: []))
+        #expect(goneAgain.summary == ["a: forget after its removal"])
+        #expect(goneAgain.removed.isEmpty)
+        // Beside a plugin removed now, and one new: each its own step.
+        let b = Self.manifest("b"), c = Self.manifest("c")
+        let mixed = RescanPlan(known: ["a": foundAgain, "b": Self.known(b)], before: PluginCatalog(manifests: [a, b]),
+                               now: PluginCatalog(manifests: [c]))
+        #expect(mixed.summary == ["c: add", "a: forget after its removal", "b: remove"])
+        #expect(mixed.removed == ["b"])
+    }
 }

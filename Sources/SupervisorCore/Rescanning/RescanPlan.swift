@@ -28,10 +28,12 @@ package struct RescanPlan {
         /// Running, why its bundle as read by an earlier rescan could not start (`keep`): said
         /// once, not again while the reason stays the same.
         package var keptReason: String?
+        /// An earlier rescan found its bundle gone, and its stop is under way.
+        package var removal = Removal.none
 
         package init(fingerprint: [UInt8], bundle: String, installUnderWay: Bool, isRunning: Bool = false, isInactive: Bool = false,
                      isDown: Bool = false, startsOnCall: Bool = false, hasWorker: Bool = false, holdsBackDependents: Bool = false,
-                     keptReason: String? = nil) {
+                     keptReason: String? = nil, removal: Removal = .none) {
             self.fingerprint = fingerprint
             self.bundle = bundle
             self.installUnderWay = installUnderWay
@@ -42,7 +44,19 @@ package struct RescanPlan {
             self.hasWorker = hasWorker
             self.holdsBackDependents = holdsBackDependents
             self.keptReason = keptReason
+            self.removal = removal
         }
+    }
+
+    /// Where a plugin is in its removal, as a rescan reads it.
+    package enum Removal: Equatable {
+        /// Not being removed.
+        case none
+        /// Being stopped, to be forgotten when its stop ends.
+        case underWay
+        /// Being stopped, and its bundle found again by a later rescan: added again, as that read
+        /// it, once its stop ends.
+        case foundAgain
     }
 
     package enum Step {
@@ -73,6 +87,15 @@ package struct RescanPlan {
         case add(Manifest, refused: String?)
         /// Its bundle is gone: stopped (dependents first) and forgotten.
         case remove
+        /// Its bundle is back (or read again) while the stop of its removal is under way: the stop
+        /// goes on (a worker told `willTerminate` is not called back), and once it has ended the
+        /// plugin is added again as new, with this manifest (`refused`: why it cannot start), the
+        /// requests that waited for it kept. `again`: an earlier rescan had found it back already
+        /// (not counted as new twice).
+        case addAfterItsRemoval(Manifest, refused: String?, again: Bool)
+        /// Found back by an earlier rescan while being removed, and gone again: forgotten once its
+        /// stop ends, as first decided.
+        case forgetAfterItsRemoval
     }
 
     /// Each plugin with a step, new and changed ones in the folders' start order, then the removed
@@ -85,6 +108,11 @@ package struct RescanPlan {
             guard let manifest = fresh.all[id] else { continue }
             guard let existing = known[id] else {
                 steps.append((id, .add(manifest, refused: fresh.unstartable[id])))
+                continue
+            }
+            if existing.removal != .none {
+                // What it was does not matter any more: it comes back as a new plugin.
+                steps.append((id, .addAfterItsRemoval(manifest, refused: fresh.unstartable[id], again: existing.removal == .foundAgain)))
                 continue
             }
             if existing.installUnderWay {
@@ -120,9 +148,13 @@ package struct RescanPlan {
                 steps.append((id, awaits ? .awaitNeed(manifest, cured: cured) : .restart(manifest, cured: cured)))
             }
         }
-        for id in known.keys.sorted() where fresh.all[id] == nil {
+        for (id, existing) in known.sorted(by: { $0.key < $1.key }) where fresh.all[id] == nil {
+            switch existing.removal {
             // Gone from the folders for an install or an uninstall under way: left to it.
-            steps.append((id, known[id]?.installUnderWay == true ? .leftToItsInstall : .remove))
+            case .none: steps.append((id, existing.installUnderWay ? .leftToItsInstall : .remove))
+            case .underWay: break // still gone, still being removed
+            case .foundAgain: steps.append((id, .forgetAfterItsRemoval))
+            }
         }
     }
 
@@ -142,6 +174,9 @@ package struct RescanPlan {
             case .awaitNeed(_, let cured): return "\(id): await need" + (cured ? " (cured)" : "")
             case .add(_, let refused): return "\(id): add" + (refused == nil ? "" : " refused")
             case .remove: return "\(id): remove"
+            case .addAfterItsRemoval(_, let refused, let again):
+                return "\(id): add after its removal" + (refused == nil ? "" : " refused") + (again ? " (again)" : "")
+            case .forgetAfterItsRemoval: return "\(id): forget after its removal"
             }
         }
     }

@@ -80,12 +80,12 @@ extension Lifecycle {
                                              startsOnCall: config.activation(of: record.manifest) == .onCall, hasWorker: !record.workers.isEmpty,
                                              holdsBackDependents: isDown
                                                 && table.dependents(of: record.identifier).contains { $0.phase == .failed(byDependency: true) },
-                                             keptReason: record.bundleProblem)
+                                             keptReason: record.bundleProblem, removal: record.removal?.asRescanReadsIt ?? .none)
         }
         let plan = RescanPlan(known: known, before: previous, now: fresh) { [config] in config.activation(of: $0) == .onCall }
         let removed = plan.removed
         let previousOrder = table.order
-        var started = 0, changed = 0
+        var started = 0, changed = 0, forgotten = removed.count
         for (id, step) in plan.steps {
             switch step {
             case .leftToItsInstall:
@@ -141,18 +141,23 @@ extension Lifecycle {
                 logger.notice(cured ? "\(id) is no longer refused (\(previous.unstartable[id] ?? "")); inactive, it starts when it is needed"
                                     : "\(id) changed on disk (now \(manifest.version)); inactive, it loads that when it is next needed")
             case .add(let manifest, let refused):
-                for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
-                let record = PluginRecord(manifest: manifest, phase: config.initialPhase(of: manifest))
-                if let refused {
-                    logger.error("\(refused); \(id) will not start")
-                    move(record, to: .failed(byDependency: false))
-                    record.problem = refused
-                } else {
-                    started += 1
-                }
-                table.add(record)
-                // Found refused: the programs that listen hear it failed, as for one that fails to load.
-                if refused != nil { events.failed(record) }
+                if refused == nil { started += 1 }
+                addFound(manifest, refused: refused)
+            case .addAfterItsRemoval(let manifest, let refused, let again):
+                guard let existing = table[id] else { continue }
+                existing.removal = .addingBack(manifest, refused: refused)
+                // Said once; a later rescan only reads it again.
+                if again { continue }
+                started += 1
+                // The reload is answered once the plugin added again runs (or failed).
+                reloads.restarting(id)
+                logger.notice("\(id) is back in the plugin folders while its removal is under way; it is added again once it has stopped",
+                              metadata: ["plugin": "\(id)"])
+            case .forgetAfterItsRemoval:
+                guard let existing = table[id] else { continue }
+                forgotten += 1
+                existing.removal = .forgetting
+                reloads.restarted(id)
             case .remove:
                 break
             }
@@ -165,11 +170,53 @@ extension Lifecycle {
         }
         stopRemoved(removed)
         table.reorder(fresh.order + previousOrder.filter { fresh.all[$0] == nil })
-        logger.notice("rescanned plugin folders: \(started) new, \(changed) changed, \(removed.count) removed")
+        logger.notice("rescanned plugin folders: \(started) new, \(changed) changed, \(forgotten) removed")
         startWaitingPlugins()
         var summary = ReloadSummary()
-        (summary.new, summary.changed, summary.removed) = (started, changed, removed.count)
+        (summary.new, summary.changed, summary.removed) = (started, changed, forgotten)
         return summary
+    }
+
+    /// A plugin a rescan found, as `manifest` (`refused`: why it cannot start), joins the table,
+    /// in the place of a record of the same name (one that has stopped for its removal); it starts
+    /// with the next `startWaitingPlugins`.
+    @discardableResult
+    func addFound(_ manifest: Manifest, refused: String?) -> PluginRecord {
+        let id = manifest.identifier
+        for note in manifest.notes { logger.warning("\(note)", metadata: ["plugin": "\(id)"]) }
+        let record = PluginRecord(manifest: manifest, phase: config.initialPhase(of: manifest))
+        if let refused {
+            logger.error("\(refused); \(id) will not start")
+            move(record, to: .failed(byDependency: false))
+            record.problem = refused
+        }
+        table.add(record)
+        // Found refused: the programs that listen hear it failed, as for one that fails to load.
+        if refused != nil { events.failed(record) }
+        return record
+    }
+
+    /// `record` has stopped for its removal, and a rescan found its bundle again meanwhile: a new
+    /// record takes its place, and the requests that waited for the old one wait for it. The reload
+    /// that found it is answered once it runs (or failed, or waits to be needed).
+    func addBack(after record: PluginRecord, _ manifest: Manifest, refused: String?) {
+        let id = record.identifier
+        let fresh = addFound(manifest, refused: refused)
+        swap(&fresh.waiting, &record.waiting)
+        logger.notice("\(id) was found again in the plugin folders while it was being removed: added again", metadata: ["plugin": "\(id)"])
+        if fresh.phase == .inactive, !fresh.waiting.isEmpty {
+            // Calls waited for it: they are its first need (SPEC §16).
+            activate(fresh, by: "a call that waited for it")
+        }
+        if fresh.phase.isStarting {
+            fresh.startWaiters.append { [self] _ in
+                reloads.restarted(id)
+                settleReloads()
+            }
+        } else {
+            reloads.restarted(id)
+        }
+        startWaitingPlugins()
     }
 }
 

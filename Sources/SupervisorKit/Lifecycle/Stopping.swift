@@ -147,6 +147,7 @@ extension Lifecycle {
         guard !records.isEmpty else { return }
         // A reload is answered once they have stopped (`settleReloads`).
         reloads.stopping(records.map(\.identifier))
+        for record in records { record.removal = .forgetting }
         // As at shutdown: each stops as soon as every removed plugin that depends on it has.
         var order = StopOrder.Progress(Dictionary(uniqueKeysWithValues: records.map { ($0.identifier, $0.dependencyIDs) }))
         func stop(_ ids: [String]) {
@@ -159,6 +160,12 @@ extension Lifecycle {
                 }
                 record.cancelRestart()
                 stopPlugin(record) { [self] in
+                    // Found again meanwhile: a new record takes its place (the forget below then
+                    // leaves the table as it is, and answers what only the old one held).
+                    if case .addingBack(let manifest, let refused) = record.removal {
+                        addBack(after: record, manifest, refused: refused)
+                    }
+                    record.removal = nil
                     effects.post(.forget(record, because: "\(record.identifier) was removed from the plugin folders"))
                     reloads.stopped(record.identifier)
                     stop(order.stopped(record.identifier))

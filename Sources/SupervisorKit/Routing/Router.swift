@@ -17,6 +17,10 @@ final class Router: SupervisorComponent {
     private var hop = CallHop()
     /// The last peer link's number (PeerLinks.swift).
     var nextLinkNumber: UInt64 = 0
+    /// Workers taken over in an upgrade asked for their taken page now, and those waiting to be
+    /// (TakenPageAgain.swift): the rule is the core's, the workers waiting their turn the driver's.
+    var pageAsks = PageAsks<ObjectIdentifier>()
+    var pageAsksWaiting: [ObjectIdentifier: WorkerInstance] = [:]
 
     init(_ shared: Shared) {
         self.shared = shared

@@ -14,22 +14,54 @@ import SupervisorCore
 /// possibly started (as for a worker without a page); from then on its marks count as before the
 /// upgrade, its watermark going on from where the previous binary's stood.
 extension Router {
-    /// Asks `instance` for its page, if it was taken over with one (`CrashWitness.resume`).
+    /// Asks `instance` for its page, if it was taken over with one (`CrashWitness.resume`): now, or
+    /// once its turn comes (`PageAsks`: at most 32 at once, or the kernel refuses the descriptors
+    /// of all but the first 257 workers asked).
     func askForTakenPage(_ instance: WorkerInstance) {
-        guard instance.crash.awaitedPage != nil, let channel = instance.channel, instance.payloadChannel != nil else {
+        guard instance.crash.awaitedPage != nil, instance.channel != nil, instance.payloadChannel != nil, !instance.phase.hasExited else {
             instance.crash.noPageAgain()
             return
         }
+        let key = ObjectIdentifier(instance)
+        guard pageAsks.want(key) else {
+            pageAsksWaiting[key] = instance
+            return
+        }
+        if !sendTakenPageAsk(instance) { takenPageAskEnded(key) }
+    }
+
+    /// Sends the ask; false when `instance` can no longer be asked (it ended, or its socket closed,
+    /// while it waited for its turn): its turn is over.
+    private func sendTakenPageAsk(_ instance: WorkerInstance) -> Bool {
+        guard instance.crash.awaitedPage != nil, let channel = instance.channel, instance.payloadChannel != nil, !instance.phase.hasExited else {
+            instance.crash.noPageAgain()
+            return false
+        }
         let deadline = Instant.now.adding(milliseconds: config.callTimeoutMs)
         table.watch(instance)
+        let key = ObjectIdentifier(instance)
         let id = instance.pending.add(PendingRequest(origin: .local({ [self, weak instance] result in
-            guard let instance else { return }
-            takeTakenPage(instance, result)
+            if let instance { takeTakenPage(instance, result) }
+            takenPageAskEnded(key)
         }), deadline: deadline, what: .takenPage))
         deadlines.due(deadline.deadline)
         var frame = outbox.encoder(.takenPage, for: channel)
         frame.uint("id", id)
         outbox.write(frame.finish(), to: channel)
+        return true
+    }
+
+    /// `instance`'s ask is over (or it ended before its turn): the next ones are asked. A worker
+    /// that ended while it waited is passed over when its turn comes (`sendTakenPageAsk`).
+    private func takenPageAskEnded(_ worker: ObjectIdentifier) {
+        var ended = [worker]
+        while let key = ended.popLast() {
+            pageAsksWaiting[key] = nil
+            for next in pageAsks.ended(key) {
+                if let worker = pageAsksWaiting.removeValue(forKey: next), sendTakenPageAsk(worker) { continue }
+                ended.append(next)
+            }
+        }
     }
 
     /// Its answer: `true`, the page is waiting on its payload channel; it must be a memfd of the

@@ -52,6 +52,9 @@ final class PluginRecord {
     /// Its bundle has left the plugins folder for an uninstall that stops it: a rescan leaves it
     /// to that, and a second uninstall is refused.
     var uninstalling = false
+    /// A rescan found its bundle gone and stops it, to forget it once stopped
+    /// (Lifecycle/Stopping.swift, `stopRemoved`).
+    var removal: Removal?
 
     init(manifest: Manifest, phase: PluginPhase) {
         self.manifest = manifest
