@@ -21,7 +21,8 @@ import SupervisorCore
         #expect(Route.decide(Self.target(phase), named: "p", shuttingDown: false) == .wait)
     }
 
-    @Test(arguments: [Route.Worker(stopRequested: true), Route.Worker(connected: false), Route.Worker(mayHaveEnded: true)])
+    @Test(arguments: [Route.Worker(stopRequested: true), Route.Worker(connected: false), Route.Worker(mayHaveEnded: true),
+                      Route.Worker(awaitsItsPageAsk: true)])
     func aWorkerBeingReplacedMakesItWait(_ worker: Route.Worker) {
         #expect(Route.decide(Self.target(.running, worker: worker), named: "p", shuttingDown: false) == .wait)
     }
@@ -62,8 +63,8 @@ import SupervisorCore
     /// wait, refuse.
     @Test func everyStateHasExactlyOneRoute() {
         let phases: [PluginPhase] = [.waiting, .starting, .running, .restarting, .failed(byDependency: false), .failed(byDependency: true), .stopped]
-        let workers: [Route.Worker?] = [nil] + [false, true].flatMap { s in [false, true].flatMap { c in [false, true].map { m in
-            Route.Worker(stopRequested: s, connected: c, mayHaveEnded: m) } } }
+        let workers: [Route.Worker?] = [nil] + [false, true].flatMap { s in [false, true].flatMap { c in [false, true].flatMap { m in
+            [false, true].map { p in Route.Worker(stopRequested: s, connected: c, mayHaveEnded: m, awaitsItsPageAsk: p) } } } }
         for phase in phases {
             for worker in workers {
                 for shuttingDown in [false, true] {
@@ -71,7 +72,9 @@ import SupervisorCore
                     let route = Route.decide(target, named: "p", shuttingDown: shuttingDown)
                     let waits = Route.mustWait(target, shuttingDown: shuttingDown)
                     if route == .wait { #expect(waits) }
-                    if route == .forward { #expect(phase == .running && worker?.connected == true && worker?.stopRequested == false) }
+                    if route == .forward {
+                        #expect(phase == .running && worker?.connected == true && worker?.stopRequested == false && worker?.awaitsItsPageAsk == false)
+                    }
                     if case .refuse = route { #expect(!waits) }
                 }
             }

@@ -45,8 +45,13 @@ struct RescanRemovalTests {
         try Self.hide(back)
         let first = OnItsOwnThread { try sv.cli("reload") }
         try sv.waitUntil("rr.back to be told willTerminate") { FileManager.default.fileExists(atPath: w.home + "/data/rr.back/terminating") }
-        // A call while it drains waits for its end.
-        let waited = OnItsOwnThread { try sv.cli("call", "rr.back", "ping") }
+        // A call while it drains (sent before its folder is back) waits in its queue.
+        let waiting = try rawControl(sv.socket)
+        defer { waiting.close() }
+        try waiting.sendFrame(callFrame(id: 7, target: "rr.back", method: "ping"))
+        // Its folder is the rescan's until that stop ends: a restart (as an update or an uninstall) is refused.
+        let restart = try sv.cli("restart", "rr.back")
+        #expect(restart.code != 0 && restart.err.contains("rr.back is being stopped for its removal from the plugin folders"), "\(restart.err)")
         try Self.putBack(back)
         let second = try sv.cli("reload")
         #expect(second.code == 0 && second.out.contains(#""new":1"#) && second.out.contains(#""removed":0"#), "\(second.out) \(second.err)")
@@ -55,8 +60,8 @@ struct RescanRemovalTests {
         // The second reload is answered once it runs again.
         let p = try sv.plugin("rr.back")
         #expect(p.state == "running" && p.restarts == 0, "\(p.state), restarts \(p.restarts)")
-        let call = try waited.value()
-        #expect(call.code == 0 && call.out.trimmingCharacters(in: .whitespacesAndNewlines) == "1", "\(call.code) \(call.out) \(call.err)")
+        let answer = String(decoding: try #require(try waiting.receiveFrame()), as: UTF8.self)
+        #expect(answer.contains(#""id":7"#) && answer.contains(#""result":1"#), "\(answer)")
         #expect(try sv.call("rr.back", "ping", as: Int.self) == 1)
         // Later reloads leave it be.
         let third = try sv.cli("reload")

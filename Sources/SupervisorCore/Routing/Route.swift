@@ -41,22 +41,28 @@ package enum Route: Equatable, Sendable {
         package var mayHaveEnded: Bool
         /// Its socket takes more now (not full).
         package var writable: Bool
+        /// Taken over in an upgrade in place, it waits for its turn to be asked for its taken page
+        /// (SPEC §15, `PageAsks`): the ask goes before anything else, so that a call that holds its
+        /// I/O thread cannot hold the answer back.
+        package var awaitsItsPageAsk: Bool
 
-        package init(stopRequested: Bool = false, connected: Bool = true, mayHaveEnded: Bool = false, writable: Bool = true) {
+        package init(stopRequested: Bool = false, connected: Bool = true, mayHaveEnded: Bool = false, writable: Bool = true,
+                     awaitsItsPageAsk: Bool = false) {
             self.stopRequested = stopRequested
             self.connected = connected
             self.mayHaveEnded = mayHaveEnded
             self.writable = writable
+            self.awaitsItsPageAsk = awaitsItsPageAsk
         }
+
+        /// It may be sent a request now.
+        var takesRequests: Bool { !stopRequested && connected && !mayHaveEnded && writable && !awaitsItsPageAsk }
     }
 
     /// The route of a request for `target` (nil: no such plugin).
     package static func decide(_ target: Target?, named identifier: String, shuttingDown: Bool) -> Route {
         guard let target else { return .refuse(ErrorBody(.notFound, "no plugin \(identifier) is installed")) }
-        if target.phase == .running, let worker = target.worker, !worker.stopRequested, worker.connected, !worker.mayHaveEnded,
-           worker.writable {
-            return .forward
-        }
+        if target.phase == .running, let worker = target.worker, worker.takesRequests { return .forward }
         if target.phase == .inactive, !shuttingDown { return .activate }
         if mustWait(target, shuttingDown: shuttingDown) { return .wait }
         if shuttingDown { return .refuse(ErrorBody(.unavailable, "\(identifier) is stopping: the supervisor is shutting down")) }
@@ -65,8 +71,8 @@ package enum Route: Equatable, Sendable {
 
     /// Whether a request that cannot go now waits: the plugin is coming up (waiting for its
     /// dependencies, starting, restarting after a crash), or its worker is draining for a planned
-    /// stop (a restart, a reload, an update, the shutdown), not connected yet, or has more queued
-    /// than its socket takes now (back-pressure: a large request, or a plugin slow to read, holds
+    /// stop (a restart, a reload, an update, the shutdown), not connected yet, waits to be asked
+    /// for its taken page after an upgrade, or has more queued than its socket takes now (back-pressure: a large request, or a plugin slow to read, holds
     /// the next ones in its wait queue, bounded as any wait is, until the socket drains; one that
     /// stops reading for good answers no ping, and its watchdog ends it).
     package static func mustWait(_ target: Target, shuttingDown: Bool) -> Bool {
@@ -75,7 +81,7 @@ package enum Route: Equatable, Sendable {
         case .waiting, .starting, .restarting, .inactive: return true
         case .running:
             guard let worker = target.worker else { return true }
-            return worker.stopRequested || !worker.connected || worker.mayHaveEnded || !worker.writable
+            return !worker.takesRequests
         case .failed, .stopped: return false
         }
     }

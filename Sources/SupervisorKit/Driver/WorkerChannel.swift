@@ -43,7 +43,8 @@ enum WorkerChannel {
                     if !leftover.isEmpty { Upgrade.feed(leftover, to: channel) }
                     // A worker taken over in an upgrade: its taken page, to read its marks again
                     // (asked before any call reaches it, so a call that blocks its I/O thread
-                    // does not hold the answer back).
+                    // does not hold the answer back: one that waits for its turn to be asked,
+                    // `PageAsks`, takes no call until then).
                     engine.router.askForTakenPage(instance)
                     // A worker taken over in an upgrade runs already: calls that came before its
                     // socket was wired in waited for this.

@@ -192,6 +192,10 @@ final class Installs: SupervisorComponent {
             store.finish(staged)
             return done(.failure(InstallError(.conflict, "\(staged.identifier) is being updated already; try again once that is done").body))
         }
+        if let conflict = table[staged.identifier]?.removalConflict {
+            store.finish(staged)
+            return done(.failure(InstallError(.conflict, conflict).body))
+        }
         // A previous update still in its grace period is final now: one rollback point at a time.
         if let record = table[staged.identifier] { endGrace(record) }
         do throws(InstallError) {

@@ -86,6 +86,7 @@ extension Installs {
             return outbox.answer(origin, error: InstallError(.conflict, "\(identifier) is being updated; try again once that is done").body)
         }
         guard !record.uninstalling else { return outbox.answer(origin, error: InstallError(.conflict, "\(identifier) is being uninstalled").body) }
+        if let conflict = record.removalConflict { return outbox.answer(origin, error: InstallError(.conflict, conflict).body) }
         let needed = table.dependents(of: identifier).map(\.identifier).sorted()
         guard needed.isEmpty else {
             return outbox.answer(origin, error: ErrorBody(.denied, "\(identifier) is needed by \(needed.joined(separator: ", ")); uninstall those first"))

@@ -216,6 +216,7 @@ final class Lifecycle: SupervisorComponent {
     /// `supervisor restart <id>`: stop it if running, clear its failure and restart history, start it.
     func restartCommand(_ id: String, _ done: @escaping (String?) -> Void) {
         guard let record = table[id] else { return done("no plugin \(id) is installed") }
+        if let conflict = record.removalConflict { return done(conflict) }
         if let problem = table.catalog.unstartable[id] { return done(problem) }
         guard !isShuttingDown else { return done("the supervisor is shutting down") }
         // A restart that was scheduled was counted when it was: this one takes its place.

@@ -148,7 +148,7 @@ extension Lifecycle {
                 existing.removal = .addingBack(manifest, refused: refused)
                 // Said once; a later rescan only reads it again.
                 if again { continue }
-                started += 1
+                if refused == nil { started += 1 }
                 // The reload is answered once the plugin added again runs (or failed).
                 reloads.restarting(id)
                 logger.notice("\(id) is back in the plugin folders while its removal is under way; it is added again once it has stopped",
@@ -208,7 +208,7 @@ extension Lifecycle {
             // Calls waited for it: they are its first need (SPEC §16).
             activate(fresh, by: "a call that waited for it")
         }
-        if fresh.phase.isStarting {
+        if fresh.phase.isStarting || fresh.life.activating {
             fresh.startWaiters.append { [self] _ in
                 reloads.restarted(id)
                 settleReloads()

@@ -163,7 +163,8 @@ extension Lifecycle {
                     // Found again meanwhile: a new record takes its place (the forget below then
                     // leaves the table as it is, and answers what only the old one held).
                     if case .addingBack(let manifest, let refused) = record.removal {
-                        addBack(after: record, manifest, refused: refused)
+                        // Not at shutdown: nothing starts then (what waited for it fails with the shutdown's reason).
+                        if isShuttingDown { reloads.restarted(record.identifier) } else { addBack(after: record, manifest, refused: refused) }
                     }
                     record.removal = nil
                     effects.post(.forget(record, because: "\(record.identifier) was removed from the plugin folders"))

@@ -25,6 +25,7 @@ extension Router {
         let key = ObjectIdentifier(instance)
         guard pageAsks.want(key) else {
             pageAsksWaiting[key] = instance
+            instance.waitsForItsPageAsk = true
             return
         }
         if !sendTakenPageAsk(instance) { takenPageAskEnded(key) }
@@ -33,6 +34,13 @@ extension Router {
     /// Sends the ask; false when `instance` can no longer be asked (it ended, or its socket closed,
     /// while it waited for its turn): its turn is over.
     private func sendTakenPageAsk(_ instance: WorkerInstance) -> Bool {
+        // What waited for the ask to go first goes after it (or now, if it cannot be asked).
+        defer {
+            if instance.waitsForItsPageAsk {
+                instance.waitsForItsPageAsk = false
+                if let record = table.record(servedBy: instance) { effects.post(.forwardWaiting(record)) }
+            }
+        }
         guard instance.crash.awaitedPage != nil, let channel = instance.channel, instance.payloadChannel != nil, !instance.phase.hasExited else {
             instance.crash.noPageAgain()
             return false

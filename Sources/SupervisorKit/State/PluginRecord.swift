@@ -109,7 +109,7 @@ final class PluginRecord {
     var routeTarget: Route.Target {
         Route.Target(identifier: identifier, phase: phase, problem: problem, worker: instance.map {
             Route.Worker(stopRequested: $0.phase.stopRequested, connected: $0.channel != nil, mayHaveEnded: $0.mayHaveEnded,
-                         writable: $0.channel?.isWritable ?? false)
+                         writable: $0.channel?.isWritable ?? false, awaitsItsPageAsk: $0.waitsForItsPageAsk)
         })
     }
     var dependencyIDs: [String] { manifest.dependencies.map(\.identifier) }
@@ -273,6 +273,9 @@ final class WorkerInstance {
     var mayHaveEnded = false
     /// Which of the calls it holds its plugin may have started, for its end (SPEC §15).
     var crash = CrashWitness()
+    /// Taken over in an upgrade, it waits for its turn to be asked for its taken page
+    /// (TakenPageAgain.swift): what it is sent waits for that ask to go first.
+    var waitsForItsPageAsk = false
     /// The callees it had a link to: whose call counts it may report (`linkCalls`).
     var linkedCallees: Set<String> = []
     /// Its links whose callee died, for the calls it sends again (`afterLink`, LinkMarks.swift).
